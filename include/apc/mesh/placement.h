@@ -1,0 +1,85 @@
+//===- apc/mesh/placement.h - Shard / Replicate / Partial placements -------===//
+//
+// A Placement says how a tensor is laid out along ONE mesh dimension:
+//   S(d)     shard tensor dim d (torch.chunk semantics: ceil-sized pieces, the last ones may be short)
+//   R        replicate
+//   P / P(op) partial: every rank holds a summand (op sum by default; max, min, avg where needed)
+// A PlacementTuple has one entry per mesh dimension. Text forms, both parsed: `S(0),R` and `[S(0), R]`;
+// printed compactly as `S(0)R` in logs (toCompactString) and as `S(0),R` elsewhere.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "apc/support/error.h"
+
+namespace apc::mesh {
+
+enum class ReduceOp : uint8_t { kSum, kMax, kMin, kAvg };
+const char* reduceOpName(ReduceOp op);  // "sum", "max", ...
+
+class Placement {
+ public:
+  enum class Kind : uint8_t { kReplicate, kShard, kPartial };
+
+  static Placement replicate() { return Placement(Kind::kReplicate, 0, ReduceOp::kSum); }
+  static Placement shard(int dim) { return Placement(Kind::kShard, dim, ReduceOp::kSum); }
+  static Placement partial(ReduceOp op = ReduceOp::kSum) { return Placement(Kind::kPartial, 0, op); }
+
+  Kind kind() const { return kind_; }
+  bool isReplicate() const { return kind_ == Kind::kReplicate; }
+  bool isShard() const { return kind_ == Kind::kShard; }
+  bool isShard(int dim) const { return kind_ == Kind::kShard && dim_ == dim; }
+  bool isPartial() const { return kind_ == Kind::kPartial; }
+  /// The sharded tensor dim (only for kShard).
+  int dim() const { return dim_; }
+  ReduceOp reduceOp() const { return op_; }
+
+  /// "S(0)", "R", "P", "P(max)".
+  std::string toString() const;
+  /// Parses one placement: "S(1)", "Shard(1)", "R", "Replicate", "P", "P(max)", "Partial".
+  static Expected<Placement> parse(std::string_view text);
+
+  bool operator==(const Placement& o) const {
+    return kind_ == o.kind_ && (kind_ != Kind::kShard || dim_ == o.dim_) &&
+           (kind_ != Kind::kPartial || op_ == o.op_);
+  }
+  /// A total order for deterministic containers.
+  bool operator<(const Placement& o) const;
+
+ private:
+  Placement(Kind k, int dim, ReduceOp op) : kind_(k), dim_(dim), op_(op) {}
+  Kind kind_;
+  int dim_;
+  ReduceOp op_;
+};
+
+/// One placement per mesh dimension.
+using PlacementTuple = std::vector<Placement>;
+
+/// "S(0),R".
+std::string toString(const PlacementTuple& t);
+/// "S(0)R" (for logs).
+std::string toCompactString(const PlacementTuple& t);
+/// Parses "S(0),R" or "[S(0), R]"; each entry as in Placement::parse.
+Expected<PlacementTuple> parsePlacementTuple(std::string_view text);
+/// All-replicate tuple of the given length.
+PlacementTuple replicated(size_t mesh_ndim);
+/// Checks that every shard dim is in [0, tensor_rank): an error names the placement and the rank.
+Status checkPlacementTuple(const PlacementTuple& t, int64_t tensor_rank, size_t mesh_ndim);
+
+/// Number of pieces the tensor dim `dim` is cut into by the tuple (product of mesh sizes of the
+/// mesh dims that shard it).
+int64_t shardFactor(const PlacementTuple& t, const std::vector<int64_t>& mesh_shape, int dim);
+
+/// Size of piece `index` of a dim of size `size` split into `pieces` with torch.chunk semantics:
+/// chunk = ceil(size / pieces); piece i gets clamp(size - i*chunk, 0, chunk).
+int64_t chunkSize(int64_t size, int64_t pieces, int64_t index);
+/// Offset of piece `index` (i*chunk clamped to size).
+int64_t chunkOffset(int64_t size, int64_t pieces, int64_t index);
+
+}  // namespace apc::mesh

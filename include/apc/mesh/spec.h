@@ -1,0 +1,201 @@
+//===- apc/mesh/spec.h - The mesh and constraint spec (JSON) ---------------===//
+//
+// A Spec is everything the user tells the planner besides the model: the device mesh (shape, dim names,
+// per-dim link bandwidth and latency), the device kind and its overrides, fixed placements of inputs
+// and outputs, the parameter memory budget, the mixed precision policy, dynamic dims, and per-node
+// pins. It is read from JSON (schemas/spec.schema.json describes exactly what the parser accepts):
+//
+//   {"mesh": {"shape": [2, 4], "names": ["dp", "tp"], "bandwidth_gbps": [50, 450], "latency_us": [10, 2]},
+//    "device": "h100",            // or {"kind": "h100", "peak_tflops": {"bf16": 989}, "hbm_bandwidth_gbps": 3350}
+//    "world_size": 8,
+//    "inputs": {"x": ["S(0)", "R"]},
+//    "outputs": ["S(0)", "R"],    // a tree in the forward's output structure, see OutputPlacementTree
+//    "memory_budget": {"low": 0, "high": 0.25},
+//    "mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "f32", "output_dtype": "f32"},
+//    "dynamic_batch": false,
+//    "dynamic": [{"input": "tokens", "dim": 1, "min": 1, "max": 2048}],
+//    "pins": [{"node": "linear_1", "placements": ["S(0)", "S(2)"]}, {"module": "layers.0.attention", ...}]}
+//
+// Only "mesh" is required. Unknown keys are errors (they are usually typos). Every error is one line
+// that starts with the JSON path of the offending value, like `$.mesh.bandwidth_gbps[1]: ...`.
+//
+// The CLI's `--in-shardings` and `--out-shardings` files are parsed here too (parseInShardings,
+// parseOutShardings; schema: schemas/out_shardings.schema.json). A parsed spec is checked against a
+// model by validateSpecAgainstGraph.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apc/ir/graph.h"
+#include "apc/ir/types.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/placement.h"
+#include "apc/support/error.h"
+
+namespace apc::mesh {
+
+/// The device kinds of the cost model's device table: "h100", "h200", "a100", "b200", "cpu".
+const std::vector<std::string>& knownDeviceKinds();
+bool isKnownDeviceKind(std::string_view kind);
+/// The device kind of a Spec that names none.
+inline constexpr const char* kDefaultDeviceKind = "h100";
+
+/// Overrides of the device table's entry for the spec's device kind; absent fields keep the table's.
+struct DeviceOverrides {
+  std::map<ir::DType, double> peak_tflops;  // dense peak per dtype, TFLOP/s (> 0)
+  std::optional<double> hbm_bandwidth_gbps;  // GB/s (> 0)
+
+  bool empty() const { return peak_tflops.empty() && !hbm_bandwidth_gbps; }
+  bool operator==(const DeviceOverrides&) const = default;
+};
+
+/// Required placements of the forward's outputs, in the outputs' structure. In JSON:
+///   null                      kFree: no constraint on this part
+///   ["S(0)", "R"]             kLeaf: a placement tuple (an array whose elements are all strings)
+///   [tree, tree, ...]         kSequence: a tuple or list (an array of arrays, objects and nulls)
+///   {"key": tree, ...}        kDict: a dict output, by key
+/// The empty array `[]` is an empty sequence (a placement tuple is never empty).
+struct OutputPlacementTree {
+  enum class Kind : uint8_t { kFree, kLeaf, kSequence, kDict };
+  Kind kind = Kind::kFree;
+  PlacementTuple placements;                  // kLeaf
+  std::vector<std::string> keys;              // kDict: sorted, one per child
+  std::vector<OutputPlacementTree> children;  // kSequence, kDict
+
+  static OutputPlacementTree free() { return {}; }
+  static OutputPlacementTree leaf(PlacementTuple t);
+  static OutputPlacementTree sequence(std::vector<OutputPlacementTree> children);
+  /// A dict node; the entries are stored sorted by key.
+  static OutputPlacementTree dict(std::map<std::string, OutputPlacementTree> entries);
+
+  bool isFree() const { return kind == Kind::kFree; }
+  bool operator==(const OutputPlacementTree&) const = default;
+};
+
+/// Compact text form for logs: `S(0)R`, `*` (free), `(S(0)R, *)`, `{logits: S(0)R, loss: RR}`.
+std::string toString(const OutputPlacementTree& t);
+
+/// Parameter memory per rank as a fraction of the total parameter bytes: low <= used <= high.
+struct MemoryBudget {
+  double low = 0;               // >= 0
+  std::optional<double> high;   // (0, 1]; absent: the solver's default (1 / world size)
+
+  bool operator==(const MemoryBudget&) const = default;
+};
+
+/// Mixed precision policy; absent fields keep the model's dtypes. All dtypes are floating.
+struct MixedPrecision {
+  std::optional<ir::DType> param_dtype;   // dtype parameters are computed in
+  std::optional<ir::DType> reduce_dtype;  // dtype of gradient reductions
+  std::optional<ir::DType> output_dtype;  // dtype of the forward's outputs
+
+  bool empty() const { return !param_dtype && !reduce_dtype && !output_dtype; }
+  bool operator==(const MixedPrecision&) const = default;
+};
+
+/// A dim of an input whose size varies between calls.
+struct DynamicDim {
+  std::string input;           // forward argument name
+  int64_t dim = 0;             // >= 0
+  int64_t min = 1;             // >= 1
+  std::optional<int64_t> max;  // >= min; absent: unbounded
+
+  bool operator==(const DynamicDim&) const = default;
+};
+
+/// A user pin: the output placement of one node, or of the outputs of one module.
+struct Pin {
+  enum class Target : uint8_t { kNode, kModule };
+  Target target = Target::kNode;
+  /// kNode: an input/parameter/buffer name or an op's output value name as printed (`%linear_1`
+  /// is named "linear_1"); kModule: a module path like "layers.0.attention".
+  std::string name;
+  PlacementTuple placements;
+
+  bool operator==(const Pin&) const = default;
+};
+
+struct Spec {
+  DeviceMesh mesh;                                // required
+  std::string device = kDefaultDeviceKind;        // one of knownDeviceKinds()
+  DeviceOverrides device_overrides;
+  std::optional<int64_t> world_size;              // when given, equals mesh.worldSize()
+  std::map<std::string, PlacementTuple> inputs;   // fixed input placements, by argument name
+  OutputPlacementTree outputs;                    // kFree when not given
+  MemoryBudget memory_budget;
+  MixedPrecision mixed_precision;
+  bool dynamic_batch = false;                     // dim 0 of every tensor input is dynamic
+  std::vector<DynamicDim> dynamic;                // in the order given; no (input, dim) twice
+  std::vector<Pin> pins;                          // in the order given
+
+  bool operator==(const Spec&) const = default;
+};
+
+/// Input placements from an `--in-shardings` file: either a list with one entry per forward input in
+/// order (`[["S(0)", "R"], null]`, null = free), or an object by input name (`{"x": ["S(0)", "R"]}`).
+struct InputShardings {
+  std::vector<std::optional<PlacementTuple>> by_position;  // the list form
+  std::map<std::string, PlacementTuple> by_name;           // the object form (null entries dropped)
+
+  bool operator==(const InputShardings&) const = default;
+};
+
+// --- JSON text -------------------------------------------------------------------------------------
+
+/// Parses JSON text. Malformed text gives a kParse error with nlohmann's line and column; a key that
+/// appears twice in one object is an error naming its path (JSON parsers silently keep the last one).
+Expected<nlohmann::json> parseJsonText(std::string_view text);
+/// Reads and parses a JSON file; errors are prefixed by the path.
+Expected<nlohmann::json> readJsonFile(const std::string& path);
+
+// --- specs -----------------------------------------------------------------------------------------
+
+/// Parses and checks a spec: types, unknown keys, ranges, placement tuple lengths against the mesh,
+/// world size against the mesh. Errors start with the JSON path (`$.mesh.shape[1]: ...`).
+Expected<Spec> parseSpec(const nlohmann::json& j);
+Expected<Spec> parseSpecText(std::string_view text);
+/// Errors are prefixed by the file path.
+Expected<Spec> parseSpecFile(const std::string& path);
+
+/// The JSON form of a spec; parseSpec(toJson(s)) == s for every parsed spec. Fields at their defaults
+/// are left out, except the mesh's names and links, which are always written.
+nlohmann::json toJson(const Spec& s);
+
+// --- CLI sharding files ----------------------------------------------------------------------------
+
+/// Parses an `--in-shardings` document; every tuple must have `mesh_ndim` entries.
+Expected<InputShardings> parseInShardings(const nlohmann::json& j, size_t mesh_ndim);
+Expected<InputShardings> parseInShardingsFile(const std::string& path, size_t mesh_ndim);
+/// Parses an `--out-shardings` document (an OutputPlacementTree); every tuple must have `mesh_ndim`
+/// entries.
+Expected<OutputPlacementTree> parseOutShardings(const nlohmann::json& j, size_t mesh_ndim);
+Expected<OutputPlacementTree> parseOutShardingsFile(const std::string& path, size_t mesh_ndim);
+
+nlohmann::json toJson(const PlacementTuple& t);
+nlohmann::json toJson(const OutputPlacementTree& t);
+nlohmann::json toJson(const InputShardings& s);
+
+/// Names the by-position entries after the graph's input nodes (in graph order) and merges the
+/// by-name ones: the result is by input name, free inputs left out. A list whose length differs from
+/// the number of inputs, or a name that is not an input, is an error.
+Expected<std::map<std::string, PlacementTuple>> resolveInShardings(const InputShardings& s,
+                                                                   const ir::Graph& g);
+
+// --- against a model -------------------------------------------------------------------------------
+
+/// Checks a spec against a model: input names exist and are tensors, shard dims are below the
+/// tensor's rank (inputs, outputs, node pins), dynamic dims exist, pinned nodes and module paths
+/// exist, and the outputs tree has the structure of the graph's OutputTree. Errors start with the
+/// spec's JSON path (`$.inputs.foo: spec names input 'foo' but the model's inputs are: x`).
+Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g);
+
+}  // namespace apc::mesh

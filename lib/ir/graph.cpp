@@ -1,0 +1,153 @@
+//===- lib/ir/graph.cpp - Graph construction, queries and verification ----===//
+#include "apc/ir/graph.h"
+
+namespace apc::ir {
+
+const char* valueTypeName(ValueType t) {
+  switch (t) {
+    case ValueType::kTensor: return "Tensor";
+    case ValueType::kInt: return "int";
+    case ValueType::kFloat: return "float";
+    case ValueType::kBool: return "bool";
+    case ValueType::kString: return "str";
+    case ValueType::kDevice: return "Device";
+    case ValueType::kNone: return "None";
+    case ValueType::kIntList: return "int[]";
+    case ValueType::kFloatList: return "float[]";
+    case ValueType::kBoolList: return "bool[]";
+    case ValueType::kTensorList: return "Tensor[]";
+    case ValueType::kTuple: return "tuple";
+    case ValueType::kOther: return "other";
+  }
+  return "other";
+}
+
+const char* nodeKindName(NodeKind k) {
+  switch (k) {
+    case NodeKind::kInput: return "input";
+    case NodeKind::kParameter: return "parameter";
+    case NodeKind::kBuffer: return "buffer";
+    case NodeKind::kOp: return "op";
+  }
+  return "op";
+}
+
+namespace {
+void collectLeaves(const OutputTree& t, std::vector<ValueId>& out) {
+  if (t.kind == OutputTree::Kind::kLeaf) {
+    out.push_back(t.leaf);
+    return;
+  }
+  for (const auto& c : t.children) collectLeaves(c, out);
+}
+}  // namespace
+
+std::vector<ValueId> OutputTree::leaves() const {
+  std::vector<ValueId> out;
+  collectLeaves(*this, out);
+  return out;
+}
+
+ValueId Graph::addValue(Value v) {
+  v.id = ValueId(static_cast<uint32_t>(values_.size()));
+  values_.push_back(std::move(v));
+  return values_.back().id;
+}
+
+NodeId Graph::addNode(Node n) {
+  n.id = NodeId(static_cast<uint32_t>(nodes_.size()));
+  for (uint32_t i = 0; i < n.outputs.size(); ++i) {
+    Value& v = values_.at(n.outputs[i].v);
+    v.producer = n.id;
+    v.producer_output = i;
+  }
+  nodes_.push_back(std::move(n));
+  return nodes_.back().id;
+}
+
+ValueId Graph::addConstant(ValueType type, Constant c, std::string debug_name) {
+  Value v;
+  v.type = type;
+  v.constant = std::move(c);
+  v.debug_name = std::move(debug_name);
+  return addValue(std::move(v));
+}
+
+std::vector<NodeId> Graph::nodesOfKind(NodeKind k) const {
+  std::vector<NodeId> out;
+  for (const Node& n : nodes_)
+    if (n.kind == k) out.push_back(n.id);
+  return out;
+}
+
+std::optional<NodeId> Graph::findInput(const std::string& input_name) const {
+  for (const Node& n : nodes_)
+    if (n.kind == NodeKind::kInput && n.name == input_name) return n.id;
+  return std::nullopt;
+}
+
+std::optional<NodeId> Graph::findParameter(const std::string& fqn) const {
+  for (const Node& n : nodes_)
+    if ((n.kind == NodeKind::kParameter || n.kind == NodeKind::kBuffer) && n.name == fqn) return n.id;
+  return std::nullopt;
+}
+
+std::vector<std::vector<Use>> Graph::computeUses() const {
+  std::vector<std::vector<Use>> uses(values_.size());
+  for (const Node& n : nodes_)
+    for (uint32_t i = 0; i < n.inputs.size(); ++i) uses[n.inputs[i].v].push_back({n.id, i});
+  return uses;
+}
+
+bool Graph::isShapeNode(NodeId id) const {
+  const Node& n = node(id);
+  if (n.kind != NodeKind::kOp) return false;
+  for (ValueId v : n.outputs)
+    if (value(v).type == ValueType::kTensor || value(v).type == ValueType::kTensorList) return false;
+  return true;
+}
+
+Status Graph::verify() const {
+  auto where = [&](const Node& n) {
+    return "node #" + std::to_string(n.id.v) + " (" + n.qualifiedOp() + ")";
+  };
+  for (size_t vi = 0; vi < values_.size(); ++vi) {
+    const Value& v = values_[vi];
+    if (v.id.v != vi) return internalError("value #" + std::to_string(vi) + " has a wrong id");
+    if (v.isTensor() != v.tensor.has_value())
+      return internalError("value %" + v.debug_name + " has inconsistent tensor metadata");
+    if (v.producer.valid()) {
+      if (v.producer.v >= nodes_.size())
+        return internalError("value %" + v.debug_name + " names a producer that does not exist");
+      const Node& p = nodes_[v.producer.v];
+      if (v.producer_output >= p.outputs.size() || p.outputs[v.producer_output] != v.id)
+        return internalError("value %" + v.debug_name + " is not an output of its producer " + where(p));
+    } else if (!v.constant.has_value()) {
+      return internalError("value %" + v.debug_name + " has neither a producer nor a constant");
+    }
+  }
+  for (size_t ni = 0; ni < nodes_.size(); ++ni) {
+    const Node& n = nodes_[ni];
+    if (n.id.v != ni) return internalError("node #" + std::to_string(ni) + " has a wrong id");
+    for (ValueId in : n.inputs) {
+      if (in.v >= values_.size()) return internalError(where(n) + " uses a value that does not exist");
+      const Value& v = values_[in.v];
+      if (v.producer.valid() && v.producer.v >= ni)
+        return internalError(where(n) + " uses %" + v.debug_name + " before it is produced");
+    }
+    for (ValueId out : n.outputs) {
+      if (out.v >= values_.size()) return internalError(where(n) + " has an output that does not exist");
+      if (values_[out.v].producer != n.id)
+        return internalError(where(n) + " lists output %" + values_[out.v].debug_name +
+                             " produced elsewhere");
+    }
+    if (n.kind != NodeKind::kOp && n.name.empty())
+      return internalError(where(n) + " has no name");
+  }
+  for (ValueId leaf : outputs_.leaves())
+    if (!leaf.valid() || leaf.v >= values_.size())
+      return internalError("graph output names a value that does not exist");
+  return Status::success();
+}
+
+}  // namespace apc::ir

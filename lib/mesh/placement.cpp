@@ -1,0 +1,133 @@
+//===- lib/mesh/placement.cpp - Placement text forms and chunk arithmetic -===//
+#include "apc/mesh/placement.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "apc/support/strings.h"
+
+namespace apc::mesh {
+
+const char* reduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kAvg: return "avg";
+  }
+  return "sum";
+}
+
+std::string Placement::toString() const {
+  switch (kind_) {
+    case Kind::kReplicate: return "R";
+    case Kind::kShard: return "S(" + std::to_string(dim_) + ")";
+    case Kind::kPartial:
+      return op_ == ReduceOp::kSum ? "P" : std::string("P(") + reduceOpName(op_) + ")";
+  }
+  return "?";
+}
+
+bool Placement::operator<(const Placement& o) const {
+  auto key = [](const Placement& p) {
+    return std::make_tuple(static_cast<int>(p.kind_), p.isShard() ? p.dim_ : 0,
+                           p.isPartial() ? static_cast<int>(p.op_) : 0);
+  };
+  return key(*this) < key(o);
+}
+
+Expected<Placement> Placement::parse(std::string_view text) {
+  std::string_view t = trim(text);
+  auto bad = [&]() {
+    return parseError("unknown placement '" + std::string(text) +
+                      "' (expected S(<dim>), R or P, like S(0), R, P(max))");
+  };
+  if (t == "R" || t == "Replicate" || t == "Replicate()") return replicate();
+  if (t == "P" || t == "Partial" || t == "Partial()") return partial();
+  auto inner = [&](std::string_view prefix) -> std::optional<std::string_view> {
+    if (t.size() > prefix.size() + 1 && t.substr(0, prefix.size()) == prefix &&
+        t[prefix.size()] == '(' && t.back() == ')')
+      return trim(t.substr(prefix.size() + 1, t.size() - prefix.size() - 2));
+    return std::nullopt;
+  };
+  for (std::string_view prefix : {"S", "Shard"}) {
+    if (auto arg = inner(prefix)) {
+      auto d = parseInt(*arg);
+      if (!d || *d < 0) return bad();
+      return shard(static_cast<int>(*d));
+    }
+  }
+  for (std::string_view prefix : {"P", "Partial"}) {
+    if (auto arg = inner(prefix)) {
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin, ReduceOp::kAvg})
+        if (*arg == reduceOpName(op)) return partial(op);
+      return bad();
+    }
+  }
+  return bad();
+}
+
+std::string toString(const PlacementTuple& t) {
+  return joinMap(t, ",", [](const Placement& p) { return p.toString(); });
+}
+
+std::string toCompactString(const PlacementTuple& t) {
+  return joinMap(t, "", [](const Placement& p) { return p.toString(); });
+}
+
+Expected<PlacementTuple> parsePlacementTuple(std::string_view text) {
+  std::string_view t = trim(text);
+  if (!t.empty() && t.front() == '[') {
+    if (t.back() != ']') return parseError("unbalanced '[' in placement list '" + std::string(text) + "'");
+    t = t.substr(1, t.size() - 2);
+  }
+  if (trim(t).empty()) return parseError("empty placement list '" + std::string(text) + "'");
+  // Split on commas outside parentheses.
+  PlacementTuple out;
+  int depth = 0;
+  size_t start = 0;
+  for (size_t i = 0; i <= t.size(); ++i) {
+    if (i == t.size() || (t[i] == ',' && depth == 0)) {
+      APC_ASSIGN_OR_RETURN(Placement p, Placement::parse(t.substr(start, i - start)));
+      out.push_back(p);
+      start = i + 1;
+    } else if (t[i] == '(') {
+      ++depth;
+    } else if (t[i] == ')') {
+      --depth;
+    }
+  }
+  return out;
+}
+
+PlacementTuple replicated(size_t mesh_ndim) { return PlacementTuple(mesh_ndim, Placement::replicate()); }
+
+Status checkPlacementTuple(const PlacementTuple& t, int64_t tensor_rank, size_t mesh_ndim) {
+  if (t.size() != mesh_ndim)
+    return invalidArgument("placement " + toString(t) + " has " + std::to_string(t.size()) +
+                           " entries but the mesh has " + std::to_string(mesh_ndim) + " dims");
+  for (const Placement& p : t)
+    if (p.isShard() && p.dim() >= tensor_rank)
+      return invalidArgument("placement " + p.toString() + " is out of range for a tensor of rank " +
+                             std::to_string(tensor_rank));
+  return Status::success();
+}
+
+int64_t shardFactor(const PlacementTuple& t, const std::vector<int64_t>& mesh_shape, int dim) {
+  int64_t f = 1;
+  for (size_t i = 0; i < t.size() && i < mesh_shape.size(); ++i)
+    if (t[i].isShard(dim)) f *= mesh_shape[i];
+  return f;
+}
+
+int64_t chunkSize(int64_t size, int64_t pieces, int64_t index) {
+  int64_t chunk = (size + pieces - 1) / pieces;
+  return std::clamp<int64_t>(size - index * chunk, 0, chunk);
+}
+
+int64_t chunkOffset(int64_t size, int64_t pieces, int64_t index) {
+  int64_t chunk = (size + pieces - 1) / pieces;
+  return std::min(size, index * chunk);
+}
+
+}  // namespace apc::mesh

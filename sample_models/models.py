@@ -1,0 +1,427 @@
+"""Sample model definitions for the apc importer / sharding tests.
+
+Every model here is written so that both ``torch.jit.trace`` and (where
+noted) ``torch.jit.script`` produce straight-line graphs once inlined:
+no Python control flow on tensor values, sizes taken from ``x.size(i)``
+(traced as ``aten::size``), and per-model constants (head counts, head
+dims) stored as plain Python ints on the module.
+
+Models whose weights would be large (gpt2_small, llama_small, llama3_8b)
+are built on the ``meta`` device and then "materialized" with
+zero-stride parameters (see ``make_stub_parameters``) so that the saved
+TorchScript archive stays tiny while all parameter *shapes* are real.
+
+Only used with the system interpreter ``/usr/bin/python3`` (torch 1.13).
+"""
+
+import math
+from dataclasses import dataclass, asdict
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# --------------------------------------------------------------------------
+# toy_block / mlp_stack
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class ToyBlockConfig:
+    d_model: int = 1024
+    d_hidden: int = 4096
+
+
+class ToyBlock(nn.Module):
+    """down(relu(up(x))), no biases. Parameters: up.weight, down.weight."""
+
+    def __init__(self, cfg: ToyBlockConfig):
+        super().__init__()
+        self.up = nn.Linear(cfg.d_model, cfg.d_hidden, bias=False)
+        self.relu = nn.ReLU()
+        self.down = nn.Linear(cfg.d_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return self.down(self.relu(self.up(x)))
+
+
+@dataclass
+class MlpStackConfig:
+    n_blocks: int = 4
+    d_model: int = 256
+    d_hidden: int = 1024
+
+
+class MlpBlock(nn.Module):
+    """x + down(relu(up(ln(x)))). Linear layers have no bias."""
+
+    def __init__(self, cfg: MlpStackConfig):
+        super().__init__()
+        self.ln = nn.LayerNorm(cfg.d_model)
+        self.up = nn.Linear(cfg.d_model, cfg.d_hidden, bias=False)
+        self.relu = nn.ReLU()
+        self.down = nn.Linear(cfg.d_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        return x + self.down(self.relu(self.up(self.ln(x))))
+
+
+class MlpStack(nn.Module):
+    def __init__(self, cfg: MlpStackConfig):
+        super().__init__()
+        self.blocks = nn.ModuleList([MlpBlock(cfg) for _ in range(cfg.n_blocks)])
+
+    def forward(self, x):
+        for blk in self.blocks:
+            x = blk(x)
+        return x
+
+
+# --------------------------------------------------------------------------
+# GPT-2 (nanoGPT naming: transformer.wte / wpe / h.<i> / ln_f, lm_head)
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class GPT2Config:
+    vocab_size: int = 50257
+    block_size: int = 1024
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    layer_norm_eps: float = 1e-5
+
+
+class CausalSelfAttention(nn.Module):
+    def __init__(self, cfg: GPT2Config, device=None):
+        super().__init__()
+        assert cfg.n_embd % cfg.n_head == 0
+        self.n_head = cfg.n_head
+        self.n_embd = cfg.n_embd
+        self.head_dim = cfg.n_embd // cfg.n_head
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.c_attn = nn.Linear(cfg.n_embd, 3 * cfg.n_embd, device=device)
+        self.c_proj = nn.Linear(cfg.n_embd, cfg.n_embd, device=device)
+
+    def forward(self, x):
+        B = x.size(0)
+        T = x.size(1)
+        qkv = self.c_attn(x)
+        q, k, v = qkv.split(self.n_embd, dim=2)
+        q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # B,H,T,D
+        k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * self.scale  # B,H,T,T
+        # causal mask built from sizes (no T x T buffer stored in the file)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(mask, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v  # B,H,T,D
+        y = y.transpose(1, 2).contiguous().view(B, T, self.n_embd)
+        return self.c_proj(y)
+
+
+class GPT2MLP(nn.Module):
+    def __init__(self, cfg: GPT2Config, device=None):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, 4 * cfg.n_embd, device=device)
+        self.gelu = nn.GELU(approximate="tanh")
+        self.c_proj = nn.Linear(4 * cfg.n_embd, cfg.n_embd, device=device)
+
+    def forward(self, x):
+        return self.c_proj(self.gelu(self.c_fc(x)))
+
+
+class GPT2Block(nn.Module):
+    def __init__(self, cfg: GPT2Config, device=None):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, device=device)
+        self.attn = CausalSelfAttention(cfg, device=device)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, device=device)
+        self.mlp = GPT2MLP(cfg, device=device)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT2(nn.Module):
+    """forward(idx: i64[B,T]) -> logits f32[B,T,vocab]. lm_head tied to wte."""
+
+    def __init__(self, cfg: GPT2Config, device=None):
+        super().__init__()
+        self.transformer = nn.ModuleDict(
+            dict(
+                wte=nn.Embedding(cfg.vocab_size, cfg.n_embd, device=device),
+                wpe=nn.Embedding(cfg.block_size, cfg.n_embd, device=device),
+                h=nn.ModuleList([GPT2Block(cfg, device=device) for _ in range(cfg.n_layer)]),
+                ln_f=nn.LayerNorm(cfg.n_embd, eps=cfg.layer_norm_eps, device=device),
+            )
+        )
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False, device=device)
+        # weight tying: named_parameters() reports transformer.wte.weight once
+        self.lm_head.weight = self.transformer.wte.weight
+        if device is None or torch.device(device).type != "meta":
+            self.apply(self._init_weights)
+
+    @staticmethod
+    def _init_weights(m):
+        if isinstance(m, nn.Linear):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=0.02)
+
+    def logits(self, idx):
+        T = idx.size(1)
+        pos = torch.arange(0, T, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)
+        for block in self.transformer.h:
+            x = block(x)
+        x = self.transformer.ln_f(x)
+        return self.lm_head(x)
+
+    def forward(self, idx):
+        return self.logits(idx)
+
+
+class GPT2WithLoss(GPT2):
+    """forward(idx, targets) -> scalar mean cross-entropy loss."""
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
+        V = logits.size(-1)
+        return F.cross_entropy(logits.view(-1, V), targets.view(-1))
+
+
+# --------------------------------------------------------------------------
+# LLaMA (Meta naming: tok_embeddings / layers.<i>.attention.wq / ... / norm / output)
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class LlamaConfig:
+    dim: int = 4096
+    n_layers: int = 32
+    n_heads: int = 32
+    n_kv_heads: int = 8
+    ffn_dim: int = 14336
+    vocab_size: int = 128256
+    norm_eps: float = 1e-5
+    rope_theta: float = 500000.0
+    max_seq_len: int = 256  # only sizes the rope cos/sin buffers
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, device=None):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim, device=device))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: LlamaConfig, device=None):
+        super().__init__()
+        assert cfg.dim % cfg.n_heads == 0 and cfg.n_heads % cfg.n_kv_heads == 0
+        self.n_heads = cfg.n_heads
+        self.n_kv_heads = cfg.n_kv_heads
+        self.n_rep = cfg.n_heads // cfg.n_kv_heads
+        self.head_dim = cfg.dim // cfg.n_heads
+        self.half_dim = self.head_dim // 2
+        self.scale = 1.0 / math.sqrt(self.head_dim)
+        self.wq = nn.Linear(cfg.dim, cfg.n_heads * self.head_dim, bias=False, device=device)
+        self.wk = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False, device=device)
+        self.wv = nn.Linear(cfg.dim, cfg.n_kv_heads * self.head_dim, bias=False, device=device)
+        self.wo = nn.Linear(cfg.n_heads * self.head_dim, cfg.dim, bias=False, device=device)
+
+    def rope(self, x, cos, sin):
+        # x: B,T,H,D ; cos/sin: T,D -> broadcast as 1,T,1,D
+        x1 = x[..., : self.half_dim]
+        x2 = x[..., self.half_dim:]
+        rot = torch.cat((-x2, x1), dim=-1)
+        return x * cos[None, :, None, :] + rot * sin[None, :, None, :]
+
+    def repeat_kv(self, x, B: int, T: int):
+        # B,T,Hkv,D -> B,T,Hkv*n_rep,D via expand + reshape (no repeat_interleave)
+        return (
+            x[:, :, :, None, :]
+            .expand(B, T, self.n_kv_heads, self.n_rep, self.head_dim)
+            .reshape(B, T, self.n_heads, self.head_dim)
+        )
+
+    def forward(self, x, cos, sin, mask):
+        B = x.size(0)
+        T = x.size(1)
+        q = self.wq(x).view(B, T, self.n_heads, self.head_dim)
+        k = self.wk(x).view(B, T, self.n_kv_heads, self.head_dim)
+        v = self.wv(x).view(B, T, self.n_kv_heads, self.head_dim)
+        q = self.rope(q, cos, sin)
+        k = self.rope(k, cos, sin)
+        k = self.repeat_kv(k, B, T)
+        v = self.repeat_kv(v, B, T)
+        q = q.transpose(1, 2)  # B,H,T,D
+        k = k.transpose(1, 2)
+        v = v.transpose(1, 2)
+        scores = torch.matmul(q, k.transpose(2, 3)) * self.scale + mask  # B,H,T,T
+        scores = F.softmax(scores.float(), dim=-1).type_as(q)
+        out = torch.matmul(scores, v)  # B,H,T,D
+        out = out.transpose(1, 2).contiguous().view(B, T, self.n_heads * self.head_dim)
+        return self.wo(out)
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg: LlamaConfig, device=None):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False, device=device)
+        self.w2 = nn.Linear(cfg.ffn_dim, cfg.dim, bias=False, device=device)
+        self.w3 = nn.Linear(cfg.dim, cfg.ffn_dim, bias=False, device=device)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: LlamaConfig, device=None):
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps, device=device)
+        self.attention = Attention(cfg, device=device)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps, device=device)
+        self.feed_forward = FeedForward(cfg, device=device)
+
+    def forward(self, x, cos, sin, mask):
+        h = x + self.attention(self.attention_norm(x), cos, sin, mask)
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+def rope_tables(head_dim: int, max_seq_len: int, theta: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables [max_seq_len, head_dim] for rotate-half RoPE (float64 math, f32 result)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    t = torch.arange(max_seq_len, dtype=torch.float64)
+    freqs = torch.outer(t, inv_freq)  # T, D/2
+    emb = torch.cat((freqs, freqs), dim=-1)  # T, D
+    return emb.cos().float(), emb.sin().float()
+
+
+class Llama(nn.Module):
+    """forward(tokens: i64[B,T]) -> logits f32[B,T,vocab]. Untied output head.
+
+    Buffers: freqs_cos, freqs_sin ([max_seq_len, head_dim], f32).
+    """
+
+    def __init__(self, cfg: LlamaConfig, device=None):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim, device=device)
+        self.layers = nn.ModuleList([TransformerBlock(cfg, device=device) for _ in range(cfg.n_layers)])
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps, device=device)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False, device=device)
+        cos, sin = rope_tables(cfg.dim // cfg.n_heads, cfg.max_seq_len, cfg.rope_theta)
+        # buffers are always real CPU tensors (small)
+        self.register_buffer("freqs_cos", cos)
+        self.register_buffer("freqs_sin", sin)
+        if device is None or torch.device(device).type != "meta":
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    continue  # RMSNorm weights stay 1
+                nn.init.normal_(p, mean=0.0, std=0.02)
+
+    def forward(self, tokens):
+        T = tokens.size(1)
+        h = self.tok_embeddings(tokens)
+        cos = self.freqs_cos[:T]
+        sin = self.freqs_sin[:T]
+        mask = torch.full((T, T), float("-inf"), device=tokens.device).triu(1)
+        for layer in self.layers:
+            h = layer(h, cos, sin, mask)
+        h = self.norm(h)
+        return self.output(h).float()
+
+
+# --------------------------------------------------------------------------
+# cnn_small
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class CnnConfig:
+    in_channels: int = 3
+    channels: Tuple[int, int, int] = (16, 32, 64)
+    num_classes: int = 10
+
+
+class CnnSmall(nn.Module):
+    """features: [conv3x3 -> BN -> ReLU -> maxpool2] x2, conv3x3 -> BN -> ReLU,
+    adaptive avg pool (1x1), flatten, classifier Linear."""
+
+    def __init__(self, cfg: CnnConfig):
+        super().__init__()
+        c0 = cfg.in_channels
+        c1, c2, c3 = cfg.channels
+        self.features = nn.Sequential(
+            nn.Conv2d(c0, c1, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(c1),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c1, c2, kernel_size=3, padding=1, bias=False),
+            nn.BatchNorm2d(c2),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(c2, c3, kernel_size=3, padding=1),
+            nn.BatchNorm2d(c3),
+            nn.ReLU(),
+        )
+        self.pool = nn.AdaptiveAvgPool2d((1, 1))
+        self.flatten = nn.Flatten(1)
+        self.classifier = nn.Linear(c3, cfg.num_classes)
+        # non-trivial (deterministic, given the caller's seed) running stats
+        for m in self.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                with torch.no_grad():
+                    m.running_mean.copy_(torch.randn_like(m.running_mean) * 0.1)
+                    m.running_var.copy_(torch.rand_like(m.running_var) + 0.5)
+                    m.weight.copy_(1.0 + 0.1 * torch.randn_like(m.weight))
+                    m.bias.copy_(0.1 * torch.randn_like(m.bias))
+
+    def forward(self, x):
+        return self.classifier(self.flatten(self.pool(self.features(x))))
+
+
+# --------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------
+
+
+def make_stub_parameters(model: nn.Module) -> nn.Module:
+    """Replace every parameter by a zero-stride view of a one-element storage.
+
+    ``nn.Parameter(torch.full((1,), v).expand(shape))``: full logical shape,
+    4 bytes of storage. Tied parameters stay tied (same replacement object).
+    Values: 1.0 for norm weights, 0.0 for biases, 0.02 otherwise.
+    Works for modules built on the meta device.
+    """
+    replaced = {}
+    for mod in model.modules():
+        for pname, p in list(mod._parameters.items()):
+            if p is None:
+                continue
+            if id(p) not in replaced:
+                if isinstance(mod, (nn.LayerNorm, RMSNorm, nn.BatchNorm2d)) and pname == "weight":
+                    v = 1.0
+                elif pname == "bias":
+                    v = 0.0
+                else:
+                    v = 0.02
+                base = torch.full((1,), v, dtype=p.dtype, device="cpu")
+                replaced[id(p)] = nn.Parameter(base.expand(p.shape), requires_grad=p.requires_grad)
+            mod._parameters[pname] = replaced[id(p)]
+    for mod in model.modules():
+        for bname, b in mod._buffers.items():
+            if b is not None and b.device.type == "meta":
+                mod._buffers[bname] = torch.zeros(1, dtype=b.dtype).expand(b.shape)
+    return model

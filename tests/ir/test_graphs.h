@@ -1,0 +1,95 @@
+//===- tests/ir/test_graphs.h - Hand-built graphs for IR tests -------------===//
+//
+// Small graphs built by hand, shared by the IR tests (no importer, no torch).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "apc/ir/graph.h"
+
+namespace apc::ir::testing_graphs {
+
+inline ValueId tensorValue(Graph& g, const std::string& name, std::vector<int64_t> shape,
+                           DType dt = DType::kF32, bool grad = false) {
+  Value v;
+  v.type = ValueType::kTensor;
+  v.debug_name = name;
+  v.tensor = TensorMeta{makeShape(shape), dt, grad};
+  return g.addValue(v);
+}
+
+inline NodeId leafNode(Graph& g, NodeKind kind, const std::string& name, ValueId out) {
+  Node n;
+  n.kind = kind;
+  n.op = nodeKindName(kind);
+  n.name = name;
+  n.outputs = {out};
+  auto dot = name.rfind('.');
+  n.module_path = dot == std::string::npos ? "" : name.substr(0, dot);
+  return g.addNode(n);
+}
+
+inline NodeId opNode(Graph& g, const std::string& op, const std::string& overload,
+                     std::vector<ValueId> inputs, std::vector<ValueId> outputs,
+                     const std::string& module) {
+  Node n;
+  n.op = op;
+  n.overload = overload;
+  n.inputs = std::move(inputs);
+  n.outputs = std::move(outputs);
+  n.module_path = module;
+  return g.addNode(n);
+}
+
+/// x[8,128,1024] -> linear(up.weight[4096,1024]) -> relu -> linear(down.weight[1024,4096]).
+inline Graph toyBlock() {
+  Graph g;
+  g.name = "toy_block";
+  ValueId x = tensorValue(g, "x", {8, 128, 1024});
+  leafNode(g, NodeKind::kInput, "x", x);
+  ValueId wu = tensorValue(g, "up.weight", {4096, 1024}, DType::kF32, true);
+  leafNode(g, NodeKind::kParameter, "up.weight", wu);
+  ValueId wd = tensorValue(g, "down.weight", {1024, 4096}, DType::kF32, true);
+  leafNode(g, NodeKind::kParameter, "down.weight", wd);
+  ValueId none = g.addConstant(ValueType::kNone, None{});
+  ValueId h = tensorValue(g, "h", {8, 128, 4096}, DType::kF32, true);
+  opNode(g, "aten::linear", "", {x, wu, none}, {h}, "up");
+  ValueId r = tensorValue(g, "r", {8, 128, 4096}, DType::kF32, true);
+  opNode(g, "aten::relu", "", {h}, {r}, "relu");
+  ValueId y = tensorValue(g, "y", {8, 128, 1024}, DType::kF32, true);
+  opNode(g, "aten::linear", "", {r, wd, none}, {y}, "down");
+  g.setOutputs(OutputTree::makeLeaf(y));
+  return g;
+}
+
+/// x[4,6] -> size(x, 0) -> [s, 2, 3] -> view.
+inline Graph withSizeArithmetic() {
+  Graph g;
+  g.name = "sizes";
+  ValueId x = tensorValue(g, "x", {4, 6});
+  leafNode(g, NodeKind::kInput, "x", x);
+  ValueId zero = g.addConstant(ValueType::kInt, int64_t{0});
+  Value s;
+  s.type = ValueType::kInt;
+  s.debug_name = "s";
+  s.constant = int64_t{4};
+  ValueId sv = g.addValue(s);
+  opNode(g, "aten::size", "int", {x, zero}, {sv}, "");
+  ValueId two = g.addConstant(ValueType::kInt, int64_t{2});
+  ValueId three = g.addConstant(ValueType::kInt, int64_t{3});
+  Value l;
+  l.type = ValueType::kIntList;
+  l.debug_name = "sizes";
+  l.constant = std::vector<int64_t>{4, 2, 3};
+  ValueId lv = g.addValue(l);
+  opNode(g, "prim::ListConstruct", "", {sv, two, three}, {lv}, "");
+  ValueId y = tensorValue(g, "y", {4, 2, 3});
+  opNode(g, "aten::view", "", {x, lv}, {y}, "");
+  OutputTree t;
+  t.kind = OutputTree::Kind::kTuple;
+  t.children = {OutputTree::makeLeaf(y), OutputTree::makeLeaf(x)};
+  g.setOutputs(t);
+  return g;
+}
+
+}  // namespace apc::ir::testing_graphs
