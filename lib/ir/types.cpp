@@ -2,6 +2,7 @@
 #include "apc/ir/types.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "apc/support/strings.h"
@@ -96,7 +97,8 @@ std::string toString(const TensorMeta& t) { return std::string(dtypeName(t.dtype
 namespace {
 std::string formatDouble(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::snprintf(buf, sizeof buf, "%.15g", v);  // shortest form that reads back exactly
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
   std::string s = buf;
   if (s.find_first_of(".eEn") == std::string::npos) s += ".";
   return s;

@@ -1,0 +1,53 @@
+//===- apc/frontend/torchscript.h - TorchScript importer -------------------===//
+//
+// Imports a TorchScript archive (scripted or traced, torch.jit.save) into an apc Graph with global
+// shapes, without materializing weights or activations:
+//
+// 1. torch::jit::load the archive; copy the forward graph and inline every method call.
+// 2. Create one Parameter node per entry of named_parameters() (tied parameters once, under the
+//    first name, as PyTorch reports them), Buffer nodes for the buffers the forward reads, and one
+//    Input node per forward argument.
+// 3. Interpret the inlined graph once, node by node, on meta tensors: every op runs through its
+//    registered operator; ops without a meta kernel in LibTorch 1.13 (layer_norm, embedding, ...)
+//    fall back to the registered shape functions. Scalars derived from sizes stay real CPU values,
+//    so size arithmetic (aten::size, NumToTensor, floordiv) is exact.
+// 4. prim::If whose condition does not depend on the inputs is flattened to the taken branch; other
+//    control flow is an error naming the node and its source line.
+//
+// The input shapes come from `ImportOptions::inputs`, else from the archive's `extra/apc_inputs.json`
+// (written by our sample generator), else from the complete tensor types recorded in the graph;
+// an input without a shape is an error.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "apc/frontend/input_spec.h"
+#include "apc/ir/graph.h"
+#include "apc/support/error.h"
+
+namespace apc::frontend {
+
+struct ImportOptions {
+  /// Overrides of input shapes by name; inputs not named here keep their recorded shapes.
+  std::vector<InputSpec> inputs;
+};
+
+struct ImportTimings {
+  double load_s = 0;       // torch::jit::load
+  double inline_s = 0;     // copy + inline + dead code elimination
+  double interpret_s = 0;  // meta interpretation and IR construction
+};
+
+/// Imports the archive at `path`. Errors: missing file (kNotFound), not a TorchScript archive or
+/// truncated (kParse), unknown input name or wrong rank/dtype (kInvalidArgument), control flow that
+/// cannot be flattened and ops that fail shape inference (kUnsupported).
+Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptions& options = {},
+                                      ImportTimings* timings = nullptr);
+
+/// The forward's inputs as recorded in the archive (names in order, shapes where known).
+Expected<std::vector<InputSpec>> recordedInputs(const std::string& path);
+
+}  // namespace apc::frontend

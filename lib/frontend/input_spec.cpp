@@ -1,0 +1,53 @@
+//===- lib/frontend/input_spec.cpp - Input shape specs ---------------------===//
+#include "apc/frontend/input_spec.h"
+
+#include <cctype>
+
+#include "apc/support/strings.h"
+
+namespace apc::frontend {
+
+Expected<InputSpec> parseInputSpec(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return parseError("bad input spec '" + std::string(text) + "': " + why +
+                      " (expected name:dtype[d0,d1,...], like tokens:i64[8,128] or x:f32[B=8,1024])");
+  };
+  std::string_view t = trim(text);
+  size_t colon = t.find(':');
+  if (colon == std::string_view::npos || colon == 0) return bad("missing 'name:'");
+  InputSpec spec;
+  spec.name = std::string(trim(t.substr(0, colon)));
+  for (char c : spec.name)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return bad("bad name");
+  std::string_view rest = t.substr(colon + 1);
+  size_t lb = rest.find('[');
+  if (lb == std::string_view::npos || rest.back() != ']') return bad("missing [shape]");
+  std::string dtype_text(trim(rest.substr(0, lb)));
+  auto dtype = ir::parseDType(dtype_text);
+  if (!dtype) return bad("unknown dtype '" + dtype_text + "'");
+  spec.dtype = *dtype;
+  std::string_view dims = trim(rest.substr(lb + 1, rest.size() - lb - 2));
+  if (!dims.empty()) {
+    for (const std::string& piece : split(dims, ',')) {
+      std::string_view p = trim(piece);
+      size_t eq = p.find('=');
+      std::string symbol;
+      std::string_view num = p;
+      if (eq != std::string_view::npos) {
+        symbol = std::string(trim(p.substr(0, eq)));
+        num = p.substr(eq + 1);
+        if (symbol.empty()) return bad("empty symbol in '" + std::string(p) + "'");
+      }
+      auto n = parseInt(num);
+      if (!n || *n <= 0) return bad("dim '" + std::string(p) + "' is not a positive size");
+      spec.shape.push_back(ir::Dim{*n, symbol});
+    }
+  }
+  return spec;
+}
+
+std::string toString(const InputSpec& s) {
+  return s.name + ":" + ir::dtypeName(s.dtype) + ir::toString(s.shape);
+}
+
+}  // namespace apc::frontend

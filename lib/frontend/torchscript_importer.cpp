@@ -1,0 +1,800 @@
+//===- lib/frontend/torchscript_importer.cpp - TorchScript -> apc IR -------===//
+//
+// The only translation unit of the frontend that includes torch headers. See
+// apc/frontend/torchscript.h for the algorithm. The interpreter keeps one Slot per torch::jit::Value:
+// its run-time IValue (a meta tensor, a real CPU scalar, an int, a list, a module object), the apc
+// value it maps to, the module path of module objects, and whether it depends on the forward's
+// inputs (which decides whether a prim::If may be flattened).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/frontend/torchscript.h"
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/runtime/interpreter.h>
+#include <torch/csrc/jit/runtime/symbolic_shape_registry.h>
+#include <torch/script.h>
+
+#include "apc/support/strings.h"
+
+namespace apc::frontend {
+
+namespace tj = torch::jit;
+using ir::DType;
+
+namespace {
+
+// --- dtype conversion ---------------------------------------------------------------------------
+
+DType fromScalarType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::kF32;
+    case at::kDouble: return DType::kF64;
+    case at::kHalf: return DType::kF16;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kLong: return DType::kI64;
+    case at::kInt: return DType::kI32;
+    case at::kShort: return DType::kI16;
+    case at::kChar: return DType::kI8;
+    case at::kByte: return DType::kU8;
+    case at::kBool: return DType::kBool;
+    default: return DType::kUnknown;
+  }
+}
+
+at::ScalarType toScalarType(DType d) {
+  switch (d) {
+    case DType::kF32: return at::kFloat;
+    case DType::kF64: return at::kDouble;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kI64: return at::kLong;
+    case DType::kI32: return at::kInt;
+    case DType::kI16: return at::kShort;
+    case DType::kI8: return at::kChar;
+    case DType::kU8: return at::kByte;
+    case DType::kBool: return at::kBool;
+    case DType::kUnknown: break;
+  }
+  return at::kFloat;
+}
+
+std::string firstLine(const std::string& s) {
+  std::string line = s.substr(0, s.find('\n'));
+  return std::string(trim(line));
+}
+
+/// "model.py:42", or "" when the node has no source.
+std::string sourceOf(const tj::Node* node) {
+  auto loc = node->sourceRange().file_line_col();
+  if (!loc) return "";
+  auto [file, line, col] = *loc;
+  (void)col;
+  return std::filesystem::path(file).filename().string() + ":" + std::to_string(line);
+}
+
+at::Tensor metaLike(const at::Tensor& t) {
+  return at::empty(t.sizes(), at::TensorOptions().device(at::kMeta).dtype(t.scalar_type()));
+}
+
+/// Identity of a parameter tensor: tied parameters share storage and geometry.
+std::string tensorKey(const at::Tensor& t) {
+  std::string key;
+  const void* data = t.has_storage() ? t.storage().data() : nullptr;
+  if (data) {
+    key = std::to_string(reinterpret_cast<uintptr_t>(data)) + "@" + std::to_string(t.storage_offset());
+  } else {
+    key = "impl" + std::to_string(reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl()));
+  }
+  for (auto s : t.sizes()) key += "," + std::to_string(s);
+  key += "/";
+  for (auto s : t.strides()) key += "," + std::to_string(s);
+  return key + "/" + std::to_string(static_cast<int>(t.scalar_type()));
+}
+
+ir::TensorMeta metaOf(const at::Tensor& t, bool requires_grad) {
+  ir::TensorMeta m;
+  m.dtype = fromScalarType(t.scalar_type());
+  for (auto s : t.sizes()) m.shape.push_back(ir::Dim::fixed(s));
+  m.requires_grad = requires_grad;
+  return m;
+}
+
+// --- the importer --------------------------------------------------------------------------------
+
+struct Slot {
+  c10::IValue iv;
+  ir::ValueId id;          // invalid for module objects and structural values
+  std::string module;      // module path, for module objects
+  bool tainted = false;    // depends on a forward input
+  bool is_module = false;
+};
+
+class Importer {
+ public:
+  Importer(tj::Module module, std::vector<InputSpec> inputs)
+      : module_(std::move(module)), inputs_(std::move(inputs)) {}
+
+  Expected<ir::Graph> run(const std::shared_ptr<tj::Graph>& graph) {
+    graph_ = graph;
+    APC_RETURN_IF_ERROR(addInputsAndParameters());
+    markStructuralOutputs();
+    APC_RETURN_IF_ERROR(interpretBlock(graph->block()));
+    APC_ASSIGN_OR_RETURN(ir::OutputTree tree, buildTree(graph->outputs().at(0), 0));
+    out_.setOutputs(std::move(tree));
+    APC_RETURN_IF_ERROR(out_.verify());
+    return std::move(out_);
+  }
+
+ private:
+  // Input nodes first (forward order), then every parameter (named_parameters order).
+  Status addInputsAndParameters() {
+    const auto& gin = graph_->inputs();
+    // self
+    Slot self;
+    self.iv = module_._ivalue();
+    self.is_module = true;
+    slots_[gin.at(0)] = self;
+    if (gin.size() - 1 != inputs_.size())
+      return internalError("forward has " + std::to_string(gin.size() - 1) + " inputs but " +
+                           std::to_string(inputs_.size()) + " shapes were resolved");
+    for (size_t i = 1; i < gin.size(); ++i) {
+      const InputSpec& spec = inputs_[i - 1];
+      at::Tensor t = at::empty(ir::hintSizes(spec.shape),
+                               at::TensorOptions().device(at::kMeta).dtype(toScalarType(spec.dtype)));
+      ir::Value v;
+      v.type = ir::ValueType::kTensor;
+      v.debug_name = spec.name;
+      v.tensor = ir::TensorMeta{spec.shape, spec.dtype, false};
+      ir::ValueId id = out_.addValue(std::move(v));
+      ir::Node n;
+      n.kind = ir::NodeKind::kInput;
+      n.op = "input";
+      n.name = spec.name;
+      n.outputs = {id};
+      out_.addNode(std::move(n));
+      Slot s;
+      s.iv = t;
+      s.id = id;
+      s.tainted = true;
+      slots_[gin[i]] = s;
+    }
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      std::string key = tensorKey(p.value);
+      if (tensor_nodes_.count(key)) continue;  // tied: reported once, under its first name
+      tensor_nodes_[key] = addLeaf(ir::NodeKind::kParameter, p.name, p.value, p.value.requires_grad());
+    }
+    return Status::success();
+  }
+
+  ir::ValueId addLeaf(ir::NodeKind kind, const std::string& name, const at::Tensor& t, bool grad,
+                      std::optional<std::string> module_path = std::nullopt) {
+    ir::Value v;
+    v.type = ir::ValueType::kTensor;
+    v.debug_name = name;
+    v.tensor = metaOf(t, grad);
+    ir::ValueId id = out_.addValue(std::move(v));
+    ir::Node n;
+    n.kind = kind;
+    n.op = ir::nodeKindName(kind);
+    n.name = name;
+    n.outputs = {id};
+    auto dot = name.rfind('.');
+    n.module_path = module_path ? *module_path : dot == std::string::npos ? "" : name.substr(0, dot);
+    out_.addNode(std::move(n));
+    return id;
+  }
+
+  // Tuple/List/Dict constructs that only build the returned structure become the OutputTree.
+  void markStructuralOutputs() {
+    std::vector<tj::Value*> work(graph_->outputs().begin(), graph_->outputs().end());
+    while (!work.empty()) {
+      tj::Value* v = work.back();
+      work.pop_back();
+      tj::Node* p = v->node();
+      auto k = p->kind();
+      if ((k == c10::prim::TupleConstruct || k == c10::prim::DictConstruct ||
+           (k == c10::prim::ListConstruct && !v->type()->isSubtypeOf(*c10::ListType::ofInts()))) &&
+          v->uses().size() == 1) {
+        structural_.insert(p);
+        for (tj::Value* in : p->inputs()) work.push_back(in);
+      }
+    }
+  }
+
+  Expected<ir::OutputTree> buildTree(tj::Value* v, int depth) {
+    if (depth > 32) return unsupported("output structure nested too deeply");
+    tj::Node* p = v->node();
+    if (structural_.count(p)) {
+      ir::OutputTree t;
+      if (p->kind() == c10::prim::DictConstruct) {
+        t.kind = ir::OutputTree::Kind::kDict;
+        for (size_t i = 0; i + 1 < p->inputs().size(); i += 2) {
+          auto key = tj::toIValue(p->inputs()[i]);
+          if (!key || !key->isString())
+            return unsupported("output dict with a non-constant or non-string key" + where(p));
+          t.keys.push_back(key->toStringRef());
+          APC_ASSIGN_OR_RETURN(ir::OutputTree c, buildTree(p->inputs()[i + 1], depth + 1));
+          t.children.push_back(std::move(c));
+        }
+      } else {
+        t.kind = p->kind() == c10::prim::TupleConstruct ? ir::OutputTree::Kind::kTuple
+                                                         : ir::OutputTree::Kind::kList;
+        for (tj::Value* in : p->inputs()) {
+          APC_ASSIGN_OR_RETURN(ir::OutputTree c, buildTree(in, depth + 1));
+          t.children.push_back(std::move(c));
+        }
+      }
+      return t;
+    }
+    APC_ASSIGN_OR_RETURN(ir::ValueId id, valueIdOf(v));
+    return ir::OutputTree::makeLeaf(id);
+  }
+
+  /// The apc value of a torch value, materializing graph-level constants on first use.
+  Expected<ir::ValueId> valueIdOf(tj::Value* v) {
+    auto it = slots_.find(v);
+    if (it == slots_.end()) return internalError("value %" + v->debugName() + " used before definition");
+    if (!it->second.id.valid()) {
+      if (it->second.is_module)
+        return unsupported("a module object is used as a value" + where(v->node()));
+      it->second.id = addConstantValue(it->second.iv, v->debugName());
+      if (!it->second.id.valid())
+        return unsupported("constant %" + v->debugName() + " of type " + v->type()->str() +
+                           " is not supported" + where(v->node()));
+    }
+    return it->second.id;
+  }
+
+  /// Module path of an inlined node: "layers.3.attention.wq". The call stack names each called
+  /// submodule only by its attribute name in the caller ("0" for an entry of `layers`), since
+  /// containers such as ModuleList are never called; so each step searches the caller's submodule
+  /// tree breadth-first for the attribute of that name and class.
+  std::string modulePathOf(const tj::Node* node) {
+    auto cs = node->callstack();
+    if (!cs) return "";
+    const tj::InlinedCallStack* key = cs->get();
+    auto cached = module_paths_.find(key);
+    if (cached != module_paths_.end()) return cached->second;
+    std::string path;
+    c10::intrusive_ptr<c10::ivalue::Object> obj = module_._ivalue();
+    for (const auto& entry : (*cs)->vec()) {
+      const auto& info = std::get<tj::kModuleInstanceInfo>(entry);
+      if (!info || info->instance_name().empty()) continue;
+      auto [rel, child] = findSubmodule(obj, info->instance_name(), info->class_type());
+      if (!child) {  // not found: keep the name as the call stack gives it
+        rel = info->instance_name();
+      } else {
+        obj = child;
+      }
+      path = path.empty() ? rel : path + "." + rel;
+    }
+    module_paths_[key] = path;
+    return path;
+  }
+
+  static std::pair<std::string, c10::intrusive_ptr<c10::ivalue::Object>> findSubmodule(
+      const c10::intrusive_ptr<c10::ivalue::Object>& root, const std::string& name,
+      const c10::ClassTypePtr& type) {
+    std::vector<std::pair<std::string, c10::intrusive_ptr<c10::ivalue::Object>>> queue{{"", root}};
+    for (size_t head = 0; head < queue.size(); ++head) {
+      auto [rel, obj] = queue[head];
+      const auto& cls = obj->type();
+      for (size_t i = 0; i < cls->numAttributes(); ++i) {
+        c10::IValue v = obj->getSlot(i);
+        if (!v.isObject() || !v.toObject()->type()->is_module()) continue;
+        std::string attr = cls->getAttributeName(i);
+        std::string child_rel = rel.empty() ? attr : rel + "." + attr;
+        if (attr == name && (!type || v.toObject()->type() == type)) return {child_rel, v.toObject()};
+        queue.emplace_back(child_rel, v.toObject());
+      }
+    }
+    return {"", {}};
+  }
+
+  std::string where(const tj::Node* n) {
+    std::string s = " at node " + std::string(n->kind().toQualString());
+    std::string src = sourceOf(n);
+    if (!src.empty()) s += " (" + src + ")";
+    std::string mod = modulePathOf(n);
+    if (!mod.empty()) s += " in module " + mod;
+    return s;
+  }
+
+  // --- non-tensor values ---------------------------------------------------------------------
+
+  /// Type and constant of a non-tensor IValue; kOther without constant when not representable.
+  static std::pair<ir::ValueType, std::optional<ir::Constant>> describe(const c10::IValue& iv) {
+    using VT = ir::ValueType;
+    if (iv.isNone()) return {VT::kNone, ir::None{}};
+    if (iv.isInt()) return {VT::kInt, iv.toInt()};
+    if (iv.isDouble()) return {VT::kFloat, iv.toDouble()};
+    if (iv.isBool()) return {VT::kBool, iv.toBool()};
+    if (iv.isString()) return {VT::kString, iv.toStringRef()};
+    if (iv.isDevice()) return {VT::kDevice, iv.toDevice().str()};
+    if (iv.isIntList()) return {VT::kIntList, iv.toIntVector()};
+    if (iv.isDoubleList()) return {VT::kFloatList, iv.toDoubleVector()};
+    if (iv.isBoolList()) {
+      std::vector<bool> b;
+      for (bool x : iv.toBoolList()) b.push_back(x);
+      return {VT::kBoolList, b};
+    }
+    if (iv.isTensorList()) return {VT::kTensorList, std::nullopt};
+    if (iv.isTuple()) return {VT::kTuple, std::nullopt};
+    if (iv.isList() && iv.toListRef().empty()) return {VT::kIntList, std::vector<int64_t>{}};
+    return {VT::kOther, std::nullopt};
+  }
+
+  ir::ValueId addConstantValue(const c10::IValue& iv, const std::string& name) {
+    auto [type, constant] = describe(iv);
+    if (!constant) return {};
+    return out_.addConstant(type, *constant, name);
+  }
+
+  // --- interpretation --------------------------------------------------------------------------
+
+  Status interpretBlock(tj::Block* block) {
+    for (tj::Node* node : block->nodes()) {
+      if (structural_.count(node)) {
+        for (tj::Value* in : node->inputs())
+          if (!slots_.count(in)) return internalError("structural output input undefined");
+        continue;
+      }
+      auto k = node->kind();
+      if (k == c10::prim::Constant) {
+        APC_RETURN_IF_ERROR(interpretConstant(node));
+      } else if (k == c10::prim::GetAttr) {
+        APC_RETURN_IF_ERROR(interpretGetAttr(node));
+      } else if (k == c10::prim::If) {
+        APC_RETURN_IF_ERROR(interpretIf(node));
+      } else if (k == c10::prim::Loop || k == c10::prim::CallMethod || k == c10::prim::CallFunction ||
+                 k == c10::prim::fork || k == c10::prim::Enter || k == c10::prim::RaiseException) {
+        return unsupported("cannot flatten control flow " + std::string(k.toQualString()) + where(node) +
+                           " (use tracing, or make the branch independent of the inputs)");
+      } else {
+        APC_RETURN_IF_ERROR(interpretOp(node));
+      }
+    }
+    return Status::success();
+  }
+
+  Status interpretConstant(tj::Node* node) {
+    tj::Value* out = node->output();
+    auto iv = tj::toIValue(out);
+    if (!iv) return unsupported("constant without a value" + where(node));
+    Slot s;
+    s.iv = *iv;
+    if (iv->isTensor()) {
+      at::Tensor t = iv->toTensor();
+      if (t.dim() == 0) {
+        // A scalar tensor literal (traced constants such as eps): a graph-level constant value.
+        ir::Value v;
+        v.type = ir::ValueType::kTensor;
+        v.debug_name = out->debugName();
+        v.tensor = metaOf(t, false);
+        if (t.is_floating_point())
+          v.constant = t.item<double>();
+        else if (t.scalar_type() == at::kBool)
+          v.constant = t.item<bool>();
+        else
+          v.constant = t.item<int64_t>();
+        s.id = out_.addValue(std::move(v));
+      } else {
+        // A tensor literal (traced masks, tables): a Buffer node, so that later stages keep its data.
+        s.id = addLeaf(ir::NodeKind::kBuffer, "__constant." + out->debugName(), t, false, "");
+        s.iv = metaLike(t);
+      }
+    }
+    slots_[out] = s;
+    return Status::success();
+  }
+
+  Status interpretGetAttr(tj::Node* node) {
+    const Slot& obj = slots_.at(node->input());
+    if (!obj.iv.isObject()) return unsupported("attribute access on a non-object" + where(node));
+    const std::string& attr = node->s(c10::attr::name);
+    auto object = obj.iv.toObject();
+    auto cls = object->type();
+    auto slot_index = cls->findAttributeSlot(attr);
+    if (!slot_index) return unsupported("unknown attribute '" + attr + "'" + where(node));
+    c10::IValue value = object->getSlot(*slot_index);
+    std::string path = obj.module.empty() ? attr : obj.module + "." + attr;
+    Slot s;
+    if (value.isObject()) {
+      s.iv = value;
+      s.is_module = true;
+      s.module = path;
+    } else if (value.isTensor()) {
+      at::Tensor t = value.toTensor();
+      std::string key = tensorKey(t);
+      auto it = tensor_nodes_.find(key);
+      if (it == tensor_nodes_.end()) {
+        // A buffer or a plain tensor attribute; parameters were all added up front.
+        it = tensor_nodes_.emplace(key, addLeaf(ir::NodeKind::kBuffer, path, t, false)).first;
+      }
+      s.id = it->second;
+      s.iv = metaLike(t);
+    } else {
+      s.iv = value;
+    }
+    slots_[node->output()] = s;
+    return Status::success();
+  }
+
+  Status interpretIf(tj::Node* node) {
+    const Slot& cond = slots_.at(node->input(0));
+    if (cond.tainted || !cond.iv.isBool())
+      return unsupported("cannot flatten control flow prim::If whose condition depends on the inputs" +
+                         where(node));
+    tj::Block* taken = node->blocks().at(cond.iv.toBool() ? 0 : 1);
+    APC_RETURN_IF_ERROR(interpretBlock(taken));
+    for (size_t i = 0; i < node->outputs().size(); ++i) slots_[node->outputs()[i]] = slots_.at(taken->outputs()[i]);
+    return Status::success();
+  }
+
+  static bool isVararg(c10::Symbol k) {
+    return k == c10::prim::ListConstruct || k == c10::prim::TupleConstruct ||
+           k == c10::prim::ListUnpack || k == c10::prim::TupleUnpack || k == c10::prim::DictConstruct ||
+           k == c10::prim::TupleIndex;
+  }
+
+  /// Structural prim ops, by hand: their implementations in libtorch are not exported.
+  void runVararg(tj::Node* node, tj::Stack& stack) {
+    auto k = node->kind();
+    size_t n_in = node->inputs().size();
+    tj::Stack args(stack.end() - static_cast<long>(n_in), stack.end());
+    stack.resize(stack.size() - n_in);
+    if (k == c10::prim::ListConstruct) {
+      auto list_type = node->output()->type()->expect<c10::ListType>();
+      c10::impl::GenericList list(list_type->getElementType());
+      list.reserve(n_in);
+      for (auto& a : args) list.push_back(std::move(a));
+      stack.emplace_back(std::move(list));
+    } else if (k == c10::prim::TupleConstruct) {
+      stack.emplace_back(c10::ivalue::Tuple::create(std::move(args)));
+    } else if (k == c10::prim::ListUnpack) {
+      for (const auto& e : args.at(0).toListRef()) stack.push_back(e);
+    } else if (k == c10::prim::TupleUnpack) {
+      for (const auto& e : args.at(0).toTupleRef().elements()) stack.push_back(e);
+    } else if (k == c10::prim::DictConstruct) {
+      auto dict_type = node->output()->type()->expect<c10::DictType>();
+      c10::impl::GenericDict dict(dict_type->getKeyType(), dict_type->getValueType());
+      for (size_t i = 0; i + 1 < args.size(); i += 2) dict.insert_or_assign(args[i], args[i + 1]);
+      stack.emplace_back(std::move(dict));
+    } else {  // TupleIndex
+      stack.push_back(args.at(0).toTupleRef().elements().at(args.at(1).toInt()));
+    }
+  }
+
+  /// Runs the node's operator on the stack; on failure, the registered shape function.
+  Status execute(tj::Node* node, tj::Stack& stack) {
+    if (isVararg(node->kind())) {
+      runVararg(node, stack);
+      return Status::success();
+    }
+    tj::Stack saved = stack;
+    std::string first_error;
+    try {
+      node->getOperation()(stack);
+      return Status::success();
+    } catch (const std::exception& e) {
+      first_error = firstLine(e.what());
+    }
+    stack = std::move(saved);
+    if (runHandShapeRule(node, stack)) return Status::success();
+    APC_ASSIGN_OR_RETURN(bool ok, runShapeFunction(node, stack));
+    if (ok) return Status::success();
+    return unsupported("shape inference failed" + where(node) + ": " + first_error);
+  }
+
+  /// Shape rules for the few ops that have neither a meta kernel nor a registered shape function
+  /// in LibTorch 1.13. Returns false when the node is not one of them.
+  static bool runHandShapeRule(tj::Node* node, tj::Stack& stack) {
+    std::string op = node->kind().toQualString();
+    if (op == "aten::_convolution" || op == "aten::convolution" || op == "aten::conv2d" ||
+        op == "aten::conv1d" || op == "aten::conv3d") {
+      // (input, weight, bias, stride, padding, dilation, [transposed, output_padding,] groups, ...)
+      size_t n = node->inputs().size();
+      tj::Stack args(stack.end() - static_cast<long>(n), stack.end());
+      if (!args[0].isTensor() || !args[1].isTensor() || !args[3].isIntList() || !args[4].isIntList() ||
+          !args[5].isIntList())
+        return false;
+      bool full_form = op == "aten::_convolution" || op == "aten::convolution";
+      if (full_form && args[6].isBool() && args[6].toBool()) return false;  // transposed: not handled
+      at::Tensor input = args[0].toTensor(), weight = args[1].toTensor();
+      auto stride = args[3].toIntVector(), padding = args[4].toIntVector(), dilation = args[5].toIntVector();
+      int64_t spatial = input.dim() - 2;
+      if (spatial < 1 || weight.dim() != input.dim()) return false;
+      auto at = [](const std::vector<int64_t>& v, int64_t i) { return v.size() == 1 ? v[0] : v.at(i); };
+      std::vector<int64_t> out = {input.size(0), weight.size(0)};
+      for (int64_t i = 0; i < spatial; ++i) {
+        int64_t k = weight.size(2 + i);
+        out.push_back((input.size(2 + i) + 2 * at(padding, i) - at(dilation, i) * (k - 1) - 1) / at(stride, i) + 1);
+      }
+      stack.resize(stack.size() - n);
+      stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(input.scalar_type())));
+      return true;
+    }
+    return false;
+  }
+
+  /// Output dtype of an op that ran through its shape function.
+  static at::ScalarType inferDtype(tj::Node* node, const tj::Stack& args) {
+    std::string op = node->kind().toQualString();
+    if (op == "aten::embedding") return args.at(0).toTensor().scalar_type();
+    if (op == "aten::where" && args.size() >= 3 && args[1].isTensor() && args[2].isTensor())
+      return at::promoteTypes(args[1].toTensor().scalar_type(), args[2].toTensor().scalar_type());
+    if (op == "aten::eq" || op == "aten::ne" || op == "aten::lt" || op == "aten::gt" ||
+        op == "aten::le" || op == "aten::ge")
+      return at::kBool;
+    for (const auto& a : args)
+      if (a.isTensor()) return a.toTensor().scalar_type();
+    return at::kFloat;
+  }
+
+  Expected<bool> runShapeFunction(tj::Node* node, tj::Stack& stack) {
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    if (!schema) return false;
+    auto it = shape_codes_.find(schema);
+    if (it == shape_codes_.end()) {
+      std::shared_ptr<tj::Code> code;
+      if (auto sg = tj::shapeComputeGraphForSchema(*schema))
+        code = std::make_shared<tj::Code>(*sg, "shape_" + schema->name());
+      it = shape_codes_.emplace(schema, std::make_pair(code, (code ? (*tj::shapeComputeGraphForSchema(*schema))->inputs().size() : 0))).first;
+    }
+    auto [code, n_inputs] = it->second;
+    if (!code) return false;
+    size_t n_args = node->inputs().size();
+    tj::Stack args(stack.end() - static_cast<long>(n_args), stack.end());
+    stack.resize(stack.size() - n_args);
+    tj::Stack shape_stack;
+    for (size_t i = 0; i < n_args && i < n_inputs; ++i) {
+      if (args[i].isTensor())
+        shape_stack.emplace_back(c10::List<int64_t>(args[i].toTensor().sizes().vec()));
+      else
+        shape_stack.push_back(args[i]);
+    }
+    try {
+      tj::InterpreterState state(*code);
+      state.run(shape_stack);
+    } catch (const std::exception& e) {
+      return unsupported("shape function failed" + where(node) + ": " + firstLine(e.what()));
+    }
+    if (shape_stack.empty()) return false;
+    at::ScalarType dtype = inferDtype(node, args);
+    auto meta = [&](const c10::IValue& sizes) {
+      return at::empty(sizes.toIntVector(), at::TensorOptions().device(at::kMeta).dtype(dtype));
+    };
+    const c10::IValue& result = shape_stack.back();
+    if (result.isTuple()) {
+      for (const auto& e : result.toTupleRef().elements()) stack.emplace_back(meta(e));
+    } else {
+      stack.emplace_back(meta(result));
+    }
+    return true;
+  }
+
+  Status interpretOp(tj::Node* node) {
+    tj::Stack stack;
+    bool tainted = false;
+    bool grad = false;
+    std::vector<ir::ValueId> in_ids;
+    for (tj::Value* in : node->inputs()) {
+      auto it = slots_.find(in);
+      if (it == slots_.end()) return internalError("value %" + in->debugName() + " undefined" + where(node));
+      stack.push_back(it->second.iv);
+      tainted |= it->second.tainted;
+      APC_ASSIGN_OR_RETURN(ir::ValueId id, valueIdOf(in));
+      in_ids.push_back(id);
+      const ir::Value& v = out_.value(id);
+      if (v.tensor) grad |= v.tensor->requires_grad;
+      for (const auto& e : v.elements) grad |= e.requires_grad;
+    }
+    if (node->kind() == c10::aten::detach) grad = false;
+    {
+      c10::InferenceMode guard;
+      APC_RETURN_IF_ERROR(execute(node, stack));
+    }
+    size_t n_out = node->outputs().size();
+    if (stack.size() != n_out)
+      return internalError("operator produced " + std::to_string(stack.size()) + " values for " +
+                           std::to_string(n_out) + " outputs" + where(node));
+    ir::Node n;
+    n.op = node->kind().toQualString();
+    if (const auto* schema = node->maybeSchema()) n.overload = schema->overload_name();
+    n.inputs = std::move(in_ids);
+    n.module_path = modulePathOf(node);
+    n.source = sourceOf(node);
+    for (size_t i = 0; i < n_out; ++i) {
+      c10::IValue iv = stack[i];
+      ir::Value v;
+      v.debug_name = node->outputs()[i]->debugName();
+      if (iv.isTensor()) {
+        at::Tensor t = iv.toTensor();
+        if (t.dim() > 0 && !t.is_meta()) t = metaLike(t);
+        iv = t;
+        v.type = ir::ValueType::kTensor;
+        v.tensor = metaOf(t, grad && at::isFloatingType(t.scalar_type()));
+      } else {
+        auto [type, constant] = describe(iv);
+        v.type = type;
+        v.constant = constant;
+        if (iv.isTensorList()) {
+          c10::List<at::Tensor> list = iv.toTensorList();
+          c10::List<at::Tensor> meta_list;
+          for (at::Tensor t : list) {
+            if (t.dim() > 0 && !t.is_meta()) t = metaLike(t);
+            meta_list.push_back(t);
+            v.elements.push_back(metaOf(t, grad && at::isFloatingType(t.scalar_type())));
+          }
+          iv = meta_list;
+        }
+      }
+      n.outputs.push_back(out_.addValue(std::move(v)));
+      Slot s;
+      s.iv = iv;
+      s.id = n.outputs.back();
+      s.tainted = tainted;
+      slots_[node->outputs()[i]] = s;
+    }
+    out_.addNode(std::move(n));
+    return Status::success();
+  }
+
+  tj::Module module_;
+  std::vector<InputSpec> inputs_;
+  std::shared_ptr<tj::Graph> graph_;
+  ir::Graph out_;
+  std::unordered_map<const tj::Value*, Slot> slots_;
+  std::map<std::string, ir::ValueId> tensor_nodes_;
+  std::unordered_set<const tj::Node*> structural_;
+  std::unordered_map<const tj::InlinedCallStack*, std::string> module_paths_;
+  std::unordered_map<const c10::FunctionSchema*, std::pair<std::shared_ptr<tj::Code>, size_t>> shape_codes_;
+};
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+struct Loaded {
+  tj::Module module;
+  std::vector<InputSpec> recorded;  // names always; dtype/shape empty when unknown
+  std::vector<bool> known;          // whether recorded[i] has a shape
+};
+
+Expected<Loaded> loadArchive(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    return notFound("model file '" + path + "' does not exist");
+  if (std::filesystem::is_directory(path, ec))
+    return invalidArgument("model path '" + path + "' is a directory, not a TorchScript archive");
+  Loaded l;
+  tj::ExtraFilesMap extra{{"apc_inputs.json", ""}};
+  try {
+    l.module = tj::load(path, c10::nullopt, extra);
+  } catch (const std::exception& e) {
+    return parseError("'" + path + "' is not a readable TorchScript archive (" + firstLine(e.what()) + ")");
+  }
+  auto method = l.module.find_method("forward");
+  if (!method) return unsupported("'" + path + "' has no forward method");
+  const auto& args = method->function().getSchema().arguments();
+  nlohmann::json recorded;
+  if (!extra["apc_inputs.json"].empty()) {
+    recorded = nlohmann::json::parse(extra["apc_inputs.json"], nullptr, /*allow_exceptions=*/false);
+    if (recorded.is_discarded())
+      return parseError("'" + path + "' has a malformed extra/apc_inputs.json");
+  }
+  auto graph_inputs = method->graph()->inputs();
+  for (size_t i = 1; i < args.size(); ++i) {
+    InputSpec spec;
+    spec.name = args[i].name();
+    bool known = false;
+    if (recorded.is_object() && recorded.contains("inputs")) {
+      for (const auto& r : recorded["inputs"]) {
+        if (r.value("name", "") != spec.name) continue;
+        auto dt = ir::parseDType(r.value("dtype", ""));
+        if (!dt || !r.contains("shape") || !r["shape"].is_array()) continue;
+        spec.dtype = *dt;
+        for (const auto& d : r["shape"]) {
+          if (d.is_number_integer()) {
+            spec.shape.push_back(ir::Dim::fixed(d.get<int64_t>()));
+          } else if (d.is_string()) {
+            auto parsed = parseInputSpec("x:f32[" + d.get<std::string>() + "]");
+            if (parsed.ok() && parsed->shape.size() == 1) spec.shape.push_back(parsed->shape[0]);
+          }
+        }
+        known = true;
+      }
+    }
+    if (!known && i < graph_inputs.size()) {
+      if (auto tt = graph_inputs[i]->type()->cast<c10::TensorType>()) {
+        auto sizes = tt->sizes().concrete_sizes();
+        if (sizes && tt->scalarType()) {
+          spec.dtype = fromScalarType(*tt->scalarType());
+          spec.shape = ir::makeShape(*sizes);
+          known = true;
+        }
+      }
+    }
+    l.recorded.push_back(spec);
+    l.known.push_back(known);
+  }
+  return l;
+}
+
+}  // namespace
+
+Expected<std::vector<InputSpec>> recordedInputs(const std::string& path) {
+  APC_ASSIGN_OR_RETURN(Loaded l, loadArchive(path));
+  return l.recorded;
+}
+
+Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptions& options,
+                                      ImportTimings* timings) {
+  auto t0 = std::chrono::steady_clock::now();
+  APC_ASSIGN_OR_RETURN(Loaded l, loadArchive(path));
+  if (timings) timings->load_s = secondsSince(t0);
+
+  // Resolve input shapes: overrides by name, else recorded.
+  std::vector<InputSpec> inputs = l.recorded;
+  std::string names = joinMap(l.recorded, ", ", [](const InputSpec& s) { return s.name; });
+  std::vector<bool> given(inputs.size(), false);
+  for (const InputSpec& o : options.inputs) {
+    size_t i = 0;
+    while (i < inputs.size() && inputs[i].name != o.name) ++i;
+    if (i == inputs.size())
+      return invalidArgument("unknown input '" + o.name + "'; the model's inputs are: " +
+                             (names.empty() ? "(none)" : names));
+    if (l.known[i]) {
+      if (o.shape.size() != inputs[i].shape.size())
+        return invalidArgument("input '" + o.name + "' has rank " + std::to_string(inputs[i].shape.size()) +
+                               " in the model (" + toString(inputs[i]) + ") but rank " +
+                               std::to_string(o.shape.size()) + " was given");
+      if (o.dtype != inputs[i].dtype)
+        return invalidArgument("input '" + o.name + "' has dtype " + ir::dtypeName(inputs[i].dtype) +
+                               " in the model but " + ir::dtypeName(o.dtype) + " was given");
+    }
+    inputs[i] = o;
+    given[i] = true;
+  }
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!given[i] && !l.known[i])
+      return invalidArgument("the shape of input '" + inputs[i].name +
+                             "' is not recorded in the model; give it with --input " + inputs[i].name +
+                             ":dtype[d0,d1,...]");
+
+  auto t1 = std::chrono::steady_clock::now();
+  std::shared_ptr<tj::Graph> graph;
+  try {
+    graph = l.module.get_method("forward").graph()->copy();
+    tj::Inline(*graph);
+    tj::EliminateDeadCode(graph);
+  } catch (const std::exception& e) {
+    return unsupported("cannot inline the forward of '" + path + "': " + firstLine(e.what()));
+  }
+  if (timings) timings->inline_s = secondsSince(t1);
+
+  auto t2 = std::chrono::steady_clock::now();
+  Importer importer(l.module, inputs);
+  Expected<ir::Graph> g = [&]() -> Expected<ir::Graph> {
+    try {
+      return importer.run(graph);
+    } catch (const std::exception& e) {
+      return unsupported("import failed: " + firstLine(e.what()));
+    }
+  }();
+  if (!g.ok()) return g;
+  g->name = std::filesystem::path(path).stem().string();
+  if (timings) timings->interpret_s = secondsSince(t2);
+  return g;
+}
+
+}  // namespace apc::frontend

@@ -1,0 +1,29 @@
+//===- tools/apc/commands.h - Subcommands of the apc driver ----------------===//
+//
+// Each subcommand registers its flags on a CLI11 app and returns a callback that runs it. Callbacks
+// return an exit code: 0 on success, 2 for bad input (one line on stderr naming the problem),
+// 1 for internal errors.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <functional>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "apc/support/error.h"
+
+namespace apc::tool {
+
+using Runner = std::function<int()>;
+
+/// Prints `apc: error: <message>` and returns the exit code for the error.
+inline int report(const Error& e) {
+  std::cerr << "apc: error: " << e.message() << "\n";
+  return e.code() == ErrorCode::kInternal ? 1 : 2;
+}
+
+Runner addInspectCommand(CLI::App& app);
+
+}  // namespace apc::tool

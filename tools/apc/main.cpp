@@ -1,0 +1,40 @@
+//===- tools/apc/main.cpp - The apc command-line driver --------------------===//
+//
+// `apc <command> [flags]`. Commands: inspect (import a model and print its graph). Later issues add
+// plan, explain, diff, lower and run. Every failure on user input is one line on stderr and exit 2.
+//
+//===----------------------------------------------------------------------===//
+#include <exception>
+#include <iostream>
+#include <map>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"apc: ahead-of-time auto-sharding compiler for PyTorch models", "apc"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "apc 0.1.0");
+  std::map<CLI::App*, apc::tool::Runner> runners;
+  CLI::App* inspect = app.add_subcommand("inspect", "Import a TorchScript model and print its graph");
+  runners[inspect] = apc::tool::addInspectCommand(*inspect);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "apc: error: " << e.what() << " (see apc --help)\n";
+    return 2;
+  }
+  try {
+    for (auto& [cmd, run] : runners)
+      if (cmd->parsed()) return run();
+  } catch (const std::exception& e) {
+    std::cerr << "apc: internal error: " << e.what() << "\n";
+    return 1;
+  }
+  return 2;
+}
