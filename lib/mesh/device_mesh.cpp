@@ -17,15 +17,18 @@ std::vector<LinkParams> defaultLinks(size_t ndim) {
   return links;
 }
 
-Expected<DeviceMesh> DeviceMesh::create(std::vector<int64_t> shape, std::vector<std::string> names) {
+Expected<DeviceMesh> DeviceMesh::create(std::vector<int64_t> shape,
+                                        std::vector<std::string> names) {
   if (shape.empty()) return invalidArgument("a device mesh needs at least one dimension");
   for (int64_t s : shape)
-    if (s <= 0) return invalidArgument("mesh dimension sizes must be positive, got " + std::to_string(s));
+    if (s <= 0)
+      return invalidArgument("mesh dimension sizes must be positive, got " + std::to_string(s));
   if (names.empty())
     for (size_t i = 0; i < shape.size(); ++i) names.push_back("d" + std::to_string(i));
   if (names.size() != shape.size())
     return invalidArgument("mesh has " + std::to_string(shape.size()) + " dims but " +
-                           std::to_string(names.size()) + " names were given");
+                           std::to_string(names.size()) +
+                           (names.size() == 1 ? " name was given" : " names were given"));
   std::set<std::string> seen;
   for (const auto& n : names) {
     if (n.empty()) return invalidArgument("mesh dim names must not be empty");
@@ -62,7 +65,8 @@ int64_t DeviceMesh::worldSize() const {
 Expected<size_t> DeviceMesh::dimIndex(std::string_view name) const {
   for (size_t i = 0; i < names_.size(); ++i)
     if (names_[i] == name) return i;
-  return notFound("mesh has no dim named '" + std::string(name) + "' (dims: " + join(names_, ",") + ")");
+  return notFound("mesh has no dim named '" + std::string(name) + "' (dims: " + join(names_, ",") +
+                  ")");
 }
 
 std::vector<int64_t> DeviceMesh::coordinate(int64_t rank) const {

@@ -2,6 +2,8 @@
 #include "apc/mesh/placement.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <tuple>
 
 #include "apc/support/strings.h"
@@ -10,18 +12,24 @@ namespace apc::mesh {
 
 const char* reduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kAvg:
+      return "avg";
   }
   return "sum";
 }
 
 std::string Placement::toString() const {
   switch (kind_) {
-    case Kind::kReplicate: return "R";
-    case Kind::kShard: return "S(" + std::to_string(dim_) + ")";
+    case Kind::kReplicate:
+      return "R";
+    case Kind::kShard:
+      return "S(" + std::to_string(dim_) + ")";
     case Kind::kPartial:
       return op_ == ReduceOp::kSum ? "P" : std::string("P(") + reduceOpName(op_) + ")";
   }
@@ -52,8 +60,8 @@ Expected<Placement> Placement::parse(std::string_view text) {
   };
   for (std::string_view prefix : {"S", "Shard"}) {
     if (auto arg = inner(prefix)) {
-      auto d = parseInt(*arg);
-      if (!d || *d < 0) return bad();
+      auto d = !arg->empty() && arg->front() == '-' ? std::nullopt : parseInt(*arg);
+      if (!d || *d < 0 || *d > std::numeric_limits<int>::max()) return bad();
       return shard(static_cast<int>(*d));
     }
   }
@@ -78,7 +86,8 @@ std::string toCompactString(const PlacementTuple& t) {
 Expected<PlacementTuple> parsePlacementTuple(std::string_view text) {
   std::string_view t = trim(text);
   if (!t.empty() && t.front() == '[') {
-    if (t.back() != ']') return parseError("unbalanced '[' in placement list '" + std::string(text) + "'");
+    if (t.back() != ']')
+      return parseError("unbalanced '[' in placement list '" + std::string(text) + "'");
     t = t.substr(1, t.size() - 2);
   }
   if (trim(t).empty()) return parseError("empty placement list '" + std::string(text) + "'");
@@ -100,15 +109,19 @@ Expected<PlacementTuple> parsePlacementTuple(std::string_view text) {
   return out;
 }
 
-PlacementTuple replicated(size_t mesh_ndim) { return PlacementTuple(mesh_ndim, Placement::replicate()); }
+PlacementTuple replicated(size_t mesh_ndim) {
+  return PlacementTuple(mesh_ndim, Placement::replicate());
+}
 
 Status checkPlacementTuple(const PlacementTuple& t, int64_t tensor_rank, size_t mesh_ndim) {
   if (t.size() != mesh_ndim)
     return invalidArgument("placement " + toString(t) + " has " + std::to_string(t.size()) +
-                           " entries but the mesh has " + std::to_string(mesh_ndim) + " dims");
+                           (t.size() == 1 ? " entry" : " entries") + " but the mesh has " +
+                           std::to_string(mesh_ndim) + " dims");
   for (const Placement& p : t)
     if (p.isShard() && p.dim() >= tensor_rank)
-      return invalidArgument("placement " + p.toString() + " is out of range for a tensor of rank " +
+      return invalidArgument("placement " + p.toString() +
+                             " is out of range for a tensor of rank " +
                              std::to_string(tensor_rank));
   return Status::success();
 }

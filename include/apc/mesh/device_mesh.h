@@ -1,9 +1,9 @@
 //===- apc/mesh/device_mesh.h - Logical device meshes ----------------------===//
 //
 // A DeviceMesh is an n-d array of ranks in row-major order (rank = linear index of its coordinate),
-// with a name per dim ("dp", "tp") and per-dim link parameters used by the cost model. The rank group
-// of mesh dim d for a rank is the set of ranks that differ from it only in coordinate d; those groups
-// become the process groups of the runtime.
+// with a name per dim ("dp", "tp") and per-dim link parameters used by the cost model. The rank
+// group of mesh dim d for a rank is the set of ranks that differ from it only in coordinate d;
+// those groups become the process groups of the runtime.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -27,7 +27,8 @@ class DeviceMesh {
  public:
   DeviceMesh() = default;
   /// Names default to "d0", "d1", ...; links to the defaults of `defaultLinks`.
-  static Expected<DeviceMesh> create(std::vector<int64_t> shape, std::vector<std::string> names = {});
+  static Expected<DeviceMesh> create(std::vector<int64_t> shape,
+                                     std::vector<std::string> names = {});
   /// Parses "2x4" (or "8", "2x2x2"); names from a comma list ("dp,tp"), may be empty.
   static Expected<DeviceMesh> parse(std::string_view shape_text, std::string_view names_text = {});
 

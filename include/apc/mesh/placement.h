@@ -1,11 +1,11 @@
 //===- apc/mesh/placement.h - Shard / Replicate / Partial placements -------===//
 //
 // A Placement says how a tensor is laid out along ONE mesh dimension:
-//   S(d)     shard tensor dim d (torch.chunk semantics: ceil-sized pieces, the last ones may be short)
-//   R        replicate
-//   P / P(op) partial: every rank holds a summand (op sum by default; max, min, avg where needed)
-// A PlacementTuple has one entry per mesh dimension. Text forms, both parsed: `S(0),R` and `[S(0), R]`;
-// printed compactly as `S(0)R` in logs (toCompactString) and as `S(0),R` elsewhere.
+//   S(d)       shard tensor dim d (torch.chunk semantics: ceil-sized pieces, the last may be short)
+//   R          replicate
+//   P / P(op)  partial: every rank holds a summand (op sum by default; max, min, avg where needed)
+// A PlacementTuple has one entry per mesh dimension. Text forms, both parsed: `S(0),R` and
+// `[S(0), R]`; printed compactly as `S(0)R` in logs (toCompactString) and as `S(0),R` elsewhere.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -28,7 +28,9 @@ class Placement {
 
   static Placement replicate() { return Placement(Kind::kReplicate, 0, ReduceOp::kSum); }
   static Placement shard(int dim) { return Placement(Kind::kShard, dim, ReduceOp::kSum); }
-  static Placement partial(ReduceOp op = ReduceOp::kSum) { return Placement(Kind::kPartial, 0, op); }
+  static Placement partial(ReduceOp op = ReduceOp::kSum) {
+    return Placement(Kind::kPartial, 0, op);
+  }
 
   Kind kind() const { return kind_; }
   bool isReplicate() const { return kind_ == Kind::kReplicate; }

@@ -1,23 +1,26 @@
 //===- apc/mesh/spec.h - The mesh and constraint spec (JSON) ---------------===//
 //
-// A Spec is everything the user tells the planner besides the model: the device mesh (shape, dim names,
-// per-dim link bandwidth and latency), the device kind and its overrides, fixed placements of inputs
-// and outputs, the parameter memory budget, the mixed precision policy, dynamic dims, and per-node
-// pins. It is read from JSON (schemas/spec.schema.json describes exactly what the parser accepts):
+// A Spec is everything the user tells the planner besides the model: the device mesh (shape, dim
+// names, per-dim link bandwidth and latency), the device kind and its overrides, fixed placements
+// of inputs and outputs, the parameter memory budget, the mixed precision policy, dynamic dims, and
+// per-node pins. It is read from JSON (schemas/spec.schema.json describes what the parser accepts):
 //
-//   {"mesh": {"shape": [2, 4], "names": ["dp", "tp"], "bandwidth_gbps": [50, 450], "latency_us": [10, 2]},
-//    "device": "h100",            // or {"kind": "h100", "peak_tflops": {"bf16": 989}, "hbm_bandwidth_gbps": 3350}
+//   {"mesh": {"shape": [2, 4], "names": ["dp", "tp"],
+//             "bandwidth_gbps": [50, 450], "latency_us": [10, 2]},
+//    "device": "h100",  // or {"kind": "h100", "peak_tflops": {"bf16": 989},
+//                       //     "hbm_bandwidth_gbps": 3350}
 //    "world_size": 8,
 //    "inputs": {"x": ["S(0)", "R"]},
-//    "outputs": ["S(0)", "R"],    // a tree in the forward's output structure, see OutputPlacementTree
+//    "outputs": ["S(0)", "R"],  // a tree in the forward's output structure: OutputPlacementTree
 //    "memory_budget": {"low": 0, "high": 0.25},
 //    "mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "f32", "output_dtype": "f32"},
 //    "dynamic_batch": false,
 //    "dynamic": [{"input": "tokens", "dim": 1, "min": 1, "max": 2048}],
-//    "pins": [{"node": "linear_1", "placements": ["S(0)", "S(2)"]}, {"module": "layers.0.attention", ...}]}
+//    "pins": [{"node": "linear_1", "placements": ["S(0)", "S(2)"]},
+//             {"module": "layers.0.attention", "placements": ["S(0)", "R"]}]}
 //
-// Only "mesh" is required. Unknown keys are errors (they are usually typos). Every error is one line
-// that starts with the JSON path of the offending value, like `$.mesh.bandwidth_gbps[1]: ...`.
+// Only "mesh" is required. Unknown keys are errors (they are usually typos). Every error is one
+// line that starts with the JSON path of the offending value, like `$.mesh.bandwidth_gbps[1]: ...`.
 //
 // The CLI's `--in-shardings` and `--out-shardings` files are parsed here too (parseInShardings,
 // parseOutShardings; schema: schemas/out_shardings.schema.json). A parsed spec is checked against a
@@ -49,9 +52,10 @@ bool isKnownDeviceKind(std::string_view kind);
 /// The device kind of a Spec that names none.
 inline constexpr const char* kDefaultDeviceKind = "h100";
 
-/// Overrides of the device table's entry for the spec's device kind; absent fields keep the table's.
+/// Overrides of the device table's entry for the spec's device kind; absent fields keep the
+/// table's.
 struct DeviceOverrides {
-  std::map<ir::DType, double> peak_tflops;  // dense peak per dtype, TFLOP/s (> 0)
+  std::map<ir::DType, double> peak_tflops;   // dense peak per dtype, TFLOP/s (> 0)
   std::optional<double> hbm_bandwidth_gbps;  // GB/s (> 0)
 
   bool empty() const { return peak_tflops.empty() && !hbm_bandwidth_gbps; }
@@ -71,11 +75,11 @@ struct OutputPlacementTree {
   std::vector<std::string> keys;              // kDict: sorted, one per child
   std::vector<OutputPlacementTree> children;  // kSequence, kDict
 
-  static OutputPlacementTree free() { return {}; }
-  static OutputPlacementTree leaf(PlacementTuple t);
-  static OutputPlacementTree sequence(std::vector<OutputPlacementTree> children);
+  static OutputPlacementTree makeFree() { return {}; }
+  static OutputPlacementTree makeLeaf(PlacementTuple t);
+  static OutputPlacementTree makeSequence(std::vector<OutputPlacementTree> children);
   /// A dict node; the entries are stored sorted by key.
-  static OutputPlacementTree dict(std::map<std::string, OutputPlacementTree> entries);
+  static OutputPlacementTree makeDict(std::map<std::string, OutputPlacementTree> entries);
 
   bool isFree() const { return kind == Kind::kFree; }
   bool operator==(const OutputPlacementTree&) const = default;
@@ -86,8 +90,8 @@ std::string toString(const OutputPlacementTree& t);
 
 /// Parameter memory per rank as a fraction of the total parameter bytes: low <= used <= high.
 struct MemoryBudget {
-  double low = 0;               // >= 0
-  std::optional<double> high;   // (0, 1]; absent: the solver's default (1 / world size)
+  double low = 0;              // >= 0
+  std::optional<double> high;  // (0, 1]; absent: the solver's default (1 / world size)
 
   bool operator==(const MemoryBudget&) const = default;
 };
@@ -125,23 +129,24 @@ struct Pin {
 };
 
 struct Spec {
-  DeviceMesh mesh;                                // required
-  std::string device = kDefaultDeviceKind;        // one of knownDeviceKinds()
+  DeviceMesh mesh;                          // required
+  std::string device = kDefaultDeviceKind;  // one of knownDeviceKinds()
   DeviceOverrides device_overrides;
-  std::optional<int64_t> world_size;              // when given, equals mesh.worldSize()
-  std::map<std::string, PlacementTuple> inputs;   // fixed input placements, by argument name
-  OutputPlacementTree outputs;                    // kFree when not given
+  std::optional<int64_t> world_size;             // when given, equals mesh.worldSize()
+  std::map<std::string, PlacementTuple> inputs;  // fixed input placements, by argument name
+  OutputPlacementTree outputs;                   // kFree when not given
   MemoryBudget memory_budget;
   MixedPrecision mixed_precision;
-  bool dynamic_batch = false;                     // dim 0 of every tensor input is dynamic
-  std::vector<DynamicDim> dynamic;                // in the order given; no (input, dim) twice
-  std::vector<Pin> pins;                          // in the order given
+  bool dynamic_batch = false;       // dim 0 of every tensor input is dynamic
+  std::vector<DynamicDim> dynamic;  // in the order given; no (input, dim) twice
+  std::vector<Pin> pins;            // in the order given
 
   bool operator==(const Spec&) const = default;
 };
 
-/// Input placements from an `--in-shardings` file: either a list with one entry per forward input in
-/// order (`[["S(0)", "R"], null]`, null = free), or an object by input name (`{"x": ["S(0)", "R"]}`).
+/// Input placements from an `--in-shardings` file: either a list with one entry per forward input
+/// in order (`[["S(0)", "R"], null]`, null = free), or an object by input name (`{"x": ["S(0)",
+/// "R"]}`).
 struct InputShardings {
   std::vector<std::optional<PlacementTuple>> by_position;  // the list form
   std::map<std::string, PlacementTuple> by_name;           // the object form (null entries dropped)
@@ -149,15 +154,16 @@ struct InputShardings {
   bool operator==(const InputShardings&) const = default;
 };
 
-// --- JSON text -------------------------------------------------------------------------------------
+// --- JSON text -----------------------------------------------------------------------------------
 
-/// Parses JSON text. Malformed text gives a kParse error with nlohmann's line and column; a key that
-/// appears twice in one object is an error naming its path (JSON parsers silently keep the last one).
+/// Parses JSON text. Malformed text gives a kParse error with nlohmann's line and column; a key
+/// that appears twice in one object is an error naming its path (JSON parsers silently keep the
+/// last one).
 Expected<nlohmann::json> parseJsonText(std::string_view text);
 /// Reads and parses a JSON file; errors are prefixed by the path.
 Expected<nlohmann::json> readJsonFile(const std::string& path);
 
-// --- specs -----------------------------------------------------------------------------------------
+// --- specs ---------------------------------------------------------------------------------------
 
 /// Parses and checks a spec: types, unknown keys, ranges, placement tuple lengths against the mesh,
 /// world size against the mesh. Errors start with the JSON path (`$.mesh.shape[1]: ...`).
@@ -166,11 +172,11 @@ Expected<Spec> parseSpecText(std::string_view text);
 /// Errors are prefixed by the file path.
 Expected<Spec> parseSpecFile(const std::string& path);
 
-/// The JSON form of a spec; parseSpec(toJson(s)) == s for every parsed spec. Fields at their defaults
-/// are left out, except the mesh's names and links, which are always written.
+/// The JSON form of a spec; parseSpec(toJson(s)) == s for every parsed spec. Fields at their
+/// defaults are left out, except the mesh's names and links, which are always written.
 nlohmann::json toJson(const Spec& s);
 
-// --- CLI sharding files ----------------------------------------------------------------------------
+// --- CLI sharding files --------------------------------------------------------------------------
 
 /// Parses an `--in-shardings` document; every tuple must have `mesh_ndim` entries.
 Expected<InputShardings> parseInShardings(const nlohmann::json& j, size_t mesh_ndim);
@@ -185,12 +191,12 @@ nlohmann::json toJson(const OutputPlacementTree& t);
 nlohmann::json toJson(const InputShardings& s);
 
 /// Names the by-position entries after the graph's input nodes (in graph order) and merges the
-/// by-name ones: the result is by input name, free inputs left out. A list whose length differs from
-/// the number of inputs, or a name that is not an input, is an error.
+/// by-name ones: the result is by input name, free inputs left out. A list whose length differs
+/// from the number of inputs, or a name that is not an input, is an error.
 Expected<std::map<std::string, PlacementTuple>> resolveInShardings(const InputShardings& s,
                                                                    const ir::Graph& g);
 
-// --- against a model -------------------------------------------------------------------------------
+// --- against a model -----------------------------------------------------------------------------
 
 /// Checks a spec against a model: input names exist and are tensors, shard dims are below the
 /// tensor's rank (inputs, outputs, node pins), dynamic dims exist, pinned nodes and module paths
