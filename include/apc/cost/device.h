@@ -1,0 +1,76 @@
+//===- apc/cost/device.h - Device table for the compute roofline ----------===//
+//
+// A DeviceSpec describes one accelerator kind for the cost model: dense peak throughput per dtype
+// (TFLOPS, tensor cores where the device has them), HBM bandwidth, the fractions of those peaks
+// that real kernels reach, and a per-kernel floor (launch and tail overhead) in microseconds.
+// Built-in specs (h100, h200, a100, b200, cpu) use public datasheet numbers for the SXM parts,
+// dense (no 2:4 sparsity); they are estimates for ranking plans, not predictions of wall time. A
+// spec can be adjusted from the command line through DeviceOverrides.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "apc/ir/types.h"
+#include "apc/support/error.h"
+
+namespace apc::cost {
+
+/// Dense peak throughput in TFLOPS (1e12 operations per second) per arithmetic type.
+struct PeakTflops {
+  double f64 = 0;   // FP64 (tensor core where available)
+  double f32 = 0;   // FP32 without TF32 (CUDA cores)
+  double tf32 = 0;  // TF32 tensor cores (used for f32 only when DeviceSpec::f32_uses_tf32)
+  double bf16 = 0;  // BF16 tensor cores
+  double f16 = 0;   // FP16 tensor cores
+  double i8 = 0;    // INT8 tensor cores (TOPS)
+};
+
+struct DeviceSpec {
+  std::string name;                 // "h100", ...
+  PeakTflops peak;                  // dense peaks
+  double hbm_gbps = 0;              // memory bandwidth in GB/s (1e9 bytes per second)
+  double memory_gb = 0;             // device memory in GB (1e9 bytes); informational
+  double compute_efficiency = 0.7;  // fraction of peak FLOPS reached by real kernels, in (0, 1]
+  double memory_efficiency = 0.8;   // fraction of HBM bandwidth reached by real kernels, in (0, 1]
+  double kernel_floor_us = 2.0;     // least time of any kernel that does work (launch, tail)
+  bool f32_uses_tf32 = false;       // price f32 work at the TF32 peak (torch allow_tf32)
+
+  /// Peak TFLOPS used for work in `dtype`: f64, f32 (or tf32), bf16, f16 as named; i8/u8 at the
+  /// INT8 peak; other integer types, bool and unknown at the f32 peak.
+  double peakTflops(ir::DType dtype) const;
+};
+
+/// Names of the built-in devices, sorted: a100, b200, cpu, h100, h200.
+std::vector<std::string> deviceNames();
+
+/// The built-in spec named `name` (case-insensitive); an unknown name is a kNotFound error that
+/// lists the known names.
+Expected<DeviceSpec> deviceByName(std::string_view name);
+
+/// Optional adjustments of a spec; unset fields keep the spec's value.
+struct DeviceOverrides {
+  std::optional<double> peak_f64, peak_f32, peak_tf32, peak_bf16, peak_f16, peak_i8;  // TFLOPS > 0
+  std::optional<double> hbm_gbps;                                                     // > 0
+  std::optional<double> compute_efficiency, memory_efficiency;                        // (0, 1]
+  std::optional<double> kernel_floor_us;                                              // >= 0
+  std::optional<bool> f32_uses_tf32;
+};
+
+/// Returns `spec` with the set fields of `overrides` applied. A peak or bandwidth that is zero,
+/// negative or not finite, an efficiency outside (0, 1], or a negative floor is a kInvalidArgument
+/// error naming the field and the value; the spec is then not modified.
+Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& overrides);
+
+/// Sets one peak by dtype name ("bf16", "f32", "tf32", "f64", "f16", "i8", or a torch alias such as
+/// "bfloat16"); errors for an unknown name or a value that is not positive.
+Status setPeakTflops(DeviceSpec& spec, std::string_view dtype_name, double tflops);
+
+/// "h100: bf16 989 TFLOPS, f32 67 TFLOPS, HBM 3350 GB/s, eff 0.70/0.80, floor 2.0 us".
+std::string toString(const DeviceSpec& spec);
+
+}  // namespace apc::cost

@@ -1,0 +1,47 @@
+//===- apc/cost/layout.h - Local pieces of placed tensors -----------------===//
+//
+// Which part of a global tensor each rank holds under a placement tuple. Sharding follows DTensor:
+// the mesh dims that shard one tensor dim split it one after the other in mesh-dim order, the
+// earlier mesh dim being the outer split, and each split uses torch.chunk semantics on the piece
+// left by the outer ones (chunk = ceil(size / p); piece k gets clamp(size - k * chunk, 0, chunk)).
+// For uneven sizes this nested split differs from one flat split into the product of the mesh
+// sizes: a dim of 5 over mesh dims [2, 2] gives pieces 2, 1, 1, 1 (nested), not 2, 2, 1, 0 (flat).
+// The largest piece is the same either way: ceil(ceil(n / a) / b) == ceil(n / (a * b)).
+// Replicate and Partial mesh dims do not cut the tensor. These functions define the layouts that
+// the redistribution steps of apc/cost/redistribute.h transform; lowering and the strategy
+// validator use them to slice tensors.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "apc/ir/types.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/placement.h"
+
+namespace apc::cost {
+
+/// The part of one tensor dim held by one rank: [offset, offset + size).
+struct DimPiece {
+  int64_t offset = 0;
+  int64_t size = 0;
+  bool operator==(const DimPiece&) const = default;
+};
+
+/// The piece of every dim of a tensor of `global_sizes` held by the rank at `coordinate` (one entry
+/// per mesh dim) under `placements`, by the nested rule above. Preconditions (unchecked):
+/// placements.size() == mesh.ndim() == coordinate.size(), shard dims < global_sizes.size().
+std::vector<DimPiece> localPiece(const std::vector<int64_t>& global_sizes,
+                                 const mesh::PlacementTuple& placements,
+                                 const mesh::DeviceMesh& mesh,
+                                 const std::vector<int64_t>& coordinate);
+
+/// The largest local size of each dim over all ranks: ceil(size / shardFactor(dim)), held by the
+/// rank at coordinate 0. Symbolic dims use their hints. Same preconditions as localPiece.
+std::vector<int64_t> maxLocalSizes(const ir::TensorMeta& global,
+                                   const mesh::PlacementTuple& placements,
+                                   const mesh::DeviceMesh& mesh);
+
+}  // namespace apc::cost
