@@ -15,8 +15,8 @@ Only used with the system interpreter ``/usr/bin/python3`` (torch 1.13).
 """
 
 import math
-from dataclasses import dataclass, asdict
-from typing import Optional, Tuple
+from dataclasses import dataclass
+from typing import Dict, Tuple
 
 import torch
 import torch.nn as nn
@@ -50,8 +50,8 @@ class ToyBlock(nn.Module):
 @dataclass
 class MlpStackConfig:
     n_blocks: int = 4
-    d_model: int = 256
-    d_hidden: int = 1024
+    d_model: int = 128
+    d_hidden: int = 512
 
 
 class MlpBlock(nn.Module):
@@ -213,7 +213,7 @@ class LlamaConfig:
     vocab_size: int = 128256
     norm_eps: float = 1e-5
     rope_theta: float = 500000.0
-    max_seq_len: int = 256  # only sizes the rope cos/sin buffers
+    max_seq_len: int = 2048  # only sizes the rope cos/sin buffers (max usable T)
 
 
 class RMSNorm(nn.Module):
@@ -390,6 +390,55 @@ class CnnSmall(nn.Module):
 
     def forward(self, x):
         return self.classifier(self.flatten(self.pool(self.features(x))))
+
+
+# --------------------------------------------------------------------------
+# named configurations used by generate.py
+# --------------------------------------------------------------------------
+
+class MultiOutput(nn.Module):
+    """Returns a tuple holding a tensor and a dict of tensors (the importer keeps the structure)."""
+
+    def __init__(self, d_model: int = 32, n_classes: int = 10):
+        super().__init__()
+        self.proj = nn.Linear(d_model, d_model)
+        self.head = nn.Linear(d_model, n_classes, bias=False)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Dict[str, torch.Tensor]]:
+        h = self.proj(x)
+        return torch.relu(h), {"logits": self.head(h), "hidden": h}
+
+
+class DataDependentBranch(nn.Module):
+    """A branch on a tensor's value: control flow the importer cannot flatten (an error case)."""
+
+    def __init__(self, d_model: int = 16):
+        super().__init__()
+        self.lin = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        if bool(h.sum() > 0):
+            h = h * 2.0
+        else:
+            h = h - 1.0
+        return h
+
+
+TOY_BLOCK = ToyBlockConfig(d_model=1024, d_hidden=4096)
+MLP_STACK = MlpStackConfig(n_blocks=4, d_model=128, d_hidden=512)
+# Tiny dims are chosen to differ from the batch (8) and sequence (64 / 128)
+# sizes so that a mixed-up dimension in shape propagation cannot go unnoticed.
+GPT2_TINY = GPT2Config(vocab_size=50257, block_size=128, n_layer=2, n_head=4, n_embd=48)
+GPT2_SMALL = GPT2Config(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768)
+LLAMA_TINY = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=160,
+                         vocab_size=256, norm_eps=1e-5, rope_theta=10000.0, max_seq_len=2048)
+LLAMA_SMALL = LlamaConfig(dim=512, n_layers=8, n_heads=8, n_kv_heads=4, ffn_dim=1408,
+                          vocab_size=32000, norm_eps=1e-5, rope_theta=10000.0, max_seq_len=2048)
+LLAMA3_8B = LlamaConfig(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336,
+                        vocab_size=128256, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=2048)
+LLAMA3_8B_PARAMS = 8_030_261_248
+CNN_SMALL = CnnConfig(in_channels=3, channels=(16, 32, 64), num_classes=10)
 
 
 # --------------------------------------------------------------------------

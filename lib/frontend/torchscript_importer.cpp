@@ -116,6 +116,7 @@ struct Slot {
   std::string module;      // module path, for module objects
   bool tainted = false;    // depends on a forward input
   bool is_module = false;
+  bool data_dependent = false;  // a scalar read from a tensor's values: unknown at import time
 };
 
 class Importer {
@@ -343,11 +344,7 @@ class Importer {
 
   Status interpretBlock(tj::Block* block) {
     for (tj::Node* node : block->nodes()) {
-      if (structural_.count(node)) {
-        for (tj::Value* in : node->inputs())
-          if (!slots_.count(in)) return internalError("structural output input undefined");
-        continue;
-      }
+      if (structural_.count(node)) continue;  // becomes the OutputTree
       auto k = node->kind();
       if (k == c10::prim::Constant) {
         APC_RETURN_IF_ERROR(interpretConstant(node));
@@ -431,6 +428,9 @@ class Importer {
 
   Status interpretIf(tj::Node* node) {
     const Slot& cond = slots_.at(node->input(0));
+    if (cond.data_dependent)
+      return unsupported("cannot flatten control flow prim::If whose condition depends on tensor values" +
+                         where(node));
     if (cond.tainted || !cond.iv.isBool())
       return unsupported("cannot flatten control flow prim::If whose condition depends on the inputs" +
                          where(node));
@@ -590,6 +590,9 @@ class Importer {
     for (tj::Value* in : node->inputs()) {
       auto it = slots_.find(in);
       if (it == slots_.end()) return internalError("value %" + in->debugName() + " undefined" + where(node));
+      if (it->second.data_dependent)
+        return unsupported("value %" + in->debugName() + " depends on tensor values (data-dependent shapes or " +
+                           "control flow are not supported)" + where(node));
       stack.push_back(it->second.iv);
       tainted |= it->second.tainted;
       APC_ASSIGN_OR_RETURN(ir::ValueId id, valueIdOf(in));
@@ -599,9 +602,27 @@ class Importer {
       for (const auto& e : v.elements) grad |= e.requires_grad;
     }
     if (node->kind() == c10::aten::detach) grad = false;
-    {
+    Status ran = [&] {
       c10::InferenceMode guard;
-      APC_RETURN_IF_ERROR(execute(node, stack));
+      return execute(node, stack);
+    }();
+    if (!ran.ok()) {
+      // Reading a scalar out of a meta tensor (aten::Bool, aten::Int, item) cannot work: the value
+      // depends on data. Keep it as unknown; whatever consumes it reports the problem.
+      bool scalar_outputs = !node->outputs().empty();
+      for (tj::Value* o : node->outputs())
+        scalar_outputs &= o->type()->kind() == c10::TypeKind::BoolType ||
+                          o->type()->kind() == c10::TypeKind::IntType ||
+                          o->type()->kind() == c10::TypeKind::FloatType ||
+                          o->type()->kind() == c10::TypeKind::NumberType;
+      if (!scalar_outputs) return ran;
+      for (tj::Value* o : node->outputs()) {
+        Slot s;
+        s.data_dependent = true;
+        s.tainted = true;
+        slots_[o] = s;
+      }
+      return Status::success();
     }
     size_t n_out = node->outputs().size();
     if (stack.size() != n_out)

@@ -1,0 +1,109 @@
+//===- tests/frontend/cli_test.cpp - `apc inspect` end to end --------------===//
+//
+// Runs the built `apc` binary: good runs print the graph; each bad input gives exactly one line on
+// stderr naming the problem and exit code 2.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+Result runApc(const std::string& args) {
+  fs::path tmp = fs::temp_directory_path() / ("apc_cli_" + std::to_string(::getpid()) + ".err");
+  std::string cmd = std::string(APC_BINARY_DIR) + "/tools/apc " + args + " 2>" + tmp.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(tmp);
+  r.err.assign((std::istreambuf_iterator<char>(e)), {});
+  fs::remove(tmp);
+  return r;
+}
+
+const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
+
+void expectOneLineError(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(Cli, InspectPrintsNodesAndTotals) {
+  Result r = runApc("inspect " + kSamples + "llama_tiny.pt --input tokens:i64[8,128]");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("layers.1.attention.wq"), std::string::npos);
+  EXPECT_NE(r.out.find("aten::embedding"), std::string::npos);
+  EXPECT_NE(r.out.find("f32[8,128,256]"), std::string::npos);
+  EXPECT_NE(r.out.find("parameters: "), std::string::npos);
+  EXPECT_NE(r.out.find("nodes by op:"), std::string::npos);
+}
+
+TEST(Cli, InspectJsonHasTotalParams) {
+  Result r = runApc("inspect " + kSamples + "llama3_8b.pt --input tokens:i64[8,128] --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["total_params"].get<int64_t>(), 8030261248LL);
+  EXPECT_GT(j["nodes"].size(), 3000u);
+}
+
+TEST(Cli, InspectUsesRecordedInputShapesByDefault) {
+  Result r = runApc("inspect " + kSamples + "toy_block.pt");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("%x: f32[8,128,1024]"), std::string::npos) << r.out;
+}
+
+TEST(Cli, HelpDescribesFlags) {
+  Result top = runApc("--help");
+  EXPECT_EQ(top.code, 0);
+  EXPECT_NE(top.out.find("inspect"), std::string::npos);
+  Result r = runApc("inspect --help");
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.out.find("--input"), std::string::npos);
+  EXPECT_NE(r.out.find("--json"), std::string::npos);
+}
+
+TEST(Cli, BadInputsAreOneLineAndExitTwo) {
+  expectOneLineError(runApc("inspect /nonexistent/model.pt"), "does not exist");
+  expectOneLineError(runApc("inspect " + std::string(APC_SOURCE_DIR) + "/README.md"),
+                     "not a readable TorchScript archive");
+  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input y:f32[8,128,1024]"),
+                     "unknown input 'y'");
+  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:f32[8,1024]"), "rank");
+  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:i64[8,128,1024]"), "dtype");
+  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:f32[8,-1]"), "bad input spec");
+  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --bogus"), "bogus");
+  expectOneLineError(runApc("inspect " + kSamples + "control_flow.pt"), "prim::If");
+}
+
+TEST(Cli, TruncatedArchiveIsOneLine) {
+  fs::path tmp = fs::temp_directory_path() / ("apc_trunc_" + std::to_string(::getpid()) + ".pt");
+  std::ifstream in(kSamples + "gpt2_tiny.pt", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(tmp, std::ios::binary) << bytes.substr(0, bytes.size() * 2 / 3);
+  expectOneLineError(runApc("inspect " + tmp.string()), "not a readable TorchScript archive");
+  fs::remove(tmp);
+}
+
+}  // namespace

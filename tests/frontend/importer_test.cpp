@@ -1,0 +1,348 @@
+//===- tests/frontend/importer_test.cpp - TorchScript importer -------------===//
+//
+// Differential checks of the importer against LibTorch itself and against the facts the sample
+// generator recorded from Python (sample_models/out/manifest.json): output shapes equal what the
+// module's own forward returns, parameter names and shapes equal named_parameters(), parameter
+// totals match, and imports are deterministic.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/script.h>
+
+#include "apc/frontend/torchscript.h"
+#include "apc/ir/printer.h"
+#include "apc/ir/proto_io.h"
+
+namespace apc::frontend {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const fs::path kSamples = fs::path(APC_SOURCE_DIR) / "sample_models" / "out";
+
+const json& manifest() {
+  static const json m = [] {
+    std::ifstream f(kSamples / "manifest.json");
+    if (!f) return json::object();
+    return json::parse(f);
+  }();
+  return m;
+}
+
+std::vector<InputSpec> inputsOf(const json& sample) {
+  std::vector<InputSpec> out;
+  for (const auto& i : sample["inputs"]) {
+    InputSpec s;
+    s.name = i["name"];
+    s.dtype = *ir::parseDType(i["dtype"].get<std::string>());
+    s.shape = ir::makeShape(i["shape"].get<std::vector<int64_t>>());
+    out.push_back(s);
+  }
+  return out;
+}
+
+/// The samples the importer must accept (error-case samples are excluded).
+std::vector<const json*> samples() {
+  std::vector<const json*> out;
+  if (manifest().contains("samples"))
+    for (const auto& s : manifest()["samples"])
+      if (s.value("importable", true)) out.push_back(&s);
+  return out;
+}
+
+Expected<ir::Graph> importSample(const json& s) {
+  ImportOptions o;
+  o.inputs = inputsOf(s);
+  return importTorchScript((kSamples / s["file"].get<std::string>()).string(), o);
+}
+
+TEST(Importer, ManifestIsPresent) {
+  ASSERT_FALSE(samples().empty()) << "run scripts/setup.sh to generate sample_models/out";
+  std::set<std::string> names;
+  for (const json* s : samples()) names.insert((*s)["name"]);
+  for (const char* required : {"toy_block", "mlp_stack", "gpt2_tiny", "gpt2_small", "llama_tiny",
+                               "llama_small", "llama3_8b", "cnn_small", "multi_output"})
+    EXPECT_TRUE(names.count(required)) << required;
+}
+
+TEST(Importer, ParametersMatchNamedParameters) {
+  for (const json* sp : samples()) {
+    const json& s = *sp;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto g = importSample(s);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    std::vector<ir::NodeId> params = g->nodesOfKind(ir::NodeKind::kParameter);
+    ASSERT_EQ(params.size(), s["parameters"].size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ir::Node& n = g->node(params[i]);
+      EXPECT_EQ(n.name, s["parameters"][i]["name"]);
+      EXPECT_EQ(ir::hintSizes(g->value(n.outputs[0]).tensor->shape),
+                s["parameters"][i]["shape"].get<std::vector<int64_t>>())
+          << n.name;
+      EXPECT_TRUE(g->value(n.outputs[0]).tensor->requires_grad) << n.name;
+    }
+    ir::GraphStats st = ir::computeStats(*g);
+    EXPECT_EQ(st.total_params, s["param_count"].get<int64_t>());
+    EXPECT_EQ(st.param_bytes, s["param_bytes"].get<int64_t>());
+    // Buffers that the forward reads are all named buffers of the module.
+    std::set<std::string> buffers;
+    for (const auto& b : s["buffers"]) buffers.insert(b["name"]);
+    for (ir::NodeId b : g->nodesOfKind(ir::NodeKind::kBuffer)) {
+      const std::string& name = g->node(b).name;
+      if (name.rfind("__constant.", 0) == 0) continue;
+      EXPECT_TRUE(buffers.count(name)) << name;
+    }
+  }
+}
+
+TEST(Importer, Llama3_8bHasExactParameterCount) {
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = importTorchScript((kSamples / "llama3_8b.pt").string(),
+                             {{InputSpec{"tokens", ir::DType::kI64, ir::makeShape({8, 128})}}});
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  EXPECT_EQ(ir::computeStats(*g).total_params, 8030261248LL);
+  std::cout << "[ info ] llama3_8b import: " << s << " s, " << g->numNodes() << " nodes\n";
+  auto leaves = g->outputs().leaves();
+  ASSERT_EQ(leaves.size(), 1u);
+  EXPECT_EQ(ir::hintSizes(g->value(leaves[0]).tensor->shape), (std::vector<int64_t>{8, 128, 128256}));
+}
+
+/// Random inputs for a forward run: floats normal, integers in [0, 2) (valid indices and targets).
+std::vector<c10::IValue> randomInputs(const std::vector<InputSpec>& specs) {
+  std::vector<c10::IValue> out;
+  for (const InputSpec& s : specs) {
+    auto sizes = ir::hintSizes(s.shape);
+    if (ir::isFloating(s.dtype))
+      out.emplace_back(torch::randn(sizes));
+    else
+      out.emplace_back(torch::randint(0, 2, sizes, torch::kLong));
+  }
+  return out;
+}
+
+void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTuple()) {
+    for (const auto& e : v.toTupleRef().elements()) flatten(e, out);
+  } else if (v.isList()) {
+    for (const auto& e : v.toListRef()) flatten(e, out);
+  } else if (v.isGenericDict()) {
+    for (const auto& e : v.toGenericDict()) flatten(e.value(), out);
+  }
+}
+
+TEST(Importer, OutputShapesEqualLibTorchForward) {
+  int checked = 0;
+  for (const json* sp : samples()) {
+    const json& s = *sp;
+    if (!s.value("run_forward", false)) continue;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto specs = inputsOf(s);
+    auto g = importSample(s);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    torch::jit::Module m = torch::jit::load((kSamples / s["file"].get<std::string>()).string());
+    m.eval();
+    torch::NoGradGuard no_grad;
+    c10::IValue result = m.forward(randomInputs(specs));
+    std::vector<at::Tensor> expected;
+    flatten(result, expected);
+    auto leaves = g->outputs().leaves();
+    ASSERT_EQ(leaves.size(), expected.size());
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const ir::Value& v = g->value(leaves[i]);
+      ASSERT_TRUE(v.tensor.has_value());
+      EXPECT_EQ(ir::hintSizes(v.tensor->shape), expected[i].sizes().vec());
+      EXPECT_EQ(ir::dtypeBytes(v.tensor->dtype), static_cast<int>(expected[i].element_size()));
+      EXPECT_EQ(ir::isFloating(v.tensor->dtype), expected[i].is_floating_point());
+    }
+    ++checked;
+  }
+  EXPECT_GE(checked, 5);
+}
+
+TEST(Importer, EveryTensorValueHasAShape) {
+  for (const json* sp : samples()) {
+    SCOPED_TRACE((*sp)["name"].get<std::string>());
+    auto g = importSample(*sp);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    for (const ir::Value& v : g->values()) {
+      if (!v.isTensor()) continue;
+      EXPECT_NE(v.tensor->dtype, ir::DType::kUnknown) << v.debug_name;
+      for (const ir::Dim& d : v.tensor->shape) EXPECT_GE(d.size, 0) << v.debug_name;
+    }
+  }
+}
+
+TEST(Importer, ModulePathsFollowTheModuleTree) {
+  auto g = importSample(*[] {
+    for (const json* s : samples())
+      if ((*s)["name"] == "llama_tiny") return s;
+    return samples().front();
+  }());
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  bool saw_wq = false;
+  for (const ir::Node& n : g->nodes()) {
+    if (n.op == "aten::linear" && n.module_path == "layers.1.attention.wq") {
+      saw_wq = true;
+      EXPECT_EQ(g->node(g->value(n.inputs[1]).producer).name, "layers.1.attention.wq.weight");
+    }
+  }
+  EXPECT_TRUE(saw_wq);
+}
+
+TEST(Importer, TupleAndDictOutputsKeepTheirStructure) {
+  auto g = importTorchScript((kSamples / "multi_output.pt").string());
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  const ir::OutputTree& t = g->outputs();
+  ASSERT_EQ(t.kind, ir::OutputTree::Kind::kTuple);
+  ASSERT_EQ(t.children.size(), 2u);
+  EXPECT_EQ(t.children[0].kind, ir::OutputTree::Kind::kLeaf);
+  const ir::OutputTree& d = t.children[1];
+  ASSERT_EQ(d.kind, ir::OutputTree::Kind::kDict);
+  EXPECT_EQ(d.keys, (std::vector<std::string>{"logits", "hidden"}));
+  EXPECT_EQ(ir::hintSizes(g->value(d.children[0].leaf).tensor->shape), (std::vector<int64_t>{4, 10}));
+  EXPECT_EQ(ir::hintSizes(g->value(d.children[1].leaf).tensor->shape), (std::vector<int64_t>{4, 32}));
+  // The structure itself is not a node of the graph.
+  for (const ir::Node& n : g->nodes()) {
+    EXPECT_NE(n.op, "prim::TupleConstruct");
+    EXPECT_NE(n.op, "prim::DictConstruct");
+  }
+}
+
+TEST(Importer, TracedAndScriptedAgree) {
+  for (const char* base : {"llama_tiny", "gpt2_tiny"}) {
+    SCOPED_TRACE(base);
+    const json* traced = nullptr;
+    const json* scripted = nullptr;
+    for (const json* s : samples()) {
+      if ((*s)["name"] == base) traced = s;
+      if ((*s)["name"] == std::string(base) + "_scripted") scripted = s;
+    }
+    if (!traced || !scripted) continue;
+    auto a = importSample(*traced);
+    auto b = importSample(*scripted);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(ir::computeStats(*a).total_params, ir::computeStats(*b).total_params);
+    EXPECT_EQ(ir::computeStats(*a).nodes_by_op.at("aten::linear"),
+              ir::computeStats(*b).nodes_by_op.at("aten::linear"));
+    auto la = a->outputs().leaves(), lb = b->outputs().leaves();
+    ASSERT_EQ(la.size(), lb.size());
+    EXPECT_EQ(a->value(la[0]).tensor->shape, b->value(lb[0]).tensor->shape);
+  }
+}
+
+TEST(Importer, DeterministicAndSerializable) {
+  for (const json* sp : samples()) {
+    const json& s = *sp;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto a = importSample(s);
+    auto b = importSample(s);
+    ASSERT_TRUE(a.ok() && b.ok());
+    std::string bytes = ir::serializeGraph(*a);
+    EXPECT_EQ(bytes, ir::serializeGraph(*b));
+    auto back = ir::deserializeGraph(bytes);
+    ASSERT_TRUE(back.ok()) << back.error().message();
+    EXPECT_EQ(ir::graphToJson(*back), ir::graphToJson(*a));
+  }
+}
+
+TEST(Importer, NodeCountsAreStable) {
+  // Regression guard: the importer's node counts per sample, checked in. A change here means the
+  // importer (or the sample) changed; update tests/frontend/node_counts.json on purpose.
+  std::ifstream f(fs::path(APC_SOURCE_DIR) / "tests" / "frontend" / "node_counts.json");
+  ASSERT_TRUE(f.good());
+  json expected = json::parse(f);
+  for (const json* sp : samples()) {
+    const json& s = *sp;
+    std::string name = s["name"];
+    if (!expected.contains(name)) continue;
+    auto g = importSample(s);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    EXPECT_EQ(static_cast<int64_t>(g->numNodes()), expected[name].get<int64_t>()) << name;
+  }
+}
+
+// --- bad input -----------------------------------------------------------------------------------
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("apc_frontend_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+using ImporterErrors = TempDir;
+
+TEST_F(ImporterErrors, MissingFile) {
+  auto g = importTorchScript((dir_ / "nope.pt").string());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ErrorCode::kNotFound);
+  EXPECT_NE(g.error().message().find("nope.pt"), std::string::npos);
+}
+
+TEST_F(ImporterErrors, NotAnArchive) {
+  fs::path p = dir_ / "text.pt";
+  std::ofstream(p) << "hello, this is not a zip file\n";
+  auto g = importTorchScript(p.string());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ErrorCode::kParse);
+  EXPECT_NE(g.error().message().find("not a readable TorchScript archive"), std::string::npos)
+      << g.error().message();
+  EXPECT_EQ(g.error().message().find('\n'), std::string::npos);
+}
+
+TEST_F(ImporterErrors, TruncatedArchive) {
+  fs::path src = kSamples / "mlp_stack.pt";
+  std::ifstream in(src, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_GT(bytes.size(), 1000u);
+  fs::path p = dir_ / "truncated.pt";
+  std::ofstream(p, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  auto g = importTorchScript(p.string());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ErrorCode::kParse);
+}
+
+TEST_F(ImporterErrors, UnknownInputName) {
+  auto g = importTorchScript((kSamples / "toy_block.pt").string(),
+                             {{InputSpec{"y", ir::DType::kF32, ir::makeShape({8, 128, 1024})}}});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(g.error().message().find("unknown input 'y'"), std::string::npos) << g.error().message();
+  EXPECT_NE(g.error().message().find("x"), std::string::npos);
+}
+
+TEST_F(ImporterErrors, WrongRankOrDtype) {
+  auto rank = importTorchScript((kSamples / "toy_block.pt").string(),
+                                {{InputSpec{"x", ir::DType::kF32, ir::makeShape({8, 1024})}}});
+  ASSERT_FALSE(rank.ok());
+  EXPECT_NE(rank.error().message().find("rank"), std::string::npos) << rank.error().message();
+  auto dtype = importTorchScript((kSamples / "toy_block.pt").string(),
+                                 {{InputSpec{"x", ir::DType::kI64, ir::makeShape({8, 128, 1024})}}});
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_NE(dtype.error().message().find("dtype"), std::string::npos) << dtype.error().message();
+}
+
+TEST_F(ImporterErrors, DataDependentControlFlowNamesTheNode) {
+  fs::path p = kSamples / "control_flow.pt";
+  auto g = importTorchScript(p.string());
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(g.error().message().find("prim::If"), std::string::npos) << g.error().message();
+  EXPECT_NE(g.error().message().find(".py:"), std::string::npos) << g.error().message();
+}
+
+}  // namespace
+}  // namespace apc::frontend
