@@ -1,0 +1,38 @@
+//===- apc/solver/ilp.h - The integer program, solved with COIN-OR CBC -----===//
+//
+// Variables
+//   x[v,s] in {0,1}     node v uses strategy s
+//   e[uv,s,t] in [0,1]  edge u->v uses the pair (s,t); created only for pairs of finite cost
+// Objective
+//   min sum_v sum_s c[v,s] x[v,s] + sum_uv sum_(s,t) r[uv,s,t] e[uv,s,t]
+// Constraints
+//   (a) one strategy per node:      sum_s x[v,s] = 1
+//   (b) edge marginal, source side: sum_t e[uv,s,t] = x[u,s]      for every s of u
+//   (c) edge marginal, dest side:   sum_s e[uv,s,t] = x[v,t]      for every t of v
+//   (d) pins:                       x[v,p] = 1 for a pinned strategy p (bounds, not rows)
+//   (e) memory:                     low <= sum_v sum_s m[v,s] x[v,s] <= high
+// With (b) and (c) the LP relaxation is the local marginal polytope, usually integral on our sparse
+// graphs, so CBC tends to finish at the root. e needs no integrality: integral x forces it.
+// Forbidden pairs (infinite r) get no e variable, so (b)/(c) exclude them.
+//
+// The problem is built in memory and solved in-process (no files).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include "apc/solver/problem.h"
+
+namespace apc::solver {
+
+struct SolverOptions {
+  double time_limit_s = 60;  // CBC does not enforce it during the root LP: expect overshoot
+  int threads = 1;
+  int log_level = 0;         // 0 silent, 1 CBC summary, 2+ more
+};
+
+/// Solves the problem. Errors: kInvalidArgument for malformed problems, kInfeasible when no choice
+/// satisfies the constraints (the message names the pin groups or the memory bound that make it
+/// infeasible, and for the memory bound the smallest feasible high), kInternal when CBC fails.
+Expected<Solution> solve(const Problem& p, const SolverOptions& options = {});
+
+}  // namespace apc::solver

@@ -1,0 +1,82 @@
+//===- apc/solver/problem.h - The strategy-selection problem ---------------===//
+//
+// The solver's own problem type, independent of the IR (as in XLA's auto-sharding request): nodes
+// with a cost per strategy, edges with a cost per pair of strategies, an optional linear memory
+// bound, pins. It can be validated, evaluated for a given choice, dumped to JSON and read back
+// (`apc plan --dump-problem`), and solved by the ILP in ilp.h or, for tiny problems, by brute force.
+//
+// Costs are in microseconds. An edge cost of +infinity forbids that pair of strategies.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apc/support/error.h"
+
+namespace apc::solver {
+
+inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+struct ProblemNode {
+  std::string name;                 // for messages and dumps
+  std::vector<double> costs;        // one per strategy (already scaled by the node's multiplicity)
+  std::vector<double> memory;       // bytes per strategy counted by the memory bound; empty = none
+  std::optional<uint32_t> pinned;   // the only allowed strategy
+  std::string pin_group;            // which constraint group the pin belongs to ("inputs", ...)
+
+  size_t numStrategies() const { return costs.size(); }
+};
+
+struct ProblemEdge {
+  uint32_t src = 0;
+  uint32_t dst = 0;
+  std::vector<double> costs;  // |S_src| x |S_dst|, row-major; +infinity = forbidden pair
+
+  double cost(size_t s, size_t t, size_t num_dst) const { return costs[s * num_dst + t]; }
+};
+
+/// low <= sum_v memory[v][x_v] <= high.
+struct MemoryBound {
+  double low = 0;
+  double high = kInfinity;
+};
+
+struct Problem {
+  std::vector<ProblemNode> nodes;
+  std::vector<ProblemEdge> edges;
+  std::optional<MemoryBound> memory;
+
+  /// Checks sizes, indices and that no cost is NaN or negative; errors name the node or edge.
+  Status validate() const;
+  size_t numStrategies() const;
+};
+
+struct Solution {
+  std::vector<uint32_t> choice;  // one strategy per node
+  double objective = 0;
+  double bound = 0;              // best lower bound the solver proved
+  std::string status;            // "optimal", "time limit (feasible)", ...
+  double seconds = 0;
+  int64_t variables = 0;
+  int64_t constraints = 0;
+};
+
+/// The objective of a choice; +infinity when a pair is forbidden, a pin or the memory bound is violated.
+double evaluate(const Problem& p, const std::vector<uint32_t>& choice);
+/// Memory counted by the bound for a choice.
+double memoryOf(const Problem& p, const std::vector<uint32_t>& choice);
+
+/// Exhaustive search; for tests on problems with at most ~1e6 combinations.
+Expected<Solution> bruteForce(const Problem& p);
+
+nlohmann::json toJson(const Problem& p);
+Expected<Problem> problemFromJson(const nlohmann::json& j);
+
+}  // namespace apc::solver
