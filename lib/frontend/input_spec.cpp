@@ -9,8 +9,9 @@ namespace apc::frontend {
 
 Expected<InputSpec> parseInputSpec(std::string_view text) {
   auto bad = [&](const std::string& why) {
-    return parseError("bad input spec '" + std::string(text) + "': " + why +
-                      " (expected name:dtype[d0,d1,...], like tokens:i64[8,128] or x:f32[B=8,1024])");
+    return parseError(
+        "bad input spec '" + std::string(text) + "': " + why +
+        " (expected name:dtype[d0,d1,...], like tokens:i64[8,128] or x:f32[B=8,1024])");
   };
   std::string_view t = trim(text);
   size_t colon = t.find(':');
@@ -18,7 +19,8 @@ Expected<InputSpec> parseInputSpec(std::string_view text) {
   InputSpec spec;
   spec.name = std::string(trim(t.substr(0, colon)));
   for (char c : spec.name)
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.') return bad("bad name");
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.')
+      return bad("bad name");
   std::string_view rest = t.substr(colon + 1);
   size_t lb = rest.find('[');
   if (lb == std::string_view::npos || rest.back() != ']') return bad("missing [shape]");

@@ -1,10 +1,10 @@
 //===- lib/frontend/torchscript_importer.cpp - TorchScript -> apc IR -------===//
 //
 // The only translation unit of the frontend that includes torch headers. See
-// apc/frontend/torchscript.h for the algorithm. The interpreter keeps one Slot per torch::jit::Value:
-// its run-time IValue (a meta tensor, a real CPU scalar, an int, a list, a module object), the apc
-// value it maps to, the module path of module objects, and whether it depends on the forward's
-// inputs (which decides whether a prim::If may be flattened).
+// apc/frontend/torchscript.h for the algorithm. The interpreter keeps one Slot per
+// torch::jit::Value: its run-time IValue (a meta tensor, a real CPU scalar, an int, a list, a
+// module object), the apc value it maps to, the module path of module objects, and whether it
+// depends on the forward's inputs (which decides whether a prim::If may be flattened).
 //
 //===----------------------------------------------------------------------===//
 #include "apc/frontend/torchscript.h"
@@ -16,12 +16,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include <nlohmann/json.hpp>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/jit/runtime/symbolic_shape_registry.h>
 #include <torch/script.h>
+#include <nlohmann/json.hpp>
 
 #include "apc/support/strings.h"
 
@@ -36,33 +36,55 @@ namespace {
 
 DType fromScalarType(at::ScalarType t) {
   switch (t) {
-    case at::kFloat: return DType::kF32;
-    case at::kDouble: return DType::kF64;
-    case at::kHalf: return DType::kF16;
-    case at::kBFloat16: return DType::kBF16;
-    case at::kLong: return DType::kI64;
-    case at::kInt: return DType::kI32;
-    case at::kShort: return DType::kI16;
-    case at::kChar: return DType::kI8;
-    case at::kByte: return DType::kU8;
-    case at::kBool: return DType::kBool;
-    default: return DType::kUnknown;
+    case at::kFloat:
+      return DType::kF32;
+    case at::kDouble:
+      return DType::kF64;
+    case at::kHalf:
+      return DType::kF16;
+    case at::kBFloat16:
+      return DType::kBF16;
+    case at::kLong:
+      return DType::kI64;
+    case at::kInt:
+      return DType::kI32;
+    case at::kShort:
+      return DType::kI16;
+    case at::kChar:
+      return DType::kI8;
+    case at::kByte:
+      return DType::kU8;
+    case at::kBool:
+      return DType::kBool;
+    default:
+      return DType::kUnknown;
   }
 }
 
 at::ScalarType toScalarType(DType d) {
   switch (d) {
-    case DType::kF32: return at::kFloat;
-    case DType::kF64: return at::kDouble;
-    case DType::kF16: return at::kHalf;
-    case DType::kBF16: return at::kBFloat16;
-    case DType::kI64: return at::kLong;
-    case DType::kI32: return at::kInt;
-    case DType::kI16: return at::kShort;
-    case DType::kI8: return at::kChar;
-    case DType::kU8: return at::kByte;
-    case DType::kBool: return at::kBool;
-    case DType::kUnknown: break;
+    case DType::kF32:
+      return at::kFloat;
+    case DType::kF64:
+      return at::kDouble;
+    case DType::kF16:
+      return at::kHalf;
+    case DType::kBF16:
+      return at::kBFloat16;
+    case DType::kI64:
+      return at::kLong;
+    case DType::kI32:
+      return at::kInt;
+    case DType::kI16:
+      return at::kShort;
+    case DType::kI8:
+      return at::kChar;
+    case DType::kU8:
+      return at::kByte;
+    case DType::kBool:
+      return at::kBool;
+    case DType::kUnknown:
+      break;
   }
   return at::kFloat;
 }
@@ -90,7 +112,8 @@ std::string tensorKey(const at::Tensor& t) {
   std::string key;
   const void* data = t.has_storage() ? t.storage().data() : nullptr;
   if (data) {
-    key = std::to_string(reinterpret_cast<uintptr_t>(data)) + "@" + std::to_string(t.storage_offset());
+    key = std::to_string(reinterpret_cast<uintptr_t>(data)) + "@" +
+          std::to_string(t.storage_offset());
   } else {
     key = "impl" + std::to_string(reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl()));
   }
@@ -112,9 +135,9 @@ ir::TensorMeta metaOf(const at::Tensor& t, bool requires_grad) {
 
 struct Slot {
   c10::IValue iv;
-  ir::ValueId id;          // invalid for module objects and structural values
-  std::string module;      // module path, for module objects
-  bool tainted = false;    // depends on a forward input
+  ir::ValueId id;        // invalid for module objects and structural values
+  std::string module;    // module path, for module objects
+  bool tainted = false;  // depends on a forward input
   bool is_module = false;
   bool data_dependent = false;  // a scalar read from a tensor's values: unknown at import time
 };
@@ -149,8 +172,9 @@ class Importer {
                            std::to_string(inputs_.size()) + " shapes were resolved");
     for (size_t i = 1; i < gin.size(); ++i) {
       const InputSpec& spec = inputs_[i - 1];
-      at::Tensor t = at::empty(ir::hintSizes(spec.shape),
-                               at::TensorOptions().device(at::kMeta).dtype(toScalarType(spec.dtype)));
+      at::Tensor t =
+          at::empty(ir::hintSizes(spec.shape),
+                    at::TensorOptions().device(at::kMeta).dtype(toScalarType(spec.dtype)));
       ir::Value v;
       v.type = ir::ValueType::kTensor;
       v.debug_name = spec.name;
@@ -171,7 +195,8 @@ class Importer {
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
       std::string key = tensorKey(p.value);
       if (tensor_nodes_.count(key)) continue;  // tied: reported once, under its first name
-      tensor_nodes_[key] = addLeaf(ir::NodeKind::kParameter, p.name, p.value, p.value.requires_grad());
+      tensor_nodes_[key] =
+          addLeaf(ir::NodeKind::kParameter, p.name, p.value, p.value.requires_grad());
     }
     return Status::success();
   }
@@ -189,7 +214,9 @@ class Importer {
     n.name = name;
     n.outputs = {id};
     auto dot = name.rfind('.');
-    n.module_path = module_path ? *module_path : dot == std::string::npos ? "" : name.substr(0, dot);
+    n.module_path = module_path                ? *module_path
+                    : dot == std::string::npos ? ""
+                                               : name.substr(0, dot);
     out_.addNode(std::move(n));
     return id;
   }
@@ -228,7 +255,7 @@ class Importer {
         }
       } else {
         t.kind = p->kind() == c10::prim::TupleConstruct ? ir::OutputTree::Kind::kTuple
-                                                         : ir::OutputTree::Kind::kList;
+                                                        : ir::OutputTree::Kind::kList;
         for (tj::Value* in : p->inputs()) {
           APC_ASSIGN_OR_RETURN(ir::OutputTree c, buildTree(in, depth + 1));
           t.children.push_back(std::move(c));
@@ -243,7 +270,8 @@ class Importer {
   /// The apc value of a torch value, materializing graph-level constants on first use.
   Expected<ir::ValueId> valueIdOf(tj::Value* v) {
     auto it = slots_.find(v);
-    if (it == slots_.end()) return internalError("value %" + v->debugName() + " used before definition");
+    if (it == slots_.end())
+      return internalError("value %" + v->debugName() + " used before definition");
     if (!it->second.id.valid()) {
       if (it->second.is_module)
         return unsupported("a module object is used as a value" + where(v->node()));
@@ -294,7 +322,8 @@ class Importer {
         if (!v.isObject() || !v.toObject()->type()->is_module()) continue;
         std::string attr = cls->getAttributeName(i);
         std::string child_rel = rel.empty() ? attr : rel + "." + attr;
-        if (attr == name && (!type || v.toObject()->type() == type)) return {child_rel, v.toObject()};
+        if (attr == name && (!type || v.toObject()->type() == type))
+          return {child_rel, v.toObject()};
         queue.emplace_back(child_rel, v.toObject());
       }
     }
@@ -352,9 +381,11 @@ class Importer {
         APC_RETURN_IF_ERROR(interpretGetAttr(node));
       } else if (k == c10::prim::If) {
         APC_RETURN_IF_ERROR(interpretIf(node));
-      } else if (k == c10::prim::Loop || k == c10::prim::CallMethod || k == c10::prim::CallFunction ||
-                 k == c10::prim::fork || k == c10::prim::Enter || k == c10::prim::RaiseException) {
-        return unsupported("cannot flatten control flow " + std::string(k.toQualString()) + where(node) +
+      } else if (k == c10::prim::Loop || k == c10::prim::CallMethod ||
+                 k == c10::prim::CallFunction || k == c10::prim::fork || k == c10::prim::Enter ||
+                 k == c10::prim::RaiseException) {
+        return unsupported("cannot flatten control flow " + std::string(k.toQualString()) +
+                           where(node) +
                            " (use tracing, or make the branch independent of the inputs)");
       } else {
         APC_RETURN_IF_ERROR(interpretOp(node));
@@ -385,7 +416,8 @@ class Importer {
           v.constant = t.item<int64_t>();
         s.id = out_.addValue(std::move(v));
       } else {
-        // A tensor literal (traced masks, tables): a Buffer node, so that later stages keep its data.
+        // A tensor literal (traced masks, tables): a Buffer node, so that later stages keep its
+        // data.
         s.id = addLeaf(ir::NodeKind::kBuffer, "__constant." + out->debugName(), t, false, "");
         s.iv = metaLike(t);
       }
@@ -429,21 +461,24 @@ class Importer {
   Status interpretIf(tj::Node* node) {
     const Slot& cond = slots_.at(node->input(0));
     if (cond.data_dependent)
-      return unsupported("cannot flatten control flow prim::If whose condition depends on tensor values" +
-                         where(node));
+      return unsupported(
+          "cannot flatten control flow prim::If whose condition depends on tensor values" +
+          where(node));
     if (cond.tainted || !cond.iv.isBool())
-      return unsupported("cannot flatten control flow prim::If whose condition depends on the inputs" +
-                         where(node));
+      return unsupported(
+          "cannot flatten control flow prim::If whose condition depends on the inputs" +
+          where(node));
     tj::Block* taken = node->blocks().at(cond.iv.toBool() ? 0 : 1);
     APC_RETURN_IF_ERROR(interpretBlock(taken));
-    for (size_t i = 0; i < node->outputs().size(); ++i) slots_[node->outputs()[i]] = slots_.at(taken->outputs()[i]);
+    for (size_t i = 0; i < node->outputs().size(); ++i)
+      slots_[node->outputs()[i]] = slots_.at(taken->outputs()[i]);
     return Status::success();
   }
 
   static bool isVararg(c10::Symbol k) {
     return k == c10::prim::ListConstruct || k == c10::prim::TupleConstruct ||
-           k == c10::prim::ListUnpack || k == c10::prim::TupleUnpack || k == c10::prim::DictConstruct ||
-           k == c10::prim::TupleIndex;
+           k == c10::prim::ListUnpack || k == c10::prim::TupleUnpack ||
+           k == c10::prim::DictConstruct || k == c10::prim::TupleIndex;
   }
 
   /// Structural prim ops, by hand: their implementations in libtorch are not exported.
@@ -504,23 +539,30 @@ class Importer {
       // (input, weight, bias, stride, padding, dilation, [transposed, output_padding,] groups, ...)
       size_t n = node->inputs().size();
       tj::Stack args(stack.end() - static_cast<long>(n), stack.end());
-      if (!args[0].isTensor() || !args[1].isTensor() || !args[3].isIntList() || !args[4].isIntList() ||
-          !args[5].isIntList())
+      if (!args[0].isTensor() || !args[1].isTensor() || !args[3].isIntList() ||
+          !args[4].isIntList() || !args[5].isIntList())
         return false;
       bool full_form = op == "aten::_convolution" || op == "aten::convolution";
-      if (full_form && args[6].isBool() && args[6].toBool()) return false;  // transposed: not handled
+      if (full_form && args[6].isBool() && args[6].toBool())
+        return false;  // transposed: not handled
       at::Tensor input = args[0].toTensor(), weight = args[1].toTensor();
-      auto stride = args[3].toIntVector(), padding = args[4].toIntVector(), dilation = args[5].toIntVector();
+      auto stride = args[3].toIntVector(), padding = args[4].toIntVector(),
+           dilation = args[5].toIntVector();
       int64_t spatial = input.dim() - 2;
       if (spatial < 1 || weight.dim() != input.dim()) return false;
-      auto at = [](const std::vector<int64_t>& v, int64_t i) { return v.size() == 1 ? v[0] : v.at(i); };
+      auto at = [](const std::vector<int64_t>& v, int64_t i) {
+        return v.size() == 1 ? v[0] : v.at(i);
+      };
       std::vector<int64_t> out = {input.size(0), weight.size(0)};
       for (int64_t i = 0; i < spatial; ++i) {
         int64_t k = weight.size(2 + i);
-        out.push_back((input.size(2 + i) + 2 * at(padding, i) - at(dilation, i) * (k - 1) - 1) / at(stride, i) + 1);
+        out.push_back((input.size(2 + i) + 2 * at(padding, i) - at(dilation, i) * (k - 1) - 1) /
+                          at(stride, i) +
+                      1);
       }
       stack.resize(stack.size() - n);
-      stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(input.scalar_type())));
+      stack.emplace_back(
+          at::empty(out, at::TensorOptions().device(at::kMeta).dtype(input.scalar_type())));
       return true;
     }
     return false;
@@ -548,7 +590,13 @@ class Importer {
       std::shared_ptr<tj::Code> code;
       if (auto sg = tj::shapeComputeGraphForSchema(*schema))
         code = std::make_shared<tj::Code>(*sg, "shape_" + schema->name());
-      it = shape_codes_.emplace(schema, std::make_pair(code, (code ? (*tj::shapeComputeGraphForSchema(*schema))->inputs().size() : 0))).first;
+      it = shape_codes_
+               .emplace(
+                   schema,
+                   std::make_pair(
+                       code,
+                       (code ? (*tj::shapeComputeGraphForSchema(*schema))->inputs().size() : 0)))
+               .first;
     }
     auto [code, n_inputs] = it->second;
     if (!code) return false;
@@ -589,9 +637,11 @@ class Importer {
     std::vector<ir::ValueId> in_ids;
     for (tj::Value* in : node->inputs()) {
       auto it = slots_.find(in);
-      if (it == slots_.end()) return internalError("value %" + in->debugName() + " undefined" + where(node));
+      if (it == slots_.end())
+        return internalError("value %" + in->debugName() + " undefined" + where(node));
       if (it->second.data_dependent)
-        return unsupported("value %" + in->debugName() + " depends on tensor values (data-dependent shapes or " +
+        return unsupported("value %" + in->debugName() +
+                           " depends on tensor values (data-dependent shapes or " +
                            "control flow are not supported)" + where(node));
       stack.push_back(it->second.iv);
       tainted |= it->second.tainted;
@@ -678,7 +728,8 @@ class Importer {
   std::map<std::string, ir::ValueId> tensor_nodes_;
   std::unordered_set<const tj::Node*> structural_;
   std::unordered_map<const tj::InlinedCallStack*, std::string> module_paths_;
-  std::unordered_map<const c10::FunctionSchema*, std::pair<std::shared_ptr<tj::Code>, size_t>> shape_codes_;
+  std::unordered_map<const c10::FunctionSchema*, std::pair<std::shared_ptr<tj::Code>, size_t>>
+      shape_codes_;
 };
 
 double secondsSince(std::chrono::steady_clock::time_point t0) {
@@ -702,7 +753,8 @@ Expected<Loaded> loadArchive(const std::string& path) {
   try {
     l.module = tj::load(path, c10::nullopt, extra);
   } catch (const std::exception& e) {
-    return parseError("'" + path + "' is not a readable TorchScript archive (" + firstLine(e.what()) + ")");
+    return parseError("'" + path + "' is not a readable TorchScript archive (" +
+                      firstLine(e.what()) + ")");
   }
   auto method = l.module.find_method("forward");
   if (!method) return unsupported("'" + path + "' has no forward method");
@@ -772,16 +824,18 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
     size_t i = 0;
     while (i < inputs.size() && inputs[i].name != o.name) ++i;
     if (i == inputs.size())
-      return invalidArgument("unknown input '" + o.name + "'; the model's inputs are: " +
-                             (names.empty() ? "(none)" : names));
+      return invalidArgument("unknown input '" + o.name +
+                             "'; the model's inputs are: " + (names.empty() ? "(none)" : names));
     if (l.known[i]) {
       if (o.shape.size() != inputs[i].shape.size())
-        return invalidArgument("input '" + o.name + "' has rank " + std::to_string(inputs[i].shape.size()) +
-                               " in the model (" + toString(inputs[i]) + ") but rank " +
+        return invalidArgument("input '" + o.name + "' has rank " +
+                               std::to_string(inputs[i].shape.size()) + " in the model (" +
+                               toString(inputs[i]) + ") but rank " +
                                std::to_string(o.shape.size()) + " was given");
       if (o.dtype != inputs[i].dtype)
-        return invalidArgument("input '" + o.name + "' has dtype " + ir::dtypeName(inputs[i].dtype) +
-                               " in the model but " + ir::dtypeName(o.dtype) + " was given");
+        return invalidArgument("input '" + o.name + "' has dtype " +
+                               ir::dtypeName(inputs[i].dtype) + " in the model but " +
+                               ir::dtypeName(o.dtype) + " was given");
     }
     inputs[i] = o;
     given[i] = true;
@@ -789,8 +843,8 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
   for (size_t i = 0; i < inputs.size(); ++i)
     if (!given[i] && !l.known[i])
       return invalidArgument("the shape of input '" + inputs[i].name +
-                             "' is not recorded in the model; give it with --input " + inputs[i].name +
-                             ":dtype[d0,d1,...]");
+                             "' is not recorded in the model; give it with --input " +
+                             inputs[i].name + ":dtype[d0,d1,...]");
 
   auto t1 = std::chrono::steady_clock::now();
   std::shared_ptr<tj::Graph> graph;

@@ -5,29 +5,46 @@ namespace apc::ir {
 
 const char* valueTypeName(ValueType t) {
   switch (t) {
-    case ValueType::kTensor: return "Tensor";
-    case ValueType::kInt: return "int";
-    case ValueType::kFloat: return "float";
-    case ValueType::kBool: return "bool";
-    case ValueType::kString: return "str";
-    case ValueType::kDevice: return "Device";
-    case ValueType::kNone: return "None";
-    case ValueType::kIntList: return "int[]";
-    case ValueType::kFloatList: return "float[]";
-    case ValueType::kBoolList: return "bool[]";
-    case ValueType::kTensorList: return "Tensor[]";
-    case ValueType::kTuple: return "tuple";
-    case ValueType::kOther: return "other";
+    case ValueType::kTensor:
+      return "Tensor";
+    case ValueType::kInt:
+      return "int";
+    case ValueType::kFloat:
+      return "float";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "str";
+    case ValueType::kDevice:
+      return "Device";
+    case ValueType::kNone:
+      return "None";
+    case ValueType::kIntList:
+      return "int[]";
+    case ValueType::kFloatList:
+      return "float[]";
+    case ValueType::kBoolList:
+      return "bool[]";
+    case ValueType::kTensorList:
+      return "Tensor[]";
+    case ValueType::kTuple:
+      return "tuple";
+    case ValueType::kOther:
+      return "other";
   }
   return "other";
 }
 
 const char* nodeKindName(NodeKind k) {
   switch (k) {
-    case NodeKind::kInput: return "input";
-    case NodeKind::kParameter: return "parameter";
-    case NodeKind::kBuffer: return "buffer";
-    case NodeKind::kOp: return "op";
+    case NodeKind::kInput:
+      return "input";
+    case NodeKind::kParameter:
+      return "parameter";
+    case NodeKind::kBuffer:
+      return "buffer";
+    case NodeKind::kOp:
+      return "op";
   }
   return "op";
 }
@@ -88,7 +105,8 @@ std::optional<NodeId> Graph::findInput(const std::string& input_name) const {
 
 std::optional<NodeId> Graph::findParameter(const std::string& fqn) const {
   for (const Node& n : nodes_)
-    if ((n.kind == NodeKind::kParameter || n.kind == NodeKind::kBuffer) && n.name == fqn) return n.id;
+    if ((n.kind == NodeKind::kParameter || n.kind == NodeKind::kBuffer) && n.name == fqn)
+      return n.id;
   return std::nullopt;
 }
 
@@ -103,7 +121,8 @@ bool Graph::isShapeNode(NodeId id) const {
   const Node& n = node(id);
   if (n.kind != NodeKind::kOp) return false;
   for (ValueId v : n.outputs)
-    if (value(v).type == ValueType::kTensor || value(v).type == ValueType::kTensorList) return false;
+    if (value(v).type == ValueType::kTensor || value(v).type == ValueType::kTensorList)
+      return false;
   return true;
 }
 
@@ -121,7 +140,8 @@ Status Graph::verify() const {
         return internalError("value %" + v.debug_name + " names a producer that does not exist");
       const Node& p = nodes_[v.producer.v];
       if (v.producer_output >= p.outputs.size() || p.outputs[v.producer_output] != v.id)
-        return internalError("value %" + v.debug_name + " is not an output of its producer " + where(p));
+        return internalError("value %" + v.debug_name + " is not an output of its producer " +
+                             where(p));
     } else if (!v.constant.has_value()) {
       return internalError("value %" + v.debug_name + " has neither a producer nor a constant");
     }
@@ -130,19 +150,20 @@ Status Graph::verify() const {
     const Node& n = nodes_[ni];
     if (n.id.v != ni) return internalError("node #" + std::to_string(ni) + " has a wrong id");
     for (ValueId in : n.inputs) {
-      if (in.v >= values_.size()) return internalError(where(n) + " uses a value that does not exist");
+      if (in.v >= values_.size())
+        return internalError(where(n) + " uses a value that does not exist");
       const Value& v = values_[in.v];
       if (v.producer.valid() && v.producer.v >= ni)
         return internalError(where(n) + " uses %" + v.debug_name + " before it is produced");
     }
     for (ValueId out : n.outputs) {
-      if (out.v >= values_.size()) return internalError(where(n) + " has an output that does not exist");
+      if (out.v >= values_.size())
+        return internalError(where(n) + " has an output that does not exist");
       if (values_[out.v].producer != n.id)
         return internalError(where(n) + " lists output %" + values_[out.v].debug_name +
                              " produced elsewhere");
     }
-    if (n.kind != NodeKind::kOp && n.name.empty())
-      return internalError(where(n) + " has no name");
+    if (n.kind != NodeKind::kOp && n.name.empty()) return internalError(where(n) + " has no name");
   }
   for (ValueId leaf : outputs_.leaves())
     if (!leaf.valid() || leaf.v >= values_.size())

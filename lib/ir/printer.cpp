@@ -13,7 +13,9 @@ GraphStats computeStats(const Graph& g) {
   for (const Node& n : g.nodes()) {
     ++s.num_nodes;
     switch (n.kind) {
-      case NodeKind::kInput: ++s.num_inputs; break;
+      case NodeKind::kInput:
+        ++s.num_inputs;
+        break;
       case NodeKind::kParameter:
       case NodeKind::kBuffer: {
         const Value& v = g.value(n.outputs.at(0));
@@ -66,7 +68,9 @@ std::string nodeLabel(const Node& n) {
 
 void printTree(const Graph& g, const OutputTree& t, std::ostream& os) {
   switch (t.kind) {
-    case OutputTree::Kind::kLeaf: os << valueRef(g, t.leaf) << ": " << valueTypeString(g, t.leaf); return;
+    case OutputTree::Kind::kLeaf:
+      os << valueRef(g, t.leaf) << ": " << valueTypeString(g, t.leaf);
+      return;
     case OutputTree::Kind::kTuple:
     case OutputTree::Kind::kList: {
       os << (t.kind == OutputTree::Kind::kTuple ? "(" : "[");
@@ -131,9 +135,8 @@ void printGraph(const Graph& g, std::ostream& os) {
                 static_cast<int>(mod_width), "module", "outputs = (inputs)");
   os << head;
   for (const Node& n : g.nodes()) {
-    std::string outs = joinMap(n.outputs, ", ", [&](ValueId v) {
-      return valueRef(g, v) + ": " + valueTypeString(g, v);
-    });
+    std::string outs = joinMap(
+        n.outputs, ", ", [&](ValueId v) { return valueRef(g, v) + ": " + valueTypeString(g, v); });
     char line[512];
     std::snprintf(line, sizeof line, "%-6u %-*s %-*s ", n.id.v, static_cast<int>(op_width),
                   nodeLabel(n).c_str(), static_cast<int>(mod_width),
@@ -182,18 +185,15 @@ nlohmann::json graphToJson(const Graph& g) {
       }
       if (!val.elements.empty()) {
         json el = json::array();
-        for (const TensorMeta& t : val.elements) el.push_back({{"shape", hintSizes(t.shape)}, {"dtype", dtypeName(t.dtype)}});
+        for (const TensorMeta& t : val.elements)
+          el.push_back({{"shape", hintSizes(t.shape)}, {"dtype", dtypeName(t.dtype)}});
         o["elements"] = el;
       }
       if (!val.isTensor() && val.constant) o["constant"] = toString(*val.constant);
       outs.push_back(o);
     }
-    json j = {{"index", n.id.v},
-              {"kind", nodeKindName(n.kind)},
-              {"op", n.op},
-              {"overload", n.overload},
-              {"module_path", n.module_path},
-              {"outputs", outs}};
+    json j = {{"index", n.id.v},        {"kind", nodeKindName(n.kind)}, {"op", n.op},
+              {"overload", n.overload}, {"module_path", n.module_path}, {"outputs", outs}};
     if (!n.name.empty()) j["name"] = n.name;
     if (!n.source.empty()) j["source"] = n.source;
     if (n.kind == NodeKind::kOp) {

@@ -14,18 +14,23 @@ namespace apc::ir {
 namespace {
 
 constexpr std::pair<ValueType, const char*> kTypeNames[] = {
-    {ValueType::kTensor, "tensor"},     {ValueType::kInt, "int"},         {ValueType::kFloat, "float"},
-    {ValueType::kBool, "bool"},         {ValueType::kString, "str"},      {ValueType::kDevice, "device"},
-    {ValueType::kNone, "none"},         {ValueType::kIntList, "int[]"},   {ValueType::kFloatList, "float[]"},
-    {ValueType::kBoolList, "bool[]"},   {ValueType::kTensorList, "Tensor[]"}, {ValueType::kTuple, "tuple"},
+    {ValueType::kTensor, "tensor"},       {ValueType::kInt, "int"},
+    {ValueType::kFloat, "float"},         {ValueType::kBool, "bool"},
+    {ValueType::kString, "str"},          {ValueType::kDevice, "device"},
+    {ValueType::kNone, "none"},           {ValueType::kIntList, "int[]"},
+    {ValueType::kFloatList, "float[]"},   {ValueType::kBoolList, "bool[]"},
+    {ValueType::kTensorList, "Tensor[]"}, {ValueType::kTuple, "tuple"},
     {ValueType::kOther, "other"},
 };
-constexpr std::pair<NodeKind, const char*> kKindNames[] = {
-    {NodeKind::kInput, "input"}, {NodeKind::kParameter, "parameter"}, {NodeKind::kBuffer, "buffer"},
-    {NodeKind::kOp, "op"}};
+constexpr std::pair<NodeKind, const char*> kKindNames[] = {{NodeKind::kInput, "input"},
+                                                           {NodeKind::kParameter, "parameter"},
+                                                           {NodeKind::kBuffer, "buffer"},
+                                                           {NodeKind::kOp, "op"}};
 constexpr std::pair<OutputTree::Kind, const char*> kTreeNames[] = {
-    {OutputTree::Kind::kLeaf, "leaf"}, {OutputTree::Kind::kTuple, "tuple"},
-    {OutputTree::Kind::kList, "list"}, {OutputTree::Kind::kDict, "dict"}};
+    {OutputTree::Kind::kLeaf, "leaf"},
+    {OutputTree::Kind::kTuple, "tuple"},
+    {OutputTree::Kind::kList, "list"},
+    {OutputTree::Kind::kDict, "dict"}};
 
 template <typename E, size_t N>
 const char* nameOf(const std::pair<E, const char*> (&table)[N], E e) {
@@ -90,15 +95,22 @@ void toProto(const Constant& c, proto::Constant* p) {
 
 Constant fromProto(const proto::Constant& p) {
   switch (p.value_case()) {
-    case proto::Constant::kI: return p.i();
-    case proto::Constant::kF: return p.f();
-    case proto::Constant::kB: return p.b();
-    case proto::Constant::kS: return p.s();
-    case proto::Constant::kInts: return std::vector<int64_t>(p.ints().v().begin(), p.ints().v().end());
+    case proto::Constant::kI:
+      return p.i();
+    case proto::Constant::kF:
+      return p.f();
+    case proto::Constant::kB:
+      return p.b();
+    case proto::Constant::kS:
+      return p.s();
+    case proto::Constant::kInts:
+      return std::vector<int64_t>(p.ints().v().begin(), p.ints().v().end());
     case proto::Constant::kFloats:
       return std::vector<double>(p.floats().v().begin(), p.floats().v().end());
-    case proto::Constant::kBools: return std::vector<bool>(p.bools().v().begin(), p.bools().v().end());
-    default: return None{};
+    case proto::Constant::kBools:
+      return std::vector<bool>(p.bools().v().begin(), p.bools().v().end());
+    default:
+      return None{};
   }
 }
 
@@ -194,8 +206,9 @@ Expected<Graph> deserializeGraph(const std::string& bytes) {
     }
     if (pv.has_constant()) v.constant = fromProto(pv.constant());
     if (pv.producer() >= num_nodes || pv.producer() < -1)
-      return parseError("value %" + v.debug_name + " names producer " + std::to_string(pv.producer()) +
-                        " of " + std::to_string(num_nodes) + " nodes");
+      return parseError("value %" + v.debug_name + " names producer " +
+                        std::to_string(pv.producer()) + " of " + std::to_string(num_nodes) +
+                        " nodes");
     g.addValue(std::move(v));
   }
   for (const auto& pn : p.nodes()) {
@@ -207,11 +220,13 @@ Expected<Graph> deserializeGraph(const std::string& bytes) {
     n.overload = pn.overload();
     n.name = pn.name();
     for (uint32_t v : pn.inputs()) {
-      if (v >= num_values) return parseError("node " + n.op + " uses value " + std::to_string(v) + " out of range");
+      if (v >= num_values)
+        return parseError("node " + n.op + " uses value " + std::to_string(v) + " out of range");
       n.inputs.push_back(ValueId(v));
     }
     for (uint32_t v : pn.outputs()) {
-      if (v >= num_values) return parseError("node " + n.op + " has output " + std::to_string(v) + " out of range");
+      if (v >= num_values)
+        return parseError("node " + n.op + " has output " + std::to_string(v) + " out of range");
       n.outputs.push_back(ValueId(v));
     }
     n.module_path = pn.module_path();

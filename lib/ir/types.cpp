@@ -17,10 +17,11 @@ struct DTypeInfo {
   bool floating;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::kF32, "f32", 4, true},  {DType::kF64, "f64", 8, true},  {DType::kF16, "f16", 2, true},
-    {DType::kBF16, "bf16", 2, true}, {DType::kI64, "i64", 8, false}, {DType::kI32, "i32", 4, false},
-    {DType::kI16, "i16", 2, false}, {DType::kI8, "i8", 1, false},   {DType::kU8, "u8", 1, false},
-    {DType::kBool, "bool", 1, false},
+    {DType::kF32, "f32", 4, true},  {DType::kF64, "f64", 8, true},
+    {DType::kF16, "f16", 2, true},  {DType::kBF16, "bf16", 2, true},
+    {DType::kI64, "i64", 8, false}, {DType::kI32, "i32", 4, false},
+    {DType::kI16, "i16", 2, false}, {DType::kI8, "i8", 1, false},
+    {DType::kU8, "u8", 1, false},   {DType::kBool, "bool", 1, false},
 };
 const DTypeInfo* info(DType d) {
   for (const auto& i : kDTypes)
@@ -42,11 +43,11 @@ std::optional<DType> parseDType(std::string_view s) {
     DType dtype;
   };
   static const Alias kAliases[] = {
-      {"float32", DType::kF32}, {"float", DType::kF32},    {"float64", DType::kF64},
-      {"double", DType::kF64},  {"float16", DType::kF16},  {"half", DType::kF16},
-      {"bfloat16", DType::kBF16}, {"int64", DType::kI64},  {"long", DType::kI64},
-      {"int32", DType::kI32},   {"int", DType::kI32},      {"int16", DType::kI16},
-      {"int8", DType::kI8},     {"uint8", DType::kU8},     {"bool", DType::kBool},
+      {"float32", DType::kF32},   {"float", DType::kF32},   {"float64", DType::kF64},
+      {"double", DType::kF64},    {"float16", DType::kF16}, {"half", DType::kF16},
+      {"bfloat16", DType::kBF16}, {"int64", DType::kI64},   {"long", DType::kI64},
+      {"int32", DType::kI32},     {"int", DType::kI32},     {"int16", DType::kI16},
+      {"int8", DType::kI8},       {"uint8", DType::kU8},    {"bool", DType::kBool},
   };
   for (const auto& a : kAliases)
     if (s == a.name) return a.dtype;
@@ -92,7 +93,9 @@ std::string toString(const Shape& s) {
   return "[" + joinMap(s, ",", [](const Dim& d) { return toString(d); }) + "]";
 }
 
-std::string toString(const TensorMeta& t) { return std::string(dtypeName(t.dtype)) + toString(t.shape); }
+std::string toString(const TensorMeta& t) {
+  return std::string(dtypeName(t.dtype)) + toString(t.shape);
+}
 
 namespace {
 std::string formatDouble(double v) {

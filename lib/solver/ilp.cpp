@@ -35,7 +35,9 @@ struct Outcome {
   int64_t constraints = 0;
 };
 
-int quietCallback(CbcModel*, int) { return 0; }
+int quietCallback(CbcModel*, int) {
+  return 0;
+}
 
 /// Builds and solves; `use_pins` / `use_memory` drop constraint groups for diagnosis; when
 /// `memory_objective` is set the objective is the memory of (e) instead of the cost.
@@ -64,7 +66,8 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   // (a) one strategy per node.
   for (size_t v = 0; v < p.nodes.size(); ++v) {
     CoinPackedVector r;
-    for (size_t s = 0; s < p.nodes[v].numStrategies(); ++s) r.insert(static_cast<int>(x_start[v] + s), 1.0);
+    for (size_t s = 0; s < p.nodes[v].numStrategies(); ++s)
+      r.insert(static_cast<int>(x_start[v] + s), 1.0);
     rows.push_back(r);
     rowlb.push_back(1.0);
     rowub.push_back(1.0);
@@ -103,7 +106,8 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
     CoinPackedVector r;
     for (size_t v = 0; v < p.nodes.size(); ++v)
       for (size_t s = 0; s < p.nodes[v].memory.size(); ++s)
-        if (p.nodes[v].memory[s] != 0) r.insert(static_cast<int>(x_start[v] + s), p.nodes[v].memory[s]);
+        if (p.nodes[v].memory[s] != 0)
+          r.insert(static_cast<int>(x_start[v] + s), p.nodes[v].memory[s]);
     // A small relative slack absorbs rounding in bounds computed from fractions.
     double slack = 1e-9 * std::max(1.0, p.memory->high == kInfinity ? 1.0 : p.memory->high);
     rows.push_back(r);
@@ -131,8 +135,8 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   std::string sec = std::to_string(std::max(1.0, o.time_limit_s));
   std::string threads = std::to_string(std::max(1, o.threads));
   std::string log = std::to_string(o.log_level);
-  const char* argv[] = {"apc", "-sec", sec.c_str(), "-threads", threads.c_str(), "-log", log.c_str(),
-                        "-slog", log.c_str(), "-solve", "-quit"};
+  const char* argv[] = {"apc",       "-sec",  sec.c_str(), "-threads", threads.c_str(), "-log",
+                        log.c_str(), "-slog", log.c_str(), "-solve",   "-quit"};
   CbcMain1(static_cast<int>(sizeof(argv) / sizeof(argv[0])), argv, model, quietCallback, data);
 
   const double* best = model.bestSolution();
@@ -208,7 +212,8 @@ Expected<Solution> solve(const Problem& p, const SolverOptions& options) {
   Solution s;
   s.choice = out.choice;
   s.objective = evaluate(p, out.choice);
-  if (!std::isfinite(s.objective)) return internalError("CBC returned a solution that violates the problem");
+  if (!std::isfinite(s.objective))
+    return internalError("CBC returned a solution that violates the problem");
   s.bound = out.bound;
   s.status = out.optimal ? "optimal" : out.hit_limit ? "time limit (feasible)" : "feasible";
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

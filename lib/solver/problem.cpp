@@ -19,11 +19,12 @@ Status Problem::validate() const {
     for (double c : v.costs)
       if (std::isnan(c) || c < 0) return invalidArgument(where + " has a negative or NaN cost");
     if (!v.memory.empty() && v.memory.size() != v.costs.size())
-      return invalidArgument(where + " has " + std::to_string(v.memory.size()) + " memory entries for " +
-                             std::to_string(v.costs.size()) + " strategies");
+      return invalidArgument(where + " has " + std::to_string(v.memory.size()) +
+                             " memory entries for " + std::to_string(v.costs.size()) +
+                             " strategies");
     if (v.pinned && *v.pinned >= v.costs.size())
-      return invalidArgument(where + " is pinned to strategy " + std::to_string(*v.pinned) + " of " +
-                             std::to_string(v.costs.size()));
+      return invalidArgument(where + " is pinned to strategy " + std::to_string(*v.pinned) +
+                             " of " + std::to_string(v.costs.size()));
   }
   for (size_t i = 0; i < edges.size(); ++i) {
     const ProblemEdge& e = edges[i];
@@ -60,7 +61,8 @@ double evaluate(const Problem& p, const std::vector<uint32_t>& choice) {
     total += e.cost(choice[e.src], choice[e.dst], p.nodes[e.dst].numStrategies());
   if (p.memory) {
     double m = memoryOf(p, choice);
-    // Relative slack so that bounds computed from fractions of byte totals are not missed by rounding.
+    // Relative slack so that bounds computed from fractions of byte totals are not missed by
+    // rounding.
     double eps = 1e-9 * std::max(1.0, std::fabs(m));
     if (m < p.memory->low - eps || m > p.memory->high + eps) return kInfinity;
   }
@@ -131,7 +133,8 @@ nlohmann::json toJson(const Problem& p) {
     nodes.push_back(n);
   }
   json edges = json::array();
-  for (const auto& e : p.edges) edges.push_back({{"src", e.src}, {"dst", e.dst}, {"costs", costsToJson(e.costs)}});
+  for (const auto& e : p.edges)
+    edges.push_back({{"src", e.src}, {"dst", e.dst}, {"costs", costsToJson(e.costs)}});
   json j = {{"format", "apc-solver-problem-1"}, {"nodes", nodes}, {"edges", edges}};
   if (p.memory)
     j["memory"] = {{"low", p.memory->low},
@@ -162,7 +165,8 @@ Expected<Problem> problemFromJson(const nlohmann::json& j) {
       ProblemEdge pe;
       pe.src = e.at("src").get<uint32_t>();
       pe.dst = e.at("dst").get<uint32_t>();
-      APC_ASSIGN_OR_RETURN(pe.costs, costsFromJson(e.at("costs"), "$.edges[" + std::to_string(i) + "].costs"));
+      APC_ASSIGN_OR_RETURN(
+          pe.costs, costsFromJson(e.at("costs"), "$.edges[" + std::to_string(i) + "].costs"));
       p.edges.push_back(std::move(pe));
     }
     if (j.contains("memory")) {

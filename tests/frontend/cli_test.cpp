@@ -91,8 +91,10 @@ TEST(Cli, BadInputsAreOneLineAndExitTwo) {
   expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input y:f32[8,128,1024]"),
                      "unknown input 'y'");
   expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:f32[8,1024]"), "rank");
-  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:i64[8,128,1024]"), "dtype");
-  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:f32[8,-1]"), "bad input spec");
+  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:i64[8,128,1024]"),
+                     "dtype");
+  expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --input x:f32[8,-1]"),
+                     "bad input spec");
   expectOneLineError(runApc("inspect " + kSamples + "toy_block.pt --bogus"), "bogus");
   expectOneLineError(runApc("inspect " + kSamples + "control_flow.pt"), "prim::If");
 }

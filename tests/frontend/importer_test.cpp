@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include <nlohmann/json.hpp>
 #include <torch/script.h>
+#include <nlohmann/json.hpp>
 
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/printer.h"
@@ -112,7 +112,8 @@ TEST(Importer, Llama3_8bHasExactParameterCount) {
   std::cout << "[ info ] llama3_8b import: " << s << " s, " << g->numNodes() << " nodes\n";
   auto leaves = g->outputs().leaves();
   ASSERT_EQ(leaves.size(), 1u);
-  EXPECT_EQ(ir::hintSizes(g->value(leaves[0]).tensor->shape), (std::vector<int64_t>{8, 128, 128256}));
+  EXPECT_EQ(ir::hintSizes(g->value(leaves[0]).tensor->shape),
+            (std::vector<int64_t>{8, 128, 128256}));
 }
 
 /// Random inputs for a forward run: floats normal, integers in [0, 2) (valid indices and targets).
@@ -209,8 +210,10 @@ TEST(Importer, TupleAndDictOutputsKeepTheirStructure) {
   const ir::OutputTree& d = t.children[1];
   ASSERT_EQ(d.kind, ir::OutputTree::Kind::kDict);
   EXPECT_EQ(d.keys, (std::vector<std::string>{"logits", "hidden"}));
-  EXPECT_EQ(ir::hintSizes(g->value(d.children[0].leaf).tensor->shape), (std::vector<int64_t>{4, 10}));
-  EXPECT_EQ(ir::hintSizes(g->value(d.children[1].leaf).tensor->shape), (std::vector<int64_t>{4, 32}));
+  EXPECT_EQ(ir::hintSizes(g->value(d.children[0].leaf).tensor->shape),
+            (std::vector<int64_t>{4, 10}));
+  EXPECT_EQ(ir::hintSizes(g->value(d.children[1].leaf).tensor->shape),
+            (std::vector<int64_t>{4, 32}));
   // The structure itself is not a node of the graph.
   for (const ir::Node& n : g->nodes()) {
     EXPECT_NE(n.op, "prim::TupleConstruct");
@@ -320,7 +323,8 @@ TEST_F(ImporterErrors, UnknownInputName) {
                              {{InputSpec{"y", ir::DType::kF32, ir::makeShape({8, 128, 1024})}}});
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.error().code(), ErrorCode::kInvalidArgument);
-  EXPECT_NE(g.error().message().find("unknown input 'y'"), std::string::npos) << g.error().message();
+  EXPECT_NE(g.error().message().find("unknown input 'y'"), std::string::npos)
+      << g.error().message();
   EXPECT_NE(g.error().message().find("x"), std::string::npos);
 }
 
@@ -329,8 +333,9 @@ TEST_F(ImporterErrors, WrongRankOrDtype) {
                                 {{InputSpec{"x", ir::DType::kF32, ir::makeShape({8, 1024})}}});
   ASSERT_FALSE(rank.ok());
   EXPECT_NE(rank.error().message().find("rank"), std::string::npos) << rank.error().message();
-  auto dtype = importTorchScript((kSamples / "toy_block.pt").string(),
-                                 {{InputSpec{"x", ir::DType::kI64, ir::makeShape({8, 128, 1024})}}});
+  auto dtype =
+      importTorchScript((kSamples / "toy_block.pt").string(),
+                        {{InputSpec{"x", ir::DType::kI64, ir::makeShape({8, 128, 1024})}}});
   ASSERT_FALSE(dtype.ok());
   EXPECT_NE(dtype.error().message().find("dtype"), std::string::npos) << dtype.error().message();
 }

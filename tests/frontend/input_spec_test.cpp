@@ -22,8 +22,9 @@ TEST(InputSpec, ParsesStaticAndSymbolicDims) {
 }
 
 TEST(InputSpec, RejectsMalformedText) {
-  for (const char* bad : {"tokens", "tokens:i64", "tokens:q64[8]", "tokens:i64[8,0]", "tokens:i64[8,x]",
-                          ":i64[8]", "tokens:i64[8", "a b:f32[1]", "x:f32[=4]"}) {
+  for (const char* bad :
+       {"tokens", "tokens:i64", "tokens:q64[8]", "tokens:i64[8,0]", "tokens:i64[8,x]", ":i64[8]",
+        "tokens:i64[8", "a b:f32[1]", "x:f32[=4]"}) {
     auto s = parseInputSpec(bad);
     ASSERT_FALSE(s.ok()) << bad;
     EXPECT_NE(s.error().message().find(bad), std::string::npos) << s.error().message();

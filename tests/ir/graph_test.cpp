@@ -65,7 +65,7 @@ TEST(Graph, ShapeNodesAreFlagged) {
   ASSERT_TRUE(g.verify().ok()) << g.verify().error().message();
   int shape_nodes = 0;
   for (const Node& n : g.nodes()) shape_nodes += g.isShapeNode(n.id);
-  EXPECT_EQ(shape_nodes, 2);  // aten::size.int and prim::ListConstruct
+  EXPECT_EQ(shape_nodes, 2);                         // aten::size.int and prim::ListConstruct
   EXPECT_FALSE(g.isShapeNode(g.nodes().back().id));  // aten::view produces a tensor
 }
 
@@ -91,7 +91,8 @@ TEST(Graph, VerifyRejectsUseBeforeDef) {
   g.addNode(input);
   auto st = g.verify();
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.error().message().find("before it is produced"), std::string::npos) << st.error().message();
+  EXPECT_NE(st.error().message().find("before it is produced"), std::string::npos)
+      << st.error().message();
 }
 
 TEST(Printer, TextFormListsEveryNode) {

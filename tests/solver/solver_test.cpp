@@ -20,7 +20,8 @@ ProblemNode node(std::string name, std::vector<double> costs) {
   return n;
 }
 
-/// a -> b -> c, two strategies each ("shard", "replicate"). Changing strategy along an edge costs 10.
+/// a -> b -> c, two strategies each ("shard", "replicate"). Changing strategy along an edge
+/// costs 10.
 Problem chain() {
   Problem p;
   p.nodes = {node("a", {1, 4}), node("b", {8, 2}), node("c", {1, 1})};
@@ -35,8 +36,8 @@ TEST(Solver, ChainPrefersNoResharding) {
   EXPECT_EQ(s->choice, (std::vector<uint32_t>{1, 1, 1}));
   EXPECT_DOUBLE_EQ(s->objective, 7);
   EXPECT_EQ(s->status, "optimal");
-  EXPECT_EQ(s->variables, 6 + 8);       // 6 x, 2 edges x 4 pairs
-  EXPECT_EQ(s->constraints, 3 + 8);     // (a) per node, (b)+(c) per edge: 2+2 each
+  EXPECT_EQ(s->variables, 6 + 8);    // 6 x, 2 edges x 4 pairs
+  EXPECT_EQ(s->constraints, 3 + 8);  // (a) per node, (b)+(c) per edge: 2+2 each
 }
 
 TEST(Solver, ForbiddenPairsAreNeverChosen) {
@@ -99,7 +100,8 @@ TEST(Solver, TooSmallMemoryBudgetReportsTheNeed) {
   auto s = solve(p);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().code(), ErrorCode::kInfeasible);
-  EXPECT_NE(s.error().message().find("needs at least 55 bytes"), std::string::npos) << s.error().message();
+  EXPECT_NE(s.error().message().find("needs at least 55 bytes"), std::string::npos)
+      << s.error().message();
 }
 
 TEST(Solver, MalformedProblemsAreRejected) {
@@ -157,7 +159,8 @@ TEST(Solver, MatchesBruteForceOnRandomDags) {
     auto ilp = solve(p);
     ASSERT_EQ(brute.ok(), ilp.ok()) << "trial " << trial;
     if (!brute.ok()) continue;
-    EXPECT_NEAR(ilp->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective)) << "trial " << trial;
+    EXPECT_NEAR(ilp->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
+        << "trial " << trial;
     EXPECT_DOUBLE_EQ(evaluate(p, ilp->choice), ilp->objective);
     ++compared;
   }

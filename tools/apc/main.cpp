@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "apc 0.1.0");
   std::map<CLI::App*, apc::tool::Runner> runners;
-  CLI::App* inspect = app.add_subcommand("inspect", "Import a TorchScript model and print its graph");
+  CLI::App* inspect =
+      app.add_subcommand("inspect", "Import a TorchScript model and print its graph");
   runners[inspect] = apc::tool::addInspectCommand(*inspect);
   try {
     app.parse(argc, argv);

@@ -14,9 +14,9 @@
 // 4. prim::If whose condition does not depend on the inputs is flattened to the taken branch; other
 //    control flow is an error naming the node and its source line.
 //
-// The input shapes come from `ImportOptions::inputs`, else from the archive's `extra/apc_inputs.json`
-// (written by our sample generator), else from the complete tensor types recorded in the graph;
-// an input without a shape is an error.
+// The input shapes come from `ImportOptions::inputs`, else from the archive's
+// `extra/apc_inputs.json` (written by our sample generator), else from the complete tensor types
+// recorded in the graph; an input without a shape is an error.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -2,11 +2,13 @@
 //
 // The IR the planner works on: a Graph is a topologically ordered list of Nodes over Values.
 //
-// - Node kinds: Input (a forward argument, `name` is the argument name), Parameter and Buffer (`name`
+// - Node kinds: Input (a forward argument, `name` is the argument name), Parameter and Buffer
+// (`name`
 //   is the fully qualified name as named_parameters()/named_buffers() give it), and Op (an ATen or
-//   prim operator, `op` is the schema name like "aten::linear" and `overload` the overload name, kept
-//   exactly so that the runtime can resolve the same operator).
-// - A Value is produced by one node output, or is a graph-level constant (no producer). Tensor values
+//   prim operator, `op` is the schema name like "aten::linear" and `overload` the overload name,
+//   kept exactly so that the runtime can resolve the same operator).
+// - A Value is produced by one node output, or is a graph-level constant (no producer). Tensor
+// values
 //   carry a TensorMeta with the global shape. Non-tensor values (ints from aten::size, int lists,
 //   tuples) are kept and flagged: the planner skips them, lowering rewrites them to local sizes.
 // - The graph's outputs keep the forward's structure (tuples, lists, dicts) as an OutputTree.
@@ -64,11 +66,11 @@ const char* valueTypeName(ValueType t);
 struct Value {
   ValueId id;
   ValueType type = ValueType::kOther;
-  std::string debug_name;             // the TorchScript name without '%', for printing
-  std::optional<TensorMeta> tensor;   // set iff type == kTensor
-  std::vector<TensorMeta> elements;   // element metas of a kTensorList (when known)
-  std::optional<Constant> constant;   // the value, when known at import time
-  NodeId producer;                    // invalid for graph-level constants
+  std::string debug_name;            // the TorchScript name without '%', for printing
+  std::optional<TensorMeta> tensor;  // set iff type == kTensor
+  std::vector<TensorMeta> elements;  // element metas of a kTensorList (when known)
+  std::optional<Constant> constant;  // the value, when known at import time
+  NodeId producer;                   // invalid for graph-level constants
   uint32_t producer_output = 0;
 
   bool isTensor() const { return type == ValueType::kTensor; }
@@ -96,9 +98,9 @@ struct Node {
 struct OutputTree {
   enum class Kind : uint8_t { kLeaf, kTuple, kList, kDict };
   Kind kind = Kind::kLeaf;
-  ValueId leaf;                       // kLeaf
-  std::vector<std::string> keys;      // kDict: one key per child
-  std::vector<OutputTree> children;   // kTuple, kList, kDict
+  ValueId leaf;                      // kLeaf
+  std::vector<std::string> keys;     // kDict: one key per child
+  std::vector<OutputTree> children;  // kTuple, kList, kDict
 
   static OutputTree makeLeaf(ValueId v) {
     OutputTree t;

@@ -1,7 +1,8 @@
 //===- apc/ir/printer.h - Text and JSON forms of a graph -------------------===//
 //
 // The text form lists one node per line:
-//   #12 aten::linear  layers.0.attention.wq  %q = (%x, %layers.0.attention.wq.weight) -> f32[8,128,64]
+//   #12 aten::linear  layers.0.attention.wq  %q = (%x, %layers.0.attention.wq.weight) ->
+//   f32[8,128,64]
 // The JSON form (used by `apc inspect --json`) carries the same facts plus totals.
 //
 //===----------------------------------------------------------------------===//
@@ -22,12 +23,12 @@ namespace apc::ir {
 struct GraphStats {
   int64_t num_nodes = 0;
   int64_t num_inputs = 0;
-  int64_t num_parameters = 0;     // parameter tensors (tied ones once)
-  int64_t total_params = 0;       // elements over parameter tensors
-  int64_t param_bytes = 0;        // bytes over parameter tensors
+  int64_t num_parameters = 0;  // parameter tensors (tied ones once)
+  int64_t total_params = 0;    // elements over parameter tensors
+  int64_t param_bytes = 0;     // bytes over parameter tensors
   int64_t num_buffers = 0;
   int64_t buffer_bytes = 0;
-  int64_t num_shape_nodes = 0;    // op nodes whose outputs are all non-tensor
+  int64_t num_shape_nodes = 0;                 // op nodes whose outputs are all non-tensor
   std::map<std::string, int64_t> nodes_by_op;  // op nodes by qualified op name (sorted)
 };
 

@@ -1,8 +1,8 @@
 //===- apc/ir/types.h - Dtypes, dims, tensor metadata, constants ----------===//
 //
-// The value-level vocabulary of the IR: element types (short names as on the command line: f32, bf16,
-// i64, ...), dimensions that are either static or symbolic with a hint (dynamic batch), TensorMeta
-// (global shape, dtype, requires_grad), and compile-time constants of non-tensor values.
+// The value-level vocabulary of the IR: element types (short names as on the command line: f32,
+// bf16, i64, ...), dimensions that are either static or symbolic with a hint (dynamic batch),
+// TensorMeta (global shape, dtype, requires_grad), and compile-time constants of non-tensor values.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -64,8 +64,8 @@ struct TensorMeta {
 /// "f32[8,128,1024]".
 std::string toString(const TensorMeta& t);
 
-/// A compile-time constant of a non-tensor value. Dtype, layout and memory-format arguments appear as
-/// ints (their TorchScript encoding); devices as strings.
+/// A compile-time constant of a non-tensor value. Dtype, layout and memory-format arguments appear
+/// as ints (their TorchScript encoding); devices as strings.
 struct None {
   bool operator==(const None&) const = default;
 };

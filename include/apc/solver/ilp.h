@@ -27,7 +27,7 @@ namespace apc::solver {
 struct SolverOptions {
   double time_limit_s = 60;  // CBC does not enforce it during the root LP: expect overshoot
   int threads = 1;
-  int log_level = 0;         // 0 silent, 1 CBC summary, 2+ more
+  int log_level = 0;  // 0 silent, 1 CBC summary, 2+ more
 };
 
 /// Solves the problem. Errors: kInvalidArgument for malformed problems, kInfeasible when no choice

@@ -3,7 +3,8 @@
 // The solver's own problem type, independent of the IR (as in XLA's auto-sharding request): nodes
 // with a cost per strategy, edges with a cost per pair of strategies, an optional linear memory
 // bound, pins. It can be validated, evaluated for a given choice, dumped to JSON and read back
-// (`apc plan --dump-problem`), and solved by the ILP in ilp.h or, for tiny problems, by brute force.
+// (`apc plan --dump-problem`), and solved by the ILP in ilp.h or, for tiny problems, by brute
+// force.
 //
 // Costs are in microseconds. An edge cost of +infinity forbids that pair of strategies.
 //
@@ -25,11 +26,11 @@ namespace apc::solver {
 inline constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
 struct ProblemNode {
-  std::string name;                 // for messages and dumps
-  std::vector<double> costs;        // one per strategy (already scaled by the node's multiplicity)
-  std::vector<double> memory;       // bytes per strategy counted by the memory bound; empty = none
-  std::optional<uint32_t> pinned;   // the only allowed strategy
-  std::string pin_group;            // which constraint group the pin belongs to ("inputs", ...)
+  std::string name;                // for messages and dumps
+  std::vector<double> costs;       // one per strategy (already scaled by the node's multiplicity)
+  std::vector<double> memory;      // bytes per strategy counted by the memory bound; empty = none
+  std::optional<uint32_t> pinned;  // the only allowed strategy
+  std::string pin_group;           // which constraint group the pin belongs to ("inputs", ...)
 
   size_t numStrategies() const { return costs.size(); }
 };
@@ -61,14 +62,15 @@ struct Problem {
 struct Solution {
   std::vector<uint32_t> choice;  // one strategy per node
   double objective = 0;
-  double bound = 0;              // best lower bound the solver proved
-  std::string status;            // "optimal", "time limit (feasible)", ...
+  double bound = 0;    // best lower bound the solver proved
+  std::string status;  // "optimal", "time limit (feasible)", ...
   double seconds = 0;
   int64_t variables = 0;
   int64_t constraints = 0;
 };
 
-/// The objective of a choice; +infinity when a pair is forbidden, a pin or the memory bound is violated.
+/// The objective of a choice; +infinity when a pair is forbidden, a pin or the memory bound is
+/// violated.
 double evaluate(const Problem& p, const std::vector<uint32_t>& choice);
 /// Memory counted by the bound for a choice.
 double memoryOf(const Problem& p, const std::vector<uint32_t>& choice);
