@@ -109,3 +109,59 @@ TEST(Cli, TruncatedArchiveIsOneLine) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, StrategiesOnLlama3_8bOn8x8) {
+  Result r =
+      runApc("inspect " + kSamples + "llama3_8b.pt --mesh 8x8 --mesh-names dp,tp --strategies");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("replicate-only fallbacks: 0\n"), std::string::npos)
+      << r.out.substr(r.out.size() - 300);
+  EXPECT_NE(r.out.find("total strategies: "), std::string::npos);
+  EXPECT_NE(r.out.find("enumerate: "), std::string::npos);
+  EXPECT_NE(r.out.find("layers.31.feed_forward.w2"), std::string::npos);
+}
+
+TEST(Cli, NoSampleFallsBackToReplicateOnly) {
+  std::ifstream f(kSamples + "manifest.json");
+  auto manifest = nlohmann::json::parse(f);
+  int checked = 0;
+  for (const auto& s : manifest["samples"]) {
+    if (!s.value("importable", true)) continue;
+    for (const char* mesh : {"2x4"}) {  // other meshes: tests/strategy_validator
+      Result r = runApc("inspect " + kSamples + s["file"].get<std::string>() + " --mesh " + mesh +
+                        " --strategies --json");
+      ASSERT_EQ(r.code, 0) << s["name"] << " " << mesh << ": " << r.err;
+      auto j = nlohmann::json::parse(r.out);
+      EXPECT_TRUE(j["replicate_only_fallbacks"].empty())
+          << s["name"] << " " << mesh << ": " << j["replicate_only_fallbacks"];
+      EXPECT_GT(j["total_strategies"].get<int64_t>(), 0);
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 12);
+}
+
+TEST(Cli, BadMeshInputsAreOneLineAndExitTwo) {
+  std::string toy = kSamples + "toy_block.pt";
+  expectOneLineError(runApc("inspect " + toy + " --mesh 2x4 --world-size 6 --strategies"),
+                     "world size is 6");
+  expectOneLineError(runApc("inspect " + toy + " --strategies"), "needs a mesh");
+  expectOneLineError(runApc("inspect " + toy + " --mesh 2xq --strategies"), "bad mesh shape");
+  expectOneLineError(runApc("inspect " + toy + " --mesh 2x4 --mesh-names dp --strategies"),
+                     "1 name was given");
+  fs::path spec = fs::temp_directory_path() / ("apc_spec_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(spec) << R"J({"mesh": {"shape": [2, 4]}, "inputs": {"tokens": ["S(0)", "R"]}})J";
+  expectOneLineError(runApc("inspect " + toy + " --spec " + spec.string() + " --strategies"),
+                     "tokens");
+  std::ofstream(spec) << R"J({"mesh": {"shape": [2, 4], "bandwidth_gbps": [50, 0]}})J";
+  expectOneLineError(runApc("inspect " + toy + " --spec " + spec.string()), "bandwidth_gbps[1]");
+  std::ofstream(spec) << R"J({"mesh": {"shape": [2, 4]}, "inputs": {"x": ["S(x)", "R"]}})J";
+  expectOneLineError(runApc("inspect " + toy + " --spec " + spec.string()), "S(x)");
+  std::ofstream(spec) << R"J({"mesh": {"shape": [2, 4]}, "inputs": {"x": ["S(3)", "R"]}})J";
+  expectOneLineError(runApc("inspect " + toy + " --spec " + spec.string()), "S(3)");
+  fs::remove(spec);
+}
+
+}  // namespace

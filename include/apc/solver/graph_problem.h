@@ -1,0 +1,59 @@
+//===- apc/solver/graph_problem.h - From a graph to a solver Problem -------===//
+//
+// Builds the solver's Problem from an imported graph, the strategies of its ops and a spec:
+//
+// - One problem node per placeable graph node, in graph order: inputs, parameters and buffers
+//   (their strategies are every placement tuple of their tensor that the mesh can cut), and op
+//   nodes that have strategies. Compute costs come from the strategies.
+// - Inputs are pinned (group "inputs") to the spec's placement, or to Replicate on every mesh dim
+//   by default, as in AutoParallel. A constrained output leaf gets a sink node with one pinned
+//   strategy (group "outputs") and an edge that prices the final redistribution.
+// - One edge per tensor input whose producer is placeable. Its cost for a pair of strategies is the
+//   forward redistribution from the producer's output placement to the consumer's input placement,
+//   plus, when the value requires grad, the redistribution of the gradient back: the gradient of an
+//   input that is Replicate on mesh dim d while the op is sharded or partial on d is Partial on d;
+//   it is reduced to the producer's placement with Partial read as Replicate (all-reduce for a
+//   replicated parameter as in DDP, reduce-scatter for a sharded one as in FSDP). A parameter's
+//   redistributed copy is not kept for backward: its forward redistribution is paid twice (FSDP's
+//   re-gather), so the runtime must do the same for measured and priced bytes to agree. Both use
+//   the one redistribution planner of lib/cost, so priced collectives are the executed ones.
+// - Parameter memory (e): bytes of each parameter's local shard; bounds low/high are fractions of
+//   the total parameter bytes, default (0, 1/world size).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <vector>
+
+#include "apc/cost/device.h"
+#include "apc/ir/graph.h"
+#include "apc/mesh/spec.h"
+#include "apc/solver/problem.h"
+#include "apc/strategy/strategy.h"
+
+namespace apc::solver {
+
+struct GraphProblem {
+  Problem problem;
+  /// Per problem node: the graph node it stands for (invalid for output sinks).
+  std::vector<ir::NodeId> graph_nodes;
+  /// Per problem node: its strategies (leaf nodes and sinks: one output tuple, no inputs).
+  std::vector<std::vector<strategy::Strategy>> strategies;
+  /// Per problem edge: the consumer's input index it prices.
+  std::vector<uint32_t> edge_input;
+  double total_param_bytes = 0;
+};
+
+/// Every placement tuple of a tensor on the mesh: per mesh dim R or S(d), pruned where a dim would
+/// be cut into more pieces than it has elements. Deterministic order, all-Replicate first.
+std::vector<mesh::PlacementTuple> leafPlacements(const ir::TensorMeta& t,
+                                                 const mesh::DeviceMesh& m);
+
+/// The gradient placement of input `i` under strategy `s` (see the file comment).
+mesh::PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input);
+
+Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
+                                         const std::vector<strategy::NodeStrategies>& strategies,
+                                         const mesh::Spec& spec);
+
+}  // namespace apc::solver

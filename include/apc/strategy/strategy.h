@@ -1,0 +1,225 @@
+//===- apc/strategy/strategy.h - Sharding strategies of ops ----------------===//
+//
+// A strategy of a node says where its tensor inputs must be and where its outputs will be, one
+// placement per mesh dim. Rules are written for ONE mesh dimension (DimStrategy) and expanded over
+// the mesh by a cartesian product, then pruned (shards that would leave a rank an empty piece,
+// dims that must divide evenly and do not, Partials of bool tensors or P(avg) of integer ones,
+// partial placements that cannot be reduced together, duplicates), as in DTensor. The rule
+// families live in lib/strategy (one file per family, registered explicitly by the functions of
+// apc/strategy/rules.h).
+//
+// Conventions:
+// - `inputs` has one entry per node input; nullopt for non-tensor inputs (ints, int lists, None).
+//   A Tensor[] input (cat, stack) has one tuple that applies to every element.
+// - `outputs` has one entry per node output; nullopt for non-tensor outputs. A Tensor[] output
+//   (split, chunk, unbind, prim::ListConstruct) has one tuple for every element.
+// - Partial placements carry their reduce op; a rule only emits Partial where the op is linear in
+//   that input (P(sum), and P(avg) where averaging commutes with the op), or, for max-like
+//   reductions, the matching reduce op (P(max), P(min)).
+// - Within each rule's list the all-Replicate strategy comes first, so strategies[0] of every
+//   enumerated node is all-Replicate.
+//
+// Uneven sharding policy. Shards follow torch.chunk, nested in mesh-dim order (apc/cost/layout.h):
+// ceil-sized pieces, the last one short; collectives pad. A tensor dim is shardable when every
+// piece is non-empty: n >= p is not enough, as torch.chunk leaves empty pieces for some sizes
+// (4 over 3 ranks: 2, 2, 0; 5 over 4: 2, 2, 1, 0), and convolutions, pooling, batch_norm and
+// embeddings reject empty channel or row ranges. GPT-2's vocabulary of 50257 stays shardable on 8
+// ranks (6283 * 7 + 6276) and on 8x8 for pointwise ops, contractions and embeddings: every operand
+// that shares that dim has the same size and is cut identically. Exact divisibility (n % p == 0,
+// recorded in DimStrategy::must_divide) is required where uneven pieces would change the result:
+// a view that merges or splits dims (the element layout of the merged dim differs otherwise),
+// mean-like reductions that give P(avg) (the mean of unequal-sized local means is not the global
+// mean), and mean-reduced losses. Rules that are exact only under an assumption name it where
+// they are registered; when unsure, a rule emits no strategy.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apc/cost/compute.h"
+#include "apc/cost/device.h"
+#include "apc/ir/graph.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/placement.h"
+#include "apc/support/error.h"
+
+namespace apc::strategy {
+
+using mesh::Placement;
+using mesh::PlacementTuple;
+
+/// A tensor dim of a node input or output, named by position.
+struct TensorDimRef {
+  bool output = false;  // an output (true) or an input (false)
+  uint32_t index = 0;   // node input/output index
+  int dim = 0;          // tensor dim (non-negative)
+  bool operator==(const TensorDimRef&) const = default;
+};
+
+/// A strategy for one mesh dimension.
+struct DimStrategy {
+  std::vector<std::optional<Placement>> outputs;
+  std::vector<std::optional<Placement>> inputs;
+  /// Tensor dims that this strategy shards and whose size must be divisible by the total number
+  /// of pieces they are cut into after expansion (views that merge or split dims, P(avg) means).
+  /// enumerate drops the expanded strategy otherwise.
+  std::vector<TensorDimRef> must_divide;
+};
+
+/// A strategy over the whole mesh.
+struct Strategy {
+  std::vector<std::optional<PlacementTuple>> outputs;
+  std::vector<std::optional<PlacementTuple>> inputs;
+  double compute_us = 0;  // forward + backward compute on the local shard (filled by enumerate)
+
+  /// "S(0)R,RS(0) -> S(0)S(0)" (tensor inputs only).
+  std::string toString() const;
+  bool operator==(const Strategy& o) const { return outputs == o.outputs && inputs == o.inputs; }
+};
+
+/// Options that change which strategies rules emit (part of the enumeration, not of the cache key:
+/// one enumerate call uses one set).
+struct RuleOptions {
+  /// cross_entropy_loss / nll_loss with reduction 'mean': offer batch-sharded inputs with a P(avg)
+  /// output. Exact when every shard holds the same number of counted targets, which holds when no
+  /// target equals ignore_index (the mean is over non-ignored targets); turn off for exactness
+  /// with padded targets.
+  bool loss_mean_partial = true;
+};
+
+/// What a rule sees: the node, its input/output values and the graph (for constant arguments).
+/// Rules may read only the node's op, its input and output values (types, tensor metadata,
+/// constants) and the options: enumerate caches results by exactly these.
+struct RuleContext {
+  const ir::Graph& graph;
+  const ir::Node& node;
+  const RuleOptions* options = nullptr;  // nullptr: the defaults
+
+  size_t numInputs() const { return node.inputs.size(); }
+  size_t numOutputs() const { return node.outputs.size(); }
+  const ir::Value& input(size_t i) const { return graph.value(node.inputs.at(i)); }
+  const ir::Value& output(size_t i) const { return graph.value(node.outputs.at(i)); }
+  const RuleOptions& opts() const;
+
+  /// True for a tensor (with metadata) or a Tensor[] (whose element metadata may be unknown: then
+  /// it has no rank, and rules that need one decline).
+  bool isTensorInput(size_t i) const;
+  bool isTensorOutput(size_t i) const;
+  /// Rank of tensor input i (or of the elements of a Tensor[] input, when they all have the same
+  /// rank); -1 when not a tensor or unknown.
+  int64_t inputRank(size_t i) const;
+  int64_t outputRank(size_t i) const;
+  /// Sizes of tensor input i (of the first element of a Tensor[]; symbolic dims as their hints);
+  /// empty for non-tensors.
+  std::vector<int64_t> inputSizes(size_t i) const;
+  std::vector<int64_t> outputSizes(size_t i) const;
+  /// Metadata of every element of input/output i: one for a tensor, n for a Tensor[], none else.
+  std::vector<const ir::TensorMeta*> inputMetas(size_t i) const;
+  std::vector<const ir::TensorMeta*> outputMetas(size_t i) const;
+  /// Constant int / int list / bool / double argument i, when known at import time (and i exists).
+  /// intListArg accepts a single int as a one-element list; doubleArg accepts an int.
+  std::optional<int64_t> intArg(size_t i) const;
+  std::optional<std::vector<int64_t>> intListArg(size_t i) const;
+  std::optional<bool> boolArg(size_t i) const;
+  std::optional<double> doubleArg(size_t i) const;
+  /// True when argument i is absent or None.
+  bool isNoneArg(size_t i) const;
+};
+
+/// A single-mesh-dim rule: every strategy the op supports on one mesh dim, the all-Replicate one
+/// first. An empty list means the rule cannot handle this instance (an unknown constant, an
+/// unexpected rank): the node then gets the Replicate-only fallback and is reported.
+using Rule = std::function<std::vector<DimStrategy>(const RuleContext&)>;
+
+/// Work of one node on the local shard held by the rank with the largest pieces.
+struct Work {
+  double flops = 0;
+  double bytes = 0;  // read + written
+};
+
+/// The local (largest-piece) sizes of every node input and output under one strategy: per
+/// input/output, one shape per element (one for a tensor, n for a Tensor[], none for non-tensors).
+struct LocalShapes {
+  std::vector<std::vector<std::vector<int64_t>>> inputs;
+  std::vector<std::vector<std::vector<int64_t>>> outputs;
+};
+
+/// Counts the forward work of a node on its local shards.
+using WorkFn = std::function<Work(const RuleContext&, const LocalShapes&)>;
+
+/// The default work: one flop per local output element; bytes of every local input and output.
+Work defaultWork(const RuleContext& c, const LocalShapes& local);
+
+/// A registered op: its rule, its family for the cost model and an optional work counter.
+struct OpRule {
+  Rule rule;
+  cost::OpFamily family = cost::OpFamily::kOther;
+  WorkFn work;  // empty: defaultWork
+};
+
+/// Rules keyed by qualified op name ("aten::add.Tensor"; a bare "aten::relu" matches every overload
+/// without a more specific entry).
+class Registry {
+ public:
+  /// Registers (or replaces) the rule of `qualified_op`.
+  void add(const std::string& qualified_op, Rule rule,
+           cost::OpFamily family = cost::OpFamily::kOther, WorkFn work = {});
+  /// The rule for a node's op: exact "op.overload" first, then "op".
+  const Rule* find(const ir::Node& node) const;
+  /// The whole entry for a node's op, by the same lookup as find.
+  const OpRule* findEntry(const ir::Node& node) const;
+  /// Registered op names, sorted.
+  std::vector<std::string> ops() const;
+
+ private:
+  std::map<std::string, OpRule> rules_;
+};
+
+/// The registry with every rule family registered (pointwise, matrix, reduction, view,
+/// normalization, softmax, embedding, loss, tensor ops, conv, factory, ...). Built once.
+const Registry& defaultRegistry();
+
+/// Checks that a single-dim strategy fits the node: one entry per input and output, a placement
+/// exactly for the tensor ones, shard dims within rank, must_divide entries naming sharded dims.
+/// The error names the node and the first offending entry.
+Status checkDimStrategy(const RuleContext& c, const DimStrategy& s);
+
+struct EnumerateOptions {
+  /// Drop strategies dominated by another with identical placements and a lower cost. (Dominance
+  /// across different placements depends on the neighbours' redistribution costs and is left to
+  /// the solver.) Exact duplicates are always dropped.
+  bool prune_dominated = true;
+  /// Device for the compute costs; unset: the built-in "h100".
+  std::optional<cost::DeviceSpec> device;
+  /// Options passed to the rules.
+  RuleOptions rules;
+  /// Reuse the strategies of nodes with the same (op, input/output types, shapes, dtypes,
+  /// requires_grad, constants). Off only for testing.
+  bool use_cache = true;
+};
+
+/// Strategies of one node.
+struct NodeStrategies {
+  ir::NodeId node;
+  std::vector<Strategy> strategies;
+  bool fallback = false;  // no rule (or the rule declined): the Replicate-only strategy was used
+};
+
+/// Enumerates the strategies of every op node with a tensor (or Tensor[]) output, in graph order.
+/// Shape nodes (only non-tensor outputs, like aten::size) and input/parameter nodes get none: the
+/// solver gives placeholders their own choices. Deterministic; results for identical (op, shapes,
+/// constants) are cached across nodes.
+std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh& mesh,
+                                      const Registry& registry = defaultRegistry(),
+                                      const EnumerateOptions& options = {});
+
+/// Ops that fell back to Replicate-only (sorted, unique).
+std::vector<std::string> fallbackOps(const ir::Graph& g, const std::vector<NodeStrategies>& s);
+
+}  // namespace apc::strategy

@@ -1,0 +1,133 @@
+//===- lib/strategy/conv.cpp - Convolution and pooling ---------------------===//
+//
+// Convolutions (_convolution, convolution, conv1d/2d/3d) with input [N, Cin, *], weight
+// [Cout, Cin/groups, k...] (transposed: [Cin, Cout/groups, k...]) and bias [Cout]?:
+//   batch           input S(0), weight R, bias R           -> out S(0)
+//   output channels input R, weight S(0) (transposed S(1)), bias S(0) -> out S(1)
+//   input channels  input S(1), weight S(1) (transposed S(0)), bias P -> out P(sum): each rank
+//                   convolves its channels; as for linear, the bias must be Partial so that it is
+//                   added once (see lib/strategy/matrix.cpp)
+//   input P, weight R, bias P -> out P (a convolution is linear in its input); and all-R.
+// The channel strategies need groups == 1 (with groups, a channel slice would need a different
+// groups argument and grouped channel ranges); unbatched inputs (rank of the weight minus one)
+// get only all-R and Partial.
+//
+// Pooling (max_pool1d/2d/3d[_with_indices], avg_pool1d/2d/3d, adaptive_avg/max_pool1d/2d/3d):
+// the batch and channel dims (all but the last 1, 2 or 3 spatial dims) are free, spatial dims R.
+// Average pooling is linear (P(sum) passes); max pooling is not. The indices of max pooling are
+// positions within each (batch, channel) plane, so they stay correct under those shards.
+//
+//===----------------------------------------------------------------------===//
+#include <string>
+
+#include "apc/strategy/rules.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+namespace {
+
+using namespace detail;
+
+struct ConvArgs {
+  size_t transposed_arg = 0;  // 0: never transposed
+  size_t groups_arg = 0;
+};
+
+std::vector<DimStrategy> convRule(const RuleContext& c, ConvArgs args) {
+  int64_t xr = c.inputRank(0), wr = c.inputRank(1);
+  if (xr < 2 || wr < 3 || c.outputRank(0) != xr) return {};
+  bool transposed = false;
+  if (args.transposed_arg) {
+    auto t = c.boolArg(args.transposed_arg);
+    if (!t) return {};
+    transposed = *t;
+  }
+  auto groups = c.intArg(args.groups_arg);
+  bool has_bias = c.isTensorInput(2);
+  auto make = [&](Placement x, Placement w, Placement b, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = x;
+    s.inputs[1] = w;
+    if (has_bias) s.inputs[2] = b;
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R(), R(), R()));
+  bool batched = xr == wr;
+  if (batched) {
+    res.push_back(make(S(0), R(), R(), S(0)));
+    if (groups && *groups == 1) {
+      int64_t w_out = transposed ? 1 : 0, w_in = transposed ? 0 : 1;
+      res.push_back(make(R(), S(w_out), S(0), S(1)));
+      res.push_back(make(S(1), S(w_in), P(), P()));
+    }
+  }
+  res.push_back(make(P(), R(), P(), P()));
+  return res;
+}
+
+Rule convRuleWith(ConvArgs args) {
+  return [args](const RuleContext& c) { return convRule(c, args); };
+}
+
+/// 2 * (output elements, or input elements when transposed) * prod(local weight dims 1..).
+Work convWork(const RuleContext& c, const LocalShapes& l, bool transposed) {
+  Work w = defaultWork(c, l);
+  if (l.inputs.size() < 2 || l.inputs[0].empty() || l.inputs[1].empty() || l.outputs.empty() ||
+      l.outputs[0].empty())
+    return w;
+  const auto& weight = l.inputs[1][0];
+  double per = 1;
+  for (size_t d = 1; d < weight.size(); ++d) per *= static_cast<double>(weight[d]);
+  w.flops = 2 * numel(transposed ? l.inputs[0][0] : l.outputs[0][0]) * per;
+  return w;
+}
+
+WorkFn convWorkWith(ConvArgs args) {
+  return [args](const RuleContext& c, const LocalShapes& l) {
+    bool transposed = args.transposed_arg && c.boolArg(args.transposed_arg).value_or(false);
+    return convWork(c, l, transposed);
+  };
+}
+
+/// Pooling over the last `spatial` dims.
+Rule poolRule(int64_t spatial, const std::vector<ReduceOp>& partials) {
+  return [spatial, partials](const RuleContext& c) {
+    int64_t r = commonRank(c);
+    if (r <= spatial) return std::vector<DimStrategy>{};
+    return uniformStrategies(c,
+                             dimsExcept(r,
+                                        [&] {
+                                          std::vector<int64_t> s;
+                                          for (int64_t d = r - spatial; d < r; ++d) s.push_back(d);
+                                          return s;
+                                        }()),
+                             partials);
+  };
+}
+
+}  // namespace
+
+void registerConvRules(Registry& r) {
+  using cost::OpFamily;
+  const ConvArgs full{6, 8};   // _convolution / convolution(input, weight, bias, stride, padding,
+                               // dilation, transposed, output_padding, groups, ...)
+  const ConvArgs plain{0, 6};  // convNd(input, weight, bias, stride, padding, dilation, groups)
+  r.add("aten::_convolution", convRuleWith(full), OpFamily::kContraction, convWorkWith(full));
+  r.add("aten::convolution", convRuleWith(full), OpFamily::kContraction, convWorkWith(full));
+  for (const char* op : {"aten::conv1d", "aten::conv2d", "aten::conv3d"})
+    r.add(op, convRuleWith(plain), OpFamily::kContraction, convWorkWith(plain));
+
+  for (int64_t k = 1; k <= 3; ++k) {
+    std::string n = std::to_string(k) + "d";
+    r.add("aten::adaptive_avg_pool" + n, poolRule(k, kSumOnly), OpFamily::kPointwise);
+    r.add("aten::adaptive_max_pool" + n, poolRule(k, kNoPartial), OpFamily::kPointwise);
+    r.add("aten::avg_pool" + n, poolRule(k, kSumOnly), OpFamily::kPointwise);
+    r.add("aten::max_pool" + n, poolRule(k, kNoPartial), OpFamily::kPointwise);
+    r.add("aten::max_pool" + n + "_with_indices", poolRule(k, kNoPartial), OpFamily::kPointwise);
+  }
+}
+
+}  // namespace apc::strategy

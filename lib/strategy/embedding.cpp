@@ -1,0 +1,55 @@
+//===- lib/strategy/embedding.cpp - Embedding lookups ----------------------===//
+//
+// embedding(weight [V, D], indices [...], padding_idx, scale_grad_by_freq, sparse) -> [..., D]:
+//   indices S(d), weight R              -> out S(d)       (each rank looks up its indices)
+//   weight S(1) (columns), indices R    -> out S(last)    (each rank holds a slice of every row)
+//   weight S(0) (vocab rows), indices R -> out P(sum)     masked lookup: each rank returns the
+//       rows it owns and zeros for the others, so the sum over ranks is the full lookup. Uneven
+//       vocabularies (GPT-2's 50257) are fine: pieces follow torch.chunk and lowering uses each
+//       rank's offset from apc/cost/layout.h. Lowering must shift indices by that offset, mask
+//       the rows it does not own, and map padding_idx the same way (its gradient is zero).
+// plus all-R. The lookup is linear in the weight, but a Partial weight never arises (it is a
+// parameter), so weight P is not offered.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/strategy/rules.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+namespace {
+
+using namespace detail;
+
+std::vector<DimStrategy> embeddingRule(const RuleContext& c) {
+  int64_t wr = c.inputRank(0), ir_ = c.inputRank(1);
+  if (wr != 2 || ir_ < 0 || c.outputRank(0) != ir_ + 1) return {};
+  auto make = [&](Placement w, Placement idx, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = w;
+    s.inputs[1] = idx;
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R(), R()));
+  for (int64_t d = 0; d < ir_; ++d) res.push_back(make(R(), S(d), S(d)));
+  res.push_back(make(S(1), R(), S(ir_)));
+  res.push_back(make(S(0), R(), P()));
+  return res;
+}
+
+/// A gather: reads the indices and the looked-up rows, writes the output.
+Work embeddingWork(const RuleContext& c, const LocalShapes& l) {
+  Work w;
+  w.bytes = localInputBytes(c, l, 1) + 2 * localOutputBytes(c, l, 0);
+  return w;
+}
+
+}  // namespace
+
+void registerEmbeddingRules(Registry& r) {
+  r.add("aten::embedding", embeddingRule, cost::OpFamily::kEmbedding, embeddingWork);
+}
+
+}  // namespace apc::strategy

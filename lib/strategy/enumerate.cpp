@@ -1,0 +1,401 @@
+//===- lib/strategy/enumerate.cpp - Expansion, pruning, costing, caching --===//
+//
+// enumerate() turns the single-mesh-dim rules into whole-mesh strategies for every op node with a
+// tensor output:
+//   1. look the node up in a cache keyed by (qualified op, every input and output value's type,
+//      tensor metadata including requires_grad, Tensor[] element metadata, constant); identical
+//      layers of a transformer hit the cache after the first;
+//   2. run the rule (or take the Replicate-only fallback), drop malformed single-dim strategies
+//      and Partials that the dtypes forbid (none of bool tensors, P(avg) only of floating ones);
+//   3. per mesh dim, keep the single-dim strategies whose shards fit that dim alone (no empty
+//      torch.chunk piece, divisibility where must_divide asks);
+//   4. expand by the cartesian product over mesh dims (mesh dim 0 most significant, so the order
+//      is deterministic and all-Replicate comes first), and prune: a tensor dim cut by several
+//      mesh dims must still leave no empty piece (every element of a Tensor[]), must_divide dims
+//      must divide by their total number of pieces, the
+//      partial mesh dims of one tensor must be reducible together (sum with avg, or one op);
+//   5. price each strategy on its local shards (roofline forward + family backward multiple) and
+//      drop duplicates.
+//
+//===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <set>
+#include <unordered_map>
+
+#include "apc/cost/layout.h"
+#include "apc/strategy/strategy.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+namespace {
+
+void appendValueKey(std::string& k, const ir::Value& v) {
+  k += '|';
+  k += std::to_string(static_cast<int>(v.type));
+  if (v.tensor) {
+    k += ':';
+    k += ir::toString(*v.tensor);
+    if (v.tensor->requires_grad) k += 'g';
+  }
+  for (const auto& e : v.elements) {
+    k += ';';
+    k += ir::toString(e);
+    if (e.requires_grad) k += 'g';
+  }
+  if (v.constant) {
+    k += '=';
+    k += ir::toString(*v.constant);
+  }
+}
+
+std::string cacheKey(const ir::Graph& g, const ir::Node& n) {
+  std::string k = n.qualifiedOp();
+  for (ir::ValueId v : n.inputs) appendValueKey(k, g.value(v));
+  k += '#';
+  for (ir::ValueId v : n.outputs) appendValueKey(k, g.value(v));
+  return k;
+}
+
+bool hasTensorOutput(const RuleContext& c) {
+  for (size_t i = 0; i < c.numOutputs(); ++i)
+    if (c.isTensorOutput(i)) return true;
+  return false;
+}
+
+/// Sizes (hints) of every element of every input and output, computed once per node.
+struct NodeShapes {
+  std::vector<std::vector<std::vector<int64_t>>> inputs, outputs;
+  std::vector<std::vector<const ir::TensorMeta*>> input_metas, output_metas;
+
+  explicit NodeShapes(const RuleContext& c) {
+    for (size_t i = 0; i < c.numInputs(); ++i) {
+      input_metas.push_back(c.inputMetas(i));
+      inputs.emplace_back();
+      for (const auto* m : input_metas.back()) inputs.back().push_back(ir::hintSizes(m->shape));
+    }
+    for (size_t i = 0; i < c.numOutputs(); ++i) {
+      output_metas.push_back(c.outputMetas(i));
+      outputs.emplace_back();
+      for (const auto* m : output_metas.back()) outputs.back().push_back(ir::hintSizes(m->shape));
+    }
+  }
+  const std::vector<std::vector<int64_t>>& of(bool output, size_t i) const {
+    return output ? outputs[i] : inputs[i];
+  }
+};
+
+/// Whether the Partial placements of a single-dim strategy fit the dtypes: no Partial of a bool
+/// tensor (a sum of masks is not a mask), P(avg) only of floating tensors (the average of integer
+/// summands is not an integer).
+bool partialsFitDTypes(const DimStrategy& s, const NodeShapes& shapes) {
+  auto fits = [&](bool output, const std::vector<std::optional<Placement>>& list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i] || !list[i]->isPartial()) continue;
+      for (const ir::TensorMeta* m : output ? shapes.output_metas[i] : shapes.input_metas[i]) {
+        if (m->dtype == ir::DType::kBool) return false;
+        if (list[i]->reduceOp() == mesh::ReduceOp::kAvg && !ir::isFloating(m->dtype)) return false;
+      }
+    }
+    return true;
+  };
+  return fits(false, s.inputs) && fits(true, s.outputs);
+}
+
+/// Whether cutting a dim of size `n` by the mesh sizes `ps` (outer first, torch.chunk at each
+/// level, as apc/cost/layout.h) leaves every piece non-empty. torch.chunk can leave empty pieces
+/// even when n >= p (4 over 3: 2, 2, 0), and convolutions, pooling, batch_norm and embeddings
+/// reject empty channel or row ranges, so such shards are not offered.
+bool nonEmptyPieces(int64_t n, const std::vector<int64_t>& ps) {
+  std::vector<int64_t> sizes = {n};  // the distinct piece sizes at the current level
+  for (int64_t p : ps) {
+    if (p <= 1) continue;
+    std::vector<int64_t> next;
+    for (int64_t s : sizes) {
+      int64_t c = (s + p - 1) / p;
+      int64_t last = s - (p - 1) * c;
+      if (last <= 0) return false;
+      next.push_back(c);
+      if (last != c) next.push_back(last);
+    }
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());
+    sizes = std::move(next);
+  }
+  return true;
+}
+
+/// Whether a single-dim strategy fits mesh dim of size `p` on its own.
+bool fitsMeshDim(const DimStrategy& s, const NodeShapes& shapes, int64_t p) {
+  auto fits = [&](bool output, const std::vector<std::optional<Placement>>& list) {
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i] || !list[i]->isShard()) continue;
+      for (const auto& sizes : shapes.of(output, i))
+        if (!nonEmptyPieces(sizes.at(static_cast<size_t>(list[i]->dim())), {p})) return false;
+    }
+    return true;
+  };
+  if (!fits(false, s.inputs) || !fits(true, s.outputs)) return false;
+  for (const TensorDimRef& ref : s.must_divide)
+    for (const auto& sizes : shapes.of(ref.output, ref.index))
+      if (sizes.at(static_cast<size_t>(ref.dim)) % p != 0) return false;
+  return true;
+}
+
+/// Partial ops of one tuple can be reduced in either order: all of {sum, avg}, or one op.
+bool partialsCommute(const PlacementTuple& t) {
+  bool linear = false, other = false;
+  std::optional<mesh::ReduceOp> op;
+  for (const Placement& p : t) {
+    if (!p.isPartial()) continue;
+    if (p.reduceOp() == mesh::ReduceOp::kSum || p.reduceOp() == mesh::ReduceOp::kAvg) {
+      linear = true;
+    } else {
+      if (op && *op != p.reduceOp()) return false;
+      op = p.reduceOp();
+      other = true;
+    }
+  }
+  return !(linear && other);
+}
+
+/// Whether every sharded dim of every element of the tensor is cut into non-empty pieces, and
+/// the partial mesh dims commute.
+bool tupleFits(const PlacementTuple& t, const std::vector<std::vector<int64_t>>& element_sizes,
+               const std::vector<int64_t>& mesh_shape) {
+  for (size_t m = 0; m < t.size(); ++m) {
+    if (!t[m].isShard()) continue;
+    int d = t[m].dim();
+    bool first = true;  // check each tensor dim once, at its first (outermost) mesh dim
+    for (size_t k = 0; k < m; ++k) first = first && !t[k].isShard(d);
+    if (!first) continue;
+    std::vector<int64_t> ps;
+    for (size_t k = m; k < t.size(); ++k)
+      if (t[k].isShard(d)) ps.push_back(mesh_shape[k]);
+    if (ps.size() == 1) continue;  // already checked per mesh dim (fitsMeshDim)
+    for (const auto& sizes : element_sizes)
+      if (!nonEmptyPieces(sizes.at(static_cast<size_t>(d)), ps)) return false;
+  }
+  return partialsCommute(t);
+}
+
+int placementCode(const Placement& p) {
+  switch (p.kind()) {
+    case Placement::Kind::kReplicate:
+      return 0;
+    case Placement::Kind::kPartial:
+      return 1 + static_cast<int>(p.reduceOp());
+    case Placement::Kind::kShard:
+      return 16 + p.dim();
+  }
+  return 0;
+}
+
+std::vector<int> strategyCode(const Strategy& s) {
+  std::vector<int> code;
+  auto add = [&](const std::vector<std::optional<PlacementTuple>>& list) {
+    for (const auto& t : list) {
+      if (!t) {
+        code.push_back(-1);
+        continue;
+      }
+      for (const Placement& p : *t) code.push_back(placementCode(p));
+    }
+  };
+  add(s.inputs);
+  add(s.outputs);
+  return code;
+}
+
+ir::DType workDType(const RuleContext& c) {
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    for (const auto* m : c.inputMetas(i))
+      if (ir::isFloating(m->dtype)) return m->dtype;
+  for (size_t i = 0; i < c.numOutputs(); ++i)
+    for (const auto* m : c.outputMetas(i))
+      if (m->dtype != ir::DType::kUnknown) return m->dtype;
+  return ir::DType::kF32;
+}
+
+bool takesGradient(const RuleContext& c) {
+  for (size_t i = 0; i < c.numOutputs(); ++i)
+    for (const auto* m : c.outputMetas(i))
+      if (m->requires_grad) return true;
+  return false;
+}
+
+struct Pricer {
+  const RuleContext& c;
+  const NodeShapes& shapes;
+  const mesh::DeviceMesh& mesh;
+  const cost::DeviceSpec& device;
+  cost::OpFamily family;
+  const WorkFn* work;
+  ir::DType dtype;
+  bool backward;
+
+  double price(const Strategy& s) const {
+    if (family == cost::OpFamily::kView) return 0;
+    LocalShapes local;
+    auto localOf = [&](bool output, const std::vector<std::optional<PlacementTuple>>& list,
+                       std::vector<std::vector<std::vector<int64_t>>>& out) {
+      out.resize(list.size());
+      for (size_t i = 0; i < list.size(); ++i) {
+        if (!list[i]) continue;
+        const auto& metas = output ? shapes.output_metas[i] : shapes.input_metas[i];
+        for (const auto* m : metas) out[i].push_back(cost::maxLocalSizes(*m, *list[i], mesh));
+      }
+    };
+    localOf(false, s.inputs, local.inputs);
+    localOf(true, s.outputs, local.outputs);
+    Work w = (work && *work) ? (*work)(c, local) : defaultWork(c, local);
+    double fwd = cost::computeCostUs(device, w.flops, w.bytes, dtype);
+    return fwd + (backward ? cost::backwardComputeUs(family, fwd) : 0.0);
+  }
+};
+
+struct Entry {
+  std::vector<Strategy> strategies;
+  bool fallback = false;
+};
+
+Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Registry& registry,
+                   const cost::DeviceSpec& device) {
+  Entry entry;
+  const OpRule* rule = registry.findEntry(c.node);
+  std::vector<DimStrategy> dims;
+  NodeShapes shapes(c);
+  if (rule) {
+    for (DimStrategy& d : rule->rule(c))
+      if (checkDimStrategy(c, d).ok() && partialsFitDTypes(d, shapes)) dims.push_back(std::move(d));
+  }
+  if (dims.empty()) {
+    dims.push_back(detail::replicateAll(c));
+    entry.fallback = true;
+  }
+
+  size_t m = mesh.ndim();
+  // 3. Per mesh dim, the single-dim strategies that fit that dim alone.
+  std::vector<std::vector<size_t>> allowed(m);
+  for (size_t j = 0; j < m; ++j)
+    for (size_t k = 0; k < dims.size(); ++k)
+      if (fitsMeshDim(dims[k], shapes, mesh.size(j))) allowed[j].push_back(k);
+
+  Pricer pricer{c,
+                shapes,
+                mesh,
+                device,
+                entry.fallback || !rule ? cost::OpFamily::kOther : rule->family,
+                entry.fallback || !rule ? nullptr : &rule->work,
+                workDType(c),
+                takesGradient(c)};
+
+  // 4. Expansion in lexicographic order (mesh dim 0 most significant).
+  std::set<std::vector<int>> seen;
+  std::vector<size_t> idx(m, 0);
+  bool empty = false;  // a mesh dim with no strategy: only when a rule omits all-R
+  for (size_t j = 0; j < m; ++j) empty = empty || allowed[j].empty();
+  const std::vector<int64_t>& mesh_shape = mesh.shape();
+  while (!empty) {
+    Strategy s;
+    s.inputs.resize(c.numInputs());
+    s.outputs.resize(c.numOutputs());
+    auto build = [&](bool output, std::vector<std::optional<PlacementTuple>>& list) {
+      for (size_t i = 0; i < list.size(); ++i) {
+        bool tensor = output ? c.isTensorOutput(i) : c.isTensorInput(i);
+        if (!tensor) continue;
+        PlacementTuple t;
+        t.reserve(m);
+        for (size_t j = 0; j < m; ++j) {
+          const DimStrategy& d = dims[allowed[j][idx[j]]];
+          t.push_back(*(output ? d.outputs[i] : d.inputs[i]));
+        }
+        list[i] = std::move(t);
+      }
+    };
+    build(false, s.inputs);
+    build(true, s.outputs);
+
+    bool ok = true;
+    for (size_t i = 0; ok && i < s.inputs.size(); ++i)
+      if (s.inputs[i]) ok = tupleFits(*s.inputs[i], shapes.inputs[i], mesh_shape);
+    for (size_t i = 0; ok && i < s.outputs.size(); ++i)
+      if (s.outputs[i]) ok = tupleFits(*s.outputs[i], shapes.outputs[i], mesh_shape);
+    for (size_t j = 0; ok && j < m; ++j) {
+      for (const TensorDimRef& ref : dims[allowed[j][idx[j]]].must_divide) {
+        const auto& t = ref.output ? s.outputs[ref.index] : s.inputs[ref.index];
+        int64_t f = mesh::shardFactor(*t, mesh_shape, ref.dim);
+        for (const auto& sizes : shapes.of(ref.output, ref.index))
+          if (sizes.at(static_cast<size_t>(ref.dim)) % f != 0) ok = false;
+      }
+    }
+    if (ok && seen.insert(strategyCode(s)).second) {
+      s.compute_us = pricer.price(s);
+      entry.strategies.push_back(std::move(s));
+    }
+
+    // Next index tuple; the last mesh dim varies fastest.
+    bool advanced = false;
+    for (size_t j = m; j > 0 && !advanced; --j) {
+      if (++idx[j - 1] < allowed[j - 1].size()) {
+        advanced = true;
+      } else {
+        idx[j - 1] = 0;
+      }
+    }
+    if (!advanced) break;
+  }
+  if (entry.strategies.empty()) {  // a rule without all-R whose strategies were all pruned
+    Strategy s;
+    for (size_t i = 0; i < c.numInputs(); ++i)
+      s.inputs.push_back(c.isTensorInput(i) ? std::optional(mesh::replicated(m)) : std::nullopt);
+    for (size_t i = 0; i < c.numOutputs(); ++i)
+      s.outputs.push_back(c.isTensorOutput(i) ? std::optional(mesh::replicated(m)) : std::nullopt);
+    s.compute_us = pricer.price(s);
+    entry.strategies.push_back(std::move(s));
+    entry.fallback = true;
+  }
+  // 5. Exact duplicates were skipped above; with identical placements the costs are equal, so
+  // keeping the first is keeping the cheapest (EnumerateOptions::prune_dominated has nothing more
+  // to drop: dominance across placements depends on the neighbours, which only the solver sees).
+  return entry;
+}
+
+}  // namespace
+
+std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh& mesh,
+                                      const Registry& registry, const EnumerateOptions& options) {
+  cost::DeviceSpec device = options.device ? *options.device : cost::deviceByName("h100").value();
+  std::unordered_map<std::string, Entry> cache;  // looked up only, never iterated
+  std::vector<NodeStrategies> out;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.kind != ir::NodeKind::kOp) continue;
+    RuleContext c{g, n, &options.rules};
+    if (!hasTensorOutput(c)) continue;
+    NodeStrategies ns;
+    ns.node = n.id;
+    if (options.use_cache) {
+      std::string key = cacheKey(g, n);
+      auto it = cache.find(key);
+      if (it == cache.end())
+        it = cache.emplace(std::move(key), computeEntry(c, mesh, registry, device)).first;
+      ns.strategies = it->second.strategies;
+      ns.fallback = it->second.fallback;
+    } else {
+      Entry e = computeEntry(c, mesh, registry, device);
+      ns.strategies = std::move(e.strategies);
+      ns.fallback = e.fallback;
+    }
+    out.push_back(std::move(ns));
+  }
+  return out;
+}
+
+std::vector<std::string> fallbackOps(const ir::Graph& g, const std::vector<NodeStrategies>& s) {
+  std::set<std::string> ops;
+  for (const NodeStrategies& ns : s)
+    if (ns.fallback) ops.insert(g.node(ns.node).qualifiedOp());
+  return {ops.begin(), ops.end()};
+}
+
+}  // namespace apc::strategy

@@ -1,0 +1,233 @@
+//===- lib/strategy/matrix.cpp - Contractions from einsum dim roles --------===//
+//
+// Every contraction is described by its einsum indices, each with a position in lhs, rhs and out
+// (or absent). One rule generator covers them all, per index:
+//   batch        (lhs, rhs, out)   S on all three; an operand broadcast there (size 1) gets R
+//   lhs-free     (lhs, out)        lhs S, rhs R, out S
+//   rhs-free     (rhs, out)        lhs R, rhs S, out S
+//   contracting  (lhs, rhs)        lhs S, rhs S, out P(sum)  (each rank sums its slice of k)
+// plus all-R and the linear Partials: lhs P with rhs R, and lhs R with rhs P, give out P.
+// matmul builds its indices from the operand ranks with torch.matmul's rules (1-d operands,
+// broadcast batch dims of the 4-d attention products q @ k^T); mm, bmm, mv and dot are the same
+// generator.
+//
+// Ops with an added term (linear's bias, addmm/baddbmm's self) place it like a broadcasting
+// pointwise operand of the output: S where the output is sharded on a dim it has, R where it
+// broadcasts, and P when the output is P. A Partial output needs a Partial bias: every rank adds
+// its summand of the bias, which sums to the bias once (a Replicate bias would be added p times).
+// So the contracting strategy of linear/addmm with a bias asks for the bias as P(sum). A
+// parameter is Replicate or Shard, and the cost model prices R -> P as impossible (apc/cost/
+// redistribute.h), so today that strategy is only taken when the bias itself arrives Partial;
+// once R -> P is priced as a local step (keep the value on one coordinate, zeros on the others),
+// Megatron's row-parallel linear with bias becomes plannable without any change here.
+//
+// scaled_dot_product_attention (torch >= 2.0; not in 1.13) shards the dims before (L, E) on
+// q, k, v, mask and out alike, and the query length L (k and v R) when is_causal is False (a
+// causal mask on a query slice would need the slice's offset). Dropout inside it has the same
+// RNG requirement as aten::dropout.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/strategy/rules.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+namespace {
+
+using namespace detail;
+
+/// Positions of one einsum index in lhs, rhs and out (-1 when absent).
+struct Index {
+  int64_t lhs = -1, rhs = -1, out = -1;
+};
+
+struct Contraction {
+  size_t lhs = 0, rhs = 1;       // input indices of the operands
+  std::optional<size_t> addend;  // input index of a broadcast added term (bias, self)
+  std::vector<Index> indices;    // every einsum index
+  bool rhs_partial = true;       // offer lhs R, rhs P -> P
+};
+
+/// Placement of a broadcast addend of rank `r` for the output placement `out` of an output of
+/// sizes `out_sizes`.
+Placement addendPlacement(const std::vector<int64_t>& addend_sizes,
+                          const std::vector<int64_t>& out_sizes, Placement out) {
+  if (out.isPartial()) return out;
+  if (!out.isShard()) return R();
+  int64_t a = out.dim() - static_cast<int64_t>(out_sizes.size() - addend_sizes.size());
+  if (a >= 0 && addend_sizes[static_cast<size_t>(a)] == out_sizes[static_cast<size_t>(out.dim())])
+    return S(a);
+  return R();
+}
+
+std::vector<DimStrategy> contract(const RuleContext& c, const Contraction& k) {
+  if (!c.isTensorInput(k.lhs) || !c.isTensorInput(k.rhs) || !c.isTensorOutput(0)) return {};
+  std::vector<int64_t> ls = c.inputSizes(k.lhs), rs = c.inputSizes(k.rhs), os = c.outputSizes(0);
+  std::vector<int64_t> as;
+  if (k.addend) {
+    if (!c.isTensorInput(*k.addend)) return {};
+    as = c.inputSizes(*k.addend);
+    if (as.size() > os.size()) return {};
+  }
+  auto finish = [&](DimStrategy s) {
+    if (k.addend) s.inputs[*k.addend] = addendPlacement(as, os, *s.outputs[0]);
+    return s;
+  };
+  auto make = [&](Placement l, Placement r, Placement o) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[k.lhs] = l;
+    s.inputs[k.rhs] = r;
+    s.outputs[0] = o;
+    return finish(std::move(s));
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R(), R()));
+  for (const Index& ix : k.indices) {
+    if (ix.out >= 0) {
+      int64_t n = os[static_cast<size_t>(ix.out)];
+      bool l = ix.lhs >= 0 && ls[static_cast<size_t>(ix.lhs)] == n;
+      bool r = ix.rhs >= 0 && rs[static_cast<size_t>(ix.rhs)] == n;
+      if (!l && !r) continue;
+      res.push_back(make(l ? S(ix.lhs) : R(), r ? S(ix.rhs) : R(), S(ix.out)));
+    } else if (ix.lhs >= 0 && ix.rhs >= 0) {
+      if (ls[static_cast<size_t>(ix.lhs)] != rs[static_cast<size_t>(ix.rhs)]) continue;
+      res.push_back(make(S(ix.lhs), S(ix.rhs), P()));
+    } else if (ix.lhs >= 0) {
+      res.push_back(make(S(ix.lhs), R(), P()));
+    } else if (ix.rhs >= 0) {
+      res.push_back(make(R(), S(ix.rhs), P()));
+    }
+  }
+  res.push_back(make(P(), R(), P()));
+  if (k.rhs_partial) res.push_back(make(R(), P(), P()));
+  return res;
+}
+
+/// torch.matmul's indices for operands of ranks `lr` and `rr` (both >= 1).
+std::vector<Index> matmulIndices(int64_t lr, int64_t rr) {
+  std::vector<Index> ix;
+  if (lr == 1 && rr == 1) return {{0, 0, -1}};
+  int64_t lb = lr >= 2 ? lr - 2 : 0, rb = rr >= 2 ? rr - 2 : 0;  // batch dims of each
+  int64_t nb = std::max(lb, rb);
+  for (int64_t b = 0; b < nb; ++b) {
+    Index i;
+    i.out = b;
+    if (b >= nb - lb) i.lhs = b - (nb - lb);
+    if (b >= nb - rb) i.rhs = b - (nb - rb);
+    ix.push_back(i);
+  }
+  int64_t o = nb;
+  if (lr >= 2) ix.push_back({lr - 2, -1, o++});      // m
+  if (rr >= 2) ix.push_back({-1, rr - 1, o++});      // n
+  ix.push_back({lr - 1, rr >= 2 ? rr - 2 : 0, -1});  // k
+  return ix;
+}
+
+std::vector<DimStrategy> matmulRule(const RuleContext& c) {
+  int64_t lr = c.inputRank(0), rr = c.inputRank(1);
+  if (lr < 1 || rr < 1) return {};
+  Contraction k;
+  k.indices = matmulIndices(lr, rr);
+  return contract(c, k);
+}
+
+/// addmm(self, mat1, mat2, ...), baddbmm(self, batch1, batch2, ...).
+std::vector<DimStrategy> addmmRule(const RuleContext& c) {
+  int64_t lr = c.inputRank(1), rr = c.inputRank(2);
+  if (lr < 2 || rr < 2) return {};
+  Contraction k;
+  k.lhs = 1;
+  k.rhs = 2;
+  k.addend = 0;
+  k.indices = matmulIndices(lr, rr);
+  return contract(c, k);
+}
+
+/// linear(input [..., in], weight [out, in], bias [out]?).
+std::vector<DimStrategy> linearRule(const RuleContext& c) {
+  int64_t xr = c.inputRank(0);
+  if (xr < 1 || c.inputRank(1) != 2) return {};
+  Contraction k;
+  if (c.isTensorInput(2)) k.addend = 2;
+  k.rhs_partial = false;  // a Partial weight only arises from a parameter, which is never P
+  for (int64_t d = 0; d + 1 < xr; ++d) k.indices.push_back({d, -1, d});
+  k.indices.push_back({-1, 0, xr - 1});  // out features
+  k.indices.push_back({xr - 1, 1, -1});  // in features (contracting)
+  return contract(c, k);
+}
+
+/// scaled_dot_product_attention(q, k, v, attn_mask?, dropout_p, is_causal, ...).
+std::vector<DimStrategy> sdpaRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  if (r < 2 || c.inputRank(1) != r || c.inputRank(2) != r || c.outputRank(0) != r) return {};
+  std::vector<int64_t> q = c.inputSizes(0), k = c.inputSizes(1), v = c.inputSizes(2);
+  bool has_mask = c.isTensorInput(3);
+  std::vector<int64_t> m = has_mask ? c.inputSizes(3) : std::vector<int64_t>{};
+  if (m.size() > static_cast<size_t>(r)) return {};
+  // Mask placement when the scores [..., L, S] are sharded on dim d.
+  auto maskAt = [&](int64_t d, int64_t size) {
+    int64_t a = d - (r - static_cast<int64_t>(m.size()));
+    return a >= 0 && m[static_cast<size_t>(a)] == size ? S(a) : R();
+  };
+  auto make = [&](Placement pq, Placement pk, Placement pv, Placement pm, Placement po) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = pq;
+    s.inputs[1] = pk;
+    s.inputs[2] = pv;
+    if (has_mask) s.inputs[3] = pm;
+    s.outputs[0] = po;
+    for (size_t i = 1; i < c.numOutputs(); ++i)  // attention weights etc. of variants: not handled
+      if (c.isTensorOutput(i)) return std::optional<DimStrategy>{};
+    return std::optional<DimStrategy>{std::move(s)};
+  };
+  std::vector<DimStrategy> res;
+  if (auto s = make(R(), R(), R(), R(), R()))
+    res.push_back(std::move(*s));
+  else
+    return {};
+  for (int64_t d = 0; d + 2 < r; ++d) {
+    size_t u = static_cast<size_t>(d);
+    if (q[u] != k[u] || q[u] != v[u]) continue;
+    res.push_back(*make(S(d), S(d), S(d), maskAt(d, q[u]), S(d)));
+  }
+  std::optional<bool> causal = c.boolArg(5);
+  if (causal.has_value() && !*causal)
+    res.push_back(
+        *make(S(r - 2), R(), R(), maskAt(r - 2, q[static_cast<size_t>(r - 2)]), S(r - 2)));
+  return res;
+}
+
+Work sdpaWork(const RuleContext& c, const LocalShapes& l) {
+  Work w = defaultWork(c, l);
+  if (l.inputs.size() < 3 || l.inputs[0].empty() || l.inputs[1].empty() || l.inputs[2].empty())
+    return w;
+  const auto &q = l.inputs[0][0], &k = l.inputs[1][0], &v = l.inputs[2][0];
+  if (q.size() < 2 || k.size() < 2 || v.size() < 2) return w;
+  double lead_l = numel(q) / static_cast<double>(q.back());  // batch... * L
+  w.flops = 2.0 * lead_l * static_cast<double>(k[k.size() - 2]) *
+            static_cast<double>(q.back() + v.back());
+  return w;
+}
+
+WorkFn contractionOn(size_t lhs) {
+  return [lhs](const RuleContext& c, const LocalShapes& l) {
+    return contractionWork(c, l, lhs, {-1});
+  };
+}
+
+}  // namespace
+
+void registerMatrixRules(Registry& r) {
+  using cost::OpFamily;
+  r.add("aten::addmm", addmmRule, OpFamily::kContraction, contractionOn(1));
+  r.add("aten::baddbmm", addmmRule, OpFamily::kContraction, contractionOn(1));
+  r.add("aten::bmm", matmulRule, OpFamily::kContraction, contractionOn(0));
+  r.add("aten::dot", matmulRule, OpFamily::kContraction, contractionOn(0));
+  r.add("aten::linear", linearRule, OpFamily::kContraction, contractionOn(0));
+  r.add("aten::matmul", matmulRule, OpFamily::kContraction, contractionOn(0));
+  r.add("aten::mm", matmulRule, OpFamily::kContraction, contractionOn(0));
+  r.add("aten::mv", matmulRule, OpFamily::kContraction, contractionOn(0));
+  r.add("aten::scaled_dot_product_attention", sdpaRule, OpFamily::kAttention, sdpaWork);
+}
+
+}  // namespace apc::strategy

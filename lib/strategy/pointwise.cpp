@@ -1,0 +1,273 @@
+//===- lib/strategy/pointwise.cpp - Elementwise ops with broadcasting -----===//
+//
+// Rules of elementwise ops. Sharding: for each output dim d, the output is S(d) and every tensor
+// input is S(its aligned dim) when that dim exists and has the output's size, R when it is
+// broadcast there (missing or of size 1); plus all-R. Partial flows only through ops linear in
+// the partial input, each op naming its linearity:
+//   additive        add/sub/rsub: P(op) on both tensor summands -> P(op) (op in sum, avg); and
+//                   P(avg) on one summand with the other R or a scalar -> P(avg) (adding the same
+//                   value to every term of an average adds it once; with sum it would add it p
+//                   times, so P(sum) + R is not offered)
+//   multiplicative  mul: one tensor P(op), the other tensors R (or a scalar) -> P(op)
+//   numerator       div: the dividend P(op), the divisor R or a scalar -> P(op)
+//   unary           neg, positive, contiguous, clone, detach, dropout in eval: P(op) -> P(op)
+//   cast            to / type_as / _to_copy: P(op) -> P(op) only between floating dtypes (or the
+//                   same dtype): a cast of each summand to an integer type does not sum to the
+//                   cast of the sum
+// Nonlinear ops (relu, gelu, silu, rsqrt, pow, exp, comparisons, masked_fill, where, ...) never
+// take Partial.
+//
+// type_as(self, other) and to(self, other) read only the dtype of `other`: it gets the placement
+// of self on each mesh dim where that placement fits other (same size in that dim), R otherwise,
+// so that a matching producer never has to move it.
+//
+// dropout in training draws a random mask: the rules keep every shard and R strategy, which is
+// exact only if the runtime draws each rank's mask as the matching piece of one global mask
+// (the same mask on ranks that replicate). Lowering has to provide that (as DTensor's RNG
+// tracker does); in eval dropout is the identity.
+//
+//===----------------------------------------------------------------------===//
+#include <algorithm>
+
+#include "apc/strategy/rules.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+namespace {
+
+using namespace detail;
+
+enum class Linearity { kNone, kUnary, kAdditive, kMultiplicative, kNumerator };
+
+/// Sharding strategies of a broadcasting elementwise op with one tensor output (all-R first).
+/// Empty when the inputs do not broadcast to the output.
+std::vector<DimStrategy> broadcastShards(const RuleContext& c) {
+  size_t num_outputs = 0;
+  for (size_t i = 0; i < c.numOutputs(); ++i) num_outputs += c.isTensorOutput(i) ? 1 : 0;
+  if (num_outputs != 1 || !c.isTensorOutput(0) || c.output(0).type != ir::ValueType::kTensor)
+    return {};
+  std::vector<int64_t> out = c.outputSizes(0);
+  int64_t r = static_cast<int64_t>(out.size());
+  std::vector<size_t> tensors = tensorInputs(c);
+  for (size_t i : tensors) {
+    if (c.input(i).type != ir::ValueType::kTensor) return {};
+    std::vector<int64_t> in = c.inputSizes(i);
+    int64_t ri = static_cast<int64_t>(in.size());
+    if (ri > r) return {};
+    for (int64_t k = 0; k < ri; ++k) {
+      int64_t o = out[static_cast<size_t>(k + r - ri)];
+      if (in[static_cast<size_t>(k)] != o && in[static_cast<size_t>(k)] != 1) return {};
+    }
+  }
+  std::vector<DimStrategy> res;
+  res.push_back(replicateAll(c));
+  for (int64_t d = 0; d < r; ++d) {
+    DimStrategy s = emptyDim(c);
+    s.outputs[0] = S(d);
+    for (size_t i : tensors) {
+      std::vector<int64_t> in = c.inputSizes(i);
+      int64_t aligned = d - (r - static_cast<int64_t>(in.size()));
+      bool same = aligned >= 0 && in[static_cast<size_t>(aligned)] == out[static_cast<size_t>(d)];
+      s.inputs[i] = same ? S(aligned) : R();
+    }
+    res.push_back(std::move(s));
+  }
+  return res;
+}
+
+/// A DimStrategy with output 0 = `out`, tensor inputs in `partial_inputs` = P(op), others R.
+DimStrategy partialDim(const RuleContext& c, ReduceOp op,
+                       const std::vector<size_t>& partial_inputs) {
+  DimStrategy s = emptyDim(c);
+  s.outputs[0] = P(op);
+  for (size_t i : tensorInputs(c)) {
+    bool p = std::find(partial_inputs.begin(), partial_inputs.end(), i) != partial_inputs.end();
+    s.inputs[i] = p ? P(op) : R();
+  }
+  return s;
+}
+
+std::vector<DimStrategy> pointwise(const RuleContext& c, Linearity lin) {
+  std::vector<DimStrategy> res = broadcastShards(c);
+  if (res.empty()) return res;
+  std::vector<size_t> tensors = tensorInputs(c);
+  auto isTensor = [&](size_t i) { return c.isTensorInput(i); };
+  switch (lin) {
+    case Linearity::kNone:
+      break;
+    case Linearity::kUnary:
+      if (tensors.size() == 1)
+        for (ReduceOp op : kSumAvg) res.push_back(partialDim(c, op, tensors));
+      break;
+    case Linearity::kAdditive: {
+      // Summands are inputs 0 and 1 (alpha scales input 1).
+      if (isTensor(0) && isTensor(1))
+        for (ReduceOp op : kSumAvg) res.push_back(partialDim(c, op, {0, 1}));
+      if (isTensor(0)) res.push_back(partialDim(c, ReduceOp::kAvg, {0}));
+      if (isTensor(1)) res.push_back(partialDim(c, ReduceOp::kAvg, {1}));
+      break;
+    }
+    case Linearity::kMultiplicative:
+      for (size_t i : tensors)
+        for (ReduceOp op : kSumAvg) res.push_back(partialDim(c, op, {i}));
+      break;
+    case Linearity::kNumerator:
+      if (isTensor(0))
+        for (ReduceOp op : kSumAvg) res.push_back(partialDim(c, op, {0}));
+      break;
+  }
+  return res;
+}
+
+Rule pointwiseRule(Linearity lin) {
+  return [lin](const RuleContext& c) { return pointwise(c, lin); };
+}
+
+bool castKeepsPartial(const RuleContext& c) {
+  if (!c.isTensorInput(0) || !c.isTensorOutput(0)) return false;
+  ir::DType in = c.input(0).tensor->dtype, out = c.output(0).tensor->dtype;
+  return in == out || (ir::isFloating(in) && ir::isFloating(out));
+}
+
+/// to / type_as / _to_copy: input 0 is the data, any other tensor input only gives a dtype.
+std::vector<DimStrategy> castRule(const RuleContext& c) {
+  if (!c.isTensorInput(0) || !c.isTensorOutput(0) || c.input(0).type != ir::ValueType::kTensor)
+    return {};
+  std::vector<int64_t> self = c.inputSizes(0);
+  if (self != c.outputSizes(0)) return {};
+  auto follow = [&](DimStrategy s, Placement p) {
+    s.inputs[0] = p;
+    s.outputs[0] = p;
+    for (size_t i = 1; i < c.numInputs(); ++i) {
+      if (!c.isTensorInput(i)) continue;
+      std::vector<int64_t> other = c.inputSizes(i);
+      bool fits = p.isShard() && p.dim() < static_cast<int>(other.size()) &&
+                  other[static_cast<size_t>(p.dim())] == self[static_cast<size_t>(p.dim())];
+      s.inputs[i] = fits ? p : R();
+    }
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(replicateAll(c));
+  for (int64_t d = 0; d < static_cast<int64_t>(self.size()); ++d)
+    res.push_back(follow(emptyDim(c), S(d)));
+  if (castKeepsPartial(c))
+    for (ReduceOp op : kSumAvg) res.push_back(follow(emptyDim(c), P(op)));
+  return res;
+}
+
+/// dropout(input, p, train) and its variants: the identity in eval (Partial passes), a random
+/// mask in training (no Partial; see the file comment).
+std::vector<DimStrategy> dropoutRule(const RuleContext& c) {
+  std::optional<bool> train = c.boolArg(2);
+  bool eval = train.has_value() && !*train;
+  // native_dropout also returns the mask, which is not a summand of anything.
+  return identityStrategies(c, eval && c.numOutputs() == 1 ? kSumAvg : kNoPartial);
+}
+
+}  // namespace
+
+void registerPointwiseRules(Registry& r) {
+  using cost::OpFamily;
+  auto add = [&](std::initializer_list<const char*> ops, Rule rule) {
+    for (const char* op : ops) r.add(op, rule, OpFamily::kPointwise);
+  };
+  // Nonlinear (sorted).
+  add({"aten::abs",
+       "aten::acos",
+       "aten::asin",
+       "aten::atan",
+       "aten::atan2",
+       "aten::bitwise_and",
+       "aten::bitwise_not",
+       "aten::bitwise_or",
+       "aten::bitwise_xor",
+       "aten::ceil",
+       "aten::clamp",
+       "aten::clamp_max",
+       "aten::clamp_min",
+       "aten::cos",
+       "aten::cosh",
+       "aten::div.Scalar_mode",
+       "aten::div.Tensor_mode",
+       "aten::elu",
+       "aten::eq",
+       "aten::erf",
+       "aten::erfc",
+       "aten::exp",
+       "aten::exp2",
+       "aten::expm1",
+       "aten::floor",
+       "aten::floor_divide",
+       "aten::fmax",
+       "aten::fmin",
+       "aten::fmod",
+       "aten::frac",
+       "aten::ge",
+       "aten::gelu",
+       "aten::gt",
+       "aten::hardsigmoid",
+       "aten::hardswish",
+       "aten::hardtanh",
+       "aten::hypot",
+       "aten::isinf",
+       "aten::isnan",
+       "aten::le",
+       "aten::leaky_relu",
+       "aten::log",
+       "aten::log10",
+       "aten::log1p",
+       "aten::log2",
+       "aten::logical_and",
+       "aten::logical_not",
+       "aten::logical_or",
+       "aten::logical_xor",
+       "aten::logit",
+       "aten::lt",
+       "aten::masked_fill",
+       "aten::max.other",
+       "aten::maximum",
+       "aten::min.other",
+       "aten::minimum",
+       "aten::mish",
+       "aten::nan_to_num",
+       "aten::ne",
+       "aten::pow",
+       "aten::reciprocal",
+       "aten::relu",
+       "aten::relu6",
+       "aten::remainder",
+       "aten::round",
+       "aten::rsqrt",
+       "aten::selu",
+       "aten::sgn",
+       "aten::sigmoid",
+       "aten::sign",
+       "aten::silu",
+       "aten::sin",
+       "aten::sinh",
+       "aten::softplus",
+       "aten::sqrt",
+       "aten::square",
+       "aten::tan",
+       "aten::tanh",
+       "aten::threshold",
+       "aten::trunc",
+       "aten::where"},
+      pointwiseRule(Linearity::kNone));
+  // Linear.
+  add({"aten::add", "aten::rsub", "aten::sub"}, pointwiseRule(Linearity::kAdditive));
+  add({"aten::mul"}, pointwiseRule(Linearity::kMultiplicative));
+  add({"aten::div.Scalar", "aten::div.Tensor", "aten::true_divide"},
+      pointwiseRule(Linearity::kNumerator));
+  add({"aten::neg", "aten::positive"}, pointwiseRule(Linearity::kUnary));
+  add({"aten::alias", "aten::clone", "aten::contiguous", "aten::detach", "aten::lift_fresh"},
+      [](const RuleContext& c) { return identityStrategies(c, kSumAvg); });
+  add({"aten::_to_copy", "aten::to", "aten::type_as"}, castRule);
+  add({"aten::alpha_dropout", "aten::dropout", "aten::feature_alpha_dropout",
+       "aten::feature_dropout", "aten::native_dropout"},
+      dropoutRule);
+}
+
+}  // namespace apc::strategy

@@ -1,0 +1,236 @@
+//===- lib/strategy/registry.cpp - Rule registry and rule context ---------===//
+//
+// The Registry (qualified op name -> rule, cost family, work counter), the RuleContext accessors
+// rules use to read shapes and constant arguments, the text form of strategies, the structural
+// check of single-dim strategies, and the default registry with every family registered.
+//
+//===----------------------------------------------------------------------===//
+#include <string>
+
+#include "apc/strategy/rules.h"
+#include "apc/strategy/strategy.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+// --- Strategy ------------------------------------------------------------------------------------
+
+std::string Strategy::toString() const {
+  std::string s;
+  bool first = true;
+  for (const auto& in : inputs) {
+    if (!in) continue;
+    if (!first) s += ",";
+    s += mesh::toCompactString(*in);
+    first = false;
+  }
+  s += " -> ";
+  first = true;
+  for (const auto& out : outputs) {
+    if (!out) continue;
+    if (!first) s += ",";
+    s += mesh::toCompactString(*out);
+    first = false;
+  }
+  return s;
+}
+
+// --- RuleContext ---------------------------------------------------------------------------------
+
+namespace {
+
+const RuleOptions kDefaultRuleOptions{};
+
+bool isTensorValue(const ir::Value& v) {
+  if (v.type == ir::ValueType::kTensor) return v.tensor.has_value();
+  return v.type == ir::ValueType::kTensorList;  // elements may be unknown: then only R fits
+}
+
+int64_t valueRank(const ir::Value& v) {
+  if (v.type == ir::ValueType::kTensor) return v.tensor ? v.tensor->rank() : -1;
+  if (v.type == ir::ValueType::kTensorList && !v.elements.empty()) {
+    int64_t r = v.elements.front().rank();
+    for (const auto& e : v.elements)
+      if (e.rank() != r) return -1;
+    return r;
+  }
+  return -1;
+}
+
+std::vector<int64_t> valueSizes(const ir::Value& v) {
+  if (v.type == ir::ValueType::kTensor && v.tensor) return ir::hintSizes(v.tensor->shape);
+  if (v.type == ir::ValueType::kTensorList && !v.elements.empty())
+    return ir::hintSizes(v.elements.front().shape);
+  return {};
+}
+
+std::vector<const ir::TensorMeta*> valueMetas(const ir::Value& v) {
+  std::vector<const ir::TensorMeta*> out;
+  if (v.type == ir::ValueType::kTensor && v.tensor) out.push_back(&*v.tensor);
+  if (v.type == ir::ValueType::kTensorList)
+    for (const auto& e : v.elements) out.push_back(&e);
+  return out;
+}
+
+}  // namespace
+
+const RuleOptions& RuleContext::opts() const {
+  return options ? *options : kDefaultRuleOptions;
+}
+
+bool RuleContext::isTensorInput(size_t i) const {
+  return i < numInputs() && isTensorValue(input(i));
+}
+bool RuleContext::isTensorOutput(size_t i) const {
+  return i < numOutputs() && isTensorValue(output(i));
+}
+int64_t RuleContext::inputRank(size_t i) const {
+  return i < numInputs() ? valueRank(input(i)) : -1;
+}
+int64_t RuleContext::outputRank(size_t i) const {
+  return i < numOutputs() ? valueRank(output(i)) : -1;
+}
+std::vector<int64_t> RuleContext::inputSizes(size_t i) const {
+  return i < numInputs() ? valueSizes(input(i)) : std::vector<int64_t>{};
+}
+std::vector<int64_t> RuleContext::outputSizes(size_t i) const {
+  return i < numOutputs() ? valueSizes(output(i)) : std::vector<int64_t>{};
+}
+std::vector<const ir::TensorMeta*> RuleContext::inputMetas(size_t i) const {
+  return i < numInputs() ? valueMetas(input(i)) : std::vector<const ir::TensorMeta*>{};
+}
+std::vector<const ir::TensorMeta*> RuleContext::outputMetas(size_t i) const {
+  return i < numOutputs() ? valueMetas(output(i)) : std::vector<const ir::TensorMeta*>{};
+}
+
+std::optional<int64_t> RuleContext::intArg(size_t i) const {
+  if (i >= numInputs() || !input(i).constant) return std::nullopt;
+  if (const auto* v = std::get_if<int64_t>(&*input(i).constant)) return *v;
+  return std::nullopt;
+}
+
+std::optional<std::vector<int64_t>> RuleContext::intListArg(size_t i) const {
+  if (i >= numInputs() || !input(i).constant) return std::nullopt;
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&*input(i).constant)) return *v;
+  if (const auto* v = std::get_if<int64_t>(&*input(i).constant)) return std::vector<int64_t>{*v};
+  return std::nullopt;
+}
+
+std::optional<bool> RuleContext::boolArg(size_t i) const {
+  if (i >= numInputs() || !input(i).constant) return std::nullopt;
+  if (const auto* v = std::get_if<bool>(&*input(i).constant)) return *v;
+  return std::nullopt;
+}
+
+std::optional<double> RuleContext::doubleArg(size_t i) const {
+  if (i >= numInputs() || !input(i).constant) return std::nullopt;
+  if (const auto* v = std::get_if<double>(&*input(i).constant)) return *v;
+  if (const auto* v = std::get_if<int64_t>(&*input(i).constant)) return static_cast<double>(*v);
+  return std::nullopt;
+}
+
+bool RuleContext::isNoneArg(size_t i) const {
+  return i >= numInputs() || input(i).type == ir::ValueType::kNone;
+}
+
+// --- Work ----------------------------------------------------------------------------------------
+
+Work defaultWork(const RuleContext& c, const LocalShapes& local) {
+  Work w;
+  for (size_t i = 0; i < local.outputs.size(); ++i)
+    for (const auto& shape : local.outputs[i]) w.flops += detail::numel(shape);
+  for (size_t i = 0; i < local.inputs.size(); ++i) w.bytes += detail::localInputBytes(c, local, i);
+  for (size_t i = 0; i < local.outputs.size(); ++i)
+    w.bytes += detail::localOutputBytes(c, local, i);
+  return w;
+}
+
+// --- Checking ------------------------------------------------------------------------------------
+
+Status checkDimStrategy(const RuleContext& c, const DimStrategy& s) {
+  auto where = [&](const std::string& what) {
+    return internalError("rule of " + c.node.qualifiedOp() + " (node #" +
+                         std::to_string(c.node.id.v) + "): " + what);
+  };
+  if (s.inputs.size() != c.numInputs())
+    return where("has " + std::to_string(s.inputs.size()) + " input placements for " +
+                 std::to_string(c.numInputs()) + " inputs");
+  if (s.outputs.size() != c.numOutputs())
+    return where("has " + std::to_string(s.outputs.size()) + " output placements for " +
+                 std::to_string(c.numOutputs()) + " outputs");
+  auto checkOne = [&](bool output, size_t i, const std::optional<Placement>& p) -> Status {
+    std::string name = std::string(output ? "output " : "input ") + std::to_string(i);
+    bool tensor = output ? c.isTensorOutput(i) : c.isTensorInput(i);
+    if (tensor != p.has_value())
+      return where(name + (tensor ? " is a tensor without a placement"
+                                  : " is not a tensor but has a placement"));
+    if (p && p->isShard()) {
+      int64_t rank = output ? c.outputRank(i) : c.inputRank(i);
+      if (p->dim() < 0 || p->dim() >= rank)
+        return where(name + " has " + p->toString() + " but rank " + std::to_string(rank));
+    }
+    return Status::success();
+  };
+  for (size_t i = 0; i < s.inputs.size(); ++i) APC_RETURN_IF_ERROR(checkOne(false, i, s.inputs[i]));
+  for (size_t i = 0; i < s.outputs.size(); ++i)
+    APC_RETURN_IF_ERROR(checkOne(true, i, s.outputs[i]));
+  for (const TensorDimRef& ref : s.must_divide) {
+    const auto& list = ref.output ? s.outputs : s.inputs;
+    if (ref.index >= list.size() || !list[ref.index] || !list[ref.index]->isShard(ref.dim))
+      return where(std::string("must_divide names ") + (ref.output ? "output " : "input ") +
+                   std::to_string(ref.index) + " dim " + std::to_string(ref.dim) +
+                   ", which the strategy does not shard");
+  }
+  return Status::success();
+}
+
+// --- Registry ------------------------------------------------------------------------------------
+
+void Registry::add(const std::string& qualified_op, Rule rule, cost::OpFamily family, WorkFn work) {
+  rules_[qualified_op] = OpRule{std::move(rule), family, std::move(work)};
+}
+
+const OpRule* Registry::findEntry(const ir::Node& node) const {
+  if (!node.overload.empty()) {
+    auto it = rules_.find(node.op + "." + node.overload);
+    if (it != rules_.end()) return &it->second;
+  }
+  auto it = rules_.find(node.op);
+  return it == rules_.end() ? nullptr : &it->second;
+}
+
+const Rule* Registry::find(const ir::Node& node) const {
+  const OpRule* e = findEntry(node);
+  return e ? &e->rule : nullptr;
+}
+
+std::vector<std::string> Registry::ops() const {
+  std::vector<std::string> out;
+  out.reserve(rules_.size());
+  for (const auto& [name, rule] : rules_) out.push_back(name);
+  return out;
+}
+
+void registerAllRules(Registry& r) {
+  registerPointwiseRules(r);
+  registerMatrixRules(r);
+  registerReductionRules(r);
+  registerViewRules(r);
+  registerNormalizationRules(r);
+  registerSoftmaxRules(r);
+  registerEmbeddingRules(r);
+  registerLossRules(r);
+  registerTensorOpRules(r);
+  registerConvRules(r);
+}
+
+const Registry& defaultRegistry() {
+  static const Registry registry = [] {
+    Registry r;
+    registerAllRules(r);
+    return r;
+  }();
+  return registry;
+}
+
+}  // namespace apc::strategy

@@ -1,0 +1,78 @@
+//===- lib/strategy/rule_util.h - Helpers shared by the rule families -----===//
+//
+// Private to lib/strategy: short placement constructors, DimStrategy builders sized for a node,
+// dim normalization, the "uniform" strategies of ops that map every tensor dim to itself (identity
+// ops, list packing), and the work counters shared by several families.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "apc/strategy/strategy.h"
+
+namespace apc::strategy::detail {
+
+using mesh::ReduceOp;
+
+inline Placement R() {
+  return Placement::replicate();
+}
+inline Placement S(int64_t d) {
+  return Placement::shard(static_cast<int>(d));
+}
+inline Placement P(ReduceOp op = ReduceOp::kSum) {
+  return Placement::partial(op);
+}
+
+/// Reduce ops that pass through ops linear in a tensor: sum, and avg (avg = sum / p).
+inline const std::vector<ReduceOp> kSumAvg = {ReduceOp::kSum, ReduceOp::kAvg};
+/// Only sum (used where avg would add strategies no producer emits in practice).
+inline const std::vector<ReduceOp> kSumOnly = {ReduceOp::kSum};
+inline const std::vector<ReduceOp> kNoPartial = {};
+
+/// A DimStrategy sized for the node's inputs and outputs, every entry unset.
+DimStrategy emptyDim(const RuleContext& c);
+/// Every tensor input and output set to `p`; non-tensor entries unset.
+DimStrategy uniformDim(const RuleContext& c, Placement p);
+/// Every tensor input and output Replicate.
+inline DimStrategy replicateAll(const RuleContext& c) {
+  return uniformDim(c, R());
+}
+
+/// `d` normalized against `rank` (negative counts from the end); nullopt when out of range.
+std::optional<int64_t> normDim(int64_t d, int64_t rank);
+/// Indices of the tensor (or Tensor[]) inputs, in order.
+std::vector<size_t> tensorInputs(const RuleContext& c);
+/// Rank shared by every tensor input and output, or -1 when they differ or one is unknown.
+int64_t commonRank(const RuleContext& c);
+
+/// Strategies of ops whose tensor inputs and outputs all have one rank and keep every dim in
+/// place (identity-like ops, list packing): all-R, then S(d) on every tensor for each d in
+/// `dims`, then P(op) on every tensor for each op in `partials`. Empty when the ranks differ.
+std::vector<DimStrategy> uniformStrategies(const RuleContext& c, const std::vector<int64_t>& dims,
+                                           const std::vector<ReduceOp>& partials);
+/// uniformStrategies over every dim of the common rank.
+std::vector<DimStrategy> identityStrategies(const RuleContext& c,
+                                            const std::vector<ReduceOp>& partials);
+
+/// Dims 0..rank-1 except those in `except`.
+std::vector<int64_t> dimsExcept(int64_t rank, const std::vector<int64_t>& except);
+
+/// Product of local sizes.
+double numel(const std::vector<int64_t>& sizes);
+/// Bytes of the local shapes of input/output i (summed over Tensor[] elements).
+double localInputBytes(const RuleContext& c, const LocalShapes& l, size_t i);
+double localOutputBytes(const RuleContext& c, const LocalShapes& l, size_t i);
+
+/// Work of a contraction: 2 * local output elements * local contracted size, where the
+/// contracted size is the product of the local sizes of `lhs_input`'s dims in `lhs_contract`
+/// (negative dims count from the end); bytes as in defaultWork.
+Work contractionWork(const RuleContext& c, const LocalShapes& l, size_t lhs_input,
+                     const std::vector<int64_t>& lhs_contract);
+/// No kernel (views): zero work.
+Work noWork(const RuleContext& c, const LocalShapes& l);
+
+}  // namespace apc::strategy::detail

@@ -1,0 +1,193 @@
+//===- lib/strategy/tensor_ops.cpp - Concatenation, slicing, lists, factories ===//
+//
+// Rules of ops that move whole slices of tensors around:
+//   cat(tensors[], dim)                 any dim but the cat dim (every element and the output
+//                                       alike); P(sum) -> P(sum)
+//   stack(tensors[], dim)               any input dim, at its output position; P(sum)
+//   split, split_with_sizes, chunk      any dim but the split dim, on the input and the Tensor[]
+//                                       output; P(sum)
+//   unbind(self, dim)                   any dim but dim, renumbered; P(sum)
+//   slice(self, dim, start, end, step), narrow(self, dim, start, length)
+//                                       any dim but the sliced one, which too when the slice is
+//                                       the whole dim (output size == input size); P(sum)
+//   select(self, dim, index)            any dim but dim, renumbered; P(sum)
+//   index_select(self, dim, index)      self S(d != dim) with index R; or index S(0) with self R
+//                                       -> out S(dim) (each rank selects its indices); self P
+//   triu, tril                          the last two dims R (the mask depends on absolute row and
+//                                       column), leading dims free; P(sum) (zeroing is linear)
+//   prim::ListConstruct (Tensor[])      one placement for every element and the list: any dim
+//                                       all elements have; P(sum)
+//   prim::ListUnpack (Tensor[] -> tensors) the same
+//   factories: full, ones, zeros, empty, arange, scalar_tensor, prim::NumToTensor
+//                                       Replicate only (as DTensor: a sharded factory output
+//                                       would be a free local slice, but R keeps lowering simple
+//                                       and the consumer's rule can still slice it at no cost)
+//   zeros_like, ones_like, empty_like, full_like
+//                                       the input's placement (S or R): each rank fills its
+//                                       local shape
+//
+//===----------------------------------------------------------------------===//
+#include "apc/strategy/rules.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+namespace {
+
+using namespace detail;
+
+/// Placement of the single tensor input and every tensor output.
+DimStrategy inOut(const RuleContext& c, Placement in, Placement out) {
+  DimStrategy s = emptyDim(c);
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    if (c.isTensorInput(i)) s.inputs[i] = in;
+  for (size_t i = 0; i < c.numOutputs(); ++i)
+    if (c.isTensorOutput(i)) s.outputs[i] = out;
+  return s;
+}
+
+/// Ops that keep the rank and can shard every dim except `dim` (argument `dim_arg`).
+std::vector<DimStrategy> exceptDimRule(const RuleContext& c, size_t dim_arg) {
+  int64_t r = commonRank(c);
+  auto dim = c.intArg(dim_arg);
+  if (r < 1 || !dim) return {};
+  auto d = normDim(*dim, r);
+  if (!d) return {};
+  return uniformStrategies(c, dimsExcept(r, {*d}), kSumOnly);
+}
+
+/// Ops that drop dim `dim` (argument 1): select, unbind.
+std::vector<DimStrategy> dropDimRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  auto dim = c.intArg(1);
+  if (r < 1 || !dim || c.input(0).type != ir::ValueType::kTensor) return {};
+  auto d = normDim(*dim, r);
+  if (!d) return {};
+  for (size_t i = 0; i < c.numOutputs(); ++i)
+    if (c.isTensorOutput(i) && c.outputRank(i) != r - 1) return {};
+  std::vector<DimStrategy> res;
+  res.push_back(inOut(c, R(), R()));
+  for (int64_t k = 0; k < r; ++k)
+    if (k != *d) res.push_back(inOut(c, S(k), S(k < *d ? k : k - 1)));
+  res.push_back(inOut(c, P(), P()));
+  return res;
+}
+
+std::vector<DimStrategy> catRule(const RuleContext& c) {
+  return exceptDimRule(c, 1);
+}
+
+std::vector<DimStrategy> stackRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  auto dim = c.intArg(1);
+  if (r < 0 || !dim || c.outputRank(0) != r + 1) return {};
+  auto d = normDim(*dim, r + 1);
+  if (!d) return {};
+  std::vector<DimStrategy> res;
+  res.push_back(inOut(c, R(), R()));
+  for (int64_t k = 0; k < r; ++k) res.push_back(inOut(c, S(k), S(k < *d ? k : k + 1)));
+  res.push_back(inOut(c, P(), P()));
+  return res;
+}
+
+std::vector<DimStrategy> sliceRule(const RuleContext& c) {
+  int64_t r = commonRank(c);
+  auto dim = c.intArg(1);
+  if (r < 1 || !dim || c.numOutputs() != 1) return {};
+  auto d = normDim(*dim, r);
+  if (!d) return {};
+  bool whole = c.inputSizes(0) == c.outputSizes(0);
+  return uniformStrategies(c, whole ? dimsExcept(r, {}) : dimsExcept(r, {*d}), kSumOnly);
+}
+
+/// index_select(self, dim, index [k]).
+std::vector<DimStrategy> indexSelectRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  auto dim = c.intArg(1);
+  if (r < 1 || !dim || c.inputRank(2) > 1 || c.outputRank(0) != r) return {};
+  auto d = normDim(*dim, r);
+  if (!d) return {};
+  auto make = [&](Placement self, Placement index, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = self;
+    s.inputs[2] = index;
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R(), R()));
+  for (int64_t k = 0; k < r; ++k)
+    if (k != *d) res.push_back(make(S(k), R(), S(k)));
+  if (c.inputRank(2) == 1) res.push_back(make(R(), S(0), S(*d)));
+  res.push_back(make(P(), R(), P()));
+  return res;
+}
+
+std::vector<DimStrategy> triangleRule(const RuleContext& c) {
+  int64_t r = commonRank(c);
+  if (r < 2) return {};
+  return uniformStrategies(c, dimsExcept(r, {r - 2, r - 1}), kSumOnly);
+}
+
+/// prim::ListConstruct building a Tensor[] and prim::ListUnpack of one: every element alike.
+std::vector<DimStrategy> listRule(const RuleContext& c) {
+  return identityStrategies(c, kSumOnly);
+}
+
+std::vector<DimStrategy> factoryRule(const RuleContext& c) {
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    if (c.isTensorInput(i)) return {};
+  return {replicateAll(c)};
+}
+
+std::vector<DimStrategy> likeRule(const RuleContext& c) {
+  return identityStrategies(c, kNoPartial);
+}
+
+/// Writes the output once.
+Work factoryWork(const RuleContext& c, const LocalShapes& l) {
+  Work w;
+  w.bytes = localOutputBytes(c, l, 0);
+  return w;
+}
+
+}  // namespace
+
+void registerTensorOpRules(Registry& r) {
+  using cost::OpFamily;
+  r.add("aten::cat", catRule, OpFamily::kIndex);
+  r.add(
+      "aten::chunk", [](const RuleContext& c) { return exceptDimRule(c, 2); }, OpFamily::kView,
+      noWork);
+  r.add("aten::index_select", indexSelectRule, OpFamily::kIndex);
+  r.add("aten::narrow", sliceRule, OpFamily::kView, noWork);
+  r.add("aten::select.int", dropDimRule, OpFamily::kView, noWork);
+  r.add("aten::slice.Tensor", sliceRule, OpFamily::kView, noWork);
+  r.add(
+      "aten::split", [](const RuleContext& c) { return exceptDimRule(c, 2); }, OpFamily::kView,
+      noWork);
+  r.add(
+      "aten::split_with_sizes", [](const RuleContext& c) { return exceptDimRule(c, 2); },
+      OpFamily::kView, noWork);
+  r.add("aten::stack", stackRule, OpFamily::kIndex);
+  r.add("aten::tril", triangleRule, OpFamily::kPointwise);
+  r.add("aten::triu", triangleRule, OpFamily::kPointwise);
+  r.add("aten::unbind.int", dropDimRule, OpFamily::kView, noWork);
+  r.add(
+      "aten::unsafe_chunk", [](const RuleContext& c) { return exceptDimRule(c, 2); },
+      OpFamily::kView, noWork);
+  r.add(
+      "aten::unsafe_split", [](const RuleContext& c) { return exceptDimRule(c, 2); },
+      OpFamily::kView, noWork);
+  r.add("prim::ListConstruct", listRule, OpFamily::kView, noWork);
+  r.add("prim::ListUnpack", listRule, OpFamily::kView, noWork);
+
+  for (const char* op : {"aten::arange", "aten::empty", "aten::full", "aten::ones",
+                         "aten::scalar_tensor", "aten::zeros", "prim::NumToTensor"})
+    r.add(op, factoryRule, OpFamily::kFactory, factoryWork);
+  for (const char* op :
+       {"aten::empty_like", "aten::full_like", "aten::ones_like", "aten::zeros_like"})
+    r.add(op, likeRule, OpFamily::kFactory, factoryWork);
+}
+
+}  // namespace apc::strategy

@@ -1,0 +1,172 @@
+//===- lib/strategy/view.cpp - Views by a dimension algebra ---------------===//
+//
+// Rules of ops that only re-index their input: reshape-like ops (view, reshape, _unsafe_view,
+// flatten, unflatten, squeeze, unsqueeze), transposes and permutes, and expand.
+//
+// Reshape-like ops are described by their input and output shapes alone (row-major order makes
+// the size list irrelevant once the output shape is known; -1 entries are resolved by it). The
+// dims of size 1 are dropped, and the rest are walked left to right into groups whose size
+// products match: a group of input dims I maps to a group of output dims O. Per group:
+//   one dim to one dim      S(i) -> S(o), uneven allowed (the same dim under a new index)
+//   anything else           only the leftmost dims can be sharded, S(I[0]) -> S(O[0]), and only
+//                           when both sizes divide evenly by the number of pieces (must_divide):
+//                           then the pieces of both are the same contiguous ranges of the group's
+//                           flat block. An uneven shard of a merged or split dim changes which
+//                           elements a rank holds, so it is rejected. This is DTensor's rule
+//                           (a flattened dim is shardable on its leftmost input, a split on its
+//                           first part) with the divisibility made explicit.
+// Size-1 dims are never sharded (pruned anyway: a dim smaller than the mesh cannot be cut).
+//
+// transpose/t/permute move S(d) to the dim's new position. expand keeps S on dims it does not
+// broadcast and can shard a broadcast dim of the output from a Replicate input (each rank expands
+// to its local size). Every view is linear: P(sum) -> P(sum). Lowering rewrites the size lists of
+// views to local sizes. Views cost no compute (no kernel).
+//
+//===----------------------------------------------------------------------===//
+#include <algorithm>
+
+#include "apc/strategy/rules.h"
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+namespace {
+
+using namespace detail;
+
+DimStrategy unary(const RuleContext& c, Placement in, Placement out) {
+  DimStrategy s = emptyDim(c);
+  s.inputs[0] = in;
+  s.outputs[0] = out;
+  return s;
+}
+
+bool unaryView(const RuleContext& c) {
+  if (!c.isTensorInput(0) || !c.isTensorOutput(0)) return false;
+  if (c.input(0).type != ir::ValueType::kTensor || c.output(0).type != ir::ValueType::kTensor)
+    return false;
+  for (size_t i = 1; i < c.numInputs(); ++i)
+    if (c.isTensorInput(i)) return false;
+  return c.numOutputs() == 1;
+}
+
+std::vector<DimStrategy> reshapeRule(const RuleContext& c) {
+  if (!unaryView(c)) return {};
+  std::vector<int64_t> in = c.inputSizes(0), out = c.outputSizes(0);
+  if (numel(in) != numel(out)) return {};
+  std::vector<DimStrategy> res;
+  res.push_back(unary(c, R(), R()));
+  bool has_zero = std::count(in.begin(), in.end(), 0) + std::count(out.begin(), out.end(), 0) > 0;
+  if (!has_zero) {
+    std::vector<int64_t> in_nz, out_nz;
+    for (size_t d = 0; d < in.size(); ++d)
+      if (in[d] != 1) in_nz.push_back(static_cast<int64_t>(d));
+    for (size_t d = 0; d < out.size(); ++d)
+      if (out[d] != 1) out_nz.push_back(static_cast<int64_t>(d));
+    size_t i = 0, j = 0;
+    while (i < in_nz.size() && j < out_nz.size()) {
+      int64_t i0 = in_nz[i++], o0 = out_nz[j++];
+      int64_t pin = in[static_cast<size_t>(i0)], pout = out[static_cast<size_t>(o0)];
+      bool one_to_one = true;
+      while (pin != pout) {
+        one_to_one = false;
+        if (pin < pout) {
+          if (i >= in_nz.size()) return {};
+          pin *= in[static_cast<size_t>(in_nz[i++])];
+        } else {
+          if (j >= out_nz.size()) return {};
+          pout *= out[static_cast<size_t>(out_nz[j++])];
+        }
+      }
+      DimStrategy s = unary(c, S(i0), S(o0));
+      if (!one_to_one) {
+        s.must_divide.push_back({false, 0, static_cast<int>(i0)});
+        s.must_divide.push_back({true, 0, static_cast<int>(o0)});
+      }
+      res.push_back(std::move(s));
+    }
+    if (i != in_nz.size() || j != out_nz.size()) return {};
+  }
+  res.push_back(unary(c, P(), P()));
+  return res;
+}
+
+/// Strategies of a dim permutation: input dim d goes to output dim perm_inverse[d].
+std::vector<DimStrategy> permuted(const RuleContext& c, const std::vector<int64_t>& out_of_in) {
+  std::vector<DimStrategy> res;
+  res.push_back(unary(c, R(), R()));
+  for (size_t d = 0; d < out_of_in.size(); ++d)
+    res.push_back(unary(c, S(static_cast<int64_t>(d)), S(out_of_in[d])));
+  res.push_back(unary(c, P(), P()));
+  return res;
+}
+
+std::vector<DimStrategy> transposeRule(const RuleContext& c) {
+  if (!unaryView(c)) return {};
+  int64_t r = c.inputRank(0);
+  if (c.outputRank(0) != r) return {};
+  std::vector<int64_t> perm(static_cast<size_t>(r));
+  for (int64_t d = 0; d < r; ++d) perm[static_cast<size_t>(d)] = d;
+  if (c.node.op == "aten::t") {
+    if (r == 2) std::swap(perm[0], perm[1]);
+  } else if (r > 0) {
+    auto a = c.intArg(1), b = c.intArg(2);
+    if (!a || !b) return {};
+    auto na = normDim(*a, r), nb = normDim(*b, r);
+    if (!na || !nb) return {};
+    std::swap(perm[static_cast<size_t>(*na)], perm[static_cast<size_t>(*nb)]);
+  }
+  return permuted(c, perm);
+}
+
+std::vector<DimStrategy> permuteRule(const RuleContext& c) {
+  if (!unaryView(c)) return {};
+  int64_t r = c.inputRank(0);
+  auto dims = c.intListArg(1);
+  if (!dims || static_cast<int64_t>(dims->size()) != r || c.outputRank(0) != r) return {};
+  std::vector<int64_t> out_of_in(static_cast<size_t>(r), -1);
+  for (int64_t o = 0; o < r; ++o) {
+    auto d = normDim((*dims)[static_cast<size_t>(o)], r);
+    if (!d || out_of_in[static_cast<size_t>(*d)] != -1) return {};
+    out_of_in[static_cast<size_t>(*d)] = o;
+  }
+  return permuted(c, out_of_in);
+}
+
+std::vector<DimStrategy> expandRule(const RuleContext& c) {
+  if (!unaryView(c)) return {};
+  std::vector<int64_t> in = c.inputSizes(0), out = c.outputSizes(0);
+  int64_t ri = static_cast<int64_t>(in.size()), ro = static_cast<int64_t>(out.size());
+  if (ri > ro) return {};
+  std::vector<DimStrategy> res;
+  res.push_back(unary(c, R(), R()));
+  for (int64_t o = 0; o < ro; ++o) {
+    int64_t a = o - (ro - ri);
+    size_t uo = static_cast<size_t>(o);
+    if (a >= 0 && in[static_cast<size_t>(a)] == out[uo]) {
+      res.push_back(unary(c, S(a), S(o)));
+    } else if (a < 0 || in[static_cast<size_t>(a)] == 1) {
+      res.push_back(unary(c, R(), S(o)));  // each rank expands to its local piece
+    } else {
+      return {};
+    }
+  }
+  res.push_back(unary(c, P(), P()));
+  return res;
+}
+
+}  // namespace
+
+void registerViewRules(Registry& r) {
+  using cost::OpFamily;
+  for (const char* op : {"aten::_unsafe_view", "aten::flatten", "aten::reshape", "aten::squeeze",
+                         "aten::unflatten", "aten::unsqueeze", "aten::view"})
+    r.add(op, reshapeRule, OpFamily::kView, noWork);
+  for (const char* op : {"aten::swapaxes", "aten::swapdims", "aten::t", "aten::transpose"})
+    r.add(op, transposeRule, OpFamily::kView, noWork);
+  r.add("aten::permute", permuteRule, OpFamily::kView, noWork);
+  for (const char* op : {"aten::broadcast_to", "aten::expand"})
+    r.add(op, expandRule, OpFamily::kView, noWork);
+}
+
+}  // namespace apc::strategy

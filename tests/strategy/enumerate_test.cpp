@@ -1,0 +1,282 @@
+//===- tests/strategy/enumerate_test.cpp - Expansion, pruning, cache, speed -===//
+//
+// enumerate() as a whole: expansion counts on 2-d meshes, pruning of small dims, the Replicate
+// fallback, registry lookup, determinism and cache transparency, compute costs, the sample-model
+// blocks (no fallback for any of their ops, every rule output well formed, all-R first), and a
+// timing of a LLaMA-3-8B-shaped graph on an 8x8 mesh.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "apc/strategy/rules.h"
+#include "apc/strategy/strategy.h"
+#include "builder.h"
+
+namespace apc::strategy::testing {
+namespace {
+
+using Strings = std::vector<std::string>;
+
+mesh::DeviceMesh meshOf(const char* text) {
+  return *mesh::DeviceMesh::parse(text);
+}
+
+TEST(Expansion, ProductOverMeshDimsInOrder) {
+  Builder b;
+  ValueId x = b.input("x", {8, 8});
+  b.op("aten::relu", {x}, {8, 8});
+  // Single-dim: R, S(0), S(1); on 2x2 all 3 * 3 pairs, mesh dim 0 most significant.
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2x2"),
+            (Strings{"RR -> RR", "RS(0) -> RS(0)", "RS(1) -> RS(1)", "S(0)R -> S(0)R",
+                     "S(0)S(0) -> S(0)S(0)", "S(0)S(1) -> S(0)S(1)", "S(1)R -> S(1)R",
+                     "S(1)S(0) -> S(1)S(0)", "S(1)S(1) -> S(1)S(1)"}));
+}
+
+TEST(Expansion, CountsOnTwoByTwo) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16, 32});
+  ValueId w = b.param("w", {64, 32});
+  b.op("aten::linear", {x, w, b.none()}, {8, 16, 64});
+  // 6 single-dim strategies, all dims >= 4: 36 pairs, none pruned.
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2x2").size(), 36u);
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2x2x2").size(), 216u);
+}
+
+TEST(Pruning, DimsSmallerThanTheirPieceCount) {
+  Builder b;
+  ValueId x = b.input("x", {2, 8});
+  b.op("aten::relu", {x}, {2, 8});
+  Strings s = strategiesOf(b.g, b.last(), "2x2");
+  EXPECT_EQ(s.size(), 8u);  // S(0)S(0) would cut a dim of 2 into 4
+  EXPECT_EQ(std::count(s.begin(), s.end(), "S(0)S(0) -> S(0)S(0)"), 0);
+  Builder c;
+  ValueId y = c.input("y", {3, 8});
+  c.op("aten::relu", {y}, {3, 8});
+  EXPECT_EQ(strategiesOf(c.g, c.last(), "4"), (Strings{"R -> R", "S(1) -> S(1)"}));
+  // 3 over 2 is uneven but allowed (pieces 2 and 1).
+  EXPECT_EQ(strategiesOf(c.g, c.last(), "2"), (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
+}
+
+TEST(Pruning, NoEmptyTorchChunkPieces) {
+  // 4 over 3 is 2, 2, 0 and 5 over 4 is 2, 2, 1, 0: n >= p, yet a rank would hold nothing.
+  Builder b;
+  ValueId x = b.input("x", {4, 5, 7});
+  b.op("aten::relu", {x}, {4, 5, 7});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "3"),
+            (Strings{"R -> R", "S(1) -> S(1)", "S(2) -> S(2)"}));  // 5: 2, 2, 1; 7: 3, 3, 1
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "4"),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(2) -> S(2)"}));  // 7: 2, 2, 2, 1
+  // Nested: 7 over 2 is 4, 3; each over 2 is 2, 2 and 2, 1: fine. 5 over 2x2 is 3, 2 then 2, 1
+  // and 1, 1: fine. 4 over 2x3: 2, 2 then 1, 1, 0: empty.
+  Strings s = strategiesOf(b.g, b.last(), "2x2");
+  EXPECT_NE(std::find(s.begin(), s.end(), "S(2)S(2) -> S(2)S(2)"), s.end());
+  EXPECT_NE(std::find(s.begin(), s.end(), "S(1)S(1) -> S(1)S(1)"), s.end());
+  Strings t = strategiesOf(b.g, b.last(), "2x3");
+  EXPECT_EQ(std::find(t.begin(), t.end(), "S(0)S(0) -> S(0)S(0)"), t.end());
+  // GPT-2's vocabulary on 8 and on 8x8.
+  Builder v;
+  ValueId w = v.param("wte", {50257, 48});
+  v.op("aten::relu", {w}, {50257, 48});
+  Strings vs = strategiesOf(v.g, v.last(), "8x8");
+  EXPECT_NE(std::find(vs.begin(), vs.end(), "S(0)S(0) -> S(0)S(0)"), vs.end());
+}
+
+TEST(Pruning, NonCommutingPartialsOnOneTensor) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16});
+  b.op("aten::amax", {x, b.ints({1}), b.b(false)}, {8});
+  Strings s = strategiesOf(b.g, b.last(), "2x2");
+  // P(max) on both mesh dims is fine; P(max) never meets P(sum) here because amax has no sum.
+  EXPECT_NE(std::find(s.begin(), s.end(), "S(1)S(1) -> P(max)P(max)"), s.end());
+  Builder c;
+  ValueId y = c.input("y", {8, 16});
+  c.op("aten::mean.dim", {y, c.ints({1}), c.b(false), c.none()}, {8});
+  Strings m = strategiesOf(c.g, c.last(), "2x2");
+  EXPECT_NE(std::find(m.begin(), m.end(), "S(1)P -> P(avg)P"), m.end());  // avg and sum commute
+}
+
+TEST(Fallback, UnknownOpGetsOneReplicateStrategy) {
+  Builder b;
+  ValueId x = b.input("x", {8, 8});
+  ValueId y = b.op("aten::frobnicate", {x, b.i(3)}, {8, 8});
+  b.op("aten::relu", {y}, {8, 8});
+  auto all = enumerate(b.g, meshOf("2x2"));
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_TRUE(all[0].fallback);
+  EXPECT_FALSE(all[1].fallback);
+  ASSERT_EQ(all[0].strategies.size(), 1u);
+  EXPECT_EQ(all[0].strategies[0].toString(), "RR -> RR");
+  EXPECT_FALSE(all[0].strategies[0].inputs[1].has_value());  // the int argument
+  EXPECT_EQ(fallbackOps(b.g, all), (Strings{"aten::frobnicate"}));
+}
+
+TEST(Fallback, MalformedRuleOutputFallsBack) {
+  Registry r;
+  r.add("aten::relu", [](const RuleContext&) {
+    DimStrategy s;  // no entries at all
+    return std::vector<DimStrategy>{s};
+  });
+  Builder b;
+  ValueId x = b.input("x", {8, 8});
+  b.op("aten::relu", {x}, {8, 8});
+  auto all = enumerate(b.g, meshOf("2"), r);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_TRUE(all[0].fallback);
+  RuleContext c{b.g, b.g.node(b.last())};
+  EXPECT_FALSE(checkDimStrategy(c, DimStrategy{}).ok());
+}
+
+TEST(Fallback, EveryStrategyPrunedFallsBack) {
+  Registry r;  // a rule without the all-R strategy whose only strategy cannot fit
+  r.add("aten::relu", [](const RuleContext& c) {
+    return std::vector<DimStrategy>{DimStrategy{{Placement::shard(0)}, {Placement::shard(0)}, {}}};
+  });
+  Builder b;
+  ValueId x = b.input("x", {1, 8});
+  b.op("aten::relu", {x}, {1, 8});
+  auto all = enumerate(b.g, meshOf("2"), r);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_TRUE(all[0].fallback);
+  ASSERT_EQ(all[0].strategies.size(), 1u);
+  EXPECT_EQ(all[0].strategies[0].toString(), "R -> R");
+}
+
+TEST(Registry, ExactOverloadFirstThenBareName) {
+  Registry r;
+  auto one = [](const RuleContext& c) {
+    return std::vector<DimStrategy>{
+        DimStrategy{{Placement::replicate()}, {Placement::replicate()}, {}}};
+  };
+  r.add("aten::add", one, cost::OpFamily::kPointwise);
+  r.add("aten::add.Tensor", one, cost::OpFamily::kContraction);
+  ir::Node n;
+  n.op = "aten::add";
+  n.overload = "Tensor";
+  EXPECT_EQ(r.findEntry(n)->family, cost::OpFamily::kContraction);
+  n.overload = "Scalar";
+  EXPECT_EQ(r.findEntry(n)->family, cost::OpFamily::kPointwise);
+  n.op = "aten::sub";
+  EXPECT_EQ(r.find(n), nullptr);
+  EXPECT_EQ(r.ops(), (Strings{"aten::add", "aten::add.Tensor"}));
+  Strings ops = defaultRegistry().ops();
+  EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end()));
+}
+
+TEST(Determinism, SameResultTwiceAndWithoutCache) {
+  Graph g = llamaModel(2, 4, 32, 64, 4, 2, 96, 1000);
+  auto m = meshOf("2x4");
+  auto a = enumerate(g, m);
+  auto b = enumerate(g, m);
+  EnumerateOptions nocache;
+  nocache.use_cache = false;
+  auto c = enumerate(g, m, defaultRegistry(), nocache);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), c.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].node, c[i].node);
+    ASSERT_EQ(a[i].strategies.size(), c[i].strategies.size());
+    for (size_t k = 0; k < a[i].strategies.size(); ++k) {
+      EXPECT_EQ(a[i].strategies[k], b[i].strategies[k]);
+      EXPECT_EQ(a[i].strategies[k], c[i].strategies[k]);
+      EXPECT_EQ(a[i].strategies[k].compute_us, c[i].strategies[k].compute_us);
+    }
+  }
+}
+
+TEST(Cost, ShardedContractionIsCheaperAndViewsAreFree) {
+  Builder b;
+  ValueId x = b.input("x", {8, 128, 1024});
+  ValueId w = b.param("w", {4096, 1024});
+  ValueId h = b.op("aten::linear", {x, w, b.none()}, {8, 128, 4096});
+  NodeId lin = b.last();
+  b.op("aten::view", {h, b.ints({8, 128, 32, 128})}, {8, 128, 32, 128});
+  NodeId view = b.last();
+  auto all = enumerate(b.g, meshOf("4"));
+  const auto& ls = all[0].strategies;
+  ASSERT_EQ(all[0].node, lin);
+  ASSERT_GE(ls.size(), 4u);
+  // 2 * 8*128 * 4096 * 1024 flops = 8.6 GFLOP in f32: compute bound; 4 ranks do a quarter each.
+  EXPECT_GT(ls[0].compute_us, 0.0);
+  for (size_t k = 1; k < ls.size(); ++k) {
+    if (ls[k].outputs[0]->front().isPartial() && ls[k].inputs[0]->front().isPartial()) continue;
+    EXPECT_NEAR(ls[k].compute_us, ls[0].compute_us / 4, ls[0].compute_us * 0.02)
+        << ls[k].toString();
+  }
+  ASSERT_EQ(all[1].node, view);
+  for (const auto& s : all[1].strategies) EXPECT_EQ(s.compute_us, 0.0);
+}
+
+/// Every node of a graph: enumerated without fallback, all-R first, every rule output well
+/// formed; returns the number of enumerated nodes.
+size_t checkGraph(const Graph& g, const char* mesh_text) {
+  auto all = enumerate(g, meshOf(mesh_text));
+  EXPECT_EQ(fallbackOps(g, all), Strings{}) << g.name;
+  for (const auto& ns : all) {
+    const ir::Node& n = g.node(ns.node);
+    EXPECT_FALSE(ns.strategies.empty()) << n.qualifiedOp();
+    if (ns.strategies.empty()) continue;
+    const Strategy& first = ns.strategies.front();
+    for (const auto& list : {first.inputs, first.outputs}) {
+      for (const auto& t : list) {
+        if (!t) continue;
+        for (const Placement& p : *t) EXPECT_TRUE(p.isReplicate()) << n.qualifiedOp();
+      }
+    }
+    RuleContext c{g, n};
+    const Rule* rule = defaultRegistry().find(n);
+    if (!rule) continue;
+    for (const DimStrategy& d : (*rule)(c)) {
+      Status st = checkDimStrategy(c, d);
+      EXPECT_TRUE(st.ok()) << (st.ok() ? "" : st.error().message());
+    }
+  }
+  return all.size();
+}
+
+TEST(Samples, Gpt2BlockHasNoFallback) {
+  Graph g = gpt2Block(8, 64, 48, 4, 50257);
+  EXPECT_GT(checkGraph(g, "8"), 30u);
+  checkGraph(g, "2x4");
+  // The vocabulary-sharded head and the batch-sharded loss exist on 8 ranks.
+  auto all = enumerate(g, meshOf("8"));
+  bool head = false, loss = false;
+  for (const auto& ns : all) {
+    const ir::Node& n = g.node(ns.node);
+    for (const auto& s : ns.strategies) {
+      if (n.op == "aten::linear" && s.toString() == "R,S(0) -> S(2)" &&
+          g.value(n.outputs[0]).tensor->shape.back().size == 50257)
+        head = true;
+      if (n.op == "aten::cross_entropy_loss" && s.toString() == "S(0),S(0) -> P(avg)") loss = true;
+    }
+  }
+  EXPECT_TRUE(head);
+  EXPECT_TRUE(loss);
+}
+
+TEST(Samples, LlamaAndCnnHaveNoFallback) {
+  checkGraph(llamaModel(2, 8, 128, 64, 4, 2, 160, 1000), "2x2");
+  checkGraph(cnnSmall(), "2");
+  checkGraph(cnnSmall(), "2x4");
+}
+
+TEST(Speed, Llama3_8bOnEightByEight) {
+  // LLaMA-3-8B's shapes: 32 layers, dim 4096, 32 heads, 8 KV heads, FFN 14336, vocab 128256;
+  // batch 8, sequence 128 as `apc inspect --input tokens:i64[8,128]`.
+  Graph g = llamaModel(32, 8, 128, 4096, 32, 8, 14336, 128256);
+  auto m = meshOf("8x8");
+  auto t0 = std::chrono::steady_clock::now();
+  auto all = enumerate(g, m);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  size_t total = 0;
+  for (const auto& ns : all) total += ns.strategies.size();
+  std::printf("[ speed    ] llama3_8b-shaped: %zu nodes, %zu enumerated, %zu strategies, %.3f s\n",
+              g.numNodes(), all.size(), total, s);
+  EXPECT_EQ(fallbackOps(g, all), Strings{});
+  EXPECT_LT(s, 1.0);
+}
+
+}  // namespace
+}  // namespace apc::strategy::testing

@@ -1,0 +1,472 @@
+//===- tests/strategy/rules_test.cpp - Exact strategy sets of the rules ----===//
+//
+// Each test builds one or two op nodes by hand and asserts the exact list of strategies on a 1-d
+// mesh (the single-dim rule after pruning), derived from first principles in the comments, or
+// on a 2-d mesh where divisibility of the product matters.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "apc/strategy/strategy.h"
+#include "builder.h"
+
+namespace apc::strategy::testing {
+namespace {
+
+using Strings = std::vector<std::string>;
+
+bool contains(const Strings& s, const std::string& x) {
+  return std::find(s.begin(), s.end(), x) != s.end();
+}
+
+TEST(Linear, FourFamiliesWithoutBias) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16, 32});
+  ValueId w = b.param("w", {64, 32});
+  b.op("aten::linear", {x, w, b.none()}, {8, 16, 64});
+  // Batch dims 0, 1 (W R); out features (W S(0) -> out S(2)); in features contracted on both
+  // -> P; x Partial with W R -> P. All-R first.
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R -> R", "S(0),R -> S(0)", "S(1),R -> S(1)", "R,S(0) -> S(2)",
+                     "S(2),S(1) -> P", "P,R -> P"}));
+}
+
+TEST(Linear, BiasFollowsOutputAndIsPartialWithPartialOutput) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16, 32});
+  ValueId w = b.param("w", {64, 32});
+  ValueId bias = b.param("b", {64});
+  b.op("aten::linear", {x, w, bias}, {8, 16, 64});
+  // out S(2) needs bias S(0); a Partial output needs a Partial bias (added once in the sum).
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R,R -> R", "S(0),R,R -> S(0)", "S(1),R,R -> S(1)", "R,S(0),S(0) -> S(2)",
+                     "S(2),S(1),P -> P", "P,R,P -> P"}));
+}
+
+TEST(Linear, UnevenVocabularyStaysShardable) {
+  Builder b;
+  ValueId x = b.input("x", {8, 64, 48});
+  ValueId w = b.param("wte", {50257, 48});
+  b.op("aten::linear", {x, w, b.none()}, {8, 64, 50257});
+  Strings s = strategiesOf(b.g, b.last(), "8");
+  EXPECT_TRUE(contains(s, "R,S(0) -> S(2)"));  // 50257 >= 8: torch.chunk pieces
+  EXPECT_TRUE(contains(s, "S(0),R -> S(0)"));
+}
+
+TEST(Matmul, AttentionScores) {
+  Builder b;
+  ValueId q = b.input("q", {8, 4, 64, 12});
+  ValueId k = b.input("k", {8, 4, 12, 64});
+  b.op("aten::matmul", {q, k}, {8, 4, 64, 64});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R -> R", "S(0),S(0) -> S(0)", "S(1),S(1) -> S(1)", "S(2),R -> S(2)",
+                     "R,S(3) -> S(3)", "S(3),S(2) -> P", "P,R -> P", "R,P -> P"}));
+}
+
+TEST(Matmul, BroadcastBatchAndOneDimensional) {
+  Builder b;
+  ValueId x = b.input("x", {8, 4, 64, 12});
+  ValueId w = b.input("w", {12, 64});
+  b.op("aten::matmul", {x, w}, {8, 4, 64, 64});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R -> R", "S(0),R -> S(0)", "S(1),R -> S(1)", "S(2),R -> S(2)",
+                     "R,S(1) -> S(3)", "S(3),S(0) -> P", "P,R -> P", "R,P -> P"}));
+  Builder c;
+  ValueId a = c.input("a", {1, 6, 4});
+  ValueId v = c.input("v", {4});
+  c.op("aten::matmul", {a, v}, {1, 6});
+  // Batch dim of size 1 is never cut; m -> S(1); k contracted.
+  EXPECT_EQ(strategiesOf(c.g, c.last(), "2"),
+            (Strings{"R,R -> R", "S(1),R -> S(1)", "S(2),S(0) -> P", "P,R -> P", "R,P -> P"}));
+}
+
+TEST(Addmm, SelfBroadcastsLikeABias) {
+  Builder b;
+  ValueId bias = b.param("b", {32});
+  ValueId m1 = b.input("m1", {16, 8});
+  ValueId m2 = b.param("m2", {8, 32});
+  b.op("aten::addmm", {bias, m1, m2, b.i(1), b.i(1)}, {16, 32});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R,R -> R", "R,S(0),R -> S(0)", "S(0),R,S(1) -> S(1)", "P,S(1),S(0) -> P",
+                     "P,P,R -> P", "P,R,P -> P"}));
+}
+
+TEST(Embedding, RowColumnAndIndexSharding) {
+  Builder b;
+  ValueId w = b.param("w", {100, 16});
+  ValueId idx = b.input("idx", {4, 8}, DType::kI64);
+  b.op("aten::embedding", {w, idx, b.i(-1), b.b(false), b.b(false)}, {4, 8, 16});
+  EXPECT_EQ(
+      strategiesOf(b.g, b.last(), "2"),
+      (Strings{"R,R -> R", "R,S(0) -> S(0)", "R,S(1) -> S(1)", "S(1),R -> S(2)", "S(0),R -> P"}));
+}
+
+TEST(LayerNorm, NormalizedDimsReplicate) {
+  Builder b;
+  ValueId x = b.input("x", {4, 8, 16});
+  ValueId w = b.param("w", {16}), bias = b.param("b", {16});
+  b.op("aten::layer_norm", {x, b.ints({16}), w, bias, b.f(1e-5), b.b(true)}, {4, 8, 16});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R,R -> R", "S(0),R,R -> S(0)", "S(1),R,R -> S(1)"}));
+  Builder c;
+  ValueId y = c.input("y", {4, 8, 16});
+  c.op("aten::layer_norm", {y, c.ints({8, 16}), c.none(), c.none(), c.f(1e-5), c.b(true)},
+       {4, 8, 16});
+  EXPECT_EQ(strategiesOf(c.g, c.last(), "2"), (Strings{"R -> R", "S(0) -> S(0)"}));
+}
+
+TEST(BatchNorm, ChannelsAlwaysOtherDimsOnlyInEval) {
+  for (bool training : {false, true}) {
+    Builder b;
+    ValueId x = b.input("x", {8, 16, 4, 4});
+    ValueId w = b.param("w", {16}), bias = b.param("b", {16});
+    ValueId rm = b.buffer("rm", {16}), rv = b.buffer("rv", {16});
+    b.op("aten::batch_norm", {x, w, bias, rm, rv, b.b(training), b.f(0.1), b.f(1e-5), b.b(true)},
+         {8, 16, 4, 4});
+    Strings expected = {"R,R,R,R,R -> R"};
+    if (!training) expected.push_back("S(0),R,R,R,R -> S(0)");
+    expected.push_back("S(1),S(0),S(0),S(0),S(0) -> S(1)");
+    if (!training) {
+      expected.push_back("S(2),R,R,R,R -> S(2)");
+      expected.push_back("S(3),R,R,R,R -> S(3)");
+    }
+    EXPECT_EQ(strategiesOf(b.g, b.last(), "2"), expected) << "training " << training;
+  }
+}
+
+TEST(Softmax, SoftmaxDimReplicate) {
+  Builder b;
+  ValueId x = b.input("x", {4, 8, 16});
+  b.op("aten::softmax.int", {x, b.i(-1), b.none()}, {4, 8, 16});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"), (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
+  Builder c;
+  ValueId y = c.input("y", {4, 8, 16});
+  c.op("aten::log_softmax.int", {y, c.i(1), c.none()}, {4, 8, 16});
+  EXPECT_EQ(strategiesOf(c.g, c.last(), "2"), (Strings{"R -> R", "S(0) -> S(0)", "S(2) -> S(2)"}));
+}
+
+TEST(Pointwise, BroadcastingAddAndPartials) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16, 32});
+  ValueId y = b.param("y", {32});
+  b.op("aten::add.Tensor", {x, y, b.i(1)}, {8, 16, 32});
+  // y is missing dims 0, 1 (R there) and shares dim 2 (its dim 0). Partial: P+P sums; an
+  // average plus a replicated value stays an average.
+  EXPECT_EQ(
+      strategiesOf(b.g, b.last(), "2"),
+      (Strings{"R,R -> R", "S(0),R -> S(0)", "S(1),R -> S(1)", "S(2),S(0) -> S(2)", "P,P -> P",
+               "P(avg),P(avg) -> P(avg)", "P(avg),R -> P(avg)", "R,P(avg) -> P(avg)"}));
+}
+
+TEST(Pointwise, SizeOneDimsBroadcast) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16, 32});
+  ValueId y = b.input("y", {1, 16, 1});
+  b.op("aten::mul.Tensor", {x, y}, {8, 16, 32});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R -> R", "S(0),R -> S(0)", "S(1),S(1) -> S(1)", "S(2),R -> S(2)",
+                     "P,R -> P", "P(avg),R -> P(avg)", "R,P -> P", "R,P(avg) -> P(avg)"}));
+}
+
+TEST(Pointwise, PartialThroughLinearOpsOnly) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16});
+  ValueId relu = b.op("aten::relu", {x}, {8, 16});
+  NodeId relu_node = b.last();
+  ValueId scaled = b.op("aten::mul.Tensor", {x, b.f(0.5)}, {8, 16});
+  NodeId mul = b.last();
+  b.op("aten::add.Tensor", {x, b.f(1e-5), b.i(1)}, {8, 16});
+  NodeId add_scalar = b.last();
+  b.op("aten::neg", {scaled}, {8, 16});
+  NodeId neg = b.last();
+  b.op("aten::gelu", {relu, b.str("none")}, {8, 16});
+  NodeId gelu = b.last();
+  b.op("aten::pow.Tensor_Scalar", {x, b.i(2)}, {8, 16});
+  NodeId pow = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  Strings shards = {"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"};
+  EXPECT_EQ(strategyStrings(all, relu_node), shards);  // relu
+  EXPECT_EQ(strategyStrings(all, gelu), shards);
+  EXPECT_EQ(strategyStrings(all, pow), shards);
+  Strings linear = shards;
+  linear.push_back("P -> P");
+  linear.push_back("P(avg) -> P(avg)");
+  EXPECT_EQ(strategyStrings(all, mul), linear);
+  EXPECT_EQ(strategyStrings(all, neg), linear);
+  // x + scalar: only an average keeps the scalar added once.
+  Strings affine = shards;
+  affine.push_back("P(avg) -> P(avg)");
+  EXPECT_EQ(strategyStrings(all, add_scalar), affine);
+}
+
+TEST(Pointwise, CastsKeepPartialOnlyBetweenFloats) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16});
+  b.op("aten::to.dtype", {x, b.i(6), b.b(false), b.b(false), b.none()}, {8, 16}, DType::kBF16);
+  NodeId to_bf16 = b.last();
+  b.op("aten::to.dtype", {x, b.i(4), b.b(false), b.b(false), b.none()}, {8, 16}, DType::kI64);
+  NodeId to_int = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, to_bf16),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P", "P(avg) -> P(avg)"}));
+  EXPECT_EQ(strategyStrings(all, to_int), (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
+}
+
+TEST(Pointwise, TypeAsOtherFollowsSelfWhereItFits) {
+  Builder b;
+  ValueId s = b.input("s", {8, 4, 16, 16});
+  ValueId q = b.input("q", {8, 4, 16, 8});
+  b.op("aten::type_as", {s, q}, {8, 4, 16, 16});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R -> R", "S(0),S(0) -> S(0)", "S(1),S(1) -> S(1)", "S(2),S(2) -> S(2)",
+                     "S(3),R -> S(3)", "P,R -> P", "P(avg),R -> P(avg)"}));
+}
+
+TEST(Pointwise, MaskedFillMaskBroadcasts) {
+  Builder b;
+  ValueId att = b.input("att", {8, 4, 64, 64});
+  ValueId mask = b.input("mask", {64, 64}, DType::kBool);
+  b.op("aten::masked_fill.Scalar", {att, mask, b.f(-1e300)}, {8, 4, 64, 64});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R -> R", "S(0),R -> S(0)", "S(1),R -> S(1)", "S(2),S(0) -> S(2)",
+                     "S(3),S(1) -> S(3)"}));
+}
+
+TEST(Reduction, MeanNeedsEvenSumDoesNot) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16});
+  b.op("aten::mean.dim", {x, b.ints({-1}), b.b(true), b.none()}, {8, 1});
+  NodeId mean = b.last();
+  b.op("aten::sum.dim_IntList", {x, b.ints({1}), b.b(false), b.none()}, {8});
+  NodeId sum = b.last();
+  b.op("aten::amax", {x, b.ints({1}), b.b(false)}, {8});
+  NodeId amax = b.last();
+  auto on2 = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(on2, mean),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> P(avg)", "P -> P", "P(avg) -> P(avg)"}));
+  EXPECT_EQ(strategyStrings(on2, sum),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> P", "P -> P", "P(avg) -> P(avg)"}));
+  EXPECT_EQ(strategyStrings(on2, amax),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> P(max)", "P(max) -> P(max)"}));
+  // 16 over 3 ranks: pieces 6, 6, 4. The sum and max of slices are exact; the mean of means is
+  // not.
+  auto on3 = enumerate(b.g, *mesh::DeviceMesh::parse("3"));
+  EXPECT_FALSE(contains(strategyStrings(on3, mean), "S(1) -> P(avg)"));
+  EXPECT_TRUE(contains(strategyStrings(on3, mean), "S(0) -> S(0)"));
+  EXPECT_TRUE(contains(strategyStrings(on3, sum), "S(1) -> P"));
+  EXPECT_TRUE(contains(strategyStrings(on3, amax), "S(1) -> P(max)"));  // max of 6, 6, 4
+}
+
+TEST(Reduction, FullReductions) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16});
+  b.op("aten::sum", {x, b.none()}, {});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R -> R", "S(0) -> P", "S(1) -> P", "P -> P", "P(avg) -> P(avg)"}));
+}
+
+TEST(View, MergeNeedsLeftmostDivisible) {
+  Builder b;
+  ValueId x = b.input("x", {4, 6, 10});
+  b.op("aten::view", {x, b.ints({4, 60})}, {4, 60});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P"}));
+  // 6 heads over 4 ranks: chunks of 2, 2, 2, 0 heads are not chunks of 60 (15 each).
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "4"), (Strings{"R -> R", "S(0) -> S(0)", "P -> P"}));
+  // On 2x2 each mesh dim alone divides 6, but both together (4 pieces) do not.
+  Strings s = strategiesOf(b.g, b.last(), "2x2");
+  EXPECT_EQ(s.size(), 15u);
+  EXPECT_FALSE(contains(s, "S(1)S(1) -> S(1)S(1)"));
+  EXPECT_TRUE(contains(s, "S(0)S(1) -> S(0)S(1)"));
+  EXPECT_TRUE(contains(s, "S(0)S(0) -> S(0)S(0)"));
+}
+
+TEST(View, SplitNeedsFirstPartDivisible) {
+  Builder b;
+  ValueId x = b.input("x", {4, 60});
+  b.op("aten::view", {x, b.ints({4, 6, 10})}, {4, 6, 10});
+  // 60 and 6 divide by 3 (4 over 3 would leave an empty piece: 2, 2, 0).
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "3"), (Strings{"R -> R", "S(1) -> S(1)", "P -> P"}));
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "4"), (Strings{"R -> R", "S(0) -> S(0)", "P -> P"}));
+}
+
+TEST(View, OneToOneDimsMayBeUneven) {
+  Builder b;
+  ValueId x = b.input("x", {5, 7});
+  b.op("aten::unsqueeze", {x, b.i(1)}, {5, 1, 7});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(2)", "P -> P"}));
+  Builder c;
+  ValueId y = c.input("y", {8, 64, 1, 1});
+  c.op("aten::flatten.using_ints", {y, c.i(1), c.i(-1)}, {8, 64});
+  EXPECT_EQ(strategiesOf(c.g, c.last(), "2"),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P"}));
+}
+
+TEST(View, TransposePermuteExpand) {
+  Builder b;
+  ValueId x = b.input("x", {8, 6, 4});
+  b.op("aten::transpose.int", {x, b.i(-2), b.i(-1)}, {8, 4, 6});
+  NodeId tr = b.last();
+  b.op("aten::permute", {x, b.ints({2, 0, 1})}, {4, 8, 6});
+  NodeId perm = b.last();
+  ValueId y = b.input("y", {8, 2, 1, 16});
+  b.op("aten::expand", {y, b.ints({8, 2, 2, 16}), b.b(false)}, {8, 2, 2, 16});
+  NodeId ex = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, tr),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(2)", "S(2) -> S(1)", "P -> P"}));
+  EXPECT_EQ(strategyStrings(all, perm),
+            (Strings{"R -> R", "S(0) -> S(1)", "S(1) -> S(2)", "S(2) -> S(0)", "P -> P"}));
+  EXPECT_EQ(strategyStrings(all, ex), (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)",
+                                               "R -> S(2)", "S(3) -> S(3)", "P -> P"}));
+}
+
+TEST(TensorOps, ListConstructCatSplitUnpack) {
+  Builder b;
+  ValueId x = b.input("x", {4, 6});
+  ValueId y = b.input("y", {4, 6});
+  ValueId list = b.listOp("prim::ListConstruct", {x, y}, {{4, 6}, {4, 6}});
+  NodeId lc = b.last();
+  ValueId cat = b.op("aten::cat", {list, b.i(-1)}, {4, 12});
+  NodeId catn = b.last();
+  ValueId parts = b.listOp("aten::split.Tensor", {cat, b.i(4), b.i(1)}, {{4, 4}, {4, 4}, {4, 4}});
+  NodeId split = b.last();
+  b.multiOp("prim::ListUnpack", {parts}, {{4, 4}, {4, 4}, {4, 4}});
+  NodeId unpack = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, lc),
+            (Strings{"R,R -> R", "S(0),S(0) -> S(0)", "S(1),S(1) -> S(1)", "P,P -> P"}));
+  EXPECT_EQ(strategyStrings(all, catn), (Strings{"R -> R", "S(0) -> S(0)", "P -> P"}));
+  EXPECT_EQ(strategyStrings(all, split), (Strings{"R -> R", "S(0) -> S(0)", "P -> P"}));
+  EXPECT_EQ(strategyStrings(all, unpack), (Strings{"R -> R,R,R", "S(0) -> S(0),S(0),S(0)",
+                                                   "S(1) -> S(1),S(1),S(1)", "P -> P,P,P"}));
+}
+
+TEST(TensorOps, SliceSelectIndexSelectTriu) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16});
+  b.op("aten::slice.Tensor", {x, b.i(1), b.i(0), b.i(8), b.i(1)}, {8, 8});
+  NodeId part = b.last();
+  b.op("aten::slice.Tensor", {x, b.i(1), b.i(0), b.i(std::numeric_limits<int64_t>::max()), b.i(1)},
+       {8, 16});
+  NodeId whole = b.last();
+  b.op("aten::select.int", {x, b.i(0), b.i(3)}, {16});
+  NodeId sel = b.last();
+  ValueId idx = b.input("idx", {5}, DType::kI64);
+  b.op("aten::index_select", {x, b.i(0), idx}, {5, 16});
+  NodeId isel = b.last();
+  b.op("aten::triu", {x, b.i(1)}, {8, 16});
+  NodeId triu = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, part), (Strings{"R -> R", "S(0) -> S(0)", "P -> P"}));
+  EXPECT_EQ(strategyStrings(all, whole),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P"}));
+  EXPECT_EQ(strategyStrings(all, sel), (Strings{"R -> R", "S(1) -> S(0)", "P -> P"}));
+  EXPECT_EQ(strategyStrings(all, isel),
+            (Strings{"R,R -> R", "S(1),R -> S(1)", "R,S(0) -> S(0)", "P,R -> P"}));
+  EXPECT_EQ(strategyStrings(all, triu), (Strings{"R -> R", "P -> P"}));
+}
+
+TEST(TensorOps, NoPartialOfBoolOrAverageOfIntegers) {
+  Builder b;
+  ValueId ones = b.op("aten::ones", {b.ints({64, 64}), b.i(11), b.none(), b.str("cpu"), b.b(false)},
+                      {64, 64}, DType::kBool, false);
+  b.op("aten::triu", {ones, b.i(1)}, {64, 64}, DType::kBool, false);
+  NodeId triu = b.last();
+  ValueId i = b.input("i", {8, 16}, DType::kI64);
+  b.op("aten::add.Tensor", {i, i, b.i(1)}, {8, 16}, DType::kI64);
+  NodeId add = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, triu), (Strings{"R -> R"}));
+  EXPECT_EQ(strategyStrings(all, add),
+            (Strings{"R,R -> R", "S(0),S(0) -> S(0)", "S(1),S(1) -> S(1)", "P,P -> P"}));
+}
+
+TEST(TensorOps, FactoriesReplicateOnly) {
+  Builder b;
+  b.op("aten::ones", {b.ints({64, 64}), b.i(11), b.none(), b.str("cpu"), b.b(false)}, {64, 64},
+       DType::kBool, false);
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2x2"), (Strings{" -> RR"}));
+}
+
+TEST(Loss, CrossEntropyBatchShardedMean) {
+  Builder b;
+  ValueId logits = b.input("logits", {512, 50257});
+  ValueId target = b.input("target", {512}, DType::kI64);
+  b.op("aten::cross_entropy_loss", {logits, target, b.none(), b.i(1), b.i(-100), b.f(0.0)}, {});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "8"), (Strings{"R,R -> R", "S(0),S(0) -> P(avg)"}));
+  // 512 over 3 ranks is uneven: no mean of means.
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "3"), (Strings{"R,R -> R"}));
+  EnumerateOptions exact;
+  exact.rules.loss_mean_partial = false;
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "8", exact), (Strings{"R,R -> R"}));
+  Builder s;
+  ValueId l2 = s.input("logits", {7, 10});
+  ValueId t2 = s.input("target", {7}, DType::kI64);
+  s.op("aten::nll_loss_nd", {l2, t2, s.none(), s.i(2), s.i(-100)}, {});
+  EXPECT_EQ(strategiesOf(s.g, s.last(), "4"), (Strings{"R,R -> R", "S(0),S(0) -> P"}));
+}
+
+TEST(Conv, BatchOutputAndInputChannels) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16, 8, 8});
+  ValueId w = b.param("w", {32, 16, 3, 3});
+  ValueId bias = b.param("b", {32});
+  b.op("aten::_convolution",
+       {x, w, bias, b.ints({1, 1}), b.ints({1, 1}), b.ints({1, 1}), b.b(false), b.ints({0, 0}),
+        b.i(1), b.b(false), b.b(false), b.b(true), b.b(true)},
+       {8, 32, 8, 8});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R,R -> R", "S(0),R,R -> S(0)", "R,S(0),S(0) -> S(1)", "S(1),S(1),P -> P",
+                     "P,R,P -> P"}));
+  Builder g;
+  ValueId gx = g.input("x", {8, 16, 8, 8});
+  ValueId gw = g.param("w", {16, 1, 3, 3});
+  g.op("aten::conv2d", {gx, gw, g.none(), g.ints({1, 1}), g.ints({1, 1}), g.ints({1, 1}), g.i(16)},
+       {8, 16, 8, 8});
+  EXPECT_EQ(strategiesOf(g.g, g.last(), "2"), (Strings{"R,R -> R", "S(0),R -> S(0)", "P,R -> P"}));
+}
+
+TEST(Conv, Pooling) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16, 8, 8});
+  b.op("aten::max_pool2d",
+       {x, b.ints({2, 2}), b.ints({2, 2}), b.ints({0, 0}), b.ints({1, 1}), b.b(false)},
+       {8, 16, 4, 4});
+  NodeId mp = b.last();
+  b.op("aten::adaptive_avg_pool2d", {x, b.ints({1, 1})}, {8, 16, 1, 1});
+  NodeId ap = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, mp), (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
+  EXPECT_EQ(strategyStrings(all, ap),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P"}));
+}
+
+TEST(Attention, ScaledDotProductAttention) {
+  Builder b;
+  ValueId q = b.input("q", {8, 4, 64, 16}), k = b.input("k", {8, 4, 64, 16}),
+          v = b.input("v", {8, 4, 64, 16});
+  b.op("aten::scaled_dot_product_attention", {q, k, v, b.none(), b.f(0.0), b.b(true)},
+       {8, 4, 64, 16});
+  EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
+            (Strings{"R,R,R -> R", "S(0),S(0),S(0) -> S(0)", "S(1),S(1),S(1) -> S(1)"}));
+}
+
+TEST(Dropout, EvalIsIdentityTrainingHasNoPartial) {
+  Builder b;
+  ValueId x = b.input("x", {8, 16});
+  b.op("aten::dropout", {x, b.f(0.1), b.b(false)}, {8, 16});
+  NodeId eval = b.last();
+  b.op("aten::dropout", {x, b.f(0.1), b.b(true)}, {8, 16});
+  NodeId train = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, eval),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P", "P(avg) -> P(avg)"}));
+  EXPECT_EQ(strategyStrings(all, train), (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
+}
+
+}  // namespace
+}  // namespace apc::strategy::testing

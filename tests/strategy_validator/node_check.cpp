@@ -1,0 +1,304 @@
+//===- tests/strategy_validator/node_check.cpp - One node, one strategy, all ranks ===//
+//
+// Random inputs, the unsharded reference run, and the per-rank run of one strategy with its
+// comparison (see node_check.h).
+//
+//===----------------------------------------------------------------------===//
+#include "node_check.h"
+
+#include "apc/cost/layout.h"
+#include "apc/support/strings.h"
+#include "local_rewrite.h"
+
+namespace apc::validator {
+
+namespace {
+
+bool isTensorValue(const ir::Value& v) {
+  return (v.type == ir::ValueType::kTensor && v.tensor) ||
+         (v.type == ir::ValueType::kTensorList && !v.elements.empty());
+}
+
+std::string inputName(const ir::Graph& g, const ir::Node& node, size_t i) {
+  return "input " + std::to_string(i) + " (%" + g.value(node.inputs[i]).debug_name + ")";
+}
+
+std::string outputName(const ir::Graph& g, const ir::Node& node, size_t i) {
+  return "output " + std::to_string(i) + " (%" + g.value(node.outputs[i]).debug_name + ")";
+}
+
+const ir::TensorMeta* tensorMeta(const ir::Graph& g, const ir::Node& node, size_t i) {
+  const ir::Value& v = g.value(node.inputs.at(i));
+  return v.tensor ? &*v.tensor : nullptr;
+}
+
+/// Exclusive upper bound of the integer values of input `i`: the size of what it indexes.
+int64_t integerBound(const ir::Graph& g, const ir::Node& node, size_t i) {
+  const std::string& op = node.op;
+  auto sizeOf = [&](size_t input, int64_t dim) -> int64_t {
+    const ir::TensorMeta* m = tensorMeta(g, node, input);
+    if (!m || m->rank() == 0) return 8;
+    if (dim < 0) dim += m->rank();
+    return m->shape.at(static_cast<size_t>(dim)).size;
+  };
+  if (op == "aten::embedding" && i == 1) return sizeOf(0, 0);
+  if ((op == "aten::cross_entropy_loss" || op == "aten::nll_loss" || op == "aten::nll_loss_nd" ||
+       op == "aten::nll_loss2d") &&
+      i == 1) {
+    const ir::TensorMeta* m = tensorMeta(g, node, 0);
+    return m && m->rank() == 1 ? sizeOf(0, 0) : sizeOf(0, 1);
+  }
+  if (op == "aten::index_select" && i == 2) {
+    const ir::Value& dim = g.value(node.inputs.at(1));
+    if (dim.constant && std::holds_alternative<int64_t>(*dim.constant))
+      return sizeOf(0, std::get<int64_t>(*dim.constant));
+  }
+  return 8;
+}
+
+/// True for inputs that must be positive (variances).
+bool mustBePositive(const ir::Node& node, size_t i) {
+  return node.op == "aten::batch_norm" && i == 4;  // running_var
+}
+
+at::Tensor randomTensor(const ir::TensorMeta& meta, int64_t bound, bool positive,
+                        at::Generator& gen) {
+  std::vector<int64_t> sizes = ir::hintSizes(meta.shape);
+  c10::ScalarType dtype = widenedScalarType(meta.dtype);
+  if (at::isFloatingType(dtype)) {
+    at::Tensor t = at::randn(sizes, gen, at::TensorOptions().dtype(dtype));
+    return positive ? t.abs() + 0.5 : t;
+  }
+  if (dtype == at::kBool) return at::randint(0, 2, sizes, gen, at::kLong).to(at::kBool);
+  return at::randint(0, std::max<int64_t>(bound, 1), sizes, gen, at::TensorOptions().dtype(dtype));
+}
+
+at::Tensor scalarLiteral(const ir::TensorMeta& meta, const ir::Constant& c) {
+  c10::ScalarType dtype = widenedScalarType(meta.dtype);
+  at::TensorOptions o = at::TensorOptions().dtype(dtype);
+  if (const auto* d = std::get_if<double>(&c)) return at::scalar_tensor(*d, o);
+  if (const auto* i = std::get_if<int64_t>(&c)) return at::scalar_tensor(*i, o);
+  if (const auto* b = std::get_if<bool>(&c)) return at::scalar_tensor(*b, o);
+  return at::zeros({}, o);
+}
+
+/// The elements of a tensor or tensor-list IValue.
+std::vector<at::Tensor> elementsOf(const c10::IValue& v) {
+  if (v.isTensor()) return {v.toTensor()};
+  std::vector<at::Tensor> out;
+  if (v.isTensorList())
+    for (const at::Tensor& t : v.toTensorVector()) out.push_back(t);
+  return out;
+}
+
+std::vector<int64_t> sizesOf(const at::Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
+
+c10::IValue cloneValue(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().clone();
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> l;
+    for (const at::Tensor& t : v.toTensorVector()) l.push_back(t.clone());
+    return l;
+  }
+  return v;
+}
+
+}  // namespace
+
+Expected<std::vector<c10::IValue>> makeFullInputs(const ir::Graph& g, const ir::Node& node,
+                                                  const NodeOp& op, at::Generator& gen) {
+  std::vector<c10::IValue> args;
+  const c10::FunctionSchema* schema = op.schema();
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    const ir::Value& v = g.value(node.inputs[i]);
+    const c10::Argument* arg =
+        schema && i < schema->arguments().size() ? &schema->arguments()[i] : nullptr;
+    if (v.type == ir::ValueType::kTensor && v.tensor) {
+      if (v.constant)
+        args.emplace_back(scalarLiteral(*v.tensor, *v.constant));
+      else
+        args.emplace_back(randomTensor(*v.tensor, integerBound(g, node, i),
+                                       mustBePositive(node, i), gen));
+    } else if (v.type == ir::ValueType::kTensorList && !v.elements.empty()) {
+      c10::List<at::Tensor> list;
+      for (const ir::TensorMeta& e : v.elements)
+        list.push_back(randomTensor(e, integerBound(g, node, i), false, gen));
+      args.emplace_back(list);
+    } else if (v.constant) {
+      Expected<c10::IValue> iv = constantToIValue(*v.constant, arg);
+      if (!iv.ok()) return iv.error().withContext(inputName(g, node, i));
+      args.push_back(*iv);
+    } else {
+      return unsupported(inputName(g, node, i) + " of type " + ir::valueTypeName(v.type) +
+                         " has no value known at import time");
+    }
+  }
+  return args;
+}
+
+Expected<std::vector<c10::IValue>> runNode(const ir::Node& node, const NodeOp& op,
+                                           const std::vector<c10::IValue>& inputs) {
+  std::vector<c10::IValue> args;
+  for (const c10::IValue& v : inputs) args.push_back(cloneValue(v));
+  return op.run(std::move(args), node.outputs.size());
+}
+
+std::optional<std::string> checkReferenceShapes(const ir::Graph& g, const ir::Node& node,
+                                                const std::vector<c10::IValue>& outputs) {
+  for (size_t j = 0; j < node.outputs.size(); ++j) {
+    const ir::Value& v = g.value(node.outputs[j]);
+    std::vector<const ir::TensorMeta*> metas;
+    if (v.type == ir::ValueType::kTensor && v.tensor) metas.push_back(&*v.tensor);
+    if (v.type == ir::ValueType::kTensorList)
+      for (const ir::TensorMeta& e : v.elements) metas.push_back(&e);
+    if (metas.empty()) continue;
+    std::vector<at::Tensor> got = elementsOf(outputs[j]);
+    if (got.size() != metas.size())
+      return outputName(g, node, j) + ": " + std::to_string(got.size()) + " tensors, the IR has " +
+             std::to_string(metas.size());
+    for (size_t e = 0; e < got.size(); ++e)
+      if (sizesOf(got[e]) != ir::hintSizes(metas[e]->shape))
+        return outputName(g, node, j) + ": shape " + shapeText(got[e]) + ", the IR has " +
+               ir::toString(metas[e]->shape);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> checkStrategyForm(const ir::Graph& g, const ir::Node& node,
+                                             const strategy::Strategy& s,
+                                             const mesh::DeviceMesh& mesh) {
+  if (s.inputs.size() != node.inputs.size() || s.outputs.size() != node.outputs.size())
+    return "has " + std::to_string(s.inputs.size()) + " inputs and " +
+           std::to_string(s.outputs.size()) + " outputs, the node " +
+           std::to_string(node.inputs.size()) + " and " + std::to_string(node.outputs.size());
+  auto check = [&](const ir::Value& v, const std::optional<mesh::PlacementTuple>& t,
+                   const std::string& what) -> std::optional<std::string> {
+    if (isTensorValue(v) != t.has_value())
+      return what + (t ? " is not a tensor but has a placement" : " is a tensor without placement");
+    if (!t) return std::nullopt;
+    int64_t rank = v.tensor ? v.tensor->rank() : v.elements.front().rank();
+    for (const ir::TensorMeta& e : v.elements)
+      if (e.rank() != rank) return what + ": Tensor[] elements of different ranks";
+    Status st = mesh::checkPlacementTuple(*t, rank, mesh.ndim());
+    if (!st.ok()) return what + ": " + st.error().message();
+    return std::nullopt;
+  };
+  for (size_t i = 0; i < node.inputs.size(); ++i)
+    if (auto bad = check(g.value(node.inputs[i]), s.inputs[i], inputName(g, node, i))) return bad;
+  for (size_t j = 0; j < node.outputs.size(); ++j)
+    if (auto bad = check(g.value(node.outputs[j]), s.outputs[j], outputName(g, node, j)))
+      return bad;
+  return std::nullopt;
+}
+
+std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& node,
+                                         const NodeOp& op, const strategy::Strategy& s,
+                                         const mesh::DeviceMesh& mesh,
+                                         const std::vector<c10::IValue>& full_inputs,
+                                         const std::vector<c10::IValue>& full_outputs,
+                                         at::Generator& gen, CheckStats& stats) {
+  const int64_t world = mesh.worldSize();
+  // in_locals[i][e][r]: element e of input i on rank r.
+  std::vector<std::vector<RankTensors>> in_locals(node.inputs.size());
+  for (size_t i = 0; i < node.inputs.size(); ++i) {
+    if (!s.inputs[i]) continue;
+    for (const at::Tensor& full : elementsOf(full_inputs[i])) {
+      Expected<RankTensors> d = distribute(full, *s.inputs[i], mesh, gen);
+      if (!d.ok()) return inputName(g, node, i) + ": " + d.error().message();
+      in_locals[i].push_back(std::move(*d));
+    }
+  }
+  std::vector<std::vector<at::Tensor>> full_outs(node.outputs.size());
+  for (size_t j = 0; j < node.outputs.size(); ++j)
+    if (s.outputs[j]) full_outs[j] = elementsOf(full_outputs[j]);
+
+  std::vector<std::vector<RankTensors>> out_locals(node.outputs.size());
+  for (size_t j = 0; j < node.outputs.size(); ++j)
+    out_locals[j].assign(full_outs[j].size(), RankTensors(static_cast<size_t>(world)));
+  // Ranks that differ only in mesh dims where every input and output is Replicate hold identical
+  // inputs and pieces (sim_ranks.h), so they compute identical outputs: run the op once per class
+  // (the rank with those coordinates 0) and give the others its outputs.
+  std::vector<bool> active(mesh.ndim(), false);
+  auto mark = [&](const std::vector<std::optional<mesh::PlacementTuple>>& tuples) {
+    for (const auto& t : tuples)
+      if (t)
+        for (size_t m = 0; m < t->size(); ++m) active[m] = active[m] || !(*t)[m].isReplicate();
+  };
+  mark(s.inputs);
+  mark(s.outputs);
+  std::string notes;
+  for (int64_t r = 0; r < world; ++r) {
+    const std::vector<int64_t> coord = mesh.coordinate(r);
+    std::vector<int64_t> rep_coord = coord;
+    for (size_t m = 0; m < mesh.ndim(); ++m)
+      if (!active[m]) rep_coord[m] = 0;
+    const int64_t rep = mesh.rank(rep_coord);
+    if (rep != r) {
+      for (size_t j = 0; j < node.outputs.size(); ++j)
+        for (RankTensors& el : out_locals[j]) el[static_cast<size_t>(r)] = el[static_cast<size_t>(rep)];
+      continue;
+    }
+    std::vector<c10::IValue> args = full_inputs;
+    RankPieces pieces;
+    pieces.inputs.resize(node.inputs.size());
+    pieces.outputs.resize(node.outputs.size());
+    for (size_t i = 0; i < node.inputs.size(); ++i) {
+      if (!s.inputs[i]) continue;
+      std::vector<at::Tensor> fulls = elementsOf(full_inputs[i]);
+      for (size_t e = 0; e < fulls.size(); ++e) {
+        std::vector<int64_t> global = sizesOf(fulls[e]);
+        pieces.inputs[i].push_back({global, cost::localPiece(global, *s.inputs[i], mesh, coord)});
+      }
+      if (full_inputs[i].isTensor()) {
+        args[i] = in_locals[i][0][static_cast<size_t>(r)];
+      } else {
+        c10::List<at::Tensor> list;
+        for (const RankTensors& el : in_locals[i]) list.push_back(el[static_cast<size_t>(r)]);
+        args[i] = list;
+      }
+    }
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      if (!s.outputs[j]) continue;
+      for (const at::Tensor& full : full_outs[j]) {
+        std::vector<int64_t> global = sizesOf(full);
+        pieces.outputs[j].push_back({global, cost::localPiece(global, *s.outputs[j], mesh, coord)});
+      }
+    }
+    Expected<LocalCall> call = localizeCall(node, op.schema(), args, pieces);
+    if (!call.ok()) return "rank " + std::to_string(r) + ": " + call.error().message();
+    if (!call->notes.empty()) {
+      ++stats.rewrites;
+      if (notes.empty()) notes = " [local rewrites on rank " + std::to_string(r) + ": " +
+                                 join(call->notes, "; ") + "]";
+    }
+    if (op.schema() && op.schema()->is_mutable())  // the inputs are views of shared tensors
+      for (c10::IValue& a : args) a = cloneValue(a);
+    Expected<std::vector<c10::IValue>> outs = op.run(std::move(args), node.outputs.size());
+    ++stats.rank_calls;
+    if (!outs.ok()) return "rank " + std::to_string(r) + " failed: " + outs.error().message() + notes;
+    if (call->post) call->post(*outs);
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      if (!s.outputs[j]) continue;
+      std::vector<at::Tensor> got = elementsOf((*outs)[j]);
+      if (got.size() != full_outs[j].size())
+        return "rank " + std::to_string(r) + " " + outputName(g, node, j) + ": " +
+               std::to_string(got.size()) + " tensors, the reference has " +
+               std::to_string(full_outs[j].size()) + notes;
+      for (size_t e = 0; e < got.size(); ++e) out_locals[j][e][static_cast<size_t>(r)] = got[e];
+    }
+  }
+  for (size_t j = 0; j < node.outputs.size(); ++j) {
+    if (!s.outputs[j]) continue;
+    for (size_t e = 0; e < full_outs[j].size(); ++e) {
+      auto bad = checkLayout(out_locals[j][e], full_outs[j][e], *s.outputs[j], mesh);
+      if (!bad) continue;
+      std::string which = outputName(g, node, j);
+      if (full_outs[j].size() > 1 || g.value(node.outputs[j]).type == ir::ValueType::kTensorList)
+        which += " element " + std::to_string(e);
+      return which + " as " + mesh::toString(*s.outputs[j]) + ": " + *bad + notes;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace apc::validator
