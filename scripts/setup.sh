@@ -10,7 +10,7 @@ PACKAGES=(
   coinor-libcbc-dev
   libcli11-dev nlohmann-json3-dev
   libprotobuf-dev protobuf-compiler
-  libgtest-dev
+  libgtest-dev libssl-dev
   python3-jsonschema
 )
 

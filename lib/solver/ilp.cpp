@@ -39,6 +39,23 @@ int quietCallback(CbcModel*, int) {
   return 0;
 }
 
+/// The strategy with the largest x value per node.
+std::vector<uint32_t> pickChoice(const Problem& p, const std::vector<size_t>& x_start,
+                                 const double* sol) {
+  std::vector<uint32_t> choice(p.nodes.size());
+  for (size_t v = 0; v < p.nodes.size(); ++v) {
+    double best_value = -1;
+    for (size_t s = 0; s < p.nodes[v].numStrategies(); ++s) {
+      double val = sol[x_start[v] + s];
+      if (val > best_value) {
+        best_value = val;
+        choice[v] = static_cast<uint32_t>(s);
+      }
+    }
+  }
+  return choice;
+}
+
 /// Builds and solves; `use_pins` / `use_memory` drop constraint groups for diagnosis; when
 /// `memory_objective` is set the objective is the memory of (e) instead of the cost.
 Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string>& dropped_groups,
@@ -72,22 +89,49 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
     rowlb.push_back(1.0);
     rowub.push_back(1.0);
   }
-  // e variables and the marginals (b), (c).
+  // e variables and the marginals (b), (c), over classes of strategies: strategies of u whose
+  // rows of the cost matrix are identical (typically: the same output placement) share one class,
+  // likewise for v's columns. Then (b) reads sum_Q e[P,Q] = sum_{s in P} x[u,s] and (c) likewise;
+  // for integral x this is the same set of solutions, with far fewer e variables.
   for (const ProblemEdge& e : p.edges) {
     size_t ns = p.nodes[e.src].numStrategies(), nt = p.nodes[e.dst].numStrategies();
-    std::vector<CoinPackedVector> src_rows(ns), dst_rows(nt);
-    for (size_t s = 0; s < ns; ++s) src_rows[s].insert(static_cast<int>(x_start[e.src] + s), -1.0);
-    for (size_t t = 0; t < nt; ++t) dst_rows[t].insert(static_cast<int>(x_start[e.dst] + t), -1.0);
-    for (size_t s = 0; s < ns; ++s) {
+    std::vector<uint32_t> row_class(ns), col_class(nt);
+    std::vector<size_t> row_rep, col_rep;  // a representative strategy per class
+    {
+      std::map<std::vector<double>, uint32_t> seen;
+      for (size_t s = 0; s < ns; ++s) {
+        std::vector<double> row(e.costs.begin() + static_cast<long>(s * nt),
+                                e.costs.begin() + static_cast<long>((s + 1) * nt));
+        auto [it, fresh] = seen.emplace(std::move(row), static_cast<uint32_t>(row_rep.size()));
+        if (fresh) row_rep.push_back(s);
+        row_class[s] = it->second;
+      }
+    }
+    {
+      std::map<std::vector<double>, uint32_t> seen;
       for (size_t t = 0; t < nt; ++t) {
-        double c = e.costs[s * nt + t];
+        std::vector<double> col(ns);
+        for (size_t s = 0; s < ns; ++s) col[s] = e.costs[s * nt + t];
+        auto [it, fresh] = seen.emplace(std::move(col), static_cast<uint32_t>(col_rep.size()));
+        if (fresh) col_rep.push_back(t);
+        col_class[t] = it->second;
+      }
+    }
+    std::vector<CoinPackedVector> src_rows(row_rep.size()), dst_rows(col_rep.size());
+    for (size_t s = 0; s < ns; ++s)
+      src_rows[row_class[s]].insert(static_cast<int>(x_start[e.src] + s), -1.0);
+    for (size_t t = 0; t < nt; ++t)
+      dst_rows[col_class[t]].insert(static_cast<int>(x_start[e.dst] + t), -1.0);
+    for (size_t a = 0; a < row_rep.size(); ++a) {
+      for (size_t b = 0; b < col_rep.size(); ++b) {
+        double c = e.costs[row_rep[a] * nt + col_rep[b]];
         if (!std::isfinite(c)) continue;
         int col = static_cast<int>(obj.size());
         obj.push_back(memory_objective ? 0.0 : c);
         collb.push_back(0.0);
         colub.push_back(1.0);
-        src_rows[s].insert(col, 1.0);
-        dst_rows[t].insert(col, 1.0);
+        src_rows[a].insert(col, 1.0);
+        dst_rows[b].insert(col, 1.0);
       }
     }
     for (auto& r : src_rows) {
@@ -125,6 +169,24 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   Outcome out;
   out.variables = static_cast<int64_t>(obj.size());
   out.constraints = static_cast<int64_t>(rows.size());
+
+  // The marginal polytope is usually integral on our graphs: solve the LP relaxation first, and
+  // when its optimum is integral in x it is the ILP's optimum (skipping CBC's preprocessing, cuts
+  // and heuristics, which dominate the time on large problems).
+  solver.initialSolve();
+  if (solver.isProvenPrimalInfeasible()) return out;
+  if (solver.isProvenOptimal()) {
+    const double* sol = solver.getColSolution();
+    bool integral = true;
+    for (size_t i = 0; i < num_x && integral; ++i)
+      integral = std::fabs(sol[i] - std::round(sol[i])) < 1e-7;
+    if (integral) {
+      out.feasible = out.optimal = true;
+      out.objective = out.bound = solver.getObjValue();
+      out.choice = pickChoice(p, x_start, sol);
+      return out;
+    }
+  }
   CbcModel model(solver);
   model.setLogLevel(o.log_level);
   CbcSolverUsefulData data;
@@ -146,19 +208,7 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   out.hit_limit = model.isSecondsLimitReached();
   out.objective = model.getObjValue();
   out.bound = model.getBestPossibleObjValue();
-  out.choice.resize(p.nodes.size());
-  for (size_t v = 0; v < p.nodes.size(); ++v) {
-    uint32_t pick = 0;
-    double best_value = -1;
-    for (size_t s = 0; s < p.nodes[v].numStrategies(); ++s) {
-      double val = best[x_start[v] + s];
-      if (val > best_value) {
-        best_value = val;
-        pick = static_cast<uint32_t>(s);
-      }
-    }
-    out.choice[v] = pick;
-  }
+  out.choice = pickChoice(p, x_start, best);
   return out;
 }
 

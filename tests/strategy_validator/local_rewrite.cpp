@@ -40,8 +40,7 @@ bool isOneOf(const std::string& op, std::initializer_list<const char*> names) {
 
 /// view/reshape/expand/factories: the size argument becomes the local output shape.
 Status rewriteSizeList(const std::string& arg_name, const c10::FunctionSchema& schema,
-                       std::vector<c10::IValue>& args, const RankPieces& pieces,
-                       LocalCall& call) {
+                       std::vector<c10::IValue>& args, const RankPieces& pieces, LocalCall& call) {
   auto i = argIndex(schema, arg_name);
   if (!i || *i >= args.size()) return invalidArgument("no argument '" + arg_name + "'");
   if (pieces.outputs.empty() || pieces.outputs[0].empty())
@@ -69,7 +68,8 @@ Status rewriteUnflatten(const c10::FunctionSchema& schema, std::vector<c10::IVal
   if (dim < 0) dim += in_rank;
   if (dim < 0 || dim + static_cast<int64_t>(sizes.size()) > static_cast<int64_t>(out.size()))
     return invalidArgument("unflatten dim out of range");
-  std::vector<int64_t> local(out.begin() + dim, out.begin() + dim + static_cast<int64_t>(sizes.size()));
+  std::vector<int64_t> local(out.begin() + dim,
+                             out.begin() + dim + static_cast<int64_t>(sizes.size()));
   if (local == sizes) return Status::success();
   call.notes.push_back("sizes := " + listText(local));
   args[*si] = c10::IValue(local);
@@ -132,10 +132,8 @@ Status rewriteNarrow(const c10::FunctionSchema& schema, std::vector<c10::IValue>
 }
 
 /// embedding(weight, indices, padding_idx, ...) with the weight's rows cut.
-Status rewriteEmbedding(std::vector<c10::IValue>& args, const RankPieces& pieces,
-                        LocalCall& call) {
-  if (pieces.inputs.empty() || pieces.inputs[0].empty() || args.size() < 2 ||
-      !args[1].isTensor())
+Status rewriteEmbedding(std::vector<c10::IValue>& args, const RankPieces& pieces, LocalCall& call) {
+  if (pieces.inputs.empty() || pieces.inputs[0].empty() || args.size() < 2 || !args[1].isTensor())
     return invalidArgument("embedding without weight and indices");
   const TensorPiece& w = pieces.inputs[0][0];
   if (w.whole(0)) return Status::success();
@@ -168,9 +166,9 @@ Expected<LocalCall> localizeCall(const ir::Node& node, const c10::FunctionSchema
     if (argIndex(*schema, "size")) st = rewriteSizeList("size", *schema, args, pieces, call);
   } else if (op == "aten::reshape") {
     st = rewriteSizeList("shape", *schema, args, pieces, call);
-  } else if (isOneOf(op, {"aten::full", "aten::ones", "aten::zeros", "aten::empty",
-                          "aten::new_full", "aten::new_ones", "aten::new_zeros",
-                          "aten::new_empty"})) {
+  } else if (isOneOf(op,
+                     {"aten::full", "aten::ones", "aten::zeros", "aten::empty", "aten::new_full",
+                      "aten::new_ones", "aten::new_zeros", "aten::new_empty"})) {
     if (argIndex(*schema, "size")) st = rewriteSizeList("size", *schema, args, pieces, call);
   } else if (op == "aten::unflatten") {
     st = rewriteUnflatten(*schema, args, pieces, call);

@@ -64,7 +64,7 @@ struct RankPieces {
 
 /// The fix-ups of one rank's call.
 struct LocalCall {
-  std::vector<std::string> notes;                        // one line per rewrite applied
+  std::vector<std::string> notes;                       // one line per rewrite applied
   std::function<void(std::vector<c10::IValue>&)> post;  // applied to the outputs; may be empty
 };
 

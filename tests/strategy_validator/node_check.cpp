@@ -91,7 +91,9 @@ std::vector<at::Tensor> elementsOf(const c10::IValue& v) {
   return out;
 }
 
-std::vector<int64_t> sizesOf(const at::Tensor& t) { return {t.sizes().begin(), t.sizes().end()}; }
+std::vector<int64_t> sizesOf(const at::Tensor& t) {
+  return {t.sizes().begin(), t.sizes().end()};
+}
 
 c10::IValue cloneValue(const c10::IValue& v) {
   if (v.isTensor()) return v.toTensor().clone();
@@ -117,8 +119,8 @@ Expected<std::vector<c10::IValue>> makeFullInputs(const ir::Graph& g, const ir::
       if (v.constant)
         args.emplace_back(scalarLiteral(*v.tensor, *v.constant));
       else
-        args.emplace_back(randomTensor(*v.tensor, integerBound(g, node, i),
-                                       mustBePositive(node, i), gen));
+        args.emplace_back(
+            randomTensor(*v.tensor, integerBound(g, node, i), mustBePositive(node, i), gen));
     } else if (v.type == ir::ValueType::kTensorList && !v.elements.empty()) {
       c10::List<at::Tensor> list;
       for (const ir::TensorMeta& e : v.elements)
@@ -191,9 +193,8 @@ std::optional<std::string> checkStrategyForm(const ir::Graph& g, const ir::Node&
   return std::nullopt;
 }
 
-std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& node,
-                                         const NodeOp& op, const strategy::Strategy& s,
-                                         const mesh::DeviceMesh& mesh,
+std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& node, const NodeOp& op,
+                                         const strategy::Strategy& s, const mesh::DeviceMesh& mesh,
                                          const std::vector<c10::IValue>& full_inputs,
                                          const std::vector<c10::IValue>& full_outputs,
                                          at::Generator& gen, CheckStats& stats) {
@@ -235,7 +236,8 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     const int64_t rep = mesh.rank(rep_coord);
     if (rep != r) {
       for (size_t j = 0; j < node.outputs.size(); ++j)
-        for (RankTensors& el : out_locals[j]) el[static_cast<size_t>(r)] = el[static_cast<size_t>(rep)];
+        for (RankTensors& el : out_locals[j])
+          el[static_cast<size_t>(r)] = el[static_cast<size_t>(rep)];
       continue;
     }
     std::vector<c10::IValue> args = full_inputs;
@@ -268,14 +270,17 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     if (!call.ok()) return "rank " + std::to_string(r) + ": " + call.error().message();
     if (!call->notes.empty()) {
       ++stats.rewrites;
-      if (notes.empty()) notes = " [local rewrites on rank " + std::to_string(r) + ": " +
-                                 join(call->notes, "; ") + "]";
+      ++stats.rewrites_by_op[node.qualifiedOp()];
+      if (notes.empty())
+        notes =
+            " [local rewrites on rank " + std::to_string(r) + ": " + join(call->notes, "; ") + "]";
     }
     if (op.schema() && op.schema()->is_mutable())  // the inputs are views of shared tensors
       for (c10::IValue& a : args) a = cloneValue(a);
     Expected<std::vector<c10::IValue>> outs = op.run(std::move(args), node.outputs.size());
     ++stats.rank_calls;
-    if (!outs.ok()) return "rank " + std::to_string(r) + " failed: " + outs.error().message() + notes;
+    if (!outs.ok())
+      return "rank " + std::to_string(r) + " failed: " + outs.error().message() + notes;
     if (call->post) call->post(*outs);
     for (size_t j = 0; j < node.outputs.size(); ++j) {
       if (!s.outputs[j]) continue;

@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,14 +55,14 @@ std::optional<std::string> checkStrategyForm(const ir::Graph& g, const ir::Node&
 struct CheckStats {
   int64_t rank_calls = 0;  // op calls on simulated ranks (one per class of identical ranks)
   int64_t rewrites = 0;    // rank calls that needed a local rewrite
+  std::map<std::string, int64_t> rewrites_by_op;  // the same, per qualified op
 };
 
 /// Runs the strategy on every rank of `mesh` and compares with `full_outputs`. Nullopt when every
 /// tensor output matches; otherwise one line saying what went wrong (a rank's call failing, a
 /// shape, a value).
-std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& node,
-                                         const NodeOp& op, const strategy::Strategy& s,
-                                         const mesh::DeviceMesh& mesh,
+std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& node, const NodeOp& op,
+                                         const strategy::Strategy& s, const mesh::DeviceMesh& mesh,
                                          const std::vector<c10::IValue>& full_inputs,
                                          const std::vector<c10::IValue>& full_outputs,
                                          at::Generator& gen, CheckStats& stats);

@@ -152,8 +152,8 @@ Expected<std::vector<c10::IValue>> NodeOp::run(std::vector<c10::IValue> args,
       break;
   }
   if (out.size() != num_outputs)
-    return internalError(name_ + " returned " + std::to_string(out.size()) + " values, the node has " +
-                         std::to_string(num_outputs) + " outputs");
+    return internalError(name_ + " returned " + std::to_string(out.size()) +
+                         " values, the node has " + std::to_string(num_outputs) + " outputs");
   return out;
 }
 

@@ -7,12 +7,14 @@
 // targets: the reduction over the group equals the piece); each intermediate tuple is checked the
 // same way. Impossible transitions (a non-partial value becoming partial, a partial op changing,
 // reducing two partial ops that do not commute) must come back as feasible == false. Also checks
-// that cost::localPiece agrees with torch.chunk applied in mesh-dim order.
+// that cost::localPiece agrees with torch.chunk applied in mesh-dim order, and that
+// cost::redistributionCost (what the solver prices) equals the executed plan's cost.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <random>
@@ -29,7 +31,9 @@ using mesh::Placement;
 using mesh::PlacementTuple;
 using mesh::ReduceOp;
 
-DeviceMesh makeMesh(std::vector<int64_t> shape) { return *DeviceMesh::create(std::move(shape)); }
+DeviceMesh makeMesh(std::vector<int64_t> shape) {
+  return *DeviceMesh::create(std::move(shape));
+}
 
 const std::vector<std::vector<int64_t>> kMeshes = {{4}, {2, 2}, {2, 4}, {2, 2, 2}};
 const std::vector<std::vector<int64_t>> kShapes = {{5, 6, 3}, {7, 4}, {11}, {3, 2, 9}};
@@ -108,10 +112,24 @@ std::optional<std::string> checkPair(const std::vector<int64_t>& sizes, const Pl
   Expected<cost::RedistributionPlan> plan =
       cost::planRedistribution(metaOf(sizes, requires_grad), from, to, mesh);
   if (!plan.ok()) return "planRedistribution error: " + plan.error().message();
+  // The solver prices edges with redistributionCost, which must be the plan's cost exactly (the
+  // priced collectives are the executed ones).
+  Expected<cost::RedistCost> priced =
+      cost::redistributionCost(metaOf(sizes, requires_grad), from, to, mesh);
+  if (!priced.ok()) return "redistributionCost error: " + priced.error().message();
+  if (priced->feasible != plan->feasible ||
+      (plan->feasible &&
+       (priced->num_steps != static_cast<int>(plan->steps.size()) ||
+        std::abs(priced->forward_us - plan->forward_us) > 1e-9 * (1 + plan->forward_us) ||
+        std::abs(priced->backward_us - plan->backward_us) > 1e-9 * (1 + plan->backward_us))))
+    return "redistributionCost (feasible " + std::to_string(priced->feasible) + ", " +
+           std::to_string(priced->num_steps) + " steps, fwd " + std::to_string(priced->forward_us) +
+           ", bwd " + std::to_string(priced->backward_us) +
+           ") differs from the plan: " + cost::describe(*plan, true);
   const bool impossible = expectImpossible(from, to);
   if (plan->feasible == impossible)
-    return std::string(impossible ? "feasible" : "infeasible") + " plan, expected the opposite: " +
-           cost::describe(*plan);
+    return std::string(impossible ? "feasible" : "infeasible") +
+           " plan, expected the opposite: " + cost::describe(*plan);
   if (!plan->feasible) {
     ++stats.infeasible;
     if (plan->infeasible_reason.empty()) return "infeasible plan without a reason";
@@ -151,7 +169,8 @@ std::string pairText(const std::vector<int64_t>& sizes, const PlacementTuple& fr
   return s + "], " + mesh::toString(from) + " -> " + mesh::toString(to);
 }
 
-// --- tests ----------------------------------------------------------------------------------------
+// --- tests
+// ----------------------------------------------------------------------------------------
 
 // cost::localPiece is the layout everything else is checked against: it must be torch.chunk
 // applied in mesh-dim order (the earlier mesh dim the outer split), here computed with at::chunk
@@ -201,22 +220,25 @@ TEST(Redistribution, ImpossibleTransitionsAreReportedInfeasible) {
     const char* to;
   };
   const Case cases[] = {
-      {&m4, "S(0)", "P"},           {&m4, "R", "P"},
-      {&m4, "P", "P(max)"},         {&m4, "P(max)", "P"},
-      {&m22, "S(0),R", "S(0),P"},   {&m22, "R,R", "P,R"},
-      {&m22, "P(max),P", "R,R"},    {&m22, "P(max),P", "P(max),R"},
+      {&m4, "S(0)", "P"},
+      {&m4, "R", "P"},
+      {&m4, "P", "P(max)"},
+      {&m4, "P(max)", "P"},
+      {&m22, "S(0),R", "S(0),P"},
+      {&m22, "R,R", "P,R"},
+      {&m22, "P(max),P", "R,R"},
+      {&m22, "P(max),P", "P(max),R"},
       {&m22, "P,P(min)", "S(0),P(min)"},
   };
   for (const Case& c : cases) {
-    auto plan =
-        cost::planRedistribution(metaOf({5, 6}, true), tuple(c.from), tuple(c.to), *c.mesh);
+    auto plan = cost::planRedistribution(metaOf({5, 6}, true), tuple(c.from), tuple(c.to), *c.mesh);
     ASSERT_TRUE(plan.ok()) << plan.error().message();
     EXPECT_FALSE(plan->feasible) << c.from << " -> " << c.to << ": " << cost::describe(*plan);
     EXPECT_FALSE(plan->infeasible_reason.empty()) << c.from << " -> " << c.to;
   }
   // Two non-commuting partials that both stay partial need no reduction: feasible, no steps.
-  auto keep = cost::planRedistribution(metaOf({5, 6}, true), tuple("P(max),P"),
-                                       tuple("P(max),P"), m22);
+  auto keep =
+      cost::planRedistribution(metaOf({5, 6}, true), tuple("P(max),P"), tuple("P(max),P"), m22);
   ASSERT_TRUE(keep.ok());
   EXPECT_TRUE(keep->feasible);
   EXPECT_TRUE(keep->steps.empty());
@@ -275,19 +297,19 @@ TEST(Redistribution, RandomPairsExecuteExactly) {
       }
     }
   }
-  double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::cout << "[redistribution] " << stats.pairs << " pairs (" << stats.feasible << " feasible, "
             << stats.infeasible << " infeasible); steps executed:";
-  for (const auto& [kind, n] : stats.steps) std::cout << " " << cost::stepKindName(kind) << " " << n;
+  for (const auto& [kind, n] : stats.steps)
+    std::cout << " " << cost::stepKindName(kind) << " " << n;
   std::cout << "; " << secs << " s\n";
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(stats.pairs, static_cast<int>(kMeshes.size() * kShapes.size()) * kPairsPerCase);
   EXPECT_GT(stats.infeasible, 0);
   // Every step kind must have been exercised, or the property says little.
-  for (cost::StepKind k : {cost::StepKind::kAllGather, cost::StepKind::kAllReduce,
-                           cost::StepKind::kReduceScatter, cost::StepKind::kLocalSlice,
-                           cost::StepKind::kAllToAll})
+  for (cost::StepKind k :
+       {cost::StepKind::kAllGather, cost::StepKind::kAllReduce, cost::StepKind::kReduceScatter,
+        cost::StepKind::kLocalSlice, cost::StepKind::kAllToAll})
     EXPECT_GT(stats.steps[k], 0) << cost::stepKindName(k);
 }
 

@@ -39,7 +39,9 @@ at::Tensor localOf(const at::Tensor& full, const PlacementTuple& t, const Device
 
 namespace {
 
-bool isLinear(ReduceOp op) { return op == ReduceOp::kSum || op == ReduceOp::kAvg; }
+bool isLinear(ReduceOp op) {
+  return op == ReduceOp::kSum || op == ReduceOp::kAvg;
+}
 
 at::Tensor reduceGroup(const std::vector<at::Tensor>& parts, ReduceOp op) {
   at::Tensor acc = parts.front().clone();
@@ -63,8 +65,7 @@ at::Tensor reduceGroup(const std::vector<at::Tensor>& parts, ReduceOp op) {
 
 /// A random tensor like `like` (same sizes and dtype): normal floats, small integers.
 at::Tensor randomLike(const at::Tensor& like, at::Generator& gen) {
-  if (at::isFloatingType(like.scalar_type()))
-    return at::randn(like.sizes(), gen, like.options());
+  if (at::isFloatingType(like.scalar_type())) return at::randn(like.sizes(), gen, like.options());
   return at::randint(-4, 5, like.sizes(), gen, like.options());
 }
 
@@ -99,7 +100,7 @@ Expected<RankTensors> distribute(const at::Tensor& full, const PlacementTuple& t
     if (t[m].isPartial()) partial_dims.push_back(m);
   if (partial_dims.empty()) {
     for (int64_t r = 0; r < world; ++r)
-      locals[static_cast<size_t>(r)] = localOf(full, t, mesh, mesh.coordinate(r));
+      locals[static_cast<size_t>(r)] = localOf(full, t, mesh, mesh.coordinate(r)).contiguous();
     return locals;
   }
   if (full.scalar_type() == at::kBool)
@@ -141,12 +142,14 @@ Expected<RankTensors> distribute(const at::Tensor& full, const PlacementTuple& t
     std::vector<int64_t> c = mesh.coordinate(r);
     int64_t k = 0;  // row-major index of the rank's partial coordinates
     for (size_t i = 0; i < partial_dims.size(); ++i) k = k * combo_sizes[i] + c[partial_dims[i]];
-    locals[static_cast<size_t>(r)] = localOf(summands[static_cast<size_t>(k)], t, mesh, c);
+    locals[static_cast<size_t>(r)] =
+        localOf(summands[static_cast<size_t>(k)], t, mesh, c).contiguous();
   }
   return locals;
 }
 
-// --- collectives ----------------------------------------------------------------------------------
+// --- collectives
+// ----------------------------------------------------------------------------------
 
 void allGather(RankTensors& locals, const DeviceMesh& mesh, size_t m, int64_t dim) {
   for (const std::vector<int64_t>& group : mesh.groups(m)) {
@@ -205,8 +208,7 @@ void allToAll(RankTensors& locals, const DeviceMesh& mesh, size_t m, int64_t gat
       received[static_cast<size_t>(q)] = at::cat(arrivals, gather_dim);
     }
     for (int64_t q = 0; q < p; ++q)
-      locals[static_cast<size_t>(group[static_cast<size_t>(q)])] =
-          received[static_cast<size_t>(q)];
+      locals[static_cast<size_t>(group[static_cast<size_t>(q)])] = received[static_cast<size_t>(q)];
   }
 }
 
@@ -254,7 +256,8 @@ Status executeStep(RankTensors& locals, const cost::RedistributionStep& step,
   return Status::success();
 }
 
-// --- checking -------------------------------------------------------------------------------------
+// --- checking
+// -------------------------------------------------------------------------------------
 
 std::string shapeText(const at::Tensor& t) {
   std::ostringstream os;
@@ -310,8 +313,7 @@ std::optional<std::string> checkLayout(const RankTensors& locals, const at::Tens
       os << ": max |diff| " << diff.max().item<double>() << ", max |expected| "
          << want.abs().max().item<double>();
     } else {
-      os << ": " << (got != want).sum().item<int64_t>() << " of " << want.numel()
-         << " elements";
+      os << ": " << (got != want).sum().item<int64_t>() << " of " << want.numel() << " elements";
     }
     return os.str();
   }

@@ -1,8 +1,9 @@
 //===- tests/strategy_validator/sim_ranks.h - Simulated ranks in one process ===//
 //
 // The strategy validator runs every rank of a device mesh inside one process: a placed tensor is a
-// vector of local tensors indexed by rank (rank = row-major index of its mesh coordinate). This file
-// holds the three things every check needs, written independently of lib/cost's own step executor:
+// vector of local tensors indexed by rank (rank = row-major index of its mesh coordinate). This
+// file holds the three things every check needs, written independently of lib/cost's own step
+// executor:
 //
 // - distribute: cut a full tensor into the local tensors of a placement tuple, the pieces given by
 //   cost::localPiece (nested torch.chunk sharding), Partial mesh dims holding random summands whose
@@ -11,10 +12,11 @@
 //   the partial mesh dims, so ranks that differ only in Replicate mesh dims hold identical tensors
 //   (a bilinear op with inputs [P, R] and [R, P] is exact only then);
 // - the collectives of apc/cost/redistribute.h on simulated ranks (all-gather, all-reduce,
-//   reduce-scatter, local slice, all-to-all), each a plain function over the groups of one mesh dim;
+//   reduce-scatter, local slice, all-to-all), each a plain function over the groups of one mesh
+//   dim;
 // - checkLayout: whether the local tensors of every rank are exactly the layout a tuple prescribes
-//   for a full reference value (Partial mesh dims are reduced first; every rank is compared with its
-//   own piece, so ranks of a Replicate mesh dim must agree).
+//   for a full reference value (Partial mesh dims are reduced first; every rank is compared with
+//   its own piece, so ranks of a Replicate mesh dim must agree).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -52,9 +54,10 @@ at::Tensor localOf(const at::Tensor& full, const mesh::PlacementTuple& t,
 /// Whether the partial ops of a tuple can be reduced in any order (all linear, or all the same).
 bool partialsCommute(const mesh::PlacementTuple& t);
 
-/// The local tensors of `full` placed as `t`, as views (of `full`, or of fresh summands): copy
-/// them before running an op that writes its inputs. Partial mesh dims get random summands drawn
-/// from `gen` (see the file comment). Errors: Partial of a bool tensor, partial ops that do not commute.
+/// The local tensors of `full` placed as `t`, contiguous like a runtime's local shards (views of
+/// `full` or of fresh summands where already contiguous: copy them before running an op that
+/// writes its inputs). Partial mesh dims get random summands drawn from `gen` (see the file
+/// comment). Errors: Partial of a bool tensor, partial ops that do not commute.
 Expected<RankTensors> distribute(const at::Tensor& full, const mesh::PlacementTuple& t,
                                  const mesh::DeviceMesh& mesh, at::Generator& gen);
 
@@ -81,7 +84,8 @@ void allToAll(RankTensors& locals, const mesh::DeviceMesh& mesh, size_t m, int64
 Status executeStep(RankTensors& locals, const cost::RedistributionStep& step,
                    const mesh::DeviceMesh& mesh);
 
-// --- checking -------------------------------------------------------------------------------------
+// --- checking
+// -------------------------------------------------------------------------------------
 
 struct Tolerance {
   double rtol = 1e-6;

@@ -28,6 +28,7 @@
 #include "apc/cost/device.h"
 #include "apc/ir/graph.h"
 #include "apc/mesh/spec.h"
+#include "apc/solver/ilp.h"
 #include "apc/solver/problem.h"
 #include "apc/strategy/strategy.h"
 
@@ -55,5 +56,23 @@ mesh::PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input
 Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
                                          const std::vector<strategy::NodeStrategies>& strategies,
                                          const mesh::Spec& spec);
+
+/// Sizes of the problem handed to CBC, before and after reduction.
+struct ReductionStats {
+  size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
+  size_t nodes_after = 0, edges_after = 0, strategies_after = 0;
+  size_t clusters = 0;  // repeated-layer clusters whose variables were tied
+};
+
+struct SolveGraphOptions {
+  SolverOptions solver;
+  bool reduce = true;  // repeated-layer clustering and follow-merging before the ILP
+};
+
+/// Solves a GraphProblem; when `reduce` is set the ILP sees the reduced problem and the returned
+/// choice is expanded back to every node of `gp.problem` (its objective is evaluated on the full
+/// problem).
+Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& options = {},
+                                     ReductionStats* stats = nullptr);
 
 }  // namespace apc::solver

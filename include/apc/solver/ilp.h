@@ -14,6 +14,9 @@
 // With (b) and (c) the LP relaxation is the local marginal polytope, usually integral on our sparse
 // graphs, so CBC tends to finish at the root. e needs no integrality: integral x forces it.
 // Forbidden pairs (infinite r) get no e variable, so (b)/(c) exclude them.
+// Strategies of u with identical rows of r (and of v with identical columns) are grouped into
+// classes and e is indexed by class pairs, (b)/(c) summing x over a class: the same integral
+// solutions with far fewer variables (see ilp.cpp).
 //
 // The problem is built in memory and solved in-process (no files).
 //

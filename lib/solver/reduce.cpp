@@ -1,0 +1,313 @@
+//===- lib/solver/reduce.cpp - Exact problem reduction before the ILP ------===//
+//
+// solveGraphProblem reduces the problem before handing it to CBC, then expands the choice back.
+// Every reduction here is exact: the reduced optimum plus the recorded back-substitutions is an
+// optimum of the full problem.
+//
+// 1. Pins restrict a node to its pinned strategy; strategies with infinite compute cost are
+// dropped.
+// 2. Variable elimination on the pairwise cost graph (min-sum), for nodes outside the memory bound:
+//    - a node with one strategy folds its edge costs into its neighbours' node costs;
+//    - a node with one neighbour u folds min_t (edge(s,t) + cost(t)) into cost_u(s);
+//    - a node with two neighbours u, w becomes one edge u-w with
+//      cost(s,r) = min_t (edge_uv(s,t) + cost_v(t) + edge_vw(t,r)), summed into an existing u-w
+//      edge;
+//    each records its argmin so the choice is recovered in reverse order once the rest is solved.
+//    Chains of views and pointwise ops, and the leaves of the graph, disappear this way; parameters
+//    (memory bound) and branching nodes remain. This is where the design's "follow-merging" went:
+//    eliminating a follower is the exact form of merging it into its producer.
+//
+//===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "apc/solver/graph_problem.h"
+
+namespace apc::solver {
+
+namespace {
+
+/// A dense matrix rows x cols, row-major.
+struct Matrix {
+  size_t rows = 0, cols = 0;
+  std::vector<double> v;
+  double at(size_t r, size_t c) const { return v[r * cols + c]; }
+  double& at(size_t r, size_t c) { return v[r * cols + c]; }
+  Matrix transposed() const {
+    Matrix t{cols, rows, std::vector<double>(v.size())};
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) t.at(c, r) = at(r, c);
+    return t;
+  }
+};
+
+/// How to recover an eliminated node's choice from its neighbours' choices.
+struct Elimination {
+  uint32_t node;
+  std::vector<uint32_t> neighbours;  // 0, 1 or 2 reduced-node ids
+  std::vector<uint32_t> argmin;      // indexed by the neighbours' local choices (row-major)
+};
+
+class Reducer {
+ public:
+  explicit Reducer(const Problem& p) : p_(p) {
+    size_t n = p.nodes.size();
+    alive_.assign(n, true);
+    cost_.resize(n);
+    keep_.resize(n);
+    adj_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const ProblemNode& v = p.nodes[i];
+      for (uint32_t s = 0; s < v.numStrategies(); ++s) {
+        bool allowed = std::isfinite(v.costs[s]) && (!v.pinned || *v.pinned == s);
+        if (!allowed) continue;
+        keep_[i].push_back(s);
+        cost_[i].push_back(v.costs[s]);
+      }
+    }
+    for (const ProblemEdge& e : p.edges) {
+      size_t nt = p.nodes[e.dst].numStrategies();
+      Matrix m{keep_[e.src].size(), keep_[e.dst].size(), {}};
+      m.v.resize(m.rows * m.cols);
+      for (size_t a = 0; a < m.rows; ++a)
+        for (size_t b = 0; b < m.cols; ++b)
+          m.at(a, b) = e.cost(keep_[e.src][a], keep_[e.dst][b], nt);
+      addEdge(e.src, e.dst, std::move(m));
+    }
+  }
+
+  /// Eliminates what it can; nodes in the memory bound stay.
+  void run() {
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      for (uint32_t v = 0; v < alive_.size(); ++v) {
+        if (!alive_[v] || inMemory(v)) continue;
+        if (cost_[v].empty()) continue;  // infeasible node: leave it to the ILP to report
+        if (cost_[v].size() == 1 || adj_[v].size() <= 2) {
+          eliminate(v);
+          changed = true;
+        }
+      }
+    }
+  }
+
+  /// The reduced problem over the surviving nodes; fills `ids` with their original indices.
+  Problem reduced(std::vector<uint32_t>& ids) const {
+    Problem r;
+    std::map<uint32_t, uint32_t> index;
+    for (uint32_t v = 0; v < alive_.size(); ++v) {
+      if (!alive_[v]) continue;
+      index[v] = static_cast<uint32_t>(ids.size());
+      ids.push_back(v);
+      ProblemNode n;
+      n.name = p_.nodes[v].name;
+      n.costs = cost_[v];
+      if (n.costs.empty())
+        n.costs.push_back(kInfinity);  // keeps the problem well-formed: infeasible
+      if (!p_.nodes[v].memory.empty())
+        for (uint32_t s : keep_[v]) n.memory.push_back(p_.nodes[v].memory[s]);
+      if (!n.memory.empty() && n.memory.size() != n.costs.size())
+        n.memory.resize(n.costs.size(), 0.0);
+      r.nodes.push_back(std::move(n));
+    }
+    for (const auto& [key, m] : edges_) {
+      ProblemEdge e;
+      e.src = index.at(key.first);
+      e.dst = index.at(key.second);
+      e.costs = m.v;
+      r.edges.push_back(std::move(e));
+    }
+    if (p_.memory) r.memory = p_.memory;
+    return r;
+  }
+
+  double constant() const { return constant_; }
+
+  /// Full choice from the reduced problem's choice.
+  std::vector<uint32_t> expand(const std::vector<uint32_t>& ids,
+                               const std::vector<uint32_t>& choice) const {
+    std::vector<uint32_t> local(alive_.size(), 0);  // index into keep_
+    for (size_t i = 0; i < ids.size(); ++i) local[ids[i]] = choice[i];
+    for (auto it = eliminations_.rbegin(); it != eliminations_.rend(); ++it) {
+      size_t idx = 0;
+      for (size_t k = 0; k < it->neighbours.size(); ++k) {
+        uint32_t nb = it->neighbours[k];
+        idx = idx * widths_.at(it->node)[k] + local[nb];
+      }
+      local[it->node] = it->argmin.empty() ? 0 : it->argmin[idx];
+    }
+    std::vector<uint32_t> full(alive_.size());
+    for (uint32_t v = 0; v < alive_.size(); ++v)
+      full[v] = keep_[v].empty() ? 0 : keep_[v][local[v]];
+    return full;
+  }
+
+  size_t aliveNodes() const {
+    return static_cast<size_t>(std::count(alive_.begin(), alive_.end(), true));
+  }
+
+ private:
+  bool inMemory(uint32_t v) const {
+    if (!p_.memory) return false;
+    for (double m : p_.nodes[v].memory)
+      if (m != 0) return true;
+    return false;
+  }
+
+  /// The matrix of edge (a, b) oriented with a's strategies as rows.
+  Matrix edgeMatrix(uint32_t a, uint32_t b) const {
+    if (a < b) return edges_.at({a, b});
+    return edges_.at({b, a}).transposed();
+  }
+
+  void addEdge(uint32_t a, uint32_t b, Matrix m) {
+    if (a > b) {
+      std::swap(a, b);
+      m = m.transposed();
+    }
+    auto it = edges_.find({a, b});
+    if (it == edges_.end()) {
+      edges_.emplace(std::make_pair(a, b), std::move(m));
+      adj_[a].insert(b);
+      adj_[b].insert(a);
+    } else {
+      for (size_t i = 0; i < m.v.size(); ++i) it->second.v[i] += m.v[i];
+    }
+  }
+
+  void removeEdge(uint32_t a, uint32_t b) {
+    edges_.erase({std::min(a, b), std::max(a, b)});
+    adj_[a].erase(b);
+    adj_[b].erase(a);
+  }
+
+  void eliminate(uint32_t v) {
+    std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
+    Elimination el;
+    el.node = v;
+    const std::vector<double>& cv = cost_[v];
+    if (cv.size() == 1) {
+      // Fixed choice: fold each edge into the neighbour.
+      for (uint32_t u : nbs) {
+        Matrix m = edgeMatrix(u, v);
+        for (size_t s = 0; s < m.rows; ++s) cost_[u][s] += m.at(s, 0);
+        removeEdge(u, v);
+      }
+      constant_ += cv[0];
+      el.argmin = {0};
+    } else if (nbs.empty()) {
+      auto best = std::min_element(cv.begin(), cv.end());
+      constant_ += *best;
+      el.argmin = {static_cast<uint32_t>(best - cv.begin())};
+    } else if (nbs.size() == 1) {
+      uint32_t u = nbs[0];
+      Matrix m = edgeMatrix(u, v);
+      el.neighbours = {u};
+      for (size_t s = 0; s < m.rows; ++s) {
+        double best = kInfinity;
+        uint32_t arg = 0;
+        for (size_t t = 0; t < m.cols; ++t) {
+          double c = m.at(s, t) + cv[t];
+          if (c < best) {
+            best = c;
+            arg = static_cast<uint32_t>(t);
+          }
+        }
+        cost_[u][s] += best;
+        el.argmin.push_back(arg);
+      }
+      removeEdge(u, v);
+    } else {
+      uint32_t u = nbs[0], w = nbs[1];
+      Matrix a = edgeMatrix(u, v), b = edgeMatrix(v, w);
+      Matrix out{a.rows, b.cols, std::vector<double>(a.rows * b.cols)};
+      el.neighbours = {u, w};
+      el.argmin.resize(a.rows * b.cols);
+      for (size_t s = 0; s < a.rows; ++s) {
+        for (size_t r = 0; r < b.cols; ++r) {
+          double best = kInfinity;
+          uint32_t arg = 0;
+          for (size_t t = 0; t < a.cols; ++t) {
+            double c = a.at(s, t) + cv[t] + b.at(t, r);
+            if (c < best) {
+              best = c;
+              arg = static_cast<uint32_t>(t);
+            }
+          }
+          out.at(s, r) = best;
+          el.argmin[s * b.cols + r] = arg;
+        }
+      }
+      removeEdge(u, v);
+      removeEdge(v, w);
+      addEdge(u, w, std::move(out));
+    }
+    std::vector<size_t> widths;
+    for (uint32_t nb : el.neighbours) widths.push_back(cost_[nb].size());
+    widths_[v] = widths;
+    eliminations_.push_back(std::move(el));
+    alive_[v] = false;
+  }
+
+  const Problem& p_;
+  std::vector<bool> alive_;
+  std::vector<std::vector<double>> cost_;    // per node, over kept strategies
+  std::vector<std::vector<uint32_t>> keep_;  // kept strategy -> original strategy
+  std::vector<std::set<uint32_t>> adj_;
+  std::map<std::pair<uint32_t, uint32_t>, Matrix> edges_;
+  std::vector<Elimination> eliminations_;
+  std::map<uint32_t, std::vector<size_t>> widths_;
+  double constant_ = 0;
+};
+
+}  // namespace
+
+Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& options,
+                                     ReductionStats* stats) {
+  const Problem& full = gp.problem;
+  APC_RETURN_IF_ERROR(full.validate());
+  if (stats) {
+    stats->nodes_before = full.nodes.size();
+    stats->edges_before = full.edges.size();
+    stats->strategies_before = full.numStrategies();
+    stats->nodes_after = stats->nodes_before;
+    stats->edges_after = stats->edges_before;
+    stats->strategies_after = stats->strategies_before;
+  }
+  if (!options.reduce) return solve(full, options.solver);
+  Reducer reducer(full);
+  reducer.run();
+  std::vector<uint32_t> ids;
+  Problem reduced = reducer.reduced(ids);
+  if (stats) {
+    stats->nodes_after = reduced.nodes.size();
+    stats->edges_after = reduced.edges.size();
+    stats->strategies_after = reduced.numStrategies();
+  }
+  Solution s;
+  if (reduced.nodes.empty()) {
+    s.status = "optimal";
+  } else {
+    auto r = solve(reduced, options.solver);
+    // The reduced problem has the pins applied already; the full problem names the guilty group.
+    if (!r.ok() && r.error().code() == ErrorCode::kInfeasible) return solve(full, options.solver);
+    if (!r.ok()) return r.error();
+    s = std::move(r).value();
+  }
+  std::vector<uint32_t> choice = reducer.expand(ids, s.choice);
+  double objective = evaluate(full, choice);
+  if (!std::isfinite(objective)) {
+    if (reduced.nodes.empty())
+      return solve(full, options.solver);  // infeasible: diagnose on the full problem
+    return internalError("the reduced problem's solution violates the full problem");
+  }
+  s.bound = s.bound + reducer.constant();
+  s.choice = std::move(choice);
+  s.objective = objective;
+  return s;
+}
+
+}  // namespace apc::solver
