@@ -146,6 +146,7 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     problem_of[n.id.v] = static_cast<uint32_t>(gp.problem.nodes.size());
     gp.problem.nodes.push_back(std::move(pn));
     gp.graph_nodes.push_back(n.id);
+    gp.module_paths.push_back(n.module_path);
     gp.strategies.push_back(std::move(strats));
   }
 
@@ -244,6 +245,7 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     }
     gp.problem.nodes.push_back(std::move(sink));
     gp.graph_nodes.emplace_back();
+    gp.module_paths.emplace_back();
     gp.strategies.push_back({leafStrategy(want)});
     gp.problem.edges.push_back(std::move(e));
     gp.edge_input.push_back(0);

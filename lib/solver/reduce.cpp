@@ -278,7 +278,21 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
     stats->strategies_after = stats->strategies_before;
   }
   if (!options.reduce) return solve(full, options.solver);
-  Reducer reducer(full);
+  // Clustering first (a quotient problem over layer representatives), then elimination on it.
+  std::vector<uint32_t> quotient_index(full.nodes.size());
+  for (uint32_t v = 0; v < full.nodes.size(); ++v) quotient_index[v] = v;
+  Problem quotient;
+  const Problem* base = &full;
+  if (options.cluster) {
+    size_t clusters = 0;
+    std::vector<uint32_t> rep = repeatedLayerRepresentatives(gp, &clusters);
+    if (stats) stats->clusters = clusters;
+    if (clusters > 0) {
+      quotient = quotientProblem(full, rep, quotient_index);
+      base = &quotient;
+    }
+  }
+  Reducer reducer(*base);
   reducer.run();
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
@@ -297,7 +311,9 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
     if (!r.ok()) return r.error();
     s = std::move(r).value();
   }
-  std::vector<uint32_t> choice = reducer.expand(ids, s.choice);
+  std::vector<uint32_t> base_choice = reducer.expand(ids, s.choice);
+  std::vector<uint32_t> choice(full.nodes.size());
+  for (uint32_t v = 0; v < full.nodes.size(); ++v) choice[v] = base_choice[quotient_index[v]];
   double objective = evaluate(full, choice);
   if (!std::isfinite(objective)) {
     if (reduced.nodes.empty())

@@ -42,6 +42,8 @@ struct GraphProblem {
   std::vector<std::vector<strategy::Strategy>> strategies;
   /// Per problem edge: the consumer's input index it prices.
   std::vector<uint32_t> edge_input;
+  /// Per problem node: the module path of its graph node ("" for sinks); drives layer clustering.
+  std::vector<std::string> module_paths;
   double total_param_bytes = 0;
 };
 
@@ -66,8 +68,23 @@ struct ReductionStats {
 
 struct SolveGraphOptions {
   SolverOptions solver;
-  bool reduce = true;  // repeated-layer clustering and follow-merging before the ILP
+  bool reduce = true;   // exact elimination of followers and leaves before the ILP
+  bool cluster = true;  // tie the variables of repeated layers (with reduce)
 };
+
+/// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
+/// component names the layer instance, as in `layers.3.attention.wq`) are grouped by instance; the
+/// instances of one prefix whose nodes match one by one (same module suffix, same strategies and
+/// costs, no pins) are tied to the first of them. Returns, per node, its representative (itself
+/// when not tied), and the number of clusters (prefixes with at least two tied instances).
+std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp,
+                                                   size_t* clusters = nullptr);
+
+/// The problem with every node replaced by its representative: costs and memory summed over the
+/// tied nodes, parallel edges summed, edges inside one representative folded onto its diagonal.
+/// `index` receives, per node of `full`, its node in the quotient.
+Problem quotientProblem(const Problem& full, const std::vector<uint32_t>& rep,
+                        std::vector<uint32_t>& index);
 
 /// Solves a GraphProblem; when `reduce` is set the ILP sees the reduced problem and the returned
 /// choice is expanded back to every node of `gp.problem` (its objective is evaluated on the full

@@ -1,0 +1,138 @@
+//===- lib/solver/cluster.cpp - Repeated-layer clustering ------------------===//
+//
+// Ties the strategy variables of structurally identical layer instances (see graph_problem.h):
+// the ILP then has one copy of a transformer block instead of 32, with its costs scaled by the
+// repeat count. This restricts the problem to layer-symmetric plans; the optimum is unchanged when
+// a symmetric optimum exists, which tests check on the samples (with and without clustering).
+//
+//===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <sstream>
+
+#include "apc/solver/graph_problem.h"
+#include "apc/support/strings.h"
+
+namespace apc::solver {
+
+namespace {
+
+struct InstanceKey {
+  std::string prefix;  // "layers"
+  std::string index;   // "3"
+  std::string suffix;  // "attention.wq" ("" for the layer module itself)
+};
+
+std::optional<InstanceKey> splitInstance(const std::string& path) {
+  std::vector<std::string> parts = split(path, '.');
+  for (size_t k = 1; k < parts.size(); ++k) {
+    const std::string& c = parts[k];
+    if (c.empty() ||
+        !std::all_of(c.begin(), c.end(), [](unsigned char ch) { return std::isdigit(ch); }))
+      continue;
+    InstanceKey key;
+    key.prefix =
+        join(std::vector<std::string>(parts.begin(), parts.begin() + static_cast<long>(k)), ".");
+    key.index = c;
+    key.suffix =
+        join(std::vector<std::string>(parts.begin() + static_cast<long>(k) + 1, parts.end()), ".");
+    return key;
+  }
+  return std::nullopt;
+}
+
+/// What must agree between tied nodes.
+std::string nodeSignature(const GraphProblem& gp, uint32_t v, const std::string& suffix) {
+  const ProblemNode& n = gp.problem.nodes[v];
+  std::ostringstream os;
+  os.precision(17);
+  os << suffix << "|" << n.numStrategies() << "|";
+  for (double c : n.costs) os << c << ",";
+  os << "|";
+  for (double m : n.memory) os << m << ",";
+  os << "|";
+  for (const auto& s : gp.strategies[v]) os << s.toString() << ";";
+  return os.str();
+}
+
+}  // namespace
+
+std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters) {
+  const size_t n = gp.problem.nodes.size();
+  std::vector<uint32_t> rep(n);
+  for (uint32_t i = 0; i < n; ++i) rep[i] = i;
+  // prefix -> instance index (in order of first appearance) -> node list
+  std::map<std::string, std::vector<std::string>> instance_order;
+  std::map<std::string, std::map<std::string, std::vector<std::pair<uint32_t, std::string>>>>
+      instances;
+  for (uint32_t v = 0; v < n && v < gp.module_paths.size(); ++v) {
+    if (gp.problem.nodes[v].pinned) continue;
+    auto key = splitInstance(gp.module_paths[v]);
+    if (!key) continue;
+    auto& per_prefix = instances[key->prefix];
+    if (!per_prefix.count(key->index)) instance_order[key->prefix].push_back(key->index);
+    per_prefix[key->index].emplace_back(v, key->suffix);
+  }
+  size_t count = 0;
+  for (const auto& [prefix, order] : instance_order) {
+    const auto& nodes_of = instances[prefix];
+    const auto& first = nodes_of.at(order[0]);
+    std::vector<std::string> first_sig;
+    for (const auto& [v, suffix] : first) first_sig.push_back(nodeSignature(gp, v, suffix));
+    size_t tied = 0;
+    for (size_t k = 1; k < order.size(); ++k) {
+      const auto& other = nodes_of.at(order[k]);
+      if (other.size() != first.size()) continue;
+      bool same = true;
+      for (size_t i = 0; i < other.size() && same; ++i)
+        same = nodeSignature(gp, other[i].first, other[i].second) == first_sig[i];
+      if (!same) continue;
+      for (size_t i = 0; i < other.size(); ++i) rep[other[i].first] = first[i].first;
+      ++tied;
+    }
+    if (tied > 0) ++count;
+  }
+  if (clusters) *clusters = count;
+  return rep;
+}
+
+Problem quotientProblem(const Problem& full, const std::vector<uint32_t>& rep,
+                        std::vector<uint32_t>& index) {
+  Problem q;
+  index.assign(full.nodes.size(), 0);
+  for (uint32_t v = 0; v < full.nodes.size(); ++v) {
+    if (rep[v] != v) continue;
+    index[v] = static_cast<uint32_t>(q.nodes.size());
+    q.nodes.push_back(full.nodes[v]);
+  }
+  for (uint32_t v = 0; v < full.nodes.size(); ++v) {
+    if (rep[v] == v) continue;
+    index[v] = index[rep[v]];
+    ProblemNode& r = q.nodes[index[v]];
+    const ProblemNode& m = full.nodes[v];
+    for (size_t s = 0; s < r.costs.size(); ++s) r.costs[s] += m.costs[s];
+    for (size_t s = 0; s < r.memory.size(); ++s) r.memory[s] += m.memory[s];
+  }
+  std::map<std::pair<uint32_t, uint32_t>, size_t> edge_of;
+  for (const ProblemEdge& e : full.edges) {
+    uint32_t a = index[e.src], b = index[e.dst];
+    size_t nt = full.nodes[e.dst].numStrategies();
+    if (a == b) {  // both ends tied to one node: only equal choices are possible
+      for (size_t s = 0; s < q.nodes[a].costs.size(); ++s) q.nodes[a].costs[s] += e.cost(s, s, nt);
+      continue;
+    }
+    auto it = edge_of.find({a, b});
+    if (it == edge_of.end()) {
+      edge_of[{a, b}] = q.edges.size();
+      q.edges.push_back({a, b, e.costs});
+    } else {
+      std::vector<double>& c = q.edges[it->second].costs;
+      for (size_t i = 0; i < c.size(); ++i) c[i] += e.costs[i];
+    }
+  }
+  q.memory = full.memory;
+  return q;
+}
+
+}  // namespace apc::solver
