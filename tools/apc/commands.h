@@ -25,5 +25,11 @@ inline int report(const Error& e) {
 }
 
 Runner addInspectCommand(CLI::App& app);
+/// `apc plan`: plan a model and write the plan JSON (tools/apc/plan.cpp).
+Runner addPlanCommand(CLI::App& app);
+/// `apc explain`: costliest nodes and one node's alternatives (tools/apc/explain.cpp).
+Runner addExplainCommand(CLI::App& app);
+/// `apc diff`: placement and cost differences of two plans (tools/apc/diff.cpp).
+Runner addDiffCommand(CLI::App& app);
 
 }  // namespace apc::tool

@@ -1,7 +1,8 @@
 //===- tools/apc/main.cpp - The apc command-line driver --------------------===//
 //
-// `apc <command> [flags]`. Commands: inspect (import a model and print its graph). Later issues add
-// plan, explain, diff, lower and run. Every failure on user input is one line on stderr and exit 2.
+// `apc <command> [flags]`. Commands: inspect (import a model and print its graph), plan, explain
+// and diff (tools/apc/plan.cpp, explain.cpp, diff.cpp). Later issues add lower and run. Every
+// failure on user input is one line on stderr and exit 2.
 //
 //===----------------------------------------------------------------------===//
 #include <exception>
@@ -18,6 +19,14 @@ int main(int argc, char** argv) {
   CLI::App* inspect =
       app.add_subcommand("inspect", "Import a TorchScript model and print its graph");
   runners[inspect] = apc::tool::addInspectCommand(*inspect);
+  CLI::App* plan =
+      app.add_subcommand("plan", "Plan the sharding of a model and write the plan JSON");
+  runners[plan] = apc::tool::addPlanCommand(*plan);
+  CLI::App* explain =
+      app.add_subcommand("explain", "Show a plan's costliest nodes and why a node is placed so");
+  runners[explain] = apc::tool::addExplainCommand(*explain);
+  CLI::App* diff = app.add_subcommand("diff", "Compare the placements and costs of two plans");
+  runners[diff] = apc::tool::addDiffCommand(*diff);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,60 @@
+//===- apc/plan/diff.h - Differences between two plans ---------------------===//
+//
+// `apc diff a.json b.json`: the nodes whose chosen strategy (input or output placements) differs,
+// each with its cost in both plans and the delta; nodes present in only one plan; parameters whose
+// placement differs with their bytes per rank; the totals and parameter memory of both plans and
+// the total delta. Nodes are matched by (kind, name), repeated names by occurrence. Differences in
+// the model, mesh or device are listed as notes (the costs are then not comparable one to one).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apc/plan/plan.h"
+
+namespace apc::plan {
+
+struct NodeChange {
+  std::string name, kind, op, module_path;
+  std::optional<uint32_t> index_a, index_b;  // absent when the node is only in the other plan
+  std::string strategy_a, strategy_b;
+  PlacementText output_a, output_b;
+  double cost_a = 0, cost_b = 0;  // cost_us (0 where absent)
+  double delta_us = 0;            // cost_b - cost_a
+};
+
+struct ParameterChange {
+  std::string name;
+  PlacementText placement_a, placement_b;
+  int64_t bytes_per_rank_a = 0, bytes_per_rank_b = 0;
+};
+
+struct PlanDiff {
+  std::vector<std::string> notes;  // model / mesh / device / spec differences
+  std::vector<NodeChange> nodes;   // in plan a's node order, then nodes only in b
+  /// Nodes with the same placements whose cost changed (their neighbours moved), by more than
+  /// 1e-9 relative; with `nodes` they account for the whole total delta.
+  std::vector<NodeChange> cost_changes;
+  std::vector<ParameterChange> parameters;
+  PlanTotals totals_a, totals_b;
+  double total_delta_us = 0;        // totals_b.total_us - totals_a.total_us
+  double changed_delta_us = 0;      // sum of the deltas of `nodes`
+  double cost_change_delta_us = 0;  // sum of the deltas of `cost_changes`
+
+  /// True when no node and no parameter differs.
+  bool empty() const { return nodes.empty() && parameters.empty(); }
+};
+
+PlanDiff diffPlans(const Plan& a, const Plan& b);
+
+std::string diffText(const PlanDiff& d);
+/// Canonical numbers; the same shape as PlanDiff.
+nlohmann::json toJson(const PlanDiff& d);
+
+}  // namespace apc::plan

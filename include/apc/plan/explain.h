@@ -1,0 +1,116 @@
+//===- apc/plan/explain.h - Why the plan chose what it chose ---------------===//
+//
+// `apc explain`: the costliest nodes of a plan, and for one node every alternative strategy priced
+// in the context of the plan, with all other nodes kept at their chosen strategies:
+//
+//   compute_us   the alternative's compute cost
+//   in_comm_us   redistributing the chosen producers' outputs into the inputs it needs
+//   out_comm_us  redistributing its output into what the chosen consumers need
+//   here_us      compute_us + in_comm_us: what the node itself would cost (its cost_us in a plan)
+//   context_us   here_us + out_comm_us: every term of the objective that the node's choice moves
+//
+// Status of each alternative, compared with the chosen one:
+//   CHOSEN                              the plan's strategy
+//   UNAVAILABLE                         forbidden: pinned to another strategy (by the inputs,
+//                                       outputs or pins group), an infinite compute cost, no
+//                                       redistribution to or from a chosen neighbour (an edge of
+//                                       infinite cost), or the parameter memory budget would be
+//                                       broken; `why` says which
+//   TIE                                 context_us equal to the chosen one within 1e-9 relative
+//   CHEAPER-HERE-BUT-COSTLIER-OVERALL   here_us below the chosen one's, context_us above: cheaper
+//                                       for the node, dearer once its consumers pay to redistribute
+//   COSTLIER                            dearer here and in context
+//   CHEAPER-IN-CONTEXT                  cheaper in context: only possible when the solver did not
+//                                       prove optimality (time limit) or the memory bound binds
+//                                       elsewhere; `why` says so
+// Since context_us holds every objective term the node's choice touches, an optimal plan has no
+// available alternative cheaper in context.
+//
+// Per-alternative costs need the problem the plan was solved on: `apc explain` imports the model
+// again from the path stored in the plan, rebuilds the problem from the stored spec and input
+// shapes (rebuildProblem in pipeline.h checks that it matches the plan), and calls explainNode.
+// The costliest-nodes list needs the plan alone.
+//
+// Three output forms: text (for people), JSON (canonical, for tools), and Graphviz dot of the op
+// graph coloured by output placement (`apc explain plan.json --format dot | dot -Tsvg`).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apc/ir/graph.h"
+#include "apc/plan/plan.h"
+#include "apc/solver/graph_problem.h"
+#include "apc/support/error.h"
+
+namespace apc::plan {
+
+enum class AlternativeStatus : uint8_t {
+  kChosen,
+  kTie,
+  kCheaperHereCostlierOverall,
+  kCostlier,
+  kCheaperInContext,
+  kUnavailable,
+};
+/// "CHOSEN", "TIE", "CHEAPER-HERE-BUT-COSTLIER-OVERALL", "COSTLIER", "CHEAPER-IN-CONTEXT",
+/// "UNAVAILABLE".
+const char* statusName(AlternativeStatus s);
+
+struct Alternative {
+  uint32_t index = 0;    // strategy index in the node's list
+  std::string strategy;  // Strategy::toString
+  PlacementText output_placements;
+  double compute_us = 0;
+  double in_comm_us = 0;   // +infinity when a producer cannot feed it
+  double out_comm_us = 0;  // +infinity when it cannot feed a consumer
+  double here_us = 0;
+  double context_us = 0;
+  double delta_us = 0;  // context_us minus the chosen one's (+infinity when unavailable)
+  std::optional<int64_t> param_bytes_per_rank;  // parameters only
+  AlternativeStatus status = AlternativeStatus::kCostlier;
+  std::string why;  // one line
+};
+
+struct NodeExplanation {
+  uint32_t node = 0;  // plan node index
+  std::string name, op, module_path;
+  /// The chosen alternative first, then by context_us (unavailable ones last), ties by index.
+  std::vector<Alternative> alternatives;
+};
+
+/// The plan node named `name` (PlanNode::name); an unknown name is a kNotFound error that suggests
+/// close names.
+Expected<uint32_t> findNode(const Plan& p, const std::string& name);
+/// The costliest node (by cost_us, ties by index) whose module path is `path` or lies under it
+/// (`layers.0` matches `layers.0.attention.wq`); kNotFound when there is none.
+Expected<uint32_t> findModuleNode(const Plan& p, const std::string& path);
+
+/// Indices of the `n` costliest nodes by cost_us (ties by index).
+std::vector<uint32_t> costliestNodes(const Plan& p, size_t n);
+
+/// Explains one node against the problem the plan was solved on (see rebuildProblem). `g`, when
+/// given, lets UNAVAILABLE reasons say why a redistribution is impossible.
+Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem& gp, uint32_t node,
+                                      const ir::Graph* g = nullptr);
+
+/// Text of the costliest-nodes table (with the plan's totals).
+std::string topNodesText(const Plan& p, size_t n);
+/// Text of one node's alternatives.
+std::string explanationText(const Plan& p, const NodeExplanation& e);
+
+/// {"totals": ..., "top": [...], "node": {...}} (node only when given).
+nlohmann::json explainJson(const Plan& p, size_t top, const NodeExplanation* e);
+
+/// Graphviz dot of the plan's op, input and output nodes with their data edges: each node
+/// labelled with its name, op and output placement and filled with a colour per distinct output
+/// placement (legend included); edges that redistribute are labelled with their cost.
+std::string dotGraph(const Plan& p);
+
+}  // namespace apc::plan

@@ -1,0 +1,21 @@
+//===- apc/plan/hash.h - SHA-256 of bytes and files ------------------------===//
+//
+// Content hashes for plans (model file, spec, version): SHA-256 through OpenSSL's libcrypto,
+// printed as lowercase hex.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "apc/support/error.h"
+
+namespace apc::plan {
+
+/// SHA-256 of `bytes`, 64 lowercase hex digits.
+std::string sha256Hex(std::string_view bytes);
+/// SHA-256 of a file's bytes; a missing or unreadable file is a kIo / kNotFound error naming it.
+Expected<std::string> sha256File(const std::string& path);
+
+}  // namespace apc::plan

@@ -1,0 +1,82 @@
+//===- apc/plan/pipeline.h - From an imported graph to a plan --------------===//
+//
+// The planner's stages after import, as `apc plan`, `apc explain` and the C++ API run them:
+//
+//   buildProblem:  spec checks -> enumerate strategies (lib/strategy) -> GraphProblem (lib/solver)
+//   solveAndPlan:  solveGraphProblem (reduction + CBC) -> makePlan
+//
+// Import stays with the callers (it needs LibTorch; this library does not). Each stage records its
+// wall time in PhaseTimings, which is printed and never stored in the plan.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "apc/cost/device.h"
+#include "apc/ir/graph.h"
+#include "apc/mesh/spec.h"
+#include "apc/plan/plan.h"
+#include "apc/solver/graph_problem.h"
+#include "apc/strategy/strategy.h"
+
+namespace apc::plan {
+
+/// Wall times of the phases of one planning run, in seconds.
+struct PhaseTimings {
+  double import_s = 0;     // filled by the caller
+  double enumerate_s = 0;  // strategy enumeration
+  double build_s = 0;      // GraphProblem construction (edge pricing)
+  double solve_s = 0;      // reduction + ILP + expansion
+  double write_s = 0;      // filled by the caller
+  double solver_s = 0;     // the ILP alone, as the solver reports it (part of solve_s)
+};
+
+/// The cost model's device for a spec: the built-in entry for spec.device with the spec's
+/// overrides (peak TFLOPS per dtype, HBM bandwidth) applied.
+Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec);
+
+/// The memory budget a spec means, as fractions of the parameter bytes: (low, high) with high
+/// defaulting to 1 / world size. low > high is a kInvalidArgument error that names both.
+Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec);
+
+/// Parses `--memory-budget LOW,HIGH` (fractions of the parameter bytes, like "0,0.25"; "LOW," keeps
+/// the default high). Errors name the flag: a value that is not a number, low < 0, high outside
+/// (0, 1], low > high.
+Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text);
+
+struct BuiltProblem {
+  std::vector<strategy::NodeStrategies> strategies;
+  solver::GraphProblem gp;
+  /// Ops without a sharding rule (they got the Replicate-only strategy), sorted.
+  std::vector<std::string> fallback_ops;
+};
+
+/// Checks the spec against the graph (validateSpecAgainstGraph, the budget), enumerates the
+/// strategies on the spec's mesh and device and builds the GraphProblem.
+Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
+                                    PhaseTimings* timings = nullptr);
+
+struct PlanResult {
+  Plan plan;
+  solver::Solution solution;  // solution.seconds: the solver's own time
+  solver::ReductionStats sizes;
+};
+
+/// Solves a built problem and makes its plan. Infeasible constraints are a kInfeasible error with
+/// the solver's diagnosis.
+Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
+                                  const mesh::Spec& spec, const PlanSource& source,
+                                  const solver::SolveGraphOptions& options,
+                                  PhaseTimings* timings = nullptr);
+
+/// Rebuilds the problem a plan was solved on, from the same graph (imported again from
+/// plan.model) and plan.spec, and checks that it matches the plan: the same nodes, names, strategy
+/// counts and chosen strategies. A mismatch (the model file or apc changed) is an error that
+/// names the first differing node.
+Expected<BuiltProblem> rebuildProblem(const ir::Graph& g, const Plan& plan);
+
+}  // namespace apc::plan

@@ -1,0 +1,195 @@
+//===- apc/plan/plan.h - The plan: chosen strategies, costs, solver stats --===//
+//
+// A Plan is what `apc plan` writes: per problem node the chosen strategy with its placements and
+// costs, per parameter its placement and bytes per rank, the totals, the solver's statistics, and
+// where it came from (apc version, model name, path and hash, the input shapes, the effective
+// spec). It is made from a solved GraphProblem (makePlan), written as canonical JSON (toJsonText)
+// and read back (planFromJson, readPlanFile). schemas/plan.schema.json describes the JSON.
+//
+// Costs. A node's compute_us is its chosen strategy's compute cost (forward + backward); its
+// comm_us is the sum of the chosen costs of its in-edges (the forward redistribution of each input
+// into the placement the strategy needs plus the gradient's way back, as the solver priced them);
+// cost_us = compute_us + comm_us. Summed over nodes they give the totals, and total_us equals the
+// solver's objective evaluated on the full (unreduced) problem.
+//
+// Determinism. The same inputs give byte-identical files: objects are written with sorted keys,
+// nodes in problem order (graph order, output sinks last), parameters in graph order, every real
+// number rounded to 12 significant digits (canonicalNumber) before it is written, and nothing that
+// varies between runs is stored: the solver's wall time is written as `"seconds": null` (the
+// printed summary and `apc plan --timings-json` carry the times). The `content_hash` is the
+// SHA-256 of the apc version, the model file's SHA-256, the input shapes, the canonical JSON of
+// the effective spec and the solver options (contentHash); two plans with the same hash were made
+// from the same inputs. Byte identity also needs a deterministic solve: the default single-thread
+// CBC run is; with --threads > 1 CBC may return a different optimum of equal cost.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apc/ir/graph.h"
+#include "apc/mesh/spec.h"
+#include "apc/solver/graph_problem.h"
+#include "apc/support/error.h"
+
+namespace apc::plan {
+
+/// Version of the plan JSON layout; planFromJson rejects other versions.
+inline constexpr int kPlanFormatVersion = 1;
+
+/// The apc version ("0.1.0"), from the CMake project version.
+const char* apcVersion();
+
+/// A placement tuple as written in plans: one string per mesh dim ("S(0)", "R", "P").
+using PlacementText = std::vector<std::string>;
+PlacementText placementText(const mesh::PlacementTuple& t);
+/// "S(0),R".
+std::string toString(const PlacementText& t);
+
+/// Where a plan came from: enough to build its problem again (apc explain --node).
+struct PlanSource {
+  std::string model_path;    // as given to `apc plan`
+  std::string model_name;    // the graph's name (the file stem)
+  std::string model_sha256;  // SHA-256 of the model file's bytes, lowercase hex
+  /// The forward inputs as planned, in the `--input` syntax ("tokens:i64[8,128]", "x:f32[B=8,16]").
+  std::vector<std::string> inputs;
+
+  bool operator==(const PlanSource&) const = default;
+};
+
+/// The forward inputs of a graph in the `--input` syntax, in graph order.
+std::vector<std::string> inputShapes(const ir::Graph& g);
+
+/// One chosen in-edge of a node.
+struct PlanEdge {
+  uint32_t from = 0;   // the producing plan node
+  uint32_t input = 0;  // the consumer's input index
+  double cost_us = 0;  // forward + backward redistribution at the chosen pair
+
+  bool operator==(const PlanEdge&) const = default;
+};
+
+struct PlanNode {
+  /// Input/parameter/buffer name, the op's first output value name (`%linear_1` is "linear_1"),
+  /// or "output %y" for an output sink. These are the names spec pins and `apc explain --node` use.
+  std::string name;
+  std::string kind;         // "input", "parameter", "buffer", "op" or "output"
+  std::string op;           // "aten::linear" (qualified), or the kind for the other nodes
+  std::string module_path;  // "layers.0.attention.wq"; empty at the top level
+  std::optional<uint32_t> graph_node;  // index in the graph; absent for output sinks
+  uint32_t strategy_index = 0;         // the chosen strategy, among num_strategies
+  uint32_t num_strategies = 0;
+  std::string strategy;  // Strategy::toString of the chosen one ("S(0)R,RS(0) -> S(0)S(0)")
+  /// Per node input / output: the placement, or nullopt for non-tensor ones (ints, None).
+  std::vector<std::optional<PlacementText>> input_placements;
+  std::vector<std::optional<PlacementText>> outputs;
+  std::vector<PlanEdge> in_edges;  // in problem edge order
+  double compute_us = 0;
+  double comm_us = 0;     // sum of in_edges' cost_us
+  double cost_us = 0;     // compute_us + comm_us
+  std::string pin_group;  // the constraint group that pins it ("inputs", "outputs"), else empty
+
+  /// The placement of the first tensor output (empty when there is none).
+  PlacementText outputPlacements() const;
+  bool operator==(const PlanNode&) const = default;
+};
+
+struct PlanParameter {
+  std::string name;            // as named_parameters() gives it
+  std::string module;          // the name up to its last '.'; empty at the top level
+  std::vector<int64_t> shape;  // global sizes
+  std::string dtype;           // "f32", "bf16", ...
+  PlacementText placement;
+  int64_t bytes = 0;           // the whole tensor
+  int64_t bytes_per_rank = 0;  // the largest local piece
+  uint32_t node = 0;           // its plan node
+
+  bool operator==(const PlanParameter&) const = default;
+};
+
+struct PlanTotals {
+  double compute_us = 0;
+  double comm_us = 0;
+  double total_us = 0;
+  int64_t param_bytes_per_rank = 0;  // what the memory bound counts for the chosen placements
+  int64_t param_bytes_total = 0;     // every parameter, unsharded
+  double param_memory_fraction = 0;  // per rank / total (0 without parameters)
+  double memory_low = 0;             // the effective budget, as fractions of param_bytes_total
+  double memory_high = 1;
+
+  bool operator==(const PlanTotals&) const = default;
+};
+
+struct SolverStats {
+  std::string status;  // "optimal", "time limit (feasible)", ...
+  double objective = 0;
+  std::optional<double> bound;  // the best proven lower bound; nullopt when none is finite
+  int64_t variables = 0;
+  int64_t constraints = 0;
+  solver::ReductionStats sizes;  // problem sizes before and after reduction
+  // The options that shaped the result (part of the content hash).
+  double time_limit_s = 0;
+  int threads = 1;
+  bool reduce = true;
+
+  bool operator==(const SolverStats& o) const;
+};
+
+struct Plan {
+  int format_version = kPlanFormatVersion;
+  std::string apc_version;
+  std::string content_hash;  // see contentHash
+  PlanSource model;
+  mesh::Spec spec;  // the effective spec: --spec with the command line's overrides applied
+  std::vector<PlanNode> nodes;
+  std::vector<PlanParameter> parameters;
+  PlanTotals totals;
+  SolverStats solver;
+
+  bool operator==(const Plan&) const = default;
+};
+
+/// What the solve step gives a plan besides the solution: the options (recorded and part of the
+/// content hash) and the problem sizes before and after reduction.
+struct SolveRecord {
+  solver::SolveGraphOptions options;
+  solver::ReductionStats sizes;
+};
+
+/// SHA-256 (lowercase hex) of the apc version, source.model_sha256, source.inputs, the canonical
+/// JSON of the spec and the solver options that change the result (time limit, threads, reduce).
+std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
+                        const solver::SolveGraphOptions& options);
+
+/// Makes the plan of a solved problem. `solution.choice` must have one entry per node of
+/// `gp.problem` (solveGraphProblem expands reduced solutions); errors otherwise.
+Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
+                        const solver::Solution& solution, const mesh::Spec& spec,
+                        const PlanSource& source, const SolveRecord& record);
+
+/// Rounds to 12 significant digits (the value that "%.12g" prints); idempotent, so a plan read
+/// back and written again gives the same bytes. Non-finite values are returned unchanged (and
+/// written as null).
+double canonicalNumber(double x);
+
+/// The plan as JSON (sorted keys, canonical numbers).
+nlohmann::json toJson(const Plan& p);
+/// The canonical text of a plan: toJson laid out with two-space indents, short arrays of scalars
+/// on one line, and a final newline. The bytes `apc plan -o` writes.
+std::string toJsonText(const Plan& p);
+/// Reads a plan; errors are one line starting with the JSON path (`$.nodes[3].cost_us: ...`).
+Expected<Plan> planFromJson(const nlohmann::json& j);
+/// Reads a plan file; errors are prefixed by the path.
+Expected<Plan> readPlanFile(const std::string& path);
+/// Writes toJsonText(p) to `path`.
+Status writePlanFile(const Plan& p, const std::string& path);
+
+/// Writes `j` in the layout of toJsonText (for other deterministic files: explain, diff).
+std::string canonicalText(const nlohmann::json& j);
+
+}  // namespace apc::plan

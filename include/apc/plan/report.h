@@ -1,0 +1,33 @@
+//===- apc/plan/report.h - Printed forms of a plan -------------------------===//
+//
+// What `apc plan` prints: the summary (estimated step time split into compute and communication,
+// parameter memory, per-parameter placements grouped by module, problem sizes before and after
+// reduction, solver status, objective and bound, time per phase) and, with --verbose, the
+// optimizer log in the manner of AutoParallel's: one line per node with its placement
+// `placement=<inputs> -> <output>` and its (comm, compute) cost, totals at the end.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+
+#include "apc/plan/pipeline.h"
+#include "apc/plan/plan.h"
+
+namespace apc::plan {
+
+/// A node as logs print it: "%linear_1" (the value it defines), or "output %y" for output sinks.
+std::string displayName(const PlanNode& n);
+
+/// "12.35 us", "4.50 ms", "1.20 s".
+std::string formatMicros(double us);
+
+/// The summary `apc plan` prints. With `timings`, the solver line ends with the solver's own time
+/// and a last line gives the time per phase; without, neither is printed.
+std::string summaryText(const Plan& p, const PhaseTimings* timings);
+
+/// The optimizer log: per node `#<i> %<name>  <op>  <module>  placement=<in> -> <out>
+/// cost=(comm <c>, compute <c>)`, then the totals.
+std::string optimizerLog(const Plan& p);
+
+}  // namespace apc::plan

@@ -1,0 +1,450 @@
+//===- lib/plan/explain.cpp - Why the plan chose what it chose -------------===//
+//
+// Prices every alternative of one node with all other nodes at their chosen strategies (see
+// apc/plan/explain.h for the statuses), lists the costliest nodes, and draws the plan as Graphviz.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/plan/explain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+
+#include "apc/cost/redistribute.h"
+#include "apc/plan/report.h"
+#include "apc/support/strings.h"
+
+namespace apc::plan {
+
+namespace {
+
+constexpr double kTieRelative = 1e-9;
+
+bool nearlyEqual(double a, double b) {
+  if (a == b) return true;
+  if (!std::isfinite(a) || !std::isfinite(b)) return false;
+  return std::abs(a - b) <= kTieRelative * std::max({std::abs(a), std::abs(b), 1e-300});
+}
+
+std::string us(double v) {
+  if (!std::isfinite(v)) return "inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", v);
+  return buf;
+}
+
+std::string signedUs(double v) {
+  if (!std::isfinite(v)) return "+inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%+.3f us", v);
+  return buf;
+}
+
+std::string compact(const PlacementText& t) {
+  return join(t, "");
+}
+
+/// Damerau-free edit distance for suggestions.
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  std::iota(prev.begin(), prev.end(), 0);
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggestion(const std::string& name, const std::vector<std::string>& candidates) {
+  std::vector<std::pair<size_t, std::string>> scored;
+  for (const std::string& c : candidates) scored.emplace_back(editDistance(name, c), c);
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::string out;
+  for (size_t i = 0; i < scored.size() && i < 3; ++i) {
+    if (scored[i].first > std::max<size_t>(3, name.size() / 2)) break;
+    out += (out.empty() ? "" : ", ") + scored[i].second;
+  }
+  return out.empty() ? "" : " (did you mean " + out + "?)";
+}
+
+PlacementText firstOutput(const strategy::Strategy& s) {
+  for (const auto& o : s.outputs)
+    if (o) return placementText(*o);
+  return {};
+}
+
+/// Why a producer's placement cannot reach what the consumer needs, when the graph is at hand.
+std::string impossibleReason(const ir::Graph* g, const solver::GraphProblem& gp, uint32_t src,
+                             uint32_t src_choice, uint32_t dst, uint32_t dst_choice, uint32_t input,
+                             const mesh::DeviceMesh& m) {
+  if (!g || !gp.graph_nodes[dst].valid()) return {};
+  const ir::Node& consumer = g->node(gp.graph_nodes[dst]);
+  if (input >= consumer.inputs.size()) return {};
+  const ir::Value& v = g->value(consumer.inputs[input]);
+  const auto& from_opt = gp.strategies[src][src_choice].outputs;
+  const auto& to_opt = gp.strategies[dst][dst_choice].inputs;
+  if (v.producer_output >= from_opt.size() || input >= to_opt.size()) return {};
+  if (!from_opt[v.producer_output] || !to_opt[input]) return {};
+  const ir::TensorMeta* meta = v.tensor             ? &*v.tensor
+                               : v.elements.empty() ? nullptr
+                                                    : &v.elements[0];
+  if (!meta) return {};
+  auto plan = cost::planRedistribution(*meta, *from_opt[v.producer_output], *to_opt[input], m);
+  if (!plan.ok()) return plan.error().message();
+  return plan->feasible ? std::string() : plan->infeasible_reason;
+}
+
+}  // namespace
+
+const char* statusName(AlternativeStatus s) {
+  switch (s) {
+    case AlternativeStatus::kChosen:
+      return "CHOSEN";
+    case AlternativeStatus::kTie:
+      return "TIE";
+    case AlternativeStatus::kCheaperHereCostlierOverall:
+      return "CHEAPER-HERE-BUT-COSTLIER-OVERALL";
+    case AlternativeStatus::kCostlier:
+      return "COSTLIER";
+    case AlternativeStatus::kCheaperInContext:
+      return "CHEAPER-IN-CONTEXT";
+    case AlternativeStatus::kUnavailable:
+      return "UNAVAILABLE";
+  }
+  return "?";
+}
+
+Expected<uint32_t> findNode(const Plan& p, const std::string& name) {
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    if (p.nodes[i].name == name) return static_cast<uint32_t>(i);
+  // Accept "%name" as printed in logs.
+  if (!name.empty() && name[0] == '%') return findNode(p, name.substr(1));
+  std::vector<std::string> names;
+  for (const PlanNode& n : p.nodes) names.push_back(n.name);
+  return notFound("the plan has no node named '" + name + "'" + suggestion(name, names));
+}
+
+Expected<uint32_t> findModuleNode(const Plan& p, const std::string& path) {
+  std::optional<uint32_t> best;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const std::string& m = p.nodes[i].module_path;
+    bool under = m == path || (m.size() > path.size() && m.compare(0, path.size(), path) == 0 &&
+                               m[path.size()] == '.');
+    if (!under || p.nodes[i].kind == "parameter" || p.nodes[i].kind == "buffer") continue;
+    if (!best || p.nodes[i].cost_us > p.nodes[*best].cost_us) best = static_cast<uint32_t>(i);
+  }
+  if (best) return *best;
+  std::vector<std::string> modules;
+  for (const PlanNode& n : p.nodes)
+    if (!n.module_path.empty() && (modules.empty() || modules.back() != n.module_path))
+      modules.push_back(n.module_path);
+  std::sort(modules.begin(), modules.end());
+  modules.erase(std::unique(modules.begin(), modules.end()), modules.end());
+  return notFound("the plan has no op in module '" + path + "'" + suggestion(path, modules));
+}
+
+std::vector<uint32_t> costliestNodes(const Plan& p, size_t n) {
+  std::vector<uint32_t> idx(p.nodes.size());
+  std::iota(idx.begin(), idx.end(), 0u);
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](uint32_t a, uint32_t b) { return p.nodes[a].cost_us > p.nodes[b].cost_us; });
+  if (idx.size() > n) idx.resize(n);
+  return idx;
+}
+
+Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem& gp, uint32_t v,
+                                      const ir::Graph* g) {
+  const solver::Problem& prob = gp.problem;
+  if (v >= p.nodes.size() || prob.nodes.size() != p.nodes.size())
+    return invalidArgument("node " + std::to_string(v) + " is not in the plan's problem");
+  std::vector<uint32_t> choice;
+  for (const PlanNode& n : p.nodes) choice.push_back(n.strategy_index);
+  for (size_t i = 0; i < choice.size(); ++i)
+    if (choice[i] >= prob.nodes[i].numStrategies())
+      return invalidArgument("the plan's choice for node " + std::to_string(i) +
+                             " is out of range for the problem");
+  const solver::ProblemNode& pn = prob.nodes[v];
+  const PlanNode& node = p.nodes[v];
+  NodeExplanation ex;
+  ex.node = v;
+  ex.name = node.name;
+  ex.op = node.op;
+  ex.module_path = node.module_path;
+
+  double mem_now = solver::memoryOf(prob, choice);
+  for (uint32_t s = 0; s < pn.numStrategies(); ++s) {
+    Alternative a;
+    a.index = s;
+    const strategy::Strategy& st = gp.strategies[v][s];
+    a.strategy = std::string(trim(st.toString()));
+    a.output_placements = firstOutput(st);
+    a.compute_us = pn.costs[s];
+    std::string blocked;
+    for (size_t k = 0; k < prob.edges.size(); ++k) {
+      const solver::ProblemEdge& e = prob.edges[k];
+      if (e.dst == v) {
+        double c = e.cost(choice[e.src], s, pn.numStrategies());
+        a.in_comm_us += c;
+        if (!std::isfinite(c) && blocked.empty()) {
+          const auto& need =
+              st.inputs.size() > gp.edge_input[k] ? st.inputs[gp.edge_input[k]] : std::nullopt;
+          blocked = "input " + std::to_string(gp.edge_input[k]) + " from " +
+                    displayName(p.nodes[e.src]) + " (" +
+                    compact(p.nodes[e.src].outputPlacements()) + ") cannot become " +
+                    (need ? mesh::toCompactString(*need) : std::string("a tensor"));
+          std::string r =
+              impossibleReason(g, gp, e.src, choice[e.src], v, s, gp.edge_input[k], p.spec.mesh);
+          if (!r.empty()) blocked += ": " + r;
+        }
+      }
+      if (e.src == v) {
+        size_t nt = prob.nodes[e.dst].numStrategies();
+        double c = e.cost(s, choice[e.dst], nt);
+        a.out_comm_us += c;
+        if (!std::isfinite(c) && blocked.empty()) {
+          const auto& need = gp.strategies[e.dst][choice[e.dst]].inputs;
+          uint32_t in = gp.edge_input[k];
+          blocked = displayName(p.nodes[e.dst]) + " (input " + std::to_string(in) + ") needs " +
+                    (in < need.size() && need[in] ? mesh::toCompactString(*need[in])
+                                                  : std::string("another placement")) +
+                    ", which cannot be made from " + compact(a.output_placements);
+          std::string r = impossibleReason(g, gp, v, s, e.dst, choice[e.dst], in, p.spec.mesh);
+          if (!r.empty()) blocked += ": " + r;
+        }
+      }
+    }
+    a.here_us = a.compute_us + a.in_comm_us;
+    a.context_us = a.here_us + a.out_comm_us;
+    if (!pn.memory.empty()) a.param_bytes_per_rank = std::llround(pn.memory[s]);
+
+    if (s == choice[v]) {
+      a.status = AlternativeStatus::kChosen;
+      a.why = "the plan's choice";
+      if (pn.pinned) a.why += " (pinned by the '" + pn.pin_group + "' constraints)";
+    } else if (pn.pinned && *pn.pinned != s) {
+      a.status = AlternativeStatus::kUnavailable;
+      a.why = "pinned to " + std::string(trim(gp.strategies[v][*pn.pinned].toString())) +
+              " by the '" + (pn.pin_group.empty() ? "pins" : pn.pin_group) + "' constraints";
+    } else if (!std::isfinite(a.compute_us)) {
+      a.status = AlternativeStatus::kUnavailable;
+      a.why = "no finite compute cost";
+    } else if (!blocked.empty()) {
+      a.status = AlternativeStatus::kUnavailable;
+      a.why = blocked;
+    } else if (prob.memory && !pn.memory.empty()) {
+      double mem = mem_now - pn.memory[choice[v]] + pn.memory[s];
+      if (mem > prob.memory->high * (1 + 1e-12) || mem < prob.memory->low * (1 - 1e-12)) {
+        a.status = AlternativeStatus::kUnavailable;
+        a.why = "parameter memory would be " + humanBytes(mem) + " per rank, outside the budget [" +
+                humanBytes(prob.memory->low) + ", " + humanBytes(prob.memory->high) + "]";
+      }
+    }
+    ex.alternatives.push_back(std::move(a));
+  }
+
+  const Alternative& chosen = ex.alternatives[choice[v]];
+  for (Alternative& a : ex.alternatives) {
+    a.delta_us = a.status == AlternativeStatus::kUnavailable ? solver::kInfinity
+                                                             : a.context_us - chosen.context_us;
+    if (a.index == chosen.index || a.status == AlternativeStatus::kUnavailable) continue;
+    if (nearlyEqual(a.context_us, chosen.context_us)) {
+      a.status = AlternativeStatus::kTie;
+      a.why = "the same cost in context as the chosen strategy";
+    } else if (a.context_us < chosen.context_us) {
+      a.status = AlternativeStatus::kCheaperInContext;
+      a.why = signedUs(a.delta_us) + " in context; the solver's status is '" + p.solver.status +
+              "'" + (p.solver.status == "optimal" ? " (a tie within the solver's tolerance)" : "");
+    } else if (a.here_us < chosen.here_us && !nearlyEqual(a.here_us, chosen.here_us)) {
+      a.status = AlternativeStatus::kCheaperHereCostlierOverall;
+      a.why = signedUs(a.here_us - chosen.here_us) + " here, but the consumers pay " +
+              signedUs(a.out_comm_us - chosen.out_comm_us) +
+              " to redistribute its output: " + signedUs(a.delta_us) + " overall";
+    } else {
+      a.status = AlternativeStatus::kCostlier;
+      a.why = "compute " + signedUs(a.compute_us - chosen.compute_us) + ", comm in " +
+              signedUs(a.in_comm_us - chosen.in_comm_us) + ", comm out " +
+              signedUs(a.out_comm_us - chosen.out_comm_us);
+    }
+  }
+  uint32_t chosen_index = chosen.index;
+  std::stable_sort(ex.alternatives.begin(), ex.alternatives.end(),
+                   [&](const Alternative& a, const Alternative& b) {
+                     auto key = [&](const Alternative& x) {
+                       int rank = x.index == chosen_index                       ? 0
+                                  : x.status == AlternativeStatus::kUnavailable ? 2
+                                                                                : 1;
+                       return std::pair(
+                           rank, x.status == AlternativeStatus::kUnavailable ? 0.0 : x.context_us);
+                     };
+                     return key(a) < key(b);
+                   });
+  return ex;
+}
+
+std::string topNodesText(const Plan& p, size_t n) {
+  std::string out;
+  const PlanTotals& t = p.totals;
+  out += "plan of " + p.model.model_name + " on " + p.spec.mesh.toString() + ": step " +
+         formatMicros(t.total_us) + " (compute " + formatMicros(t.compute_us) + ", comm " +
+         formatMicros(t.comm_us) + "), solver " + p.solver.status + "\n";
+  std::vector<uint32_t> top = costliestNodes(p, n);
+  out += "costliest " + std::to_string(top.size()) + " of " + std::to_string(p.nodes.size()) +
+         " nodes:\n";
+  char line[1024];
+  std::snprintf(line, sizeof line, "  %-6s %-24s %-24s %-28s %-24s %12s %12s %12s %6s\n", "node",
+                "name", "op", "module", "placement", "compute_us", "comm_us", "cost_us", "share");
+  out += line;
+  for (uint32_t i : top) {
+    const PlanNode& x = p.nodes[i];
+    double share = t.total_us > 0 ? 100 * x.cost_us / t.total_us : 0;
+    std::snprintf(
+        line, sizeof line, "  #%-5u %-24s %-24s %-28s %-24s %12.3f %12.3f %12.3f %5.1f%%\n", i,
+        displayName(x).c_str(), x.op.c_str(), x.module_path.empty() ? "-" : x.module_path.c_str(),
+        x.strategy.c_str(), x.compute_us, x.comm_us, x.cost_us, share);
+    out += line;
+  }
+  return out;
+}
+
+std::string explanationText(const Plan& p, const NodeExplanation& e) {
+  const PlanNode& n = p.nodes[e.node];
+  std::string out = "node #" + std::to_string(e.node) + " " + displayName(n) + "  " + e.op + "  " +
+                    (e.module_path.empty() ? "-" : e.module_path) + ": " +
+                    std::to_string(e.alternatives.size()) + " strateg" +
+                    (e.alternatives.size() == 1 ? "y" : "ies") + ", chosen " + n.strategy + "\n";
+  out +=
+      "  costs in context: every other node keeps its chosen strategy; here = compute + comm "
+      "in, context = here + comm out\n";
+  char line[1024];
+  std::snprintf(line, sizeof line, "  %-34s %-36s %11s %11s %11s %11s %12s  %s\n", "status",
+                "strategy", "compute", "comm_in", "comm_out", "context", "delta", "why");
+  out += line;
+  for (const Alternative& a : e.alternatives) {
+    std::snprintf(line, sizeof line, "  %-34s %-36s %11s %11s %11s %11s %12s  %s\n",
+                  statusName(a.status), a.strategy.c_str(), us(a.compute_us).c_str(),
+                  us(a.in_comm_us).c_str(), us(a.out_comm_us).c_str(), us(a.context_us).c_str(),
+                  a.status == AlternativeStatus::kChosen ? "-" : signedUs(a.delta_us).c_str(),
+                  a.why.c_str());
+    out += line;
+  }
+  return out;
+}
+
+nlohmann::json explainJson(const Plan& p, size_t top, const NodeExplanation* e) {
+  using nlohmann::json;
+  auto num = [](double x) { return std::isfinite(x) ? json(canonicalNumber(x)) : json(nullptr); };
+  json top_list = json::array();
+  for (uint32_t i : costliestNodes(p, top)) {
+    const PlanNode& n = p.nodes[i];
+    top_list.push_back({{"index", i},
+                        {"name", n.name},
+                        {"op", n.op},
+                        {"module_path", n.module_path},
+                        {"strategy", n.strategy},
+                        {"output_placements", n.outputPlacements()},
+                        {"compute_us", num(n.compute_us)},
+                        {"comm_us", num(n.comm_us)},
+                        {"cost_us", num(n.cost_us)}});
+  }
+  json j = {{"model", p.model.model_name},
+            {"content_hash", p.content_hash},
+            {"totals",
+             {{"compute_us", num(p.totals.compute_us)},
+              {"comm_us", num(p.totals.comm_us)},
+              {"total_us", num(p.totals.total_us)}}},
+            {"top", top_list}};
+  if (e) {
+    json alts = json::array();
+    for (const Alternative& a : e->alternatives) {
+      json x = {{"index", a.index},
+                {"strategy", a.strategy},
+                {"output_placements", a.output_placements},
+                {"compute_us", num(a.compute_us)},
+                {"in_comm_us", num(a.in_comm_us)},
+                {"out_comm_us", num(a.out_comm_us)},
+                {"here_us", num(a.here_us)},
+                {"context_us", num(a.context_us)},
+                {"delta_us", num(a.delta_us)},
+                {"status", statusName(a.status)},
+                {"why", a.why}};
+      if (a.param_bytes_per_rank) x["param_bytes_per_rank"] = *a.param_bytes_per_rank;
+      alts.push_back(std::move(x));
+    }
+    j["node"] = {{"index", e->node},
+                 {"name", e->name},
+                 {"op", e->op},
+                 {"module_path", e->module_path},
+                 {"alternatives", alts}};
+  }
+  return j;
+}
+
+namespace {
+
+std::string dotEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string dotGraph(const Plan& p) {
+  static const char* kPalette[] = {"#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f", "#cab2d6",
+                                   "#ffff99", "#8dd3c7", "#bebada", "#fccde5", "#d9d9d9",
+                                   "#ccebc5", "#ffed6f", "#80b1d3", "#fdb462", "#b3de69"};
+  constexpr size_t kColors = sizeof(kPalette) / sizeof(kPalette[0]);
+  auto shown = [&](const PlanNode& n) { return n.kind != "parameter" && n.kind != "buffer"; };
+  std::map<std::string, size_t> colour;  // placement text -> palette index, in sorted order
+  for (const PlanNode& n : p.nodes)
+    if (shown(n)) colour.emplace(compact(n.outputPlacements()), 0);
+  size_t k = 0;
+  for (auto& [placement, c] : colour) c = k++ % kColors;
+
+  std::string out = "digraph plan {\n";
+  out += "  label=\"" +
+         dotEscape(p.model.model_name + " on " + p.spec.mesh.toString() + ": " +
+                   formatMicros(p.totals.total_us) + " per step") +
+         "\";\n  labelloc=t;\n  rankdir=TB;\n";
+  out += "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n";
+  out += "  edge [fontname=\"Helvetica\", fontsize=9];\n";
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const PlanNode& n = p.nodes[i];
+    if (!shown(n)) continue;
+    std::string placement = compact(n.outputPlacements());
+    std::string label = dotEscape(displayName(n)) + "\\n" + dotEscape(n.op);
+    if (!n.module_path.empty()) label += "\\n" + dotEscape(n.module_path);
+    label += "\\n" + dotEscape(placement);
+    if (n.cost_us > 0) label += "  " + dotEscape(formatMicros(n.cost_us));
+    std::string shape = n.kind == "op" ? "" : ", shape=ellipse";
+    out += "  n" + std::to_string(i) + " [label=\"" + label + "\", fillcolor=\"" +
+           kPalette[colour[placement]] + "\"" + shape + "];\n";
+  }
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    if (!shown(p.nodes[i])) continue;
+    for (const PlanEdge& e : p.nodes[i].in_edges) {
+      if (!shown(p.nodes[e.from])) continue;
+      out += "  n" + std::to_string(e.from) + " -> n" + std::to_string(i);
+      if (e.cost_us > 0)
+        out += " [label=\"" + dotEscape(formatMicros(e.cost_us)) + "\", color=red]";
+      out += ";\n";
+    }
+  }
+  out += "  subgraph cluster_legend {\n    label=\"output placement\";\n";
+  size_t j = 0;
+  for (const auto& [placement, c] : colour)
+    out += "    legend" + std::to_string(j++) + " [label=\"" + dotEscape(placement) +
+           "\", fillcolor=\"" + kPalette[c] + "\"];\n";
+  out += "  }\n}\n";
+  return out;
+}
+
+}  // namespace apc::plan

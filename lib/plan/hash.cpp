@@ -1,0 +1,78 @@
+//===- lib/plan/hash.cpp - SHA-256 of bytes and files ----------------------===//
+//
+// Streams through OpenSSL's EVP digest interface so that large model files (GiBs) are hashed in
+// fixed-size chunks.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/plan/hash.h"
+
+#include <openssl/evp.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+namespace apc::plan {
+
+namespace {
+
+struct MdCtxDeleter {
+  void operator()(EVP_MD_CTX* c) const { EVP_MD_CTX_free(c); }
+};
+using MdCtx = std::unique_ptr<EVP_MD_CTX, MdCtxDeleter>;
+
+std::string hex(const unsigned char* data, unsigned int n) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (unsigned int i = 0; i < n; ++i) {
+    out += kDigits[data[i] >> 4];
+    out += kDigits[data[i] & 15];
+  }
+  return out;
+}
+
+MdCtx newSha256() {
+  MdCtx ctx(EVP_MD_CTX_new());
+  if (ctx && EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) ctx.reset();
+  return ctx;
+}
+
+std::string finish(EVP_MD_CTX* ctx) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> md{};
+  unsigned int n = 0;
+  if (EVP_DigestFinal_ex(ctx, md.data(), &n) != 1) return {};
+  return hex(md.data(), n);
+}
+
+}  // namespace
+
+std::string sha256Hex(std::string_view bytes) {
+  MdCtx ctx = newSha256();
+  if (!ctx || EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1) return {};
+  return finish(ctx.get());
+}
+
+Expected<std::string> sha256File(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return notFound(path + ": no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ioError(path + ": cannot open for reading");
+  MdCtx ctx = newSha256();
+  if (!ctx) return internalError("cannot initialise SHA-256");
+  std::array<char, 1 << 16> buf;
+  while (in) {
+    in.read(buf.data(), buf.size());
+    std::streamsize got = in.gcount();
+    if (got > 0 && EVP_DigestUpdate(ctx.get(), buf.data(), static_cast<size_t>(got)) != 1)
+      return internalError("SHA-256 update failed");
+  }
+  if (in.bad()) return ioError(path + ": read error");
+  std::string digest = finish(ctx.get());
+  if (digest.empty()) return internalError("SHA-256 finalisation failed");
+  return digest;
+}
+
+}  // namespace apc::plan

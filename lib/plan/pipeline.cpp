@@ -1,0 +1,138 @@
+//===- lib/plan/pipeline.cpp - From an imported graph to a plan ------------===//
+//
+// The stages after import (see apc/plan/pipeline.h): the device and budget the spec means,
+// strategy enumeration and problem construction with their wall times, the solve and makePlan,
+// and the check that a rebuilt problem is the one a plan was solved on.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/plan/pipeline.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "apc/support/strings.h"
+
+namespace apc::plan {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+}  // namespace
+
+Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec) {
+  APC_ASSIGN_OR_RETURN(cost::DeviceSpec d, cost::deviceByName(spec.device));
+  for (const auto& [dtype, tflops] : spec.device_overrides.peak_tflops)
+    APC_RETURN_IF_ERROR(cost::setPeakTflops(d, ir::dtypeName(dtype), tflops));
+  if (spec.device_overrides.hbm_bandwidth_gbps) {
+    cost::DeviceOverrides o;
+    o.hbm_gbps = *spec.device_overrides.hbm_bandwidth_gbps;
+    APC_ASSIGN_OR_RETURN(d, cost::applyOverrides(d, o));
+  }
+  return d;
+}
+
+Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec) {
+  double world = static_cast<double>(spec.mesh.worldSize());
+  double low = spec.memory_budget.low;
+  double high = spec.memory_budget.high.value_or(1.0 / world);
+  if (low > high)
+    return invalidArgument(
+        "memory budget low " + fmt(low) + " exceeds high " + fmt(high) +
+        (spec.memory_budget.high ? std::string() : " (the default high, 1/world size)"));
+  return std::pair{low, high};
+}
+
+Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text) {
+  std::vector<std::string> parts = split(text, ',');
+  if (parts.size() != 2)
+    return invalidArgument(
+        "--memory-budget: expected LOW,HIGH (fractions of the parameter bytes, "
+        "like 0,0.25), got '" +
+        std::string(text) + "'");
+  mesh::MemoryBudget b;
+  auto low = parseDouble(trim(parts[0]));
+  if (!low || !std::isfinite(*low))
+    return invalidArgument("--memory-budget: LOW '" + parts[0] + "' is not a number");
+  if (*low < 0) return invalidArgument("--memory-budget: LOW must be >= 0, got " + fmt(*low));
+  b.low = *low;
+  if (!trim(parts[1]).empty()) {
+    auto high = parseDouble(trim(parts[1]));
+    if (!high || !std::isfinite(*high))
+      return invalidArgument("--memory-budget: HIGH '" + parts[1] + "' is not a number");
+    if (*high <= 0 || *high > 1)
+      return invalidArgument("--memory-budget: HIGH must be in (0, 1], got " + fmt(*high));
+    if (*low > *high)
+      return invalidArgument("--memory-budget: low " + fmt(*low) + " is greater than high " +
+                             fmt(*high));
+    b.high = *high;
+  }
+  return b;
+}
+
+Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
+                                    PhaseTimings* timings) {
+  APC_RETURN_IF_ERROR(mesh::validateSpecAgainstGraph(spec, g));
+  APC_RETURN_IF_ERROR(effectiveBudget(spec));
+  APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, deviceFor(spec));
+  BuiltProblem out;
+  strategy::EnumerateOptions options;
+  options.device = device;
+  auto t0 = Clock::now();
+  out.strategies = strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);
+  out.fallback_ops = strategy::fallbackOps(g, out.strategies);
+  if (timings) timings->enumerate_s = secondsSince(t0);
+  t0 = Clock::now();
+  APC_ASSIGN_OR_RETURN(out.gp, solver::buildGraphProblem(g, out.strategies, spec));
+  if (timings) timings->build_s = secondsSince(t0);
+  return out;
+}
+
+Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
+                                  const mesh::Spec& spec, const PlanSource& source,
+                                  const solver::SolveGraphOptions& options, PhaseTimings* timings) {
+  PlanResult r;
+  auto t0 = Clock::now();
+  APC_ASSIGN_OR_RETURN(r.solution, solver::solveGraphProblem(built.gp, options, &r.sizes));
+  if (timings) {
+    timings->solve_s = secondsSince(t0);
+    timings->solver_s = r.solution.seconds;
+  }
+  APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, built.gp, r.solution, spec, source, {options, r.sizes}));
+  return r;
+}
+
+Expected<BuiltProblem> rebuildProblem(const ir::Graph& g, const Plan& plan) {
+  APC_ASSIGN_OR_RETURN(BuiltProblem built, buildProblem(g, plan.spec));
+  const solver::GraphProblem& gp = built.gp;
+  auto mismatch = [&](const std::string& what) {
+    return invalidArgument("the model no longer matches the plan (" + what +
+                           "); was the model file or apc changed since the plan was made?");
+  };
+  if (gp.problem.nodes.size() != plan.nodes.size())
+    return mismatch("the plan has " + std::to_string(plan.nodes.size()) +
+                    " nodes, the problem built now has " + std::to_string(gp.problem.nodes.size()));
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    const PlanNode& n = plan.nodes[i];
+    bool graph_node_ok = gp.graph_nodes[i].valid()
+                             ? n.graph_node && *n.graph_node == gp.graph_nodes[i].v
+                             : !n.graph_node;
+    if (!graph_node_ok || gp.strategies[i].size() != n.num_strategies ||
+        std::string(trim(gp.strategies[i][n.strategy_index].toString())) != n.strategy)
+      return mismatch("node " + std::to_string(i) + " '" + n.name + "' differs");
+  }
+  return built;
+}
+
+}  // namespace apc::plan

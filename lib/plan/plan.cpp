@@ -1,0 +1,225 @@
+//===- lib/plan/plan.cpp - Making a plan from a solved problem -------------===//
+//
+// makePlan reads the chosen strategy of every problem node, the chosen cost of every edge and the
+// parameter bytes off a solved GraphProblem; contentHash fingerprints the inputs of a planning run.
+// Every real number is made canonical here (canonicalNumber), so that a plan in memory equals the
+// plan read back from its file.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/plan/plan.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "apc/plan/hash.h"
+#include "apc/support/strings.h"
+
+#ifndef APC_VERSION
+#error "APC_VERSION must be defined by the build (lib/plan/CMakeLists.txt)"
+#endif
+
+namespace apc::plan {
+
+const char* apcVersion() {
+  return APC_VERSION;
+}
+
+PlacementText placementText(const mesh::PlacementTuple& t) {
+  PlacementText out;
+  for (const mesh::Placement& p : t) out.push_back(p.toString());
+  return out;
+}
+
+std::string toString(const PlacementText& t) {
+  return join(t, ",");
+}
+
+PlacementText PlanNode::outputPlacements() const {
+  for (const auto& o : outputs)
+    if (o) return *o;
+  return {};
+}
+
+bool SolverStats::operator==(const SolverStats& o) const {
+  auto sizes_equal = [](const solver::ReductionStats& a, const solver::ReductionStats& b) {
+    return a.nodes_before == b.nodes_before && a.edges_before == b.edges_before &&
+           a.strategies_before == b.strategies_before && a.nodes_after == b.nodes_after &&
+           a.edges_after == b.edges_after && a.strategies_after == b.strategies_after &&
+           a.clusters == b.clusters;
+  };
+  return status == o.status && objective == o.objective && bound == o.bound &&
+         variables == o.variables && constraints == o.constraints && sizes_equal(sizes, o.sizes) &&
+         time_limit_s == o.time_limit_s && threads == o.threads && reduce == o.reduce;
+}
+
+double canonicalNumber(double x) {
+  if (!std::isfinite(x)) return x;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.12g", x);
+  double y = std::strtod(buf, nullptr);
+  return y == 0 ? 0.0 : y;  // no negative zero
+}
+
+std::vector<std::string> inputShapes(const ir::Graph& g) {
+  std::vector<std::string> out;
+  for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
+    const ir::Node& n = g.node(id);
+    if (n.outputs.empty()) continue;
+    const ir::Value& v = g.value(n.outputs[0]);
+    if (!v.tensor) continue;
+    out.push_back(n.name + ":" + ir::dtypeName(v.tensor->dtype) + ir::toString(v.tensor->shape));
+  }
+  return out;
+}
+
+std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
+                        const solver::SolveGraphOptions& options) {
+  // One canonical JSON document (sorted keys) of everything that determines the plan.
+  nlohmann::json j = {{"apc_version", apcVersion()},
+                      {"format_version", kPlanFormatVersion},
+                      {"model_sha256", source.model_sha256},
+                      {"inputs", source.inputs},
+                      {"spec", mesh::toJson(spec)},
+                      {"options",
+                       {{"time_limit_s", canonicalNumber(options.solver.time_limit_s)},
+                        {"threads", options.solver.threads},
+                        {"reduce", options.reduce}}}};
+  return sha256Hex(j.dump());
+}
+
+namespace {
+
+std::string trimmed(const std::string& s) {
+  return std::string(trim(s));
+}
+
+std::string opNodeName(const ir::Graph& g, const ir::Node& n, const std::string& fallback) {
+  for (ir::ValueId v : n.outputs)
+    if (!g.value(v).debug_name.empty()) return g.value(v).debug_name;
+  return fallback;
+}
+
+std::vector<std::optional<PlacementText>> placements(
+    const std::vector<std::optional<mesh::PlacementTuple>>& ts) {
+  std::vector<std::optional<PlacementText>> out;
+  for (const auto& t : ts) out.push_back(t ? std::optional(placementText(*t)) : std::nullopt);
+  return out;
+}
+
+}  // namespace
+
+Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
+                        const solver::Solution& solution, const mesh::Spec& spec,
+                        const PlanSource& source, const SolveRecord& record) {
+  const solver::Problem& p = gp.problem;
+  if (solution.choice.size() != p.nodes.size())
+    return internalError("the solution has " + std::to_string(solution.choice.size()) +
+                         " choices for a problem of " + std::to_string(p.nodes.size()) + " nodes");
+  if (gp.graph_nodes.size() != p.nodes.size() || gp.strategies.size() != p.nodes.size() ||
+      gp.edge_input.size() != p.edges.size())
+    return internalError("the graph problem's tables do not match its problem");
+
+  Plan plan;
+  plan.apc_version = apcVersion();
+  plan.model = source;
+  plan.spec = spec;
+  plan.content_hash = contentHash(source, spec, record.options);
+
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const solver::ProblemNode& pn = p.nodes[i];
+    uint32_t c = solution.choice[i];
+    if (c >= pn.numStrategies() || c >= gp.strategies[i].size())
+      return internalError("choice " + std::to_string(c) + " of node '" + pn.name +
+                           "' is out of range");
+    const strategy::Strategy& s = gp.strategies[i][c];
+    PlanNode node;
+    if (ir::NodeId gn = gp.graph_nodes[i]; gn.valid()) {
+      const ir::Node& n = g.node(gn);
+      node.kind = ir::nodeKindName(n.kind);
+      node.name = n.kind == ir::NodeKind::kOp ? opNodeName(g, n, pn.name) : n.name;
+      node.op = n.kind == ir::NodeKind::kOp ? n.qualifiedOp() : node.kind;
+      node.module_path = n.module_path;
+      node.graph_node = gn.v;
+    } else {
+      node.kind = node.op = "output";
+      node.name = pn.name;
+    }
+    node.strategy_index = c;
+    node.num_strategies = static_cast<uint32_t>(pn.numStrategies());
+    node.strategy = trimmed(s.toString());
+    node.input_placements = placements(s.inputs);
+    node.outputs = placements(s.outputs);
+    node.compute_us = canonicalNumber(pn.costs[c]);
+    if (pn.pinned) node.pin_group = pn.pin_group.empty() ? "pins" : pn.pin_group;
+    plan.nodes.push_back(std::move(node));
+  }
+
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    const solver::ProblemEdge& e = p.edges[k];
+    size_t nt = p.nodes[e.dst].numStrategies();
+    double c = e.cost(solution.choice[e.src], solution.choice[e.dst], nt);
+    if (!std::isfinite(c))
+      return internalError("the solution uses a forbidden pair on the edge into '" +
+                           p.nodes[e.dst].name + "'");
+    plan.nodes[e.dst].in_edges.push_back({e.src, gp.edge_input[k], canonicalNumber(c)});
+  }
+
+  double compute = 0, comm = 0;
+  for (PlanNode& n : plan.nodes) {
+    double in = 0;
+    for (const PlanEdge& e : n.in_edges) in += e.cost_us;
+    n.comm_us = canonicalNumber(in);
+    n.cost_us = canonicalNumber(n.compute_us + n.comm_us);
+    compute += n.compute_us;
+    comm += n.comm_us;
+  }
+
+  int64_t per_rank = 0;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    if (plan.nodes[i].kind != "parameter") continue;
+    const ir::Node& n = g.node(gp.graph_nodes[i]);
+    const ir::TensorMeta& t = *g.value(n.outputs.at(0)).tensor;
+    PlanParameter prm;
+    prm.name = n.name;
+    size_t dot = n.name.rfind('.');
+    prm.module = dot == std::string::npos ? "" : n.name.substr(0, dot);
+    prm.shape = ir::hintSizes(t.shape);
+    prm.dtype = ir::dtypeName(t.dtype);
+    prm.placement = plan.nodes[i].outputPlacements();
+    prm.bytes = t.bytes();
+    const auto& mem = p.nodes[i].memory;
+    prm.bytes_per_rank = mem.empty() ? prm.bytes : std::llround(mem[solution.choice[i]]);
+    prm.node = static_cast<uint32_t>(i);
+    per_rank += prm.bytes_per_rank;
+    plan.parameters.push_back(std::move(prm));
+  }
+
+  PlanTotals& t = plan.totals;
+  t.compute_us = canonicalNumber(compute);
+  t.comm_us = canonicalNumber(comm);
+  t.total_us = canonicalNumber(compute + comm);
+  t.param_bytes_per_rank = per_rank;
+  t.param_bytes_total = std::llround(gp.total_param_bytes);
+  t.param_memory_fraction = t.param_bytes_total > 0
+                                ? canonicalNumber(static_cast<double>(per_rank) /
+                                                  static_cast<double>(t.param_bytes_total))
+                                : 0.0;
+  double high = spec.memory_budget.high.value_or(1.0 / static_cast<double>(spec.mesh.worldSize()));
+  t.memory_low = canonicalNumber(spec.memory_budget.low);
+  t.memory_high = canonicalNumber(high);
+
+  SolverStats& st = plan.solver;
+  st.status = solution.status;
+  st.objective = canonicalNumber(solution.objective);
+  if (std::isfinite(solution.bound)) st.bound = canonicalNumber(solution.bound);
+  st.variables = solution.variables;
+  st.constraints = solution.constraints;
+  st.sizes = record.sizes;
+  st.time_limit_s = canonicalNumber(record.options.solver.time_limit_s);
+  st.threads = record.options.solver.threads;
+  st.reduce = record.options.reduce;
+  return plan;
+}
+
+}  // namespace apc::plan

@@ -1,0 +1,487 @@
+//===- lib/plan/plan_json.cpp - The plan's JSON form -----------------------===//
+//
+// Writes a Plan as canonical JSON (the layout of schemas/plan.schema.json) and reads it back with
+// errors that name the JSON path of the offending value. The reader is as strict as the schema:
+// unknown keys, wrong types and dangling node references are errors.
+//
+//===----------------------------------------------------------------------===//
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "apc/plan/plan.h"
+
+namespace apc::plan {
+
+using nlohmann::json;
+
+namespace {
+
+json number(double x) {
+  return std::isfinite(x) ? json(canonicalNumber(x)) : json(nullptr);
+}
+
+json placementJson(const std::optional<PlacementText>& t) {
+  return t ? json(*t) : json(nullptr);
+}
+
+json placementList(const std::vector<std::optional<PlacementText>>& ts) {
+  json a = json::array();
+  for (const auto& t : ts) a.push_back(placementJson(t));
+  return a;
+}
+
+json sizesJson(const solver::ReductionStats& s) {
+  return {
+      {"before",
+       {{"nodes", s.nodes_before}, {"edges", s.edges_before}, {"strategies", s.strategies_before}}},
+      {"after",
+       {{"nodes", s.nodes_after}, {"edges", s.edges_after}, {"strategies", s.strategies_after}}},
+      {"clusters", s.clusters}};
+}
+
+std::string dumpScalar(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+/// Arrays and objects of scalars (or arrays of such arrays) that fit on one line stay on one line.
+bool fitsOnOneLine(const json& j) {
+  if (!j.is_structured()) return true;
+  if (j.empty()) return true;
+  for (const auto& e : j) {
+    if (!e.is_structured()) continue;
+    if (j.is_object() || !e.is_array()) return false;
+    for (const auto& x : e)
+      if (x.is_structured()) return false;
+  }
+  return dumpScalar(j).size() <= 72;
+}
+
+void writeCanonical(const json& j, int indent, std::string& out) {
+  if (fitsOnOneLine(j)) {
+    out += dumpScalar(j);
+    return;
+  }
+  std::string pad(static_cast<size_t>(indent + 2), ' ');
+  bool first = true;
+  if (j.is_object()) {
+    out += "{\n";
+    for (auto it = j.begin(); it != j.end(); ++it) {  // nlohmann::json keeps keys sorted
+      if (!first) out += ",\n";
+      first = false;
+      out += pad + dumpScalar(json(it.key())) + ": ";
+      writeCanonical(it.value(), indent + 2, out);
+    }
+  } else {
+    out += "[\n";
+    for (const auto& e : j) {
+      if (!first) out += ",\n";
+      first = false;
+      out += pad;
+      writeCanonical(e, indent + 2, out);
+    }
+  }
+  out += "\n" + std::string(static_cast<size_t>(indent), ' ') + (j.is_object() ? "}" : "]");
+}
+
+// --- reading -------------------------------------------------------------------------------------
+
+Error at(const std::string& path, const std::string& msg) {
+  return parseError(path + ": " + msg);
+}
+
+std::string typeOf(const json& j) {
+  return j.type_name();
+}
+
+/// Checks that `j` is an object with exactly the given required and optional keys.
+Status checkObject(const json& j, const std::string& path, std::initializer_list<const char*> req,
+                   std::initializer_list<const char*> opt = {}) {
+  if (!j.is_object()) return at(path, "expected an object, got " + typeOf(j));
+  for (const char* k : req)
+    if (!j.contains(k)) return at(path, std::string("missing key '") + k + "'");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    bool known = false;
+    for (const char* k : req) known = known || it.key() == k;
+    for (const char* k : opt) known = known || it.key() == k;
+    if (!known) return at(path + "." + it.key(), "unknown key");
+  }
+  return Status::success();
+}
+
+Expected<std::string> getString(const json& j, const std::string& path) {
+  if (!j.is_string()) return at(path, "expected a string, got " + typeOf(j));
+  return j.get<std::string>();
+}
+
+Expected<double> getNumber(const json& j, const std::string& path) {
+  if (!j.is_number()) return at(path, "expected a number, got " + typeOf(j));
+  return j.get<double>();
+}
+
+Expected<int64_t> getInt(const json& j, const std::string& path, int64_t min = 0) {
+  if (!j.is_number_integer()) return at(path, "expected an integer, got " + typeOf(j));
+  int64_t v = j.get<int64_t>();
+  if (v < min) return at(path, "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
+  return v;
+}
+
+Expected<bool> getBool(const json& j, const std::string& path) {
+  if (!j.is_boolean()) return at(path, "expected true or false, got " + typeOf(j));
+  return j.get<bool>();
+}
+
+Expected<PlacementText> getPlacement(const json& j, const std::string& path, size_t ndim) {
+  if (!j.is_array()) return at(path, "expected a list of placements, got " + typeOf(j));
+  if (j.size() != ndim)
+    return at(path, "expected one placement per mesh dim (" + std::to_string(ndim) + "), got " +
+                        std::to_string(j.size()));
+  PlacementText out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    std::string p = path + "[" + std::to_string(i) + "]";
+    APC_ASSIGN_OR_RETURN(std::string s, getString(j[i], p));
+    auto parsed = mesh::Placement::parse(s);
+    if (!parsed.ok()) return at(p, parsed.error().message());
+    out.push_back(s);
+  }
+  return out;
+}
+
+Expected<std::vector<std::optional<PlacementText>>> getPlacementList(const json& j,
+                                                                     const std::string& path,
+                                                                     size_t ndim) {
+  if (!j.is_array()) return at(path, "expected a list, got " + typeOf(j));
+  std::vector<std::optional<PlacementText>> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    if (j[i].is_null()) {
+      out.emplace_back();
+      continue;
+    }
+    APC_ASSIGN_OR_RETURN(PlacementText t,
+                         getPlacement(j[i], path + "[" + std::to_string(i) + "]", ndim));
+    out.emplace_back(std::move(t));
+  }
+  return out;
+}
+
+std::string idx(const std::string& path, size_t i) {
+  return path + "[" + std::to_string(i) + "]";
+}
+
+Expected<PlanSource> readSource(const json& j, const std::string& path) {
+  APC_RETURN_IF_ERROR(checkObject(j, path, {"inputs", "name", "path", "sha256"}));
+  PlanSource s;
+  APC_ASSIGN_OR_RETURN(s.model_name, getString(j["name"], path + ".name"));
+  APC_ASSIGN_OR_RETURN(s.model_path, getString(j["path"], path + ".path"));
+  APC_ASSIGN_OR_RETURN(s.model_sha256, getString(j["sha256"], path + ".sha256"));
+  const json& in = j["inputs"];
+  if (!in.is_array()) return at(path + ".inputs", "expected a list, got " + typeOf(in));
+  for (size_t i = 0; i < in.size(); ++i) {
+    APC_ASSIGN_OR_RETURN(std::string x, getString(in[i], idx(path + ".inputs", i)));
+    s.inputs.push_back(std::move(x));
+  }
+  return s;
+}
+
+Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index, size_t ndim) {
+  APC_RETURN_IF_ERROR(
+      checkObject(j, path,
+                  {"comm_us", "compute_us", "cost_us", "in_edges", "index", "input_placements",
+                   "kind", "module_path", "name", "num_strategies", "op", "output_placements",
+                   "strategy", "strategy_index"},
+                  {"graph_node", "outputs", "pin_group"}));
+  PlanNode n;
+  APC_ASSIGN_OR_RETURN(int64_t i, getInt(j["index"], path + ".index"));
+  if (static_cast<size_t>(i) != index)
+    return at(path + ".index", "expected " + std::to_string(index) + " (the node's position)");
+  APC_ASSIGN_OR_RETURN(n.name, getString(j["name"], path + ".name"));
+  APC_ASSIGN_OR_RETURN(n.kind, getString(j["kind"], path + ".kind"));
+  if (n.kind != "input" && n.kind != "parameter" && n.kind != "buffer" && n.kind != "op" &&
+      n.kind != "output")
+    return at(path + ".kind",
+              "expected input, parameter, buffer, op or output, got '" + n.kind + "'");
+  APC_ASSIGN_OR_RETURN(n.op, getString(j["op"], path + ".op"));
+  APC_ASSIGN_OR_RETURN(n.module_path, getString(j["module_path"], path + ".module_path"));
+  if (j.contains("graph_node")) {
+    APC_ASSIGN_OR_RETURN(int64_t g, getInt(j["graph_node"], path + ".graph_node"));
+    n.graph_node = static_cast<uint32_t>(g);
+  }
+  APC_ASSIGN_OR_RETURN(int64_t num, getInt(j["num_strategies"], path + ".num_strategies", 1));
+  APC_ASSIGN_OR_RETURN(int64_t si, getInt(j["strategy_index"], path + ".strategy_index"));
+  if (si >= num)
+    return at(path + ".strategy_index",
+              "must be below num_strategies (" + std::to_string(num) + ")");
+  n.num_strategies = static_cast<uint32_t>(num);
+  n.strategy_index = static_cast<uint32_t>(si);
+  APC_ASSIGN_OR_RETURN(n.strategy, getString(j["strategy"], path + ".strategy"));
+  APC_ASSIGN_OR_RETURN(n.input_placements,
+                       getPlacementList(j["input_placements"], path + ".input_placements", ndim));
+  APC_ASSIGN_OR_RETURN(PlacementText out,
+                       getPlacement(j["output_placements"], path + ".output_placements", ndim));
+  if (j.contains("outputs")) {
+    APC_ASSIGN_OR_RETURN(n.outputs, getPlacementList(j["outputs"], path + ".outputs", ndim));
+    if (n.outputPlacements() != out)
+      return at(path + ".output_placements", "differs from the first tensor entry of outputs");
+  } else {
+    n.outputs = {out};
+  }
+  const json& edges = j["in_edges"];
+  if (!edges.is_array()) return at(path + ".in_edges", "expected a list, got " + typeOf(edges));
+  for (size_t k = 0; k < edges.size(); ++k) {
+    std::string ep = idx(path + ".in_edges", k);
+    APC_RETURN_IF_ERROR(checkObject(edges[k], ep, {"cost_us", "from", "input"}));
+    PlanEdge e;
+    APC_ASSIGN_OR_RETURN(int64_t from, getInt(edges[k]["from"], ep + ".from"));
+    APC_ASSIGN_OR_RETURN(int64_t input, getInt(edges[k]["input"], ep + ".input"));
+    APC_ASSIGN_OR_RETURN(e.cost_us, getNumber(edges[k]["cost_us"], ep + ".cost_us"));
+    e.from = static_cast<uint32_t>(from);
+    e.input = static_cast<uint32_t>(input);
+    n.in_edges.push_back(e);
+  }
+  APC_ASSIGN_OR_RETURN(n.compute_us, getNumber(j["compute_us"], path + ".compute_us"));
+  APC_ASSIGN_OR_RETURN(n.comm_us, getNumber(j["comm_us"], path + ".comm_us"));
+  APC_ASSIGN_OR_RETURN(n.cost_us, getNumber(j["cost_us"], path + ".cost_us"));
+  if (j.contains("pin_group")) {
+    APC_ASSIGN_OR_RETURN(n.pin_group, getString(j["pin_group"], path + ".pin_group"));
+  }
+  return n;
+}
+
+Expected<PlanParameter> readParameter(const json& j, const std::string& path, size_t ndim) {
+  APC_RETURN_IF_ERROR(checkObject(
+      j, path,
+      {"bytes", "bytes_per_rank", "dtype", "module", "name", "node", "placement", "shape"}));
+  PlanParameter p;
+  APC_ASSIGN_OR_RETURN(p.name, getString(j["name"], path + ".name"));
+  APC_ASSIGN_OR_RETURN(p.module, getString(j["module"], path + ".module"));
+  const json& shape = j["shape"];
+  if (!shape.is_array()) return at(path + ".shape", "expected a list, got " + typeOf(shape));
+  for (size_t i = 0; i < shape.size(); ++i) {
+    APC_ASSIGN_OR_RETURN(int64_t d, getInt(shape[i], idx(path + ".shape", i)));
+    p.shape.push_back(d);
+  }
+  APC_ASSIGN_OR_RETURN(p.dtype, getString(j["dtype"], path + ".dtype"));
+  APC_ASSIGN_OR_RETURN(p.placement, getPlacement(j["placement"], path + ".placement", ndim));
+  APC_ASSIGN_OR_RETURN(p.bytes, getInt(j["bytes"], path + ".bytes"));
+  APC_ASSIGN_OR_RETURN(p.bytes_per_rank, getInt(j["bytes_per_rank"], path + ".bytes_per_rank"));
+  APC_ASSIGN_OR_RETURN(int64_t node, getInt(j["node"], path + ".node"));
+  p.node = static_cast<uint32_t>(node);
+  return p;
+}
+
+Expected<PlanTotals> readTotals(const json& j, const std::string& path) {
+  APC_RETURN_IF_ERROR(
+      checkObject(j, path,
+                  {"comm_us", "compute_us", "memory_high", "memory_low", "param_bytes_per_rank",
+                   "param_bytes_total", "param_memory_fraction", "total_us"}));
+  PlanTotals t;
+  APC_ASSIGN_OR_RETURN(t.compute_us, getNumber(j["compute_us"], path + ".compute_us"));
+  APC_ASSIGN_OR_RETURN(t.comm_us, getNumber(j["comm_us"], path + ".comm_us"));
+  APC_ASSIGN_OR_RETURN(t.total_us, getNumber(j["total_us"], path + ".total_us"));
+  APC_ASSIGN_OR_RETURN(t.param_bytes_per_rank,
+                       getInt(j["param_bytes_per_rank"], path + ".param_bytes_per_rank"));
+  APC_ASSIGN_OR_RETURN(t.param_bytes_total,
+                       getInt(j["param_bytes_total"], path + ".param_bytes_total"));
+  APC_ASSIGN_OR_RETURN(t.param_memory_fraction,
+                       getNumber(j["param_memory_fraction"], path + ".param_memory_fraction"));
+  APC_ASSIGN_OR_RETURN(t.memory_low, getNumber(j["memory_low"], path + ".memory_low"));
+  APC_ASSIGN_OR_RETURN(t.memory_high, getNumber(j["memory_high"], path + ".memory_high"));
+  return t;
+}
+
+Expected<size_t> readCount(const json& j, const std::string& path) {
+  APC_ASSIGN_OR_RETURN(int64_t v, getInt(j, path));
+  return static_cast<size_t>(v);
+}
+
+Expected<SolverStats> readSolver(const json& j, const std::string& path) {
+  APC_RETURN_IF_ERROR(checkObject(j, path,
+                                  {"bound", "constraints", "objective", "options", "problem",
+                                   "seconds", "status", "variables"}));
+  SolverStats s;
+  APC_ASSIGN_OR_RETURN(s.status, getString(j["status"], path + ".status"));
+  APC_ASSIGN_OR_RETURN(s.objective, getNumber(j["objective"], path + ".objective"));
+  if (!j["bound"].is_null()) {
+    APC_ASSIGN_OR_RETURN(double b, getNumber(j["bound"], path + ".bound"));
+    s.bound = b;
+  }
+  if (!j["seconds"].is_null())
+    return at(path + ".seconds", "must be null (wall times are not stored in plans)");
+  APC_ASSIGN_OR_RETURN(s.variables, getInt(j["variables"], path + ".variables"));
+  APC_ASSIGN_OR_RETURN(s.constraints, getInt(j["constraints"], path + ".constraints"));
+  const json& pr = j["problem"];
+  std::string pp = path + ".problem";
+  APC_RETURN_IF_ERROR(checkObject(pr, pp, {"after", "before", "clusters"}));
+  APC_RETURN_IF_ERROR(checkObject(pr["before"], pp + ".before", {"edges", "nodes", "strategies"}));
+  APC_RETURN_IF_ERROR(checkObject(pr["after"], pp + ".after", {"edges", "nodes", "strategies"}));
+  solver::ReductionStats& r = s.sizes;
+  APC_ASSIGN_OR_RETURN(r.nodes_before, readCount(pr["before"]["nodes"], pp + ".before.nodes"));
+  APC_ASSIGN_OR_RETURN(r.edges_before, readCount(pr["before"]["edges"], pp + ".before.edges"));
+  APC_ASSIGN_OR_RETURN(r.strategies_before,
+                       readCount(pr["before"]["strategies"], pp + ".before.strategies"));
+  APC_ASSIGN_OR_RETURN(r.nodes_after, readCount(pr["after"]["nodes"], pp + ".after.nodes"));
+  APC_ASSIGN_OR_RETURN(r.edges_after, readCount(pr["after"]["edges"], pp + ".after.edges"));
+  APC_ASSIGN_OR_RETURN(r.strategies_after,
+                       readCount(pr["after"]["strategies"], pp + ".after.strategies"));
+  APC_ASSIGN_OR_RETURN(r.clusters, readCount(pr["clusters"], pp + ".clusters"));
+  const json& o = j["options"];
+  std::string op = path + ".options";
+  APC_RETURN_IF_ERROR(checkObject(o, op, {"reduce", "threads", "time_limit_s"}));
+  APC_ASSIGN_OR_RETURN(s.reduce, getBool(o["reduce"], op + ".reduce"));
+  APC_ASSIGN_OR_RETURN(int64_t threads, getInt(o["threads"], op + ".threads", 1));
+  s.threads = static_cast<int>(threads);
+  APC_ASSIGN_OR_RETURN(s.time_limit_s, getNumber(o["time_limit_s"], op + ".time_limit_s"));
+  return s;
+}
+
+}  // namespace
+
+json toJson(const Plan& p) {
+  json nodes = json::array();
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const PlanNode& n = p.nodes[i];
+    json edges = json::array();
+    for (const PlanEdge& e : n.in_edges)
+      edges.push_back({{"from", e.from}, {"input", e.input}, {"cost_us", number(e.cost_us)}});
+    json j = {{"index", i},
+              {"name", n.name},
+              {"kind", n.kind},
+              {"op", n.op},
+              {"module_path", n.module_path},
+              {"strategy_index", n.strategy_index},
+              {"num_strategies", n.num_strategies},
+              {"strategy", n.strategy},
+              {"input_placements", placementList(n.input_placements)},
+              {"output_placements", n.outputPlacements()},
+              {"in_edges", edges},
+              {"compute_us", number(n.compute_us)},
+              {"comm_us", number(n.comm_us)},
+              {"cost_us", number(n.cost_us)}};
+    if (n.graph_node) j["graph_node"] = *n.graph_node;
+    if (n.outputs.size() > 1) j["outputs"] = placementList(n.outputs);
+    if (!n.pin_group.empty()) j["pin_group"] = n.pin_group;
+    nodes.push_back(std::move(j));
+  }
+  json params = json::array();
+  for (const PlanParameter& q : p.parameters)
+    params.push_back({{"name", q.name},
+                      {"module", q.module},
+                      {"shape", q.shape},
+                      {"dtype", q.dtype},
+                      {"placement", q.placement},
+                      {"bytes", q.bytes},
+                      {"bytes_per_rank", q.bytes_per_rank},
+                      {"node", q.node}});
+  const PlanTotals& t = p.totals;
+  const SolverStats& s = p.solver;
+  return {{"format_version", p.format_version},
+          {"apc_version", p.apc_version},
+          {"content_hash", p.content_hash},
+          {"model",
+           {{"name", p.model.model_name},
+            {"path", p.model.model_path},
+            {"sha256", p.model.model_sha256},
+            {"inputs", p.model.inputs}}},
+          {"spec", mesh::toJson(p.spec)},
+          {"nodes", nodes},
+          {"parameters", params},
+          {"totals",
+           {{"compute_us", number(t.compute_us)},
+            {"comm_us", number(t.comm_us)},
+            {"total_us", number(t.total_us)},
+            {"param_bytes_per_rank", t.param_bytes_per_rank},
+            {"param_bytes_total", t.param_bytes_total},
+            {"param_memory_fraction", number(t.param_memory_fraction)},
+            {"memory_low", number(t.memory_low)},
+            {"memory_high", number(t.memory_high)}}},
+          {"solver",
+           {{"status", s.status},
+            {"objective", number(s.objective)},
+            {"bound", s.bound ? number(*s.bound) : json(nullptr)},
+            {"seconds", nullptr},
+            {"variables", s.variables},
+            {"constraints", s.constraints},
+            {"problem", sizesJson(s.sizes)},
+            {"options",
+             {{"time_limit_s", number(s.time_limit_s)},
+              {"threads", s.threads},
+              {"reduce", s.reduce}}}}}};
+}
+
+std::string canonicalText(const json& j) {
+  std::string out;
+  writeCanonical(j, 0, out);
+  out += "\n";
+  return out;
+}
+
+std::string toJsonText(const Plan& p) {
+  return canonicalText(toJson(p));
+}
+
+Expected<Plan> planFromJson(const json& j) {
+  APC_RETURN_IF_ERROR(checkObject(j, "$",
+                                  {"apc_version", "content_hash", "format_version", "model",
+                                   "nodes", "parameters", "solver", "spec", "totals"}));
+  Plan p;
+  APC_ASSIGN_OR_RETURN(int64_t version, getInt(j["format_version"], "$.format_version"));
+  if (version != kPlanFormatVersion)
+    return at("$.format_version", "this apc reads plan format " +
+                                      std::to_string(kPlanFormatVersion) + ", the file has " +
+                                      std::to_string(version));
+  p.format_version = static_cast<int>(version);
+  APC_ASSIGN_OR_RETURN(p.apc_version, getString(j["apc_version"], "$.apc_version"));
+  APC_ASSIGN_OR_RETURN(p.content_hash, getString(j["content_hash"], "$.content_hash"));
+  APC_ASSIGN_OR_RETURN(p.model, readSource(j["model"], "$.model"));
+  auto spec = mesh::parseSpec(j["spec"]);
+  if (!spec.ok()) {
+    const std::string& m = spec.error().message();
+    return Error(spec.error().code(),
+                 m.rfind("$", 0) == 0 ? "$.spec" + m.substr(1) : "$.spec: " + m);
+  }
+  p.spec = std::move(spec).value();
+  size_t ndim = p.spec.mesh.ndim();
+  const json& nodes = j["nodes"];
+  if (!nodes.is_array()) return at("$.nodes", "expected a list, got " + typeOf(nodes));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    APC_ASSIGN_OR_RETURN(PlanNode n, readNode(nodes[i], idx("$.nodes", i), i, ndim));
+    p.nodes.push_back(std::move(n));
+  }
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    for (size_t k = 0; k < p.nodes[i].in_edges.size(); ++k)
+      if (p.nodes[i].in_edges[k].from >= p.nodes.size())
+        return at(idx(idx("$.nodes", i) + ".in_edges", k) + ".from",
+                  "no node " + std::to_string(p.nodes[i].in_edges[k].from) + " (the plan has " +
+                      std::to_string(p.nodes.size()) + ")");
+  const json& params = j["parameters"];
+  if (!params.is_array()) return at("$.parameters", "expected a list, got " + typeOf(params));
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::string path = idx("$.parameters", i);
+    APC_ASSIGN_OR_RETURN(PlanParameter q, readParameter(params[i], path, ndim));
+    if (q.node >= p.nodes.size() || p.nodes[q.node].kind != "parameter")
+      return at(path + ".node", "node " + std::to_string(q.node) + " is not a parameter node");
+    p.parameters.push_back(std::move(q));
+  }
+  APC_ASSIGN_OR_RETURN(p.totals, readTotals(j["totals"], "$.totals"));
+  APC_ASSIGN_OR_RETURN(p.solver, readSolver(j["solver"], "$.solver"));
+  return p;
+}
+
+Expected<Plan> readPlanFile(const std::string& path) {
+  auto j = mesh::readJsonFile(path);
+  if (!j.ok()) return j.error();
+  auto p = planFromJson(*j);
+  if (!p.ok()) return p.error().withContext(path);
+  return p;
+}
+
+Status writePlanFile(const Plan& p, const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return ioError(path + ": cannot open for writing");
+  out << toJsonText(p);
+  out.close();
+  if (!out) return ioError(path + ": write failed");
+  return Status::success();
+}
+
+}  // namespace apc::plan

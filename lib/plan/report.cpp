@@ -1,0 +1,142 @@
+//===- lib/plan/report.cpp - Printed forms of a plan -----------------------===//
+//
+// The summary and optimizer log of `apc plan` (see apc/plan/report.h). Text for people: numbers are
+// rounded for reading; the plan file keeps the exact ones.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/plan/report.h"
+
+#include <cstdio>
+#include <map>
+
+#include "apc/support/strings.h"
+
+namespace apc::plan {
+
+namespace {
+
+std::string printf1(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string percent(double fraction) {
+  return printf1("%.2f%%", 100 * fraction);
+}
+
+std::string compact(const PlacementText& t) {
+  return join(t, "");
+}
+
+std::string shapeText(const std::vector<int64_t>& s) {
+  return "[" + joinMap(s, ",", [](int64_t d) { return std::to_string(d); }) + "]";
+}
+
+}  // namespace
+
+std::string displayName(const PlanNode& n) {
+  return n.kind == "output" ? n.name : "%" + n.name;
+}
+
+std::string formatMicros(double us) {
+  if (us >= 1e6) return printf1("%.3f s", us / 1e6);
+  if (us >= 1e3) return printf1("%.3f ms", us / 1e3);
+  return printf1("%.3f us", us);
+}
+
+std::string summaryText(const Plan& p, const PhaseTimings* timings) {
+  std::string out;
+  const PlanTotals& t = p.totals;
+  out += "model: " + p.model.model_name + " (" + p.model.model_path + ")\n";
+  out += "mesh: " + p.spec.mesh.toString() + ", world size " +
+         std::to_string(p.spec.mesh.worldSize()) + ", device " + p.spec.device + "\n";
+  out += "estimated step time: " + formatMicros(t.total_us) + " (compute " +
+         formatMicros(t.compute_us) + ", communication " + formatMicros(t.comm_us) + ")\n";
+  out += "parameter memory per rank: " + humanBytes(static_cast<double>(t.param_bytes_per_rank)) +
+         " of " + humanBytes(static_cast<double>(t.param_bytes_total)) + " (" +
+         percent(t.param_memory_fraction) + "; budget " + percent(t.memory_low) + " to " +
+         percent(t.memory_high) + ")\n";
+
+  // Parameters grouped by module, modules in order of first appearance.
+  std::vector<std::string> modules;
+  std::map<std::string, std::vector<const PlanParameter*>> by_module;
+  for (const PlanParameter& q : p.parameters) {
+    auto [it, fresh] = by_module.try_emplace(q.module);
+    if (fresh) modules.push_back(q.module);
+    it->second.push_back(&q);
+  }
+  out += "parameters: " + std::to_string(p.parameters.size()) + " in " +
+         std::to_string(modules.size()) + " module" + (modules.size() == 1 ? "" : "s") + "\n";
+  for (const std::string& m : modules) {
+    out += "  " + (m.empty() ? std::string("(top level)") : m) + "\n";
+    for (const PlanParameter* q : by_module[m]) {
+      std::string leaf = m.empty() ? q->name : q->name.substr(m.size() + 1);
+      char line[512];
+      std::snprintf(line, sizeof line, "    %-16s %-6s %-20s %-16s %s/rank\n", leaf.c_str(),
+                    q->dtype.c_str(), shapeText(q->shape).c_str(), toString(q->placement).c_str(),
+                    humanBytes(static_cast<double>(q->bytes_per_rank)).c_str());
+      out += line;
+    }
+  }
+
+  const solver::ReductionStats& z = p.solver.sizes;
+  out += "problem: " + withCommas(static_cast<int64_t>(z.nodes_before)) + " nodes, " +
+         withCommas(static_cast<int64_t>(z.edges_before)) + " edges, " +
+         withCommas(static_cast<int64_t>(z.strategies_before)) + " strategies; ";
+  if (p.solver.reduce)
+    out += "after reduction " + withCommas(static_cast<int64_t>(z.nodes_after)) + " nodes, " +
+           withCommas(static_cast<int64_t>(z.edges_after)) + " edges, " +
+           withCommas(static_cast<int64_t>(z.strategies_after)) + " strategies (" +
+           std::to_string(z.clusters) + " repeated-layer cluster" + (z.clusters == 1 ? "" : "s") +
+           ")\n";
+  else
+    out += "not reduced (--no-reduce)\n";
+  out += "solver: " + p.solver.status + ", objective " + printf1("%.6g", p.solver.objective) +
+         ", bound " + (p.solver.bound ? printf1("%.6g", *p.solver.bound) : std::string("none")) +
+         ", " + withCommas(p.solver.variables) + " variables, " + withCommas(p.solver.constraints) +
+         " constraints";
+  if (timings) out += ", " + printf1("%.3f s", timings->solver_s);
+  out += "\n";
+  if (timings) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "time: import %.3f s, enumerate %.3f s, build %.3f s, solve %.3f s, write %.3f "
+                  "s (total %.3f s)\n",
+                  timings->import_s, timings->enumerate_s, timings->build_s, timings->solve_s,
+                  timings->write_s,
+                  timings->import_s + timings->enumerate_s + timings->build_s + timings->solve_s +
+                      timings->write_s);
+    out += line;
+  }
+  return out;
+}
+
+std::string optimizerLog(const Plan& p) {
+  std::string out;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const PlanNode& n = p.nodes[i];
+    std::string ins;
+    for (const auto& in : n.input_placements) {
+      if (!in) continue;
+      ins += (ins.empty() ? "" : ", ") + compact(*in);
+    }
+    std::string outs;
+    for (const auto& o : n.outputs) {
+      if (!o) continue;
+      outs += (outs.empty() ? "" : ", ") + compact(*o);
+    }
+    char line[1024];
+    std::snprintf(
+        line, sizeof line,
+        "#%-5zu %-25s %-28s %-28s placement=%s -> %s  cost=(comm %.3f, compute %.3f)\n", i,
+        displayName(n).c_str(), n.op.c_str(), n.module_path.empty() ? "-" : n.module_path.c_str(),
+        ins.empty() ? "()" : ("(" + ins + ")").c_str(), outs.c_str(), n.comm_us, n.compute_us);
+    out += line;
+  }
+  out += "total: comm " + formatMicros(p.totals.comm_us) + ", compute " +
+         formatMicros(p.totals.compute_us) + ", step " + formatMicros(p.totals.total_us) + "\n";
+  return out;
+}
+
+}  // namespace apc::plan

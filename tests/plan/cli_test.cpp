@@ -1,0 +1,262 @@
+//===- tests/plan/cli_test.cpp - `apc plan`, `explain`, `diff` end to end --===//
+//
+// Runs the built `apc` binary on the sample models: planning twice gives identical bytes, the plan
+// validates against schemas/plan.schema.json (system python with jsonschema), explain and diff
+// print what they promise, and each bad input gives exactly one line on stderr and exit code 2.
+// Skipped when the tool is not built (APC_WITH_TORCH=OFF).
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+/// A scratch directory per test binary run, removed at exit.
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("apc_plan_cli_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  static const struct Cleanup {
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup;
+  return dir;
+}
+
+std::string tmp(const std::string& name) {
+  return (scratch() / name).string();
+}
+
+Result run(const std::string& cmd) {
+  fs::path err = scratch() / "stderr.txt";
+  Result r;
+  FILE* p = ::popen((cmd + " 2>" + err.string()).c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err);
+  r.err.assign((std::istreambuf_iterator<char>(e)), {});
+  return r;
+}
+
+const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
+const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
+
+Result runApc(const std::string& args) {
+  return run(kApc + " " + args);
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+void expectOneLineError(const Result& r, const std::string& needle) {
+  EXPECT_EQ(r.code, 2) << r.out << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+  EXPECT_EQ(r.err.rfind("apc: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+class PlanCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef APC_HAVE_CLI
+    GTEST_SKIP() << "the apc tool is not built (APC_WITH_TORCH=OFF)";
+#endif
+    writeFile(tmp("in.json"), "[[\"S(0)\", \"R\"]]\n");
+    writeFile(tmp("out.json"), "[\"S(0)\", \"R\"]\n");
+  }
+
+  /// `apc plan` of the toy block on 2x4 with the given extra flags, into `out`.
+  Result planToy(const std::string& out, const std::string& extra = "") {
+    return runApc("plan " + kSamples +
+                  "toy_block.pt --mesh 2x4 --mesh-names dp,tp --in-shardings " + tmp("in.json") +
+                  " --out-shardings " + tmp("out.json") + " -o " + out + " " + extra);
+  }
+};
+
+TEST_F(PlanCli, PlanPrintsTheSummaryAndWritesThePlan) {
+  Result r = planToy(tmp("toy.json"), "--verbose --timings-json " + tmp("times.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* needle :
+       {"placement=(", "cost=(comm ", "total: comm", "estimated step time:", "communication",
+        "parameters: 2 in 2 modules", "  up\n", "problem: ", "after reduction",
+        "solver: optimal, objective", "bound", "time: import", "wrote "})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
+  auto plan = nlohmann::json::parse(readFile(tmp("toy.json")));
+  EXPECT_EQ(plan["model"]["name"], "toy_block");
+  EXPECT_EQ(plan["spec"]["inputs"]["x"], nlohmann::json({"S(0)", "R"}));
+  EXPECT_EQ(plan["nodes"].back()["kind"], "output");
+  EXPECT_EQ(plan["nodes"].back()["output_placements"], nlohmann::json({"S(0)", "R"}));
+  EXPECT_TRUE(plan["solver"]["seconds"].is_null());
+  auto times = nlohmann::json::parse(readFile(tmp("times.json")));
+  EXPECT_TRUE(times.contains("solve_s"));
+  EXPECT_EQ(times["content_hash"], plan["content_hash"]);
+}
+
+TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
+  ASSERT_EQ(planToy(tmp("a.json")).code, 0);
+  ASSERT_EQ(planToy(tmp("b.json")).code, 0);
+  EXPECT_EQ(readFile(tmp("a.json")), readFile(tmp("b.json")));
+  // A different budget is a different content hash.
+  ASSERT_EQ(planToy(tmp("c.json"), "--memory-budget 0,1").code, 0);
+  EXPECT_NE(nlohmann::json::parse(readFile(tmp("a.json")))["content_hash"],
+            nlohmann::json::parse(readFile(tmp("c.json")))["content_hash"]);
+  // llama_tiny: many nodes, repeated layers, reduction.
+  std::string llama = "plan " + kSamples + "llama_tiny.pt --mesh 2x4 -o ";
+  Result l1 = runApc(llama + tmp("l1.json"));
+  ASSERT_EQ(l1.code, 0) << l1.err;
+  Result l2 = runApc(llama + tmp("l2.json"));
+  ASSERT_EQ(l2.code, 0) << l2.err;
+  EXPECT_EQ(readFile(tmp("l1.json")), readFile(tmp("l2.json")));
+}
+
+TEST_F(PlanCli, PlanValidatesAgainstTheSchema) {
+  ASSERT_EQ(planToy(tmp("s1.json")).code, 0);
+  ASSERT_EQ(runApc("plan " + kSamples + "multi_output.pt --mesh 4 -o " + tmp("s2.json")).code, 0);
+  Result r = run("/usr/bin/python3 " + std::string(APC_SOURCE_DIR) +
+                 "/tests/plan/check_plan_schema.py " + tmp("s1.json") + " " + tmp("s2.json"));
+  if (r.code == 77) GTEST_SKIP() << r.out;
+  EXPECT_EQ(r.code, 0) << r.out << r.err;
+}
+
+TEST_F(PlanCli, ExplainListsAlternativesWithStatuses) {
+  ASSERT_EQ(planToy(tmp("e.json")).code, 0);
+  auto plan = nlohmann::json::parse(readFile(tmp("e.json")));
+  std::string linear;
+  for (const auto& n : plan["nodes"])
+    if (n["op"] == "aten::linear") {
+      linear = n["name"];
+      break;
+    }
+  ASSERT_FALSE(linear.empty());
+  Result top = runApc("explain " + tmp("e.json") + " --top 3");
+  ASSERT_EQ(top.code, 0) << top.err;
+  EXPECT_NE(top.out.find("costliest 3 of"), std::string::npos) << top.out;
+  Result r = runApc("explain " + tmp("e.json") + " --node " + linear);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("CHOSEN"), std::string::npos) << r.out;
+  Result j = runApc("explain " + tmp("e.json") + " --module up --format json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto ex = nlohmann::json::parse(j.out);
+  int chosen = 0, others = 0;
+  for (const auto& a : ex["node"]["alternatives"]) {
+    if (a["status"] == "CHOSEN")
+      ++chosen;
+    else
+      ++others;
+  }
+  EXPECT_EQ(chosen, 1);
+  EXPECT_GT(others, 0);
+  EXPECT_EQ(ex["node"]["alternatives"][0]["status"], "CHOSEN");
+  Result dot = runApc("explain " + tmp("e.json") + " --format dot");
+  ASSERT_EQ(dot.code, 0) << dot.err;
+  EXPECT_EQ(dot.out.rfind("digraph plan {", 0), 0u);
+}
+
+TEST_F(PlanCli, DiffAgainstItselfIsEmptyAndAgainstAnotherBudgetListsChanges) {
+  // 1-d mesh, large batch: the default budget shards the weights (FSDP-like), 0,1 replicates
+  // them (DDP-like).
+  writeFile(tmp("in1.json"), "[[\"S(0)\"]]\n");
+  std::string base = "plan " + kSamples + "toy_block.pt --input x:f32[512,128,1024] --mesh 8 " +
+                     "--in-shardings " + tmp("in1.json");
+  ASSERT_EQ(runApc(base + " -o " + tmp("fsdp.json")).code, 0);
+  ASSERT_EQ(runApc(base + " --memory-budget 0,1 -o " + tmp("ddp.json")).code, 0);
+  Result same = runApc("diff " + tmp("fsdp.json") + " " + tmp("fsdp.json"));
+  ASSERT_EQ(same.code, 0) << same.err;
+  EXPECT_NE(same.out.find("no differences in placements"), std::string::npos) << same.out;
+  Result d = runApc("diff " + tmp("fsdp.json") + " " + tmp("ddp.json"));
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(d.out.find("with different placements"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("up.weight"), std::string::npos) << d.out;
+  EXPECT_NE(d.out.find("parameter memory per rank"), std::string::npos) << d.out;
+  Result j = runApc("diff " + tmp("fsdp.json") + " " + tmp("ddp.json") + " --format json");
+  ASSERT_EQ(j.code, 0) << j.err;
+  auto dj = nlohmann::json::parse(j.out);
+  EXPECT_FALSE(dj["identical_placements"].get<bool>());
+  EXPECT_EQ(dj["parameters"].size(), 2u);
+}
+
+TEST_F(PlanCli, BadInputIsOneLineAndExitTwo) {
+  // Infeasible: no placement of the weights fits in 1% of their bytes per rank.
+  expectOneLineError(planToy(tmp("x.json"), "--memory-budget 0,0.01"), "memory budget");
+  // Budget low > high.
+  expectOneLineError(planToy(tmp("x.json"), "--memory-budget 0.5,0.25"), "greater than high");
+  expectOneLineError(planToy(tmp("x.json"), "--memory-budget lots"), "--memory-budget");
+  // Unknown node in a pin.
+  writeFile(tmp("pin.json"),
+            "{\"mesh\": {\"shape\": [2, 4]}, \"pins\": [{\"node\": \"nope\", \"placements\": "
+            "[\"R\", \"R\"]}]}\n");
+  expectOneLineError(runApc("plan " + kSamples + "toy_block.pt --spec " + tmp("pin.json")),
+                     "spec pins node 'nope'");
+  // Malformed files.
+  writeFile(tmp("broken.json"), "[[\"S(0)\", \n");
+  expectOneLineError(
+      runApc("plan " + kSamples + "toy_block.pt --mesh 2x4 --in-shardings " + tmp("broken.json")),
+      "broken.json");
+  expectOneLineError(
+      runApc("plan " + kSamples + "toy_block.pt --mesh 2x4 --out-shardings " + tmp("missing.json")),
+      "missing.json");
+  writeFile(tmp("wrong_len.json"), "[[\"S(0)\"]]\n");
+  expectOneLineError(runApc("plan " + kSamples + "toy_block.pt --mesh 2x4 --in-shardings " +
+                            tmp("wrong_len.json")),
+                     "wrong_len.json");
+  expectOneLineError(runApc("plan " + kSamples + "toy_block.pt --mesh 2x4 --device tpu"),
+                     "unknown device 'tpu'");
+  expectOneLineError(runApc("plan " + kSamples + "toy_block.pt"), "no mesh given");
+  expectOneLineError(runApc("explain " + tmp("broken.json")), "broken.json");
+  writeFile(tmp("not_a_plan.json"), "{\"nodes\": []}\n");
+  expectOneLineError(runApc("explain " + tmp("not_a_plan.json")), "missing key");
+  ASSERT_EQ(planToy(tmp("ok.json")).code, 0);
+  expectOneLineError(runApc("explain " + tmp("ok.json") + " --node no_such_node"),
+                     "no node named 'no_such_node'");
+  expectOneLineError(runApc("explain " + tmp("ok.json") + " --format svg"), "--format");
+  expectOneLineError(runApc("diff " + tmp("ok.json") + " " + tmp("missing.json")), "missing.json");
+}
+
+TEST_F(PlanCli, ExplainChecksTheModelHash) {
+  ASSERT_EQ(planToy(tmp("h.json")).code, 0);
+  auto plan = nlohmann::json::parse(readFile(tmp("h.json")));
+  plan["model"]["path"] = kSamples + "llama_tiny.pt";  // another model under the stored hash
+  writeFile(tmp("h2.json"), plan.dump());
+  expectOneLineError(runApc("explain " + tmp("h2.json") + " --node x"), "SHA-256 differs");
+  // --model points at the right file again.
+  Result ok =
+      runApc("explain " + tmp("h2.json") + " --node x --model " + kSamples + "toy_block.pt");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+}  // namespace

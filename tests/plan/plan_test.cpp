@@ -1,0 +1,253 @@
+//===- tests/plan/plan_test.cpp - Plans: making, JSON round trip, hashes ---===//
+//
+// makePlan's per-node costs and totals against the solver's objective; the canonical JSON written,
+// read back and written again gives the same bytes and the same Plan; reader errors name the JSON
+// path; the content hash follows the spec; the memory budget flag and the effective budget.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "apc/plan/hash.h"
+#include "apc/plan/plan.h"
+#include "apc/plan/report.h"
+#include "plan_fixtures.h"
+
+namespace apc::plan {
+namespace {
+
+using testing::planOf;
+using testing::toySpec2x4;
+using testing::toySpec8;
+
+TEST(Hash, Sha256OfKnownStrings) {
+  EXPECT_EQ(sha256Hex(""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  EXPECT_EQ(sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  auto missing = sha256File("/nonexistent/model.pt");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
+}
+
+TEST(CanonicalNumber, RoundsTo12DigitsAndIsIdempotent) {
+  for (double x : {0.0, 1.0, 1.0 / 3.0, 123456.789012345678, 1e-7 / 3, 2.5e12 / 7, -0.0}) {
+    double c = canonicalNumber(x);
+    EXPECT_EQ(canonicalNumber(c), c) << x;
+    EXPECT_NEAR(c, x, std::abs(x) * 1e-11) << x;
+  }
+  EXPECT_FALSE(std::signbit(canonicalNumber(-0.0)));
+  EXPECT_TRUE(std::isinf(canonicalNumber(INFINITY)));
+}
+
+TEST(MakePlan, CostsAddUpToTheObjective) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  auto p = planOf(g, toySpec2x4());
+  const Plan& plan = p.result.plan;
+  ASSERT_EQ(plan.nodes.size(), p.built.gp.problem.nodes.size());
+  double compute = 0, comm = 0;
+  for (const PlanNode& n : plan.nodes) {
+    double in = 0;
+    for (const PlanEdge& e : n.in_edges) in += e.cost_us;
+    EXPECT_NEAR(n.comm_us, in, 1e-9 * (1 + in)) << n.name;
+    EXPECT_NEAR(n.cost_us, n.compute_us + n.comm_us, 1e-9 * (1 + n.cost_us)) << n.name;
+    compute += n.compute_us;
+    comm += n.comm_us;
+  }
+  EXPECT_NEAR(plan.totals.compute_us, compute, 1e-9 * compute);
+  EXPECT_NEAR(plan.totals.comm_us, comm, 1e-9 * (1 + comm));
+  EXPECT_NEAR(plan.totals.total_us, p.result.solution.objective, 1e-9 * plan.totals.total_us);
+  EXPECT_EQ(plan.solver.objective, canonicalNumber(p.result.solution.objective));
+}
+
+TEST(MakePlan, NodesParametersAndMemory) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  auto p = planOf(g, toySpec2x4());
+  const Plan& plan = p.result.plan;
+  // Inputs, parameters and ops keep their names; op nodes are named after their output value.
+  ASSERT_GE(plan.nodes.size(), 6u);
+  EXPECT_EQ(plan.nodes[0].name, "x");
+  EXPECT_EQ(plan.nodes[0].kind, "input");
+  EXPECT_EQ(plan.nodes[0].pin_group, "inputs");
+  EXPECT_EQ(plan.nodes[0].outputPlacements(), (PlacementText{"S(0)", "R"}));
+  EXPECT_EQ(plan.nodes[3].name, "h");
+  EXPECT_EQ(plan.nodes[3].op, "aten::linear");
+  EXPECT_EQ(plan.nodes[3].module_path, "up");
+  EXPECT_EQ(plan.nodes[3].input_placements.size(), 3u);
+  EXPECT_FALSE(plan.nodes[3].input_placements[2]);  // the None bias
+  ASSERT_EQ(plan.parameters.size(), 2u);
+  EXPECT_EQ(plan.parameters[0].name, "up.weight");
+  EXPECT_EQ(plan.parameters[0].module, "up");
+  EXPECT_EQ(plan.parameters[0].shape, (std::vector<int64_t>{4096, 1024}));
+  EXPECT_EQ(plan.parameters[0].dtype, "f32");
+  EXPECT_EQ(plan.parameters[0].bytes, 4096 * 1024 * 4);
+  // The default budget is 1/8 of the parameter bytes on 8 ranks.
+  EXPECT_EQ(plan.totals.param_bytes_total, 2 * 4096 * 1024 * 4);
+  EXPECT_LE(plan.totals.param_bytes_per_rank, plan.totals.param_bytes_total / 8);
+  EXPECT_EQ(plan.totals.memory_high, canonicalNumber(1.0 / 8));
+  EXPECT_EQ(plan.solver.status, "optimal");
+  EXPECT_GT(plan.solver.variables, 0);
+  EXPECT_EQ(plan.solver.sizes.nodes_before, plan.nodes.size());
+}
+
+TEST(PlanJson, RoundTripGivesTheSamePlanAndBytes) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  mesh::Spec spec = toySpec2x4();
+  spec.outputs = mesh::OutputPlacementTree::makeLeaf(
+      {mesh::Placement::shard(0), mesh::Placement::replicate()});
+  auto p = planOf(g, spec);
+  const Plan& plan = p.result.plan;
+  std::string text = toJsonText(plan);
+  auto j = mesh::parseJsonText(text);
+  ASSERT_TRUE(j.ok()) << j.error().message();
+  auto back = planFromJson(*j);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_TRUE(*back == plan);
+  EXPECT_EQ(toJsonText(*back), text);
+  // The output sink is last, has no graph node and is pinned by the outputs group.
+  EXPECT_EQ(back->nodes.back().kind, "output");
+  EXPECT_FALSE(back->nodes.back().graph_node);
+  EXPECT_EQ(back->nodes.back().pin_group, "outputs");
+  // No wall time in the file.
+  EXPECT_TRUE((*j)["solver"]["seconds"].is_null());
+  EXPECT_EQ(text.find("\"seconds\": null"), text.find("\"seconds\""));
+}
+
+TEST(PlanJson, SameInputsGiveSameBytes) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  std::string a = toJsonText(planOf(g, toySpec2x4()).result.plan);
+  std::string b = toJsonText(planOf(g, toySpec2x4()).result.plan);
+  EXPECT_EQ(a, b);
+}
+
+TEST(PlanJson, ReaderErrorsNameTheJsonPath) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  nlohmann::json good = toJson(planOf(g, toySpec2x4()).result.plan);
+  auto expectError = [&](auto mutate, const std::string& prefix) {
+    nlohmann::json j = good;
+    mutate(j);
+    auto p = planFromJson(j);
+    ASSERT_FALSE(p.ok()) << prefix;
+    EXPECT_EQ(p.error().message().rfind(prefix, 0), 0u) << p.error().message();
+    EXPECT_EQ(p.error().message().find('\n'), std::string::npos);
+  };
+  expectError([](auto& j) { j["nodes"][1]["cost_us"] = "fast"; }, "$.nodes[1].cost_us:");
+  expectError([](auto& j) { j["nodes"][3]["in_edges"][0]["from"] = 99; },
+              "$.nodes[3].in_edges[0].from:");
+  expectError([](auto& j) { j["nodes"][0]["output_placements"] = {"S(0)"}; },
+              "$.nodes[0].output_placements:");
+  expectError([](auto& j) { j["nodes"][0]["output_placements"][0] = "Q"; },
+              "$.nodes[0].output_placements[0]:");
+  expectError([](auto& j) { j["totals"]["colour"] = 1; }, "$.totals.colour:");
+  expectError([](auto& j) { j.erase("solver"); }, "$: missing key 'solver'");
+  expectError([](auto& j) { j["format_version"] = 99; }, "$.format_version:");
+  expectError([](auto& j) { j["solver"]["seconds"] = 1.5; }, "$.solver.seconds:");
+  expectError([](auto& j) { j["spec"]["mesh"]["shape"] = {2, 0}; }, "$.spec.mesh.shape[1]");
+  expectError([](auto& j) { j["parameters"][0]["node"] = 0; }, "$.parameters[0].node:");
+  expectError([](auto& j) { j["nodes"][2]["index"] = 7; }, "$.nodes[2].index:");
+}
+
+TEST(PlanJson, FileErrorsNameThePath) {
+  auto p = readPlanFile("/nonexistent/plan.json");
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.error().message().find("/nonexistent/plan.json"), std::string::npos);
+}
+
+TEST(ContentHash, FollowsSpecInputsAndOptions) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  PlanSource src = testing::toySource(g);
+  mesh::Spec spec = toySpec2x4();
+  solver::SolveGraphOptions o;
+  std::string h = contentHash(src, spec, o);
+  EXPECT_EQ(h.size(), 64u);
+  EXPECT_EQ(contentHash(src, spec, o), h);
+  mesh::Spec other = spec;
+  other.memory_budget.high = 1.0;
+  EXPECT_NE(contentHash(src, other, o), h);
+  PlanSource moved = src;
+  moved.model_path = "elsewhere/toy_block.pt";  // the path is not content
+  EXPECT_EQ(contentHash(moved, spec, o), h);
+  PlanSource bigger = src;
+  bigger.inputs = {"x:f32[16,128,1024]"};
+  EXPECT_NE(contentHash(bigger, spec, o), h);
+  solver::SolveGraphOptions no_reduce;
+  no_reduce.reduce = false;
+  EXPECT_NE(contentHash(src, spec, no_reduce), h);
+}
+
+TEST(Pipeline, InputShapesInTheInputFlagSyntax) {
+  ir::Graph g = ir::testing_graphs::toyBlock(512);
+  EXPECT_EQ(inputShapes(g), (std::vector<std::string>{"x:f32[512,128,1024]"}));
+}
+
+TEST(Pipeline, MemoryBudgetFlag) {
+  auto b = parseMemoryBudget("0,0.25");
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  EXPECT_EQ(b->low, 0);
+  EXPECT_EQ(b->high, 0.25);
+  auto open = parseMemoryBudget("0.1,");
+  ASSERT_TRUE(open.ok());
+  EXPECT_FALSE(open->high);
+  for (const char* bad : {"0.5,0.25", "x,1", "0", "-1,1", "0,2", "0,0", "0,1,2"}) {
+    auto e = parseMemoryBudget(bad);
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_EQ(e.error().message().rfind("--memory-budget", 0), 0u) << e.error().message();
+  }
+  EXPECT_NE(parseMemoryBudget("0.5,0.25").error().message().find("greater than high"),
+            std::string::npos);
+}
+
+TEST(Pipeline, LowAboveTheDefaultHighIsAnError) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  mesh::Spec spec = toySpec2x4();
+  spec.memory_budget.low = 0.5;  // the default high is 1/8
+  auto built = buildProblem(g, spec);
+  ASSERT_FALSE(built.ok());
+  EXPECT_EQ(built.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_NE(built.error().message().find("exceeds high 0.125"), std::string::npos)
+      << built.error().message();
+}
+
+TEST(Pipeline, InfeasibleBudgetNamesTheMemoryBound) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  mesh::Spec spec = toySpec8();
+  spec.memory_budget.high = 0.01;  // below 1/8: no placement of the weights fits
+  auto built = buildProblem(g, spec);
+  ASSERT_TRUE(built.ok()) << built.error().message();
+  auto r = solveAndPlan(g, *built, spec, testing::toySource(g), {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInfeasible);
+  EXPECT_NE(r.error().message().find("memory"), std::string::npos) << r.error().message();
+}
+
+TEST(Pipeline, RebuildMatchesThePlanAndRejectsAnotherGraph) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  auto p = planOf(g, toySpec2x4());
+  auto again = rebuildProblem(g, p.result.plan);
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  EXPECT_EQ(again->gp.problem.nodes.size(), p.result.plan.nodes.size());
+  ir::Graph other = ir::testing_graphs::withSizeArithmetic();
+  auto bad = rebuildProblem(other, p.result.plan);
+  EXPECT_FALSE(bad.ok());
+}
+
+TEST(Report, SummaryAndLog) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  auto p = planOf(g, toySpec2x4());
+  PhaseTimings t;
+  std::string s = summaryText(p.result.plan, &t);
+  for (const char* needle :
+       {"estimated step time:", "compute", "communication", "parameter memory per rank:", "  up\n",
+        "    weight", "problem: ", "after reduction", "solver: optimal, objective", "bound",
+        "time: import", "enumerate", "build", "solve", "write"})
+    EXPECT_NE(s.find(needle), std::string::npos) << needle << "\n" << s;
+  std::string log = optimizerLog(p.result.plan);
+  EXPECT_NE(log.find("%h "), std::string::npos) << log;
+  EXPECT_NE(log.find("placement=("), std::string::npos) << log;
+  EXPECT_NE(log.find("cost=(comm "), std::string::npos) << log;
+  EXPECT_NE(log.find("total: comm"), std::string::npos) << log;
+  EXPECT_EQ(formatMicros(12.5), "12.500 us");
+  EXPECT_EQ(formatMicros(4500), "4.500 ms");
+}
+
+}  // namespace
+}  // namespace apc::plan
