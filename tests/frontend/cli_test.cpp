@@ -14,41 +14,20 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../common/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = apc::testing::CommandResult;
+using apc::testing::expectOneLineError;
 
 Result runApc(const std::string& args) {
-  fs::path tmp = fs::temp_directory_path() / ("apc_cli_" + std::to_string(::getpid()) + ".err");
-  std::string cmd = std::string(APC_BINARY_DIR) + "/tools/apc " + args + " 2>" + tmp.string();
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(tmp);
-  r.err.assign((std::istreambuf_iterator<char>(e)), {});
-  fs::remove(tmp);
-  return r;
+  return apc::testing::runCommand(std::string(APC_BINARY_DIR) + "/tools/apc " + args);
 }
 
 const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
-
-void expectOneLineError(const Result& r, const std::string& needle) {
-  EXPECT_EQ(r.code, 2) << r.err;
-  ASSERT_FALSE(r.err.empty());
-  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
-}
 
 TEST(Cli, InspectPrintsNodesAndTotals) {
   Result r = runApc("inspect " + kSamples + "llama_tiny.pt --input tokens:i64[8,128]");

@@ -19,15 +19,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/run_command.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = apc::testing::CommandResult;
+using apc::testing::expectOneLineError;
 
 /// A scratch directory per test binary run, removed at exit.
 const fs::path& scratch() {
@@ -50,18 +49,7 @@ std::string tmp(const std::string& name) {
 }
 
 Result run(const std::string& cmd) {
-  fs::path err = scratch() / "stderr.txt";
-  Result r;
-  FILE* p = ::popen((cmd + " 2>" + err.string()).c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream e(err);
-  r.err.assign((std::istreambuf_iterator<char>(e)), {});
-  return r;
+  return apc::testing::runCommand(cmd);
 }
 
 const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
@@ -80,14 +68,6 @@ std::string readFile(const std::string& path) {
 
 void writeFile(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
-}
-
-void expectOneLineError(const Result& r, const std::string& needle) {
-  EXPECT_EQ(r.code, 2) << r.out << r.err;
-  ASSERT_FALSE(r.err.empty());
-  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
-  EXPECT_EQ(r.err.rfind("apc: error: ", 0), 0u) << r.err;
-  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
 }
 
 class PlanCli : public ::testing::Test {

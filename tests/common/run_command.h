@@ -1,0 +1,58 @@
+//===- tests/common/run_command.h - Run a command, capture its output ------===//
+//
+// Shared by the tests that drive the built `apc` binary end to end: runs a shell command, returns
+// its exit code, standard output and standard error, and checks the one-line error convention
+// (exit code 2, exactly one line on stderr naming the problem).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace apc::testing {
+
+struct CommandResult {
+  int code = -1;  // exit code; -1 when the command did not exit normally
+  std::string out;
+  std::string err;
+};
+
+/// Runs `cmd` through the shell; stderr goes through a temporary file.
+inline CommandResult runCommand(const std::string& cmd) {
+  static int counter = 0;
+  std::filesystem::path err =
+      std::filesystem::temp_directory_path() /
+      ("apc_cmd_" + std::to_string(::getpid()) + "_" + std::to_string(counter++) + ".err");
+  CommandResult r;
+  FILE* p = ::popen((cmd + " 2>" + err.string()).c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int status = ::pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err);
+  r.err.assign((std::istreambuf_iterator<char>(e)), {});
+  std::error_code ec;
+  std::filesystem::remove(err, ec);
+  return r;
+}
+
+/// Exit code 2 and exactly one line on stderr, `apc: error: ...`, that contains `needle`.
+inline void expectOneLineError(const CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
+  EXPECT_EQ(r.err.rfind("apc: error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+}  // namespace apc::testing
