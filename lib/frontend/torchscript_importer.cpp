@@ -588,15 +588,12 @@ class Importer {
     auto it = shape_codes_.find(schema);
     if (it == shape_codes_.end()) {
       std::shared_ptr<tj::Code> code;
-      if (auto sg = tj::shapeComputeGraphForSchema(*schema))
+      size_t n_inputs = 0;
+      if (auto sg = tj::shapeComputeGraphForSchema(*schema)) {
         code = std::make_shared<tj::Code>(*sg, "shape_" + schema->name());
-      it = shape_codes_
-               .emplace(
-                   schema,
-                   std::make_pair(
-                       code,
-                       (code ? (*tj::shapeComputeGraphForSchema(*schema))->inputs().size() : 0)))
-               .first;
+        n_inputs = (*sg)->inputs().size();
+      }
+      it = shape_codes_.emplace(schema, std::make_pair(code, n_inputs)).first;
     }
     auto [code, n_inputs] = it->second;
     if (!code) return false;

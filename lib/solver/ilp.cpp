@@ -226,12 +226,10 @@ Error diagnoseInfeasible(const Problem& p, const SolverOptions& o) {
   for (const std::string& g : groups)
     if (run(p, o, {g}, true, false).feasible) culprits.push_back(g.empty() ? "pins" : g);
   std::string msg = "no plan satisfies the constraints";
-  if (p.memory && !run(p, o, {}, false, false).feasible) {
-    // Pins alone are infeasible: memory is not the cause.
-  } else if (p.memory) {
+  if (p.memory) {
+    // Without the memory row, minimize memory: infeasible means the pins alone are to blame.
     Outcome min_mem = run(p, o, {}, false, true);
-    Outcome feasible_without_memory = min_mem;
-    if (feasible_without_memory.feasible) {
+    if (min_mem.feasible) {
       double m = memoryOf(p, min_mem.choice);
       if (m > p.memory->high)
         return infeasible(msg + ": the memory budget is too small (needs at least " + fmt(m) +

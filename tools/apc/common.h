@@ -32,7 +32,7 @@ struct MeshFlags {
   std::string spec;        // spec.json
   int64_t world_size = 0;  // 0: not given
 
-  /// Registers the flags; `required` makes one of --mesh / --spec mandatory at run time.
+  /// Registers the flags (none is required here; resolve() reports a missing mesh).
   void add(CLI::App& app);
   bool given() const { return !mesh.empty() || !spec.empty(); }
   /// The spec from --spec, with --mesh / --mesh-names overriding its mesh; checked against

@@ -30,6 +30,16 @@ struct InspectFlags {
   int top = 3;
 };
 
+/// The `top` cheapest strategies of a node by compute cost (stable: ties keep enumeration order).
+std::vector<const strategy::Strategy*> cheapestFirst(const strategy::NodeStrategies& ns, int top) {
+  std::vector<const strategy::Strategy*> sorted;
+  for (const auto& s : ns.strategies) sorted.push_back(&s);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](auto* a, auto* b) { return a->compute_us < b->compute_us; });
+  if (sorted.size() > static_cast<size_t>(top)) sorted.resize(static_cast<size_t>(top));
+  return sorted;
+}
+
 int runStrategies(const InspectFlags& f, const ir::Graph& g, const mesh::Spec& spec, bool json) {
   auto device = cost::deviceByName(spec.device);
   if (!device.ok()) return report(device.error());
@@ -49,12 +59,9 @@ int runStrategies(const InspectFlags& f, const ir::Graph& g, const mesh::Spec& s
     nlohmann::json nodes = nlohmann::json::array();
     for (const auto& ns : all) {
       const ir::Node& n = g.node(ns.node);
-      std::vector<const strategy::Strategy*> sorted;
-      for (const auto& s : ns.strategies) sorted.push_back(&s);
-      std::stable_sort(sorted.begin(), sorted.end(),
-                       [](auto* a, auto* b) { return a->compute_us < b->compute_us; });
+      std::vector<const strategy::Strategy*> sorted = cheapestFirst(ns, f.top);
       nlohmann::json cheapest = nlohmann::json::array();
-      for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(f.top); ++i)
+      for (size_t i = 0; i < sorted.size(); ++i)
         cheapest.push_back(
             {{"strategy", sorted[i]->toString()}, {"compute_us", sorted[i]->compute_us}});
       nodes.push_back({{"index", n.id.v},
@@ -76,16 +83,13 @@ int runStrategies(const InspectFlags& f, const ir::Graph& g, const mesh::Spec& s
   std::cout << "strategies on mesh " << spec.mesh.toString() << ", device " << spec.device << ":\n";
   for (const auto& ns : all) {
     const ir::Node& n = g.node(ns.node);
-    std::vector<const strategy::Strategy*> sorted;
-    for (const auto& s : ns.strategies) sorted.push_back(&s);
-    std::stable_sort(sorted.begin(), sorted.end(),
-                     [](auto* a, auto* b) { return a->compute_us < b->compute_us; });
+    std::vector<const strategy::Strategy*> sorted = cheapestFirst(ns, f.top);
     char head[256];
     std::snprintf(head, sizeof head, "%-6u %-28s %-30s %4zu%s", n.id.v, n.qualifiedOp().c_str(),
                   n.module_path.empty() ? "-" : n.module_path.c_str(), ns.strategies.size(),
                   ns.fallback ? " (fallback)" : "");
     std::cout << head;
-    for (size_t i = 0; i < sorted.size() && i < static_cast<size_t>(f.top); ++i) {
+    for (size_t i = 0; i < sorted.size(); ++i) {
       char c[64];
       std::snprintf(c, sizeof c, " %.2fus", sorted[i]->compute_us);
       std::cout << (i ? " | " : "  ") << sorted[i]->toString() << c;
