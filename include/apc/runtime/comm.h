@@ -1,0 +1,123 @@
+//===- apc/runtime/comm.h - Collectives on the groups of one mesh dim -------===//
+//
+// The runtime talks to other ranks only through this interface. A Communicator is the group of
+// ranks that differ from this rank only in the coordinate of one mesh dim (DeviceMesh::group), with
+// this rank's index in it = its coordinate along that dim. The collectives are exactly the steps of
+// apc/cost/redistribute.h, with torch.chunk semantics for uneven pieces (a piece may be empty):
+//
+//   allGather(local, dim, sizes)     S(dim) -> R: concatenation of the members' locals along dim;
+//                                    sizes[k] is member k's size along dim
+//   allReduce(t, op)                 P(op) -> R, in place
+//   reduceScatter(full, dim, op)     P(op) -> S(dim): reduce, keep torch.chunk piece `index()`
+//   allToAll(local, gather_dim, shard_dim, gather_sizes)
+//                                    S(gather_dim) -> S(shard_dim): cut local along shard_dim into
+//                                    size() torch.chunk pieces, send piece q to member q, concatenate
+//                                    arrivals along gather_dim (gather_sizes[k]: member k's size
+//                                    along gather_dim)
+//
+// What 1.13's Gloo lacks (reduce-scatter, _allgather_base, bf16 reductions) the Gloo
+// implementation composes from what it has (alltoall_base, list all-gather, fp32 all-reduce);
+// the NCCL implementation (built when APC_HAVE_NCCL) calls NCCL directly. Every call waits at most
+// the configured timeout; a peer that died or never arrives raises an Error naming the group,
+// never hangs. Counters record the bytes this rank sent, for the benchmark that compares them with
+// what the plan priced.
+//
+// Failures are reported as exceptions of type CommError (the collectives run inside autograd
+// functions, where exceptions are the only channel); its what() is one line.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/placement.h"
+#include "apc/support/error.h"
+
+namespace apc::runtime {
+
+/// A failed or timed-out collective: one line naming the group and what failed.
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CommStats {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;  // payload bytes this rank put on the wire (its share of each collective)
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  /// This rank's index in the group (its coordinate along the mesh dim).
+  virtual int index() const = 0;
+  virtual int size() const = 0;
+  /// "mesh dim 1 (tp) ranks {4,5,6,7}".
+  virtual const std::string& name() const = 0;
+
+  virtual at::Tensor allGather(const at::Tensor& local, int64_t dim,
+                               const std::vector<int64_t>& sizes) = 0;
+  virtual void allReduce(at::Tensor& t, mesh::ReduceOp op) = 0;
+  virtual at::Tensor reduceScatter(const at::Tensor& full, int64_t dim, mesh::ReduceOp op) = 0;
+  virtual at::Tensor allToAll(const at::Tensor& local, int64_t gather_dim, int64_t shard_dim,
+                              const std::vector<int64_t>& gather_sizes) = 0;
+  virtual void broadcast(at::Tensor& t, int root_index) = 0;
+  virtual void barrier() = 0;
+
+  const CommStats& stats() const { return stats_; }
+  void resetStats() { stats_ = {}; }
+
+ protected:
+  CommStats stats_;
+};
+
+/// The torchrun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+/// Reads the torchrun variables; a missing RANK/WORLD_SIZE means a single process (rank 0 of 1).
+/// Errors: malformed numbers, rank outside [0, world_size).
+Expected<LaunchEnv> launchEnvFromEnvironment();
+
+enum class Backend { kGloo, kNccl };
+
+struct WorldOptions {
+  Backend backend = Backend::kGloo;
+  std::chrono::milliseconds timeout{300'000};
+};
+
+/// This rank's view of the mesh: one Communicator per mesh dim (its group along that dim) and one
+/// for the whole world, all rendezvoused through one c10d TCPStore at MASTER_ADDR:MASTER_PORT.
+class World {
+ public:
+  /// Errors: env.world_size != mesh.size(), store or group set-up failures (one line).
+  static Expected<std::shared_ptr<World>> create(const LaunchEnv& env, const mesh::DeviceMesh& mesh,
+                                                 const WorldOptions& options = {});
+  virtual ~World() = default;
+  virtual int rank() const = 0;
+  virtual int worldSize() const = 0;
+  virtual const mesh::DeviceMesh& mesh() const = 0;
+  virtual std::vector<int64_t> coordinate() const = 0;
+  /// The group of mesh dim `dim`.
+  virtual Communicator& dim(size_t dim) = 0;
+  /// Every rank.
+  virtual Communicator& all() = 0;
+  /// Sum of the stats of every communicator.
+  virtual CommStats stats() const = 0;
+  virtual void resetStats() = 0;
+};
+
+}  // namespace apc::runtime
