@@ -11,6 +11,7 @@ PACKAGES=(
   libcli11-dev nlohmann-json3-dev
   libprotobuf-dev protobuf-compiler
   libgtest-dev libssl-dev
+  libgloo-dev  # headers of the Gloo that Debian's libtorch links (c10d/ProcessGroupGloo.hpp needs them)
   python3-jsonschema
 )
 
