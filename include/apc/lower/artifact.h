@@ -1,0 +1,58 @@
+//===- apc/lower/artifact.h - Artifact directory: manifest + per-rank programs ===//
+//
+// An artifact directory holds what `apc lower` writes and the runtime loads:
+//   manifest.json   {"format_version": 1, "model_name", "model_hash", "plan_hash",
+//                    "mesh": {"shape": [2, 2], "names": ["dp", "tp"]}, "world_size": 4,
+//                    "files": {"rank_0.apcp": "<sha256 hex>", ...}}
+//   rank_<r>.apcp   proto::Program of rank r, binary protobuf (deterministic serialization)
+// Writing is deterministic: the same programs give byte-identical files (sorted JSON keys, no
+// timestamps). Reading checks the manifest's format version, that the file's SHA-256 equals the
+// manifest's, that it parses, and that its format version, rank, world size and hashes agree with
+// the manifest. Every error is one line naming the file.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "apc.pb.h"
+#include "apc/support/error.h"
+
+namespace apc::lower {
+
+/// The manifest.json format_version written and accepted.
+inline constexpr int kManifestFormatVersion = 1;
+
+struct Manifest {
+  int format_version = kManifestFormatVersion;
+  std::string model_name;
+  std::string model_hash;  // SHA-256 of the model file
+  std::string plan_hash;   // the plan's content_hash
+  std::vector<int64_t> mesh_shape;
+  std::vector<std::string> mesh_names;
+  int64_t world_size = 0;
+  std::map<std::string, std::string> files;  // file name -> SHA-256 (lowercase hex)
+};
+
+/// "rank_3.apcp".
+std::string programFileName(int64_t rank);
+
+/// Writes manifest.json and rank_<r>.apcp for every program (programs[r].rank() == r, all with
+/// the same world size == programs.size()); creates `dir` when missing. Manifest fields come from
+/// the programs.
+Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs);
+
+/// Reads and checks `dir`/manifest.json (format version, fields, one file per rank).
+Expected<Manifest> readManifest(const std::string& dir);
+
+/// Reads rank `rank`'s program: checks its SHA-256 against the manifest, parses it, checks its
+/// format version, rank, world size, model and plan hash.
+Expected<proto::Program> readProgram(const std::string& dir, int64_t rank);
+/// The same with a manifest already read.
+Expected<proto::Program> readProgram(const std::string& dir, const Manifest& manifest,
+                                     int64_t rank);
+
+}  // namespace apc::lower

@@ -1,0 +1,77 @@
+//===- apc/lower/lower.h - Per-rank programs from a graph and a plan -------===//
+//
+// Lowering applies a plan to the imported graph and writes one proto::Program per rank
+// (proto/apc.proto, "Per-rank programs"): the graph with every value at this rank's LOCAL shape
+// (cost::localPiece: nested torch.chunk pieces, uneven and empty pieces allowed), op constants
+// rewritten for the local pieces (apc/lower/local_rewrite.h), and a `redistribute` node on every
+// edge whose forward placement or gradient placement changes.
+//
+// Edges. For a tensor edge producer value u (placed `src`) -> consumer input i (required `dst` by
+// the consumer's chosen strategy), with the gradient convention of apc.proto:
+//   grad_from[m] = R     where dst[m] is P (the gradient of a partial value is replicated),
+//                = P     where dst[m] is R and the consumer op is sharded or partial on mesh dim m
+//                        (some tensor input or output of its strategy is S or P there),
+//                = dst[m] otherwise;
+//   grad_to      = src with P replaced by R.
+// The edge gets a redistribute node when src != dst, or when u takes a gradient (floating dtype,
+// requires_grad) and grad_from != grad_to. Its forward steps are cost::planRedistribution(src,
+// dst) and its backward steps cost::planRedistribution(grad_from, grad_to): the same planner that
+// priced the plan, so the priced collectives are the executed ones (the backward is exact where
+// the priced transposed plan was an upper bound). Edges into the same value with the same
+// (dst, grad_from) share one node, placed before the first consumer. Tensor lists (split/chunk
+// outputs) must keep their placement (their rules follow the producer); a change is kUnsupported.
+//
+// Outputs. An output leaf ends in the placement the spec requires for it (spec.outputs), or its
+// producer's placement when free, with P replaced by R: Partial outputs are reduced by a final
+// redistribute node (all-reduce / reduce-scatter). Program.outputs lists the leaves in OutputTree
+// order, named by their path ("output" for a single leaf, "0", "1.logits" inside structures).
+//
+// Shape arithmetic. Op nodes whose outputs are all non-tensor values with a constant known at
+// import time (aten::size, prim::ListConstruct of sizes, int arithmetic) are dropped: their
+// consumers read the constants, with GLOBAL values (the program's semantics is the global
+// program's), except the arguments rewritten by local_rewrite.h. Then nodes none of whose
+// outputs is used (and that write no input: names ending in '_') are removed. Shape nodes whose
+// values are unknown are kept and run on LOCAL tensors (no sample model has one).
+//
+// Devices. Device constants are kept as the importer recorded them ("cpu", or "meta" for devices
+// read off a tensor): the runtime maps them to its own device.
+//
+// Value metadata. Local values keep the global TensorMeta's dtype and requires_grad; a symbolic
+// dim keeps its symbol with the local size as hint.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apc.pb.h"
+#include "apc/ir/graph.h"
+#include "apc/plan/plan.h"
+#include "apc/support/error.h"
+
+namespace apc::lower {
+
+/// The Program.format_version written and accepted.
+inline constexpr uint32_t kProgramFormatVersion = 1;
+/// The op name of redistribute nodes in the program's Graph; their Node.kind is "redistribute".
+inline constexpr const char* kRedistributeOp = "apc::redistribute";
+
+struct LowerOptions {
+  /// Drop op nodes computing known non-tensor values and the nodes left without users.
+  bool drop_shape_arithmetic = true;
+};
+
+/// The program of one rank (0 <= rank < world size of plan.spec.mesh). `g` is the graph the plan
+/// was made from (imported again from plan.model with the plan's inputs); errors when the plan
+/// does not match it (node count, kinds), when a redistribution is impossible, or when an op's
+/// constants cannot be rewritten. The error names the node.
+Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int64_t rank,
+                                   const LowerOptions& options = {});
+
+/// lowerRank for every rank, in rank order.
+Expected<std::vector<proto::Program>> lowerPlan(const ir::Graph& g, const plan::Plan& p,
+                                                const LowerOptions& options = {});
+
+}  // namespace apc::lower

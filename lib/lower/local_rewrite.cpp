@@ -1,0 +1,204 @@
+//===- lib/lower/local_rewrite.cpp - Op constants rewritten for local pieces ===//
+//
+// The rewrites of apc/lower/local_rewrite.h, one small function per row of its table. Argument
+// positions are those of the ATen schemas of LibTorch 1.13 (this library links no torch).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/lower/local_rewrite.h"
+
+#include <initializer_list>
+
+namespace apc::lower {
+
+std::vector<int64_t> TensorPiece::localSizes() const {
+  std::vector<int64_t> s;
+  s.reserve(local.size());
+  for (const cost::DimPiece& p : local) s.push_back(p.size);
+  return s;
+}
+
+namespace {
+
+std::string listText(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+bool isOneOf(const std::string& op, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (op == n) return true;
+  return false;
+}
+
+const std::vector<int64_t>* intListAt(const std::vector<std::optional<ir::Constant>>& c, size_t i) {
+  if (i >= c.size() || !c[i]) return nullptr;
+  return std::get_if<std::vector<int64_t>>(&*c[i]);
+}
+
+const int64_t* intAt(const std::vector<std::optional<ir::Constant>>& c, size_t i) {
+  if (i >= c.size() || !c[i]) return nullptr;
+  return std::get_if<int64_t>(&*c[i]);
+}
+
+const TensorPiece* firstOutput(const RankPieces& p) {
+  if (p.outputs.empty() || p.outputs[0].empty()) return nullptr;
+  return &p.outputs[0][0];
+}
+
+/// view/reshape/expand/factories: the size argument at `pos` becomes the local output shape.
+Status rewriteSizeList(size_t pos, const std::vector<std::optional<ir::Constant>>& c,
+                       const RankPieces& pieces, NodeRewrite& r) {
+  const std::vector<int64_t>* sizes = intListAt(c, pos);
+  if (!sizes) {
+    // view.dtype and friends take no size list; a size list that is not known is an error.
+    if (pos < c.size() && !c[pos]) return unsupported("size argument not known at compile time");
+    return Status::success();
+  }
+  const TensorPiece* out = firstOutput(pieces);
+  if (!out) return invalidArgument("no tensor output to take the local shape from");
+  std::vector<int64_t> local = out->localSizes();
+  bool cut = false;
+  for (size_t d = 0; d < out->global.size(); ++d) cut = cut || !out->whole(d);
+  if (!cut || *sizes == local) return Status::success();  // keeps -1 entries when nothing is cut
+  r.notes.push_back("size := " + listText(local));
+  r.replace.emplace_back(pos, local);
+  return Status::success();
+}
+
+/// unflatten(self, dim, sizes): sizes become the local sizes of output dims [dim, dim + n).
+Status rewriteUnflatten(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                        NodeRewrite& r) {
+  const int64_t* dimp = intAt(c, 1);
+  const std::vector<int64_t>* sizes = intListAt(c, 2);
+  if (!dimp || !sizes) return invalidArgument("unflatten without int dim and int[] sizes");
+  const TensorPiece* outp = firstOutput(pieces);
+  if (!outp) return invalidArgument("no tensor output");
+  std::vector<int64_t> out = outp->localSizes();
+  const auto n = static_cast<int64_t>(sizes->size());
+  int64_t in_rank = static_cast<int64_t>(out.size()) - n + 1;
+  int64_t dim = *dimp < 0 ? *dimp + in_rank : *dimp;
+  if (dim < 0 || dim + n > static_cast<int64_t>(out.size()))
+    return invalidArgument("unflatten dim out of range");
+  bool cut = false;
+  for (int64_t d = dim; d < dim + n; ++d) cut = cut || !outp->whole(static_cast<size_t>(d));
+  std::vector<int64_t> local(out.begin() + dim, out.begin() + dim + n);
+  if (!cut || local == *sizes) return Status::success();
+  r.notes.push_back("sizes := " + listText(local));
+  r.replace.emplace_back(2, local);
+  return Status::success();
+}
+
+/// A scalar constant as a double, and whether it is integral.
+std::optional<std::pair<double, bool>> scalarOf(const std::optional<ir::Constant>& c) {
+  if (!c) return std::nullopt;
+  if (const auto* i = std::get_if<int64_t>(&*c)) return std::make_pair(double(*i), true);
+  if (const auto* d = std::get_if<double>(&*c)) return std::make_pair(*d, false);
+  return std::nullopt;
+}
+
+/// arange: the bounds of the rank's piece of the 1-d output.
+Status rewriteArange(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                     const RankPieces& pieces, NodeRewrite& r) {
+  const TensorPiece* out = firstOutput(pieces);
+  if (!out || out->global.size() != 1) return invalidArgument("arange without a 1-d output");
+  if (out->whole(0)) return Status::success();
+  const bool has_start = node.overload == "start" || node.overload == "start_step";
+  if (!has_start && !node.overload.empty())
+    return unsupported("arange." + node.overload + " with a cut output");
+  const size_t end_pos = has_start ? 1 : 0;
+  std::optional<std::pair<double, bool>> start =
+      has_start ? scalarOf(c.size() > 0 ? c[0] : std::nullopt) : std::make_pair(0.0, true);
+  std::optional<std::pair<double, bool>> step = node.overload == "start_step"
+                                                    ? scalarOf(c.size() > 2 ? c[2] : std::nullopt)
+                                                    : std::make_pair(1.0, true);
+  if (!start || !step || !scalarOf(end_pos < c.size() ? c[end_pos] : std::nullopt))
+    return unsupported("arange bounds not known at compile time");
+  const int64_t off = out->local[0].offset, len = out->local[0].size;
+  ir::Constant new_start, new_end;
+  if (start->second && step->second) {
+    auto s = static_cast<int64_t>(start->first), st = static_cast<int64_t>(step->first);
+    new_start = s + off * st;
+    new_end = s + off * st + len * st;
+  } else {
+    double s = start->first + static_cast<double>(off) * step->first;
+    new_start = s;
+    new_end = s + (static_cast<double>(len) - 0.5) * step->first;
+  }
+  if (has_start) {
+    r.replace.emplace_back(0, new_start);
+    r.replace.emplace_back(1, new_end);
+  } else {
+    r.replace.emplace_back(0, new_end);
+    r.overload = "start";
+    r.prepend = new_start;
+  }
+  r.notes.push_back("arange bounds := [" + std::to_string(off) + ", +" + std::to_string(len) + ")");
+  return Status::success();
+}
+
+/// narrow(self, dim, start, length) over the whole of a cut dim: the whole local piece.
+Status rewriteNarrow(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                     NodeRewrite& r) {
+  const int64_t* dimp = intAt(c, 1);
+  const int64_t* startp = intAt(c, 2);
+  const int64_t* lenp = intAt(c, 3);
+  if (!dimp || !startp || !lenp) return Status::success();  // narrow.Tensor: unchanged
+  if (pieces.inputs.empty() || pieces.inputs[0].empty()) return invalidArgument("no input");
+  const TensorPiece& in = pieces.inputs[0][0];
+  int64_t dim = *dimp < 0 ? *dimp + static_cast<int64_t>(in.global.size()) : *dimp;
+  auto d = static_cast<size_t>(dim);
+  if (dim < 0 || d >= in.global.size() || in.whole(d)) return Status::success();
+  if (*startp != 0 || *lenp != in.global[d]) return Status::success();
+  r.replace.emplace_back(3, in.local[d].size);
+  r.notes.push_back("length := " + std::to_string(in.local[d].size));
+  return Status::success();
+}
+
+/// embedding(weight, indices, padding_idx, ...) with the weight's rows cut.
+Status rewriteEmbedding(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                        NodeRewrite& r) {
+  if (pieces.inputs.empty() || pieces.inputs[0].empty())
+    return invalidArgument("embedding without a weight");
+  const TensorPiece& w = pieces.inputs[0][0];
+  if (w.global.empty() || w.whole(0)) return Status::success();
+  const int64_t off = w.local[0].offset, rows = w.local[0].size;
+  r.vocab = NodeRewrite::Vocab{off, rows};
+  if (const int64_t* p = intAt(c, 2); p && *p >= 0) {
+    int64_t local = *p - off;
+    r.replace.emplace_back(2, local >= 0 && local < rows ? local : int64_t{-1});
+  }
+  r.notes.push_back("vocab rows [" + std::to_string(off) + ", +" + std::to_string(rows) + ")");
+  return Status::success();
+}
+
+}  // namespace
+
+Expected<NodeRewrite> localizeNode(const ir::Node& node,
+                                   const std::vector<std::optional<ir::Constant>>& constants,
+                                   const RankPieces& pieces) {
+  NodeRewrite r;
+  const std::string& op = node.op;
+  Status st;
+  if (isOneOf(op, {"aten::view", "aten::_unsafe_view", "aten::expand", "aten::broadcast_to",
+                   "aten::reshape", "aten::new_full", "aten::new_ones", "aten::new_zeros",
+                   "aten::new_empty"})) {
+    st = rewriteSizeList(1, constants, pieces, r);
+  } else if (isOneOf(op, {"aten::full", "aten::ones", "aten::zeros", "aten::empty"})) {
+    if (node.overload.empty() || node.overload == "memory_format")
+      st = rewriteSizeList(0, constants, pieces, r);
+  } else if (op == "aten::unflatten") {
+    if (node.overload == "int" || node.overload.empty())
+      st = rewriteUnflatten(constants, pieces, r);
+  } else if (op == "aten::arange") {
+    st = rewriteArange(node, constants, pieces, r);
+  } else if (op == "aten::narrow") {
+    st = rewriteNarrow(constants, pieces, r);
+  } else if (op == "aten::embedding") {
+    st = rewriteEmbedding(constants, pieces, r);
+  }
+  if (!st.ok()) return st.error().withContext(node.qualifiedOp());
+  return r;
+}
+
+}  // namespace apc::lower

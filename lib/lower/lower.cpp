@@ -1,0 +1,588 @@
+//===- lib/lower/lower.cpp - Per-rank programs from a graph and a plan -----===//
+//
+// One Lowerer per rank: reads the plan's placements per graph node, decides which nodes survive
+// (shape arithmetic with known constants is dropped, then dead nodes), and emits the local graph
+// in graph order with redistribute nodes before their first consumer (see apc/lower/lower.h).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/lower/lower.h"
+
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "apc/cost/layout.h"
+#include "apc/cost/redistribute.h"
+#include "apc/ir/proto_io.h"
+#include "apc/lower/local_rewrite.h"
+#include "apc/mesh/placement.h"
+
+namespace apc::lower {
+
+namespace {
+
+using mesh::Placement;
+using mesh::PlacementTuple;
+
+Expected<PlacementTuple> parseText(const plan::PlacementText& t) {
+  PlacementTuple out;
+  for (const std::string& s : t) {
+    APC_ASSIGN_OR_RETURN(Placement p, Placement::parse(s));
+    out.push_back(p);
+  }
+  return out;
+}
+
+PlacementTuple partialAsReplicate(PlacementTuple t) {
+  for (Placement& p : t)
+    if (p.isPartial()) p = Placement::replicate();
+  return t;
+}
+
+void setTexts(const PlacementTuple& t, google::protobuf::RepeatedPtrField<std::string>* out) {
+  for (const Placement& p : t) *out->Add() = p.toString();
+}
+
+bool writesInput(const std::string& op) {
+  return !op.empty() && op.back() == '_';
+}
+
+/// The plan's placements of one graph node.
+struct NodePlacements {
+  bool present = false;
+  std::vector<std::optional<PlacementTuple>> inputs;
+  std::vector<std::optional<PlacementTuple>> outputs;
+};
+
+/// One output leaf: its path name, value and the placement the spec requires (nullopt: free).
+struct Leaf {
+  std::string path;
+  ir::ValueId value;
+  std::optional<PlacementTuple> want;
+};
+
+Status collectLeaves(const ir::OutputTree& gt, const mesh::OutputPlacementTree* st,
+                     const std::string& path, std::vector<Leaf>& out) {
+  using K = mesh::OutputPlacementTree::Kind;
+  if (st && st->kind == K::kFree) st = nullptr;
+  if (gt.kind == ir::OutputTree::Kind::kLeaf) {
+    if (st && st->kind != K::kLeaf)
+      return invalidArgument("output " + path + ": structured placement for a single output");
+    out.push_back({path.empty() ? "output" : path, gt.leaf,
+                   st ? std::optional<PlacementTuple>(st->placements) : std::nullopt});
+    return Status::success();
+  }
+  if (st && st->kind == K::kLeaf)
+    return invalidArgument("output " + path + ": one placement for a structured output");
+  for (size_t i = 0; i < gt.children.size(); ++i) {
+    std::string key = gt.kind == ir::OutputTree::Kind::kDict ? gt.keys.at(i) : std::to_string(i);
+    const mesh::OutputPlacementTree* child = nullptr;
+    if (st && st->kind == K::kSequence && i < st->children.size()) child = &st->children[i];
+    if (st && st->kind == K::kDict)
+      for (size_t k = 0; k < st->keys.size(); ++k)
+        if (st->keys[k] == key) child = &st->children[k];
+    APC_RETURN_IF_ERROR(
+        collectLeaves(gt.children[i], child, path.empty() ? key : path + "." + key, out));
+  }
+  return Status::success();
+}
+
+class Lowerer {
+ public:
+  Lowerer(const ir::Graph& g, const plan::Plan& p, int64_t rank, const LowerOptions& options)
+      : g_(g), p_(p), mesh_(p.spec.mesh), rank_(rank), options_(options) {}
+
+  Expected<proto::Program> run();
+
+ private:
+  Status readPlacements();
+  void decideLiveness();
+  ir::TensorMeta localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const;
+  std::vector<cost::DimPiece> pieces(const ir::TensorMeta& global, const PlacementTuple& t) const;
+  ir::ValueId addValue(const ir::Value& global, const std::optional<PlacementTuple>& t,
+                       std::string debug_name);
+  ir::NodeId addNode(ir::Node n, int32_t source, uint32_t redistribution = 0);
+  Expected<ir::ValueId> localInput(ir::ValueId gv);
+  Expected<ir::ValueId> edge(ir::ValueId gv, const PlacementTuple& dst,
+                             const std::vector<bool>& op_split, const std::string& consumer,
+                             const std::string& module_path);
+  Status fillSteps(const cost::RedistributionPlan& plan, const ir::TensorMeta& meta,
+                   google::protobuf::RepeatedPtrField<proto::RedistStep>* out) const;
+  Status emitLeafNode(const ir::Node& n);
+  Status emitOp(const ir::Node& n);
+  Status emitOutputs();
+  void addProgramTensor(const std::string& name, const ir::TensorMeta& global,
+                        const PlacementTuple& t, ir::ValueId local,
+                        google::protobuf::RepeatedPtrField<proto::ProgramTensor>* out) const;
+
+  const ir::Graph& g_;
+  const plan::Plan& p_;
+  const mesh::DeviceMesh& mesh_;
+  int64_t rank_;
+  LowerOptions options_;
+  std::vector<int64_t> coord_;
+
+  std::vector<NodePlacements> placed_;                    // per graph node
+  std::vector<std::optional<PlacementTuple>> placement_;  // per graph value (tensors)
+  std::vector<bool> dropped_, live_;                      // per graph node
+
+  ir::Graph out_;
+  std::vector<ir::ValueId> vmap_;  // graph value -> program value
+  std::map<std::string, ir::ValueId> edge_cache_;
+  std::vector<uint32_t> node_redistribution_;
+  std::vector<int32_t> source_node_;
+  proto::Program program_;
+  ir::OutputTree out_tree_;
+};
+
+Status Lowerer::readPlacements() {
+  placed_.assign(g_.numNodes(), {});
+  for (const plan::PlanNode& pn : p_.nodes) {
+    if (!pn.graph_node) continue;
+    if (*pn.graph_node >= g_.numNodes())
+      return invalidArgument("plan node '" + pn.name + "' names graph node " +
+                             std::to_string(*pn.graph_node) + ", the graph has " +
+                             std::to_string(g_.numNodes()));
+    const ir::Node& n = g_.node(ir::NodeId(*pn.graph_node));
+    if (pn.kind != ir::nodeKindName(n.kind) || pn.input_placements.size() != n.inputs.size() ||
+        pn.outputs.size() != n.outputs.size())
+      return invalidArgument("plan node '" + pn.name + "' does not match graph node " +
+                             std::to_string(n.id.v) + " (" + n.qualifiedOp() +
+                             "): the model changed since planning");
+    NodePlacements& np = placed_[n.id.v];
+    np.present = true;
+    auto read = [&](const std::vector<std::optional<plan::PlacementText>>& in,
+                    std::vector<std::optional<PlacementTuple>>& out) -> Status {
+      for (const auto& t : in) {
+        if (!t) {
+          out.emplace_back();
+          continue;
+        }
+        APC_ASSIGN_OR_RETURN(PlacementTuple pt, parseText(*t));
+        if (pt.size() != mesh_.ndim())
+          return invalidArgument("plan node '" + pn.name + "': placement of " +
+                                 std::to_string(pt.size()) + " entries on a " +
+                                 std::to_string(mesh_.ndim()) + "-d mesh");
+        out.push_back(std::move(pt));
+      }
+      return Status::success();
+    };
+    APC_RETURN_IF_ERROR(read(pn.input_placements, np.inputs));
+    APC_RETURN_IF_ERROR(read(pn.outputs, np.outputs));
+  }
+  placement_.assign(g_.numValues(), std::nullopt);
+  for (const ir::Value& v : g_.values()) {
+    bool tensorish = (v.isTensor() && v.tensor) || v.type == ir::ValueType::kTensorList;
+    if (!tensorish) continue;
+    std::optional<PlacementTuple> t;
+    if (v.producer.valid()) {
+      const NodePlacements& np = placed_[v.producer.v];
+      if (np.present && v.producer_output < np.outputs.size()) t = np.outputs[v.producer_output];
+    }
+    placement_[v.id.v] = t ? *t : mesh::replicated(mesh_.ndim());
+    int64_t rank = v.tensor ? v.tensor->rank() : -1;
+    for (const ir::TensorMeta& e : v.elements) rank = e.rank();
+    if (rank >= 0) {
+      Status st = mesh::checkPlacementTuple(*placement_[v.id.v], rank, mesh_.ndim());
+      if (!st.ok()) return st.error().withContext("%" + v.debug_name);
+    }
+  }
+  return Status::success();
+}
+
+void Lowerer::decideLiveness() {
+  dropped_.assign(g_.numNodes(), false);
+  live_.assign(g_.numNodes(), true);
+  if (!options_.drop_shape_arithmetic) return;
+  for (const ir::Node& n : g_.nodes()) {
+    if (!g_.isShapeNode(n.id) || writesInput(n.op)) continue;
+    bool known = true;
+    for (ir::ValueId v : n.outputs) known = known && g_.value(v).constant.has_value();
+    dropped_[n.id.v] = known;
+  }
+  std::vector<bool> needed(g_.numValues(), false);
+  for (ir::ValueId v : g_.outputs().leaves()) needed[v.v] = true;
+  for (size_t i = g_.numNodes(); i-- > 0;) {
+    const ir::Node& n = g_.nodes()[i];
+    bool live = true;
+    if (n.kind == ir::NodeKind::kOp) {
+      live = false;
+      if (!dropped_[i]) {
+        live = writesInput(n.op);
+        for (ir::ValueId v : n.outputs) live = live || needed[v.v];
+      }
+    }
+    live_[i] = live;
+    if (live)
+      for (ir::ValueId v : n.inputs) needed[v.v] = true;
+  }
+}
+
+std::vector<cost::DimPiece> Lowerer::pieces(const ir::TensorMeta& global,
+                                            const PlacementTuple& t) const {
+  return cost::localPiece(ir::hintSizes(global.shape), t, mesh_, coord_);
+}
+
+ir::TensorMeta Lowerer::localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const {
+  ir::TensorMeta m = global;
+  std::vector<cost::DimPiece> pc = pieces(global, t);
+  for (size_t d = 0; d < m.shape.size(); ++d) m.shape[d].size = pc[d].size;
+  return m;
+}
+
+ir::ValueId Lowerer::addValue(const ir::Value& global, const std::optional<PlacementTuple>& t,
+                              std::string debug_name) {
+  ir::Value v;
+  v.type = global.type;
+  v.debug_name = std::move(debug_name);
+  if (global.tensor) v.tensor = t ? localMeta(*global.tensor, *t) : *global.tensor;
+  for (const ir::TensorMeta& e : global.elements) v.elements.push_back(t ? localMeta(e, *t) : e);
+  v.constant = global.constant;
+  return out_.addValue(std::move(v));
+}
+
+ir::NodeId Lowerer::addNode(ir::Node n, int32_t source, uint32_t redistribution) {
+  node_redistribution_.push_back(redistribution);
+  source_node_.push_back(source);
+  return out_.addNode(std::move(n));
+}
+
+Expected<ir::ValueId> Lowerer::localInput(ir::ValueId gv) {
+  if (vmap_[gv.v].valid()) return vmap_[gv.v];
+  const ir::Value& v = g_.value(gv);
+  if (!v.constant)
+    return internalError("%" + v.debug_name + " is used before the program defines it");
+  vmap_[gv.v] = addValue(v, std::nullopt, v.debug_name);
+  return vmap_[gv.v];
+}
+
+Status Lowerer::fillSteps(const cost::RedistributionPlan& plan, const ir::TensorMeta& meta,
+                          google::protobuf::RepeatedPtrField<proto::RedistStep>* out) const {
+  std::vector<int64_t> sizes = ir::hintSizes(meta.shape);
+  auto local = [&](const PlacementTuple& t, const std::vector<int64_t>& coord) {
+    std::vector<int64_t> s;
+    for (const cost::DimPiece& d : cost::localPiece(sizes, t, mesh_, coord)) s.push_back(d.size);
+    return s;
+  };
+  for (const cost::RedistributionStep& s : plan.steps) {
+    proto::RedistStep* ps = out->Add();
+    ps->set_kind(cost::stepKindName(s.kind));
+    ps->set_mesh_dim(static_cast<uint32_t>(s.mesh_dim));
+    ps->set_gather_dim(s.gather_dim);
+    ps->set_shard_dim(s.shard_dim);
+    if (s.kind == cost::StepKind::kAllReduce || s.kind == cost::StepKind::kReduceScatter)
+      ps->set_reduce_op(mesh::reduceOpName(s.reduce_op));
+    for (int64_t x : local(s.before, coord_)) ps->add_local_in(x);
+    for (int64_t x : local(s.after, coord_)) ps->add_local_out(x);
+    // group_sizes: along the gathered dim (before) for all-gather / all-to-all, along the cut dim
+    // (after) for local-slice / reduce-scatter; cut_sizes: all-to-all's cut dim (after).
+    std::vector<int64_t> member = coord_;
+    for (int64_t k = 0; k < mesh_.size(s.mesh_dim); ++k) {
+      member[s.mesh_dim] = k;
+      if (s.kind == cost::StepKind::kAllGather || s.kind == cost::StepKind::kAllToAll)
+        ps->add_group_sizes(local(s.before, member).at(static_cast<size_t>(s.gather_dim)));
+      if (s.kind == cost::StepKind::kLocalSlice || s.kind == cost::StepKind::kReduceScatter)
+        ps->add_group_sizes(local(s.after, member).at(static_cast<size_t>(s.shard_dim)));
+      if (s.kind == cost::StepKind::kAllToAll)
+        ps->add_cut_sizes(local(s.after, member).at(static_cast<size_t>(s.shard_dim)));
+    }
+    ps->set_priced_bytes(s.full_bytes);
+    setTexts(s.before, ps->mutable_before());
+    setTexts(s.after, ps->mutable_after());
+  }
+  return Status::success();
+}
+
+Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
+                                    const std::vector<bool>& op_split, const std::string& consumer,
+                                    const std::string& module_path) {
+  const ir::Value& v = g_.value(gv);
+  const PlacementTuple& src = *placement_[gv.v];
+  const ir::TensorMeta& meta = *v.tensor;
+  const bool grad = meta.requires_grad && ir::isFloating(meta.dtype);
+  PlacementTuple grad_from = dst;
+  for (size_t m = 0; m < dst.size(); ++m) {
+    if (dst[m].isPartial())
+      grad_from[m] = Placement::replicate();
+    else if (dst[m].isReplicate() && op_split[m])
+      grad_from[m] = Placement::partial();
+  }
+  PlacementTuple grad_to = partialAsReplicate(src);
+  APC_ASSIGN_OR_RETURN(ir::ValueId local_src, localInput(gv));
+  if (src == dst && (!grad || grad_from == grad_to)) return local_src;
+  std::string key = std::to_string(gv.v) + "|" + mesh::toString(dst) + "|" +
+                    (grad ? mesh::toString(grad_from) : std::string("-"));
+  if (auto it = edge_cache_.find(key); it != edge_cache_.end()) return it->second;
+
+  std::string name = "%" + v.debug_name + " -> " + consumer;
+  proto::Redistribution r;
+  setTexts(src, r.mutable_from());
+  setTexts(dst, r.mutable_to());
+  auto fwd = cost::planRedistribution(meta, src, dst, mesh_);
+  if (!fwd.ok()) return fwd.error().withContext(name);
+  if (!fwd->feasible)
+    return unsupported(name + ": " + mesh::toString(src) + " -> " + mesh::toString(dst) +
+                       " is impossible (" + fwd->infeasible_reason + ")");
+  APC_RETURN_IF_ERROR(fillSteps(*fwd, meta, r.mutable_forward()));
+  r.set_requires_grad(grad);
+  if (grad) {
+    setTexts(grad_from, r.mutable_grad_from());
+    setTexts(grad_to, r.mutable_grad_to());
+    auto bwd = cost::planRedistribution(meta, grad_from, grad_to, mesh_);
+    if (!bwd.ok()) return bwd.error().withContext(name + " (gradient)");
+    if (!bwd->feasible)
+      return unsupported(name + ": gradient " + mesh::toString(grad_from) + " -> " +
+                         mesh::toString(grad_to) + " is impossible (" + bwd->infeasible_reason +
+                         ")");
+    APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, r.mutable_backward()));
+  }
+  r.set_priced_forward_us(fwd->forward_us);
+  r.set_priced_backward_us(fwd->backward_us);
+  r.set_edge(name);
+  *program_.add_redistributions() = std::move(r);
+
+  ir::ValueId out = addValue(v, dst, v.debug_name + ".r" + std::to_string(edge_cache_.size()));
+  ir::Node n;
+  n.kind = ir::NodeKind::kOp;
+  n.op = kRedistributeOp;
+  n.inputs = {local_src};
+  n.outputs = {out};
+  n.module_path = module_path;
+  addNode(std::move(n), -1, static_cast<uint32_t>(program_.redistributions_size()));
+  edge_cache_.emplace(std::move(key), out);
+  return out;
+}
+
+void Lowerer::addProgramTensor(
+    const std::string& name, const ir::TensorMeta& global, const PlacementTuple& t,
+    ir::ValueId local, google::protobuf::RepeatedPtrField<proto::ProgramTensor>* out) const {
+  proto::ProgramTensor* pt = out->Add();
+  pt->set_name(name);
+  for (const ir::Dim& d : global.shape) {
+    proto::Dim* pd = pt->add_global_shape();
+    pd->set_size(d.size);
+    pd->set_symbol(d.symbol);
+  }
+  pt->set_dtype(ir::dtypeName(global.dtype));
+  setTexts(t, pt->mutable_placement());
+  for (const cost::DimPiece& d : pieces(global, t)) {
+    proto::Piece* pc = pt->add_local();
+    pc->set_offset(d.offset);
+    pc->set_size(d.size);
+  }
+  pt->set_value(local.v);
+  pt->set_requires_grad(global.requires_grad);
+}
+
+Status Lowerer::emitLeafNode(const ir::Node& n) {
+  if (n.outputs.size() != 1) return internalError(n.qualifiedOp() + " node without one output");
+  const ir::Value& v = g_.value(n.outputs[0]);
+  if (!v.tensor) {  // a non-tensor forward argument: kept as is
+    vmap_[v.id.v] = addValue(v, std::nullopt, v.debug_name);
+  } else {
+    const PlacementTuple& t = *placement_[v.id.v];
+    vmap_[v.id.v] = addValue(v, t, v.debug_name);
+    auto* list = n.kind == ir::NodeKind::kInput       ? program_.mutable_inputs()
+                 : n.kind == ir::NodeKind::kParameter ? program_.mutable_parameters()
+                                                      : program_.mutable_buffers();
+    addProgramTensor(n.name, *v.tensor, t, vmap_[v.id.v], list);
+  }
+  ir::Node copy = n;
+  copy.inputs.clear();
+  copy.outputs = {vmap_[v.id.v]};
+  addNode(std::move(copy), static_cast<int32_t>(n.id.v));
+  return Status::success();
+}
+
+Status Lowerer::emitOp(const ir::Node& n) {
+  const NodePlacements& np = placed_[n.id.v];
+  std::string consumer = n.qualifiedOp() + " #" + std::to_string(n.id.v);
+  std::vector<bool> op_split(mesh_.ndim(), false);
+  auto mark = [&](const std::vector<std::optional<PlacementTuple>>& ts) {
+    for (const auto& t : ts)
+      if (t)
+        for (size_t m = 0; m < t->size(); ++m) op_split[m] = op_split[m] || !(*t)[m].isReplicate();
+  };
+  mark(np.inputs);
+  mark(np.outputs);
+
+  std::vector<ir::ValueId> inputs;
+  RankPieces rp;
+  std::vector<std::optional<ir::Constant>> constants;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    ir::ValueId gv = n.inputs[i];
+    const ir::Value& v = g_.value(gv);
+    std::optional<PlacementTuple> want =
+        np.present && i < np.inputs.size() ? np.inputs[i] : std::nullopt;
+    std::vector<TensorPiece> tp;
+    if (v.isTensor() && v.tensor && placement_[gv.v] && v.producer.valid()) {
+      PlacementTuple dst = want ? *want : *placement_[gv.v];
+      std::string where = consumer + " (input " + std::to_string(i) + ")";
+      APC_ASSIGN_OR_RETURN(ir::ValueId local, edge(gv, dst, op_split, where, n.module_path));
+      inputs.push_back(local);
+      tp.push_back({ir::hintSizes(v.tensor->shape), pieces(*v.tensor, dst)});
+    } else if (v.type == ir::ValueType::kTensorList && placement_[gv.v] && v.producer.valid()) {
+      if (want && *want != *placement_[gv.v])
+        return unsupported(consumer + " (input " + std::to_string(i) + "): tensor list %" +
+                           v.debug_name + " placed " + mesh::toString(*placement_[gv.v]) +
+                           ", needed " + mesh::toString(*want));
+      APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(gv));
+      inputs.push_back(local);
+      for (const ir::TensorMeta& e : v.elements)
+        tp.push_back({ir::hintSizes(e.shape), pieces(e, *placement_[gv.v])});
+    } else {
+      APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(gv));
+      inputs.push_back(local);
+      if (v.tensor) {
+        PlacementTuple r = mesh::replicated(mesh_.ndim());
+        tp.push_back({ir::hintSizes(v.tensor->shape), pieces(*v.tensor, r)});
+      }
+    }
+    rp.inputs.push_back(std::move(tp));
+    constants.push_back(v.isTensor() || v.type == ir::ValueType::kTensorList ? std::nullopt
+                                                                             : v.constant);
+  }
+  for (ir::ValueId gv : n.outputs) {
+    const ir::Value& v = g_.value(gv);
+    std::vector<TensorPiece> tp;
+    if (v.tensor && placement_[gv.v])
+      tp.push_back({ir::hintSizes(v.tensor->shape), pieces(*v.tensor, *placement_[gv.v])});
+    for (const ir::TensorMeta& e : v.elements)
+      tp.push_back({ir::hintSizes(e.shape), pieces(e, *placement_[gv.v])});
+    rp.outputs.push_back(std::move(tp));
+  }
+
+  auto rewrite = localizeNode(n, constants, rp);
+  if (!rewrite.ok()) return rewrite.error().withContext(consumer);
+  ir::Node copy = n;
+  for (const auto& [pos, c] : rewrite->replace) {
+    const ir::Value& gv = g_.value(n.inputs[pos]);
+    inputs[pos] = out_.addConstant(gv.type, c, gv.debug_name + ".local");
+  }
+  if (rewrite->overload) copy.overload = *rewrite->overload;
+  if (rewrite->prepend) {
+    ir::ValueType type = std::holds_alternative<double>(*rewrite->prepend) ? ir::ValueType::kFloat
+                                                                           : ir::ValueType::kInt;
+    inputs.insert(inputs.begin(), out_.addConstant(type, *rewrite->prepend, "start.local"));
+  }
+  copy.inputs = std::move(inputs);
+  copy.outputs.clear();
+  for (ir::ValueId gv : n.outputs) {
+    const ir::Value& v = g_.value(gv);
+    vmap_[gv.v] = addValue(v, placement_[gv.v], v.debug_name);
+    copy.outputs.push_back(vmap_[gv.v]);
+  }
+  ir::NodeId id = addNode(std::move(copy), static_cast<int32_t>(n.id.v));
+  if (rewrite->vocab) {
+    proto::VocabMask* m = program_.add_vocab_masks();
+    m->set_node(id.v);
+    m->set_row_offset(rewrite->vocab->row_offset);
+    m->set_rows(rewrite->vocab->rows);
+  }
+  return Status::success();
+}
+
+Status Lowerer::emitOutputs() {
+  std::vector<Leaf> leaves;
+  APC_RETURN_IF_ERROR(collectLeaves(g_.outputs(), &p_.spec.outputs, "", leaves));
+  std::vector<ir::ValueId> local_leaves;
+  for (const Leaf& leaf : leaves) {
+    const ir::Value& v = g_.value(leaf.value);
+    if (v.isTensor() && v.tensor && placement_[v.id.v]) {
+      PlacementTuple want = leaf.want ? *leaf.want : *placement_[v.id.v];
+      if (want.size() != mesh_.ndim())
+        return invalidArgument("output " + leaf.path + ": placement of " +
+                               std::to_string(want.size()) + " entries");
+      PlacementTuple final_t = partialAsReplicate(want);
+      ir::ValueId local;
+      if (v.producer.valid()) {
+        APC_ASSIGN_OR_RETURN(local,
+                             edge(leaf.value, final_t, std::vector<bool>(mesh_.ndim(), false),
+                                  "output " + leaf.path, {}));
+      } else {
+        APC_ASSIGN_OR_RETURN(local, localInput(leaf.value));
+        final_t = mesh::replicated(mesh_.ndim());
+      }
+      local_leaves.push_back(local);
+      addProgramTensor(leaf.path, *v.tensor, final_t, local, program_.mutable_outputs());
+    } else {
+      APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(leaf.value));
+      local_leaves.push_back(local);
+      proto::ProgramTensor* pt = program_.add_outputs();
+      pt->set_name(leaf.path);
+      pt->set_value(local.v);
+    }
+  }
+  size_t next = 0;
+  std::function<ir::OutputTree(const ir::OutputTree&)> copy = [&](const ir::OutputTree& t) {
+    ir::OutputTree c = t;
+    if (t.kind == ir::OutputTree::Kind::kLeaf) {
+      c.leaf = local_leaves.at(next++);
+    } else {
+      for (size_t i = 0; i < t.children.size(); ++i) c.children[i] = copy(t.children[i]);
+    }
+    return c;
+  };
+  out_tree_ = copy(g_.outputs());
+  return Status::success();
+}
+
+Expected<proto::Program> Lowerer::run() {
+  if (rank_ < 0 || rank_ >= mesh_.worldSize())
+    return invalidArgument("rank " + std::to_string(rank_) + " outside the mesh " +
+                           mesh_.toString());
+  coord_ = mesh_.coordinate(rank_);
+  APC_RETURN_IF_ERROR(readPlacements());
+  decideLiveness();
+  vmap_.assign(g_.numValues(), ir::ValueId());
+  out_.name = g_.name;
+  for (const ir::Node& n : g_.nodes()) {
+    if (!live_[n.id.v]) continue;
+    if (n.kind == ir::NodeKind::kOp)
+      APC_RETURN_IF_ERROR(emitOp(n));
+    else
+      APC_RETURN_IF_ERROR(emitLeafNode(n));
+  }
+  APC_RETURN_IF_ERROR(emitOutputs());
+  out_.setOutputs(out_tree_);
+  APC_RETURN_IF_ERROR(out_.verify());
+
+  proto::Graph* pg = program_.mutable_graph();
+  if (!pg->ParseFromString(ir::serializeGraph(out_)))
+    return internalError("the program's graph does not round-trip through protobuf");
+  for (int i = 0; i < pg->nodes_size(); ++i)
+    if (node_redistribution_.at(static_cast<size_t>(i)) != 0)
+      pg->mutable_nodes(i)->set_kind("redistribute");
+  for (uint32_t r : node_redistribution_) program_.add_node_redistribution(r);
+  for (int32_t s : source_node_) program_.add_source_node(s);
+  program_.set_format_version(kProgramFormatVersion);
+  program_.set_rank(static_cast<uint32_t>(rank_));
+  program_.set_world_size(static_cast<uint32_t>(mesh_.worldSize()));
+  for (int64_t s : mesh_.shape()) program_.add_mesh_shape(s);
+  for (const std::string& s : mesh_.names()) program_.add_mesh_names(s);
+  for (int64_t c : coord_) program_.add_coordinate(c);
+  program_.set_model_name(p_.model.model_name);
+  program_.set_model_hash(p_.model.model_sha256);
+  program_.set_plan_hash(p_.content_hash);
+  return std::move(program_);
+}
+
+}  // namespace
+
+Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int64_t rank,
+                                   const LowerOptions& options) {
+  Lowerer l(g, p, rank, options);
+  return l.run();
+}
+
+Expected<std::vector<proto::Program>> lowerPlan(const ir::Graph& g, const plan::Plan& p,
+                                                const LowerOptions& options) {
+  std::vector<proto::Program> out;
+  for (int64_t r = 0; r < p.spec.mesh.worldSize(); ++r) {
+    APC_ASSIGN_OR_RETURN(proto::Program prog, lowerRank(g, p, r, options));
+    out.push_back(std::move(prog));
+  }
+  return out;
+}
+
+}  // namespace apc::lower

@@ -1,0 +1,291 @@
+//===- tests/lower/lower_test.cpp - lib/lower without LibTorch -------------===//
+//
+// The local rewrites on hand-made pieces, lowering of the hand-built toy block and size-arithmetic
+// graphs (tests/ir/test_graphs.h) planned on [4], [2,2] and [2,4] (program_checks.h), a plan with
+// Partial outputs reduced at the end, and the artifact writer/reader: byte-identical rewrites,
+// tampered, truncated and wrong-version files rejected with one-line errors.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "../plan/plan_fixtures.h"
+#include "apc/lower/artifact.h"
+#include "apc/lower/local_rewrite.h"
+#include "apc/lower/lower.h"
+#include "program_checks.h"
+
+namespace apc::lower {
+namespace {
+
+namespace fs = std::filesystem;
+using ir::testing_graphs::toyBlock;
+using ir::testing_graphs::withSizeArithmetic;
+using plan::testing::planOf;
+using plan::testing::specFor;
+
+TensorPiece piece(std::vector<int64_t> global, std::vector<cost::DimPiece> local) {
+  return {std::move(global), std::move(local)};
+}
+
+ir::Node opNamed(const std::string& op, const std::string& overload = "") {
+  ir::Node n;
+  n.op = op;
+  n.overload = overload;
+  return n;
+}
+
+TEST(LocalRewrite, ViewGetsLocalOutputShape) {
+  RankPieces rp;
+  rp.inputs = {{piece({8, 48}, {{0, 8}, {12, 12}})}, {}};
+  rp.outputs = {{piece({8, 4, 12}, {{0, 8}, {1, 1}, {0, 12}})}};
+  std::vector<std::optional<ir::Constant>> c = {std::nullopt, std::vector<int64_t>{8, -1, 12}};
+  auto r = localizeNode(opNamed("aten::view"), c, rp);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_EQ(r->replace.size(), 1u);
+  EXPECT_EQ(r->replace[0].first, 1u);
+  EXPECT_EQ(std::get<std::vector<int64_t>>(r->replace[0].second), (std::vector<int64_t>{8, 1, 12}));
+}
+
+TEST(LocalRewrite, UncutViewKeepsItsSizes) {
+  RankPieces rp;
+  rp.inputs = {{piece({8, 48}, {{0, 8}, {0, 48}})}, {}};
+  rp.outputs = {{piece({8, 4, 12}, {{0, 8}, {0, 4}, {0, 12}})}};
+  std::vector<std::optional<ir::Constant>> c = {std::nullopt, std::vector<int64_t>{8, -1, 12}};
+  auto r = localizeNode(opNamed("aten::reshape"), c, rp);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->empty());
+}
+
+TEST(LocalRewrite, ArangeBoundsAndOverload) {
+  RankPieces rp;
+  rp.inputs = {{}, {}, {}, {}, {}};
+  rp.outputs = {{piece({10}, {{6, 3}})}};  // ranks of 4 with chunk 3: piece 2 = [6, 9)
+  auto r = localizeNode(
+      opNamed("aten::arange"),
+      {ir::Constant(int64_t{10}), std::nullopt, std::nullopt, std::nullopt, std::nullopt}, rp);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_TRUE(r->overload && r->prepend);
+  EXPECT_EQ(*r->overload, "start");
+  EXPECT_EQ(std::get<int64_t>(*r->prepend), 6);
+  EXPECT_EQ(std::get<int64_t>(r->replace.at(0).second), 9);
+
+  auto s = localizeNode(
+      opNamed("aten::arange", "start_step"),
+      {ir::Constant(int64_t{1}), ir::Constant(int64_t{21}), ir::Constant(int64_t{2}), std::nullopt},
+      rp);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(std::get<int64_t>(s->replace.at(0).second), 13);  // 1 + 6*2
+  EXPECT_EQ(std::get<int64_t>(s->replace.at(1).second), 19);  // + 3*2
+}
+
+TEST(LocalRewrite, VocabParallelEmbedding) {
+  RankPieces rp;
+  rp.inputs = {{piece({50257, 48}, {{25129, 25128}, {0, 48}})}, {piece({8}, {{0, 8}})}, {}};
+  rp.outputs = {{piece({8, 48}, {{0, 8}, {0, 48}})}};
+  auto r = localizeNode(opNamed("aten::embedding"),
+                        {std::nullopt, std::nullopt, ir::Constant(int64_t{30000})}, rp);
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(r->vocab);
+  EXPECT_EQ(r->vocab->row_offset, 25129);
+  EXPECT_EQ(r->vocab->rows, 25128);
+  EXPECT_EQ(std::get<int64_t>(r->replace.at(0).second), 30000 - 25129);
+  auto q = localizeNode(opNamed("aten::embedding"),
+                        {std::nullopt, std::nullopt, ir::Constant(int64_t{3})}, rp);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(std::get<int64_t>(q->replace.at(0).second), -1);
+}
+
+TEST(LocalRewrite, NarrowOverAWholeCutDim) {
+  RankPieces rp;
+  rp.inputs = {{piece({10, 4}, {{3, 3}, {0, 4}})}, {}, {}, {}};
+  rp.outputs = {{piece({10, 4}, {{3, 3}, {0, 4}})}};
+  auto r = localizeNode(
+      opNamed("aten::narrow"),
+      {std::nullopt, ir::Constant(int64_t{0}), ir::Constant(int64_t{0}), ir::Constant(int64_t{10})},
+      rp);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(std::get<int64_t>(r->replace.at(0).second), 3);
+}
+
+struct MeshCase {
+  std::vector<int64_t> shape;
+};
+
+class LowerToy : public ::testing::TestWithParam<std::vector<int64_t>> {};
+
+TEST_P(LowerToy, ProgramsAreWellFormed) {
+  ir::Graph g = toyBlock(8);
+  mesh::Spec spec = specFor(GetParam(), {});
+  auto planned = planOf(g, spec);
+  auto programs = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  testing::checkPrograms(g, planned.result.plan, *programs);
+}
+
+TEST_P(LowerToy, SizeArithmeticIsDroppedAndViewRewritten) {
+  ir::Graph g = withSizeArithmetic();
+  mesh::Spec spec = specFor(GetParam(), {});
+  spec.inputs["x"] = mesh::PlacementTuple(GetParam().size(), mesh::Placement::replicate());
+  spec.inputs["x"][GetParam().size() - 1] = mesh::Placement::shard(0);
+  auto planned = planOf(g, spec);
+  auto programs = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  testing::checkPrograms(g, planned.result.plan, *programs);
+  for (const proto::Program& p : *programs)
+    for (const proto::Node& n : p.graph().nodes()) {
+      EXPECT_NE(n.op(), "aten::size");
+      EXPECT_NE(n.op(), "prim::ListConstruct");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Meshes, LowerToy,
+                         ::testing::Values(std::vector<int64_t>{4}, std::vector<int64_t>{2, 2},
+                                           std::vector<int64_t>{2, 4}));
+
+TEST(Lower, PartialOutputIsReducedAtTheEnd) {
+  // Pin the second linear to a contraction over the sharded hidden dim: its output is Partial and
+  // the free output must be all-reduced by a final redistribute node.
+  ir::Graph g = toyBlock(8);
+  mesh::Spec spec = specFor({4}, {"tp"});
+  spec.inputs["x"] = {mesh::Placement::replicate()};
+  spec.pins.push_back({mesh::Pin::Target::kNode, "up.weight", {mesh::Placement::shard(0)}});
+  spec.pins.push_back({mesh::Pin::Target::kNode, "down.weight", {mesh::Placement::shard(1)}});
+  auto planned = planOf(g, spec);
+  const plan::Plan& p = planned.result.plan;
+  bool partial = false;
+  for (const plan::PlanNode& n : p.nodes)
+    if (n.op == "aten::linear" && n.outputPlacements() == plan::PlacementText{"P"}) partial = true;
+  ASSERT_TRUE(partial) << "the pinned plan should end in a Partial linear";
+  auto programs = lowerPlan(g, p);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  testing::checkPrograms(g, p, *programs);
+  const proto::Program& prog = (*programs)[1];
+  ASSERT_EQ(prog.outputs_size(), 1);
+  EXPECT_EQ(prog.outputs(0).placement(0), "R");
+  const proto::Node& last = prog.graph().nodes(prog.graph().nodes_size() - 1);
+  ASSERT_EQ(last.kind(), "redistribute");
+  const proto::Redistribution& r = prog.redistributions(
+      static_cast<int>(prog.node_redistribution(prog.graph().nodes_size() - 1) - 1));
+  ASSERT_EQ(r.forward_size(), 1);
+  EXPECT_EQ(r.forward(0).kind(), "all-reduce");
+  EXPECT_EQ(r.forward(0).reduce_op(), "sum");
+  EXPECT_EQ(r.backward_size(), 0);  // the Replicate gradient goes to every summand
+}
+
+// --- artifact ------------------------------------------------------------------------------------
+
+std::string readBytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+void writeBytes(const fs::path& p, const std::string& s) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f << s;
+}
+
+class Artifact : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = fs::temp_directory_path() /
+            ("apc_lower_test_" + std::to_string(::getpid()) + "_" +
+             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(root_);
+    g_ = toyBlock(8);
+    planned_ = planOf(g_, specFor({2, 2}, {"dp", "tp"}));
+    auto programs = lowerPlan(g_, planned_.result.plan);
+    ASSERT_TRUE(programs.ok()) << programs.error().message();
+    programs_ = std::move(programs).value();
+    ASSERT_TRUE(writeArtifact((root_ / "a").string(), programs_).ok());
+  }
+  void TearDown() override { fs::remove_all(root_); }
+  std::string dir() const { return (root_ / "a").string(); }
+
+  fs::path root_;
+  ir::Graph g_;
+  plan::testing::Planned planned_;
+  std::vector<proto::Program> programs_;
+};
+
+void expectOneLine(const Error& e, const std::string& needle) {
+  EXPECT_EQ(e.message().find('\n'), std::string::npos) << e.message();
+  EXPECT_NE(e.message().find(needle), std::string::npos) << e.message();
+}
+
+TEST_F(Artifact, RoundTripsAndIsByteIdentical) {
+  auto again = lowerPlan(g_, planned_.result.plan);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(writeArtifact((root_ / "b").string(), *again).ok());
+  for (const char* f :
+       {"manifest.json", "rank_0.apcp", "rank_1.apcp", "rank_2.apcp", "rank_3.apcp"})
+    EXPECT_EQ(readBytes(root_ / "a" / f), readBytes(root_ / "b" / f)) << f;
+  auto m = readManifest(dir());
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  EXPECT_EQ(m->world_size, 4);
+  EXPECT_EQ(m->mesh_shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(m->mesh_names, (std::vector<std::string>{"dp", "tp"}));
+  EXPECT_EQ(m->plan_hash, planned_.result.plan.content_hash);
+  for (int64_t r = 0; r < 4; ++r) {
+    auto p = readProgram(dir(), r);
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    EXPECT_EQ(p->SerializeAsString(), programs_[static_cast<size_t>(r)].SerializeAsString());
+  }
+}
+
+TEST_F(Artifact, EditedFileIsAHashMismatch) {
+  fs::path f = root_ / "a" / "rank_2.apcp";
+  std::string b = readBytes(f);
+  b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 1);
+  writeBytes(f, b);
+  auto p = readProgram(dir(), 2);
+  ASSERT_FALSE(p.ok());
+  expectOneLine(p.error(), "SHA-256 mismatch");
+  EXPECT_TRUE(readProgram(dir(), 1).ok());
+}
+
+TEST_F(Artifact, TruncatedFileIsRejected) {
+  fs::path f = root_ / "a" / "rank_0.apcp";
+  std::string b = readBytes(f);
+  writeBytes(f, b.substr(0, b.size() / 3));
+  auto p = readProgram(dir(), 0);
+  ASSERT_FALSE(p.ok());
+  expectOneLine(p.error(), "rank_0.apcp");
+}
+
+TEST_F(Artifact, WrongVersionIsRejected) {
+  fs::path f = root_ / "a" / "manifest.json";
+  std::string b = readBytes(f);
+  auto at = b.find("\"format_version\": 1");
+  ASSERT_NE(at, std::string::npos);
+  b.replace(at, 19, "\"format_version\": 7");
+  writeBytes(f, b);
+  auto m = readManifest(dir());
+  ASSERT_FALSE(m.ok());
+  expectOneLine(m.error(), "format version 7");
+
+  // A program of another format version, with a manifest that matches its bytes.
+  std::vector<proto::Program> progs = programs_;
+  for (auto& p : progs) p.set_format_version(kProgramFormatVersion + 1);
+  ASSERT_TRUE(writeArtifact((root_ / "c").string(), progs).ok());
+  auto p = readProgram((root_ / "c").string(), 0);
+  ASSERT_FALSE(p.ok());
+  expectOneLine(p.error(), "program format version");
+}
+
+TEST_F(Artifact, MissingManifestAndRankOutOfRange) {
+  auto m = readManifest((root_ / "nowhere").string());
+  ASSERT_FALSE(m.ok());
+  expectOneLine(m.error(), "manifest.json");
+  auto p = readProgram(dir(), 4);
+  ASSERT_FALSE(p.ok());
+  expectOneLine(p.error(), "world size 4");
+}
+
+}  // namespace
+}  // namespace apc::lower
