@@ -11,9 +11,9 @@
 //   reduceScatter(full, dim, op)     P(op) -> S(dim): reduce, keep torch.chunk piece `index()`
 //   allToAll(local, gather_dim, shard_dim, gather_sizes)
 //                                    S(gather_dim) -> S(shard_dim): cut local along shard_dim into
-//                                    size() torch.chunk pieces, send piece q to member q, concatenate
-//                                    arrivals along gather_dim (gather_sizes[k]: member k's size
-//                                    along gather_dim)
+//                                    size() torch.chunk pieces, send piece q to member q,
+//                                    concatenate arrivals along gather_dim (gather_sizes[k]: member
+//                                    k's size along gather_dim)
 //
 // What 1.13's Gloo lacks (reduce-scatter, _allgather_base, bf16 reductions) the Gloo
 // implementation composes from what it has (alltoall_base, list all-gather, fp32 all-reduce);
@@ -79,31 +79,43 @@ class Communicator {
   CommStats stats_;
 };
 
-/// The torchrun environment: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+/// The torchrun environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+/// MASTER_PORT (`apc run` sets the same variables).
 struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
-  int local_rank = 0;
+  int local_rank = 0;        // also the CUDA device of the NCCL backend
+  int local_world_size = 1;  // ranks on this host
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
 };
 
 /// Reads the torchrun variables; a missing RANK/WORLD_SIZE means a single process (rank 0 of 1).
-/// Errors: malformed numbers, rank outside [0, world_size).
+/// LOCAL_RANK defaults to RANK, LOCAL_WORLD_SIZE to WORLD_SIZE, MASTER_ADDR to 127.0.0.1,
+/// MASTER_PORT to 29500. Errors: malformed numbers, only one of RANK/WORLD_SIZE set, rank outside
+/// [0, world_size), local rank outside [0, local_world_size), a port outside 1..65535.
 Expected<LaunchEnv> launchEnvFromEnvironment();
 
 enum class Backend { kGloo, kNccl };
 
 struct WorldOptions {
   Backend backend = Backend::kGloo;
+  /// The longest any collective waits for its peers (then CommError).
   std::chrono::milliseconds timeout{300'000};
+  /// The longest World::create waits for the other ranks (store connection, each group's
+  /// rendezvous); separate so that a short collective timeout survives slow process start-up.
+  std::chrono::milliseconds setup_timeout{300'000};
 };
 
 /// This rank's view of the mesh: one Communicator per mesh dim (its group along that dim) and one
-/// for the whole world, all rendezvoused through one c10d TCPStore at MASTER_ADDR:MASTER_PORT.
+/// for the whole world, all rendezvoused through one c10d TCPStore at MASTER_ADDR:MASTER_PORT
+/// (rank 0 serves it). A world of one process opens no store. Groups of one rank communicate
+/// nothing. Set-up waits at most options.setup_timeout for the other ranks.
 class World {
  public:
-  /// Errors: env.world_size != mesh.size(), store or group set-up failures (one line).
+  /// Errors: env.world_size != mesh.worldSize(), a non-positive timeout, kNccl without CUDA or
+  /// without NCCL built in, store or group set-up failures (one line naming the store address or
+  /// the group).
   static Expected<std::shared_ptr<World>> create(const LaunchEnv& env, const mesh::DeviceMesh& mesh,
                                                  const WorldOptions& options = {});
   virtual ~World() = default;
@@ -113,7 +125,7 @@ class World {
   virtual std::vector<int64_t> coordinate() const = 0;
   /// The group of mesh dim `dim`.
   virtual Communicator& dim(size_t dim) = 0;
-  /// Every rank.
+  /// Every rank ("world ranks {...}"); on a 1-d mesh the same communicator as dim(0).
   virtual Communicator& all() = 0;
   /// Sum of the stats of every communicator.
   virtual CommStats stats() const = 0;

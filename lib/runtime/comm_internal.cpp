@@ -1,0 +1,163 @@
+//===- lib/runtime/comm_internal.cpp - Shared pieces of the communicators ----===//
+//
+// Group names, torch.chunk arithmetic, failure texts, the stacked-piece reduction used by the
+// composed reduce-scatter and 16-bit all-reduce, and the communicator of a one-rank group.
+//
+//===----------------------------------------------------------------------===//
+#include "comm_internal.h"
+
+#include <ATen/core/Tensor.h>
+
+#include "apc/mesh/placement.h"
+
+namespace apc::runtime::detail {
+
+std::string groupName(const mesh::DeviceMesh& mesh, int dim, const std::vector<int64_t>& ranks) {
+  std::string s;
+  if (dim < 0) {
+    s = "world";
+  } else {
+    s = "mesh dim " + std::to_string(dim);
+    if (static_cast<size_t>(dim) < mesh.names().size()) s += " (" + mesh.names()[dim] + ")";
+  }
+  s += " ranks {";
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (i) s += ",";
+    if (ranks.size() > 16 && i == 8) {
+      s += "...," + std::to_string(ranks.back());
+      break;
+    }
+    s += std::to_string(ranks[i]);
+  }
+  return s + "}";
+}
+
+std::vector<int64_t> chunkSizes(int64_t n, int p) {
+  std::vector<int64_t> sizes(p);
+  for (int q = 0; q < p; ++q) sizes[q] = mesh::chunkSize(n, p, q);
+  return sizes;
+}
+
+std::string firstLine(std::string_view text) {
+  text = text.substr(0, text.find('\n'));
+  // Gloo prefixes its messages with the source location: "[/build/.../pair.cc:598] Connection ...".
+  if (!text.empty() && text.front() == '[') {
+    size_t close = text.find("] ");
+    if (close != std::string_view::npos &&
+        text.substr(0, close).find(':') != std::string_view::npos)
+      text = text.substr(close + 2);
+  }
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\r')) text.remove_suffix(1);
+  return std::string(text);
+}
+
+std::string describeFailure(const std::string& group, const char* op, std::string_view message,
+                            std::chrono::milliseconds timeout) {
+  std::string line = firstLine(message);
+  bool timed_out =
+      line.find("imed out") != std::string::npos || line.find("imeout") != std::string::npos;
+  if (timed_out)
+    return group + ": " + op + " timed out after " + std::to_string(timeout.count()) + " ms";
+  return group + ": " + op + " failed: " + line;
+}
+
+void throwUsage(const std::string& group, const char* op, const std::string& what) {
+  throw CommError(group + ": " + op + ": " + what);
+}
+
+int64_t normaliseDim(const std::string& group, const char* op, int64_t dim, int64_t ndim) {
+  int64_t d = dim < 0 ? dim + ndim : dim;
+  if (d < 0 || d >= ndim)
+    throwUsage(
+        group, op,
+        "dim " + std::to_string(dim) + " out of range for a " + std::to_string(ndim) + "-d tensor");
+  return d;
+}
+
+void checkPieceSizes(const std::string& group, const char* op, const at::Tensor& local, int64_t dim,
+                     const std::vector<int64_t>& sizes, int index) {
+  if (static_cast<int>(sizes.size()) <= index)
+    throwUsage(group, op,
+               std::to_string(sizes.size()) + " piece sizes for a group of more members");
+  for (int64_t s : sizes)
+    if (s < 0) throwUsage(group, op, "negative piece size " + std::to_string(s));
+  if (local.size(dim) != sizes[index])
+    throwUsage(group, op,
+               "local size " + std::to_string(local.size(dim)) + " along dim " +
+                   std::to_string(dim) + " but sizes[" + std::to_string(index) + "] is " +
+                   std::to_string(sizes[index]));
+}
+
+at::Tensor reduceStacked(const at::Tensor& stacked, mesh::ReduceOp op, int64_t group_size) {
+  at::ScalarType dtype = stacked.scalar_type();
+  bool low = dtype == at::kBFloat16 || dtype == at::kHalf;
+  at::Tensor x = low ? stacked.to(at::kFloat) : stacked;
+  at::Tensor r;
+  switch (op) {
+    case mesh::ReduceOp::kSum:
+      r = x.sum(0, false, x.scalar_type());
+      break;
+    case mesh::ReduceOp::kAvg:
+      r = x.sum(0, false, x.scalar_type());
+      r = at::isFloatingType(r.scalar_type()) ? r.div_(static_cast<double>(group_size))
+                                              : r.div(group_size, "floor");
+      break;
+    case mesh::ReduceOp::kMax:
+      r = x.amax(0);
+      break;
+    case mesh::ReduceOp::kMin:
+      r = x.amin(0);
+      break;
+  }
+  return r.scalar_type() == dtype ? r : r.to(dtype);
+}
+
+namespace {
+
+/// A group of one rank: each collective is the identity on a copy (the same contract as the real
+/// communicators: results never alias their inputs).
+class LocalCommunicator final : public Communicator {
+ public:
+  explicit LocalCommunicator(std::string name) : name_(std::move(name)) {}
+  int index() const override { return 0; }
+  int size() const override { return 1; }
+  const std::string& name() const override { return name_; }
+
+  at::Tensor allGather(const at::Tensor& local, int64_t dim,
+                       const std::vector<int64_t>& sizes) override {
+    int64_t d = normaliseDim(name_, "all-gather", dim, local.dim());
+    checkPieceSizes(name_, "all-gather", local, d, sizes, 0);
+    ++stats_.calls;
+    return local.clone(at::MemoryFormat::Contiguous);
+  }
+  void allReduce(at::Tensor& t, mesh::ReduceOp op) override { ++stats_.calls; }
+  at::Tensor reduceScatter(const at::Tensor& full, int64_t dim, mesh::ReduceOp op) override {
+    normaliseDim(name_, "reduce-scatter", dim, full.dim());
+    ++stats_.calls;
+    return full.clone(at::MemoryFormat::Contiguous);
+  }
+  at::Tensor allToAll(const at::Tensor& local, int64_t gather_dim, int64_t shard_dim,
+                      const std::vector<int64_t>& gather_sizes) override {
+    int64_t g = normaliseDim(name_, "all-to-all", gather_dim, local.dim());
+    normaliseDim(name_, "all-to-all", shard_dim, local.dim());
+    checkPieceSizes(name_, "all-to-all", local, g, gather_sizes, 0);
+    ++stats_.calls;
+    return local.clone(at::MemoryFormat::Contiguous);
+  }
+  void broadcast(at::Tensor& t, int root_index) override {
+    if (root_index != 0) throwUsage(name_, "broadcast", "root index out of range");
+    ++stats_.calls;
+  }
+  void barrier() override { ++stats_.calls; }
+
+ private:
+  std::string name_;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> makeLocalCommunicator(std::string name) {
+  return std::make_unique<LocalCommunicator>(std::move(name));
+}
+
+}  // namespace apc::runtime::detail

@@ -1,0 +1,374 @@
+//===- tests/runtime/comm_test.cpp - Gloo communicators on forked ranks ----===//
+//
+// Every collective on every group of meshes [4], [2,2] and [2,4] (4 and 8 forked processes), for
+// f32 and bf16, with uneven and empty pieces: each rank builds every member's input from a fixed
+// formula, computes the expected result locally and compares it with the collective's. Also the
+// byte counters, the launch environment, one-process worlds, and the failures: a world size that
+// differs from the mesh, a peer that exits before a collective, and a collective timeout.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <thread>
+
+#include "apc/mesh/placement.h"
+#include "apc/runtime/comm.h"
+#include "comm_harness.h"
+
+namespace apc::runtime {
+namespace {
+
+using apc::testing::expectAllPassed;
+using apc::testing::runRanks;
+using Clock = std::chrono::steady_clock;
+
+/// Rank `rank`'s input of a given shape: a fixed formula, different per rank and salt.
+at::Tensor data(int64_t rank, std::vector<int64_t> shape, int salt, at::ScalarType dtype) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  at::Tensor t = at::arange(n, at::kFloat).mul(0.37).add(rank * 1.7 + salt * 0.13).sin().mul(3);
+  return t.view(shape).to(dtype);
+}
+
+std::vector<int64_t> chunks(int64_t n, int64_t p) {
+  std::vector<int64_t> v;
+  for (int64_t q = 0; q < p; ++q) v.push_back(mesh::chunkSize(n, p, q));
+  return v;
+}
+
+at::Tensor reduceAll(const std::vector<at::Tensor>& xs, mesh::ReduceOp op) {
+  at::Tensor r = xs[0].to(at::kFloat);
+  for (size_t i = 1; i < xs.size(); ++i) {
+    at::Tensor x = xs[i].to(at::kFloat);
+    switch (op) {
+      case mesh::ReduceOp::kMax:
+        r = at::maximum(r, x);
+        break;
+      case mesh::ReduceOp::kMin:
+        r = at::minimum(r, x);
+        break;
+      default:
+        r = r + x;
+    }
+  }
+  if (op == mesh::ReduceOp::kAvg) r = r / static_cast<double>(xs.size());
+  return r.to(xs[0].scalar_type());
+}
+
+void expectClose(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.sizes(), want.sizes()) << what;
+  ASSERT_EQ(got.scalar_type(), want.scalar_type()) << what;
+  double tol = got.scalar_type() == at::kBFloat16 ? 2e-2 : 1e-5;
+  EXPECT_TRUE(at::allclose(got.to(at::kFloat), want.to(at::kFloat), tol, tol)) << what;
+}
+
+/// Every collective of `c`, whose members are the global ranks `members` in index order.
+void checkGroup(Communicator& c, const std::vector<int64_t>& members, at::ScalarType dtype) {
+  const int p = c.size();
+  const int k = c.index();
+  ASSERT_EQ(p, static_cast<int>(members.size())) << c.name();
+  const std::string tag = c.name() + " " + std::string(c10::toString(dtype));
+
+  // all-gather: torch.chunk pieces (7, 2 and 0 give short and empty pieces) and arbitrary sizes.
+  std::vector<std::vector<int64_t>> size_lists;
+  for (int64_t n : {7, 2, 0, 8}) size_lists.push_back(chunks(n, p));
+  std::vector<int64_t> odd;
+  for (int j = 0; j < p; ++j) odd.push_back((j * 2) % 3);
+  size_lists.push_back(odd);
+  for (size_t li = 0; li < size_lists.size(); ++li) {
+    const auto& sizes = size_lists[li];
+    int salt = static_cast<int>(li);
+    at::Tensor local = data(members[k], {3, sizes[k], 2}, salt, dtype);
+    at::Tensor got = c.allGather(local, 1, sizes);
+    std::vector<at::Tensor> parts;
+    for (int j = 0; j < p; ++j) parts.push_back(data(members[j], {3, sizes[j], 2}, salt, dtype));
+    expectClose(got, at::cat(parts, 1), tag + " all-gather list " + std::to_string(li));
+  }
+
+  // all-reduce, every op, also non-contiguous and empty tensors.
+  for (mesh::ReduceOp op :
+       {mesh::ReduceOp::kSum, mesh::ReduceOp::kMax, mesh::ReduceOp::kMin, mesh::ReduceOp::kAvg}) {
+    std::vector<at::Tensor> all;
+    for (int j = 0; j < p; ++j) all.push_back(data(members[j], {5, 3}, 10, dtype));
+    at::Tensor t = all[k].clone();
+    c.allReduce(t, op);
+    expectClose(t, reduceAll(all, op), tag + " all-reduce " + mesh::reduceOpName(op));
+    at::Tensor tt = all[k].clone().t();  // non-contiguous
+    c.allReduce(tt, op);
+    expectClose(tt, reduceAll(all, op).t(), tag + " all-reduce transposed");
+  }
+  at::Tensor empty = at::empty({0, 4}, at::TensorOptions().dtype(dtype));
+  c.allReduce(empty, mesh::ReduceOp::kSum);
+  EXPECT_EQ(empty.numel(), 0);
+
+  // reduce-scatter along dim 1 and dim 0, uneven and empty pieces.
+  for (int64_t n : {7, 2, 0, 8}) {
+    for (mesh::ReduceOp op : {mesh::ReduceOp::kSum, mesh::ReduceOp::kMax, mesh::ReduceOp::kAvg}) {
+      std::vector<at::Tensor> fulls;
+      for (int j = 0; j < p; ++j) fulls.push_back(data(members[j], {4, n, 3}, 20 + n, dtype));
+      at::Tensor got = c.reduceScatter(fulls[k], 1, op);
+      at::Tensor want =
+          reduceAll(fulls, op).narrow(1, mesh::chunkOffset(n, p, k), mesh::chunkSize(n, p, k));
+      expectClose(got, want, tag + " reduce-scatter n=" + std::to_string(n));
+    }
+    std::vector<at::Tensor> fulls;
+    for (int j = 0; j < p; ++j) fulls.push_back(data(members[j], {n, 2}, 30 + n, dtype));
+    at::Tensor got = c.reduceScatter(fulls[k], 0, mesh::ReduceOp::kSum);
+    at::Tensor want = reduceAll(fulls, mesh::ReduceOp::kSum)
+                          .narrow(0, mesh::chunkOffset(n, p, k), mesh::chunkSize(n, p, k));
+    expectClose(got, want, tag + " reduce-scatter dim 0 n=" + std::to_string(n));
+  }
+
+  // all-to-all S(0) -> S(1) and S(1) -> S(0), uneven and empty pieces on both sides.
+  for (int64_t gathered : {5, 2}) {
+    for (int64_t m : {7, 3, 0}) {
+      std::vector<int64_t> gs = chunks(gathered, p);
+      at::Tensor local = data(members[k], {gs[k], m, 2}, 40, dtype);
+      at::Tensor got = c.allToAll(local, 0, 1, gs);
+      std::vector<at::Tensor> parts;
+      for (int j = 0; j < p; ++j)
+        parts.push_back(data(members[j], {gs[j], m, 2}, 40, dtype)
+                            .narrow(1, mesh::chunkOffset(m, p, k), mesh::chunkSize(m, p, k)));
+      expectClose(
+          got, at::cat(parts, 0),
+          tag + " all-to-all 0<-1 g=" + std::to_string(gathered) + " m=" + std::to_string(m));
+      // Back: S(1) -> S(0) restores the original local.
+      at::Tensor back = c.allToAll(got, 1, 0, chunks(m, p));
+      expectClose(back, local, tag + " all-to-all back");
+    }
+  }
+
+  // broadcast from index 1 % p.
+  int root = 1 % p;
+  at::Tensor b = data(members[k], {6}, 50, dtype);
+  c.broadcast(b, root);
+  expectClose(b, data(members[root], {6}, 50, dtype), tag + " broadcast");
+  c.barrier();
+}
+
+/// The counted bytes follow the documented formulas (gloo_comm.cpp).
+void checkBytes(Communicator& c) {
+  const int64_t p = c.size();
+  c.resetStats();
+  at::Tensor local = at::ones({2, 4});
+  std::vector<int64_t> sizes(p, 2);
+  (void)c.allGather(local, 0, sizes);
+  EXPECT_EQ(c.stats().bytes_sent, (p - 1) * 2 * 4 * 4) << c.name();
+  c.resetStats();
+  (void)c.reduceScatter(at::ones({p * 3, 2}), 0, mesh::ReduceOp::kSum);
+  EXPECT_EQ(c.stats().bytes_sent, (p - 1) * 3 * 2 * 4) << c.name();
+  c.resetStats();
+  at::Tensor t = at::ones({p * 4});
+  c.allReduce(t, mesh::ReduceOp::kSum);
+  EXPECT_EQ(c.stats().bytes_sent, 2 * (p - 1) * 4 * 4) << c.name();
+  c.resetStats();
+  at::Tensor h = at::ones({p * 4}, at::kBFloat16);
+  c.allReduce(h, mesh::ReduceOp::kSum);
+  EXPECT_EQ(c.stats().bytes_sent, 2 * (p - 1) * 4 * 2) << c.name();
+  c.resetStats();
+  (void)c.allToAll(at::ones({3, p * 2}), 0, 1, std::vector<int64_t>(p, 3));
+  EXPECT_EQ(c.stats().bytes_sent, (p - 1) * 3 * 2 * 4) << c.name();
+  EXPECT_EQ(c.stats().calls, 1);
+  c.resetStats();
+}
+
+void runMesh(std::vector<int64_t> shape, std::vector<std::string> names) {
+  auto mesh = mesh::DeviceMesh::create(shape, names);
+  ASSERT_TRUE(mesh.ok());
+  int n = static_cast<int>(mesh->worldSize());
+  auto outcomes = runRanks(n, std::chrono::seconds(60), [&](const LaunchEnv& env) {
+    WorldOptions options;
+    options.timeout = std::chrono::milliseconds(20'000);
+    auto world = World::create(env, *mesh, options);
+    ASSERT_TRUE(world.ok()) << world.error().message();
+    World& w = **world;
+    EXPECT_EQ(w.coordinate(), mesh->coordinate(env.rank));
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      for (size_t d = 0; d < mesh->ndim(); ++d) {
+        EXPECT_EQ(w.dim(d).index(), mesh->coordinate(env.rank)[d]);
+        checkGroup(w.dim(d), mesh->groupOf(env.rank, d), dtype);
+      }
+      std::vector<int64_t> all;
+      for (int r = 0; r < n; ++r) all.push_back(r);
+      checkGroup(w.all(), all, dtype);
+    }
+    EXPECT_GT(w.stats().calls, 0);
+    EXPECT_GT(w.stats().bytes_sent, 0);
+    for (size_t d = 0; d < mesh->ndim(); ++d) checkBytes(w.dim(d));
+    checkBytes(w.all());
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST(CommTest, Mesh4) {
+  runMesh({4}, {"dp"});
+}
+TEST(CommTest, Mesh2x2) {
+  runMesh({2, 2}, {"dp", "tp"});
+}
+TEST(CommTest, Mesh2x4) {
+  runMesh({2, 4}, {"dp", "tp"});
+}
+
+TEST(CommTest, GroupNames) {
+  auto mesh = mesh::DeviceMesh::create({2, 2}, {"dp", "tp"});
+  ASSERT_TRUE(mesh.ok());
+  auto outcomes = runRanks(4, std::chrono::seconds(30), [&](const LaunchEnv& env) {
+    auto world = World::create(env, *mesh);
+    ASSERT_TRUE(world.ok()) << world.error().message();
+    if (env.rank == 3) {
+      EXPECT_EQ((*world)->dim(0).name(), "mesh dim 0 (dp) ranks {1,3}");
+      EXPECT_EQ((*world)->dim(1).name(), "mesh dim 1 (tp) ranks {2,3}");
+      EXPECT_EQ((*world)->all().name(), "world ranks {0,1,2,3}");
+    }
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST(CommTest, SingleProcessWorld) {
+  // Runs in a child: the parent stays free of torch threads for the forking tests.
+  auto outcomes = runRanks(1, std::chrono::seconds(30), [](const LaunchEnv& env) {
+    auto mesh = mesh::DeviceMesh::create({1, 1});
+    ASSERT_TRUE(mesh.ok());
+    auto world = World::create(env, *mesh);
+    ASSERT_TRUE(world.ok()) << world.error().message();
+    checkGroup((*world)->dim(0), {0}, at::kFloat);
+    checkGroup((*world)->all(), {0}, at::kBFloat16);
+    EXPECT_EQ((*world)->stats().bytes_sent, 0);
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST(CommTest, WorldSizeMismatchIsOneLine) {
+  auto mesh = mesh::DeviceMesh::create({2, 4}, {"dp", "tp"});
+  ASSERT_TRUE(mesh.ok());
+  LaunchEnv env;
+  env.rank = 1;
+  env.world_size = 4;
+  auto world = World::create(env, *mesh);
+  ASSERT_FALSE(world.ok());
+  EXPECT_EQ(world.error().message(), "world size 4 but the mesh 2x4(dp,tp) has 8 ranks");
+  EXPECT_EQ(world.error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(CommTest, NcclWithoutCudaIsAnError) {
+  auto mesh = mesh::DeviceMesh::create({1});
+  ASSERT_TRUE(mesh.ok());
+  WorldOptions options;
+  options.backend = Backend::kNccl;
+  auto world = World::create(LaunchEnv{}, *mesh, options);
+  ASSERT_FALSE(world.ok());
+  EXPECT_NE(world.error().message().find("NCCL"), std::string::npos) << world.error().message();
+  EXPECT_EQ(world.error().message().find('\n'), std::string::npos);
+}
+
+TEST(CommTest, LaunchEnvironment) {
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  ::unsetenv("LOCAL_RANK");
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  auto single = launchEnvFromEnvironment();
+  ASSERT_TRUE(single.ok());
+  EXPECT_EQ(single->rank, 0);
+  EXPECT_EQ(single->world_size, 1);
+  ::setenv("RANK", "3", 1);
+  ::setenv("WORLD_SIZE", "8", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  ::setenv("LOCAL_WORLD_SIZE", "4", 1);
+  ::setenv("MASTER_ADDR", "10.1.2.3", 1);
+  ::setenv("MASTER_PORT", "12345", 1);
+  auto env = launchEnvFromEnvironment();
+  ASSERT_TRUE(env.ok()) << env.error().message();
+  EXPECT_EQ(env->rank, 3);
+  EXPECT_EQ(env->world_size, 8);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->local_world_size, 4);
+  EXPECT_EQ(env->master_addr, "10.1.2.3");
+  EXPECT_EQ(env->master_port, 12345);
+  ::setenv("RANK", "8", 1);
+  auto bad = launchEnvFromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message(), "RANK=8 is outside [0, WORLD_SIZE=8)");
+  ::setenv("RANK", "x1", 1);
+  bad = launchEnvFromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message(), "environment variable RANK='x1' is not an integer");
+  ::unsetenv("WORLD_SIZE");
+  bad = launchEnvFromEnvironment();
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message(), "RANK is set but WORLD_SIZE is not");
+  for (const char* v :
+       {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
+    ::unsetenv(v);
+}
+
+TEST(CommFailureTest, PeerThatExitedGivesCommError) {
+  auto mesh = mesh::DeviceMesh::create({4}, {"dp"});
+  ASSERT_TRUE(mesh.ok());
+  auto outcomes = runRanks(4, std::chrono::seconds(30), [&](const LaunchEnv& env) {
+    WorldOptions options;
+    options.timeout = std::chrono::milliseconds(5000);
+    options.setup_timeout = std::chrono::milliseconds(20'000);
+    auto world = World::create(env, *mesh, options);
+    ASSERT_TRUE(world.ok()) << world.error().message();
+    (*world)->all().barrier();
+    if (env.rank == 2) {
+      world->reset();
+      ::_exit(0);  // leaves before the all-reduce
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    at::Tensor t = at::ones({1000});
+    auto start = Clock::now();
+    try {
+      (*world)->dim(0).allReduce(t, mesh::ReduceOp::kSum);
+      ADD_FAILURE() << "rank " << env.rank << ": all-reduce with a dead peer succeeded";
+    } catch (const CommError& e) {
+      std::string what = e.what();
+      EXPECT_EQ(what.rfind("mesh dim 0 (dp) ranks {0,1,2,3}: all-reduce ", 0), 0u) << what;
+      EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(5000 + 2000));
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST(CommFailureTest, CollectiveTimeoutNamesTheGroup) {
+  auto mesh = mesh::DeviceMesh::create({2, 2}, {"dp", "tp"});
+  ASSERT_TRUE(mesh.ok());
+  auto outcomes = runRanks(4, std::chrono::seconds(30), [&](const LaunchEnv& env) {
+    WorldOptions options;
+    options.timeout = std::chrono::milliseconds(1500);
+    options.setup_timeout = std::chrono::milliseconds(20'000);
+    auto world = World::create(env, *mesh, options);
+    ASSERT_TRUE(world.ok()) << world.error().message();
+    Communicator& tp = (*world)->dim(1);
+    at::Tensor local = at::ones({2, 3});
+    if (env.rank == 3) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(4000));  // past rank 2's timeout
+      EXPECT_THROW((void)tp.allGather(local, 0, {2, 2}), CommError);
+      return;
+    }
+    auto start = Clock::now();
+    if (env.rank == 2) {
+      try {
+        (void)tp.allGather(local, 0, {2, 2});
+        ADD_FAILURE() << "all-gather with a sleeping peer succeeded";
+      } catch (const CommError& e) {
+        EXPECT_STREQ(e.what(), "mesh dim 1 (tp) ranks {2,3}: all-gather timed out after 1500 ms");
+      }
+      auto elapsed = Clock::now() - start;
+      EXPECT_GE(elapsed, std::chrono::milliseconds(1400));
+      EXPECT_LT(elapsed, std::chrono::milliseconds(3500));
+    } else {
+      EXPECT_EQ(tp.allGather(local, 0, {2, 2}).size(0), 4);  // group {0,1} is unaffected
+    }
+  });
+  expectAllPassed(outcomes);
+}
+
+}  // namespace
+}  // namespace apc::runtime
