@@ -12,6 +12,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "apc/ir/graph.h"
+#include "apc/plan/plan.h"
 #include "apc/support/error.h"
 
 namespace apc::tool {
@@ -31,5 +33,9 @@ Runner addPlanCommand(CLI::App& app);
 Runner addExplainCommand(CLI::App& app);
 /// `apc diff`: placement and cost differences of two plans (tools/apc/diff.cpp).
 Runner addDiffCommand(CLI::App& app);
+/// `apc lower`: per-rank programs and the artifact directory of a plan (tools/apc/lower.cpp).
+Runner addLowerCommand(CLI::App& app);
+/// Lowers `p` over `g` and writes the artifact to `dir` (apc lower, apc plan --artifact).
+Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::string& dir);
 
 }  // namespace apc::tool

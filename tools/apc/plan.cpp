@@ -40,6 +40,7 @@ struct PlanFlags {
   bool no_reduce = false;
   std::string dump_problem;
   std::string timings_json;
+  std::string artifact;  // --artifact DIR: also lower the plan (tools/apc/lower.cpp)
 };
 
 double since(Clock::time_point t0) {
@@ -123,6 +124,10 @@ int runPlan(const PlanFlags& f) {
     if (!s.ok()) return report(s.error());
     t.write_s = since(tw);
   }
+  if (!f.artifact.empty()) {
+    Status s = writeArtifactFor(*graph, result->plan, f.artifact);
+    if (!s.ok()) return report(s.error());
+  }
   if (f.verbose) std::cout << plan::optimizerLog(result->plan);
   std::cout << plan::summaryText(result->plan, &t);
   std::cout << (f.output.empty() ? std::string("plan not written (no -o)") : "wrote " + f.output)
@@ -155,6 +160,8 @@ Runner addPlanCommand(CLI::App& app) {
                  "Output placements (JSON) in the forward's output structure; overrides the "
                  "spec's outputs");
   app.add_option("-o,--output", f->output, "Write the plan JSON here");
+  app.add_option("--artifact", f->artifact,
+                 "Also lower the plan: write per-rank programs and manifest.json to this directory");
   app.add_option("--memory-budget", f->memory_budget,
                  "Parameter memory per rank as LOW,HIGH fractions of all parameter bytes "
                  "(default 0,1/world size; HIGH = 1 allows full replication)");

@@ -1,0 +1,75 @@
+//===- tools/apc/lower.cpp - `apc lower` -----------------------------------===//
+//
+// `apc lower PLAN MODEL -o DIR`: imports MODEL with the plan's input shapes (its SHA-256 must be
+// the plan's), lowers the plan to one program per rank (lib/lower) and writes the artifact
+// directory (manifest.json + rank_<r>.apcp). `apc plan --artifact DIR` calls the same
+// writeArtifactFor after planning.
+//
+//===----------------------------------------------------------------------===//
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "apc/frontend/input_spec.h"
+#include "apc/frontend/torchscript.h"
+#include "apc/lower/artifact.h"
+#include "apc/lower/lower.h"
+#include "apc/plan/hash.h"
+#include "commands.h"
+
+namespace apc::tool {
+
+Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::string& dir) {
+  APC_ASSIGN_OR_RETURN(std::vector<proto::Program> programs, lower::lowerPlan(g, p));
+  Status s = lower::writeArtifact(dir, programs);
+  if (!s.ok()) return s;
+  size_t redistributions = 0;
+  for (const proto::Program& prog : programs)
+    redistributions += static_cast<size_t>(prog.redistributions_size());
+  std::cout << "wrote artifact " << dir << ": " << programs.size() << " rank programs, "
+            << redistributions << " redistributions in all\n";
+  return Status::success();
+}
+
+namespace {
+
+struct LowerFlags {
+  std::string plan;
+  std::string model;
+  std::string output;
+};
+
+Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& path) {
+  APC_ASSIGN_OR_RETURN(std::string sha, plan::sha256File(path));
+  if (sha != p.model.model_sha256)
+    return invalidArgument("model " + path +
+                           " is not the one the plan was made from (its SHA-256 differs)");
+  frontend::ImportOptions options;
+  for (const std::string& text : p.model.inputs) {
+    APC_ASSIGN_OR_RETURN(frontend::InputSpec s, frontend::parseInputSpec(text));
+    options.inputs.push_back(s);
+  }
+  return frontend::importTorchScript(path, options);
+}
+
+int runLower(const LowerFlags& f) {
+  auto p = plan::readPlanFile(f.plan);
+  if (!p.ok()) return report(p.error());
+  auto g = importForLowering(*p, f.model.empty() ? p->model.model_path : f.model);
+  if (!g.ok()) return report(g.error());
+  Status s = writeArtifactFor(*g, *p, f.output);
+  if (!s.ok()) return report(s.error());
+  return 0;
+}
+
+}  // namespace
+
+Runner addLowerCommand(CLI::App& app) {
+  auto f = std::make_shared<LowerFlags>();
+  app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
+  app.add_option("model", f->model, "The model the plan was made from (default: the plan's path)");
+  app.add_option("-o,--output", f->output, "Artifact directory to write")->required();
+  return [f] { return runLower(*f); };
+}
+
+}  // namespace apc::tool
