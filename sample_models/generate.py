@@ -163,6 +163,7 @@ def sample_table():
     for name, cfg, stub, kinds, expected in (
         ("llama_tiny", M.LLAMA_TINY, False, ("traced", "scripted"), None),
         ("llama_small", M.LLAMA_SMALL, True, ("traced",), None),
+        ("llama_small_4l", M.LLAMA_SMALL_4L, True, ("traced",), None),
         ("llama3_8b", M.LLAMA3_8B, True, ("scripted",), M.LLAMA3_8B_PARAMS),
     ):
         V = cfg.vocab_size

@@ -435,6 +435,10 @@ LLAMA_TINY = LlamaConfig(dim=64, n_layers=2, n_heads=4, n_kv_heads=2, ffn_dim=16
                          vocab_size=256, norm_eps=1e-5, rope_theta=10000.0, max_seq_len=2048)
 LLAMA_SMALL = LlamaConfig(dim=512, n_layers=8, n_heads=8, n_kv_heads=4, ffn_dim=1408,
                           vocab_size=32000, norm_eps=1e-5, rope_theta=10000.0, max_seq_len=2048)
+# llama_small with half the layers: the pair checks that layer clustering's optimum does not
+# depend on the repeat count (tests/solver/models_test.cpp).
+LLAMA_SMALL_4L = LlamaConfig(dim=512, n_layers=4, n_heads=8, n_kv_heads=4, ffn_dim=1408,
+                             vocab_size=32000, norm_eps=1e-5, rope_theta=10000.0, max_seq_len=2048)
 LLAMA3_8B = LlamaConfig(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336,
                         vocab_size=128256, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=2048)
 LLAMA3_8B_PARAMS = 8_030_261_248

@@ -90,7 +90,14 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
   strategy::EnumerateOptions options;
   options.device = device;
   auto t0 = Clock::now();
-  out.strategies = strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);
+  if (spec.mixed_precision.param_dtype) {
+    // Compute costs in param_dtype (solver::computeGraph); the problem is built on the stored
+    // graph.
+    ir::Graph compute = solver::computeGraph(g, spec.mixed_precision);
+    out.strategies = strategy::enumerate(compute, spec.mesh, strategy::defaultRegistry(), options);
+  } else {
+    out.strategies = strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);
+  }
   out.fallback_ops = strategy::fallbackOps(g, out.strategies);
   if (timings) timings->enumerate_s = secondsSince(t0);
   t0 = Clock::now();
@@ -109,12 +116,48 @@ Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
     timings->solve_s = secondsSince(t0);
     timings->solver_s = r.solution.seconds;
   }
-  APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, built.gp, r.solution, spec, source, {options, r.sizes}));
+  APC_ASSIGN_OR_RETURN(r.plan,
+                       makePlan(g, built.gp, r.solution, spec, source, {options, r.sizes, {}}));
+  return r;
+}
+
+mesh::Spec baselineSpec(const ir::Graph& g, mesh::Spec spec, solver::Baseline b) {
+  for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
+    const ir::Node& n = g.node(id);
+    if (n.outputs.empty() || spec.inputs.count(n.name)) continue;
+    const ir::Value& v = g.value(n.outputs[0]);
+    if (v.tensor) spec.inputs[n.name] = solver::dataParallelInput(*v.tensor, spec.mesh, b);
+  }
+  return spec;
+}
+
+Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem& built,
+                                          const mesh::Spec& spec, const PlanSource& source,
+                                          solver::Baseline baseline,
+                                          const solver::SolveGraphOptions& options,
+                                          PhaseTimings* timings) {
+  PlanResult r;
+  auto t0 = Clock::now();
+  APC_ASSIGN_OR_RETURN(solver::GraphProblem pinned,
+                       solver::applyBaseline(built.gp, g, baseline, spec.mesh));
+  APC_ASSIGN_OR_RETURN(r.solution, solver::solveGraphProblem(pinned, options, &r.sizes));
+  r.solution.status = std::string("baseline ") + solver::baselineName(baseline);
+  if (timings) {
+    timings->solve_s = secondsSince(t0);
+    timings->solver_s = r.solution.seconds;
+  }
+  APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, pinned, r.solution, spec, source,
+                                        {options, r.sizes, solver::baselineName(baseline)}));
   return r;
 }
 
 Expected<BuiltProblem> rebuildProblem(const ir::Graph& g, const Plan& plan) {
   APC_ASSIGN_OR_RETURN(BuiltProblem built, buildProblem(g, plan.spec));
+  if (!plan.solver.baseline.empty()) {
+    APC_ASSIGN_OR_RETURN(solver::Baseline b, solver::parseBaseline(plan.solver.baseline));
+    APC_ASSIGN_OR_RETURN(built.gp,
+                         solver::applyBaseline(std::move(built.gp), g, b, plan.spec.mesh));
+  }
   const solver::GraphProblem& gp = built.gp;
   auto mismatch = [&](const std::string& what) {
     return invalidArgument("the model no longer matches the plan (" + what +

@@ -50,7 +50,8 @@ bool SolverStats::operator==(const SolverStats& o) const {
   };
   return status == o.status && objective == o.objective && bound == o.bound &&
          variables == o.variables && constraints == o.constraints && sizes_equal(sizes, o.sizes) &&
-         time_limit_s == o.time_limit_s && threads == o.threads && reduce == o.reduce;
+         time_limit_s == o.time_limit_s && threads == o.threads && reduce == o.reduce &&
+         baseline == o.baseline;
 }
 
 double canonicalNumber(double x) {
@@ -74,7 +75,7 @@ std::vector<std::string> inputShapes(const ir::Graph& g) {
 }
 
 std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
-                        const solver::SolveGraphOptions& options) {
+                        const solver::SolveGraphOptions& options, std::string_view baseline) {
   // One canonical JSON document (sorted keys) of everything that determines the plan.
   nlohmann::json j = {{"apc_version", apcVersion()},
                       {"format_version", kPlanFormatVersion},
@@ -85,6 +86,7 @@ std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
                        {{"time_limit_s", canonicalNumber(options.solver.time_limit_s)},
                         {"threads", options.solver.threads},
                         {"reduce", options.reduce}}}};
+  if (!baseline.empty()) j["options"]["baseline"] = std::string(baseline);
   return sha256Hex(j.dump());
 }
 
@@ -124,7 +126,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   plan.apc_version = apcVersion();
   plan.model = source;
   plan.spec = spec;
-  plan.content_hash = contentHash(source, spec, record.options);
+  plan.content_hash = contentHash(source, spec, record.options, record.baseline);
 
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const solver::ProblemNode& pn = p.nodes[i];
@@ -142,7 +144,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
       node.module_path = n.module_path;
       node.graph_node = gn.v;
     } else {
-      node.kind = node.op = "output";
+      node.kind = node.op = pn.pin_group == "pins" ? "pin" : "output";
       node.name = pn.name;
     }
     node.strategy_index = c;
@@ -219,6 +221,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   st.time_limit_s = canonicalNumber(record.options.solver.time_limit_s);
   st.threads = record.options.solver.threads;
   st.reduce = record.options.reduce;
+  st.baseline = record.baseline;
   return plan;
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "apc/plan/plan.h"
+#include "apc/solver/baselines.h"
 
 namespace apc::plan {
 
@@ -197,9 +198,9 @@ Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index
   APC_ASSIGN_OR_RETURN(n.name, getString(j["name"], path + ".name"));
   APC_ASSIGN_OR_RETURN(n.kind, getString(j["kind"], path + ".kind"));
   if (n.kind != "input" && n.kind != "parameter" && n.kind != "buffer" && n.kind != "op" &&
-      n.kind != "output")
+      n.kind != "output" && n.kind != "pin")
     return at(path + ".kind",
-              "expected input, parameter, buffer, op or output, got '" + n.kind + "'");
+              "expected input, parameter, buffer, op, output or pin, got '" + n.kind + "'");
   APC_ASSIGN_OR_RETURN(n.op, getString(j["op"], path + ".op"));
   APC_ASSIGN_OR_RETURN(n.module_path, getString(j["module_path"], path + ".module_path"));
   if (j.contains("graph_node")) {
@@ -216,8 +217,14 @@ Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index
   APC_ASSIGN_OR_RETURN(n.strategy, getString(j["strategy"], path + ".strategy"));
   APC_ASSIGN_OR_RETURN(n.input_placements,
                        getPlacementList(j["input_placements"], path + ".input_placements", ndim));
-  APC_ASSIGN_OR_RETURN(PlacementText out,
-                       getPlacement(j["output_placements"], path + ".output_placements", ndim));
+  // Empty for a node without a tensor output (a free output's sink): then "outputs" says so.
+  PlacementText out;
+  bool no_output = j["output_placements"].is_array() && j["output_placements"].empty() &&
+                   j.contains("outputs");
+  if (!no_output) {
+    APC_ASSIGN_OR_RETURN(out,
+                         getPlacement(j["output_placements"], path + ".output_placements", ndim));
+  }
   if (j.contains("outputs")) {
     APC_ASSIGN_OR_RETURN(n.outputs, getPlacementList(j["outputs"], path + ".outputs", ndim));
     if (n.outputPlacements() != out)
@@ -295,9 +302,10 @@ Expected<size_t> readCount(const json& j, const std::string& path) {
 }
 
 Expected<SolverStats> readSolver(const json& j, const std::string& path) {
-  APC_RETURN_IF_ERROR(checkObject(j, path,
-                                  {"bound", "constraints", "objective", "options", "problem",
-                                   "seconds", "status", "variables"}));
+  APC_RETURN_IF_ERROR(checkObject(
+      j, path,
+      {"bound", "constraints", "objective", "options", "problem", "seconds", "status", "variables"},
+      {"baseline"}));
   SolverStats s;
   APC_ASSIGN_OR_RETURN(s.status, getString(j["status"], path + ".status"));
   APC_ASSIGN_OR_RETURN(s.objective, getNumber(j["objective"], path + ".objective"));
@@ -331,6 +339,12 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
   APC_ASSIGN_OR_RETURN(int64_t threads, getInt(o["threads"], op + ".threads", 1));
   s.threads = static_cast<int>(threads);
   APC_ASSIGN_OR_RETURN(s.time_limit_s, getNumber(o["time_limit_s"], op + ".time_limit_s"));
+  if (j.contains("baseline")) {
+    APC_ASSIGN_OR_RETURN(s.baseline, getString(j["baseline"], path + ".baseline"));
+    auto b = solver::parseBaseline(s.baseline);
+    if (!b.ok() || solver::baselineName(*b) != s.baseline)
+      return at(path + ".baseline", "expected ddp, fsdp, tp or fsdp+tp, got '" + s.baseline + "'");
+  }
   return s;
 }
 
@@ -358,7 +372,8 @@ json toJson(const Plan& p) {
               {"comm_us", number(n.comm_us)},
               {"cost_us", number(n.cost_us)}};
     if (n.graph_node) j["graph_node"] = *n.graph_node;
-    if (n.outputs.size() > 1) j["outputs"] = placementList(n.outputs);
+    if (n.outputs.size() > 1 || n.outputPlacements().empty())
+      j["outputs"] = placementList(n.outputs);
     if (!n.pin_group.empty()) j["pin_group"] = n.pin_group;
     nodes.push_back(std::move(j));
   }
@@ -374,38 +389,40 @@ json toJson(const Plan& p) {
                       {"node", q.node}});
   const PlanTotals& t = p.totals;
   const SolverStats& s = p.solver;
-  return {{"format_version", p.format_version},
-          {"apc_version", p.apc_version},
-          {"content_hash", p.content_hash},
-          {"model",
-           {{"name", p.model.model_name},
-            {"path", p.model.model_path},
-            {"sha256", p.model.model_sha256},
-            {"inputs", p.model.inputs}}},
-          {"spec", mesh::toJson(p.spec)},
-          {"nodes", nodes},
-          {"parameters", params},
-          {"totals",
-           {{"compute_us", number(t.compute_us)},
-            {"comm_us", number(t.comm_us)},
-            {"total_us", number(t.total_us)},
-            {"param_bytes_per_rank", t.param_bytes_per_rank},
-            {"param_bytes_total", t.param_bytes_total},
-            {"param_memory_fraction", number(t.param_memory_fraction)},
-            {"memory_low", number(t.memory_low)},
-            {"memory_high", number(t.memory_high)}}},
-          {"solver",
-           {{"status", s.status},
-            {"objective", number(s.objective)},
-            {"bound", s.bound ? number(*s.bound) : json(nullptr)},
-            {"seconds", nullptr},
-            {"variables", s.variables},
-            {"constraints", s.constraints},
-            {"problem", sizesJson(s.sizes)},
-            {"options",
-             {{"time_limit_s", number(s.time_limit_s)},
-              {"threads", s.threads},
-              {"reduce", s.reduce}}}}}};
+  json out = {{"format_version", p.format_version},
+              {"apc_version", p.apc_version},
+              {"content_hash", p.content_hash},
+              {"model",
+               {{"name", p.model.model_name},
+                {"path", p.model.model_path},
+                {"sha256", p.model.model_sha256},
+                {"inputs", p.model.inputs}}},
+              {"spec", mesh::toJson(p.spec)},
+              {"nodes", nodes},
+              {"parameters", params},
+              {"totals",
+               {{"compute_us", number(t.compute_us)},
+                {"comm_us", number(t.comm_us)},
+                {"total_us", number(t.total_us)},
+                {"param_bytes_per_rank", t.param_bytes_per_rank},
+                {"param_bytes_total", t.param_bytes_total},
+                {"param_memory_fraction", number(t.param_memory_fraction)},
+                {"memory_low", number(t.memory_low)},
+                {"memory_high", number(t.memory_high)}}},
+              {"solver",
+               {{"status", s.status},
+                {"objective", number(s.objective)},
+                {"bound", s.bound ? number(*s.bound) : json(nullptr)},
+                {"seconds", nullptr},
+                {"variables", s.variables},
+                {"constraints", s.constraints},
+                {"problem", sizesJson(s.sizes)},
+                {"options",
+                 {{"time_limit_s", number(s.time_limit_s)},
+                  {"threads", s.threads},
+                  {"reduce", s.reduce}}}}}};
+  if (!s.baseline.empty()) out["solver"]["baseline"] = s.baseline;
+  return out;
 }
 
 std::string canonicalText(const json& j) {

@@ -36,7 +36,7 @@ std::string shapeText(const std::vector<int64_t>& s) {
 }  // namespace
 
 std::string displayName(const PlanNode& n) {
-  return n.kind == "output" ? n.name : "%" + n.name;
+  return n.kind == "output" || n.kind == "pin" ? n.name : "%" + n.name;
 }
 
 std::string formatMicros(double us) {

@@ -66,8 +66,14 @@ std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_
   std::map<std::string, std::vector<std::string>> instance_order;
   std::map<std::string, std::map<std::string, std::vector<std::pair<uint32_t, std::string>>>>
       instances;
+  // Pinned nodes and the nodes a user pin constrains (the sources of edges into pin sinks, see
+  // graph_problem.h) stay untied: their instance then differs from the others and is left alone.
+  std::vector<bool> constrained(n, false);
+  for (const ProblemEdge& e : gp.problem.edges)
+    if (gp.problem.nodes[e.dst].pinned && gp.problem.nodes[e.dst].pin_group == "pins")
+      constrained[e.src] = true;
   for (uint32_t v = 0; v < n && v < gp.module_paths.size(); ++v) {
-    if (gp.problem.nodes[v].pinned) continue;
+    if (gp.problem.nodes[v].pinned || constrained[v]) continue;
     auto key = splitInstance(gp.module_paths[v]);
     if (!key) continue;
     auto& per_prefix = instances[key->prefix];

@@ -1,8 +1,10 @@
 //===- lib/solver/graph_problem.cpp - From a graph to a solver Problem -----===//
 #include "apc/solver/graph_problem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
 #include <unordered_map>
 
 #include "apc/cost/compute.h"
@@ -100,7 +102,130 @@ strategy::Strategy leafStrategy(const PlacementTuple& t) {
   return s;
 }
 
+/// A sink's "anything goes" strategy: no placement (printed as "->").
+strategy::Strategy freeStrategy() {
+  strategy::Strategy s;
+  s.outputs = {std::nullopt};
+  return s;
+}
+
+/// The dtypes tensors travel in under the spec's mixed precision policy (see the header).
+struct Precision {
+  std::optional<ir::DType> param;   // floating tensors and their gradients
+  std::optional<ir::DType> reduce;  // parameter gradients (default: param)
+
+  explicit Precision(const mesh::MixedPrecision& mp)
+      : param(mp.param_dtype), reduce(mp.reduce_dtype ? mp.reduce_dtype : mp.param_dtype) {}
+
+  ir::TensorMeta compute(ir::TensorMeta t) const {
+    if (param && ir::isFloating(t.dtype)) t.dtype = *param;
+    return t;
+  }
+  ir::DType reduceDtype(const ir::TensorMeta& stored) const {
+    return reduce && ir::isFloating(stored.dtype) ? *reduce : compute(stored).dtype;
+  }
+};
+
+/// The price of one tensor on an edge (see buildGraphProblem): forward in the compute dtype, the
+/// gradient's way back in the compute dtype, or for a parameter (`is_param`) in the reduce dtype.
+double priceTensor(EdgePricer& pricer, const Precision& mp, const ir::TensorMeta& stored,
+                   const PlacementTuple& from, const PlacementTuple& to, const PlacementTuple& grad,
+                   bool is_param) {
+  ir::TensorMeta t = mp.compute(stored);
+  if (!t.requires_grad) return pricer.price(t, from, to, nullptr);
+  ir::DType reduce = mp.reduceDtype(stored);
+  if (!is_param || reduce == t.dtype) return pricer.price(t, from, to, &grad, is_param);
+  double forward = pricer.price(t, from, to, nullptr, true);
+  if (!std::isfinite(forward)) return forward;
+  ir::TensorMeta g = t;
+  g.dtype = reduce;
+  g.requires_grad = false;
+  return forward + pricer.price(g, grad, partialAsReplicate(from), nullptr);
+}
+
+/// A pin resolved to one value of the graph.
+struct ResolvedPin {
+  ir::ValueId value;
+  PlacementTuple placements;
+};
+
+bool inModule(const std::string& path, const std::string& module) {
+  return path == module ||
+         (path.size() > module.size() && path.compare(0, module.size(), module) == 0 &&
+          path[module.size()] == '.');
+}
+
+/// The values spec.pins name (see the header), in pin order.
+Expected<std::vector<ResolvedPin>> resolvePins(const ir::Graph& g, const mesh::Spec& spec) {
+  std::vector<ResolvedPin> out;
+  if (spec.pins.empty()) return out;
+  std::map<std::string, ir::ValueId> names;  // as validateSpecAgainstGraph names nodes
+  for (const ir::Node& n : g.nodes()) {
+    if (n.kind != ir::NodeKind::kOp) {
+      if (!n.outputs.empty()) names.emplace(n.name, n.outputs[0]);
+      continue;
+    }
+    for (ir::ValueId v : n.outputs)
+      if (!g.value(v).debug_name.empty()) names.emplace(g.value(v).debug_name, v);
+  }
+  for (size_t i = 0; i < spec.pins.size(); ++i) {
+    const mesh::Pin& pin = spec.pins[i];
+    std::string path = "$.pins[" + std::to_string(i) + "]";
+    if (pin.target == mesh::Pin::Target::kNode) {
+      auto it = names.find(pin.name);
+      if (it == names.end() || !g.value(it->second).tensor)
+        return notFound(path + ".node: spec pins node '" + pin.name +
+                        "' but the model has no tensor node of that name");
+      out.push_back({it->second, pin.placements});
+      continue;
+    }
+    // A module pin: tensors produced inside the module and used outside it.
+    std::vector<bool> used_outside(g.numValues(), false);
+    for (const ir::Node& n : g.nodes())
+      if (n.kind != ir::NodeKind::kOp || !inModule(n.module_path, pin.name))
+        for (ir::ValueId v : n.inputs) used_outside[v.v] = true;
+    for (ir::ValueId v : g.outputs().leaves()) used_outside[v.v] = true;
+    size_t before = out.size();
+    for (const ir::Node& n : g.nodes()) {
+      if (n.kind != ir::NodeKind::kOp || !inModule(n.module_path, pin.name)) continue;
+      for (ir::ValueId v : n.outputs) {
+        const ir::Value& val = g.value(v);
+        if (!val.tensor || !used_outside[v.v]) continue;
+        for (size_t d = 0; d < pin.placements.size(); ++d)
+          if (pin.placements[d].isShard() && pin.placements[d].dim() >= val.tensor->rank())
+            return invalidArgument(
+                path + ".placements[" + std::to_string(d) + "]: " + pin.placements[d].toString() +
+                " is out of range for output %" + val.debug_name + " of module '" + pin.name +
+                "' (" + ir::toString(*val.tensor) + ")");
+        out.push_back({v, pin.placements});
+      }
+    }
+    if (out.size() == before)
+      return invalidArgument(path + ".module: module '" + pin.name +
+                             "' has no tensor output to pin (no value made inside it is used "
+                             "outside it)");
+  }
+  return out;
+}
+
 }  // namespace
+
+ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp) {
+  ir::Graph out = g;
+  if (!mp.param_dtype) return out;
+  Precision p(mp);
+  std::vector<bool> buffer(out.numValues(), false);
+  for (const ir::Node& n : out.nodes())
+    if (n.kind == ir::NodeKind::kBuffer)
+      for (ir::ValueId v : n.outputs) buffer[v.v] = true;
+  for (uint32_t i = 0; i < out.numValues(); ++i) {
+    ir::Value& v = out.value(ir::ValueId{i});
+    if (buffer[i]) continue;
+    if (v.tensor) v.tensor = p.compute(*v.tensor);
+    for (ir::TensorMeta& e : v.elements) e = p.compute(e);
+  }
+  return out;
+}
 
 Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
                                          const std::vector<strategy::NodeStrategies>& strategies,
@@ -110,6 +235,8 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
   std::map<uint32_t, uint32_t> problem_of;  // graph node -> problem node
   std::map<uint32_t, const strategy::NodeStrategies*> op_strategies;
   for (const auto& ns : strategies) op_strategies[ns.node.v] = &ns;
+  const Precision precision(spec.mixed_precision);
+  APC_ASSIGN_OR_RETURN(std::vector<ResolvedPin> pins, resolvePins(g, spec));
 
   // Nodes.
   for (const ir::Node& n : g.nodes()) {
@@ -134,13 +261,23 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
         gp.total_param_bytes += static_cast<double>(v.tensor->bytes());
       if (n.kind == ir::NodeKind::kInput) {
         PlacementTuple want = mesh::replicated(m.ndim());
-        if (auto it = spec.inputs.find(n.name); it != spec.inputs.end()) want = it->second;
+        pn.pin_group = "inputs";
+        if (auto it = spec.inputs.find(n.name); it != spec.inputs.end()) {
+          want = it->second;
+        } else {
+          // A user pin on an input the spec does not place sets its placement (see the header).
+          auto pin = std::find_if(pins.begin(), pins.end(),
+                                  [&](const ResolvedPin& r) { return r.value == n.outputs[0]; });
+          if (pin != pins.end()) {
+            want = pin->placements;
+            pn.pin_group = "pins";
+          }
+        }
         for (size_t i = 0; i < strats.size(); ++i)
           if (*strats[i].outputs[0] == want) pn.pinned = static_cast<uint32_t>(i);
         if (!pn.pinned)
           return invalidArgument("input '" + n.name + "' cannot be placed " + mesh::toString(want) +
                                  " on mesh " + m.toString() + " (a dim is smaller than the mesh)");
-        pn.pin_group = "inputs";
       }
     }
     problem_of[n.id.v] = static_cast<uint32_t>(gp.problem.nodes.size());
@@ -184,8 +321,7 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
           } else {
             PlacementTuple grad = gradientPlacement(t, i);
             for (const ir::TensorMeta* meta : metas)
-              c += pricer.price(*meta, *from, *t.inputs[i], meta->requires_grad ? &grad : nullptr,
-                                regather && meta->requires_grad);
+              c += priceTensor(pricer, precision, *meta, *from, *t.inputs[i], grad, regather);
           }
           e.costs.push_back(c);
         }
@@ -197,10 +333,14 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
 
   // Output sinks.
   std::vector<std::pair<ir::ValueId, PlacementTuple>> constrained;
+  std::vector<ir::ValueId> free_leaves;
   std::function<Status(const ir::OutputTree&, const mesh::OutputPlacementTree&)> walk =
       [&](const ir::OutputTree& gt, const mesh::OutputPlacementTree& st) -> Status {
     using K = mesh::OutputPlacementTree::Kind;
-    if (st.kind == K::kFree) return Status::success();
+    if (st.kind == K::kFree) {
+      for (ir::ValueId v : gt.leaves()) free_leaves.push_back(v);
+      return Status::success();
+    }
     if (st.kind == K::kLeaf) {
       if (gt.kind != ir::OutputTree::Kind::kLeaf)
         return invalidArgument("output placement given for a structured output");
@@ -237,16 +377,78 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     e.src = src_it->second;
     e.dst = dst;
     PlacementTuple grad = partialAsReplicate(want);
+    ir::TensorMeta t = precision.compute(*v.tensor);
     for (const auto& s : gp.strategies[e.src]) {
       const auto& from = s.outputs.at(v.producer_output);
-      e.costs.push_back(
-          from ? pricer.price(*v.tensor, *from, want, v.tensor->requires_grad ? &grad : nullptr)
-               : kInfinity);
+      e.costs.push_back(from ? pricer.price(t, *from, want, t.requires_grad ? &grad : nullptr)
+                             : kInfinity);
     }
     gp.problem.nodes.push_back(std::move(sink));
     gp.graph_nodes.emplace_back();
     gp.module_paths.emplace_back();
     gp.strategies.push_back({leafStrategy(want)});
+    gp.problem.edges.push_back(std::move(e));
+    gp.edge_input.push_back(0);
+  }
+
+  // Free output leaves whose producer may leave them Partial: the final reduction (see the header).
+  std::set<uint32_t> sunk;
+  for (const auto& [vid, want] : constrained) sunk.insert(vid.v);
+  for (ir::ValueId vid : free_leaves) {
+    const ir::Value& v = g.value(vid);
+    auto src_it = problem_of.find(v.producer.v);
+    if (!v.tensor || src_it == problem_of.end() || !sunk.insert(vid.v).second) continue;
+    const auto& src_strats = gp.strategies[src_it->second];
+    auto partial = [&](const strategy::Strategy& s) {
+      const auto& o = s.outputs.at(v.producer_output);
+      return o &&
+             std::any_of(o->begin(), o->end(), [](const Placement& p) { return p.isPartial(); });
+    };
+    if (std::none_of(src_strats.begin(), src_strats.end(), partial)) continue;
+    ProblemNode sink;
+    sink.name = "output %" + v.debug_name;
+    sink.costs = {0.0};
+    ProblemEdge e;
+    e.src = src_it->second;
+    e.dst = static_cast<uint32_t>(gp.problem.nodes.size());
+    ir::TensorMeta t = precision.compute(*v.tensor);
+    for (const auto& s : src_strats) {
+      const auto& from = s.outputs.at(v.producer_output);
+      e.costs.push_back(partial(s) ? pricer.price(t, *from, partialAsReplicate(*from), nullptr)
+                                   : 0.0);
+    }
+    gp.problem.nodes.push_back(std::move(sink));
+    gp.graph_nodes.emplace_back();
+    gp.module_paths.emplace_back();
+    gp.strategies.push_back({freeStrategy()});
+    gp.problem.edges.push_back(std::move(e));
+    gp.edge_input.push_back(0);
+  }
+
+  // Pin sinks (group "pins"): strategy 0 allows only the pinned placement, 1 is free.
+  for (const ResolvedPin& pin : pins) {
+    const ir::Value& v = g.value(pin.value);
+    auto src_it = problem_of.find(v.producer.v);
+    if (src_it == problem_of.end())
+      return invalidArgument("pinned value %" + v.debug_name +
+                             " has no strategies (its producer is not placeable)");
+    ProblemNode sink;
+    sink.name = "pin %" + (v.debug_name.empty() ? g.node(v.producer).name : v.debug_name);
+    sink.costs = {0.0, 0.0};
+    sink.pinned = 0;
+    sink.pin_group = "pins";
+    ProblemEdge e;
+    e.src = src_it->second;
+    e.dst = static_cast<uint32_t>(gp.problem.nodes.size());
+    for (const auto& s : gp.strategies[e.src]) {
+      const auto& from = s.outputs.at(v.producer_output);
+      e.costs.push_back(from && *from == pin.placements ? 0.0 : kInfinity);
+      e.costs.push_back(0.0);
+    }
+    gp.problem.nodes.push_back(std::move(sink));
+    gp.graph_nodes.emplace_back();
+    gp.module_paths.emplace_back();
+    gp.strategies.push_back({leafStrategy(pin.placements), freeStrategy()});
     gp.problem.edges.push_back(std::move(e));
     gp.edge_input.push_back(0);
   }

@@ -239,4 +239,87 @@ TEST_F(PlanCli, ExplainChecksTheModelHash) {
   EXPECT_EQ(ok.code, 0) << ok.err;
 }
 
+TEST_F(PlanCli, ClassicPlansArePricedByTheSameModel) {
+  // toy_block on [8] with a large batch. FSDP shards every weight on dim 0 (4096 and 1024 both
+  // divide by 8) at 1/8 of the bytes, which is the optimizer's default budget: with the same
+  // (batch-sharded) input the optimizer can choose FSDP, so it is never dearer.
+  writeFile(tmp("in8.json"), "[[\"S(0)\"]]\n");
+  std::string toy = "plan " + kSamples + "toy_block.pt --input x:f32[512,128,1024] --mesh 8 ";
+  Result fsdp = runApc(toy + "--strategy fsdp -o " + tmp("b_fsdp.json"));
+  ASSERT_EQ(fsdp.code, 0) << fsdp.err;
+  EXPECT_NE(fsdp.out.find("solver: baseline fsdp"), std::string::npos) << fsdp.out;
+  auto b = nlohmann::json::parse(readFile(tmp("b_fsdp.json")));
+  EXPECT_EQ(b["solver"]["status"], "baseline fsdp");
+  EXPECT_EQ(b["solver"]["baseline"], "fsdp");
+  EXPECT_EQ(b["spec"]["inputs"]["x"], nlohmann::json({"S(0)"}));  // data parallel input
+  ASSERT_EQ(b["parameters"].size(), 2u);
+  for (const auto& prm : b["parameters"])
+    EXPECT_EQ(prm["placement"], nlohmann::json({"S(0)"})) << prm["name"];
+  ASSERT_EQ(runApc(toy + "--in-shardings " + tmp("in8.json") + " -o " + tmp("b_opt.json")).code, 0);
+  auto opt = nlohmann::json::parse(readFile(tmp("b_opt.json")));
+  EXPECT_LE(opt["solver"]["objective"].get<double>(),
+            b["solver"]["objective"].get<double>() * (1 + 1e-9));
+  EXPECT_NE(opt["content_hash"], b["content_hash"]);
+
+  // DDP: every weight replicated; diff against the optimizer's plan and explain work on it.
+  ASSERT_EQ(runApc(toy + "--strategy ddp -o " + tmp("b_ddp.json")).code, 0);
+  auto ddp = nlohmann::json::parse(readFile(tmp("b_ddp.json")));
+  for (const auto& prm : ddp["parameters"]) EXPECT_EQ(prm["placement"], nlohmann::json({"R"}));
+  Result d = runApc("diff " + tmp("b_opt.json") + " " + tmp("b_ddp.json"));
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(d.out.find("up.weight"), std::string::npos) << d.out;
+  Result e = runApc("explain " + tmp("b_ddp.json") + " --node up.weight");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("CHOSEN"), std::string::npos) << e.out;
+
+  // tp on a 1-d mesh is Megatron on that dim with replicated inputs; fsdp+tp needs 2 dims.
+  ASSERT_EQ(runApc(toy + "--strategy tp -o " + tmp("b_tp.json")).code, 0);
+  auto tp = nlohmann::json::parse(readFile(tmp("b_tp.json")));
+  EXPECT_EQ(tp["spec"]["inputs"]["x"], nlohmann::json({"R"}));
+  EXPECT_EQ(tp["parameters"][0]["placement"], nlohmann::json({"S(0)"}));  // up: column-parallel
+  EXPECT_EQ(tp["parameters"][1]["placement"], nlohmann::json({"S(1)"}));  // down: row-parallel
+  Result two_d = runApc("plan " + kSamples + "toy_block.pt --mesh 2x4 --strategy fsdp+tp -o " +
+                        tmp("b_2d.json"));
+  ASSERT_EQ(two_d.code, 0) << two_d.err;
+  Result r = run("/usr/bin/python3 " + std::string(APC_SOURCE_DIR) +
+                 "/tests/plan/check_plan_schema.py " + tmp("b_fsdp.json") + " " + tmp("b_2d.json"));
+  if (r.code != 77) {
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+  }
+
+  expectOneLineError(runApc(toy + "--strategy zero9"), "unknown baseline 'zero9'");
+  expectOneLineError(runApc(toy + "--strategy fsdp+tp"), "needs a mesh of 2 or more dims");
+  expectOneLineError(runApc(toy + "--strategy ddp --memory-budget 0,1"), "--memory-budget");
+}
+
+TEST_F(PlanCli, PinsAreAppliedAndInfeasiblePinsNamed) {
+  // Pin the first linear's output replicated: the plan honours it and shows the pin's sink.
+  writeFile(tmp("pins.json"),
+            "{\"mesh\": {\"shape\": [8]}, \"inputs\": {\"x\": [\"S(0)\"]}, \"pins\": "
+            "[{\"node\": \"up.weight\", \"placements\": [\"S(1)\"]}]}\n");
+  Result ok = runApc("plan " + kSamples + "toy_block.pt --spec " + tmp("pins.json") + " -o " +
+                     tmp("pinned.json"));
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  auto plan = nlohmann::json::parse(readFile(tmp("pinned.json")));
+  EXPECT_EQ(plan["parameters"][0]["name"], "up.weight");
+  EXPECT_EQ(plan["parameters"][0]["placement"], nlohmann::json({"S(1)"}));
+  bool sink = false;
+  for (const auto& n : plan["nodes"])
+    sink =
+        sink || (n["kind"] == "pin" && n["name"] == "pin %up.weight" && n["pin_group"] == "pins");
+  EXPECT_TRUE(sink);
+  Result r = run("/usr/bin/python3 " + std::string(APC_SOURCE_DIR) +
+                 "/tests/plan/check_plan_schema.py " + tmp("pinned.json"));
+  if (r.code != 77) {
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+  }
+  // The same parameter pinned two ways cannot be satisfied: the diagnosis names the pins.
+  writeFile(tmp("bad_pins.json"),
+            "{\"mesh\": {\"shape\": [8]}, \"pins\": [{\"node\": \"up.weight\", "
+            "\"placements\": [\"S(1)\"]}, {\"node\": \"up.weight\", \"placements\": "
+            "[\"S(0)\"]}]}\n");
+  expectOneLineError(runApc("plan " + kSamples + "toy_block.pt --spec " + tmp("bad_pins.json")),
+                     "[pins]");
+}
+
 }  // namespace

@@ -1,12 +1,15 @@
 //===- tests/solver/graph_problem_test.cpp - Graph -> Problem -> plan ------===//
 //
 // Builds the problem for hand-made graphs and checks the optimizer's choices against what first
-// principles say (FSDP on a 1-d mesh under the default budget, DDP with high = 1, FSDP+TP on 2x4).
+// principles say (FSDP on a 1-d mesh under the default budget, DDP with high = 1, FSDP+TP on 2x4),
+// user pins (honoured, exact under reduction, infeasible ones named, pinned layers left untied),
+// the final reduction of free Partial outputs, and mixed precision byte counts.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
 #include "../ir/test_graphs.h"
+#include "apc/cost/redistribute.h"
 #include "apc/solver/graph_problem.h"
 #include "apc/solver/ilp.h"
 
@@ -124,6 +127,300 @@ TEST(GraphProblem, OutputConstraintAddsAPricedSink) {
   // Gathering the batch at the end costs something: the constrained plan is never cheaper.
   EXPECT_GE(replicated_out.solution.objective, free_out.solution.objective);
   EXPECT_EQ(replicated_out.gp.problem.nodes.back().pin_group, "outputs");
+}
+
+// --- helpers for the tests below ----------------------------------------------------------------
+
+/// The problem node standing for the graph node named `name` (an input/parameter name) or producing
+/// the value named `name`; -1 when none.
+int nodeOf(const GraphProblem& gp, const ir::Graph& g, const std::string& name) {
+  for (size_t i = 0; i < gp.graph_nodes.size(); ++i) {
+    if (!gp.graph_nodes[i].valid()) continue;
+    const ir::Node& n = g.node(gp.graph_nodes[i]);
+    if (n.name == name) return static_cast<int>(i);
+    for (ir::ValueId v : n.outputs)
+      if (n.kind == ir::NodeKind::kOp && g.value(v).debug_name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int problemNodeNamed(const GraphProblem& gp, const std::string& name) {
+  for (size_t i = 0; i < gp.problem.nodes.size(); ++i)
+    if (gp.problem.nodes[i].name == name) return static_cast<int>(i);
+  return -1;
+}
+
+const ProblemEdge* edgeBetween(const GraphProblem& gp, int src, int dst) {
+  for (const ProblemEdge& e : gp.problem.edges)
+    if (static_cast<int>(e.src) == src && static_cast<int>(e.dst) == dst) return &e;
+  return nullptr;
+}
+
+mesh::Pin nodePin(const std::string& name, PlacementTuple t) {
+  return {mesh::Pin::Target::kNode, name, std::move(t)};
+}
+
+Expected<GraphProblem> build(const ir::Graph& g, const mesh::Spec& spec) {
+  return buildGraphProblem(g, strategy::enumerate(g, spec.mesh), spec);
+}
+
+// --- pins ----------------------------------------------------------------------------------------
+
+TEST(Pins, OpPinFixesTheOutputAndSurvivesReduction) {
+  // DDP-like setting (high = 1, batch-sharded input): left alone, relu's output stays batch-sharded
+  // (nothing needs it elsewhere). Pinned to R, it must come out R: the plan gathers it, so the
+  // objective can only grow, and the reduced and the full problem agree on the optimum.
+  ir::Graph g = ir::testing_graphs::toyBlock(64);
+  mesh::Spec spec = specFor({8}, {"dp"});
+  spec.inputs["x"] = {Placement::shard(0)};
+  spec.memory_budget.high = 1.0;
+  auto free_gp = build(g, spec);
+  ASSERT_TRUE(free_gp.ok()) << free_gp.error().message();
+  auto free_sol = solveGraphProblem(*free_gp);
+  ASSERT_TRUE(free_sol.ok());
+  spec.pins = {nodePin("r", {Placement::replicate()})};
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  int sink = problemNodeNamed(*gp, "pin %r");
+  ASSERT_GE(sink, 0);
+  EXPECT_EQ(gp->problem.nodes[sink].pin_group, "pins");
+  auto reduced = solveGraphProblem(*gp);
+  SolveGraphOptions no_reduce;
+  no_reduce.reduce = false;
+  auto full = solveGraphProblem(*gp, no_reduce);
+  ASSERT_TRUE(reduced.ok() && full.ok());
+  int relu = nodeOf(*gp, g, "r");
+  ASSERT_GE(relu, 0);
+  for (const Solution* s : {&*reduced, &*full})
+    EXPECT_EQ(*gp->strategies[relu][s->choice[relu]].outputs[0],
+              PlacementTuple{Placement::replicate()});
+  EXPECT_NEAR(reduced->objective, full->objective, 1e-6 * full->objective);
+  EXPECT_GT(reduced->objective, free_sol->objective);
+}
+
+TEST(Pins, ParameterPinIsHonoured) {
+  // Under the default budget either dim of up.weight may be sharded; pinned to S(1), it is S(1).
+  ir::Graph g = ir::testing_graphs::toyBlock(64);
+  mesh::Spec spec = specFor({8}, {"dp"});
+  spec.inputs["x"] = {Placement::shard(0)};
+  spec.pins = {nodePin("up.weight", {Placement::shard(1)})};
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  auto s = solveGraphProblem(*gp);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  int w = nodeOf(*gp, g, "up.weight");
+  EXPECT_EQ(*gp->strategies[w][s->choice[w]].outputs[0], PlacementTuple{Placement::shard(1)});
+}
+
+TEST(Pins, InputPinSetsTheInputPlacement) {
+  // The spec does not place x: a pin on it replaces the default Replicate.
+  ir::Graph g = ir::testing_graphs::toyBlock(64);
+  mesh::Spec spec = specFor({8}, {"dp"});
+  spec.pins = {nodePin("x", {Placement::shard(0)})};
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  int x = nodeOf(*gp, g, "x");
+  const ProblemNode& n = gp->problem.nodes[x];
+  ASSERT_TRUE(n.pinned.has_value());
+  EXPECT_EQ(n.pin_group, "pins");
+  EXPECT_EQ(*gp->strategies[x][*n.pinned].outputs[0], PlacementTuple{Placement::shard(0)});
+}
+
+TEST(Pins, ContradictoryPinsAreInfeasibleAndNamed) {
+  ir::Graph g = ir::testing_graphs::toyBlock(64);
+  mesh::Spec spec = specFor({8}, {"dp"});
+  spec.memory_budget.high = 1.0;
+  spec.pins = {nodePin("h", {Placement::shard(0)}), nodePin("h", {Placement::replicate()})};
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  for (bool reduce : {true, false}) {
+    SolveGraphOptions o;
+    o.reduce = reduce;
+    auto s = solveGraphProblem(*gp, o);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.error().code(), ErrorCode::kInfeasible);
+    EXPECT_NE(s.error().message().find("[pins]"), std::string::npos) << s.error().message();
+  }
+}
+
+TEST(Pins, ModulePinPinsWhatLeavesTheModule) {
+  // Module "up" makes h (used by relu, outside it): one sink for h, none for the weight it reads.
+  ir::Graph g = ir::testing_graphs::toyBlock(64);
+  mesh::Spec spec = specFor({8}, {"dp"});
+  spec.pins = {{mesh::Pin::Target::kModule, "up", {Placement::shard(0)}}};
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  EXPECT_GE(problemNodeNamed(*gp, "pin %h"), 0);
+  size_t sinks = 0;
+  for (const auto& n : gp->problem.nodes) sinks += n.pin_group == "pins";
+  EXPECT_EQ(sinks, 1u);
+  // A module whose values are all used inside it has nothing to pin; unknown names are errors.
+  spec.pins = {nodePin("nope", {Placement::shard(0)})};
+  auto bad = build(g, spec);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("$.pins[0].node"), std::string::npos);
+}
+
+/// Two identical layers: x -> layers.0.lin -> layers.1.lin.
+ir::Graph twoLayers() {
+  using namespace ir::testing_graphs;
+  ir::Graph g;
+  g.name = "two_layers";
+  ir::ValueId x = tensorValue(g, "x", {64, 256});
+  leafNode(g, ir::NodeKind::kInput, "x", x);
+  ir::ValueId none = g.addConstant(ir::ValueType::kNone, ir::None{});
+  for (int i = 0; i < 2; ++i) {
+    std::string m = "layers." + std::to_string(i) + ".lin";
+    ir::ValueId w = tensorValue(g, m + ".weight", {256, 256}, ir::DType::kF32, true);
+    leafNode(g, ir::NodeKind::kParameter, m + ".weight", w);
+    ir::ValueId y = tensorValue(g, "y" + std::to_string(i), {64, 256}, ir::DType::kF32, true);
+    opNode(g, "aten::linear", "", {x, w, none}, {y}, m);
+    x = y;
+  }
+  g.setOutputs(ir::OutputTree::makeLeaf(x));
+  return g;
+}
+
+TEST(Pins, PinnedLayerIsNotTiedToTheOthers) {
+  ir::Graph g = twoLayers();
+  mesh::Spec spec = specFor({8}, {"dp"});
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok());
+  size_t clusters = 0;
+  repeatedLayerRepresentatives(*gp, &clusters);
+  EXPECT_EQ(clusters, 1u);
+  spec.pins = {nodePin("y1", {Placement::shard(1)})};
+  auto pinned = build(g, spec);
+  ASSERT_TRUE(pinned.ok());
+  std::vector<uint32_t> rep = repeatedLayerRepresentatives(*pinned, &clusters);
+  EXPECT_EQ(clusters, 0u);
+  // And the pin holds with clustering on (the default).
+  auto s = solveGraphProblem(*pinned);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  int y1 = nodeOf(*pinned, g, "y1");
+  EXPECT_EQ(*pinned->strategies[y1][s->choice[y1]].outputs[0], PlacementTuple{Placement::shard(1)});
+}
+
+// --- free outputs --------------------------------------------------------------------------------
+
+TEST(FreeOutputs, PartialFreeOutputPaysTheFinalReduction) {
+  // down's row-parallel strategy (r sharded on its last dim, weight S(1)) leaves y Partial. The
+  // lowering reduces a Partial output to Replicate, so the free output's sink charges exactly that
+  // all-reduce for Partial producer strategies and nothing for Shard/Replicate ones.
+  ir::Graph g = ir::testing_graphs::toyBlock(8);
+  mesh::Spec spec = specFor({8}, {"tp"});
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  int sink = problemNodeNamed(*gp, "output %y");
+  ASSERT_GE(sink, 0);
+  EXPECT_FALSE(gp->problem.nodes[sink].pinned.has_value());
+  int down = nodeOf(*gp, g, "y");
+  const ProblemEdge* e = edgeBetween(*gp, down, sink);
+  ASSERT_NE(e, nullptr);
+  const ir::TensorMeta& y = *g.value(g.node(gp->graph_nodes[down]).outputs[0]).tensor;
+  size_t partials = 0;
+  for (size_t s = 0; s < gp->strategies[down].size(); ++s) {
+    const PlacementTuple& out = *gp->strategies[down][s].outputs[0];
+    if (out[0].isPartial()) {
+      ++partials;
+      auto c = cost::redistributionCost(y, out, {Placement::replicate()}, spec.mesh);
+      ASSERT_TRUE(c.ok());
+      EXPECT_GT(e->costs[s], 0);
+      EXPECT_DOUBLE_EQ(e->costs[s], c->forward_us);
+    } else {
+      EXPECT_EQ(e->costs[s], 0) << mesh::toString(out);
+    }
+  }
+  EXPECT_GE(partials, 1u);
+}
+
+// --- mixed precision -----------------------------------------------------------------------------
+
+TEST(MixedPrecision, ComputeGraphCastsFloatingValues) {
+  ir::Graph g = ir::testing_graphs::toyBlock(8);
+  mesh::MixedPrecision mp;
+  mp.param_dtype = ir::DType::kBF16;
+  ir::Graph c = computeGraph(g, mp);
+  for (uint32_t i = 0; i < g.numValues(); ++i) {
+    const ir::Value& a = g.value(ir::ValueId{i});
+    const ir::Value& b = c.value(ir::ValueId{i});
+    if (!a.tensor) continue;
+    EXPECT_EQ(b.tensor->dtype,
+              ir::isFloating(a.tensor->dtype) ? ir::DType::kBF16 : a.tensor->dtype);
+    EXPECT_EQ(b.tensor->shape, a.tensor->shape);
+  }
+  EXPECT_EQ(computeGraph(g, {}).value(ir::ValueId{0}).tensor->dtype, ir::DType::kF32);
+}
+
+TEST(MixedPrecision, AllGatherInParamDtypeGradientReductionInReduceDtype) {
+  // FSDP edge of up.weight: S(0) -> R all-gather forward, once more in backward (re-gather), and
+  // the Partial gradient reduce-scattered back to S(0). With param bf16 / reduce f32 the two
+  // gathers move half the bytes and the reduce-scatter the same bytes as in f32. The memory row
+  // keeps the stored (f32) bytes.
+  ir::Graph g = ir::testing_graphs::toyBlock(64);
+  mesh::Spec spec = specFor({8}, {"dp"});
+  spec.inputs["x"] = {Placement::shard(0)};
+  auto f32 = build(g, spec);
+  spec.mixed_precision.param_dtype = ir::DType::kBF16;
+  spec.mixed_precision.reduce_dtype = ir::DType::kF32;
+  auto bf16 = build(g, spec);
+  ASSERT_TRUE(f32.ok() && bf16.ok());
+  int w = nodeOf(*bf16, g, "up.weight"), up = nodeOf(*bf16, g, "h");
+  const PlacementTuple s0 = {Placement::shard(0)}, r = {Placement::replicate()};
+  size_t ws = 0, us = 0;
+  while (*bf16->strategies[w][ws].outputs[0] != s0) ++ws;
+  for (; us < bf16->strategies[up].size(); ++us) {
+    const auto& st = bf16->strategies[up][us];
+    if (*st.inputs[0] == s0 && *st.inputs[1] == r) break;
+  }
+  ASSERT_LT(us, bf16->strategies[up].size());
+  const ir::TensorMeta stored = *g.value(g.node(bf16->graph_nodes[w]).outputs[0]).tensor;
+  ir::TensorMeta half = stored;
+  half.dtype = ir::DType::kBF16;
+  half.requires_grad = false;
+  ir::TensorMeta full = stored;
+  full.requires_grad = false;
+  auto gather16 = cost::planRedistribution(half, s0, r, spec.mesh);
+  auto gather32 = cost::planRedistribution(full, s0, r, spec.mesh);
+  auto reduce32 = cost::planRedistribution(full, {Placement::partial()}, s0, spec.mesh);
+  ASSERT_TRUE(gather16.ok() && gather32.ok() && reduce32.ok());
+  ASSERT_EQ(gather16->steps.size(), 1u);
+  EXPECT_EQ(gather16->steps[0].full_bytes * 2, gather32->steps[0].full_bytes);
+  EXPECT_LT(gather16->forward_us, gather32->forward_us);
+  size_t n = bf16->strategies[up].size();
+  double want16 = 2 * gather16->forward_us + reduce32->forward_us;
+  double want32 = 2 * gather32->forward_us + reduce32->forward_us;
+  EXPECT_NEAR(edgeBetween(*bf16, w, up)->cost(ws, us, n), want16, 1e-9 * want16);
+  EXPECT_NEAR(edgeBetween(*f32, w, up)->cost(ws, us, n), want32, 1e-9 * want32);
+  EXPECT_EQ(bf16->problem.nodes[w].memory, f32->problem.nodes[w].memory);
+  EXPECT_EQ(bf16->total_param_bytes, f32->total_param_bytes);
+}
+
+TEST(MixedPrecision, Bf16ParamsWithF32ReduceFlipFsdpToTp) {
+  // toy_block on [8], batch-sharded input, default budget (every weight byte sharded). Two ways to
+  // run it: FSDP (weights gathered twice, gradients reduce-scattered: 3 weight-sized transfers,
+  // activations stay batch-sharded, h S(0)) or Megatron TP (up column-, down row-parallel: no
+  // weight moves, the activations do, h S(2)). In f32 batch 64 is TP and batch 96 FSDP. With
+  // param bf16 and reduce f32 (the usual FSDP2 policy) FSDP's cost falls to 2/3 (two of its three
+  // transfers halve) while TP's falls to 1/2 (all its traffic is bf16 activations), so near the
+  // crossover (batch 96) the plan flips to TP; with reduce bf16 too both halve and FSDP stays.
+  ir::Graph g = ir::testing_graphs::toyBlock(96);
+  auto hidden = [&](std::optional<ir::DType> param, std::optional<ir::DType> reduce) {
+    mesh::Spec spec = specFor({8}, {"dp"});
+    spec.inputs["x"] = {Placement::shard(0)};
+    spec.mixed_precision.param_dtype = param;
+    spec.mixed_precision.reduce_dtype = reduce;
+    auto gp = buildGraphProblem(
+        g, strategy::enumerate(computeGraph(g, spec.mixed_precision), spec.mesh), spec);
+    EXPECT_TRUE(gp.ok());
+    auto s = solveGraphProblem(*gp);
+    EXPECT_TRUE(s.ok());
+    int h = nodeOf(*gp, g, "h");
+    return *gp->strategies[h][s->choice[h]].outputs[0];
+  };
+  EXPECT_EQ(hidden(std::nullopt, std::nullopt), PlacementTuple{Placement::shard(0)});  // FSDP
+  EXPECT_EQ(hidden(ir::DType::kBF16, ir::DType::kF32), PlacementTuple{Placement::shard(2)});  // TP
+  EXPECT_EQ(hidden(ir::DType::kBF16, ir::DType::kBF16), PlacementTuple{Placement::shard(0)});
 }
 
 }  // namespace

@@ -2,15 +2,17 @@
 //
 // Imports a model, applies the command line's overrides to the spec (--in-shardings,
 // --out-shardings, --memory-budget, --device), builds and solves the sharding problem (lib/plan's
-// pipeline) and writes the plan JSON (-o). Prints the summary (lib/plan/report.h) and, with
-// --verbose, the optimizer log first. Wall times go to the summary and to --timings-json, never
-// into the plan, so that the same inputs give a byte-identical plan.
+// pipeline) and writes the plan JSON (-o). With --strategy it makes a classic plan (DDP, FSDP, TP,
+// FSDP+TP: solver/baselines.h) priced by the same model instead of optimizing. Prints the summary
+// (lib/plan/report.h) and, with --verbose, the optimizer log first. Wall times go to the summary
+// and to --timings-json, never into the plan, so that the same inputs give a byte-identical plan.
 //
 //===----------------------------------------------------------------------===//
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "apc/plan/hash.h"
@@ -40,6 +42,7 @@ struct PlanFlags {
   bool no_reduce = false;
   std::string dump_problem;
   std::string timings_json;
+  std::string strategy;  // a baseline name (--strategy); empty: the optimizer
   std::string artifact;  // --artifact DIR: also lower the plan (tools/apc/lower.cpp)
 };
 
@@ -83,6 +86,16 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
 }
 
 int runPlan(const PlanFlags& f) {
+  std::optional<solver::Baseline> baseline;
+  if (!f.strategy.empty()) {
+    auto b = solver::parseBaseline(f.strategy);
+    if (!b.ok()) return report(b.error().withContext("--strategy"));
+    if (!f.memory_budget.empty())
+      return report(invalidArgument(
+          "--memory-budget does not apply with --strategy (a classic plan defines its own "
+          "parameter memory)"));
+    baseline = *b;
+  }
   plan::PhaseTimings t;
   auto t0 = Clock::now();
   auto graph = f.model.load();
@@ -92,6 +105,14 @@ int runPlan(const PlanFlags& f) {
     return report(invalidArgument("no mesh given: use --mesh (like --mesh 2x4) or --spec"));
   auto spec = effectiveSpec(f, *graph);
   if (!spec.ok()) return report(spec.error());
+  if (baseline) {
+    if (!solver::baselineApplies(*baseline, spec->mesh.ndim()))
+      return report(invalidArgument(std::string("--strategy ") + solver::baselineName(*baseline) +
+                                    " needs a mesh of 2 or more dims (data x tensor parallel), "
+                                    "got " +
+                                    spec->mesh.toString()));
+    *spec = plan::baselineSpec(*graph, std::move(*spec), *baseline);
+  }
 
   plan::PlanSource source;
   source.model_path = f.model.model;
@@ -115,7 +136,9 @@ int runPlan(const PlanFlags& f) {
   options.solver.time_limit_s = f.time_limit_s;
   options.solver.threads = f.threads;
   options.reduce = !f.no_reduce;
-  auto result = plan::solveAndPlan(*graph, *built, *spec, source, options, &t);
+  auto result =
+      baseline ? plan::solveBaselineAndPlan(*graph, *built, *spec, source, *baseline, options, &t)
+               : plan::solveAndPlan(*graph, *built, *spec, source, options, &t);
   if (!result.ok()) return report(result.error());
 
   if (!f.output.empty()) {
@@ -177,6 +200,10 @@ Runner addPlanCommand(CLI::App& app) {
                "Solve the full problem (no follow-merging or repeated-layer clustering)");
   app.add_option("--dump-problem", f->dump_problem,
                  "Write the solver's problem (JSON, before reduction) here");
+  app.add_option("--strategy", f->strategy,
+                 "Make a classic plan instead of optimizing: ddp, fsdp, tp (Megatron on the last "
+                 "mesh dim) or fsdp+tp (2-d meshes), priced by the same cost model; inputs the "
+                 "spec does not place are batch-sharded as that plan does (tp: replicated)");
   app.add_option("--timings-json", f->timings_json,
                  "Write the wall time of each phase here (JSON; not part of the plan)");
   return [f]() { return runPlan(*f); };

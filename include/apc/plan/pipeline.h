@@ -20,6 +20,7 @@
 #include "apc/ir/graph.h"
 #include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
+#include "apc/solver/baselines.h"
 #include "apc/solver/graph_problem.h"
 #include "apc/strategy/strategy.h"
 
@@ -56,7 +57,8 @@ struct BuiltProblem {
 };
 
 /// Checks the spec against the graph (validateSpecAgainstGraph, the budget), enumerates the
-/// strategies on the spec's mesh and device and builds the GraphProblem.
+/// strategies on the spec's mesh and device (on solver::computeGraph when the spec's mixed
+/// precision sets a param_dtype, so compute is priced in that dtype) and builds the GraphProblem.
 Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
                                     PhaseTimings* timings = nullptr);
 
@@ -73,10 +75,26 @@ Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
                                   const solver::SolveGraphOptions& options,
                                   PhaseTimings* timings = nullptr);
 
+/// The spec a classic plan is made with: `spec` with every tensor input it does not place given the
+/// baseline's conventional data-parallel placement (solver::dataParallelInput: batch dim sharded on
+/// the mesh dims the baseline uses for data, R elsewhere; tp keeps inputs replicated). Inputs the
+/// spec places keep their placement. The memory budget is left as is (a baseline ignores it).
+mesh::Spec baselineSpec(const ir::Graph& g, mesh::Spec spec, solver::Baseline b);
+
+/// A classic plan: the built problem with the baseline's parameter pins (solver::applyBaseline: the
+/// memory bound removed, the rest of the graph optimized around the pins), solved and made into a
+/// plan with status "baseline <name>" and SolverStats::baseline set. Errors: as applyBaseline
+/// (fsdp+tp on a 1-d mesh), and infeasible pins as in solveAndPlan.
+Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem& built,
+                                          const mesh::Spec& spec, const PlanSource& source,
+                                          solver::Baseline baseline,
+                                          const solver::SolveGraphOptions& options,
+                                          PhaseTimings* timings = nullptr);
+
 /// Rebuilds the problem a plan was solved on, from the same graph (imported again from
 /// plan.model) and plan.spec, and checks that it matches the plan: the same nodes, names, strategy
-/// counts and chosen strategies. A mismatch (the model file or apc changed) is an error that
-/// names the first differing node.
+/// counts and chosen strategies (a baseline plan's pins are applied again). A mismatch (the model
+/// file or apc changed) is an error that names the first differing node.
 Expected<BuiltProblem> rebuildProblem(const ir::Graph& g, const Plan& plan);
 
 }  // namespace apc::plan

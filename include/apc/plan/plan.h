@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -76,9 +77,10 @@ struct PlanEdge {
 
 struct PlanNode {
   /// Input/parameter/buffer name, the op's first output value name (`%linear_1` is "linear_1"),
-  /// or "output %y" for an output sink. These are the names spec pins and `apc explain --node` use.
+  /// "output %y" for an output sink or "pin %y" for a pin sink (see apc/solver/graph_problem.h).
+  /// These are the names spec pins and `apc explain --node` use.
   std::string name;
-  std::string kind;         // "input", "parameter", "buffer", "op" or "output"
+  std::string kind;         // "input", "parameter", "buffer", "op", "output" or "pin"
   std::string op;           // "aten::linear" (qualified), or the kind for the other nodes
   std::string module_path;  // "layers.0.attention.wq"; empty at the top level
   std::optional<uint32_t> graph_node;  // index in the graph; absent for output sinks
@@ -136,6 +138,9 @@ struct SolverStats {
   double time_limit_s = 0;
   int threads = 1;
   bool reduce = true;
+  /// The classic plan this is ("ddp", "fsdp", "tp", "fsdp+tp": apc plan --strategy, its parameters
+  /// pinned by solver::applyBaseline, status "baseline <name>"); empty for the optimizer's plan.
+  std::string baseline;
 
   bool operator==(const SolverStats& o) const;
 };
@@ -159,12 +164,14 @@ struct Plan {
 struct SolveRecord {
   solver::SolveGraphOptions options;
   solver::ReductionStats sizes;
+  std::string baseline;  // SolverStats::baseline
 };
 
 /// SHA-256 (lowercase hex) of the apc version, source.model_sha256, source.inputs, the canonical
-/// JSON of the spec and the solver options that change the result (time limit, threads, reduce).
+/// JSON of the spec, the solver options that change the result (time limit, threads, reduce) and
+/// the baseline name when there is one (so a baseline's hash differs from the optimizer's).
 std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
-                        const solver::SolveGraphOptions& options);
+                        const solver::SolveGraphOptions& options, std::string_view baseline = {});
 
 /// Makes the plan of a solved problem. `solution.choice` must have one entry per node of
 /// `gp.problem` (solveGraphProblem expands reduced solutions); errors otherwise.

@@ -19,6 +19,31 @@
 //   the one redistribution planner of lib/cost, so priced collectives are the executed ones.
 // - Parameter memory (e): bytes of each parameter's local shard; bounds low/high are fractions of
 //   the total parameter bytes, default (0, 1/world size).
+// - Free outputs: an output leaf without a constraint may end in any placement but Partial. The
+//   lowering reduces a Partial output to Replicate at the end of the forward, so a free leaf whose
+//   producer has a strategy with a Partial output gets an unpinned sink whose edge prices that
+//   final reduction (P -> R on the partial mesh dims, shards kept; forward only: the gradient of a
+//   reduction is its broadcast, which costs nothing). S and R end states stay free.
+// - Pins (group "pins"): each spec pin is resolved to values (a node pin: the value the name
+//   names; a module pin: every tensor a node of the module, or of a module below it, produces and
+//   a node outside it or the forward's result uses) and each value gets a pin sink: a node with two
+//   strategies, 0 = the pinned placement (edge cost 0 from a producer strategy whose output is that
+//   placement, +infinity from any other) and 1 = free (cost 0 from every strategy), pinned to 0.
+//   A sink rather than a pin on the producer itself because an op usually has several strategies
+//   with the pinned output (they differ in their inputs); the exact reduction folds the sink into
+//   the producer's costs, and the infeasibility diagnosis, dropping group "pins", unpins the sinks
+//   (strategy 1), so infeasible pins are named. A pin on a graph input that the spec's "inputs" do
+//   not place also sets that input's placement (instead of the default Replicate). Nodes that feed
+//   a pin sink are never tied by repeated-layer clustering: a pin on layers.3 pins layers.3 only.
+// - Mixed precision (spec.mixed_precision), as FSDP2's MixedPrecisionPolicy runs it: parameters
+//   are cast to param_dtype before they are redistributed (the all-gather moves param_dtype bytes),
+//   floating inputs are cast too, so every floating activation and its gradient is param_dtype;
+//   parameter gradients are reduced in reduce_dtype (default: param_dtype). Edges are priced in
+//   those dtypes. The memory bound (e) and total_param_bytes stay on the STORED parameter bytes
+//   (the model's dtype): the sharded parameters that persist between steps are the stored ones,
+//   and the cast copies are transient like the gathered ones. Compute costs come from the
+//   strategies: enumerate them on computeGraph(g, mp) for a roofline in param_dtype (lib/plan's
+//   pipeline does). output_dtype changes nothing here (the cast follows the final redistribution).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -55,6 +80,17 @@ std::vector<mesh::PlacementTuple> leafPlacements(const ir::TensorMeta& t,
 /// The gradient placement of input `i` under strategy `s` (see the file comment).
 mesh::PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input);
 
+/// The graph as it computes under a mixed precision policy: the tensor metadata of every value
+/// of floating dtype (parameters, floating inputs, activations, Tensor[] elements) set to
+/// param_dtype, except the outputs of buffer nodes (FSDP2 does not cast buffers). Node and value
+/// ids are unchanged, so strategies enumerated on it apply to `g`. Returns a copy of `g` when the
+/// policy has no param_dtype.
+ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
+
+/// Builds the problem (see the file comment). `g` is the model as stored (its parameter dtypes
+/// define the memory bound); `strategies` may have been enumerated on computeGraph(g, ...).
+/// Errors: a pin that names no node or module of `g`, a module pin with no tensor output, a pin
+/// whose shard dim is out of range for a module output, an input placement the mesh cannot cut.
 Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
                                          const std::vector<strategy::NodeStrategies>& strategies,
                                          const mesh::Spec& spec);
@@ -68,7 +104,7 @@ struct ReductionStats {
 
 struct SolveGraphOptions {
   SolverOptions solver;
-  bool reduce = true;   // exact elimination of followers and leaves before the ILP
+  bool reduce = true;  // exact elimination of followers and leaves before the ILP
   // Tie the variables of repeated layers (with reduce). This restricts the search to plans that
   // are the same in every layer: exact when such an optimum exists (the default budget on the
   // samples), but under a tight memory budget an uneven plan can be cheaper (measured: 5% on
