@@ -1,0 +1,135 @@
+//===- apc/runtime/interpreter.h - Executing IR graphs op by op ------------===//
+//
+// Runs an ir::Graph on concrete tensors, one node after the other, with autograd on: libtorch
+// records every op, so a backward from the outputs reaches the tensors the caller passed in.
+//
+// - Ops are resolved ONCE, when the interpreter is created, by (name, overload) through the JIT
+//   operator registry (torch::jit::findOperatorFor, which also holds JIT-only ops such as
+//   aten::Int.Tensor and prim::NumToTensor), and called boxed: one IValue per schema argument.
+//   The structural prim ops whose kernels libtorch does not export (prim::ListConstruct,
+//   prim::ListUnpack, prim::TupleConstruct, prim::TupleUnpack) are implemented here.
+// - Non-tensor constants (graph-level values) become IValues once, against the schema argument
+//   that consumes them (ints widened to float for float arguments; "meta" devices, which the
+//   importer records for devices read off tensors, become InterpreterOptions::device;
+//   optionally floating ScalarType codes widened to f64, for the strategy validator).
+// - Input, parameter and buffer nodes, and op nodes marked external (the runtime's redistribute
+//   nodes), get their outputs from a caller callback.
+// - Vocab-parallel embeddings: an aten::embedding node with a VocabMaskSpec looks up indices
+//   shifted by -row_offset; indices outside [0, rows) are looked up as row 0 and their output rows
+//   zeroed (the other ranks' Partial summands supply them).
+// - A value is dropped from the environment after its last use, so a forward holds only what
+//   autograd saved.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
+
+#include "apc/ir/graph.h"
+#include "apc/support/error.h"
+
+namespace apc::runtime {
+
+struct InterpreterOptions {
+  /// Where "meta" device constants run (the device of the module's tensors).
+  c10::Device device = c10::kCPU;
+  /// Replace floating ScalarType codes (f16, bf16, f32) by f64 (the validator compares in f64).
+  bool widen_floats = false;
+};
+
+/// The first line of an exception message.
+std::string firstLine(const std::string& what);
+
+/// The torch dtype of an IR dtype (kUnknown: float).
+c10::ScalarType scalarTypeOf(ir::DType d);
+
+/// A 0-dim tensor literal (a traced constant like the 0.5 of `x * 0.5`): value `c`, dtype `meta`'s
+/// (f64 for floating dtypes with widen_floats), on options.device.
+at::Tensor tensorLiteral(const ir::TensorMeta& meta, const ir::Constant& c,
+                         const InterpreterOptions& options = {});
+
+/// The IValue of a non-tensor constant for schema argument `arg` (nullptr: no schema).
+Expected<c10::IValue> constantToIValue(const ir::Constant& c, const c10::Argument* arg,
+                                       const InterpreterOptions& options = {});
+
+/// A node's operator, resolved once.
+class OpKernel {
+ public:
+  /// Resolves the operator of an op node. Errors: no operator with that name and overload, or one
+  /// that needs a graph node to run.
+  static Expected<OpKernel> resolve(const ir::Node& node);
+
+  /// The schema, or nullptr for the hand-written prim ops.
+  const c10::FunctionSchema* schema() const { return schema_; }
+  /// "aten::view" / "prim::ListConstruct".
+  const std::string& name() const { return name_; }
+
+  /// Runs on one IValue per node input; returns one IValue per node output. Exceptions of the
+  /// kernel become an Error with the first line of their message.
+  Expected<std::vector<c10::IValue>> run(std::vector<c10::IValue> args, size_t num_outputs) const;
+  /// The same, but exceptions propagate (the interpreter's fast path).
+  std::vector<c10::IValue> call(std::vector<c10::IValue> args) const;
+
+ private:
+  enum class Kind { kOperator, kListConstruct, kListUnpack, kTupleConstruct, kTupleUnpack };
+  Kind kind_ = Kind::kOperator;
+  std::string name_;
+  const c10::FunctionSchema* schema_ = nullptr;
+  std::function<void(std::vector<c10::IValue>&)> op_;
+};
+
+/// Row range of a vocab-parallel embedding on this rank (see the file comment).
+struct VocabMaskSpec {
+  ir::NodeId node;
+  int64_t row_offset = 0;
+  int64_t rows = 0;
+};
+
+class Interpreter {
+ public:
+  /// Supplies the outputs of input / parameter / buffer nodes and of external op nodes; `args`
+  /// holds the node's inputs (empty for the non-op kinds). Exceptions propagate.
+  using ExternalFn =
+      std::function<std::vector<c10::IValue>(const ir::Node& node, std::vector<c10::IValue>& args)>;
+
+  /// Prepares `graph`: resolves every op node not marked in `external` (indexed by node id; may be
+  /// shorter than the node list), converts constants. Errors name the first node that fails.
+  static Expected<Interpreter> create(std::shared_ptr<const ir::Graph> graph,
+                                      const InterpreterOptions& options = {},
+                                      std::vector<bool> external = {},
+                                      std::vector<VocabMaskSpec> vocab_masks = {});
+
+  const ir::Graph& graph() const { return *graph_; }
+
+  /// Runs the graph; returns the output leaves in OutputTree order (graph().outputs().leaves()).
+  /// Errors: the first failing node, "node 12 aten::view (blocks.0.attn): <message>".
+  Expected<std::vector<c10::IValue>> run(const ExternalFn& external) const;
+
+ private:
+  struct Step {
+    ir::NodeId node;
+    bool external = false;
+    int mask = -1;  // index into masks_
+    OpKernel kernel;
+    std::vector<c10::IValue> constant_args;  // per input; None-typed placeholder when not constant
+    std::vector<bool> is_constant;
+    std::vector<uint32_t> free_after;  // values whose last use is this node
+  };
+  std::shared_ptr<const ir::Graph> graph_;
+  InterpreterOptions options_;
+  std::vector<Step> steps_;
+  std::vector<VocabMaskSpec> masks_;
+  std::vector<uint32_t> output_values_;
+};
+
+/// Packs output leaves into the OutputTree's structure: a leaf as itself, tuples and lists as
+/// tuples / lists, dicts as Dict[str, Any].
+c10::IValue packOutputs(const ir::OutputTree& tree, const std::vector<c10::IValue>& leaves);
+
+}  // namespace apc::runtime

@@ -1,0 +1,151 @@
+//===- apc/runtime/parallel_module.h - A rank's piece of a sharded model ---===//
+//
+// ParallelModule is what a C++ trainer holds on each rank: the rank's Program (lowered from a
+// plan, read from an artifact directory), its parameter and buffer shards, and the World (one
+// Communicator per mesh dim). It runs the program with the interpreter (apc/runtime/interpreter.h)
+// and the redistributions as autograd functions (apc/runtime/redistribute.h), so that
+// `loss.backward()` leaves in each local shard the gradient of that shard: a Replicate parameter
+// gets its full gradient on every rank (DDP's all-reduce), a sharded one its shard's gradient
+// (FSDP's reduce-scatter).
+//
+//   auto pm = ParallelModule::load("out/");          // RANK, WORLD_SIZE, MASTER_ADDR/PORT
+//   pm->to_empty(torch::kCPU);
+//   pm->load_full_state_dict(full);                  // or pm->init_weights(fn)
+//   auto out = pm->forward({pm->shardInput(0, x)});  // local pieces in, local pieces out
+//   pm->gatherOutput(0, out_leaf).sum().backward();  // full output (autograd-aware) for a loss
+//   optimizer over pm->parameters();                 // local shards
+//
+// Placements and pieces: a tensor placed S(d) on a mesh dim is cut with torch.chunk semantics,
+// nested over the mesh dims (apc/cost/layout.h); each rank holds its piece, maybe empty.
+// Errors are values (one line) except inside autograd's backward, where a failed collective is a
+// CommError exception.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/ivalue.h>
+
+#include "apc/cost/layout.h"
+#include "apc/ir/graph.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/placement.h"
+#include "apc/runtime/comm.h"
+#include "apc/support/error.h"
+
+namespace apc::runtime {
+
+/// A placed tensor of the program: forward input, parameter, buffer or output leaf.
+struct PlacedTensor {
+  std::string name;                   // as named_parameters() gives it; input / output leaf name
+  std::vector<int64_t> global_shape;  // symbolic dims: their hints
+  std::vector<std::string> symbols;   // per dim: the symbol of a dynamic dim, else empty
+  at::ScalarType dtype = at::kFloat;
+  mesh::PlacementTuple placement;
+  std::vector<cost::DimPiece> local;  // this rank's piece of each dim
+  bool requires_grad = false;
+  uint32_t value = 0;  // the program value holding it
+
+  std::vector<int64_t> localShape() const;
+};
+
+struct ParallelModuleOptions {
+  WorldOptions world;              // backend, collective timeout
+  c10::Device device = c10::kCPU;  // where to_empty / load_full_state_dict allocate
+};
+
+/// Bytes the program's collectives move per training step (one forward + backward), as priced.
+struct PricedComm {
+  int64_t forward_steps = 0;
+  int64_t backward_steps = 0;
+  int64_t priced_bytes = 0;  // sum of the priced n of every step that communicates
+  int64_t wire_bytes = 0;    // this rank's share by the alpha-beta formulas ((p-1)/p n, ...)
+};
+
+class ParallelModule {
+ public:
+  /// Loads this rank's program from an artifact directory: rank and world from the torchrun
+  /// environment (launchEnvFromEnvironment), manifest checks (format version, hashes, world
+  /// size), process groups per mesh dim. Errors are one line.
+  static Expected<std::shared_ptr<ParallelModule>> load(const std::string& dir,
+                                                        const ParallelModuleOptions& options = {});
+  /// The same with an explicit environment.
+  static Expected<std::shared_ptr<ParallelModule>> load(const std::string& dir,
+                                                        const LaunchEnv& env,
+                                                        const ParallelModuleOptions& options);
+  ~ParallelModule();
+  ParallelModule(const ParallelModule&) = delete;
+  ParallelModule& operator=(const ParallelModule&) = delete;
+
+  int rank() const;
+  int worldSize() const;
+  World& world();
+  const mesh::DeviceMesh& mesh() const;
+  const ir::Graph& graph() const;
+
+  const std::vector<PlacedTensor>& inputSpecs() const;
+  const std::vector<PlacedTensor>& parameterSpecs() const;
+  const std::vector<PlacedTensor>& bufferSpecs() const;
+  const std::vector<PlacedTensor>& outputSpecs() const;
+
+  /// Allocates uninitialized local shards of every parameter and buffer on `device`.
+  void to_empty(c10::Device device);
+  /// Calls `init(spec, local)` for every parameter and buffer (in program order) with its
+  /// description (global name and shape, placement, this rank's piece) and its local shard, to be
+  /// filled in place (under no_grad). Allocates first when to_empty was not called.
+  void init_weights(const std::function<void(const PlacedTensor& spec, at::Tensor& local)>& init);
+  /// Copies this rank's piece of every full tensor into the shards. Errors: a missing name or a
+  /// shape that differs from the global shape. Extra names are ignored.
+  Status load_full_state_dict(const std::map<std::string, at::Tensor>& full);
+
+  /// Local shards (requires_grad), in program order.
+  std::vector<at::Tensor> parameters() const;
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  /// Local shards of parameters and buffers.
+  std::map<std::string, at::Tensor> state_dict() const;
+  /// Full tensors of parameters and buffers gathered on every rank; returned on rank 0 only (the
+  /// other ranks get an empty map). Collective: every rank must call it.
+  std::map<std::string, at::Tensor> full_state_dict();
+  /// The full gradient of one parameter (collective; every rank gets it). Undefined gradient:
+  /// zeros.
+  at::Tensor fullGrad(size_t parameter);
+  /// Scales every local gradient so that the global norm (over the whole mesh, each replicated
+  /// shard counted once) is at most `max_norm`; returns the norm before clipping. Collective.
+  double clip_grad_norm_(double max_norm);
+
+  /// Runs the program on local input pieces (one per program input, in order); returns the output
+  /// in the forward's structure (a tensor, or tuples / lists / dicts of them).
+  Expected<c10::IValue> forward(const std::vector<c10::IValue>& inputs);
+  /// The same, the output leaves in OutputTree order.
+  Expected<std::vector<c10::IValue>> forwardLeaves(const std::vector<c10::IValue>& inputs);
+
+  /// For an integer input: the rows of the embedding it indexes (followed through integer-valued
+  /// ops and redistributions), else those of the smallest embedding of the program, else 2; 0 for
+  /// a floating input. Trainers draw synthetic indices below it.
+  int64_t inputIndexBound(size_t i) const;
+  /// This rank's piece of a full input (program input `i`).
+  at::Tensor shardInput(size_t i, const at::Tensor& full) const;
+  /// The full tensor of output leaf `leaf` from its local piece; autograd-aware.
+  at::Tensor gatherOutput(size_t leaf, const at::Tensor& local);
+
+  /// The collectives the plan priced for one forward + backward.
+  PricedComm pricedComm() const;
+  /// What this rank's communicators recorded since the last reset.
+  CommStats commStats() const;
+  void resetCommStats();
+
+ private:
+  struct Impl;
+  explicit ParallelModule(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace apc::runtime

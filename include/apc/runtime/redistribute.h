@@ -1,0 +1,93 @@
+//===- apc/runtime/redistribute.h - Redistributions as autograd functions --===//
+//
+// Executes the redistribution steps that lowering recorded on every edge of a per-rank program
+// (proto/apc.proto RedistStep; the steps of apc/cost/redistribute.h as this rank runs them) with
+// the Communicator of each step's mesh dim:
+//   all-gather      comm.allGather(x, gather_dim, group_sizes)
+//   all-reduce      comm.allReduce on a contiguous copy (the input is never written)
+//   reduce-scatter  comm.reduceScatter(x, shard_dim, op)
+//   local-slice     torch.chunk piece `comm.index()` of x along shard_dim (narrow + contiguous)
+//   all-to-all      comm.allToAll(x, gather_dim, shard_dim, group_sizes)
+// After each step the local shape is checked against the recorded local_out (dims whose size
+// already differed from local_in on the way in, a dynamic batch, are not checked).
+//
+// `redistribute` wraps a RedistSpec as a custom autograd function: forward runs `forward`, backward
+// runs `backward` on the incoming gradient (DESIGN.md "Backward": the gradient convention is in the
+// Program comment of proto/apc.proto). Backward collectives run in autograd's order, which is the
+// same on every rank because every rank records the same graph.
+//
+// `gatherToFull` (autograd-aware) and `gatherTensor` (plain) undo a placement without Partial:
+// gather every sharded mesh dim, innermost first, so that every rank holds the full tensor. The
+// backward of gatherToFull keeps this rank's piece of the full gradient, which is exact when every
+// rank computes the same function of the full tensor (a loss).
+//
+// Failures of a collective are CommError exceptions; a shape that disagrees with the program is a
+// c10::Error; both have a one-line what(). The spec and the World must outlive every autograd
+// graph that uses them (ParallelModule owns both).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "apc/cost/redistribute.h"
+#include "apc/mesh/placement.h"
+#include "apc/runtime/comm.h"
+#include "apc/support/error.h"
+
+namespace apc::runtime {
+
+/// One step as this rank runs it (proto RedistStep, parsed).
+struct RedistStepSpec {
+  cost::StepKind kind = cost::StepKind::kAllGather;
+  size_t mesh_dim = 0;
+  int64_t gather_dim = -1;
+  int64_t shard_dim = -1;
+  mesh::ReduceOp reduce_op = mesh::ReduceOp::kSum;
+  std::vector<int64_t> local_in;
+  std::vector<int64_t> local_out;
+  std::vector<int64_t> group_sizes;
+  int64_t priced_bytes = 0;
+};
+
+/// One edge's redistribution (proto Redistribution, parsed).
+struct RedistSpec {
+  std::vector<RedistStepSpec> forward;
+  std::vector<RedistStepSpec> backward;
+  bool requires_grad = false;
+  std::string edge;  // "linear_1 -> matmul_2 (input 0)", for messages
+};
+
+/// Parses "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all".
+Expected<cost::StepKind> parseStepKind(const std::string& text);
+/// Parses "sum", "avg", "max", "min".
+Expected<mesh::ReduceOp> parseReduceOp(const std::string& text);
+
+/// Runs `steps` on `x` in order, without autograd. Throws CommError / c10::Error.
+at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& x, World& world,
+                    const std::string& edge = {});
+
+/// `x` redistributed by `spec.forward`; when spec.requires_grad and x requires grad, the result's
+/// backward runs `spec.backward`.
+at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world);
+
+/// The full tensor of a local piece placed as `placement` (no Partial) with global sizes
+/// `global_sizes`; autograd-aware (backward: this rank's piece of the gradient).
+at::Tensor gatherToFull(const at::Tensor& local, const mesh::PlacementTuple& placement,
+                        const std::vector<int64_t>& global_sizes, World& world);
+
+/// The same without autograd (gradients, state dicts).
+at::Tensor gatherTensor(const at::Tensor& local, const mesh::PlacementTuple& placement,
+                        const std::vector<int64_t>& global_sizes, World& world);
+
+/// This rank's piece of a full tensor placed as `placement` (Partial dims keep the whole value):
+/// a contiguous copy.
+at::Tensor localPieceOf(const at::Tensor& full, const mesh::PlacementTuple& placement,
+                        const mesh::DeviceMesh& mesh, const std::vector<int64_t>& coordinate);
+
+}  // namespace apc::runtime

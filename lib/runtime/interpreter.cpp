@@ -1,0 +1,399 @@
+//===- lib/runtime/interpreter.cpp - Executing IR graphs op by op ----------===//
+//
+// Operator resolution through the JIT registry, constant conversion for schema arguments, the
+// hand-written structural prim ops, vocab-parallel embedding masks and the node loop (see
+// apc/runtime/interpreter.h).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/runtime/interpreter.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/runtime/operator.h>
+
+namespace apc::runtime {
+
+std::string firstLine(const std::string& what) {
+  size_t nl = what.find('\n');
+  return nl == std::string::npos ? what : what.substr(0, nl);
+}
+
+namespace {
+
+/// The argument's real type with Optional stripped.
+c10::TypeKind argKind(const c10::Argument& arg) {
+  c10::TypePtr t = arg.real_type();
+  if (t->kind() == c10::TypeKind::OptionalType)
+    t = t->expectRef<c10::OptionalType>().getElementType();
+  return t->kind();
+}
+
+}  // namespace
+
+c10::ScalarType scalarTypeOf(ir::DType d) {
+  switch (d) {
+    case ir::DType::kF32:
+      return at::kFloat;
+    case ir::DType::kF64:
+      return at::kDouble;
+    case ir::DType::kF16:
+      return at::kHalf;
+    case ir::DType::kBF16:
+      return at::kBFloat16;
+    case ir::DType::kI64:
+      return at::kLong;
+    case ir::DType::kI32:
+      return at::kInt;
+    case ir::DType::kI16:
+      return at::kShort;
+    case ir::DType::kI8:
+      return at::kChar;
+    case ir::DType::kU8:
+      return at::kByte;
+    case ir::DType::kBool:
+      return at::kBool;
+    case ir::DType::kUnknown:
+      break;
+  }
+  return at::kFloat;
+}
+
+at::Tensor tensorLiteral(const ir::TensorMeta& meta, const ir::Constant& c,
+                         const InterpreterOptions& options) {
+  c10::ScalarType dtype = scalarTypeOf(meta.dtype);
+  if (options.widen_floats && ir::isFloating(meta.dtype)) dtype = at::kDouble;
+  at::TensorOptions o = at::TensorOptions().dtype(dtype).device(options.device);
+  if (const auto* d = std::get_if<double>(&c)) return at::scalar_tensor(*d, o);
+  if (const auto* i = std::get_if<int64_t>(&c)) return at::scalar_tensor(*i, o);
+  if (const auto* b = std::get_if<bool>(&c)) return at::scalar_tensor(*b, o);
+  return at::zeros({}, o);
+}
+
+Expected<c10::IValue> constantToIValue(const ir::Constant& c, const c10::Argument* arg,
+                                       const InterpreterOptions& options) {
+  c10::TypeKind kind = arg ? argKind(*arg) : c10::TypeKind::AnyType;
+  if (std::holds_alternative<ir::None>(c)) return c10::IValue();
+  if (const auto* i = std::get_if<int64_t>(&c)) {
+    if (kind == c10::TypeKind::FloatType) return c10::IValue(static_cast<double>(*i));
+    if (options.widen_floats && kind == c10::TypeKind::ScalarTypeType) {
+      auto st = static_cast<c10::ScalarType>(*i);
+      if (st == at::kFloat || st == at::kHalf || st == at::kBFloat16)
+        return c10::IValue(static_cast<int64_t>(at::kDouble));
+    }
+    return c10::IValue(*i);
+  }
+  if (const auto* d = std::get_if<double>(&c)) return c10::IValue(*d);
+  if (const auto* b = std::get_if<bool>(&c)) return c10::IValue(*b);
+  if (const auto* s = std::get_if<std::string>(&c)) {
+    if (kind == c10::TypeKind::DeviceObjType) {
+      // The importer interprets on meta tensors, so a device taken from a tensor (prim::device in
+      // scripted models) is recorded as "meta"; it runs where the module's tensors live.
+      if (*s == "meta") return c10::IValue(options.device);
+      try {
+        return c10::IValue(c10::Device(*s));
+      } catch (const std::exception& e) {
+        return invalidArgument("bad device constant \"" + *s + "\": " + firstLine(e.what()));
+      }
+    }
+    return c10::IValue(*s);
+  }
+  if (const auto* l = std::get_if<std::vector<int64_t>>(&c)) return c10::IValue(*l);
+  if (const auto* l = std::get_if<std::vector<double>>(&c)) return c10::IValue(*l);
+  if (const auto* l = std::get_if<std::vector<bool>>(&c)) {
+    c10::List<bool> list;
+    for (bool b : *l) list.push_back(b);
+    return c10::IValue(list);
+  }
+  return internalError("unhandled constant kind");
+}
+
+// --- OpKernel --------------------------------------------------------------------------------
+
+Expected<OpKernel> OpKernel::resolve(const ir::Node& node) {
+  OpKernel op;
+  op.name_ = node.op;
+  if (node.op == "prim::ListConstruct") {
+    op.kind_ = Kind::kListConstruct;
+    return op;
+  }
+  if (node.op == "prim::ListUnpack") {
+    op.kind_ = Kind::kListUnpack;
+    return op;
+  }
+  if (node.op == "prim::TupleConstruct") {
+    op.kind_ = Kind::kTupleConstruct;
+    return op;
+  }
+  if (node.op == "prim::TupleUnpack") {
+    op.kind_ = Kind::kTupleUnpack;
+    return op;
+  }
+  std::shared_ptr<torch::jit::Operator> found;
+  try {
+    found = torch::jit::findOperatorFor(c10::OperatorName(node.op, node.overload));
+  } catch (const std::exception& e) {
+    return notFound("operator " + node.qualifiedOp() + ": " + firstLine(e.what()));
+  }
+  if (!found) return notFound("no registered operator " + node.qualifiedOp());
+  op.schema_ = &found->schema();
+  try {
+    torch::jit::Operation operation = found->getOperation();
+    op.op_ = [operation](std::vector<c10::IValue>& stack) mutable { operation(stack); };
+  } catch (const std::exception& e) {
+    return unsupported("operator " + node.qualifiedOp() +
+                       " needs a graph node to run: " + firstLine(e.what()));
+  }
+  return op;
+}
+
+namespace {
+
+/// A list IValue of the element kind of `args` (tensors, ints, floats, bools).
+c10::IValue makeList(std::vector<c10::IValue>& args) {
+  if (args.empty() || args.front().isTensor()) {
+    c10::List<at::Tensor> list;
+    for (c10::IValue& a : args) list.push_back(std::move(a).toTensor());
+    return list;
+  }
+  if (args.front().isInt()) {
+    c10::List<int64_t> list;
+    for (const c10::IValue& a : args) list.push_back(a.toInt());
+    return list;
+  }
+  if (args.front().isDouble()) {
+    c10::List<double> list;
+    for (const c10::IValue& a : args) list.push_back(a.toDouble());
+    return list;
+  }
+  if (args.front().isBool()) {
+    c10::List<bool> list;
+    for (const c10::IValue& a : args) list.push_back(a.toBool());
+    return list;
+  }
+  // Optional tensors and other mixtures: a generic list.
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (c10::IValue& a : args) list.push_back(std::move(a));
+  return list;
+}
+
+}  // namespace
+
+std::vector<c10::IValue> OpKernel::call(std::vector<c10::IValue> args) const {
+  std::vector<c10::IValue> out;
+  switch (kind_) {
+    case Kind::kListConstruct:
+      out.push_back(makeList(args));
+      break;
+    case Kind::kListUnpack:
+      TORCH_CHECK(args.size() == 1 && args[0].isList(), "prim::ListUnpack of a non-list");
+      for (const c10::IValue& e : args[0].toListRef()) out.push_back(e);
+      break;
+    case Kind::kTupleConstruct:
+      out.emplace_back(c10::ivalue::Tuple::create(std::move(args)));
+      break;
+    case Kind::kTupleUnpack:
+      TORCH_CHECK(args.size() == 1 && args[0].isTuple(), "prim::TupleUnpack of a non-tuple");
+      for (const c10::IValue& e : args[0].toTupleRef().elements()) out.push_back(e);
+      break;
+    case Kind::kOperator:
+      op_(args);
+      out = std::move(args);
+      break;
+  }
+  return out;
+}
+
+Expected<std::vector<c10::IValue>> OpKernel::run(std::vector<c10::IValue> args,
+                                                 size_t num_outputs) const {
+  std::vector<c10::IValue> out;
+  try {
+    out = call(std::move(args));
+  } catch (const std::exception& e) {
+    return unsupported(name_ + ": " + firstLine(e.what()));
+  }
+  if (out.size() != num_outputs)
+    return internalError(name_ + " returned " + std::to_string(out.size()) +
+                         " values, the node has " + std::to_string(num_outputs) + " outputs");
+  return out;
+}
+
+// --- Interpreter -----------------------------------------------------------------------------
+
+namespace {
+
+std::string nodeLabel(const ir::Node& n) {
+  std::string s = "node " + std::to_string(n.id.v) + " " +
+                  (n.kind == ir::NodeKind::kOp ? n.qualifiedOp() : std::string(n.op));
+  if (!n.name.empty()) s += " " + n.name;
+  if (!n.module_path.empty()) s += " (" + n.module_path + ")";
+  return s;
+}
+
+}  // namespace
+
+Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph,
+                                          const InterpreterOptions& options,
+                                          std::vector<bool> external,
+                                          std::vector<VocabMaskSpec> vocab_masks) {
+  Interpreter in;
+  in.graph_ = std::move(graph);
+  in.options_ = options;
+  in.masks_ = std::move(vocab_masks);
+  const ir::Graph& g = *in.graph_;
+  external.resize(g.numNodes(), false);
+  std::vector<int> mask_of(g.numNodes(), -1);
+  for (size_t i = 0; i < in.masks_.size(); ++i) {
+    const VocabMaskSpec& m = in.masks_[i];
+    if (!m.node.valid() || m.node.v >= g.numNodes() || g.node(m.node).op != "aten::embedding")
+      return invalidArgument("vocab mask names node " + std::to_string(m.node.v) +
+                             ", which is not an aten::embedding");
+    mask_of[m.node.v] = static_cast<int>(i);
+  }
+
+  // Last use of each value (by node index); outputs live to the end.
+  std::vector<int64_t> last_use(g.numValues(), -1);
+  for (const ir::Node& n : g.nodes())
+    for (ir::ValueId v : n.inputs) last_use[v.v] = n.id.v;
+  for (ir::ValueId v : g.outputs().leaves()) {
+    last_use[v.v] = static_cast<int64_t>(g.numNodes());
+    in.output_values_.push_back(v.v);
+  }
+
+  for (const ir::Node& n : g.nodes()) {
+    Step s;
+    s.node = n.id;
+    s.external = n.kind != ir::NodeKind::kOp || external[n.id.v];
+    s.mask = mask_of[n.id.v];
+    if (!s.external) {
+      auto kernel = OpKernel::resolve(n);
+      if (!kernel.ok()) return kernel.error().withContext(nodeLabel(n));
+      s.kernel = std::move(kernel).value();
+    }
+    const c10::FunctionSchema* schema = s.kernel.schema();
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const ir::Value& v = g.value(n.inputs[i]);
+      const bool constant = !v.producer.valid();
+      s.is_constant.push_back(constant);
+      if (!constant) {
+        s.constant_args.emplace_back();
+        continue;
+      }
+      if (!v.constant)
+        return invalidArgument(nodeLabel(n) + ": input " + std::to_string(i) + " (%" +
+                               v.debug_name + ") has neither a producer nor a constant");
+      if (v.isTensor() && v.tensor) {
+        s.constant_args.emplace_back(tensorLiteral(*v.tensor, *v.constant, in.options_));
+        continue;
+      }
+      const c10::Argument* arg =
+          schema && i < schema->arguments().size() ? &schema->arguments()[i] : nullptr;
+      auto iv = constantToIValue(*v.constant, arg, in.options_);
+      if (!iv.ok()) return iv.error().withContext(nodeLabel(n));
+      s.constant_args.push_back(std::move(iv).value());
+    }
+    for (ir::ValueId v : n.inputs)
+      if (last_use[v.v] == static_cast<int64_t>(n.id.v) && g.value(v).producer.valid())
+        s.free_after.push_back(v.v);
+    // Outputs nobody reads are dropped right away.
+    for (ir::ValueId v : n.outputs)
+      if (last_use[v.v] < 0) s.free_after.push_back(v.v);
+    in.steps_.push_back(std::move(s));
+  }
+  return in;
+}
+
+namespace {
+
+/// aten::embedding(weight, indices, ...) on the rows [row_offset, row_offset + rows) this rank
+/// holds: out-of-range indices read row 0 and their output rows are zeroed.
+std::vector<c10::IValue> maskedEmbedding(const OpKernel& kernel, std::vector<c10::IValue> args,
+                                         const VocabMaskSpec& mask) {
+  at::Tensor indices = args.at(1).toTensor();
+  at::Tensor shifted = indices - mask.row_offset;
+  at::Tensor outside = (shifted < 0).logical_or(shifted >= mask.rows);
+  args[1] = shifted.masked_fill(outside, 0);
+  std::vector<c10::IValue> out = kernel.call(std::move(args));
+  at::Tensor rows = out.at(0).toTensor();
+  out[0] = rows.masked_fill(outside.unsqueeze(-1), 0);
+  return out;
+}
+
+}  // namespace
+
+Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external) const {
+  const ir::Graph& g = *graph_;
+  std::vector<c10::IValue> env(g.numValues());
+  for (const Step& s : steps_) {
+    const ir::Node& n = g.node(s.node);
+    std::vector<c10::IValue> args;
+    args.reserve(n.inputs.size());
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      args.push_back(s.is_constant[i] ? s.constant_args[i] : env[n.inputs[i].v]);
+    std::vector<c10::IValue> out;
+    try {
+      if (s.external)
+        out = external(n, args);
+      else if (s.mask >= 0)
+        out = maskedEmbedding(s.kernel, std::move(args), masks_[static_cast<size_t>(s.mask)]);
+      else
+        out = s.kernel.call(std::move(args));
+    } catch (const std::exception& e) {
+      return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
+    }
+    if (out.size() != n.outputs.size())
+      return internalError(nodeLabel(n) + " returned " + std::to_string(out.size()) +
+                           " values, the node has " + std::to_string(n.outputs.size()) +
+                           " outputs");
+    for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = std::move(out[i]);
+    for (uint32_t v : s.free_after) env[v] = c10::IValue();
+  }
+  std::vector<c10::IValue> leaves;
+  leaves.reserve(output_values_.size());
+  for (uint32_t v : output_values_) {
+    const ir::Value& val = g.value(ir::ValueId(v));
+    if (!val.producer.valid() && val.constant && val.isTensor() && val.tensor) {
+      leaves.emplace_back(tensorLiteral(*val.tensor, *val.constant, options_));
+    } else if (!val.producer.valid() && val.constant) {
+      auto iv = constantToIValue(*val.constant, nullptr, options_);
+      if (!iv.ok()) return iv.error();
+      leaves.push_back(std::move(iv).value());
+    } else {
+      leaves.push_back(env[v]);
+    }
+  }
+  return leaves;
+}
+
+namespace {
+
+c10::IValue pack(const ir::OutputTree& t, const std::vector<c10::IValue>& leaves, size_t& next) {
+  switch (t.kind) {
+    case ir::OutputTree::Kind::kLeaf:
+      return leaves.at(next++);
+    case ir::OutputTree::Kind::kTuple: {
+      std::vector<c10::IValue> elems;
+      for (const ir::OutputTree& c : t.children) elems.push_back(pack(c, leaves, next));
+      return c10::ivalue::Tuple::create(std::move(elems));
+    }
+    case ir::OutputTree::Kind::kList: {
+      c10::impl::GenericList list(c10::AnyType::get());
+      for (const ir::OutputTree& c : t.children) list.push_back(pack(c, leaves, next));
+      return list;
+    }
+    case ir::OutputTree::Kind::kDict: {
+      c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+      for (size_t i = 0; i < t.children.size(); ++i)
+        dict.insert(t.keys.at(i), pack(t.children[i], leaves, next));
+      return dict;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+c10::IValue packOutputs(const ir::OutputTree& tree, const std::vector<c10::IValue>& leaves) {
+  size_t next = 0;
+  return pack(tree, leaves, next);
+}
+
+}  // namespace apc::runtime

@@ -1,0 +1,544 @@
+//===- lib/runtime/parallel_module.cpp - A rank's piece of a sharded model --===//
+//
+// Artifact loading, shard allocation and weight loading, the forward through the interpreter with
+// redistribute nodes as autograd functions, gradient gathering and clipping
+// (see apc/runtime/parallel_module.h).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/runtime/parallel_module.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "apc.pb.h"
+#include "apc/ir/proto_io.h"
+#include "apc/runtime/interpreter.h"
+#include "apc/runtime/redistribute.h"
+#include "parallel_module_reader.h"
+
+namespace apc::runtime {
+
+std::vector<int64_t> PlacedTensor::localShape() const {
+  std::vector<int64_t> s;
+  for (const cost::DimPiece& p : local) s.push_back(p.size);
+  return s;
+}
+
+namespace {
+
+Expected<at::ScalarType> scalarType(const std::string& name) {
+  auto d = ir::parseDType(name);
+  if (!d || *d == ir::DType::kUnknown) return parseError("unknown dtype '" + name + "'");
+  return scalarTypeOf(*d);
+}
+
+Expected<mesh::PlacementTuple> placementOf(const google::protobuf::RepeatedPtrField<std::string>& p,
+                                           size_t mesh_ndim, const std::string& what) {
+  mesh::PlacementTuple t;
+  for (const std::string& s : p) {
+    APC_ASSIGN_OR_RETURN(mesh::Placement pl, mesh::Placement::parse(s));
+    t.push_back(pl);
+  }
+  if (t.size() != mesh_ndim)
+    return parseError(what + ": placement has " + std::to_string(t.size()) + " entries, the mesh " +
+                      std::to_string(mesh_ndim) + " dims");
+  return t;
+}
+
+Expected<PlacedTensor> placedTensor(const proto::ProgramTensor& p, size_t mesh_ndim) {
+  PlacedTensor t;
+  t.name = p.name();
+  for (const proto::Dim& d : p.global_shape()) {
+    t.global_shape.push_back(d.size());
+    t.symbols.push_back(d.symbol());
+  }
+  APC_ASSIGN_OR_RETURN(t.dtype, scalarType(p.dtype()));
+  APC_ASSIGN_OR_RETURN(t.placement, placementOf(p.placement(), mesh_ndim, "tensor " + p.name()));
+  for (const proto::Piece& piece : p.local()) t.local.push_back({piece.offset(), piece.size()});
+  if (t.local.size() != t.global_shape.size())
+    return parseError("tensor " + p.name() + ": " + std::to_string(t.local.size()) +
+                      " local pieces for rank " + std::to_string(t.global_shape.size()));
+  t.requires_grad = p.requires_grad();
+  t.value = p.value();
+  return t;
+}
+
+Expected<RedistStepSpec> stepSpec(const proto::RedistStep& p) {
+  RedistStepSpec s;
+  APC_ASSIGN_OR_RETURN(s.kind, parseStepKind(p.kind()));
+  s.mesh_dim = p.mesh_dim();
+  s.gather_dim = p.gather_dim();
+  s.shard_dim = p.shard_dim();
+  APC_ASSIGN_OR_RETURN(s.reduce_op, parseReduceOp(p.reduce_op()));
+  s.local_in.assign(p.local_in().begin(), p.local_in().end());
+  s.local_out.assign(p.local_out().begin(), p.local_out().end());
+  s.group_sizes.assign(p.group_sizes().begin(), p.group_sizes().end());
+  s.priced_bytes = p.priced_bytes();
+  return s;
+}
+
+Expected<RedistSpec> redistSpec(const proto::Redistribution& p, size_t mesh_ndim) {
+  RedistSpec r;
+  r.edge = p.edge();
+  r.requires_grad = p.requires_grad();
+  for (const proto::RedistStep& s : p.forward()) {
+    APC_ASSIGN_OR_RETURN(RedistStepSpec step, stepSpec(s));
+    if (step.mesh_dim >= mesh_ndim)
+      return parseError("edge " + p.edge() + ": mesh dim out of range");
+    r.forward.push_back(std::move(step));
+  }
+  for (const proto::RedistStep& s : p.backward()) {
+    APC_ASSIGN_OR_RETURN(RedistStepSpec step, stepSpec(s));
+    if (step.mesh_dim >= mesh_ndim)
+      return parseError("edge " + p.edge() + ": mesh dim out of range");
+    r.backward.push_back(std::move(step));
+  }
+  return r;
+}
+
+/// The program's graph as an ir::Graph: redistribute nodes become op nodes (marked external).
+Expected<ir::Graph> programGraph(const proto::Program& program) {
+  proto::Graph g = program.graph();
+  for (proto::Node& n : *g.mutable_nodes())
+    if (n.kind() == "redistribute") n.set_kind("op");
+  if (g.format_version() == 0) g.set_format_version(ir::kGraphFormatVersion);
+  return ir::deserializeGraph(g.SerializeAsString());
+}
+
+int64_t wireBytes(const RedistStepSpec& s, const mesh::DeviceMesh& mesh) {
+  const int64_t p = mesh.size(s.mesh_dim);
+  switch (s.kind) {
+    case cost::StepKind::kAllGather:
+    case cost::StepKind::kReduceScatter:
+      return s.priced_bytes * (p - 1) / p;
+    case cost::StepKind::kAllReduce:
+      return 2 * s.priced_bytes * (p - 1) / p;
+    case cost::StepKind::kAllToAll:
+      return s.priced_bytes * (p - 1) / (p * p);
+    case cost::StepKind::kLocalSlice:
+      return 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+struct ParallelModule::Impl {
+  LaunchEnv env;
+  ParallelModuleOptions options;
+  proto::Program program;
+  std::shared_ptr<const ir::Graph> graph;
+  mesh::DeviceMesh mesh;
+  std::shared_ptr<World> world;
+  std::vector<RedistSpec> redists;
+  std::vector<int> node_redist;  // per node: index into redists, -1 none
+  std::vector<PlacedTensor> inputs, parameters, buffers, outputs;
+  std::vector<int> value_input, value_param, value_buffer;  // per value: index, -1 none
+  std::vector<VocabMaskSpec> masks;
+  std::unique_ptr<Interpreter> interp;
+  c10::Device device = c10::kCPU;
+  std::vector<at::Tensor> param_tensors, buffer_tensors;
+  bool allocated = false;
+
+  Status buildInterpreter() {
+    InterpreterOptions io;
+    io.device = device;
+    std::vector<bool> external(graph->numNodes(), false);
+    for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
+    APC_ASSIGN_OR_RETURN(Interpreter in, Interpreter::create(graph, io, external, masks));
+    interp = std::make_unique<Interpreter>(std::move(in));
+    return Status::success();
+  }
+
+  void allocate(c10::Device dev) {
+    at::NoGradGuard no_grad;
+    device = dev;
+    param_tensors.clear();
+    buffer_tensors.clear();
+    for (const PlacedTensor& p : parameters) {
+      at::Tensor t = at::empty(p.localShape(), at::TensorOptions().dtype(p.dtype).device(dev));
+      if (p.requires_grad) t.set_requires_grad(true);
+      param_tensors.push_back(t);
+    }
+    for (const PlacedTensor& b : buffers)
+      buffer_tensors.push_back(
+          at::empty(b.localShape(), at::TensorOptions().dtype(b.dtype).device(dev)));
+    allocated = true;
+  }
+};
+
+ParallelModule::ParallelModule(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ParallelModule::~ParallelModule() = default;
+
+Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
+    const std::string& dir, const ParallelModuleOptions& options) {
+  APC_ASSIGN_OR_RETURN(LaunchEnv env, launchEnvFromEnvironment());
+  return load(dir, env, options);
+}
+
+Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
+    const std::string& dir, const LaunchEnv& env, const ParallelModuleOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->env = env;
+  impl->options = options;
+  impl->device = options.device;
+  APC_ASSIGN_OR_RETURN(impl->program, readRankProgram(dir, env.rank, env.world_size, true));
+  const proto::Program& prog = impl->program;
+  std::vector<int64_t> shape(prog.mesh_shape().begin(), prog.mesh_shape().end());
+  std::vector<std::string> names(prog.mesh_names().begin(), prog.mesh_names().end());
+  auto mesh = mesh::DeviceMesh::create(shape, names);
+  if (!mesh.ok()) return mesh.error().withContext(dir);
+  impl->mesh = std::move(mesh).value();
+  const size_t nd = impl->mesh.ndim();
+
+  auto graph = programGraph(prog);
+  if (!graph.ok()) return graph.error().withContext(dir + ": rank " + std::to_string(env.rank));
+  impl->graph = std::make_shared<const ir::Graph>(std::move(graph).value());
+  const ir::Graph& g = *impl->graph;
+
+  for (const proto::Redistribution& r : prog.redistributions()) {
+    APC_ASSIGN_OR_RETURN(RedistSpec spec, redistSpec(r, nd));
+    impl->redists.push_back(std::move(spec));
+  }
+  impl->node_redist.assign(g.numNodes(), -1);
+  for (int i = 0; i < prog.node_redistribution_size() && i < static_cast<int>(g.numNodes()); ++i) {
+    uint32_t r = prog.node_redistribution(i);
+    if (r > impl->redists.size())
+      return parseError(dir + ": node " + std::to_string(i) + " names redistribution " +
+                        std::to_string(r - 1) + " of " + std::to_string(impl->redists.size()));
+    impl->node_redist[static_cast<size_t>(i)] = static_cast<int>(r) - 1;
+  }
+  for (const ir::Node& n : g.nodes())
+    if (n.op == "apc::redistribute" && impl->node_redist[n.id.v] < 0)
+      return parseError(dir + ": redistribute node " + std::to_string(n.id.v) +
+                        " has no redistribution");
+
+  auto collect = [&](const auto& field, std::vector<PlacedTensor>& out, std::vector<int>& by_value,
+                     const char* what) -> Status {
+    by_value.assign(g.numValues(), -1);
+    for (const proto::ProgramTensor& p : field) {
+      auto t = placedTensor(p, nd);
+      if (!t.ok()) return t.error().withContext(dir);
+      if (t->value >= g.numValues())
+        return parseError(dir + ": " + what + " " + t->name + " names value " +
+                          std::to_string(t->value) + " out of range");
+      by_value[t->value] = static_cast<int>(out.size());
+      out.push_back(std::move(t).value());
+    }
+    return Status::success();
+  };
+  APC_RETURN_IF_ERROR(collect(prog.inputs(), impl->inputs, impl->value_input, "input"));
+  APC_RETURN_IF_ERROR(collect(prog.parameters(), impl->parameters, impl->value_param, "parameter"));
+  APC_RETURN_IF_ERROR(collect(prog.buffers(), impl->buffers, impl->value_buffer, "buffer"));
+  std::vector<int> unused;
+  APC_RETURN_IF_ERROR(collect(prog.outputs(), impl->outputs, unused, "output"));
+  for (const proto::VocabMask& m : prog.vocab_masks())
+    impl->masks.push_back({ir::NodeId(m.node()), m.row_offset(), m.rows()});
+
+  APC_RETURN_IF_ERROR(impl->buildInterpreter());
+  auto world = World::create(env, impl->mesh, options.world);
+  if (!world.ok()) return world.error();
+  impl->world = std::move(world).value();
+  return std::shared_ptr<ParallelModule>(new ParallelModule(std::move(impl)));
+}
+
+int ParallelModule::rank() const {
+  return impl_->env.rank;
+}
+int ParallelModule::worldSize() const {
+  return impl_->env.world_size;
+}
+World& ParallelModule::world() {
+  return *impl_->world;
+}
+const mesh::DeviceMesh& ParallelModule::mesh() const {
+  return impl_->mesh;
+}
+const ir::Graph& ParallelModule::graph() const {
+  return *impl_->graph;
+}
+const std::vector<PlacedTensor>& ParallelModule::inputSpecs() const {
+  return impl_->inputs;
+}
+const std::vector<PlacedTensor>& ParallelModule::parameterSpecs() const {
+  return impl_->parameters;
+}
+const std::vector<PlacedTensor>& ParallelModule::bufferSpecs() const {
+  return impl_->buffers;
+}
+const std::vector<PlacedTensor>& ParallelModule::outputSpecs() const {
+  return impl_->outputs;
+}
+
+void ParallelModule::to_empty(c10::Device device) {
+  const bool rebuild = device != impl_->device;
+  impl_->allocate(device);
+  if (rebuild) {
+    Status s = impl_->buildInterpreter();
+    (void)s;  // the same graph resolved before; only the device constants change
+  }
+}
+
+void ParallelModule::init_weights(
+    const std::function<void(const PlacedTensor& spec, at::Tensor& local)>& init) {
+  if (!impl_->allocated) impl_->allocate(impl_->device);
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < impl_->parameters.size(); ++i)
+    init(impl_->parameters[i], impl_->param_tensors[i]);
+  for (size_t i = 0; i < impl_->buffers.size(); ++i)
+    init(impl_->buffers[i], impl_->buffer_tensors[i]);
+}
+
+namespace {
+
+at::Tensor pieceOf(const at::Tensor& full, const PlacedTensor& spec) {
+  at::Tensor t = full;
+  for (size_t d = 0; d < spec.local.size(); ++d)
+    t = t.narrow(static_cast<int64_t>(d), spec.local[d].offset, spec.local[d].size);
+  return t;
+}
+
+Status copyPiece(const std::map<std::string, at::Tensor>& full, const PlacedTensor& spec,
+                 at::Tensor& local) {
+  auto it = full.find(spec.name);
+  if (it == full.end()) return notFound("state dict has no entry '" + spec.name + "'");
+  const at::Tensor& f = it->second;
+  std::vector<int64_t> sizes(f.sizes().begin(), f.sizes().end());
+  if (sizes != spec.global_shape) {
+    std::string want, got;
+    for (int64_t s : spec.global_shape) want += (want.empty() ? "" : ",") + std::to_string(s);
+    for (int64_t s : sizes) got += (got.empty() ? "" : ",") + std::to_string(s);
+    return invalidArgument("state dict entry '" + spec.name + "' has shape [" + got +
+                           "], the program expects [" + want + "]");
+  }
+  local.copy_(pieceOf(f, spec));
+  return Status::success();
+}
+
+}  // namespace
+
+Status ParallelModule::load_full_state_dict(const std::map<std::string, at::Tensor>& full) {
+  if (!impl_->allocated) impl_->allocate(impl_->device);
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < impl_->parameters.size(); ++i)
+    APC_RETURN_IF_ERROR(copyPiece(full, impl_->parameters[i], impl_->param_tensors[i]));
+  for (size_t i = 0; i < impl_->buffers.size(); ++i)
+    APC_RETURN_IF_ERROR(copyPiece(full, impl_->buffers[i], impl_->buffer_tensors[i]));
+  return Status::success();
+}
+
+std::vector<at::Tensor> ParallelModule::parameters() const {
+  return impl_->param_tensors;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> ParallelModule::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (size_t i = 0; i < impl_->param_tensors.size(); ++i)
+    out.emplace_back(impl_->parameters[i].name, impl_->param_tensors[i]);
+  return out;
+}
+
+std::map<std::string, at::Tensor> ParallelModule::state_dict() const {
+  std::map<std::string, at::Tensor> out;
+  for (size_t i = 0; i < impl_->param_tensors.size(); ++i)
+    out[impl_->parameters[i].name] = impl_->param_tensors[i];
+  for (size_t i = 0; i < impl_->buffer_tensors.size(); ++i)
+    out[impl_->buffers[i].name] = impl_->buffer_tensors[i];
+  return out;
+}
+
+std::map<std::string, at::Tensor> ParallelModule::full_state_dict() {
+  std::map<std::string, at::Tensor> out;
+  World& w = *impl_->world;
+  for (size_t i = 0; i < impl_->param_tensors.size(); ++i) {
+    const PlacedTensor& p = impl_->parameters[i];
+    at::Tensor full =
+        gatherTensor(impl_->param_tensors[i].detach(), p.placement, p.global_shape, w);
+    if (rank() == 0) out[p.name] = full;
+  }
+  for (size_t i = 0; i < impl_->buffer_tensors.size(); ++i) {
+    const PlacedTensor& b = impl_->buffers[i];
+    at::Tensor full = gatherTensor(impl_->buffer_tensors[i], b.placement, b.global_shape, w);
+    if (rank() == 0) out[b.name] = full;
+  }
+  return out;
+}
+
+at::Tensor ParallelModule::fullGrad(size_t parameter) {
+  const PlacedTensor& p = impl_->parameters.at(parameter);
+  at::Tensor local = impl_->param_tensors.at(parameter);
+  at::Tensor g = local.grad();
+  if (!g.defined()) g = at::zeros_like(local);
+  return gatherTensor(g, p.placement, p.global_shape, *impl_->world);
+}
+
+double ParallelModule::clip_grad_norm_(double max_norm) {
+  at::NoGradGuard no_grad;
+  const std::vector<int64_t> coord = impl_->world->coordinate();
+  double local_sq = 0;
+  for (size_t i = 0; i < impl_->param_tensors.size(); ++i) {
+    at::Tensor g = impl_->param_tensors[i].grad();
+    if (!g.defined() || g.numel() == 0) continue;
+    // A shard replicated along mesh dim m is counted by the rank at coordinate 0 of m only.
+    bool counts = true;
+    const mesh::PlacementTuple& pl = impl_->parameters[i].placement;
+    for (size_t m = 0; m < pl.size(); ++m)
+      if (!pl[m].isShard() && coord[m] != 0) counts = false;
+    if (counts) local_sq += g.to(at::kDouble).pow(2).sum().item<double>();
+  }
+  at::Tensor total = at::full({1}, local_sq, at::TensorOptions().dtype(at::kDouble));
+  impl_->world->all().allReduce(total, mesh::ReduceOp::kSum);
+  const double norm = std::sqrt(total.item<double>());
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1.0)
+    for (at::Tensor& p : impl_->param_tensors) {
+      at::Tensor g = p.grad();
+      if (g.defined()) g.mul_(coef);
+    }
+  return norm;
+}
+
+Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
+    const std::vector<c10::IValue>& inputs) {
+  Impl& im = *impl_;
+  if (!im.allocated) return invalidArgument("forward before to_empty / init_weights / load");
+  if (inputs.size() != im.inputs.size())
+    return invalidArgument("forward takes " + std::to_string(im.inputs.size()) + " inputs, got " +
+                           std::to_string(inputs.size()));
+  const ir::Graph& g = *im.graph;
+  auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
+    std::vector<c10::IValue> out;
+    switch (n.kind) {
+      case ir::NodeKind::kInput: {
+        int i = im.value_input.at(n.outputs.at(0).v);
+        TORCH_CHECK(i >= 0, "input ", n.name, " is not in the program's inputs");
+        out.push_back(inputs[static_cast<size_t>(i)]);
+        break;
+      }
+      case ir::NodeKind::kParameter: {
+        int i = im.value_param.at(n.outputs.at(0).v);
+        TORCH_CHECK(i >= 0, "parameter ", n.name, " is not in the program's parameters");
+        out.push_back(im.param_tensors[static_cast<size_t>(i)]);
+        break;
+      }
+      case ir::NodeKind::kBuffer: {
+        int i = im.value_buffer.at(n.outputs.at(0).v);
+        TORCH_CHECK(i >= 0, "buffer ", n.name, " is not in the program's buffers");
+        out.push_back(im.buffer_tensors[static_cast<size_t>(i)]);
+        break;
+      }
+      case ir::NodeKind::kOp: {
+        const RedistSpec& spec = im.redists.at(static_cast<size_t>(im.node_redist.at(n.id.v)));
+        TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
+                    " needs one tensor input");
+        out.push_back(redistribute(args[0].toTensor(), spec, *im.world));
+        break;
+      }
+    }
+    return out;
+  };
+  (void)g;
+  return im.interp->run(external);
+}
+
+Expected<c10::IValue> ParallelModule::forward(const std::vector<c10::IValue>& inputs) {
+  APC_ASSIGN_OR_RETURN(std::vector<c10::IValue> leaves, forwardLeaves(inputs));
+  return packOutputs(impl_->graph->outputs(), leaves);
+}
+
+int64_t ParallelModule::inputIndexBound(size_t i) const {
+  const Impl& im = *impl_;
+  const PlacedTensor& spec = im.inputs.at(i);
+  if (at::isFloatingType(spec.dtype) || spec.dtype == at::kBool) return 0;
+  const ir::Graph& g = *im.graph;
+  // Rows of the parameter behind an embedding's weight input (through redistributions).
+  auto weightRows = [&](ir::ValueId w) -> int64_t {
+    for (int hops = 0; hops < 8 && w.valid(); ++hops) {
+      int p = im.value_param[w.v];
+      if (p >= 0) {
+        const PlacedTensor& ps = im.parameters[static_cast<size_t>(p)];
+        return ps.global_shape.empty() ? 0 : ps.global_shape[0];
+      }
+      const ir::Value& v = g.value(w);
+      if (!v.producer.valid() || g.node(v.producer).inputs.empty()) return 0;
+      w = g.node(v.producer).inputs[0];
+    }
+    return 0;
+  };
+  std::vector<std::vector<ir::Use>> uses = g.computeUses();
+  int64_t smallest = 0;
+  for (const ir::Node& n : g.nodes())
+    if (n.op == "aten::embedding" && !n.inputs.empty()) {
+      int64_t rows = weightRows(n.inputs[0]);
+      if (rows > 0 && (smallest == 0 || rows < smallest)) smallest = rows;
+    }
+  std::vector<ir::ValueId> frontier = {ir::ValueId(spec.value)};
+  for (int depth = 0; depth < 16 && !frontier.empty(); ++depth) {
+    std::vector<ir::ValueId> next;
+    for (ir::ValueId v : frontier)
+      for (const ir::Use& u : uses[v.v]) {
+        const ir::Node& n = g.node(u.node);
+        if (n.op == "aten::embedding" && u.input_index == 1) {
+          int64_t rows = weightRows(n.inputs[0]);
+          if (rows > 0) return rows;
+        }
+        for (ir::ValueId o : n.outputs) {
+          const ir::Value& ov = g.value(o);
+          if (ov.tensor && !ir::isFloating(ov.tensor->dtype)) next.push_back(o);
+        }
+      }
+    frontier = std::move(next);
+  }
+  return smallest > 0 ? smallest : 2;
+}
+
+at::Tensor ParallelModule::shardInput(size_t i, const at::Tensor& full) const {
+  const PlacedTensor& spec = impl_->inputs.at(i);
+  // A dynamic dim may differ from the recorded hint: the runtime size is cut.
+  return localPieceOf(full, spec.placement, impl_->mesh, impl_->world->coordinate())
+      .to(impl_->device);
+}
+
+at::Tensor ParallelModule::gatherOutput(size_t leaf, const at::Tensor& local) {
+  const PlacedTensor& spec = impl_->outputs.at(leaf);
+  std::vector<int64_t> global = spec.global_shape;
+  // Dynamic dims: the runtime size along an unsharded dim is the global one.
+  for (size_t d = 0; d < global.size() && static_cast<int64_t>(d) < local.dim(); ++d) {
+    bool sharded = false;
+    for (const mesh::Placement& p : spec.placement) sharded |= p.isShard(static_cast<int>(d));
+    if (!sharded) global[d] = local.size(static_cast<int64_t>(d));
+  }
+  return gatherToFull(local, spec.placement, global, *impl_->world);
+}
+
+PricedComm ParallelModule::pricedComm() const {
+  PricedComm c;
+  for (int r : impl_->node_redist) {
+    if (r < 0) continue;
+    const RedistSpec& spec = impl_->redists[static_cast<size_t>(r)];
+    for (const RedistStepSpec& s : spec.forward) {
+      if (s.kind == cost::StepKind::kLocalSlice) continue;
+      ++c.forward_steps;
+      c.priced_bytes += s.priced_bytes;
+      c.wire_bytes += wireBytes(s, impl_->mesh);
+    }
+    if (!spec.requires_grad) continue;
+    for (const RedistStepSpec& s : spec.backward) {
+      if (s.kind == cost::StepKind::kLocalSlice) continue;
+      ++c.backward_steps;
+      c.priced_bytes += s.priced_bytes;
+      c.wire_bytes += wireBytes(s, impl_->mesh);
+    }
+  }
+  return c;
+}
+
+CommStats ParallelModule::commStats() const {
+  return impl_->world->stats();
+}
+void ParallelModule::resetCommStats() {
+  impl_->world->resetStats();
+}
+
+}  // namespace apc::runtime

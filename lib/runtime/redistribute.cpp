@@ -1,0 +1,192 @@
+//===- lib/runtime/redistribute.cpp - Redistributions as autograd functions ===//
+//
+// Step execution on the mesh dims' communicators, the autograd wrappers and full-tensor gathers
+// (see apc/runtime/redistribute.h).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/runtime/redistribute.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "apc/cost/layout.h"
+
+namespace apc::runtime {
+
+using cost::StepKind;
+
+Expected<StepKind> parseStepKind(const std::string& text) {
+  for (StepKind k : {StepKind::kAllGather, StepKind::kAllReduce, StepKind::kReduceScatter,
+                     StepKind::kLocalSlice, StepKind::kAllToAll})
+    if (text == cost::stepKindName(k)) return k;
+  return parseError("unknown redistribution step kind '" + text + "'");
+}
+
+Expected<mesh::ReduceOp> parseReduceOp(const std::string& text) {
+  for (mesh::ReduceOp op :
+       {mesh::ReduceOp::kSum, mesh::ReduceOp::kAvg, mesh::ReduceOp::kMax, mesh::ReduceOp::kMin})
+    if (text == mesh::reduceOpName(op)) return op;
+  if (text.empty()) return mesh::ReduceOp::kSum;
+  return parseError("unknown reduce op '" + text + "'");
+}
+
+namespace {
+
+std::string sizesText(at::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? "," : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+/// Checks the step's result against the recorded local shape; dims whose input size already
+/// differed from the recorded one (a dynamic batch) are not checked.
+void checkShape(const RedistStepSpec& s, const at::Tensor& in, const at::Tensor& out,
+                const std::string& edge) {
+  if (s.local_out.empty()) return;
+  bool ok = out.dim() == static_cast<int64_t>(s.local_out.size());
+  for (int64_t d = 0; ok && d < out.dim(); ++d) {
+    bool in_as_recorded = static_cast<size_t>(d) >= s.local_in.size() || d >= in.dim() ||
+                          in.size(d) == s.local_in[static_cast<size_t>(d)];
+    if (in_as_recorded && out.size(d) != s.local_out[static_cast<size_t>(d)]) ok = false;
+  }
+  TORCH_CHECK(ok, "redistribution ", edge, ": ", cost::stepKindName(s.kind), " on mesh dim ",
+              s.mesh_dim, " gave local shape ", sizesText(out.sizes()), ", the program expects ",
+              sizesText(s.local_out));
+}
+
+at::Tensor runStep(const RedistStepSpec& s, const at::Tensor& x, World& world,
+                   const std::string& edge) {
+  Communicator& comm = world.dim(s.mesh_dim);
+  at::Tensor in = x.contiguous();
+  at::Tensor out;
+  switch (s.kind) {
+    case StepKind::kAllGather:
+      out = comm.allGather(in, s.gather_dim, s.group_sizes);
+      break;
+    case StepKind::kAllReduce:
+      out = in.clone(at::MemoryFormat::Contiguous);
+      comm.allReduce(out, s.reduce_op);
+      break;
+    case StepKind::kReduceScatter:
+      out = comm.reduceScatter(in, s.shard_dim, s.reduce_op);
+      break;
+    case StepKind::kLocalSlice: {
+      const int64_t n = in.size(s.shard_dim);
+      const int64_t p = comm.size();
+      const int64_t k = comm.index();
+      out =
+          in.narrow(s.shard_dim, mesh::chunkOffset(n, p, k), mesh::chunkSize(n, p, k)).contiguous();
+      break;
+    }
+    case StepKind::kAllToAll:
+      out = comm.allToAll(in, s.gather_dim, s.shard_dim, s.group_sizes);
+      break;
+  }
+  checkShape(s, in, out, edge);
+  return out;
+}
+
+/// The autograd node of one edge: forward steps, backward steps on the gradient.
+struct RedistFunction : public torch::autograd::Function<RedistFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const RedistSpec* spec, World* world) {
+    ctx->saved_data["spec"] = reinterpret_cast<int64_t>(spec);
+    ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
+    return runSteps(spec->forward, x, *world, spec->edge);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* spec = reinterpret_cast<const RedistSpec*>(ctx->saved_data["spec"].toInt());
+    auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
+    at::Tensor g = runSteps(spec->backward, grads.at(0), *world, spec->edge + " (backward)");
+    return {g, at::Tensor(), at::Tensor()};
+  }
+};
+
+/// The pieces of each member of this rank's group along mesh dim m, along tensor dim d, under
+/// `placement`.
+std::vector<int64_t> memberSizes(const std::vector<int64_t>& global, const mesh::PlacementTuple& t,
+                                 const mesh::DeviceMesh& mesh, std::vector<int64_t> coordinate,
+                                 size_t m, int d) {
+  std::vector<int64_t> sizes;
+  for (int64_t k = 0; k < mesh.size(m); ++k) {
+    coordinate[m] = k;
+    sizes.push_back(cost::localPiece(global, t, mesh, coordinate)[static_cast<size_t>(d)].size);
+  }
+  return sizes;
+}
+
+struct GatherFunction : public torch::autograd::Function<GatherFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const mesh::PlacementTuple* placement,
+                            const std::vector<int64_t>* global, World* world) {
+    ctx->saved_data["placement"] = mesh::toString(*placement);
+    ctx->saved_data["global"] = *global;
+    ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
+    return gatherTensor(x, *placement, *global, *world);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
+    auto placement = mesh::parsePlacementTuple(ctx->saved_data["placement"].toStringRef());
+    TORCH_CHECK(placement.ok(), "gatherToFull: bad placement");
+    at::Tensor g = localPieceOf(grads.at(0), *placement, world->mesh(), world->coordinate());
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& x, World& world,
+                    const std::string& edge) {
+  at::Tensor t = x;
+  for (const RedistStepSpec& s : steps) t = runStep(s, t, world, edge);
+  return t;
+}
+
+at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world) {
+  if (!spec.requires_grad || !x.requires_grad()) {
+    at::NoGradGuard no_grad;
+    return runSteps(spec.forward, x, world, spec.edge);
+  }
+  return RedistFunction::apply(x, &spec, &world);
+}
+
+at::Tensor gatherTensor(const at::Tensor& local, const mesh::PlacementTuple& placement,
+                        const std::vector<int64_t>& global_sizes, World& world) {
+  at::NoGradGuard no_grad;
+  const mesh::DeviceMesh& mesh = world.mesh();
+  const std::vector<int64_t> coordinate = world.coordinate();
+  mesh::PlacementTuple t = placement;
+  at::Tensor x = local.contiguous();
+  for (size_t i = t.size(); i-- > 0;) {
+    if (t[i].isShard()) {
+      const int d = t[i].dim();
+      x = world.dim(i).allGather(x, d, memberSizes(global_sizes, t, mesh, coordinate, i, d));
+      t[i] = mesh::Placement::replicate();
+    } else if (t[i].isPartial()) {
+      x = x.clone(at::MemoryFormat::Contiguous);
+      world.dim(i).allReduce(x, t[i].reduceOp());
+      t[i] = mesh::Placement::replicate();
+    }
+  }
+  return x;
+}
+
+at::Tensor gatherToFull(const at::Tensor& local, const mesh::PlacementTuple& placement,
+                        const std::vector<int64_t>& global_sizes, World& world) {
+  if (!local.requires_grad()) return gatherTensor(local, placement, global_sizes, world);
+  return GatherFunction::apply(local, &placement, &global_sizes, &world);
+}
+
+at::Tensor localPieceOf(const at::Tensor& full, const mesh::PlacementTuple& placement,
+                        const mesh::DeviceMesh& mesh, const std::vector<int64_t>& coordinate) {
+  std::vector<int64_t> sizes(full.sizes().begin(), full.sizes().end());
+  std::vector<cost::DimPiece> piece = cost::localPiece(sizes, placement, mesh, coordinate);
+  at::Tensor t = full;
+  for (size_t d = 0; d < piece.size(); ++d)
+    t = t.narrow(static_cast<int64_t>(d), piece[d].offset, piece[d].size);
+  return t.contiguous();
+}
+
+}  // namespace apc::runtime

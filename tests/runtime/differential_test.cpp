@@ -1,0 +1,251 @@
+//===- tests/runtime/differential_test.cpp - Sharded == single-process ------===//
+//
+// The main oracle of the runtime: a sample model planned on a mesh (the optimizer's plan or a
+// classic one), lowered to an artifact by the `apc` binary and run on forked ranks over Gloo must
+// give, against the unsharded TorchScript model trained in the parent process from the same
+// weights, inputs and loss:
+//   - every forward output leaf, gathered to full, within 1e-5 relative (fp32);
+//   - every parameter gradient of the first backward, gathered to full, within 1e-5 relative;
+//   - the losses of 3 SGD steps within 1e-5 of the loss's scale.
+// Shapes are the smallest that still cut every sharded dim (the system LibTorch is reference BLAS).
+// Failure tests: a truncated or edited artifact (hash mismatch) and a world size different from the
+// artifact's give one-line errors at load.
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "apc/runtime/parallel_module.h"
+#include "rank_harness.h"
+
+namespace apc::runtime {
+namespace {
+
+using testing::ModelCase;
+using testing::Reference;
+
+constexpr int kSteps = 3;
+constexpr double kLr = 0.5;
+constexpr double kRtol = 1e-5;
+
+const std::map<std::string, ModelCase>& models() {
+  static const std::map<std::string, ModelCase> m = {
+      {"toy_block", {"toy_block", {"x:f32[4,2,1024]"}, 0}},
+      {"mlp_stack", {"mlp_stack", {"x:f32[4,4,128]"}, 0}},
+      {"gpt2_tiny_loss", {"gpt2_tiny_loss", {"idx:i64[4,8]", "targets:i64[4,8]"}, 50257}},
+      {"gpt2_tiny", {"gpt2_tiny", {"idx:i64[4,8]"}, 50257}},
+      {"llama_tiny", {"llama_tiny", {"tokens:i64[4,8]"}, 256}},
+      {"cnn_small", {"cnn_small", {"x:f32[4,3,32,32]"}, 0}},
+  };
+  return m;
+}
+
+const Reference& referenceFor(const std::string& model) {
+  static std::map<std::string, Reference> cache;
+  auto it = cache.find(model);
+  if (it == cache.end())
+    it = cache.emplace(model, testing::computeReference(models().at(model), kSteps, kLr)).first;
+  return it->second;
+}
+
+std::filesystem::path scratchDir(const std::string& name) {
+  std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("apc_rt_" + std::to_string(::getpid())) / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d.parent_path());
+  return d;
+}
+
+int worldOf(const std::string& mesh) {
+  int w = 1;
+  size_t pos = 0;
+  while (pos < mesh.size()) {
+    size_t x = mesh.find('x', pos);
+    if (x == std::string::npos) x = mesh.size();
+    w *= std::stoi(mesh.substr(pos, x - pos));
+    pos = x + 1;
+  }
+  return w;
+}
+
+/// One rank: load, train kSteps SGD steps, compare with the reference. Returns the exit code.
+int runRank(int rank, const std::string& dir, const Reference& ref) {
+  at::set_num_threads(1);
+  int failures = 0;
+  auto fail = [&](const std::string& what) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
+    ++failures;
+  };
+  auto loaded = ParallelModule::load(dir);
+  if (!loaded.ok()) {
+    fail("load: " + loaded.error().message());
+    return 1;
+  }
+  ParallelModule& pm = **loaded;
+  Status st = pm.load_full_state_dict(ref.init);
+  if (!st.ok()) {
+    fail("load_full_state_dict: " + st.error().message());
+    return 1;
+  }
+  std::vector<at::Tensor> params = pm.parameters();
+  for (int step = 0; step < kSteps; ++step) {
+    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+    std::vector<c10::IValue> inputs;
+    for (size_t i = 0; i < ref.inputs.size(); ++i)
+      inputs.emplace_back(pm.shardInput(i, ref.inputs[i]));
+    auto leaves = pm.forwardLeaves(inputs);
+    if (!leaves.ok()) {
+      fail("forward: " + leaves.error().message());
+      return 1;
+    }
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < leaves->size(); ++i)
+      outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
+    if (outs.size() != ref.outputs.size()) {
+      fail("the program has " + std::to_string(outs.size()) + " output leaves, the model " +
+           std::to_string(ref.outputs.size()));
+      return 1;
+    }
+    if (step == 0)
+      for (size_t i = 0; i < outs.size(); ++i) {
+        std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
+        if (!d.empty()) fail("output " + std::to_string(i) + ": " + d);
+      }
+    at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
+    const double l = loss.item<double>();
+    if (!(std::abs(l - ref.losses[static_cast<size_t>(step)]) <=
+          kRtol * ref.loss_scales[static_cast<size_t>(step)] + 1e-12))
+      fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
+           std::to_string(ref.losses[static_cast<size_t>(step)]));
+    loss.backward();
+    if (step == 0)
+      for (size_t i = 0; i < params.size(); ++i) {
+        const std::string& name = pm.parameterSpecs()[i].name;
+        at::Tensor full = pm.fullGrad(i);
+        auto it = ref.grads.find(name);
+        if (it == ref.grads.end()) {
+          fail("parameter " + name + " is not in the model");
+          continue;
+        }
+        std::string d = testing::compareTensors(full, it->second, kRtol);
+        if (!d.empty()) fail("grad " + name + ": " + d);
+      }
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : params)
+      if (p.grad().defined()) p.sub_(p.grad() * ref.lr);
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+struct DiffCase {
+  std::string model;
+  std::string mesh;      // "2x2"
+  std::string strategy;  // "" optimizer, else ddp | fsdp | tp | fsdp+tp
+};
+
+std::string caseName(const DiffCase& c) {
+  std::string s = c.model + "_" + c.mesh + "_" + (c.strategy.empty() ? "opt" : c.strategy);
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+class Differential : public ::testing::TestWithParam<DiffCase> {};
+
+TEST_P(Differential, ShardedMatchesSingleProcess) {
+  const DiffCase& c = GetParam();
+  const ModelCase& m = models().at(c.model);
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir(caseName(GetParam()));
+  std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference& ref = referenceFor(c.model);
+  std::vector<std::string> failed = testing::runRanks(
+      worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref); });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+}
+
+std::vector<DiffCase> diffCases() {
+  std::vector<DiffCase> cases;
+  for (const char* model : {"toy_block", "mlp_stack"})
+    for (const char* mesh : {"2", "4", "2x2"}) cases.push_back({model, mesh, ""});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Samples, Differential, ::testing::ValuesIn(diffCases()),
+                         [](const ::testing::TestParamInfo<DiffCase>& info) {
+                           return caseName(info.param);
+                         });
+
+// --- failures at load ------------------------------------------------------------------------
+
+class ArtifactErrors : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = scratchDir("errors").string();
+    err_ = testing::makeArtifact(models().at("mlp_stack"), "2", "", dir_);
+  }
+  static std::string copyOf(const std::string& name) {
+    std::filesystem::path d = scratchDir(name);
+    std::filesystem::copy(dir_, d, std::filesystem::copy_options::recursive);
+    return d.string();
+  }
+  static std::string loadError(const std::string& dir, int rank, int world) {
+    LaunchEnv env;
+    env.rank = rank;
+    env.world_size = world;
+    auto pm = ParallelModule::load(dir, env, ParallelModuleOptions{});
+    return pm.ok() ? std::string() : pm.error().message();
+  }
+  static inline std::string dir_, err_;
+};
+
+TEST_F(ArtifactErrors, TruncatedProgramIsAHashMismatch) {
+  ASSERT_TRUE(err_.empty()) << err_;
+  std::string d = copyOf("truncated");
+  std::filesystem::path f = std::filesystem::path(d) / "rank_1.apcp";
+  std::filesystem::resize_file(f, std::filesystem::file_size(f) / 2);
+  std::string e = loadError(d, 1, 2);
+  EXPECT_NE(e.find("rank_1.apcp"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST_F(ArtifactErrors, EditedProgramIsAHashMismatch) {
+  ASSERT_TRUE(err_.empty()) << err_;
+  std::string d = copyOf("edited");
+  std::filesystem::path f = std::filesystem::path(d) / "rank_0.apcp";
+  std::fstream s(f, std::ios::in | std::ios::out | std::ios::binary);
+  s.seekg(40);
+  char ch = 0;
+  s.get(ch);
+  s.seekp(40);
+  s.put(static_cast<char>(ch ^ 0x5a));
+  s.close();
+  std::string e = loadError(d, 0, 2);
+  EXPECT_NE(e.find("rank_0.apcp"), std::string::npos) << e;
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+TEST_F(ArtifactErrors, WorldSizeDifferentFromTheArtifact) {
+  ASSERT_TRUE(err_.empty()) << err_;
+  std::string e = loadError(dir_, 0, 4);
+  EXPECT_NE(e.find("world size 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("WORLD_SIZE=4"), std::string::npos) << e;
+}
+
+TEST_F(ArtifactErrors, MissingDirectory) {
+  std::string e = loadError(dir_ + "_nope", 0, 2);
+  EXPECT_FALSE(e.empty());
+  EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace apc::runtime

@@ -1,0 +1,71 @@
+//===- tests/runtime/rank_harness.h - Forked ranks and single-process refs -===//
+//
+// What the multi-process runtime tests share:
+// - makeArtifact: plans a sample model with the built `apc` binary (`apc plan --artifact`), at
+//   small input shapes, with the optimizer or a classic strategy;
+// - Reference: the unsharded TorchScript model trained in this process (forward output leaves,
+//   every parameter gradient after the first backward, the loss of each SGD step), from inputs and
+//   loss weights drawn from a fixed seed;
+// - runRanks: forks one process per rank with the torchrun variables set (RANK, WORLD_SIZE,
+//   LOCAL_RANK, MASTER_ADDR, MASTER_PORT on a free port), runs a function in each and collects
+//   their exit codes; the children inherit the reference, so nothing is recomputed per rank.
+//   A rank that does not finish within the timeout is killed and reported.
+//
+// The loss of a step is sum_i mean(out_i * w_i) over the output leaves, with w_i random.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+
+namespace apc::runtime::testing {
+
+std::string samplePath(const std::string& model);
+std::string apcBinary();
+
+struct ModelCase {
+  std::string model;
+  std::vector<std::string> inputs;  // "x:f32[2,4,128]"
+  int64_t index_bound = 0;          // integer inputs are drawn in [0, bound)
+};
+
+/// Plans `c` on `mesh` ("2x2") with `strategy` ("" for the optimizer, else ddp|fsdp|tp|fsdp+tp)
+/// and writes the artifact to `dir`. Returns "" or the command's error output.
+std::string makeArtifact(const ModelCase& c, const std::string& mesh, const std::string& strategy,
+                         const std::string& dir);
+
+/// The output leaves of an IValue (tensors), depth first.
+std::vector<at::Tensor> flattenLeaves(const c10::IValue& v);
+
+struct Reference {
+  std::vector<at::Tensor> inputs;           // full inputs
+  std::map<std::string, at::Tensor> init;   // initial parameters and buffers (copies)
+  std::vector<at::Tensor> outputs;          // output leaves of step 0
+  std::vector<at::Tensor> loss_weights;     // w_i per leaf
+  std::map<std::string, at::Tensor> grads;  // parameter gradients of step 0
+  std::vector<double> losses;               // per SGD step
+  std::vector<double> loss_scales;          // sum_i mean(|out_i * w_i|) per step
+  double lr = 0;
+};
+
+/// Trains the unsharded model `steps` SGD steps with learning rate `lr`.
+Reference computeReference(const ModelCase& c, int steps, double lr);
+
+/// The loss of output leaves (see the file comment).
+at::Tensor lossOf(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& weights);
+
+/// "" when |got - want| <= rtol * max|want| (+1e-30) everywhere, else a one-line description.
+std::string compareTensors(const at::Tensor& got, const at::Tensor& want, double rtol);
+
+/// Forks `world` ranks running `body(rank)`, whose return value is the exit code (0 = pass). The
+/// returned strings hold one line per failed rank ("rank 2 exited 1", "rank 1 timed out").
+std::vector<std::string> runRanks(int world, const std::function<int(int rank)>& body,
+                                  int timeout_s = 120);
+
+}  // namespace apc::runtime::testing
