@@ -71,11 +71,12 @@ std::unique_ptr<Communicator> makeGlooCommunicator(
 
 #ifdef APC_HAVE_NCCL
 /// NCCL communicator on CUDA device `device`; the unique id travels through `store`. Throws
-/// CommError naming the group when the set-up fails or times out.
+/// CommError naming the group when the set-up fails or takes longer than `setup_timeout`.
 std::unique_ptr<Communicator> makeNcclCommunicator(std::string name,
                                                    const c10::intrusive_ptr<c10d::Store>& store,
                                                    int index, int size, int device,
-                                                   std::chrono::milliseconds timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   std::chrono::milliseconds setup_timeout);
 #endif
 
 }  // namespace apc::runtime::detail

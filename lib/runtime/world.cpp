@@ -159,7 +159,7 @@ Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh:
 #ifdef APC_HAVE_NCCL
       if (options.backend == Backend::kNccl)
         return detail::makeNcclCommunicator(std::move(name), store, index, size, env.local_rank,
-                                            options.timeout);
+                                            options.timeout, options.setup_timeout);
 #endif
       if (!device) device = detail::makeGlooDevice(env.master_addr);
       return detail::makeGlooCommunicator(std::move(name), store, index, size, device,

@@ -33,6 +33,8 @@ Runner addPlanCommand(CLI::App& app);
 Runner addExplainCommand(CLI::App& app);
 /// `apc diff`: placement and cost differences of two plans (tools/apc/diff.cpp).
 Runner addDiffCommand(CLI::App& app);
+/// `apc run`: start and supervise N local ranks of a command (tools/apc/run.cpp).
+Runner addRunCommand(CLI::App& app);
 /// `apc lower`: per-rank programs and the artifact directory of a plan (tools/apc/lower.cpp).
 Runner addLowerCommand(CLI::App& app);
 /// Lowers `p` over `g` and writes the artifact to `dir` (apc lower, apc plan --artifact).

@@ -27,6 +27,9 @@ int main(int argc, char** argv) {
   runners[explain] = apc::tool::addExplainCommand(*explain);
   CLI::App* diff = app.add_subcommand("diff", "Compare the placements and costs of two plans");
   runners[diff] = apc::tool::addDiffCommand(*diff);
+  CLI::App* run = app.add_subcommand(
+      "run", "Start N local ranks of a command with the torchrun variables and supervise them");
+  runners[run] = apc::tool::addRunCommand(*run);
   CLI::App* lower =
       app.add_subcommand("lower", "Lower a plan to per-rank programs in an artifact directory");
   runners[lower] = apc::tool::addLowerCommand(*lower);

@@ -1,0 +1,274 @@
+//===- tools/apc/run.cpp - `apc run`: a local launcher for N ranks ---------===//
+//
+// `apc run DIR --nproc N [--timeout S] [--tag-output] -- CMD ARGS...` starts N copies of CMD on
+// this host with the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>, GROUP_RANK=0, OMP_NUM_THREADS=1 unless set)
+// and APC_ARTIFACT=<DIR, absolute>, then supervises them. Output passes through, or with
+// --tag-output each line is prefixed "[rank r] ". When a rank exits non-zero or is killed, the
+// others are stopped (SIGTERM, SIGKILL 3 s later) and the first failure is reported, as
+// "apc run: rank 2 exited with status 1" or "apc run: rank 2 killed by signal 9 (Killed)", exit 1.
+// --timeout S stops everything after S seconds ("apc run: timed out after S s"), exit 1. SIGINT
+// and SIGTERM of the launcher stop the ranks too. Each rank runs in its own process group, so
+// stopping a rank stops what it started. Usage errors are one line and exit 2.
+//
+// For tests and demos on one machine; real clusters use torchrun, which sets the same variables.
+//
+//===----------------------------------------------------------------------===//
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "commands.h"
+
+namespace apc::tool {
+namespace {
+
+volatile sig_atomic_t g_stop_signal = 0;
+
+void onStopSignal(int sig) {
+  g_stop_signal = sig;
+}
+
+/// A loopback TCP port that was free a moment ago (0 when none could be had).
+int freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = ::strsignal(sig);
+    return "killed by signal " + std::to_string(sig) + (name ? std::string(" (") + name + ")" : "");
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+/// One rank's output stream when tagging: the pipe's read end and the unfinished line.
+struct TaggedStream {
+  int fd = -1;
+  int rank = 0;
+  FILE* to = nullptr;
+  std::string partial;
+};
+
+void flushLines(TaggedStream& s, bool all) {
+  size_t start = 0, nl;
+  while ((nl = s.partial.find('\n', start)) != std::string::npos) {
+    std::fprintf(s.to, "[rank %d] %.*s\n", s.rank, static_cast<int>(nl - start),
+                 s.partial.data() + start);
+    start = nl + 1;
+  }
+  s.partial.erase(0, start);
+  if (all && !s.partial.empty()) {
+    std::fprintf(s.to, "[rank %d] %s\n", s.rank, s.partial.c_str());
+    s.partial.clear();
+  }
+  std::fflush(s.to);
+}
+
+struct RunOptions {
+  std::string dir;
+  int nproc = 0;
+  double timeout_s = 0;
+  bool tag_output = false;
+  std::vector<std::string> command;
+};
+
+int runLauncher(const RunOptions& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(o.dir, ec))
+    return report(invalidArgument("artifact directory '" + o.dir + "' does not exist"));
+  if (o.nproc < 1)
+    return report(invalidArgument("--nproc must be at least 1, got " + std::to_string(o.nproc)));
+  if (o.command.empty())
+    return report(invalidArgument("no command to run (apc run DIR --nproc N -- CMD ARGS...)"));
+  if (o.timeout_s < 0) return report(invalidArgument("--timeout must not be negative"));
+  int port = freePort();
+  if (port == 0) return report(ioError("no free TCP port on 127.0.0.1 for MASTER_PORT"));
+  std::string artifact = fs::absolute(o.dir, ec).lexically_normal().string();
+
+  struct sigaction sa {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int {
+  }, old_term{};
+  ::sigaction(SIGINT, &sa, &old_int);
+  ::sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<char*> argv;
+  for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+
+  const int n = o.nproc;
+  std::vector<pid_t> pids(n, -1);
+  std::vector<TaggedStream> streams;
+  std::cout.flush();
+  std::cerr.flush();
+  for (int r = 0; r < n; ++r) {
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (o.tag_output && (::pipe(out_pipe) != 0 || ::pipe(err_pipe) != 0))
+      return report(ioError(std::string("pipe: ") + std::strerror(errno)));
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      std::cerr << "apc run: fork failed: " << std::strerror(errno) << "\n";
+      for (int q = 0; q < r; ++q) ::kill(-pids[q], SIGKILL);
+      return 1;
+    }
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::sigaction(SIGINT, &old_int, nullptr);
+      ::sigaction(SIGTERM, &old_term, nullptr);
+      if (o.tag_output) {
+        ::dup2(out_pipe[1], STDOUT_FILENO);
+        ::dup2(err_pipe[1], STDERR_FILENO);
+        ::close(out_pipe[0]);
+        ::close(out_pipe[1]);
+        ::close(err_pipe[0]);
+        ::close(err_pipe[1]);
+      }
+      ::setenv("RANK", std::to_string(r).c_str(), 1);
+      ::setenv("LOCAL_RANK", std::to_string(r).c_str(), 1);
+      ::setenv("WORLD_SIZE", std::to_string(n).c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      ::setenv("GROUP_RANK", "0", 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+      ::setenv("APC_ARTIFACT", artifact.c_str(), 1);
+      ::setenv("OMP_NUM_THREADS", "1", 0);
+      ::execvp(argv[0], argv.data());
+      std::fprintf(stderr, "apc run: rank %d: cannot execute '%s': %s\n", r, argv[0],
+                   std::strerror(errno));
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also here, so the group exists before any kill(-pid)
+    pids[r] = pid;
+    if (o.tag_output) {
+      ::close(out_pipe[1]);
+      ::close(err_pipe[1]);
+      streams.push_back({out_pipe[0], r, stdout, {}});
+      streams.push_back({err_pipe[0], r, stderr, {}});
+    }
+  }
+
+  using Clock = std::chrono::steady_clock;
+  auto start = Clock::now();
+  std::vector<bool> running(n, true);
+  int left = n;
+  std::optional<std::string> failure;
+  std::optional<Clock::time_point> stopping;  // when the ranks were sent SIGTERM
+  bool killed = false;
+  auto stopAll = [&](int sig) {
+    for (int r = 0; r < n; ++r)
+      if (running[r]) ::kill(-pids[r], sig);
+  };
+  while (left > 0 || !streams.empty()) {
+    // Output (when tagging), or a short sleep.
+    std::vector<pollfd> fds;
+    for (const TaggedStream& s : streams) fds.push_back({s.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 50);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      char buf[4096];
+      ssize_t got = ::read(streams[i].fd, buf, sizeof buf);
+      if (got > 0) {
+        streams[i].partial.append(buf, static_cast<size_t>(got));
+        flushLines(streams[i], false);
+      } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+        flushLines(streams[i], true);
+        ::close(streams[i].fd);
+        streams[i].fd = -1;
+      }
+    }
+    std::erase_if(streams, [](const TaggedStream& s) { return s.fd < 0; });
+    // Exits.
+    int status = 0;
+    pid_t pid;
+    while (left > 0 && (pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      for (int r = 0; r < n; ++r) {
+        if (pids[r] != pid || !running[r]) continue;
+        running[r] = false;
+        --left;
+        bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (failed && !failure && !stopping)
+          failure = "rank " + std::to_string(r) + " " + describeStatus(status);
+      }
+    }
+    if (left == 0) {
+      // Grandchildren may still hold the pipes: stop waiting for output soon after.
+      if (!stopping) stopping = Clock::now();
+      if (Clock::now() - *stopping > std::chrono::seconds(3)) break;
+      continue;
+    }
+    if (g_stop_signal && !failure)
+      failure = std::string("interrupted by signal ") + std::to_string(g_stop_signal);
+    if (o.timeout_s > 0 && !failure &&
+        Clock::now() - start > std::chrono::duration<double>(o.timeout_s)) {
+      char text[64];
+      std::snprintf(text, sizeof text, "timed out after %g s", o.timeout_s);
+      failure = text;
+    }
+    if (failure && !stopping) {
+      stopping = Clock::now();
+      stopAll(SIGTERM);
+    }
+    if (stopping && !killed && Clock::now() - *stopping > std::chrono::seconds(3)) {
+      killed = true;
+      stopAll(SIGKILL);
+    }
+  }
+  for (TaggedStream& s : streams) {
+    flushLines(s, true);
+    ::close(s.fd);
+  }
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  if (failure) {
+    std::cerr << "apc run: " << *failure << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner addRunCommand(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  app.add_option("dir", o->dir, "Artifact directory (passed to the ranks as APC_ARTIFACT)")
+      ->required();
+  app.add_option("--nproc", o->nproc, "Number of ranks to start")->required();
+  app.add_option("--timeout", o->timeout_s, "Stop every rank after this many seconds (0: never)");
+  app.add_flag("--tag-output", o->tag_output, "Prefix each output line with [rank r]");
+  app.add_option("command", o->command, "The command of every rank, after --");
+  app.footer("Example: apc run out/ --nproc 4 -- build/tools/apc-train out/ --steps 20");
+  return [o] { return runLauncher(*o); };
+}
+
+}  // namespace apc::tool
