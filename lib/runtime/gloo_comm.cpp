@@ -258,8 +258,13 @@ class GlooCommunicator final : public Communicator {
     const char* what = "all-reduce";
     int64_t n = t.numel();
     int64_t chunk = (n + size_ - 1) / size_;
-    at::Tensor flat = at::zeros({chunk * size_}, t.options());
-    flat.narrow(0, 0, n).copy_(t.reshape({-1}));
+    at::Tensor flat;
+    if (chunk * size_ == n && t.is_contiguous()) {
+      flat = t.view({-1});  // only read
+    } else {
+      flat = at::zeros({chunk * size_}, t.options());
+      flat.narrow(0, 0, n).copy_(t.reshape({-1}));
+    }
     at::Tensor recv = at::empty({chunk * size_}, t.options());
     std::vector<int64_t> splits(size_, chunk);
     alltoall(what, recv, flat, splits, splits);

@@ -362,7 +362,7 @@ TEST(CommFailureTest, CollectiveTimeoutNamesTheGroup) {
       }
       auto elapsed = Clock::now() - start;
       EXPECT_GE(elapsed, std::chrono::milliseconds(1400));
-      EXPECT_LT(elapsed, std::chrono::milliseconds(3500));
+      EXPECT_LT(elapsed, std::chrono::milliseconds(5000));  // loaded CI machines
     } else {
       EXPECT_EQ(tp.allGather(local, 0, {2, 2}).size(0), 4);  // group {0,1} is unaffected
     }

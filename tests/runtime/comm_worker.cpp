@@ -60,25 +60,27 @@ int bench(const LaunchEnv& env, const std::string& shape, double mib, int iters)
     at::Tensor t = at::ones({numel});
     at::Tensor piece = at::ones({numel / p});
     std::vector<int64_t> sizes(p, numel / p);
-    auto time = [&](const char* what, auto&& fn) {
+    // n: the full tensor as the cost model sees it (apc/cost/collectives.h), in MiB.
+    auto time = [&](const char* what, double n_mib, auto&& fn) {
       fn();  // warm-up
       c.barrier();
       c.resetStats();
       auto t0 = Clock::now();
       for (int i = 0; i < iters; ++i) fn();
       double ms = msSince(t0) / iters;
-      double bytes = static_cast<double>(c.stats().bytes_sent) / iters;
+      double sent = static_cast<double>(c.stats().bytes_sent) / iters / (1024 * 1024);
       if (env.rank == 0)
-        std::printf("  %-28s %-14s %8.2f MiB/rank: %8.2f ms, %8.2f MiB sent per rank\n",
-                    c.name().c_str(), what, mib, ms, bytes / (1024 * 1024));
+        std::printf("  %-32s %-16s n = %7.2f MiB: %8.2f ms, %7.2f MiB sent per rank\n",
+                    c.name().c_str(), what, n_mib, ms, sent);
     };
-    time("all-reduce", [&] { c.allReduce(t, mesh::ReduceOp::kSum); });
-    at::Tensor h = at::ones({numel / 2}, at::kBFloat16);  // same bytes in bf16
-    time("all-reduce bf16", [&] { c.allReduce(h, mesh::ReduceOp::kSum); });
-    time("all-gather", [&] { (void)c.allGather(piece, 0, sizes); });
-    time("reduce-scatter", [&] { (void)c.reduceScatter(t, 0, mesh::ReduceOp::kSum); });
-    at::Tensor local = at::ones({numel / p, p});
-    time("all-to-all", [&] { (void)c.allToAll(local, 0, 1, sizes); });
+    time("all-reduce f32", mib, [&] { c.allReduce(t, mesh::ReduceOp::kSum); });
+    at::Tensor h = at::ones({numel}, at::kBFloat16);
+    time("all-reduce bf16", mib / 2, [&] { c.allReduce(h, mesh::ReduceOp::kSum); });
+    time("all-gather", mib, [&] { (void)c.allGather(piece, 0, sizes); });
+    time("reduce-scatter", mib, [&] { (void)c.reduceScatter(t, 0, mesh::ReduceOp::kSum); });
+    at::Tensor local = at::ones({numel / (p * p), p});
+    std::vector<int64_t> rows(p, numel / (p * p));
+    time("all-to-all", mib, [&] { (void)c.allToAll(local, 0, 1, rows); });
   }
   return 0;
 }
