@@ -18,12 +18,17 @@
 // What 1.13's Gloo lacks (reduce-scatter, _allgather_base, bf16 reductions) the Gloo
 // implementation composes from what it has (alltoall_base, list all-gather, fp32 all-reduce);
 // the NCCL implementation (built when APC_HAVE_NCCL) calls NCCL directly. Every call waits at most
-// the configured timeout; a peer that died or never arrives raises an Error naming the group,
+// the configured timeout; a peer that died or never arrives raises a CommError naming the group,
 // never hangs. Counters record the bytes this rank sent, for the benchmark that compares them with
-// what the plan priced.
+// what the plan priced (the formula per collective is in lib/runtime/gloo_comm.cpp; for even
+// pieces it is that of apc/cost/collectives.h).
 //
-// Failures are reported as exceptions of type CommError (the collectives run inside autograd
-// functions, where exceptions are the only channel); its what() is one line.
+// Contract: every member calls the same collectives in the same order with consistent sizes;
+// inputs may be non-contiguous; results never alias inputs. Failures are exceptions of type
+// CommError (the collectives run inside autograd functions, where exceptions are the only
+// channel), one line: "mesh dim 1 (tp) ranks {2,3}: all-gather timed out after 1500 ms", or
+// "... all-reduce failed: Connection closed by peer [127.0.0.1]:4242". After a CommError the
+// group is unusable: report and exit. Not thread-safe: one thread per World.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
