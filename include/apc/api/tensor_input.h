@@ -1,0 +1,62 @@
+//===- apc/api/tensor_input.h - Input specs from sample tensors ------------===//
+//
+// For C++ trainers that hold sample tensors (Python's `input_fn` / `sample_inputs`): the shape and
+// dtype of an at::Tensor as a frontend::InputSpec for AutoParallel and auto_parallel. Only the
+// metadata is read; the tensor may live on the meta device. Kept apart from auto_parallel.h so that
+// only the files that use it include LibTorch's headers.
+//
+//   at::Tensor x = at::empty({512, 128, 1024}, at::device(at::kMeta));
+//   apc::AutoParallel ap("model.pt", {apc::sampleInput(x)}, mesh);   // first forward input
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+
+#include "apc/frontend/input_spec.h"
+#include "apc/ir/types.h"
+
+namespace apc {
+
+/// The apc dtype of a torch scalar type; kUnknown for the ones apc has none for (complex,
+/// quantized), which AutoParallel reports as an error naming the input.
+inline ir::DType dtypeOf(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return ir::DType::kF32;
+    case at::kDouble:
+      return ir::DType::kF64;
+    case at::kHalf:
+      return ir::DType::kF16;
+    case at::kBFloat16:
+      return ir::DType::kBF16;
+    case at::kLong:
+      return ir::DType::kI64;
+    case at::kInt:
+      return ir::DType::kI32;
+    case at::kShort:
+      return ir::DType::kI16;
+    case at::kChar:
+      return ir::DType::kI8;
+    case at::kByte:
+      return ir::DType::kU8;
+    case at::kBool:
+      return ir::DType::kBool;
+    default:
+      return ir::DType::kUnknown;
+  }
+}
+
+/// The spec of a sample input: its sizes (static) and dtype. Without a name it stands for the
+/// forward argument at its position in the input list.
+inline frontend::InputSpec sampleInput(const at::Tensor& t, std::string name = {}) {
+  frontend::InputSpec s;
+  s.name = std::move(name);
+  s.dtype = dtypeOf(t.scalar_type());
+  s.shape = ir::makeShape(std::vector<int64_t>(t.sizes().begin(), t.sizes().end()));
+  return s;
+}
+
+}  // namespace apc

@@ -1,0 +1,509 @@
+//===- lib/api/auto_parallel.cpp - The C++ AutoParallel API ----------------===//
+//
+// AutoParallel keeps a mesh::Spec that its add_* calls fill in, checking each constraint against
+// the imported graph as it arrives; optimize_placement hands the spec to lib/plan's pipeline
+// exactly as `apc plan` does (buildProblem, then solveAndPlan with the tool's solver defaults),
+// with one extra step in between when a prefetch discount is set: the cost matrices of the edges
+// out of parameter-derived nodes are scaled (see apply_prefetch_discount in the header).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/api/auto_parallel.h"
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+
+#include "apc/frontend/torchscript.h"
+#include "apc/ir/proto_io.h"
+#include "apc/lower/artifact.h"
+#include "apc/lower/lower.h"
+#include "apc/plan/hash.h"
+#include "apc/plan/pipeline.h"
+#include "apc/plan/report.h"
+#include "apc/support/strings.h"
+
+namespace apc {
+
+namespace {
+
+std::string fmt(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+std::string placementList(const mesh::PlacementTuple& t) {
+  return "[" + mesh::toString(t) + "]";
+}
+
+/// Marks the problem nodes whose value depends on parameters only: parameters, and ops that have
+/// an in-edge for each tensor input, all from marked nodes. Problem nodes are in graph order, so
+/// one pass suffices.
+std::vector<bool> parameterDerived(const ir::Graph& g, const solver::GraphProblem& gp) {
+  const solver::Problem& p = gp.problem;
+  std::vector<std::vector<uint32_t>> in(p.nodes.size());
+  for (uint32_t e = 0; e < p.edges.size(); ++e) in[p.edges[e].dst].push_back(e);
+  std::vector<bool> derived(p.nodes.size(), false);
+  for (size_t v = 0; v < p.nodes.size(); ++v) {
+    if (!gp.graph_nodes[v].valid()) continue;  // output sinks
+    const ir::Node& n = g.node(gp.graph_nodes[v]);
+    if (n.kind == ir::NodeKind::kParameter) {
+      derived[v] = true;
+      continue;
+    }
+    if (n.kind != ir::NodeKind::kOp || in[v].empty()) continue;
+    size_t tensor_inputs = 0;
+    for (ir::ValueId id : n.inputs)
+      if (g.value(id).isTensor()) ++tensor_inputs;
+    if (in[v].size() != tensor_inputs) continue;
+    bool all = true;
+    for (uint32_t e : in[v]) all = all && derived[p.edges[e].src];
+    derived[v] = all;
+  }
+  return derived;
+}
+
+/// Scales the finite costs of every edge out of a parameter-derived node; returns how many edges
+/// had a positive finite cost to scale.
+size_t applyDiscount(const ir::Graph& g, solver::GraphProblem& gp, double scale) {
+  std::vector<bool> derived = parameterDerived(g, gp);
+  size_t touched = 0;
+  for (solver::ProblemEdge& e : gp.problem.edges) {
+    if (!derived[e.src]) continue;
+    bool any = false;
+    for (double& c : e.costs) {
+      if (!std::isfinite(c) || c <= 0) continue;
+      c *= scale;
+      any = true;
+    }
+    if (any) ++touched;
+  }
+  return touched;
+}
+
+/// Builds the output tree of `leaves` (depth first) in the structure of the graph's outputs.
+mesh::OutputPlacementTree treeOf(const ir::OutputTree& t,
+                                 const std::vector<std::optional<mesh::PlacementTuple>>& leaves,
+                                 size_t& next) {
+  using Tree = mesh::OutputPlacementTree;
+  switch (t.kind) {
+    case ir::OutputTree::Kind::kLeaf: {
+      const auto& leaf = leaves[next++];
+      return leaf ? Tree::makeLeaf(*leaf) : Tree::makeFree();
+    }
+    case ir::OutputTree::Kind::kTuple:
+    case ir::OutputTree::Kind::kList: {
+      std::vector<Tree> children;
+      for (const ir::OutputTree& c : t.children) children.push_back(treeOf(c, leaves, next));
+      return Tree::makeSequence(std::move(children));
+    }
+    case ir::OutputTree::Kind::kDict: {
+      std::map<std::string, Tree> entries;
+      for (size_t i = 0; i < t.children.size(); ++i)
+        entries[t.keys[i]] = treeOf(t.children[i], leaves, next);
+      return Tree::makeDict(std::move(entries));
+    }
+  }
+  return Tree::makeFree();
+}
+
+/// Every placement tuple of an output tree, depth first.
+void tuplesOf(const mesh::OutputPlacementTree& t, std::vector<const mesh::PlacementTuple*>& out) {
+  if (t.kind == mesh::OutputPlacementTree::Kind::kLeaf) out.push_back(&t.placements);
+  for (const auto& c : t.children) tuplesOf(c, out);
+}
+
+}  // namespace
+
+// --- argument types ------------------------------------------------------------------------------
+
+Expected<frontend::InputSpec> InputArg::resolve() const {
+  frontend::InputSpec s;
+  if (spec_) {
+    s = *spec_;
+  } else {
+    const std::string& text = *text_;
+    bool named = text.find(':') != std::string::npos;
+    auto parsed = frontend::parseInputSpec(named ? text : "_:" + text);
+    if (!parsed.ok()) return parsed.error().withContext("input '" + text + "'");
+    s = std::move(parsed).value();
+    if (!named) s.name.clear();
+  }
+  if (s.dtype == ir::DType::kUnknown)
+    return invalidArgument("input '" + (s.name.empty() ? std::string("?") : s.name) +
+                           "': unsupported dtype");
+  return s;
+}
+
+Expected<std::optional<mesh::PlacementTuple>> Placements::resolve() const {
+  if (tuple_) return std::optional<mesh::PlacementTuple>(*tuple_);
+  if (!text_) return std::optional<mesh::PlacementTuple>();
+  auto t = mesh::parsePlacementTuple(*text_);
+  if (!t.ok()) return t.error().withContext("placements '" + *text_ + "'");
+  return std::optional<mesh::PlacementTuple>(std::move(t).value());
+}
+
+// --- AutoParallel --------------------------------------------------------------------------------
+
+struct AutoParallel::State {
+  std::optional<ir::Graph> imported;  // the model imported from a file
+  const ir::Graph* graph = nullptr;   // `imported` or the caller's graph
+  plan::PlanSource source;
+  std::optional<Error> import_error;        // a failed import, returned by every later call
+  std::optional<plan::BuiltProblem> built;  // the last problem solved (discount applied)
+  std::optional<plan::Plan> plan;           // its plan
+};
+
+AutoParallel::AutoParallel(ModelSource model, std::vector<InputArg> inputs, mesh::DeviceMesh mesh,
+                           std::optional<MixedPrecisionPolicy> mp_policy,
+                           AutoParallelOptions options)
+    : model_(std::move(model)),
+      inputs_(std::move(inputs)),
+      options_(std::move(options)),
+      state_(std::make_unique<State>()) {
+  spec_.mesh = std::move(mesh);
+  spec_.device = options_.device;
+  spec_.dynamic_batch = options_.dynamic;
+  if (mp_policy) spec_.mixed_precision = *mp_policy;
+}
+
+AutoParallel::~AutoParallel() = default;
+
+Status AutoParallel::ensureGraph() {
+  State& st = *state_;
+  if (st.graph) return Status::success();
+  if (st.import_error) return *st.import_error;
+  auto fail = [&](Error e) -> Status {
+    st.import_error = e;
+    return e;
+  };
+  std::vector<frontend::InputSpec> specs;
+  for (const InputArg& a : inputs_) {
+    auto s = a.resolve();
+    if (!s.ok()) return fail(s.error());
+    specs.push_back(std::move(s).value());
+  }
+  if (model_.isFile()) {
+    const std::string& path = model_.path();
+    bool positional = false;
+    for (const auto& s : specs) positional = positional || s.name.empty();
+    if (positional) {
+      auto recorded = frontend::recordedInputs(path);
+      if (!recorded.ok()) return fail(recorded.error());
+      for (size_t i = 0; i < specs.size(); ++i) {
+        if (!specs[i].name.empty()) continue;
+        if (i >= recorded->size())
+          return fail(invalidArgument("input " + std::to_string(i) + " has no name and " + path +
+                                      " has only " + std::to_string(recorded->size()) +
+                                      " forward inputs"));
+        specs[i].name = (*recorded)[i].name;
+      }
+    }
+    frontend::ImportOptions options;
+    options.inputs = specs;
+    auto g = frontend::importTorchScript(path, options);
+    if (!g.ok()) return fail(g.error());
+    auto sha = plan::sha256File(path);
+    if (!sha.ok()) return fail(sha.error());
+    st.imported = std::move(g).value();
+    st.graph = &*st.imported;
+    st.source.model_path = path;
+    st.source.model_sha256 = *sha;
+  } else {
+    const ir::Graph& g = *model_.graph();
+    std::vector<ir::NodeId> graph_inputs = g.nodesOfKind(ir::NodeKind::kInput);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const frontend::InputSpec& s = specs[i];
+      ir::NodeId id;  // invalid when the graph has no such input
+      if (s.name.empty()) {
+        if (i < graph_inputs.size()) id = graph_inputs[i];
+      } else if (auto found = g.findInput(s.name)) {
+        id = *found;
+      }
+      std::string label = s.name.empty() ? "input " + std::to_string(i) : "input '" + s.name + "'";
+      if (!id.valid()) return fail(notFound(label + ": the graph has no such input"));
+      const ir::Node& n = g.node(id);
+      const ir::Value& v = g.value(n.outputs.at(0));
+      if (!v.tensor || v.tensor->dtype != s.dtype || v.tensor->shape != s.shape)
+        return fail(invalidArgument(
+            label + ": an imported graph has fixed input shapes; it has " +
+            (v.tensor ? std::string(ir::dtypeName(v.tensor->dtype)) + ir::toString(v.tensor->shape)
+                      : std::string("a non-tensor")) +
+            ", not " + ir::dtypeName(s.dtype) + ir::toString(s.shape)));
+    }
+    st.graph = &g;
+    // No file: the model hash is the SHA-256 of the graph's protobuf serialization.
+    st.source.model_sha256 = plan::sha256Hex(ir::serializeGraph(g));
+  }
+  st.source.model_name = st.graph->name;
+  st.source.inputs = plan::inputShapes(*st.graph);
+  return Status::success();
+}
+
+Expected<const ir::Graph*> AutoParallel::graph() {
+  APC_RETURN_IF_ERROR(ensureGraph());
+  return state_->graph;
+}
+
+Status AutoParallel::checkTuple(const mesh::PlacementTuple& t, const std::string& what) const {
+  if (t.size() != spec_.mesh.ndim())
+    return invalidArgument(what + ": " + placementList(t) + " has " + std::to_string(t.size()) +
+                           " entries but the mesh " + spec_.mesh.toString() + " has " +
+                           std::to_string(spec_.mesh.ndim()) + " dims");
+  return Status::success();
+}
+
+Status AutoParallel::add_input_constraints(const std::vector<Placements>& constraints) {
+  const char* kWhat = "add_input_constraints";
+  APC_RETURN_IF_ERROR(ensureGraph());
+  if (input_constraints_set_)
+    return invalidArgument(std::string(kWhat) + ": input constraints have already been set");
+  const ir::Graph& g = *state_->graph;
+  std::vector<ir::NodeId> graph_inputs = g.nodesOfKind(ir::NodeKind::kInput);
+  if (constraints.size() > graph_inputs.size())
+    return invalidArgument(std::string(kWhat) + ": " + std::to_string(constraints.size()) +
+                           " constraints but the model has " + std::to_string(graph_inputs.size()) +
+                           " inputs");
+  mesh::InputShardings in;
+  in.by_position.resize(graph_inputs.size());
+  for (size_t i = 0; i < constraints.size(); ++i) {
+    std::string what = std::string(kWhat) + ": input " + std::to_string(i) + " (" +
+                       g.node(graph_inputs[i]).name + ")";
+    auto t = constraints[i].resolve();
+    if (!t.ok()) return t.error().withContext(what);
+    if (*t) APC_RETURN_IF_ERROR(checkTuple(**t, what));
+    in.by_position[i] = *t;
+  }
+  auto resolved = mesh::resolveInShardings(in, g);
+  if (!resolved.ok()) return resolved.error().withContext(kWhat);
+  mesh::Spec trial = spec_;
+  for (const auto& [name, t] : *resolved) trial.inputs[name] = t;
+  Status ok = mesh::validateSpecAgainstGraph(trial, g);
+  if (!ok.ok()) return ok.error().withContext(kWhat);
+  spec_ = std::move(trial);
+  input_constraints_set_ = true;
+  return Status::success();
+}
+
+Status AutoParallel::add_output_constraints(const mesh::OutputPlacementTree& constraints) {
+  const char* kWhat = "add_output_constraints";
+  APC_RETURN_IF_ERROR(ensureGraph());
+  if (output_constraints_set_)
+    return invalidArgument(std::string(kWhat) + ": output constraints have already been set");
+  std::vector<const mesh::PlacementTuple*> tuples;
+  tuplesOf(constraints, tuples);
+  for (const mesh::PlacementTuple* t : tuples) APC_RETURN_IF_ERROR(checkTuple(*t, kWhat));
+  mesh::Spec trial = spec_;
+  trial.outputs = constraints;
+  Status ok = mesh::validateSpecAgainstGraph(trial, *state_->graph);
+  if (!ok.ok()) return ok.error().withContext(kWhat);
+  spec_ = std::move(trial);
+  output_constraints_set_ = true;
+  return Status::success();
+}
+
+Status AutoParallel::add_output_constraints(const std::vector<Placements>& leaves) {
+  const char* kWhat = "add_output_constraints";
+  APC_RETURN_IF_ERROR(ensureGraph());
+  const ir::OutputTree& outputs = state_->graph->outputs();
+  size_t n = outputs.leaves().size();
+  if (leaves.size() != n)
+    return invalidArgument(std::string(kWhat) + ": " + std::to_string(leaves.size()) +
+                           " output placements but the model has " + std::to_string(n) +
+                           " output leaves");
+  std::vector<std::optional<mesh::PlacementTuple>> tuples;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    auto t = leaves[i].resolve();
+    if (!t.ok()) return t.error().withContext(std::string(kWhat) + ": output " + std::to_string(i));
+    tuples.push_back(std::move(t).value());
+  }
+  size_t next = 0;
+  return add_output_constraints(treeOf(outputs, tuples, next));
+}
+
+Status AutoParallel::add_parameter_memory_constraint(std::optional<double> low,
+                                                     std::optional<double> high) {
+  const std::string what = "add_parameter_memory_constraint";
+  double lo = low.value_or(0.0);
+  if (!std::isfinite(lo) || lo < 0)
+    return invalidArgument(what + ": low must be a number >= 0, got " + fmt(lo));
+  if (high && (!std::isfinite(*high) || *high <= 0 || *high > 1))
+    return invalidArgument(what + ": high must be in (0, 1], got " + fmt(*high));
+  mesh::Spec trial = spec_;
+  trial.memory_budget.low = lo;
+  trial.memory_budget.high = high;
+  auto budget = plan::effectiveBudget(trial);  // low > high, naming both
+  if (!budget.ok()) return budget.error().withContext(what);
+  spec_ = std::move(trial);
+  return Status::success();
+}
+
+Status AutoParallel::add_node_constraint(const std::string& node, const Placements& placements) {
+  const std::string what = "add_node_constraint '" + node + "'";
+  APC_RETURN_IF_ERROR(ensureGraph());
+  auto t = placements.resolve();
+  if (!t.ok()) return t.error().withContext(what);
+  if (!*t) return invalidArgument(what + ": a node constraint needs placements");
+  APC_RETURN_IF_ERROR(checkTuple(**t, what));
+  mesh::Spec trial = spec_;
+  mesh::Pin pin;
+  pin.target = mesh::Pin::Target::kNode;
+  pin.name = node;
+  pin.placements = **t;
+  trial.pins.push_back(std::move(pin));
+  Status ok = mesh::validateSpecAgainstGraph(trial, *state_->graph);
+  if (!ok.ok()) return ok.error().withContext(what);
+  spec_ = std::move(trial);
+  return Status::success();
+}
+
+Expected<plan::Plan> AutoParallel::optimize_placement(bool verbose) {
+  APC_RETURN_IF_ERROR(ensureGraph());
+  if (!mesh::isKnownDeviceKind(spec_.device))
+    return invalidArgument("unknown device '" + spec_.device +
+                           "' (known: " + join(mesh::knownDeviceKinds(), ", ") + ")");
+  const mesh::MixedPrecision& mp = spec_.mixed_precision;
+  for (const auto& [field, dtype] :
+       {std::pair{"param_dtype", mp.param_dtype}, std::pair{"reduce_dtype", mp.reduce_dtype},
+        std::pair{"output_dtype", mp.output_dtype}})
+    if (dtype && !ir::isFloating(*dtype))
+      return invalidArgument(std::string("mixed precision ") + field + " must be floating, got " +
+                             ir::dtypeName(*dtype));
+  State& st = *state_;
+  const ir::Graph& g = *st.graph;
+  plan::PhaseTimings timings;
+  APC_ASSIGN_OR_RETURN(plan::BuiltProblem built, plan::buildProblem(g, spec_, &timings));
+  double scale = optimizer_.prefetch_scale_;
+  optimizer_.discounted_edges_ = scale != 1.0 ? applyDiscount(g, built.gp, scale) : 0;
+
+  solver::SolveGraphOptions options;
+  options.solver.time_limit_s = options_.time_limit_s;
+  options.solver.threads = options_.threads;
+  options.reduce = options_.reduce;
+  APC_ASSIGN_OR_RETURN(plan::PlanResult result,
+                       plan::solveAndPlan(g, built, spec_, st.source, options, &timings));
+  if (scale != 1.0) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "%.12g", scale);
+    result.plan.content_hash =
+        plan::sha256Hex(result.plan.content_hash + "\nprefetch_discount=" + buf);
+  }
+  if (verbose) {
+    std::ostream& out = options_.log ? *options_.log : std::cout;
+    for (const std::string& op : built.fallback_ops)
+      out << "apc: warning: no sharding rule for " << op
+          << "; it gets the Replicate-only strategy\n";
+    if (scale != 1.0)
+      out << "prefetch discount " << fmt(scale) << " on " << optimizer_.discounted_edges_
+          << " parameter edges\n";
+    out << plan::optimizerLog(result.plan) << plan::summaryText(result.plan, &timings);
+  }
+  st.built = std::move(built);
+  st.plan = result.plan;
+  return std::move(result.plan);
+}
+
+Expected<AppliedPlacement> AutoParallel::apply_placement(const plan::Plan& sharding_placement) {
+  const std::string what = "apply_placement";
+  APC_RETURN_IF_ERROR(ensureGraph());
+  const State& st = *state_;
+  const plan::Plan& p = sharding_placement;
+  if (p.model.model_sha256 != st.source.model_sha256)
+    return invalidArgument(what + ": the plan was made from another model (" +
+                           (p.model.model_path.empty() ? p.model.model_name : p.model.model_path) +
+                           ")");
+  if (p.model.inputs != st.source.inputs)
+    return invalidArgument(what + ": the plan was made for other input shapes (" +
+                           join(p.model.inputs, " ") + ")");
+  if (p.spec.mesh.shape() != spec_.mesh.shape())
+    return invalidArgument(what + ": the plan is for mesh " + p.spec.mesh.toString() +
+                           ", this AutoParallel's is " + spec_.mesh.toString());
+  AppliedPlacement applied;
+  auto programs = lower::lowerPlan(*st.graph, p);
+  if (!programs.ok()) return programs.error().withContext(what);
+  applied.plan = p;
+  applied.programs = std::move(programs).value();
+  return applied;
+}
+
+Expected<AppliedPlacement> AutoParallel::apply_placement() {
+  if (!state_->plan)
+    return invalidArgument("apply_placement: no plan yet: call optimize_placement first");
+  plan::Plan p = *state_->plan;
+  return apply_placement(p);
+}
+
+Status AppliedPlacement::write_artifact(const std::string& dir) const {
+  return lower::writeArtifact(dir, programs);
+}
+
+// --- ShardingOptimizer ---------------------------------------------------------------------------
+
+namespace {
+Error noSolution(const std::string& what) {
+  return invalidArgument(what + ": no solution yet: call optimize_placement first");
+}
+}  // namespace
+
+Expected<plan::Plan> ShardingOptimizer::get_solution() const {
+  if (!owner_->state_->plan) return noSolution("get_solution");
+  return *owner_->state_->plan;
+}
+
+Expected<std::string> ShardingOptimizer::get_log() const {
+  if (!owner_->state_->plan) return noSolution("get_log");
+  return plan::optimizerLog(*owner_->state_->plan);
+}
+
+Expected<plan::NodeExplanation> ShardingOptimizer::explain_placement(
+    const std::string& node) const {
+  const auto& st = *owner_->state_;
+  if (!st.plan || !st.built) return noSolution("explain_placement");
+  APC_ASSIGN_OR_RETURN(uint32_t index, plan::findNode(*st.plan, node));
+  return plan::explainNode(*st.plan, st.built->gp, index, st.graph);
+}
+
+Expected<std::string> ShardingOptimizer::print_costs_for_node(const std::string& node) const {
+  APC_ASSIGN_OR_RETURN(plan::NodeExplanation e, explain_placement(node));
+  return plan::explanationText(*owner_->state_->plan, e);
+}
+
+plan::PlanDiff ShardingOptimizer::diff_solutions(const plan::Plan& a, const plan::Plan& b) const {
+  return plan::diffPlans(a, b);
+}
+
+Status ShardingOptimizer::apply_prefetch_discount(double scale) {
+  if (!std::isfinite(scale) || scale < 0 || scale > 1)
+    return invalidArgument("apply_prefetch_discount: scale must be in [0, 1], got " + fmt(scale));
+  prefetch_scale_ = scale;
+  return Status::success();
+}
+
+// --- the short path ------------------------------------------------------------------------------
+
+Expected<AppliedPlacement> auto_parallel(
+    const ModelSource& model, const mesh::DeviceMesh& mesh,
+    const std::vector<SampleInput>& sample_inputs, const mesh::OutputPlacementTree& out_shardings,
+    std::optional<MixedPrecisionPolicy> mp_policy,
+    std::optional<std::pair<double, double>> parameter_memory_budget, bool dynamic,
+    const AutoParallelOptions& options) {
+  std::vector<InputArg> inputs;
+  std::vector<Placements> placements;
+  for (const SampleInput& s : sample_inputs) {
+    inputs.push_back(s.input);
+    placements.push_back(s.placements);
+  }
+  AutoParallelOptions o = options;
+  o.dynamic = o.dynamic || dynamic;
+  AutoParallel ap(model, std::move(inputs), mesh, std::move(mp_policy), std::move(o));
+  APC_RETURN_IF_ERROR(ap.add_input_constraints(placements));
+  if (!out_shardings.isFree()) APC_RETURN_IF_ERROR(ap.add_output_constraints(out_shardings));
+  if (parameter_memory_budget)
+    APC_RETURN_IF_ERROR(ap.add_parameter_memory_constraint(parameter_memory_budget->first,
+                                                           parameter_memory_budget->second));
+  APC_ASSIGN_OR_RETURN(plan::Plan p, ap.optimize_placement(false));
+  return ap.apply_placement(p);
+}
+
+}  // namespace apc

@@ -1,0 +1,529 @@
+//===- tests/api/api_test.cpp - The C++ AutoParallel API -------------------===//
+//
+// The API's plan is the plan `apc plan` writes for the same inputs (byte-identical JSON) and the
+// one lib/plan's pipeline makes for an imported graph; constraints take effect (an input pinned to
+// S(0) on dp; the memory budget's high = 1 replicating the weights where the default shards
+// them); the prefetch discount lowers the objective when parameters move and never raises it;
+// explain and diff; the short path; and bad input as errors, never crashes.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/api/auto_parallel.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "../common/run_command.h"
+#include "../plan/plan_fixtures.h"
+#include "apc/lower/artifact.h"
+#include "apc/plan/report.h"
+
+namespace apc {
+namespace {
+
+namespace fs = std::filesystem;
+using mesh::Placement;
+using mesh::PlacementTuple;
+
+const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
+const std::string kToy = kSamples + "toy_block.pt";
+const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
+
+/// A scratch directory per test binary run, removed at exit.
+const fs::path& scratch() {
+  static const fs::path dir = [] {
+    fs::path d = fs::temp_directory_path() / ("apc_api_test_" + std::to_string(::getpid()));
+    fs::create_directories(d);
+    return d;
+  }();
+  static const struct Cleanup {
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup;
+  return dir;
+}
+
+std::string tmp(const std::string& name) {
+  return (scratch() / name).string();
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+mesh::DeviceMesh mesh2x4() {
+  return *mesh::DeviceMesh::create({2, 4}, {"dp", "tp"});
+}
+
+mesh::DeviceMesh mesh8() {
+  return *mesh::DeviceMesh::create({8}, {"dp"});
+}
+
+const plan::PlanParameter& param(const plan::Plan& p, const std::string& name) {
+  for (const plan::PlanParameter& q : p.parameters)
+    if (q.name == name) return q;
+  ADD_FAILURE() << "no parameter " << name;
+  static plan::PlanParameter none;
+  return none;
+}
+
+const plan::PlanNode& node(const plan::Plan& p, const std::string& name) {
+  for (const plan::PlanNode& n : p.nodes)
+    if (n.name == name) return n;
+  ADD_FAILURE() << "no node " << name;
+  static plan::PlanNode none;
+  return none;
+}
+
+#define ASSERT_OK(expr)                                                    \
+  do {                                                                     \
+    auto apc_s_ = (expr);                                                  \
+    ASSERT_TRUE(apc_s_.ok()) << #expr << ": " << apc_s_.error().message(); \
+  } while (0)
+
+// --- the same plan as `apc plan` and as the pipeline ---------------------------------------------
+
+TEST(AutoParallel, PlanIsByteIdenticalToApcPlan) {
+  AutoParallel ap(kToy, {"x:f32[16,128,1024]"}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  ASSERT_OK(ap.add_output_constraints({"S(0),R"}));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+
+  writeFile(tmp("in.json"), "[[\"S(0)\", \"R\"]]\n");
+  writeFile(tmp("out.json"), "[\"S(0)\", \"R\"]\n");
+  auto r = testing::runCommand(kApc + " plan " + kToy +
+                               " --input x:f32[16,128,1024] --mesh 2x4 --mesh-names dp,tp" +
+                               " --in-shardings " + tmp("in.json") + " --out-shardings " +
+                               tmp("out.json") + " -o " + tmp("cli.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(plan::toJsonText(*p), readFile(tmp("cli.json")));
+
+  // The memory budget too (`--memory-budget 0,1`).
+  AutoParallel ddp(kToy, {}, mesh2x4());
+  ASSERT_OK(ddp.add_parameter_memory_constraint(0, 1.0));
+  auto q = ddp.optimize_placement();
+  ASSERT_TRUE(q.ok()) << q.error().message();
+  r = testing::runCommand(kApc + " plan " + kToy + " --mesh 2x4 --mesh-names dp,tp" +
+                          " --memory-budget 0,1 -o " + tmp("cli_ddp.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(plan::toJsonText(*q), readFile(tmp("cli_ddp.json")));
+}
+
+TEST(AutoParallel, GraphPlanEqualsThePipelines) {
+  // An imported graph goes through the same stages as plan::buildProblem + solveAndPlan.
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  AutoParallel ap(g, {}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  plan::testing::Planned ref = plan::testing::planOf(g, plan::testing::toySpec2x4());
+  EXPECT_EQ(p->nodes, ref.result.plan.nodes);
+  EXPECT_EQ(p->parameters, ref.result.plan.parameters);
+  EXPECT_EQ(p->totals, ref.result.plan.totals);
+  EXPECT_EQ(p->solver, ref.result.plan.solver);
+  EXPECT_EQ(p->spec, ref.result.plan.spec);
+  // The model hash of a graph is the hash of its serialization: stable, and not the file's.
+  EXPECT_EQ(p->model.model_sha256.size(), 64u);
+  EXPECT_TRUE(p->model.model_path.empty());
+  AutoParallel again(g, {}, mesh2x4());
+  ASSERT_OK(again.add_input_constraints({"S(0),R"}));
+  auto p2 = again.optimize_placement();
+  ASSERT_TRUE(p2.ok());
+  EXPECT_EQ(plan::toJsonText(*p), plan::toJsonText(*p2));
+}
+
+// --- constraints take effect ---------------------------------------------------------------------
+
+TEST(AutoParallel, InputConstraintIsRespected) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  AutoParallel pinned(g, {}, mesh2x4());
+  ASSERT_OK(
+      pinned.add_input_constraints({PlacementTuple{Placement::shard(0), Placement::replicate()}}));
+  auto p = pinned.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_EQ(node(*p, "x").outputPlacements(), (plan::PlacementText{"S(0)", "R"}));
+  EXPECT_EQ(node(*p, "x").pin_group, "inputs");
+  // A free input is Replicate on every mesh dim, as in AutoParallel.
+  AutoParallel free_input(g, {}, mesh2x4());
+  ASSERT_OK(free_input.add_input_constraints({std::nullopt}));
+  auto q = free_input.optimize_placement();
+  ASSERT_TRUE(q.ok()) << q.error().message();
+  EXPECT_EQ(node(*q, "x").outputPlacements(), (plan::PlacementText{"R", "R"}));
+}
+
+TEST(AutoParallel, OutputConstraintAsLeavesOrTree) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  PlacementTuple rr = {Placement::replicate(), Placement::replicate()};
+  AutoParallel leaves(g, {}, mesh2x4());
+  ASSERT_OK(leaves.add_input_constraints({"S(0),R"}));
+  ASSERT_OK(leaves.add_output_constraints(std::vector<Placements>{rr}));
+  AutoParallel tree(g, {}, mesh2x4());
+  ASSERT_OK(tree.add_input_constraints({"S(0),R"}));
+  ASSERT_OK(tree.add_output_constraints(mesh::OutputPlacementTree::makeLeaf(rr)));
+  auto a = leaves.optimize_placement();
+  auto b = tree.optimize_placement();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(plan::toJsonText(*a), plan::toJsonText(*b));
+  // The output sink is pinned to R,R: gathering the batch costs something.
+  const plan::PlanNode& sink = a->nodes.back();
+  EXPECT_EQ(sink.kind, "output");
+  EXPECT_EQ(sink.pin_group, "outputs");
+  EXPECT_GT(sink.comm_us, 0);
+}
+
+TEST(AutoParallel, MemoryConstraintHighOneReplicatesWhereTheDefaultShards) {
+  // 1-d mesh of 8, batch-sharded input of 512 x 128 tokens (activations 16x the weights).
+  // Default budget (high = 1/8): every weight byte must be sharded 8 ways, so both weights are
+  // S(something) (FSDP-like). high = 1 allows replication, and then DDP wins: a replicated weight
+  // costs one gradient all-reduce (2 transfers of the weight), a sharded one all-gather, backward
+  // re-gather and reduce-scatter (3), and moving the 16x larger activations instead (TP) is dearer.
+  ir::Graph g = ir::testing_graphs::toyBlock(512);
+  AutoParallel fsdp(g, {}, mesh8());
+  ASSERT_OK(fsdp.add_input_constraints({"S(0)"}));
+  auto a = fsdp.optimize_placement();
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  AutoParallel ddp(g, {}, mesh8());
+  ASSERT_OK(ddp.add_input_constraints({"S(0)"}));
+  ASSERT_OK(ddp.add_parameter_memory_constraint(std::nullopt, 1.0));
+  auto b = ddp.optimize_placement();
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  for (const char* w : {"up.weight", "down.weight"}) {
+    ASSERT_EQ(param(*a, w).placement.size(), 1u);
+    EXPECT_EQ(param(*a, w).placement[0].rfind("S(", 0), 0u) << w;
+    EXPECT_EQ(param(*b, w).placement, plan::PlacementText{"R"}) << w;
+  }
+  EXPECT_EQ(a->totals.memory_high, plan::canonicalNumber(1.0 / 8));
+  EXPECT_EQ(b->totals.memory_high, 1.0);
+  EXPECT_LE(a->totals.param_bytes_per_rank, a->totals.param_bytes_total / 8);
+  EXPECT_EQ(b->totals.param_bytes_per_rank, b->totals.param_bytes_total);
+  // More memory never costs time.
+  EXPECT_LE(b->totals.total_us, a->totals.total_us);
+}
+
+TEST(AutoParallel, NodeConstraintPinsANode) {
+  // With room for replication, pinning up.weight to R,R makes it replicated (it would be sharded:
+  // see ToyBlock 2x4 FSDP+TP), and the pin is in the plan's spec.
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  AutoParallel ap(g, {}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  ASSERT_OK(ap.add_parameter_memory_constraint(0, 1.0));
+  ASSERT_OK(ap.add_node_constraint("up.weight", "R,R"));
+  ASSERT_EQ(ap.spec().pins.size(), 1u);
+  EXPECT_EQ(ap.spec().pins[0].name, "up.weight");
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_EQ(param(*p, "up.weight").placement, (plan::PlacementText{"R", "R"}));
+  EXPECT_EQ(p->spec.pins, ap.spec().pins);
+}
+
+TEST(AutoParallel, MixedPrecisionHalvesTheBytesMoved) {
+  // FSDP-like plan (1-d mesh, default budget): the weights are all-gathered and their gradients
+  // reduce-scattered. With bf16 parameters and reductions every collective moves half the bytes,
+  // so communication gets cheaper; the memory bound stays on the stored f32 bytes.
+  ir::Graph g = ir::testing_graphs::toyBlock(512);
+  AutoParallel f32(g, {}, mesh8());
+  ASSERT_OK(f32.add_input_constraints({"S(0)"}));
+  MixedPrecisionPolicy mp;
+  mp.param_dtype = ir::DType::kBF16;
+  mp.reduce_dtype = ir::DType::kBF16;
+  AutoParallel bf16(g, {}, mesh8(), mp);
+  ASSERT_OK(bf16.add_input_constraints({"S(0)"}));
+  auto a = f32.optimize_placement();
+  auto b = bf16.optimize_placement();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_GT(a->totals.comm_us, 0);
+  EXPECT_LT(b->totals.comm_us, a->totals.comm_us);
+  EXPECT_EQ(b->totals.param_bytes_total, a->totals.param_bytes_total);
+  EXPECT_EQ(b->spec.mixed_precision, mp);
+}
+
+// --- the prefetch discount -----------------------------------------------------------------------
+
+TEST(AutoParallel, PrefetchDiscountLowersTheObjectiveAndNeverRaisesIt) {
+  // FSDP-like (default budget on a 1-d mesh): the weights are all-gathered, so discounting the
+  // parameters' communication makes the optimum strictly cheaper; each smaller scale is at most
+  // as expensive as the larger one (the scaled problem's costs are pointwise lower).
+  ir::Graph g = ir::testing_graphs::toyBlock(512);
+  AutoParallel ap(g, {}, mesh8());
+  ASSERT_OK(ap.add_input_constraints({"S(0)"}));
+  auto full = ap.optimize_placement();
+  ASSERT_TRUE(full.ok()) << full.error().message();
+  ASSERT_GT(full->totals.comm_us, 0);
+  EXPECT_EQ(ap.sharding_optimizer().discounted_edges(), 0u);
+  double previous = full->solver.objective;
+  std::string previous_hash = full->content_hash;
+  for (double scale : {0.75, 0.5, 0.25, 0.0}) {
+    ASSERT_OK(ap.sharding_optimizer().apply_prefetch_discount(scale));
+    auto p = ap.optimize_placement();
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    EXPECT_LT(p->solver.objective, full->solver.objective) << scale;
+    EXPECT_LE(p->solver.objective, previous * (1 + 1e-12)) << scale;
+    EXPECT_EQ(ap.sharding_optimizer().discounted_edges(), 2u) << scale;  // up, down weights
+    EXPECT_NE(p->content_hash, previous_hash) << scale;
+    previous = p->solver.objective;
+    previous_hash = p->content_hash;
+  }
+  // At scale 0 the parameters' communication is free.
+  auto last = ap.sharding_optimizer().get_solution();
+  ASSERT_TRUE(last.ok());
+  for (const plan::PlanNode& n : last->nodes)
+    for (const plan::PlanEdge& e : n.in_edges)
+      if (last->nodes[e.from].kind == "parameter") {
+        EXPECT_EQ(e.cost_us, 0) << n.name;
+      }
+
+  // Scale 1 is no discount: the plan is unchanged, byte for byte.
+  AutoParallel rep(g, {}, mesh8());
+  ASSERT_OK(rep.add_input_constraints({"S(0)"}));
+  ASSERT_OK(rep.add_parameter_memory_constraint(0, 1.0));
+  auto base = rep.optimize_placement();
+  ASSERT_TRUE(base.ok());
+  ASSERT_OK(rep.sharding_optimizer().apply_prefetch_discount(1.0));
+  auto same = rep.optimize_placement();
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(plan::toJsonText(*base), plan::toJsonText(*same));  // scale 1: no change at all
+}
+
+// --- explain and diff ----------------------------------------------------------------------------
+
+TEST(ShardingOptimizer, ExplainMatchesApcExplain) {
+  AutoParallel ap(kToy, {}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  auto e = ap.sharding_optimizer().explain_placement("up.weight");
+  ASSERT_TRUE(e.ok()) << e.error().message();
+  ASSERT_FALSE(e->alternatives.empty());
+  EXPECT_EQ(e->alternatives[0].status, plan::AlternativeStatus::kChosen);
+  auto text = ap.sharding_optimizer().print_costs_for_node("up.weight");
+  ASSERT_TRUE(text.ok());
+  EXPECT_NE(text->find("CHOSEN"), std::string::npos) << *text;
+
+  // `apc explain --node` on the same plan written to a file prints the same table.
+  ASSERT_OK(plan::writePlanFile(*p, tmp("explain.json")));
+  auto r = testing::runCommand(kApc + " explain " + tmp("explain.json") + " --node up.weight");
+  ASSERT_EQ(r.code, 0) << r.err;
+  ASSERT_GE(r.out.size(), text->size());
+  EXPECT_EQ(r.out.substr(r.out.size() - text->size()), *text);
+
+  auto log = ap.sharding_optimizer().get_log();
+  ASSERT_TRUE(log.ok());
+  EXPECT_EQ(*log, plan::optimizerLog(*p));
+  auto solution = ap.sharding_optimizer().get_solution();
+  ASSERT_TRUE(solution.ok());
+  EXPECT_EQ(*solution, *p);
+}
+
+TEST(ShardingOptimizer, DiffSolutionsListsTheDifferingNodes) {
+  ir::Graph g = ir::testing_graphs::toyBlock(512);
+  AutoParallel fsdp(g, {}, mesh8());
+  ASSERT_OK(fsdp.add_input_constraints({"S(0)"}));
+  AutoParallel ddp(g, {}, mesh8());
+  ASSERT_OK(ddp.add_input_constraints({"S(0)"}));
+  ASSERT_OK(ddp.add_parameter_memory_constraint(0, 1.0));
+  auto a = fsdp.optimize_placement();
+  auto b = ddp.optimize_placement();
+  ASSERT_TRUE(a.ok() && b.ok());
+  plan::PlanDiff same = fsdp.sharding_optimizer().diff_solutions(*a, *a);
+  EXPECT_TRUE(same.empty());
+  plan::PlanDiff d = fsdp.sharding_optimizer().diff_solutions(*a, *b);
+  EXPECT_FALSE(d.empty());
+  std::vector<std::string> names;
+  for (const plan::NodeChange& c : d.nodes) names.push_back(c.name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "up.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "down.weight"), names.end());
+  ASSERT_EQ(d.parameters.size(), 2u);
+  EXPECT_NEAR(d.total_delta_us, b->totals.total_us - a->totals.total_us, 1e-6);
+}
+
+// --- the short path and input forms --------------------------------------------------------------
+
+TEST(AutoParallelShortPath, EqualsTheLongPath) {
+  auto shortp = auto_parallel(
+      kToy, mesh2x4(), {{"x:f32[16,128,1024]", "S(0),R"}},
+      mesh::OutputPlacementTree::makeLeaf({Placement::shard(0), Placement::replicate()}));
+  ASSERT_TRUE(shortp.ok()) << shortp.error().message();
+  AutoParallel ap(kToy, {"x:f32[16,128,1024]"}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  ASSERT_OK(ap.add_output_constraints({"S(0),R"}));
+  auto longp = ap.optimize_placement();
+  ASSERT_TRUE(longp.ok());
+  EXPECT_EQ(plan::toJsonText(shortp->plan), plan::toJsonText(*longp));
+  EXPECT_EQ(shortp->programs.size(), 8u);
+
+  // The budget, mixed precision and `dynamic` land in the plan's spec.
+  MixedPrecisionPolicy mp;
+  mp.param_dtype = ir::DType::kBF16;
+  mp.reduce_dtype = ir::DType::kF32;
+  auto other =
+      auto_parallel(kToy, mesh2x4(), {{"f32[16,128,1024]"}}, mesh::OutputPlacementTree::makeFree(),
+                    mp, std::pair{0.0, 1.0}, /*dynamic=*/true);
+  ASSERT_TRUE(other.ok()) << other.error().message();
+  const plan::Plan& op = other->plan;
+  EXPECT_TRUE(op.spec.dynamic_batch);
+  EXPECT_EQ(op.spec.mixed_precision, mp);
+  EXPECT_EQ(op.spec.memory_budget.high, 1.0);
+  EXPECT_EQ(op.model.inputs, std::vector<std::string>{"x:f32[16,128,1024]"});
+  EXPECT_EQ(node(op, "x").outputPlacements(), (plan::PlacementText{"R", "R"}));
+}
+
+TEST(AutoParallel, ApplyPlacementLowersThePlanOfThisModel) {
+  AutoParallel ap(kToy, {}, mesh2x4());
+  EXPECT_FALSE(ap.apply_placement().ok());  // nothing planned yet
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  auto applied = ap.apply_placement();
+  ASSERT_TRUE(applied.ok()) << applied.error().message();
+  EXPECT_EQ(applied->plan, *p);
+  ASSERT_EQ(applied->programs.size(), 8u);  // one program per rank of 2x4
+  for (size_t r = 0; r < applied->programs.size(); ++r) {
+    EXPECT_EQ(applied->programs[r].rank(), static_cast<int64_t>(r));
+    EXPECT_EQ(applied->programs[r].world_size(), 8);
+  }
+  ASSERT_OK(applied->write_artifact(tmp("artifact")));
+  auto manifest = lower::readManifest(tmp("artifact"));
+  ASSERT_TRUE(manifest.ok()) << manifest.error().message();
+  EXPECT_EQ(manifest->world_size, 8);
+  EXPECT_EQ(manifest->plan_hash, p->content_hash);
+  EXPECT_EQ(manifest->files.size(), 8u);
+
+  // A plan read back from a file applies the same way.
+  ASSERT_OK(plan::writePlanFile(*p, tmp("apply.json")));
+  auto read = plan::readPlanFile(tmp("apply.json"));
+  ASSERT_TRUE(read.ok());
+  auto again = ap.apply_placement(*read);
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  EXPECT_EQ(again->programs.size(), 8u);
+
+  // A plan of another model or mesh is refused.
+  AutoParallel other(ir::testing_graphs::toyBlock(), {}, mesh2x4());
+  auto q = other.optimize_placement();
+  ASSERT_TRUE(q.ok());
+  auto wrong = ap.apply_placement(*q);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().message().find("another model"), std::string::npos);
+  AutoParallel on8(kToy, {}, mesh8());
+  ASSERT_TRUE(on8.optimize_placement().ok());
+  auto wrong_mesh = on8.apply_placement(*p);
+  ASSERT_FALSE(wrong_mesh.ok());
+  EXPECT_NE(wrong_mesh.error().message().find("mesh"), std::string::npos);
+}
+
+// --- the README
+// -----------------------------------------------------------------------------------
+
+TEST(Readme, CppApiExampleIsTheTestedOne) {
+  // README.md's "C++ API" code block is tests/api/readme_example.cpp between its markers, which
+  // the api_readme_example test builds and runs.
+  std::string readme = readFile(std::string(APC_SOURCE_DIR) + "/README.md");
+  size_t section = readme.find("## C++ API");
+  ASSERT_NE(section, std::string::npos);
+  size_t begin = readme.find("```cpp\n", section);
+  ASSERT_NE(begin, std::string::npos);
+  begin += 7;
+  size_t end = readme.find("```\n", begin);
+  ASSERT_NE(end, std::string::npos);
+  std::string example = readFile(std::string(APC_SOURCE_DIR) + "/tests/api/readme_example.cpp");
+  const std::string kBegin = "// README-EXAMPLE-BEGIN\n", kEnd = "// README-EXAMPLE-END";
+  size_t b = example.find(kBegin), e = example.find(kEnd);
+  ASSERT_TRUE(b != std::string::npos && e != std::string::npos);
+  b += kBegin.size();
+  EXPECT_EQ(readme.substr(begin, end - begin), example.substr(b, e - b));
+}
+
+// --- bad input -----------------------------------------------------------------------------------
+
+void expectError(const Status& s, ErrorCode code, const std::string& needle) {
+  ASSERT_FALSE(s.ok()) << "expected an error containing '" << needle << "'";
+  EXPECT_EQ(s.error().code(), code) << s.error().message();
+  EXPECT_NE(s.error().message().find(needle), std::string::npos) << s.error().message();
+  EXPECT_EQ(s.error().message().find('\n'), std::string::npos) << s.error().message();
+}
+
+template <typename T>
+void expectError(const Expected<T>& e, ErrorCode code, const std::string& needle) {
+  ASSERT_FALSE(e.ok()) << "expected an error containing '" << needle << "'";
+  expectError(Status(e.error()), code, needle);
+}
+
+TEST(AutoParallelErrors, BadConstraintsAreErrors) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  AutoParallel ap(g, {}, mesh2x4());
+  expectError(ap.add_parameter_memory_constraint(0.5, 0.25), ErrorCode::kInvalidArgument,
+              "low 0.5 exceeds high 0.25");
+  expectError(ap.add_parameter_memory_constraint(0.5), ErrorCode::kInvalidArgument, "default high");
+  expectError(ap.add_parameter_memory_constraint(-1), ErrorCode::kInvalidArgument, ">= 0");
+  expectError(ap.add_parameter_memory_constraint(0, 1.5), ErrorCode::kInvalidArgument, "(0, 1]");
+  expectError(ap.add_input_constraints({"S(0),R", "R,R"}), ErrorCode::kInvalidArgument, "1 inputs");
+  expectError(ap.add_input_constraints({"S(0)"}), ErrorCode::kInvalidArgument, "2 dims");
+  expectError(ap.add_input_constraints({"S(7),R"}), ErrorCode::kInvalidArgument, "x");
+  expectError(ap.add_input_constraints({"Q(0),R"}), ErrorCode::kParse, "Q(0),R");
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  expectError(ap.add_input_constraints({"S(0),R"}), ErrorCode::kInvalidArgument, "already");
+  expectError(ap.add_output_constraints({"R,R", "R,R"}), ErrorCode::kInvalidArgument,
+              "1 output leaves");
+  auto bad_pin = ap.add_node_constraint("nope", "R,R");
+  ASSERT_FALSE(bad_pin.ok());
+  EXPECT_NE(bad_pin.error().message().find("nope"), std::string::npos);
+  expectError(ap.sharding_optimizer().apply_prefetch_discount(1.5), ErrorCode::kInvalidArgument,
+              "[0, 1]");
+  expectError(ap.sharding_optimizer().apply_prefetch_discount(-0.1), ErrorCode::kInvalidArgument,
+              "[0, 1]");
+  // Before any solve, the optimizer has nothing to explain.
+  expectError(ap.sharding_optimizer().explain_placement("up.weight"), ErrorCode::kInvalidArgument,
+              "optimize_placement");
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  // Unknown node.
+  expectError(ap.sharding_optimizer().print_costs_for_node("nope"), ErrorCode::kNotFound, "nope");
+}
+
+TEST(AutoParallelErrors, InfeasibleBudgetAndBadModels) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  AutoParallel tight(g, {}, mesh2x4());
+  ASSERT_OK(tight.add_parameter_memory_constraint(0, 0.01));  // below 1/8: nothing fits
+  expectError(tight.optimize_placement(), ErrorCode::kInfeasible, "memory");
+
+  // A missing file: the error comes from the first call that imports, and from later ones.
+  AutoParallel missing(kSamples + "no_such_model.pt", {}, mesh2x4());
+  auto first = missing.optimize_placement();
+  ASSERT_FALSE(first.ok());
+  expectError(missing.add_input_constraints({"R,R"}), first.error().code(), "no_such_model.pt");
+
+  // Input specs: malformed text, an unknown input, a graph's fixed shapes.
+  expectError(AutoParallel(kToy, {"x:f32[8,"}, mesh2x4()).optimize_placement(), ErrorCode::kParse,
+              "x:f32[8,");
+  AutoParallel reshaped(g, {"x:f32[4,128,1024]"}, mesh2x4());
+  expectError(reshaped.optimize_placement(), ErrorCode::kInvalidArgument, "fixed input shapes");
+  AutoParallel unknown(g, {"y:f32[8,128,1024]"}, mesh2x4());
+  expectError(unknown.optimize_placement(), ErrorCode::kNotFound, "'y'");
+
+  // Mixed precision must be floating; the device must be known.
+  MixedPrecisionPolicy mp;
+  mp.param_dtype = ir::DType::kI32;
+  expectError(AutoParallel(g, {}, mesh2x4(), mp).optimize_placement(), ErrorCode::kInvalidArgument,
+              "param_dtype");
+  AutoParallelOptions o;
+  o.device = "tpu";
+  expectError(AutoParallel(g, {}, mesh2x4(), std::nullopt, o).optimize_placement(),
+              ErrorCode::kInvalidArgument, "tpu");
+}
+
+}  // namespace
+}  // namespace apc
