@@ -71,13 +71,14 @@ TEST(Reduction, SameOptimumOnLlamaTiny) {
 // the layer count), planned with and without reduction, on mesh [4] (the unreduced 8-layer problem
 // solves in about 20 s there on 2 cores).
 // - Elimination (follow-merging) is exact at the default budget (high = 1/4) for both.
-// - Elimination + clustering is exact for both when the memory row does not bind (high = 1), and
-//   for 4 layers at the default budget. At the default budget the 8-layer model's clustered plan
-//   is 0.19% dearer (3767.05 us against 3760.08): with the memory row binding, the optimum is not
-//   the same in every layer, which clustering cannot express (SolveGraphOptions::cluster). That
-//   case is reported, not asserted equal.
+// - Elimination + clustering is exact for both when the memory row does not bind (high = 1). At
+//   the default budget the clustered plans are 6.98 us dearer for both layer counts (4 layers:
+//   2221.76 us against 2214.78, 0.32%; 8 layers: 3767.05 against 3760.08, 0.19%): the unreduced
+//   optimum shards the wq weight of layers 0 and 2 on dim 1 (row-parallel-like, Partial query
+//   chain) and of the others on dim 0, a plan that is not the same in every layer, which
+//   clustering cannot express (SolveGraphOptions::cluster). That case is reported, not asserted.
 TEST(Reduction, SameOptimumOnLlamaSmall4And8Layers) {
-  expectSameOptimum("llama_small_4l", "4");
+  expectSameOptimum("llama_small_4l", "4", std::nullopt, /*check_clustered=*/false);
   expectSameOptimum("llama_small", "4", std::nullopt, /*check_clustered=*/false);
   expectSameOptimum("llama_small_4l", "4", 1.0);
   expectSameOptimum("llama_small", "4", 1.0);
