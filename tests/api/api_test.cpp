@@ -299,6 +299,43 @@ TEST(AutoParallel, PrefetchDiscountLowersTheObjectiveAndNeverRaisesIt) {
   EXPECT_EQ(plan::toJsonText(*base), plan::toJsonText(*same));  // scale 1: no change at all
 }
 
+TEST(AutoParallel, PrefetchDiscountOnAModelWithDerivedWeights) {
+  // llama_tiny: many parameters, some used through views; the discount reaches at least one edge
+  // per parameter that moves, and the optimum does not rise.
+  AutoParallel ap(kSamples + "llama_tiny.pt", {}, mesh8());
+  auto full = ap.optimize_placement();
+  ASSERT_TRUE(full.ok()) << full.error().message();
+  ASSERT_OK(ap.sharding_optimizer().apply_prefetch_discount(0.5));
+  auto half = ap.optimize_placement();
+  ASSERT_TRUE(half.ok()) << half.error().message();
+  size_t moving = 0;  // parameters with a priced out-edge in the undiscounted plan
+  for (const plan::PlanNode& n : full->nodes)
+    for (const plan::PlanEdge& e : n.in_edges)
+      if (full->nodes[e.from].kind == "parameter" && e.cost_us > 0) ++moving;
+  EXPECT_GE(ap.sharding_optimizer().discounted_edges(), moving);
+  EXPECT_GT(moving, 0u);
+  EXPECT_LT(half->solver.objective, full->solver.objective);
+}
+
+TEST(AutoParallel, VerboseWritesTheOptimizerLogAndSummary) {
+  std::ostringstream log;
+  AutoParallelOptions o;
+  o.log = &log;
+  AutoParallel ap(ir::testing_graphs::toyBlock(), {}, mesh2x4(), std::nullopt, o);
+  ASSERT_OK(ap.sharding_optimizer().apply_prefetch_discount(0.5));
+  auto p = ap.optimize_placement(/*verbose=*/true);
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_NE(log.str().find("prefetch discount 0.5 on 2 parameter edges"), std::string::npos)
+      << log.str();
+  EXPECT_NE(log.str().find(plan::optimizerLog(*p)), std::string::npos);
+  EXPECT_NE(log.str().find("placement="), std::string::npos);
+  std::ostringstream quiet;
+  o.log = &quiet;
+  AutoParallel silent(ir::testing_graphs::toyBlock(), {}, mesh2x4(), std::nullopt, o);
+  ASSERT_TRUE(silent.optimize_placement().ok());
+  EXPECT_TRUE(quiet.str().empty());
+}
+
 // --- explain and diff ----------------------------------------------------------------------------
 
 TEST(ShardingOptimizer, ExplainMatchesApcExplain) {

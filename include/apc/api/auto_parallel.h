@@ -9,7 +9,7 @@
 //   ap.add_parameter_memory_constraint(0, 1.0);   // fractions of all parameter bytes per rank
 //   ap.sharding_optimizer().apply_prefetch_discount(0.5);
 //   apc::Expected<apc::plan::Plan> plan = ap.optimize_placement(/*verbose=*/true);
-//   ap.sharding_optimizer().print_costs_for_node("linear");   // like `apc explain --node`
+//   ap.sharding_optimizer().print_costs_for_node("up.weight");  // like `apc explain --node`
 //   apc::Expected<apc::AppliedPlacement> applied = ap.apply_placement(*plan);  // per-rank programs
 //   applied->write_artifact("out/toy_block_2x4");                            // for the runtime
 //
