@@ -150,6 +150,52 @@ void checkGroup(Communicator& c, const std::vector<int64_t>& members, at::Scalar
   c.barrier();
 }
 
+/// Other dtypes: integer reductions (avg floors), bool and int16 moved as bytes, f16 reduced in
+/// f32, f64 reduce-scatter.
+void checkOtherDtypes(Communicator& c, const std::vector<int64_t>& members) {
+  const int p = c.size();
+  const int k = c.index();
+  auto ints = [&](int64_t rank) { return at::arange(6, at::kLong).mul(rank + 1).add(rank % 3); };
+  for (mesh::ReduceOp op : {mesh::ReduceOp::kSum, mesh::ReduceOp::kMax, mesh::ReduceOp::kAvg}) {
+    at::Tensor t = ints(members[k]);
+    c.allReduce(t, op);
+    at::Tensor want = ints(members[0]);
+    for (int j = 1; j < p; ++j)
+      want = op == mesh::ReduceOp::kMax ? at::maximum(want, ints(members[j]))
+                                        : want + ints(members[j]);
+    if (op == mesh::ReduceOp::kAvg) want = want.div(p, "floor");
+    EXPECT_TRUE(at::equal(t, want)) << c.name() << " int64 " << mesh::reduceOpName(op);
+  }
+  std::vector<int64_t> sizes;
+  std::vector<at::Tensor> parts;
+  for (int j = 0; j < p; ++j) {
+    sizes.push_back(j % 2 + 1);
+    parts.push_back(at::arange(sizes.back() * 2, at::kLong)
+                        .add(members[j])
+                        .remainder(3)
+                        .eq(0)
+                        .view({sizes.back(), 2}));
+  }
+  EXPECT_TRUE(at::equal(c.allGather(parts[k], 0, sizes), at::cat(parts, 0))) << c.name() << " bool";
+  at::Tensor s16 = at::arange(5, at::kShort).add(static_cast<int16_t>(members[k] * 100));
+  c.broadcast(s16, 0);
+  EXPECT_TRUE(at::equal(s16, at::arange(5, at::kShort).add(static_cast<int16_t>(members[0] * 100))))
+      << c.name() << " int16";
+  std::vector<at::Tensor> halves;
+  for (int j = 0; j < p; ++j) halves.push_back(data(members[j], {7}, 60, at::kHalf));
+  at::Tensor h = halves[k].clone();
+  c.allReduce(h, mesh::ReduceOp::kSum);
+  expectClose(h.to(at::kFloat), reduceAll(halves, mesh::ReduceOp::kSum).to(at::kFloat),
+              c.name() + " f16");
+  std::vector<at::Tensor> doubles;
+  for (int j = 0; j < p; ++j) doubles.push_back(data(members[j], {5, 3}, 70, at::kDouble));
+  at::Tensor got = c.reduceScatter(doubles[k], 0, mesh::ReduceOp::kMin);
+  at::Tensor want = doubles[0];
+  for (int j = 1; j < p; ++j) want = at::minimum(want, doubles[j]);
+  EXPECT_TRUE(at::equal(got, want.narrow(0, mesh::chunkOffset(5, p, k), mesh::chunkSize(5, p, k))))
+      << c.name() << " f64";
+}
+
 /// The counted bytes follow the documented formulas (gloo_comm.cpp).
 void checkBytes(Communicator& c) {
   const int64_t p = c.size();
@@ -196,6 +242,8 @@ void runMesh(std::vector<int64_t> shape, std::vector<std::string> names) {
       for (int r = 0; r < n; ++r) all.push_back(r);
       checkGroup(w.all(), all, dtype);
     }
+    for (size_t d = 0; d < mesh->ndim(); ++d)
+      checkOtherDtypes(w.dim(d), mesh->groupOf(env.rank, d));
     EXPECT_GT(w.stats().calls, 0);
     EXPECT_GT(w.stats().bytes_sent, 0);
     for (size_t d = 0; d < mesh->ndim(); ++d) checkBytes(w.dim(d));
