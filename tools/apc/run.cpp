@@ -8,8 +8,9 @@
 // others are stopped (SIGTERM, SIGKILL 3 s later) and the first failure is reported, as
 // "apc run: rank 2 exited with status 1" or "apc run: rank 2 killed by signal 9 (Killed)", exit 1.
 // --timeout S stops everything after S seconds ("apc run: timed out after S s"), exit 1. SIGINT
-// and SIGTERM of the launcher stop the ranks too. Each rank runs in its own process group, so
-// stopping a rank stops what it started. Usage errors are one line and exit 2.
+// and SIGTERM of the launcher stop the ranks too, and a launcher killed outright takes its ranks
+// with it (PR_SET_PDEATHSIG). Each rank runs in its own process group, so stopping a rank stops
+// what it started. Usage errors are one line and exit 2.
 //
 // For tests and demos on one machine; real clusters use torchrun, which sets the same variables.
 //
@@ -18,6 +19,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -128,6 +130,7 @@ int runLauncher(const RunOptions& o) {
   argv.push_back(nullptr);
 
   const int n = o.nproc;
+  const pid_t launcher = ::getpid();
   std::vector<pid_t> pids(n, -1);
   std::vector<TaggedStream> streams;
   std::cout.flush();
@@ -144,6 +147,10 @@ int runLauncher(const RunOptions& o) {
     }
     if (pid == 0) {
       ::setpgid(0, 0);
+      // Ranks live in their own process groups, out of reach of the terminal and of whoever
+      // kills the launcher: let the kernel stop them when the launcher dies.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(1);
       ::sigaction(SIGINT, &old_int, nullptr);
       ::sigaction(SIGTERM, &old_term, nullptr);
       if (o.tag_output) {
