@@ -236,12 +236,15 @@ ir::Graph graphOf(const proto::Program& p) {
 struct Case {
   std::string model;
   std::vector<int64_t> mesh;
+  std::string label;                                      // test name suffix for pinned cases
+  std::vector<std::pair<std::string, std::string>> pins;  // node name -> placement text
+  std::string first_input;                                // placement of the first input, or ""
 };
 
 std::string caseName(const ::testing::TestParamInfo<Case>& info) {
   std::string s = info.param.model;
   for (int64_t d : info.param.mesh) s += "_" + std::to_string(d);
-  return s;
+  return info.param.label.empty() ? s : s + "_" + info.param.label;
 }
 
 class LowerExec : public ::testing::TestWithParam<Case> {};
@@ -265,6 +268,10 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
 
   mesh::Spec spec;
   spec.mesh = *mesh::DeviceMesh::create(c.mesh);
+  for (const auto& [name, text] : c.pins)
+    spec.pins.push_back({mesh::Pin::Target::kNode, name, *mesh::parsePlacementTuple(text)});
+  if (!c.first_input.empty())
+    spec.inputs[recorded->front().name] = *mesh::parsePlacementTuple(c.first_input);
   plan::PlanSource source;
   source.model_path = path;
   source.model_name = g.name;
@@ -285,6 +292,20 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
   auto programs = lowerPlan(g, p);
   ASSERT_TRUE(programs.ok()) << programs.error().message();
   testing::checkPrograms(g, p, *programs);
+  if (c.label == "vocab") {  // the pinned vocab-parallel embedding must have its masks
+    for (const proto::Program& prog : *programs) EXPECT_GT(prog.vocab_masks_size(), 0);
+  }
+  if (c.label == "partial") {  // the Partial output is all-reduced by the last node
+    const proto::Program& prog = programs->front();
+    int last = prog.graph().nodes_size() - 1;
+    ASSERT_GT(prog.node_redistribution(last), 0u);
+    const auto& red = prog.redistributions(static_cast<int>(prog.node_redistribution(last) - 1));
+    EXPECT_TRUE(mesh::parsePlacementTuple(red.from(0)).ok());
+    bool partial = false;
+    for (const std::string& f : red.from()) partial = partial || f.front() == 'P';
+    EXPECT_TRUE(partial) << red.edge();
+    EXPECT_EQ(red.forward(0).kind(), "all-reduce");
+  }
   auto again = lowerPlan(g, p);
   ASSERT_TRUE(again.ok());
   for (size_t r = 0; r < programs->size(); ++r)
@@ -503,7 +524,16 @@ std::vector<Case> cases() {
   std::vector<Case> out;
   for (const char* m : {"toy_block", "mlp_stack", "gpt2_tiny", "llama_tiny", "cnn_small"})
     for (std::vector<int64_t> mesh : {std::vector<int64_t>{4}, {2, 2}, {2, 4}})
-      out.push_back({m, mesh});
+      out.push_back({m, mesh, "", {}, ""});
+  // Vocab-parallel embedding with uneven pieces (50257 rows), flat and nested.
+  out.push_back({"gpt2_tiny", {4}, "vocab", {{"transformer.wte.weight", "S(0)"}}, ""});
+  out.push_back({"gpt2_tiny", {2, 2}, "vocab", {{"transformer.wte.weight", "S(0),S(0)"}}, ""});
+  // Data parallel convolutions.
+  out.push_back({"cnn_small", {4}, "dp", {}, "S(0)"});
+  out.push_back({"cnn_small", {2, 2}, "dp", {}, "S(0),R"});
+  // A Partial output reduced at the end (row-parallel second linear).
+  out.push_back(
+      {"toy_block", {4}, "partial", {{"up.weight", "S(0)"}, {"down.weight", "S(1)"}}, "R"});
   return out;
 }
 
