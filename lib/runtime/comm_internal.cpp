@@ -91,17 +91,23 @@ void checkPieceSizes(const std::string& group, const char* op, const at::Tensor&
 at::Tensor reduceStacked(const at::Tensor& stacked, mesh::ReduceOp op, int64_t group_size) {
   at::ScalarType dtype = stacked.scalar_type();
   bool low = dtype == at::kBFloat16 || dtype == at::kHalf;
-  // Sums accumulate in f32 for 16-bit floats (an f32 copy first: faster on CPU than a sum with
-  // an f32 accumulator type) and in the tensor's own type otherwise; max and min are exact in any
+  // Sums accumulate in f32 for 16-bit floats (piece by piece into an f32 accumulator, no f32
+  // copy of the whole stack) and in the tensor's own type otherwise; max and min are exact in any
   // type.
   at::ScalarType acc = low ? at::kFloat : dtype;
+  auto sum = [&] {
+    if (!low) return stacked.sum(0);
+    at::Tensor r = stacked[0].to(acc);
+    for (int64_t j = 1; j < stacked.size(0); ++j) r.add_(stacked[j]);
+    return r;
+  };
   at::Tensor r;
   switch (op) {
     case mesh::ReduceOp::kSum:
-      r = stacked.to(acc).sum(0);
+      r = sum();
       break;
     case mesh::ReduceOp::kAvg:
-      r = stacked.to(acc).sum(0);
+      r = sum();
       r = at::isFloatingType(acc) ? r.div_(static_cast<double>(group_size))
                                   : r.div(group_size, "floor");
       break;

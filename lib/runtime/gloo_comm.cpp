@@ -276,8 +276,14 @@ class GlooCommunicator final : public Communicator {
     opts.timeout = timeout_;
     run(what, [&] { return pg_->allgather(output, input, opts); });
     stats_.bytes_sent += 2 * (size_ - 1) * chunk * static_cast<int64_t>(t.element_size());
-    at::Tensor gathered = at::cat(output[0], 0).view(t.scalar_type()).narrow(0, 0, n);
-    t.copy_(gathered.view(t.sizes()));
+    // Straight into t's storage when it is contiguous (one pass), else through a gathered copy.
+    at::Tensor dest = t.is_contiguous() ? t.view({-1}) : at::empty({n}, t.options());
+    for (int k = 0; k < size_; ++k) {
+      int64_t len = std::min(chunk, n - k * chunk);
+      if (len <= 0) break;
+      dest.narrow(0, k * chunk, len).copy_(output[0][k].view(t.scalar_type()).narrow(0, 0, len));
+    }
+    if (!t.is_contiguous()) t.copy_(dest.view(t.sizes()));
   }
 
   void alltoall(const char* what, at::Tensor& recv, const at::Tensor& send,
