@@ -1,7 +1,7 @@
 //===- tools/apc/main.cpp - The apc command-line driver --------------------===//
 //
-// `apc <command> [flags]`. Commands: inspect (import a model and print its graph), plan, explain
-// and diff (tools/apc/plan.cpp, explain.cpp, diff.cpp). Later issues add lower and run. Every
+// `apc <command> [flags]`. Commands: inspect (import a model and print its graph), plan, explain,
+// diff, lower and run (tools/apc/plan.cpp, explain.cpp, diff.cpp, lower.cpp, run.cpp). Every
 // failure on user input is one line on stderr and exit 2.
 //
 //===----------------------------------------------------------------------===//
