@@ -317,11 +317,12 @@ class NcclCommunicator final : public Communicator {
          timeout_);
   }
 
-  /// Polls until the communicator is idle (and, `with_event`, the work enqueued on the stream
-  /// is done), an asynchronous error appears, or `timeout` passes.
+  /// Polls until the communicator has finished enqueueing (a non-blocking communicator may
+  /// return ncclInProgress before the kernels are on the stream), then, `with_event`, records an
+  /// event and polls it until the work is done; fails on an asynchronous error or after `timeout`.
   void wait(const char* what, bool with_event, std::chrono::milliseconds timeout) {
-    if (with_event) cuda(what, cudaEventRecord(event_, stream()));
     auto deadline = Clock::now() + timeout;
+    bool recorded = false;
     for (int spin = 0;; ++spin) {
       ncclResult_t async = ncclSuccess;
       ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
@@ -334,6 +335,10 @@ class NcclCommunicator final : public Communicator {
       }
       if (async == ncclSuccess) {
         if (!with_event) return;
+        if (!recorded) {
+          cuda(what, cudaEventRecord(event_, stream()));
+          recorded = true;
+        }
         cudaError_t e = cudaEventQuery(event_);
         if (e == cudaSuccess) return;
         if (e != cudaErrorNotReady) cuda(what, e);
