@@ -358,7 +358,8 @@ Status AutoParallel::add_node_constraint(const std::string& node, const Placemen
   return Status::success();
 }
 
-Expected<plan::Plan> AutoParallel::optimize_placement(bool verbose) {
+Expected<AutoParallel::Solved> AutoParallel::solve(const std::optional<std::string>& baseline,
+                                                   bool verbose) {
   APC_RETURN_IF_ERROR(ensureGraph());
   if (!mesh::isKnownDeviceKind(spec_.device))
     return invalidArgument("unknown device '" + spec_.device +
@@ -370,38 +371,65 @@ Expected<plan::Plan> AutoParallel::optimize_placement(bool verbose) {
     if (dtype && !ir::isFloating(*dtype))
       return invalidArgument(std::string("mixed precision ") + field + " must be floating, got " +
                              ir::dtypeName(*dtype));
-  State& st = *state_;
+  const State& st = *state_;
   const ir::Graph& g = *st.graph;
+  mesh::Spec spec = spec_;
+  std::optional<solver::Baseline> b;
+  if (baseline) {
+    const std::string what = "baseline_placement";
+    auto parsed = solver::parseBaseline(*baseline);
+    if (!parsed.ok()) return parsed.error().withContext(what);
+    b = *parsed;
+    if (!solver::baselineApplies(*b, spec.mesh.ndim()))
+      return invalidArgument(what + ": " + solver::baselineName(*b) +
+                             " needs a mesh of 2 or more dims (data x tensor parallel), got " +
+                             spec.mesh.toString());
+    spec.memory_budget = {};  // a classic plan defines its own parameter memory
+    spec = plan::baselineSpec(g, std::move(spec), *b);
+  }
   plan::PhaseTimings timings;
-  APC_ASSIGN_OR_RETURN(plan::BuiltProblem built, plan::buildProblem(g, spec_, &timings));
+  Solved out;
+  APC_ASSIGN_OR_RETURN(out.built, plan::buildProblem(g, spec, &timings));
   double scale = optimizer_.prefetch_scale_;
-  optimizer_.discounted_edges_ = scale != 1.0 ? applyDiscount(g, built.gp, scale) : 0;
+  out.discounted_edges = scale != 1.0 ? applyDiscount(g, out.built.gp, scale) : 0;
 
   solver::SolveGraphOptions options;
   options.solver.time_limit_s = options_.time_limit_s;
   options.solver.threads = options_.threads;
   options.reduce = options_.reduce;
-  APC_ASSIGN_OR_RETURN(plan::PlanResult result,
-                       plan::solveAndPlan(g, built, spec_, st.source, options, &timings));
+  auto result = b ? plan::solveBaselineAndPlan(g, out.built, spec, st.source, *b, options, &timings)
+                  : plan::solveAndPlan(g, out.built, spec, st.source, options, &timings);
+  if (!result.ok()) return result.error();
+  out.plan = std::move(result->plan);
   if (scale != 1.0) {
     char buf[48];
     std::snprintf(buf, sizeof buf, "%.12g", scale);
-    result.plan.content_hash =
-        plan::sha256Hex(result.plan.content_hash + "\nprefetch_discount=" + buf);
+    out.plan.content_hash = plan::sha256Hex(out.plan.content_hash + "\nprefetch_discount=" + buf);
   }
   if (verbose) {
-    std::ostream& out = options_.log ? *options_.log : std::cout;
-    for (const std::string& op : built.fallback_ops)
-      out << "apc: warning: no sharding rule for " << op
+    std::ostream& log = options_.log ? *options_.log : std::cout;
+    for (const std::string& op : out.built.fallback_ops)
+      log << "apc: warning: no sharding rule for " << op
           << "; it gets the Replicate-only strategy\n";
     if (scale != 1.0)
-      out << "prefetch discount " << fmt(scale) << " on " << optimizer_.discounted_edges_
+      log << "prefetch discount " << fmt(scale) << " on " << out.discounted_edges
           << " parameter edges\n";
-    out << plan::optimizerLog(result.plan) << plan::summaryText(result.plan, &timings);
+    log << plan::optimizerLog(out.plan) << plan::summaryText(out.plan, &timings);
   }
-  st.built = std::move(built);
-  st.plan = result.plan;
-  return std::move(result.plan);
+  return out;
+}
+
+Expected<plan::Plan> AutoParallel::optimize_placement(bool verbose) {
+  APC_ASSIGN_OR_RETURN(Solved solved, solve(std::nullopt, verbose));
+  optimizer_.discounted_edges_ = solved.discounted_edges;
+  state_->built = std::move(solved.built);
+  state_->plan = solved.plan;
+  return std::move(solved.plan);
+}
+
+Expected<plan::Plan> AutoParallel::baseline_placement(const std::string& strategy) {
+  APC_ASSIGN_OR_RETURN(Solved solved, solve(strategy, false));
+  return std::move(solved.plan);
 }
 
 Expected<AppliedPlacement> AutoParallel::apply_placement(const plan::Plan& sharding_placement) {

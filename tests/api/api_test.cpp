@@ -89,6 +89,19 @@ const plan::PlanNode& node(const plan::Plan& p, const std::string& name) {
   return none;
 }
 
+void expectError(const Status& s, ErrorCode code, const std::string& needle) {
+  ASSERT_FALSE(s.ok()) << "expected an error containing '" << needle << "'";
+  EXPECT_EQ(s.error().code(), code) << s.error().message();
+  EXPECT_NE(s.error().message().find(needle), std::string::npos) << s.error().message();
+  EXPECT_EQ(s.error().message().find('\n'), std::string::npos) << s.error().message();
+}
+
+template <typename T>
+void expectError(const Expected<T>& e, ErrorCode code, const std::string& needle) {
+  ASSERT_FALSE(e.ok()) << "expected an error containing '" << needle << "'";
+  expectError(Status(e.error()), code, needle);
+}
+
 #define ASSERT_OK(expr)                                                    \
   do {                                                                     \
     auto apc_s_ = (expr);                                                  \
@@ -388,6 +401,34 @@ TEST(ShardingOptimizer, DiffSolutionsListsTheDifferingNodes) {
   EXPECT_NEAR(d.total_delta_us, b->totals.total_us - a->totals.total_us, 1e-6);
 }
 
+TEST(AutoParallel, BaselinePlansAreApcPlanStrategyAndNeverBeatTheOptimizer) {
+  AutoParallel ap(kToy, {}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  auto best = ap.optimize_placement();
+  ASSERT_TRUE(best.ok()) << best.error().message();
+  writeFile(tmp("in_b.json"), "[[\"S(0)\", \"R\"]]\n");
+  for (const char* b : {"ddp", "fsdp", "tp", "fsdp+tp"}) {
+    auto p = ap.baseline_placement(b);
+    ASSERT_TRUE(p.ok()) << b << ": " << p.error().message();
+    EXPECT_EQ(p->solver.baseline, b);
+    // The optimizer has the default budget; a baseline may use more memory (ddp replicates),
+    // so compare only with the baselines that fit the default budget.
+    if (p->totals.param_bytes_per_rank <= best->totals.param_bytes_per_rank) {
+      EXPECT_LE(best->solver.objective, p->solver.objective * (1 + 1e-9)) << b;
+    }
+    auto r = testing::runCommand(kApc + " plan " + kToy + " --mesh 2x4 --mesh-names dp,tp" +
+                                 " --in-shardings " + tmp("in_b.json") + " --strategy " + b +
+                                 " -o " + tmp("baseline.json"));
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(plan::toJsonText(*p), readFile(tmp("baseline.json"))) << b;
+  }
+  // The last solution is still the optimizer's.
+  EXPECT_EQ(*ap.sharding_optimizer().get_solution(), *best);
+  expectError(ap.baseline_placement("zero9"), ErrorCode::kInvalidArgument, "zero9");
+  AutoParallel on8(kToy, {}, mesh8());
+  expectError(on8.baseline_placement("fsdp+tp"), ErrorCode::kInvalidArgument, "2 or more dims");
+}
+
 // --- the short path and input forms --------------------------------------------------------------
 
 TEST(AutoParallelShortPath, EqualsTheLongPath) {
@@ -485,19 +526,6 @@ TEST(Readme, CppApiExampleIsTheTestedOne) {
 }
 
 // --- bad input -----------------------------------------------------------------------------------
-
-void expectError(const Status& s, ErrorCode code, const std::string& needle) {
-  ASSERT_FALSE(s.ok()) << "expected an error containing '" << needle << "'";
-  EXPECT_EQ(s.error().code(), code) << s.error().message();
-  EXPECT_NE(s.error().message().find(needle), std::string::npos) << s.error().message();
-  EXPECT_EQ(s.error().message().find('\n'), std::string::npos) << s.error().message();
-}
-
-template <typename T>
-void expectError(const Expected<T>& e, ErrorCode code, const std::string& needle) {
-  ASSERT_FALSE(e.ok()) << "expected an error containing '" << needle << "'";
-  expectError(Status(e.error()), code, needle);
-}
 
 TEST(AutoParallelErrors, BadConstraintsAreErrors) {
   ir::Graph g = ir::testing_graphs::toyBlock();

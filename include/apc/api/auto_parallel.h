@@ -58,6 +58,7 @@
 #include "apc/mesh/spec.h"
 #include "apc/plan/diff.h"
 #include "apc/plan/explain.h"
+#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
 
@@ -243,6 +244,15 @@ class AutoParallel {
   /// memory high). May be called again (after more constraints or a prefetch discount).
   Expected<plan::Plan> optimize_placement(bool verbose = false);
 
+  /// A classic plan priced by the same model, for comparison with diff_solutions: "ddp", "fsdp"
+  /// (ZeRO-3), "tp" (Megatron on the last mesh dim) or "fsdp+tp" (2-d meshes), as
+  /// `apc plan --strategy` makes it (same bytes): the baseline's parameter placements pinned, the
+  /// rest of the graph optimized around them, free inputs batch-sharded on the data dims. The
+  /// memory constraint does not apply (a classic plan defines its own parameter memory); the
+  /// other constraints and a prefetch discount do. Does not change the last solution. Errors: an
+  /// unknown name (listing the known ones), fsdp+tp on a 1-d mesh, and as optimize_placement.
+  Expected<plan::Plan> baseline_placement(const std::string& strategy);
+
   /// Applies a plan: checks that it was made for this model, input shapes and mesh, then lowers it
   /// to one program per rank (lower::lowerPlan; its errors name the node). The plan may come from
   /// optimize_placement or from a file (plan::readPlanFile) made by `apc plan` for this model.
@@ -259,8 +269,15 @@ class AutoParallel {
  private:
   friend class ShardingOptimizer;
   struct State;  // the imported graph, the last problem and plan
+  struct Solved {
+    plan::BuiltProblem built;  // with the discount applied
+    plan::Plan plan;
+    size_t discounted_edges = 0;
+  };
 
   Status ensureGraph();
+  /// Builds and solves the problem of spec_ (or of a baseline's spec), applying the discount.
+  Expected<Solved> solve(const std::optional<std::string>& baseline, bool verbose);
   Status checkTuple(const mesh::PlacementTuple& t, const std::string& what) const;
 
   ModelSource model_;
