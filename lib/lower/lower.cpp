@@ -47,6 +47,20 @@ bool writesInput(const std::string& op) {
   return !op.empty() && op.back() == '_';
 }
 
+/// TorchScript's ScalarType code of a floating dtype (aten::to's dtype argument).
+int64_t scalarTypeCode(ir::DType d) {
+  switch (d) {
+    case ir::DType::kF16:
+      return 5;
+    case ir::DType::kF64:
+      return 7;
+    case ir::DType::kBF16:
+      return 15;
+    default:
+      return 6;  // f32
+  }
+}
+
 /// The plan's placements of one graph node.
 struct NodePlacements {
   bool present = false;
@@ -111,6 +125,13 @@ class Lowerer {
   Status emitLeafNode(const ir::Node& n);
   Status emitOp(const ir::Node& n);
   Status emitOutputs();
+  ir::ValueId castTo(ir::ValueId local, ir::DType dtype, const std::string& module_path,
+                     int32_t source);
+  /// The dtype a floating value has in the program under mixed precision.
+  ir::DType computeDtype(ir::DType d) const {
+    const auto& mp = p_.spec.mixed_precision;
+    return mp.param_dtype && ir::isFloating(d) ? *mp.param_dtype : d;
+  }
   void addProgramTensor(const std::string& name, const ir::TensorMeta& global,
                         const PlacementTuple& t, ir::ValueId local,
                         google::protobuf::RepeatedPtrField<proto::ProgramTensor>* out) const;
@@ -235,8 +256,14 @@ ir::ValueId Lowerer::addValue(const ir::Value& global, const std::optional<Place
   ir::Value v;
   v.type = global.type;
   v.debug_name = std::move(debug_name);
-  if (global.tensor) v.tensor = t ? localMeta(*global.tensor, *t) : *global.tensor;
-  for (const ir::TensorMeta& e : global.elements) v.elements.push_back(t ? localMeta(e, *t) : e);
+  if (global.tensor) {
+    v.tensor = t ? localMeta(*global.tensor, *t) : *global.tensor;
+    if (!global.constant) v.tensor->dtype = computeDtype(v.tensor->dtype);
+  }
+  for (const ir::TensorMeta& e : global.elements) {
+    v.elements.push_back(t ? localMeta(e, *t) : e);
+    v.elements.back().dtype = computeDtype(e.dtype);
+  }
   v.constant = global.constant;
   return out_.addValue(std::move(v));
 }
@@ -391,7 +418,42 @@ Status Lowerer::emitLeafNode(const ir::Node& n) {
   copy.inputs.clear();
   copy.outputs = {vmap_[v.id.v]};
   addNode(std::move(copy), static_cast<int32_t>(n.id.v));
+  // Mixed precision: floating parameters and inputs are held in their own dtype (the node's
+  // value) and cast to param_dtype at once, so every collective and op sees param_dtype.
+  if (v.tensor && (n.kind == ir::NodeKind::kParameter || n.kind == ir::NodeKind::kInput) &&
+      computeDtype(v.tensor->dtype) != v.tensor->dtype) {
+    ir::ValueId stored = vmap_[v.id.v];
+    out_.value(stored).tensor->dtype = v.tensor->dtype;
+    vmap_[v.id.v] =
+        castTo(stored, computeDtype(v.tensor->dtype), n.module_path, static_cast<int32_t>(n.id.v));
+    auto* list =
+        n.kind == ir::NodeKind::kInput ? program_.mutable_inputs() : program_.mutable_parameters();
+    proto::ProgramTensor& pt = *list->rbegin();
+    pt.set_storage_dtype(ir::dtypeName(v.tensor->dtype));
+    pt.set_dtype(ir::dtypeName(computeDtype(v.tensor->dtype)));
+  }
   return Status::success();
+}
+
+ir::ValueId Lowerer::castTo(ir::ValueId local, ir::DType dtype, const std::string& module_path,
+                            int32_t source) {
+  ir::Value out = out_.value(local);
+  out.tensor->dtype = dtype;
+  out.debug_name += "." + std::string(ir::dtypeName(dtype));
+  out.constant.reset();
+  ir::ValueId cast = out_.addValue(std::move(out));
+  ir::Node n;
+  n.kind = ir::NodeKind::kOp;
+  n.op = "aten::to";
+  n.overload = "dtype";
+  n.inputs = {local, out_.addConstant(ir::ValueType::kInt, scalarTypeCode(dtype)),
+              out_.addConstant(ir::ValueType::kBool, false),
+              out_.addConstant(ir::ValueType::kBool, false),
+              out_.addConstant(ir::ValueType::kNone, ir::None{})};
+  n.outputs = {cast};
+  n.module_path = module_path;
+  addNode(std::move(n), source);
+  return cast;
 }
 
 Status Lowerer::emitOp(const ir::Node& n) {
@@ -503,8 +565,15 @@ Status Lowerer::emitOutputs() {
         APC_ASSIGN_OR_RETURN(local, localInput(leaf.value));
         final_t = mesh::replicated(mesh_.ndim());
       }
+      const auto& mp = p_.spec.mixed_precision;
+      ir::DType have = out_.value(local).tensor->dtype;
+      ir::DType want_dtype = ir::isFloating(have) && (mp.output_dtype || mp.param_dtype)
+                                 ? mp.output_dtype.value_or(v.tensor->dtype)
+                                 : have;
+      if (want_dtype != have) local = castTo(local, want_dtype, {}, -1);
       local_leaves.push_back(local);
       addProgramTensor(leaf.path, *v.tensor, final_t, local, program_.mutable_outputs());
+      program_.mutable_outputs()->rbegin()->set_dtype(ir::dtypeName(want_dtype));
     } else {
       APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(leaf.value));
       local_leaves.push_back(local);
@@ -564,6 +633,11 @@ Expected<proto::Program> Lowerer::run() {
   program_.set_model_name(p_.model.model_name);
   program_.set_model_hash(p_.model.model_sha256);
   program_.set_plan_hash(p_.content_hash);
+  if (const auto& mp = p_.spec.mixed_precision; mp.param_dtype || mp.reduce_dtype) {
+    proto::MixedPrecision* pm = program_.mutable_mixed_precision();
+    if (mp.param_dtype) pm->set_param_dtype(ir::dtypeName(*mp.param_dtype));
+    if (mp.reduce_dtype) pm->set_reduce_dtype(ir::dtypeName(*mp.reduce_dtype));
+  }
   return std::move(program_);
 }
 

@@ -270,6 +270,10 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
   spec.mesh = *mesh::DeviceMesh::create(c.mesh);
   for (const auto& [name, text] : c.pins)
     spec.pins.push_back({mesh::Pin::Target::kNode, name, *mesh::parsePlacementTuple(text)});
+  if (c.label == "mp") {
+    spec.mixed_precision.param_dtype = ir::DType::kBF16;
+    spec.mixed_precision.reduce_dtype = ir::DType::kF32;
+  }
   if (!c.first_input.empty())
     spec.inputs[recorded->front().name] = *mesh::parsePlacementTuple(c.first_input);
   plan::PlanSource source;
@@ -528,6 +532,9 @@ std::vector<Case> cases() {
   // Vocab-parallel embedding with uneven pieces (50257 rows), flat and nested.
   out.push_back({"gpt2_tiny", {4}, "vocab", {{"transformer.wte.weight", "S(0)"}}, ""});
   out.push_back({"gpt2_tiny", {2, 2}, "vocab", {{"transformer.wte.weight", "S(0),S(0)"}}, ""});
+  // Mixed precision: parameters cast to bf16 before any collective (run widened to f64 here).
+  out.push_back({"gpt2_tiny", {2, 2}, "mp", {}, ""});
+  out.push_back({"llama_tiny", {2, 4}, "mp", {}, ""});
   // Data parallel convolutions.
   out.push_back({"cnn_small", {4}, "dp", {}, "S(0)"});
   out.push_back({"cnn_small", {2, 2}, "dp", {}, "S(0),R"});

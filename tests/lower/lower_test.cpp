@@ -176,6 +176,44 @@ TEST(Lower, PartialOutputIsReducedAtTheEnd) {
   EXPECT_EQ(r.backward_size(), 0);  // the Replicate gradient goes to every summand
 }
 
+TEST(Lower, MixedPrecisionCastsParametersBeforeTheirCollectives) {
+  ir::Graph g = toyBlock(8);
+  mesh::Spec spec = specFor({2, 2}, {});
+  spec.mixed_precision.param_dtype = ir::DType::kBF16;
+  spec.mixed_precision.reduce_dtype = ir::DType::kF32;
+  auto planned = planOf(g, spec);
+  auto programs = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  testing::checkPrograms(g, planned.result.plan, *programs);
+  for (const proto::Program& p : *programs) {
+    EXPECT_EQ(p.mixed_precision().param_dtype(), "bf16");
+    EXPECT_EQ(p.mixed_precision().reduce_dtype(), "f32");
+    const proto::Graph& pg = p.graph();
+    for (const proto::ProgramTensor& t : p.parameters()) {
+      EXPECT_EQ(t.dtype(), "bf16") << t.name();
+      EXPECT_EQ(t.storage_dtype(), "f32") << t.name();
+      EXPECT_EQ(pg.values(static_cast<int>(t.value())).tensor().dtype(), "f32");
+      // The only user of the stored shard is its cast.
+      int users = 0;
+      for (const proto::Node& n : pg.nodes())
+        for (uint32_t in : n.inputs())
+          if (in == t.value()) {
+            ++users;
+            EXPECT_EQ(n.op(), "aten::to") << t.name();
+            EXPECT_EQ(pg.values(static_cast<int>(n.outputs(0))).tensor().dtype(), "bf16");
+          }
+      EXPECT_EQ(users, 1) << t.name();
+    }
+    for (int i = 0; i < pg.nodes_size(); ++i) {
+      if (pg.nodes(i).kind() == "redistribute") {
+        EXPECT_EQ(pg.values(static_cast<int>(pg.nodes(i).inputs(0))).tensor().dtype(), "bf16");
+      }
+    }
+    ASSERT_EQ(p.outputs_size(), 1);
+    EXPECT_EQ(p.outputs(0).dtype(), "f32");  // outputs come back in the model's dtype
+  }
+}
+
 // --- artifact ------------------------------------------------------------------------------------
 
 std::string readBytes(const fs::path& p) {

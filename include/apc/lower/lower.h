@@ -36,6 +36,18 @@
 // Devices. Device constants are kept as the importer recorded them ("cpu", or "meta" for devices
 // read off a tensor): the runtime maps them to its own device.
 //
+// Mixed precision (spec.mixed_precision, recorded in Program.mixed_precision). With param_dtype
+// set, every floating parameter and forward input is held in its model dtype (the parameter /
+// input node's value; ProgramTensor.storage_dtype) and cast at once by an `aten::to.dtype` node
+// (ProgramTensor.dtype = param_dtype), before any redistribute node: parameters are all-gathered
+// in param_dtype, and autograd casts their gradients back to the storage dtype. Floating values
+// of the program are recorded in param_dtype (an approximation: ops with an explicit dtype
+// argument keep producing what they ask for at run time). Output leaves are cast to output_dtype,
+// or back to the model's dtype, by `aten::to.dtype` nodes at the end (their source_node is -1).
+// reduce_dtype is for the runtime: every backward step that reduces (all-reduce, reduce-scatter
+// of Partial gradients) casts the gradient to reduce_dtype before the collective and back to the
+// gradient's dtype after it.
+//
 // Value metadata. Local values keep the global TensorMeta's dtype and requires_grad; a symbolic
 // dim keeps its symbol with the local size as hint.
 //
