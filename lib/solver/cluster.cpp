@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
-#include <sstream>
 
 #include "apc/solver/graph_problem.h"
 #include "apc/support/strings.h"
@@ -42,18 +41,14 @@ std::optional<InstanceKey> splitInstance(const std::string& path) {
   return std::nullopt;
 }
 
-/// What must agree between tied nodes.
-std::string nodeSignature(const GraphProblem& gp, uint32_t v, const std::string& suffix) {
-  const ProblemNode& n = gp.problem.nodes[v];
-  std::ostringstream os;
-  os.precision(17);
-  os << suffix << "|" << n.numStrategies() << "|";
-  for (double c : n.costs) os << c << ",";
-  os << "|";
-  for (double m : n.memory) os << m << ",";
-  os << "|";
-  for (const auto& s : gp.strategies[v]) os << s.toString() << ";";
-  return os.str();
+/// What must agree between tied nodes: module suffix, costs, memory and strategies. Compared
+/// directly (a string signature per node cost a third of a second on llama3_8b).
+bool sameNode(const GraphProblem& gp, uint32_t a, const std::string& suffix_a, uint32_t b,
+              const std::string& suffix_b) {
+  const ProblemNode& x = gp.problem.nodes[a];
+  const ProblemNode& y = gp.problem.nodes[b];
+  return suffix_a == suffix_b && x.costs == y.costs && x.memory == y.memory &&
+         gp.strategies[a] == gp.strategies[b];
 }
 
 }  // namespace
@@ -84,15 +79,13 @@ std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_
   for (const auto& [prefix, order] : instance_order) {
     const auto& nodes_of = instances[prefix];
     const auto& first = nodes_of.at(order[0]);
-    std::vector<std::string> first_sig;
-    for (const auto& [v, suffix] : first) first_sig.push_back(nodeSignature(gp, v, suffix));
     size_t tied = 0;
     for (size_t k = 1; k < order.size(); ++k) {
       const auto& other = nodes_of.at(order[k]);
       if (other.size() != first.size()) continue;
       bool same = true;
       for (size_t i = 0; i < other.size() && same; ++i)
-        same = nodeSignature(gp, other[i].first, other[i].second) == first_sig[i];
+        same = sameNode(gp, other[i].first, other[i].second, first[i].first, first[i].second);
       if (!same) continue;
       for (size_t i = 0; i < other.size(); ++i) rep[other[i].first] = first[i].first;
       ++tied;

@@ -3,9 +3,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "apc/cost/compute.h"
 #include "apc/cost/redistribute.h"
@@ -64,7 +68,9 @@ PlacementTuple partialAsReplicate(PlacementTuple t) {
   return t;
 }
 
-/// Memoized edge pricing: repeated layers ask the same questions.
+/// Memoized edge pricing: repeated layers ask the same questions. The memo is keyed by interned
+/// ids of the tensor metadata and placement tuples in a hash map: building a string key per call
+/// (the first version) cost more than the pricing it saved.
 class EdgePricer {
  public:
   explicit EdgePricer(const mesh::DeviceMesh& m) : mesh_(m) {}
@@ -73,27 +79,85 @@ class EdgePricer {
   /// forward redistribution once more when `regather` is set (see buildGraphProblem).
   double price(const ir::TensorMeta& t, const PlacementTuple& from, const PlacementTuple& to,
                const PlacementTuple* grad, bool regather = false) {
-    std::string key = ir::toString(t) + (t.requires_grad ? "g" : "") + "|" + mesh::toString(from) +
-                      "|" + mesh::toString(to) + "|" + (grad ? mesh::toString(*grad) : "-") +
-                      (regather ? "|r" : "");
+    Key key{metaId(t), tupleId(from), tupleId(to), grad ? tupleId(*grad) + 1 : 0, regather};
     auto it = memo_.find(key);
     if (it != memo_.end()) return it->second;
-    double total = forward(t, from, to);
+    double total = forward(key.meta, t, key.from, from, key.to, to);
     if (regather) total *= 2;
-    if (grad && std::isfinite(total)) total += forward(t, *grad, partialAsReplicate(from));
-    memo_.emplace(std::move(key), total);
+    if (grad && std::isfinite(total)) {
+      PlacementTuple back = partialAsReplicate(from);
+      total += forward(key.meta, t, key.grad - 1, *grad, tupleId(back), back);
+    }
+    memo_.emplace(key, total);
     return total;
   }
 
+  /// Dense ids of tensor metadata and placement tuples (equal values, equal ids).
+  uint32_t metaId(const ir::TensorMeta& t) { return intern(metas_, t); }
+  uint32_t tupleId(const PlacementTuple& t) { return intern(tuples_, t); }
+
  private:
-  double forward(const ir::TensorMeta& t, const PlacementTuple& from, const PlacementTuple& to) {
+  struct Key {
+    uint32_t meta, from, to, grad;  // grad: interned id + 1, 0 = no gradient
+    bool regather;
+    bool operator==(const Key&) const = default;
+  };
+  static size_t mix(uint64_t x) {  // splitmix64's finalizer
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return static_cast<size_t>(x ^ (x >> 31));
+  }
+  struct KeyHash {
+    size_t operator()(const Key& k) const {
+      uint64_t a = (static_cast<uint64_t>(k.meta) << 32) | k.from;
+      uint64_t b = (static_cast<uint64_t>(k.to) << 33) | (static_cast<uint64_t>(k.grad) << 1) |
+                   static_cast<uint64_t>(k.regather);
+      return mix(a ^ mix(b));
+    }
+  };
+  struct MetaHash {
+    size_t operator()(const ir::TensorMeta& t) const {
+      uint64_t h = static_cast<uint64_t>(t.dtype) * 2 + (t.requires_grad ? 1 : 0);
+      for (const ir::Dim& d : t.shape)
+        h = mix(h ^ static_cast<uint64_t>(d.size) ^ std::hash<std::string>{}(d.symbol));
+      return mix(h);
+    }
+  };
+  template <class Map, class K>
+  static uint32_t intern(Map& ids, const K& k) {
+    auto it = ids.find(k);
+    if (it != ids.end()) return it->second;
+    return ids.emplace(k, static_cast<uint32_t>(ids.size())).first->second;
+  }
+
+  /// One redistribution's forward cost, memoized too: gradients and forwards share many.
+  double forward(uint32_t meta, const ir::TensorMeta& t, uint32_t from_id,
+                 const PlacementTuple& from, uint32_t to_id, const PlacementTuple& to) {
+    Key key{meta, from_id, to_id, 0, false};
+    auto it = forward_memo_.find(key);
+    if (it != forward_memo_.end()) return it->second;
     auto c = cost::redistributionCost(t, from, to, mesh_);
-    if (!c.ok() || !c->feasible) return kInfinity;
-    return c->forward_us;
+    double cost = !c.ok() || !c->feasible ? kInfinity : c->forward_us;
+    forward_memo_.emplace(key, cost);
+    return cost;
   }
 
   const mesh::DeviceMesh& mesh_;
-  std::unordered_map<std::string, double> memo_;
+  std::unordered_map<ir::TensorMeta, uint32_t, MetaHash> metas_;
+  std::map<PlacementTuple, uint32_t> tuples_;
+  std::unordered_map<Key, double, KeyHash> memo_;
+  std::unordered_map<Key, double, KeyHash> forward_memo_;  // (meta, from, to) only
+};
+
+/// Hash of a vector of ids (keys of the class-cost memo in buildGraphProblem).
+struct IdsHash {
+  size_t operator()(const std::vector<uint32_t>& ids) const {
+    uint64_t h = ids.size();
+    for (uint32_t id : ids) h = (h ^ id) * 0x100000001b3ULL;  // FNV-1a over 32-bit words
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
 };
 
 strategy::Strategy leafStrategy(const PlacementTuple& t) {
@@ -289,6 +353,7 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
 
   // Edges.
   EdgePricer pricer(m);
+  std::unordered_map<std::vector<uint32_t>, std::vector<double>, IdsHash> class_costs;
   for (const ir::Node& n : g.nodes()) {
     auto dst_it = problem_of.find(n.id.v);
     if (dst_it == problem_of.end() || n.kind != ir::NodeKind::kOp) continue;
@@ -312,20 +377,67 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
       ProblemEdge e;
       e.src = src;
       e.dst = dst;
-      for (const auto& s : src_strats) {
-        const auto& from = s.outputs.at(v.producer_output);
-        for (const auto& t : dst_strats) {
-          double c = 0;
-          if (!from || !t.inputs[i]) {
-            c = kInfinity;
-          } else {
-            PlacementTuple grad = gradientPlacement(t, i);
-            for (const ir::TensorMeta* meta : metas)
-              c += priceTensor(pricer, precision, *meta, *from, *t.inputs[i], grad, regather);
-          }
-          e.costs.push_back(c);
+      // The cost of a pair depends only on the producer's output placement and the consumer's
+      // (input, gradient) placements: price each pair of such classes once (strategies of one
+      // node share few placements), then fill the matrix.
+      using Out = std::optional<PlacementTuple>;
+      std::vector<uint32_t> src_class(src_strats.size()), dst_class(dst_strats.size());
+      std::vector<const Out*> froms;
+      std::vector<std::pair<const Out*, PlacementTuple>> tos;  // (input placement, gradient)
+      {
+        std::map<Out, uint32_t> seen;
+        for (size_t s = 0; s < src_strats.size(); ++s) {
+          const Out& from = src_strats[s].outputs.at(v.producer_output);
+          auto [it, fresh] = seen.emplace(from, static_cast<uint32_t>(froms.size()));
+          if (fresh) froms.push_back(&from);
+          src_class[s] = it->second;
         }
       }
+      {
+        std::map<std::pair<Out, PlacementTuple>, uint32_t> seen;
+        for (size_t t = 0; t < dst_strats.size(); ++t) {
+          const Out& to = dst_strats[t].inputs[i];
+          PlacementTuple grad = to ? gradientPlacement(dst_strats[t], i) : PlacementTuple{};
+          auto [it, fresh] =
+              seen.emplace(std::make_pair(to, grad), static_cast<uint32_t>(tos.size()));
+          if (fresh) tos.emplace_back(&to, std::move(grad));
+          dst_class[t] = it->second;
+        }
+      }
+      // Repeated layers have equal edges: the class costs are memoized by everything they
+      // depend on (tensors, regather, the placements of each class).
+      std::vector<uint32_t> key;
+      for (const ir::TensorMeta* meta : metas) key.push_back(pricer.metaId(*meta));
+      key.push_back(regather ? 1 : 0);
+      key.push_back(UINT32_MAX);
+      for (const Out* from : froms) key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
+      key.push_back(UINT32_MAX);
+      for (const auto& [to, grad] : tos) {
+        key.push_back(*to ? pricer.tupleId(**to) + 1 : 0);
+        key.push_back(pricer.tupleId(grad));
+      }
+      auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
+      std::vector<double>& class_cost = memo_it->second;
+      if (fresh) class_cost.resize(froms.size() * tos.size());
+      for (size_t a = 0; a < froms.size() && fresh; ++a) {
+        for (size_t b = 0; b < tos.size(); ++b) {
+          const Out& from = *froms[a];
+          const Out& to = *tos[b].first;
+          const PlacementTuple& grad = tos[b].second;
+          double c = 0;
+          if (!from || !to) {
+            c = kInfinity;
+          } else {
+            for (const ir::TensorMeta* meta : metas)
+              c += priceTensor(pricer, precision, *meta, *from, *to, grad, regather);
+          }
+          class_cost[a * tos.size() + b] = c;
+        }
+      }
+      e.costs.resize(src_strats.size() * dst_strats.size());
+      for (size_t s = 0; s < src_strats.size(); ++s)
+        for (size_t t = 0; t < dst_strats.size(); ++t)
+          e.costs[s * dst_strats.size() + t] = class_cost[src_class[s] * tos.size() + dst_class[t]];
       gp.problem.edges.push_back(std::move(e));
       gp.edge_input.push_back(i);
     }

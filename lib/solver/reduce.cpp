@@ -6,6 +6,17 @@
 //
 // 1. Pins restrict a node to its pinned strategy; strategies with infinite compute cost are
 // dropped.
+// 1b. Memory-bound fixing (bound propagation on row (e)): a strategy s of v is dropped when even
+//    the least memory of every other node cannot keep the total under `high`:
+//    sum_{u != v} min_t m[u,t] + m[v,s] > high (likewise for `low` with the maxima), repeated to
+//    a fixed point. Every solution that uses s violates (e), so this is exact. With the default
+//    budget (1/world size) the row is tight: every parameter must be fully sharded, and all its
+//    remaining strategies use the same memory. Such a node's memory is a constant: it leaves the
+//    row (the bounds are shifted by the constant) and becomes eliminable like any other node, so
+//    parameters fold into their consumers and the ILP sees a much smaller, usually integral, LP.
+//    A relative tolerance larger than the ILP's and evaluate()'s slack keeps the drop on the safe
+//    side of rounding. A row that every choice satisfies (high >= the sum of the maxima, as with
+//    high = 1) is dropped, and all nodes become eliminable.
 // 2. Variable elimination on the pairwise cost graph (min-sum), for nodes outside the memory bound:
 //    - a node with one strategy folds its edge costs into its neighbours' node costs;
 //    - a node with one neighbour u folds min_t (edge(s,t) + cost(t)) into cost_u(s);
@@ -67,6 +78,7 @@ class Reducer {
         cost_[i].push_back(v.costs[s]);
       }
     }
+    fixMemory();
     for (const ProblemEdge& e : p.edges) {
       size_t nt = p.nodes[e.dst].numStrategies();
       Matrix m{keep_[e.src].size(), keep_[e.dst].size(), {}};
@@ -97,6 +109,7 @@ class Reducer {
   /// The reduced problem over the surviving nodes; fills `ids` with their original indices.
   Problem reduced(std::vector<uint32_t>& ids) const {
     Problem r;
+    bool any_memory = false;
     std::map<uint32_t, uint32_t> index;
     for (uint32_t v = 0; v < alive_.size(); ++v) {
       if (!alive_[v]) continue;
@@ -112,6 +125,7 @@ class Reducer {
       if (!n.memory.empty() && n.memory.size() != n.costs.size())
         n.memory.resize(n.costs.size(), 0.0);
       r.nodes.push_back(std::move(n));
+      any_memory = any_memory || !r.nodes.back().memory.empty();
     }
     for (const auto& [key, m] : edges_) {
       ProblemEdge e;
@@ -120,11 +134,25 @@ class Reducer {
       e.costs = m.v;
       r.edges.push_back(std::move(e));
     }
-    if (p_.memory) r.memory = p_.memory;
+    if (hasMemoryRow()) {
+      // Eliminated nodes of constant memory (1b) contribute `eliminated_memory_` to the row.
+      r.memory =
+          MemoryBound{p_.memory->low - eliminated_memory_, p_.memory->high - eliminated_memory_};
+      // Without a node left in the row, the constant alone decides feasibility (as evaluate()
+      // does); an infeasible constant keeps the row so that the ILP reports it.
+      double eps = 1e-9 * std::max(1.0, std::fabs(eliminated_memory_));
+      if (!any_memory && eliminated_memory_ >= p_.memory->low - eps &&
+          eliminated_memory_ <= p_.memory->high + eps)
+        r.memory.reset();
+    }
     return r;
   }
 
   double constant() const { return constant_; }
+
+  bool hasEmptyNode() const {
+    return std::any_of(keep_.begin(), keep_.end(), [](const auto& k) { return k.empty(); });
+  }
 
   /// Full choice from the reduced problem's choice.
   std::vector<uint32_t> expand(const std::vector<uint32_t>& ids,
@@ -150,11 +178,76 @@ class Reducer {
   }
 
  private:
-  bool inMemory(uint32_t v) const {
-    if (!p_.memory) return false;
-    for (double m : p_.nodes[v].memory)
-      if (m != 0) return true;
-    return false;
+  /// Whether v's memory varies over its kept strategies (a constant leaves the row, see 1b).
+  bool inMemory(uint32_t v) const { return p_.memory && variable_memory_[v]; }
+  /// The memory bound after 1b: none when the row is redundant.
+  bool hasMemoryRow() const { return p_.memory && !memory_redundant_; }
+
+  /// 1b in the file comment: drops strategies that cannot satisfy (e), marks the nodes whose
+  /// remaining memory varies.
+  void fixMemory() {
+    const size_t n = p_.nodes.size();
+    variable_memory_.assign(n, false);
+    if (!p_.memory) return;
+    auto mem = [&](size_t v, uint32_t s) {
+      return p_.nodes[v].memory.empty() ? 0.0 : p_.nodes[v].memory[s];
+    };
+    const double low = p_.memory->low, high = p_.memory->high;
+    // Larger than the ILP's slack (1e-9 relative): only strategies that violate (e) by a clear
+    // margin are dropped.
+    const double tol =
+        1e-7 * std::max({1.0, std::fabs(low), std::isfinite(high) ? std::fabs(high) : 0.0});
+    bool changed = true;
+    while (changed) {
+      changed = false;
+      std::vector<double> lo(n, 0), hi(n, 0);
+      double sum_lo = 0, sum_hi = 0;
+      for (size_t v = 0; v < n; ++v) {
+        if (keep_[v].empty() || p_.nodes[v].memory.empty()) continue;
+        lo[v] = kInfinity;
+        hi[v] = -kInfinity;
+        for (uint32_t s : keep_[v]) {
+          lo[v] = std::min(lo[v], mem(v, s));
+          hi[v] = std::max(hi[v], mem(v, s));
+        }
+        sum_lo += lo[v];
+        sum_hi += hi[v];
+      }
+      for (size_t v = 0; v < n; ++v) {
+        if (keep_[v].empty() || p_.nodes[v].memory.empty() || lo[v] == hi[v]) continue;
+        std::vector<uint32_t> keep;
+        std::vector<double> cost;
+        for (size_t k = 0; k < keep_[v].size(); ++k) {
+          double m = mem(v, keep_[v][k]);
+          bool over = sum_lo - lo[v] + m > high + tol;
+          bool under = sum_hi - hi[v] + m < low - tol;
+          if (over || under) continue;
+          keep.push_back(keep_[v][k]);
+          cost.push_back(cost_[v][k]);
+        }
+        if (keep.size() == keep_[v].size()) continue;
+        keep_[v] = std::move(keep);
+        cost_[v] = std::move(cost);
+        changed = true;  // the sums above stay valid (weaker) bounds: keep going, then redo
+      }
+    }
+    // A row that every choice satisfies (a loose budget, like high = 1) is dropped altogether.
+    double sum_lo = 0, sum_hi = 0;
+    for (size_t v = 0; v < n; ++v) {
+      if (keep_[v].empty() || p_.nodes[v].memory.empty()) continue;
+      double lo = kInfinity, hi = -kInfinity;
+      for (uint32_t s : keep_[v]) {
+        lo = std::min(lo, mem(v, s));
+        hi = std::max(hi, mem(v, s));
+      }
+      sum_lo += lo;
+      sum_hi += hi;
+      variable_memory_[v] = lo != hi;
+    }
+    if (sum_hi <= high - tol && ((low <= 0 && sum_lo >= 0) || sum_lo >= low + tol)) {
+      memory_redundant_ = true;
+      variable_memory_.assign(n, false);
+    }
   }
 
   /// The matrix of edge (a, b) oriented with a's strategies as rows.
@@ -250,6 +343,8 @@ class Reducer {
     widths_[v] = widths;
     eliminations_.push_back(std::move(el));
     alive_[v] = false;
+    if (hasMemoryRow() && !p_.nodes[v].memory.empty() && !keep_[v].empty())
+      eliminated_memory_ += p_.nodes[v].memory[keep_[v][0]];
   }
 
   const Problem& p_;
@@ -260,6 +355,9 @@ class Reducer {
   std::map<std::pair<uint32_t, uint32_t>, Matrix> edges_;
   std::vector<Elimination> eliminations_;
   std::map<uint32_t, std::vector<size_t>> widths_;
+  std::vector<bool> variable_memory_;  // per node: memory varies over its kept strategies (1b)
+  bool memory_redundant_ = false;      // every choice satisfies the memory bound (1b)
+  double eliminated_memory_ = 0;       // constant memory of eliminated nodes (1b)
   double constant_ = 0;
 };
 
@@ -293,6 +391,9 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
     }
   }
   Reducer reducer(*base);
+  // A node without an allowed strategy (pins, infinite costs, or the memory bound after 1b): the
+  // full problem names the constraint group to blame.
+  if (reducer.hasEmptyNode()) return solve(full, options.solver);
   reducer.run();
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);

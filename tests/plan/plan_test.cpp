@@ -85,7 +85,10 @@ TEST(MakePlan, NodesParametersAndMemory) {
   EXPECT_LE(plan.totals.param_bytes_per_rank, plan.totals.param_bytes_total / 8);
   EXPECT_EQ(plan.totals.memory_high, canonicalNumber(1.0 / 8));
   EXPECT_EQ(plan.solver.status, "optimal");
-  EXPECT_GT(plan.solver.variables, 0);
+  // The budget is tight (both weights must be fully sharded), so the exact reduction fixes them
+  // and may leave nothing for the ILP: variables can be 0.
+  EXPECT_GE(plan.solver.variables, 0);
+  EXPECT_LE(plan.solver.sizes.nodes_after, plan.solver.sizes.nodes_before);
   EXPECT_EQ(plan.solver.sizes.nodes_before, plan.nodes.size());
 }
 

@@ -211,10 +211,70 @@ TEST(Reduction, EliminationIsExactOnRandomProblems) {
     auto b = solveGraphProblem(gp, without);
     ASSERT_EQ(a.ok(), b.ok()) << "trial " << trial << (a.ok() ? "" : a.error().message());
     if (!a.ok()) continue;
-    EXPECT_NEAR(a->objective, b->objective, 1e-9 * std::max(1.0, b->objective)) << "trial " << trial;
+    EXPECT_NEAR(a->objective, b->objective, 1e-9 * std::max(1.0, b->objective))
+        << "trial " << trial;
     EXPECT_DOUBLE_EQ(evaluate(gp.problem, a->choice), a->objective);
     EXPECT_LT(stats.nodes_after, stats.nodes_before) << "trial " << trial;
   }
+}
+
+}  // namespace
+}  // namespace apc::solver
+
+namespace apc::solver {
+namespace {
+
+TEST(Reduction, MemoryFixingIsExactUnderTightBudgets) {
+  // Budgets at or near the least (or, for low, the most) memory the nodes can use, as the default
+  // budget of 1/world size is for fully shardable parameters: the reduction drops the strategies
+  // the bound rules out and eliminates the nodes whose memory becomes constant; the optimum (and
+  // infeasibility) must be the same as without reduction and as brute force.
+  std::mt19937 rng(2024);
+  std::uniform_real_distribution<double> frac(0, 1);
+  int solved = 0;
+  for (int trial = 0; trial < 75; ++trial) {
+    GraphProblem gp;
+    gp.problem = randomProblem(rng, 5 + trial % 4);
+    double least = 0, most = 0;
+    for (auto& v : gp.problem.nodes) {
+      if (trial % 2 == 1 && &v != &gp.problem.nodes[0] && frac(rng) < 0.3) v.memory.clear();
+      if (v.memory.empty()) continue;
+      least += *std::min_element(v.memory.begin(), v.memory.end());
+      most += *std::max_element(v.memory.begin(), v.memory.end());
+    }
+    switch (trial % 5) {
+      case 0:  // every node at its least
+        gp.problem.memory = MemoryBound{0, least};
+        break;
+      case 1:
+        gp.problem.memory = MemoryBound{0, least + std::floor(frac(rng) * 40)};
+        break;
+      case 2:
+        gp.problem.memory = MemoryBound{most - std::floor(frac(rng) * 40), kInfinity};
+        break;
+      case 3:
+        gp.problem.memory = MemoryBound{least + 10, least + 30};
+        break;
+      default:  // every choice fits: the row is redundant
+        gp.problem.memory = MemoryBound{0, most + 1};
+        break;
+    }
+    SolveGraphOptions with, without;
+    without.reduce = false;
+    auto a = solveGraphProblem(gp, with);
+    auto b = solveGraphProblem(gp, without);
+    auto brute = bruteForce(gp.problem);
+    ASSERT_EQ(a.ok(), b.ok()) << "trial " << trial;
+    ASSERT_EQ(a.ok(), brute.ok()) << "trial " << trial;
+    if (!a.ok()) continue;
+    ++solved;
+    EXPECT_NEAR(a->objective, brute->objective, 1e-9 * std::max(1.0, brute->objective))
+        << "trial " << trial;
+    EXPECT_NEAR(b->objective, brute->objective, 1e-9 * std::max(1.0, brute->objective))
+        << "trial " << trial;
+    EXPECT_DOUBLE_EQ(evaluate(gp.problem, a->choice), a->objective);
+  }
+  EXPECT_GE(solved, 40);  // the others are infeasible, which all three must agree on
 }
 
 }  // namespace

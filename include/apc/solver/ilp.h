@@ -18,7 +18,12 @@
 // classes and e is indexed by class pairs, (b)/(c) summing x over a class: the same integral
 // solutions with far fewer variables (see ilp.cpp).
 //
-// The problem is built in memory and solved in-process (no files).
+// The problem is built in memory and solved in-process (no files). The LP relaxation is solved
+// first with Clp's dual simplex and, when integral in x, is the answer; CBC runs only otherwise.
+// Performance comes mostly from what reaches this program: solveGraphProblem's exact reduction
+// (lib/solver/reduce.cpp) fixes the strategies the memory row (e) rules out, and a tight budget
+// (the default 1/world size) leaves every parameter with a constant memory, so the row drops out
+// and the parameters are eliminated before the ILP (llama3_8b 8x8: 18 nodes, an integral LP).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
