@@ -99,6 +99,14 @@ struct RedistFunction : public torch::autograd::Function<RedistFunction> {
     const auto* spec = reinterpret_cast<const RedistSpec*>(ctx->saved_data["spec"].toInt());
     auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
     at::Tensor g = runSteps(spec->backward, grads.at(0), *world, spec->edge + " (backward)");
+    // A P(avg) reduction scales every summand by 1/p: so does its transpose. The backward steps
+    // (placements only) cannot say it; the scale commutes with them.
+    double scale = 1.0;
+    for (const RedistStepSpec& s : spec->forward)
+      if ((s.kind == StepKind::kAllReduce || s.kind == StepKind::kReduceScatter) &&
+          s.reduce_op == mesh::ReduceOp::kAvg)
+        scale /= static_cast<double>(world->dim(s.mesh_dim).size());
+    if (scale != 1.0) g = g * scale;
     return {g, at::Tensor(), at::Tensor()};
   }
 };

@@ -36,12 +36,13 @@ constexpr double kRtol = 1e-5;
 
 const std::map<std::string, ModelCase>& models() {
   static const std::map<std::string, ModelCase> m = {
-      {"toy_block", {"toy_block", {"x:f32[4,2,1024]"}, 0}},
-      {"mlp_stack", {"mlp_stack", {"x:f32[4,4,128]"}, 0}},
-      {"gpt2_tiny_loss", {"gpt2_tiny_loss", {"idx:i64[4,8]", "targets:i64[4,8]"}, 50257}},
-      {"gpt2_tiny", {"gpt2_tiny", {"idx:i64[4,8]"}, 50257}},
-      {"llama_tiny", {"llama_tiny", {"tokens:i64[4,8]"}, 256}},
-      {"cnn_small", {"cnn_small", {"x:f32[4,3,32,32]"}, 0}},
+      {"toy_block", {"toy_block", {"x:f32[8,2,1024]"}, 0, ""}},
+      {"mlp_stack", {"mlp_stack", {"x:f32[8,4,128]"}, 0, ""}},
+      {"gpt2_tiny_loss", {"gpt2_tiny_loss", {"idx:i64[8,8]", "targets:i64[8,8]"}, 50257, ""}},
+      {"gpt2_tiny", {"gpt2_tiny", {"idx:i64[8,8]"}, 50257, ""}},
+      {"llama_tiny", {"llama_tiny", {"tokens:i64[8,8]"}, 256, ""}},
+      // cnn_small's parameters do not cut evenly: the default budget of 1/world is infeasible.
+      {"cnn_small", {"cnn_small", {"x:f32[8,3,32,32]"}, 0, "--memory-budget 0,0.5"}},
   };
   return m;
 }
@@ -75,7 +76,7 @@ int worldOf(const std::string& mesh) {
 }
 
 /// One rank: load, train kSteps SGD steps, compare with the reference. Returns the exit code.
-int runRank(int rank, const std::string& dir, const Reference& ref) {
+int runRank(int rank, const std::string& dir, const Reference& ref, bool expect_comm) {
   at::set_num_threads(1);
   int failures = 0;
   auto fail = [&](const std::string& what) {
@@ -99,7 +100,9 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
     std::vector<c10::IValue> inputs;
     for (size_t i = 0; i < ref.inputs.size(); ++i)
       inputs.emplace_back(pm.shardInput(i, ref.inputs[i]));
+    pm.resetCommStats();
     auto leaves = pm.forwardLeaves(inputs);
+    const CommStats forward_comm = pm.commStats();
     if (!leaves.ok()) {
       fail("forward: " + leaves.error().message());
       return 1;
@@ -117,6 +120,7 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
         std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
         if (!d.empty()) fail("output " + std::to_string(i) + ": " + d);
       }
+    const CommStats gather_comm = pm.commStats();
     at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
     const double l = loss.item<double>();
     if (!(std::abs(l - ref.losses[static_cast<size_t>(step)]) <=
@@ -124,6 +128,10 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
       fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
            std::to_string(ref.losses[static_cast<size_t>(step)]));
     loss.backward();
+    // Sanity: a sharded program communicates (not counting the test's own output gather).
+    const int64_t program_calls = pm.commStats().calls - (gather_comm.calls - forward_comm.calls);
+    if (step == 0 && pm.worldSize() > 1 && program_calls == 0 && expect_comm)
+      fail("the program ran no collective");
     if (step == 0)
       for (size_t i = 0; i < params.size(); ++i) {
         const std::string& name = pm.parameterSpecs()[i].name;
@@ -168,15 +176,23 @@ TEST_P(Differential, ShardedMatchesSingleProcess) {
   ASSERT_TRUE(err.empty()) << err;
   const Reference& ref = referenceFor(c.model);
   std::vector<std::string> failed = testing::runRanks(
-      worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref); });
+      worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref, true); });
   for (const std::string& f : failed) ADD_FAILURE() << f;
   std::filesystem::remove_all(dir);
 }
 
 std::vector<DiffCase> diffCases() {
   std::vector<DiffCase> cases;
-  for (const char* model : {"toy_block", "mlp_stack"})
-    for (const char* mesh : {"2", "4", "2x2"}) cases.push_back({model, mesh, ""});
+  for (const char* model :
+       {"toy_block", "mlp_stack", "gpt2_tiny_loss", "gpt2_tiny", "llama_tiny", "cnn_small"}) {
+    for (const char* mesh : {"2", "4", "2x2", "2x4"}) {
+      const bool two_d = std::string(mesh).find('x') != std::string::npos;
+      for (const char* strategy : {"", "ddp", "fsdp", "tp", "fsdp+tp"}) {
+        if (std::string(strategy) == "fsdp+tp" && !two_d) continue;
+        cases.push_back({model, mesh, strategy});
+      }
+    }
+  }
   return cases;
 }
 

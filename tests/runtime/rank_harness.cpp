@@ -35,6 +35,7 @@ std::string makeArtifact(const ModelCase& c, const std::string& mesh, const std:
   std::string cmd = apcBinary() + " plan " + samplePath(c.model) + " --mesh " + mesh;
   for (const std::string& in : c.inputs) cmd += " --input '" + in + "'";
   if (!strategy.empty()) cmd += " --strategy " + strategy;
+  if (strategy.empty() && !c.optimizer_flags.empty()) cmd += " " + c.optimizer_flags;
   cmd += " -o " + dir + ".plan.json --artifact " + dir;
   apc::testing::CommandResult r = apc::testing::runCommand(cmd);
   if (r.code != 0) return cmd + ": exit " + std::to_string(r.code) + ": " + r.err;

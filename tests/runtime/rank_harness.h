@@ -33,6 +33,7 @@ struct ModelCase {
   std::string model;
   std::vector<std::string> inputs;  // "x:f32[2,4,128]"
   int64_t index_bound = 0;          // integer inputs are drawn in [0, bound)
+  std::string optimizer_flags;      // extra `apc plan` flags for the optimizer's plan
 };
 
 /// Plans `c` on `mesh` ("2x2") with `strategy` ("" for the optimizer, else ddp|fsdp|tp|fsdp+tp)

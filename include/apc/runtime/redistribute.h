@@ -12,9 +12,12 @@
 // already differed from local_in on the way in, a dynamic batch, are not checked).
 //
 // `redistribute` wraps a RedistSpec as a custom autograd function: forward runs `forward`, backward
-// runs `backward` on the incoming gradient (DESIGN.md "Backward": the gradient convention is in the
-// Program comment of proto/apc.proto). Backward collectives run in autograd's order, which is the
-// same on every rank because every rank records the same graph.
+// runs `backward` on the incoming gradient (DESIGN.md "Backward"). Backward collectives run in
+// autograd's order, which is the same on every rank because every rank records the same graph.
+// A forward all-reduce or reduce-scatter with op avg scales its summands by 1/p, so the backward
+// scales the gradient by the same factor (the backward steps describe placements only). P(max) / P(min) reductions have
+// no backward here: the gradient goes to every summand unmasked (no sample model needs it).
+// The "gradient convention" is in the Program comment of proto/apc.proto.
 //
 // `gatherToFull` (autograd-aware) and `gatherTensor` (plain) undo a placement without Partial:
 // gather every sharded mesh dim, innermost first, so that every rank holds the full tensor. The

@@ -1,0 +1,139 @@
+//===- tools/apc-train/bench_runtime.cpp - Interpreter overhead on one rank -===//
+//
+// `apc-bench-runtime MODEL.pt [--input name:dtype[dims]]... [--iters N] [--threads T]`
+//
+// Times one forward + backward of the TorchScript module itself against the same graph imported
+// and run by apc's interpreter (apc/runtime/interpreter.h) on the same weights and inputs, and
+// prints the ratio (target <= 1.05). Integer inputs are drawn below the smallest embedding's rows.
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+
+#include "apc/frontend/input_spec.h"
+#include "apc/frontend/torchscript.h"
+#include "apc/runtime/interpreter.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int fail(const std::string& m) {
+  std::cerr << "apc-bench-runtime: error: " << m << "\n";
+  return 2;
+}
+
+at::Tensor firstLeaf(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor();
+  if (v.isTuple()) return firstLeaf(v.toTupleRef().elements().at(0));
+  if (v.isList()) return firstLeaf(v.toListRef().at(0));
+  if (v.isGenericDict()) return firstLeaf(v.toGenericDict().begin()->value());
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"apc-bench-runtime: interpreter overhead against TorchScript on one rank",
+               "apc-bench-runtime"};
+  std::string model;
+  std::vector<std::string> input_texts;
+  int iters = 5;
+  int threads = 1;
+  app.add_option("model", model, "TorchScript model")->required();
+  app.add_option("--input", input_texts, "Input shape, name:dtype[d0,d1,...]; repeatable");
+  app.add_option("--iters", iters, "Timed iterations")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "Intra-op threads")->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  at::set_num_threads(threads);
+
+  apc::frontend::ImportOptions options;
+  for (const std::string& t : input_texts) {
+    auto s = apc::frontend::parseInputSpec(t);
+    if (!s.ok()) return fail(s.error().message());
+    options.inputs.push_back(*s);
+  }
+  auto graph = apc::frontend::importTorchScript(model, options);
+  if (!graph.ok()) return fail(graph.error().message());
+  auto g = std::make_shared<const apc::ir::Graph>(std::move(graph).value());
+  auto interp = apc::runtime::Interpreter::create(g);
+  if (!interp.ok()) return fail(interp.error().message());
+  torch::jit::Module module = torch::jit::load(model);
+  module.train(false);
+  std::map<std::string, at::Tensor> params, buffers;
+  for (const auto& p : module.named_parameters()) params[p.name] = p.value;
+  for (const auto& b : module.named_buffers()) buffers[b.name] = b.value;
+
+  int64_t bound = 0;
+  for (const apc::ir::Node& n : g->nodes())
+    if (n.op == "aten::embedding") {
+      const apc::ir::Value& w = g->value(n.inputs.at(0));
+      if (w.tensor && (bound == 0 || w.tensor->shape.at(0).size < bound))
+        bound = w.tensor->shape.at(0).size;
+    }
+  if (bound == 0) bound = 2;
+  std::vector<apc::ir::NodeId> input_nodes = g->nodesOfKind(apc::ir::NodeKind::kInput);
+  std::vector<c10::IValue> inputs;
+  at::manual_seed(0);
+  for (apc::ir::NodeId id : input_nodes) {
+    const apc::ir::TensorMeta& t = *g->value(g->node(id).outputs.at(0)).tensor;
+    std::vector<int64_t> sizes = apc::ir::hintSizes(t.shape);
+    if (apc::ir::isFloating(t.dtype))
+      inputs.emplace_back(at::randn(sizes));
+    else
+      inputs.emplace_back(at::randint(0, bound, sizes, at::TensorOptions().dtype(at::kLong)));
+  }
+  auto zeroGrads = [&] {
+    for (auto& [n, p] : params) p.mutable_grad() = at::Tensor();
+  };
+  auto torchscriptStep = [&] {
+    zeroGrads();
+    firstLeaf(module.forward(inputs)).sum().backward();
+  };
+  auto external = [&](const apc::ir::Node& n, std::vector<c10::IValue>&) {
+    if (n.kind == apc::ir::NodeKind::kParameter) return std::vector<c10::IValue>{params.at(n.name)};
+    if (n.kind == apc::ir::NodeKind::kBuffer) return std::vector<c10::IValue>{buffers.at(n.name)};
+    for (size_t i = 0; i < input_nodes.size(); ++i)
+      if (input_nodes[i] == n.id) return std::vector<c10::IValue>{inputs[i]};
+    throw std::runtime_error("unexpected node " + n.name);
+  };
+  auto interpreterStep = [&] {
+    zeroGrads();
+    auto out = interp->run(external);
+    if (!out.ok()) throw std::runtime_error(out.error().message());
+    firstLeaf(out->at(0)).sum().backward();
+  };
+  auto timeIt = [&](const std::function<void()>& f) {
+    f();  // warm-up
+    std::vector<double> ms;
+    for (int i = 0; i < iters; ++i) {
+      auto t0 = Clock::now();
+      f();
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];  // median
+  };
+  // Interleave to share machine noise.
+  double ts = timeIt(torchscriptStep);
+  double in = timeIt(interpreterStep);
+  double ts2 = timeIt(torchscriptStep);
+  double in2 = timeIt(interpreterStep);
+  ts = std::min(ts, ts2);
+  in = std::min(in, in2);
+  size_t ops = 0;
+  for (const apc::ir::Node& n : g->nodes()) ops += n.kind == apc::ir::NodeKind::kOp;
+  std::printf(
+      "%s: %zu ops, forward+backward median of %d: torchscript %.3f ms, interpreter %.3f ms, "
+      "ratio %.3f\n",
+      g->name.c_str(), ops, iters, ts, in, in / ts);
+  return 0;
+}

@@ -1,0 +1,295 @@
+//===- tools/apc-train/main.cpp - Example trainer over an apc artifact ------===//
+//
+// `apc-train DIR --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
+//            [--model MODEL.pt] [--compare-single MODEL.pt] [--clip X] [--threads T]`
+//
+// Launched once per rank under torchrun-style variables (torchrun --no-python, or `apc run`), it
+// loads the rank's program (apc::runtime::ParallelModule), trains it on synthetic data and prints,
+// on rank 0, one line per step: `step <n> loss <x>`, with --compare-single `step <n> loss <x>
+// single <y>` where y is the loss of the unsharded TorchScript model trained in rank 0 from the
+// same initial weights and data.
+//
+// No per-model code: every step draws full inputs from a generator seeded with --seed (the same on
+// every rank), floating inputs normal, integer inputs below the rows of the embedding they index,
+// and cuts this rank's piece. The loss is computed on the gathered full output, identically on
+// every rank: the output itself when it is a scalar, else cross-entropy over the last dim of the
+// (first) output with random targets, else the mean square. Initial weights come from --model (or
+// --compare-single): load_full_state_dict of the model's named_parameters, so that sharded and
+// single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
+// Errors are one line on stderr and exit 2.
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/Parallel.h>
+#include <torch/script.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "apc/runtime/interpreter.h"
+#include "apc/runtime/parallel_module.h"
+
+namespace {
+
+struct Flags {
+  std::string dir;
+  int steps = 10;
+  double lr = 0.01;
+  std::string optimizer = "sgd";
+  uint64_t seed = 0;
+  int64_t batch = 0;  // 0: the artifact's batch
+  std::string model;
+  std::string compare_single;
+  double clip = 0;  // 0: no clipping
+  int threads = 1;
+  bool report_comm = false;
+};
+
+int fail(const std::string& msg) {
+  std::cerr << "apc-train: error: " << msg << "\n";
+  return 2;
+}
+
+/// Elementwise optimizers over a list of tensors; element for element the same on a shard and on
+/// the full tensor, so sharded and single training agree.
+class Optimizer {
+ public:
+  Optimizer(std::string kind, double lr, std::vector<at::Tensor> params)
+      : kind_(std::move(kind)), lr_(lr), params_(std::move(params)) {}
+  void zeroGrad() {
+    for (at::Tensor& p : params_) p.mutable_grad() = at::Tensor();
+  }
+  void step() {
+    at::NoGradGuard no_grad;
+    ++t_;
+    if (m_.empty())
+      for (const at::Tensor& p : params_) {
+        m_.push_back(at::zeros_like(p));
+        v_.push_back(at::zeros_like(p));
+      }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      at::Tensor& p = params_[i];
+      at::Tensor g = p.grad();
+      if (!g.defined()) continue;
+      if (kind_ == "sgd") {
+        p.sub_(g * lr_);
+        continue;
+      }
+      // AdamW (decoupled weight decay), PyTorch's defaults.
+      const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
+      p.mul_(1 - lr_ * wd);
+      m_[i].mul_(b1).add_(g, 1 - b1);
+      v_[i].mul_(b2).addcmul_(g, g, 1 - b2);
+      const double c1 = 1 - std::pow(b1, t_), c2 = 1 - std::pow(b2, t_);
+      at::Tensor denom = (v_[i] / c2).sqrt_().add_(eps);
+      p.addcdiv_(m_[i], denom, -lr_ / c1);
+    }
+  }
+
+ private:
+  std::string kind_;
+  double lr_;
+  std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> m_, v_;
+  int t_ = 0;
+};
+
+/// The loss of full output leaves (see the file comment); `targets` caches the random targets.
+at::Tensor lossOf(const std::vector<at::Tensor>& outs, at::Generator& gen) {
+  const at::Tensor& out = outs.at(0);
+  if (out.numel() == 1) return out.reshape({});
+  if (at::isFloatingType(out.scalar_type()) && out.dim() >= 2) {
+    const int64_t classes = out.size(-1);
+    at::Tensor logits = out.reshape({-1, classes});
+    at::Tensor targets = at::randint(0, classes, {logits.size(0)}, gen, at::kLong);
+    return at::cross_entropy_loss(logits, targets);
+  }
+  return out.pow(2).mean();
+}
+
+std::vector<at::Tensor> leavesOf(const c10::IValue& v) {
+  std::vector<at::Tensor> out;
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTuple()) {
+    for (const c10::IValue& e : v.toTupleRef().elements())
+      for (at::Tensor& t : leavesOf(e)) out.push_back(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef())
+      for (at::Tensor& t : leavesOf(e)) out.push_back(t);
+  } else if (v.isGenericDict()) {
+    for (const auto& kv : v.toGenericDict())
+      for (at::Tensor& t : leavesOf(kv.value())) out.push_back(t);
+  }
+  return out;
+}
+
+int run(const Flags& f) {
+  at::set_num_threads(f.threads);
+  if (f.optimizer != "sgd" && f.optimizer != "adamw")
+    return fail("--optimizer must be sgd or adamw, got '" + f.optimizer + "'");
+  auto loaded = apc::runtime::ParallelModule::load(f.dir);
+  if (!loaded.ok()) return fail(loaded.error().message());
+  apc::runtime::ParallelModule& pm = **loaded;
+  const bool rank0 = pm.rank() == 0;
+
+  const std::string model_path = !f.compare_single.empty() ? f.compare_single : f.model;
+  std::optional<torch::jit::Module> single;
+  if (!model_path.empty()) {
+    torch::jit::Module module;
+    try {
+      module = torch::jit::load(model_path);
+    } catch (const std::exception& e) {
+      return fail(model_path + ": cannot load: " + apc::runtime::firstLine(e.what()));
+    }
+    std::map<std::string, at::Tensor> full;
+    for (const auto& p : module.named_parameters()) full[p.name] = p.value.detach();
+    for (const auto& b : module.named_buffers()) full[b.name] = b.value.detach();
+    apc::Status s = pm.load_full_state_dict(full);
+    if (!s.ok()) return fail(model_path + ": " + s.error().message());
+    if (!f.compare_single.empty() && rank0) single = module;
+  } else {
+    pm.init_weights([&](const apc::runtime::PlacedTensor& spec, at::Tensor& local) {
+      at::Generator g =
+          at::detail::createCPUGenerator(f.seed + std::hash<std::string>{}(spec.name));
+      at::Tensor full = at::randn(spec.global_shape, g, at::kFloat).mul_(0.02).to(spec.dtype);
+      for (size_t d = 0; d < spec.local.size(); ++d)
+        full = full.narrow(static_cast<int64_t>(d), spec.local[d].offset, spec.local[d].size);
+      local.copy_(full);
+    });
+  }
+
+  Optimizer opt(f.optimizer, f.lr, pm.parameters());
+  std::optional<Optimizer> single_opt;
+  std::vector<at::Tensor> single_params;
+  if (single) {
+    std::vector<const void*> seen;
+    for (const auto& p : single->parameters()) {
+      const void* impl = p.unsafeGetTensorImpl();
+      if (std::find(seen.begin(), seen.end(), impl) != seen.end()) continue;
+      seen.push_back(impl);
+      single_params.push_back(p);
+    }
+    single_opt.emplace(f.optimizer, f.lr, single_params);
+  }
+
+  at::Generator data = at::detail::createCPUGenerator(f.seed);
+  const auto& specs = pm.inputSpecs();
+  for (int step = 0; step < f.steps; ++step) {
+    // Full inputs, the same on every rank.
+    std::vector<at::Tensor> full_inputs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      std::vector<int64_t> shape = specs[i].global_shape;
+      if (f.batch > 0 && !shape.empty()) shape[0] = f.batch;
+      if (at::isFloatingType(specs[i].dtype))
+        full_inputs.push_back(at::randn(shape, data, at::kFloat).to(specs[i].dtype));
+      else
+        full_inputs.push_back(
+            at::randint(0, pm.inputIndexBound(i), shape, data, at::kLong).to(specs[i].dtype));
+    }
+    const uint64_t loss_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
+
+    opt.zeroGrad();
+    pm.resetCommStats();
+    std::vector<c10::IValue> local_inputs;
+    for (size_t i = 0; i < specs.size(); ++i)
+      local_inputs.emplace_back(pm.shardInput(i, full_inputs[i]));
+    auto leaves = pm.forwardLeaves(local_inputs);
+    if (!leaves.ok()) return fail("step " + std::to_string(step) + ": " + leaves.error().message());
+    const apc::runtime::CommStats after_forward = pm.commStats();
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < leaves->size(); ++i)
+      outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
+    const apc::runtime::CommStats after_gather = pm.commStats();
+    at::Generator loss_gen = at::detail::createCPUGenerator(loss_seed);
+    at::Tensor loss = lossOf(outs, loss_gen);
+    loss.backward();
+    // The program's collectives only: not the trainer's output gather, not clipping.
+    apc::runtime::CommStats program_comm = pm.commStats();
+    program_comm.calls -= after_gather.calls - after_forward.calls;
+    program_comm.bytes_sent -= after_gather.bytes_sent - after_forward.bytes_sent;
+    if (f.clip > 0) pm.clip_grad_norm_(f.clip);
+    opt.step();
+    if (f.report_comm) {
+      const apc::runtime::PricedComm priced = pm.pricedComm();
+      std::fprintf(stderr,
+                   "rank %d step %d comm calls %lld bytes_sent %lld | priced steps %lld+%lld "
+                   "n %lld wire %lld\n",
+                   pm.rank(), step, static_cast<long long>(program_comm.calls),
+                   static_cast<long long>(program_comm.bytes_sent),
+                   static_cast<long long>(priced.forward_steps),
+                   static_cast<long long>(priced.backward_steps),
+                   static_cast<long long>(priced.priced_bytes),
+                   static_cast<long long>(priced.wire_bytes));
+    }
+
+    std::string line =
+        "step " + std::to_string(step) + " loss " + std::to_string(loss.item<double>());
+    if (single) {
+      single_opt->zeroGrad();
+      std::vector<c10::IValue> args(full_inputs.begin(), full_inputs.end());
+      std::vector<at::Tensor> souts = leavesOf(single->forward(args));
+      at::Generator sgen = at::detail::createCPUGenerator(loss_seed);
+      at::Tensor sloss = lossOf(souts, sgen);
+      sloss.backward();
+      if (f.clip > 0) {
+        at::NoGradGuard no_grad;
+        double sq = 0;
+        for (const at::Tensor& p : single_params)
+          if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+        const double coef = f.clip / (std::sqrt(sq) + 1e-6);
+        if (coef < 1)
+          for (const at::Tensor& p : single_params)
+            if (p.grad().defined()) p.grad().mul_(coef);
+      }
+      single_opt->step();
+      line += " single " + std::to_string(sloss.item<double>());
+    }
+    if (rank0) std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"apc-train: trains an apc artifact on synthetic data (one process per rank)",
+               "apc-train"};
+  Flags f;
+  app.add_option("dir", f.dir, "Artifact directory (manifest.json, rank_<r>.apcp)")->required();
+  app.add_option("--steps", f.steps, "Training steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", f.lr, "Learning rate");
+  app.add_option("--optimizer", f.optimizer, "sgd or adamw");
+  app.add_option("--seed", f.seed,
+                 "Seed of the synthetic data (and of the weights without --model)");
+  app.add_option("--batch", f.batch, "Batch size (dim 0 of every input); default: the artifact's")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--model", f.model, "TorchScript model whose weights initialize the shards");
+  app.add_option("--compare-single", f.compare_single,
+                 "Also train this unsharded TorchScript model on rank 0 and print its loss");
+  app.add_option("--clip", f.clip, "Clip the global gradient norm to this value");
+  app.add_flag("--report-comm", f.report_comm,
+               "Print per rank and step the bytes its collectives sent next to the priced bytes");
+  app.add_option("--threads", f.threads, "Intra-op threads per rank")->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return fail(std::string(e.what()) + " (see apc-train --help)");
+  }
+  try {
+    return run(f);
+  } catch (const std::exception& e) {
+    std::cerr << "apc-train: error: " << apc::runtime::firstLine(e.what()) << "\n";
+    return 1;
+  }
+}
