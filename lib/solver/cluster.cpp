@@ -53,7 +53,8 @@ bool sameNode(const GraphProblem& gp, uint32_t a, const std::string& suffix_a, u
 
 }  // namespace
 
-std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters) {
+std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters,
+                                                   bool untie_ends) {
   const size_t n = gp.problem.nodes.size();
   std::vector<uint32_t> rep(n);
   for (uint32_t i = 0; i < n; ++i) rep[i] = i;
@@ -78,9 +79,14 @@ std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_
   size_t count = 0;
   for (const auto& [prefix, order] : instance_order) {
     const auto& nodes_of = instances[prefix];
-    const auto& first = nodes_of.at(order[0]);
+    size_t lo = 0, hi = order.size();
+    if (untie_ends && order.size() >= 4) {  // first and last instance stay untied
+      lo = 1;
+      hi = order.size() - 1;
+    }
+    const auto& first = nodes_of.at(order[lo]);
     size_t tied = 0;
-    for (size_t k = 1; k < order.size(); ++k) {
+    for (size_t k = lo + 1; k < hi; ++k) {
       const auto& other = nodes_of.at(order[k]);
       if (other.size() != first.size()) continue;
       bool same = true;

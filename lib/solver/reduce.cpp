@@ -383,7 +383,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   const Problem* base = &full;
   if (options.cluster) {
     size_t clusters = 0;
-    std::vector<uint32_t> rep = repeatedLayerRepresentatives(gp, &clusters);
+    std::vector<uint32_t> rep =
+        repeatedLayerRepresentatives(gp, &clusters, options.cluster_untie_ends);
     if (stats) stats->clusters = clusters;
     if (clusters > 0) {
       quotient = quotientProblem(full, rep, quotient_index);

@@ -35,13 +35,16 @@ GraphProblem problemFor(const std::string& model, const std::string& mesh_text,
 /// and expects the same objective (1e-6 relative); `check_clustered` = false only reports the
 /// clustered objective (see SameOptimumOnLlamaSmall4And8Layers).
 void expectSameOptimum(const std::string& model, const std::string& mesh,
-                       std::optional<double> high = std::nullopt, bool check_clustered = true) {
-  std::string label = model + " " + mesh + (high ? " high " + std::to_string(*high) : "");
+                       std::optional<double> high = std::nullopt, bool check_clustered = true,
+                       bool untie_ends = false) {
+  std::string label = model + " " + mesh + (high ? " high " + std::to_string(*high) : "") +
+                      (untie_ends ? " untie ends" : "");
   SCOPED_TRACE(label);
   GraphProblem gp = problemFor(model, mesh, high);
   SolveGraphOptions full, eliminated, clustered;
   full.reduce = false;
   eliminated.cluster = false;
+  clustered.cluster_untie_ends = untie_ends;
   ReductionStats se, sc;
   auto a = solveGraphProblem(gp, full);
   auto b = solveGraphProblem(gp, eliminated, &se);
@@ -54,7 +57,10 @@ void expectSameOptimum(const std::string& model, const std::string& mesh,
   }
   EXPECT_GE(c->objective, a->objective * (1 - 1e-9));  // a restriction is never cheaper
   EXPECT_LT(se.nodes_after, se.nodes_before);
-  EXPECT_LT(sc.nodes_after, se.nodes_after);
+  // Clustering shrinks what elimination leaves (elimination alone may leave nothing: gpt2_tiny).
+  if (se.nodes_after > 0) {
+    EXPECT_LT(sc.nodes_after, se.nodes_after);
+  }
   EXPECT_GE(sc.clusters, 1u);
   std::cout << "[ info ] " << label << ": " << se.nodes_before << " nodes -> " << se.nodes_after
             << " eliminated -> " << sc.nodes_after << " clustered; objective " << a->objective
@@ -77,9 +83,13 @@ TEST(Reduction, SameOptimumOnLlamaTiny) {
 //   optimum shards the wq weight of layers 0 and 2 on dim 1 (row-parallel-like, Partial query
 //   chain) and of the others on dim 0, a plan that is not the same in every layer, which
 //   clustering cannot express (SolveGraphOptions::cluster). That case is reported, not asserted.
+//   The difference is at the boundary layers: with SolveGraphOptions::cluster_untie_ends (first
+//   and last layer untied, off by default) clustering is exact there too.
 TEST(Reduction, SameOptimumOnLlamaSmall4And8Layers) {
   expectSameOptimum("llama_small_4l", "4", std::nullopt, /*check_clustered=*/false);
   expectSameOptimum("llama_small", "4", std::nullopt, /*check_clustered=*/false);
+  expectSameOptimum("llama_small_4l", "4", std::nullopt, true, /*untie_ends=*/true);
+  expectSameOptimum("llama_small", "4", std::nullopt, true, /*untie_ends=*/true);
   expectSameOptimum("llama_small_4l", "4", 1.0);
   expectSameOptimum("llama_small", "4", 1.0);
 }

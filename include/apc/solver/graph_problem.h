@@ -112,15 +112,25 @@ struct SolveGraphOptions {
   // default 1/4: +6.98 us with 4 and with 8 layers, 0.32% and 0.19%, exact at high = 1). Turn off
   // for exactness.
   bool cluster = true;
+  // Leave the first and the last instance of each repeated prefix (4 or more instances) untied:
+  // their neighbours differ from the middle layers' (the embedding before layer 0, the final norm
+  // after the last), and there the optimum can differ. Makes llama_small on [4] exact at the
+  // default budget (both layer counts) and llama3_8b 8x8 0.11% cheaper (90,360 against 90,464 us),
+  // but the ILP gets three copies of a layer instead of one (measured before the reduction's
+  // memory-bound fixing: solve 75 s instead of 7 s on 2 busy cores). Off by default for that.
+  bool cluster_untie_ends = false;
 };
 
 /// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
 /// component names the layer instance, as in `layers.3.attention.wq`) are grouped by instance; the
 /// instances of one prefix whose nodes match one by one (same module suffix, same strategies and
-/// costs, no pins) are tied to the first of them. Returns, per node, its representative (itself
-/// when not tied), and the number of clusters (prefixes with at least two tied instances).
+/// costs, no pins) are tied to the first of them (with `untie_ends` and 4 or more instances: the
+/// middle ones to the second, the first and last left alone). Returns, per node, its
+/// representative (itself when not tied), and the number of clusters (prefixes with at least two
+/// tied instances).
 std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp,
-                                                   size_t* clusters = nullptr);
+                                                   size_t* clusters = nullptr,
+                                                   bool untie_ends = false);
 
 /// The problem with every node replaced by its representative: costs and memory summed over the
 /// tied nodes, parallel edges summed, edges inside one representative folded onto its diagonal.
