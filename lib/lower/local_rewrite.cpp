@@ -48,7 +48,7 @@ const TensorPiece* firstOutput(const RankPieces& p) {
 
 /// view/reshape/expand/factories: the size argument at `pos` becomes the local output shape.
 Status rewriteSizeList(size_t pos, const std::vector<std::optional<ir::Constant>>& c,
-                       const RankPieces& pieces, NodeRewrite& r) {
+                       const RankPieces& pieces, NodeRewrite& r, bool dynamic_ok = false) {
   const std::vector<int64_t>* sizes = intListAt(c, pos);
   if (!sizes) {
     // view.dtype and friends take no size list; a size list that is not known is an error.
@@ -60,6 +60,13 @@ Status rewriteSizeList(size_t pos, const std::vector<std::optional<ir::Constant>
   std::vector<int64_t> local = out->localSizes();
   bool cut = false;
   for (size_t d = 0; d < out->global.size(); ++d) cut = cut || !out->whole(d);
+  int dynamic = -1, num_dynamic = 0;
+  for (size_t d = 0; d < out->symbolic.size(); ++d)
+    if (out->symbolic[d]) dynamic = static_cast<int>(d), ++num_dynamic;
+  if (num_dynamic == 1 && dynamic_ok && local.size() == sizes->size()) {
+    local[static_cast<size_t>(dynamic)] = -1;
+    cut = true;
+  }
   if (!cut || *sizes == local) return Status::success();  // keeps -1 entries when nothing is cut
   r.notes.push_back("size := " + listText(local));
   r.replace.emplace_back(pos, local);
@@ -180,9 +187,10 @@ Expected<NodeRewrite> localizeNode(const ir::Node& node,
   NodeRewrite r;
   const std::string& op = node.op;
   Status st;
-  if (isOneOf(op, {"aten::view", "aten::_unsafe_view", "aten::expand", "aten::broadcast_to",
-                   "aten::reshape", "aten::new_full", "aten::new_ones", "aten::new_zeros",
-                   "aten::new_empty"})) {
+  if (isOneOf(op, {"aten::view", "aten::_unsafe_view", "aten::reshape"})) {
+    st = rewriteSizeList(1, constants, pieces, r, /*dynamic_ok=*/true);
+  } else if (isOneOf(op, {"aten::expand", "aten::broadcast_to", "aten::new_full", "aten::new_ones",
+                          "aten::new_zeros", "aten::new_empty"})) {
     st = rewriteSizeList(1, constants, pieces, r);
   } else if (isOneOf(op, {"aten::full", "aten::ones", "aten::zeros", "aten::empty"})) {
     if (node.overload.empty() || node.overload == "memory_format")

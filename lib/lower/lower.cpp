@@ -113,6 +113,7 @@ class Lowerer {
   void decideLiveness();
   ir::TensorMeta localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const;
   std::vector<cost::DimPiece> pieces(const ir::TensorMeta& global, const PlacementTuple& t) const;
+  TensorPiece pieceOf(const ir::TensorMeta& global, const PlacementTuple& t) const;
   ir::ValueId addValue(const ir::Value& global, const std::optional<PlacementTuple>& t,
                        std::string debug_name);
   ir::NodeId addNode(ir::Node n, int32_t source, uint32_t redistribution = 0);
@@ -242,6 +243,12 @@ void Lowerer::decideLiveness() {
 std::vector<cost::DimPiece> Lowerer::pieces(const ir::TensorMeta& global,
                                             const PlacementTuple& t) const {
   return cost::localPiece(ir::hintSizes(global.shape), t, mesh_, coord_);
+}
+
+TensorPiece Lowerer::pieceOf(const ir::TensorMeta& global, const PlacementTuple& t) const {
+  TensorPiece tp{ir::hintSizes(global.shape), pieces(global, t), {}};
+  for (const ir::Dim& d : global.shape) tp.symbolic.push_back(d.isSymbolic());
+  return tp;
 }
 
 ir::TensorMeta Lowerer::localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const {
@@ -482,7 +489,7 @@ Status Lowerer::emitOp(const ir::Node& n) {
       std::string where = consumer + " (input " + std::to_string(i) + ")";
       APC_ASSIGN_OR_RETURN(ir::ValueId local, edge(gv, dst, op_split, where, n.module_path));
       inputs.push_back(local);
-      tp.push_back({ir::hintSizes(v.tensor->shape), pieces(*v.tensor, dst)});
+      tp.push_back(pieceOf(*v.tensor, dst));
     } else if (v.type == ir::ValueType::kTensorList && placement_[gv.v] && v.producer.valid()) {
       if (want && *want != *placement_[gv.v])
         return unsupported(consumer + " (input " + std::to_string(i) + "): tensor list %" +
@@ -490,14 +497,13 @@ Status Lowerer::emitOp(const ir::Node& n) {
                            ", needed " + mesh::toString(*want));
       APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(gv));
       inputs.push_back(local);
-      for (const ir::TensorMeta& e : v.elements)
-        tp.push_back({ir::hintSizes(e.shape), pieces(e, *placement_[gv.v])});
+      for (const ir::TensorMeta& e : v.elements) tp.push_back(pieceOf(e, *placement_[gv.v]));
     } else {
       APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(gv));
       inputs.push_back(local);
       if (v.tensor) {
         PlacementTuple r = mesh::replicated(mesh_.ndim());
-        tp.push_back({ir::hintSizes(v.tensor->shape), pieces(*v.tensor, r)});
+        tp.push_back(pieceOf(*v.tensor, r));
       }
     }
     rp.inputs.push_back(std::move(tp));
@@ -507,10 +513,8 @@ Status Lowerer::emitOp(const ir::Node& n) {
   for (ir::ValueId gv : n.outputs) {
     const ir::Value& v = g_.value(gv);
     std::vector<TensorPiece> tp;
-    if (v.tensor && placement_[gv.v])
-      tp.push_back({ir::hintSizes(v.tensor->shape), pieces(*v.tensor, *placement_[gv.v])});
-    for (const ir::TensorMeta& e : v.elements)
-      tp.push_back({ir::hintSizes(e.shape), pieces(e, *placement_[gv.v])});
+    if (v.tensor && placement_[gv.v]) tp.push_back(pieceOf(*v.tensor, *placement_[gv.v]));
+    for (const ir::TensorMeta& e : v.elements) tp.push_back(pieceOf(e, *placement_[gv.v]));
     rp.outputs.push_back(std::move(tp));
   }
 

@@ -28,7 +28,7 @@ using plan::testing::planOf;
 using plan::testing::specFor;
 
 TensorPiece piece(std::vector<int64_t> global, std::vector<cost::DimPiece> local) {
-  return {std::move(global), std::move(local)};
+  return {std::move(global), std::move(local), {}};
 }
 
 ir::Node opNamed(const std::string& op, const std::string& overload = "") {
@@ -58,6 +58,26 @@ TEST(LocalRewrite, UncutViewKeepsItsSizes) {
   auto r = localizeNode(opNamed("aten::reshape"), c, rp);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->empty());
+}
+
+TEST(LocalRewrite, DynamicDimBecomesMinusOne) {
+  RankPieces rp;
+  rp.inputs = {{piece({8, 48}, {{0, 8}, {12, 12}})}, {}};
+  TensorPiece out = piece({8, 4, 12}, {{0, 8}, {1, 1}, {0, 12}});
+  out.symbolic = {true, false, false};
+  rp.outputs = {{out}};
+  auto r = localizeNode(opNamed("aten::view"),
+                        {std::nullopt, ir::Constant(std::vector<int64_t>{8, 4, 12})}, rp);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->replace.size(), 1u);
+  EXPECT_EQ(std::get<std::vector<int64_t>>(r->replace[0].second),
+            (std::vector<int64_t>{-1, 1, 12}));
+  // expand keeps explicit sizes (its -1 means "keep", not "infer").
+  auto e = localizeNode(opNamed("aten::expand"),
+                        {std::nullopt, ir::Constant(std::vector<int64_t>{8, 4, 12})}, rp);
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(std::get<std::vector<int64_t>>(e->replace.at(0).second),
+            (std::vector<int64_t>{8, 1, 12}));
 }
 
 TEST(LocalRewrite, ArangeBoundsAndOverload) {

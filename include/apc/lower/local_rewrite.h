@@ -28,6 +28,12 @@
 //                                              0 and zeroes their output rows; padding_idx is
 //                                              shifted here, or -1 when the row is not local
 //
+// Dynamic dims: when the output of view / reshape / _unsafe_view has exactly one symbolic dim, its
+// entry of the rewritten size list is -1, so that the program runs at other sizes of that dim
+// (an entry of -1 already in the list is kept only when it is that dim). This needs symbols on
+// the values, which the importer now records on the forward inputs only; sizes folded into
+// constants from aten::size of a dynamic dim stay at the hint.
+//
 // All other arguments keep their global values: dims, split sizes and slice bounds of dims that
 // the rules keep whole, reduction dims, scalars, and ints computed from sizes (aten::size gives
 // the GLOBAL size in the program's semantics). An op not listed runs unchanged.
@@ -51,6 +57,7 @@ namespace apc::lower {
 struct TensorPiece {
   std::vector<int64_t> global;        // global sizes (hints for symbolic dims)
   std::vector<cost::DimPiece> local;  // the rank's piece of each dim (cost::localPiece)
+  std::vector<bool> symbolic;         // per dim: dynamic (a symbol); empty: all static
 
   std::vector<int64_t> localSizes() const;
   /// True when the rank holds the whole of dim d.
