@@ -16,3 +16,10 @@ mkdir -p out
 "$APC" plan sample_models/out/toy_block.pt --spec sample_models/specs/toy_block_2x4.json -o out/toy_block_2x4.plan.json
 echo
 "$APC" explain out/toy_block_2x4.plan.json --top 5
+echo
+# Lower mlp_stack's 2x2 plan to an artifact and train it 5 steps on 4 CPU ranks (apc run sets the
+# torchrun variables), next to the unsharded model trained in rank 0 from the same weights and data.
+"$APC" plan sample_models/out/mlp_stack.pt --mesh 2x2 --input 'x:f32[8,16,128]' \
+  -o out/mlp_stack_2x2.plan.json --artifact out/mlp_stack_2x2
+"$APC" run out/mlp_stack_2x2 --nproc 4 --timeout 300 -- "$BUILD_DIR/tools/apc-train" out/mlp_stack_2x2 \
+  --steps 5 --lr 0.1 --compare-single sample_models/out/mlp_stack.pt

@@ -54,6 +54,10 @@ Expected<PlacedTensor> placedTensor(const proto::ProgramTensor& p, size_t mesh_n
     t.symbols.push_back(d.symbol());
   }
   APC_ASSIGN_OR_RETURN(t.dtype, scalarType(p.dtype()));
+  t.storage_dtype = t.dtype;
+  if (!p.storage_dtype().empty()) {
+    APC_ASSIGN_OR_RETURN(t.storage_dtype, scalarType(p.storage_dtype()));
+  }
   APC_ASSIGN_OR_RETURN(t.placement, placementOf(p.placement(), mesh_ndim, "tensor " + p.name()));
   for (const proto::Piece& piece : p.local()) t.local.push_back({piece.offset(), piece.size()});
   if (t.local.size() != t.global_shape.size())
@@ -157,13 +161,14 @@ struct ParallelModule::Impl {
     param_tensors.clear();
     buffer_tensors.clear();
     for (const PlacedTensor& p : parameters) {
-      at::Tensor t = at::empty(p.localShape(), at::TensorOptions().dtype(p.dtype).device(dev));
+      at::Tensor t =
+          at::empty(p.localShape(), at::TensorOptions().dtype(p.storage_dtype).device(dev));
       if (p.requires_grad) t.set_requires_grad(true);
       param_tensors.push_back(t);
     }
     for (const PlacedTensor& b : buffers)
       buffer_tensors.push_back(
-          at::empty(b.localShape(), at::TensorOptions().dtype(b.dtype).device(dev)));
+          at::empty(b.localShape(), at::TensorOptions().dtype(b.storage_dtype).device(dev)));
     allocated = true;
   }
 };
@@ -197,8 +202,13 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->graph = std::make_shared<const ir::Graph>(std::move(graph).value());
   const ir::Graph& g = *impl->graph;
 
+  std::optional<at::ScalarType> reduce_dtype;
+  if (!prog.mixed_precision().reduce_dtype().empty()) {
+    APC_ASSIGN_OR_RETURN(reduce_dtype, scalarType(prog.mixed_precision().reduce_dtype()));
+  }
   for (const proto::Redistribution& r : prog.redistributions()) {
     APC_ASSIGN_OR_RETURN(RedistSpec spec, redistSpec(r, nd));
+    spec.reduce_dtype = reduce_dtype;
     impl->redists.push_back(std::move(spec));
   }
   impl->node_redist.assign(g.numNodes(), -1);
@@ -497,7 +507,7 @@ at::Tensor ParallelModule::shardInput(size_t i, const at::Tensor& full) const {
   const PlacedTensor& spec = impl_->inputs.at(i);
   // A dynamic dim may differ from the recorded hint: the runtime size is cut.
   return localPieceOf(full, spec.placement, impl_->mesh, impl_->world->coordinate())
-      .to(impl_->device);
+      .to(impl_->device, spec.storage_dtype);
 }
 
 at::Tensor ParallelModule::gatherOutput(size_t leaf, const at::Tensor& local) {

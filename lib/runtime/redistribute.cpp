@@ -55,7 +55,10 @@ void checkShape(const RedistStepSpec& s, const at::Tensor& in, const at::Tensor&
 }
 
 at::Tensor runStep(const RedistStepSpec& s, const at::Tensor& x, World& world,
-                   const std::string& edge) {
+                   const std::string& edge, std::optional<at::ScalarType> reduce_dtype) {
+  const bool reduces = s.kind == StepKind::kAllReduce || s.kind == StepKind::kReduceScatter;
+  if (reduces && reduce_dtype && *reduce_dtype != x.scalar_type())
+    return runStep(s, x.to(*reduce_dtype), world, edge, std::nullopt).to(x.scalar_type());
   Communicator& comm = world.dim(s.mesh_dim);
   at::Tensor in = x.contiguous();
   at::Tensor out;
@@ -98,7 +101,8 @@ struct RedistFunction : public torch::autograd::Function<RedistFunction> {
                                                  torch::autograd::variable_list grads) {
     const auto* spec = reinterpret_cast<const RedistSpec*>(ctx->saved_data["spec"].toInt());
     auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
-    at::Tensor g = runSteps(spec->backward, grads.at(0), *world, spec->edge + " (backward)");
+    at::Tensor g = runSteps(spec->backward, grads.at(0), *world, spec->edge + " (backward)",
+                            spec->reduce_dtype);
     // A P(avg) reduction scales every summand by 1/p: so does its transpose. The backward steps
     // (placements only) cannot say it; the scale commutes with them.
     double scale = 1.0;
@@ -146,9 +150,9 @@ struct GatherFunction : public torch::autograd::Function<GatherFunction> {
 }  // namespace
 
 at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& x, World& world,
-                    const std::string& edge) {
+                    const std::string& edge, std::optional<at::ScalarType> reduce_dtype) {
   at::Tensor t = x;
-  for (const RedistStepSpec& s : steps) t = runStep(s, t, world, edge);
+  for (const RedistStepSpec& s : steps) t = runStep(s, t, world, edge, reduce_dtype);
   return t;
 }
 

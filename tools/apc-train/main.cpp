@@ -52,6 +52,13 @@ struct Flags {
   bool report_comm = false;
 };
 
+/// Nine significant digits: enough to compare sharded and single losses in tests.
+std::string number(double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", x);
+  return buf;
+}
+
 int fail(const std::string& msg) {
   std::cerr << "apc-train: error: " << msg << "\n";
   return 2;
@@ -230,8 +237,7 @@ int run(const Flags& f) {
                    static_cast<long long>(priced.wire_bytes));
     }
 
-    std::string line =
-        "step " + std::to_string(step) + " loss " + std::to_string(loss.item<double>());
+    std::string line = "step " + std::to_string(step) + " loss " + number(loss.item<double>());
     if (single) {
       single_opt->zeroGrad();
       std::vector<c10::IValue> args(full_inputs.begin(), full_inputs.end());
@@ -250,7 +256,7 @@ int run(const Flags& f) {
             if (p.grad().defined()) p.grad().mul_(coef);
       }
       single_opt->step();
-      line += " single " + std::to_string(sloss.item<double>());
+      line += " single " + number(sloss.item<double>());
     }
     if (rank0) std::printf("%s\n", line.c_str());
     std::fflush(stdout);

@@ -48,7 +48,9 @@ struct PlacedTensor {
   std::string name;                   // as named_parameters() gives it; input / output leaf name
   std::vector<int64_t> global_shape;  // symbolic dims: their hints
   std::vector<std::string> symbols;   // per dim: the symbol of a dynamic dim, else empty
-  at::ScalarType dtype = at::kFloat;
+  at::ScalarType dtype = at::kFloat;  // the dtype the program computes it in
+  at::ScalarType storage_dtype = at::kFloat;  // the dtype of the stored shard (mixed precision:
+                                              // the model's; the program casts it to `dtype`)
   mesh::PlacementTuple placement;
   std::vector<cost::DimPiece> local;  // this rank's piece of each dim
   bool requires_grad = false;

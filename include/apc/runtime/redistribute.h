@@ -15,9 +15,9 @@
 // runs `backward` on the incoming gradient (DESIGN.md "Backward"). Backward collectives run in
 // autograd's order, which is the same on every rank because every rank records the same graph.
 // A forward all-reduce or reduce-scatter with op avg scales its summands by 1/p, so the backward
-// scales the gradient by the same factor (the backward steps describe placements only). P(max) / P(min) reductions have
-// no backward here: the gradient goes to every summand unmasked (no sample model needs it).
-// The "gradient convention" is in the Program comment of proto/apc.proto.
+// scales the gradient by the same factor (the backward steps describe placements only). P(max) /
+// P(min) reductions have no backward here: the gradient goes to every summand unmasked (no sample
+// model needs it). The "gradient convention" is in the Program comment of proto/apc.proto.
 //
 // `gatherToFull` (autograd-aware) and `gatherTensor` (plain) undo a placement without Partial:
 // gather every sharded mesh dim, innermost first, so that every rank holds the full tensor. The
@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,9 @@ struct RedistSpec {
   std::vector<RedistStepSpec> backward;
   bool requires_grad = false;
   std::string edge;  // "linear_1 -> matmul_2 (input 0)", for messages
+  /// Mixed precision: backward steps that reduce (all-reduce, reduce-scatter) run in this dtype
+  /// (the gradient is cast to it and back); nullopt: the gradient's own dtype.
+  std::optional<at::ScalarType> reduce_dtype;
 };
 
 /// Parses "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all".
@@ -73,7 +77,8 @@ Expected<mesh::ReduceOp> parseReduceOp(const std::string& text);
 
 /// Runs `steps` on `x` in order, without autograd. Throws CommError / c10::Error.
 at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& x, World& world,
-                    const std::string& edge = {});
+                    const std::string& edge = {},
+                    std::optional<at::ScalarType> reduce_dtype = std::nullopt);
 
 /// `x` redistributed by `spec.forward`; when spec.requires_grad and x requires grad, the result's
 /// backward runs `spec.backward`.
