@@ -244,7 +244,9 @@ class Reducer {
       sum_hi += hi;
       variable_memory_[v] = lo != hi;
     }
-    if (sum_hi <= high - tol && ((low <= 0 && sum_lo >= 0) || sum_lo >= low + tol)) {
+    // No tolerance needed here: every choice is within [sum_lo, sum_hi] up to summation rounding,
+    // far below the ILP's and evaluate()'s slack.
+    if (sum_hi <= high && sum_lo >= low) {
       memory_redundant_ = true;
       variable_memory_.assign(n, false);
     }

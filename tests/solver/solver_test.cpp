@@ -255,8 +255,8 @@ TEST(Reduction, MemoryFixingIsExactUnderTightBudgets) {
       case 3:
         gp.problem.memory = MemoryBound{least + 10, least + 30};
         break;
-      default:  // every choice fits: the row is redundant
-        gp.problem.memory = MemoryBound{0, most + 1};
+      default:  // every choice fits, as with high = 1: the row is redundant
+        gp.problem.memory = MemoryBound{0, most};
         break;
     }
     SolveGraphOptions with, without;
