@@ -15,9 +15,10 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -199,9 +200,8 @@ std::vector<DiffCase> diffCases() {
       for (const char* strategy : {"", "ddp", "fsdp", "tp", "fsdp+tp"}) {
         const std::string st = strategy;
         if (st == "fsdp+tp" && !two_d) continue;
-        bool in_ci = std::string(model) == "gpt2_tiny"
-                         ? (ms == "2x4" && st.empty())
-                         : (ms != "2" && st.empty()) || ms == "2x2";
+        bool in_ci = std::string(model) == "gpt2_tiny" ? (ms == "2x4" && st.empty())
+                                                       : (ms != "2" && st.empty()) || ms == "2x2";
         if (full || in_ci) cases.push_back({model, mesh, strategy});
       }
     }
@@ -257,6 +257,53 @@ TEST(ApcTrain, SgdOnFourRanksMatchesSingle) {
 
 TEST(ApcTrain, AdamwWithCrossEntropyMatchesSingle) {
   expectTrainMatchesSingle("llama_tiny", "2", 2, "--optimizer adamw --lr 0.01 --clip 1.0");
+}
+
+// --- a rank dies mid-step ----------------------------------------------------------------------
+
+TEST(RankFailure, PeersOfADeadRankFailWithinTheTimeout) {
+  const ModelCase& m = models().at("mlp_stack");
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir("dead_rank");
+  std::string err = testing::makeArtifact(m, "2x2", "fsdp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference& ref = referenceFor("mlp_stack");
+  std::vector<std::string> failed = testing::runRanks(
+      4,
+      [&](int rank) {
+        ParallelModuleOptions options;
+        options.world.timeout = std::chrono::milliseconds(5000);
+        auto pm = ParallelModule::load(dir.string(), options);
+        if (!pm.ok()) return 10;
+        if (rank == 3) ::_exit(0);  // dies before its first collective
+        if (!(*pm)->load_full_state_dict(ref.init).ok()) return 11;
+        auto t0 = std::chrono::steady_clock::now();
+        std::vector<c10::IValue> inputs = {(*pm)->shardInput(0, ref.inputs[0])};
+        std::string error;
+        try {
+          auto out = (*pm)->forwardLeaves(inputs);
+          if (!out.ok())
+            error = out.error().message();
+          else
+            testing::lossOf({(*pm)->gatherOutput(0, (*out)[0].toTensor())}, ref.loss_weights)
+                .backward();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        // Ranks of groups without rank 3 may finish the forward; the step must fail somewhere.
+        if (error.empty()) {
+          std::fprintf(stderr, "rank %d: no error after a peer died\n", rank);
+          return 12;
+        }
+        std::fprintf(stderr, "rank %d: failed after %.1f s as expected: %s\n", rank, s,
+                     error.substr(0, error.find('\n')).c_str());
+        return s < 60 ? 0 : 13;
+      },
+      120);
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
 }
 
 // --- failures at load ------------------------------------------------------------------------
