@@ -2,8 +2,10 @@
 //
 // Ties the strategy variables of structurally identical layer instances (see graph_problem.h):
 // the ILP then has one copy of a transformer block instead of 32, with its costs scaled by the
-// repeat count. This restricts the problem to layer-symmetric plans; the optimum is unchanged when
-// a symmetric optimum exists, which tests check on the samples (with and without clustering).
+// repeat count. The quotient problem is a restriction to layer-symmetric plans; solveGraphProblem
+// then proves its plan optimal with the LP bound of the unclustered problem or re-solves without
+// clustering (lib/solver/reduce.cpp, step 3), so the optimum is unchanged (tests/solver check it on
+// the samples, also where no symmetric optimum exists).
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -53,8 +55,7 @@ bool sameNode(const GraphProblem& gp, uint32_t a, const std::string& suffix_a, u
 
 }  // namespace
 
-std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters,
-                                                   bool untie_ends) {
+std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters) {
   const size_t n = gp.problem.nodes.size();
   std::vector<uint32_t> rep(n);
   for (uint32_t i = 0; i < n; ++i) rep[i] = i;
@@ -79,14 +80,9 @@ std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_
   size_t count = 0;
   for (const auto& [prefix, order] : instance_order) {
     const auto& nodes_of = instances[prefix];
-    size_t lo = 0, hi = order.size();
-    if (untie_ends && order.size() >= 4) {  // first and last instance stay untied
-      lo = 1;
-      hi = order.size() - 1;
-    }
-    const auto& first = nodes_of.at(order[lo]);
+    const auto& first = nodes_of.at(order[0]);
     size_t tied = 0;
-    for (size_t k = lo + 1; k < hi; ++k) {
+    for (size_t k = 1; k < order.size(); ++k) {
       const auto& other = nodes_of.at(order[k]);
       if (other.size() != first.size()) continue;
       bool same = true;

@@ -33,6 +33,7 @@ struct Outcome {
   double bound = 0;
   int64_t variables = 0;
   int64_t constraints = 0;
+  StartOutcome how = StartOutcome::kLpIntegral;
 };
 
 int quietCallback(CbcModel*, int) {
@@ -57,9 +58,10 @@ std::vector<uint32_t> pickChoice(const Problem& p, const std::vector<size_t>& x_
 }
 
 /// Builds and solves; `use_pins` / `use_memory` drop constraint groups for diagnosis; when
-/// `memory_objective` is set the objective is the memory of (e) instead of the cost.
+/// `memory_objective` is set the objective is the memory of (e) instead of the cost. `start`: a
+/// feasible choice of the full program (see solve() with a start in ilp.h).
 Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string>& dropped_groups,
-            bool use_memory, bool memory_objective) {
+            bool use_memory, bool memory_objective, const std::vector<uint32_t>* start = nullptr) {
   std::vector<double> obj, collb, colub;
   std::vector<size_t> x_start(p.nodes.size());
   // (d) pins as bounds on x.
@@ -194,7 +196,20 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   solver.setSolveOptions(lp_options);
   solver.initialSolve();
   if (solver.isProvenPrimalInfeasible()) return out;
+  const double start_objective = start ? evaluate(p, *start) : kInfinity;
   if (solver.isProvenOptimal()) {
+    // The LP optimum bounds every integral choice from below: a start that meets it is optimal.
+    // The relative tolerance covers the LP's own rounding (its objective can sit a hair below the
+    // value of an optimal vertex); it is far below the 1e-6 the tests ask of "the same optimum".
+    const double lp = solver.getObjValue();
+    if (start && start_objective <= lp + 1e-9 * std::max(1.0, std::fabs(lp))) {
+      out.feasible = out.optimal = true;
+      out.objective = start_objective;
+      out.bound = std::min(lp, start_objective);
+      out.choice = *start;
+      out.how = StartOutcome::kStartProven;
+      return out;
+    }
     const double* sol = solver.getColSolution();
     bool integral = true;
     for (size_t i = 0; i < num_x && integral; ++i)
@@ -216,18 +231,44 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   std::string sec = std::to_string(std::max(1.0, o.time_limit_s));
   std::string threads = std::to_string(std::max(1, o.threads));
   std::string log = std::to_string(o.log_level);
-  const char* argv[] = {"apc",       "-sec",  sec.c_str(), "-threads", threads.c_str(), "-log",
-                        log.c_str(), "-slog", log.c_str(), "-solve",   "-quit"};
-  CbcMain1(static_cast<int>(sizeof(argv) / sizeof(argv[0])), argv, model, quietCallback, data);
+  // With a start, its objective (plus a hair, so that CBC may still return an equal choice) is the
+  // cutoff: CBC prunes every node that cannot beat it, and "no solution" then means that none is
+  // cheaper than the start.
+  char cutoff[64];
+  std::snprintf(cutoff, sizeof cutoff, "%.17g",
+                start_objective + 1e-9 * std::max(1.0, std::fabs(start_objective)));
+  std::vector<const char*> argv = {"apc",  "-sec",      sec.c_str(), "-threads", threads.c_str(),
+                                   "-log", log.c_str(), "-slog",     log.c_str()};
+  if (start) {
+    argv.push_back("-cutoff");
+    argv.push_back(cutoff);
+  }
+  argv.push_back("-solve");
+  argv.push_back("-quit");
+  CbcMain1(static_cast<int>(argv.size()), argv.data(), model, quietCallback, data);
 
+  out.how = StartOutcome::kBranchAndBound;
+  out.hit_limit = model.isSecondsLimitReached();
   const double* best = model.bestSolution();
+  std::vector<uint32_t> found;
+  if (best) found = pickChoice(p, x_start, best);
+  if (start && (found.empty() || !(evaluate(p, found) < start_objective))) {
+    // CBC found nothing cheaper than the start: keep it. It is optimal when CBC finished (proved
+    // the cutoff problem optimal or infeasible).
+    out.feasible = true;
+    out.optimal = !out.hit_limit && (model.isProvenOptimal() || model.isProvenInfeasible());
+    out.objective = start_objective;
+    out.bound =
+        out.optimal ? start_objective : std::min(start_objective, model.getBestPossibleObjValue());
+    out.choice = *start;
+    return out;
+  }
   if (!best) return out;
   out.feasible = true;
   out.optimal = model.isProvenOptimal();
-  out.hit_limit = model.isSecondsLimitReached();
   out.objective = model.getObjValue();
   out.bound = model.getBestPossibleObjValue();
-  out.choice = pickChoice(p, x_start, best);
+  out.choice = std::move(found);
   return out;
 }
 
@@ -268,10 +309,16 @@ Error diagnoseInfeasible(const Problem& p, const SolverOptions& o) {
 
 }  // namespace
 
-Expected<Solution> solve(const Problem& p, const SolverOptions& options) {
+namespace {
+
+Expected<Solution> solveWith(const Problem& p, const SolverOptions& options,
+                             const std::vector<uint32_t>* start, StartOutcome* outcome) {
   APC_RETURN_IF_ERROR(p.validate());
+  if (start && (start->size() != p.nodes.size() || !std::isfinite(evaluate(p, *start))))
+    return invalidArgument("the start is not a feasible choice of the problem");
   auto t0 = std::chrono::steady_clock::now();
-  Outcome out = run(p, options, {}, true, false);
+  Outcome out = run(p, options, {}, true, false, start);
+  if (outcome) *outcome = out.how;
   if (!out.feasible) {
     if (out.hit_limit) return infeasible("the solver found no plan within the time limit");
     return diagnoseInfeasible(p, options);
@@ -287,6 +334,17 @@ Expected<Solution> solve(const Problem& p, const SolverOptions& options) {
   s.variables = out.variables;
   s.constraints = out.constraints;
   return s;
+}
+
+}  // namespace
+
+Expected<Solution> solve(const Problem& p, const SolverOptions& options) {
+  return solveWith(p, options, nullptr, nullptr);
+}
+
+Expected<Solution> solve(const Problem& p, const SolverOptions& options,
+                         const std::vector<uint32_t>& start, StartOutcome* outcome) {
+  return solveWith(p, options, &start, outcome);
 }
 
 }  // namespace apc::solver

@@ -27,9 +27,22 @@
 //    Chains of views and pointwise ops, and the leaves of the graph, disappear this way; parameters
 //    (memory bound) and branching nodes remain. This is where the design's "follow-merging" went:
 //    eliminating a follower is the exact form of merging it into its producer.
+// 3. Repeated-layer clustering (SolveGraphOptions::cluster) solves a restriction, the quotient
+//    problem in which tied layers make the same choice. Its plan U, expanded to every node, is
+//    then checked against the unclustered problem R (reduced by 1-2, no clustering). U restricted
+//    to R's nodes is a feasible choice of R; when its objective is within 1e-9 (relative) of the
+//    optimum of R's LP relaxation, a lower bound on every choice of R, it is optimal for R, and
+//    its expansion (R's eliminated nodes re-chosen by their argmins) is optimal for the full
+//    problem. Otherwise R is solved with U's restriction as the incumbent (an integral LP
+//    optimum, or CBC with its objective as cutoff), so the result is never worse than U. U itself
+//    is returned when that optimum is not cheaper (the common case, "clustered solution verified
+//    by LP bound" in ReductionStats::cluster_check), else the optimum of R, expanded ("re-solved
+//    without clustering"). Either way the result is an optimum of the full problem (within the
+//    solver's time limit): clustering only makes finding it and proving it cheap.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
@@ -171,6 +184,20 @@ class Reducer {
     for (uint32_t v = 0; v < alive_.size(); ++v)
       full[v] = keep_[v].empty() ? 0 : keep_[v][local[v]];
     return full;
+  }
+
+  /// The reduced problem's choice that a full choice makes (`ids` as filled by reduced()); empty
+  /// when the full choice uses a strategy the reduction dropped (then it was infeasible).
+  std::vector<uint32_t> restrictChoice(const std::vector<uint32_t>& ids,
+                                       const std::vector<uint32_t>& full) const {
+    std::vector<uint32_t> choice(ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const std::vector<uint32_t>& k = keep_[ids[i]];
+      auto it = std::find(k.begin(), k.end(), full[ids[i]]);
+      if (it == k.end()) return {};
+      choice[i] = static_cast<uint32_t>(it - k.begin());
+    }
+    return choice;
   }
 
   size_t aliveNodes() const {
@@ -363,6 +390,62 @@ class Reducer {
   double constant_ = 0;
 };
 
+/// Step 3 of the file comment: proves the clustered plan `clustered` (a choice of `full`) optimal
+/// with the LP bound of the unclustered reduced problem, or replaces it by that problem's optimum.
+Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& options,
+                                  Solution clustered, ReductionStats* stats) {
+  auto t0 = std::chrono::steady_clock::now();
+  Reducer reducer(full);
+  std::vector<uint32_t> ids;
+  std::vector<uint32_t> start;
+  Problem reduced;
+  if (!reducer.hasEmptyNode()) {
+    reducer.run();
+    reduced = reducer.reduced(ids);
+    start = reducer.restrictChoice(ids, clustered.choice);
+  }
+  // The clustered plan is a feasible choice of `full` (its objective is finite), and the exact
+  // reduction drops no strategy that a feasible choice uses: unreachable.
+  if (reducer.hasEmptyNode() || (start.empty() && !ids.empty()))
+    return internalError("the clustered plan violates the unclustered problem");
+  Solution unclustered;
+  StartOutcome how = StartOutcome::kStartProven;
+  if (reduced.nodes.empty()) {
+    // Everything was eliminated: the expansion is an optimum.
+    unclustered.status = "optimal";
+    how = StartOutcome::kLpIntegral;
+  } else {
+    APC_ASSIGN_OR_RETURN(unclustered, solve(reduced, options.solver, start, &how));
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<uint32_t> choice = reducer.expand(ids, unclustered.choice);
+  double objective = evaluate(full, choice);
+  if (stats) stats->cluster_check_seconds = seconds;
+  // The unclustered solution is optimal (or the best found). It can be cheaper than the clustered
+  // plan even when it is the clustered plan's restriction (kStartProven): the unclustered
+  // elimination re-chooses the eliminated nodes, which clustering had tied. Keep the clustered
+  // plan unless clearly cheaper, so that the plan is the one without the check when that passes.
+  if (!(objective < clustered.objective - 1e-9 * std::max(1.0, std::fabs(clustered.objective)))) {
+    if (stats)
+      stats->cluster_check = reduced.nodes.empty() ? "clustered solution verified by elimination"
+                             : how == StartOutcome::kStartProven
+                                 ? "clustered solution verified by LP bound"
+                                 : "clustered solution verified by the unclustered ILP";
+    // The clustered problem's bound is not one of `full` (it is a restriction): the
+    // unclustered one is.
+    clustered.status = unclustered.status;
+    clustered.bound = std::min(unclustered.bound + reducer.constant(), clustered.objective);
+    clustered.seconds += seconds;
+    return clustered;
+  }
+  if (stats) stats->cluster_check = "re-solved without clustering";
+  unclustered.choice = std::move(choice);
+  unclustered.objective = objective;
+  unclustered.bound = std::min(unclustered.bound + reducer.constant(), objective);
+  unclustered.seconds += clustered.seconds;
+  return unclustered;
+}
+
 }  // namespace
 
 Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& options,
@@ -385,8 +468,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   const Problem* base = &full;
   if (options.cluster) {
     size_t clusters = 0;
-    std::vector<uint32_t> rep =
-        repeatedLayerRepresentatives(gp, &clusters, options.cluster_untie_ends);
+    std::vector<uint32_t> rep = repeatedLayerRepresentatives(gp, &clusters);
     if (stats) stats->clusters = clusters;
     if (clusters > 0) {
       quotient = quotientProblem(full, rep, quotient_index);
@@ -427,7 +509,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   s.bound = s.bound + reducer.constant();
   s.choice = std::move(choice);
   s.objective = objective;
-  return s;
+  if (base == &full) return s;
+  return checkClustered(full, options, std::move(s), stats);
 }
 
 }  // namespace apc::solver

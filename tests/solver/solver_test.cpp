@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "apc/solver/ilp.h"
@@ -165,6 +166,89 @@ TEST(Solver, MatchesBruteForceOnRandomDags) {
     ++compared;
   }
   EXPECT_GE(compared, 50);
+}
+
+/// Three nodes, two strategies, every pair of nodes prefers different strategies: the LP
+/// relaxation (0, all x = 1/2) is below every integral choice (1), so a start cannot be proven by
+/// the LP bound and CBC has to run.
+Problem frustratedTriangle() {
+  Problem p;
+  p.nodes = {node("a", {0, 0}), node("b", {0, 0}), node("c", {0, 0})};
+  p.edges = {{0, 1, {1, 0, 0, 1}}, {1, 2, {1, 0, 0, 1}}, {0, 2, {1, 0, 0, 1}}};
+  return p;
+}
+
+TEST(Solver, StartMeetingTheLpBoundIsReturnedAsIs) {
+  StartOutcome how = StartOutcome::kBranchAndBound;
+  auto s = solve(chain(), {}, {1, 1, 1}, &how);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(how, StartOutcome::kStartProven);
+  EXPECT_EQ(s->choice, (std::vector<uint32_t>{1, 1, 1}));
+  EXPECT_DOUBLE_EQ(s->objective, 7);
+  EXPECT_EQ(s->status, "optimal");
+}
+
+TEST(Solver, StartAboveTheBoundIsImproved) {
+  StartOutcome how = StartOutcome::kStartProven;
+  auto s = solve(chain(), {}, {0, 0, 0}, &how);  // 10, the integral LP finds 7
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(how, StartOutcome::kLpIntegral);
+  EXPECT_DOUBLE_EQ(s->objective, 7);
+  EXPECT_EQ(s->status, "optimal");
+
+  // Fractional LP: CBC runs with the start's objective as cutoff.
+  s = solve(frustratedTriangle(), {}, {0, 0, 0}, &how);  // 3, the optimum is 1
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(how, StartOutcome::kBranchAndBound);
+  EXPECT_DOUBLE_EQ(s->objective, 1);
+  EXPECT_EQ(s->status, "optimal");
+
+  // An optimal start that the LP cannot prove: CBC finds nothing cheaper, the start stays.
+  s = solve(frustratedTriangle(), {}, {0, 1, 0}, &how);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(how, StartOutcome::kBranchAndBound);
+  EXPECT_EQ(s->choice, (std::vector<uint32_t>{0, 1, 0}));
+  EXPECT_DOUBLE_EQ(s->objective, 1);
+  EXPECT_EQ(s->status, "optimal");
+}
+
+TEST(Solver, InfeasibleStartIsRejected) {
+  Problem p = chain();
+  p.nodes[2].pinned = 0;
+  EXPECT_EQ(solve(p, {}, {1, 1, 1}).error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(solve(p, {}, {1, 1}).error().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(Solver, MatchesBruteForceFromAnyStart) {
+  std::mt19937 rng(7);
+  int compared = 0;
+  for (int trial = 0; trial < 40; ++trial) {
+    Problem p = randomProblem(rng, 5 + trial % 4);
+    if (trial % 2 == 0) {
+      double total = 0;
+      for (const auto& v : p.nodes) total += *std::max_element(v.memory.begin(), v.memory.end());
+      p.memory = MemoryBound{0, total * 0.6};
+    }
+    auto brute = bruteForce(p);
+    if (!brute.ok()) continue;
+    // A feasible start: the worst of a few random feasible choices (or the optimum itself).
+    std::vector<uint32_t> start = brute->choice;
+    for (int tries = 0; tries < 50; ++tries) {
+      std::vector<uint32_t> c;
+      for (const auto& v : p.nodes)
+        c.push_back(std::uniform_int_distribution<uint32_t>(
+            0, static_cast<uint32_t>(v.numStrategies() - 1))(rng));
+      double obj = evaluate(p, c);
+      if (std::isfinite(obj) && obj > evaluate(p, start)) start = c;
+    }
+    auto ilp = solve(p, {}, start);
+    ASSERT_TRUE(ilp.ok()) << "trial " << trial << ": " << ilp.error().message();
+    EXPECT_NEAR(ilp->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
+        << "trial " << trial;
+    EXPECT_EQ(ilp->status, "optimal");
+    ++compared;
+  }
+  EXPECT_GE(compared, 30);
 }
 
 TEST(Solver, DumpAndReplayGiveTheSameAnswer) {

@@ -18,7 +18,8 @@
 //   re-gather), so the runtime must do the same for measured and priced bytes to agree. Both use
 //   the one redistribution planner of lib/cost, so priced collectives are the executed ones.
 // - Parameter memory (e): bytes of each parameter's local shard; bounds low/high are fractions of
-//   the total parameter bytes, default (0, 1/world size).
+//   the total parameter bytes, default (0, 1/world size); when uneven dims make 1/world size
+//   unreachable (the largest piece is counted), the default high is the least footprint instead.
 // - Free outputs: an output leaf without a constraint may end in any placement but Partial. The
 //   lowering reduces a Partial output to Replicate at the end of the forward, so a free leaf whose
 //   producer has a strategy with a Partial output gets an unpinned sink whose edge prices that
@@ -48,6 +49,8 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "apc/cost/device.h"
@@ -70,6 +73,9 @@ struct GraphProblem {
   /// Per problem node: the module path of its graph node ("" for sinks); drives layer clustering.
   std::vector<std::string> module_paths;
   double total_param_bytes = 0;
+  /// The memory high in bytes when the spec leaves it to the default: 1/world size of
+  /// total_param_bytes, or the least footprint any plan has when uneven pieces make that more.
+  std::optional<double> default_high_bytes;
 };
 
 /// Every placement tuple of a tensor on the mesh: per mesh dim R or S(d), pruned where a dim would
@@ -100,37 +106,41 @@ struct ReductionStats {
   size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
   size_t nodes_after = 0, edges_after = 0, strategies_after = 0;
   size_t clusters = 0;  // repeated-layer clusters whose variables were tied
+  // With clusters: how the clustered plan was checked against the unclustered problem (see
+  // SolveGraphOptions::cluster): "clustered solution verified by LP bound", "... verified by the
+  // unclustered ILP", "... verified by elimination" (the unclustered reduction left nothing), or
+  // "re-solved without clustering" (the unclustered optimum was cheaper and is returned); empty
+  // without clusters.
+  std::string cluster_check;
+  double cluster_check_seconds = 0;  // time of that check (reduction, LP, any ILP)
 };
 
 struct SolveGraphOptions {
   SolverOptions solver;
   bool reduce = true;  // exact elimination of followers and leaves before the ILP
-  // Tie the variables of repeated layers (with reduce). This restricts the search to plans that
-  // are the same in every layer: exact when such an optimum exists (the default budget on the
-  // samples), but under a tight memory budget an uneven plan can be cheaper (measured: 5% on
-  // mlp_stack 2x4 at high = 0.126, 3% on gpt2_tiny 8x8 at 0.0157; llama_small on [4] at the
-  // default 1/4: +6.98 us with 4 and with 8 layers, 0.32% and 0.19%, exact at high = 1). Turn off
-  // for exactness.
+  // Tie the variables of repeated layers (with reduce) to find a plan fast, then prove it or
+  // improve it on the unclustered problem; this does not restrict the optimum. The tied problem
+  // alone only searches plans that are the same in every layer, and an uneven plan can be cheaper
+  // (llama_small on [4] at the default 1/4: 6.98 us with 4 and with 8 layers, where the unreduced
+  // optimum differs in the boundary layers; on earlier versions also 5% on mlp_stack 2x4 at
+  // high = 0.126 and 3% on gpt2_tiny 8x8 at 0.0157, now equal there). So the clustered plan
+  // is checked against the LP bound of the unclustered reduced problem: when it meets the bound it
+  // is optimal and returned; otherwise the unclustered problem is solved with the clustered plan as
+  // incumbent (lib/solver/reduce.cpp, step 3; ReductionStats::cluster_check says which). The result
+  // is an optimum of the full problem either way. (An earlier option left the first and last layer
+  // untied; the check replaces it: it is exact in every case, and the ILP keeps one copy of a
+  // layer.)
   bool cluster = true;
-  // Leave the first and the last instance of each repeated prefix (4 or more instances) untied:
-  // their neighbours differ from the middle layers' (the embedding before layer 0, the final norm
-  // after the last), and there the optimum can differ. Makes llama_small on [4] exact at the
-  // default budget (both layer counts) and llama3_8b 8x8 0.11% cheaper (90,360 against 90,464 us),
-  // but the ILP gets three copies of a layer instead of one (measured before the reduction's
-  // memory-bound fixing: solve 75 s instead of 7 s on 2 busy cores). Off by default for that.
-  bool cluster_untie_ends = false;
 };
 
 /// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
 /// component names the layer instance, as in `layers.3.attention.wq`) are grouped by instance; the
 /// instances of one prefix whose nodes match one by one (same module suffix, same strategies and
-/// costs, no pins) are tied to the first of them (with `untie_ends` and 4 or more instances: the
-/// middle ones to the second, the first and last left alone). Returns, per node, its
+/// costs, no pins) are tied to the first of them. Returns, per node, its
 /// representative (itself when not tied), and the number of clusters (prefixes with at least two
 /// tied instances).
 std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp,
-                                                   size_t* clusters = nullptr,
-                                                   bool untie_ends = false);
+                                                   size_t* clusters = nullptr);
 
 /// The problem with every node replaced by its representative: costs and memory summed over the
 /// tied nodes, parallel edges summed, edges inside one representative folded onto its diagonal.

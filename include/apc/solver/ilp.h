@@ -43,4 +43,21 @@ struct SolverOptions {
 /// infeasible, and for the memory bound the smallest feasible high), kInternal when CBC fails.
 Expected<Solution> solve(const Problem& p, const SolverOptions& options = {});
 
+/// How solve() with a start finished (see below).
+enum class StartOutcome {
+  kStartProven,    // the start's objective met the LP bound: the start is returned, optimal
+  kLpIntegral,     // the LP optimum was integral and cheaper than the start: it is returned
+  kBranchAndBound  // CBC ran with the start's objective as cutoff; the better of the two returned
+};
+
+/// Solves the problem given a feasible choice `start` (an incumbent, e.g. the expanded plan of a
+/// restricted problem). The LP relaxation is solved first; its optimum is a lower bound on every
+/// choice, so a start whose objective is within 1e-9 (relative) of it is proven optimal and
+/// returned as is, without CBC. Otherwise an integral LP optimum is returned, or CBC runs with the
+/// start's objective as cutoff (it only looks for cheaper choices) and the start is kept when CBC
+/// finds none: the result is never worse than the start. `outcome` receives which of these
+/// happened. Errors as solve(); kInvalidArgument also when `start` is infeasible for `p`.
+Expected<Solution> solve(const Problem& p, const SolverOptions& options,
+                         const std::vector<uint32_t>& start, StartOutcome* outcome = nullptr);
+
 }  // namespace apc::solver
