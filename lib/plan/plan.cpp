@@ -208,6 +208,8 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
                                                   static_cast<double>(t.param_bytes_total))
                                 : 0.0;
   double high = spec.memory_budget.high.value_or(1.0 / static_cast<double>(spec.mesh.worldSize()));
+  if (!spec.memory_budget.high && gp.default_high_bytes && gp.total_param_bytes > 0)
+    high = *gp.default_high_bytes / gp.total_param_bytes;
   t.memory_low = canonicalNumber(spec.memory_budget.low);
   t.memory_high = canonicalNumber(high);
 

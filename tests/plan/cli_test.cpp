@@ -124,6 +124,23 @@ TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
   EXPECT_EQ(readFile(tmp("l1.json")), readFile(tmp("l2.json")));
 }
 
+TEST_F(PlanCli, DefaultBudgetIsReachableWithUnevenParameters) {
+  // cnn_small's classifier bias has 10 elements: sharded on 4 ranks its largest piece is
+  // ceil(10 / 4) = 3, so exactly 1/4 of the parameter bytes is unreachable; the default high becomes
+  // the least footprint any plan has.
+  Result r = runApc("plan " + kSamples + "cnn_small.pt --mesh 4 -o " + tmp("cnn.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto totals = nlohmann::json::parse(readFile(tmp("cnn.json")))["totals"];
+  double total = totals["param_bytes_total"].get<double>();
+  double per_rank = totals["param_bytes_per_rank"].get<double>();
+  EXPECT_GT(per_rank, total / 4);
+  EXPECT_GT(totals["memory_high"].get<double>(), 0.25);
+  EXPECT_LE(totals["param_memory_fraction"].get<double>(), totals["memory_high"].get<double>());
+  // An explicit 1/4 is the user's bound and stays infeasible, with a one-line error.
+  expectOneLineError(runApc("plan " + kSamples + "cnn_small.pt --mesh 4 --memory-budget 0,0.25"),
+                     "memory");
+}
+
 TEST_F(PlanCli, PlanValidatesAgainstTheSchema) {
   ASSERT_EQ(planToy(tmp("s1.json")).code, 0);
   ASSERT_EQ(runApc("plan " + kSamples + "multi_output.pt --mesh 4 -o " + tmp("s2.json")).code, 0);
