@@ -126,8 +126,8 @@ TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
 
 TEST_F(PlanCli, DefaultBudgetIsReachableWithUnevenParameters) {
   // cnn_small's classifier bias has 10 elements: sharded on 4 ranks its largest piece is
-  // ceil(10 / 4) = 3, so exactly 1/4 of the parameter bytes is unreachable; the default high becomes
-  // the least footprint any plan has.
+  // ceil(10 / 4) = 3, so exactly 1/4 of the parameter bytes is unreachable; the default high
+  // becomes the least footprint any plan has.
   Result r = runApc("plan " + kSamples + "cnn_small.pt --mesh 4 -o " + tmp("cnn.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   auto totals = nlohmann::json::parse(readFile(tmp("cnn.json")))["totals"];
