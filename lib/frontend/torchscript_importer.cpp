@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 #include "apc/frontend/torchscript.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -800,6 +801,45 @@ Expected<Loaded> loadArchive(const std::string& path) {
   return l;
 }
 
+/// Symbolic propagation (only when some input has a symbolic dim; static imports are untouched).
+/// For each symbol, the graph is interpreted a second time with that symbol's hint doubled; every
+/// tensor dim (of a value or of a tensor-list element) whose size differs between the two runs
+/// becomes that symbol, with the first run's size as hint. Int constants that differ (aten::size of
+/// a dynamic dim and arithmetic on it) keep the hint as their constant: lowering expresses the one
+/// dynamic dim of a view / reshape output as -1 (apc/lower/local_rewrite.h), which covers the size
+/// lists such ints build in the sample models; other consumers of such ints stay at the hint.
+/// Both runs must give graphs of the same structure, else the dims stay static.
+template <typename Interpret>
+Status propagateSymbols(ir::Graph& g, const std::vector<InputSpec>& inputs, Interpret&& interpret) {
+  std::vector<std::string> symbols;
+  for (const InputSpec& s : inputs)
+    for (const ir::Dim& d : s.shape)
+      if (d.isSymbolic() && std::find(symbols.begin(), symbols.end(), d.symbol) == symbols.end())
+        symbols.push_back(d.symbol);
+  for (const std::string& sym : symbols) {
+    std::vector<InputSpec> changed = inputs;
+    for (InputSpec& s : changed)
+      for (ir::Dim& d : s.shape)
+        if (d.symbol == sym) d.size *= 2;
+    APC_ASSIGN_OR_RETURN(ir::Graph h, interpret(changed));
+    if (h.numValues() != g.numValues() || h.numNodes() != g.numNodes()) continue;
+    auto mark = [&](ir::TensorMeta& a, const ir::TensorMeta& b) {
+      if (a.shape.size() != b.shape.size()) return;
+      for (size_t d = 0; d < a.shape.size(); ++d)
+        if (!a.shape[d].isSymbolic() && a.shape[d].size != b.shape[d].size)
+          a.shape[d] = ir::Dim::symbolic(sym, a.shape[d].size);
+    };
+    for (size_t i = 0; i < g.numValues(); ++i) {
+      ir::Value& a = g.value(ir::ValueId(static_cast<uint32_t>(i)));
+      const ir::Value& b = h.value(ir::ValueId(static_cast<uint32_t>(i)));
+      if (a.tensor && b.tensor) mark(*a.tensor, *b.tensor);
+      if (a.elements.size() == b.elements.size())
+        for (size_t e = 0; e < a.elements.size(); ++e) mark(a.elements[e], b.elements[e]);
+    }
+  }
+  return Status::success();
+}
+
 }  // namespace
 
 Expected<std::vector<InputSpec>> recordedInputs(const std::string& path) {
@@ -855,15 +895,17 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
   if (timings) timings->inline_s = secondsSince(t1);
 
   auto t2 = std::chrono::steady_clock::now();
-  Importer importer(l.module, inputs);
-  Expected<ir::Graph> g = [&]() -> Expected<ir::Graph> {
+  auto interpret = [&](const std::vector<InputSpec>& specs) -> Expected<ir::Graph> {
+    Importer importer(l.module, specs);
     try {
       return importer.run(graph);
     } catch (const std::exception& e) {
       return unsupported("import failed: " + firstLine(e.what()));
     }
-  }();
+  };
+  Expected<ir::Graph> g = interpret(inputs);
   if (!g.ok()) return g;
+  APC_RETURN_IF_ERROR(propagateSymbols(*g, inputs, interpret));
   g->name = std::filesystem::path(path).stem().string();
   if (timings) timings->interpret_s = secondsSince(t2);
   return g;

@@ -63,9 +63,20 @@ at::Tensor runStep(const RedistStepSpec& s, const at::Tensor& x, World& world,
   at::Tensor in = x.contiguous();
   at::Tensor out;
   switch (s.kind) {
-    case StepKind::kAllGather:
-      out = comm.allGather(in, s.gather_dim, s.group_sizes);
+    case StepKind::kAllGather: {
+      // A dynamic dim (a symbol in the program) may differ from the recorded sizes: when this
+      // rank's piece does not have its recorded size, the members exchange their sizes first.
+      std::vector<int64_t> sizes = s.group_sizes;
+      const auto me = static_cast<size_t>(comm.index());
+      if (me < sizes.size() && in.dim() > s.gather_dim && in.size(s.gather_dim) != sizes[me]) {
+        at::Tensor mine = at::full({1}, in.size(s.gather_dim), at::kLong);
+        at::Tensor all =
+            comm.allGather(mine, 0, std::vector<int64_t>(static_cast<size_t>(comm.size()), 1));
+        sizes.assign(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
+      }
+      out = comm.allGather(in, s.gather_dim, sizes);
       break;
+    }
     case StepKind::kAllReduce:
       out = in.clone(at::MemoryFormat::Contiguous);
       comm.allReduce(out, s.reduce_op);

@@ -274,6 +274,53 @@ TEST(Importer, NodeCountsAreStable) {
   }
 }
 
+TEST(Importer, SymbolicBatchPropagatesThroughTheGraph) {
+  // With x:f32[B=8,...] every dim that follows the batch is symbolic B (hint 8), and nothing else
+  // is; the same import with a static batch has no symbolic dim, and node counts agree.
+  for (const char* name : {"mlp_stack", "toy_block"}) {
+    SCOPED_TRACE(name);
+    const json* sample = nullptr;
+    for (const json* sp : samples())
+      if ((*sp)["name"] == name) sample = sp;
+    if (!sample) GTEST_SKIP() << "run sample_models/generate.py";
+    ImportOptions o;
+    o.inputs = inputsOf(*sample);
+    ASSERT_EQ(o.inputs.size(), 1u);
+    const int64_t batch = o.inputs[0].shape[0].size;
+    std::string path = (kSamples / (*sample)["file"].get<std::string>()).string();
+    auto fixed = importTorchScript(path, o);
+    ASSERT_TRUE(fixed.ok()) << fixed.error().message();
+    o.inputs[0].shape[0] = ir::Dim::symbolic("B", batch);
+    auto dyn = importTorchScript(path, o);
+    ASSERT_TRUE(dyn.ok()) << dyn.error().message();
+    ASSERT_EQ(dyn->numNodes(), fixed->numNodes());
+    ASSERT_EQ(dyn->numValues(), fixed->numValues());
+    int symbolic_values = 0;
+    for (uint32_t i = 0; i < dyn->numValues(); ++i) {
+      const ir::Value& a = fixed->value(ir::ValueId(i));
+      const ir::Value& b = dyn->value(ir::ValueId(i));
+      ASSERT_EQ(a.tensor.has_value(), b.tensor.has_value());
+      EXPECT_EQ(a.constant, b.constant);  // size constants keep the hint
+      if (!a.tensor) continue;
+      for (const ir::Dim& d : a.tensor->shape) EXPECT_FALSE(d.isSymbolic());
+      ASSERT_EQ(a.tensor->shape.size(), b.tensor->shape.size());
+      bool any = false;
+      for (size_t d = 0; d < b.tensor->shape.size(); ++d) {
+        EXPECT_EQ(b.tensor->shape[d].size, a.tensor->shape[d].size);
+        if (b.tensor->shape[d].isSymbolic()) {
+          EXPECT_EQ(b.tensor->shape[d].symbol, "B");
+          any = true;
+        }
+      }
+      symbolic_values += any;
+    }
+    EXPECT_GT(symbolic_values, 1);
+    auto leaves = dyn->outputs().leaves();
+    ASSERT_FALSE(leaves.empty());
+    EXPECT_EQ(dyn->value(leaves[0]).tensor->shape[0], ir::Dim::symbolic("B", batch));
+  }
+}
+
 // --- bad input -----------------------------------------------------------------------------------
 
 class TempDir : public ::testing::Test {

@@ -14,6 +14,17 @@
 // 4. prim::If whose condition does not depend on the inputs is flattened to the taken branch; other
 //    control flow is an error naming the node and its source line.
 //
+// 5. Only when some input has a symbolic dim (`x:f32[B=8,16]`): for each symbol, the graph is
+//    interpreted a second time with that symbol's hint doubled, and every tensor dim (values and
+//    tensor-list elements) whose size differs between the runs becomes that symbol, hint kept.
+//    Int constants derived from a dynamic dim (aten::size, arithmetic on it) keep the hint:
+//    lowering writes the one symbolic dim of a view / reshape output as -1
+//    (apc/lower/local_rewrite.h), which covers the size lists such ints build; other consumers of
+//    them (expand, factories, arange) stay at the hint, so models using them (llama_tiny's
+//    repeat_kv expands to B) do not run at other batches yet. When the second run gives a
+//    different graph (a branch on a size), the dims stay static. Static imports are unchanged (one
+//    interpretation).
+//
 // The input shapes come from `ImportOptions::inputs`, else from the archive's
 // `extra/apc_inputs.json` (written by our sample generator), else from the complete tensor types
 // recorded in the graph; an input without a shape is an error.
