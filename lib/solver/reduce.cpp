@@ -509,7 +509,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   s.bound = s.bound + reducer.constant();
   s.choice = std::move(choice);
   s.objective = objective;
-  if (base == &full) return s;
+  if (base == &full || !options.prove_cluster) return s;
   return checkClustered(full, options, std::move(s), stats);
 }
 

@@ -131,6 +131,10 @@ struct SolveGraphOptions {
   // untied; the check replaces it: it is exact in every case, and the ILP keeps one copy of a
   // layer.)
   bool cluster = true;
+  // Run that check (default). Off, the tied problem's plan is returned unproven: an upper bound on
+  // the optimum, for callers that only need one (the quality test: a clustered plan no dearer than
+  // a baseline implies the optimum is no dearer either).
+  bool prove_cluster = true;
 };
 
 /// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
