@@ -14,28 +14,8 @@ Expected<c10::IValue> constantToIValue(const ir::Constant& c, const c10::Argumen
 }
 
 c10::ScalarType widenedScalarType(ir::DType d) {
-  switch (d) {
-    case ir::DType::kF32:
-    case ir::DType::kF64:
-    case ir::DType::kF16:
-    case ir::DType::kBF16:
-      return at::kDouble;
-    case ir::DType::kI64:
-      return at::kLong;
-    case ir::DType::kI32:
-      return at::kInt;
-    case ir::DType::kI16:
-      return at::kShort;
-    case ir::DType::kI8:
-      return at::kChar;
-    case ir::DType::kU8:
-      return at::kByte;
-    case ir::DType::kBool:
-      return at::kBool;
-    case ir::DType::kUnknown:
-      break;
-  }
-  return at::kDouble;
+  c10::ScalarType t = runtime::scalarTypeOf(d);
+  return at::isFloatingType(t) ? at::kDouble : t;
 }
 
 }  // namespace apc::validator
