@@ -411,30 +411,33 @@ void Lowerer::addProgramTensor(
 Status Lowerer::emitLeafNode(const ir::Node& n) {
   if (n.outputs.size() != 1) return internalError(n.qualifiedOp() + " node without one output");
   const ir::Value& v = g_.value(n.outputs[0]);
+  google::protobuf::RepeatedPtrField<proto::ProgramTensor>* list = nullptr;
   if (!v.tensor) {  // a non-tensor forward argument: kept as is
     vmap_[v.id.v] = addValue(v, std::nullopt, v.debug_name);
   } else {
     const PlacementTuple& t = *placement_[v.id.v];
     vmap_[v.id.v] = addValue(v, t, v.debug_name);
-    auto* list = n.kind == ir::NodeKind::kInput       ? program_.mutable_inputs()
-                 : n.kind == ir::NodeKind::kParameter ? program_.mutable_parameters()
-                                                      : program_.mutable_buffers();
+    list = n.kind == ir::NodeKind::kInput       ? program_.mutable_inputs()
+           : n.kind == ir::NodeKind::kParameter ? program_.mutable_parameters()
+                                                : program_.mutable_buffers();
     addProgramTensor(n.name, *v.tensor, t, vmap_[v.id.v], list);
   }
   ir::Node copy = n;
   copy.inputs.clear();
   copy.outputs = {vmap_[v.id.v]};
   addNode(std::move(copy), static_cast<int32_t>(n.id.v));
-  // Mixed precision: floating parameters and inputs are held in their own dtype (the node's
-  // value) and cast to param_dtype at once, so every collective and op sees param_dtype.
-  if (v.tensor && (n.kind == ir::NodeKind::kParameter || n.kind == ir::NodeKind::kInput) &&
-      computeDtype(v.tensor->dtype) != v.tensor->dtype) {
+  // Mixed precision: floating parameters, buffers and inputs are held in their own dtype (the
+  // node's value) and cast to param_dtype at once, so every collective and op sees param_dtype.
+  // Buffers are cast like parameters (what `module.to(param_dtype)` does, and what the planner
+  // assumes of every value a buffer feeds): an f32 table (LLaMA's rope cos/sin) multiplied into
+  // a bf16 activation would otherwise promote it to f32 and meet a bf16 matmul further on. Values
+  // the model makes itself (factory ops, `.float()`, `type_as`) keep the dtypes its code gives
+  // them, as in eager PyTorch with the same casts.
+  if (v.tensor && n.kind != ir::NodeKind::kOp && computeDtype(v.tensor->dtype) != v.tensor->dtype) {
     ir::ValueId stored = vmap_[v.id.v];
     out_.value(stored).tensor->dtype = v.tensor->dtype;
     vmap_[v.id.v] =
         castTo(stored, computeDtype(v.tensor->dtype), n.module_path, static_cast<int32_t>(n.id.v));
-    auto* list =
-        n.kind == ir::NodeKind::kInput ? program_.mutable_inputs() : program_.mutable_parameters();
     proto::ProgramTensor& pt = *list->rbegin();
     pt.set_storage_dtype(ir::dtypeName(v.tensor->dtype));
     pt.set_dtype(ir::dtypeName(computeDtype(v.tensor->dtype)));

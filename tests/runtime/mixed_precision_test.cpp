@@ -14,7 +14,8 @@
 //     its backward runs through the casts, so the model's backward runs in bf16 and each parameter
 //     gradient is the bf16 gradient of the bf16 computation, read back as f32 (what the
 //     runtime's `aten::to` node gives its f32 storage: autograd casts the bf16 gradient up).
-// Checked on every rank, for mlp_stack and toy_block, optimizer plan and fsdp, on [2,2] and [4]:
+// Checked on every rank, for mlp_stack and toy_block, optimizer plan and fsdp, on [2,2] and [4]
+// (llama_tiny, gpt2_tiny: [2,2]):
 //   - every forward output leaf gathered to full is f32 and within kRtol * max |expected| of the
 //     reference's, and NOT within 1e-4 of the f32 model's (so the bf16 casts really ran);
 //   - every parameter gradient gathered to full (f32, the storage dtype) is within
@@ -29,10 +30,10 @@
 // itself is ~40% of max away from the f32 gradient), where rounding order alone moves the result
 // by that much; there the bound is twice the reference's own bf16 error (still far below O(1)).
 //
-// Not covered: llama_tiny (its program fails at run time under mixed precision: "node 123
-// aten::matmul (layers.0.attention): expected scalar type BFloat16 but found Float": an f32 value
-// not cast, likely a buffer or an op with an explicit f32 dtype, reaches a bf16 matmul), and the
-// communication check (MixedPrecisionComm, skipped: see there).
+// llama_tiny and gpt2_tiny run on [2,2] (optimizer plan and fsdp). llama_tiny's rope tables are
+// f32 buffers: the program casts floating buffers to param_dtype like parameters (as module.to
+// does in the reference); its f32 causal mask (torch.full without a dtype) and the `.float()`
+// softmax stay f32 in both, as the model's code asks.
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/Parallel.h>
@@ -64,6 +65,8 @@ const std::map<std::string, ModelCase>& models() {
   static const std::map<std::string, ModelCase> m = {
       {"toy_block", {"toy_block", {"x:f32[8,2,1024]"}, 0, ""}},
       {"mlp_stack", {"mlp_stack", {"x:f32[8,4,128]"}, 0, ""}},
+      {"llama_tiny", {"llama_tiny", {"tokens:i64[8,8]"}, 256, ""}},
+      {"gpt2_tiny", {"gpt2_tiny", {"idx:i64[8,8]"}, 50257, ""}},
   };
   return m;
 }
@@ -249,6 +252,8 @@ std::vector<MpCase> mpCases() {
   for (const char* model : {"mlp_stack", "toy_block"})
     for (const std::vector<int>& mesh : {std::vector<int>{2, 2}, std::vector<int>{4}})
       for (const char* strategy : {"", "fsdp"}) cases.push_back({model, mesh, strategy});
+  for (const char* model : {"llama_tiny", "gpt2_tiny"})
+    for (const char* strategy : {"", "fsdp"}) cases.push_back({model, {2, 2}, strategy});
   return cases;
 }
 

@@ -37,10 +37,14 @@
 // read off a tensor): the runtime maps them to its own device.
 //
 // Mixed precision (spec.mixed_precision, recorded in Program.mixed_precision). With param_dtype
-// set, every floating parameter and forward input is held in its model dtype (the parameter /
-// input node's value; ProgramTensor.storage_dtype) and cast at once by an `aten::to.dtype` node
+// set, every floating parameter, buffer and forward input is held in its model dtype (the leaf
+// node's value; ProgramTensor.storage_dtype) and cast at once by an `aten::to.dtype` node
 // (ProgramTensor.dtype = param_dtype), before any redistribute node: parameters are all-gathered
-// in param_dtype, and autograd casts their gradients back to the storage dtype. Floating values
+// in param_dtype, and autograd casts their gradients back to the storage dtype. Buffers are cast
+// as `module.to(param_dtype)` casts them (an f32 rope table times a bf16 activation would give
+// f32 and fail at the next bf16 matmul); the single-process reference of a mixed-precision run
+// is the module cast whole to param_dtype. Values the model makes itself (factory ops without a
+// dtype, `.float()`, `type_as`) keep what its code asks for, as in eager PyTorch. Floating values
 // of the program are recorded in param_dtype (an approximation: ops with an explicit dtype
 // argument keep producing what they ask for at run time). Output leaves are cast to output_dtype,
 // or back to the model's dtype, by `aten::to.dtype` nodes at the end (their source_node is -1).
