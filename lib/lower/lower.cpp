@@ -122,6 +122,7 @@ class Lowerer {
                              const std::vector<bool>& op_split, const std::string& consumer,
                              const std::string& module_path);
   Status fillSteps(const cost::RedistributionPlan& plan, const ir::TensorMeta& meta,
+                   std::optional<ir::DType> reduce_dtype,
                    google::protobuf::RepeatedPtrField<proto::RedistStep>* out) const;
   Status emitLeafNode(const ir::Node& n);
   Status emitOp(const ir::Node& n);
@@ -290,7 +291,10 @@ Expected<ir::ValueId> Lowerer::localInput(ir::ValueId gv) {
   return vmap_[gv.v];
 }
 
+/// `meta` carries the dtype the steps move; `reduce_dtype`, when set, the dtype the reducing
+/// steps (all-reduce, reduce-scatter) move instead: their priced bytes are scaled to it.
 Status Lowerer::fillSteps(const cost::RedistributionPlan& plan, const ir::TensorMeta& meta,
+                          std::optional<ir::DType> reduce_dtype,
                           google::protobuf::RepeatedPtrField<proto::RedistStep>* out) const {
   std::vector<int64_t> sizes = ir::hintSizes(meta.shape);
   auto local = [&](const PlacementTuple& t, const std::vector<int64_t>& coord) {
@@ -320,7 +324,12 @@ Status Lowerer::fillSteps(const cost::RedistributionPlan& plan, const ir::Tensor
       if (s.kind == cost::StepKind::kAllToAll)
         ps->add_cut_sizes(local(s.after, member).at(static_cast<size_t>(s.shard_dim)));
     }
-    ps->set_priced_bytes(s.full_bytes);
+    const bool reduces =
+        s.kind == cost::StepKind::kAllReduce || s.kind == cost::StepKind::kReduceScatter;
+    int64_t bytes = s.full_bytes;
+    if (reduces && reduce_dtype && ir::dtypeBytes(meta.dtype) > 0)
+      bytes = bytes / ir::dtypeBytes(meta.dtype) * ir::dtypeBytes(*reduce_dtype);
+    ps->set_priced_bytes(bytes);
     setTexts(s.before, ps->mutable_before());
     setTexts(s.after, ps->mutable_after());
   }
@@ -332,8 +341,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
                                     const std::string& module_path) {
   const ir::Value& v = g_.value(gv);
   const PlacementTuple& src = *placement_[gv.v];
-  const ir::TensorMeta& meta = *v.tensor;
-  const bool grad = meta.requires_grad && ir::isFloating(meta.dtype);
+  const bool grad = v.tensor->requires_grad && ir::isFloating(v.tensor->dtype);
   PlacementTuple grad_from = dst;
   for (size_t m = 0; m < dst.size(); ++m) {
     if (dst[m].isPartial())
@@ -344,6 +352,16 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   PlacementTuple grad_to = partialAsReplicate(src);
   APC_ASSIGN_OR_RETURN(ir::ValueId local_src, localInput(gv));
   if (src == dst && (!grad || grad_from == grad_to)) return local_src;
+  // The steps move the tensor in the dtype the program holds it in (param_dtype under mixed
+  // precision), and so does its gradient; a parameter's gradient is reduced in reduce_dtype
+  // (FSDP2's MixedPrecisionPolicy; the planner prices the same, see apc/solver/graph_problem.h).
+  ir::TensorMeta meta = *v.tensor;
+  if (const ir::Value& lv = out_.value(local_src); lv.tensor) meta.dtype = lv.tensor->dtype;
+  std::optional<ir::DType> reduce_dtype;
+  const auto& mp = p_.spec.mixed_precision;
+  if (grad && mp.reduce_dtype && *mp.reduce_dtype != meta.dtype &&
+      g_.node(v.producer).kind == ir::NodeKind::kParameter)
+    reduce_dtype = *mp.reduce_dtype;
   std::string key = std::to_string(gv.v) + "|" + mesh::toString(dst) + "|" +
                     (grad ? mesh::toString(grad_from) : std::string("-"));
   if (auto it = edge_cache_.find(key); it != edge_cache_.end()) return it->second;
@@ -357,7 +375,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   if (!fwd->feasible)
     return unsupported(name + ": " + mesh::toString(src) + " -> " + mesh::toString(dst) +
                        " is impossible (" + fwd->infeasible_reason + ")");
-  APC_RETURN_IF_ERROR(fillSteps(*fwd, meta, r.mutable_forward()));
+  APC_RETURN_IF_ERROR(fillSteps(*fwd, meta, std::nullopt, r.mutable_forward()));
   r.set_requires_grad(grad);
   if (grad) {
     setTexts(grad_from, r.mutable_grad_from());
@@ -368,7 +386,8 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
       return unsupported(name + ": gradient " + mesh::toString(grad_from) + " -> " +
                          mesh::toString(grad_to) + " is impossible (" + bwd->infeasible_reason +
                          ")");
-    APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, r.mutable_backward()));
+    APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
+    if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
   r.set_priced_forward_us(fwd->forward_us);
   r.set_priced_backward_us(fwd->backward_us);

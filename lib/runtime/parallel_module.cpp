@@ -202,13 +202,11 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->graph = std::make_shared<const ir::Graph>(std::move(graph).value());
   const ir::Graph& g = *impl->graph;
 
-  std::optional<at::ScalarType> reduce_dtype;
-  if (!prog.mixed_precision().reduce_dtype().empty()) {
-    APC_ASSIGN_OR_RETURN(reduce_dtype, scalarType(prog.mixed_precision().reduce_dtype()));
-  }
   for (const proto::Redistribution& r : prog.redistributions()) {
     APC_ASSIGN_OR_RETURN(RedistSpec spec, redistSpec(r, nd));
-    spec.reduce_dtype = reduce_dtype;
+    if (!r.reduce_dtype().empty()) {
+      APC_ASSIGN_OR_RETURN(spec.reduce_dtype, scalarType(r.reduce_dtype()));
+    }
     impl->redists.push_back(std::move(spec));
   }
   impl->node_redist.assign(g.numNodes(), -1);
@@ -531,16 +529,17 @@ PricedComm ParallelModule::pricedComm() const {
       if (s.kind == cost::StepKind::kLocalSlice) continue;
       ++c.forward_steps;
       c.priced_bytes += s.priced_bytes;
-      c.wire_bytes += wireBytes(s, impl_->mesh);
+      c.forward_wire_bytes += wireBytes(s, impl_->mesh);
     }
     if (!spec.requires_grad) continue;
     for (const RedistStepSpec& s : spec.backward) {
       if (s.kind == cost::StepKind::kLocalSlice) continue;
       ++c.backward_steps;
       c.priced_bytes += s.priced_bytes;
-      c.wire_bytes += wireBytes(s, impl_->mesh);
+      c.backward_wire_bytes += wireBytes(s, impl_->mesh);
     }
   }
+  c.wire_bytes = c.forward_wire_bytes + c.backward_wire_bytes;
   return c;
 }
 

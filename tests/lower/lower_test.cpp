@@ -234,6 +234,65 @@ TEST(Lower, MixedPrecisionCastsParametersBeforeTheirCollectives) {
   }
 }
 
+// The same plan lowered without the policy has the same redistributions; with it, every step
+// moves bf16 (half the priced bytes) except the reducing backward steps of a parameter's gradient,
+// which move f32 (reduce_dtype, recorded on the parameter's edge only).
+TEST(Lower, MixedPrecisionPricesTheBytesEachStepMoves) {
+  int reducing_param_steps = 0;
+  for (bool ddp : {false, true}) {  // the optimizer's plan, and ddp (gradients all-reduced)
+    // ddp on a large batch: a small one would rather gather the batch than reduce gradients.
+    ir::Graph g = toyBlock(ddp ? 512 : 8);
+    mesh::Spec spec = specFor({2, 2}, {});
+    if (ddp) spec = plan::baselineSpec(g, spec, solver::Baseline::kDdp);
+    spec.mixed_precision.param_dtype = ir::DType::kBF16;
+    spec.mixed_precision.reduce_dtype = ir::DType::kF32;
+    plan::Plan planned;
+    if (ddp) {
+      auto built = plan::buildProblem(g, spec);
+      ASSERT_TRUE(built.ok()) << built.error().message();
+      auto r = plan::solveBaselineAndPlan(g, *built, spec, plan::testing::toySource(g),
+                                          solver::Baseline::kDdp, {});
+      ASSERT_TRUE(r.ok()) << r.error().message();
+      planned = r->plan;
+    } else {
+      planned = planOf(g, spec).result.plan;
+    }
+    auto programs = lowerPlan(g, planned);
+    ASSERT_TRUE(programs.ok()) << programs.error().message();
+    plan::Plan plain = planned;
+    plain.spec.mixed_precision = {};
+    auto programs32 = lowerPlan(g, plain);
+    ASSERT_TRUE(programs32.ok()) << programs32.error().message();
+    for (size_t k = 0; k < programs->size(); ++k) {
+      const proto::Program& mp = (*programs)[k];
+      const proto::Program& fp = (*programs32)[k];
+      ASSERT_EQ(mp.redistributions_size(), fp.redistributions_size());
+      for (int i = 0; i < mp.redistributions_size(); ++i) {
+        const proto::Redistribution& a = mp.redistributions(i);
+        const proto::Redistribution& b = fp.redistributions(i);
+        ASSERT_EQ(a.edge(), b.edge());
+        EXPECT_TRUE(b.reduce_dtype().empty());
+        bool param = false;
+        for (const proto::ProgramTensor& t : mp.parameters())
+          param = param || a.edge().rfind("%" + t.name() + " -> ", 0) == 0;
+        EXPECT_EQ(a.reduce_dtype(), param && a.requires_grad() ? "f32" : "") << a.edge();
+        ASSERT_EQ(a.forward_size(), b.forward_size());
+        for (int s = 0; s < a.forward_size(); ++s)
+          EXPECT_EQ(2 * a.forward(s).priced_bytes(), b.forward(s).priced_bytes()) << a.edge();
+        ASSERT_EQ(a.backward_size(), b.backward_size());
+        for (int s = 0; s < a.backward_size(); ++s) {
+          const std::string& kind = a.backward(s).kind();
+          bool f32 = param && (kind == "all-reduce" || kind == "reduce-scatter");
+          reducing_param_steps += f32 ? 1 : 0;
+          EXPECT_EQ((f32 ? 1 : 2) * a.backward(s).priced_bytes(), b.backward(s).priced_bytes())
+              << a.edge() << " backward step " << s;
+        }
+      }
+    }
+  }
+  EXPECT_GT(reducing_param_steps, 0) << "the plan reduces no parameter gradient";
+}
+
 // --- artifact ------------------------------------------------------------------------------------
 
 std::string readBytes(const fs::path& p) {

@@ -4,8 +4,9 @@
 //   {"mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "f32"}}
 // (the optimizer's plan and the fsdp baseline, on [2,2] and [4]) is lowered by the `apc` binary
 // and run on forked ranks over Gloo. Its parameters are stored in f32 and cast to bf16 before any
-// redistribute, the inputs too; outputs are cast back to f32; backward reductions of gradients run
-// in f32. It is compared with a single-process reference that applies the same casts:
+// redistribute, the inputs and buffers too; outputs are cast back to f32; backward reductions of
+// parameters' gradients run in f32 (activations' gradients are reduced in bf16). It is compared
+// with a single-process reference that applies the same casts:
 //   - the TorchScript module is cast whole to bf16 (parameters and floating buffers), its
 //     parameters set to require grad; the f32 inputs (same seed as the differential test) are cast
 //     to bf16; the forward runs entirely in bf16 (LibTorch's CPU kernels; matmuls accumulate in
@@ -23,17 +24,21 @@
 //
 // Tolerance. bf16 keeps 8 significant bits (one ulp ~ 4e-3 relative). The sharded and single
 // programs round at different points: a Partial sum is rounded to bf16 per rank and again after
-// the all-reduce, backward reductions run in f32 instead of bf16, sliced matmuls round shorter dot
-// products. Each rounding is <= 1 ulp; through the few layers of these models that stays within a
-// few ulps of the largest entry: kRtol = 2e-2 (~5 ulps), while a wrong shard is O(1). Some
-// gradients are ill-conditioned in bf16 (mlp_stack's up.weight after LayerNorm: the bf16 reference
-// itself is ~40% of max away from the f32 gradient), where rounding order alone moves the result
-// by that much; there the bound is twice the reference's own bf16 error (still far below O(1)).
+// the all-reduce, parameters' gradients are reduced in f32 instead of bf16, sliced matmuls round
+// shorter dot products. Each rounding is <= 1 ulp; through the few layers of these models that
+// stays within a few ulps of the largest entry: kRtol = 2e-2 (~5 ulps), while a wrong shard is
+// O(1). Some gradients are ill-conditioned in bf16 (mlp_stack's up.weight after LayerNorm: the bf16
+// reference itself is ~40% of max away from the f32 gradient), where rounding order alone moves the
+// result by that much; there the bound is twice the reference's own bf16 error (still far below
+// O(1)).
 //
 // llama_tiny and gpt2_tiny run on [2,2] (optimizer plan and fsdp). llama_tiny's rope tables are
 // f32 buffers: the program casts floating buffers to param_dtype like parameters (as module.to
 // does in the reference); its f32 causal mask (torch.full without a dtype) and the `.float()`
 // softmax stay f32 in both, as the model's code asks.
+//
+// MixedPrecisionComm: the bytes each collective moves, against what the program prices, with and
+// without the policy on one plan (see there).
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/Parallel.h>
@@ -48,6 +53,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 
 #include "../common/run_command.h"
 #include "apc/runtime/parallel_module.h"
@@ -79,13 +85,14 @@ struct MpReference {
   std::map<std::string, at::Tensor> grads;  // f32
 };
 
-const MpReference& referenceFor(const std::string& model) {
+/// `key`: a key of models().
+const MpReference& referenceFor(const std::string& key) {
   static std::map<std::string, MpReference> cache;
-  auto it = cache.find(model);
+  auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   MpReference r;
-  r.f32 = testing::computeReference(models().at(model), 1, 0.0);
-  torch::jit::Module module = torch::jit::load(testing::samplePath(model));
+  r.f32 = testing::computeReference(models().at(key), 1, 0.0);
+  torch::jit::Module module = torch::jit::load(testing::samplePath(models().at(key).model));
   module.to(at::kBFloat16);
   for (const auto& p : module.parameters()) p.set_requires_grad(true);
   std::vector<c10::IValue> args;
@@ -99,7 +106,7 @@ const MpReference& referenceFor(const std::string& model) {
   for (const auto& p : module.named_parameters())
     r.grads[p.name] = p.value.grad().defined() ? p.value.grad().to(at::kFloat)
                                                : at::zeros(p.value.sizes(), at::kFloat);
-  return cache.emplace(model, std::move(r)).first->second;
+  return cache.emplace(key, std::move(r)).first->second;
 }
 
 std::filesystem::path scratchDir(const std::string& name) {
@@ -110,9 +117,11 @@ std::filesystem::path scratchDir(const std::string& name) {
   return d;
 }
 
-/// `apc plan --artifact` with a spec file carrying the mesh and (when `mixed`) the policy.
+/// `apc plan --artifact` with a spec file carrying the mesh, (when `mixed`) the policy, and `pins`
+/// (a JSON list of the spec's pins, or empty).
 std::string makeArtifact(const ModelCase& c, const std::vector<int>& mesh,
-                         const std::string& strategy, bool mixed, const std::string& dir) {
+                         const std::string& strategy, bool mixed, const std::string& dir,
+                         const std::string& pins = "") {
   std::string shape;
   for (int d : mesh) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
   const std::string spec = dir + ".spec.json";
@@ -120,6 +129,7 @@ std::string makeArtifact(const ModelCase& c, const std::vector<int>& mesh,
     std::ofstream s(spec);
     s << "{\"mesh\": {\"shape\": [" << shape << "]}";
     if (mixed) s << ", \"mixed_precision\": {\"param_dtype\": \"bf16\", \"reduce_dtype\": \"f32\"}";
+    if (!pins.empty()) s << ", \"pins\": " << pins;
     s << "}\n";
   }
   std::string cmd =
@@ -132,8 +142,10 @@ std::string makeArtifact(const ModelCase& c, const std::vector<int>& mesh,
   return "";
 }
 
-/// One rank: one forward + backward; compares when `ref` is given; rank 0 writes the program's
-/// forward and backward bytes (the test's own output gathers excluded) to `bytes_file`.
+/// One rank: one forward + backward; compares with `ref` when `compare`. With `bytes_file`, every
+/// rank checks that its communicators moved, forward and backward (the test's own output gathers
+/// excluded), exactly the bytes the program prices (ParallelModule::pricedComm: each step's n in
+/// the dtype it moves, by the ring formulas), and rank 0 writes "forward backward" to the file.
 int runRank(int rank, const std::string& dir, const MpReference& ref, bool compare,
             const std::string& bytes_file) {
   at::set_num_threads(1);
@@ -184,9 +196,19 @@ int runRank(int rank, const std::string& dir, const MpReference& ref, bool compa
     }
   testing::lossOf(outs, ref.f32.loss_weights).backward();
   const CommStats all = pm.commStats();
-  if (rank == 0 && !bytes_file.empty()) {
-    std::ofstream b(bytes_file);
-    b << fwd.bytes_sent << " " << (all.bytes_sent - gathered.bytes_sent) << "\n";
+  if (!bytes_file.empty()) {
+    const int64_t bwd = all.bytes_sent - gathered.bytes_sent;
+    const PricedComm priced = pm.pricedComm();
+    if (fwd.bytes_sent != priced.forward_wire_bytes)
+      fail("forward moved " + std::to_string(fwd.bytes_sent) + " bytes, the program prices " +
+           std::to_string(priced.forward_wire_bytes));
+    if (bwd != priced.backward_wire_bytes)
+      fail("backward moved " + std::to_string(bwd) + " bytes, the program prices " +
+           std::to_string(priced.backward_wire_bytes));
+    if (rank == 0) {
+      std::ofstream b(bytes_file);
+      b << fwd.bytes_sent << " " << bwd << "\n";
+    }
   }
   if (compare)
     for (size_t i = 0; i < pm.parameterSpecs().size(); ++i) {
@@ -262,40 +284,85 @@ INSTANTIATE_TEST_SUITE_P(Samples, MixedPrecision, ::testing::ValuesIn(mpCases())
                            return caseName(info.param);
                          });
 
-// The bytes of fsdp's forward with bf16 parameters against the same plan in f32 (see the file
-// comment). Skipped: with mixed_precision the fsdp program of mlp_stack on [2,2] moves MORE
-// forward bytes than f32 (794112 vs 703488 on rank 0) and its backward counts 0 bytes (f32:
-// 196608), though the gradients are right; APC_MP_COMM_CHECK=1 runs it.
-TEST(MixedPrecisionComm, FsdpAllGathersMoveBf16) {
-  if (!std::getenv("APC_MP_COMM_CHECK"))
-    GTEST_SKIP() << "mixed precision fsdp forward moves more bytes than f32 (lowering/runtime "
-                    "bug, see the comment); APC_MP_COMM_CHECK=1 runs it";
-  const MpCase c{"mlp_stack", {2, 2}, "fsdp"};
-  const ModelCase& m = models().at(c.model);
+// The bytes one plan moves with and without the policy. `apc plan` makes the mixed-precision
+// plan and its artifact; the same plan with the policy removed from its spec is lowered again by
+// `apc lower` (the same redistributions in f32). On every rank the bytes measured equal the bytes
+// priced (see runRank), and between the two programs (rank 0):
+//   - forward: every step moves param_dtype instead of f32: exactly half the bytes (the
+//     parameters' all-gathers, and the activations', all in bf16);
+//   - backward: a parameter's gradient is reduced in reduce_dtype (f32: the same bytes as the
+//     f32 program), everything else moves bf16 (half): so f32/2 <= mixed <= f32, and mixed equals
+//     f32 when the backward communicates only to reduce parameters' gradients (ddp).
+struct CommCase {
+  std::string strategy;
+  bool only_param_reductions;  // the plan's backward communicates only parameters' gradients
+};
+
+class MixedPrecisionComm : public ::testing::TestWithParam<CommCase> {};
+
+TEST_P(MixedPrecisionComm, MovesThePricedBytesInParamAndReduceDtypes) {
+  const CommCase& cc = GetParam();
+  const ModelCase& m = models().at("mlp_stack");
   if (!std::filesystem::exists(testing::samplePath(m.model)))
     GTEST_SKIP() << "run sample_models/generate.py";
-  const MpReference& ref = referenceFor(c.model);
+  const MpReference& ref = referenceFor("mlp_stack");
+  const std::filesystem::path mixed_dir = scratchDir("comm_mixed_" + cc.strategy);
+  const std::filesystem::path f32_dir = scratchDir("comm_f32_" + cc.strategy);
+  // Every layer norm and linear output pinned batch-sharded (S(0) on both mesh dims): at batch 8
+  // the planner would rather gather the batch and compute replicated (no gradient to reduce).
+  std::string pins;
+  for (int b = 0; b < 4; ++b)
+    for (const char* mod : {"ln", "up", "down"})
+      pins += std::string(pins.empty() ? "[" : ", ") + "{\"module\": \"blocks." +
+              std::to_string(b) + "." + mod + "\", \"placements\": [\"S(0)\", \"S(0)\"]}";
+  pins += "]";
+  std::string err = makeArtifact(m, {2, 2}, cc.strategy, true, mixed_dir.string(), pins);
+  ASSERT_TRUE(err.empty()) << err;
+  {
+    std::ifstream in(mixed_dir.string() + ".plan.json");
+    nlohmann::json plan = nlohmann::json::parse(in);
+    ASSERT_TRUE(plan["spec"].contains("mixed_precision"));
+    plan["spec"].erase("mixed_precision");
+    std::ofstream out(f32_dir.string() + ".plan.json");
+    out << plan.dump(1) << "\n";
+  }
+  apc::testing::CommandResult r =
+      apc::testing::runCommand(testing::apcBinary() + " lower " + f32_dir.string() + ".plan.json " +
+                               testing::samplePath(m.model) + " -o " + f32_dir.string());
+  ASSERT_EQ(r.code, 0) << r.err;
   std::pair<double, double> bytes[2];
   for (int mixed = 0; mixed < 2; ++mixed) {
-    std::filesystem::path dir = scratchDir("comm_" + std::to_string(mixed));
-    std::string err = makeArtifact(m, c.mesh, c.strategy, mixed == 1, dir.string());
-    ASSERT_TRUE(err.empty()) << err;
-    const std::string file = dir.string() + ".bytes";
-    std::vector<std::string> failed = testing::runRanks(
-        4, [&](int rank) { return runRank(rank, dir.string(), ref, false, file); });
+    const std::string dir = (mixed ? mixed_dir : f32_dir).string();
+    const std::string file = dir + ".bytes";
+    std::vector<std::string> failed =
+        testing::runRanks(4, [&](int rank) { return runRank(rank, dir, ref, false, file); });
     for (const std::string& f : failed) ADD_FAILURE() << f;
     bytes[mixed] = readBytes(file);
-    std::filesystem::remove_all(dir);
+  }
+  for (const std::filesystem::path& d : {mixed_dir, f32_dir}) {
+    std::filesystem::remove_all(d);
+    for (const char* ext : {".spec.json", ".plan.json", ".bytes"})
+      std::filesystem::remove(d.string() + ext);
   }
   auto [fwd_32, bwd_32] = bytes[0];
   auto [fwd_mp, bwd_mp] = bytes[1];
-  ASSERT_GT(fwd_32, 0) << "the f32 fsdp forward moved nothing";
-  EXPECT_NEAR(fwd_mp / fwd_32, 0.5, 0.05)
-      << "forward bytes " << fwd_mp << " (bf16 params) vs " << fwd_32 << " (f32)";
-  ASSERT_GT(bwd_32, 0) << "the f32 fsdp backward moved nothing";
-  EXPECT_NEAR(bwd_mp / bwd_32, 1.0, 0.05)
-      << "backward bytes " << bwd_mp << " (f32 reduce) vs " << bwd_32 << " (f32)";
+  std::printf("%s: forward %.0f bytes (bf16 params) vs %.0f (f32), backward %.0f vs %.0f\n",
+              cc.strategy.c_str(), fwd_mp, fwd_32, bwd_mp, bwd_32);
+  ASSERT_GT(fwd_32 + bwd_32, 0) << "the plan moves nothing";
+  EXPECT_EQ(2 * fwd_mp, fwd_32) << "forward bytes " << fwd_mp << " (bf16) vs " << fwd_32;
+  EXPECT_GE(bwd_mp, bwd_32 / 2);
+  EXPECT_LE(bwd_mp, bwd_32);
+  if (cc.only_param_reductions) {
+    EXPECT_GT(bwd_32, 0) << "no gradient reduced";
+    EXPECT_EQ(bwd_mp, bwd_32) << "parameters' gradients are reduced in f32";
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(MlpStackBatchSharded2x2, MixedPrecisionComm,
+                         ::testing::Values(CommCase{"fsdp", true}, CommCase{"ddp", true}),
+                         [](const ::testing::TestParamInfo<CommCase>& info) {
+                           return info.param.strategy;
+                         });
 
 }  // namespace
 }  // namespace apc::runtime

@@ -48,9 +48,12 @@
 // of the program are recorded in param_dtype (an approximation: ops with an explicit dtype
 // argument keep producing what they ask for at run time). Output leaves are cast to output_dtype,
 // or back to the model's dtype, by `aten::to.dtype` nodes at the end (their source_node is -1).
-// reduce_dtype is for the runtime: every backward step that reduces (all-reduce, reduce-scatter
-// of Partial gradients) casts the gradient to reduce_dtype before the collective and back to the
-// gradient's dtype after it.
+// reduce_dtype applies to parameters' gradients (FSDP2's MixedPrecisionPolicy, and what the
+// planner prices): the redistribution of a parameter's edge records it (Redistribution.
+// reduce_dtype) and the runtime casts the gradient to it before each reducing backward step
+// (all-reduce, reduce-scatter) and back after it; activations' gradients are reduced in their own
+// dtype. Every step's priced_bytes is in the dtype it moves: the program's dtype of the value
+// (param_dtype for floating values), reduce_dtype for those reducing steps.
 //
 // Value metadata. Local values keep the global TensorMeta's dtype and requires_grad; a symbolic
 // dim keeps its symbol with the local size as hint.
@@ -70,7 +73,9 @@
 namespace apc::lower {
 
 /// The Program.format_version written and accepted.
-inline constexpr uint32_t kProgramFormatVersion = 1;
+/// 2: Redistribution.reduce_dtype (before, the runtime reduced every gradient in the program's
+/// reduce_dtype).
+inline constexpr uint32_t kProgramFormatVersion = 2;
 /// The op name of redistribute nodes in the program's Graph; their Node.kind is "redistribute".
 inline constexpr const char* kRedistributeOp = "apc::redistribute";
 

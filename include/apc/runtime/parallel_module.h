@@ -68,8 +68,10 @@ struct ParallelModuleOptions {
 struct PricedComm {
   int64_t forward_steps = 0;
   int64_t backward_steps = 0;
-  int64_t priced_bytes = 0;  // sum of the priced n of every step that communicates
-  int64_t wire_bytes = 0;    // this rank's share by the alpha-beta formulas ((p-1)/p n, ...)
+  int64_t priced_bytes = 0;         // sum of the priced n of every step that communicates
+  int64_t wire_bytes = 0;           // this rank's share by the alpha-beta formulas ((p-1)/p n, ...)
+  int64_t forward_wire_bytes = 0;   // wire_bytes of the forward steps
+  int64_t backward_wire_bytes = 0;  // and of the backward steps
 };
 
 class ParallelModule {
