@@ -46,9 +46,18 @@ const TensorPiece* firstOutput(const RankPieces& p) {
   return &p.outputs[0][0];
 }
 
+/// How a size list may say "the run-time size" of a symbolic dim (see the header).
+enum class DynamicSizes {
+  kNone,    // factories: a size list of numbers only
+  kView,    // view / reshape: one -1, when the output has exactly one symbolic dim
+  kExpand,  // expand / broadcast_to: -1 (keep the input's size) on every symbolic output dim
+            // whose input dim, aligned from the right, is symbolic too
+};
+
 /// view/reshape/expand/factories: the size argument at `pos` becomes the local output shape.
 Status rewriteSizeList(size_t pos, const std::vector<std::optional<ir::Constant>>& c,
-                       const RankPieces& pieces, NodeRewrite& r, bool dynamic_ok = false) {
+                       const RankPieces& pieces, NodeRewrite& r,
+                       DynamicSizes dynamic_sizes = DynamicSizes::kNone) {
   const std::vector<int64_t>* sizes = intListAt(c, pos);
   if (!sizes) {
     // view.dtype and friends take no size list; a size list that is not known is an error.
@@ -63,9 +72,20 @@ Status rewriteSizeList(size_t pos, const std::vector<std::optional<ir::Constant>
   int dynamic = -1, num_dynamic = 0;
   for (size_t d = 0; d < out->symbolic.size(); ++d)
     if (out->symbolic[d]) dynamic = static_cast<int>(d), ++num_dynamic;
-  if (num_dynamic == 1 && dynamic_ok && local.size() == sizes->size()) {
+  if (num_dynamic == 1 && dynamic_sizes == DynamicSizes::kView && local.size() == sizes->size()) {
     local[static_cast<size_t>(dynamic)] = -1;
     cut = true;
+  }
+  const TensorPiece* in =
+      pieces.inputs.empty() || pieces.inputs[0].empty() ? nullptr : &pieces.inputs[0][0];
+  if (dynamic_sizes == DynamicSizes::kExpand && in && local.size() == sizes->size() &&
+      in->symbolic.size() <= out->symbolic.size()) {
+    const size_t lead = out->symbolic.size() - in->symbolic.size();
+    for (size_t d = lead; d < out->symbolic.size(); ++d)
+      if (out->symbolic[d] && in->symbolic[d - lead]) {
+        local[d] = -1;
+        cut = true;
+      }
   }
   if (!cut || *sizes == local) return Status::success();  // keeps -1 entries when nothing is cut
   r.notes.push_back("size := " + listText(local));
@@ -188,9 +208,11 @@ Expected<NodeRewrite> localizeNode(const ir::Node& node,
   const std::string& op = node.op;
   Status st;
   if (isOneOf(op, {"aten::view", "aten::_unsafe_view", "aten::reshape"})) {
-    st = rewriteSizeList(1, constants, pieces, r, /*dynamic_ok=*/true);
-  } else if (isOneOf(op, {"aten::expand", "aten::broadcast_to", "aten::new_full", "aten::new_ones",
-                          "aten::new_zeros", "aten::new_empty"})) {
+    st = rewriteSizeList(1, constants, pieces, r, DynamicSizes::kView);
+  } else if (isOneOf(op, {"aten::expand", "aten::broadcast_to"})) {
+    st = rewriteSizeList(1, constants, pieces, r, DynamicSizes::kExpand);
+  } else if (isOneOf(op,
+                     {"aten::new_full", "aten::new_ones", "aten::new_zeros", "aten::new_empty"})) {
     st = rewriteSizeList(1, constants, pieces, r);
   } else if (isOneOf(op, {"aten::full", "aten::ones", "aten::zeros", "aten::empty"})) {
     if (node.overload.empty() || node.overload == "memory_format")

@@ -330,6 +330,10 @@ Status Lowerer::fillSteps(const cost::RedistributionPlan& plan, const ir::Tensor
     if (reduces && reduce_dtype && ir::dtypeBytes(meta.dtype) > 0)
       bytes = bytes / ir::dtypeBytes(meta.dtype) * ir::dtypeBytes(*reduce_dtype);
     ps->set_priced_bytes(bytes);
+    bool symbolic = false;
+    for (const ir::Dim& d : meta.shape) symbolic = symbolic || d.isSymbolic();
+    if (symbolic)
+      for (const ir::Dim& d : meta.shape) ps->add_dynamic(d.isSymbolic());
     setTexts(s.before, ps->mutable_before());
     setTexts(s.after, ps->mutable_after());
   }

@@ -79,6 +79,7 @@ Expected<RedistStepSpec> stepSpec(const proto::RedistStep& p) {
   s.local_out.assign(p.local_out().begin(), p.local_out().end());
   s.group_sizes.assign(p.group_sizes().begin(), p.group_sizes().end());
   s.priced_bytes = p.priced_bytes();
+  s.dynamic.assign(p.dynamic().begin(), p.dynamic().end());
   return s;
 }
 
@@ -511,11 +512,15 @@ at::Tensor ParallelModule::shardInput(size_t i, const at::Tensor& full) const {
 at::Tensor ParallelModule::gatherOutput(size_t leaf, const at::Tensor& local) {
   const PlacedTensor& spec = impl_->outputs.at(leaf);
   std::vector<int64_t> global = spec.global_shape;
-  // Dynamic dims: the runtime size along an unsharded dim is the global one.
+  // Dynamic dims: the runtime size along an unsharded dim is the global one; along a sharded dim
+  // it is unknown (-1: the gather exchanges the members' sizes).
   for (size_t d = 0; d < global.size() && static_cast<int64_t>(d) < local.dim(); ++d) {
     bool sharded = false;
     for (const mesh::Placement& p : spec.placement) sharded |= p.isShard(static_cast<int>(d));
-    if (!sharded) global[d] = local.size(static_cast<int64_t>(d));
+    if (!sharded)
+      global[d] = local.size(static_cast<int64_t>(d));
+    else if (d < spec.symbols.size() && !spec.symbols[d].empty())
+      global[d] = -1;
   }
   return gatherToFull(local, spec.placement, global, *impl_->world);
 }

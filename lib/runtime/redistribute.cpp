@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "apc/runtime/redistribute.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -38,8 +40,8 @@ std::string sizesText(at::IntArrayRef s) {
   return out + "]";
 }
 
-/// Checks the step's result against the recorded local shape; dims whose input size already
-/// differed from the recorded one (a dynamic batch) are not checked.
+/// Checks the step's result against the recorded local shape; dynamic dims and dims whose input
+/// size already differed from the recorded one are not checked.
 void checkShape(const RedistStepSpec& s, const at::Tensor& in, const at::Tensor& out,
                 const std::string& edge) {
   if (s.local_out.empty()) return;
@@ -47,11 +49,20 @@ void checkShape(const RedistStepSpec& s, const at::Tensor& in, const at::Tensor&
   for (int64_t d = 0; ok && d < out.dim(); ++d) {
     bool in_as_recorded = static_cast<size_t>(d) >= s.local_in.size() || d >= in.dim() ||
                           in.size(d) == s.local_in[static_cast<size_t>(d)];
-    if (in_as_recorded && out.size(d) != s.local_out[static_cast<size_t>(d)]) ok = false;
+    if (in_as_recorded && !s.isDynamic(d) && out.size(d) != s.local_out[static_cast<size_t>(d)])
+      ok = false;
   }
   TORCH_CHECK(ok, "redistribution ", edge, ": ", cost::stepKindName(s.kind), " on mesh dim ",
               s.mesh_dim, " gave local shape ", sizesText(out.sizes()), ", the program expects ",
               sizesText(s.local_out));
+}
+
+/// The sizes along `dim` of every member's piece of the group of `comm` (one small all-gather).
+std::vector<int64_t> exchangeSizes(Communicator& comm, const at::Tensor& t, int64_t dim) {
+  at::Tensor mine = at::full({1}, t.size(dim), at::kLong);
+  at::Tensor all =
+      comm.allGather(mine, 0, std::vector<int64_t>(static_cast<size_t>(comm.size()), 1));
+  return std::vector<int64_t>(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
 }
 
 at::Tensor runStep(const RedistStepSpec& s, const at::Tensor& x, World& world,
@@ -64,16 +75,11 @@ at::Tensor runStep(const RedistStepSpec& s, const at::Tensor& x, World& world,
   at::Tensor out;
   switch (s.kind) {
     case StepKind::kAllGather: {
-      // A dynamic dim (a symbol in the program) may differ from the recorded sizes: when this
-      // rank's piece does not have its recorded size, the members exchange their sizes first.
+      // A dynamic dim may differ from the recorded sizes, and unevenly: every member exchanges
+      // its size first (the same decision on all of them, from the program).
       std::vector<int64_t> sizes = s.group_sizes;
-      const auto me = static_cast<size_t>(comm.index());
-      if (me < sizes.size() && in.dim() > s.gather_dim && in.size(s.gather_dim) != sizes[me]) {
-        at::Tensor mine = at::full({1}, in.size(s.gather_dim), at::kLong);
-        at::Tensor all =
-            comm.allGather(mine, 0, std::vector<int64_t>(static_cast<size_t>(comm.size()), 1));
-        sizes.assign(all.data_ptr<int64_t>(), all.data_ptr<int64_t>() + all.numel());
-      }
+      if (s.isDynamic(s.gather_dim) && in.dim() > s.gather_dim)
+        sizes = exchangeSizes(comm, in, s.gather_dim);
       out = comm.allGather(in, s.gather_dim, sizes);
       break;
     }
@@ -92,9 +98,13 @@ at::Tensor runStep(const RedistStepSpec& s, const at::Tensor& x, World& world,
           in.narrow(s.shard_dim, mesh::chunkOffset(n, p, k), mesh::chunkSize(n, p, k)).contiguous();
       break;
     }
-    case StepKind::kAllToAll:
-      out = comm.allToAll(in, s.gather_dim, s.shard_dim, s.group_sizes);
+    case StepKind::kAllToAll: {
+      std::vector<int64_t> sizes = s.group_sizes;
+      if (s.isDynamic(s.gather_dim) && in.dim() > s.gather_dim)
+        sizes = exchangeSizes(comm, in, s.gather_dim);
+      out = comm.allToAll(in, s.gather_dim, s.shard_dim, sizes);
       break;
+    }
   }
   checkShape(s, in, out, edge);
   return out;
@@ -182,10 +192,15 @@ at::Tensor gatherTensor(const at::Tensor& local, const mesh::PlacementTuple& pla
   const std::vector<int64_t> coordinate = world.coordinate();
   mesh::PlacementTuple t = placement;
   at::Tensor x = local.contiguous();
+  std::vector<int64_t> known = global_sizes;  // memberSizes reads one dim; the others must be >= 0
+  for (int64_t& n : known) n = std::max<int64_t>(n, 0);
   for (size_t i = t.size(); i-- > 0;) {
     if (t[i].isShard()) {
       const int d = t[i].dim();
-      x = world.dim(i).allGather(x, d, memberSizes(global_sizes, t, mesh, coordinate, i, d));
+      x = world.dim(i).allGather(x, d,
+                                 global_sizes.at(static_cast<size_t>(d)) < 0
+                                     ? exchangeSizes(world.dim(i), x, d)
+                                     : memberSizes(known, t, mesh, coordinate, i, d));
       t[i] = mesh::Placement::replicate();
     } else if (t[i].isPartial()) {
       x = x.clone(at::MemoryFormat::Contiguous);

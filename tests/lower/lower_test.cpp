@@ -80,6 +80,37 @@ TEST(LocalRewrite, DynamicDimBecomesMinusOne) {
             (std::vector<int64_t>{8, 1, 12}));
 }
 
+TEST(LocalRewrite, ExpandKeepsTheRunTimeSizeOfASymbolicInputDim) {
+  // repeat_kv: x[B, T, 2, 1, 16].expand(B, T, 2, 2, 16) with B symbolic (folded to the hint 8),
+  // batch-sharded: B becomes -1 ("keep the input's size"); the broadcast dim keeps its size.
+  RankPieces rp;
+  TensorPiece in = piece({8, 8, 2, 1, 16}, {{0, 4}, {0, 8}, {0, 2}, {0, 1}, {0, 16}});
+  in.symbolic = {true, false, false, false, false};
+  TensorPiece out = piece({8, 8, 2, 2, 16}, {{0, 4}, {0, 8}, {0, 2}, {0, 2}, {0, 16}});
+  out.symbolic = {true, false, false, false, false};
+  rp.inputs = {{in}, {}, {}};
+  rp.outputs = {{out}};
+  auto e = localizeNode(opNamed("aten::expand"),
+                        {std::nullopt, ir::Constant(std::vector<int64_t>{8, 8, 2, 2, 16})}, rp);
+  ASSERT_TRUE(e.ok()) << e.error().message();
+  ASSERT_EQ(e->replace.size(), 1u);
+  EXPECT_EQ(std::get<std::vector<int64_t>>(e->replace[0].second),
+            (std::vector<int64_t>{-1, 8, 2, 2, 16}));
+  // A leading dim that expand adds (no input dim) keeps its size even when symbolic.
+  TensorPiece in3 = piece({8, 1, 16}, {{0, 4}, {0, 1}, {0, 16}});
+  in3.symbolic = {true, false, false};
+  TensorPiece out4 = piece({3, 8, 2, 16}, {{0, 3}, {0, 4}, {0, 2}, {0, 16}});
+  out4.symbolic = {true, true, false, false};
+  rp.inputs = {{in3}, {}, {}};
+  rp.outputs = {{out4}};
+  auto f = localizeNode(opNamed("aten::expand"),
+                        {std::nullopt, ir::Constant(std::vector<int64_t>{3, 8, 2, 16})}, rp);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  ASSERT_EQ(f->replace.size(), 1u);
+  EXPECT_EQ(std::get<std::vector<int64_t>>(f->replace[0].second),
+            (std::vector<int64_t>{3, -1, 2, 16}));
+}
+
 TEST(LocalRewrite, ArangeBoundsAndOverload) {
   RankPieces rp;
   rp.inputs = {{}, {}, {}, {}, {}};

@@ -1,22 +1,18 @@
 //===- tests/runtime/dynamic_batch_test.cpp - Plan at batch 8, run at others ===//
 //
-// Dynamic batch end to end: a sample model is planned (classic ddp: the batch of the input, and of
-// every activation, sharded on the data-parallel mesh dim) with `--input x:f32[B=8,...]`, so that
-// the importer marks every dim that follows B as symbolic and lowering writes -1 for it in view /
-// reshape size lists. The artifact then runs on forked ranks at other batch sizes; at each, the
-// forward output (this rank's piece, compared with the same piece of the single-process output)
-// and every parameter gradient (gathered to full) must equal the unsharded model's at that batch
-// within 1e-5 relative. The loss of a rank is sum_i sum(out_i * w_i) / numel(full out_i) over its
-// pieces (what gatherOutput + the full loss give: a sharded leaf's gradient is its slice of the
-// full one, a replicated leaf's the full one).
+// Dynamic batch end to end: a sample model is planned with `--input x:f32[B=8,...]`, so that the
+// importer marks every dim that follows B as symbolic; lowering writes -1 for it in view / reshape
+// / expand size lists and flags it on the redistribution steps. The plan is classic ddp (the batch
+// of the input, and of every activation, sharded on the data-parallel mesh dims) or the
+// optimizer's, on [2] and [2,2]. The artifact then runs on forked ranks at other batch sizes,
+// including uneven ones (7 rows on 2 ranks are 4 + 3; on [2,2] nested, 2 + 2 + 2 + 1, torch.chunk's
+// convention, as for any uneven dim): every all-gather or all-to-all of a dynamic dim exchanges
+// the members' sizes first. At each batch, every output leaf gathered to full
+// (ParallelModule::gatherOutput, which exchanges the sizes of a sharded dynamic dim) and every
+// parameter gradient (gathered to full) must equal the unsharded model's at that batch within
+// 1e-5 relative; the loss is the differential test's, sum_i mean(out_i * w_i) on the full
+// outputs.
 //
-// Output pieces are compared locally because ParallelModule::gatherOutput sizes the gather of a
-// sharded dim from the recorded hint. All-gathers inside the program exchange the members' sizes
-// when a piece differs from its recorded size (lib/runtime/redistribute.cpp). Batches are multiples
-// of the data-parallel size (6 and 10 on 2 ranks): an uneven batch (7 on 2 ranks) does not run yet
-// (a rank aborts in the forward of mlp_stack).
-//
-//===----------------------------------------------------------------------===//
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
@@ -75,23 +71,13 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
     fail("output leaf count differs");
     return 1;
   }
-  const std::vector<int64_t> coord = pm.mesh().coordinate(pm.rank());
-  at::Tensor loss = at::zeros({}, at::kDouble);
+  std::vector<at::Tensor> outs;
   for (size_t i = 0; i < leaves->size(); ++i) {
-    at::Tensor out = (*leaves)[i].toTensor();
-    const mesh::PlacementTuple& pl = pm.outputSpecs()[i].placement;
-    for (const mesh::Placement& p : pl)
-      if (p.isPartial()) {
-        fail("output " + std::to_string(i) + " is partial");
-        return 1;
-      }
-    at::Tensor want = localPieceOf(ref.outputs[i], pl, pm.mesh(), coord);
-    std::string d = testing::compareTensors(out.detach(), want, kRtol);
+    outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
+    std::string d = testing::compareTensors(outs.back().detach(), ref.outputs[i], kRtol);
     if (!d.empty()) fail("output " + std::to_string(i) + ": " + d);
-    at::Tensor w = localPieceOf(ref.loss_weights[i], pl, pm.mesh(), coord);
-    loss = loss + (out * w).sum().to(at::kDouble) / static_cast<double>(ref.outputs[i].numel());
   }
-  loss.backward();
+  testing::lossOf(outs, ref.loss_weights).backward();
   std::vector<at::Tensor> params = pm.parameters();
   for (size_t i = 0; i < params.size(); ++i) {
     const std::string& name = pm.parameterSpecs()[i].name;
@@ -114,13 +100,15 @@ struct DynCase {
   int64_t index_bound;
 };
 
-void planAndRun(const DynCase& c, const std::string& mesh, int world,
+/// `strategy`: "ddp", or "" for the optimizer's plan.
+void planAndRun(const DynCase& c, const std::string& mesh, int world, const std::string& strategy,
                 const std::vector<int64_t>& batches) {
   ModelCase plan{c.model, {c.planned}, c.index_bound, ""};
   if (!std::filesystem::exists(testing::samplePath(c.model)))
     GTEST_SKIP() << "run sample_models/generate.py";
-  std::filesystem::path dir = scratchDir(c.model + "_" + mesh);
-  std::string err = testing::makeArtifact(plan, mesh, "ddp", dir.string());
+  std::filesystem::path dir =
+      scratchDir(c.model + "_" + mesh + "_" + (strategy.empty() ? "opt" : strategy));
+  std::string err = testing::makeArtifact(plan, mesh, strategy, dir.string());
   ASSERT_TRUE(err.empty()) << err;
   const std::string prefix = c.planned.substr(0, c.planned.find('[') + 1);
   for (int64_t b : batches) {
@@ -134,12 +122,36 @@ void planAndRun(const DynCase& c, const std::string& mesh, int world,
   std::filesystem::remove_all(dir);
 }
 
-TEST(DynamicBatch, MlpStackPlannedAt8RunsAt6And10) {
-  planAndRun({"mlp_stack", "x:f32[B=8,4,128]", ",4,128]", 0}, "2", 2, {6, 8, 10});
+const DynCase kMlp{"mlp_stack", "x:f32[B=8,4,128]", ",4,128]", 0};
+const DynCase kToy{"toy_block", "x:f32[B=8,2,1024]", ",2,1024]", 0};
+const DynCase kLlama{"llama_tiny", "tokens:i64[B=8,8]", ",8]", 256};
+
+TEST(DynamicBatch, MlpStackDdpOn2) {
+  planAndRun(kMlp, "2", 2, "ddp", {6, 7, 8, 10});
 }
 
-TEST(DynamicBatch, ToyBlockPlannedAt8RunsAt6And10) {
-  planAndRun({"toy_block", "x:f32[B=8,2,1024]", ",2,1024]", 0}, "2", 2, {6, 10});
+TEST(DynamicBatch, ToyBlockDdpOn2) {
+  planAndRun(kToy, "2", 2, "ddp", {6, 7, 10});
+}
+
+TEST(DynamicBatch, MlpStackDdpOn2x2) {
+  planAndRun(kMlp, "2x2", 4, "ddp", {6, 7, 12});
+}
+
+TEST(DynamicBatch, MlpStackOptimizerOn2x2) {
+  planAndRun(kMlp, "2x2", 4, "", {6, 7, 10});
+}
+
+TEST(DynamicBatch, ToyBlockOptimizerOn2x2) {
+  planAndRun(kToy, "2x2", 4, "", {6, 7, 10});
+}
+
+TEST(DynamicBatch, LlamaTinyDdpOn2) {
+  planAndRun(kLlama, "2", 2, "ddp", {6, 7, 10});
+}
+
+TEST(DynamicBatch, LlamaTinyOptimizerOn2x2) {
+  planAndRun(kLlama, "2x2", 4, "", {6, 7, 10});
 }
 
 }  // namespace

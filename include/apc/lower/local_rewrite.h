@@ -30,9 +30,10 @@
 //
 // Dynamic dims: when the output of view / reshape / _unsafe_view has exactly one symbolic dim, its
 // entry of the rewritten size list is -1, so that the program runs at other sizes of that dim
-// (an entry of -1 already in the list is kept only when it is that dim). This needs symbols on
-// the values, which the importer now records on the forward inputs only; sizes folded into
-// constants from aten::size of a dynamic dim stay at the hint.
+// (an entry of -1 already in the list is kept only when it is that dim). expand / broadcast_to
+// write -1 ("keep the input's size") for every symbolic output dim whose input dim, aligned from
+// the right, is symbolic too (LLaMA's repeat_kv: x[:, :, :, None, :].expand(B, T, ...) with B
+// folded to the hint). Factories (full, zeros, new_*, ...) keep hint sizes.
 //
 // All other arguments keep their global values: dims, split sizes and slice bounds of dims that
 // the rules keep whole, reduction dims, scalars, and ints computed from sizes (aten::size gives

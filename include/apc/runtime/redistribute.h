@@ -8,8 +8,11 @@
 //   reduce-scatter  comm.reduceScatter(x, shard_dim, op)
 //   local-slice     torch.chunk piece `comm.index()` of x along shard_dim (narrow + contiguous)
 //   all-to-all      comm.allToAll(x, gather_dim, shard_dim, group_sizes)
-// After each step the local shape is checked against the recorded local_out (dims whose size
-// already differed from local_in on the way in, a dynamic batch, are not checked).
+// After each step the local shape is checked against the recorded local_out, except along dynamic
+// dims (RedistStep.dynamic, a dynamic batch) and dims whose size already differed from local_in on
+// the way in. An all-gather or all-to-all that gathers a dynamic dim first exchanges the members'
+// sizes along it (one small all-gather on every member: pieces may be uneven, 7 rows on 2 ranks
+// are 4 + 3, and a member cannot tell from its own piece whether the others differ).
 //
 // `redistribute` wraps a RedistSpec as a custom autograd function: forward runs `forward`, backward
 // runs `backward` on the incoming gradient (DESIGN.md "Backward"). Backward collectives run in
@@ -57,6 +60,10 @@ struct RedistStepSpec {
   std::vector<int64_t> local_out;
   std::vector<int64_t> group_sizes;
   int64_t priced_bytes = 0;
+  std::vector<bool> dynamic;  // per tensor dim: symbolic (empty: none)
+  bool isDynamic(int64_t d) const {
+    return d >= 0 && static_cast<size_t>(d) < dynamic.size() && dynamic[static_cast<size_t>(d)];
+  }
 };
 
 /// One edge's redistribution (proto Redistribution, parsed).
@@ -85,7 +92,8 @@ at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& 
 at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world);
 
 /// The full tensor of a local piece placed as `placement` (no Partial) with global sizes
-/// `global_sizes`; autograd-aware (backward: this rank's piece of the gradient).
+/// `global_sizes`; autograd-aware (backward: this rank's piece of the gradient). A global size of
+/// -1 (a dynamic dim) is not known: the members of each gather exchange their sizes along it.
 at::Tensor gatherToFull(const at::Tensor& local, const mesh::PlacementTuple& placement,
                         const std::vector<int64_t>& global_sizes, World& world);
 
