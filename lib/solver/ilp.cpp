@@ -8,11 +8,15 @@
 //===----------------------------------------------------------------------===//
 #include "apc/solver/ilp.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "CbcModel.hpp"
 #include "CbcSolver.hpp"
@@ -57,167 +61,233 @@ std::vector<uint32_t> pickChoice(const Problem& p, const std::vector<size_t>& x_
   return choice;
 }
 
+/// The program of ilp.h in column-major form: x columns first (node by node), then the e columns.
+struct Program {
+  std::vector<double> obj, collb, colub, rowlb, rowub;
+  std::vector<CoinBigIndex> starts{0};  // column starts, numCols() + 1 entries
+  std::vector<int> index;               // row indices
+  std::vector<double> value;
+  std::vector<size_t> x_start;  // first x column of each node
+  size_t num_x = 0;
+
+  size_t numCols() const { return obj.size(); }
+  int numRows() const { return static_cast<int>(rowlb.size()); }
+  void addColumn(double c, double ub, std::initializer_list<std::pair<int, double>> entries) {
+    obj.push_back(c);
+    collb.push_back(0.0);
+    colub.push_back(ub);
+    for (auto [r, v] : entries) {
+      index.push_back(r);
+      value.push_back(v);
+    }
+    starts.push_back(static_cast<CoinBigIndex>(index.size()));
+  }
+};
+
+/// Groups the `count` vectors that `get(i, k)` (k < length) describes into classes of identical
+/// vectors; returns the class of each and fills `rep` with a representative per class.
+template <typename Get>
+std::vector<uint32_t> classify(size_t count, size_t length, Get get, std::vector<size_t>& rep) {
+  std::vector<uint32_t> cls(count);
+  std::unordered_map<uint64_t, std::vector<uint32_t>> buckets;  // hash -> classes
+  auto same = [&](size_t a, size_t b) {
+    for (size_t k = 0; k < length; ++k)
+      if (!(get(a, k) == get(b, k))) return false;  // inf == inf holds; costs are never NaN
+    return true;
+  };
+  for (size_t i = 0; i < count; ++i) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t k = 0; k < length; ++k) {
+      double d = get(i, k);
+      uint64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      h = (h ^ bits) * 1099511628211ull;
+    }
+    std::vector<uint32_t>& bucket = buckets[h];
+    auto it =
+        std::find_if(bucket.begin(), bucket.end(), [&](uint32_t c) { return same(rep[c], i); });
+    if (it != bucket.end()) {
+      cls[i] = *it;
+    } else {
+      cls[i] = static_cast<uint32_t>(rep.size());
+      bucket.push_back(cls[i]);
+      rep.push_back(i);
+    }
+  }
+  return cls;
+}
+
+/// Builds the program; `use_pins` / `use_memory` / `memory_objective` as in run().
+Program buildProgram(const Problem& p, const std::set<std::string>& dropped_groups, bool use_memory,
+                     bool memory_objective) {
+  Program g;
+  const size_t n = p.nodes.size();
+  // Rows: (a) per node, then (b)/(c) per edge and class, then (e).
+  for (size_t v = 0; v < n; ++v) {
+    g.rowlb.push_back(1.0);
+    g.rowub.push_back(1.0);
+  }
+  // e variables and the marginals (b), (c), over classes of strategies: strategies of u whose
+  // rows of the cost matrix are identical (typically: the same output placement) share one class,
+  // likewise for v's columns. Then (b) reads sum_Q e[P,Q] = sum_{s in P} x[u,s] and (c) likewise;
+  // for integral x this is the same set of solutions, with far fewer e variables. The LP optimum
+  // is the same too: e'[s,t] = e[P,Q] x[u,s]/x[u,P] x[v,t]/x[v,Q] is a solution of the
+  // uncompressed marginals with the same cost.
+  struct EdgeRows {
+    std::vector<uint32_t> src_class, dst_class;
+    std::vector<size_t> src_rep, dst_rep;
+    int src_row = 0, dst_row = 0;  // first row of each side's classes
+  };
+  std::vector<EdgeRows> er(p.edges.size());
+  std::vector<std::vector<std::pair<size_t, bool>>> incident(n);  // (edge, node is its source)
+  for (size_t i = 0; i < p.edges.size(); ++i) {
+    const ProblemEdge& e = p.edges[i];
+    const size_t ns = p.nodes[e.src].numStrategies(), nt = p.nodes[e.dst].numStrategies();
+    EdgeRows& r = er[i];
+    r.src_class = classify(
+        ns, nt, [&](size_t s, size_t t) { return e.costs[s * nt + t]; }, r.src_rep);
+    r.dst_class = classify(
+        nt, ns, [&](size_t t, size_t s) { return e.costs[s * nt + t]; }, r.dst_rep);
+    r.src_row = g.numRows();
+    r.dst_row = r.src_row + static_cast<int>(r.src_rep.size());
+    g.rowlb.resize(g.rowlb.size() + r.src_rep.size() + r.dst_rep.size(), 0.0);
+    g.rowub.resize(g.rowlb.size(), 0.0);
+    incident[e.src].push_back({i, true});
+    incident[e.dst].push_back({i, false});
+  }
+  const bool memory_row = p.memory && use_memory;
+  const int mem_row = g.numRows();
+  if (memory_row) {
+    // A small relative slack absorbs rounding in bounds computed from fractions.
+    double slack = 1e-9 * std::max(1.0, p.memory->high == kInfinity ? 1.0 : p.memory->high);
+    g.rowlb.push_back(p.memory->low - slack);
+    g.rowub.push_back(std::isinf(p.memory->high) ? COIN_DBL_MAX : p.memory->high + slack);
+  }
+  // x columns; (d) pins as bounds.
+  g.x_start.resize(n);
+  for (size_t v = 0; v < n; ++v) {
+    const ProblemNode& node = p.nodes[v];
+    g.x_start[v] = g.numCols();
+    bool pinned = node.pinned && !dropped_groups.count(node.pin_group);
+    for (size_t s = 0; s < node.numStrategies(); ++s) {
+      double m = node.memory.empty() ? 0.0 : node.memory[s];
+      double c = memory_objective ? m : node.costs[s];
+      bool allowed = std::isfinite(node.costs[s]) && (!pinned || *node.pinned == s);
+      g.addColumn(std::isfinite(c) ? c : 0.0, allowed ? 1.0 : 0.0, {{static_cast<int>(v), 1.0}});
+      for (auto [i, is_src] : incident[v]) {
+        const EdgeRows& r = er[i];
+        int row = is_src ? r.src_row + static_cast<int>(r.src_class[s])
+                         : r.dst_row + static_cast<int>(r.dst_class[s]);
+        g.index.push_back(row);
+        g.value.push_back(-1.0);
+      }
+      if (memory_row && m != 0) {
+        g.index.push_back(mem_row);
+        g.value.push_back(m);
+      }
+      g.starts.back() = static_cast<CoinBigIndex>(g.index.size());
+    }
+  }
+  g.num_x = g.numCols();
+  // e columns, for class pairs of finite cost.
+  for (size_t i = 0; i < p.edges.size(); ++i) {
+    const ProblemEdge& e = p.edges[i];
+    const size_t nt = p.nodes[e.dst].numStrategies();
+    const EdgeRows& r = er[i];
+    for (size_t a = 0; a < r.src_rep.size(); ++a) {
+      for (size_t b = 0; b < r.dst_rep.size(); ++b) {
+        double c = e.costs[r.src_rep[a] * nt + r.dst_rep[b]];
+        if (!std::isfinite(c)) continue;
+        g.addColumn(
+            memory_objective ? 0.0 : c, 1.0,
+            {{r.src_row + static_cast<int>(a), 1.0}, {r.dst_row + static_cast<int>(b), 1.0}});
+      }
+    }
+  }
+  return g;
+}
+
+/// The LP relaxation's optimum: its objective and the x part of a solution.
+struct LpResult {
+  bool optimal = false;
+  bool infeasible = false;
+  double objective = 0;
+  std::vector<double> x;
+};
+
+/// Solves the LP relaxation of `g`, loaded into `solver`.
+LpResult solveLp(OsiClpSolverInterface& solver, const Program& g) {
+  // Dual simplex after Clp's presolve, from a crash basis. On these LPs, with an equality row per
+  // class marginal and most edge columns at zero, the dual took 0.1-0.2 s on llama3_8b 8x8 (the
+  // clustered problem) where Clp's default (idiot crash, then primal) took 1.4 s; on the
+  // unclustered problem of the exactness check (826 k columns) primal took 86 s, barrier 47 s,
+  // sprint over 120 s, the dual from an all-slack basis 3.0 s and 30 k iterations, and from the
+  // crash basis 2.5 s and 18.5 k iterations. (Column generation from the clustered plan's pairs
+  // finds the optimum at once but needs ~10 rounds and 15 s to price out the rest: the optimal
+  // face is highly dual-degenerate.)
+  ClpSolve lp_options;
+  lp_options.setSolveType(ClpSolve::useDual);
+  lp_options.setSpecialOption(0, 1);  // dual crash
+  solver.setSolveOptions(lp_options);
+  solver.initialSolve();
+  LpResult r;
+  r.infeasible = solver.isProvenPrimalInfeasible();
+  r.optimal = solver.isProvenOptimal();
+  if (r.optimal) {
+    r.objective = solver.getObjValue();
+    r.x.assign(solver.getColSolution(), solver.getColSolution() + g.num_x);
+  }
+  return r;
+}
+
 /// Builds and solves; `use_pins` / `use_memory` drop constraint groups for diagnosis; when
 /// `memory_objective` is set the objective is the memory of (e) instead of the cost. `start`: a
 /// feasible choice of the full program (see solve() with a start in ilp.h).
 Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string>& dropped_groups,
             bool use_memory, bool memory_objective, const std::vector<uint32_t>* start = nullptr) {
-  std::vector<double> obj, collb, colub;
-  std::vector<size_t> x_start(p.nodes.size());
-  // (d) pins as bounds on x.
-  for (size_t v = 0; v < p.nodes.size(); ++v) {
-    const ProblemNode& n = p.nodes[v];
-    x_start[v] = obj.size();
-    bool pinned = n.pinned && !dropped_groups.count(n.pin_group);
-    for (size_t s = 0; s < n.numStrategies(); ++s) {
-      double c = memory_objective ? (n.memory.empty() ? 0.0 : n.memory[s]) : n.costs[s];
-      bool allowed = std::isfinite(n.costs[s]) && (!pinned || *n.pinned == s);
-      obj.push_back(std::isfinite(c) ? c : 0.0);
-      collb.push_back(0.0);
-      colub.push_back(allowed ? 1.0 : 0.0);
-    }
-  }
-  const size_t num_x = obj.size();
-  std::vector<CoinPackedVector> rows;
-  std::vector<double> rowlb, rowub;
-  // (a) one strategy per node.
-  for (size_t v = 0; v < p.nodes.size(); ++v) {
-    CoinPackedVector r;
-    for (size_t s = 0; s < p.nodes[v].numStrategies(); ++s)
-      r.insert(static_cast<int>(x_start[v] + s), 1.0);
-    rows.push_back(r);
-    rowlb.push_back(1.0);
-    rowub.push_back(1.0);
-  }
-  // e variables and the marginals (b), (c), over classes of strategies: strategies of u whose
-  // rows of the cost matrix are identical (typically: the same output placement) share one class,
-  // likewise for v's columns. Then (b) reads sum_Q e[P,Q] = sum_{s in P} x[u,s] and (c) likewise;
-  // for integral x this is the same set of solutions, with far fewer e variables.
-  for (const ProblemEdge& e : p.edges) {
-    size_t ns = p.nodes[e.src].numStrategies(), nt = p.nodes[e.dst].numStrategies();
-    std::vector<uint32_t> row_class(ns), col_class(nt);
-    std::vector<size_t> row_rep, col_rep;  // a representative strategy per class
-    {
-      std::map<std::vector<double>, uint32_t> seen;
-      for (size_t s = 0; s < ns; ++s) {
-        std::vector<double> row(e.costs.begin() + static_cast<long>(s * nt),
-                                e.costs.begin() + static_cast<long>((s + 1) * nt));
-        auto [it, fresh] = seen.emplace(std::move(row), static_cast<uint32_t>(row_rep.size()));
-        if (fresh) row_rep.push_back(s);
-        row_class[s] = it->second;
-      }
-    }
-    {
-      std::map<std::vector<double>, uint32_t> seen;
-      for (size_t t = 0; t < nt; ++t) {
-        std::vector<double> col(ns);
-        for (size_t s = 0; s < ns; ++s) col[s] = e.costs[s * nt + t];
-        auto [it, fresh] = seen.emplace(std::move(col), static_cast<uint32_t>(col_rep.size()));
-        if (fresh) col_rep.push_back(t);
-        col_class[t] = it->second;
-      }
-    }
-    std::vector<CoinPackedVector> src_rows(row_rep.size()), dst_rows(col_rep.size());
-    for (size_t s = 0; s < ns; ++s)
-      src_rows[row_class[s]].insert(static_cast<int>(x_start[e.src] + s), -1.0);
-    for (size_t t = 0; t < nt; ++t)
-      dst_rows[col_class[t]].insert(static_cast<int>(x_start[e.dst] + t), -1.0);
-    for (size_t a = 0; a < row_rep.size(); ++a) {
-      for (size_t b = 0; b < col_rep.size(); ++b) {
-        double c = e.costs[row_rep[a] * nt + col_rep[b]];
-        if (!std::isfinite(c)) continue;
-        int col = static_cast<int>(obj.size());
-        obj.push_back(memory_objective ? 0.0 : c);
-        collb.push_back(0.0);
-        colub.push_back(1.0);
-        src_rows[a].insert(col, 1.0);
-        dst_rows[b].insert(col, 1.0);
-      }
-    }
-    for (auto& r : src_rows) {
-      rows.push_back(r);
-      rowlb.push_back(0.0);
-      rowub.push_back(0.0);
-    }
-    for (auto& r : dst_rows) {
-      rows.push_back(r);
-      rowlb.push_back(0.0);
-      rowub.push_back(0.0);
-    }
-  }
-  // (e) memory.
-  if (p.memory && use_memory) {
-    CoinPackedVector r;
-    for (size_t v = 0; v < p.nodes.size(); ++v)
-      for (size_t s = 0; s < p.nodes[v].memory.size(); ++s)
-        if (p.nodes[v].memory[s] != 0)
-          r.insert(static_cast<int>(x_start[v] + s), p.nodes[v].memory[s]);
-    // A small relative slack absorbs rounding in bounds computed from fractions.
-    double slack = 1e-9 * std::max(1.0, p.memory->high == kInfinity ? 1.0 : p.memory->high);
-    rows.push_back(r);
-    rowlb.push_back(p.memory->low - slack);
-    rowub.push_back(std::isinf(p.memory->high) ? COIN_DBL_MAX : p.memory->high + slack);
-  }
-  // One row-ordered matrix from the rows at once: appending row by row reallocated the matrix
-  // and took longer than the LP itself.
-  std::vector<CoinBigIndex> starts;
-  std::vector<int> lengths, indices;
-  std::vector<double> elements;
-  starts.reserve(rows.size() + 1);
-  lengths.reserve(rows.size());
-  for (const auto& r : rows) {
-    starts.push_back(static_cast<CoinBigIndex>(indices.size()));
-    lengths.push_back(r.getNumElements());
-    indices.insert(indices.end(), r.getIndices(), r.getIndices() + r.getNumElements());
-    elements.insert(elements.end(), r.getElements(), r.getElements() + r.getNumElements());
-  }
-  starts.push_back(static_cast<CoinBigIndex>(indices.size()));
-  CoinPackedMatrix matrix(false, static_cast<int>(obj.size()), static_cast<int>(rows.size()),
-                          static_cast<CoinBigIndex>(indices.size()), elements.data(),
-                          indices.data(), starts.data(), lengths.data());
-
-  OsiClpSolverInterface solver;
-  solver.loadProblem(matrix, collb.data(), colub.data(), obj.data(), rowlb.data(), rowub.data());
-  for (size_t i = 0; i < num_x; ++i) solver.setInteger(static_cast<int>(i));
-  solver.messageHandler()->setLogLevel(o.log_level > 1 ? 1 : 0);
-
+  const Program g = buildProgram(p, dropped_groups, use_memory, memory_objective);
   Outcome out;
-  out.variables = static_cast<int64_t>(obj.size());
-  out.constraints = static_cast<int64_t>(rows.size());
+  out.variables = static_cast<int64_t>(g.numCols());
+  out.constraints = g.numRows();
+  OsiClpSolverInterface solver;
+  {
+    std::vector<int> lengths(g.numCols());
+    for (size_t j = 0; j < g.numCols(); ++j)
+      lengths[j] = static_cast<int>(g.starts[j + 1] - g.starts[j]);
+    CoinPackedMatrix matrix(true, g.numRows(), static_cast<int>(g.numCols()),
+                            static_cast<CoinBigIndex>(g.index.size()), g.value.data(),
+                            g.index.data(), g.starts.data(), lengths.data());
+    solver.loadProblem(matrix, g.collb.data(), g.colub.data(), g.obj.data(), g.rowlb.data(),
+                       g.rowub.data());
+  }
+  for (size_t i = 0; i < g.num_x; ++i) solver.setInteger(static_cast<int>(i));
+  solver.messageHandler()->setLogLevel(o.log_level > 1 ? 1 : 0);
 
   // The marginal polytope is usually integral on our graphs: solve the LP relaxation first, and
   // when its optimum is integral in x it is the ILP's optimum (skipping CBC's preprocessing, cuts
   // and heuristics, which dominate the time on large problems).
-  // Dual simplex (after Clp's presolve): on these LPs, with an equality row per class marginal
-  // and most edge columns at zero, it took 0.1-0.2 s on llama3_8b 8x8 where Clp's default
-  // (idiot crash, then primal) took 1.4 s.
-  ClpSolve lp_options;
-  lp_options.setSolveType(ClpSolve::useDual);
-  solver.setSolveOptions(lp_options);
-  solver.initialSolve();
-  if (solver.isProvenPrimalInfeasible()) return out;
+  const LpResult lp = solveLp(solver, g);
+  if (lp.infeasible) return out;
   const double start_objective = start ? evaluate(p, *start) : kInfinity;
-  if (solver.isProvenOptimal()) {
+  if (lp.optimal) {
     // The LP optimum bounds every integral choice from below: a start that meets it is optimal.
     // The relative tolerance covers the LP's own rounding (its objective can sit a hair below the
     // value of an optimal vertex); it is far below the 1e-6 the tests ask of "the same optimum".
-    const double lp = solver.getObjValue();
-    if (start && start_objective <= lp + 1e-9 * std::max(1.0, std::fabs(lp))) {
+    if (start && start_objective <= lp.objective + 1e-9 * std::max(1.0, std::fabs(lp.objective))) {
       out.feasible = out.optimal = true;
       out.objective = start_objective;
-      out.bound = std::min(lp, start_objective);
+      out.bound = std::min(lp.objective, start_objective);
       out.choice = *start;
       out.how = StartOutcome::kStartProven;
       return out;
     }
-    const double* sol = solver.getColSolution();
     bool integral = true;
-    for (size_t i = 0; i < num_x && integral; ++i)
-      integral = std::fabs(sol[i] - std::round(sol[i])) < 1e-7;
+    for (size_t i = 0; i < g.num_x && integral; ++i)
+      integral = std::fabs(lp.x[i] - std::round(lp.x[i])) < 1e-7;
     if (integral) {
       out.feasible = out.optimal = true;
-      out.objective = out.bound = solver.getObjValue();
-      out.choice = pickChoice(p, x_start, sol);
+      out.objective = out.bound = lp.objective;
+      out.choice = pickChoice(p, g.x_start, lp.x.data());
       return out;
     }
   }
@@ -251,7 +321,7 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   out.hit_limit = model.isSecondsLimitReached();
   const double* best = model.bestSolution();
   std::vector<uint32_t> found;
-  if (best) found = pickChoice(p, x_start, best);
+  if (best) found = pickChoice(p, g.x_start, best);
   if (start && (found.empty() || !(evaluate(p, found) < start_objective))) {
     // CBC found nothing cheaper than the start: keep it. It is optimal when CBC finished (proved
     // the cutoff problem optimal or infeasible).
