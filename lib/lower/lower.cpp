@@ -7,9 +7,12 @@
 //===----------------------------------------------------------------------===//
 #include "apc/lower/lower.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
+#include <tuple>
 
 #include "apc/cost/layout.h"
 #include "apc/cost/redistribute.h"
@@ -134,6 +137,8 @@ class Lowerer {
     const auto& mp = p_.spec.mixed_precision;
     return mp.param_dtype && ir::isFloating(d) ? *mp.param_dtype : d;
   }
+  /// Fills program_.divisible (see proto::DivisibleDim) once the inputs are known.
+  void recordDivisibility();
   void addProgramTensor(const std::string& name, const ir::TensorMeta& global,
                         const PlacementTuple& t, ir::ValueId local,
                         google::protobuf::RepeatedPtrField<proto::ProgramTensor>* out) const;
@@ -626,6 +631,57 @@ Status Lowerer::emitOutputs() {
   return Status::success();
 }
 
+void Lowerer::recordDivisibility() {
+  // Where each symbol enters: the first program input dim that carries it.
+  std::map<std::string, std::pair<uint32_t, uint32_t>> origin;
+  for (int i = 0; i < program_.inputs_size(); ++i) {
+    const proto::ProgramTensor& t = program_.inputs(i);
+    for (int d = 0; d < t.global_shape_size(); ++d)
+      if (!t.global_shape(d).symbol().empty())
+        origin.emplace(t.global_shape(d).symbol(),
+                       std::make_pair(static_cast<uint32_t>(i), static_cast<uint32_t>(d)));
+  }
+  if (origin.empty()) return;
+  std::set<std::tuple<uint32_t, uint32_t, int64_t>> seen;
+  for (const ir::Node& n : g_.nodes()) {
+    const NodePlacements& np = placed_[n.id.v];
+    if (n.kind != ir::NodeKind::kOp || !np.present || !live_[n.id.v]) continue;
+    // Mesh dims on which an output is a Partial that uneven pieces would get wrong.
+    std::vector<bool> reducing(mesh_.ndim(), false);
+    for (const auto& t : np.outputs)
+      if (t)
+        for (size_t m = 0; m < t->size(); ++m)
+          reducing[m] =
+              reducing[m] || ((*t)[m].isPartial() && (*t)[m].reduceOp() != mesh::ReduceOp::kSum);
+    if (std::none_of(reducing.begin(), reducing.end(), [](bool b) { return b; })) continue;
+    for (size_t i = 0; i < n.inputs.size() && i < np.inputs.size(); ++i) {
+      const ir::Value& v = g_.value(n.inputs[i]);
+      if (!np.inputs[i] || !v.tensor) continue;
+      const PlacementTuple& t = *np.inputs[i];
+      for (int d = 0; d < static_cast<int>(v.tensor->rank()); ++d) {
+        const ir::Dim& dim = v.tensor->shape[static_cast<size_t>(d)];
+        auto it = origin.find(dim.symbol);
+        if (!dim.isSymbolic() || it == origin.end()) continue;
+        int64_t pieces = 1;
+        bool reduced_here = false;
+        for (size_t m = 0; m < t.size(); ++m)
+          if (t[m].isShard(d)) {
+            pieces *= mesh_.shape()[m];
+            reduced_here = reduced_here || reducing[m];
+          }
+        if (!reduced_here || !seen.insert({it->second.first, it->second.second, pieces}).second)
+          continue;
+        proto::DivisibleDim* dd = program_.add_divisible();
+        dd->set_input(it->second.first);
+        dd->set_dim(it->second.second);
+        dd->set_symbol(dim.symbol);
+        dd->set_pieces(pieces);
+        dd->set_node(n.qualifiedOp() + (n.module_path.empty() ? "" : " (" + n.module_path + ")"));
+      }
+    }
+  }
+}
+
 Expected<proto::Program> Lowerer::run() {
   if (rank_ < 0 || rank_ >= mesh_.worldSize())
     return invalidArgument("rank " + std::to_string(rank_) + " outside the mesh " +
@@ -643,6 +699,7 @@ Expected<proto::Program> Lowerer::run() {
       APC_RETURN_IF_ERROR(emitLeafNode(n));
   }
   APC_RETURN_IF_ERROR(emitOutputs());
+  recordDivisibility();
   out_.setOutputs(out_tree_);
   APC_RETURN_IF_ERROR(out_.verify());
 

@@ -408,6 +408,34 @@ double ParallelModule::clip_grad_norm_(double max_norm) {
   return norm;
 }
 
+Status ParallelModule::checkDivisible(const std::vector<c10::IValue>& inputs) {
+  Impl& im = *impl_;
+  for (const proto::DivisibleDim& dd : im.program.divisible()) {
+    if (dd.input() >= inputs.size() || !inputs[dd.input()].isTensor())
+      return invalidArgument("input " + std::to_string(dd.input()) + " must be a tensor");
+    const at::Tensor& local = inputs[dd.input()].toTensor();
+    const int64_t d = dd.dim();
+    if (d >= local.dim())
+      return invalidArgument("input " + im.inputs.at(dd.input()).name + " has rank " +
+                             std::to_string(local.dim()));
+    // The runtime value of the symbol: the local size summed over the mesh dims that shard it,
+    // on every rank alike (so that all of them fail together).
+    at::Tensor n = at::full({1}, local.size(d), at::TensorOptions().dtype(at::kLong));
+    const mesh::PlacementTuple& t = im.inputs.at(dd.input()).placement;
+    for (size_t m = 0; m < t.size(); ++m)
+      if (t[m].isShard(static_cast<int>(d))) im.world->dim(m).allReduce(n, mesh::ReduceOp::kSum);
+    const int64_t value = n.item<int64_t>();
+    if (value % dd.pieces() != 0)
+      return invalidArgument("dynamic dim " + dd.symbol() + " = " + std::to_string(value) +
+                             " does not split evenly into the " + std::to_string(dd.pieces()) +
+                             " pieces that " + dd.node() +
+                             " reduces across (a mean of uneven pieces would be wrong); use a "
+                             "multiple of " +
+                             std::to_string(dd.pieces()));
+  }
+  return Status::success();
+}
+
 Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
     const std::vector<c10::IValue>& inputs) {
   Impl& im = *impl_;
@@ -415,6 +443,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   if (inputs.size() != im.inputs.size())
     return invalidArgument("forward takes " + std::to_string(im.inputs.size()) + " inputs, got " +
                            std::to_string(inputs.size()));
+  APC_RETURN_IF_ERROR(checkDivisible(inputs));
   const ir::Graph& g = *im.graph;
   auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
     std::vector<c10::IValue> out;

@@ -18,6 +18,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -95,26 +96,41 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
 
 struct DynCase {
   std::string model;
-  std::string planned;  // "x:f32[B=8,4,128]"
-  std::string dims;     // the static dims after the batch: ",4,128]"
+  std::vector<std::string> planned;  // {"x:f32[B=8,4,128]"}: the batch written "B=8"
   int64_t index_bound;
 };
+
+/// The input specs at batch `b` ("B=8" replaced by b).
+std::vector<std::string> atBatch(const DynCase& c, int64_t b) {
+  std::vector<std::string> out;
+  for (std::string s : c.planned) {
+    size_t at = s.find("B=8");
+    if (at != std::string::npos) s.replace(at, 3, std::to_string(b));
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::filesystem::path makeDynArtifact(const DynCase& c, const std::string& mesh,
+                                      const std::string& strategy, const std::string& flags = "") {
+  ModelCase plan{c.model, c.planned, c.index_bound, flags};
+  std::filesystem::path dir =
+      scratchDir(c.model + "_" + mesh + "_" + (strategy.empty() ? "opt" : strategy));
+  std::string err = testing::makeArtifact(plan, mesh, strategy, dir.string());
+  EXPECT_TRUE(err.empty()) << err;
+  return err.empty() ? dir : std::filesystem::path();
+}
 
 /// `strategy`: "ddp", or "" for the optimizer's plan.
 void planAndRun(const DynCase& c, const std::string& mesh, int world, const std::string& strategy,
                 const std::vector<int64_t>& batches) {
-  ModelCase plan{c.model, {c.planned}, c.index_bound, ""};
   if (!std::filesystem::exists(testing::samplePath(c.model)))
     GTEST_SKIP() << "run sample_models/generate.py";
-  std::filesystem::path dir =
-      scratchDir(c.model + "_" + mesh + "_" + (strategy.empty() ? "opt" : strategy));
-  std::string err = testing::makeArtifact(plan, mesh, strategy, dir.string());
-  ASSERT_TRUE(err.empty()) << err;
-  const std::string prefix = c.planned.substr(0, c.planned.find('[') + 1);
+  std::filesystem::path dir = makeDynArtifact(c, mesh, strategy);
+  if (dir.empty()) return;
   for (int64_t b : batches) {
     SCOPED_TRACE("batch " + std::to_string(b));
-    ModelCase at_b{c.model, {prefix + std::to_string(b) + c.dims}, c.index_bound, ""};
-    Reference ref = testing::computeReference(at_b, 1, 0.0);
+    Reference ref = testing::computeReference({c.model, atBatch(c, b), c.index_bound, ""}, 1, 0.0);
     std::vector<std::string> failed =
         testing::runRanks(world, [&](int rank) { return runRank(rank, dir.string(), ref); });
     for (const std::string& f : failed) ADD_FAILURE() << f;
@@ -122,9 +138,10 @@ void planAndRun(const DynCase& c, const std::string& mesh, int world, const std:
   std::filesystem::remove_all(dir);
 }
 
-const DynCase kMlp{"mlp_stack", "x:f32[B=8,4,128]", ",4,128]", 0};
-const DynCase kToy{"toy_block", "x:f32[B=8,2,1024]", ",2,1024]", 0};
-const DynCase kLlama{"llama_tiny", "tokens:i64[B=8,8]", ",8]", 256};
+const DynCase kMlp{"mlp_stack", {"x:f32[B=8,4,128]"}, 0};
+const DynCase kToy{"toy_block", {"x:f32[B=8,2,1024]"}, 0};
+const DynCase kLlama{"llama_tiny", {"tokens:i64[B=8,8]"}, 256};
+const DynCase kGpt2Loss{"gpt2_tiny_loss", {"idx:i64[B=8,8]", "targets:i64[B=8,8]"}, 50257};
 
 TEST(DynamicBatch, MlpStackDdpOn2) {
   planAndRun(kMlp, "2", 2, "ddp", {6, 7, 8, 10});
@@ -152,6 +169,51 @@ TEST(DynamicBatch, LlamaTinyDdpOn2) {
 
 TEST(DynamicBatch, LlamaTinyOptimizerOn2x2) {
   planAndRun(kLlama, "2x2", 4, "", {6, 7, 10});
+}
+
+// A mean inside the model (gpt2_tiny_loss's cross-entropy, pinned to P(avg): at batch 8 the
+// optimizer would compute the loss replicated) over the batch-sharded rows is exact only when the
+// pieces are equal. At batches that split evenly the sharded run matches the single model; at 7
+// on 2 ranks every rank's forward fails with a one-line error naming the dim and the loss node,
+// instead of averaging unequal pieces' means.
+TEST(DynamicBatch, MeanOverUnevenBatchIsAnErrorOnEveryRank) {
+  if (!std::filesystem::exists(testing::samplePath(kGpt2Loss.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path spec = scratchDir("loss_pin.json");
+  {
+    std::ofstream f(spec);
+    f << R"js({"mesh": {"shape": [2]}, "pins": [{"node": "46", "placements": ["P(avg)"]}]})js";
+  }
+  std::filesystem::path dir = makeDynArtifact(kGpt2Loss, "2", "", "--spec " + spec.string());
+  ASSERT_FALSE(dir.empty());
+  for (int64_t b : {6, 10}) {
+    SCOPED_TRACE("batch " + std::to_string(b));
+    Reference ref =
+        testing::computeReference({kGpt2Loss.model, atBatch(kGpt2Loss, b), 50257, ""}, 1, 0.0);
+    for (const std::string& f :
+         testing::runRanks(2, [&](int rank) { return runRank(rank, dir.string(), ref); }))
+      ADD_FAILURE() << f;
+  }
+  Reference ref =
+      testing::computeReference({kGpt2Loss.model, atBatch(kGpt2Loss, 7), 50257, ""}, 1, 0.0);
+  std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
+    at::set_num_threads(1);
+    auto loaded = ParallelModule::load(dir.string());
+    if (!loaded.ok() || !(*loaded)->load_full_state_dict(ref.init).ok()) return 3;
+    std::vector<c10::IValue> inputs;
+    for (size_t i = 0; i < ref.inputs.size(); ++i)
+      inputs.emplace_back((*loaded)->shardInput(i, ref.inputs[i]));
+    auto leaves = (*loaded)->forwardLeaves(inputs);
+    if (leaves.ok()) return 4;
+    const std::string m = leaves.error().message();
+    std::fprintf(stderr, "rank %d: %s\n", rank, m.c_str());
+    bool named = m.find("B = 7") != std::string::npos && m.find("2 pieces") != std::string::npos &&
+                 m.find("cross_entropy") != std::string::npos && m.find('\n') == std::string::npos;
+    return named ? 0 : 5;
+  });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(spec);
 }
 
 }  // namespace

@@ -126,7 +126,9 @@ class ParallelModule {
   double clip_grad_norm_(double max_norm);
 
   /// Runs the program on local input pieces (one per program input, in order); returns the output
-  /// in the forward's structure (a tensor, or tuples / lists / dicts of them).
+  /// in the forward's structure (a tensor, or tuples / lists / dicts of them). With a dynamic
+  /// batch the pieces may be uneven (torch.chunk's), except where a node averages across them
+  /// (proto::DivisibleDim): then a size that does not split evenly is an error, on every rank.
   Expected<c10::IValue> forward(const std::vector<c10::IValue>& inputs);
   /// The same, the output leaves in OutputTree order.
   Expected<std::vector<c10::IValue>> forwardLeaves(const std::vector<c10::IValue>& inputs);
@@ -149,6 +151,9 @@ class ParallelModule {
  private:
   struct Impl;
   explicit ParallelModule(std::unique_ptr<Impl> impl);
+  /// Checks the program's DivisibleDim entries against the inputs' runtime sizes (collective when
+  /// the dim is sharded): an error names the dim and the node that needs it to split evenly.
+  Status checkDivisible(const std::vector<c10::IValue>& inputs);
   std::unique_ptr<Impl> impl_;
 };
 
