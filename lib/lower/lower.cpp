@@ -398,6 +398,9 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
     if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
+  if (grad && g_.node(v.producer).kind == ir::NodeKind::kParameter)
+    for (const proto::RedistStep& s : r.forward())
+      if (s.kind() != cost::stepKindName(cost::StepKind::kLocalSlice)) r.set_regather(true);
   r.set_priced_forward_us(fwd->forward_us);
   r.set_priced_backward_us(fwd->backward_us);
   r.set_edge(name);

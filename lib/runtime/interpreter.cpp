@@ -319,7 +319,8 @@ std::vector<c10::IValue> maskedEmbedding(const OpKernel& kernel, std::vector<c10
 
 }  // namespace
 
-Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external) const {
+Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external,
+                                                    Observer* observer) const {
   const ir::Graph& g = *graph_;
   std::vector<c10::IValue> env(g.numValues());
   for (const Step& s : steps_) {
@@ -330,6 +331,7 @@ Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external) 
       args.push_back(s.is_constant[i] ? s.constant_args[i] : env[n.inputs[i].v]);
     std::vector<c10::IValue> out;
     try {
+      if (observer) observer->before(n, args);
       if (s.external)
         out = external(n, args);
       else if (s.mask >= 0)
@@ -343,6 +345,16 @@ Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external) 
       return internalError(nodeLabel(n) + " returned " + std::to_string(out.size()) +
                            " values, the node has " + std::to_string(n.outputs.size()) +
                            " outputs");
+    if (observer) {
+      for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = out[i];
+      for (uint32_t v : s.free_after) env[v] = c10::IValue();
+      try {
+        observer->after(n, out, env);
+      } catch (const std::exception& e) {
+        return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
+      }
+      continue;
+    }
     for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = std::move(out[i]);
     for (uint32_t v : s.free_after) env[v] = c10::IValue();
   }

@@ -7,9 +7,14 @@
 //===----------------------------------------------------------------------===//
 #include "apc/runtime/parallel_module.h"
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
+#include <set>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
 
 #include "apc.pb.h"
 #include "apc/ir/proto_io.h"
@@ -205,6 +210,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
 
   for (const proto::Redistribution& r : prog.redistributions()) {
     APC_ASSIGN_OR_RETURN(RedistSpec spec, redistSpec(r, nd));
+    spec.regather = r.regather();
     if (!r.reduce_dtype().empty()) {
       APC_ASSIGN_OR_RETURN(spec.reduce_dtype, scalarType(r.reduce_dtype()));
     }
@@ -408,6 +414,157 @@ double ParallelModule::clip_grad_norm_(double max_norm) {
   return norm;
 }
 
+namespace {
+
+/// FSDP's reshard after forward, for the parameter edges the program marks `regather` (the
+/// planner prices them so: forward steps once in forward, once more in backward). The
+/// redistributed copy y of a parameter is freed as soon as no value the run still holds shares
+/// its storage (views of it included), and gathered again into the same storage by a pre-hook on
+/// the backward node of every output of an op that read it (or a view of it): the nodes that
+/// unpack what the op saved run after those. A pre-hook on the redistribution's own backward
+/// node, which runs once every reader's backward has fed y's gradient, frees it again. The storage
+/// is swapped under the tensors (as FSDP does with storage resizing), through a detached handle
+/// with its own version counter, so autograd's saved-tensor checks still pass. Every rank runs the
+/// same program and the CPU autograd engine visits nodes in the same order, so the re-gathers'
+/// collectives match.
+class Regatherer : public Interpreter::Observer {
+ public:
+  explicit Regatherer(World& world) : world_(world) {}
+
+  /// A regather edge ran: `x` its input (kept: the shard), `y` its result.
+  void track(const at::Tensor& x, const at::Tensor& y, const RedistSpec& spec) {
+    if (!y.defined() || !y.has_storage() || y.numel() == 0) return;
+    auto e = std::make_shared<Entry>();
+    e->x = x.detach();
+    e->handle = y.variable_data();
+    e->storage =
+        c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(y.storage().unsafeGetStorageImpl());
+    e->nbytes = y.storage().nbytes();
+    e->spec = &spec;
+    e->world = &world_;
+    if (const auto& fn = y.grad_fn()) fn->add_pre_hook(std::make_unique<ReleaseHook>(e));
+    entries_.push_back(std::move(e));
+  }
+
+  void before(const ir::Node&, const std::vector<c10::IValue>& args) override {
+    reading_.clear();
+    for (const auto& e : entries_)
+      if (!e->freed && std::any_of(args.begin(), args.end(),
+                                   [&](const c10::IValue& v) { return aliases(v, *e); }))
+        reading_.push_back(e);
+  }
+
+  void after(const ir::Node&, const std::vector<c10::IValue>& outputs,
+             const std::vector<c10::IValue>& live) override {
+    for (const auto& e : reading_) {
+      for (const c10::IValue& o : outputs) hookOutputs(o, e);
+      bool held = std::any_of(live.begin(), live.end(),
+                              [&](const c10::IValue& v) { return aliases(v, *e); });
+      if (!held) release(*e);
+    }
+    reading_.clear();
+  }
+
+ private:
+  struct Entry {
+    at::Tensor x;       // the redistribution's input
+    at::Tensor handle;  // y's data with its own version counter
+    c10::intrusive_ptr<c10::StorageImpl> storage;
+    size_t nbytes = 0;
+    const RedistSpec* spec = nullptr;
+    World* world = nullptr;
+    bool freed = false;
+    std::set<const torch::autograd::Node*> hooked;
+  };
+
+  static bool aliases(const c10::IValue& v, const Entry& e) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      return t.defined() && t.has_storage() &&
+             t.storage().unsafeGetStorageImpl() == e.storage.get();
+    }
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == e.storage.get())
+          return true;
+      return false;
+    }
+    if (v.isList()) {
+      for (const c10::IValue& el : v.toListRef())
+        if (aliases(el, e)) return true;
+      return false;
+    }
+    if (v.isTuple()) {
+      for (const c10::IValue& el : v.toTupleRef().elements())
+        if (aliases(el, e)) return true;
+    }
+    return false;
+  }
+
+  static void release(Entry& e) {
+    if (e.freed) return;
+    e.storage->set_data_ptr_noswap(at::DataPtr(nullptr, e.storage->device()));
+    e.storage->set_nbytes(0);
+    e.freed = true;
+  }
+
+  static void restore(Entry& e) {
+    if (!e.freed) return;
+    at::NoGradGuard no_grad;
+    at::Tensor g = runSteps(e.spec->forward, e.x, *e.world, e.spec->edge + " (re-gather)");
+    at::Allocator* alloc = e.storage->allocator();
+    if (!alloc) alloc = c10::GetAllocator(e.storage->device().type());
+    e.storage->set_data_ptr_noswap(alloc->allocate(e.nbytes));
+    e.storage->set_nbytes(e.nbytes);
+    e.freed = false;
+    e.handle.copy_(g);
+  }
+
+  struct RestoreHook : torch::autograd::FunctionPreHook {
+    explicit RestoreHook(std::shared_ptr<Entry> e) : e(std::move(e)) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& grads) override {
+      restore(*e);
+      return grads;
+    }
+    std::shared_ptr<Entry> e;
+  };
+
+  /// On the redistribution's own backward node: it runs once every node that reads y has run
+  /// (each of them feeds y's gradient), so y can go.
+  struct ReleaseHook : torch::autograd::FunctionPreHook {
+    explicit ReleaseHook(std::shared_ptr<Entry> e) : e(std::move(e)) {}
+    torch::autograd::variable_list operator()(
+        const torch::autograd::variable_list& grads) override {
+      release(*e);
+      return grads;
+    }
+    std::shared_ptr<Entry> e;
+  };
+
+  void hookOutputs(const c10::IValue& v, const std::shared_ptr<Entry>& e) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined() || !t.grad_fn()) return;
+      std::shared_ptr<torch::autograd::Node> fn = t.grad_fn();
+      if (!e->hooked.insert(fn.get()).second) return;
+      fn->add_pre_hook(std::make_unique<RestoreHook>(e));
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec()) hookOutputs(c10::IValue(t), e);
+    } else if (v.isList()) {
+      for (const c10::IValue& el : v.toListRef()) hookOutputs(el, e);
+    } else if (v.isTuple()) {
+      for (const c10::IValue& el : v.toTupleRef().elements()) hookOutputs(el, e);
+    }
+  }
+
+  World& world_;
+  std::vector<std::shared_ptr<Entry>> entries_;
+  std::vector<std::shared_ptr<Entry>> reading_;
+};
+
+}  // namespace
+
 Status ParallelModule::checkDivisible(const std::vector<c10::IValue>& inputs) {
   Impl& im = *impl_;
   for (const proto::DivisibleDim& dd : im.program.divisible()) {
@@ -444,6 +601,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
     return invalidArgument("forward takes " + std::to_string(im.inputs.size()) + " inputs, got " +
                            std::to_string(inputs.size()));
   APC_RETURN_IF_ERROR(checkDivisible(inputs));
+  Regatherer regather(*im.world);
   const ir::Graph& g = *im.graph;
   auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
     std::vector<c10::IValue> out;
@@ -470,14 +628,16 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         const RedistSpec& spec = im.redists.at(static_cast<size_t>(im.node_redist.at(n.id.v)));
         TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
                     " needs one tensor input");
-        out.push_back(redistribute(args[0].toTensor(), spec, *im.world));
+        at::Tensor y = redistribute(args[0].toTensor(), spec, *im.world);
+        if (spec.regather) regather.track(args[0].toTensor(), y, spec);
+        out.push_back(y);
         break;
       }
     }
     return out;
   };
   (void)g;
-  return im.interp->run(external);
+  return im.interp->run(external, &regather);
 }
 
 Expected<c10::IValue> ParallelModule::forward(const std::vector<c10::IValue>& inputs) {
@@ -566,6 +726,14 @@ PricedComm ParallelModule::pricedComm() const {
       c.forward_wire_bytes += wireBytes(s, impl_->mesh);
     }
     if (!spec.requires_grad) continue;
+    // A re-gathered parameter runs its forward steps once more, in backward.
+    if (spec.regather)
+      for (const RedistStepSpec& s : spec.forward) {
+        if (s.kind == cost::StepKind::kLocalSlice) continue;
+        ++c.backward_steps;
+        c.priced_bytes += s.priced_bytes;
+        c.backward_wire_bytes += wireBytes(s, impl_->mesh);
+      }
     for (const RedistStepSpec& s : spec.backward) {
       if (s.kind == cost::StepKind::kLocalSlice) continue;
       ++c.backward_steps;

@@ -107,9 +107,22 @@ class Interpreter {
 
   const ir::Graph& graph() const { return *graph_; }
 
+  /// Watches a run node by node (ParallelModule frees re-gathered parameters with it).
+  class Observer {
+   public:
+    virtual ~Observer() = default;
+    /// Before node `node` runs, with its arguments.
+    virtual void before(const ir::Node& node, const std::vector<c10::IValue>& args) = 0;
+    /// After it ran: its outputs, and every value the run still holds (indexed by value id;
+    /// values no later node reads are already empty).
+    virtual void after(const ir::Node& node, const std::vector<c10::IValue>& outputs,
+                       const std::vector<c10::IValue>& live) = 0;
+  };
+
   /// Runs the graph; returns the output leaves in OutputTree order (graph().outputs().leaves()).
   /// Errors: the first failing node, "node 12 aten::view (blocks.0.attn): <message>".
-  Expected<std::vector<c10::IValue>> run(const ExternalFn& external) const;
+  Expected<std::vector<c10::IValue>> run(const ExternalFn& external,
+                                         Observer* observer = nullptr) const;
 
  private:
   struct Step {

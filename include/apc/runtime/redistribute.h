@@ -75,6 +75,9 @@ struct RedistSpec {
   /// Mixed precision: backward steps that reduce (all-reduce, reduce-scatter) run in this dtype
   /// (the gradient is cast to it and back); nullopt: the gradient's own dtype.
   std::optional<at::ScalarType> reduce_dtype;
+  /// A parameter's edge: the result is freed after its last forward use and gathered again
+  /// before backward (proto::Redistribution.regather; ParallelModule does it).
+  bool regather = false;
 };
 
 /// Parses "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all".
