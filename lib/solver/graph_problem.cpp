@@ -278,13 +278,8 @@ ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp) {
   ir::Graph out = g;
   if (!mp.param_dtype) return out;
   Precision p(mp);
-  std::vector<bool> buffer(out.numValues(), false);
-  for (const ir::Node& n : out.nodes())
-    if (n.kind == ir::NodeKind::kBuffer)
-      for (ir::ValueId v : n.outputs) buffer[v.v] = true;
   for (uint32_t i = 0; i < out.numValues(); ++i) {
     ir::Value& v = out.value(ir::ValueId{i});
-    if (buffer[i]) continue;
     if (v.tensor) v.tensor = p.compute(*v.tensor);
     for (ir::TensorMeta& e : v.elements) e = p.compute(e);
   }

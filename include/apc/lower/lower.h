@@ -74,7 +74,8 @@ namespace apc::lower {
 
 /// The Program.format_version written and accepted.
 /// 2: Redistribution.reduce_dtype (before, the runtime reduced every gradient in the program's
-/// reduce_dtype). 3: Program.divisible (dynamic dims that must split evenly, checked per forward).
+/// reduce_dtype). 3: Program.divisible (dynamic dims that must split evenly, checked per forward)
+/// and Redistribution.regather (parameters re-gathered in backward).
 inline constexpr uint32_t kProgramFormatVersion = 3;
 /// The op name of redistribute nodes in the program's Graph; their Node.kind is "redistribute".
 inline constexpr const char* kRedistributeOp = "apc::redistribute";

@@ -88,7 +88,8 @@ mesh::PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input
 
 /// The graph as it computes under a mixed precision policy: the tensor metadata of every value
 /// of floating dtype (parameters, floating inputs, activations, Tensor[] elements) set to
-/// param_dtype, except the outputs of buffer nodes (FSDP2 does not cast buffers). Node and value
+/// param_dtype, floating buffers included: lowering casts them like parameters (module.to's
+/// semantics; rope tables in f32 would promote bf16 activations otherwise). Node and value
 /// ids are unchanged, so strategies enumerated on it apply to `g`. Returns a copy of `g` when the
 /// policy has no param_dtype.
 ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
