@@ -446,6 +446,11 @@ class Regatherer : public Interpreter::Observer {
     entries_.push_back(std::move(e));
   }
 
+  /// After the run: what is still held (an output, or a view of one) stays for good.
+  void finish() {
+    for (const auto& e : entries_) e->keep = e->keep || !e->freed;
+  }
+
   void before(const ir::Node&, const std::vector<c10::IValue>& args) override {
     reading_.clear();
     for (const auto& e : entries_)
@@ -474,6 +479,7 @@ class Regatherer : public Interpreter::Observer {
     const RedistSpec* spec = nullptr;
     World* world = nullptr;
     bool freed = false;
+    bool keep = false;  // held by the forward's outputs: never freed
     std::set<const torch::autograd::Node*> hooked;
   };
 
@@ -502,7 +508,7 @@ class Regatherer : public Interpreter::Observer {
   }
 
   static void release(Entry& e) {
-    if (e.freed) return;
+    if (e.freed || e.keep) return;
     e.storage->set_data_ptr_noswap(at::DataPtr(nullptr, e.storage->device()));
     e.storage->set_nbytes(0);
     e.freed = true;
@@ -637,7 +643,9 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
     return out;
   };
   (void)g;
-  return im.interp->run(external, &regather);
+  auto leaves = im.interp->run(external, &regather);
+  regather.finish();
+  return leaves;
 }
 
 Expected<c10::IValue> ParallelModule::forward(const std::vector<c10::IValue>& inputs) {
