@@ -442,7 +442,7 @@ class Regatherer : public Interpreter::Observer {
     e->nbytes = y.storage().nbytes();
     e->spec = &spec;
     e->world = &world_;
-    if (const auto& fn = y.grad_fn()) fn->add_pre_hook(std::make_unique<ReleaseHook>(e));
+    if (const auto& fn = y.grad_fn()) fn->add_pre_hook(std::make_unique<EntryHook>(e, &release));
     entries_.push_back(std::move(e));
   }
 
@@ -483,16 +483,15 @@ class Regatherer : public Interpreter::Observer {
     std::set<const torch::autograd::Node*> hooked;
   };
 
+  static bool aliases(const at::Tensor& t, const Entry& e) {
+    return t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == e.storage.get();
+  }
+
   static bool aliases(const c10::IValue& v, const Entry& e) {
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      return t.defined() && t.has_storage() &&
-             t.storage().unsafeGetStorageImpl() == e.storage.get();
-    }
+    if (v.isTensor()) return aliases(v.toTensor(), e);
     if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec())
-        if (t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == e.storage.get())
-          return true;
+        if (aliases(t, e)) return true;
       return false;
     }
     if (v.isList()) {
@@ -526,26 +525,18 @@ class Regatherer : public Interpreter::Observer {
     e.handle.copy_(g);
   }
 
-  struct RestoreHook : torch::autograd::FunctionPreHook {
-    explicit RestoreHook(std::shared_ptr<Entry> e) : e(std::move(e)) {}
+  /// Runs `action` (restore or release) on the entry before a backward node runs: restore on
+  /// the backward node of every output of a reader of y; release on the redistribution's own
+  /// backward node, which runs once every reader's backward has fed y's gradient.
+  struct EntryHook : torch::autograd::FunctionPreHook {
+    EntryHook(std::shared_ptr<Entry> e, void (*action)(Entry&)) : e(std::move(e)), action(action) {}
     torch::autograd::variable_list operator()(
         const torch::autograd::variable_list& grads) override {
-      restore(*e);
+      action(*e);
       return grads;
     }
     std::shared_ptr<Entry> e;
-  };
-
-  /// On the redistribution's own backward node: it runs once every node that reads y has run
-  /// (each of them feeds y's gradient), so y can go.
-  struct ReleaseHook : torch::autograd::FunctionPreHook {
-    explicit ReleaseHook(std::shared_ptr<Entry> e) : e(std::move(e)) {}
-    torch::autograd::variable_list operator()(
-        const torch::autograd::variable_list& grads) override {
-      release(*e);
-      return grads;
-    }
-    std::shared_ptr<Entry> e;
+    void (*action)(Entry&);
   };
 
   void hookOutputs(const c10::IValue& v, const std::shared_ptr<Entry>& e) {
@@ -554,7 +545,7 @@ class Regatherer : public Interpreter::Observer {
       if (!t.defined() || !t.grad_fn()) return;
       std::shared_ptr<torch::autograd::Node> fn = t.grad_fn();
       if (!e->hooked.insert(fn.get()).second) return;
-      fn->add_pre_hook(std::make_unique<RestoreHook>(e));
+      fn->add_pre_hook(std::make_unique<EntryHook>(e, &restore));
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList().vec()) hookOutputs(c10::IValue(t), e);
     } else if (v.isList()) {

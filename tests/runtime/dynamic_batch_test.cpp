@@ -143,33 +143,36 @@ const DynCase kToy{"toy_block", {"x:f32[B=8,2,1024]"}, 0};
 const DynCase kLlama{"llama_tiny", {"tokens:i64[B=8,8]"}, 256};
 const DynCase kGpt2Loss{"gpt2_tiny_loss", {"idx:i64[B=8,8]", "targets:i64[B=8,8]"}, 50257};
 
-TEST(DynamicBatch, MlpStackDdpOn2) {
-  planAndRun(kMlp, "2", 2, "ddp", {6, 7, 8, 10});
+struct RunCase {
+  const DynCase* model;
+  std::string mesh;
+  int world;
+  std::string strategy;  // "ddp", or "" for the optimizer's plan
+  std::vector<int64_t> batches;
+};
+
+class DynamicBatchRun : public ::testing::TestWithParam<RunCase> {};
+
+TEST_P(DynamicBatchRun, MatchesSingleModelAtEachBatch) {
+  const RunCase& c = GetParam();
+  planAndRun(*c.model, c.mesh, c.world, c.strategy, c.batches);
 }
 
-TEST(DynamicBatch, ToyBlockDdpOn2) {
-  planAndRun(kToy, "2", 2, "ddp", {6, 7, 10});
-}
-
-TEST(DynamicBatch, MlpStackDdpOn2x2) {
-  planAndRun(kMlp, "2x2", 4, "ddp", {6, 7, 12});
-}
-
-TEST(DynamicBatch, MlpStackOptimizerOn2x2) {
-  planAndRun(kMlp, "2x2", 4, "", {6, 7, 10});
-}
-
-TEST(DynamicBatch, ToyBlockOptimizerOn2x2) {
-  planAndRun(kToy, "2x2", 4, "", {6, 7, 10});
-}
-
-TEST(DynamicBatch, LlamaTinyDdpOn2) {
-  planAndRun(kLlama, "2", 2, "ddp", {6, 7, 10});
-}
-
-TEST(DynamicBatch, LlamaTinyOptimizerOn2x2) {
-  planAndRun(kLlama, "2x2", 4, "", {6, 7, 10});
-}
+INSTANTIATE_TEST_SUITE_P(Samples, DynamicBatchRun,
+                         ::testing::Values(RunCase{&kMlp, "2", 2, "ddp", {6, 7, 8, 10}},
+                                           RunCase{&kToy, "2", 2, "ddp", {6, 7, 10}},
+                                           RunCase{&kMlp, "2x2", 4, "ddp", {6, 7, 12}},
+                                           RunCase{&kMlp, "2x2", 4, "", {6, 7, 10}},
+                                           RunCase{&kToy, "2x2", 4, "", {6, 7, 10}},
+                                           RunCase{&kLlama, "2", 2, "ddp", {6, 7, 10}},
+                                           RunCase{&kLlama, "2x2", 4, "", {6, 7, 10}}),
+                         [](const ::testing::TestParamInfo<RunCase>& info) {
+                           std::string mesh = info.param.mesh;
+                           for (char& ch : mesh)
+                             if (ch == 'x') ch = '_';
+                           return info.param.model->model + "_" + mesh + "_" +
+                                  (info.param.strategy.empty() ? "opt" : info.param.strategy);
+                         });
 
 // A mean inside the model (gpt2_tiny_loss's cross-entropy, pinned to P(avg): at batch 8 the
 // optimizer would compute the loss replicated) over the batch-sharded rows is exact only when the
