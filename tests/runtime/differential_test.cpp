@@ -23,6 +23,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 #include "../common/run_command.h"
 #include "apc/runtime/parallel_module.h"
@@ -275,12 +276,20 @@ TEST(RankFailure, PeersOfADeadRankFailWithinTheTimeout) {
         options.world.timeout = std::chrono::milliseconds(5000);
         auto pm = ParallelModule::load(dir.string(), options);
         if (!pm.ok()) return 10;
-        if (rank == 3) ::_exit(0);  // dies before its first collective
-        if (!(*pm)->load_full_state_dict(ref.init).ok()) return 11;
+        // Every rank has its process groups before rank 3 goes (a peer still connecting would
+        // fail at load instead). A barrier that its exit cuts short is a failure as expected.
         auto t0 = std::chrono::steady_clock::now();
-        std::vector<c10::IValue> inputs = {(*pm)->shardInput(0, ref.inputs[0])};
         std::string error;
         try {
+          (*pm)->world().all().barrier();
+        } catch (const std::exception& e) {
+          error = e.what();
+        }
+        if (rank == 3) ::_exit(0);  // dies before its first collective of the step
+        if (!(*pm)->load_full_state_dict(ref.init).ok()) return 11;
+        std::vector<c10::IValue> inputs = {(*pm)->shardInput(0, ref.inputs[0])};
+        try {
+          if (!error.empty()) throw std::runtime_error(error);
           auto out = (*pm)->forwardLeaves(inputs);
           if (!out.ok())
             error = out.error().message();
