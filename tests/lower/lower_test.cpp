@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "../plan/plan_fixtures.h"
@@ -225,6 +226,40 @@ TEST(Lower, PartialOutputIsReducedAtTheEnd) {
   EXPECT_EQ(r.forward(0).kind(), "all-reduce");
   EXPECT_EQ(r.forward(0).reduce_op(), "sum");
   EXPECT_EQ(r.backward_size(), 0);  // the Replicate gradient goes to every summand
+}
+
+// FSDP-like placements (parameters and activations sharded on the batch's mesh dim): every
+// parameter edge whose forward communicates is marked for a re-gather in backward (the runtime's
+// reshard after forward, priced so by the planner); no other edge is.
+TEST(Lower, GatheredParametersAreMarkedForRegather) {
+  ir::Graph g = toyBlock(8);
+  mesh::Spec spec = specFor({4}, {});
+  spec.inputs["x"] = {mesh::Placement::shard(0)};
+  for (const char* w : {"up.weight", "down.weight"})
+    spec.pins.push_back({mesh::Pin::Target::kNode, w, {mesh::Placement::shard(0)}});
+  for (const char* m : {"up", "down"})
+    spec.pins.push_back({mesh::Pin::Target::kModule, m, {mesh::Placement::shard(0)}});
+  auto planned = planOf(g, spec);
+  auto programs = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  testing::checkPrograms(g, planned.result.plan, *programs);
+  int marked = 0;
+  for (const proto::Program& p : *programs) {
+    std::set<uint32_t> params;
+    for (const proto::ProgramTensor& t : p.parameters()) params.insert(t.value());
+    for (int i = 0; i < p.graph().nodes_size(); ++i) {
+      const proto::Node& n = p.graph().nodes(i);
+      if (n.kind() != "redistribute") continue;
+      const proto::Redistribution& r =
+          p.redistributions(static_cast<int>(p.node_redistribution(i) - 1));
+      bool communicates = false;
+      for (const proto::RedistStep& s : r.forward()) communicates |= s.kind() != "local-slice";
+      EXPECT_EQ(r.regather(), params.count(n.inputs(0)) > 0 && r.requires_grad() && communicates)
+          << r.edge();
+      marked += r.regather() ? 1 : 0;
+    }
+  }
+  EXPECT_GE(marked, 2 * 4) << "up.weight and down.weight are gathered on every rank";
 }
 
 TEST(Lower, MixedPrecisionCastsParametersBeforeTheirCollectives) {
