@@ -345,18 +345,16 @@ Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external,
       return internalError(nodeLabel(n) + " returned " + std::to_string(out.size()) +
                            " values, the node has " + std::to_string(n.outputs.size()) +
                            " outputs");
+    // A copy (a reference count), so that the observer sees the outputs even when unused.
+    for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = out[i];
+    for (uint32_t v : s.free_after) env[v] = c10::IValue();
     if (observer) {
-      for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = out[i];
-      for (uint32_t v : s.free_after) env[v] = c10::IValue();
       try {
         observer->after(n, out, env);
       } catch (const std::exception& e) {
         return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
       }
-      continue;
     }
-    for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = std::move(out[i]);
-    for (uint32_t v : s.free_after) env[v] = c10::IValue();
   }
   std::vector<c10::IValue> leaves;
   leaves.reserve(output_values_.size());

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -564,6 +565,7 @@ class Regatherer : public Interpreter::Observer {
 
 Status ParallelModule::checkDivisible(const std::vector<c10::IValue>& inputs) {
   Impl& im = *impl_;
+  std::map<std::pair<uint32_t, uint32_t>, int64_t> sizes;  // per (input, dim): its global size
   for (const proto::DivisibleDim& dd : im.program.divisible()) {
     if (dd.input() >= inputs.size() || !inputs[dd.input()].isTensor())
       return invalidArgument("input " + std::to_string(dd.input()) + " must be a tensor");
@@ -573,12 +575,16 @@ Status ParallelModule::checkDivisible(const std::vector<c10::IValue>& inputs) {
       return invalidArgument("input " + im.inputs.at(dd.input()).name + " has rank " +
                              std::to_string(local.dim()));
     // The runtime value of the symbol: the local size summed over the mesh dims that shard it,
-    // on every rank alike (so that all of them fail together).
-    at::Tensor n = at::full({1}, local.size(d), at::TensorOptions().dtype(at::kLong));
-    const mesh::PlacementTuple& t = im.inputs.at(dd.input()).placement;
-    for (size_t m = 0; m < t.size(); ++m)
-      if (t[m].isShard(static_cast<int>(d))) im.world->dim(m).allReduce(n, mesh::ReduceOp::kSum);
-    const int64_t value = n.item<int64_t>();
+    // on every rank alike (so that all of them fail together); once per (input, dim).
+    auto [it, fresh] = sizes.emplace(std::make_pair(dd.input(), dd.dim()), 0);
+    if (fresh) {
+      at::Tensor n = at::full({1}, local.size(d), at::TensorOptions().dtype(at::kLong));
+      const mesh::PlacementTuple& t = im.inputs.at(dd.input()).placement;
+      for (size_t m = 0; m < t.size(); ++m)
+        if (t[m].isShard(static_cast<int>(d))) im.world->dim(m).allReduce(n, mesh::ReduceOp::kSum);
+      it->second = n.item<int64_t>();
+    }
+    const int64_t value = it->second;
     if (value % dd.pieces() != 0)
       return invalidArgument("dynamic dim " + dd.symbol() + " = " + std::to_string(value) +
                              " does not split evenly into the " + std::to_string(dd.pieces()) +

@@ -60,11 +60,7 @@ const Reference& referenceFor(const std::string& model) {
 }
 
 std::filesystem::path scratchDir(const std::string& name) {
-  std::filesystem::path d =
-      std::filesystem::temp_directory_path() / ("apc_rt_" + std::to_string(::getpid())) / name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d.parent_path());
-  return d;
+  return testing::scratchDir("rt", name);
 }
 
 int worldOf(const std::string& mesh) {
@@ -81,29 +77,15 @@ int worldOf(const std::string& mesh) {
 
 /// One rank: load, train kSteps SGD steps, compare with the reference. Returns the exit code.
 int runRank(int rank, const std::string& dir, const Reference& ref, bool expect_comm) {
-  at::set_num_threads(1);
-  int failures = 0;
-  auto fail = [&](const std::string& what) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
-    ++failures;
-  };
-  auto loaded = ParallelModule::load(dir);
-  if (!loaded.ok()) {
-    fail("load: " + loaded.error().message());
-    return 1;
-  }
-  ParallelModule& pm = **loaded;
-  Status st = pm.load_full_state_dict(ref.init);
-  if (!st.ok()) {
-    fail("load_full_state_dict: " + st.error().message());
-    return 1;
-  }
+  testing::RankLog log(rank);
+  std::shared_ptr<ParallelModule> loaded = testing::loadRank(dir, ref.init, log);
+  if (!loaded) return 1;
+  ParallelModule& pm = *loaded;
+  auto fail = [&](const std::string& what) { log.fail(what); };
   std::vector<at::Tensor> params = pm.parameters();
   for (int step = 0; step < kSteps; ++step) {
     for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
-    std::vector<c10::IValue> inputs;
-    for (size_t i = 0; i < ref.inputs.size(); ++i)
-      inputs.emplace_back(pm.shardInput(i, ref.inputs[i]));
+    std::vector<c10::IValue> inputs = testing::shardInputs(pm, ref.inputs);
     pm.resetCommStats();
     auto leaves = pm.forwardLeaves(inputs);
     const CommStats forward_comm = pm.commStats();
@@ -136,23 +118,12 @@ int runRank(int rank, const std::string& dir, const Reference& ref, bool expect_
     const int64_t program_calls = pm.commStats().calls - (gather_comm.calls - forward_comm.calls);
     if (step == 0 && pm.worldSize() > 1 && program_calls == 0 && expect_comm)
       fail("the program ran no collective");
-    if (step == 0)
-      for (size_t i = 0; i < params.size(); ++i) {
-        const std::string& name = pm.parameterSpecs()[i].name;
-        at::Tensor full = pm.fullGrad(i);
-        auto it = ref.grads.find(name);
-        if (it == ref.grads.end()) {
-          fail("parameter " + name + " is not in the model");
-          continue;
-        }
-        std::string d = testing::compareTensors(full, it->second, kRtol);
-        if (!d.empty()) fail("grad " + name + ": " + d);
-      }
+    if (step == 0) testing::expectGradsMatch(pm, ref.grads, kRtol, log);
     at::NoGradGuard no_grad;
     for (at::Tensor& p : params)
       if (p.grad().defined()) p.sub_(p.grad() * ref.lr);
   }
-  return failures == 0 ? 0 : 1;
+  return log.exitCode();
 }
 
 struct DiffCase {

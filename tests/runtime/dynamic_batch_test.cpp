@@ -35,63 +35,31 @@ using testing::Reference;
 constexpr double kRtol = 1e-5;
 
 std::filesystem::path scratchDir(const std::string& name) {
-  std::filesystem::path d =
-      std::filesystem::temp_directory_path() / ("apc_dyn_" + std::to_string(::getpid())) / name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d.parent_path());
-  return d;
+  return testing::scratchDir("dyn", name);
 }
 
 int runRank(int rank, const std::string& dir, const Reference& ref) {
-  at::set_num_threads(1);
-  int failures = 0;
-  auto fail = [&](const std::string& what) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
-    ++failures;
-  };
-  auto loaded = ParallelModule::load(dir);
-  if (!loaded.ok()) {
-    fail("load: " + loaded.error().message());
-    return 1;
-  }
-  ParallelModule& pm = **loaded;
-  Status st = pm.load_full_state_dict(ref.init);
-  if (!st.ok()) {
-    fail("load_full_state_dict: " + st.error().message());
-    return 1;
-  }
-  std::vector<c10::IValue> inputs;
-  for (size_t i = 0; i < ref.inputs.size(); ++i)
-    inputs.emplace_back(pm.shardInput(i, ref.inputs[i]));
-  auto leaves = pm.forwardLeaves(inputs);
+  testing::RankLog log(rank);
+  std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, ref.init, log);
+  if (!pm) return 1;
+  auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
   if (!leaves.ok()) {
-    fail("forward: " + leaves.error().message());
+    log.fail("forward: " + leaves.error().message());
     return 1;
   }
   if (leaves->size() != ref.outputs.size()) {
-    fail("output leaf count differs");
+    log.fail("output leaf count differs");
     return 1;
   }
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < leaves->size(); ++i) {
-    outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
+    outs.push_back(pm->gatherOutput(i, (*leaves)[i].toTensor()));
     std::string d = testing::compareTensors(outs.back().detach(), ref.outputs[i], kRtol);
-    if (!d.empty()) fail("output " + std::to_string(i) + ": " + d);
+    if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
   }
   testing::lossOf(outs, ref.loss_weights).backward();
-  std::vector<at::Tensor> params = pm.parameters();
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& name = pm.parameterSpecs()[i].name;
-    at::Tensor full = pm.fullGrad(i);
-    auto it = ref.grads.find(name);
-    if (it == ref.grads.end()) {
-      fail("parameter " + name + " is not in the model");
-      continue;
-    }
-    std::string d = testing::compareTensors(full, it->second, kRtol);
-    if (!d.empty()) fail("grad " + name + ": " + d);
-  }
-  return failures == 0 ? 0 : 1;
+  testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
+  return log.exitCode();
 }
 
 struct DynCase {
@@ -200,13 +168,10 @@ TEST(DynamicBatch, MeanOverUnevenBatchIsAnErrorOnEveryRank) {
   Reference ref =
       testing::computeReference({kGpt2Loss.model, atBatch(kGpt2Loss, 7), 50257, ""}, 1, 0.0);
   std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
-    at::set_num_threads(1);
-    auto loaded = ParallelModule::load(dir.string());
-    if (!loaded.ok() || !(*loaded)->load_full_state_dict(ref.init).ok()) return 3;
-    std::vector<c10::IValue> inputs;
-    for (size_t i = 0; i < ref.inputs.size(); ++i)
-      inputs.emplace_back((*loaded)->shardInput(i, ref.inputs[i]));
-    auto leaves = (*loaded)->forwardLeaves(inputs);
+    testing::RankLog log(rank);
+    std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log);
+    if (!pm) return 3;
+    auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
     if (leaves.ok()) return 4;
     const std::string m = leaves.error().message();
     std::fprintf(stderr, "rank %d: %s\n", rank, m.c_str());

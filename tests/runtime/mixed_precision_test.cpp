@@ -110,11 +110,7 @@ const MpReference& referenceFor(const std::string& key) {
 }
 
 std::filesystem::path scratchDir(const std::string& name) {
-  std::filesystem::path d =
-      std::filesystem::temp_directory_path() / ("apc_mp_" + std::to_string(::getpid())) / name;
-  std::filesystem::remove_all(d);
-  std::filesystem::create_directories(d.parent_path());
-  return d;
+  return testing::scratchDir("mp", name);
 }
 
 /// `apc plan --artifact` with a spec file carrying the mesh, (when `mixed`) the policy, and `pins`
@@ -148,26 +144,12 @@ std::string makeArtifact(const ModelCase& c, const std::vector<int>& mesh,
 /// the dtype it moves, by the ring formulas), and rank 0 writes "forward backward" to the file.
 int runRank(int rank, const std::string& dir, const MpReference& ref, bool compare,
             const std::string& bytes_file) {
-  at::set_num_threads(1);
-  int failures = 0;
-  auto fail = [&](const std::string& what) {
-    std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
-    ++failures;
-  };
-  auto loaded = ParallelModule::load(dir);
-  if (!loaded.ok()) {
-    fail("load: " + loaded.error().message());
-    return 1;
-  }
-  ParallelModule& pm = **loaded;
-  Status st = pm.load_full_state_dict(ref.f32.init);
-  if (!st.ok()) {
-    fail("load_full_state_dict: " + st.error().message());
-    return 1;
-  }
-  std::vector<c10::IValue> inputs;
-  for (size_t i = 0; i < ref.f32.inputs.size(); ++i)
-    inputs.emplace_back(pm.shardInput(i, ref.f32.inputs[i]));
+  testing::RankLog log(rank);
+  std::shared_ptr<ParallelModule> loaded = testing::loadRank(dir, ref.f32.init, log);
+  if (!loaded) return 1;
+  ParallelModule& pm = *loaded;
+  auto fail = [&](const std::string& what) { log.fail(what); };
+  std::vector<c10::IValue> inputs = testing::shardInputs(pm, ref.f32.inputs);
   pm.resetCommStats();
   auto leaves = pm.forwardLeaves(inputs);
   const CommStats fwd = pm.commStats();
@@ -228,7 +210,7 @@ int runRank(int rank, const std::string& dir, const MpReference& ref, bool compa
       std::string d = testing::compareTensors(full, it->second, rtol);
       if (!d.empty()) fail("grad " + name + ": " + d);
     }
-  return failures == 0 ? 0 : 1;
+  return log.exitCode();
 }
 
 std::pair<double, double> readBytes(const std::string& file) {

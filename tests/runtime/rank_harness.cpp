@@ -10,15 +10,18 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <ATen/Parallel.h>
 #include <torch/script.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include "../common/run_command.h"
+#include "apc/runtime/parallel_module.h"
 
 namespace apc::runtime::testing {
 
@@ -223,6 +226,58 @@ std::vector<std::string> runRanks(int world, const std::function<int(int rank)>&
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return failures;
+}
+
+std::filesystem::path scratchDir(const std::string& test, const std::string& name) {
+  std::filesystem::path d = std::filesystem::temp_directory_path() /
+                            ("apc_" + test + "_" + std::to_string(::getpid())) / name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d.parent_path());
+  return d;
+}
+
+void RankLog::fail(const std::string& what) {
+  std::fprintf(stderr, "rank %d: %s\n", rank_, what.c_str());
+  ++failures_;
+}
+
+std::shared_ptr<ParallelModule> loadRank(const std::string& dir,
+                                         const std::map<std::string, at::Tensor>& init,
+                                         RankLog& log) {
+  at::set_num_threads(1);
+  auto loaded = ParallelModule::load(dir);
+  if (!loaded.ok()) {
+    log.fail("load: " + loaded.error().message());
+    return nullptr;
+  }
+  Status st = (*loaded)->load_full_state_dict(init);
+  if (!st.ok()) {
+    log.fail("load_full_state_dict: " + st.error().message());
+    return nullptr;
+  }
+  return *loaded;
+}
+
+std::vector<c10::IValue> shardInputs(const ParallelModule& pm,
+                                     const std::vector<at::Tensor>& full) {
+  std::vector<c10::IValue> inputs;
+  for (size_t i = 0; i < full.size(); ++i) inputs.emplace_back(pm.shardInput(i, full[i]));
+  return inputs;
+}
+
+void expectGradsMatch(ParallelModule& pm, const std::map<std::string, at::Tensor>& want,
+                      double rtol, RankLog& log) {
+  for (size_t i = 0; i < pm.parameterSpecs().size(); ++i) {
+    const std::string& name = pm.parameterSpecs()[i].name;
+    at::Tensor full = pm.fullGrad(i);
+    auto it = want.find(name);
+    if (it == want.end()) {
+      log.fail("parameter " + name + " is not in the model");
+      continue;
+    }
+    std::string d = compareTensors(full, it->second, rtol);
+    if (!d.empty()) log.fail("grad " + name + ": " + d);
+  }
 }
 
 }  // namespace apc::runtime::testing

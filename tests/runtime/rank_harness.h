@@ -10,19 +10,27 @@
 //   LOCAL_RANK, MASTER_ADDR, MASTER_PORT on a free port), runs a function in each and collects
 //   their exit codes; the children inherit the reference, so nothing is recomputed per rank.
 //   A rank that does not finish within the timeout is killed and reported.
+// - a rank's side: RankLog (failures as "rank <r>: ..." lines), loadRank (program + full
+//   weights), shardInputs, expectGradsMatch (every parameter's gathered gradient), scratchDir.
 //
 // The loss of a step is sum_i mean(out_i * w_i) over the output leaves, with w_i random.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
 #include <ATen/core/ivalue.h>
+
+namespace apc::runtime {
+class ParallelModule;
+}
 
 namespace apc::runtime::testing {
 
@@ -68,5 +76,34 @@ std::string compareTensors(const at::Tensor& got, const at::Tensor& want, double
 /// returned strings hold one line per failed rank ("rank 2 exited 1", "rank 1 timed out").
 std::vector<std::string> runRanks(int world, const std::function<int(int rank)>& body,
                                   int timeout_s = 120);
+
+/// A fresh path `name` under <tmp>/apc_<test>_<pid>/ (removed if present; its parent created).
+std::filesystem::path scratchDir(const std::string& test, const std::string& name);
+
+/// One rank's failures, each printed to stderr as "rank <r>: <what>".
+class RankLog {
+ public:
+  explicit RankLog(int rank) : rank_(rank) {}
+  void fail(const std::string& what);
+  int failures() const { return failures_; }
+  int exitCode() const { return failures_ == 0 ? 0 : 1; }
+
+ private:
+  int rank_;
+  int failures_ = 0;
+};
+
+/// This rank's ParallelModule from the artifact `dir`, holding the full weights `init`; nullptr
+/// (the failure logged) when either step fails. Sets one intra-op thread (ranks share the cores).
+std::shared_ptr<ParallelModule> loadRank(const std::string& dir,
+                                         const std::map<std::string, at::Tensor>& init,
+                                         RankLog& log);
+
+/// This rank's piece of every full input.
+std::vector<c10::IValue> shardInputs(const ParallelModule& pm, const std::vector<at::Tensor>& full);
+
+/// Every parameter's full gradient (gathered, collective) against `want` within `rtol`.
+void expectGradsMatch(ParallelModule& pm, const std::map<std::string, at::Tensor>& want,
+                      double rtol, RankLog& log);
 
 }  // namespace apc::runtime::testing
