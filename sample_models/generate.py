@@ -1,12 +1,16 @@
-#!/usr/bin/python3
-"""Write the sample TorchScript models (and out/manifest.json).
+#!/usr/bin/env python3
+"""Write the sample models (TorchScript .pt, torch.export .pt2) and out/manifest.json.
 
-    /usr/bin/python3 sample_models/generate.py [--out DIR] [--only NAME,...] [--force] [--list]
+    .venv/bin/python sample_models/generate.py [--out DIR] [--only NAME,...] [--force] [--list]
 
-Needs the system interpreter (Debian python3-torch, torch 1.13). A sample is
-skipped when its .pt file is newer than models.py and generate.py and the
-manifest already describes it; --force rewrites. One line is printed per
-file written. Everything is deterministic (fixed seeds, fixed example inputs).
+Runs in the project venv (torch 2.13; `transformers` from sample_models/requirements.txt for the
+hf_* samples). Started with another interpreter that has no torch, it re-executes itself with
+.venv/bin/python. Every sample is written as TorchScript (<name>.pt) and as an exported program
+(<name>.pt2, torch.export with a dynamic batch dim where the model allows it); some also in
+core-ATen form (<name>.core.pt2, ep.run_decompositions()). A sample is skipped when its files are
+newer than models.py and generate.py, the manifest describes them and the torch/transformers
+versions are unchanged; --force rewrites. One line is printed per sample written. Everything is
+deterministic (fixed seeds, fixed example inputs, PYTHONHASHSEED=0, one forked process per sample).
 """
 
 import argparse
@@ -18,15 +22,48 @@ import os
 import sys
 import time
 import warnings
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+VENV_PYTHON = os.path.join(os.path.dirname(HERE), ".venv", "bin", "python")
 sys.path.insert(0, HERE)
+
+
+def reexec_in_venv_without_torch(script):
+    """Re-run `script` with the project venv's interpreter when this one cannot import torch."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        if os.path.exists(VENV_PYTHON) and os.path.abspath(sys.executable) != VENV_PYTHON:
+            os.execv(VENV_PYTHON, [VENV_PYTHON, os.path.abspath(script)] + sys.argv[1:])
+        raise
+
+
+if __name__ == "__main__":
+    reexec_in_venv_without_torch(__file__)
 
 import torch  # noqa: E402
 
 import models as M  # noqa: E402
 
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: "exported" (.pt2 / .core.pt2) per sample, "versions", hf_* samples
+
+# Exported programs get one symbolic batch dim (dim 0 of every input) with this range; the
+# example inputs have the recorded shapes, so the dim's hint is the recorded batch (e.g. 8).
+BATCH_MIN = 1
+BATCH_MAX = 1024
+HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny")
+
+
+def quiet_warnings():
+    """Silence the warnings torch / transformers print for things this generator does on purpose."""
+    # TorchScript as a whole is deprecated in torch 2.x; the .pt files are what the TorchScript
+    # importer reads, so torch.jit.script/trace/save/load stay.
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated")
+    # Raised inside torch (run_decompositions deep-copies a pytree spec); nothing to fix here.
+    warnings.filterwarnings("ignore", message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+    # transformers: torch.jit.trace reads every attribute of the module, deprecated properties too.
+    warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated")
 
 DTYPE_SHORT = {
     torch.float32: "f32",
@@ -82,10 +119,31 @@ class Sample:
     expected_params: int = None
     # False for error-case samples that the importer must reject (data-dependent control flow)
     importable: bool = True
+    # torch.export: "dynamic" (dim 0 of every input is one Dim "batch" in [BATCH_MIN, BATCH_MAX]),
+    # "static", or None (no .pt2)
+    export: str = "dynamic"
+    export_build: object = None  # () -> nn.Module to export when it is not `build` (same weights)
+    export_note: str = ""
+    core: bool = False  # also write the core-ATen form (ep.run_decompositions()) as <name>.core.pt2
+    # the model's own code converts tensors to Python values while tracing (transformers' mask
+    # helpers); the trace is then checked against eager at the recorded shapes instead
+    tracer_warnings_ok: bool = False
+    cost: float = 1.0  # rough generation time (s); the longest samples start first
 
     @property
     def file(self):
         return self.name + ".pt"
+
+    @property
+    def pt2_file(self):
+        return self.name + ".pt2" if self.export else None
+
+    @property
+    def core_file(self):
+        return self.name + ".core.pt2" if self.export and self.core else None
+
+    def files(self):
+        return [f for f in (self.file, self.pt2_file, self.core_file) if f]
 
 
 # ---------------------------------------------------------------------------
@@ -127,7 +185,7 @@ def sample_table():
         _seeded(lambda: M.MlpStack(ms)), ms,
         [InputSpec("x", "f32", [8, 64, ms.d_model])], [8, 64, ms.d_model],
         output_desc="tensor f32 [8,64,128]",
-        trace_shapes=[[2, 4, ms.d_model]]))
+        trace_shapes=[[2, 4, ms.d_model]], core=True, cost=3))
 
     for size, cfg, T, stub in (("tiny", M.GPT2_TINY, 64, False), ("small", M.GPT2_SMALL, 128, True)):
         V = cfg.vocab_size
@@ -141,13 +199,13 @@ def sample_table():
             f"gpt2_{size}", "traced", what, build, cfg,
             [_ids("idx", [8, T], V)], [8, T, V],
             output_desc=f"tensor f32 [8,{T},{V}] logits",
-            trace_shapes=[[1, 2] if stub else [2, 8]], stub_weights=stub))
+            trace_shapes=[[1, 2] if stub else [2, 8]], stub_weights=stub, core=not stub, cost=5))
         S.append(Sample(
             f"gpt2_{size}_loss", "traced", what + "; forward(idx, targets) -> mean cross-entropy",
             build_loss, cfg,
             [_ids("idx", [8, T], V), _ids("targets", [8, T], V)], [],
             output_desc="tensor f32 [] (scalar loss)",
-            trace_shapes=[[1, 2] if stub else [2, 8]] * 2, stub_weights=stub))
+            trace_shapes=[[1, 2] if stub else [2, 8]] * 2, stub_weights=stub, cost=5 if stub else 2))
         if not stub:
             S.append(Sample(
                 f"gpt2_{size}_scripted", "scripted", what + "; torch.jit.script", build, cfg,
@@ -175,7 +233,8 @@ def sample_table():
                 build, cfg, [_ids("tokens", [8, 128], V)], [8, 128, V],
                 output_desc=f"tensor f32 [8,128,{V}] logits",
                 trace_shapes=([[1, 2] if stub else [2, 8]]) if kind == "traced" else None,
-                stub_weights=stub, expected_params=expected))
+                stub_weights=stub, expected_params=expected, core=(name == "llama_tiny" and i == 0),
+                cost=20 if name == "llama3_8b" else 5 if stub or i == 0 else 2))
 
     cc = M.CNN_SMALL
     S.append(Sample(
@@ -185,7 +244,7 @@ def sample_table():
         _seeded(lambda: M.CnnSmall(cc)), cc,
         [InputSpec("x", "f32", [8, 3, 32, 32])], [8, cc.num_classes],
         output_desc="tensor f32 [8,10] class logits",
-        trace_shapes=[[2, 3, 32, 32]]))
+        trace_shapes=[[2, 3, 32, 32]], core=True, cost=3))
 
     S.append(Sample(
         "multi_output", "scripted",
@@ -198,7 +257,29 @@ def sample_table():
         "lin=Linear(16,16); branches on bool(h.sum() > 0): data-dependent control flow (import error case)",
         _seeded(lambda: M.DataDependentBranch()), {"d_model": 16},
         [InputSpec("x", "f32", [4, 16])], [4, 16],
-        output_desc="tensor f32 [4,16]", importable=False))
+        output_desc="tensor f32 [4,16]", importable=False,
+        export_build=_seeded(lambda: M.DataDependentCond()),
+        export_note="torch.export cannot trace the Python branch on a tensor value; the .pt2 exports "
+                    "the same model with the branch written as torch.cond (models.DataDependentCond, same "
+                    "weights and outputs): a torch.ops.higher_order.cond node with two subgraphs"))
+
+    for name, build, cfg_kwargs, hf_class, what in (
+        ("hf_llama_tiny", M.hf_llama_tiny, M.HF_LLAMA_TINY, "LlamaForCausalLM",
+         "Hugging Face transformers LlamaForCausalLM: hidden 64, 2 layers, 4 heads, 2 kv heads, "
+         "intermediate 128, vocab 256, untied lm_head"),
+        ("hf_gpt2_tiny", M.hf_gpt2_tiny, M.HF_GPT2_TINY, "GPT2LMHeadModel",
+         "Hugging Face transformers GPT2LMHeadModel: n_embd 64, 2 layers, 4 heads, vocab 256, "
+         "128 positions, lm_head tied to transformer.wte"),
+    ):
+        V = cfg_kwargs["vocab_size"]
+        S.append(Sample(
+            name, "traced",
+            what + "; sdpa attention, random init (seed 0), no cache; forward(input_ids) -> logits "
+                   "(a subclass: parameter names are the HF ones)",
+            _seeded(build), dict(transformers_class=hf_class, **cfg_kwargs),
+            [_ids("input_ids", [8, 32], V)], [8, 32, V],
+            output_desc=f"tensor f32 [8,32,{V}] logits",
+            trace_shapes=[[2, 8]], tracer_warnings_ok=True, cost=6))
     return S
 
 
@@ -263,13 +344,147 @@ def build_script_module(s: Sample):
             p.data = torch.zeros(p.shape, dtype=p.dtype)
     try:
         with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("error", torch.jit.TracerWarning)
+            warnings.simplefilter("ignore" if s.tracer_warnings_ok else "error", torch.jit.TracerWarning)
             traced = torch.jit.trace(model, example, check_trace=False)
     finally:
         if stubs is not None:
             for p, st in zip(params, stubs):
                 p.data = st
+    if s.tracer_warnings_ok:
+        # Python values the model computed from tensors are constants in the trace: check that
+        # the trace (made at trace_shapes) still matches eager at the recorded shapes.
+        xs = [spec.make() for spec in s.inputs]
+        with torch.no_grad():
+            err = (traced(*xs) - model(*xs)).abs().max().item()
+        assert err <= 1e-5, (s.name, "trace does not generalize to the recorded shapes", err)
     return model, traced
+
+
+def _atomic_save(out_dir, name, fname, save):
+    """save(path) into a scratch dir, then move to out_dir/fname.
+
+    torch.export.save names the archive's top folder after the file (`<stem>/models/model.json`),
+    so the scratch file has the final name.
+    """
+    tmp_dir = os.path.join(out_dir, ".tmp", name)
+    os.makedirs(tmp_dir, exist_ok=True)
+    tmp = os.path.join(tmp_dir, fname)
+    save(tmp)
+    path = os.path.join(out_dir, fname)
+    os.replace(tmp, path)
+    os.rmdir(tmp_dir)
+    return path
+
+
+def read_pt2_json(path, member):
+    """A JSON member of a .pt2 archive, e.g. 'models/model.json' (any top-level folder name)."""
+    with zipfile.ZipFile(path) as z:
+        names = [n for n in z.namelist() if n.endswith("/" + member) and n.count("/") == member.count("/") + 1]
+        assert len(names) == 1, (path, member, names)
+        return json.loads(z.read(names[0]))
+
+
+def pt2_graph_ops(path):
+    """Sorted node targets of an exported program as serialized (model.json), subgraphs included."""
+    ops = set()
+
+    def walk(obj):
+        if isinstance(obj, dict):
+            if "target" in obj and "inputs" in obj and "outputs" in obj:
+                ops.add(obj["target"])
+            for v in obj.values():
+                walk(v)
+        elif isinstance(obj, list):
+            for v in obj:
+                walk(v)
+
+    walk(read_pt2_json(path, "models/model.json")["graph_module"]["graph"])
+    return sorted(ops)
+
+
+def user_input_names(ep):
+    from torch.export.graph_signature import InputKind
+
+    return [i.arg.name for i in ep.graph_signature.input_specs if i.kind == InputKind.USER_INPUT]
+
+
+def dynamic_dims(ep):
+    """{input: {dim: {min, max}}} for the symbolic dims of the exported program's user inputs."""
+    names = user_input_names(ep)
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    out = {}
+    for name in names:
+        dims = {}
+        for d, size in enumerate(placeholders[name].meta["val"].shape):
+            if isinstance(size, torch.SymInt):
+                vr = ep.range_constraints[size.node.expr]
+                dims[str(d)] = {"min": int(vr.lower), "max": int(vr.upper)}
+        if dims:
+            out[name] = dims
+    return out
+
+
+def export_program(s: Sample, model, out_dir, named_params, named_buffers, tied):
+    """Write <name>.pt2 (and <name>.core.pt2); returns the manifest's "exported" entry."""
+    if s.export_build is not None:
+        model = s.export_build()
+    example = tuple(spec.make() for spec in s.inputs)  # recorded shapes: the hint is the recorded batch
+    dynamic_shapes = None
+    if s.export == "dynamic":
+        batch = torch.export.Dim("batch", min=BATCH_MIN, max=BATCH_MAX)
+        dynamic_shapes = tuple({0: batch} for _ in s.inputs)
+    ep = torch.export.export(model, example, dynamic_shapes=dynamic_shapes)
+    ep.example_inputs = None  # not stored in the archive (toy_block's would add 4 MB)
+
+    sig = ep.graph_signature
+    # Like libtorch's named_parameters(), the program lists a tied parameter under every name
+    # (the aliases last); the archive stores the tensor once (same data/weights file).
+    assert list(sig.parameters) == [n for n, _ in named_params] + [a for a, _ in tied], s.name
+    assert sorted(sig.buffers) == sorted(n for n, _ in named_buffers), s.name
+    assert user_input_names(ep) == [i.name for i in s.inputs], (s.name, user_input_names(ep))
+    dyn = dynamic_dims(ep)
+    if s.export == "dynamic":
+        want = {i.name: {"0": {"min": BATCH_MIN, "max": BATCH_MAX}} for i in s.inputs}
+        assert dyn == want, (s.name, dyn)
+
+    with warnings.catch_warnings():
+        # stub weights are zero-stride views; the archive stores their 4-byte storages as they are
+        warnings.filterwarnings("ignore", message="No complete tensor found in the group")
+        path = _atomic_save(out_dir, s.name, s.pt2_file, lambda f: torch.export.save(ep, f))
+    if s.stub_weights:
+        cfg = read_pt2_json(path, "data/weights/model_weights_config.json")["config"]
+        for n, p in named_params:
+            meta = cfg[n]["tensor_meta"]
+            assert [d["as_int"] for d in meta["sizes"]] == list(p.shape), (s.name, n)
+            assert all(d["as_int"] == 0 for d in meta["strides"]), (s.name, n)
+        assert os.path.getsize(path) < 8 << 20, (s.name, os.path.getsize(path))
+    if tied:
+        cfg = read_pt2_json(path, "data/weights/model_weights_config.json")["config"]
+        for alias, canonical in tied:
+            assert cfg[alias]["path_name"] == cfg[canonical]["path_name"], (s.name, alias)
+
+    entry = {
+        "file": s.pt2_file,
+        "core_file": s.core_file,
+        "dynamic": dyn,
+        "file_size": os.path.getsize(path),
+        "graph_ops": pt2_graph_ops(path),
+    }
+    if s.core_file:
+        core = ep.run_decompositions()
+        # The decomposition passes leave provenance in node.meta["from_node"], which records
+        # id(graph) (a memory address): drop it, or the file would differ from run to run.
+        for gm in core.graph_module.modules():
+            if isinstance(gm, torch.fx.GraphModule):
+                for n in gm.graph.nodes:
+                    n.meta.pop("from_node", None)
+        core_path = _atomic_save(out_dir, s.name, s.core_file, lambda f: torch.export.save(core, f))
+        assert dynamic_dims(core) == dyn, s.name
+        entry["core_file_size"] = os.path.getsize(core_path)
+        entry["core_graph_ops"] = pt2_graph_ops(core_path)
+    if s.export_note:
+        entry["note"] = s.export_note
+    return entry
 
 
 def generate_one(s: Sample, out_dir):
@@ -283,14 +498,11 @@ def generate_one(s: Sample, out_dir):
         assert nparams == s.expected_params, (s.name, nparams, s.expected_params)
     if s.stub_weights:
         for n, p in named_params:
-            assert p.storage().size() == 1, (s.name, n)
+            assert p.untyped_storage().nbytes() == p.element_size(), (s.name, n)
 
-    path = os.path.join(out_dir, s.file)
-    tmp = path + ".tmp"
     # The forward's input shapes travel inside the archive: apc's importer reads them as defaults.
-    sm.save(tmp, _extra_files={"apc_inputs.json": json.dumps({"inputs": [i.to_json() for i in s.inputs]},
-                                                             sort_keys=True)})
-    os.replace(tmp, path)
+    path = _atomic_save(out_dir, s.name, s.file, lambda f: sm.save(f, _extra_files={
+        "apc_inputs.json": json.dumps({"inputs": [i.to_json() for i in s.inputs]}, sort_keys=True)}))
 
     # sanity: the archive loads back with the same parameters/buffers
     loaded = torch.jit.load(path)
@@ -299,10 +511,12 @@ def generate_one(s: Sample, out_dir):
     lb = [(n, list(b.shape)) for n, b in loaded.named_buffers()]
     assert lb == [(n, list(b.shape)) for n, b in named_buffers], s.name
     if s.stub_weights:  # zero-stride stubs survive the round trip; file stays small
-        assert all(p.storage().size() == 1 for _, p in loaded.named_parameters()), s.name
+        assert all(p.untyped_storage().nbytes() == p.element_size() for _, p in loaded.named_parameters()), s.name
         assert os.path.getsize(path) < 4 << 20, (s.name, os.path.getsize(path))
     arg_names = [a.name for a in loaded.forward.schema.arguments][1:]
     assert arg_names == [i.name for i in s.inputs], (s.name, arg_names)
+
+    exported = export_program(s, model, out_dir, named_params, named_buffers, tied) if s.export else None
 
     entry = {
         "name": s.name,
@@ -325,12 +539,14 @@ def generate_one(s: Sample, out_dir):
         "buffers": _tensor_list(named_buffers),
         "graph_ops": graph_ops(loaded),
         "file_size": os.path.getsize(path),
+        "exported": exported,
     }
     return entry, time.time() - t0
 
 
 def _child(name, out_dir, threads, conn):
     try:
+        quiet_warnings()
         torch.set_num_threads(threads)
         s = {x.name: x for x in sample_table()}[name]
         entry, dt = generate_one(s, out_dir)
@@ -351,7 +567,8 @@ def run_jobs(names, out_dir, jobs, threads):
     whatever subset is regenerated. Yields (name, entry, seconds) in order.
     """
     ctx = multiprocessing.get_context("fork")
-    pending = list(names)
+    cost = {s.name: s.cost for s in sample_table()}
+    pending = sorted(names, key=lambda n: -cost[n])  # longest first (stable)
     running = []  # (name, process, conn)
     results = {}
     order = list(names)
@@ -404,6 +621,47 @@ def compact_json(obj, indent=""):
     return json.dumps(obj)
 
 
+def preload_export_modules():
+    """Import what torch.export / save / run_decompositions load on first use (a few seconds).
+
+    Done once in the parent, so that the forked children share it. Imports only: the parent
+    runs no ops (its thread pools stay unstarted for the children).
+    """
+    import importlib
+
+    for m in ("torch._dynamo", "torch.export._trace", "torch.export._unlift", "torch._functorch.aot_autograd",
+              "torch._export.serde.serialize", "torch.export.pt2_archive._package", "torch._decomp",
+              "torch.fx.experimental.validator", "torch._inductor.ir", "sympy.combinatorics"):
+        importlib.import_module(m)
+
+
+def library_versions():
+    """Versions of the libraries whose output the samples depend on (a change regenerates all)."""
+    import importlib.metadata
+
+    v = {"torch": torch.__version__.split("+")[0]}
+    try:
+        v["transformers"] = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    return v
+
+
+def files_up_to_date(s: Sample, old_entry, out_dir, script_mtime):
+    """All of the sample's files exist, are newer than the scripts and have the recorded sizes."""
+    if not old_entry:
+        return False
+    ex = old_entry.get("exported") or {}
+    recorded = {old_entry.get("file"): old_entry.get("file_size"),
+                ex.get("file"): ex.get("file_size"), ex.get("core_file"): ex.get("core_file_size")}
+    for f in s.files():
+        path = os.path.join(out_dir, f)
+        if not (os.path.exists(path) and os.path.getmtime(path) > script_mtime
+                and recorded.get(f) == os.path.getsize(path)):
+            return False
+    return True
+
+
 def main(argv=None):
     # TorchScript output depends on Python's string hashing (scripted modules)
     # and on what was compiled earlier in the process (class-name mangling):
@@ -439,35 +697,53 @@ def main(argv=None):
     manifest_path = os.path.join(args.out, "manifest.json")
     old = {}
     old_text = None
+    old_versions = None
     if os.path.exists(manifest_path):
         try:
             with open(manifest_path) as f:
                 old_text = f.read()
-            old = {e["name"]: e for e in json.loads(old_text).get("samples", [])}
-        except (ValueError, KeyError, TypeError):
+            old_manifest = json.loads(old_text)
+            if old_manifest.get("version") == MANIFEST_VERSION:
+                old = {e["name"]: e for e in old_manifest.get("samples", [])}
+                old_versions = old_manifest.get("versions")
+        except (ValueError, KeyError, TypeError, AttributeError):
             old, old_text = {}, None
 
+    versions = library_versions()
+    same_versions = old_versions == versions
+    missing_hf = [s.name for s in selected if s.name in HF_SAMPLES and "transformers" not in versions]
     entries = dict(old)
     todo = []
     for s in selected:
-        path = os.path.join(args.out, s.file)
-        up_to_date = (os.path.exists(path) and os.path.getmtime(path) > script_mtime
-                      and s.name in old and old[s.name].get("file_size") == os.path.getsize(path))
-        if args.force or not up_to_date:
+        if s.name in missing_hf:
+            continue
+        if args.force or not same_versions or not files_up_to_date(s, old.get(s.name), args.out, script_mtime):
             todo.append(s.name)
 
+    if todo:
+        quiet_warnings()
+        preload_export_modules()
     jobs = max(1, min(args.jobs, len(todo)))
     threads = max(1, (os.cpu_count() or 1) // jobs)
     for name, entry, dt in run_jobs(todo, args.out, jobs, threads):
         entries[name] = entry
         path = os.path.join(args.out, entry["file"])
-        print(f"wrote {path} ({entry['file_size']} bytes, {entry['param_count']} params, {dt:.2f}s)",
-              flush=True)
+        files = f"{entry['file_size']} bytes"
+        ex = entry["exported"]
+        if ex:
+            files += f"; {ex['file']} {ex['file_size']} bytes"
+            if ex["core_file"]:
+                files += f"; {ex['core_file']} {ex['core_file_size']} bytes"
+        print(f"wrote {path} ({files}, {entry['param_count']} params, {dt:.2f}s)", flush=True)
+    tmp_root = os.path.join(args.out, ".tmp")
+    if os.path.isdir(tmp_root) and not os.listdir(tmp_root):
+        os.rmdir(tmp_root)
 
     manifest = {
         "version": MANIFEST_VERSION,
         "generator": "sample_models/generate.py",
-        "torch_version": torch.__version__.split("+")[0],
+        "torch_version": versions["torch"],
+        "versions": versions,
         "samples": [entries[s.name] for s in table if s.name in entries],
     }
     text = compact_json(manifest) + "\n"
@@ -478,6 +754,10 @@ def main(argv=None):
         os.replace(tmp, manifest_path)
         if not args.quiet or todo:
             print(f"wrote {manifest_path}")
+    if missing_hf:
+        print(f"generate.py: not written: {', '.join(missing_hf)}: transformers is not installed "
+              f"(.venv/bin/pip install -r sample_models/requirements.txt)", file=sys.stderr)
+        return 1
     return 0
 
 

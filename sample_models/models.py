@@ -1,17 +1,21 @@
 """Sample model definitions for the apc importer / sharding tests.
 
-Every model here is written so that both ``torch.jit.trace`` and (where
-noted) ``torch.jit.script`` produce straight-line graphs once inlined:
-no Python control flow on tensor values, sizes taken from ``x.size(i)``
-(traced as ``aten::size``), and per-model constants (head counts, head
-dims) stored as plain Python ints on the module.
+Every model here (except the control_flow error case) is written so that
+``torch.jit.trace``, ``torch.jit.script`` (where noted) and ``torch.export``
+produce straight-line graphs once inlined: no Python control flow on tensor
+values, sizes taken from ``x.size(i)`` (traced as ``aten::size``, exported as
+symbolic sizes), and per-model constants (head counts, head dims) stored as
+plain Python ints on the module. Attention is one
+``F.scaled_dot_product_attention(..., is_causal=True)`` call.
 
 Models whose weights would be large (gpt2_small, llama_small, llama3_8b)
 are built on the ``meta`` device and then "materialized" with
 zero-stride parameters (see ``make_stub_parameters``) so that the saved
 TorchScript archive stays tiny while all parameter *shapes* are real.
 
-Only used with the system interpreter ``/usr/bin/python3`` (torch 1.13).
+Run with the project venv's interpreter (``.venv/bin/python``, torch 2.13). The
+Hugging Face samples (``hf_llama_tiny``, ``hf_gpt2_tiny``) also need ``transformers``
+(sample_models/requirements.txt); it is imported only when one of them is built.
 """
 
 import math
@@ -113,12 +117,8 @@ class CausalSelfAttention(nn.Module):
         q = q.view(B, T, self.n_head, self.head_dim).transpose(1, 2)  # B,H,T,D
         k = k.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
         v = v.view(B, T, self.n_head, self.head_dim).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * self.scale  # B,H,T,T
-        # causal mask built from sizes (no T x T buffer stored in the file)
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-        att = att.masked_fill(mask, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = att @ v  # B,H,T,D
+        # causal attention as nanoGPT / HF do it today: one aten::scaled_dot_product_attention node
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)  # B,H,T,D
         y = y.transpose(1, 2).contiguous().view(B, T, self.n_embd)
         return self.c_proj(y)
 
@@ -256,7 +256,7 @@ class Attention(nn.Module):
             .reshape(B, T, self.n_heads, self.head_dim)
         )
 
-    def forward(self, x, cos, sin, mask):
+    def forward(self, x, cos, sin):
         B = x.size(0)
         T = x.size(1)
         q = self.wq(x).view(B, T, self.n_heads, self.head_dim)
@@ -269,9 +269,8 @@ class Attention(nn.Module):
         q = q.transpose(1, 2)  # B,H,T,D
         k = k.transpose(1, 2)
         v = v.transpose(1, 2)
-        scores = torch.matmul(q, k.transpose(2, 3)) * self.scale + mask  # B,H,T,T
-        scores = F.softmax(scores.float(), dim=-1).type_as(q)
-        out = torch.matmul(scores, v)  # B,H,T,D
+        # causal attention: one aten::scaled_dot_product_attention node (no T x T mask tensor)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)  # B,H,T,D
         out = out.transpose(1, 2).contiguous().view(B, T, self.n_heads * self.head_dim)
         return self.wo(out)
 
@@ -295,8 +294,8 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps, device=device)
         self.feed_forward = FeedForward(cfg, device=device)
 
-    def forward(self, x, cos, sin, mask):
-        h = x + self.attention(self.attention_norm(x), cos, sin, mask)
+    def forward(self, x, cos, sin):
+        h = x + self.attention(self.attention_norm(x), cos, sin)
         return h + self.feed_forward(self.ffn_norm(h))
 
 
@@ -336,9 +335,8 @@ class Llama(nn.Module):
         h = self.tok_embeddings(tokens)
         cos = self.freqs_cos[:T]
         sin = self.freqs_sin[:T]
-        mask = torch.full((T, T), float("-inf"), device=tokens.device).triu(1)
         for layer in self.layers:
-            h = layer(h, cos, sin, mask)
+            h = layer(h, cos, sin)
         h = self.norm(h)
         return self.output(h).float()
 
@@ -393,8 +391,9 @@ class CnnSmall(nn.Module):
 
 
 # --------------------------------------------------------------------------
-# named configurations used by generate.py
+# multi_output / control_flow
 # --------------------------------------------------------------------------
+
 
 class MultiOutput(nn.Module):
     """Returns a tuple holding a tensor and a dict of tensors (the importer keeps the structure)."""
@@ -424,6 +423,79 @@ class DataDependentBranch(nn.Module):
             h = h - 1.0
         return h
 
+
+class DataDependentCond(DataDependentBranch):
+    """DataDependentBranch with the branch written as ``torch.cond`` (same parameters, same outputs).
+
+    torch.export cannot trace the Python ``if`` on a tensor value; this form exports to a graph with a
+    ``torch.ops.higher_order.cond`` node and two subgraphs (still an importer error case).
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x)
+        return torch.cond(h.sum() > 0, _times_two, _minus_one, (h,))
+
+
+def _times_two(h):
+    return h * 2.0
+
+
+def _minus_one(h):
+    return h - 1.0
+
+
+# --------------------------------------------------------------------------
+# Hugging Face transformers models (random weights from a config; no hub download)
+# --------------------------------------------------------------------------
+
+# Keyword arguments of the transformers config classes (recorded in the manifest).
+HF_LLAMA_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                     rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False,
+                     bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                     use_cache=False, attn_implementation="sdpa")
+HF_GPT2_TINY = dict(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_head=4,
+                    bos_token_id=255, eos_token_id=255, pad_token_id=None,
+                    use_cache=False, attn_implementation="sdpa")
+
+
+def _quiet_transformers():
+    import transformers
+
+    transformers.logging.set_verbosity_error()
+    return transformers
+
+
+def hf_llama_tiny() -> nn.Module:
+    """transformers' LlamaForCausalLM (sdpa attention) whose forward(input_ids) returns the logits.
+
+    A subclass, not a wrapper: parameter names are the Hugging Face ones
+    (``model.layers.0.self_attn.q_proj.weight``, ``lm_head.weight``). Weights come from the
+    model's own init under the caller's seed.
+    """
+    transformers = _quiet_transformers()
+
+    class LlamaForCausalLMLogits(transformers.LlamaForCausalLM):
+        def forward(self, input_ids):
+            return super().forward(input_ids=input_ids, use_cache=False).logits
+
+    return LlamaForCausalLMLogits(transformers.LlamaConfig(**HF_LLAMA_TINY))
+
+
+def hf_gpt2_tiny() -> nn.Module:
+    """transformers' GPT2LMHeadModel (sdpa attention, lm_head tied to transformer.wte) returning logits."""
+    transformers = _quiet_transformers()
+
+    class GPT2LMHeadModelLogits(transformers.GPT2LMHeadModel):
+        def forward(self, input_ids):
+            return super().forward(input_ids=input_ids, use_cache=False).logits
+
+    return GPT2LMHeadModelLogits(transformers.GPT2Config(**HF_GPT2_TINY))
+
+
+# --------------------------------------------------------------------------
+# named configurations used by generate.py
+# --------------------------------------------------------------------------
 
 TOY_BLOCK = ToyBlockConfig(d_model=1024, d_hidden=4096)
 MLP_STACK = MlpStackConfig(n_blocks=4, d_model=128, d_hidden=512)
