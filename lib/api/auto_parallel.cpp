@@ -14,7 +14,7 @@
 #include <iostream>
 #include <map>
 
-#include "apc/frontend/torchscript.h"
+#include "apc/frontend/model.h"
 #include "apc/ir/proto_io.h"
 #include "apc/lower/artifact.h"
 #include "apc/lower/lower.h"
@@ -189,7 +189,7 @@ Status AutoParallel::ensureGraph() {
     bool positional = false;
     for (const auto& s : specs) positional = positional || s.name.empty();
     if (positional) {
-      auto recorded = frontend::recordedInputs(path);
+      auto recorded = frontend::recordedModelInputs(path);
       if (!recorded.ok()) return fail(recorded.error());
       for (size_t i = 0; i < specs.size(); ++i) {
         if (!specs[i].name.empty()) continue;
@@ -202,7 +202,7 @@ Status AutoParallel::ensureGraph() {
     }
     frontend::ImportOptions options;
     options.inputs = specs;
-    auto g = frontend::importTorchScript(path, options);
+    auto g = frontend::importModel(path, options);
     if (!g.ok()) return fail(g.error());
     auto sha = plan::sha256File(path);
     if (!sha.ok()) return fail(sha.error());

@@ -25,6 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apc/support/strings.h"
+#include "torch_types.h"
 
 namespace apc::frontend {
 
@@ -32,63 +33,6 @@ namespace tj = torch::jit;
 using ir::DType;
 
 namespace {
-
-// --- dtype conversion ---------------------------------------------------------------------------
-
-DType fromScalarType(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return DType::kF32;
-    case at::kDouble:
-      return DType::kF64;
-    case at::kHalf:
-      return DType::kF16;
-    case at::kBFloat16:
-      return DType::kBF16;
-    case at::kLong:
-      return DType::kI64;
-    case at::kInt:
-      return DType::kI32;
-    case at::kShort:
-      return DType::kI16;
-    case at::kChar:
-      return DType::kI8;
-    case at::kByte:
-      return DType::kU8;
-    case at::kBool:
-      return DType::kBool;
-    default:
-      return DType::kUnknown;
-  }
-}
-
-at::ScalarType toScalarType(DType d) {
-  switch (d) {
-    case DType::kF32:
-      return at::kFloat;
-    case DType::kF64:
-      return at::kDouble;
-    case DType::kF16:
-      return at::kHalf;
-    case DType::kBF16:
-      return at::kBFloat16;
-    case DType::kI64:
-      return at::kLong;
-    case DType::kI32:
-      return at::kInt;
-    case DType::kI16:
-      return at::kShort;
-    case DType::kI8:
-      return at::kChar;
-    case DType::kU8:
-      return at::kByte;
-    case DType::kBool:
-      return at::kBool;
-    case DType::kUnknown:
-      break;
-  }
-  return at::kFloat;
-}
 
 std::string firstLine(const std::string& s) {
   std::string line = s.substr(0, s.find('\n'));
@@ -106,22 +50,6 @@ std::string sourceOf(const tj::Node* node) {
 
 at::Tensor metaLike(const at::Tensor& t) {
   return at::empty(t.sizes(), at::TensorOptions().device(at::kMeta).dtype(t.scalar_type()));
-}
-
-/// Identity of a parameter tensor: tied parameters share storage and geometry.
-std::string tensorKey(const at::Tensor& t) {
-  std::string key;
-  const void* data = t.has_storage() ? t.storage().data() : nullptr;
-  if (data) {
-    key = std::to_string(reinterpret_cast<uintptr_t>(data)) + "@" +
-          std::to_string(t.storage_offset());
-  } else {
-    key = "impl" + std::to_string(reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl()));
-  }
-  for (auto s : t.sizes()) key += "," + std::to_string(s);
-  key += "/";
-  for (auto s : t.strides()) key += "," + std::to_string(s);
-  return key + "/" + std::to_string(static_cast<int>(t.scalar_type()));
 }
 
 ir::TensorMeta metaOf(const at::Tensor& t, bool requires_grad) {
@@ -194,7 +122,7 @@ class Importer {
       slots_[gin[i]] = s;
     }
     for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
-      std::string key = tensorKey(p.value);
+      std::string key = tensorIdentity(p.value);
       if (tensor_nodes_.count(key)) continue;  // tied: reported once, under its first name
       tensor_nodes_[key] =
           addLeaf(ir::NodeKind::kParameter, p.name, p.value, p.value.requires_grad());
@@ -444,7 +372,7 @@ class Importer {
       s.module = path;
     } else if (value.isTensor()) {
       at::Tensor t = value.toTensor();
-      std::string key = tensorKey(t);
+      std::string key = tensorIdentity(t);
       auto it = tensor_nodes_.find(key);
       if (it == tensor_nodes_.end()) {
         // A buffer or a plain tensor attribute; parameters were all added up front.
@@ -531,10 +459,25 @@ class Importer {
     return unsupported("shape inference failed" + where(node) + ": " + first_error);
   }
 
-  /// Shape rules for the few ops that have neither a meta kernel nor a registered shape function
-  /// in LibTorch 1.13. Returns false when the node is not one of them.
+  /// Shape rules for the few ops that have neither a C++ meta kernel nor a registered shape
+  /// function in LibTorch 2.13. Returns false when the node is not one of them.
   static bool runHandShapeRule(tj::Node* node, tj::Stack& stack) {
     std::string op = node->kind().toQualString();
+    if (op == "aten::scaled_dot_product_attention") {
+      // (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> query's shape
+      // with value's last dim, query's dtype.
+      size_t n = node->inputs().size();
+      tj::Stack args(stack.end() - static_cast<long>(n), stack.end());
+      if (n < 3 || !args[0].isTensor() || !args[2].isTensor()) return false;
+      at::Tensor q = args[0].toTensor(), v = args[2].toTensor();
+      if (q.dim() < 2 || v.dim() < 1) return false;
+      std::vector<int64_t> out = q.sizes().vec();
+      out.back() = v.size(-1);
+      stack.resize(stack.size() - n);
+      stack.emplace_back(
+          at::empty(out, at::TensorOptions().device(at::kMeta).dtype(q.scalar_type())));
+      return true;
+    }
     if (op == "aten::_convolution" || op == "aten::convolution" || op == "aten::conv2d" ||
         op == "aten::conv1d" || op == "aten::conv3d") {
       // (input, weight, bias, stride, padding, dilation, [transposed, output_padding,] groups, ...)

@@ -1,7 +1,7 @@
 //===- lib/lower/local_rewrite.cpp - Op constants rewritten for local pieces ===//
 //
 // The rewrites of apc/lower/local_rewrite.h, one small function per row of its table. Argument
-// positions are those of the ATen schemas of LibTorch 1.13 (this library links no torch).
+// positions are those of the ATen schemas of LibTorch 2.x (this library links no torch).
 //
 //===----------------------------------------------------------------------===//
 #include "apc/lower/local_rewrite.h"

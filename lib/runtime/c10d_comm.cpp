@@ -1,34 +1,32 @@
-//===- lib/runtime/gloo_comm.cpp - Communicator over c10d::ProcessGroupGloo -===//
+//===- lib/runtime/c10d_comm.cpp - Communicator over a c10d process group -===//
 //
-// One ProcessGroupGloo per group, created over a PrefixStore unique to the group. What 1.13's
-// Gloo lacks is composed from what it has:
+// One c10d backend per group (ProcessGroupGloo on CPU; ProcessGroupNCCL on CUDA, made in
+// nccl_backend.cpp), created over a PrefixStore unique to the group. Every collective is one c10d
+// call through the common c10d::Backend interface, so Gloo and NCCL share this code path:
 //
-//   collective       how                                          bytes counted (this rank)
-//   all-gather       pad the local to the largest piece, list     (p-1) * padded local bytes
-//                    all-gather, trim each piece, concatenate     (ring all-gather)
-//   all-reduce       fp32/fp64/integers: Gloo all-reduce (ring)   2 (p-1)/p * bytes
-//                    bf16/f16: reduce-scatter by alltoall_base    (p-1) * ceil(n/p) elements
-//                    of the flattened tensor padded to p equal    for each of the two steps:
-//                    pieces, local reduction in f32, downcast,    2 (p-1) ceil(n/p) * 2 bytes,
-//                    list all-gather (the ring's steps, the       the bytes of a 16-bit ring
-//                    16-bit bytes on the wire, f32 accumulation)
-//   reduce-scatter   alltoall_base with the torch.chunk pieces    full bytes - own piece bytes
-//                    as split sizes, local reduction of the p      = (p-1)/p n when even
-//                    arrivals (f32 for 16-bit). Chosen over
-//                    all-reduce + narrow, which sends 2 (p-1)/p n
+//   collective       c10d call                                    bytes counted (this rank)
+//   all-gather       _allgather_base (allgather_into_tensor) of   (p-1) * padded local bytes
+//                    the locals with the dim moved to the front    (ring all-gather)
+//                    and padded to the largest piece; trim, cat
+//   all-reduce       allreduce (SUM/MAX/MIN/AVG; integer AVG is   2 (p-1)/p * bytes
+//                    SUM then floor division, as torch does)
+//   reduce-scatter   _reduce_scatter_base (reduce_scatter_tensor) (p-1) * padded piece bytes
+//                    of the dim moved to the front and padded to  = (p-1)/p n when even
+//                    p equal torch.chunk pieces; trim
 //   all-to-all       alltoall_base with uneven split sizes        local bytes - own piece bytes
-//   broadcast        Gloo broadcast                               root: (p-1) * bytes, others 0
-//   barrier          Gloo barrier                                 0
+//   broadcast        broadcast                                    root: (p-1) * bytes, others 0
+//   barrier          barrier                                      0
 //
-// The counted bytes are those of the algorithm run on the buffers handed to Gloo (padding
-// included), so for even pieces they equal the formulas of apc/cost/collectives.h. Avg is a sum
-// divided by the group size (Gloo has no avg). Gloo moves bytes without looking at them, so bf16
-// and 16-bit integers travel viewed as f16 and bool as uint8 (Gloo's type switch lacks them).
+// The counted bytes are those of the algorithm run on the buffers handed to c10d (padding
+// included), so for even pieces they equal the formulas of apc/cost/collectives.h. Gloo in
+// LibTorch 2.13 reduces and moves f32, f64, f16, bf16, integers and bool natively (measured: see
+// docs/TOOLCHAIN.md); only int16 is missing from its type switch, so int16 travels viewed as f16
+// where nothing is reduced.
 //
-// Timeouts: the group's Options carry the timeout (Gloo's own per-operation deadline) and every
-// Work is waited on with the same timeout; either way a CommError "<group>: <op> timed out after
-// <ms> ms". A peer that died shows up as Gloo's "Connection closed by peer" (the process ignores
-// SIGPIPE, see world.cpp) and becomes "<group>: <op> failed: <Gloo's first line>". After a
+// Timeouts: the group's Options carry the timeout (the backend's own per-operation deadline) and
+// every Work is waited on with the same timeout; either way a CommError "<group>: <op> timed out
+// after <ms> ms". A peer that died shows up as Gloo's "Connection closed by peer" (the process
+// ignores SIGPIPE, see world.cpp) and becomes "<group>: <op> failed: <Gloo's first line>". After a
 // CommError the group is unusable: the caller is expected to exit.
 //
 //===----------------------------------------------------------------------===//
@@ -37,8 +35,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
@@ -47,38 +45,55 @@
 namespace apc::runtime::detail {
 namespace {
 
-/// A view of `t` whose dtype Gloo can move (same bytes).
+/// A view of `t` whose dtype the backend can move without reducing it (same bytes): Gloo's type
+/// switch has no int16.
 at::Tensor wireView(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kBFloat16:
-    case at::kShort:
-      return t.view(at::kHalf);
-    case at::kBool:
-      return t.view(at::kByte);
-    default:
-      return t;
-  }
+  return t.scalar_type() == at::kShort ? t.view(at::kHalf) : t;
 }
 
-c10d::ReduceOp glooOp(mesh::ReduceOp op) {
+bool isFloating(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type());
+}
+
+/// The c10d reduction of `op` for `t`. Avg of integers is a sum here; the caller floors.
+c10d::ReduceOp c10dOp(mesh::ReduceOp op, const at::Tensor& t) {
   switch (op) {
     case mesh::ReduceOp::kMax:
       return c10d::ReduceOp(c10d::ReduceOp::MAX);
     case mesh::ReduceOp::kMin:
       return c10d::ReduceOp(c10d::ReduceOp::MIN);
-    default:
-      return c10d::ReduceOp(c10d::ReduceOp::SUM);
+    case mesh::ReduceOp::kAvg:
+      return c10d::ReduceOp(isFloating(t) ? c10d::ReduceOp::AVG : c10d::ReduceOp::SUM);
+    case mesh::ReduceOp::kSum:
+      break;
   }
+  return c10d::ReduceOp(c10d::ReduceOp::SUM);
+}
+
+/// Integer avg: the backend summed; floor-divide as torch's integer division does.
+void finishIntegerAvg(at::Tensor& t, mesh::ReduceOp op, int size) {
+  if (op == mesh::ReduceOp::kAvg && !isFloating(t)) t.copy_(t.div(size, "floor"));
 }
 
 int64_t bytesOf(const at::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
 }
 
-class GlooCommunicator final : public Communicator {
+/// `t` with dim `d` moved to the front, contiguous, and that dim zero-padded to `rows`.
+at::Tensor frontPadded(const at::Tensor& t, int64_t d, int64_t rows) {
+  at::Tensor front = t.movedim(d, 0);
+  if (front.size(0) == rows) return front.contiguous();
+  std::vector<int64_t> shape = front.sizes().vec();
+  shape[0] = rows;
+  at::Tensor padded = at::zeros(shape, t.options());
+  padded.narrow(0, 0, front.size(0)).copy_(front);
+  return padded;
+}
+
+class C10dCommunicator final : public Communicator {
  public:
-  GlooCommunicator(std::string name, c10::intrusive_ptr<c10d::ProcessGroupGloo> pg, int index,
-                   int size, std::chrono::milliseconds timeout)
+  C10dCommunicator(std::string name, c10::intrusive_ptr<c10d::Backend> pg, int index, int size,
+                   std::chrono::milliseconds timeout)
       : name_(std::move(name)), pg_(std::move(pg)), index_(index), size_(size), timeout_(timeout) {}
 
   int index() const override { return index_; }
@@ -98,57 +113,36 @@ class GlooCommunicator final : public Communicator {
       most = std::max(most, sizes[k]);
     }
     out_shape[d] = total;
-    int64_t row = local.numel() / std::max<int64_t>(local.size(d), 1);
-    if (local.size(d) == 0) {
-      row = 1;
-      for (int64_t i = 0; i < local.dim(); ++i)
-        if (i != d) row *= local.size(i);
-    }
+    int64_t row = 1;  // elements per unit of dim d
+    for (int64_t i = 0; i < local.dim(); ++i)
+      if (i != d) row *= local.size(i);
     if (most == 0 || row == 0) return at::empty(out_shape, local.options());
-    at::Tensor padded = local.contiguous();
-    if (local.size(d) < most) {
-      std::vector<int64_t> shape = local.sizes().vec();
-      shape[d] = most;
-      padded = at::zeros(shape, local.options());
-      padded.narrow(d, 0, local.size(d)).copy_(local);
-    }
-    std::vector<at::Tensor> input{wireView(padded)};
-    std::vector<std::vector<at::Tensor>> output(1);
-    for (int k = 0; k < size_; ++k) output[0].push_back(at::empty_like(input[0]));
+    at::Tensor padded = frontPadded(local, d, most);
+    std::vector<int64_t> gathered_shape = padded.sizes().vec();
+    gathered_shape[0] = most * size_;
+    at::Tensor gathered = at::empty(gathered_shape, local.options());
+    at::Tensor out = wireView(gathered), in = wireView(padded);
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
-    run(op, [&] { return pg_->allgather(output, input, opts); });
+    run(op, [&] { return pg_->_allgather_base(out, in, opts); });
     stats_.bytes_sent += (size_ - 1) * bytesOf(padded);
     std::vector<at::Tensor> pieces;
-    for (int k = 0; k < size_; ++k) {
-      at::Tensor piece = output[0][k].view(local.scalar_type());
-      pieces.push_back(sizes[k] == most ? piece : piece.narrow(d, 0, sizes[k]));
-    }
-    return at::cat(pieces, d);
+    for (int k = 0; k < size_; ++k) pieces.push_back(gathered.narrow(0, k * most, sizes[k]));
+    return at::cat(pieces, 0).movedim(0, d).contiguous();
   }
 
   void allReduce(at::Tensor& t, mesh::ReduceOp op) override {
     const char* what = "all-reduce";
     ++stats_.calls;
     if (t.numel() == 0) return;
-    at::ScalarType dtype = t.scalar_type();
-    if (dtype == at::kBFloat16 || dtype == at::kHalf) {
-      allReduce16(t, op);
-      return;
-    }
     at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
     std::vector<at::Tensor> tensors{buf};
     c10d::AllreduceOptions opts;
-    opts.reduceOp = glooOp(op);
+    opts.reduceOp = c10dOp(op, buf);
     opts.timeout = timeout_;
     run(what, [&] { return pg_->allreduce(tensors, opts); });
     stats_.bytes_sent += 2 * (size_ - 1) * bytesOf(buf) / size_;
-    if (op == mesh::ReduceOp::kAvg) {
-      if (at::isFloatingType(dtype))
-        buf.div_(static_cast<double>(size_));
-      else
-        buf.copy_(buf.div(size_, "floor"));
-    }
+    finishIntegerAvg(buf, op, size_);
     if (!buf.is_same(t)) t.copy_(buf);
   }
 
@@ -158,23 +152,23 @@ class GlooCommunicator final : public Communicator {
     ++stats_.calls;
     std::vector<int64_t> pieces = chunkSizes(full.size(d), size_);
     int64_t mine = pieces[index_];
+    int64_t chunk = *std::max_element(pieces.begin(), pieces.end());
     std::vector<int64_t> out_shape = full.sizes().vec();
     out_shape[d] = mine;
     if (full.numel() == 0) return at::empty(out_shape, full.options());
-    // Move d to the front so that the pieces are contiguous runs of rows of the send buffer.
-    at::Tensor send = full.movedim(d, 0).contiguous();
+    // torch.chunk's pieces are runs of `chunk` rows but the last ones: padding the dim to
+    // size * chunk rows makes them p equal pieces.
+    at::Tensor send = frontPadded(full, d, chunk * size_);
     std::vector<int64_t> recv_shape = send.sizes().vec();
-    recv_shape[0] = mine * size_;
+    recv_shape[0] = chunk;
     at::Tensor recv = at::empty(recv_shape, full.options());
-    std::vector<int64_t> out_splits(size_, mine);
-    alltoall(what, recv, send, out_splits, pieces);
-    int64_t row = send.numel() / send.size(0);
-    stats_.bytes_sent += (full.size(d) - mine) * row * static_cast<int64_t>(full.element_size());
-    std::vector<int64_t> stacked_shape = recv_shape;
-    stacked_shape[0] = mine;
-    stacked_shape.insert(stacked_shape.begin(), size_);
-    at::Tensor reduced = reduceStacked(recv.view(stacked_shape), op, size_);
-    return reduced.movedim(0, d).contiguous();
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10dOp(op, full);
+    opts.timeout = timeout_;
+    run(what, [&] { return pg_->_reduce_scatter_base(recv, send, opts); });
+    stats_.bytes_sent += (size_ - 1) * bytesOf(recv);
+    finishIntegerAvg(recv, op, size_);
+    return recv.narrow(0, 0, mine).movedim(0, d).contiguous();
   }
 
   at::Tensor allToAll(const at::Tensor& local, int64_t gather_dim, int64_t shard_dim,
@@ -214,7 +208,13 @@ class GlooCommunicator final : public Communicator {
     if (moved == 0) return at::empty(out_shape, local.options());
     at::Tensor send = at::cat(send_pieces, 0);
     at::Tensor recv = at::empty({out_total}, local.options());
-    alltoall(what, recv, send, out_splits, in_splits);
+    at::Tensor out = wireView(recv), in = wireView(send);
+    c10d::AllToAllOptions opts;
+    opts.timeout = timeout_;
+    // c10d takes the split sizes by non-const reference and Gloo moves them into its work
+    // object: hand it copies.
+    std::vector<int64_t> out_copy = out_splits, in_copy = in_splits;
+    run(what, [&] { return pg_->alltoall_base(out, in, out_copy, in_copy, opts); });
     stats_.bytes_sent +=
         (local.numel() - in_splits[index_]) * static_cast<int64_t>(local.element_size());
     std::vector<at::Tensor> arrivals;
@@ -252,48 +252,6 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
-  /// bf16/f16 all-reduce: reduce-scatter (alltoall of p equal pieces of the padded flat tensor),
-  /// f32 reduction, downcast, list all-gather.
-  void allReduce16(at::Tensor& t, mesh::ReduceOp op) {
-    const char* what = "all-reduce";
-    int64_t n = t.numel();
-    int64_t chunk = (n + size_ - 1) / size_;
-    at::Tensor flat;
-    if (chunk * size_ == n && t.is_contiguous()) {
-      flat = t.view({-1});  // only read
-    } else {
-      flat = at::zeros({chunk * size_}, t.options());
-      flat.narrow(0, 0, n).copy_(t.reshape({-1}));
-    }
-    at::Tensor recv = at::empty({chunk * size_}, t.options());
-    std::vector<int64_t> splits(size_, chunk);
-    alltoall(what, recv, flat, splits, splits);
-    at::Tensor mine = reduceStacked(recv.view({size_, chunk}), op, size_).contiguous();
-    std::vector<at::Tensor> input{wireView(mine)};
-    std::vector<std::vector<at::Tensor>> output(1);
-    for (int k = 0; k < size_; ++k) output[0].push_back(at::empty_like(input[0]));
-    c10d::AllgatherOptions opts;
-    opts.timeout = timeout_;
-    run(what, [&] { return pg_->allgather(output, input, opts); });
-    stats_.bytes_sent += 2 * (size_ - 1) * chunk * static_cast<int64_t>(t.element_size());
-    // Straight into t's storage when it is contiguous (one pass), else through a gathered copy.
-    at::Tensor dest = t.is_contiguous() ? t.view({-1}) : at::empty({n}, t.options());
-    for (int k = 0; k < size_; ++k) {
-      int64_t len = std::min(chunk, n - k * chunk);
-      if (len <= 0) break;
-      dest.narrow(0, k * chunk, len).copy_(output[0][k].view(t.scalar_type()).narrow(0, 0, len));
-    }
-    if (!t.is_contiguous()) t.copy_(dest.view(t.sizes()));
-  }
-
-  void alltoall(const char* what, at::Tensor& recv, const at::Tensor& send,
-                std::vector<int64_t> out_splits, std::vector<int64_t> in_splits) {
-    at::Tensor out = wireView(recv), in = wireView(send);
-    c10d::AllToAllOptions opts;
-    opts.timeout = timeout_;
-    run(what, [&] { return pg_->alltoall_base(out, in, out_splits, in_splits, opts); });
-  }
-
   template <typename Start>
   void run(const char* what, Start&& start) {
     try {
@@ -307,13 +265,21 @@ class GlooCommunicator final : public Communicator {
   }
 
   std::string name_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
   int index_;
   int size_;
   std::chrono::milliseconds timeout_;
 };
 
 }  // namespace
+
+std::unique_ptr<Communicator> makeC10dCommunicator(std::string name,
+                                                   c10::intrusive_ptr<c10d::Backend> backend,
+                                                   int index, int size,
+                                                   std::chrono::milliseconds timeout) {
+  return std::make_unique<C10dCommunicator>(std::move(name), std::move(backend), index, size,
+                                            timeout);
+}
 
 std::shared_ptr<gloo::transport::Device> makeGlooDevice(const std::string& master_addr) {
   try {
@@ -337,7 +303,7 @@ std::unique_ptr<Communicator> makeGlooCommunicator(
     auto options = c10d::ProcessGroupGloo::Options::create(timeout);
     options->devices.push_back(device);
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, size, options);
-    return std::make_unique<GlooCommunicator>(std::move(name), std::move(pg), index, size, timeout);
+    return makeC10dCommunicator(std::move(name), std::move(pg), index, size, timeout);
   } catch (const c10::Error& e) {
     throw CommError(describeFailure(name, "group set-up", e.what_without_backtrace(), timeout));
   } catch (const std::exception& e) {

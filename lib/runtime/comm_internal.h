@@ -18,8 +18,9 @@
 #include "apc/runtime/comm.h"
 
 namespace c10d {
+class Backend;
 class Store;
-}
+}  // namespace c10d
 namespace gloo::transport {
 class Device;
 }
@@ -57,6 +58,13 @@ at::Tensor reduceStacked(const at::Tensor& stacked, mesh::ReduceOp op, int64_t g
 
 /// The communicator of a group of one rank: no communication, results are copies.
 std::unique_ptr<Communicator> makeLocalCommunicator(std::string name);
+
+/// The communicator of a group over a c10d backend (ProcessGroupGloo or ProcessGroupNCCL): every
+/// collective is one c10d call waited on with `timeout` (lib/runtime/c10d_comm.cpp).
+std::unique_ptr<Communicator> makeC10dCommunicator(std::string name,
+                                                   c10::intrusive_ptr<c10d::Backend> backend,
+                                                   int index, int size,
+                                                   std::chrono::milliseconds timeout);
 
 /// The Gloo transport device shared by the groups of one World: GLOO_SOCKET_IFNAME's interface when
 /// set, else loopback when the master address is a loopback one, else the host's own address.

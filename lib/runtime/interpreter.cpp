@@ -135,6 +135,12 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node) {
   }
   if (!found) return notFound("no registered operator " + node.qualifiedOp());
   op.schema_ = &found->schema();
+  const auto& schema_args = op.schema_->arguments();
+  for (size_t i = 0; i < schema_args.size(); ++i)
+    if (auto list = schema_args[i].type()->cast<c10::ListType>())
+      if (auto opt = list->getElementType()->cast<c10::OptionalType>())
+        if (opt->getElementType()->kind() == c10::TypeKind::TensorType)
+          op.optional_tensor_lists_.push_back(i);
   try {
     torch::jit::Operation operation = found->getOperation();
     op.op_ = [operation](std::vector<c10::IValue>& stack) mutable { operation(stack); };
@@ -195,6 +201,12 @@ std::vector<c10::IValue> OpKernel::call(std::vector<c10::IValue> args) const {
       for (const c10::IValue& e : args[0].toTupleRef().elements()) out.push_back(e);
       break;
     case Kind::kOperator:
+      for (size_t i : optional_tensor_lists_)
+        if (i < args.size() && args[i].isTensorList()) {
+          c10::List<std::optional<at::Tensor>> typed;
+          for (const at::Tensor& t : args[i].toTensorList().vec()) typed.push_back(t);
+          args[i] = std::move(typed);
+        }
       op_(args);
       out = std::move(args);
       break;

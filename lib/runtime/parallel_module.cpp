@@ -544,7 +544,7 @@ class Regatherer : public Interpreter::Observer {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (!t.defined() || !t.grad_fn()) return;
-      std::shared_ptr<torch::autograd::Node> fn = t.grad_fn();
+      const auto& fn = t.grad_fn();
       if (!e->hooked.insert(fn.get()).second) return;
       fn->add_pre_hook(std::make_unique<EntryHook>(e, &restore));
     } else if (v.isTensorList()) {

@@ -113,7 +113,7 @@ Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh:
     return unsupported("the NCCL backend is not built in (configure with CUDA and NCCL found)");
 #else
     if (!at::hasCUDA())
-      return unsupported("the NCCL backend needs CUDA, and this LibTorch has none");
+      return unsupported("the NCCL backend needs a CUDA device, and none is available");
 #endif
   }
   auto world = std::make_shared<WorldImpl>(env, mesh);

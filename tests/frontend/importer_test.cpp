@@ -18,6 +18,7 @@
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/printer.h"
 #include "apc/ir/proto_io.h"
+#include "samples_dir.h"
 
 namespace apc::frontend {
 namespace {
@@ -25,7 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path kSamples = fs::path(APC_SOURCE_DIR) / "sample_models" / "out";
+const fs::path kSamples = frontend_test::samplesDir();
 
 const json& manifest() {
   static const json m = [] {

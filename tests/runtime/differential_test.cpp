@@ -13,6 +13,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -47,6 +48,16 @@ const std::map<std::string, ModelCase>& models() {
       {"gpt2_tiny", {"gpt2_tiny", {"idx:i64[8,8]"}, 50257, ""}},
       {"llama_tiny", {"llama_tiny", {"tokens:i64[8,8]"}, 256, ""}},
       {"cnn_small", {"cnn_small", {"x:f32[8,3,32,32]"}, 0, ""}},
+      // Exported programs (.pt2), planned at the shapes they were exported with (the batch is
+      // a symbolic dim of the export, priced at its hint), ranks starting from the .pt2's own
+      // weights. Hugging Face models are .pt2-first; their .pt is the reference.
+      {"mlp_stack.pt2", {"mlp_stack", {"x:f32[8,64,128]"}, 0, "", "pt2"}},
+      {"mlp_stack.core.pt2", {"mlp_stack", {"x:f32[8,64,128]"}, 0, "", "core.pt2"}},
+      {"llama_tiny.pt2", {"llama_tiny", {"tokens:i64[8,128]"}, 256, "", "pt2"}},
+      {"llama_tiny.core.pt2", {"llama_tiny", {"tokens:i64[8,128]"}, 256, "", "core.pt2"}},
+      {"cnn_small.pt2", {"cnn_small", {"x:f32[8,3,32,32]"}, 0, "", "pt2"}},
+      {"hf_llama_tiny.pt2", {"hf_llama_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
+      {"hf_gpt2_tiny.pt2", {"hf_gpt2_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
   };
   return m;
 }
@@ -144,7 +155,8 @@ class Differential : public ::testing::TestWithParam<DiffCase> {};
 TEST_P(Differential, ShardedMatchesSingleProcess) {
   const DiffCase& c = GetParam();
   const ModelCase& m = models().at(c.model);
-  if (!std::filesystem::exists(testing::samplePath(m.model)))
+  if (!std::filesystem::exists(testing::samplePath(m.model)) ||
+      !std::filesystem::exists(testing::samplePath(m.model, m.format)))
     GTEST_SKIP() << "run sample_models/generate.py";
   std::filesystem::path dir = scratchDir(caseName(GetParam()));
   std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
@@ -157,7 +169,8 @@ TEST_P(Differential, ShardedMatchesSingleProcess) {
 }
 
 /// The matrix. By default (CI): every sample with the optimizer's plan on [4], [2,2], [2,4] and
-/// with every classic plan on [2,2]; gpt2_tiny (logits out) with the optimizer on [2,4].
+/// with every classic plan on [2,2]; gpt2_tiny (logits out) with the optimizer on [2,4]; the
+/// exported programs (.pt2, .core.pt2) with the optimizer's plan on [4] and [2,2].
 /// APC_RUNTIME_FULL_MATRIX=1: every sample, mesh [2], [4], [2,2], [2,4] and plan (108 cases).
 std::vector<DiffCase> diffCases() {
   const char* full_env = std::getenv("APC_RUNTIME_FULL_MATRIX");
@@ -177,6 +190,10 @@ std::vector<DiffCase> diffCases() {
       }
     }
   }
+  for (const char* model :
+       {"mlp_stack.pt2", "mlp_stack.core.pt2", "llama_tiny.pt2", "llama_tiny.core.pt2",
+        "cnn_small.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"})
+    for (const char* mesh : {"4", "2x2"}) cases.push_back({model, mesh, ""});
   return cases;
 }
 
@@ -202,11 +219,14 @@ std::vector<std::pair<double, double>> parseLosses(const std::string& out) {
 }
 
 void expectTrainMatchesSingle(const std::string& model, const std::string& mesh, int nproc,
-                              const std::string& flags) {
+                              std::string flags) {
   const ModelCase& m = models().at(model);
-  if (!std::filesystem::exists(testing::samplePath(m.model)))
+  if (!std::filesystem::exists(testing::samplePath(m.model)) ||
+      !std::filesystem::exists(testing::samplePath(m.model, m.format)))
     GTEST_SKIP() << "run sample_models/generate.py";
-  std::filesystem::path dir = scratchDir("train_" + model + "_" + mesh);
+  // An exported program's artifact trains from the weights the .pt2 holds.
+  if (m.format != "pt") flags += " --model " + testing::samplePath(m.model, m.format);
+  std::filesystem::path dir = scratchDir("train_" + caseName({model, mesh, ""}));
   std::string err = testing::makeArtifact(m, mesh, "", dir.string());
   ASSERT_TRUE(err.empty()) << err;
   const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
@@ -228,6 +248,10 @@ TEST(ApcTrain, SgdOnFourRanksMatchesSingle) {
 
 TEST(ApcTrain, AdamwWithCrossEntropyMatchesSingle) {
   expectTrainMatchesSingle("llama_tiny", "2", 2, "--optimizer adamw --lr 0.01 --clip 1.0");
+}
+
+TEST(ApcTrain, HuggingFaceExportedProgramTrainsFromItsWeights) {
+  expectTrainMatchesSingle("hf_llama_tiny.pt2", "2x2", 4, "--optimizer adamw --lr 0.01");
 }
 
 // --- a rank dies mid-step ----------------------------------------------------------------------

@@ -20,7 +20,9 @@
 //   - every forward output leaf gathered to full is f32 and within kRtol * max |expected| of the
 //     reference's, and NOT within 1e-4 of the f32 model's (so the bf16 casts really ran);
 //   - every parameter gradient gathered to full (f32, the storage dtype) is within
-//     rtol * max |expected|, rtol = max(kRtol, 2 * max|bf16 ref - f32 ref| / max|bf16 ref|).
+//     max(kRtol * max|expected|, 2 * max|bf16 ref - f32 ref|, 2^-9 * the model's largest
+//     gradient entry): half a bf16 ulp of the largest gradient bounds a tiny one (a LayerNorm
+//     bias behind bf16 attention) that bf16 cannot resolve.
 //
 // Tolerance. bf16 keeps 8 significant bits (one ulp ~ 4e-3 relative). The sharded and single
 // programs round at different points: a Partial sum is rounded to bf16 per rank and again after
@@ -206,9 +208,18 @@ int runRank(int rank, const std::string& dir, const MpReference& ref, bool compa
       const double scale = it->second.abs().max().item<double>();
       const double noise =
           (it->second - ref.f32.grads.at(name)).abs().max().item<double>();  // bf16 vs exact
-      const double rtol = scale > 0 ? std::max(kRtol, 2 * noise / scale) : kRtol;
+      // A gradient far below the model's largest (gpt2_tiny's last ln_1: 1.7e-5 behind bf16
+      // attention) is under bf16's resolution of the backward that made it: it may also be off
+      // by half a bf16 ulp of the largest gradient of the model.
+      double model_scale = 0;
+      for (const auto& [other, g] : ref.grads)
+        model_scale = std::max(model_scale, g.abs().max().item<double>());
+      const double bound = std::max({kRtol * scale, 2 * noise, model_scale / 512});
+      const double rtol = scale > 0 ? bound / scale : kRtol;
       std::string d = testing::compareTensors(full, it->second, rtol);
-      if (!d.empty()) fail("grad " + name + ": " + d);
+      if (!d.empty())
+        fail("grad " + name + ": " + d + " (bf16 noise " + std::to_string(noise) +
+             ", model's largest gradient " + std::to_string(model_scale) + ")");
     }
   return log.exitCode();
 }

@@ -6,11 +6,11 @@
 //===----------------------------------------------------------------------===//
 #include "rank_harness.h"
 
+#include <ATen/Parallel.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <ATen/Parallel.h>
 #include <torch/script.h>
 #include <unistd.h>
 
@@ -18,15 +18,17 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 #include "../common/run_command.h"
+#include "apc/frontend/weights.h"
 #include "apc/runtime/parallel_module.h"
 
 namespace apc::runtime::testing {
 
-std::string samplePath(const std::string& model) {
-  return std::string(APC_SOURCE_DIR) + "/sample_models/out/" + model + ".pt";
+std::string samplePath(const std::string& model, const std::string& ext) {
+  return std::string(APC_SOURCE_DIR) + "/sample_models/out/" + model + "." + ext;
 }
 
 std::string apcBinary() {
@@ -35,8 +37,10 @@ std::string apcBinary() {
 
 std::string makeArtifact(const ModelCase& c, const std::string& mesh, const std::string& strategy,
                          const std::string& dir) {
-  std::string cmd = apcBinary() + " plan " + samplePath(c.model) + " --mesh " + mesh;
-  for (const std::string& in : c.inputs) cmd += " --input '" + in + "'";
+  std::string cmd = apcBinary() + " plan " + samplePath(c.model, c.format) + " --mesh " + mesh;
+  // An exported program's input shapes (its symbolic batch included) come from the export.
+  if (c.format == "pt")
+    for (const std::string& in : c.inputs) cmd += " --input '" + in + "'";
   if (!strategy.empty()) cmd += " --strategy " + strategy;
   if (strategy.empty() && !c.optimizer_flags.empty()) cmd += " " + c.optimizer_flags;
   cmd += " -o " + dir + ".plan.json --artifact " + dir;
@@ -75,8 +79,25 @@ Reference computeReference(const ModelCase& c, int steps, double lr) {
   Reference ref;
   ref.lr = lr;
   torch::jit::Module module = torch::jit::load(samplePath(c.model));
-  for (const auto& p : module.named_parameters()) ref.init[p.name] = p.value.detach().clone();
-  for (const auto& b : module.named_buffers()) ref.init[b.name] = b.value.detach().clone();
+  if (c.format == "pt2") {
+    // The ranks start from the exported program's weights; the reference module must hold the
+    // same values (the generator writes both files from one model).
+    auto state = frontend::loadModelState(samplePath(c.model, "pt2"));
+    if (!state.ok()) throw std::runtime_error(state.error().message());
+    for (const auto& [name, t] : *state) ref.init[name] = t.detach().clone();
+    // Every parameter of the .pt2 is the .pt's (tied ones appear once in the .pt2, under one
+    // of their names).
+    std::map<std::string, at::Tensor> pt;
+    for (const auto& p : module.named_parameters()) pt[p.name] = p.value;
+    for (const auto& [name, t] : *state) {
+      auto it = pt.find(name);
+      if (t.requires_grad() && (it == pt.end() || !at::equal(it->second, t)))
+        throw std::runtime_error(c.model + ".pt2 and .pt differ in parameter " + name);
+    }
+  } else {
+    for (const auto& p : module.named_parameters()) ref.init[p.name] = p.value.detach().clone();
+    for (const auto& b : module.named_buffers()) ref.init[b.name] = b.value.detach().clone();
+  }
   at::Generator gen = at::detail::createCPUGenerator(1234);
   for (const std::string& text : c.inputs) {
     // "name:dtype[d0,d1]"

@@ -34,7 +34,8 @@ class ParallelModule;
 
 namespace apc::runtime::testing {
 
-std::string samplePath(const std::string& model);
+/// sample_models/out/<model>.<ext>; ext "pt" (TorchScript) or "pt2" (exported program).
+std::string samplePath(const std::string& model, const std::string& ext = "pt");
 std::string apcBinary();
 
 struct ModelCase {
@@ -42,6 +43,10 @@ struct ModelCase {
   std::vector<std::string> inputs;  // "x:f32[2,4,128]"
   int64_t index_bound = 0;          // integer inputs are drawn in [0, bound)
   std::string optimizer_flags;      // extra `apc plan` flags for the optimizer's plan
+  // "pt2": plan the exported program (<model>.pt2) and start the ranks from the weights it holds
+  // (apc::frontend::loadModelState); the reference is still the TorchScript module of the same
+  // sample (<model>.pt, written from the same weights), the only unsharded executor LibTorch has.
+  std::string format = "pt";
 };
 
 /// Plans `c` on `mesh` ("2x2") with `strategy` ("" for the optimizer, else ddp|fsdp|tp|fsdp+tp)

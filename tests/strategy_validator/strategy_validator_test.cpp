@@ -73,6 +73,9 @@ const ExecutedSample kExecuted[] = {
     {"llama_tiny_scripted", {"tokens:i64[6,10]"}},
     {"cnn_small", {"x:f32[4,3,16,16]"}},
     {"multi_output", {}},
+    // Hugging Face transformers' LlamaForCausalLM and GPT2LMHeadModel (small configs), traced.
+    {"hf_llama_tiny", {"input_ids:i64[2,8]"}},
+    {"hf_gpt2_tiny", {"input_ids:i64[2,8]"}},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
@@ -179,6 +182,9 @@ const Corpus& corpus() {
       if (!m->executed || !m->error.empty()) continue;
       for (size_t mi = 0; mi < c.meshes.size(); ++mi) {
         for (const strategy::NodeStrategies& ns : m->per_mesh[mi]) {
+          // A Replicate-only fallback (no rule) computes the unsharded op on every rank: nothing
+          // to validate (and its inputs may be lists the checker cannot build, e.g. Tensor?[]).
+          if (ns.fallback) continue;
           const ir::Node& node = m->graph.node(ns.node);
           Combo& combo = c.combos[signature(m->graph, node)];
           if (!combo.model) {
@@ -358,12 +364,24 @@ TEST(StrategyValidator, EveryImportableSampleIsCovered) {
   for (const auto& m : corpus().models) EXPECT_EQ(m->error, "") << m->name;
 }
 
+/// Ops known to fall back to Replicate in the Hugging Face samples, and only there: transformers
+/// builds its causal mask in the graph from [batch, seq] integer and bool tensors (cumsum, diff,
+/// index, and, new_ones) and its RoPE from a tuple. They are tiny and cheap replicated; rules for
+/// them belong to the real-models issue (11). Anything else, or any fallback in another sample,
+/// fails.
+const std::set<std::string> kKnownHfFallbacks = {"aten::__and__.Tensor", "aten::cumsum",
+                                                 "aten::diff",           "aten::index.Tensor",
+                                                 "aten::new_ones",       "prim::TupleUnpack"};
+
 TEST(StrategyValidator, NoSampleHasReplicateOnlyFallback) {
   const Corpus& c = corpus();
   for (const auto& m : c.models) {
     if (!m->error.empty()) continue;
+    const bool hf = m->name.rfind("hf_", 0) == 0;
     for (size_t mi = 0; mi < c.meshes.size(); ++mi) {
-      std::vector<std::string> ops = strategy::fallbackOps(m->graph, m->per_mesh[mi]);
+      std::vector<std::string> ops;
+      for (const std::string& op : strategy::fallbackOps(m->graph, m->per_mesh[mi]))
+        if (!hf || !kKnownHfFallbacks.count(op)) ops.push_back(op);
       EXPECT_TRUE(ops.empty()) << m->name << " on mesh " << c.meshes[mi].toString()
                                << ": Replicate-only fallback for " << join(ops, ", ");
     }
@@ -596,10 +614,13 @@ TEST(StrategyValidator, CatchesDeliberatelyWrongRules) {
        [](const RuleContext& c, std::vector<DimStrategy>& v) {
          v.push_back(dimStrategy(c, {{0, Placement::partial()}}, {{0, Placement::partial()}}));
        }},
-      {"aten::softmax.int", "the softmax dim is sharded",
+      {"aten::scaled_dot_product_attention",
+       "attention's head dim (contracted in q k^T) is sharded",
        [](const RuleContext& c, std::vector<DimStrategy>& v) {
          int d = static_cast<int>(c.inputRank(0)) - 1;
-         v.push_back(dimStrategy(c, {{0, Placement::shard(d)}}, {{0, Placement::shard(d)}}));
+         v.push_back(dimStrategy(
+             c, {{0, Placement::shard(d)}, {1, Placement::shard(d)}, {2, Placement::shard(d)}},
+             {{0, Placement::shard(d)}}));
        }},
       {"aten::linear", "a contraction's Partial output is called Replicate",
        [](const RuleContext&, std::vector<DimStrategy>& v) {

@@ -1,7 +1,8 @@
 //===- tools/apc-train/main.cpp - Example trainer over an apc artifact ------===//
 //
 // `apc-train DIR --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
-//            [--model MODEL.pt] [--compare-single MODEL.pt] [--clip X] [--threads T]`
+//            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL.pt] [--clip X] [--threads T]
+//            [--device cpu|cuda]`
 //
 // Launched once per rank under torchrun-style variables (torchrun --no-python, or `apc run`), it
 // loads the rank's program (apc::runtime::ParallelModule), trains it on synthetic data and prints,
@@ -13,13 +14,20 @@
 // every rank), floating inputs normal, integer inputs below the rows of the embedding they index,
 // and cuts this rank's piece. The loss is computed on the gathered full output, identically on
 // every rank: the output itself when it is a scalar, else cross-entropy over the last dim of the
-// (first) output with random targets, else the mean square. Initial weights come from --model (or
-// --compare-single): load_full_state_dict of the model's named_parameters, so that sharded and
-// single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
+// (first) output with random targets, else the mean square. Initial weights come from --model (a
+// TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState; else
+// --compare-single): load_full_state_dict of the model's parameters and buffers, so that sharded
+// and single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
+// The single-device reference runs the TorchScript module (LibTorch cannot run an exported
+// program's graph by itself), so --compare-single takes a .pt.
+//
+// --device cuda puts the shards, the inputs and the reference on CUDA device LOCAL_RANK and runs
+// the collectives over NCCL (c10d's ProcessGroupNCCL); it needs a build against a CUDA LibTorch.
 // Errors are one line on stderr and exit 2.
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/script.h>
 
 #include <CLI/CLI.hpp>
@@ -33,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "apc/frontend/weights.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/parallel_module.h"
 
@@ -50,6 +59,7 @@ struct Flags {
   double clip = 0;  // 0: no clipping
   int threads = 1;
   bool report_comm = false;
+  std::string device = "cpu";
 };
 
 /// Nine significant digits: enough to compare sharded and single losses in tests.
@@ -115,7 +125,7 @@ at::Tensor lossOf(const std::vector<at::Tensor>& outs, at::Generator& gen) {
   if (at::isFloatingType(out.scalar_type()) && out.dim() >= 2) {
     const int64_t classes = out.size(-1);
     at::Tensor logits = out.reshape({-1, classes});
-    at::Tensor targets = at::randint(0, classes, {logits.size(0)}, gen, at::kLong);
+    at::Tensor targets = at::randint(0, classes, {logits.size(0)}, gen, at::kLong).to(out.device());
     return at::cross_entropy_loss(logits, targets);
   }
   return out.pow(2).mean();
@@ -142,26 +152,58 @@ int run(const Flags& f) {
   at::set_num_threads(f.threads);
   if (f.optimizer != "sgd" && f.optimizer != "adamw")
     return fail("--optimizer must be sgd or adamw, got '" + f.optimizer + "'");
-  auto loaded = apc::runtime::ParallelModule::load(f.dir);
+  if (f.device != "cpu" && f.device != "cuda")
+    return fail("--device must be cpu or cuda, got '" + f.device + "'");
+  apc::runtime::ParallelModuleOptions options;
+  if (f.device == "cuda") {
+    // isBuilt: libtorch_cuda is linked in; hasCUDA: a driver and at least one device answer.
+    if (!at::detail::getCUDAHooks().isBuilt())
+      return fail("--device cuda: this apc-train is built against a LibTorch without CUDA");
+    if (!at::hasCUDA())
+      return fail(
+          "--device cuda: no CUDA device is available (no GPU or NVIDIA driver, or "
+          "CUDA_VISIBLE_DEVICES hides them)");
+    auto env = apc::runtime::launchEnvFromEnvironment();
+    if (!env.ok()) return fail(env.error().message());
+    const int devices = at::detail::getCUDAHooks().deviceCount();
+    if (env->local_rank >= devices)
+      return fail("--device cuda: LOCAL_RANK " + std::to_string(env->local_rank) +
+                  " but this machine has " + std::to_string(devices) + " CUDA device" +
+                  (devices == 1 ? "" : "s"));
+    options.world.backend = apc::runtime::Backend::kNccl;
+    options.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+  }
+  const c10::Device device = options.device;
+  auto loaded = apc::runtime::ParallelModule::load(f.dir, options);
   if (!loaded.ok()) return fail(loaded.error().message());
   apc::runtime::ParallelModule& pm = **loaded;
   const bool rank0 = pm.rank() == 0;
 
-  const std::string model_path = !f.compare_single.empty() ? f.compare_single : f.model;
+  const std::string model_path = !f.model.empty() ? f.model : f.compare_single;
   std::optional<torch::jit::Module> single;
-  if (!model_path.empty()) {
-    torch::jit::Module module;
+  if (!f.compare_single.empty() && rank0) {
     try {
-      module = torch::jit::load(model_path);
+      single = torch::jit::load(f.compare_single, device);
     } catch (const std::exception& e) {
-      return fail(model_path + ": cannot load: " + apc::runtime::firstLine(e.what()));
+      return fail(f.compare_single + ": cannot load as a TorchScript model (--compare-single " +
+                  "needs a .pt): " + apc::runtime::firstLine(e.what()));
     }
+  }
+  if (!model_path.empty()) {
+    auto state = apc::frontend::loadModelState(model_path);
+    if (!state.ok()) return fail(model_path + ": " + state.error().message());
     std::map<std::string, at::Tensor> full;
-    for (const auto& p : module.named_parameters()) full[p.name] = p.value.detach();
-    for (const auto& b : module.named_buffers()) full[b.name] = b.value.detach();
+    for (const auto& [name, t] : *state) full[name] = t.detach();
     apc::Status s = pm.load_full_state_dict(full);
     if (!s.ok()) return fail(model_path + ": " + s.error().message());
-    if (!f.compare_single.empty() && rank0) single = module;
+    if (single && model_path != f.compare_single) {
+      // The reference starts from the same weights as the shards.
+      at::NoGradGuard no_grad;
+      for (const auto& p : single->named_parameters())
+        if (auto it = full.find(p.name); it != full.end()) p.value.copy_(it->second);
+      for (const auto& b : single->named_buffers())
+        if (auto it = full.find(b.name); it != full.end()) b.value.copy_(it->second);
+    }
   } else {
     pm.init_weights([&](const apc::runtime::PlacedTensor& spec, at::Tensor& local) {
       at::Generator g =
@@ -196,10 +238,10 @@ int run(const Flags& f) {
       std::vector<int64_t> shape = specs[i].global_shape;
       if (f.batch > 0 && !shape.empty()) shape[0] = f.batch;
       if (at::isFloatingType(specs[i].dtype))
-        full_inputs.push_back(at::randn(shape, data, at::kFloat).to(specs[i].dtype));
+        full_inputs.push_back(at::randn(shape, data, at::kFloat).to(device, specs[i].dtype));
       else
-        full_inputs.push_back(
-            at::randint(0, pm.inputIndexBound(i), shape, data, at::kLong).to(specs[i].dtype));
+        full_inputs.push_back(at::randint(0, pm.inputIndexBound(i), shape, data, at::kLong)
+                                  .to(device, specs[i].dtype));
     }
     const uint64_t loss_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
 
@@ -278,13 +320,16 @@ int main(int argc, char** argv) {
                  "Seed of the synthetic data (and of the weights without --model)");
   app.add_option("--batch", f.batch, "Batch size (dim 0 of every input); default: the artifact's")
       ->check(CLI::PositiveNumber);
-  app.add_option("--model", f.model, "TorchScript model whose weights initialize the shards");
+  app.add_option("--model", f.model,
+                 "Model (TorchScript .pt or exported .pt2) whose weights initialize the shards");
   app.add_option("--compare-single", f.compare_single,
                  "Also train this unsharded TorchScript model on rank 0 and print its loss");
   app.add_option("--clip", f.clip, "Clip the global gradient norm to this value");
   app.add_flag("--report-comm", f.report_comm,
                "Print per rank and step the bytes its collectives sent next to the priced bytes");
   app.add_option("--threads", f.threads, "Intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--device", f.device,
+                 "cpu (Gloo) or cuda (NCCL, device LOCAL_RANK; needs a CUDA LibTorch build)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,16 +1,22 @@
 //===- tools/apc/common.cpp - Flags shared by the apc subcommands ----------===//
 #include "common.h"
 
+#include <iostream>
+
 #include "apc/support/strings.h"
 
 namespace apc::tool {
 
 void ModelFlags::add(CLI::App& app) {
-  app.add_option("model", model, "TorchScript archive (.pt) written by torch.jit.save")->required();
+  app.add_option("model", model,
+                 "Model file: a TorchScript archive (.pt, torch.jit.save) or an exported program "
+                 "(.pt2, torch.export.save)")
+      ->required();
   app.add_option(
       "--input", inputs,
       "Input shape override, name:dtype[d0,d1,...] (e.g. tokens:i64[8,128]; a symbolic dim "
-      "as B=8); repeatable. Defaults to the shapes recorded in the archive");
+      "as B=8); repeatable. Defaults to the shapes recorded in the archive. For a .pt2 only "
+      "the values of its dynamic dims may change (B=8 also renames the dim's symbol)");
 }
 
 Expected<ir::Graph> ModelFlags::load(frontend::ImportTimings* timings) const {
@@ -19,7 +25,16 @@ Expected<ir::Graph> ModelFlags::load(frontend::ImportTimings* timings) const {
     APC_ASSIGN_OR_RETURN(frontend::InputSpec spec, frontend::parseInputSpec(text));
     options.inputs.push_back(spec);
   }
-  return frontend::importTorchScript(model, options, timings);
+  frontend::ImportNotes notes;
+  auto g = frontend::importModel(model, options, timings, &notes);
+  if (g.ok() && !notes.buffer_mutations.empty()) {
+    std::cerr << "apc: warning: the forward updates buffer"
+              << (notes.buffer_mutations.size() > 1 ? "s " : " ")
+              << joinMap(notes.buffer_mutations, ", ", [](const auto& m) { return m.first; })
+              << " (training-mode statistics); apc plans the forward and does not write them "
+                 "back\n";
+  }
+  return g;
 }
 
 void MeshFlags::add(CLI::App& app) {

@@ -13,7 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "apc/frontend/torchscript.h"
+#include "apc/frontend/model.h"
 #include "apc/mesh/spec.h"
 
 namespace apc::tool {

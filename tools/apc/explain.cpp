@@ -13,7 +13,7 @@
 #include <string>
 
 #include "apc/frontend/input_spec.h"
-#include "apc/frontend/torchscript.h"
+#include "apc/frontend/model.h"
 #include "apc/plan/explain.h"
 #include "apc/plan/hash.h"
 #include "apc/plan/pipeline.h"
@@ -45,7 +45,7 @@ Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& model_
     APC_ASSIGN_OR_RETURN(frontend::InputSpec s, frontend::parseInputSpec(text));
     options.inputs.push_back(s);
   }
-  return frontend::importTorchScript(path, options);
+  return frontend::importModel(path, options);
 }
 
 int runExplain(const ExplainFlags& f) {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "apc/frontend/input_spec.h"
-#include "apc/frontend/torchscript.h"
+#include "apc/frontend/model.h"
 #include "apc/lower/artifact.h"
 #include "apc/lower/lower.h"
 #include "apc/plan/hash.h"
@@ -49,7 +49,7 @@ Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& pa
     APC_ASSIGN_OR_RETURN(frontend::InputSpec s, frontend::parseInputSpec(text));
     options.inputs.push_back(s);
   }
-  return frontend::importTorchScript(path, options);
+  return frontend::importModel(path, options);
 }
 
 int runLower(const LowerFlags& f) {

@@ -9,15 +9,21 @@
 #include <iostream>
 #include <map>
 
+#include <string>
+
+#include <torch/version.h>
+
+#include "apc/plan/plan.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"apc: ahead-of-time auto-sharding compiler for PyTorch models", "apc"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "apc 0.1.0");
+  app.set_version_flag(
+      "--version", std::string("apc ") + apc::plan::apcVersion() + " (LibTorch " TORCH_VERSION ")");
   std::map<CLI::App*, apc::tool::Runner> runners;
-  CLI::App* inspect =
-      app.add_subcommand("inspect", "Import a TorchScript model and print its graph");
+  CLI::App* inspect = app.add_subcommand(
+      "inspect", "Import a model (.pt2 exported program or TorchScript) and print its graph");
   runners[inspect] = apc::tool::addInspectCommand(*inspect);
   CLI::App* plan =
       app.add_subcommand("plan", "Plan the sharding of a model and write the plan JSON");

@@ -8,9 +8,13 @@
 //    first name, as PyTorch reports them), Buffer nodes for the buffers the forward reads, and one
 //    Input node per forward argument.
 // 3. Interpret the inlined graph once, node by node, on meta tensors: every op runs through its
-//    registered operator; ops without a meta kernel in LibTorch 1.13 (layer_norm, embedding, ...)
-//    fall back to the registered shape functions. Scalars derived from sizes stay real CPU values,
-//    so size arithmetic (aten::size, NumToTensor, floordiv) is exact.
+//    registered operator. Many meta kernels of LibTorch 2.13 are registered from Python
+//    (torch/_meta_registrations.py) and are missing in a C++ process: relu, native_batch_norm
+//    (so layer_norm and batch_norm), index_select (embedding), where.self (inside
+//    scaled_dot_product_attention's math path), convolution. Such ops fall back to the
+//    TorchScript shape functions (symbolic_shape_registry), and convolution and
+//    scaled_dot_product_attention, which have none, to hand rules. Scalars derived from sizes stay
+//    real CPU values, so size arithmetic (aten::size, NumToTensor, floordiv) is exact.
 // 4. prim::If whose condition does not depend on the inputs is flattened to the taken branch; other
 //    control flow is an error naming the node and its source line.
 //
@@ -35,22 +39,12 @@
 #include <string>
 #include <vector>
 
+#include "apc/frontend/import.h"
 #include "apc/frontend/input_spec.h"
 #include "apc/ir/graph.h"
 #include "apc/support/error.h"
 
 namespace apc::frontend {
-
-struct ImportOptions {
-  /// Overrides of input shapes by name; inputs not named here keep their recorded shapes.
-  std::vector<InputSpec> inputs;
-};
-
-struct ImportTimings {
-  double load_s = 0;       // torch::jit::load
-  double inline_s = 0;     // copy + inline + dead code elimination
-  double interpret_s = 0;  // meta interpretation and IR construction
-};
 
 /// Imports the archive at `path`. Errors: missing file (kNotFound), not a TorchScript archive or
 /// truncated (kParse), unknown input name or wrong rank/dtype (kInvalidArgument), control flow that

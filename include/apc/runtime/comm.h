@@ -15,12 +15,11 @@
 //                                    concatenate arrivals along gather_dim (gather_sizes[k]: member
 //                                    k's size along gather_dim)
 //
-// What 1.13's Gloo lacks (reduce-scatter, _allgather_base, bf16 reductions) the Gloo
-// implementation composes from what it has (alltoall_base, list all-gather, fp32 all-reduce);
-// the NCCL implementation (built when APC_HAVE_NCCL) calls NCCL directly. Every call waits at most
+// Both backends run through one implementation over c10d's process groups (ProcessGroupGloo on
+// CPU tensors, ProcessGroupNCCL on CUDA tensors with a CUDA LibTorch). Every call waits at most
 // the configured timeout; a peer that died or never arrives raises a CommError naming the group,
 // never hangs. Counters record the bytes this rank sent, for the benchmark that compares them with
-// what the plan priced (the formula per collective is in lib/runtime/gloo_comm.cpp; for even
+// what the plan priced (the formula per collective is in lib/runtime/c10d_comm.cpp; for even
 // pieces it is that of apc/cost/collectives.h).
 //
 // Contract: every member calls the same collectives in the same order with consistent sizes;

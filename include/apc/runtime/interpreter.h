@@ -82,6 +82,9 @@ class OpKernel {
   std::string name_;
   const c10::FunctionSchema* schema_ = nullptr;
   std::function<void(std::vector<c10::IValue>&)> op_;
+  // Positions of `Tensor?[]` arguments (aten::index's indices): a list built of tensors only
+  // arrives as List<Tensor> and is re-typed to List<optional<Tensor>> before the call.
+  std::vector<size_t> optional_tensor_lists_;
 };
 
 /// Row range of a vocab-parallel embedding on this rank (see the file comment).

@@ -1,0 +1,41 @@
+//===- apc/frontend/import.h - Options and reports shared by the importers -===//
+//
+// What every importer (TorchScript, torch.export) takes and reports besides the graph: input
+// shape overrides, wall times of its phases, and notes on what the program does beyond its
+// outputs (buffer writes) or what the import dropped.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "apc/frontend/input_spec.h"
+#include "apc/ir/graph.h"
+
+namespace apc::frontend {
+
+struct ImportOptions {
+  /// Overrides of input shapes by name; inputs not named here keep their recorded shapes.
+  std::vector<InputSpec> inputs;
+};
+
+struct ImportTimings {
+  double load_s = 0;       // reading the archive (torch::jit::load, or the zip and its JSON)
+  double inline_s = 0;     // TorchScript: copy + inline + dead code elimination; .pt2: 0
+  double interpret_s = 0;  // meta interpretation (TorchScript) or JSON -> IR, and IR construction
+};
+
+struct ImportNotes {
+  /// Buffers the forward writes (torch.export's buffer_mutation outputs, such as BatchNorm's
+  /// running statistics in training mode): the buffer's name and the graph value holding its new
+  /// contents. These values are not graph outputs; nothing downstream writes them back yet.
+  std::vector<std::pair<std::string, ir::ValueId>> buffer_mutations;
+  /// Nodes left out of the graph, by qualified op, with their count: runtime assertions of
+  /// exported programs (aten::_assert_tensor_metadata, aten::_assert_scalar, ...).
+  std::map<std::string, int> dropped_ops;
+};
+
+}  // namespace apc::frontend

@@ -1,0 +1,91 @@
+//===- lib/frontend/pt2_archive.cpp - Reading torch.export archives --------===//
+#include "pt2_archive.h"
+
+#include <filesystem>
+
+#include <caffe2/serialize/inline_container.h>
+
+#include "apc/support/strings.h"
+
+namespace apc::frontend {
+
+namespace {
+
+std::string firstLine(const std::string& s) {
+  return std::string(trim(s.substr(0, s.find('\n'))));
+}
+
+}  // namespace
+
+std::string payloadIdentity(const nlohmann::json& meta) {
+  if (!meta.is_object() || meta.value("use_pickle", false)) return "";
+  auto path = meta.find("path_name");
+  auto tm = meta.find("tensor_meta");
+  if (path == meta.end() || !path->is_string() || tm == meta.end() || !tm->is_object()) return "";
+  nlohmann::json key = {
+      *path, tm->value("dtype", nlohmann::json()), tm->value("sizes", nlohmann::json()),
+      tm->value("strides", nlohmann::json()), tm->value("storage_offset", nlohmann::json())};
+  return key.dump();
+}
+
+Status checkModelPath(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    return notFound("model file '" + path + "' does not exist");
+  if (std::filesystem::is_directory(path, ec))
+    return invalidArgument("model path '" + path + "' is a directory, not a model archive");
+  return Status::success();
+}
+
+Expected<Pt2Archive> Pt2Archive::open(const std::string& path) {
+  APC_RETURN_IF_ERROR(checkModelPath(path));
+  Pt2Archive a;
+  a.path_ = path;
+  try {
+    a.reader_ = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
+  } catch (const std::exception& e) {
+    return parseError("'" + path + "' is not a readable model archive (" + firstLine(e.what()) +
+                      ")");
+  }
+  return a;
+}
+
+bool Pt2Archive::has(const std::string& record) const {
+  try {
+    return reader_->hasRecord(record);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool Pt2Archive::isExportedProgram() const {
+  if (has(kArchiveFormatRecord)) {
+    auto t = text(kArchiveFormatRecord);
+    if (t.ok() && trim(*t) == "pt2") return true;
+  }
+  return has(kModelJsonRecord);
+}
+
+Expected<std::pair<at::DataPtr, size_t>> Pt2Archive::bytes(const std::string& record) const {
+  if (!has(record)) return parseError("'" + path_ + "' has no record " + record);
+  try {
+    auto [data, size] = reader_->getRecord(record);
+    return std::make_pair(std::move(data), size);
+  } catch (const std::exception& e) {
+    return parseError("'" + path_ + "': cannot read " + record + " (" + firstLine(e.what()) + ")");
+  }
+}
+
+Expected<std::string> Pt2Archive::text(const std::string& record) const {
+  APC_ASSIGN_OR_RETURN(auto b, bytes(record));
+  return std::string(static_cast<const char*>(b.first.get()), b.second);
+}
+
+Expected<nlohmann::json> Pt2Archive::json(const std::string& record) const {
+  APC_ASSIGN_OR_RETURN(std::string t, text(record));
+  nlohmann::json j = nlohmann::json::parse(t, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return parseError("'" + path_ + "': " + record + " is not valid JSON");
+  return j;
+}
+
+}  // namespace apc::frontend

@@ -1,0 +1,63 @@
+//===- lib/frontend/pt2_archive.h - Reading torch.export archives ----------===//
+//
+// A thin layer over LibTorch's zip reader (caffe2::serialize::PyTorchStreamReader, which reads
+// the layout torch.export.save writes and strips its top folder) that turns its exceptions into
+// one-line errors, plus the names of the records apc reads. Private to lib/frontend.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <c10/core/Allocator.h>
+#include <nlohmann/json.hpp>
+
+#include "apc/support/error.h"
+
+namespace caffe2::serialize {
+class PyTorchStreamReader;
+}
+
+namespace apc::frontend {
+
+// Record names (torch/csrc/export/pt2_archive_constants.h), for the default model name "model".
+inline constexpr const char* kArchiveFormatRecord = "archive_format";
+inline constexpr const char* kModelJsonRecord = "models/model.json";
+inline constexpr const char* kWeightsConfigRecord = "data/weights/model_weights_config.json";
+inline constexpr const char* kConstantsConfigRecord = "data/constants/model_constants_config.json";
+inline constexpr const char* kWeightsDir = "data/weights/";
+inline constexpr const char* kConstantsDir = "data/constants/";
+inline constexpr const char* kByteOrderRecord = "byteorder";
+
+/// The storage identity of a weights/constants payload entry (PayloadMeta JSON): its record,
+/// dtype, sizes, strides and storage offset. Tied parameters (saved once, under several names)
+/// have the same identity. Empty for pickled or malformed entries.
+std::string payloadIdentity(const nlohmann::json& payload_meta);
+
+/// "'path' does not exist" (kNotFound) / "is a directory" (kInvalidArgument), or success.
+Status checkModelPath(const std::string& path);
+
+class Pt2Archive {
+ public:
+  /// Opens the zip at `path`. Errors: checkModelPath's, and kParse for a file that is not a
+  /// readable zip (not an archive, truncated).
+  static Expected<Pt2Archive> open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  bool has(const std::string& record) const;
+  /// True when the `archive_format` record reads "pt2" or the archive has models/model.json.
+  bool isExportedProgram() const;
+  /// A record's bytes (kParse when missing, corrupt, or unreadable).
+  Expected<std::pair<at::DataPtr, size_t>> bytes(const std::string& record) const;
+  Expected<std::string> text(const std::string& record) const;
+  /// A JSON record (kParse when malformed, naming the record).
+  Expected<nlohmann::json> json(const std::string& record) const;
+
+ private:
+  std::string path_;
+  std::shared_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
+};
+
+}  // namespace apc::frontend

@@ -1,0 +1,161 @@
+//===- lib/frontend/torch_types.cpp - Torch enums <-> apc and export serde -===//
+#include "torch_types.h"
+
+namespace apc::frontend {
+
+ir::DType fromScalarType(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+      return ir::DType::kF32;
+    case at::kDouble:
+      return ir::DType::kF64;
+    case at::kHalf:
+      return ir::DType::kF16;
+    case at::kBFloat16:
+      return ir::DType::kBF16;
+    case at::kLong:
+      return ir::DType::kI64;
+    case at::kInt:
+      return ir::DType::kI32;
+    case at::kShort:
+      return ir::DType::kI16;
+    case at::kChar:
+      return ir::DType::kI8;
+    case at::kByte:
+      return ir::DType::kU8;
+    case at::kBool:
+      return ir::DType::kBool;
+    default:
+      return ir::DType::kUnknown;
+  }
+}
+
+at::ScalarType toScalarType(ir::DType d) {
+  switch (d) {
+    case ir::DType::kF32:
+      return at::kFloat;
+    case ir::DType::kF64:
+      return at::kDouble;
+    case ir::DType::kF16:
+      return at::kHalf;
+    case ir::DType::kBF16:
+      return at::kBFloat16;
+    case ir::DType::kI64:
+      return at::kLong;
+    case ir::DType::kI32:
+      return at::kInt;
+    case ir::DType::kI16:
+      return at::kShort;
+    case ir::DType::kI8:
+      return at::kChar;
+    case ir::DType::kU8:
+      return at::kByte;
+    case ir::DType::kBool:
+      return at::kBool;
+    case ir::DType::kUnknown:
+      break;
+  }
+  return at::kFloat;
+}
+
+std::string tensorIdentity(const at::Tensor& t) {
+  std::string key;
+  const void* data = t.has_storage() ? t.storage().data() : nullptr;
+  if (data) {
+    key = std::to_string(reinterpret_cast<uintptr_t>(data)) + "@" +
+          std::to_string(t.storage_offset());
+  } else {
+    key = "impl" + std::to_string(reinterpret_cast<uintptr_t>(t.unsafeGetTensorImpl()));
+  }
+  for (auto s : t.sizes()) key += "," + std::to_string(s);
+  key += "/";
+  for (auto s : t.strides()) key += "," + std::to_string(s);
+  return key + "/" + std::to_string(static_cast<int>(t.scalar_type()));
+}
+
+std::optional<at::ScalarType> scalarTypeFromSerde(int64_t code) {
+  switch (code) {
+    case 1:
+      return at::kByte;
+    case 2:
+      return at::kChar;
+    case 3:
+      return at::kShort;
+    case 4:
+      return at::kInt;
+    case 5:
+      return at::kLong;
+    case 6:
+      return at::kHalf;
+    case 7:
+      return at::kFloat;
+    case 8:
+      return at::kDouble;
+    case 9:
+      return at::kComplexHalf;
+    case 10:
+      return at::kComplexFloat;
+    case 11:
+      return at::kComplexDouble;
+    case 12:
+      return at::kBool;
+    case 13:
+      return at::kBFloat16;
+    case 28:
+      return at::kUInt16;
+    case 29:
+      return at::kFloat8_e4m3fn;
+    case 30:
+      return at::kFloat8_e5m2;
+    case 31:
+      return at::kFloat8_e4m3fnuz;
+    case 32:
+      return at::kFloat8_e5m2fnuz;
+    case 33:
+      return at::kFloat8_e8m0fnu;
+    case 34:
+      return at::kUInt32;
+    case 35:
+      return at::kUInt64;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<at::Layout> layoutFromSerde(int64_t code) {
+  switch (code) {
+    case 1:
+      return at::kSparse;
+    case 2:
+      return at::kSparseCsr;
+    case 3:
+      return at::kSparseCsc;
+    case 4:
+      return at::kSparseBsr;
+    case 5:
+      return at::kSparseBsc;
+    case 6:
+      return at::kMkldnn;
+    case 7:
+      return at::kStrided;
+    default:
+      return std::nullopt;
+  }
+}
+
+std::optional<at::MemoryFormat> memoryFormatFromSerde(int64_t code) {
+  switch (code) {
+    case 1:
+      return at::MemoryFormat::Contiguous;
+    case 2:
+      return at::MemoryFormat::ChannelsLast;
+    case 3:
+      return at::MemoryFormat::ChannelsLast3d;
+    case 4:
+      return at::MemoryFormat::Preserve;
+    default:
+      return std::nullopt;
+  }
+}
+
+}  // namespace apc::frontend

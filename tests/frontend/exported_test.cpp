@@ -1,0 +1,910 @@
+//===- tests/frontend/exported_test.cpp - torch.export importer ------------===//
+//
+// The exported-program importer (.pt2) against the TorchScript importer and the sample manifest:
+// for every sample the manifest lists with an "exported" entry ({"file", "core_file", "dynamic"};
+// the tests skip while the generator does not write them yet):
+// - parameters and buffers equal the manifest's (names, shapes, dtypes), tied weights once;
+// - the graph is sane: every op resolves in the JIT registry, every tensor has a dtype, the
+//   outputs have the shapes of the TorchScript import at the same input shapes;
+// - the dynamic dims are symbolic with the recorded hint, --input overrides move every hint;
+// - the .pt and the .pt2 give the same plan on [4] and [2,2] (parameter placements; the objective
+//   within 1e-9 relative once the compute of ops only one graph has is set aside: TorchScript's
+//   no-op aten::contiguous and prim::NumToTensor, which export leaves out);
+// - loadModelState of the .pt2 equals that of the .pt (values, stubs stay stubs);
+// - the interpreter (lib/runtime) runs the .pt2 graph and its core ATen form on the .pt2's weights
+//   at a batch other than the hint and matches the TorchScript module's forward.
+// Then programs the samples do not cover (tests/frontend/make_pt2_fixtures.py, run once with the
+// project venv; skipped without it) and corrupted archives made here from a sample.
+// APC_SAMPLES_DIR overrides the sample directory (default sample_models/out).
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/runtime/operator.h>
+#include <torch/script.h>
+#include <nlohmann/json.hpp>
+
+#include "apc/frontend/model.h"
+#include "apc/frontend/weights.h"
+#include "apc/ir/printer.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/plan/pipeline.h"
+#include "apc/runtime/interpreter.h"
+#include "samples_dir.h"
+
+namespace apc::frontend {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+fs::path samplesDir() {
+  return frontend_test::samplesDir();
+}
+
+const json& manifest() {
+  static const json m = [] {
+    std::ifstream f(samplesDir() / "manifest.json");
+    if (!f) return json::object();
+    return json::parse(f);
+  }();
+  return m;
+}
+
+/// Samples with an exported program (importable ones only).
+std::vector<const json*> exportedSamples() {
+  std::vector<const json*> out;
+  if (manifest().contains("samples"))
+    for (const auto& s : manifest()["samples"])
+      if (s.value("importable", true) && s.contains("exported") && s["exported"].is_object() &&
+          s["exported"].value("file", json()).is_string())
+        out.push_back(&s);
+  return out;
+}
+
+#define REQUIRE_EXPORTED_SAMPLES()                                                               \
+  if (exportedSamples().empty())                                                                 \
+  GTEST_SKIP() << "no sample with an \"exported\" entry in " << (samplesDir() / "manifest.json") \
+               << " (run sample_models/generate.py)"
+
+const json* findSample(const std::string& name) {
+  for (const json* s : exportedSamples())
+    if ((*s)["name"] == name) return s;
+  return nullptr;
+}
+
+bool hasFile(const json& s, const char* key) {
+  return s["exported"].contains(key) && s["exported"][key].is_string();
+}
+
+std::string pathOf(const json& s, const char* key = "file") {
+  return (samplesDir() / s["exported"][key].get<std::string>()).string();
+}
+
+std::string tsPathOf(const json& s) {
+  return (samplesDir() / s["file"].get<std::string>()).string();
+}
+
+/// The (input, dim) pairs the manifest marks dynamic. Accepted forms: {"tokens": [0]},
+/// {"tokens": {"0": "batch"}}, [{"input": "tokens", "dim": 0}], [["tokens", 0]], and true (dim 0
+/// of every input).
+std::set<std::pair<std::string, int64_t>> dynamicDims(const json& s) {
+  std::set<std::pair<std::string, int64_t>> out;
+  const json& d = s["exported"].value("dynamic", json());
+  if (d.is_boolean() && d.get<bool>()) {
+    for (const auto& i : s["inputs"]) out.emplace(i["name"].get<std::string>(), 0);
+  } else if (d.is_object()) {
+    for (const auto& [name, dims] : d.items()) {
+      if (dims.is_array())
+        for (const auto& x : dims) out.emplace(name, x.get<int64_t>());
+      else if (dims.is_object())
+        for (const auto& [k, v] : dims.items()) out.emplace(name, std::stoll(k));
+    }
+  } else if (d.is_array()) {
+    for (const auto& e : d) {
+      if (e.is_object()) out.emplace(e["input"].get<std::string>(), e["dim"].get<int64_t>());
+      if (e.is_array() && e.size() == 2) out.emplace(e[0].get<std::string>(), e[1].get<int64_t>());
+    }
+  }
+  return out;
+}
+
+/// The manifest's inputs; the dynamic dims as symbol B with the manifest's size as hint.
+std::vector<InputSpec> inputsOf(const json& s, int64_t batch = 0) {
+  auto dynamic = dynamicDims(s);
+  std::vector<InputSpec> out;
+  for (const auto& i : s["inputs"]) {
+    InputSpec spec;
+    spec.name = i["name"];
+    spec.dtype = *ir::parseDType(i["dtype"].get<std::string>());
+    auto sizes = i["shape"].get<std::vector<int64_t>>();
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      bool dyn = dynamic.count({spec.name, static_cast<int64_t>(d)}) > 0;
+      spec.shape.push_back(dyn ? ir::Dim::symbolic("B", batch ? batch : sizes[d])
+                               : ir::Dim::fixed(sizes[d]));
+    }
+    out.push_back(spec);
+  }
+  return out;
+}
+
+Expected<ir::Graph> importWith(const std::string& path, std::vector<InputSpec> inputs,
+                               ImportNotes* notes = nullptr) {
+  ImportOptions o;
+  o.inputs = std::move(inputs);
+  return importModel(path, o, nullptr, notes);
+}
+
+/// Same kinds, dict keys and arity all the way down (the leaves themselves aside).
+bool sameStructure(const ir::OutputTree& a, const ir::OutputTree& b) {
+  if (a.kind != b.kind || a.keys != b.keys || a.children.size() != b.children.size()) return false;
+  for (size_t i = 0; i < a.children.size(); ++i)
+    if (!sameStructure(a.children[i], b.children[i])) return false;
+  return true;
+}
+
+// --- import ----------------------------------------------------------------------------------
+
+TEST(Exported, ParametersAndBuffersMatchTheManifest) {
+  REQUIRE_EXPORTED_SAMPLES();
+  for (const json* sp : exportedSamples()) {
+    const json& s = *sp;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto g = importModel(pathOf(s));
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    std::vector<ir::NodeId> params = g->nodesOfKind(ir::NodeKind::kParameter);
+    ASSERT_EQ(params.size(), s["parameters"].size());
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ir::Node& n = g->node(params[i]);
+      const ir::TensorMeta& t = *g->value(n.outputs[0]).tensor;
+      EXPECT_EQ(n.name, s["parameters"][i]["name"]);
+      EXPECT_EQ(ir::hintSizes(t.shape), s["parameters"][i]["shape"].get<std::vector<int64_t>>());
+      EXPECT_EQ(ir::dtypeName(t.dtype), s["parameters"][i]["dtype"].get<std::string>());
+      EXPECT_TRUE(t.requires_grad) << n.name;
+    }
+    ir::GraphStats st = ir::computeStats(*g);
+    EXPECT_EQ(st.total_params, s["param_count"].get<int64_t>());
+    EXPECT_EQ(st.param_bytes, s["param_bytes"].get<int64_t>());
+    std::map<std::string, json> buffers;
+    for (const auto& b : s["buffers"]) buffers[b["name"]] = b;
+    for (ir::NodeId id : g->nodesOfKind(ir::NodeKind::kBuffer)) {
+      const ir::Node& n = g->node(id);
+      if (!buffers.count(n.name)) continue;  // a lifted tensor constant
+      const ir::TensorMeta& t = *g->value(n.outputs[0]).tensor;
+      EXPECT_EQ(ir::hintSizes(t.shape), buffers[n.name]["shape"].get<std::vector<int64_t>>());
+      EXPECT_EQ(ir::dtypeName(t.dtype), buffers[n.name]["dtype"].get<std::string>());
+      EXPECT_FALSE(t.requires_grad);
+    }
+  }
+}
+
+TEST(Exported, GraphIsSaneAndOutputsMatchTorchScript) {
+  REQUIRE_EXPORTED_SAMPLES();
+  for (const json* sp : exportedSamples()) {
+    const json& s = *sp;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    for (const char* key : {"file", "core_file"}) {
+      if (!hasFile(s, key)) continue;
+      SCOPED_TRACE(key);
+      auto g = importWith(pathOf(s, key), inputsOf(s));
+      ASSERT_TRUE(g.ok()) << g.error().message();
+      ASSERT_TRUE(g->verify().ok());
+      size_t leaves = g->nodesOfKind(ir::NodeKind::kInput).size() +
+                      g->nodesOfKind(ir::NodeKind::kParameter).size() +
+                      g->nodesOfKind(ir::NodeKind::kBuffer).size();
+      EXPECT_GT(g->numNodes(), leaves);
+      EXPECT_LT(g->numNodes(), 20 * leaves + 200);
+      std::set<std::string> ops;
+      for (const ir::Node& n : g->nodes()) {
+        if (n.kind != ir::NodeKind::kOp) continue;
+        ops.insert(n.qualifiedOp());
+        if (n.op == "prim::ListConstruct" || n.op == "prim::ListUnpack") continue;
+        EXPECT_NE(torch::jit::findOperatorFor(c10::OperatorName(n.op, n.overload)), nullptr)
+            << n.qualifiedOp();
+      }
+      EXPECT_FALSE(ops.empty());
+      for (const ir::Value& v : g->values())
+        if (v.isTensor()) {
+          EXPECT_NE(v.tensor->dtype, ir::DType::kUnknown) << v.debug_name;
+        }
+      // The same output structure and shapes as the TorchScript import at the same inputs.
+      auto ts = importWith(tsPathOf(s), inputsOf(s));
+      ASSERT_TRUE(ts.ok()) << ts.error().message();
+      auto a = g->outputs().leaves(), b = ts->outputs().leaves();
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_TRUE(sameStructure(g->outputs(), ts->outputs()));
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(g->value(a[i]).tensor && ts->value(b[i]).tensor);
+        EXPECT_EQ(g->value(a[i]).tensor->shape, ts->value(b[i]).tensor->shape);
+        EXPECT_EQ(g->value(a[i]).tensor->dtype, ts->value(b[i]).tensor->dtype);
+      }
+    }
+  }
+}
+
+TEST(Exported, CoreFormHasTheSameParameters) {
+  REQUIRE_EXPORTED_SAMPLES();
+  int checked = 0;
+  for (const json* sp : exportedSamples()) {
+    const json& s = *sp;
+    if (!hasFile(s, "core_file")) continue;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto a = importModel(pathOf(s));
+    auto b = importModel(pathOf(s, "core_file"));
+    ASSERT_TRUE(a.ok() && b.ok()) << (a.ok() ? b.error().message() : a.error().message());
+    auto names = [](const ir::Graph& g) {
+      std::vector<std::string> out;
+      for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kParameter)) out.push_back(g.node(id).name);
+      return out;
+    };
+    EXPECT_EQ(names(*a), names(*b));
+    // Core ATen: no aten::linear, contractions as mm / addmm / bmm.
+    bool linear = false, mm = false;
+    for (const ir::Node& n : b->nodes()) {
+      linear = linear || n.op == "aten::linear";
+      mm = mm || n.op == "aten::mm" || n.op == "aten::addmm" || n.op == "aten::bmm";
+    }
+    EXPECT_FALSE(linear);
+    EXPECT_TRUE(mm || b->nodesOfKind(ir::NodeKind::kParameter).empty());
+    ++checked;
+  }
+  if (!checked) GTEST_SKIP() << "no sample has a core_file";
+}
+
+TEST(Exported, DynamicDimsAreSymbolicWithTheRecordedHint) {
+  REQUIRE_EXPORTED_SAMPLES();
+  int checked = 0;
+  for (const json* sp : exportedSamples()) {
+    const json& s = *sp;
+    auto dynamic = dynamicDims(s);
+    if (dynamic.empty()) continue;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto recorded = recordedModelInputs(pathOf(s));
+    ASSERT_TRUE(recorded.ok()) << recorded.error().message();
+    auto g = importModel(pathOf(s));
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    std::vector<ir::NodeId> inputs = g->nodesOfKind(ir::NodeKind::kInput);
+    ASSERT_EQ(inputs.size(), s["inputs"].size());
+    std::string symbol;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const ir::Node& n = g->node(inputs[i]);
+      EXPECT_EQ(n.name, s["inputs"][i]["name"]);
+      EXPECT_EQ((*recorded)[i].name, n.name);
+      const ir::Shape& shape = g->value(n.outputs[0]).tensor->shape;
+      EXPECT_EQ(shape, (*recorded)[i].shape);
+      auto manifest_shape = s["inputs"][i]["shape"].get<std::vector<int64_t>>();
+      for (size_t d = 0; d < shape.size(); ++d) {
+        bool dyn = dynamic.count({n.name, static_cast<int64_t>(d)}) > 0;
+        EXPECT_EQ(shape[d].isSymbolic(), dyn) << n.name << " dim " << d;
+        EXPECT_EQ(shape[d].size, manifest_shape[d]) << n.name << " dim " << d;
+        if (dyn && symbol.empty()) symbol = shape[d].symbol;
+      }
+    }
+    // The batch reaches the output.
+    auto leaves = g->outputs().leaves();
+    ASSERT_FALSE(leaves.empty());
+    const ir::Shape& out = g->value(leaves[0]).tensor->shape;
+    if (!out.empty()) {
+      EXPECT_EQ(out[0].symbol, symbol);
+    }
+
+    // An override moves the hint of every dim and size constant derived from the batch, and names
+    // the symbol.
+    auto moved = importWith(pathOf(s), inputsOf(s, 5));
+    ASSERT_TRUE(moved.ok()) << moved.error().message();
+    ASSERT_EQ(moved->numNodes(), g->numNodes());
+    const ir::Shape& out5 = moved->value(moved->outputs().leaves()[0]).tensor->shape;
+    if (!out5.empty() && out[0].isSymbolic()) {
+      EXPECT_EQ(out5[0], ir::Dim::symbolic("B", 5));
+    }
+    for (const ir::Node& n : moved->nodes()) {
+      if (n.op == "aten::sym_size") {
+        EXPECT_EQ(moved->value(n.outputs[0]).constant, ir::Constant(int64_t{5}));
+      }
+    }
+    ++checked;
+  }
+  if (!checked) GTEST_SKIP() << "no sample marks a dynamic dim";
+}
+
+// --- planning --------------------------------------------------------------------------------
+
+struct Planned {
+  plan::Plan plan;
+  std::map<std::string, std::string> placements;  // parameter -> "S(0)R"
+};
+
+Expected<Planned> planOn(const ir::Graph& g, std::vector<int64_t> mesh_shape) {
+  APC_ASSIGN_OR_RETURN(mesh::DeviceMesh m, mesh::DeviceMesh::create(mesh_shape));
+  mesh::Spec spec;
+  spec.mesh = m;
+  APC_ASSIGN_OR_RETURN(plan::BuiltProblem built, plan::buildProblem(g, spec));
+  plan::PlanSource source;
+  source.model_name = g.name;
+  source.inputs = plan::inputShapes(g);
+  solver::SolveGraphOptions options;
+  APC_ASSIGN_OR_RETURN(plan::PlanResult r, plan::solveAndPlan(g, built, spec, source, options));
+  Planned p;
+  p.plan = std::move(r.plan);
+  for (const plan::PlanParameter& x : p.plan.parameters)
+    p.placements[x.name] = plan::toString(x.placement);
+  return p;
+}
+
+/// "aten::add" for "aten::add.Tensor": TorchScript and export pick different overloads of the
+/// same op (add.Scalar / add.Tensor with a number).
+/// Traced convolutions are aten::_convolution, exported ones aten::conv2d: both count as
+/// aten::convolution.
+std::string baseOp(const std::string& op) {
+  size_t ns = op.find("::");
+  size_t dot = op.find('.', ns == std::string::npos ? 0 : ns + 2);
+  std::string base = dot == std::string::npos ? op : op.substr(0, dot);
+  static const std::set<std::string> conv = {"aten::_convolution", "aten::conv1d", "aten::conv2d",
+                                             "aten::conv3d"};
+  return conv.count(base) ? "aten::convolution" : base;
+}
+
+/// Ops only one importer's graph has although the model is the same: TorchScript's no-op
+/// contiguous, full-range slices and scalar/tuple plumbing; export's alias.
+bool ignorableOp(const std::string& base) {
+  static const std::set<std::string> s = {
+      "aten::contiguous", "aten::slice",          "aten::alias",          "prim::NumToTensor",
+      "aten::Int",        "aten::ScalarImplicit", "prim::TupleConstruct", "prim::TupleUnpack"};
+  return s.count(base) > 0;
+}
+
+/// Op nodes that compute on tensors (not size arithmetic), by base op, ignorable ones left out.
+std::map<std::string, int> computeOps(const ir::Graph& g) {
+  std::map<std::string, int> out;
+  for (const ir::Node& n : g.nodes())
+    if (n.kind == ir::NodeKind::kOp && !g.isShapeNode(n.id) && !ignorableOp(baseOp(n.op)) &&
+        n.op != "prim::ListConstruct" && n.op != "prim::ListUnpack")
+      ++out[baseOp(n.op)];
+  return out;
+}
+
+double ignorableCompute(const plan::Plan& p) {
+  double us = 0;
+  for (const plan::PlanNode& n : p.nodes)
+    if (ignorableOp(baseOp(n.op))) us += n.compute_us;
+  return us;
+}
+
+TEST(Exported, PlansEqualTheTorchScriptPlans) {
+  REQUIRE_EXPORTED_SAMPLES();
+  int compared = 0;
+  for (const json* sp : exportedSamples()) {
+    const json& s = *sp;
+    if (s["name"] == "llama3_8b") continue;  // the same code path as llama_small, at 20x the time
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto pt = importWith(tsPathOf(s), inputsOf(s));
+    auto pt2 = importWith(pathOf(s), inputsOf(s));
+    ASSERT_TRUE(pt.ok()) << pt.error().message();
+    ASSERT_TRUE(pt2.ok()) << pt2.error().message();
+    // Only graphs of the same computation can have the same plan: Hugging Face models trace
+    // other code (their masks) under torch.jit.trace than under torch.export.
+    auto ops_pt = computeOps(*pt), ops_pt2 = computeOps(*pt2);
+    bool same_graph = ops_pt == ops_pt2;
+    if (!same_graph) {
+      std::string diff;
+      for (const auto& [op, n] : ops_pt)
+        if (ops_pt2[op] != n)
+          diff += " " + op + " " + std::to_string(n) + "/" + std::to_string(ops_pt2[op]);
+      for (const auto& [op, n] : ops_pt2)
+        if (!ops_pt.count(op)) diff += " " + op + " 0/" + std::to_string(n);
+      std::cout << "[ info ] " << s["name"].get<std::string>()
+                << ": the .pt and .pt2 graphs compute differently (ops .pt/.pt2:" << diff
+                << "); plans not compared\n";
+    }
+    for (std::vector<int64_t> mesh : {std::vector<int64_t>{4}, std::vector<int64_t>{2, 2}}) {
+      SCOPED_TRACE("mesh of " + std::to_string(mesh.size()) + " dims");
+      auto a = planOn(*pt, mesh);
+      auto b = planOn(*pt2, mesh);
+      ASSERT_TRUE(a.ok()) << a.error().message();
+      ASSERT_TRUE(b.ok()) << b.error().message();
+      if (!same_graph) continue;
+      EXPECT_EQ(a->placements, b->placements);
+      double oa = a->plan.solver.objective - ignorableCompute(a->plan);
+      double ob = b->plan.solver.objective - ignorableCompute(b->plan);
+      EXPECT_LE(std::abs(oa - ob), 1e-9 * std::max(1.0, std::abs(oa)))
+          << "objective " << a->plan.solver.objective << " vs " << b->plan.solver.objective;
+      EXPECT_NEAR(a->plan.totals.comm_us, b->plan.totals.comm_us,
+                  1e-9 * std::max(1.0, a->plan.totals.comm_us));
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 2 * 8) << "too few samples with comparable graphs";
+}
+
+// --- weights and execution -----------------------------------------------------------------------
+
+TEST(Exported, WeightsEqualTheTorchScriptWeights) {
+  REQUIRE_EXPORTED_SAMPLES();
+  for (const json* sp : exportedSamples()) {
+    const json& s = *sp;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    auto a = loadModelState(tsPathOf(s));
+    auto b = loadModelState(pathOf(s));
+    ASSERT_TRUE(a.ok()) << a.error().message();
+    ASSERT_TRUE(b.ok()) << b.error().message();
+    std::map<std::string, at::Tensor> ta(a->begin(), a->end()), tb(b->begin(), b->end());
+    std::vector<std::string> expected;
+    for (const auto& p : s["parameters"]) expected.push_back(p["name"]);
+    for (const auto& x : s["buffers"]) expected.push_back(x["name"]);
+    // Parameters first, in the manifest's (named_parameters) order.
+    for (size_t i = 0; i < s["parameters"].size(); ++i)
+      EXPECT_EQ((*b)[i].first, s["parameters"][i]["name"]);
+    for (const std::string& name : expected) {
+      ASSERT_TRUE(ta.count(name) && tb.count(name)) << name;
+      const at::Tensor& x = ta[name];
+      const at::Tensor& y = tb[name];
+      EXPECT_EQ(x.sizes(), y.sizes()) << name;
+      EXPECT_EQ(x.scalar_type(), y.scalar_type()) << name;
+      EXPECT_EQ(x.strides(), y.strides()) << name;  // zero-stride stubs stay stubs
+      EXPECT_EQ(y.storage().nbytes() <= 64, x.storage().nbytes() <= 64) << name;
+      EXPECT_TRUE(at::equal(x, y)) << name;
+    }
+    for (const auto& [name, t] : tb) {
+      if (!ta.count(name)) {
+        EXPECT_EQ(std::find(expected.begin(), expected.end(), name), expected.end()) << name;
+      }
+    }
+  }
+}
+
+TEST(Exported, InterpreterRunsTheExportedGraphLikeTorchScript) {
+  REQUIRE_EXPORTED_SAMPLES();
+  int checked = 0;
+  for (const json* sp : exportedSamples()) {
+    const json& s = *sp;
+    if (!s.value("run_forward", false)) continue;
+    for (const char* key : {"file", "core_file"}) {
+      if (!hasFile(s, key)) continue;
+      SCOPED_TRACE(s["name"].get<std::string>() + " " + key);
+      // A batch other than the hint, where the sample has a dynamic one.
+      bool dynamic = !dynamicDims(s).empty();
+      std::vector<InputSpec> specs = inputsOf(s, dynamic ? 3 : 0);
+      auto graph = importWith(pathOf(s, key), specs);
+      ASSERT_TRUE(graph.ok()) << graph.error().message();
+      auto g = std::make_shared<const ir::Graph>(std::move(graph).value());
+      auto interp = runtime::Interpreter::create(g);
+      ASSERT_TRUE(interp.ok()) << interp.error().message();
+      auto state = loadModelState(pathOf(s, key));
+      ASSERT_TRUE(state.ok()) << state.error().message();
+      std::map<std::string, at::Tensor> weights(state->begin(), state->end());
+
+      at::manual_seed(5);
+      std::vector<c10::IValue> inputs;
+      for (size_t i = 0; i < specs.size(); ++i) {
+        auto sizes = ir::hintSizes(specs[i].shape);
+        int64_t high =
+            s["inputs"][i].contains("range") ? s["inputs"][i]["range"][1].get<int64_t>() : 2;
+        if (ir::isFloating(specs[i].dtype))
+          inputs.emplace_back(at::randn(sizes));
+        else
+          inputs.emplace_back(at::randint(0, high, sizes, at::TensorOptions().dtype(at::kLong)));
+      }
+      torch::jit::Module module = torch::jit::load(tsPathOf(s));
+      module.eval();
+      c10::IValue ref = module.forward(inputs);
+      std::vector<at::Tensor> expected;
+      std::function<void(const c10::IValue&)> flatten = [&](const c10::IValue& v) {
+        if (v.isTensor()) expected.push_back(v.toTensor());
+        if (v.isTuple())
+          for (const auto& e : v.toTupleRef().elements()) flatten(e);
+        if (v.isGenericDict())
+          for (const auto& e : v.toGenericDict()) flatten(e.value());
+      };
+      flatten(ref);
+
+      std::vector<std::string> input_names;
+      for (ir::NodeId id : g->nodesOfKind(ir::NodeKind::kInput))
+        input_names.push_back(g->node(id).name);
+      auto external = [&](const ir::Node& n,
+                          std::vector<c10::IValue>&) -> std::vector<c10::IValue> {
+        if (n.kind == ir::NodeKind::kInput)
+          for (size_t i = 0; i < input_names.size(); ++i)
+            if (input_names[i] == n.name) return {inputs[i]};
+        auto it = weights.find(n.name);
+        if (it == weights.end()) throw std::runtime_error("no weight " + n.name);
+        return {it->second};
+      };
+      auto out = interp->run(external);
+      if (!out.ok()) {
+        // Where the runtime cannot run the TorchScript import either, that is the runtime's
+        // limitation (recorded), not the importer's.
+        auto ts = importWith(tsPathOf(s), specs);
+        ASSERT_TRUE(ts.ok()) << ts.error().message();
+        auto ts_interp =
+            runtime::Interpreter::create(std::make_shared<const ir::Graph>(std::move(ts).value()));
+        auto ts_out = ts_interp.ok() ? ts_interp->run(external)
+                                     : Expected<std::vector<c10::IValue>>(ts_interp.error());
+        ASSERT_FALSE(ts_out.ok()) << "the TorchScript import runs, the exported one does not: "
+                                  << out.error().message();
+        std::cout << "[ info ] " << s["name"].get<std::string>() << " " << key
+                  << ": the runtime runs neither import: " << out.error().message() << "\n";
+        continue;
+      }
+      ASSERT_EQ(out->size(), expected.size());
+      for (size_t i = 0; i < expected.size(); ++i) {
+        at::Tensor got = (*out)[i].toTensor();
+        ASSERT_EQ(got.sizes(), expected[i].sizes());
+        EXPECT_TRUE(at::allclose(got, expected[i], 1e-4, 1e-5))
+            << "max diff " << (got - expected[i]).abs().max().item<double>();
+      }
+      ++checked;
+    }
+  }
+  if (!checked) GTEST_SKIP() << "no runnable exported sample";
+}
+
+TEST(Exported, Llama3_8bImportsFast) {
+  const json* s = findSample("llama3_8b");
+  if (!s) GTEST_SKIP() << "no exported llama3_8b";
+  ImportTimings t;
+  auto t0 = std::chrono::steady_clock::now();
+  auto g = importModel(pathOf(*s), {}, &t);
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  EXPECT_EQ(ir::computeStats(*g).total_params, 8030261248LL);
+  std::cout << "[ info ] llama3_8b.pt2 import: " << secs << " s (load " << t.load_s << " s), "
+            << g->numNodes() << " nodes\n";
+  EXPECT_LT(secs, 10.0);
+}
+
+// --- model kinds and bad archives ----------------------------------------------------------------
+
+class TempDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("apc_exported_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+using ExportedErrors = TempDir;
+
+/// The smallest exported sample, for the corrupted variants.
+const json* smallSample() {
+  const json* best = nullptr;
+  for (const json* s : exportedSamples())
+    if (!best || fs::file_size(pathOf(*s)) < fs::file_size(pathOf(*best))) best = s;
+  return best;
+}
+
+/// Copies a .pt2 with its records edited: `edit(name, bytes)` returns the new bytes, or nullopt to
+/// drop the record. The archive's own .data/ records are rewritten by the writer.
+void rewrite(
+    const std::string& src, const fs::path& dst,
+    const std::function<std::optional<std::string>(const std::string&, std::string)>& edit) {
+  caffe2::serialize::PyTorchStreamReader reader(src);
+  caffe2::serialize::PyTorchStreamWriter writer(dst.string());
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name.rfind(".data/", 0) == 0) continue;
+    auto [data, size] = reader.getRecord(name);
+    auto bytes = edit(name, std::string(static_cast<const char*>(data.get()), size));
+    if (bytes) writer.writeRecord(name, bytes->data(), bytes->size());
+  }
+  writer.writeEndOfFile();
+}
+
+/// Rewrites models/model.json through `change`.
+void rewriteProgram(const std::string& src, const fs::path& dst,
+                    const std::function<void(json&)>& change) {
+  rewrite(src, dst, [&](const std::string& name, std::string bytes) -> std::optional<std::string> {
+    if (name != "models/model.json") return bytes;
+    json j = json::parse(bytes);
+    change(j);
+    return j.dump();
+  });
+}
+
+void expectOneLine(const Error& e, ErrorCode code, const std::string& needle) {
+  EXPECT_EQ(e.code(), code) << e.message();
+  EXPECT_NE(e.message().find(needle), std::string::npos) << e.message();
+  EXPECT_EQ(e.message().find('\n'), std::string::npos) << e.message();
+}
+
+TEST_F(ExportedErrors, KindIsDecidedByContent) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  fs::copy_file(pathOf(*s), dir_ / "exported.pt");
+  fs::copy_file(tsPathOf(*s), dir_ / "scripted.pt2");
+  auto a = detectModelFormat((dir_ / "exported.pt").string());
+  auto b = detectModelFormat((dir_ / "scripted.pt2").string());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, ModelFormat::kExportedProgram);
+  EXPECT_EQ(*b, ModelFormat::kTorchScript);
+  EXPECT_TRUE(importModel((dir_ / "exported.pt").string()).ok());
+  EXPECT_TRUE(importModel((dir_ / "scripted.pt2").string()).ok());
+  auto missing = importModel((dir_ / "nope.pt2").string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.error().code(), ErrorCode::kNotFound);
+}
+
+TEST_F(ExportedErrors, TruncatedArchive) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  std::ifstream in(pathOf(*s), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  for (size_t keep : {bytes.size() / 2, bytes.size() - 100, size_t{10}}) {
+    fs::path p = dir_ / ("truncated_" + std::to_string(keep) + ".pt2");
+    std::ofstream(p, std::ios::binary) << bytes.substr(0, keep);
+    auto g = importModel(p.string());
+    ASSERT_FALSE(g.ok());
+    expectOneLine(g.error(), ErrorCode::kParse, "truncated_");
+    EXPECT_FALSE(loadModelState(p.string()).ok());
+  }
+  fs::path text = dir_ / "text.pt2";
+  std::ofstream(text) << "not a zip\n";
+  auto g = importModel(text.string());
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kParse, "not a readable");
+}
+
+TEST_F(ExportedErrors, CorruptRecord) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  std::ifstream in(pathOf(*s), std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  size_t at = bytes.find("\"schema_version\"");
+  ASSERT_NE(at, std::string::npos);
+  // LibTorch's zip reader does not check CRCs: damaged bytes reach the JSON parser.
+  bytes[at] = '{';
+  fs::path p = dir_ / "corrupt.pt2";
+  std::ofstream(p, std::ios::binary) << bytes;
+  auto g = importModel(p.string());
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kParse, "models/model.json is not valid JSON");
+}
+
+TEST_F(ExportedErrors, MissingModelJson) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  fs::path p = dir_ / "no_model.pt2";
+  rewrite(pathOf(*s), p, [](const std::string& name, std::string b) -> std::optional<std::string> {
+    if (name == "models/model.json") return std::nullopt;
+    return b;
+  });
+  auto g = importModel(p.string());
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kParse, "models/model.json");
+}
+
+TEST_F(ExportedErrors, UnknownSchemaMajorVersion) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  fs::path p = dir_ / "future.pt2";
+  rewriteProgram(pathOf(*s), p, [](json& j) {
+    j["schema_version"] = {{"major", 99}, {"minor", 1}};
+  });
+  auto g = importModel(p.string());
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kUnsupported, "99.1");
+  EXPECT_NE(g.error().message().find("version 8"), std::string::npos) << g.error().message();
+  // The rewritten archive with a known version imports (the rewrite itself is sound).
+  fs::path same = dir_ / "same.pt2";
+  rewriteProgram(pathOf(*s), same, [](json&) {});
+  EXPECT_TRUE(importModel(same.string()).ok());
+}
+
+TEST_F(ExportedErrors, HigherOrderAndCustomOps) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  struct Case {
+    std::string target;
+    std::string needle;
+  };
+  for (const Case& c :
+       {Case{"torch.ops.higher_order.cond",
+             "control-flow higher-order op "
+             "torch.ops.higher_order.cond at node"},
+        Case{"torch.ops.higher_order.while_loop", "control-flow higher-order op"},
+        Case{"torch.ops.mylib.fused.default", "op torch.ops.mylib.fused.default at node"}}) {
+    SCOPED_TRACE(c.target);
+    fs::path p = dir_ / "edited.pt2";
+    std::string node;
+    rewriteProgram(pathOf(*s), p, [&](json& j) {
+      json& n = j["graph_module"]["graph"]["nodes"][0];
+      n["target"] = c.target;
+      node = n.value("name", "");
+    });
+    auto g = importModel(p.string());
+    ASSERT_FALSE(g.ok());
+    expectOneLine(g.error(), ErrorCode::kUnsupported, c.needle);
+    EXPECT_NE(g.error().message().find("at node " + node), std::string::npos)
+        << g.error().message();
+    fs::remove(p);
+  }
+}
+
+TEST_F(ExportedErrors, Overrides) {
+  const json* s = nullptr;
+  for (const json* x : exportedSamples())
+    if (!dynamicDims(*x).empty() && (*x)["inputs"][0]["shape"].size() >= 2) s = x;
+  if (!s) GTEST_SKIP() << "no exported sample with a dynamic dim";
+  std::vector<InputSpec> in = inputsOf(*s);
+  // A static dim cannot change.
+  std::vector<InputSpec> bad = in;
+  bad[0].shape.back().size += 1;
+  auto g = importWith(pathOf(*s), bad);
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kInvalidArgument, "static");
+  // Neither may the rank, the dtype or an unknown name.
+  bad = in;
+  bad[0].shape.pop_back();
+  g = importWith(pathOf(*s), bad);
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kInvalidArgument, "rank");
+  bad = in;
+  bad[0].name = "nope";
+  g = importWith(pathOf(*s), bad);
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kInvalidArgument, "unknown input 'nope'");
+  // A size outside the exported range, when the range is bounded.
+  bad = in;
+  for (ir::Dim& d : bad[0].shape)
+    if (d.isSymbolic()) d.size = int64_t{1} << 40;
+  g = importWith(pathOf(*s), bad);
+  if (!g.ok()) expectOneLine(g.error(), ErrorCode::kInvalidArgument, "range");
+}
+
+TEST(ExportedSamples, ErrorCasesAreOneLineErrors) {
+  int checked = 0;
+  if (manifest().contains("samples"))
+    for (const auto& s : manifest()["samples"]) {
+      if (s.value("importable", true) || !s.contains("exported") ||
+          !s["exported"].value("file", json()).is_string())
+        continue;
+      SCOPED_TRACE(s["name"].get<std::string>());
+      auto g = importModel(pathOf(s));
+      ASSERT_FALSE(g.ok());
+      expectOneLine(g.error(), ErrorCode::kUnsupported, "higher-order op");
+      ++checked;
+    }
+  if (!checked) GTEST_SKIP() << "no exported error-case sample";
+}
+
+// --- fixtures from tests/frontend/make_pt2_fixtures.py -------------------------------------------
+
+/// The fixture directory, made once per build tree with the project venv; empty when that fails.
+const fs::path& fixtures() {
+  static const fs::path dir = []() -> fs::path {
+    fs::path out = fs::path(APC_BINARY_DIR) / "tests" / "frontend" / "pt2_fixtures";
+    fs::path script = fs::path(APC_SOURCE_DIR) / "tests" / "frontend" / "make_pt2_fixtures.py";
+    fs::path stamp = out / "two_dims.pt2";
+    std::error_code ec;
+    if (fs::exists(stamp, ec) && fs::last_write_time(stamp, ec) > fs::last_write_time(script, ec))
+      return out;
+    std::string python = APC_PYTHON;
+    if (python.empty() || !fs::exists(python, ec)) return {};
+    std::string cmd = "'" + python + "' '" + script.string() + "' '" + out.string() + "' > '" +
+                      (out.parent_path() / "pt2_fixtures.log").string() + "' 2>&1";
+    fs::create_directories(out, ec);
+    if (std::system(cmd.c_str()) != 0) return {};
+    return out;
+  }();
+  return dir;
+}
+
+#define REQUIRE_FIXTURES() \
+  if (fixtures().empty())  \
+  GTEST_SKIP() << "the venv could not write the .pt2 fixtures (" APC_PYTHON ")"
+
+TEST(ExportedFixtures, ControlFlowAndCustomOpsAreErrors) {
+  REQUIRE_FIXTURES();
+  auto cond = importModel((fixtures() / "cond.pt2").string());
+  ASSERT_FALSE(cond.ok());
+  expectOneLine(cond.error(), ErrorCode::kUnsupported,
+                "control-flow higher-order op torch.ops.higher_order.cond at node cond");
+  auto custom = importModel((fixtures() / "custom_op.pt2").string());
+  ASSERT_FALSE(custom.ok());
+  expectOneLine(custom.error(), ErrorCode::kUnsupported,
+                "op torch.ops.apc_test.scale.default at node scale is not an ATen operator");
+}
+
+TEST(ExportedFixtures, BufferMutationsAreNotOutputs) {
+  REQUIRE_FIXTURES();
+  // Functional form: the running statistics are buffer_mutation outputs of the program.
+  ImportNotes notes;
+  auto g = importModel((fixtures() / "bn_train_functional.pt2").string(), {}, nullptr, &notes);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  ASSERT_EQ(g->outputs().kind, ir::OutputTree::Kind::kLeaf);
+  std::set<std::string> mutated;
+  for (const auto& [name, value] : notes.buffer_mutations) {
+    mutated.insert(name);
+    EXPECT_NE(value, g->outputs().leaf);
+    EXPECT_TRUE(g->value(value).tensor.has_value());
+  }
+  EXPECT_EQ(mutated,
+            (std::set<std::string>{"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}));
+  auto mesh = mesh::DeviceMesh::create({2});
+  ASSERT_TRUE(mesh.ok());
+  mesh::Spec spec;
+  spec.mesh = *mesh;
+  EXPECT_TRUE(plan::buildProblem(*g, spec).ok());
+  // Training IR: the same updates as in-place ops, as a TorchScript trace has them.
+  auto inplace = importModel((fixtures() / "bn_train.pt2").string());
+  ASSERT_TRUE(inplace.ok()) << inplace.error().message();
+  bool add_ = false;
+  for (const ir::Node& n : inplace->nodes()) add_ = add_ || n.op == "aten::add_";
+  EXPECT_TRUE(add_);
+}
+
+TEST(ExportedFixtures, TwoDynamicDimsAndSizeArithmetic) {
+  REQUIRE_FIXTURES();
+  std::string path = (fixtures() / "two_dims.pt2").string();
+  auto recorded = recordedModelInputs(path);
+  ASSERT_TRUE(recorded.ok()) << recorded.error().message();
+  ASSERT_EQ(recorded->size(), 1u);
+  const ir::Shape& x = (*recorded)[0].shape;
+  ASSERT_EQ(x.size(), 3u);
+  EXPECT_TRUE(x[0].isSymbolic() && x[1].isSymbolic());
+  EXPECT_NE(x[0].symbol, x[1].symbol);
+  // Rename both and move their hints: B*T is a symbolic dim of the first symbol at 6*7.
+  ImportOptions o;
+  o.inputs = {
+      InputSpec{"x",
+                ir::DType::kF32,
+                {ir::Dim::symbolic("B", 6), ir::Dim::symbolic("T", 7), ir::Dim::fixed(16)}}};
+  auto g = importModel(path, o);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  bool flat = false, mul = false;
+  for (const ir::Node& n : g->nodes()) {
+    if (n.op == "aten::mul" && n.overload == "int") {
+      mul = true;
+      EXPECT_EQ(g->value(n.outputs[0]).constant, ir::Constant(int64_t{42}));
+    }
+    for (ir::ValueId v : n.outputs) {
+      const ir::Value& val = g->value(v);
+      if (val.tensor && val.tensor->rank() == 2 && val.tensor->shape[0].size == 42) {
+        flat = true;
+        EXPECT_EQ(val.tensor->shape[0], ir::Dim::symbolic("B", 42));
+      }
+    }
+  }
+  EXPECT_TRUE(flat);
+  EXPECT_TRUE(mul);
+  const ir::Shape& out = g->value(g->outputs().leaf).tensor->shape;
+  EXPECT_EQ(out,
+            (ir::Shape{ir::Dim::symbolic("B", 6), ir::Dim::symbolic("T", 7), ir::Dim::fixed(16)}));
+  // One name for two dims is an error.
+  o.inputs[0].shape[1].symbol = "B";
+  auto twice = importModel(path, o);
+  ASSERT_FALSE(twice.ok());
+  expectOneLine(twice.error(), ErrorCode::kInvalidArgument, "'B'");
+  // The exported ranges hold: batch in [2, 64].
+  o.inputs[0].shape = {ir::Dim::symbolic("B", 65), ir::Dim::symbolic("T", 7), ir::Dim::fixed(16)};
+  auto range = importModel(path, o);
+  ASSERT_FALSE(range.ok());
+  expectOneLine(range.error(), ErrorCode::kInvalidArgument, "[2, 64]");
+}
+
+TEST(ExportedFixtures, LiftedConstantsAreBuffersWithWeights) {
+  REQUIRE_FIXTURES();
+  std::string path = (fixtures() / "constant.pt2").string();
+  auto g = importModel(path);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  auto buffers = g->nodesOfKind(ir::NodeKind::kBuffer);
+  ASSERT_EQ(buffers.size(), 1u);
+  std::string name = g->node(buffers[0]).name;
+  auto state = loadModelState(path);
+  ASSERT_TRUE(state.ok()) << state.error().message();
+  std::map<std::string, at::Tensor> m(state->begin(), state->end());
+  ASSERT_TRUE(m.count(name)) << name;
+  EXPECT_TRUE(at::equal(m[name], at::arange(6, at::TensorOptions().dtype(at::kFloat))));
+  EXPECT_TRUE(m["lin.weight"].requires_grad());
+}
+
+}  // namespace
+}  // namespace apc::frontend

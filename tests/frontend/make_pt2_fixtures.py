@@ -1,0 +1,104 @@
+"""Small torch.export programs for the exported-program importer tests (tests/frontend).
+
+    .venv/bin/python tests/frontend/make_pt2_fixtures.py OUT_DIR
+
+Writes, into OUT_DIR, programs whose features the sample models do not have:
+
+  bn_train.pt2     BatchNorm1d in training mode, training IR: in-place updates (add_, batch_norm)
+  bn_train_functional.pt2   the same after run_decompositions({}): functional, with
+                   buffer_mutation outputs (running stats, num_batches_tracked)
+  cond.pt2         torch.cond on the input's values: a control-flow higher-order op
+  custom_op.pt2    a torch.library custom op (apc_test::scale): not an ATen operator
+  two_dims.pt2     dynamic batch and sequence dims, flattened together (a size B*T)
+  constant.pt2     a plain tensor attribute read by forward: a lifted tensor constant
+
+Run by frontend_test (ExportedFixtures) with the project venv; deterministic (fixed seeds).
+"""
+
+import os
+import sys
+
+import torch
+
+
+class BnTrain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+
+    def forward(self, x):
+        return self.bn(self.lin(x)).relu()
+
+
+class Cond(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return torch.cond(x.sum() > 0, lambda t: self.lin(t), lambda t: t * 2, (x,))
+
+
+@torch.library.custom_op("apc_test::scale", mutates_args=())
+def scale(x: torch.Tensor) -> torch.Tensor:
+    return x * 3
+
+
+@scale.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+class Custom(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return scale(self.lin(x))
+
+
+class TwoDims(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):  # x: [B, T, 16]
+        b, t, d = x.shape
+        y = self.lin(x.reshape(b * t, d))
+        return y.view(b, t, d)
+
+
+class Constant(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+        self.table = torch.arange(6, dtype=torch.float32)  # a plain attribute: a tensor constant
+
+    def forward(self, x):
+        return self.lin(x) + self.table
+
+
+def main(out):
+    os.makedirs(out, exist_ok=True)
+    torch.manual_seed(0)
+    batch = torch.export.Dim("batch", min=2, max=64)
+    seq = torch.export.Dim("seq", min=2, max=32)
+    programs = {
+        "bn_train": (BnTrain().train(), (torch.randn(4, 8),), ({0: batch},)),
+        "cond": (Cond(), (torch.randn(3, 4),), None),
+        "custom_op": (Custom(), (torch.randn(3, 4),), None),
+        "two_dims": (TwoDims(), (torch.randn(4, 5, 16),), ({0: batch, 1: seq},)),
+        "constant": (Constant(), (torch.randn(3, 6),), ({0: batch},)),
+    }
+    for name, (model, args, dynamic) in programs.items():
+        ep = torch.export.export(model, args, dynamic_shapes=dynamic)
+        torch.export.save(ep, os.path.join(out, name + ".pt2"))
+        if name == "bn_train":
+            torch.export.save(ep.run_decompositions({}), os.path.join(out, name + "_functional.pt2"))
+    print("wrote", ", ".join(programs), "(and bn_train_functional) to", out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,20 @@
+//===- tests/frontend/samples_dir.h - Where the frontend tests find samples -===//
+//
+// sample_models/out of the source tree, or the directory in APC_SAMPLES_DIR (to run the tests
+// against samples generated elsewhere).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace apc::frontend_test {
+
+inline std::filesystem::path samplesDir() {
+  const char* env = std::getenv("APC_SAMPLES_DIR");
+  return env && *env ? std::filesystem::path(env)
+                     : std::filesystem::path(APC_SOURCE_DIR) / "sample_models" / "out";
+}
+
+}  // namespace apc::frontend_test
