@@ -7,7 +7,9 @@
 //   - every forward output leaf, gathered to full, within 1e-5 relative (fp32);
 //   - every parameter gradient of the first backward, gathered to full, within 1e-5 relative;
 //   - the losses of 3 SGD steps within 1e-5 of the loss's scale.
-// Shapes are the smallest that still cut every sharded dim (the system LibTorch is reference BLAS).
+// TorchScript samples run at the smallest shapes that still cut every sharded dim; exported
+// programs (.pt2 and the core-ATen .core.pt2) at the shapes they were exported with, their batch a
+// symbolic dim of the export, the ranks starting from the weights the .pt2 holds.
 // Failure tests: a truncated or edited artifact (hash mismatch) and a world size different from the
 // artifact's give one-line errors at load.
 //
@@ -51,7 +53,11 @@ const std::map<std::string, ModelCase>& models() {
       // Exported programs (.pt2), planned at the shapes they were exported with (the batch is
       // a symbolic dim of the export, priced at its hint), ranks starting from the .pt2's own
       // weights. Hugging Face models are .pt2-first; their .pt is the reference.
+      {"toy_block.pt2", {"toy_block", {"x:f32[8,128,1024]"}, 0, "", "pt2"}},
       {"mlp_stack.pt2", {"mlp_stack", {"x:f32[8,64,128]"}, 0, "", "pt2"}},
+      {"gpt2_tiny_loss.pt2",
+       {"gpt2_tiny_loss", {"idx:i64[8,64]", "targets:i64[8,64]"}, 50257, "", "pt2"}},
+      {"multi_output.pt2", {"multi_output", {"x:f32[4,32]"}, 0, "", "pt2"}},
       {"mlp_stack.core.pt2", {"mlp_stack", {"x:f32[8,64,128]"}, 0, "", "core.pt2"}},
       {"llama_tiny.pt2", {"llama_tiny", {"tokens:i64[8,128]"}, 256, "", "pt2"}},
       {"llama_tiny.core.pt2", {"llama_tiny", {"tokens:i64[8,128]"}, 256, "", "core.pt2"}},
@@ -191,8 +197,9 @@ std::vector<DiffCase> diffCases() {
     }
   }
   for (const char* model :
-       {"mlp_stack.pt2", "mlp_stack.core.pt2", "llama_tiny.pt2", "llama_tiny.core.pt2",
-        "cnn_small.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"})
+       {"toy_block.pt2", "mlp_stack.pt2", "mlp_stack.core.pt2", "gpt2_tiny_loss.pt2",
+        "llama_tiny.pt2", "llama_tiny.core.pt2", "cnn_small.pt2", "multi_output.pt2",
+        "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"})
     for (const char* mesh : {"4", "2x2"}) cases.push_back({model, mesh, ""});
   return cases;
 }
