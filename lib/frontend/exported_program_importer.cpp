@@ -494,7 +494,7 @@ class ExportedImporter {
     ir::TensorMeta m;
     const json& dt = member(meta, "dtype");
     auto st = dt.is_number_integer() ? scalarTypeFromSerde(dt.get<int64_t>()) : std::nullopt;
-    m.dtype = st ? fromScalarType(*st) : ir::DType::kUnknown;
+    m.dtype = st ? dtypeOf(*st) : ir::DType::kUnknown;
     for (const json& s : member(meta, "sizes")) {
       auto d = symbols_.dim(s);
       if (!d.ok()) return d.error().withContext("tensor %" + name);

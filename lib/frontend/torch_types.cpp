@@ -3,61 +3,6 @@
 
 namespace apc::frontend {
 
-ir::DType fromScalarType(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return ir::DType::kF32;
-    case at::kDouble:
-      return ir::DType::kF64;
-    case at::kHalf:
-      return ir::DType::kF16;
-    case at::kBFloat16:
-      return ir::DType::kBF16;
-    case at::kLong:
-      return ir::DType::kI64;
-    case at::kInt:
-      return ir::DType::kI32;
-    case at::kShort:
-      return ir::DType::kI16;
-    case at::kChar:
-      return ir::DType::kI8;
-    case at::kByte:
-      return ir::DType::kU8;
-    case at::kBool:
-      return ir::DType::kBool;
-    default:
-      return ir::DType::kUnknown;
-  }
-}
-
-at::ScalarType toScalarType(ir::DType d) {
-  switch (d) {
-    case ir::DType::kF32:
-      return at::kFloat;
-    case ir::DType::kF64:
-      return at::kDouble;
-    case ir::DType::kF16:
-      return at::kHalf;
-    case ir::DType::kBF16:
-      return at::kBFloat16;
-    case ir::DType::kI64:
-      return at::kLong;
-    case ir::DType::kI32:
-      return at::kInt;
-    case ir::DType::kI16:
-      return at::kShort;
-    case ir::DType::kI8:
-      return at::kChar;
-    case ir::DType::kU8:
-      return at::kByte;
-    case ir::DType::kBool:
-      return at::kBool;
-    case ir::DType::kUnknown:
-      break;
-  }
-  return at::kFloat;
-}
-
 std::string tensorIdentity(const at::Tensor& t) {
   std::string key;
   const void* data = t.has_storage() ? t.storage().data() : nullptr;

@@ -1,9 +1,9 @@
 //===- lib/frontend/torch_types.h - Torch enums <-> apc and export serde ---===//
 //
-// Conversions shared by the importers and the weight loader: LibTorch scalar types to apc dtypes
-// and back, and the integer codes of torch.export's serde schema (ScalarType, Layout,
-// MemoryFormat: their own numbering, see torch/_export/serde/schema.py) to LibTorch's enums.
-// Private to lib/frontend.
+// Conversions shared by the importers and the weight loader (LibTorch scalar types <-> apc dtypes
+// are apc/ir/torch_dtype.h's, shared with the runtime and the API): the integer codes of
+// torch.export's serde schema (ScalarType, Layout, MemoryFormat: their own numbering, see
+// torch/_export/serde/schema.py) to LibTorch's enums. Private to lib/frontend.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -18,14 +18,10 @@
 #include <c10/core/MemoryFormat.h>
 #include <c10/core/ScalarType.h>
 
+#include "apc/ir/torch_dtype.h"
 #include "apc/ir/types.h"
 
 namespace apc::frontend {
-
-/// kUnknown for scalar types apc does not model (complex, float8, unsigned > 8 bits, ...).
-ir::DType fromScalarType(at::ScalarType t);
-/// kFloat for kUnknown.
-at::ScalarType toScalarType(ir::DType d);
 
 /// Identity of a weight tensor: tied parameters share storage and geometry (dtype, sizes,
 /// strides, storage offset), so they get the same key.

@@ -1,6 +1,6 @@
 //===- lib/frontend/torchscript_importer.cpp - TorchScript -> apc IR -------===//
 //
-// The only translation unit of the frontend that includes torch headers. See
+// The TorchScript importer. See
 // apc/frontend/torchscript.h for the algorithm. The interpreter keeps one Slot per
 // torch::jit::Value: its run-time IValue (a meta tensor, a real CPU scalar, an int, a list, a
 // module object), the apc value it maps to, the module path of module objects, and whether it
@@ -54,7 +54,7 @@ at::Tensor metaLike(const at::Tensor& t) {
 
 ir::TensorMeta metaOf(const at::Tensor& t, bool requires_grad) {
   ir::TensorMeta m;
-  m.dtype = fromScalarType(t.scalar_type());
+  m.dtype = dtypeOf(t.scalar_type());
   for (auto s : t.sizes()) m.shape.push_back(ir::Dim::fixed(s));
   m.requires_grad = requires_grad;
   return m;
@@ -103,7 +103,7 @@ class Importer {
       const InputSpec& spec = inputs_[i - 1];
       at::Tensor t =
           at::empty(ir::hintSizes(spec.shape),
-                    at::TensorOptions().device(at::kMeta).dtype(toScalarType(spec.dtype)));
+                    at::TensorOptions().device(at::kMeta).dtype(scalarTypeOf(spec.dtype)));
       ir::Value v;
       v.type = ir::ValueType::kTensor;
       v.debug_name = spec.name;
@@ -732,7 +732,7 @@ Expected<Loaded> loadArchive(const std::string& path) {
       if (auto tt = graph_inputs[i]->type()->cast<c10::TensorType>()) {
         auto sizes = tt->sizes().concrete_sizes();
         if (sizes && tt->scalarType()) {
-          spec.dtype = fromScalarType(*tt->scalarType());
+          spec.dtype = dtypeOf(*tt->scalarType());
           spec.shape = ir::makeShape(*sizes);
           known = true;
         }

@@ -29,34 +29,6 @@ c10::TypeKind argKind(const c10::Argument& arg) {
 
 }  // namespace
 
-c10::ScalarType scalarTypeOf(ir::DType d) {
-  switch (d) {
-    case ir::DType::kF32:
-      return at::kFloat;
-    case ir::DType::kF64:
-      return at::kDouble;
-    case ir::DType::kF16:
-      return at::kHalf;
-    case ir::DType::kBF16:
-      return at::kBFloat16;
-    case ir::DType::kI64:
-      return at::kLong;
-    case ir::DType::kI32:
-      return at::kInt;
-    case ir::DType::kI16:
-      return at::kShort;
-    case ir::DType::kI8:
-      return at::kChar;
-    case ir::DType::kU8:
-      return at::kByte;
-    case ir::DType::kBool:
-      return at::kBool;
-    case ir::DType::kUnknown:
-      break;
-  }
-  return at::kFloat;
-}
-
 at::Tensor tensorLiteral(const ir::TensorMeta& meta, const ir::Constant& c,
                          const InterpreterOptions& options) {
   c10::ScalarType dtype = scalarTypeOf(meta.dtype);

@@ -16,38 +16,10 @@
 #include <string>
 
 #include "apc/frontend/input_spec.h"
+#include "apc/ir/torch_dtype.h"
 #include "apc/ir/types.h"
 
 namespace apc {
-
-/// The apc dtype of a torch scalar type; kUnknown for the ones apc has none for (complex,
-/// quantized), which AutoParallel reports as an error naming the input.
-inline ir::DType dtypeOf(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return ir::DType::kF32;
-    case at::kDouble:
-      return ir::DType::kF64;
-    case at::kHalf:
-      return ir::DType::kF16;
-    case at::kBFloat16:
-      return ir::DType::kBF16;
-    case at::kLong:
-      return ir::DType::kI64;
-    case at::kInt:
-      return ir::DType::kI32;
-    case at::kShort:
-      return ir::DType::kI16;
-    case at::kChar:
-      return ir::DType::kI8;
-    case at::kByte:
-      return ir::DType::kU8;
-    case at::kBool:
-      return ir::DType::kBool;
-    default:
-      return ir::DType::kUnknown;
-  }
-}
 
 /// The spec of a sample input: its sizes (static) and dtype. Without a name it stands for the
 /// forward argument at its position in the input list.

@@ -32,6 +32,7 @@
 #include <ATen/core/ivalue.h>
 
 #include "apc/ir/graph.h"
+#include "apc/ir/torch_dtype.h"
 #include "apc/support/error.h"
 
 namespace apc::runtime {
@@ -46,8 +47,8 @@ struct InterpreterOptions {
 /// The first line of an exception message.
 std::string firstLine(const std::string& what);
 
-/// The torch dtype of an IR dtype (kUnknown: float).
-c10::ScalarType scalarTypeOf(ir::DType d);
+/// The torch dtype of an IR dtype: apc::scalarTypeOf (apc/ir/torch_dtype.h).
+using apc::scalarTypeOf;
 
 /// A 0-dim tensor literal (a traced constant like the 0.5 of `x * 0.5`): value `c`, dtype `meta`'s
 /// (f64 for floating dtypes with widen_floats), on options.device.
