@@ -6,16 +6,9 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include "apc/support/strings.h"
+#include "torch_types.h"
 
 namespace apc::frontend {
-
-namespace {
-
-std::string firstLine(const std::string& s) {
-  return std::string(trim(s.substr(0, s.find('\n'))));
-}
-
-}  // namespace
 
 std::string payloadIdentity(const nlohmann::json& meta) {
   if (!meta.is_object() || meta.value("use_pickle", false)) return "";
@@ -44,8 +37,8 @@ Expected<Pt2Archive> Pt2Archive::open(const std::string& path) {
   try {
     a.reader_ = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception& e) {
-    return parseError("'" + path + "' is not a readable model archive (" + firstLine(e.what()) +
-                      ")");
+    return parseError("'" + path + "' is not a readable model archive (" +
+                      torchErrorLine(e.what()) + ")");
   }
   return a;
 }
@@ -72,7 +65,8 @@ Expected<std::pair<at::DataPtr, size_t>> Pt2Archive::bytes(const std::string& re
     auto [data, size] = reader_->getRecord(record);
     return std::make_pair(std::move(data), size);
   } catch (const std::exception& e) {
-    return parseError("'" + path_ + "': cannot read " + record + " (" + firstLine(e.what()) + ")");
+    return parseError("'" + path_ + "': cannot read " + record + " (" + torchErrorLine(e.what()) +
+                      ")");
   }
 }
 

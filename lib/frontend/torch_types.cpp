@@ -1,7 +1,16 @@
 //===- lib/frontend/torch_types.cpp - Torch enums <-> apc and export serde -===//
 #include "torch_types.h"
 
+#include "apc/support/strings.h"
+
 namespace apc::frontend {
+
+std::string torchErrorLine(const std::string& what) {
+  std::string line = what.substr(0, what.find('\n'));
+  if (size_t advice = line.find(". This is an internal miniz error"); advice != std::string::npos)
+    line.resize(advice);
+  return std::string(trim(line));
+}
 
 std::string tensorIdentity(const at::Tensor& t) {
   std::string key;

@@ -23,6 +23,10 @@
 
 namespace apc::frontend {
 
+/// The first line of a LibTorch exception text, without the paragraph of advice LibTorch appends
+/// to miniz's messages ("... This is an internal miniz error. If you are seeing this error, ...").
+std::string torchErrorLine(const std::string& what);
+
 /// Identity of a weight tensor: tied parameters share storage and geometry (dtype, sizes,
 /// strides, storage offset), so they get the same key.
 std::string tensorIdentity(const at::Tensor& t);

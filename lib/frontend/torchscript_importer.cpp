@@ -34,11 +34,6 @@ using ir::DType;
 
 namespace {
 
-std::string firstLine(const std::string& s) {
-  std::string line = s.substr(0, s.find('\n'));
-  return std::string(trim(line));
-}
-
 /// "model.py:42", or "" when the node has no source.
 std::string sourceOf(const tj::Node* node) {
   auto loc = node->sourceRange().file_line_col();
@@ -450,7 +445,7 @@ class Importer {
       node->getOperation()(stack);
       return Status::success();
     } catch (const std::exception& e) {
-      first_error = firstLine(e.what());
+      first_error = torchErrorLine(e.what());
     }
     stack = std::move(saved);
     if (runHandShapeRule(node, stack)) return Status::success();
@@ -555,7 +550,7 @@ class Importer {
       tj::InterpreterState state(*code);
       state.run(shape_stack);
     } catch (const std::exception& e) {
-      return unsupported("shape function failed" + where(node) + ": " + firstLine(e.what()));
+      return unsupported("shape function failed" + where(node) + ": " + torchErrorLine(e.what()));
     }
     if (shape_stack.empty()) return false;
     at::ScalarType dtype = inferDtype(node, args);
@@ -695,7 +690,7 @@ Expected<Loaded> loadArchive(const std::string& path) {
     l.module = tj::load(path, c10::nullopt, extra);
   } catch (const std::exception& e) {
     return parseError("'" + path + "' is not a readable TorchScript archive (" +
-                      firstLine(e.what()) + ")");
+                      torchErrorLine(e.what()) + ")");
   }
   auto method = l.module.find_method("forward");
   if (!method) return unsupported("'" + path + "' has no forward method");
@@ -833,7 +828,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
     tj::Inline(*graph);
     tj::EliminateDeadCode(graph);
   } catch (const std::exception& e) {
-    return unsupported("cannot inline the forward of '" + path + "': " + firstLine(e.what()));
+    return unsupported("cannot inline the forward of '" + path + "': " + torchErrorLine(e.what()));
   }
   if (timings) timings->inline_s = secondsSince(t1);
 
@@ -843,7 +838,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
     try {
       return importer.run(graph);
     } catch (const std::exception& e) {
-      return unsupported("import failed: " + firstLine(e.what()));
+      return unsupported("import failed: " + torchErrorLine(e.what()));
     }
   };
   Expected<ir::Graph> g = interpret(inputs);

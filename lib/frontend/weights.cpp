@@ -28,10 +28,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string firstLine(const std::string& s) {
-  return std::string(trim(s.substr(0, s.find('\n'))));
-}
-
 // --- TorchScript ---------------------------------------------------------------------------------
 
 void collectConstants(torch::jit::Block* block, NamedTensors& out) {
@@ -51,7 +47,7 @@ Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
     module = torch::jit::load(path);
   } catch (const std::exception& e) {
     return parseError("'" + path + "' is not a readable TorchScript archive (" +
-                      firstLine(e.what()) + ")");
+                      torchErrorLine(e.what()) + ")");
   }
   NamedTensors out;
   std::set<std::string> seen;
@@ -68,7 +64,8 @@ Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
       torch::jit::EliminateDeadCode(graph);
       collectConstants(graph->block(), out);
     } catch (const std::exception& e) {
-      return unsupported("cannot inline the forward of '" + path + "': " + firstLine(e.what()));
+      return unsupported("cannot inline the forward of '" + path +
+                         "': " + torchErrorLine(e.what()));
     }
   }
   return out;
@@ -225,7 +222,7 @@ Expected<NamedTensors> loadModelState(const std::string& path) {
     if (f == ModelFormat::kExportedProgram) return loadExportedState(path);
     return loadTorchScriptState(path);
   } catch (const std::exception& e) {
-    return parseError("'" + path + "': cannot read its weights (" + firstLine(e.what()) + ")");
+    return parseError("'" + path + "': cannot read its weights (" + torchErrorLine(e.what()) + ")");
   }
 }
 
