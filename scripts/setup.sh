@@ -54,10 +54,13 @@ if [ ! -x "$VENV/bin/python3" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ];
     fi
   fi
   echo "setup: installing $TORCH_SPEC and sample_models/requirements.txt into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check "$TORCH_SPEC"
+  # pip warns once per package about local index folders it skips (a mirror set-up of some
+  # machines, not an error): keep its other messages.
+  pip_quiet() { "$VENV/bin/pip" "$@" 2> >(grep -v "^WARNING: Location 'file://" >&2); }
+  pip_quiet install -q --disable-pip-version-check "$TORCH_SPEC"
   # The constraint keeps requirements from replacing the torch just installed.
   "$VENV/bin/python3" -c 'import torch; print("torch==" + torch.__version__)' > "$VENV/torch-pin.txt"
-  "$VENV/bin/pip" install -q --disable-pip-version-check -r sample_models/requirements.txt \
+  pip_quiet install -q --disable-pip-version-check -r sample_models/requirements.txt \
     -c "$VENV/torch-pin.txt"
   echo "$want" > "$stamp"
 fi

@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 
+#include "../common/known_fallbacks.h"
 #include "../common/run_command.h"
 #include "samples_dir.h"
 
@@ -115,16 +116,9 @@ TEST(Cli, NoSampleFallsBackToReplicateOnly) {
                         " --strategies --json");
       ASSERT_EQ(r.code, 0) << s["name"] << " " << mesh << ": " << r.err;
       auto j = nlohmann::json::parse(r.out);
-      // The Hugging Face samples build their causal mask in the graph from [batch, seq] integer
-      // and bool tensors with ops that have no rule yet (the real-models issue, 11); tiny and
-      // cheap replicated. Any other fallback fails.
-      const bool hf = s["name"].get<std::string>().rfind("hf_", 0) == 0;
       nlohmann::json unexpected = nlohmann::json::array();
       for (const auto& op : j["replicate_only_fallbacks"])
-        if (!hf ||
-            !std::set<std::string>{"aten::__and__.Tensor", "aten::cumsum", "aten::diff",
-                                   "aten::index.Tensor", "aten::new_ones", "prim::TupleUnpack"}
-                 .count(op.get<std::string>()))
+        if (!apc::testing::isKnownFallback(s["name"].get<std::string>(), op.get<std::string>()))
           unexpected.push_back(op);
       EXPECT_TRUE(unexpected.empty()) << s["name"] << " " << mesh << ": " << unexpected;
       EXPECT_GT(j["total_strategies"].get<int64_t>(), 0);

@@ -22,6 +22,7 @@
 
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/proto_io.h"
+#include "apc/ir/torch_dtype.h"
 #include "apc/lower/lower.h"
 #include "apc/plan/pipeline.h"
 #include "program_checks.h"
@@ -36,23 +37,11 @@ std::string firstLine(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
+/// The dtype a value runs in here: floats widened to f64 (the comparison is in f64), the rest
+/// as the graph says.
 c10::ScalarType widened(ir::DType d) {
-  switch (d) {
-    case ir::DType::kI64:
-      return at::kLong;
-    case ir::DType::kI32:
-      return at::kInt;
-    case ir::DType::kI16:
-      return at::kShort;
-    case ir::DType::kI8:
-      return at::kChar;
-    case ir::DType::kU8:
-      return at::kByte;
-    case ir::DType::kBool:
-      return at::kBool;
-    default:
-      return at::kDouble;
-  }
+  c10::ScalarType t = scalarTypeOf(d);
+  return at::isFloatingType(t) ? at::kDouble : t;
 }
 
 c10::TypeKind argKind(const c10::Argument& arg) {

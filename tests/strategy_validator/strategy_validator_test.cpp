@@ -42,6 +42,7 @@
 #include <c10/core/DefaultDtype.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/known_fallbacks.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
@@ -364,24 +365,14 @@ TEST(StrategyValidator, EveryImportableSampleIsCovered) {
   for (const auto& m : corpus().models) EXPECT_EQ(m->error, "") << m->name;
 }
 
-/// Ops known to fall back to Replicate in the Hugging Face samples, and only there: transformers
-/// builds its causal mask in the graph from [batch, seq] integer and bool tensors (cumsum, diff,
-/// index, and, new_ones) and its RoPE from a tuple. They are tiny and cheap replicated; rules for
-/// them belong to the real-models issue (11). Anything else, or any fallback in another sample,
-/// fails.
-const std::set<std::string> kKnownHfFallbacks = {"aten::__and__.Tensor", "aten::cumsum",
-                                                 "aten::diff",           "aten::index.Tensor",
-                                                 "aten::new_ones",       "prim::TupleUnpack"};
-
 TEST(StrategyValidator, NoSampleHasReplicateOnlyFallback) {
   const Corpus& c = corpus();
   for (const auto& m : c.models) {
     if (!m->error.empty()) continue;
-    const bool hf = m->name.rfind("hf_", 0) == 0;
     for (size_t mi = 0; mi < c.meshes.size(); ++mi) {
       std::vector<std::string> ops;
       for (const std::string& op : strategy::fallbackOps(m->graph, m->per_mesh[mi]))
-        if (!hf || !kKnownHfFallbacks.count(op)) ops.push_back(op);
+        if (!apc::testing::isKnownFallback(m->name, op)) ops.push_back(op);
       EXPECT_TRUE(ops.empty()) << m->name << " on mesh " << c.meshes[mi].toString()
                                << ": Replicate-only fallback for " << join(ops, ", ");
     }
