@@ -159,6 +159,14 @@ def _seeded(fn):
     return build
 
 
+def _seeded_train(fn, dtype=torch.float32):
+    def build():
+        torch.manual_seed(0)
+        return fn().train().to(dtype)
+
+    return build
+
+
 def _stub(cls, cfg):
     # built on the meta device: no weight memory is ever allocated
     return lambda: M.make_stub_parameters(cls(cfg, device="meta")).eval()
@@ -245,6 +253,20 @@ def sample_table():
         [InputSpec("x", "f32", [8, 3, 32, 32])], [8, cc.num_classes],
         output_desc="tensor f32 [8,10] class logits",
         trace_shapes=[[2, 3, 32, 32]], core=True, cost=3))
+
+    rc = M.RESNET_BOTTLENECK
+    S.append(Sample(
+        "resnet_bottleneck", "traced",
+        f"torchvision's ResNet-50 structure at width {rc.width} (stem conv7x7/2-BN-ReLU-maxpool, "
+        f"Bottleneck stages {list(rc.layers)} with strided 1x1 downsample, in-place ReLU and "
+        "`out += identity`, avgpool, Linear); BN in TRAINING mode (batch statistics, running stats "
+        "updated); float64, because this network is chaotic in float32: the loss after one SGD step "
+        "moves by percents with the intra-op thread count alone, so only float64 can tell a sharding "
+        "bug from rounding",
+        _seeded_train(lambda: M.ResNetBottleneck(rc), torch.float64), rc,
+        [InputSpec("x", "f64", [8, 3, 64, 64])], [8, rc.num_classes],
+        output_dtype="f64", output_desc="tensor f64 [8,10] class logits",
+        trace_shapes=[[8, 3, 64, 64]], tracer_warnings_ok=True, cost=4))
 
     S.append(Sample(
         "multi_output", "scripted",

@@ -391,6 +391,83 @@ class CnnSmall(nn.Module):
 
 
 # --------------------------------------------------------------------------
+# resnet_bottleneck: torchvision's ResNet-50 structure, narrower, in training mode
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class ResNetConfig:
+    layers: Tuple[int, int, int, int] = (3, 4, 6, 3)  # ResNet-50's block counts
+    width: int = 16  # torchvision's ResNet-50 has 64
+    num_classes: int = 10
+
+
+class Bottleneck(nn.Module):
+    """torchvision's Bottleneck (ResNet V1.5): 1x1 -> 3x3 (stride here) -> 1x1 (x4 channels),
+    BN after each conv, in-place ReLU, `out += identity` with a strided 1x1 conv + BN downsample
+    where the shape changes."""
+
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample=None):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        out += identity
+        return self.relu(out)
+
+
+class ResNetBottleneck(nn.Module):
+    """Stem conv7x7/2 + BN + ReLU + maxpool3/2, four stages of Bottleneck blocks (stride 2 from the
+    second), adaptive avg pool, Linear. Built in training mode: BatchNorm normalizes with batch
+    statistics and updates its running stats and num_batches_tracked."""
+
+    def __init__(self, cfg: ResNetConfig):
+        super().__init__()
+        w = cfg.width
+        self.inplanes = w
+        self.conv1 = nn.Conv2d(3, w, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(w)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.layer1 = self._stage(w, cfg.layers[0], 1)
+        self.layer2 = self._stage(w * 2, cfg.layers[1], 2)
+        self.layer3 = self._stage(w * 4, cfg.layers[2], 2)
+        self.layer4 = self._stage(w * 8, cfg.layers[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(w * 8 * 4, cfg.num_classes)
+
+    def _stage(self, planes: int, blocks: int, stride: int) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * 4:
+            downsample = nn.Sequential(nn.Conv2d(self.inplanes, planes * 4, 1, stride=stride, bias=False),
+                                       nn.BatchNorm2d(planes * 4))
+        layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * 4
+        layers += [Bottleneck(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+# --------------------------------------------------------------------------
 # multi_output / control_flow
 # --------------------------------------------------------------------------
 
@@ -515,6 +592,7 @@ LLAMA3_8B = LlamaConfig(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim
                         vocab_size=128256, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=2048)
 LLAMA3_8B_PARAMS = 8_030_261_248
 CNN_SMALL = CnnConfig(in_channels=3, channels=(16, 32, 64), num_classes=10)
+RESNET_BOTTLENECK = ResNetConfig(layers=(3, 4, 6, 3), width=16, num_classes=10)
 
 
 # --------------------------------------------------------------------------

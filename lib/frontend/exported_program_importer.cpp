@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "apc/frontend/exported_program.h"
+#include "apc/frontend/functionalize.h"
 
 #include <algorithm>
 #include <chrono>
@@ -1187,6 +1188,7 @@ Expected<ir::Graph> importExportedProgram(const std::string& path, const ImportO
     }
   }();
   if (!g.ok()) return g;
+  APC_RETURN_IF_ERROR(functionalizeInPlace(*g, torchSchemaAliasing));
   g->name = std::filesystem::path(path).stem().string();
   if (timings) timings->interpret_s = secondsSince(t1);
   return g;

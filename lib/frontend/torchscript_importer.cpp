@@ -7,6 +7,7 @@
 // depends on the forward's inputs (which decides whether a prim::If may be flattened).
 //
 //===----------------------------------------------------------------------===//
+#include "apc/frontend/functionalize.h"
 #include "apc/frontend/torchscript.h"
 
 #include <algorithm>
@@ -844,6 +845,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
   Expected<ir::Graph> g = interpret(inputs);
   if (!g.ok()) return g;
   APC_RETURN_IF_ERROR(propagateSymbols(*g, inputs, interpret));
+  APC_RETURN_IF_ERROR(functionalizeInPlace(*g, torchSchemaAliasing));
   g->name = std::filesystem::path(path).stem().string();
   if (timings) timings->interpret_s = secondsSince(t2);
   return g;

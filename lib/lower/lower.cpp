@@ -19,6 +19,7 @@
 #include "apc/ir/proto_io.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/mesh/placement.h"
+#include "apc/strategy/sync_norm.h"
 
 namespace apc::lower {
 
@@ -510,6 +511,7 @@ Status Lowerer::emitOp(const ir::Node& n) {
   mark(np.outputs);
 
   std::vector<ir::ValueId> inputs;
+  PlacementTuple input0_placement;  // where input 0 is computed on (sync_norms)
   RankPieces rp;
   std::vector<std::optional<ir::Constant>> constants;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -520,6 +522,7 @@ Status Lowerer::emitOp(const ir::Node& n) {
     std::vector<TensorPiece> tp;
     if (v.isTensor() && v.tensor && placement_[gv.v] && v.producer.valid()) {
       PlacementTuple dst = want ? *want : *placement_[gv.v];
+      if (i == 0) input0_placement = dst;
       std::string where = consumer + " (input " + std::to_string(i) + ")";
       APC_ASSIGN_OR_RETURN(ir::ValueId local, edge(gv, dst, op_split, where, n.module_path));
       inputs.push_back(local);
@@ -573,6 +576,14 @@ Status Lowerer::emitOp(const ir::Node& n) {
     copy.outputs.push_back(vmap_[gv.v]);
   }
   ir::NodeId id = addNode(std::move(copy), static_cast<int32_t>(n.id.v));
+  if (strategy::isTrainingBatchNorm(g_, n) && !input0_placement.empty()) {
+    std::vector<size_t> dims = strategy::syncNormMeshDims(input0_placement);
+    if (!dims.empty()) {
+      proto::SyncNorm* sn = program_.add_sync_norms();
+      sn->set_node(id.v);
+      for (size_t m : dims) sn->add_mesh_dims(static_cast<uint32_t>(m));
+    }
+  }
   if (rewrite->vocab) {
     proto::VocabMask* m = program_.add_vocab_masks();
     m->set_node(id.v);

@@ -147,6 +147,7 @@ struct ParallelModule::Impl {
   std::vector<PlacedTensor> inputs, parameters, buffers, outputs;
   std::vector<int> value_input, value_param, value_buffer;  // per value: index, -1 none
   std::vector<VocabMaskSpec> masks;
+  std::map<uint32_t, std::vector<size_t>> sync_norms;  // node -> mesh dims (proto::SyncNorm)
   std::unique_ptr<Interpreter> interp;
   c10::Device device = c10::kCPU;
   std::vector<at::Tensor> param_tensors, buffer_tensors;
@@ -157,6 +158,12 @@ struct ParallelModule::Impl {
     io.device = device;
     std::vector<bool> external(graph->numNodes(), false);
     for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
+    for (const auto& [node, dims] : sync_norms) {
+      if (node >= graph->numNodes() || graph->node(ir::NodeId(node)).op != "aten::batch_norm")
+        return invalidArgument("sync norm names node " + std::to_string(node) +
+                               ", which is not an aten::batch_norm");
+      external[node] = true;
+    }
     APC_ASSIGN_OR_RETURN(Interpreter in, Interpreter::create(graph, io, external, masks));
     interp = std::make_unique<Interpreter>(std::move(in));
     return Status::success();
@@ -251,6 +258,16 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   APC_RETURN_IF_ERROR(collect(prog.outputs(), impl->outputs, unused, "output"));
   for (const proto::VocabMask& m : prog.vocab_masks())
     impl->masks.push_back({ir::NodeId(m.node()), m.row_offset(), m.rows()});
+  for (const proto::SyncNorm& sn : prog.sync_norms()) {
+    std::vector<size_t>& dims = impl->sync_norms[sn.node()];
+    for (uint32_t m : sn.mesh_dims()) {
+      if (m >= impl->mesh.ndim())
+        return parseError(dir + ": sync norm of node " + std::to_string(sn.node()) +
+                          " names mesh dim " + std::to_string(m) + " of a " +
+                          std::to_string(impl->mesh.ndim()) + "-d mesh");
+      dims.push_back(m);
+    }
+  }
 
   APC_RETURN_IF_ERROR(impl->buildInterpreter());
   auto world = World::create(env, impl->mesh, options.world);
@@ -628,6 +645,12 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         break;
       }
       case ir::NodeKind::kOp: {
+        if (auto sync = im.sync_norms.find(n.id.v); sync != im.sync_norms.end()) {
+          out.push_back(syncBatchNorm(args, sync->second, *im.world,
+                                      "node " + std::to_string(n.id.v) + " " + n.qualifiedOp() +
+                                          " (" + n.module_path + ")"));
+          break;
+        }
         const RedistSpec& spec = im.redists.at(static_cast<size_t>(im.node_redist.at(n.id.v)));
         TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
                     " needs one tensor input");

@@ -185,6 +185,64 @@ at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& worl
   return RedistFunction::apply(x, &spec, &world);
 }
 
+at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const std::vector<size_t>& mesh_dims,
+                         World& world, const std::string& label) {
+  TORCH_CHECK(args.size() >= 8 && args[0].isTensor(), label, ": batch_norm needs 9 arguments");
+  const at::Tensor x = args[0].toTensor();
+  TORCH_CHECK(x.dim() >= 2, label, ": batch_norm input of rank ", x.dim());
+  auto optionalTensor = [&](size_t i) {
+    return args[i].isTensor() ? args[i].toTensor() : at::Tensor();
+  };
+  at::Tensor weight = optionalTensor(1), bias = optionalTensor(2);
+  at::Tensor running_mean = optionalTensor(3), running_var = optionalTensor(4);
+  // Constants of an external node arrive without their schema: an integral float is an int.
+  auto number = [&](size_t i) {
+    return args[i].isInt()    ? static_cast<double>(args[i].toInt())
+           : args[i].isNone() ? 0.0
+                              : args[i].toDouble();
+  };
+  const double momentum = number(6);
+  const double eps = number(7);
+  const int64_t channels = x.size(1);
+  std::vector<int64_t> reduce_dims, shape(static_cast<size_t>(x.dim()), 1);
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != 1) reduce_dims.push_back(d);
+  shape[1] = channels;
+
+  // One all-reduce (sum) per mesh dim, forward and on the gradient.
+  RedistSpec spec;
+  for (size_t m : mesh_dims) {
+    RedistStepSpec step;
+    step.kind = StepKind::kAllReduce;
+    step.mesh_dim = m;
+    spec.forward.push_back(step);
+    spec.backward.push_back(step);
+  }
+  spec.requires_grad = true;
+  spec.edge = label + " (batch statistics)";
+
+  // The element count travels with the sums: a dynamic batch may cut unevenly.
+  at::Tensor count = at::full({1}, static_cast<double>(x.numel() / channels), x.options());
+  at::Tensor sums = redistribute(at::cat({x.sum(reduce_dims), count}), spec, world);
+  at::Tensor n = sums.narrow(0, channels, 1).detach();
+  at::Tensor mean = sums.narrow(0, 0, channels) / n;
+  at::Tensor centered = x - mean.view(shape);
+  at::Tensor var = redistribute((centered * centered).sum(reduce_dims), spec, world) / n;
+  at::Tensor y = centered * at::rsqrt(var + eps).view(shape);
+  if (weight.defined()) y = y * weight.view(shape);
+  if (bias.defined()) y = y + bias.view(shape);
+
+  at::NoGradGuard no_grad;
+  if (running_mean.defined())
+    running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.scalar_type()), momentum);
+  if (running_var.defined()) {
+    double total = n.item<double>();
+    at::Tensor unbiased = var.detach() * (total / std::max(total - 1, 1.0));
+    running_var.mul_(1 - momentum).add_(unbiased.to(running_var.scalar_type()), momentum);
+  }
+  return y;
+}
+
 at::Tensor gatherTensor(const at::Tensor& local, const mesh::PlacementTuple& placement,
                         const std::vector<int64_t>& global_sizes, World& world) {
   at::NoGradGuard no_grad;

@@ -24,6 +24,7 @@
 
 #include "apc/cost/layout.h"
 #include "apc/strategy/strategy.h"
+#include "apc/strategy/sync_norm.h"
 #include "rule_util.h"
 
 namespace apc::strategy {
@@ -290,6 +291,9 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
                 workDType(c),
                 takesGradient(c)};
 
+  const bool sync_norm = isTrainingBatchNorm(c.graph, c.node) && !shapes.input_metas.empty() &&
+                         !shapes.input_metas[0].empty() && shapes.input_metas[0][0]->rank() >= 2;
+
   // 4. Expansion in lexicographic order (mesh dim 0 most significant).
   std::set<std::vector<int>> seen;
   std::vector<size_t> idx(m, 0);
@@ -331,6 +335,17 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
     }
     if (ok && seen.insert(strategyCode(s)).second) {
       s.compute_us = pricer.price(s);
+      if (sync_norm && s.inputs[0]) {
+        // The statistics' all-reduces of a batch-sharded training-mode BatchNorm are part of
+        // the op (apc/strategy/sync_norm.h): priced into its node cost.
+        std::vector<size_t> sync = syncNormMeshDims(*s.inputs[0]);
+        if (!sync.empty()) {
+          const ir::TensorMeta& x = *shapes.input_metas[0].at(0);
+          int64_t channels = cost::maxLocalSizes(x, *s.inputs[0], mesh).at(1);
+          s.compute_us +=
+              syncNormUs(mesh, sync, channels, ir::dtypeBytes(x.dtype), takesGradient(c));
+        }
+      }
       entry.strategies.push_back(std::move(s));
     }
 

@@ -7,13 +7,18 @@
 //   group_norm  statistics span channels and spatial dims: only the batch dim 0 is free.
 //   batch_norm  per-channel statistics: the channel dim 1 can be sharded with weight, bias,
 //       running_mean and running_var S(0) (each rank normalizes its channels; in training each
-//       updates its slice of the running stats). In eval (training == False, a constant) the
-//       batch and spatial dims are free too, with the stats R; in training they are not, as the
-//       batch statistics would become per-shard statistics.
+//       updates its slice of the running stats). The batch and spatial dims are free too, with
+//       the stats R: in eval (training == False, a constant) each rank normalizes its piece with
+//       the running stats; in training (training == True, a constant) the batch statistics are
+//       all-reduced across the mesh dims that cut them (SyncBatchNorm semantics, see
+//       apc/strategy/sync_norm.h, which prices and defines it). With `training` not a constant
+//       only the channel dim is free.
 // Normalization is not linear: no Partial.
 //
 //===----------------------------------------------------------------------===//
+#include "apc/cost/collectives.h"
 #include "apc/strategy/rules.h"
+#include "apc/strategy/sync_norm.h"
 #include "rule_util.h"
 
 namespace apc::strategy {
@@ -68,17 +73,39 @@ std::vector<DimStrategy> batchNormRule(const RuleContext& c) {
   std::vector<DimStrategy> res;
   res.push_back(normStrategy(c, R(), R()));
   std::optional<bool> training = c.boolArg(5);
-  bool eval = training.has_value() && !*training;
   for (int64_t d = 0; d < r; ++d) {
     if (d == 1)
       res.push_back(normStrategy(c, S(1), S(0)));
-    else if (eval)
+    else if (training.has_value())
       res.push_back(normStrategy(c, S(d), R()));
   }
   return res;
 }
 
 }  // namespace
+
+bool isTrainingBatchNorm(const ir::Graph& g, const ir::Node& n) {
+  if (n.op != "aten::batch_norm" || n.inputs.size() < 6) return false;
+  const auto& c = g.value(n.inputs[5]).constant;
+  const bool* b = c ? std::get_if<bool>(&*c) : nullptr;
+  return b && *b;
+}
+
+std::vector<size_t> syncNormMeshDims(const mesh::PlacementTuple& input) {
+  std::vector<size_t> dims;
+  for (size_t m = 0; m < input.size(); ++m)
+    if (input[m].isShard() && !input[m].isShard(1)) dims.push_back(m);
+  return dims;
+}
+
+double syncNormUs(const mesh::DeviceMesh& mesh, const std::vector<size_t>& dims, int64_t channels,
+                  int64_t elem_bytes, bool backward) {
+  double us = 0;
+  const double bytes = static_cast<double>(channels * elem_bytes);
+  for (size_t m : dims)
+    us += (backward ? 4 : 2) * cost::allReduceUs(mesh.link(m), mesh.size(m), bytes);
+  return us;
+}
 
 void registerNormalizationRules(Registry& r) {
   using cost::OpFamily;

@@ -5,6 +5,7 @@
 // check of single-dim strategies, and the default registry with every family registered.
 //
 //===----------------------------------------------------------------------===//
+#include <algorithm>
 #include <string>
 
 #include "apc/strategy/rules.h"
@@ -222,6 +223,37 @@ void registerAllRules(Registry& r) {
   registerLossRules(r);
   registerTensorOpRules(r);
   registerConvRules(r);
+  registerInPlaceVariants(r);
+}
+
+void registerInPlaceVariants(Registry& r) {
+  // An in-place op writes its result into input 0, so its strategies are those of the
+  // out-of-place op whose output 0 is laid out as input 0. Importers rewrite in-place ops on
+  // intermediate values out of place (apc/frontend/functionalize.h); the ones left write module
+  // state (BatchNorm's num_batches_tracked) or an input.
+  const std::vector<std::string> names = r.ops();
+  for (const std::string& name : names) {
+    size_t colons = name.find("::");
+    if (colons == std::string::npos || name.compare(0, colons, "aten") != 0) continue;
+    size_t dot = name.find('.', colons);
+    std::string base = name.substr(0, dot);
+    if (base.back() == '_') continue;
+    std::string in_place = base + "_" + (dot == std::string::npos ? "" : name.substr(dot));
+    if (std::find(names.begin(), names.end(), in_place) != names.end()) continue;
+    ir::Node functional;
+    functional.op = base;
+    functional.overload = dot == std::string::npos ? "" : name.substr(dot + 1);
+    const OpRule* entry = r.findEntry(functional);
+    if (!entry) continue;
+    Rule rule = [out_of_place = entry->rule](const RuleContext& c) {
+      std::vector<DimStrategy> kept;
+      for (DimStrategy& d : out_of_place(c))
+        if (!d.inputs.empty() && !d.outputs.empty() && d.inputs[0] == d.outputs[0])
+          kept.push_back(std::move(d));
+      return kept;
+    };
+    r.add(in_place, std::move(rule), entry->family, entry->work);
+  }
 }
 
 const Registry& defaultRegistry() {

@@ -20,6 +20,8 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include "apc/ir/torch_dtype.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -488,7 +490,7 @@ TEST(Exported, InterpreterRunsTheExportedGraphLikeTorchScript) {
         int64_t high =
             s["inputs"][i].contains("range") ? s["inputs"][i]["range"][1].get<int64_t>() : 2;
         if (ir::isFloating(specs[i].dtype))
-          inputs.emplace_back(at::randn(sizes));
+          inputs.emplace_back(at::randn(sizes).to(apc::scalarTypeOf(specs[i].dtype)));
         else
           inputs.emplace_back(at::randint(0, high, sizes, at::TensorOptions().dtype(at::kLong)));
       }

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include "apc/ir/torch_dtype.h"
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -123,7 +125,7 @@ std::vector<c10::IValue> randomInputs(const std::vector<InputSpec>& specs) {
   for (const InputSpec& s : specs) {
     auto sizes = ir::hintSizes(s.shape);
     if (ir::isFloating(s.dtype))
-      out.emplace_back(torch::randn(sizes));
+      out.emplace_back(torch::randn(sizes).to(apc::scalarTypeOf(s.dtype)));
     else
       out.emplace_back(torch::randint(0, 2, sizes, torch::kLong));
   }

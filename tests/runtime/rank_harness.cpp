@@ -117,7 +117,7 @@ Reference computeReference(const ModelCase& c, int steps, double lr) {
     if (dtype == "i64")
       ref.inputs.push_back(at::randint(0, c.index_bound, sizes, gen, at::kLong));
     else
-      ref.inputs.push_back(at::randn(sizes, gen, at::kFloat));
+      ref.inputs.push_back(at::randn(sizes, gen, dtype == "f64" ? at::kDouble : at::kFloat));
   }
   std::vector<c10::IValue> args(ref.inputs.begin(), ref.inputs.end());
   for (int step = 0; step < steps; ++step) {
@@ -127,7 +127,7 @@ Reference computeReference(const ModelCase& c, int steps, double lr) {
       ref.outputs.clear();
       for (const at::Tensor& o : outs) {
         ref.outputs.push_back(o.detach().clone());
-        ref.loss_weights.push_back(at::randn(o.sizes(), gen, at::kFloat));
+        ref.loss_weights.push_back(at::randn(o.sizes(), gen, o.scalar_type()));
       }
     }
     at::Tensor loss = lossOf(outs, ref.loss_weights);

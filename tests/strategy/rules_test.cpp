@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "apc/strategy/strategy.h"
+#include "apc/strategy/sync_norm.h"
 #include "builder.h"
 
 namespace apc::strategy::testing {
@@ -117,23 +118,55 @@ TEST(LayerNorm, NormalizedDimsReplicate) {
   EXPECT_EQ(strategiesOf(c.g, c.last(), "2"), (Strings{"R -> R", "S(0) -> S(0)"}));
 }
 
-TEST(BatchNorm, ChannelsAlwaysOtherDimsOnlyInEval) {
-  for (bool training : {false, true}) {
+TEST(BatchNorm, EveryDimWhenTrainingIsKnownChannelsOnlyOtherwise) {
+  // In training the batch and spatial dims are free too: their statistics are all-reduced
+  // (apc/strategy/sync_norm.h); with `training` unknown at import only the channel dim is.
+  for (int mode : {0, 1, 2}) {  // eval, training, training not a constant
     Builder b;
     ValueId x = b.input("x", {8, 16, 4, 4});
     ValueId w = b.param("w", {16}), bias = b.param("b", {16});
     ValueId rm = b.buffer("rm", {16}), rv = b.buffer("rv", {16});
-    b.op("aten::batch_norm", {x, w, bias, rm, rv, b.b(training), b.f(0.1), b.f(1e-5), b.b(true)},
+    ir::Value flag;  // a bool computed at run time: no constant
+    flag.type = ValueType::kBool;
+    ValueId training = mode == 2 ? b.g.addValue(flag) : b.b(mode == 1);
+    b.op("aten::batch_norm", {x, w, bias, rm, rv, training, b.f(0.1), b.f(1e-5), b.b(true)},
          {8, 16, 4, 4});
     Strings expected = {"R,R,R,R,R -> R"};
-    if (!training) expected.push_back("S(0),R,R,R,R -> S(0)");
+    if (mode != 2) expected.push_back("S(0),R,R,R,R -> S(0)");
     expected.push_back("S(1),S(0),S(0),S(0),S(0) -> S(1)");
-    if (!training) {
+    if (mode != 2) {
       expected.push_back("S(2),R,R,R,R -> S(2)");
       expected.push_back("S(3),R,R,R,R -> S(3)");
     }
-    EXPECT_EQ(strategiesOf(b.g, b.last(), "2"), expected) << "training " << training;
+    EXPECT_EQ(strategiesOf(b.g, b.last(), "2"), expected) << "mode " << mode;
   }
+}
+
+TEST(BatchNorm, BatchShardedTrainingPaysItsStatisticsAllReduces) {
+  auto costs = [](bool training) {
+    Builder b;
+    ValueId x = b.input("x", {8, 64, 4, 4});
+    ValueId w = b.param("w", {64}), bias = b.param("b", {64});
+    ValueId rm = b.buffer("rm", {64}), rv = b.buffer("rv", {64});
+    b.op("aten::batch_norm", {x, w, bias, rm, rv, b.b(training), b.f(0.1), b.f(1e-5), b.b(true)},
+         {8, 64, 4, 4});
+    mesh::DeviceMesh m = *mesh::DeviceMesh::parse("4");
+    auto all = enumerate(b.g, m);
+    std::map<std::string, double> by;
+    for (const NodeStrategies& ns : all)
+      if (ns.node == b.last())
+        for (const Strategy& s : ns.strategies) by[s.toString()] = s.compute_us;
+    return by;
+  };
+  auto eval = costs(false), train = costs(true);
+  const std::string batch = "S(0),R,R,R,R -> S(0)", channels = "S(1),S(0),S(0),S(0),S(0) -> S(1)";
+  mesh::DeviceMesh m = *mesh::DeviceMesh::parse("4");
+  // The parameters take gradients: two all-reduces forward, two backward.
+  EXPECT_NEAR(train.at(batch) - eval.at(batch), syncNormUs(m, {0}, 64, 4, true), 1e-9);
+  EXPECT_GT(syncNormUs(m, {0}, 64, 4, false), 0);
+  EXPECT_DOUBLE_EQ(train.at(channels), eval.at(channels));  // each rank has whole channels
+  EXPECT_EQ(syncNormMeshDims({mesh::Placement::shard(0), mesh::Placement::shard(1)}),
+            std::vector<size_t>{0});
 }
 
 TEST(Softmax, SoftmaxDimReplicate) {

@@ -6,6 +6,10 @@
 //===----------------------------------------------------------------------===//
 #include "node_check.h"
 
+#include <algorithm>
+
+#include "apc/strategy/sync_norm.h"
+
 #include "apc/cost/layout.h"
 #include "apc/support/strings.h"
 #include "local_rewrite.h"
@@ -193,6 +197,49 @@ std::optional<std::string> checkStrategyForm(const ir::Graph& g, const ir::Node&
   return std::nullopt;
 }
 
+namespace {
+
+/// batch_norm(x, weight, bias, ..., eps) on rank `coord`'s piece of x with the statistics of the
+/// pieces of every rank that differs from it only in `sync_dims` (the reduction the runtime does
+/// with all-reduces). Running stats are not compared.
+Expected<std::vector<c10::IValue>> syncNormOnRank(const std::vector<c10::IValue>& args,
+                                                  const RankTensors& pieces,
+                                                  const mesh::DeviceMesh& mesh,
+                                                  const std::vector<int64_t>& coord,
+                                                  const std::vector<size_t>& sync_dims) {
+  const at::Tensor x = args.at(0).toTensor();
+  std::vector<int64_t> dims, shape(static_cast<size_t>(x.dim()), 1);
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (d != 1) dims.push_back(d);
+  shape[1] = x.size(1);
+  std::vector<at::Tensor> group;
+  for (int64_t r = 0; r < mesh.worldSize(); ++r) {
+    std::vector<int64_t> c = mesh.coordinate(r);
+    bool same = true;
+    for (size_t m = 0; m < mesh.ndim(); ++m)
+      if (std::find(sync_dims.begin(), sync_dims.end(), m) == sync_dims.end() && c[m] != coord[m])
+        same = false;
+    if (same) group.push_back(pieces[static_cast<size_t>(r)]);
+  }
+  at::Tensor sum = at::zeros({x.size(1)}, x.options());
+  double count = 0;
+  for (const at::Tensor& p : group) {
+    sum = sum + p.sum(dims);
+    count += static_cast<double>(p.numel() / std::max<int64_t>(p.size(1), 1));
+  }
+  at::Tensor mean = sum / count;
+  at::Tensor sq = at::zeros({x.size(1)}, x.options());
+  for (const at::Tensor& p : group) sq = sq + (p - mean.view(shape)).pow(2).sum(dims);
+  at::Tensor var = sq / count;
+  const double eps = args.at(7).isInt() ? static_cast<double>(args[7].toInt()) : args[7].toDouble();
+  at::Tensor y = (x - mean.view(shape)) * at::rsqrt(var + eps).view(shape);
+  if (args.at(1).isTensor()) y = y * args[1].toTensor().view(shape);
+  if (args.at(2).isTensor()) y = y + args[2].toTensor().view(shape);
+  return std::vector<c10::IValue>{y};
+}
+
+}  // namespace
+
 std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& node, const NodeOp& op,
                                          const strategy::Strategy& s, const mesh::DeviceMesh& mesh,
                                          const std::vector<c10::IValue>& full_inputs,
@@ -228,6 +275,11 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
   mark(s.inputs);
   mark(s.outputs);
   std::string notes;
+  // A batch-sharded training-mode batch_norm reduces its statistics across the ranks that cut
+  // them (apc/strategy/sync_norm.h): simulated here from every rank's input piece.
+  std::vector<size_t> sync_dims;
+  if (strategy::isTrainingBatchNorm(g, node) && s.inputs[0])
+    sync_dims = strategy::syncNormMeshDims(*s.inputs[0]);
   for (int64_t r = 0; r < world; ++r) {
     const std::vector<int64_t> coord = mesh.coordinate(r);
     std::vector<int64_t> rep_coord = coord;
@@ -277,7 +329,9 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     }
     if (op.schema() && op.schema()->is_mutable())  // the inputs are views of shared tensors
       for (c10::IValue& a : args) a = cloneValue(a);
-    Expected<std::vector<c10::IValue>> outs = op.run(std::move(args), node.outputs.size());
+    Expected<std::vector<c10::IValue>> outs =
+        !sync_dims.empty() ? syncNormOnRank(args, in_locals[0][0], mesh, coord, sync_dims)
+                           : op.run(std::move(args), node.outputs.size());
     ++stats.rank_calls;
     if (!outs.ok())
       return "rank " + std::to_string(r) + " failed: " + outs.error().message() + notes;

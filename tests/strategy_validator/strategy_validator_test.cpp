@@ -8,7 +8,8 @@
 // repeat); their count is reported.
 //
 // Executed samples run at small shapes (the op set and the rules are what matter, not the size):
-// toy_block x:[2,4,1024], mlp_stack, gpt2_tiny*, llama_tiny*, cnn_small, multi_output, with batch
+// toy_block x:[2,4,1024], mlp_stack, gpt2_tiny*, llama_tiny*, cnn_small, resnet_bottleneck,
+// multi_output, with batch
 // and sequence lengths chosen to include uneven shards. The stub-weight samples (gpt2_small*,
 // llama_small, llama3_8b: zero-stride weights, too big to execute) share the op set and rules of
 // their tiny siblings; for them the test asserts that every op they use with strategies was
@@ -73,6 +74,8 @@ const ExecutedSample kExecuted[] = {
     {"llama_tiny", {"tokens:i64[4,12]"}},
     {"llama_tiny_scripted", {"tokens:i64[6,10]"}},
     {"cnn_small", {"x:f32[4,3,16,16]"}},
+    // Training-mode BatchNorm (batch-sharded with synchronized statistics), in-place ops.
+    {"resnet_bottleneck", {"x:f64[4,3,32,32]"}},
     {"multi_output", {}},
     // Hugging Face transformers' LlamaForCausalLM and GPT2LMHeadModel (small configs), traced.
     {"hf_llama_tiny", {"input_ids:i64[2,8]"}},

@@ -38,6 +38,9 @@ void registerLossRules(Registry& r);
 void registerTensorOpRules(Registry& r);
 /// convolution, max/avg pooling (lib/strategy/conv.cpp).
 void registerConvRules(Registry& r);
+/// For every registered aten op `aten::f[.o]` without an in-place rule, `aten::f_[.o]`: the
+/// out-of-place strategies whose output 0 is placed as input 0 (call after the others).
+void registerInPlaceVariants(Registry& r);
 
 /// Every family above.
 void registerAllRules(Registry& r);

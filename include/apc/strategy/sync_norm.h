@@ -1,0 +1,42 @@
+//===- apc/strategy/sync_norm.h - Batch-sharded training-mode BatchNorm ---===//
+//
+// A training-mode batch_norm normalizes with the statistics of the whole batch. When a strategy
+// shards its input along a dim other than the channel dim 1 (the batch, or a spatial dim) on some
+// mesh dims, every rank holds part of each channel's population: the statistics are reduced
+// across those mesh dims, as torch.nn.SyncBatchNorm does, so that the sharded layer equals the
+// single-device one:
+//   forward   sum(x) all-reduced -> mean;  sum((x - mean)^2) all-reduced -> biased var;
+//             y = (x - mean) / sqrt(var + eps) * weight + bias; the running stats are updated from
+//             the global mean and the unbiased global var, identically on every rank;
+//   backward  the transposes of the two all-reduces (all-reduces of the statistics' gradients),
+//             which autograd derives; weight and bias gradients are Partial like any replicated
+//             parameter of a sharded op.
+// This header is the one definition of when that happens and what it costs; the enumerator
+// prices it into the node's cost, lowering records the mesh dims in the program
+// (proto::SyncNorm), the runtime executes it.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "apc/ir/graph.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/placement.h"
+
+namespace apc::strategy {
+
+/// True for aten::batch_norm whose `training` argument is the constant true.
+bool isTrainingBatchNorm(const ir::Graph& g, const ir::Node& n);
+
+/// The mesh dims over which a training-mode batch_norm whose input is placed `input` reduces its
+/// statistics: those that shard a tensor dim other than the channel dim 1.
+std::vector<size_t> syncNormMeshDims(const mesh::PlacementTuple& input);
+
+/// The time of those reductions for `channels` statistics of `elem_bytes` each: two all-reduces
+/// forward and, with `backward`, two more, on each mesh dim of `dims`.
+double syncNormUs(const mesh::DeviceMesh& mesh, const std::vector<size_t>& dims, int64_t channels,
+                  int64_t elem_bytes, bool backward);
+
+}  // namespace apc::strategy

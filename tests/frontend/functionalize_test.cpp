@@ -1,0 +1,173 @@
+//===- tests/frontend/functionalize_test.cpp - In-place ops out of place ---===//
+//
+// functionalizeInPlace on hand-built graphs: traced form (later reads already rebound), scripted
+// form (later reads of the written value), writes into module state kept, writes through a view
+// whose base is read later refused; and the schema facts LibTorch gives for real ops.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/frontend/functionalize.h"
+
+#include <gtest/gtest.h>
+
+namespace apc::frontend {
+namespace {
+
+ir::TensorMeta f32(std::vector<int64_t> s) {
+  ir::TensorMeta m;
+  for (int64_t d : s) m.shape.push_back(ir::Dim::fixed(d));
+  m.dtype = ir::DType::kF32;
+  return m;
+}
+
+struct Builder {
+  ir::Graph g;
+  ir::ValueId tensor(const std::string& name) {
+    ir::Value v;
+    v.type = ir::ValueType::kTensor;
+    v.debug_name = name;
+    v.tensor = f32({4, 4});
+    return g.addValue(std::move(v));
+  }
+  ir::ValueId leaf(ir::NodeKind kind, const std::string& name) {
+    ir::ValueId v = tensor(name);
+    ir::Node n;
+    n.kind = kind;
+    n.op = ir::nodeKindName(kind);
+    n.name = name;
+    n.outputs = {v};
+    g.addNode(std::move(n));
+    return v;
+  }
+  ir::NodeId op(const std::string& op, const std::string& overload, std::vector<ir::ValueId> in,
+                ir::ValueId* out) {
+    *out = tensor(op);
+    ir::Node n;
+    n.op = op;
+    n.overload = overload;
+    n.inputs = std::move(in);
+    n.outputs = {*out};
+    return g.addNode(std::move(n));
+  }
+};
+
+/// relu_ and add_.Tensor write input 0; view returns an alias of input 0.
+NodeAliasing table(const ir::Node& n) {
+  NodeAliasing a;
+  a.output_aliases.assign(n.outputs.size(), -1);
+  if (n.op == "aten::relu_") a = {true, "aten::relu", "", {0}};
+  if (n.op == "aten::add_") a = {true, "aten::add", n.overload, {0}};
+  if (n.op == "aten::view") a.output_aliases = {0};
+  return a;
+}
+
+TEST(Functionalize, TracedChainBecomesOutOfPlace) {
+  Builder b;
+  ir::ValueId x = b.leaf(ir::NodeKind::kInput, "x");
+  ir::ValueId h, r, s;
+  b.op("aten::neg", "", {x}, &h);
+  ir::NodeId relu = b.op("aten::relu_", "", {h}, &r);
+  ir::NodeId add = b.op("aten::add_", "Tensor", {r, x}, &s);
+  b.g.setOutputs(ir::OutputTree::makeLeaf(s));
+  auto rep = functionalizeInPlace(b.g, table);
+  ASSERT_TRUE(rep.ok()) << rep.error().message();
+  EXPECT_EQ(rep->functionalized, 2);
+  EXPECT_EQ(rep->kept, 0);
+  EXPECT_EQ(b.g.node(relu).qualifiedOp(), "aten::relu");
+  EXPECT_EQ(b.g.node(add).qualifiedOp(), "aten::add.Tensor");
+  EXPECT_EQ(b.g.node(add).inputs[0], r);
+  EXPECT_TRUE(b.g.verify().ok());
+}
+
+TEST(Functionalize, ScriptedReadsAfterTheWriteReadTheNewValue) {
+  // h = neg(x); y = h.relu_(); z = h * 2; return (h)  ->  z and the output read y.
+  Builder b;
+  ir::ValueId x = b.leaf(ir::NodeKind::kInput, "x");
+  ir::ValueId h, y, z;
+  ir::NodeId neg = b.op("aten::neg", "", {x}, &h);
+  b.op("aten::relu_", "", {h}, &y);
+  ir::NodeId mul = b.op("aten::mul", "Tensor", {h, h}, &z);
+  ir::OutputTree t;
+  t.kind = ir::OutputTree::Kind::kTuple;
+  t.children = {ir::OutputTree::makeLeaf(h), ir::OutputTree::makeLeaf(z)};
+  b.g.setOutputs(t);
+  auto rep = functionalizeInPlace(b.g, table);
+  ASSERT_TRUE(rep.ok()) << rep.error().message();
+  EXPECT_EQ(rep->functionalized, 1);
+  EXPECT_EQ(b.g.node(mul).inputs, (std::vector<ir::ValueId>{y, y}));
+  EXPECT_EQ(b.g.outputs().children[0].leaf, y);
+  EXPECT_EQ(b.g.node(neg).inputs[0], x);  // reads before the write keep the old value
+}
+
+TEST(Functionalize, WritesIntoModuleStateStayInPlace) {
+  Builder b;
+  ir::ValueId count = b.leaf(ir::NodeKind::kBuffer, "bn.num_batches_tracked");
+  ir::ValueId one = b.leaf(ir::NodeKind::kBuffer, "one");
+  ir::ValueId out;
+  ir::NodeId add = b.op("aten::add_", "Tensor", {count, one}, &out);
+  b.g.setOutputs(ir::OutputTree::makeLeaf(out));
+  auto rep = functionalizeInPlace(b.g, table);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->kept, 1);
+  EXPECT_EQ(b.g.node(add).qualifiedOp(), "aten::add_.Tensor");
+}
+
+TEST(Functionalize, WriteThroughAViewWhoseBaseIsReadLaterIsRefused) {
+  Builder b;
+  ir::ValueId x = b.leaf(ir::NodeKind::kInput, "x");
+  ir::ValueId h, v, w, z;
+  b.op("aten::neg", "", {x}, &h);
+  b.op("aten::view", "", {h}, &v);
+  ir::NodeId relu = b.op("aten::relu_", "", {v}, &w);
+  b.g.node(relu).source = "model.py:7";
+  b.op("aten::sum", "", {h}, &z);  // reads the base after the write: sees relu'd values
+  b.g.setOutputs(ir::OutputTree::makeLeaf(z));
+  auto rep = functionalizeInPlace(b.g, table);
+  ASSERT_FALSE(rep.ok());
+  EXPECT_NE(rep.error().message().find("in-place aten::relu_ at model.py:7"), std::string::npos)
+      << rep.error().message();
+}
+
+TEST(Functionalize, WriteThroughAViewNobodyReadsLaterIsRewritten) {
+  Builder b;
+  ir::ValueId x = b.leaf(ir::NodeKind::kInput, "x");
+  ir::ValueId h, v, w;
+  b.op("aten::neg", "", {x}, &h);
+  b.op("aten::view", "", {h}, &v);
+  b.op("aten::relu_", "", {v}, &w);
+  b.g.setOutputs(ir::OutputTree::makeLeaf(w));
+  auto rep = functionalizeInPlace(b.g, table);
+  ASSERT_TRUE(rep.ok());
+  EXPECT_EQ(rep->functionalized, 1);
+}
+
+TEST(Functionalize, SchemaFactsFromLibTorch) {
+  ir::Node n;
+  n.op = "aten::add_";
+  n.overload = "Tensor";
+  n.outputs = {ir::ValueId(0)};
+  NodeAliasing a = torchSchemaAliasing(n);
+  EXPECT_TRUE(a.in_place);
+  EXPECT_EQ(a.functional_op, "aten::add");
+  EXPECT_EQ(a.functional_overload, "Tensor");
+
+  n.op = "aten::bernoulli_";  // bernoulli_.float -> bernoulli.p: another overload name
+  n.overload = "float";
+  a = torchSchemaAliasing(n);
+  EXPECT_TRUE(a.in_place);
+  EXPECT_EQ(a.functional_op, "aten::bernoulli");
+  EXPECT_EQ(a.functional_overload, "p");
+
+  n.op = "aten::view";
+  n.overload = "";
+  a = torchSchemaAliasing(n);
+  EXPECT_FALSE(a.in_place);
+  EXPECT_EQ(a.output_aliases, std::vector<int>{0});
+
+  n.op = "aten::relu";
+  a = torchSchemaAliasing(n);
+  EXPECT_FALSE(a.in_place);
+  EXPECT_EQ(a.output_aliases, std::vector<int>{-1});
+}
+
+}  // namespace
+}  // namespace apc::frontend
