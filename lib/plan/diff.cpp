@@ -138,6 +138,8 @@ PlanDiff diffPlans(const Plan& a, const Plan& b) {
   }
   d.totals_a = a.totals;
   d.totals_b = b.totals;
+  d.budget_a = budgetNote(a);
+  d.budget_b = budgetNote(b);
   d.total_delta_us = canonicalNumber(b.totals.total_us - a.totals.total_us);
   return d;
 }
@@ -190,15 +192,15 @@ std::string diffText(const PlanDiff& d) {
       }
     }
   }
-  auto totals = [](const char* which, const PlanTotals& t) {
+  auto totals = [](const char* which, const PlanTotals& t, const std::string& budget) {
     return std::string(which) + ": step " + formatMicros(t.total_us) + " (compute " +
            formatMicros(t.compute_us) + ", comm " + formatMicros(t.comm_us) +
            "), parameter memory per rank " +
            humanBytes(static_cast<double>(t.param_bytes_per_rank)) + " of " +
-           humanBytes(static_cast<double>(t.param_bytes_total)) + "\n";
+           humanBytes(static_cast<double>(t.param_bytes_total)) + budget + "\n";
   };
-  out += totals("a", d.totals_a);
-  out += totals("b", d.totals_b);
+  out += totals("a", d.totals_a, d.budget_a);
+  out += totals("b", d.totals_b, d.budget_b);
   out += "total delta (b - a): " + signedUs(d.total_delta_us) + "\n";
   return out;
 }
@@ -245,6 +247,8 @@ nlohmann::json toJson(const PlanDiff& d) {
           {"parameters", params},
           {"totals_a", totals(d.totals_a)},
           {"totals_b", totals(d.totals_b)},
+          {"over_budget_a", !d.budget_a.empty()},
+          {"over_budget_b", !d.budget_b.empty()},
           {"changed_delta_us", num(d.changed_delta_us)},
           {"cost_changes", cost_changes},
           {"cost_change_delta_us", num(d.cost_change_delta_us)},

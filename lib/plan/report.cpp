@@ -45,6 +45,16 @@ std::string formatMicros(double us) {
   return printf1("%.3f us", us);
 }
 
+std::string budgetNote(const Plan& p) {
+  const PlanTotals& t = p.totals;
+  if (t.param_memory_fraction <= t.memory_high + 1e-9 &&
+      t.param_memory_fraction >= t.memory_low - 1e-9)
+    return "";
+  std::string who = p.solver.baseline.empty() ? "this plan" : p.solver.baseline;
+  return "; OVER the budget: " + who + " keeps " + percent(t.param_memory_fraction) +
+         " per rank, the budget allows " + percent(t.memory_low) + " to " + percent(t.memory_high);
+}
+
 std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   std::string out;
   const PlanTotals& t = p.totals;
@@ -56,7 +66,7 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   out += "parameter memory per rank: " + humanBytes(static_cast<double>(t.param_bytes_per_rank)) +
          " of " + humanBytes(static_cast<double>(t.param_bytes_total)) + " (" +
          percent(t.param_memory_fraction) + "; budget " + percent(t.memory_low) + " to " +
-         percent(t.memory_high) + ")\n";
+         percent(t.memory_high) + ")" + budgetNote(p) + "\n";
 
   // Parameters grouped by module, modules in order of first appearance.
   std::vector<std::string> modules;

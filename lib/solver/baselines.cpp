@@ -241,9 +241,73 @@ Expected<std::map<std::string, PlacementTuple>> baselineParameterPlacements(
   return out;
 }
 
+std::vector<bool> batchCarryingValues(const ir::Graph& g) {
+  std::vector<bool> carries(g.numValues(), false);
+  int64_t batch = 0;
+  for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
+    const ir::Value& v = g.value(g.node(id).outputs.at(0));
+    if (v.tensor && v.tensor->rank() >= 1 && v.tensor->shape[0].size > 0) {
+      batch = v.tensor->shape[0].size;
+      break;
+    }
+  }
+  if (batch <= 0) return carries;
+  std::vector<bool> from_input(g.numValues(), false);
+  for (const ir::Node& n : g.nodes()) {
+    bool dep = n.kind == ir::NodeKind::kInput;
+    for (ir::ValueId in : n.inputs) dep = dep || from_input[in.v];
+    for (ir::ValueId out : n.outputs) {
+      from_input[out.v] = dep;
+      const ir::Value& v = g.value(out);
+      carries[out.v] = dep && v.tensor && v.tensor->rank() >= 1 &&
+                       v.tensor->shape[0].size >= batch && v.tensor->shape[0].size % batch == 0;
+    }
+  }
+  return carries;
+}
+
 Expected<GraphProblem> applyBaseline(GraphProblem gp, const ir::Graph& g, Baseline b,
                                      const mesh::DeviceMesh& m) {
   APC_ASSIGN_OR_RETURN(auto placements, baselineParameterPlacements(g, b, m));
+  // The data-parallel mesh dims compute on batch shards: every op whose outputs carry the batch
+  // takes a strategy with those outputs S(0) on each of them, when it has one (see baselines.h).
+  size_t dp_dims = 0;
+  switch (b) {
+    case Baseline::kDdp:
+    case Baseline::kFsdp:
+      dp_dims = m.ndim();
+      break;
+    case Baseline::kTp:
+      break;
+    case Baseline::kFsdpTp:
+      dp_dims = m.ndim() - 1;
+      break;
+  }
+  const std::vector<bool> carries = dp_dims ? batchCarryingValues(g) : std::vector<bool>{};
+  for (size_t i = 0; dp_dims && i < gp.graph_nodes.size(); ++i) {
+    if (!gp.graph_nodes[i].valid() || gp.graph_nodes[i].v >= g.numNodes()) continue;
+    const ir::Node& n = g.node(gp.graph_nodes[i]);
+    if (n.kind != ir::NodeKind::kOp) continue;
+    std::vector<size_t> batch_outputs;
+    for (size_t k = 0; k < n.outputs.size(); ++k)
+      if (carries[n.outputs[k].v]) batch_outputs.push_back(k);
+    if (batch_outputs.empty()) continue;
+    const auto& strats = gp.strategies.at(i);
+    std::vector<bool> data_parallel(strats.size(), false);
+    bool any = false;
+    for (size_t s = 0; s < strats.size(); ++s) {
+      bool ok = true;
+      for (size_t k : batch_outputs) {
+        const auto& out = strats[s].outputs.at(k);
+        for (size_t j = 0; ok && j < dp_dims; ++j) ok = out && (*out)[j].isShard(0);
+      }
+      data_parallel[s] = ok;
+      any = any || ok;
+    }
+    if (!any) continue;
+    for (size_t s = 0; s < strats.size(); ++s)
+      if (!data_parallel[s]) gp.problem.nodes.at(i).costs.at(s) = kInfinity;
+  }
   for (size_t i = 0; i < gp.graph_nodes.size(); ++i) {
     if (!gp.graph_nodes[i].valid()) continue;
     if (gp.graph_nodes[i].v >= g.numNodes())

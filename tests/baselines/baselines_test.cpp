@@ -9,6 +9,8 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "apc/solver/baselines.h"
 #include "samples.h"
 
@@ -223,6 +225,42 @@ TEST(Baselines, ApplyPinsParametersAndDropsTheMemoryBound) {
   // A problem of another mesh is refused.
   auto other = applyBaseline(*gp, *g, Baseline::kDdp, meshOf("8"));
   EXPECT_FALSE(other.ok());
+}
+
+// DDP and FSDP compute on batch shards: every op whose output carries the batch is S(0) on the
+// data-parallel mesh dims in the solved baseline (issue: a ddp plan of llama_tiny used to gather
+// the batch and compute R,R -> R with replicated weights, which is not DDP). fsdp+tp keeps the
+// batch cut on its first mesh dim only.
+TEST(Baselines, DataParallelBaselinesComputeOnBatchShards) {
+  const auto& g = sampleGraph("llama_tiny");
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  std::vector<bool> carries = batchCarryingValues(*g);
+  for (auto [b, mesh_text, dp_dims] :
+       {std::tuple{Baseline::kDdp, "4", size_t{1}}, std::tuple{Baseline::kFsdp, "2x2", size_t{2}},
+        std::tuple{Baseline::kFsdpTp, "2x2", size_t{1}}}) {
+    SCOPED_TRACE(baselineName(b));
+    auto m = meshOf(mesh_text);
+    auto gp =
+        buildProblem(*g, m, [&](const ir::TensorMeta& t) { return dataParallelInput(t, m, b); });
+    ASSERT_TRUE(gp.ok()) << gp.error().message();
+    auto bgp = applyBaseline(*gp, *g, b, m);
+    ASSERT_TRUE(bgp.ok()) << bgp.error().message();
+    auto s = solveGraphProblem(*bgp);
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    int linears = 0;
+    for (size_t i = 0; i < bgp->problem.nodes.size(); ++i) {
+      if (!bgp->graph_nodes[i].valid()) continue;
+      const ir::Node& n = g->node(bgp->graph_nodes[i]);
+      if (n.op != "aten::linear") continue;
+      ASSERT_TRUE(carries[n.outputs[0].v]) << n.module_path;
+      const auto& out = bgp->strategies[i][s->choice[i]].outputs[0];
+      ASSERT_TRUE(out.has_value());
+      for (size_t j = 0; j < dp_dims; ++j)
+        EXPECT_TRUE((*out)[j].isShard(0)) << n.module_path << " " << mesh::toString(*out);
+      ++linears;
+    }
+    EXPECT_GE(linears, 14);  // 2 layers x 7 projections + the output head
+  }
 }
 
 }  // namespace

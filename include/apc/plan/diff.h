@@ -43,6 +43,7 @@ struct PlanDiff {
   std::vector<NodeChange> cost_changes;
   std::vector<ParameterChange> parameters;
   PlanTotals totals_a, totals_b;
+  std::string budget_a, budget_b;   // budgetNote of each plan ("" within its budget)
   double total_delta_us = 0;        // totals_b.total_us - totals_a.total_us
   double changed_delta_us = 0;      // sum of the deltas of `nodes`
   double cost_change_delta_us = 0;  // sum of the deltas of `cost_changes`

@@ -25,6 +25,10 @@ std::string formatMicros(double us);
 /// The summary `apc plan` prints. With `timings`, the solver line ends with the solver's own time
 /// and a last line gives the time per phase; without, neither is printed.
 std::string summaryText(const Plan& p, const PhaseTimings* timings);
+/// "" when the plan's parameter memory per rank is within its budget, else "; OVER the budget:
+/// <baseline> keeps 100.00% per rank, the budget allows 0.00% to 25.00%" (baselines ignore the
+/// budget; the optimizer never exceeds it).
+std::string budgetNote(const Plan& p);
 
 /// The optimizer log: per node `#<i> %<name>  <op>  <module>  placement=<in> -> <out>
 /// cost=(comm <c>, compute <c>)`, then the totals.

@@ -93,9 +93,18 @@ std::map<std::string, TpRole> megatronRoles(const ir::Graph& g);
 Expected<std::map<std::string, mesh::PlacementTuple>> baselineParameterPlacements(
     const ir::Graph& g, Baseline b, const mesh::DeviceMesh& m);
 
+/// Values that carry the batch: computed from a model input, of rank >= 1, with dim 0 a multiple
+/// of (and at least) the first input's dim 0. Indexed by value id.
+std::vector<bool> batchCarryingValues(const ir::Graph& g);
+
 /// The baseline as a problem: every parameter node of `gp` pinned (group "baseline") to the
 /// placement of baselineParameterPlacements (replacing any earlier pin on it), the memory bound
-/// removed, everything else unchanged. `g` and `m` must be those `gp` was built from. Errors: as
+/// removed. On the data-parallel mesh dims (ddp, fsdp: all; fsdp+tp: all but the last; tp: none)
+/// every op node whose outputs carry the batch (batchCarryingValues) may only take strategies
+/// with those outputs S(0) there (the others cost +infinity), when it has any: compute is batch
+/// sharded as in DDP/FSDP, with replicated (ddp) or gathered-per-use (fsdp) parameters and their
+/// Partial gradients all-reduced (ddp) or reduce-scattered (fsdp) by the edges' pricing.
+/// Everything else is left to the solver. `g` and `m` must be those `gp` was built from. Errors: as
 /// baselineParameterPlacements, and kInternal when a placement is not among the node's strategies.
 Expected<GraphProblem> applyBaseline(GraphProblem gp, const ir::Graph& g, Baseline b,
                                      const mesh::DeviceMesh& m);
