@@ -306,9 +306,10 @@ class Importer {
         APC_RETURN_IF_ERROR(interpretGetAttr(node));
       } else if (k == c10::prim::If) {
         APC_RETURN_IF_ERROR(interpretIf(node));
-      } else if (k == c10::prim::Loop || k == c10::prim::CallMethod ||
-                 k == c10::prim::CallFunction || k == c10::prim::fork || k == c10::prim::Enter ||
-                 k == c10::prim::RaiseException) {
+      } else if (k == c10::prim::Loop) {
+        APC_RETURN_IF_ERROR(interpretLoop(node));
+      } else if (k == c10::prim::CallMethod || k == c10::prim::CallFunction ||
+                 k == c10::prim::fork || k == c10::prim::Enter || k == c10::prim::RaiseException) {
         return unsupported("cannot flatten control flow " + std::string(k.toQualString()) +
                            where(node) +
                            " (use tracing, or make the branch independent of the inputs)");
@@ -389,14 +390,54 @@ class Importer {
       return unsupported(
           "cannot flatten control flow prim::If whose condition depends on tensor values" +
           where(node));
-    if (cond.tainted || !cond.iv.isBool())
+    // A condition computed from the inputs' shapes (not their values) is known here: the plan is
+    // made for these shapes (torch's _verify_batch_size in BatchNorm, rank checks).
+    if (!cond.iv.isBool())
       return unsupported(
-          "cannot flatten control flow prim::If whose condition depends on the inputs" +
+          "cannot flatten control flow prim::If whose condition is not known at import" +
           where(node));
     tj::Block* taken = node->blocks().at(cond.iv.toBool() ? 0 : 1);
     APC_RETURN_IF_ERROR(interpretBlock(taken));
     for (size_t i = 0; i < node->outputs().size(); ++i)
       slots_[node->outputs()[i]] = slots_.at(taken->outputs()[i]);
+    return Status::success();
+  }
+
+  /// prim::Loop whose trip count and conditions are known at import (computed from constants,
+  /// module attributes or the inputs' shapes, never from tensor values): unrolled.
+  Status interpretLoop(tj::Node* node) {
+    const Slot& trip = slots_.at(node->input(0));
+    const Slot& start = slots_.at(node->input(1));
+    if (trip.data_dependent || start.data_dependent || !trip.iv.isInt() || !start.iv.isBool())
+      return unsupported(
+          "cannot flatten control flow prim::Loop whose trip count or condition depends on "
+          "tensor values" +
+          where(node));
+    constexpr int64_t kMaxUnroll = 4096;
+    const int64_t max_trips = trip.iv.toInt();
+    bool cond = start.iv.toBool();
+    tj::Block* body = node->blocks().at(0);
+    std::vector<Slot> carried;
+    for (size_t i = 2; i < node->inputs().size(); ++i) carried.push_back(slots_.at(node->input(i)));
+    int64_t i = 0;
+    for (; i < max_trips && cond; ++i) {
+      if (i == kMaxUnroll)
+        return unsupported("prim::Loop runs more than " + std::to_string(kMaxUnroll) +
+                           " iterations; apc unrolls loops at import" + where(node));
+      Slot counter;
+      counter.iv = c10::IValue(i);
+      slots_[body->inputs().at(0)] = counter;
+      for (size_t k = 0; k < carried.size(); ++k) slots_[body->inputs().at(k + 1)] = carried[k];
+      APC_RETURN_IF_ERROR(interpretBlock(body));
+      const Slot& c = slots_.at(body->outputs().at(0));
+      if (c.data_dependent || !c.iv.isBool())
+        return unsupported(
+            "cannot flatten control flow prim::Loop whose condition depends on tensor values" +
+            where(node));
+      cond = c.iv.toBool();
+      for (size_t k = 0; k < carried.size(); ++k) carried[k] = slots_.at(body->outputs().at(k + 1));
+    }
+    for (size_t k = 0; k < carried.size(); ++k) slots_[node->outputs().at(k)] = carried[k];
     return Status::success();
   }
 
@@ -472,6 +513,17 @@ class Importer {
       stack.resize(stack.size() - n);
       stack.emplace_back(
           at::empty(out, at::TensorOptions().device(at::kMeta).dtype(q.scalar_type())));
+      return true;
+    }
+    if (op == "aten::roll" || op == "aten::flip") {
+      // (self, ...) -> self's shape and dtype.
+      size_t n = node->inputs().size();
+      tj::Stack args(stack.end() - static_cast<long>(n), stack.end());
+      if (n < 1 || !args[0].isTensor()) return false;
+      at::Tensor self = args[0].toTensor();
+      stack.resize(stack.size() - n);
+      stack.emplace_back(
+          at::empty(self.sizes(), at::TensorOptions().device(at::kMeta).dtype(self.scalar_type())));
       return true;
     }
     if (op == "aten::_convolution" || op == "aten::convolution" || op == "aten::conv2d" ||

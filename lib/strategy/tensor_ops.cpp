@@ -129,6 +129,23 @@ std::vector<DimStrategy> triangleRule(const RuleContext& c) {
   return uniformStrategies(c, dimsExcept(r, {r - 2, r - 1}), kSumOnly);
 }
 
+/// roll(self, shifts, dims) and flip(self, dims): the rolled or flipped dims stay whole; a roll
+/// without dims rolls the flattened tensor (all R). Both are linear: Partial passes through.
+std::vector<DimStrategy> rollRule(const RuleContext& c, size_t dims_arg) {
+  int64_t r = c.inputRank(0);
+  if (r < 0 || c.outputRank(0) != r) return {};
+  auto dims = c.intListArg(dims_arg);
+  if (!dims) return {};
+  if (dims->empty()) return {replicateAll(c)};
+  std::vector<int64_t> kept;
+  for (int64_t d : *dims) {
+    auto n = normDim(d, r);
+    if (!n) return {};
+    kept.push_back(*n);
+  }
+  return uniformStrategies(c, dimsExcept(r, kept), kSumOnly);
+}
+
 /// prim::ListConstruct building a Tensor[] and prim::ListUnpack of one: every element alike.
 std::vector<DimStrategy> listRule(const RuleContext& c) {
   return identityStrategies(c, kSumOnly);
@@ -170,6 +187,10 @@ void registerTensorOpRules(Registry& r) {
       "aten::split_with_sizes", [](const RuleContext& c) { return exceptDimRule(c, 2); },
       OpFamily::kView, noWork);
   r.add("aten::stack", stackRule, OpFamily::kIndex);
+  r.add(
+      "aten::roll", [](const RuleContext& c) { return rollRule(c, 2); }, OpFamily::kIndex);
+  r.add(
+      "aten::flip", [](const RuleContext& c) { return rollRule(c, 1); }, OpFamily::kIndex);
   r.add("aten::tril", triangleRule, OpFamily::kPointwise);
   r.add("aten::triu", triangleRule, OpFamily::kPointwise);
   r.add("aten::unbind.int", dropDimRule, OpFamily::kView, noWork);

@@ -815,6 +815,35 @@ TEST(ExportedFixtures, ControlFlowAndCustomOpsAreErrors) {
                 "op torch.ops.apc_test.scale.default at node scale is not an ATen operator");
 }
 
+// TorchScript control flow known once shapes and module attributes are: unrolled and folded at
+// import (the loop over range(x.dim() - 2) twice, BatchNorm's _verify_batch_size loop, `if
+// self.training`, an error path with string formatting never taken); a trip count read from the
+// input's values stays a one-line error.
+TEST(ExportedFixtures, ScriptedControlFlowKnownFromShapesIsFolded) {
+  REQUIRE_FIXTURES();
+  ImportOptions o;
+  o.inputs = {
+      InputSpec{"x",
+                ir::DType::kF32,
+                {ir::Dim::fixed(2), ir::Dim::fixed(3), ir::Dim::fixed(8), ir::Dim::fixed(8)}}};
+  auto g = importModel((fixtures() / "scripted_loops.pt").string(), o);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  int scalings = 0, relus = 0;
+  for (const ir::Node& n : g->nodes()) {
+    EXPECT_NE(n.op, "prim::Loop");
+    EXPECT_NE(n.op, "aten::format");
+    if (n.op == "aten::mul" && n.overload == "Scalar") ++scalings;
+    if (n.op == "aten::relu") ++relus;
+  }
+  EXPECT_EQ(scalings, 2);  // x.dim() - 2 iterations
+  EXPECT_EQ(relus, 1);     // self.training
+  o.inputs = {InputSpec{"x", ir::DType::kF32, {ir::Dim::fixed(4)}}};
+  auto data = importModel((fixtures() / "scripted_data_loop.pt").string(), o);
+  ASSERT_FALSE(data.ok());
+  EXPECT_NE(data.error().message().find("depends on tensor values"), std::string::npos) << data.error().message();
+  EXPECT_EQ(data.error().message().find('\n'), std::string::npos) << data.error().message();
+}
+
 TEST(ExportedFixtures, BufferMutationsAreNotOutputs) {
   REQUIRE_FIXTURES();
   // Functional form: the running statistics are buffer_mutation outputs of the program.

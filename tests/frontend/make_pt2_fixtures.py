@@ -11,6 +11,10 @@ Writes, into OUT_DIR, programs whose features the sample models do not have:
   custom_op.pt2    a torch.library custom op (apc_test::scale): not an ATen operator
   two_dims.pt2     dynamic batch and sequence dims, flattened together (a size B*T)
   constant.pt2     a plain tensor attribute read by forward: a lifted tensor constant
+  scripted_loops.pt   TorchScript (torch.jit.script) with control flow known once shapes and
+                   attributes are: a loop over range(x.dim() - 2) (BatchNorm's _verify_batch_size
+                   too), `if self.training`, a raise with string formatting on an error path
+  scripted_data_loop.pt   a loop whose trip count is read from the input's values (an error)
 
 Run by frontend_test (ExportedFixtures) with the project venv; deterministic (fixed seeds).
 """
@@ -80,6 +84,31 @@ class Constant(torch.nn.Module):
         return self.lin(x) + self.table
 
 
+class ScriptedLoops(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        h = self.bn(self.conv(x))
+        for i in range(x.dim() - 2):
+            h = h * 2.0 + float(i)
+        if self.training:
+            h = h.relu()
+        if h.size(1) != 4:
+            raise ValueError("expected 4 channels, got {}".format(h.size(1)))
+        return h
+
+
+class ScriptedDataLoop(torch.nn.Module):
+    def forward(self, x):
+        n = int(x.sum().item())
+        for _ in range(n):
+            x = x + 1.0
+        return x
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
@@ -97,7 +126,10 @@ def main(out):
         torch.export.save(ep, os.path.join(out, name + ".pt2"))
         if name == "bn_train":
             torch.export.save(ep.run_decompositions({}), os.path.join(out, name + "_functional.pt2"))
-    print("wrote", ", ".join(programs), "(and bn_train_functional) to", out)
+    torch.jit.script(ScriptedLoops().train()).save(os.path.join(out, "scripted_loops.pt"))
+    torch.jit.script(ScriptedDataLoop()).save(os.path.join(out, "scripted_data_loop.pt"))
+    print("wrote", ", ".join(programs), "(and bn_train_functional, scripted_loops,",
+          "scripted_data_loop) to", out)
 
 
 if __name__ == "__main__":
