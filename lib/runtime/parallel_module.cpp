@@ -147,7 +147,7 @@ struct ParallelModule::Impl {
   std::vector<PlacedTensor> inputs, parameters, buffers, outputs;
   std::vector<int> value_input, value_param, value_buffer;  // per value: index, -1 none
   std::vector<VocabMaskSpec> masks;
-  std::map<uint32_t, std::vector<size_t>> sync_norms;  // node -> mesh dims (proto::SyncNorm)
+  std::map<uint32_t, RedistSpec> sync_norms;  // node -> its statistics' all-reduce (SyncNorm)
   std::unique_ptr<Interpreter> interp;
   c10::Device device = c10::kCPU;
   std::vector<at::Tensor> param_tensors, buffer_tensors;
@@ -158,7 +158,7 @@ struct ParallelModule::Impl {
     io.device = device;
     std::vector<bool> external(graph->numNodes(), false);
     for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
-    for (const auto& [node, dims] : sync_norms) {
+    for (const auto& [node, spec] : sync_norms) {
       if (node >= graph->numNodes() || graph->node(ir::NodeId(node)).op != "aten::batch_norm")
         return invalidArgument("sync norm names node " + std::to_string(node) +
                                ", which is not an aten::batch_norm");
@@ -259,7 +259,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   for (const proto::VocabMask& m : prog.vocab_masks())
     impl->masks.push_back({ir::NodeId(m.node()), m.row_offset(), m.rows()});
   for (const proto::SyncNorm& sn : prog.sync_norms()) {
-    std::vector<size_t>& dims = impl->sync_norms[sn.node()];
+    std::vector<size_t> dims;
     for (uint32_t m : sn.mesh_dims()) {
       if (m >= impl->mesh.ndim())
         return parseError(dir + ": sync norm of node " + std::to_string(sn.node()) +
@@ -267,8 +267,11 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
                           std::to_string(impl->mesh.ndim()) + "-d mesh");
       dims.push_back(m);
     }
+    std::string label = "node " + std::to_string(sn.node()) + " aten::batch_norm";
+    if (sn.node() < impl->graph->numNodes())
+      label += " (" + impl->graph->node(ir::NodeId(sn.node())).module_path + ")";
+    impl->sync_norms[sn.node()] = syncNormSpec(dims, label);
   }
-
   APC_RETURN_IF_ERROR(impl->buildInterpreter());
   auto world = World::create(env, impl->mesh, options.world);
   if (!world.ok()) return world.error();
@@ -646,9 +649,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
       }
       case ir::NodeKind::kOp: {
         if (auto sync = im.sync_norms.find(n.id.v); sync != im.sync_norms.end()) {
-          out.push_back(syncBatchNorm(args, sync->second, *im.world,
-                                      "node " + std::to_string(n.id.v) + " " + n.qualifiedOp() +
-                                          " (" + n.module_path + ")"));
+          out.push_back(syncBatchNorm(args, sync->second, *im.world));
           break;
         }
         const RedistSpec& spec = im.redists.at(static_cast<size_t>(im.node_redist.at(n.id.v)));

@@ -185,11 +185,25 @@ at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& worl
   return RedistFunction::apply(x, &spec, &world);
 }
 
-at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const std::vector<size_t>& mesh_dims,
-                         World& world, const std::string& label) {
-  TORCH_CHECK(args.size() >= 8 && args[0].isTensor(), label, ": batch_norm needs 9 arguments");
+RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string& label) {
+  RedistSpec spec;
+  for (size_t m : mesh_dims) {
+    RedistStepSpec step;
+    step.kind = StepKind::kAllReduce;
+    step.mesh_dim = m;
+    spec.forward.push_back(step);
+    spec.backward.push_back(step);
+  }
+  spec.requires_grad = true;
+  spec.edge = label + " (batch statistics)";
+  return spec;
+}
+
+at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const RedistSpec& spec,
+                         World& world) {
+  TORCH_CHECK(args.size() >= 8 && args[0].isTensor(), spec.edge, ": batch_norm needs 9 arguments");
   const at::Tensor x = args[0].toTensor();
-  TORCH_CHECK(x.dim() >= 2, label, ": batch_norm input of rank ", x.dim());
+  TORCH_CHECK(x.dim() >= 2, spec.edge, ": batch_norm input of rank ", x.dim());
   auto optionalTensor = [&](size_t i) {
     return args[i].isTensor() ? args[i].toTensor() : at::Tensor();
   };
@@ -208,18 +222,6 @@ at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const std::vector
   for (int64_t d = 0; d < x.dim(); ++d)
     if (d != 1) reduce_dims.push_back(d);
   shape[1] = channels;
-
-  // One all-reduce (sum) per mesh dim, forward and on the gradient.
-  RedistSpec spec;
-  for (size_t m : mesh_dims) {
-    RedistStepSpec step;
-    step.kind = StepKind::kAllReduce;
-    step.mesh_dim = m;
-    spec.forward.push_back(step);
-    spec.backward.push_back(step);
-  }
-  spec.requires_grad = true;
-  spec.edge = label + " (batch statistics)";
 
   // The element count travels with the sums: a dynamic batch may cut unevenly.
   at::Tensor count = at::full({1}, static_cast<double>(x.numel() / channels), x.options());

@@ -98,12 +98,17 @@ at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& worl
 /// The full tensor of a local piece placed as `placement` (no Partial) with global sizes
 /// `global_sizes`; autograd-aware (backward: this rank's piece of the gradient). A global size of
 /// -1 (a dynamic dim) is not known: the members of each gather exchange their sizes along it.
+/// The all-reduce (sum) of a synchronized BatchNorm's statistics over `mesh_dims`, forward and on
+/// the gradient.
+RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string& label);
+
 /// aten::batch_norm(input, weight?, bias?, running_mean?, running_var?, training=True, momentum,
-/// eps, cudnn_enabled) on this rank's piece of the input, with the batch statistics all-reduced
-/// over `mesh_dims` (SyncBatchNorm semantics; apc/strategy/sync_norm.h): differentiable through
-/// autograd, running stats updated in place from the global mean and unbiased variance.
-at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const std::vector<size_t>& mesh_dims,
-                         World& world, const std::string& label);
+/// eps, cudnn_enabled) on this rank's piece of the input, with the batch statistics reduced by
+/// `allreduce` (a syncNormSpec; SyncBatchNorm semantics, apc/strategy/sync_norm.h):
+/// differentiable through autograd, running stats updated in place from the global mean and
+/// unbiased variance. `allreduce` must outlive the backward pass (autograd keeps a pointer).
+at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const RedistSpec& allreduce,
+                         World& world);
 
 at::Tensor gatherToFull(const at::Tensor& local, const mesh::PlacementTuple& placement,
                         const std::vector<int64_t>& global_sizes, World& world);
