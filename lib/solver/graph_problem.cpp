@@ -92,6 +92,27 @@ class EdgePricer {
     return total;
   }
 
+  /// Prices the forward redistributions from `from` to each of `tos` that are not memoized yet,
+  /// with one search (cost::redistributionCosts): the same values forward() would compute.
+  void warm(const ir::TensorMeta& t, const PlacementTuple& from,
+            const std::vector<PlacementTuple>& tos) {
+    uint32_t meta = metaId(t), from_id = tupleId(from);
+    std::vector<PlacementTuple> missing;
+    std::vector<uint32_t> ids;
+    for (const PlacementTuple& to : tos) {
+      uint32_t to_id = tupleId(to);
+      if (forward_memo_.count(Key{meta, from_id, to_id, 0, false})) continue;
+      missing.push_back(to);
+      ids.push_back(to_id);
+    }
+    if (missing.size() < 2) return;
+    auto c = cost::redistributionCosts(t, from, missing, mesh_);
+    if (!c.ok()) return;  // forward() prices them one by one (and meets the same error)
+    for (size_t i = 0; i < missing.size(); ++i)
+      forward_memo_.emplace(Key{meta, from_id, ids[i], 0, false},
+                            (*c)[i].feasible ? (*c)[i].forward_us : kInfinity);
+  }
+
   /// Dense ids of tensor metadata and placement tuples (equal values, equal ids).
   uint32_t metaId(const ir::TensorMeta& t) { return intern(metas_, t); }
   uint32_t tupleId(const PlacementTuple& t) { return intern(tuples_, t); }
@@ -413,7 +434,33 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
       }
       auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
       std::vector<double>& class_cost = memo_it->second;
-      if (fresh) class_cost.resize(froms.size() * tos.size());
+      if (fresh) {
+        class_cost.resize(froms.size() * tos.size());
+        // One search per source placement instead of one per pair (see EdgePricer::warm): the
+        // forward redistributions from each producer placement, and the gradient's way back
+        // from each gradient placement to the producer placements.
+        std::vector<PlacementTuple> to_list, back_list, grad_list;
+        for (const auto& [to, grad] : tos) {
+          if (*to && std::find(to_list.begin(), to_list.end(), **to) == to_list.end())
+            to_list.push_back(**to);
+          if (*to && std::find(grad_list.begin(), grad_list.end(), grad) == grad_list.end())
+            grad_list.push_back(grad);
+        }
+        for (const Out* from : froms)
+          if (*from) back_list.push_back(partialAsReplicate(**from));
+        for (const ir::TensorMeta* meta : metas) {
+          ir::TensorMeta t = precision.compute(*meta);
+          for (const Out* from : froms)
+            if (*from) pricer.warm(t, **from, to_list);
+          if (!t.requires_grad) continue;
+          ir::TensorMeta g = t;
+          if (regather && precision.reduceDtype(*meta) != t.dtype) {
+            g.dtype = precision.reduceDtype(*meta);
+            g.requires_grad = false;
+          }
+          for (const PlacementTuple& grad : grad_list) pricer.warm(g, grad, back_list);
+        }
+      }
       for (size_t a = 0; a < froms.size() && fresh; ++a) {
         for (size_t b = 0; b < tos.size(); ++b) {
           const Out& from = *froms[a];
@@ -429,10 +476,11 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
           class_cost[a * tos.size() + b] = c;
         }
       }
-      e.costs.resize(src_strats.size() * dst_strats.size());
-      for (size_t s = 0; s < src_strats.size(); ++s)
-        for (size_t t = 0; t < dst_strats.size(); ++t)
-          e.costs[s * dst_strats.size() + t] = class_cost[src_class[s] * tos.size() + dst_class[t]];
+      // Factorized (see ProblemEdge): the table over classes, never |S_src| x |S_dst|.
+      e.costs = class_cost;
+      e.src_class = std::move(src_class);
+      e.dst_class = std::move(dst_class);
+      e.num_dst_classes = static_cast<uint32_t>(tos.size());
       gp.problem.edges.push_back(std::move(e));
       gp.edge_input.push_back(i);
     }
