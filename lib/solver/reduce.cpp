@@ -624,6 +624,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
   if (stats) {
+    stats->dominated = reducer.prunedStrategies();
     stats->nodes_after = reduced.nodes.size();
     stats->edges_after = reduced.edges.size();
     stats->strategies_after = reduced.numStrategies();
