@@ -45,6 +45,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "apc/solver/graph_problem.h"
@@ -98,7 +99,9 @@ class Reducer {
   size_t prunedStrategies() const { return pruned_.size(); }
 
   /// Eliminates what it can; nodes in the memory bound stay.
-  void run() {
+  /// Stops early, returning false, when `deadline` passes (then the reduction is unfinished and
+  /// must not be used).
+  bool run(const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt) {
     bool changed = true;
     while (changed) {
       changed = false;
@@ -106,11 +109,13 @@ class Reducer {
         if (!alive_[v] || inMemory(v)) continue;
         if (cost_[v].empty()) continue;  // infeasible node: leave it to the ILP to report
         if (cost_[v].size() == 1 || adj_[v].size() <= 2) {
+          if (deadline && std::chrono::steady_clock::now() > *deadline) return false;
           eliminate(v);
           changed = true;
         }
       }
     }
+    return true;
   }
 
   /// The reduced problem over the surviving nodes; fills `ids` with their original indices.
@@ -429,24 +434,16 @@ class Reducer {
       uint32_t u = nbs[0], w = nbs[1];
       Table a = edgeMatrix(u, v), b = edgeMatrix(v, w);
       // out(i, j) = min_t a(i, col_a(t)) + c(t) + b(row_b(t), j), in two stages over the classes
-      // of v: first P(i, r) = min over t with row_b(t) = r of a(i, col_a(t)) + c(t), then
-      // out(i, j) = min_r P(i, r) + b(r, j).
+      // of v, v's cheapest strategy per (col_a, row_b) pair standing for the others. Either
+      // P(i, r) = min over pairs with row_b = r of a(i, col_a) + c, then out(i, j) = min_r P(i, r)
+      // + b(r, j) (a.rows x b.rows x b.cols), or Q(k, j) = min over pairs with col_a = k of c +
+      // b(row_b, j), then out(i, j) = min_k a(i, k) + Q(k, j) (a.rows x a.cols x b.cols): the
+      // cheaper of the two, a choice made from the sizes alone (deterministic).
       std::map<std::pair<uint32_t, uint32_t>, uint32_t> best_t;  // (col_a, row_b) -> cheapest t
       for (uint32_t t = 0; t < cv.size(); ++t) {
         auto [it, fresh] = best_t.try_emplace({a.col_of[t], b.row_of[t]}, t);
         if (!fresh && cv[t] < cv[it->second]) it->second = t;
       }
-      std::vector<double> pm(a.rows * b.rows, kInfinity);
-      std::vector<uint32_t> parg(a.rows * b.rows, 0);
-      for (const auto& [key, t] : best_t)
-        for (size_t i = 0; i < a.rows; ++i) {
-          double x = a.at(i, key.first) + cv[t];
-          double& cur = pm[i * b.rows + key.second];
-          if (x < cur) {
-            cur = x;
-            parg[i * b.rows + key.second] = t;
-          }
-        }
       Table out;
       out.row_of = a.row_of;
       out.col_of = b.col_of;
@@ -454,18 +451,61 @@ class Reducer {
       out.cols = b.cols;
       out.v.assign(a.rows * b.cols, kInfinity);
       el.argmin.assign(a.rows * b.cols, 0);
-      for (size_t i = 0; i < a.rows; ++i)
-        for (size_t r = 0; r < b.rows; ++r) {
-          double x0 = pm[i * b.rows + r];
-          if (!std::isfinite(x0)) continue;
+      if (b.rows <= a.cols) {
+        std::vector<double> pm(a.rows * b.rows, kInfinity);
+        std::vector<uint32_t> parg(a.rows * b.rows, 0);
+        for (const auto& [key, t] : best_t)
+          for (size_t i = 0; i < a.rows; ++i) {
+            double x = a.at(i, key.first) + cv[t];
+            double& cur = pm[i * b.rows + key.second];
+            if (x < cur) {
+              cur = x;
+              parg[i * b.rows + key.second] = t;
+            }
+          }
+        for (size_t i = 0; i < a.rows; ++i)
+          for (size_t r = 0; r < b.rows; ++r) {
+            double x0 = pm[i * b.rows + r];
+            if (!std::isfinite(x0)) continue;
+            const double* brow = &b.v[r * b.cols];
+            double* orow = &out.v[i * b.cols];
+            for (size_t j = 0; j < b.cols; ++j) {
+              double x = x0 + brow[j];
+              if (x < orow[j]) {
+                orow[j] = x;
+                el.argmin[i * b.cols + j] = parg[i * b.rows + r];
+              }
+            }
+          }
+      } else {
+        std::vector<double> qm(a.cols * b.cols, kInfinity);
+        std::vector<uint32_t> qarg(a.cols * b.cols, 0);
+        for (const auto& [key, t] : best_t) {
+          const double* brow = &b.v[key.second * b.cols];
+          double* qrow = &qm[key.first * b.cols];
           for (size_t j = 0; j < b.cols; ++j) {
-            double x = x0 + b.at(r, j);
-            if (x < out.v[i * b.cols + j]) {
-              out.v[i * b.cols + j] = x;
-              el.argmin[i * b.cols + j] = parg[i * b.rows + r];
+            double x = cv[t] + brow[j];
+            if (x < qrow[j]) {
+              qrow[j] = x;
+              qarg[key.first * b.cols + j] = t;
             }
           }
         }
+        for (size_t i = 0; i < a.rows; ++i)
+          for (size_t k = 0; k < a.cols; ++k) {
+            double x0 = a.at(i, k);
+            if (!std::isfinite(x0)) continue;
+            const double* qrow = &qm[k * b.cols];
+            double* orow = &out.v[i * b.cols];
+            for (size_t j = 0; j < b.cols; ++j) {
+              double x = x0 + qrow[j];
+              if (x < orow[j]) {
+                orow[j] = x;
+                el.argmin[i * b.cols + j] = qarg[k * b.cols + j];
+              }
+            }
+          }
+      }
       // Rows whose every entry is infinite still need an argmin: any t (the pair is forbidden).
       el.neighbours = {u, w};
       el.classes = {a.row_of, b.col_of};
@@ -530,7 +570,7 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   std::vector<uint32_t> start;
   Problem reduced;
   if (!reducer.hasEmptyNode()) {
-    reducer.run();
+    if (!reducer.run(options.solver.deadline)) return unproven(kTimeLimitStatus, kTimeLimitStatus);
     reduced = reducer.reduced(ids);
     start = reducer.restrictChoice(ids, clustered.choice);
   }
@@ -545,6 +585,13 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     unclustered.status = "optimal";
     how = StartOutcome::kLpIntegral;
   } else if (size_t columns = programColumns(reduced); columns > kMaxCheckColumns) {
+    // The unclustered elimination re-chooses the eliminated nodes of the clustered plan: keep
+    // that when cheaper (as the check would).
+    std::vector<uint32_t> rechosen = reducer.expand(ids, start);
+    if (evaluate(full, rechosen) < clustered.objective) {
+      clustered.choice = std::move(rechosen);
+      clustered.objective = evaluate(full, clustered.choice);
+    }
     return unproven("feasible", "the unclustered LP would have " + std::to_string(columns) +
                                     " columns, over " + std::to_string(kMaxCheckColumns));
   } else {
