@@ -217,16 +217,50 @@ Program buildProgram(const Problem& p, const std::set<std::string>& dropped_grou
 }  // namespace
 
 double trivialBound(const Problem& p) {
-  double b = 0;
-  for (const ProblemNode& v : p.nodes) {
-    double m = kInfinity;
-    for (size_t s = 0; s < v.numStrategies(); ++s)
-      if (!v.pinned || *v.pinned == s) m = std::min(m, v.costs[s]);
-    b += m;
+  // Each edge's cost is charged to its ends: a fraction f to the source, 1 - f to the
+  // destination, each end taking the cheapest entry of its row (column). For any choice x,
+  // sum_v c_v(x_v) + sum_e e(x_u, x_w) >= sum_v [c_v(x_v) + sum of the charged row minima], so the
+  // sum over nodes of the cheapest such term bounds every choice. f = 1, 0 and 1/2; the best.
+  const size_t n = p.nodes.size();
+  std::vector<std::vector<double>> row_min(p.edges.size()), col_min(p.edges.size());
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    const ProblemEdge& e = p.edges[k];
+    const size_t rows = e.tableRows(p.nodes[e.src].numStrategies());
+    const size_t cols = e.tableCols(p.nodes[e.dst].numStrategies());
+    row_min[k].assign(rows, kInfinity);
+    col_min[k].assign(cols, kInfinity);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        double x = e.costs[r * cols + c];
+        row_min[k][r] = std::min(row_min[k][r], x);
+        col_min[k][c] = std::min(col_min[k][c], x);
+      }
   }
-  for (const ProblemEdge& e : p.edges)
-    if (!e.costs.empty()) b += *std::min_element(e.costs.begin(), e.costs.end());
-  return b;
+  std::vector<std::vector<size_t>> out(n), in(n);
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    out[p.edges[k].src].push_back(k);
+    in[p.edges[k].dst].push_back(k);
+  }
+  double best = -kInfinity;
+  for (double f : {1.0, 0.0, 0.5}) {
+    double b = 0;
+    for (size_t v = 0; v < n; ++v) {
+      const ProblemNode& node = p.nodes[v];
+      double m = kInfinity;
+      for (size_t s = 0; s < node.numStrategies(); ++s) {
+        if (node.pinned && *node.pinned != s) continue;
+        double x = node.costs[s];
+        for (size_t k : out[v])
+          if (f > 0) x += f * row_min[k][p.edges[k].rowOf(s)];
+        for (size_t k : in[v])
+          if (f < 1) x += (1 - f) * col_min[k][p.edges[k].colOf(s)];
+        m = std::min(m, x);
+      }
+      b += m;
+    }
+    best = std::max(best, b);
+  }
+  return best;
 }
 
 size_t programColumns(const Problem& p) {
@@ -284,8 +318,19 @@ LpResult solveLp(OsiClpSolverInterface& solver, const Program& g, double seconds
 Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string>& dropped_groups,
             bool use_memory, bool memory_objective, const std::vector<uint32_t>* start = nullptr,
             std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now()) {
-  const Program g = buildProgram(p, dropped_groups, use_memory, memory_objective);
   Outcome out;
+  // Out of time with a start: the start, with the bound of a relaxation.
+  auto keep_start = [&]() {
+    out.feasible = true;
+    out.hit_limit = true;
+    out.objective = evaluate(p, *start);
+    out.bound = std::min(trivialBound(p), out.objective);
+    out.choice = *start;
+    out.how = StartOutcome::kBranchAndBound;
+    return out;
+  };
+  if (start && secondsLeft(o, t0) <= 0) return keep_start();
+  const Program g = buildProgram(p, dropped_groups, use_memory, memory_objective);
   out.variables = static_cast<int64_t>(g.numCols());
   out.constraints = g.numRows();
   OsiClpSolverInterface solver;
@@ -307,26 +352,10 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   // and heuristics, which dominate the time on large problems).
   const double start_objective = start ? evaluate(p, *start) : kInfinity;
   double left = secondsLeft(o, t0);
-  if (start && left <= 0) {
-    out.feasible = true;
-    out.hit_limit = true;
-    out.objective = start_objective;
-    out.bound = std::min(trivialBound(p), start_objective);
-    out.choice = *start;
-    out.how = StartOutcome::kBranchAndBound;
-    return out;
-  }
+  if (start && left <= 0) return keep_start();
   const LpResult lp = solveLp(solver, g, start ? std::max(left, 1e-3) : 0.0);
   if (lp.infeasible) return out;
-  if (!lp.optimal && start) {  // stopped by the limit: the start is all there is
-    out.feasible = true;
-    out.hit_limit = true;
-    out.objective = start_objective;
-    out.bound = std::min(trivialBound(p), start_objective);
-    out.choice = *start;
-    out.how = StartOutcome::kBranchAndBound;
-    return out;
-  }
+  if (!lp.optimal && start) return keep_start();  // stopped by the limit
   if (lp.optimal) {
     // The LP optimum bounds every integral choice from below: a start that meets it is optimal.
     // The relative tolerance covers the LP's own rounding (its objective can sit a hair below the

@@ -570,7 +570,8 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   std::vector<uint32_t> start;
   Problem reduced;
   if (!reducer.hasEmptyNode()) {
-    if (!reducer.run(options.solver.deadline)) return unproven(kTimeLimitStatus, kTimeLimitStatus);
+    if (secondsLeft(options.solver, t0) <= 0 || !reducer.run(options.solver.deadline))
+      return unproven(kTimeLimitStatus, kTimeLimitStatus);
     reduced = reducer.reduced(ids);
     start = reducer.restrictChoice(ids, clustered.choice);
   }
@@ -592,8 +593,11 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
       clustered.choice = std::move(rechosen);
       clustered.objective = evaluate(full, clustered.choice);
     }
-    return unproven("feasible", "the unclustered LP would have " + std::to_string(columns) +
-                                    " columns, over " + std::to_string(kMaxCheckColumns));
+    Solution s = unproven("feasible", "the unclustered LP would have " + std::to_string(columns) +
+                                          " columns, over " + std::to_string(kMaxCheckColumns));
+    // The reduced problem's bound is tighter: its eliminations are exact minima.
+    s.bound = std::min(std::max(s.bound, trivialBound(reduced) + reducer.constant()), s.objective);
+    return s;
   } else {
     APC_ASSIGN_OR_RETURN(unclustered, solve(reduced, options.solver, start, &how));
   }

@@ -59,8 +59,9 @@ double secondsLeft(const SolverOptions& o, std::chrono::steady_clock::time_point
 /// infeasible, and for the memory bound the smallest feasible high), kInternal when CBC fails.
 Expected<Solution> solve(const Problem& p, const SolverOptions& options = {});
 
-/// A lower bound on every choice that needs no LP: each node's cheapest allowed strategy plus each
-/// edge's cheapest entry (the memory row relaxed away).
+/// A lower bound on every choice that needs no LP: each edge's cost charged to its ends (all to the
+/// source, all to the destination, or half each), each node's cheapest allowed strategy with the
+/// cheapest entries of its charged rows; the best of the three (the memory row relaxed away).
 double trivialBound(const Problem& p);
 
 /// The number of columns (x and e variables) the program of `p` has, without building it.
