@@ -562,6 +562,9 @@ class Reducer {
 /// llama3_8b on 2x2x2 would need 18.7 M columns, 8.7 GB and minutes) the clustered plan is
 /// returned unproven, with a proven gap.
 constexpr size_t kMaxCheckColumns = 3'000'000;
+/// A rough cost of building and loading the LP, per column (llama3_405b 8x8: 1.9 M columns, about
+/// 2 s): the check does not start an LP it could not even build before the deadline.
+constexpr double kBuildSecondsPerColumn = 1e-6;
 
 /// Step 3 of the file comment: proves the clustered plan `clustered` (a choice of `full`) optimal
 /// with the LP bound of the unclustered reduced problem, or replaces it by that problem's optimum.
@@ -600,7 +603,10 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     // Everything was eliminated: the expansion is an optimum.
     unclustered.status = "optimal";
     how = StartOutcome::kLpIntegral;
-  } else if (size_t columns = programColumns(reduced); columns > kMaxCheckColumns) {
+  } else if (size_t columns = programColumns(reduced);
+             columns > kMaxCheckColumns ||
+             secondsLeft(options.solver, t0) < kBuildSecondsPerColumn * double(columns)) {
+    // Too large, or no time to even build the LP (building is not interruptible): unproven.
     // The unclustered elimination re-chooses the eliminated nodes of the clustered plan: keep
     // that when cheaper (as the check would).
     std::vector<uint32_t> rechosen = reducer.expand(ids, start);
@@ -608,8 +614,12 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
       clustered.choice = std::move(rechosen);
       clustered.objective = evaluate(full, clustered.choice);
     }
-    Solution s = unproven("feasible", "the unclustered LP would have " + std::to_string(columns) +
-                                          " columns, over " + std::to_string(kMaxCheckColumns));
+    Solution s =
+        columns > kMaxCheckColumns
+            ? unproven("feasible", "the unclustered LP would have " + std::to_string(columns) +
+                                       " columns, over " + std::to_string(kMaxCheckColumns))
+            : unproven(kTimeLimitStatus, "no time left to build the unclustered LP of " +
+                                             std::to_string(columns) + " columns");
     // The reduced problem's bound is tighter: its eliminations are exact minima.
     s.bound = std::min(std::max(s.bound, trivialBound(reduced) + reducer.constant()), s.objective);
     return s;
