@@ -231,6 +231,7 @@ def sample_table():
         ("llama_small", M.LLAMA_SMALL, True, ("traced",), None),
         ("llama_small_4l", M.LLAMA_SMALL_4L, True, ("traced",), None),
         ("llama3_8b", M.LLAMA3_8B, True, ("scripted",), M.LLAMA3_8B_PARAMS),
+        ("llama3_405b", M.LLAMA3_405B, True, ("scripted",), M.LLAMA3_405B_PARAMS),
     ):
         V = cfg.vocab_size
         build = _stub(M.Llama, cfg) if stub else _seeded(lambda cfg=cfg: M.Llama(cfg))
@@ -242,7 +243,7 @@ def sample_table():
                 output_desc=f"tensor f32 [8,128,{V}] logits",
                 trace_shapes=([[1, 2] if stub else [2, 8]]) if kind == "traced" else None,
                 stub_weights=stub, expected_params=expected, core=(name == "llama_tiny" and i == 0),
-                cost=20 if name == "llama3_8b" else 5 if stub or i == 0 else 2))
+                cost=20 if name.startswith("llama3_") else 5 if stub or i == 0 else 2))
 
     cc = M.CNN_SMALL
     S.append(Sample(
@@ -479,7 +480,8 @@ def export_program(s: Sample, model, out_dir, named_params, named_buffers, tied)
             meta = cfg[n]["tensor_meta"]
             assert [d["as_int"] for d in meta["sizes"]] == list(p.shape), (s.name, n)
             assert all(d["as_int"] == 0 for d in meta["strides"]), (s.name, n)
-        assert os.path.getsize(path) < 8 << 20, (s.name, os.path.getsize(path))
+        # The program text grows with the layers (llama3_405b: 13 MB); weights would be terabytes.
+        assert os.path.getsize(path) < 32 << 20, (s.name, os.path.getsize(path))
     if tied:
         cfg = read_pt2_json(path, "data/weights/model_weights_config.json")["config"]
         for alias, canonical in tied:

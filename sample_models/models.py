@@ -591,6 +591,10 @@ LLAMA_SMALL_4L = LlamaConfig(dim=512, n_layers=4, n_heads=8, n_kv_heads=4, ffn_d
 LLAMA3_8B = LlamaConfig(dim=4096, n_layers=32, n_heads=32, n_kv_heads=8, ffn_dim=14336,
                         vocab_size=128256, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=2048)
 LLAMA3_8B_PARAMS = 8_030_261_248
+# A LLaMA-3-405B-shaped model (126 layers): the planner's cluster-scale benchmark.
+LLAMA3_405B = LlamaConfig(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn_dim=53248,
+                          vocab_size=128256, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=2048)
+LLAMA3_405B_PARAMS = 405_853_388_800
 CNN_SMALL = CnnConfig(in_channels=3, channels=(16, 32, 64), num_classes=10)
 RESNET_BOTTLENECK = ResNetConfig(layers=(3, 4, 6, 3), width=16, num_classes=10)
 

@@ -1,33 +1,67 @@
 #!/usr/bin/env bash
-# bench.sh: planning benchmark. For each sample model and mesh, runs `apc plan` and prints its
-# summary (phase times, problem sizes before/after reduction, solver status) and the peak RSS.
-# Usage: scripts/bench.sh [MODEL[:MESH] ...]   (default: every model on 8, 2x4 and 8x8)
-# Figures only; correctness lives in the tests.
+# bench.sh: planning benchmark. For each sample model and mesh, runs `apc plan` under
+# /usr/bin/time and prints one line: wall time, peak RSS, solver status, proven gap, problem sizes,
+# and the goal of issue 12 where there is one (figures only; correctness lives in the tests).
+# Usage: scripts/bench.sh [MODEL[:MESH[:BATCH]] ...]
+#   default: the goal cases (llama3_8b and llama3_405b on 8x8, 2x2x2, 8x8x8; a 4-d mesh; the
+#   layer-scaling pair llama_small_4l / llama_small at equal dims)
+#   APC_SAMPLES: where the .pt2 samples are (default sample_models/out; llama3_405b.pt2 comes from
+#   `sample_models/generate.py --only llama3_405b`, about 7 minutes)
+#   APC_BENCH_TIME_LIMIT: --time-limit (default 120); APC_BENCH_LOG=1 also prints each summary
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${APC_BUILD_DIR:-build}
 APC="$BUILD_DIR/tools/apc"
+SAMPLES=${APC_SAMPLES:-sample_models/out}
 [ -x "$APC" ] || scripts/build.sh >/dev/null
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 
+goal() {  # goal text for model:mesh
+  case "$1" in
+    llama3_8b:8x8) echo "<= 2 s, <= 1 GiB" ;;
+    llama3_8b:2x2x2 | llama3_8b:8x8x8*) echo "<= 5 s, <= 1 GiB" ;;
+    llama3_405b:8x8) echo "<= 3 s, <= 1.5 GiB" ;;
+    llama3_405b:8x8x8*) echo "<= 8 s, <= 1.5 GiB" ;;
+    *:2x2x4x8) echo "plans" ;;
+    *) echo "-" ;;
+  esac
+}
+
 cases=("$@")
 if [ ${#cases[@]} -eq 0 ]; then
-  for m in toy_block mlp_stack gpt2_tiny llama_tiny cnn_small gpt2_small llama_small llama3_8b; do
-    for mesh in 8 2x4 8x8; do cases+=("$m:$mesh"); done
-  done
+  cases=(llama3_8b:8x8 llama3_8b:2x2x2 llama3_8b:8x8x8:64 llama3_405b:8x8 llama3_405b:8x8x8:64
+         llama_tiny:2x2x4x8 llama_small_4l:8x8 llama_small:8x8 llama_small_4l:2x2x2 llama_small:2x2x2)
 fi
 
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cpus"
+printf "%-14s %-9s %-6s %8s %9s  %-10s %-8s %s\n" model mesh batch wall_s rss_mib status gap "goal | problem"
+declare -A WALL
 for c in "${cases[@]}"; do
-  model=${c%%:*}
-  mesh=${c#*:}
-  [ "$mesh" = "$c" ] && mesh=8x8
-  echo "=== $model on $mesh"
-  if /usr/bin/time -v -o "$OUT/time" "$APC" plan "sample_models/out/$model.pt" --mesh "$mesh" \
-      -o "$OUT/plan.json" --time-limit "${APC_BENCH_TIME_LIMIT:-120}" >"$OUT/log" 2>&1; then
-    grep -E -i "phase|import|enumerate|build|solve|write|status|objective|nodes|variables|total" "$OUT/log" | head -20
+  IFS=: read -r model mesh batch <<<"$c"
+  mesh=${mesh:-8x8}
+  file="$SAMPLES/$model.pt2"
+  [ -f "$file" ] || { printf "%-14s %-9s missing %s\n" "$model" "$mesh" "$file"; continue; }
+  args=(plan "$file" --mesh "$mesh" -o "$OUT/plan.json" --time-limit "${APC_BENCH_TIME_LIMIT:-120}")
+  [ -n "${batch:-}" ] && args+=(--input "tokens:i64[$batch,128]")
+  if /usr/bin/time -v -o "$OUT/time" "$APC" "${args[@]}" >"$OUT/log" 2>&1; then
+    wall=$(awk -F': ' '/Elapsed/ {n = split($2, t, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + t[i]; print s}' "$OUT/time")
+    rss=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 / 1024}' "$OUT/time")
+    status=$(sed -n 's/^solver: \([^,]*\),.*/\1/p' "$OUT/log")
+    gap=$(sed -n 's/.*proven gap \([0-9.e+-]*%\).*/\1/p' "$OUT/log")
+    sizes=$(sed -n 's/^problem: \(.*\)/\1/p' "$OUT/log")
+    WALL[$model:$mesh]=$wall
+    printf "%-14s %-9s %-6s %8.2f %9s  %-10s %-8s %s | %s\n" "$model" "$mesh" "${batch:-8}" "$wall" "$rss" \
+      "$status" "${gap:--}" "$(goal "$model:$mesh")" "$sizes"
+    [ -n "${APC_BENCH_LOG:-}" ] && grep -E "^(problem|solver|time):" "$OUT/log" | sed 's/^/    /'
   else
-    echo "apc plan failed:"; tail -3 "$OUT/log"
+    printf "%-14s %-9s apc plan failed: %s\n" "$model" "$mesh" "$(tail -1 "$OUT/log")"
   fi
-  grep -E "Maximum resident|Elapsed" "$OUT/time" | sed 's/^\s*/  /'
 done
+# Cost that follows unique layers: the same model shape with twice the layers.
+for mesh in 8x8 2x2x2; do
+  a=${WALL[llama_small_4l:$mesh]:-} b=${WALL[llama_small:$mesh]:-}
+  [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v m="$mesh" \
+    'BEGIN { printf "layers 8 vs 4 on %s: %.2fx the time (goal for 126 vs 32 layers: <= 1.5x)\n", m, b / a }'
+done
+exit 0

@@ -139,7 +139,34 @@ class Search {
     grad_ = global.requires_grad;
     elem_bytes_ = ir::dtypeBytes(global.dtype);
     int rank = static_cast<int>(global.shape.size());
-    if (!build(from, to, rank + 3 <= kMaxOptions ? rank : -1)) build(from, to, -1);
+    full_options_ = rank + 3 <= kMaxOptions && build(from, to, rank);
+    if (!full_options_) build(from, to, -1);
+  }
+
+  // Whether every shard option is in the space (see build()).
+  bool fullOptions() const { return full_options_; }
+
+  // Dijkstra from state 0 to every state (no goal): then costTo() reads any target in the space.
+  void runAll() {
+    goal_ = -1;
+    run();
+  }
+
+  // The cost to `to` after runAll(); false when `to` is not a state of this space or unreachable.
+  bool costTo(const PlacementTuple& to, RedistCost* out) const {
+    int s = 0;
+    for (size_t m = 0; m < ndim_; ++m) {
+      int k = -1;
+      for (int i = 0; i < nopt_[m] && k < 0; ++i)
+        if (*opts_[m][i] == to[m]) k = i;
+      if (k < 0) return false;
+      s += k * stride_[m];
+    }
+    if (!(dist_[s] < kInf)) return false;
+    out->forward_us = fwd_[s];
+    out->backward_us = bwd_[s];
+    out->num_steps = steps_[s];
+    return true;
   }
 
   // Runs Dijkstra from state 0 (= from) to the goal (= to). False if the goal is unreachable.
@@ -254,15 +281,19 @@ class Search {
           if (*opts_[m][i] == p) return;
         opts_[m][n++] = p;
       };
+      // from[m], R, the shards, then to[m] when it is none of those (a Partial target, or a shard
+      // beyond the options): every target without such entries sees the same numbered space, so
+      // one search from `from` prices them all (redistributionCosts).
       add(from[m]);
-      add(to[m]);
       if (!to[m].isPartial()) {
         add(Placement::replicate());
         for (int d = 0; d < shard_dims; ++d) add(Placement::shard(d));
       }
+      add(to[m]);
       nopt_[m] = n;
       stride_[m] = stride;
-      if (!(to[m] == from[m])) goal_ += stride;  // to[m] is option 1
+      for (int i = 0; i < n; ++i)
+        if (*opts_[m][i] == to[m]) goal_ += i * stride;
       if (stride > kMaxStates / n) return false;
       stride *= n;
     }
@@ -362,6 +393,7 @@ class Search {
   int stride_[kMaxDims] = {};
   int nstates_ = 1;
   int goal_ = 0;
+  bool full_options_ = false;
   int heap_size_ = 0;
   double dist_[kMaxStates];
   double fwd_[kMaxStates];
@@ -477,6 +509,36 @@ Expected<RedistCost> redistributionCost(const ir::TensorMeta& global, const Plac
     return internalError("no redistribution found from " + mesh::toString(from) + " to " +
                          mesh::toString(to));
   return search.cost();
+}
+
+Expected<std::vector<RedistCost>> redistributionCosts(const ir::TensorMeta& global,
+                                                      const PlacementTuple& from,
+                                                      const std::vector<PlacementTuple>& tos,
+                                                      const mesh::DeviceMesh& mesh) {
+  std::vector<RedistCost> out(tos.size());
+  std::optional<Search> all;  // one search from `from` over the shared space, made on first use
+  for (size_t i = 0; i < tos.size(); ++i) {
+    const PlacementTuple& to = tos[i];
+    APC_RETURN_IF_ERROR(checkArgs(global, from, to, mesh));
+    if (impossible(from, to, nullptr)) {
+      out[i].feasible = false;
+      continue;
+    }
+    if (from == to) continue;
+    bool partial = false;
+    for (const Placement& p : to) partial = partial || p.isPartial();
+    if (!partial) {
+      if (!all) {
+        all.emplace(global, from, mesh::replicated(mesh.ndim()), mesh);
+        if (all->fullOptions()) all->runAll();
+      }
+      // The target's own search would see this very space, numbered alike (Search::build), and
+      // stop where runAll() finalized the target: the same costs, bit for bit.
+      if (all->fullOptions() && all->costTo(to, &out[i])) continue;
+    }
+    APC_ASSIGN_OR_RETURN(out[i], redistributionCost(global, from, to, mesh));
+  }
+  return out;
 }
 
 double redistributionCostUs(const ir::TensorMeta& global, const PlacementTuple& from,

@@ -83,6 +83,12 @@ Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text) {
 
 Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
                                     PhaseTimings* timings) {
+  if (spec.mesh.ndim() > kMaxPlanMeshDims)
+    return invalidArgument(
+        "mesh " + spec.mesh.toString() + " has " + std::to_string(spec.mesh.ndim()) +
+        " dims; apc plans meshes of at most " + std::to_string(kMaxPlanMeshDims) +
+        " dims (a tensor's placements grow as (rank + 2)^dims: merge mesh dims, like 2x2x4x8 for "
+        "2x2x2x2x2x4)");
   APC_RETURN_IF_ERROR(mesh::validateSpecAgainstGraph(spec, g));
   APC_RETURN_IF_ERROR(effectiveBudget(spec));
   APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, deviceFor(spec));

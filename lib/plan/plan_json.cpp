@@ -305,7 +305,7 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
   APC_RETURN_IF_ERROR(checkObject(
       j, path,
       {"bound", "constraints", "objective", "options", "problem", "seconds", "status", "variables"},
-      {"baseline"}));
+      {"baseline", "gap"}));
   SolverStats s;
   APC_ASSIGN_OR_RETURN(s.status, getString(j["status"], path + ".status"));
   APC_ASSIGN_OR_RETURN(s.objective, getNumber(j["objective"], path + ".objective"));
@@ -422,6 +422,10 @@ json toJson(const Plan& p) {
                   {"threads", s.threads},
                   {"reduce", s.reduce}}}}}};
   if (!s.baseline.empty()) out["solver"]["baseline"] = s.baseline;
+  // Unproven plans (a time limit, a check too large to run) state their proven gap: (objective -
+  // bound) / objective. Derived, so optimal plans' bytes do not change.
+  if (s.status != "optimal" && s.baseline.empty() && s.bound && s.objective > 0)
+    out["solver"]["gap"] = number((s.objective - *s.bound) / s.objective);
   return out;
 }
 

@@ -102,8 +102,13 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
            ")\n";
   else
     out += "not reduced (--no-reduce)\n";
+  std::string gap;
+  if (p.solver.status != "optimal" && p.solver.bound && p.solver.objective > 0)
+    gap = printf1(" (proven gap %.3g%%)",
+                  100.0 * (p.solver.objective - *p.solver.bound) / p.solver.objective);
   out += "solver: " + p.solver.status + ", objective " + printf1("%.6g", p.solver.objective) +
          ", bound " + (p.solver.bound ? printf1("%.6g", *p.solver.bound) : std::string("none")) +
+         gap +
          ", " + withCommas(p.solver.variables) + " variables, " + withCommas(p.solver.constraints) +
          " constraints";
   if (timings) out += ", " + printf1("%.3f s", timings->solver_s);

@@ -14,6 +14,7 @@
 
 #include "apc/solver/graph_problem.h"
 #include "apc/support/strings.h"
+#include "edge_table.h"
 
 namespace apc::solver {
 
@@ -126,10 +127,20 @@ Problem quotientProblem(const Problem& full, const std::vector<uint32_t>& rep,
     auto it = edge_of.find({a, b});
     if (it == edge_of.end()) {
       edge_of[{a, b}] = q.edges.size();
-      q.edges.push_back({a, b, e.costs});
+      q.edges.push_back(e);
+      q.edges.back().src = a;
+      q.edges.back().dst = b;
     } else {
-      std::vector<double>& c = q.edges[it->second].costs;
-      for (size_t i = 0; i < c.size(); ++i) c[i] += e.costs[i];
+      // Tied layers have equal class maps: then the tables add up elementwise.
+      ProblemEdge& into = q.edges[it->second];
+      size_t ns = full.nodes[e.src].numStrategies();
+      if (into.factorized() == e.factorized() && into.src_class == e.src_class &&
+          into.dst_class == e.dst_class && into.costs.size() == e.costs.size()) {
+        for (size_t i = 0; i < into.costs.size(); ++i) into.costs[i] += e.costs[i];
+      } else {
+        into = detail::edgeOf(
+            a, b, detail::sum(detail::tableOf(into, ns, nt), detail::tableOf(e, ns, nt)));
+      }
     }
   }
   q.memory = full.memory;

@@ -68,6 +68,15 @@ PlacementTuple partialAsReplicate(PlacementTuple t) {
   return t;
 }
 
+/// Hash of a vector of ids (keys of the class-cost memo in buildGraphProblem).
+struct IdsHash {
+  size_t operator()(const std::vector<uint32_t>& ids) const {
+    uint64_t h = ids.size();
+    for (uint32_t id : ids) h = (h ^ id) * 0x100000001b3ULL;  // FNV-1a over 32-bit words
+    return static_cast<size_t>(h ^ (h >> 29));
+  }
+};
+
 /// Memoized edge pricing: repeated layers ask the same questions. The memo is keyed by interned
 /// ids of the tensor metadata and placement tuples in a hash map: building a string key per call
 /// (the first version) cost more than the pricing it saved.
@@ -90,6 +99,31 @@ class EdgePricer {
     }
     memo_.emplace(key, total);
     return total;
+  }
+
+  /// The forward costs from `from` to each of `tos` (`to_ids`: their tupleId), memoized per
+  /// (tensor, source, target list), priced with one search (cost::redistributionCosts): the values
+  /// forward() gives, bit for bit.
+  const std::vector<double>& row(const ir::TensorMeta& t, const PlacementTuple& from,
+                                 const std::vector<PlacementTuple>& tos,
+                                 const std::vector<uint32_t>& to_ids) {
+    std::vector<uint32_t> key;
+    key.reserve(to_ids.size() + 2);
+    key.push_back(metaId(t));
+    key.push_back(tupleId(from));
+    key.insert(key.end(), to_ids.begin(), to_ids.end());
+    auto [it, fresh] = rows_.try_emplace(std::move(key));
+    if (!fresh) return it->second;
+    std::vector<double>& out = it->second;
+    out.resize(tos.size());
+    auto c = cost::redistributionCosts(t, from, tos, mesh_);
+    for (size_t i = 0; i < tos.size(); ++i) {
+      if (c.ok())
+        out[i] = (*c)[i].feasible ? (*c)[i].forward_us : kInfinity;
+      else  // an argument error: forward() meets it for the guilty pair alone
+        out[i] = forward(it->first[0], t, it->first[1], from, to_ids[i], tos[i]);
+    }
+    return out;
   }
 
   /// Dense ids of tensor metadata and placement tuples (equal values, equal ids).
@@ -149,15 +183,7 @@ class EdgePricer {
   std::map<PlacementTuple, uint32_t> tuples_;
   std::unordered_map<Key, double, KeyHash> memo_;
   std::unordered_map<Key, double, KeyHash> forward_memo_;  // (meta, from, to) only
-};
-
-/// Hash of a vector of ids (keys of the class-cost memo in buildGraphProblem).
-struct IdsHash {
-  size_t operator()(const std::vector<uint32_t>& ids) const {
-    uint64_t h = ids.size();
-    for (uint32_t id : ids) h = (h ^ id) * 0x100000001b3ULL;  // FNV-1a over 32-bit words
-    return static_cast<size_t>(h ^ (h >> 29));
-  }
+  std::unordered_map<std::vector<uint32_t>, std::vector<double>, IdsHash> rows_;  // see row()
 };
 
 strategy::Strategy leafStrategy(const PlacementTuple& t) {
@@ -189,23 +215,6 @@ struct Precision {
     return reduce && ir::isFloating(stored.dtype) ? *reduce : compute(stored).dtype;
   }
 };
-
-/// The price of one tensor on an edge (see buildGraphProblem): forward in the compute dtype, the
-/// gradient's way back in the compute dtype, or for a parameter (`is_param`) in the reduce dtype.
-double priceTensor(EdgePricer& pricer, const Precision& mp, const ir::TensorMeta& stored,
-                   const PlacementTuple& from, const PlacementTuple& to, const PlacementTuple& grad,
-                   bool is_param) {
-  ir::TensorMeta t = mp.compute(stored);
-  if (!t.requires_grad) return pricer.price(t, from, to, nullptr);
-  ir::DType reduce = mp.reduceDtype(stored);
-  if (!is_param || reduce == t.dtype) return pricer.price(t, from, to, &grad, is_param);
-  double forward = pricer.price(t, from, to, nullptr, true);
-  if (!std::isfinite(forward)) return forward;
-  ir::TensorMeta g = t;
-  g.dtype = reduce;
-  g.requires_grad = false;
-  return forward + pricer.price(g, grad, partialAsReplicate(from), nullptr);
-}
 
 /// A pin resolved to one value of the graph.
 struct ResolvedPin {
@@ -413,26 +422,72 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
       }
       auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
       std::vector<double>& class_cost = memo_it->second;
-      if (fresh) class_cost.resize(froms.size() * tos.size());
-      for (size_t a = 0; a < froms.size() && fresh; ++a) {
-        for (size_t b = 0; b < tos.size(); ++b) {
-          const Out& from = *froms[a];
-          const Out& to = *tos[b].first;
-          const PlacementTuple& grad = tos[b].second;
-          double c = 0;
-          if (!from || !to) {
-            c = kInfinity;
-          } else {
-            for (const ir::TensorMeta* meta : metas)
-              c += priceTensor(pricer, precision, *meta, *from, *to, grad, regather);
+      if (fresh) {
+        // Row by row: per source placement one search prices every target (EdgePricer::row), for
+        // the forward redistributions from each producer placement and the gradient's way back
+        // from each gradient placement to the producer placements. Summed per tensor as
+        // the forward in the compute dtype, doubled for a parameter (re-gathered in backward), and
+        // the gradient's way back in the compute dtype or, for a parameter, the reduce dtype.
+        class_cost.assign(froms.size() * tos.size(), 0.0);
+        std::vector<PlacementTuple> to_list, grad_list, back_list;
+        std::vector<uint32_t> to_ids, grad_ids, back_ids;
+        std::vector<uint32_t> to_index(tos.size(), 0), grad_index(tos.size(), 0);
+        std::vector<uint32_t> back_index(froms.size(), 0);
+        auto listed = [&](const PlacementTuple& t, std::vector<PlacementTuple>& list,
+                          std::vector<uint32_t>& ids, std::unordered_map<uint32_t, uint32_t>& at) {
+          uint32_t id = pricer.tupleId(t);
+          auto [it, is_new] = at.try_emplace(id, static_cast<uint32_t>(list.size()));
+          if (is_new) {
+            list.push_back(t);
+            ids.push_back(id);
           }
-          class_cost[a * tos.size() + b] = c;
+          return it->second;
+        };
+        {
+          std::unordered_map<uint32_t, uint32_t> to_at, grad_at, back_at;
+          for (size_t b = 0; b < tos.size(); ++b) {
+            if (!*tos[b].first) continue;
+            to_index[b] = listed(**tos[b].first, to_list, to_ids, to_at);
+            grad_index[b] = listed(tos[b].second, grad_list, grad_ids, grad_at);
+          }
+          for (size_t a = 0; a < froms.size(); ++a)
+            if (*froms[a])
+              back_index[a] = listed(partialAsReplicate(**froms[a]), back_list, back_ids, back_at);
         }
+        for (const ir::TensorMeta* meta : metas) {
+          ir::TensorMeta t = precision.compute(*meta);
+          ir::TensorMeta g = t;  // the gradient's tensor on its way back
+          if (regather && precision.reduceDtype(*meta) != t.dtype) {
+            g.dtype = precision.reduceDtype(*meta);
+            g.requires_grad = false;
+          }
+          std::vector<const std::vector<double>*> back(grad_list.size(), nullptr);
+          if (t.requires_grad)
+            for (size_t k = 0; k < grad_list.size(); ++k)
+              back[k] = &pricer.row(g, grad_list[k], back_list, back_ids);
+          for (size_t a = 0; a < froms.size(); ++a) {
+            if (!*froms[a]) continue;
+            const std::vector<double>& fwd = pricer.row(t, **froms[a], to_list, to_ids);
+            for (size_t b = 0; b < tos.size(); ++b) {
+              if (!*tos[b].first) continue;
+              double c = fwd[to_index[b]];
+              if (t.requires_grad) {
+                if (regather) c *= 2;
+                if (std::isfinite(c)) c += (*back[grad_index[b]])[back_index[a]];
+              }
+              class_cost[a * tos.size() + b] += c;
+            }
+          }
+        }
+        for (size_t a = 0; a < froms.size(); ++a)
+          for (size_t b = 0; b < tos.size(); ++b)
+            if (!*froms[a] || !*tos[b].first) class_cost[a * tos.size() + b] = kInfinity;
       }
-      e.costs.resize(src_strats.size() * dst_strats.size());
-      for (size_t s = 0; s < src_strats.size(); ++s)
-        for (size_t t = 0; t < dst_strats.size(); ++t)
-          e.costs[s * dst_strats.size() + t] = class_cost[src_class[s] * tos.size() + dst_class[t]];
+      // Factorized (see ProblemEdge): the table over classes, never |S_src| x |S_dst|.
+      e.costs = class_cost;
+      e.src_class = std::move(src_class);
+      e.dst_class = std::move(dst_class);
+      e.num_dst_classes = static_cast<uint32_t>(tos.size());
       gp.problem.edges.push_back(std::move(e));
       gp.edge_input.push_back(i);
     }

@@ -143,11 +143,18 @@ Program buildProgram(const Problem& p, const std::set<std::string>& dropped_grou
   for (size_t i = 0; i < p.edges.size(); ++i) {
     const ProblemEdge& e = p.edges[i];
     const size_t ns = p.nodes[e.src].numStrategies(), nt = p.nodes[e.dst].numStrategies();
+    // Classes of identical rows (columns) of the edge's table; a factorized table has fewer rows
+    // than strategies already. src_rep / dst_rep hold a table row / column per class.
+    const size_t rows = e.tableRows(ns), cols = e.tableCols(nt);
     EdgeRows& r = er[i];
-    r.src_class = classify(
-        ns, nt, [&](size_t s, size_t t) { return e.costs[s * nt + t]; }, r.src_rep);
-    r.dst_class = classify(
-        nt, ns, [&](size_t t, size_t s) { return e.costs[s * nt + t]; }, r.dst_rep);
+    std::vector<uint32_t> row_class = classify(
+        rows, cols, [&](size_t a, size_t b) { return e.costs[a * cols + b]; }, r.src_rep);
+    std::vector<uint32_t> col_class = classify(
+        cols, rows, [&](size_t b, size_t a) { return e.costs[a * cols + b]; }, r.dst_rep);
+    r.src_class.resize(ns);
+    r.dst_class.resize(nt);
+    for (size_t s = 0; s < ns; ++s) r.src_class[s] = row_class[e.rowOf(s)];
+    for (size_t t = 0; t < nt; ++t) r.dst_class[t] = col_class[e.colOf(t)];
     r.src_row = g.numRows();
     r.dst_row = r.src_row + static_cast<int>(r.src_rep.size());
     g.rowlb.resize(g.rowlb.size() + r.src_rep.size() + r.dst_rep.size(), 0.0);
@@ -192,11 +199,11 @@ Program buildProgram(const Problem& p, const std::set<std::string>& dropped_grou
   // e columns, for class pairs of finite cost.
   for (size_t i = 0; i < p.edges.size(); ++i) {
     const ProblemEdge& e = p.edges[i];
-    const size_t nt = p.nodes[e.dst].numStrategies();
+    const size_t cols = e.tableCols(p.nodes[e.dst].numStrategies());
     const EdgeRows& r = er[i];
     for (size_t a = 0; a < r.src_rep.size(); ++a) {
       for (size_t b = 0; b < r.dst_rep.size(); ++b) {
-        double c = e.costs[r.src_rep[a] * nt + r.dst_rep[b]];
+        double c = e.costs[r.src_rep[a] * cols + r.dst_rep[b]];
         if (!std::isfinite(c)) continue;
         g.addColumn(
             memory_objective ? 0.0 : c, 1.0,
@@ -207,6 +214,66 @@ Program buildProgram(const Problem& p, const std::set<std::string>& dropped_grou
   return g;
 }
 
+}  // namespace
+
+double trivialBound(const Problem& p) {
+  // Each edge's cost is charged to its ends: a fraction f to the source, 1 - f to the
+  // destination, each end taking the cheapest entry of its row (column). For any choice x,
+  // sum_v c_v(x_v) + sum_e e(x_u, x_w) >= sum_v [c_v(x_v) + sum of the charged row minima], so the
+  // sum over nodes of the cheapest such term bounds every choice. f = 1, 0 and 1/2; the best.
+  const size_t n = p.nodes.size();
+  std::vector<std::vector<double>> row_min(p.edges.size()), col_min(p.edges.size());
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    const ProblemEdge& e = p.edges[k];
+    const size_t rows = e.tableRows(p.nodes[e.src].numStrategies());
+    const size_t cols = e.tableCols(p.nodes[e.dst].numStrategies());
+    row_min[k].assign(rows, kInfinity);
+    col_min[k].assign(cols, kInfinity);
+    for (size_t r = 0; r < rows; ++r)
+      for (size_t c = 0; c < cols; ++c) {
+        double x = e.costs[r * cols + c];
+        row_min[k][r] = std::min(row_min[k][r], x);
+        col_min[k][c] = std::min(col_min[k][c], x);
+      }
+  }
+  std::vector<std::vector<size_t>> out(n), in(n);
+  for (size_t k = 0; k < p.edges.size(); ++k) {
+    out[p.edges[k].src].push_back(k);
+    in[p.edges[k].dst].push_back(k);
+  }
+  double best = -kInfinity;
+  for (double f : {1.0, 0.0, 0.5}) {
+    double b = 0;
+    for (size_t v = 0; v < n; ++v) {
+      const ProblemNode& node = p.nodes[v];
+      double m = kInfinity;
+      for (size_t s = 0; s < node.numStrategies(); ++s) {
+        if (node.pinned && *node.pinned != s) continue;
+        double x = node.costs[s];
+        for (size_t k : out[v])
+          if (f > 0) x += f * row_min[k][p.edges[k].rowOf(s)];
+        for (size_t k : in[v])
+          if (f < 1) x += (1 - f) * col_min[k][p.edges[k].colOf(s)];
+        m = std::min(m, x);
+      }
+      b += m;
+    }
+    best = std::max(best, b);
+  }
+  return best;
+}
+
+size_t programColumns(const Problem& p) {
+  size_t n = p.numStrategies();
+  for (const ProblemEdge& e : p.edges) {
+    // Finite entries of the table: an upper bound on the class pairs buildProgram makes.
+    for (double c : e.costs) n += std::isfinite(c) ? 1 : 0;
+  }
+  return n;
+}
+
+namespace {
+
 /// The LP relaxation's optimum: its objective and the x part of a solution.
 struct LpResult {
   bool optimal = false;
@@ -215,8 +282,9 @@ struct LpResult {
   std::vector<double> x;
 };
 
-/// Solves the LP relaxation of `g`, loaded into `solver`.
-LpResult solveLp(OsiClpSolverInterface& solver, const Program& g) {
+/// Solves the LP relaxation of `g`, loaded into `solver`, within `seconds` of wall time (<= 0: no
+/// limit); stopped by the limit, the result is neither optimal nor infeasible.
+LpResult solveLp(OsiClpSolverInterface& solver, const Program& g, double seconds) {
   // Dual simplex after Clp's presolve, from a crash basis. On these LPs, with an equality row per
   // class marginal and most edge columns at zero, the dual took 0.1-0.2 s on llama3_8b 8x8 (the
   // clustered problem) where Clp's default (idiot crash, then primal) took 1.4 s; on the
@@ -229,7 +297,9 @@ LpResult solveLp(OsiClpSolverInterface& solver, const Program& g) {
   lp_options.setSolveType(ClpSolve::useDual);
   lp_options.setSpecialOption(0, 1);  // dual crash
   solver.setSolveOptions(lp_options);
+  if (seconds > 0) solver.getModelPtr()->setMaximumWallSeconds(seconds);
   solver.initialSolve();
+  if (seconds > 0) solver.getModelPtr()->setMaximumWallSeconds(-1.0);
   LpResult r;
   r.infeasible = solver.isProvenPrimalInfeasible();
   r.optimal = solver.isProvenOptimal();
@@ -243,10 +313,24 @@ LpResult solveLp(OsiClpSolverInterface& solver, const Program& g) {
 /// Builds and solves; `use_pins` / `use_memory` drop constraint groups for diagnosis; when
 /// `memory_objective` is set the objective is the memory of (e) instead of the cost. `start`: a
 /// feasible choice of the full program (see solve() with a start in ilp.h).
+/// `t0`: when the solve started (the time limit counts from there). Without a start the LP runs to
+/// the end whatever the limit (there is no plan otherwise) and CBC gets at least a second.
 Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string>& dropped_groups,
-            bool use_memory, bool memory_objective, const std::vector<uint32_t>* start = nullptr) {
-  const Program g = buildProgram(p, dropped_groups, use_memory, memory_objective);
+            bool use_memory, bool memory_objective, const std::vector<uint32_t>* start = nullptr,
+            std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now()) {
   Outcome out;
+  // Out of time with a start: the start, with the bound of a relaxation.
+  auto keep_start = [&]() {
+    out.feasible = true;
+    out.hit_limit = true;
+    out.objective = evaluate(p, *start);
+    out.bound = std::min(trivialBound(p), out.objective);
+    out.choice = *start;
+    out.how = StartOutcome::kBranchAndBound;
+    return out;
+  };
+  if (start && secondsLeft(o, t0) <= 0) return keep_start();
+  const Program g = buildProgram(p, dropped_groups, use_memory, memory_objective);
   out.variables = static_cast<int64_t>(g.numCols());
   out.constraints = g.numRows();
   OsiClpSolverInterface solver;
@@ -266,9 +350,12 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   // The marginal polytope is usually integral on our graphs: solve the LP relaxation first, and
   // when its optimum is integral in x it is the ILP's optimum (skipping CBC's preprocessing, cuts
   // and heuristics, which dominate the time on large problems).
-  const LpResult lp = solveLp(solver, g);
-  if (lp.infeasible) return out;
   const double start_objective = start ? evaluate(p, *start) : kInfinity;
+  double left = secondsLeft(o, t0);
+  if (start && left <= 0) return keep_start();
+  const LpResult lp = solveLp(solver, g, start ? std::max(left, 1e-3) : 0.0);
+  if (lp.infeasible) return out;
+  if (!lp.optimal && start) return keep_start();  // stopped by the limit
   if (lp.optimal) {
     // The LP optimum bounds every integral choice from below: a start that meets it is optimal.
     // The relative tolerance covers the LP's own rounding (its objective can sit a hair below the
@@ -298,7 +385,8 @@ Outcome run(const Problem& p, const SolverOptions& o, const std::set<std::string
   data.noPrinting_ = o.log_level == 0;
   data.useSignalHandler_ = false;
   model.setLogLevel(o.log_level);
-  std::string sec = std::to_string(std::max(1.0, o.time_limit_s));
+  left = secondsLeft(o, t0);
+  std::string sec = std::to_string(start ? std::max(left, 1e-3) : std::max(left, 1.0));
   std::string threads = std::to_string(std::max(1, o.threads));
   std::string log = std::to_string(o.log_level);
   // With a start, its objective (plus a hair, so that CBC may still return an equal choice) is the
@@ -387,7 +475,7 @@ Expected<Solution> solveWith(const Problem& p, const SolverOptions& options,
   if (start && (start->size() != p.nodes.size() || !std::isfinite(evaluate(p, *start))))
     return invalidArgument("the start is not a feasible choice of the problem");
   auto t0 = std::chrono::steady_clock::now();
-  Outcome out = run(p, options, {}, true, false, start);
+  Outcome out = run(p, options, {}, true, false, start, t0);
   if (outcome) *outcome = out.how;
   if (!out.feasible) {
     if (out.hit_limit) return infeasible("the solver found no plan within the time limit");
@@ -399,7 +487,7 @@ Expected<Solution> solveWith(const Problem& p, const SolverOptions& options,
   if (!std::isfinite(s.objective))
     return internalError("CBC returned a solution that violates the problem");
   s.bound = out.bound;
-  s.status = out.optimal ? "optimal" : out.hit_limit ? "time limit (feasible)" : "feasible";
+  s.status = out.optimal ? "optimal" : out.hit_limit ? kTimeLimitStatus : "feasible";
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.variables = out.variables;
   s.constraints = out.constraints;
@@ -407,6 +495,13 @@ Expected<Solution> solveWith(const Problem& p, const SolverOptions& options,
 }
 
 }  // namespace
+
+double secondsLeft(const SolverOptions& o, std::chrono::steady_clock::time_point start) {
+  auto now = std::chrono::steady_clock::now();
+  double left = o.time_limit_s - std::chrono::duration<double>(now - start).count();
+  if (o.deadline) left = std::min(left, std::chrono::duration<double>(*o.deadline - now).count());
+  return std::max(0.0, left);
+}
 
 Expected<Solution> solve(const Problem& p, const SolverOptions& options) {
   return solveWith(p, options, nullptr, nullptr);

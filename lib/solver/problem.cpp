@@ -31,8 +31,20 @@ Status Problem::validate() const {
     std::string where = "edge " + std::to_string(i);
     if (e.src >= nodes.size() || e.dst >= nodes.size() || e.src == e.dst)
       return invalidArgument(where + " connects invalid nodes");
-    if (e.costs.size() != nodes[e.src].numStrategies() * nodes[e.dst].numStrategies())
+    const size_t ns = nodes[e.src].numStrategies(), nt = nodes[e.dst].numStrategies();
+    if (e.factorized() || !e.dst_class.empty()) {
+      if (e.src_class.size() != ns || e.dst_class.size() != nt || e.num_dst_classes == 0 ||
+          e.costs.size() % e.num_dst_classes != 0)
+        return invalidArgument(where + " has class maps of the wrong size");
+      const size_t rows = e.costs.size() / e.num_dst_classes;
+      for (uint32_t c : e.src_class)
+        if (c >= rows) return invalidArgument(where + " has a source class out of range");
+      for (uint32_t c : e.dst_class)
+        if (c >= e.num_dst_classes)
+          return invalidArgument(where + " has a destination class out of range");
+    } else if (e.costs.size() != ns * nt) {
       return invalidArgument(where + " has a cost matrix of the wrong size");
+    }
     for (double c : e.costs)
       if (std::isnan(c) || c < 0) return invalidArgument(where + " has a negative or NaN cost");
   }
@@ -133,8 +145,15 @@ nlohmann::json toJson(const Problem& p) {
     nodes.push_back(n);
   }
   json edges = json::array();
-  for (const auto& e : p.edges)
-    edges.push_back({{"src", e.src}, {"dst", e.dst}, {"costs", costsToJson(e.costs)}});
+  for (const auto& e : p.edges) {
+    json j = {{"src", e.src}, {"dst", e.dst}, {"costs", costsToJson(e.costs)}};
+    if (e.factorized()) {
+      j["src_class"] = e.src_class;
+      j["dst_class"] = e.dst_class;
+      j["num_dst_classes"] = e.num_dst_classes;
+    }
+    edges.push_back(std::move(j));
+  }
   json j = {{"format", "apc-solver-problem-1"}, {"nodes", nodes}, {"edges", edges}};
   if (p.memory)
     j["memory"] = {{"low", p.memory->low},
@@ -167,6 +186,11 @@ Expected<Problem> problemFromJson(const nlohmann::json& j) {
       pe.dst = e.at("dst").get<uint32_t>();
       APC_ASSIGN_OR_RETURN(
           pe.costs, costsFromJson(e.at("costs"), "$.edges[" + std::to_string(i) + "].costs"));
+      if (e.contains("src_class")) {
+        pe.src_class = e["src_class"].get<std::vector<uint32_t>>();
+        pe.dst_class = e.at("dst_class").get<std::vector<uint32_t>>();
+        pe.num_dst_classes = e.at("num_dst_classes").get<uint32_t>();
+      }
       p.edges.push_back(std::move(pe));
     }
     if (j.contains("memory")) {

@@ -17,7 +17,18 @@
 //    A relative tolerance larger than the ILP's and evaluate()'s slack keeps the drop on the safe
 //    side of rounding. A row that every choice satisfies (high >= the sum of the maxima, as with
 //    high = 1) is dropped, and all nodes become eliminable.
-// 2. Variable elimination on the pairwise cost graph (min-sum), for nodes outside the memory bound:
+// 1c. Dominance: a strategy s of v is dropped when another kept strategy s' of v has cost <= and
+//    equal memory and, on every edge of v, a row (over the neighbour's kept strategies) <= s's row
+//    elementwise. Any choice using s becomes, with s' instead, no dearer and as feasible (the
+//    memory row sees the same bytes), so the optimum is unchanged. Drops are logged in order: a
+//    choice of the full problem (the clustered plan in step 3) is moved onto kept strategies by
+//    replaying the log, each swap no dearer because every other node's choice was kept when that
+//    drop was decided. Nodes whose comparison would cost more than kDominanceWork are skipped.
+//    (On the samples few strategies are dominated: 31 of 818 on llama3_8b 8x8, few on 3-d meshes:
+//    strategies there differ in their placements, hence in their edge rows.)
+// 2. Variable elimination on the pairwise cost graph (min-sum), for nodes outside the memory bound.
+//    Edge tables are factorized (ProblemEdge, edge_table.h) and the eliminations work per class:
+//    a node of hundreds of strategies on a 3-d mesh has tens of distinct placements per edge.
 //    - a node with one strategy folds its edge costs into its neighbours' node costs;
 //    - a node with one neighbour u folds min_t (edge(s,t) + cost(t)) into cost_u(s);
 //    - a node with two neighbours u, w becomes one edge u-w with
@@ -39,39 +50,37 @@
 //    by LP bound" in ReductionStats::cluster_check), else the optimum of R, expanded ("re-solved
 //    without clustering"). Either way the result is an optimum of the full problem (within the
 //    solver's time limit): clustering only makes finding it and proving it cheap.
+//    Limits: the check's cost grows with the total number of layers (its LP is over the
+//    unclustered problem). Above kMaxCheckColumns, or past the deadline, the clustered plan (or
+//    its unclustered re-choice of eliminated nodes, when cheaper) is returned unproven, with the
+//    bound of a relaxation (trivialBound) so that the plan states its proven gap.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "apc/solver/graph_problem.h"
+#include "edge_table.h"
 
 namespace apc::solver {
 
 namespace {
 
-/// A dense matrix rows x cols, row-major.
-struct Matrix {
-  size_t rows = 0, cols = 0;
-  std::vector<double> v;
-  double at(size_t r, size_t c) const { return v[r * cols + c]; }
-  double& at(size_t r, size_t c) { return v[r * cols + c]; }
-  Matrix transposed() const {
-    Matrix t{cols, rows, std::vector<double>(v.size())};
-    for (size_t r = 0; r < rows; ++r)
-      for (size_t c = 0; c < cols; ++c) t.at(c, r) = at(r, c);
-    return t;
-  }
-};
+using detail::Table;
 
-/// How to recover an eliminated node's choice from its neighbours' choices.
+/// How to recover an eliminated node's choice from its neighbours' choices: the argmin is indexed
+/// by the neighbours' classes on the eliminated edges (row-major), `classes` maps each neighbour's
+/// kept strategies to those classes.
 struct Elimination {
   uint32_t node;
-  std::vector<uint32_t> neighbours;  // 0, 1 or 2 reduced-node ids
-  std::vector<uint32_t> argmin;      // indexed by the neighbours' local choices (row-major)
+  std::vector<uint32_t> neighbours;            // 0, 1 or 2 reduced-node ids
+  std::vector<std::vector<uint32_t>> classes;  // per neighbour: kept strategy -> class
+  std::vector<size_t> widths;                  // per neighbour: number of classes
+  std::vector<uint32_t> argmin;
 };
 
 class Reducer {
@@ -93,18 +102,21 @@ class Reducer {
     }
     fixMemory();
     for (const ProblemEdge& e : p.edges) {
-      size_t nt = p.nodes[e.dst].numStrategies();
-      Matrix m{keep_[e.src].size(), keep_[e.dst].size(), {}};
-      m.v.resize(m.rows * m.cols);
-      for (size_t a = 0; a < m.rows; ++a)
-        for (size_t b = 0; b < m.cols; ++b)
-          m.at(a, b) = e.cost(keep_[e.src][a], keep_[e.dst][b], nt);
-      addEdge(e.src, e.dst, std::move(m));
+      Table t = detail::restrict(
+          detail::tableOf(e, p.nodes[e.src].numStrategies(), p.nodes[e.dst].numStrategies()),
+          keep_[e.src], keep_[e.dst]);
+      addEdge(e.src, e.dst, std::move(t));
     }
+    if (!hasEmptyNode()) pruneDominated();
   }
 
+  /// Strategies dropped by dominance (step 1c), in the order they were dropped.
+  size_t prunedStrategies() const { return pruned_.size(); }
+
   /// Eliminates what it can; nodes in the memory bound stay.
-  void run() {
+  /// Stops early, returning false, when `deadline` passes (then the reduction is unfinished and
+  /// must not be used).
+  bool run(const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt) {
     bool changed = true;
     while (changed) {
       changed = false;
@@ -112,11 +124,13 @@ class Reducer {
         if (!alive_[v] || inMemory(v)) continue;
         if (cost_[v].empty()) continue;  // infeasible node: leave it to the ILP to report
         if (cost_[v].size() == 1 || adj_[v].size() <= 2) {
+          if (deadline && std::chrono::steady_clock::now() > *deadline) return false;
           eliminate(v);
           changed = true;
         }
       }
     }
+    return true;
   }
 
   /// The reduced problem over the surviving nodes; fills `ids` with their original indices.
@@ -140,13 +154,8 @@ class Reducer {
       r.nodes.push_back(std::move(n));
       any_memory = any_memory || !r.nodes.back().memory.empty();
     }
-    for (const auto& [key, m] : edges_) {
-      ProblemEdge e;
-      e.src = index.at(key.first);
-      e.dst = index.at(key.second);
-      e.costs = m.v;
-      r.edges.push_back(std::move(e));
-    }
+    for (const auto& [key, m] : edges_)
+      r.edges.push_back(detail::edgeOf(index.at(key.first), index.at(key.second), m));
     if (hasMemoryRow()) {
       // Eliminated nodes of constant memory (1b) contribute `eliminated_memory_` to the row.
       r.memory =
@@ -174,10 +183,8 @@ class Reducer {
     for (size_t i = 0; i < ids.size(); ++i) local[ids[i]] = choice[i];
     for (auto it = eliminations_.rbegin(); it != eliminations_.rend(); ++it) {
       size_t idx = 0;
-      for (size_t k = 0; k < it->neighbours.size(); ++k) {
-        uint32_t nb = it->neighbours[k];
-        idx = idx * widths_.at(it->node)[k] + local[nb];
-      }
+      for (size_t k = 0; k < it->neighbours.size(); ++k)
+        idx = idx * it->widths[k] + it->classes[k][local[it->neighbours[k]]];
       local[it->node] = it->argmin.empty() ? 0 : it->argmin[idx];
     }
     std::vector<uint32_t> full(alive_.size());
@@ -188,8 +195,12 @@ class Reducer {
 
   /// The reduced problem's choice that a full choice makes (`ids` as filled by reduced()); empty
   /// when the full choice uses a strategy the reduction dropped (then it was infeasible).
+  /// A choice that uses a strategy dropped by dominance (1c) is first moved to its dominator, in
+  /// the order of the drops: no dearer, and feasible (see the file comment).
   std::vector<uint32_t> restrictChoice(const std::vector<uint32_t>& ids,
-                                       const std::vector<uint32_t>& full) const {
+                                       std::vector<uint32_t> full) const {
+    for (const Pruned& d : pruned_)
+      if (full[d.node] == d.dropped) full[d.node] = d.replacement;
     std::vector<uint32_t> choice(ids.size());
     for (size_t i = 0; i < ids.size(); ++i) {
       const std::vector<uint32_t>& k = keep_[ids[i]];
@@ -279,13 +290,13 @@ class Reducer {
     }
   }
 
-  /// The matrix of edge (a, b) oriented with a's strategies as rows.
-  Matrix edgeMatrix(uint32_t a, uint32_t b) const {
+  /// The table of edge (a, b) oriented with a's strategies as rows.
+  Table edgeMatrix(uint32_t a, uint32_t b) const {
     if (a < b) return edges_.at({a, b});
     return edges_.at({b, a}).transposed();
   }
 
-  void addEdge(uint32_t a, uint32_t b, Matrix m) {
+  void addEdge(uint32_t a, uint32_t b, Table m) {
     if (a > b) {
       std::swap(a, b);
       m = m.transposed();
@@ -296,7 +307,7 @@ class Reducer {
       adj_[a].insert(b);
       adj_[b].insert(a);
     } else {
-      for (size_t i = 0; i < m.v.size(); ++i) it->second.v[i] += m.v[i];
+      it->second = detail::sum(it->second, m);
     }
   }
 
@@ -304,6 +315,90 @@ class Reducer {
     edges_.erase({std::min(a, b), std::max(a, b)});
     adj_[a].erase(b);
     adj_[b].erase(a);
+  }
+
+  /// 1c in the file comment: drops strategies dominated in cost, memory and every edge row.
+  void pruneDominated() {
+    const size_t n = alive_.size();
+    for (int pass = 0; pass < 3; ++pass) {
+      bool changed = false;
+      for (uint32_t v = 0; v < n; ++v) changed = pruneNode(v) || changed;
+      if (!changed) break;
+    }
+  }
+
+  bool pruneNode(uint32_t v) {
+    const size_t ns = cost_[v].size();
+    if (ns < 2) return false;
+    std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
+    // Per incident edge: the table with v's strategies as rows, and which row is <= which.
+    std::vector<Table> tables;
+    std::vector<std::vector<bool>> leq;  // leq[k][a * rows + b]: row a <= row b elementwise
+    size_t work = 0;
+    for (uint32_t u : nbs) {
+      tables.push_back(edgeMatrix(v, u));
+      const Table& t = tables.back();
+      work += t.rows * t.rows * t.cols;
+    }
+    if (work > kDominanceWork) return false;  // too large to compare: keep everything (exact)
+    for (const Table& t : tables) {
+      std::vector<bool> l(t.rows * t.rows, false);
+      for (size_t a = 0; a < t.rows; ++a)
+        for (size_t b = 0; b < t.rows; ++b) {
+          bool ok = true;
+          for (size_t c = 0; c < t.cols && ok; ++c) ok = t.at(a, c) <= t.at(b, c);
+          l[a * t.rows + b] = ok;
+        }
+      leq.push_back(std::move(l));
+    }
+    auto mem = [&](size_t k) {
+      return p_.nodes[v].memory.empty() ? 0.0 : p_.nodes[v].memory[keep_[v][k]];
+    };
+    std::vector<uint32_t> order(ns);
+    for (uint32_t k = 0; k < ns; ++k) order[k] = k;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](uint32_t a, uint32_t b) { return cost_[v][a] < cost_[v][b]; });
+    std::vector<uint32_t> kept;
+    std::vector<std::pair<uint32_t, uint32_t>> dropped;  // (local dropped, local dominator)
+    for (uint32_t s : order) {
+      uint32_t by = UINT32_MAX;
+      for (uint32_t k : kept) {
+        if (mem(k) != mem(s)) continue;
+        bool dom = true;
+        for (size_t e = 0; e < tables.size() && dom; ++e) {
+          const Table& t = tables[e];
+          dom = leq[e][t.row_of[k] * t.rows + t.row_of[s]];
+        }
+        if (dom) {
+          by = k;
+          break;
+        }
+      }
+      if (by == UINT32_MAX)
+        kept.push_back(s);
+      else
+        dropped.emplace_back(s, by);
+    }
+    if (dropped.empty()) return false;
+    for (auto [s, by] : dropped) pruned_.push_back({v, keep_[v][s], keep_[v][by]});
+    std::sort(kept.begin(), kept.end());
+    std::vector<uint32_t> keep;
+    std::vector<double> cost;
+    for (uint32_t k : kept) {
+      keep.push_back(keep_[v][k]);
+      cost.push_back(cost_[v][k]);
+    }
+    for (size_t e = 0; e < nbs.size(); ++e) {
+      uint32_t u = nbs[e];
+      std::vector<uint32_t> all(cost_[u].size());
+      for (uint32_t k = 0; k < all.size(); ++k) all[k] = k;
+      Table t = detail::restrict(tables[e], kept, all);
+      removeEdge(v, u);
+      addEdge(v, u, std::move(t));
+    }
+    keep_[v] = std::move(keep);
+    cost_[v] = std::move(cost);
+    return true;
   }
 
   void eliminate(uint32_t v) {
@@ -314,8 +409,8 @@ class Reducer {
     if (cv.size() == 1) {
       // Fixed choice: fold each edge into the neighbour.
       for (uint32_t u : nbs) {
-        Matrix m = edgeMatrix(u, v);
-        for (size_t s = 0; s < m.rows; ++s) cost_[u][s] += m.at(s, 0);
+        Table m = edgeMatrix(u, v);
+        for (size_t s = 0; s < cost_[u].size(); ++s) cost_[u][s] += m.cost(s, 0);
         removeEdge(u, v);
       }
       constant_ += cv[0];
@@ -326,81 +421,175 @@ class Reducer {
       el.argmin = {static_cast<uint32_t>(best - cv.begin())};
     } else if (nbs.size() == 1) {
       uint32_t u = nbs[0];
-      Matrix m = edgeMatrix(u, v);
-      el.neighbours = {u};
-      for (size_t s = 0; s < m.rows; ++s) {
-        double best = kInfinity;
-        uint32_t arg = 0;
-        for (size_t t = 0; t < m.cols; ++t) {
-          double c = m.at(s, t) + cv[t];
-          if (c < best) {
-            best = c;
-            arg = static_cast<uint32_t>(t);
+      Table m = edgeMatrix(u, v);
+      // The cheapest strategy of v per column class, then per row class of u.
+      std::vector<double> col_best(m.cols, kInfinity);
+      std::vector<uint32_t> col_arg(m.cols, 0);
+      for (size_t t = 0; t < cv.size(); ++t)
+        if (cv[t] < col_best[m.col_of[t]]) {
+          col_best[m.col_of[t]] = cv[t];
+          col_arg[m.col_of[t]] = static_cast<uint32_t>(t);
+        }
+      std::vector<double> row_best(m.rows, kInfinity);
+      el.argmin.assign(m.rows, 0);
+      for (size_t a = 0; a < m.rows; ++a)
+        for (size_t c = 0; c < m.cols; ++c) {
+          double x = m.at(a, c) + col_best[c];
+          if (x < row_best[a]) {
+            row_best[a] = x;
+            el.argmin[a] = col_arg[c];
           }
         }
-        cost_[u][s] += best;
-        el.argmin.push_back(arg);
-      }
+      for (size_t s = 0; s < cost_[u].size(); ++s) cost_[u][s] += row_best[m.row_of[s]];
+      el.neighbours = {u};
+      el.classes = {m.row_of};
+      el.widths = {m.rows};
       removeEdge(u, v);
     } else {
       uint32_t u = nbs[0], w = nbs[1];
-      Matrix a = edgeMatrix(u, v), b = edgeMatrix(v, w);
-      Matrix out{a.rows, b.cols, std::vector<double>(a.rows * b.cols)};
-      el.neighbours = {u, w};
-      el.argmin.resize(a.rows * b.cols);
-      for (size_t s = 0; s < a.rows; ++s) {
-        for (size_t r = 0; r < b.cols; ++r) {
-          double best = kInfinity;
-          uint32_t arg = 0;
-          for (size_t t = 0; t < a.cols; ++t) {
-            double c = a.at(s, t) + cv[t] + b.at(t, r);
-            if (c < best) {
-              best = c;
-              arg = static_cast<uint32_t>(t);
+      Table a = edgeMatrix(u, v), b = edgeMatrix(v, w);
+      // out(i, j) = min_t a(i, col_a(t)) + c(t) + b(row_b(t), j), in two stages over the classes
+      // of v, v's cheapest strategy per (col_a, row_b) pair standing for the others. Either
+      // P(i, r) = min over pairs with row_b = r of a(i, col_a) + c, then out(i, j) = min_r P(i, r)
+      // + b(r, j) (a.rows x b.rows x b.cols), or Q(k, j) = min over pairs with col_a = k of c +
+      // b(row_b, j), then out(i, j) = min_k a(i, k) + Q(k, j) (a.rows x a.cols x b.cols): the
+      // cheaper of the two, a choice made from the sizes alone (deterministic).
+      std::map<std::pair<uint32_t, uint32_t>, uint32_t> best_t;  // (col_a, row_b) -> cheapest t
+      for (uint32_t t = 0; t < cv.size(); ++t) {
+        auto [it, fresh] = best_t.try_emplace({a.col_of[t], b.row_of[t]}, t);
+        if (!fresh && cv[t] < cv[it->second]) it->second = t;
+      }
+      Table out;
+      out.row_of = a.row_of;
+      out.col_of = b.col_of;
+      out.rows = a.rows;
+      out.cols = b.cols;
+      out.v.assign(a.rows * b.cols, kInfinity);
+      el.argmin.assign(a.rows * b.cols, 0);
+      if (b.rows <= a.cols) {
+        std::vector<double> pm(a.rows * b.rows, kInfinity);
+        std::vector<uint32_t> parg(a.rows * b.rows, 0);
+        for (const auto& [key, t] : best_t)
+          for (size_t i = 0; i < a.rows; ++i) {
+            double x = a.at(i, key.first) + cv[t];
+            double& cur = pm[i * b.rows + key.second];
+            if (x < cur) {
+              cur = x;
+              parg[i * b.rows + key.second] = t;
             }
           }
-          out.at(s, r) = best;
-          el.argmin[s * b.cols + r] = arg;
+        for (size_t i = 0; i < a.rows; ++i)
+          for (size_t r = 0; r < b.rows; ++r) {
+            double x0 = pm[i * b.rows + r];
+            if (!std::isfinite(x0)) continue;
+            const double* brow = &b.v[r * b.cols];
+            double* orow = &out.v[i * b.cols];
+            for (size_t j = 0; j < b.cols; ++j) {
+              double x = x0 + brow[j];
+              if (x < orow[j]) {
+                orow[j] = x;
+                el.argmin[i * b.cols + j] = parg[i * b.rows + r];
+              }
+            }
+          }
+      } else {
+        std::vector<double> qm(a.cols * b.cols, kInfinity);
+        std::vector<uint32_t> qarg(a.cols * b.cols, 0);
+        for (const auto& [key, t] : best_t) {
+          const double* brow = &b.v[key.second * b.cols];
+          double* qrow = &qm[key.first * b.cols];
+          for (size_t j = 0; j < b.cols; ++j) {
+            double x = cv[t] + brow[j];
+            if (x < qrow[j]) {
+              qrow[j] = x;
+              qarg[key.first * b.cols + j] = t;
+            }
+          }
         }
+        for (size_t i = 0; i < a.rows; ++i)
+          for (size_t k = 0; k < a.cols; ++k) {
+            double x0 = a.at(i, k);
+            if (!std::isfinite(x0)) continue;
+            const double* qrow = &qm[k * b.cols];
+            double* orow = &out.v[i * b.cols];
+            for (size_t j = 0; j < b.cols; ++j) {
+              double x = x0 + qrow[j];
+              if (x < orow[j]) {
+                orow[j] = x;
+                el.argmin[i * b.cols + j] = qarg[k * b.cols + j];
+              }
+            }
+          }
       }
+      // Rows whose every entry is infinite still need an argmin: any t (the pair is forbidden).
+      el.neighbours = {u, w};
+      el.classes = {a.row_of, b.col_of};
+      el.widths = {a.rows, b.cols};
       removeEdge(u, v);
       removeEdge(v, w);
+      out.compact();
       addEdge(u, w, std::move(out));
     }
-    std::vector<size_t> widths;
-    for (uint32_t nb : el.neighbours) widths.push_back(cost_[nb].size());
-    widths_[v] = widths;
     eliminations_.push_back(std::move(el));
     alive_[v] = false;
     if (hasMemoryRow() && !p_.nodes[v].memory.empty() && !keep_[v].empty())
       eliminated_memory_ += p_.nodes[v].memory[keep_[v][0]];
   }
 
+  /// Above this many comparisons (rows^2 x columns summed over a node's edges) a node is not
+  /// checked for dominance.
+  static constexpr size_t kDominanceWork = 50'000'000;
+
+  struct Pruned {
+    uint32_t node, dropped, replacement;  // original strategy indices
+  };
+
   const Problem& p_;
   std::vector<bool> alive_;
   std::vector<std::vector<double>> cost_;    // per node, over kept strategies
   std::vector<std::vector<uint32_t>> keep_;  // kept strategy -> original strategy
   std::vector<std::set<uint32_t>> adj_;
-  std::map<std::pair<uint32_t, uint32_t>, Matrix> edges_;
+  std::map<std::pair<uint32_t, uint32_t>, Table> edges_;
   std::vector<Elimination> eliminations_;
-  std::map<uint32_t, std::vector<size_t>> widths_;
+  std::vector<Pruned> pruned_;         // 1c, in order
   std::vector<bool> variable_memory_;  // per node: memory varies over its kept strategies (1b)
   bool memory_redundant_ = false;      // every choice satisfies the memory bound (1b)
   double eliminated_memory_ = 0;       // constant memory of eliminated nodes (1b)
   double constant_ = 0;
 };
 
+/// The largest unclustered LP the check builds (columns): beyond it (3-d meshes of deep models:
+/// llama3_8b on 2x2x2 would need 18.7 M columns, 8.7 GB and minutes) the clustered plan is
+/// returned unproven, with a proven gap.
+constexpr size_t kMaxCheckColumns = 3'000'000;
+/// A rough cost of building and loading the LP, per column (llama3_405b 8x8: 1.9 M columns, about
+/// 2 s): the check does not start an LP it could not even build before the deadline.
+constexpr double kBuildSecondsPerColumn = 1e-6;
+
 /// Step 3 of the file comment: proves the clustered plan `clustered` (a choice of `full`) optimal
 /// with the LP bound of the unclustered reduced problem, or replaces it by that problem's optimum.
 Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& options,
                                   Solution clustered, ReductionStats* stats) {
   auto t0 = std::chrono::steady_clock::now();
+  // Not proven: the clustered plan with the bound of a relaxation of `full` (trivialBound).
+  auto unproven = [&](const std::string& status, const std::string& why) {
+    if (stats) {
+      stats->cluster_check = "clustered solution not proven (" + why + ")";
+      stats->cluster_check_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    clustered.status = status;
+    clustered.bound = std::min(trivialBound(full), clustered.objective);
+    return clustered;
+  };
+  if (secondsLeft(options.solver, t0) <= 0) return unproven(kTimeLimitStatus, kTimeLimitStatus);
   Reducer reducer(full);
   std::vector<uint32_t> ids;
   std::vector<uint32_t> start;
   Problem reduced;
   if (!reducer.hasEmptyNode()) {
-    reducer.run();
+    if (secondsLeft(options.solver, t0) <= 0 || !reducer.run(options.solver.deadline))
+      return unproven(kTimeLimitStatus, kTimeLimitStatus);
     reduced = reducer.reduced(ids);
     start = reducer.restrictChoice(ids, clustered.choice);
   }
@@ -414,6 +603,26 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     // Everything was eliminated: the expansion is an optimum.
     unclustered.status = "optimal";
     how = StartOutcome::kLpIntegral;
+  } else if (size_t columns = programColumns(reduced);
+             columns > kMaxCheckColumns ||
+             secondsLeft(options.solver, t0) < kBuildSecondsPerColumn * double(columns)) {
+    // Too large, or no time to even build the LP (building is not interruptible): unproven.
+    // The unclustered elimination re-chooses the eliminated nodes of the clustered plan: keep
+    // that when cheaper (as the check would).
+    std::vector<uint32_t> rechosen = reducer.expand(ids, start);
+    if (evaluate(full, rechosen) < clustered.objective) {
+      clustered.choice = std::move(rechosen);
+      clustered.objective = evaluate(full, clustered.choice);
+    }
+    Solution s =
+        columns > kMaxCheckColumns
+            ? unproven("feasible", "the unclustered LP would have " + std::to_string(columns) +
+                                       " columns, over " + std::to_string(kMaxCheckColumns))
+            : unproven(kTimeLimitStatus, "no time left to build the unclustered LP of " +
+                                             std::to_string(columns) + " columns");
+    // The reduced problem's bound is tighter: its eliminations are exact minima.
+    s.bound = std::min(std::max(s.bound, trivialBound(reduced) + reducer.constant()), s.objective);
+    return s;
   } else {
     APC_ASSIGN_OR_RETURN(unclustered, solve(reduced, options.solver, start, &how));
   }
@@ -428,6 +637,8 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   if (!(objective < clustered.objective - 1e-9 * std::max(1.0, std::fabs(clustered.objective)))) {
     if (stats)
       stats->cluster_check = reduced.nodes.empty() ? "clustered solution verified by elimination"
+                             : unclustered.status != "optimal"
+                                 ? "clustered solution not proven (" + unclustered.status + ")"
                              : how == StartOutcome::kStartProven
                                  ? "clustered solution verified by LP bound"
                                  : "clustered solution verified by the unclustered ILP";
@@ -448,8 +659,14 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
 
 }  // namespace
 
-Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& options,
+Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& given,
                                      ReductionStats* stats) {
+  // One time limit for the whole solve: the clustered solve and the check share it.
+  SolveGraphOptions options = given;
+  auto limit = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                   std::chrono::duration<double>(std::min(options.solver.time_limit_s, 1e9)));
+  if (!options.solver.deadline || limit < *options.solver.deadline) options.solver.deadline = limit;
   const Problem& full = gp.problem;
   APC_RETURN_IF_ERROR(full.validate());
   if (stats) {
@@ -483,6 +700,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
   if (stats) {
+    stats->dominated = reducer.prunedStrategies();
     stats->nodes_after = reduced.nodes.size();
     stats->edges_after = reduced.edges.size();
     stats->strategies_after = reduced.numStrategies();

@@ -78,6 +78,8 @@ class BaselineQualityOf : public testing::TestWithParam<std::string> {};
 
 TEST_P(BaselineQualityOf, OptimizerIsNeverWorseThanABaseline) {
   const std::string& name = GetParam();
+  // Planning at 405B scale is scripts/bench.sh's business; its ops and rules are llama3_8b's.
+  if (name == "llama3_405b") GTEST_SKIP() << "llama3_405b: the same model as llama3_8b, deeper";
   std::set<std::string> only_meshes = envList("APC_QUALITY_MESHES");
   std::set<std::string> only_baselines = envList("APC_QUALITY_BASELINES");
   const SolveGraphOptions opts = solveOptions();

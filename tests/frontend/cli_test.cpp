@@ -188,7 +188,9 @@ TEST(Cli, ExportedProgramsInspectAndPlan) {
     // Exporting adds no op without a sharding rule.
     std::set<std::string> ts_fallbacks = fallbacks(ts);
     for (const std::string& op : fallbacks(file)) EXPECT_TRUE(ts_fallbacks.count(op)) << op;
-    if (file.find("llama3_8b") != std::string::npos) continue;
+    if (file.find("llama3_8b") != std::string::npos ||
+        file.find("llama3_405b") != std::string::npos)
+      continue;
     Result p = runApc("plan " + kSamples + file + " --mesh 2x2 -o " + plan.string());
     ASSERT_EQ(p.code, 0) << p.err;
     EXPECT_NE(p.out.find("estimated step time"), std::string::npos);

@@ -385,7 +385,8 @@ TEST(Exported, PlansEqualTheTorchScriptPlans) {
   int compared = 0;
   for (const json* sp : exportedSamples()) {
     const json& s = *sp;
-    if (s["name"] == "llama3_8b") continue;  // the same code path as llama_small, at 20x the time
+    // The same code path as llama_small, at 20x (llama3_8b) and 300x (llama3_405b) the time.
+    if (s["name"] == "llama3_8b" || s["name"] == "llama3_405b") continue;
     SCOPED_TRACE(s["name"].get<std::string>());
     auto pt = importWith(tsPathOf(s), inputsOf(s));
     auto pt2 = importWith(pathOf(s), inputsOf(s));

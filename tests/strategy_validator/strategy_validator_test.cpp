@@ -83,8 +83,8 @@ const ExecutedSample kExecuted[] = {
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
-const char* const kStubs[] = {"gpt2_small", "gpt2_small_loss", "llama_small", "llama_small_4l",
-                              "llama3_8b"};
+const char* const kStubs[] = {"gpt2_small",     "gpt2_small_loss", "llama_small",
+                              "llama_small_4l", "llama3_8b",       "llama3_405b"};
 
 const std::vector<std::vector<int64_t>> kMeshShapes = {{4}, {2, 2}, {2, 4}, {2, 2, 2}};
 

@@ -156,6 +156,16 @@ Expected<RedistCost> redistributionCost(const ir::TensorMeta& global,
                                         const mesh::PlacementTuple& to,
                                         const mesh::DeviceMesh& mesh);
 
+/// redistributionCost(global, from, to, mesh) for every `to` of `tos`, with one search from `from`
+/// for all targets without a Partial entry (they share its state space, see "Ordering"): the
+/// planner's pricing asks for every (producer placement, consumer placement) pair of an edge, and
+/// on 3-d meshes one search per pair was most of the construction time. Equal to the pairwise
+/// results bit for bit (forward, backward, steps).
+Expected<std::vector<RedistCost>> redistributionCosts(const ir::TensorMeta& global,
+                                                      const mesh::PlacementTuple& from,
+                                                      const std::vector<mesh::PlacementTuple>& tos,
+                                                      const mesh::DeviceMesh& mesh);
+
 /// Convenience: forward + backward microseconds; +infinity when the transition is impossible or
 /// the arguments are malformed (call redistributionCost to tell those apart).
 double redistributionCostUs(const ir::TensorMeta& global, const mesh::PlacementTuple& from,

@@ -56,6 +56,10 @@ struct BuiltProblem {
   std::vector<std::string> fallback_ops;
 };
 
+/// The most mesh dims buildProblem accepts: strategy counts grow as (rank + 2)^dims per tensor, and
+/// beyond four dims planning would not finish in reasonable time or memory.
+inline constexpr size_t kMaxPlanMeshDims = 4;
+
 /// Checks the spec against the graph (validateSpecAgainstGraph, the budget), enumerates the
 /// strategies on the spec's mesh and device (on solver::computeGraph when the spec's mixed
 /// precision sets a param_dtype, so compute is priced in that dtype) and builds the GraphProblem.

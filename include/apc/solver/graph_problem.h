@@ -107,6 +107,7 @@ struct ReductionStats {
   size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
   size_t nodes_after = 0, edges_after = 0, strategies_after = 0;
   size_t clusters = 0;  // repeated-layer clusters whose variables were tied
+  size_t dominated = 0;  // strategies dropped as dominated (reduce.cpp, 1c) before the ILP
   // With clusters: how the clustered plan was checked against the unclustered problem (see
   // SolveGraphOptions::cluster): "clustered solution verified by LP bound", "... verified by the
   // unclustered ILP", "... verified by elimination" (the unclustered reduction left nothing), or

@@ -28,20 +28,44 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <chrono>
+#include <optional>
+
 #include "apc/solver/problem.h"
 
 namespace apc::solver {
 
 struct SolverOptions {
-  double time_limit_s = 60;  // CBC does not enforce it during the root LP: expect overshoot
+  // Wall-clock limit of one solve (LP relaxation and CBC together), from its start. Hit, the solve
+  // returns the best choice found with status "time_limit" and its proven bound; without any
+  // choice yet, the LP of the first solve runs on (a plan always comes back).
+  double time_limit_s = 60;
+  // An absolute deadline that also bounds the solve when earlier (the tool sets it from the end of
+  // import, so that the limit covers enumeration and construction too). Not part of a plan's
+  // recorded options: it does not change which plan is optimal, only whether one is proven.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
   int threads = 1;
   int log_level = 0;  // 0 silent, 1 CBC summary, 2+ more
 };
+
+/// The status of a solve stopped by its time limit (Solution::status).
+inline constexpr const char* kTimeLimitStatus = "time_limit";
+
+/// Seconds left before the earlier of `o.deadline` and `start` + o.time_limit_s (>= 0).
+double secondsLeft(const SolverOptions& o, std::chrono::steady_clock::time_point start);
 
 /// Solves the problem. Errors: kInvalidArgument for malformed problems, kInfeasible when no choice
 /// satisfies the constraints (the message names the pin groups or the memory bound that make it
 /// infeasible, and for the memory bound the smallest feasible high), kInternal when CBC fails.
 Expected<Solution> solve(const Problem& p, const SolverOptions& options = {});
+
+/// A lower bound on every choice that needs no LP: each edge's cost charged to its ends (all to the
+/// source, all to the destination, or half each), each node's cheapest allowed strategy with the
+/// cheapest entries of its charged rows; the best of the three (the memory row relaxed away).
+double trivialBound(const Problem& p);
+
+/// The number of columns (x and e variables) the program of `p` has, without building it.
+size_t programColumns(const Problem& p);
 
 /// How solve() with a start finished (see below).
 enum class StartOutcome {

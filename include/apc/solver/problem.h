@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -35,12 +36,33 @@ struct ProblemNode {
   size_t numStrategies() const { return costs.size(); }
 };
 
+/// An edge's cost table, dense or factorized. Dense (both class maps empty): `costs` is
+/// |S_src| x |S_dst|, row-major. Factorized: strategy s of src uses row src_class[s], strategy t of
+/// dst column dst_class[t], and `costs` is (max src_class + 1) x num_dst_classes: the cost of an
+/// edge depends only on the producer's output placement and the consumer's input (and gradient)
+/// placement, of which a node has far fewer than strategies (on 3-d meshes, tens against hundreds),
+/// so tables stay small and their consumers (the reduction, the ILP) work per class.
 struct ProblemEdge {
   uint32_t src = 0;
   uint32_t dst = 0;
-  std::vector<double> costs;  // |S_src| x |S_dst|, row-major; +infinity = forbidden pair
+  std::vector<double> costs;             // +infinity = forbidden pair
+  std::vector<uint32_t> src_class = {};  // per strategy of src; empty = dense
+  std::vector<uint32_t> dst_class = {};  // per strategy of dst; empty = dense
+  uint32_t num_dst_classes = 0;          // columns of a factorized table
 
-  double cost(size_t s, size_t t, size_t num_dst) const { return costs[s * num_dst + t]; }
+  bool factorized() const { return !src_class.empty(); }
+  double cost(size_t s, size_t t, size_t num_dst) const {
+    return factorized() ? costs[src_class[s] * num_dst_classes + dst_class[t]]
+                        : costs[s * num_dst + t];
+  }
+  /// Rows and columns of the table (`num_src`, `num_dst`: the end nodes' strategy counts).
+  size_t tableRows(size_t num_src) const {
+    return factorized() ? costs.size() / std::max<size_t>(1, num_dst_classes) : num_src;
+  }
+  size_t tableCols(size_t num_dst) const { return factorized() ? num_dst_classes : num_dst; }
+  /// The row / column of a strategy.
+  uint32_t rowOf(size_t s) const { return factorized() ? src_class[s] : static_cast<uint32_t>(s); }
+  uint32_t colOf(size_t t) const { return factorized() ? dst_class[t] : static_cast<uint32_t>(t); }
 };
 
 /// low <= sum_v memory[v][x_v] <= high.

@@ -1,0 +1,236 @@
+//===- tests/solver/reduce_test.cpp - Exact reduction, factorized tables, time limit ===//
+//
+// The reduction before the ILP must not change the optimum: random problems with planted dominated
+// strategies and factorized edge tables are solved with the reduction (dominance pruning 1c,
+// class-level elimination) and compared with brute force. Then the time limit: a solve stopped by
+// its deadline reports status time_limit and a proven bound below its objective (wall time is not
+// asserted).
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "apc/solver/graph_problem.h"
+#include "apc/solver/ilp.h"
+
+namespace apc::solver {
+namespace {
+
+/// Random DAG of `n` nodes; every node gets `shadows` extra strategies that copy one of its
+/// strategies with costs (node and every incident edge entry) raised by random non-negative
+/// amounts and equal memory: dominated, so dropping them must keep the optimum.
+Problem plantedProblem(std::mt19937& rng, int n, int shadows, bool memory) {
+  std::uniform_int_distribution<int> k(2, 3);
+  std::uniform_real_distribution<double> cost(0, 100);
+  std::uniform_real_distribution<double> raise(0, 5);
+  std::bernoulli_distribution forbid(0.1), zero(0.4);
+  Problem p;
+  std::vector<std::vector<int>> copy_of(n);  // per node: strategy -> the base strategy it copies
+  for (int i = 0; i < n; ++i) {
+    ProblemNode v;
+    v.name = "n" + std::to_string(i);
+    int ks = k(rng);
+    for (int s = 0; s < ks; ++s) {
+      v.costs.push_back(cost(rng));
+      v.memory.push_back(std::floor(cost(rng)));
+      copy_of[i].push_back(s);
+    }
+    for (int s = 0; s < shadows; ++s) {
+      int base = std::uniform_int_distribution<int>(0, ks - 1)(rng);
+      v.costs.push_back(v.costs[base] + (zero(rng) ? 0.0 : raise(rng)));
+      v.memory.push_back(v.memory[base]);
+      copy_of[i].push_back(base);
+    }
+    if (!memory) v.memory.clear();
+    p.nodes.push_back(v);
+  }
+  for (int i = 1; i < n; ++i) {
+    std::uniform_int_distribution<int> pick(0, i - 1);
+    std::set<int> srcs = {pick(rng), pick(rng)};
+    for (int src : srcs) {
+      ProblemEdge e;
+      e.src = static_cast<uint32_t>(src);
+      e.dst = static_cast<uint32_t>(i);
+      const size_t ns = copy_of[src].size(), nt = copy_of[i].size();
+      // Base entries first, then every entry is its bases' entry plus a raise for shadows.
+      std::vector<std::vector<double>> base(ns, std::vector<double>(nt));
+      for (size_t a = 0; a < ns; ++a)
+        for (size_t b = 0; b < nt; ++b)
+          base[a][b] = a == b ? 0.0 : forbid(rng) ? kInfinity : cost(rng);
+      for (size_t a = 0; a < ns; ++a)
+        for (size_t b = 0; b < nt; ++b) {
+          double c = base[copy_of[src][a]][copy_of[i][b]];
+          bool shadow =
+              static_cast<int>(a) != copy_of[src][a] || static_cast<int>(b) != copy_of[i][b];
+          e.costs.push_back(shadow && !zero(rng) ? c + raise(rng) : c);
+        }
+      p.edges.push_back(e);
+    }
+  }
+  return p;
+}
+
+/// The same edge in factorized form: identical rows (columns) share a class.
+ProblemEdge factorize(const ProblemEdge& e, size_t ns, size_t nt) {
+  ProblemEdge f;
+  f.src = e.src;
+  f.dst = e.dst;
+  std::vector<std::vector<double>> rows;
+  for (size_t a = 0; a < ns; ++a) {
+    std::vector<double> r(e.costs.begin() + static_cast<long>(a * nt),
+                          e.costs.begin() + static_cast<long>((a + 1) * nt));
+    auto it = std::find(rows.begin(), rows.end(), r);
+    f.src_class.push_back(static_cast<uint32_t>(it - rows.begin()));
+    if (it == rows.end()) rows.push_back(r);
+  }
+  std::vector<std::vector<double>> cols;
+  for (size_t b = 0; b < nt; ++b) {
+    std::vector<double> c;
+    for (const auto& r : rows) c.push_back(r[b]);
+    auto it = std::find(cols.begin(), cols.end(), c);
+    f.dst_class.push_back(static_cast<uint32_t>(it - cols.begin()));
+    if (it == cols.end()) cols.push_back(c);
+  }
+  f.num_dst_classes = static_cast<uint32_t>(cols.size());
+  for (const auto& r : rows)
+    for (const auto& c : cols) f.costs.push_back(c[&r - &rows[0]]);
+  return f;
+}
+
+TEST(Reduction, DominancePruningKeepsTheOptimum) {
+  std::mt19937 rng(2024);
+  int compared = 0;
+  size_t dominated = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    Problem p = plantedProblem(rng, 4 + trial % 3, 1 + trial % 2, trial % 3 == 0);
+    if (trial % 3 == 0) {
+      double total = 0;
+      for (const auto& v : p.nodes) total += *std::max_element(v.memory.begin(), v.memory.end());
+      p.memory = MemoryBound{0, total * 0.6};
+    }
+    auto brute = bruteForce(p);
+    GraphProblem gp;
+    gp.problem = p;
+    ReductionStats stats;
+    auto reduced = solveGraphProblem(gp, {}, &stats);
+    ASSERT_EQ(brute.ok(), reduced.ok()) << "trial " << trial;
+    if (!brute.ok()) continue;
+    EXPECT_NEAR(reduced->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
+        << "trial " << trial;
+    EXPECT_DOUBLE_EQ(evaluate(p, reduced->choice), reduced->objective) << "trial " << trial;
+    EXPECT_EQ(reduced->status, "optimal");
+    dominated += stats.dominated;
+    ++compared;
+  }
+  EXPECT_GE(compared, 40);
+  EXPECT_GT(dominated, 40u);  // the planted shadows were found and dropped
+}
+
+TEST(Reduction, FactorizedTablesGiveTheSameOptimum) {
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 40; ++trial) {
+    Problem dense = plantedProblem(rng, 5 + trial % 3, 2, false);
+    Problem fact = dense;
+    for (ProblemEdge& e : fact.edges)
+      e = factorize(e, dense.nodes[e.src].numStrategies(), dense.nodes[e.dst].numStrategies());
+    ASSERT_TRUE(fact.validate().ok());
+    for (size_t k = 0; k < dense.edges.size(); ++k) {
+      const ProblemEdge& d = dense.edges[k];
+      const size_t ns = dense.nodes[d.src].numStrategies(), nt = dense.nodes[d.dst].numStrategies();
+      for (size_t s = 0; s < ns; ++s)
+        for (size_t t = 0; t < nt; ++t) ASSERT_EQ(fact.edges[k].cost(s, t, nt), d.cost(s, t, nt));
+    }
+    auto brute = bruteForce(dense);
+    ASSERT_TRUE(brute.ok());
+    GraphProblem gp;
+    gp.problem = fact;
+    auto reduced = solveGraphProblem(gp);
+    ASSERT_TRUE(reduced.ok()) << reduced.error().message();
+    EXPECT_NEAR(reduced->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
+        << "trial " << trial;
+    SolveGraphOptions no_reduce;
+    no_reduce.reduce = false;
+    auto ilp = solveGraphProblem(gp, no_reduce);  // the ILP on factorized tables directly
+    ASSERT_TRUE(ilp.ok());
+    EXPECT_NEAR(ilp->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective));
+    // Dumps keep the factorized form.
+    auto back = problemFromJson(toJson(fact));
+    ASSERT_TRUE(back.ok()) << back.error().message();
+    EXPECT_EQ(back->edges[0].src_class, fact.edges[0].src_class);
+  }
+}
+
+/// Three layers `layers.<i>.a -> layers.<i>.b` chained and fed from one input: the clustered solve
+/// and the check both run.
+GraphProblem layered() {
+  GraphProblem gp;
+  Problem& p = gp.problem;
+  auto add = [&](std::string name, std::vector<double> costs, std::string path) {
+    ProblemNode n;
+    n.name = std::move(name);
+    n.costs = std::move(costs);
+    p.nodes.push_back(n);
+    gp.module_paths.push_back(std::move(path));
+    gp.strategies.emplace_back(p.nodes.back().costs.size());
+    gp.graph_nodes.emplace_back();
+    return static_cast<uint32_t>(p.nodes.size() - 1);
+  };
+  uint32_t prev = add("in", {0, 0, 0}, "");
+  for (int i = 0; i < 3; ++i) {
+    std::string l = "layers." + std::to_string(i) + ".";
+    uint32_t a = add(l + "a", {3, 1, 2}, l + "a");
+    uint32_t b = add(l + "b", {1, 2, 3}, l + "b");
+    uint32_t c = add(l + "c", {2, 2, 1}, l + "c");
+    std::vector<double> sw = {0, 4, 5, 4, 0, 6, 5, 6, 0};
+    p.edges.push_back({prev, a, sw});
+    p.edges.push_back({a, b, sw});
+    p.edges.push_back({a, c, sw});
+    p.edges.push_back({b, c, {0, 1, 9, 1, 0, 1, 9, 1, 0}});
+    prev = c;
+  }
+  return gp;
+}
+
+TEST(TimeLimit, ExpiredDeadlineGivesTheBestPlanWithItsGap) {
+  GraphProblem gp = layered();
+  auto optimal = solveGraphProblem(gp);
+  ASSERT_TRUE(optimal.ok()) << optimal.error().message();
+  EXPECT_EQ(optimal->status, "optimal");
+
+  SolveGraphOptions o;
+  o.solver.deadline = std::chrono::steady_clock::now();  // already past: no time for the check
+  ReductionStats stats;
+  auto stopped = solveGraphProblem(gp, o, &stats);
+  ASSERT_TRUE(stopped.ok()) << stopped.error().message();
+  EXPECT_EQ(stopped->status, kTimeLimitStatus);
+  // A plan (the clustered one: the first plan is always made) with a proven bound below it.
+  EXPECT_TRUE(std::isfinite(stopped->objective));
+  EXPECT_DOUBLE_EQ(evaluate(gp.problem, stopped->choice), stopped->objective);
+  EXPECT_GE(stopped->objective, optimal->objective - 1e-9);
+  EXPECT_LE(stopped->bound, optimal->objective + 1e-9);
+  EXPECT_EQ(stats.clusters, 1u);
+  EXPECT_NE(stats.cluster_check.find("not proven"), std::string::npos) << stats.cluster_check;
+}
+
+TEST(TimeLimit, StartKeptWhenTheLpHasNoTime) {
+  Problem p;
+  ProblemNode a, b, c;
+  a.costs = b.costs = c.costs = {0, 0};
+  p.nodes = {a, b, c};
+  p.edges = {{0, 1, {1, 0, 0, 1}}, {1, 2, {1, 0, 0, 1}}, {0, 2, {1, 0, 0, 1}}};
+  SolverOptions o;
+  o.deadline = std::chrono::steady_clock::now();
+  auto s = solve(p, o, {0, 0, 0});
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(s->status, kTimeLimitStatus);
+  EXPECT_EQ(s->choice, (std::vector<uint32_t>{0, 0, 0}));
+  EXPECT_DOUBLE_EQ(s->objective, 3);
+  EXPECT_LE(s->bound, 1.0);  // the optimum is 1; the bound proves no more than it may
+}
+
+}  // namespace
+}  // namespace apc::solver
