@@ -45,6 +45,55 @@ std::string formatMicros(double us) {
   return printf1("%.3f us", us);
 }
 
+std::vector<ir::NodeId> randomNodes(const ir::Graph& g) {
+  std::vector<ir::NodeId> out;
+  auto constant = [&](const ir::Node& n, size_t i) -> const ir::Constant* {
+    if (i >= n.inputs.size()) return nullptr;
+    const auto& c = g.value(n.inputs[i]).constant;
+    return c ? &*c : nullptr;
+  };
+  for (const ir::Node& n : g.nodes()) {
+    if (n.kind != ir::NodeKind::kOp) continue;
+    const std::string& op = n.op;
+    bool random = false;
+    if (op == "aten::dropout" || op == "aten::feature_dropout" || op == "aten::alpha_dropout" ||
+        op == "aten::feature_alpha_dropout" || op == "aten::native_dropout") {
+      // (input, p, train): random unless p == 0 or train is the constant false.
+      const ir::Constant* p = constant(n, 1);
+      const ir::Constant* train = constant(n, 2);
+      const double* pd = p ? std::get_if<double>(p) : nullptr;
+      const int64_t* pi = p ? std::get_if<int64_t>(p) : nullptr;
+      const bool* tb = train ? std::get_if<bool>(train) : nullptr;
+      bool zero = (pd && *pd == 0.0) || (pi && *pi == 0);
+      random = !zero && !(tb && !*tb);
+    } else {
+      for (const char* r : {"aten::bernoulli", "aten::rand", "aten::randn", "aten::rand_like",
+                            "aten::randn_like", "aten::randint", "aten::randint_like",
+                            "aten::randperm", "aten::normal", "aten::uniform", "aten::rrelu",
+                            "aten::multinomial", "aten::exponential", "aten::geometric"})
+        random = random || op == r || op == std::string(r) + "_";
+    }
+    if (random) out.push_back(n.id);
+  }
+  return out;
+}
+
+std::string randomnessNote(const ir::Graph& g) {
+  std::vector<ir::NodeId> nodes = randomNodes(g);
+  if (nodes.empty()) return "";
+  std::map<std::string, int> by_op;
+  for (ir::NodeId id : nodes) ++by_op[g.node(id).qualifiedOp()];
+  std::string ops = joinMap(by_op, ", ", [](const auto& kv) {
+    return kv.first + (kv.second > 1 ? " x" + std::to_string(kv.second) : "");
+  });
+  const ir::Node& first = g.node(nodes.front());
+  return "random: " + std::to_string(nodes.size()) + " node" + (nodes.size() == 1 ? "" : "s") +
+         " draw random numbers (" + ops + "; first in " +
+         (first.module_path.empty() ? "the top level" : first.module_path) +
+         "): each rank draws its own, so a sharded run matches a single-device run in "
+         "distribution only, not number for number\n";
+}
+
 std::string budgetNote(const Plan& p) {
   const PlanTotals& t = p.totals;
   if (t.param_memory_fraction <= t.memory_high + 1e-9 &&
@@ -108,9 +157,8 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
                   100.0 * (p.solver.objective - *p.solver.bound) / p.solver.objective);
   out += "solver: " + p.solver.status + ", objective " + printf1("%.6g", p.solver.objective) +
          ", bound " + (p.solver.bound ? printf1("%.6g", *p.solver.bound) : std::string("none")) +
-         gap +
-         ", " + withCommas(p.solver.variables) + " variables, " + withCommas(p.solver.constraints) +
-         " constraints";
+         gap + ", " + withCommas(p.solver.variables) + " variables, " +
+         withCommas(p.solver.constraints) + " constraints";
   if (timings) out += ", " + printf1("%.3f s", timings->solver_s);
   out += "\n";
   if (timings) {

@@ -453,7 +453,13 @@ TEST(Exported, WeightsEqualTheTorchScriptWeights) {
       EXPECT_EQ(x.scalar_type(), y.scalar_type()) << name;
       EXPECT_EQ(x.strides(), y.strides()) << name;  // zero-stride stubs stay stubs
       EXPECT_EQ(y.storage().nbytes() <= 64, x.storage().nbytes() <= 64) << name;
-      EXPECT_TRUE(at::equal(x, y)) << name;
+      // A zero-stride stub holds one value: compare that, not its (up to 10^11) expanded elements.
+      bool stub = x.numel() > 0 && std::all_of(x.strides().begin(), x.strides().end(),
+                                               [](int64_t st) { return st == 0; });
+      if (stub)
+        EXPECT_TRUE(at::equal(x.as_strided({1}, {1}), y.as_strided({1}, {1}))) << name;
+      else
+        EXPECT_TRUE(at::equal(x, y)) << name;
     }
     for (const auto& [name, t] : tb) {
       if (!ta.count(name)) {
@@ -841,7 +847,8 @@ TEST(ExportedFixtures, ScriptedControlFlowKnownFromShapesIsFolded) {
   o.inputs = {InputSpec{"x", ir::DType::kF32, {ir::Dim::fixed(4)}}};
   auto data = importModel((fixtures() / "scripted_data_loop.pt").string(), o);
   ASSERT_FALSE(data.ok());
-  EXPECT_NE(data.error().message().find("depends on tensor values"), std::string::npos) << data.error().message();
+  EXPECT_NE(data.error().message().find("depends on tensor values"), std::string::npos)
+      << data.error().message();
   EXPECT_EQ(data.error().message().find('\n'), std::string::npos) << data.error().message();
 }
 

@@ -12,6 +12,7 @@
 
 #include "apc/plan/diff.h"
 #include "apc/plan/explain.h"
+#include "apc/plan/report.h"
 #include "plan_fixtures.h"
 
 namespace apc::plan {
@@ -279,6 +280,50 @@ TEST(Diff, FsdpAgainstDdpListsTheWeights) {
   std::string text = diffText(d);
   EXPECT_NE(text.find("up.weight"), std::string::npos) << text;
   EXPECT_NE(text.find("total delta"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace apc::plan
+
+namespace apc::plan {
+namespace {
+
+/// dropout(x, p, train) nodes on one input: p as given, train a constant.
+ir::Graph dropoutGraph(const std::vector<std::pair<double, bool>>& calls) {
+  ir::Graph g;
+  ir::Value x;
+  x.type = ir::ValueType::kTensor;
+  x.tensor = ir::TensorMeta{{ir::Dim::fixed(4), ir::Dim::fixed(8)}, ir::DType::kF32, false};
+  ir::ValueId xv = g.addValue(x);
+  ir::Node in;
+  in.kind = ir::NodeKind::kInput;
+  in.op = "input";
+  in.name = "x";
+  in.outputs = {xv};
+  g.addNode(in);
+  for (const auto& [p, train] : calls) {
+    ir::Node n;
+    n.op = "aten::dropout";
+    n.module_path = "drop";
+    n.inputs = {xv, g.addConstant(ir::ValueType::kFloat, p),
+                g.addConstant(ir::ValueType::kBool, train)};
+    n.outputs = {g.addValue(x)};
+    g.addNode(n);
+  }
+  return g;
+}
+
+TEST(Randomness, DropoutInTrainingIsNamedAndSaidToMatchInDistributionOnly) {
+  ir::Graph none = dropoutGraph({{0.0, true}, {0.5, false}});
+  EXPECT_TRUE(randomNodes(none).empty());
+  EXPECT_EQ(randomnessNote(none), "");
+  ir::Graph some = dropoutGraph({{0.1, true}, {0.0, true}, {0.2, true}});
+  EXPECT_EQ(randomNodes(some).size(), 2u);
+  std::string note = randomnessNote(some);
+  EXPECT_NE(note.find("random: 2 nodes draw random numbers (aten::dropout x2; first in drop)"),
+            std::string::npos)
+      << note;
+  EXPECT_NE(note.find("in distribution only"), std::string::npos) << note;
 }
 
 }  // namespace

@@ -159,6 +159,7 @@ int runPlan(const PlanFlags& f) {
   }
   if (f.verbose) std::cout << plan::optimizerLog(result->plan);
   std::cout << plan::summaryText(result->plan, &t);
+  std::cout << plan::randomnessNote(*graph);
   std::cout << (f.output.empty() ? std::string("plan not written (no -o)") : "wrote " + f.output)
             << "\n";
   if (!f.timings_json.empty()) {
@@ -189,17 +190,19 @@ Runner addPlanCommand(CLI::App& app) {
                  "Output placements (JSON) in the forward's output structure; overrides the "
                  "spec's outputs");
   app.add_option("-o,--output", f->output, "Write the plan JSON here");
-  app.add_option("--artifact", f->artifact,
-                 "Also lower the plan: write per-rank programs and manifest.json to this directory");
+  app.add_option(
+      "--artifact", f->artifact,
+      "Also lower the plan: write per-rank programs and manifest.json to this directory");
   app.add_option("--memory-budget", f->memory_budget,
                  "Parameter memory per rank as LOW,HIGH fractions of all parameter bytes "
                  "(default 0,1/world size; HIGH = 1 allows full replication)");
   app.add_option("--device", f->device,
                  "Device kind for the cost model (h100, h200, a100, b200, "
                  "cpu); overrides the spec's");
-  app.add_option("--time-limit", f->time_limit_s,
-                 "Time limit in seconds after import (enumeration, construction and solve); "
-                 "reached, the best plan found is written with status time_limit and its proven gap")
+  app.add_option(
+         "--time-limit", f->time_limit_s,
+         "Time limit in seconds after import (enumeration, construction and solve); "
+         "reached, the best plan found is written with status time_limit and its proven gap")
       ->check(CLI::PositiveNumber);
   app.add_option("--threads", f->threads, "Solver threads")->check(CLI::PositiveNumber);
   app.add_flag("--verbose", f->verbose,

@@ -10,7 +10,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "apc/ir/graph.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
 
@@ -29,6 +31,13 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings);
 /// <baseline> keeps 100.00% per rank, the budget allows 0.00% to 25.00%" (baselines ignore the
 /// budget; the optimizer never exceeds it).
 std::string budgetNote(const Plan& p);
+
+/// Op nodes that draw random numbers (dropout with p != 0 not in eval, bernoulli, rand*, normal,
+/// uniform, ...). The runtime does not reproduce a single device's random stream under sharding.
+std::vector<ir::NodeId> randomNodes(const ir::Graph& g);
+/// "" without random nodes, else one line naming them and saying that a sharded run matches a
+/// single-device run in distribution only.
+std::string randomnessNote(const ir::Graph& g);
 
 /// The optimizer log: per node `#<i> %<name>  <op>  <module>  placement=<in> -> <out>
 /// cost=(comm <c>, compute <c>)`, then the totals.
