@@ -197,22 +197,37 @@ Status awaitAllRanks(c10d::Store& store, const LaunchEnv& env, const std::string
     while (store.add(prefix + "arrived", 0) < env.world_size) {
       auto now = Clock::now();
       if (now - start >= options.setup_timeout) {
-        std::vector<int> absent = missing();
-        return ioError("rank " + std::to_string(env.rank) + ": rank" +
-                       (absent.size() == 1 ? " " : "s ") + list(absent) + " of " +
+        std::string who;
+        if (env.rank == 0 || env.world_size <= 64) {
+          std::vector<int> absent = missing();
+          who = "rank" + std::string(absent.size() == 1 ? " " : "s ") + list(absent);
+        } else {
+          who = std::to_string(env.world_size - store.add(prefix + "arrived", 0)) + " ranks";
+        }
+        return ioError("rank " + std::to_string(env.rank) + ": " + who + " of " +
                        std::to_string(env.world_size) + " did not join the rendezvous at " + where +
                        " within " + seconds(options.setup_timeout) + " (" + job_text + ")");
       }
       if (now >= next_note) {
-        std::vector<int> absent = missing();
-        note(env.rank, "waiting for rank" + std::string(absent.size() == 1 ? " " : "s ") +
-                           list(absent) + " (" + std::to_string(absent.size()) + " of " +
-                           std::to_string(env.world_size) + " missing) at " + where + ", " +
-                           job_text + ", " + seconds(now - start) + " of " +
-                           seconds(options.setup_timeout));
+        // Naming the missing ranks costs a store query per rank: rank 0 always names them, the
+        // others only in small worlds (else they give the count).
+        std::string who;
+        if (env.rank == 0 || env.world_size <= 64) {
+          std::vector<int> absent = missing();
+          who = "rank" + std::string(absent.size() == 1 ? " " : "s ") + list(absent) + " (" +
+                std::to_string(absent.size()) + " of " + std::to_string(env.world_size) +
+                " missing)";
+        } else {
+          who = std::to_string(env.world_size - store.add(prefix + "arrived", 0)) + " of " +
+                std::to_string(env.world_size) + " ranks";
+        }
+        note(env.rank, "waiting for " + who + " at " + where + ", " + job_text + ", " +
+                           seconds(now - start) + " of " + seconds(options.setup_timeout));
         next_note = now + options.progress_interval;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // Polls of the arrival counter: every 50 ms in small worlds, less often in large ones, so
+      // that rank 0's store serves at most a few thousand queries a second.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 50 + env.world_size)));
     }
   } catch (const c10::Error& e) {
     return ioError("rank " + std::to_string(env.rank) + ": rendezvous at " + where + ": " +

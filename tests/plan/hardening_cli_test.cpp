@@ -227,6 +227,10 @@ TEST_F(Hardening, MisleadingErrorsNameTheProblem) {
                           "\"lay\\u0001ers\\n0\", \"placements\": [\"R\"]}]}");
   Result r = apc("plan " + kMlp + " --spec " + ctl);
   expectOneLineError(r, "spec pins module 'lay\\x01ers\\n0'");
+  // A shape function that fails inside TorchScript code: its cause, not the interpreter's header.
+  Result shape = apc("inspect " + kMlp + " --input x:f32[8,64,7]");
+  expectOneLineError(shape, "The size of tensor a 7 must match the size of tensor b (128)");
+  EXPECT_EQ(shape.err.find("TorchScript interpreter"), std::string::npos) << shape.err;
 }
 
 TEST_F(Hardening, BrokenManifestsAreOneLine) {
