@@ -7,6 +7,19 @@ namespace apc::frontend {
 
 std::string torchErrorLine(const std::string& what) {
   std::string line = what.substr(0, what.find('\n'));
+  // An error inside TorchScript code opens with a fixed header and a traceback; its cause is the
+  // last "SomethingError: message" line.
+  if (line.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {
+    std::string cause;
+    for (const std::string& l : split(what, '\n')) {
+      std::string_view t = trim(l);
+      size_t colon = t.find("Error: ");
+      if (colon != std::string_view::npos && colon > 0 &&
+          t.substr(0, colon).find(' ') == std::string_view::npos)
+        cause = std::string(t.substr(colon + 7));
+    }
+    if (!cause.empty()) line = cause;
+  }
   if (size_t advice = line.find(". This is an internal miniz error"); advice != std::string::npos)
     line.resize(advice);
   return std::string(trim(line));

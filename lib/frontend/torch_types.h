@@ -25,6 +25,8 @@ namespace apc::frontend {
 
 /// The first line of a LibTorch exception text, without the paragraph of advice LibTorch appends
 /// to miniz's messages ("... This is an internal miniz error. If you are seeing this error, ...").
+/// For an error raised inside TorchScript code ("The following operation failed in the TorchScript
+/// interpreter." and a traceback), the message of its cause instead.
 std::string torchErrorLine(const std::string& what);
 
 /// Identity of a weight tensor: tied parameters share storage and geometry (dtype, sizes,

@@ -1,6 +1,8 @@
 //===- lib/ir/proto_io.cpp - Protobuf (de)serialization of graphs ----------===//
 #include "apc/ir/proto_io.h"
 
+#include "apc/support/file_io.h"
+
 #include <fstream>
 #include <sstream>
 
@@ -249,11 +251,7 @@ Expected<Graph> deserializeGraph(const std::string& bytes) {
 }
 
 Status writeGraphFile(const Graph& g, const std::string& path) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) return ioError("cannot open '" + path + "' for writing");
-  f << serializeGraph(g);
-  if (!f) return ioError("failed writing '" + path + "'");
-  return Status::success();
+  return writeFileAtomic(path, serializeGraph(g));
 }
 
 Expected<Graph> readGraphFile(const std::string& path) {

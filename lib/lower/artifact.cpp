@@ -15,6 +15,8 @@
 #include <sstream>
 
 #include "apc/lower/lower.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/spec.h"
 #include "apc/plan/hash.h"
 
 namespace apc::lower {
@@ -46,6 +48,7 @@ Status writeFile(const fs::path& path, const std::string& bytes) {
 Expected<std::string> readFile(const fs::path& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return notFound(path.string() + ": no such file");
+  if (fs::is_directory(path, ec)) return ioError(path.string() + ": is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) return ioError(path.string() + ": cannot open");
   std::ostringstream ss;
@@ -59,7 +62,8 @@ std::string programFileName(int64_t rank) {
   return "rank_" + std::to_string(rank) + ".apcp";
 }
 
-Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs) {
+Expected<StagedDirectory> stageArtifact(const std::string& dir,
+                                        const std::vector<proto::Program>& programs) {
   if (programs.empty()) return invalidArgument("no programs to write");
   const proto::Program& first = programs.front();
   for (size_t r = 0; r < programs.size(); ++r)
@@ -68,14 +72,15 @@ Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& 
                              std::to_string(programs[r].rank()) + " of world size " +
                              std::to_string(programs[r].world_size()) + ", expected rank " +
                              std::to_string(r) + " of " + std::to_string(programs.size()));
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return ioError(dir + ": cannot create directory (" + ec.message() + ")");
+  // Written beside `dir` and swapped in as a whole: a reader sees the old artifact or the new one,
+  // never new rank files beside old ones.
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, StagedDirectory::create(dir, "manifest.json"));
+  const fs::path out = staged.path();
   nlohmann::json files = nlohmann::json::object();
   for (const proto::Program& p : programs) {
     std::string bytes = serializeDeterministic(p);
     std::string name = programFileName(p.rank());
-    APC_RETURN_IF_ERROR(writeFile(fs::path(dir) / name, bytes));
+    APC_RETURN_IF_ERROR(writeFile(out / name, bytes));
     files[name] = plan::sha256Hex(bytes);
   }
   nlohmann::json j = {
@@ -88,39 +93,80 @@ Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& 
         {"names", std::vector<std::string>(first.mesh_names().begin(), first.mesh_names().end())}}},
       {"world_size", first.world_size()},
       {"files", files}};
-  return writeFile(fs::path(dir) / "manifest.json", j.dump(2) + "\n");
+  APC_RETURN_IF_ERROR(writeFile(out / "manifest.json", j.dump(2) + "\n"));
+  return staged;
+}
+
+Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs) {
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, stageArtifact(dir, programs));
+  return staged.commit();
 }
 
 Expected<Manifest> readManifest(const std::string& dir) {
   fs::path path = fs::path(dir) / "manifest.json";
   APC_ASSIGN_OR_RETURN(std::string text, readFile(path));
   const std::string where = path.string();
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return parseError(where + ": not a JSON object");
+  auto parsed = mesh::parseJsonText(text);
+  if (!parsed.ok()) return parsed.error().withContext(where);
+  const nlohmann::json& j = *parsed;
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return parseError(where + ": " + key + ": expected " + what);
+  };
+  if (!j.is_object()) return parseError(where + ": expected a JSON object, got " + j.type_name());
+  auto field = [&](const char* key) -> const nlohmann::json* {
+    auto it = j.find(key);
+    return it == j.end() ? nullptr : &*it;
+  };
+  for (const char* key :
+       {"format_version", "model_name", "model_hash", "plan_hash", "mesh", "world_size", "files"})
+    if (!field(key)) return parseError(where + ": missing key '" + key + "'");
   Manifest m;
-  try {
-    if (!j.contains("format_version") || !j["format_version"].is_number_integer())
-      return parseError(where + ": no integer format_version");
-    m.format_version = j["format_version"].get<int>();
-    if (m.format_version != kManifestFormatVersion)
-      return invalidArgument(where + ": format version " + std::to_string(m.format_version) +
-                             ", this apc reads version " + std::to_string(kManifestFormatVersion));
-    m.model_name = j.at("model_name").get<std::string>();
-    m.model_hash = j.at("model_hash").get<std::string>();
-    m.plan_hash = j.at("plan_hash").get<std::string>();
-    m.mesh_shape = j.at("mesh").at("shape").get<std::vector<int64_t>>();
-    m.mesh_names = j.at("mesh").at("names").get<std::vector<std::string>>();
-    m.world_size = j.at("world_size").get<int64_t>();
-    m.files = j.at("files").get<std::map<std::string, std::string>>();
-  } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    return parseError(where + ": " + what.substr(0, what.find('\n')));
+  const nlohmann::json& version = *field("format_version");
+  if (!version.is_number_integer()) return bad("format_version", "an integer");
+  if (version.get<int64_t>() != kManifestFormatVersion)
+    return invalidArgument(where + ": format version " + version.dump() +
+                           ", this apc reads version " + std::to_string(kManifestFormatVersion));
+  m.format_version = kManifestFormatVersion;
+  for (auto [key, out] : {std::pair<const char*, std::string*>{"model_name", &m.model_name},
+                          {"model_hash", &m.model_hash},
+                          {"plan_hash", &m.plan_hash}}) {
+    if (!field(key)->is_string()) return bad(key, "a string");
+    *out = field(key)->get<std::string>();
   }
+  const nlohmann::json& mesh = *field("mesh");
+  if (!mesh.is_object() || !mesh.contains("shape") || !mesh.contains("names"))
+    return bad("mesh", "an object {\"shape\": [...], \"names\": [...]}");
+  const nlohmann::json& shape = mesh["shape"];
+  const nlohmann::json& names = mesh["names"];
+  if (!shape.is_array() || shape.empty() || shape.size() > mesh::kMaxMeshDims)
+    return bad("mesh.shape", "a list of 1 to " + std::to_string(mesh::kMaxMeshDims) + " sizes");
+  if (!names.is_array() || names.size() != shape.size())
+    return bad("mesh.names", "one name per mesh dim");
   int64_t product = 1;
-  for (int64_t s : m.mesh_shape) product *= s;
-  if (m.world_size < 1 || product != m.world_size)
-    return invalidArgument(where + ": world_size " + std::to_string(m.world_size) +
-                           " does not match the mesh");
+  for (const nlohmann::json& s : shape) {
+    if (!s.is_number_integer() || s.get<int64_t>() < 1 || s.get<int64_t>() > mesh::kMaxWorldSize)
+      return bad("mesh.shape", "sizes in [1, " + std::to_string(mesh::kMaxWorldSize) + "]");
+    product *= s.get<int64_t>();
+    if (product > mesh::kMaxWorldSize)
+      return invalidArgument(where + ": mesh of more than " + std::to_string(mesh::kMaxWorldSize) +
+                             " devices");
+    m.mesh_shape.push_back(s.get<int64_t>());
+  }
+  for (const nlohmann::json& n : names) {
+    if (!n.is_string()) return bad("mesh.names", "strings");
+    m.mesh_names.push_back(n.get<std::string>());
+  }
+  const nlohmann::json& world = *field("world_size");
+  if (!world.is_number_integer()) return bad("world_size", "an integer");
+  m.world_size = world.get<int64_t>();
+  if (m.world_size != product)
+    return invalidArgument(where + ": world_size " + world.dump() + " does not match the mesh");
+  const nlohmann::json& files = *field("files");
+  if (!files.is_object()) return bad("files", "an object of SHA-256 by file name");
+  for (const auto& [name, sha] : files.items()) {
+    if (!sha.is_string()) return bad("files", "an object of SHA-256 by file name");
+    m.files.emplace(name, sha.get<std::string>());
+  }
   for (int64_t r = 0; r < m.world_size; ++r)
     if (!m.files.count(programFileName(r)))
       return invalidArgument(where + ": no entry for " + programFileName(r));

@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 
 namespace apc::mesh {
@@ -20,9 +21,20 @@ std::vector<LinkParams> defaultLinks(size_t ndim) {
 Expected<DeviceMesh> DeviceMesh::create(std::vector<int64_t> shape,
                                         std::vector<std::string> names) {
   if (shape.empty()) return invalidArgument("a device mesh needs at least one dimension");
-  for (int64_t s : shape)
+  if (shape.size() > kMaxMeshDims)
+    return invalidArgument("a device mesh has at most " + std::to_string(kMaxMeshDims) +
+                           " dims, got " + std::to_string(shape.size()));
+  int64_t world = 1;
+  for (int64_t s : shape) {
     if (s <= 0)
       return invalidArgument("mesh dimension sizes must be positive, got " + std::to_string(s));
+    // world <= kMaxWorldSize and s <= kMaxWorldSize here, so the product cannot overflow.
+    if (s > kMaxWorldSize || world * s > kMaxWorldSize)
+      return invalidArgument(
+          "a device mesh has at most " + std::to_string(kMaxWorldSize) + " devices; " +
+          joinMap(shape, "x", [](int64_t v) { return std::to_string(v); }) + " is too large");
+    world *= s;
+  }
   if (names.empty())
     for (size_t i = 0; i < shape.size(); ++i) names.push_back("d" + std::to_string(i));
   if (names.size() != shape.size())
@@ -46,7 +58,7 @@ Expected<DeviceMesh> DeviceMesh::parse(std::string_view shape_text, std::string_
   for (const std::string& piece : split(trim(shape_text), 'x')) {
     auto v = parseInt(piece);
     if (!v || *v <= 0)
-      return parseError("bad mesh shape '" + std::string(shape_text) +
+      return parseError("bad mesh shape '" + printable(shape_text) +
                         "' (expected positive sizes joined by 'x', like 2x4)");
     shape.push_back(*v);
   }

@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 
 namespace apc::mesh {
@@ -79,9 +80,11 @@ size_t editDistance(std::string_view a, std::string_view b) {
 /// " (did you mean 'shape'?)" when a candidate is close to `name` (a third of its length, at least
 /// one edit, and fewer edits than its length), else "".
 std::string suggestion(std::string_view name, const std::vector<std::string>& candidates) {
+  if (name.size() > 256) return "";  // no name is that long; spare the quadratic distance
   const std::string* best = nullptr;
   size_t best_d = std::numeric_limits<size_t>::max();
   for (const std::string& c : candidates) {
+    if (c.size() > 256) continue;
     size_t d = editDistance(name, c);
     if (d < best_d) {
       best_d = d;
@@ -136,9 +139,15 @@ Expected<double> readNumber(const json& j, const std::string& path) {
   return d;
 }
 
-Expected<double> readPositive(const json& j, const std::string& path, const std::string& what) {
+/// A finite number in [lo, hi]; `what` names it in the message ("bandwidth").
+Expected<double> readInRange(const json& j, const std::string& path, const std::string& what,
+                             double lo, double hi) {
   APC_ASSIGN_OR_RETURN(double d, readNumber(j, path));
-  if (d <= 0) return at(path, what + " must be positive, got " + j.dump());
+  if (d < lo || d > hi) {
+    std::ostringstream os;
+    os << what << " must be in [" << lo << ", " << hi << "], got " << j.dump();
+    return at(path, os.str());
+  }
   return d;
 }
 
@@ -180,6 +189,15 @@ Expected<PlacementTuple> readPlacementTuple(const json& j, const std::string& pa
     return at(path, "placement list " + toString(t) + " has " + entries(t.size()) +
                         " but the mesh has " + dims(mesh_ndim));
   return t;
+}
+
+/// No entry of `t` is Partial: a model's input holds whole values, never partial sums.
+Status checkNotPartial(const PlacementTuple& t, const std::string& path, const std::string& what) {
+  for (size_t i = 0; i < t.size(); ++i)
+    if (t[i].isPartial())
+      return at(indexPath(path, i), t[i].toString() + " is not a placement for " + what +
+                                        ": an input is Shard or Replicate, never Partial");
+  return Status::success();
 }
 
 Expected<ir::DType> readDType(const json& j, const std::string& path, bool floating_only) {
@@ -284,17 +302,16 @@ Expected<DeviceMesh> readMesh(const json& j, const std::string& path) {
     APC_RETURN_IF_ERROR(checkLength(*bw, p, "bandwidths in GB/s"));
     for (size_t i = 0; i < ndim; ++i) {
       APC_ASSIGN_OR_RETURN(links[i].bandwidth_gbps,
-                           readPositive((*bw)[i], indexPath(p, i), "bandwidth"));
+                           readInRange((*bw)[i], indexPath(p, i), "bandwidth (GB/s)",
+                                       kMinBandwidthGbps, kMaxBandwidthGbps));
     }
   }
   if (const json* lat = find(j, "latency_us")) {
     std::string p = path + ".latency_us";
     APC_RETURN_IF_ERROR(checkLength(*lat, p, "latencies in microseconds"));
     for (size_t i = 0; i < ndim; ++i) {
-      APC_ASSIGN_OR_RETURN(double l, readNumber((*lat)[i], indexPath(p, i)));
-      if (l < 0)
-        return at(indexPath(p, i), "latency must not be negative, got " + (*lat)[i].dump());
-      links[i].latency_us = l;
+      APC_ASSIGN_OR_RETURN(links[i].latency_us, readInRange((*lat)[i], indexPath(p, i),
+                                                            "latency (us)", 0, kMaxLatencyUs));
     }
   }
   for (size_t i = 0; i < ndim; ++i) mesh->setLink(i, links[i]);
@@ -325,14 +342,16 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     for (const auto& [key, value] : peak->items()) {
       std::string kp = keyPath(p, key);
       APC_ASSIGN_OR_RETURN(ir::DType d, readDType(json(key), kp, /*floating_only=*/false));
-      APC_ASSIGN_OR_RETURN(double tflops, readPositive(value, kp, "peak TFLOP/s"));
+      APC_ASSIGN_OR_RETURN(double tflops,
+                           readInRange(value, kp, "peak TFLOP/s", kMinDeviceRate, kMaxDeviceRate));
       if (!s.device_overrides.peak_tflops.emplace(d, tflops).second)
         return at(kp, "dtype " + std::string(ir::dtypeName(d)) + " is given twice");
     }
   }
   if (const json* hbm = find(j, "hbm_bandwidth_gbps")) {
     APC_ASSIGN_OR_RETURN(s.device_overrides.hbm_bandwidth_gbps,
-                         readPositive(*hbm, path + ".hbm_bandwidth_gbps", "HBM bandwidth"));
+                         readInRange(*hbm, path + ".hbm_bandwidth_gbps", "HBM bandwidth (GB/s)",
+                                     kMinDeviceRate, kMaxDeviceRate));
   }
   return Status::success();
 }
@@ -377,7 +396,11 @@ Expected<std::vector<DynamicDim>> readDynamic(const json& j, const std::string& 
   if (!j.is_array())
     return at(path, "expected a list of dynamic dims like [{\"input\": \"x\", \"dim\": 0}], got " +
                         describe(j));
+  if (j.size() > kMaxDynamicDims)
+    return at(path, "a list of " + std::to_string(j.size()) + " dynamic dims; at most " +
+                        std::to_string(kMaxDynamicDims));
   std::vector<DynamicDim> out;
+  std::set<std::pair<std::string, int64_t>> seen;
   for (size_t i = 0; i < j.size(); ++i) {
     std::string p = indexPath(path, i);
     const json& e = j[i];
@@ -390,22 +413,28 @@ Expected<std::vector<DynamicDim>> readDynamic(const json& j, const std::string& 
     const json* dim = find(e, "dim");
     if (!dim) return at(p, "missing required key 'dim'");
     APC_ASSIGN_OR_RETURN(d.dim, readInt(*dim, p + ".dim"));
-    if (d.dim < 0) return at(p + ".dim", "dim must not be negative, got " + std::to_string(d.dim));
+    if (d.dim < 0 || d.dim >= kMaxTensorRank)
+      return at(p + ".dim", "dim must be in [0, " + std::to_string(kMaxTensorRank - 1) + "], got " +
+                                std::to_string(d.dim));
     if (const json* mn = find(e, "min")) {
       APC_ASSIGN_OR_RETURN(d.min, readInt(*mn, p + ".min"));
-      if (d.min < 1) return at(p + ".min", "min must be at least 1, got " + std::to_string(d.min));
+      if (d.min < 1 || d.min > kMaxDimSize)
+        return at(p + ".min", "min must be in [1, " + std::to_string(kMaxDimSize) + "], got " +
+                                  std::to_string(d.min));
     }
     if (const json* mx = find(e, "max")) {
       APC_ASSIGN_OR_RETURN(int64_t m, readInt(*mx, p + ".max"));
+      if (m > kMaxDimSize)
+        return at(p + ".max", "max must be at most " + std::to_string(kMaxDimSize) + ", got " +
+                                  std::to_string(m));
       if (m < d.min)
         return at(p + ".max",
                   "max " + std::to_string(m) + " is less than min " + std::to_string(d.min));
       d.max = m;
     }
-    for (const DynamicDim& prev : out)
-      if (prev.input == d.input && prev.dim == d.dim)
-        return at(p,
-                  "dim " + std::to_string(d.dim) + " of input '" + d.input + "' is listed twice");
+    if (!seen.emplace(d.input, d.dim).second)
+      return at(p, "dim " + std::to_string(d.dim) + " of input '" + printable(d.input) +
+                       "' is listed twice");
     out.push_back(std::move(d));
   }
   return out;
@@ -416,6 +445,7 @@ Expected<std::vector<Pin>> readPins(const json& j, const std::string& path, size
     return at(path, "expected a list of pins like [{\"node\": ..., \"placements\": [...]}], got " +
                         describe(j));
   std::vector<Pin> out;
+  std::map<std::pair<Pin::Target, std::string>, size_t> seen;  // -> index of the first pin
   for (size_t i = 0; i < j.size(); ++i) {
     std::string p = indexPath(path, i);
     const json& e = j[i];
@@ -434,6 +464,16 @@ Expected<std::vector<Pin>> readPins(const json& j, const std::string& path, size
     if (!placements) return at(p, "missing required key 'placements'");
     APC_ASSIGN_OR_RETURN(pin.placements,
                          readPlacementTuple(*placements, p + ".placements", mesh_ndim));
+    auto [it, fresh] = seen.emplace(std::make_pair(pin.target, pin.name), i);
+    if (!fresh) {
+      const Pin& first = out[it->second];
+      std::string what = std::string(node ? "node" : "module") + " '" + printable(pin.name) + "'";
+      return at(p, what + " is pinned twice (first at " + indexPath(path, it->second) +
+                       (first.placements == pin.placements
+                            ? ")"
+                            : " to " + toString(first.placements) + ", here to " +
+                                  toString(pin.placements) + ")"));
+    }
     out.push_back(std::move(pin));
   }
   return out;
@@ -498,53 +538,77 @@ std::string toString(const OutputPlacementTree& t) {
 
 // --- JSON text -----------------------------------------------------------------------------------
 
-Expected<json> parseJsonText(std::string_view text) {
-  // The parser callback tracks where it is, to name the path of a key given twice.
+namespace {
+
+/// A SAX pass that finds the first key given twice in one object and names its path. (nlohmann's
+/// parser callback would do it in one pass, but its object_end handling scans the whole parent
+/// container each time: quadratic in the length of a list of objects.)
+class DuplicateKeyFinder : public nlohmann::json_sax<json> {
+ public:
+  std::optional<std::string> duplicate;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t&) override { return value(); }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    stack_.push_back(Frame{true, {}, {}, 0});
+    return true;
+  }
+  bool key(string_t& k) override {
+    Frame& f = stack_.back();
+    f.key = k;
+    if (!f.keys.insert(k).second) {
+      duplicate = keyPath(containerPath(), k);
+      return false;  // stop at the first
+    }
+    return true;
+  }
+  bool end_object() override { return end(); }
+  bool start_array(std::size_t) override {
+    stack_.push_back(Frame{false, {}, {}, 0});
+    return true;
+  }
+  bool end_array() override { return end(); }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
   struct Frame {
     bool is_object = false;
     std::set<std::string> keys;
     std::string key;   // objects: the current key
     size_t index = 0;  // arrays: the current element
   };
-  std::vector<Frame> stack;
-  std::optional<std::string> duplicate;
-  auto containerPath = [&]() {
-    std::string p = "$";
-    for (size_t i = 0; i + 1 < stack.size(); ++i)
-      p = stack[i].is_object ? keyPath(p, stack[i].key) : indexPath(p, stack[i].index);
-    return p;
-  };
-  auto elementDone = [&]() {
-    if (!stack.empty() && !stack.back().is_object) ++stack.back().index;
-  };
-  json::parser_callback_t cb = [&](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start:
-        stack.push_back(Frame{true, {}, {}, 0});
-        break;
-      case json::parse_event_t::array_start:
-        stack.push_back(Frame{false, {}, {}, 0});
-        break;
-      case json::parse_event_t::key: {
-        Frame& f = stack.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second && !duplicate) duplicate = keyPath(containerPath(), f.key);
-        break;
-      }
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        stack.pop_back();
-        elementDone();
-        break;
-      case json::parse_event_t::value:
-        elementDone();
-        break;
-    }
+  bool value() {
+    if (!stack_.empty() && !stack_.back().is_object) ++stack_.back().index;
     return true;
-  };
+  }
+  bool end() {
+    stack_.pop_back();
+    return value();
+  }
+  /// The path of the innermost container.
+  std::string containerPath() const {
+    std::string p = "$";
+    for (size_t i = 0; i + 1 < stack_.size(); ++i)
+      p = stack_[i].is_object ? keyPath(p, stack_[i].key) : indexPath(p, stack_[i].index);
+    return p;
+  }
+  std::vector<Frame> stack_;
+};
+
+}  // namespace
+
+Expected<json> parseJsonText(std::string_view text) {
+  APC_RETURN_IF_ERROR(checkJsonText(text));
   json j;
   try {
-    j = json::parse(text.begin(), text.end(), cb);
+    j = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     std::string what = e.what();
     if (size_t pos = what.find("] ");
@@ -552,7 +616,10 @@ Expected<json> parseJsonText(std::string_view text) {
       what = what.substr(pos + 2);
     return parseError("malformed JSON: " + what);
   }
-  if (duplicate) return parseError(*duplicate + ": key given twice in one object");
+  // A second, linear pass names a key given twice (the parser keeps the last silently).
+  DuplicateKeyFinder finder;
+  json::sax_parse(text.begin(), text.end(), &finder);
+  if (finder.duplicate) return parseError(*finder.duplicate + ": key given twice in one object");
   return j;
 }
 
@@ -598,6 +665,7 @@ Expected<Spec> parseSpec(const json& j) {
       if (value.is_null()) continue;  // free
       APC_ASSIGN_OR_RETURN(PlacementTuple t,
                            readPlacementTuple(value, keyPath("$.inputs", name), ndim));
+      APC_RETURN_IF_ERROR(checkNotPartial(t, keyPath("$.inputs", name), "an input"));
       s.inputs.emplace(name, std::move(t));
     }
   }
@@ -756,6 +824,7 @@ Expected<InputShardings> parseInShardings(const json& j, size_t mesh_ndim) {
       }
       APC_ASSIGN_OR_RETURN(PlacementTuple t,
                            readPlacementTuple(j[i], indexPath("$", i), mesh_ndim));
+      APC_RETURN_IF_ERROR(checkNotPartial(t, indexPath("$", i), "an input"));
       s.by_position.emplace_back(std::move(t));
     }
     return s;
@@ -765,6 +834,7 @@ Expected<InputShardings> parseInShardings(const json& j, size_t mesh_ndim) {
       if (value.is_null()) continue;
       APC_ASSIGN_OR_RETURN(PlacementTuple t,
                            readPlacementTuple(value, keyPath("$", name), mesh_ndim));
+      APC_RETURN_IF_ERROR(checkNotPartial(t, keyPath("$", name), "an input"));
       s.by_name.emplace(name, std::move(t));
     }
     return s;
@@ -806,7 +876,8 @@ Error unknownInput(const std::string& path, const std::string& name, const ir::G
   std::vector<std::string> names = inputNames(g);
   std::string have =
       names.empty() ? "the model has no inputs" : "the model's inputs are: " + quoteList(names);
-  return notFound(path + ": spec names input '" + name + "' but " + have + suggestion(name, names));
+  return notFound(path + ": spec names input '" + printable(name) + "' but " + have +
+                  suggestion(name, names));
 }
 
 /// The tensor meta of input `name`, or an error naming `path`.
@@ -882,7 +953,7 @@ Status matchOutputs(const OutputPlacementTree& t, const ir::OutputTree& o, const
         auto it = std::find(o.keys.begin(), o.keys.end(), t.keys[i]);
         std::string p = keyPath(path, t.keys[i]);
         if (it == o.keys.end() || static_cast<size_t>(it - o.keys.begin()) >= o.children.size())
-          return at(p, "spec names output key '" + t.keys[i] +
+          return at(p, "spec names output key '" + printable(t.keys[i]) +
                            "' but the model's dict has keys: " + quoteList(o.keys));
         APC_RETURN_IF_ERROR(matchOutputs(t.children[i], o.children[it - o.keys.begin()], g, p));
       }
@@ -948,7 +1019,8 @@ Expected<std::map<std::string, PlacementTuple>> resolveInShardings(const InputSh
   for (const auto& [name, t] : s.by_name) {
     std::string p = keyPath("$", name);
     if (!g.findInput(name)) return unknownInput(p, name, g);
-    if (!out.emplace(name, t).second) return at(p, "input '" + name + "' is given twice");
+    if (!out.emplace(name, t).second)
+      return at(p, "input '" + printable(name) + "' is given twice");
   }
   return out;
 }
@@ -957,7 +1029,8 @@ Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g) {
   for (const auto& [name, t] : s.inputs) {
     std::string p = keyPath("$.inputs", name);
     APC_ASSIGN_OR_RETURN(ir::TensorMeta meta, inputMeta(p, name, g));
-    APC_RETURN_IF_ERROR(checkRank(t, meta, p, "input '" + name + "'"));
+    APC_RETURN_IF_ERROR(checkNotPartial(t, p, "input '" + printable(name) + "'"));
+    APC_RETURN_IF_ERROR(checkRank(t, meta, p, "input '" + printable(name) + "'"));
   }
   for (size_t i = 0; i < s.dynamic.size(); ++i) {
     const DynamicDim& d = s.dynamic[i];
@@ -965,8 +1038,14 @@ Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g) {
     APC_ASSIGN_OR_RETURN(ir::TensorMeta meta, inputMeta(p + ".input", d.input, g));
     if (d.dim >= meta.rank())
       return at(p + ".dim", "dim " + std::to_string(d.dim) + " is out of range for input '" +
-                                d.input + "' of rank " + std::to_string(meta.rank()) + " (" +
-                                ir::toString(meta) + ")");
+                                printable(d.input) + "' of rank " + std::to_string(meta.rank()) +
+                                " (" + ir::toString(meta) + ")");
+    int64_t size = meta.shape[static_cast<size_t>(d.dim)].size;
+    if (size < d.min || (d.max && size > *d.max))
+      return at(p, "input '" + printable(d.input) + "' has size " + std::to_string(size) +
+                       " in dim " + std::to_string(d.dim) + ", outside its range [" +
+                       std::to_string(d.min) + ", " +
+                       (d.max ? std::to_string(*d.max) : std::string("inf")) + "]");
   }
   APC_RETURN_IF_ERROR(matchOutputs(s.outputs, g.outputs(), g, "$.outputs"));
 
@@ -979,19 +1058,19 @@ Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g) {
       if (nodes.empty()) nodes = nodeNames(g);
       auto it = nodes.find(pin.name);
       if (it == nodes.end())
-        return notFound(p + ".node: spec pins node '" + pin.name +
+        return notFound(p + ".node: spec pins node '" + printable(pin.name) +
                         "' but the model has no node of that name" +
                         suggestion(pin.name, keysOf(nodes)));
       const ir::Value& v = g.value(it->second);
       if (!v.isTensor())
-        return at(p + ".node",
-                  "node '" + pin.name + "' is not a tensor (" + ir::valueTypeName(v.type) + ")");
-      APC_RETURN_IF_ERROR(
-          checkRank(pin.placements, *v.tensor, p + ".placements", "node '" + pin.name + "'"));
+        return at(p + ".node", "node '" + printable(pin.name) + "' is not a tensor (" +
+                                   ir::valueTypeName(v.type) + ")");
+      APC_RETURN_IF_ERROR(checkRank(pin.placements, *v.tensor, p + ".placements",
+                                    "node '" + printable(pin.name) + "'"));
     } else {
       if (modules.empty()) modules = modulePaths(g);
       if (!modules.count(pin.name))
-        return notFound(p + ".module: spec pins module '" + pin.name +
+        return notFound(p + ".module: spec pins module '" + printable(pin.name) +
                         "' but the model has no module of that path" +
                         suggestion(pin.name, {modules.begin(), modules.end()}));
     }

@@ -11,6 +11,7 @@
 
 #include "apc/plan/plan.h"
 #include "apc/solver/baselines.h"
+#include "apc/support/file_io.h"
 
 namespace apc::plan {
 
@@ -105,7 +106,7 @@ Status checkObject(const json& j, const std::string& path, std::initializer_list
     bool known = false;
     for (const char* k : req) known = known || it.key() == k;
     for (const char* k : opt) known = known || it.key() == k;
-    if (!known) return at(path + "." + it.key(), "unknown key");
+    if (!known) return at(path + "." + printable(it.key()), "unknown key");
   }
   return Status::success();
 }
@@ -497,12 +498,7 @@ Expected<Plan> readPlanFile(const std::string& path) {
 }
 
 Status writePlanFile(const Plan& p, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return ioError(path + ": cannot open for writing");
-  out << toJsonText(p);
-  out.close();
-  if (!out) return ioError(path + ": write failed");
-  return Status::success();
+  return writeFileAtomic(path, toJsonText(p));
 }
 
 }  // namespace apc::plan

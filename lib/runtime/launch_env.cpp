@@ -1,14 +1,19 @@
 //===- lib/runtime/launch_env.cpp - The torchrun environment ---------------===//
 //
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT, as set by
-// torchrun and by `apc run`. Without RANK and WORLD_SIZE the process is rank 0 of 1.
+// torchrun and by `apc run`, and apc's own APC_JOB_ID (else torchrun's TORCHELASTIC_RUN_ID) and
+// APC_TIMEOUT_S. Without RANK and WORLD_SIZE the process is rank 0 of 1.
 //
 //===----------------------------------------------------------------------===//
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
 #include "apc/runtime/comm.h"
+#include "apc/support/file_io.h"
+#include "apc/support/strings.h"
 
 namespace apc::runtime {
 namespace {
@@ -21,7 +26,7 @@ Expected<int> intVar(const char* name, int fallback) {
   int value = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
   if (ec != std::errc() || end != s.data() + s.size())
-    return invalidArgument(std::string("environment variable ") + name + "='" + text +
+    return invalidArgument(std::string("environment variable ") + name + "='" + printable(text) +
                            "' is not an integer");
   return value;
 }
@@ -43,6 +48,9 @@ Expected<LaunchEnv> launchEnvFromEnvironment() {
   env.world_size = *world;
   if (env.world_size < 1)
     return invalidArgument("WORLD_SIZE=" + std::to_string(env.world_size) + " is not positive");
+  if (env.world_size > mesh::kMaxWorldSize)
+    return invalidArgument("WORLD_SIZE=" + std::to_string(env.world_size) + " is above " +
+                           std::to_string(mesh::kMaxWorldSize) + ", the most apc supports");
   if (env.rank < 0 || env.rank >= env.world_size)
     return invalidArgument("RANK=" + std::to_string(env.rank) +
                            " is outside [0, WORLD_SIZE=" + std::to_string(env.world_size) + ")");
@@ -62,6 +70,20 @@ Expected<LaunchEnv> launchEnvFromEnvironment() {
   if (*port < 1 || *port > 65535)
     return invalidArgument("MASTER_PORT=" + std::to_string(*port) + " is not a TCP port");
   env.master_port = *port;
+  for (const char* name : {"APC_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+    const char* id = std::getenv(name);
+    if (id && *id && std::string_view(id) != "none") {
+      env.job_id = id;
+      break;
+    }
+  }
+  if (const char* t = std::getenv("APC_TIMEOUT_S"); t && *t) {
+    std::optional<double> s = parseDouble(t);
+    if (!s || !(*s > 0) || *s > 604800)
+      return invalidArgument(std::string("APC_TIMEOUT_S='") + printable(t) +
+                             "' is not a number of seconds in (0, 604800]");
+    env.timeout = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(*s * 1000)));
+  }
   return env;
 }
 

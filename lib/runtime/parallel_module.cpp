@@ -273,7 +273,10 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     impl->sync_norms[sn.node()] = syncNormSpec(dims, label);
   }
   APC_RETURN_IF_ERROR(impl->buildInterpreter());
-  auto world = World::create(env, impl->mesh, options.world);
+  WorldOptions world_options = options.world;
+  // Without a job id in the environment, ranks of one artifact rendezvous under its plan hash.
+  if (world_options.job_id.empty()) world_options.job_id = "plan-" + prog.plan_hash().substr(0, 16);
+  auto world = World::create(env, impl->mesh, world_options);
   if (!world.ok()) return world.error();
   impl->world = std::move(world).value();
   return std::shared_ptr<ParallelModule>(new ParallelModule(std::move(impl)));

@@ -8,6 +8,14 @@
 // one rank needs no communication (a local communicator); on a 1-d mesh the world group is the
 // group of dim 0. A single process (world size 1) opens no store at all.
 //
+// Rendezvous: rank 0 serves the store without waiting for the others in its constructor (a port
+// that another process holds fails at once) and writes the job id under "apc/owner"; every other
+// rank connects in attempts of one progress interval, then checks that owner: a store of another
+// job is an error at once. Every key lives under "apc/<job>/". Each rank registers under
+// "rank/<r>" (a second registration of one rank is an error) and all wait, polling a counter,
+// until every rank has arrived, printing a line every progress interval that names the missing
+// ranks, the store's address and the job.
+//
 // The process ignores SIGPIPE (when it was left at the default action): Gloo writes to sockets
 // whose peer may have died, and the error must become a CommError rather than kill the process.
 //
@@ -16,11 +24,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iostream>
+#include <thread>
 
 #include <ATen/Context.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "apc/support/file_io.h"
 #include "comm_internal.h"
 
 namespace apc::runtime {
@@ -52,6 +63,180 @@ void waitForMembers(c10d::Store& store, const std::string& name, int index, int 
   } catch (const std::exception& e) {
     throw CommError(detail::describeFailure(name, "group set-up", e.what(), timeout));
   }
+}
+
+using Clock = std::chrono::steady_clock;
+
+void note(int rank, const std::string& line) {
+  std::cerr << "apc: rank " << rank << ": " << line << std::endl;
+}
+
+std::string seconds(Clock::duration d) {
+  return std::to_string(std::chrono::duration_cast<std::chrono::seconds>(d).count()) + " s";
+}
+
+std::string text(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
+
+std::vector<uint8_t> bytes(const std::string& s) {
+  return std::vector<uint8_t>(s.begin(), s.end());
+}
+
+/// The store of `env`: served by rank 0, connected to by the others, retried with a progress line
+/// every `options.progress_interval` until `options.setup_timeout`. Then the owner check.
+Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, const std::string& job,
+                                                       const WorldOptions& options) {
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string job_text = "job '" + printable(job) + "'";
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(env.master_port);
+  store_options.numWorkers = env.world_size;
+  store_options.waitWorkers = false;
+  c10::intrusive_ptr<c10d::Store> store;
+  if (env.rank == 0) {
+    store_options.isServer = true;
+    store_options.timeout = options.setup_timeout;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+      store->set("apc/" + job + "/world_size", bytes(std::to_string(env.world_size)));
+      store->set("apc/owner", bytes(job));
+    } catch (const std::exception& e) {
+      std::string why = detail::firstLine(e.what());
+      if (auto* c = dynamic_cast<const c10::Error*>(&e))
+        why = detail::firstLine(c->what_without_backtrace());
+      return ioError(
+          "rank 0: cannot serve the rendezvous store at " + where + " (" + job_text + "): " + why +
+          (why.find("EADDRINUSE") != std::string::npos ||
+                   why.find("address already in use") != std::string::npos
+               ? " (another process holds MASTER_PORT " + std::to_string(env.master_port) + ")"
+               : ""));
+    }
+    return store;
+  }
+  const auto start = Clock::now();
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.setup_timeout -
+                                                                      (Clock::now() - start));
+    store_options.isServer = false;
+    store_options.timeout =
+        std::max(std::chrono::milliseconds(1), std::min(left, options.progress_interval));
+    std::string why;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+      break;
+    } catch (const c10::Error& e) {
+      why = detail::firstLine(e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      why = detail::firstLine(e.what());
+    }
+    if (Clock::now() - start >= options.setup_timeout)
+      return ioError("rank " + std::to_string(env.rank) + ": no rendezvous store at " + where +
+                     " after " + seconds(options.setup_timeout) + " (" + job_text +
+                     "; is rank 0 running?): " + why);
+    note(env.rank, "waiting for rank 0's rendezvous store at " + where + " (" + job_text + ", " +
+                       seconds(Clock::now() - start) + " of " + seconds(options.setup_timeout) +
+                       ")");
+  }
+  try {
+    // Rank 0 writes the owner right after it starts serving: a short wait suffices.
+    store->setTimeout(std::min(options.setup_timeout, std::chrono::milliseconds(30'000)));
+    std::string owner = text(store->get("apc/owner"));
+    if (owner != job)
+      return ioError("rank " + std::to_string(env.rank) + ": the rendezvous store at " + where +
+                     " belongs to job '" + printable(owner) + "', not to this " + job_text +
+                     ": another job uses MASTER_PORT " + std::to_string(env.master_port) +
+                     " (give each job its own port, and all ranks of one job the same APC_JOB_ID)");
+    std::string world = text(store->get("apc/" + job + "/world_size"));
+    if (world != std::to_string(env.world_size))
+      return ioError("rank " + std::to_string(env.rank) +
+                     ": WORLD_SIZE=" + std::to_string(env.world_size) + " but rank 0 of " +
+                     job_text + " at " + where + " has WORLD_SIZE=" + printable(world));
+  } catch (const c10::Error& e) {
+    return ioError(
+        "rank " + std::to_string(env.rank) + ": the store at " + where +
+        " is not an apc rendezvous (no job id): " + detail::firstLine(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return ioError("rank " + std::to_string(env.rank) + ": the store at " + where +
+                   " is not an apc rendezvous (no job id): " + detail::firstLine(e.what()));
+  }
+  store->setTimeout(options.setup_timeout);
+  return store;
+}
+
+/// Registers this rank under the job and waits until every rank has, naming the missing ones
+/// every progress interval.
+Status awaitAllRanks(c10d::Store& store, const LaunchEnv& env, const std::string& job,
+                     const WorldOptions& options) {
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  const std::string prefix = "apc/" + job + "/";
+  const std::string job_text = "job '" + printable(job) + "'";
+  auto rankKey = [&](int r) { return prefix + "rank/" + std::to_string(r); };
+  auto missing = [&]() {
+    std::vector<int> out;
+    for (int r = 0; r < env.world_size; ++r)
+      if (!store.check({rankKey(r)})) out.push_back(r);
+    return out;
+  };
+  auto list = [](const std::vector<int>& ranks) {
+    std::string s;
+    for (size_t i = 0; i < ranks.size() && i < 16; ++i)
+      s += (i ? ", " : "") + std::to_string(ranks[i]);
+    if (ranks.size() > 16) s += ", ...";
+    return s;
+  };
+  try {
+    if (store.add(rankKey(env.rank), 1) > 1)
+      return ioError("rank " + std::to_string(env.rank) + " of " + job_text +
+                     " is already registered at " + where +
+                     ": a rank started twice, or another job with the same job id on MASTER_PORT " +
+                     std::to_string(env.master_port) + " (set APC_JOB_ID per job)");
+    store.add(prefix + "arrived", 1);
+    const auto start = Clock::now();
+    auto next_note = start + options.progress_interval;
+    while (store.add(prefix + "arrived", 0) < env.world_size) {
+      auto now = Clock::now();
+      if (now - start >= options.setup_timeout) {
+        std::string who;
+        if (env.rank == 0 || env.world_size <= 64) {
+          std::vector<int> absent = missing();
+          who = "rank" + std::string(absent.size() == 1 ? " " : "s ") + list(absent);
+        } else {
+          who = std::to_string(env.world_size - store.add(prefix + "arrived", 0)) + " ranks";
+        }
+        return ioError("rank " + std::to_string(env.rank) + ": " + who + " of " +
+                       std::to_string(env.world_size) + " did not join the rendezvous at " + where +
+                       " within " + seconds(options.setup_timeout) + " (" + job_text + ")");
+      }
+      if (now >= next_note) {
+        // Naming the missing ranks costs a store query per rank: rank 0 always names them, the
+        // others only in small worlds (else they give the count).
+        std::string who;
+        if (env.rank == 0 || env.world_size <= 64) {
+          std::vector<int> absent = missing();
+          who = "rank" + std::string(absent.size() == 1 ? " " : "s ") + list(absent) + " (" +
+                std::to_string(absent.size()) + " of " + std::to_string(env.world_size) +
+                " missing)";
+        } else {
+          who = std::to_string(env.world_size - store.add(prefix + "arrived", 0)) + " of " +
+                std::to_string(env.world_size) + " ranks";
+        }
+        note(env.rank, "waiting for " + who + " at " + where + ", " + job_text + ", " +
+                           seconds(now - start) + " of " + seconds(options.setup_timeout));
+        next_note = now + options.progress_interval;
+      }
+      // Polls of the arrival counter: every 50 ms in small worlds, less often in large ones, so
+      // that rank 0's store serves at most a few thousand queries a second.
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 50 + env.world_size)));
+    }
+  } catch (const c10::Error& e) {
+    return ioError("rank " + std::to_string(env.rank) + ": rendezvous at " + where + ": " +
+                   detail::firstLine(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return ioError("rank " + std::to_string(env.rank) + ": rendezvous at " + where + ": " +
+                   detail::firstLine(e.what()));
+  }
+  return Status::success();
 }
 
 class WorldImpl final : public World {
@@ -97,7 +282,14 @@ class WorldImpl final : public World {
 }  // namespace
 
 Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh::DeviceMesh& mesh,
-                                               const WorldOptions& options) {
+                                               const WorldOptions& given) {
+  WorldOptions options = given;
+  if (options.timeouts_from_environment && env.timeout)
+    options.timeout = options.setup_timeout = *env.timeout;
+  if (options.progress_interval.count() <= 0) options.progress_interval = std::chrono::seconds(10);
+  const std::string job = !env.job_id.empty()       ? env.job_id
+                          : !options.job_id.empty() ? options.job_id
+                                                    : "default";
   if (env.world_size != mesh.worldSize())
     return invalidArgument("world size " + std::to_string(env.world_size) + " but the mesh " +
                            mesh.toString() + " has " + std::to_string(mesh.worldSize()) + " ranks");
@@ -128,21 +320,10 @@ Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh:
     return std::shared_ptr<World>(world);
   }
   ignoreSigpipe();
-  std::string where = env.master_addr + ":" + std::to_string(env.master_port);
-  try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(env.master_port);
-    store_options.isServer = env.rank == 0;
-    store_options.numWorkers = env.world_size;
-    store_options.waitWorkers = true;
-    store_options.timeout = options.setup_timeout;
-    world->store_ = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
-  } catch (const c10::Error& e) {
-    return ioError("rendezvous store at " + where + ": " +
-                   detail::firstLine(e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return ioError("rendezvous store at " + where + ": " + detail::firstLine(e.what()));
-  }
+  auto store = connectStore(env, job, options);
+  if (!store.ok()) return store.error();
+  world->store_ = std::move(store).value();
+  APC_RETURN_IF_ERROR(awaitAllRanks(*world->store_, env, job, options));
   try {
     std::shared_ptr<gloo::transport::Device> device;
     auto make = [&](int dim, const std::vector<int64_t>& ranks) -> std::unique_ptr<Communicator> {
@@ -150,9 +331,9 @@ Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh:
       if (ranks.size() == 1) return detail::makeLocalCommunicator(std::move(name));
       int index = static_cast<int>(
           std::find(ranks.begin(), ranks.end(), static_cast<int64_t>(env.rank)) - ranks.begin());
-      std::string prefix =
-          (dim < 0 ? std::string("apc/world/") : "apc/dim" + std::to_string(dim) + "/") +
-          joinRanks(ranks);
+      std::string prefix = "apc/" + job +
+                           (dim < 0 ? std::string("/world/") : "/dim" + std::to_string(dim) + "/") +
+                           joinRanks(ranks);
       auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, world->store_);
       int size = static_cast<int>(ranks.size());
       waitForMembers(*store, name, index, size, options.setup_timeout);

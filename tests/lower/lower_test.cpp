@@ -8,10 +8,13 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "../plan/plan_fixtures.h"
 #include "apc/lower/artifact.h"
@@ -468,6 +471,72 @@ TEST_F(Artifact, MissingManifestAndRankOutOfRange) {
   auto p = readProgram(dir(), 4);
   ASSERT_FALSE(p.ok());
   expectOneLine(p.error(), "world size 4");
+}
+
+TEST_F(Artifact, ManifestErrorsNameTheProblem) {
+  fs::path f = root_ / "a" / "manifest.json";
+  std::string good = readBytes(f);
+  auto error = [&](const std::string& text) {
+    writeBytes(f, text);
+    auto m = readManifest(dir());
+    EXPECT_FALSE(m.ok()) << text;
+    return m.ok() ? std::string() : m.error().message();
+  };
+  auto without = [&](const std::string& key) {
+    auto j = nlohmann::json::parse(good);
+    j.erase(key);
+    return j.dump();
+  };
+  auto with = [&](const std::string& key, const nlohmann::json& v) {
+    auto j = nlohmann::json::parse(good);
+    j[key] = v;
+    return j.dump();
+  };
+  EXPECT_EQ(error(without("files")), f.string() + ": missing key 'files'");
+  EXPECT_EQ(error(with("files", 3)),
+            f.string() + ": files: expected an object of SHA-256 by file name");
+  std::string truncated = error(good.substr(0, good.size() / 2));
+  EXPECT_EQ(truncated.rfind(f.string() + ": malformed JSON: parse error", 0), 0u) << truncated;
+  EXPECT_EQ(truncated.find('\n'), std::string::npos) << truncated;
+  EXPECT_EQ(error("[1, 2]"), f.string() + ": expected a JSON object, got array");
+  std::string deep = error(std::string(100000, '[') + std::string(100000, ']'));
+  EXPECT_NE(deep.find("nested deeper than 64 levels"), std::string::npos) << deep;
+  auto mesh = nlohmann::json::parse(good)["mesh"];
+  mesh["shape"] = {4611686018427387904LL, 2};
+  EXPECT_EQ(error(with("mesh", mesh)), f.string() + ": mesh.shape: expected sizes in [1, 65536]");
+  mesh["shape"] = {65536, 2};
+  EXPECT_EQ(error(with("mesh", mesh)), f.string() + ": mesh of more than 65536 devices");
+  EXPECT_EQ(error(with("world_size", 5)), f.string() + ": world_size 5 does not match the mesh");
+}
+
+TEST_F(Artifact, RewritingReplacesTheWholeDirectory) {
+  // A 2-rank artifact over the 4-rank one: no stale rank_2/rank_3 files remain.
+  plan::testing::Planned two = planOf(g_, specFor({2}, {"dp"}));
+  auto programs = lowerPlan(g_, two.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  ASSERT_TRUE(writeArtifact(dir(), *programs).ok());
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root_ / "a"))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"manifest.json", "rank_0.apcp", "rank_1.apcp"}));
+  std::vector<std::string> siblings;
+  for (const auto& e : fs::directory_iterator(root_)) siblings.push_back(e.path().filename());
+  EXPECT_EQ(siblings, std::vector<std::string>{"a"});  // no staging directory left behind
+  EXPECT_TRUE(readProgram(dir(), 1).ok());
+}
+
+TEST_F(Artifact, RefusesAFileOrAForeignDirectory) {
+  writeBytes(root_ / "file", "x");
+  Status file = writeArtifact((root_ / "file").string(), programs_);
+  ASSERT_FALSE(file.ok());
+  expectOneLine(file.error(), "exists and is not a directory");
+  fs::create_directories(root_ / "home");
+  writeBytes(root_ / "home" / "notes.txt", "mine");
+  Status foreign = writeArtifact((root_ / "home").string(), programs_);
+  ASSERT_FALSE(foreign.ok());
+  expectOneLine(foreign.error(), "refusing to replace it");
+  EXPECT_EQ(readBytes(root_ / "home" / "notes.txt"), "mine");
 }
 
 }  // namespace

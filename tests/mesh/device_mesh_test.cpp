@@ -56,6 +56,30 @@ TEST(DeviceMesh, RejectsBadShapes) {
   }
 }
 
+TEST(DeviceMesh, CapsDimsAndWorldSize) {
+  auto five = DeviceMesh::parse("2x2x2x2x2");
+  ASSERT_FALSE(five.ok());
+  EXPECT_EQ(five.error().message(), "a device mesh has at most 4 dims, got 5");
+  std::string many = "2";
+  for (int i = 1; i < 64; ++i) many += "x2";
+  auto sixty_four = DeviceMesh::parse(many);
+  ASSERT_FALSE(sixty_four.ok());
+  EXPECT_EQ(sixty_four.error().message(), "a device mesh has at most 4 dims, got 64");
+  auto huge = DeviceMesh::parse("4611686018427387904x2");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.error().message(),
+            "a device mesh has at most 65536 devices; 4611686018427387904x2 is too large");
+  auto product = DeviceMesh::parse("256x256x2");
+  ASSERT_FALSE(product.ok());
+  EXPECT_EQ(product.error().message(),
+            "a device mesh has at most 65536 devices; 256x256x2 is too large");
+  auto big = DeviceMesh::parse("2147483648");
+  ASSERT_FALSE(big.ok());
+  auto largest = DeviceMesh::parse("16x16x16x16");
+  ASSERT_TRUE(largest.ok()) << largest.error().message();
+  EXPECT_EQ(largest->worldSize(), kMaxWorldSize);
+}
+
 TEST(DeviceMesh, RejectsBadNames) {
   auto dup = DeviceMesh::parse("2x4", "dp,dp");
   ASSERT_FALSE(dup.ok());

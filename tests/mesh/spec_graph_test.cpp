@@ -137,6 +137,38 @@ TEST(SpecAgainstGraph, InputMustBeATensorOfEnoughRank) {
             "$.inputs.targets[0]: S(1) is out of range for input 'targets' of rank 1 (i64[8])");
 }
 
+TEST(SpecAgainstGraph, InputsAreNeverPartial) {
+  Spec s = specOf("");
+  s.inputs["x"] = {Placement::partial(), Placement::replicate()};
+  Status st = validateSpecAgainstGraph(s, makeGraph());
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message(),
+            "$.inputs.x[0]: P is not a placement for input 'x': an input is Shard or Replicate, "
+            "never Partial");
+  auto in = parseInShardings(nlohmann::json::parse(R"j([["P", "R"]])j"), 2);
+  ASSERT_FALSE(in.ok());
+  EXPECT_EQ(in.error().message(),
+            "$[0][0]: P is not a placement for an input: an input is Shard or Replicate, never "
+            "Partial");
+}
+
+TEST(SpecAgainstGraph, DynamicRangeHoldsTheRecordedSize) {
+  EXPECT_EQ(validate(R"j("dynamic": [{"input": "x", "dim": 0, "min": 1099511627776,
+                                       "max": 1099511627776}])j"),
+            "$.dynamic[0]: input 'x' has size 8 in dim 0, outside its range [1099511627776, "
+            "1099511627776]");
+  EXPECT_EQ(validate(R"j("dynamic": [{"input": "x", "dim": 1, "max": 8}])j"),
+            "$.dynamic[0]: input 'x' has size 16 in dim 1, outside its range [1, 8]");
+  EXPECT_EQ(validate(R"j("dynamic": [{"input": "x", "dim": 1, "min": 16}])j"), "");
+}
+
+TEST(SpecAgainstGraph, NamesInMessagesAreEscaped) {
+  std::string msg =
+      validate(R"j("pins": [{"module": "lay\u0001ers\n0", "placements": ["R", "R"]}])j");
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_NE(msg.find("spec pins module 'lay\\x01ers\\n0'"), std::string::npos) << msg;
+}
+
 TEST(SpecAgainstGraph, DynamicDims) {
   EXPECT_EQ(validate(R"j("dynamic": [{"input": "x", "dim": 1}, {"input": "y", "dim": 0}])j"),
             "$.dynamic[1].input: spec names input 'y' but the model's inputs are: x, n, targets");

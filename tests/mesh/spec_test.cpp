@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -273,6 +274,61 @@ TEST(SpecText, KeysGivenTwiceAreErrors) {
              {"node": "b", "placements": ["R"]}]})j");
 }
 
+TEST(SpecText, NulBytesAndTrailingGarbageAreErrors) {
+  std::string text = R"j({"mesh": {"shape": [2]}})j";
+  text += std::string("\0", 1) + "garbage";
+  auto s = parseSpecText(text);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code(), ErrorCode::kParse);
+  EXPECT_EQ(s.error().message(),
+            "malformed JSON: a NUL byte at byte 24 (JSON text holds no NUL bytes)");
+  EXPECT_NE(errorOf(R"j({"mesh": {"shape": [2]}} garbage)j").find("malformed JSON"),
+            std::string::npos);
+}
+
+TEST(SpecText, DeepNestingIsAnErrorNotACrash) {
+  for (size_t n : {size_t{65}, size_t{30000}, size_t{100000}}) {
+    std::string deep = std::string(n, '[') + "null" + std::string(n, ']');
+    auto j = parseJsonText(deep);
+    ASSERT_FALSE(j.ok()) << n;
+    EXPECT_EQ(j.error().message(),
+              "JSON nested deeper than 64 levels at byte 64 (apc reads at most 64)");
+    auto out = parseOutShardings(json(nullptr), 1);  // the reader itself is fine with null
+    EXPECT_TRUE(out.ok());
+    std::string spec = R"j({"mesh": {"shape": [2]}, "outputs": )j" + deep + "}";
+    EXPECT_NE(errorOf(spec).find("JSON nested deeper than 64 levels"), std::string::npos);
+  }
+  // 64 levels are fine; brackets inside strings do not count.
+  std::string ok = std::string(64, '[') + "\"[[[[{{{{\"" + std::string(64, ']');
+  EXPECT_TRUE(parseJsonText(ok).ok());
+  std::string escaped = "[\"\\\"[[\"]";  // ["\"[["]
+  EXPECT_TRUE(parseJsonText(escaped).ok()) << escaped;
+}
+
+TEST(SpecText, LongDynamicListsAreLinearAndCapped) {
+  auto entries = [](size_t n) {
+    std::string list = "[";
+    for (size_t i = 0; i < n; ++i)
+      list += (i ? "," : "") + std::string(R"j({"input": "x)j") + std::to_string(i) +
+              R"j(", "dim": 0})j";
+    return list + "]";
+  };
+  parseOk(R"j({"mesh": {"shape": [2]}, "dynamic": )j" + entries(1024) + "}");
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(errorOf(R"j({"mesh": {"shape": [2]}, "dynamic": )j" + entries(100000) + "}"),
+            "$.dynamic: a list of 100000 dynamic dims; at most 1024");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST(SpecText, ControlCharactersInNamesAreEscaped) {
+  std::string msg = errorOf(
+      R"j({"mesh": {"shape": [2]}, "pins": [{"module": "a\nb", "placements": ["R"]},
+                                           {"module": "a\nb", "placements": ["S(0)"]}]})j");
+  EXPECT_EQ(msg,
+            "$.pins[1]: module 'a\\nb' is pinned twice (first at $.pins[0] to R, here to S(0))");
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
 TEST(SpecText, ParseJsonTextKeepsValues) {
   auto j = parseJsonText(R"j([1, {"a": [true, null]}, "s"])j");
   ASSERT_TRUE(j.ok());
@@ -299,7 +355,7 @@ TEST_F(SpecFiles, ErrorsArePrefixedByThePath) {
   auto s = parseSpecFile(bad);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message(),
-            bad + ": $.mesh.bandwidth_gbps[1]: bandwidth must be positive, got 0");
+            bad + ": $.mesh.bandwidth_gbps[1]: bandwidth (GB/s) must be in [0.001, 1e+06], got 0");
   std::string broken = write("broken.json", "{\"mesh\": ");
   auto b = parseSpecFile(broken);
   ASSERT_FALSE(b.ok());

@@ -330,13 +330,14 @@ TEST_F(PlanCli, PinsAreAppliedAndInfeasiblePinsNamed) {
   if (r.code != 77) {
     EXPECT_EQ(r.code, 0) << r.out << r.err;
   }
-  // The same parameter pinned two ways cannot be satisfied: the diagnosis names the pins.
+  // The same parameter pinned two ways is a spec error, before any solve.
   writeFile(tmp("bad_pins.json"),
             "{\"mesh\": {\"shape\": [8]}, \"pins\": [{\"node\": \"up.weight\", "
             "\"placements\": [\"S(1)\"]}, {\"node\": \"up.weight\", \"placements\": "
             "[\"S(0)\"]}]}\n");
   expectOneLineError(runApc("plan " + kSamples + "toy_block.pt --spec " + tmp("bad_pins.json")),
-                     "[pins]");
+                     "$.pins[1]: node 'up.weight' is pinned twice (first at $.pins[0] to S(1), "
+                     "here to S(0))");
 }
 
 }  // namespace

@@ -106,7 +106,7 @@ TEST(ApcRunTest, UsageErrors) {
   expectOneLineError(runCommand(kApc + " run /nonexistent/dir --nproc 2 -- true"),
                      "artifact directory '/nonexistent/dir' does not exist");
   expectOneLineError(runCommand(kApc + " run " + artifactDir() + " --nproc 0 -- true"),
-                     "--nproc must be at least 1");
+                     "--nproc: Value 0 not in range 1 to 1024");
 }
 
 }  // namespace

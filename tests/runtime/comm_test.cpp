@@ -7,12 +7,17 @@
 // differs from the mesh, a peer that exits before a collective, and a collective timeout.
 //
 //===----------------------------------------------------------------------===//
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <fstream>
+#include <functional>
+#include <iostream>
 #include <thread>
 
 #include "apc/mesh/placement.h"
@@ -362,6 +367,179 @@ TEST(CommTest, LaunchEnvironment) {
   for (const char* v :
        {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"})
     ::unsetenv(v);
+}
+
+/// Runs `fn` with fd 2 sent to a file; returns what was written there.
+std::string captureStderr(const std::function<void()>& fn) {
+  std::string path = "/tmp/apc_comm_stderr_" + std::to_string(::getpid());
+  std::fflush(stderr);
+  int saved = ::dup(2);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ::dup2(fd, 2);
+  ::close(fd);
+  fn();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  ::unlink(path.c_str());
+  return text;
+}
+
+TEST(RendezvousTest, MissingRanksAreNamedWhileWaiting) {
+  auto mesh = mesh::DeviceMesh::create({2});
+  ASSERT_TRUE(mesh.ok());
+  // Rank 0 of 2 alone; APC_TIMEOUT_S (LaunchEnv::timeout) bounds the wait.
+  auto outcomes = runRanks(1, std::chrono::seconds(30), [&](const LaunchEnv& given) {
+    LaunchEnv env = given;
+    env.world_size = 2;
+    env.timeout = std::chrono::milliseconds(1500);
+    WorldOptions options;
+    options.progress_interval = std::chrono::milliseconds(300);
+    Expected<std::shared_ptr<World>> world = internalError("not run");
+    auto start = Clock::now();
+    std::string err = captureStderr([&] { world = World::create(env, *mesh, options); });
+    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(6000));
+    ASSERT_FALSE(world.ok());
+    std::string where = "127.0.0.1:" + std::to_string(env.master_port);
+    EXPECT_EQ(world.error().message(), "rank 0: rank 1 of 2 did not join the rendezvous at " +
+                                           where + " within 1 s (job 'default')");
+    EXPECT_EQ(world.error().code(), ErrorCode::kIo);
+    EXPECT_NE(err.find("apc: rank 0: waiting for rank 1 (1 of 2 missing) at " + where +
+                       ", job 'default', 0 s of 1 s\n"),
+              std::string::npos)
+        << err;
+  });
+  expectAllPassed(outcomes);
+  // Rank 1 of 2 alone: no store to connect to.
+  outcomes = runRanks(1, std::chrono::seconds(30), [&](const LaunchEnv& given) {
+    LaunchEnv env = given;
+    env.rank = 1;
+    env.world_size = 2;
+    WorldOptions options;
+    options.setup_timeout = std::chrono::milliseconds(2000);
+    options.progress_interval = std::chrono::milliseconds(500);
+    options.job_id = "plan-1234";
+    Expected<std::shared_ptr<World>> world = internalError("not run");
+    std::string err = captureStderr([&] { world = World::create(env, *mesh, options); });
+    ASSERT_FALSE(world.ok());
+    std::string where = "127.0.0.1:" + std::to_string(env.master_port);
+    EXPECT_EQ(world.error().message().rfind("rank 1: no rendezvous store at " + where +
+                                                " after 2 s (job 'plan-1234'; is rank 0 running?)",
+                                            0),
+              0u)
+        << world.error().message();
+    EXPECT_EQ(world.error().message().find('\n'), std::string::npos);
+    EXPECT_NE(err.find("apc: rank 1: waiting for rank 0's rendezvous store at " + where +
+                       " (job 'plan-1234', "),
+              std::string::npos)
+        << err;
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST(RendezvousTest, RanksOfAnotherJobAreTurnedAway) {
+  auto mesh = mesh::DeviceMesh::create({2});
+  ASSERT_TRUE(mesh.ok());
+  // Processes 0 and 1 are job "a"; process 2 is rank 1 of job "b" on the same port.
+  auto outcomes = runRanks(3, std::chrono::seconds(60), [&](const LaunchEnv& given) {
+    LaunchEnv env = given;
+    env.world_size = 2;
+    env.job_id = given.rank == 2 ? "b" : "a";
+    if (given.rank == 2) {
+      env.rank = 1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));  // after job a's store is up
+    }
+    WorldOptions options;
+    options.setup_timeout = std::chrono::milliseconds(20'000);
+    auto start = Clock::now();
+    auto world = World::create(env, *mesh, options);
+    if (given.rank < 2) {
+      ASSERT_TRUE(world.ok()) << world.error().message();
+      (*world)->all().barrier();
+      std::this_thread::sleep_for(std::chrono::milliseconds(3000));  // keep the store up
+      return;
+    }
+    ASSERT_FALSE(world.ok());
+    EXPECT_EQ(world.error().message(),
+              "rank 1: the rendezvous store at 127.0.0.1:" + std::to_string(env.master_port) +
+                  " belongs to job 'a', not to this job 'b': another job uses MASTER_PORT " +
+                  std::to_string(env.master_port) +
+                  " (give each job its own port, and all ranks of one job the same APC_JOB_ID)");
+    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(5000));
+  });
+  expectAllPassed(outcomes);
+}
+
+TEST(RendezvousTest, PortClashAndDuplicateRanksFailFast) {
+  auto mesh = mesh::DeviceMesh::create({2});
+  ASSERT_TRUE(mesh.ok());
+  // Two ranks 0 on one port: the second cannot serve. Two ranks 1 of one job: the second is
+  // already registered. Exit codes: 0 joined, 10 the expected fast error, 11 a slow one.
+  auto outcomes = runRanks(4, std::chrono::seconds(60), [&](const LaunchEnv& given) {
+    LaunchEnv env = given;
+    env.world_size = 2;
+    env.job_id = "j";
+    env.rank = given.rank % 2;
+    if (given.rank >= 2) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    WorldOptions options;
+    options.setup_timeout = std::chrono::milliseconds(8000);
+    auto start = Clock::now();
+    auto world = World::create(env, *mesh, options);
+    if (world.ok()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // keep the store up
+      ::_exit(0);
+    }
+    const std::string& m = world.error().message();
+    bool fast = Clock::now() - start < std::chrono::milliseconds(4000);
+    bool expected = given.rank == 2
+                        ? m.find("rank 0: cannot serve the rendezvous store at") == 0
+                        : m == "rank 1 of job 'j' is already registered at 127.0.0.1:" +
+                                   std::to_string(env.master_port) +
+                                   ": a rank started twice, or another job with the "
+                                   "same job id on MASTER_PORT " +
+                                   std::to_string(env.master_port) + " (set APC_JOB_ID per job)";
+    if (!expected) std::cerr << "process " << given.rank << ": " << m << "\n";
+    EXPECT_EQ(m.find('\n'), std::string::npos);
+    ::_exit(expected && fast ? 10 : 11);
+  });
+  ASSERT_EQ(outcomes.size(), 4u);
+  EXPECT_EQ(outcomes[0].exit_code, 0);
+  EXPECT_EQ(outcomes[1].exit_code, 0);
+  EXPECT_EQ(outcomes[2].exit_code, 10);
+  EXPECT_EQ(outcomes[3].exit_code, 10);
+}
+
+TEST(RendezvousTest, JobIdAndTimeoutFromTheEnvironment) {
+  for (const char* v : {"RANK", "WORLD_SIZE", "APC_JOB_ID", "TORCHELASTIC_RUN_ID", "APC_TIMEOUT_S"})
+    ::unsetenv(v);
+  auto plain = launchEnvFromEnvironment();
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->job_id, "");
+  EXPECT_FALSE(plain->timeout.has_value());
+  ::setenv("TORCHELASTIC_RUN_ID", "none", 1);
+  EXPECT_EQ(launchEnvFromEnvironment()->job_id, "");
+  ::setenv("TORCHELASTIC_RUN_ID", "elastic-7", 1);
+  EXPECT_EQ(launchEnvFromEnvironment()->job_id, "elastic-7");
+  ::setenv("APC_JOB_ID", "mine", 1);
+  EXPECT_EQ(launchEnvFromEnvironment()->job_id, "mine");
+  ::setenv("APC_TIMEOUT_S", "2.5", 1);
+  EXPECT_EQ(launchEnvFromEnvironment()->timeout, std::chrono::milliseconds(2500));
+  for (const char* bad : {"0", "-1", "soon", "1e9", "nan"}) {
+    ::setenv("APC_TIMEOUT_S", bad, 1);
+    auto e = launchEnvFromEnvironment();
+    ASSERT_FALSE(e.ok()) << bad;
+    EXPECT_EQ(e.error().message(),
+              std::string("APC_TIMEOUT_S='") + bad + "' is not a number of seconds in (0, 604800]");
+  }
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "65537", 1);
+  ::unsetenv("APC_TIMEOUT_S");
+  auto big = launchEnvFromEnvironment();
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.error().message(), "WORLD_SIZE=65537 is above 65536, the most apc supports");
+  for (const char* v : {"RANK", "WORLD_SIZE", "APC_JOB_ID", "TORCHELASTIC_RUN_ID"}) ::unsetenv(v);
 }
 
 TEST(CommFailureTest, PeerThatExitedGivesCommError) {

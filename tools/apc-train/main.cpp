@@ -60,6 +60,7 @@ struct Flags {
   int threads = 1;
   bool report_comm = false;
   std::string device = "cpu";
+  double timeout_s = 0;  // 0: APC_TIMEOUT_S, else the runtime's default (300 s)
 };
 
 /// Nine significant digits: enough to compare sharded and single losses in tests.
@@ -173,9 +174,19 @@ int run(const Flags& f) {
     options.world.backend = apc::runtime::Backend::kNccl;
     options.device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
   }
+  if (f.timeout_s > 0) {
+    auto ms = std::chrono::milliseconds(std::max<int64_t>(1, std::llround(f.timeout_s * 1000)));
+    options.world.timeout = options.world.setup_timeout = ms;
+    options.world.timeouts_from_environment = false;
+  }
   const c10::Device device = options.device;
   auto loaded = apc::runtime::ParallelModule::load(f.dir, options);
-  if (!loaded.ok()) return fail(loaded.error().message());
+  if (!loaded.ok()) {
+    // The rendezvous failed (peers missing, a port clash, another job's store): a failed
+    // distributed run, exit 1; a bad artifact or environment is bad input, exit 2.
+    fail(loaded.error().message());
+    return loaded.error().code() == apc::ErrorCode::kIo ? 1 : 2;
+  }
   apc::runtime::ParallelModule& pm = **loaded;
   const bool rank0 = pm.rank() == 0;
 
@@ -328,6 +339,10 @@ int main(int argc, char** argv) {
   app.add_flag("--report-comm", f.report_comm,
                "Print per rank and step the bytes its collectives sent next to the priced bytes");
   app.add_option("--threads", f.threads, "Intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--timeout", f.timeout_s,
+                 "Seconds the set-up waits for the other ranks and any collective for its peers "
+                 "(default: APC_TIMEOUT_S, else 300)")
+      ->check(CLI::Range(0.001, 604800.0));
   app.add_option("--device", f.device,
                  "cpu (Gloo) or cuda (NCCL, device LOCAL_RANK; needs a CUDA LibTorch build)");
   try {

@@ -15,6 +15,7 @@
 #include "apc/ir/graph.h"
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
+#include "apc/support/file_io.h"
 
 namespace apc::tool {
 
@@ -37,7 +38,11 @@ Runner addDiffCommand(CLI::App& app);
 Runner addRunCommand(CLI::App& app);
 /// `apc lower`: per-rank programs and the artifact directory of a plan (tools/apc/lower.cpp).
 Runner addLowerCommand(CLI::App& app);
-/// Lowers `p` over `g` and writes the artifact to `dir` (apc lower, apc plan --artifact).
+/// Lowers `p` over `g` into a staging directory beside `dir` (its commit() swaps it in for `dir`);
+/// `summary` gets the line to print once committed.
+Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan& p,
+                                           const std::string& dir, std::string* summary);
+/// stageArtifactFor, commit, print the summary (apc lower).
 Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::string& dir);
 
 }  // namespace apc::tool

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 
 namespace apc::tool {
@@ -23,6 +24,11 @@ Expected<ir::Graph> ModelFlags::load(frontend::ImportTimings* timings) const {
   frontend::ImportOptions options;
   for (const std::string& text : inputs) {
     APC_ASSIGN_OR_RETURN(frontend::InputSpec spec, frontend::parseInputSpec(text));
+    for (const frontend::InputSpec& prev : options.inputs)
+      if (!spec.name.empty() && prev.name == spec.name)
+        return invalidArgument("--input: input '" + printable(spec.name) + "' is given twice (" +
+                               printable(frontend::toString(prev)) + " and " +
+                               printable(frontend::toString(spec)) + ")");
     options.inputs.push_back(spec);
   }
   frontend::ImportNotes notes;
@@ -45,7 +51,8 @@ void MeshFlags::add(CLI::App& app) {
   app.add_option("--spec", spec,
                  "Mesh/constraint spec file (JSON; schema in schemas/spec.schema.json)");
   app.add_option("--world-size", world_size,
-                 "Expected number of ranks; must equal the mesh's product");
+                 "Expected number of ranks; must equal the mesh's product")
+      ->check(CLI::Range(int64_t{1}, mesh::kMaxWorldSize));
 }
 
 Expected<mesh::Spec> MeshFlags::resolve(const ir::Graph* graph) const {

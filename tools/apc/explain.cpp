@@ -85,7 +85,8 @@ int runExplain(const ExplainFlags& f) {
 Runner addExplainCommand(CLI::App& app) {
   auto f = std::make_shared<ExplainFlags>();
   app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
-  app.add_option("--top", f->top, "How many of the costliest nodes to list");
+  app.add_option("--top", f->top, "How many of the costliest nodes to list")
+      ->check(CLI::Range(size_t{0}, size_t{1} << 30));
   app.add_option("--node", f->node,
                  "Explain this node: every alternative strategy with its cost and status (names "
                  "as in the plan: input/parameter names, op output values like linear_1)");

@@ -19,15 +19,24 @@
 
 namespace apc::tool {
 
-Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::string& dir) {
+Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan& p,
+                                           const std::string& dir, std::string* summary) {
   APC_ASSIGN_OR_RETURN(std::vector<proto::Program> programs, lower::lowerPlan(g, p));
-  Status s = lower::writeArtifact(dir, programs);
-  if (!s.ok()) return s;
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, lower::stageArtifact(dir, programs));
   size_t redistributions = 0;
   for (const proto::Program& prog : programs)
     redistributions += static_cast<size_t>(prog.redistributions_size());
-  std::cout << "wrote artifact " << dir << ": " << programs.size() << " rank programs, "
-            << redistributions << " redistributions in all\n";
+  if (summary)
+    *summary = "wrote artifact " + dir + ": " + std::to_string(programs.size()) +
+               " rank programs, " + std::to_string(redistributions) + " redistributions in all\n";
+  return staged;
+}
+
+Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::string& dir) {
+  std::string summary;
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, stageArtifactFor(g, p, dir, &summary));
+  APC_RETURN_IF_ERROR(staged.commit());
+  std::cout << summary;
   return Status::success();
 }
 
@@ -53,6 +62,8 @@ Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& pa
 }
 
 int runLower(const LowerFlags& f) {
+  Status outputs = checkNotInput(f.output, "-o", {f.plan, f.model});
+  if (!outputs.ok()) return report(outputs.error());
   auto p = plan::readPlanFile(f.plan);
   if (!p.ok()) return report(p.error());
   auto g = importForLowering(*p, f.model.empty() ? p->model.model_path : f.model);

@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +19,7 @@
 #include "apc/plan/hash.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "commands.h"
 #include "common.h"
@@ -28,6 +29,7 @@ namespace apc::tool {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 
 struct PlanFlags {
   ModelFlags model;
@@ -51,12 +53,16 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-Status writeText(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return ioError(path + ": cannot open for writing");
-  out << text;
-  out.close();
-  if (!out) return ioError(path + ": write failed");
+/// No output of the command is one of its input files.
+Status checkOutputs(const PlanFlags& f) {
+  std::vector<std::string> inputs = {f.model.model, f.mesh.spec, f.in_shardings, f.out_shardings};
+  APC_RETURN_IF_ERROR(checkNotInput(f.output, "-o", inputs));
+  APC_RETURN_IF_ERROR(checkNotInput(f.dump_problem, "--dump-problem", inputs));
+  APC_RETURN_IF_ERROR(checkNotInput(f.timings_json, "--timings-json", inputs));
+  APC_RETURN_IF_ERROR(checkNotInput(f.artifact, "--artifact", inputs));
+  if (!f.output.empty() && !f.artifact.empty() &&
+      fs::path(f.output).lexically_normal() == fs::path(f.artifact).lexically_normal())
+    return invalidArgument("-o and --artifact name the same path " + printable(f.output));
   return Status::success();
 }
 
@@ -99,6 +105,21 @@ int runPlan(const PlanFlags& f) {
   }
   plan::PhaseTimings t;
   auto t0 = Clock::now();
+  if (Status s = checkOutputs(f); !s.ok()) return report(s.error());
+  // Both outputs are staged first and committed together at the end: -o and --artifact succeed
+  // or fail together, and a bad destination fails before the solve.
+  std::optional<StagedFile> plan_file;
+  if (!f.output.empty()) {
+    auto staged = StagedFile::create(f.output);
+    if (!staged.ok()) return report(staged.error());
+    plan_file.emplace(std::move(staged).value());
+  }
+  std::optional<StagedDirectory> artifact_dir;
+  if (!f.artifact.empty()) {
+    // Checks the destination now; the lowered programs go into a fresh staging directory later.
+    auto probe = StagedDirectory::create(f.artifact, "manifest.json");
+    if (!probe.ok()) return report(probe.error());
+  }
   auto graph = f.model.load();
   if (!graph.ok()) return report(graph.error());
   t.import_s = since(t0);
@@ -131,7 +152,7 @@ int runPlan(const PlanFlags& f) {
     std::cerr << "apc: warning: no sharding rule for " << op
               << "; it gets the Replicate-only strategy\n";
   if (!f.dump_problem.empty()) {
-    Status s = writeText(f.dump_problem, solver::toJson(built->gp.problem).dump() + "\n");
+    Status s = writeFileAtomic(f.dump_problem, solver::toJson(built->gp.problem).dump() + "\n");
     if (!s.ok()) return report(s.error());
   }
 
@@ -147,16 +168,27 @@ int runPlan(const PlanFlags& f) {
                : plan::solveAndPlan(*graph, *built, *spec, source, options, &t);
   if (!result.ok()) return report(result.error());
 
-  if (!f.output.empty()) {
-    auto tw = Clock::now();
-    Status s = plan::writePlanFile(result->plan, f.output);
+  auto tw = Clock::now();
+  std::string artifact_summary;
+  if (plan_file) {
+    Status s = plan_file->write(plan::toJsonText(result->plan));
     if (!s.ok()) return report(s.error());
-    t.write_s = since(tw);
   }
   if (!f.artifact.empty()) {
-    Status s = writeArtifactFor(*graph, result->plan, f.artifact);
+    auto staged = stageArtifactFor(*graph, result->plan, f.artifact, &artifact_summary);
+    if (!staged.ok()) return report(staged.error());
+    artifact_dir.emplace(std::move(staged).value());
+  }
+  if (artifact_dir) {
+    Status s = artifact_dir->commit();
+    if (!s.ok()) return report(s.error());
+    std::cout << artifact_summary;
+  }
+  if (plan_file) {
+    Status s = plan_file->commit();
     if (!s.ok()) return report(s.error());
   }
+  t.write_s = since(tw);
   if (f.verbose) std::cout << plan::optimizerLog(result->plan);
   std::cout << plan::summaryText(result->plan, &t);
   std::cout << plan::randomnessNote(*graph);
@@ -170,7 +202,7 @@ int runPlan(const PlanFlags& f) {
                         {"solver_s", t.solver_s},
                         {"write_s", t.write_s},
                         {"content_hash", result->plan.content_hash}};
-    Status s = writeText(f.timings_json, j.dump(2) + "\n");
+    Status s = writeFileAtomic(f.timings_json, j.dump(2) + "\n");
     if (!s.ok()) return report(s.error());
   }
   return 0;
@@ -190,9 +222,10 @@ Runner addPlanCommand(CLI::App& app) {
                  "Output placements (JSON) in the forward's output structure; overrides the "
                  "spec's outputs");
   app.add_option("-o,--output", f->output, "Write the plan JSON here");
-  app.add_option(
-      "--artifact", f->artifact,
-      "Also lower the plan: write per-rank programs and manifest.json to this directory");
+  app.add_option("--artifact", f->artifact,
+                 "Also lower the plan: write per-rank programs and manifest.json to this directory "
+                 "(an existing artifact there is replaced as a whole; -o and --artifact are "
+                 "written both or neither)");
   app.add_option("--memory-budget", f->memory_budget,
                  "Parameter memory per rank as LOW,HIGH fractions of all parameter bytes "
                  "(default 0,1/world size; HIGH = 1 allows full replication)");

@@ -116,6 +116,14 @@ int runLauncher(const RunOptions& o) {
   int port = freePort();
   if (port == 0) return report(ioError("no free TCP port on 127.0.0.1 for MASTER_PORT"));
   std::string artifact = fs::absolute(o.dir, ec).lexically_normal().string();
+  // One job id per launch (unless the caller gave one): ranks of another job that meet this
+  // job's store are turned away (lib/runtime/world.cpp).
+  const char* given_job = std::getenv("APC_JOB_ID");
+  std::string job =
+      given_job && *given_job
+          ? std::string(given_job)
+          : "run-" + std::to_string(::getpid()) + "-" + std::to_string(port) + "-" +
+                std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
 
   struct sigaction sa {};
   sa.sa_handler = onStopSignal;
@@ -169,6 +177,7 @@ int runLauncher(const RunOptions& o) {
       ::setenv("MASTER_ADDR", "127.0.0.1", 1);
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("APC_ARTIFACT", artifact.c_str(), 1);
+      ::setenv("APC_JOB_ID", job.c_str(), 1);
       ::setenv("OMP_NUM_THREADS", "1", 0);
       ::execvp(argv[0], argv.data());
       std::fprintf(stderr, "apc run: rank %d: cannot execute '%s': %s\n", r, argv[0],
@@ -270,8 +279,11 @@ Runner addRunCommand(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   app.add_option("dir", o->dir, "Artifact directory (passed to the ranks as APC_ARTIFACT)")
       ->required();
-  app.add_option("--nproc", o->nproc, "Number of ranks to start")->required();
-  app.add_option("--timeout", o->timeout_s, "Stop every rank after this many seconds (0: never)");
+  app.add_option("--nproc", o->nproc, "Number of ranks to start (at most 1024)")
+      ->required()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--timeout", o->timeout_s, "Stop every rank after this many seconds (0: never)")
+      ->check(CLI::NonNegativeNumber);
   app.add_flag("--tag-output", o->tag_output, "Prefix each output line with [rank r]");
   app.add_option("command", o->command, "The command of every rank, after --");
   app.footer("Example: apc run out/ --nproc 4 -- build/tools/apc-train out/ --steps 20");

@@ -20,6 +20,7 @@
 
 #include "apc.pb.h"
 #include "apc/support/error.h"
+#include "apc/support/file_io.h"
 
 namespace apc::lower {
 
@@ -41,8 +42,12 @@ struct Manifest {
 std::string programFileName(int64_t rank);
 
 /// Writes manifest.json and rank_<r>.apcp for every program (programs[r].rank() == r, all with
-/// the same world size == programs.size()); creates `dir` when missing. Manifest fields come from
-/// the programs.
+/// the same world size == programs.size()) into a staging directory beside `dir`; the result's
+/// commit() swaps it in for `dir` as a whole. Fails when `dir` is a file, or a non-empty
+/// directory that is not an artifact (no manifest.json). Manifest fields come from the programs.
+Expected<StagedDirectory> stageArtifact(const std::string& dir,
+                                        const std::vector<proto::Program>& programs);
+/// stageArtifact, then commit: `dir` holds the old artifact or the new one, never a mix.
 Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs);
 
 /// Reads and checks `dir`/manifest.json (format version, fields, one file per rank).

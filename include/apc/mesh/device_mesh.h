@@ -17,6 +17,14 @@
 
 namespace apc::mesh {
 
+/// Limits of a mesh: dims, devices, and the sane range of its link parameters (the spec's and the
+/// CLI's readers check them; beyond them the cost model's numbers overflow or lose all meaning).
+inline constexpr size_t kMaxMeshDims = 4;
+inline constexpr int64_t kMaxWorldSize = 65536;
+inline constexpr double kMinBandwidthGbps = 1e-3;  // 1 MB/s
+inline constexpr double kMaxBandwidthGbps = 1e6;   // 1 PB/s
+inline constexpr double kMaxLatencyUs = 1e6;       // 1 s
+
 /// Link parameters of one mesh dimension (alpha-beta model).
 struct LinkParams {
   double bandwidth_gbps = 0;  // bytes per second / 1e9 (GB/s), per rank, in each direction
@@ -26,7 +34,8 @@ struct LinkParams {
 class DeviceMesh {
  public:
   DeviceMesh() = default;
-  /// Names default to "d0", "d1", ...; links to the defaults of `defaultLinks`.
+  /// Names default to "d0", "d1", ...; links to the defaults of `defaultLinks`. At most
+  /// kMaxMeshDims dims and kMaxWorldSize devices in all.
   static Expected<DeviceMesh> create(std::vector<int64_t> shape,
                                      std::vector<std::string> names = {});
   /// Parses "2x4" (or "8", "2x2x2"); names from a comma list ("dp,tp"), may be empty.

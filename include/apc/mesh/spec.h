@@ -22,6 +22,12 @@
 // Only "mesh" is required. Unknown keys are errors (they are usually typos). Every error is one
 // line that starts with the JSON path of the offending value, like `$.mesh.bandwidth_gbps[1]: ...`.
 //
+// Numbers have sane ranges (finite, bounded; the constants below and in device_mesh.h):
+//   mesh.shape: 1 to 4 dims, at most 65536 devices in all; bandwidth_gbps in [1e-3, 1e6];
+//   latency_us in [0, 1e6]; device peak_tflops and hbm_bandwidth_gbps in [1e-3, 1e6];
+//   memory_budget fractions in [0, 1]; dynamic: at most 1024 entries, dim in [0, 63], min and max
+//   in [1, 2^40] and a recorded size (the hint) in [min, max]. JSON nests at most 64 levels.
+//
 // The CLI's `--in-shardings` and `--out-shardings` files are parsed here too (parseInShardings,
 // parseOutShardings; schema: schemas/out_shardings.schema.json). A parsed spec is checked against a
 // model by validateSpecAgainstGraph.
@@ -105,6 +111,13 @@ struct MixedPrecision {
   bool empty() const { return !param_dtype && !reduce_dtype && !output_dtype; }
   bool operator==(const MixedPrecision&) const = default;
 };
+
+/// Ranges of the spec's numbers beyond those of the mesh (device_mesh.h).
+inline constexpr double kMinDeviceRate = 1e-3;     // peak TFLOP/s and HBM GB/s
+inline constexpr double kMaxDeviceRate = 1e6;      //
+inline constexpr size_t kMaxDynamicDims = 1024;    // entries of "dynamic"
+inline constexpr int64_t kMaxTensorRank = 64;      // a dynamic dim's index is below this
+inline constexpr int64_t kMaxDimSize = 1LL << 40;  // a dynamic dim's min and max
 
 /// A dim of an input whose size varies between calls.
 struct DynamicDim {

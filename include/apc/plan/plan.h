@@ -193,7 +193,7 @@ std::string toJsonText(const Plan& p);
 Expected<Plan> planFromJson(const nlohmann::json& j);
 /// Reads a plan file; errors are prefixed by the path.
 Expected<Plan> readPlanFile(const std::string& path);
-/// Writes toJsonText(p) to `path`.
+/// Writes toJsonText(p) to `path` atomically (a temporary beside it, renamed over it).
 Status writePlanFile(const Plan& p, const std::string& path);
 
 /// Writes `j` in the layout of toJsonText (for other deterministic files: explain, diff).

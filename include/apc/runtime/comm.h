@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -92,12 +93,20 @@ struct LaunchEnv {
   int local_world_size = 1;  // ranks on this host
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  /// The job's id, from APC_JOB_ID, else TORCHELASTIC_RUN_ID (torchrun; "none" counts as unset);
+  /// empty when neither is set. Rendezvous keys live under it, so that ranks of another job on the
+  /// same MASTER_PORT cannot join this one.
+  std::string job_id;
+  /// APC_TIMEOUT_S (seconds, in (0, 604800]): replaces both WorldOptions timeouts when set.
+  std::optional<std::chrono::milliseconds> timeout;
 };
 
 /// Reads the torchrun variables; a missing RANK/WORLD_SIZE means a single process (rank 0 of 1).
 /// LOCAL_RANK defaults to RANK, LOCAL_WORLD_SIZE to WORLD_SIZE, MASTER_ADDR to 127.0.0.1,
-/// MASTER_PORT to 29500. Errors: malformed numbers, only one of RANK/WORLD_SIZE set, rank outside
-/// [0, world_size), local rank outside [0, local_world_size), a port outside 1..65535.
+/// MASTER_PORT to 29500; also APC_JOB_ID / TORCHELASTIC_RUN_ID and APC_TIMEOUT_S. Errors:
+/// malformed numbers, only one of RANK/WORLD_SIZE set, rank outside [0, world_size), a world size
+/// above mesh::kMaxWorldSize, local rank outside [0, local_world_size), a port outside 1..65535,
+/// a timeout that is not a positive number of seconds (at most a week).
 Expected<LaunchEnv> launchEnvFromEnvironment();
 
 enum class Backend { kGloo, kNccl };
@@ -109,12 +118,23 @@ struct WorldOptions {
   /// The longest World::create waits for the other ranks (store connection, each group's
   /// rendezvous); separate so that a short collective timeout survives slow process start-up.
   std::chrono::milliseconds setup_timeout{300'000};
+  /// When set (the default), LaunchEnv::timeout (APC_TIMEOUT_S) replaces both timeouts; a trainer
+  /// whose own flag gave them clears it.
+  bool timeouts_from_environment = true;
+  /// The job id when the environment names none (LaunchEnv::job_id); ParallelModule::load uses
+  /// the plan's hash. Empty: "default".
+  std::string job_id;
+  /// While waiting for peers, a line on stderr this often names the missing ranks and the store.
+  std::chrono::milliseconds progress_interval{10'000};
 };
 
 /// This rank's view of the mesh: one Communicator per mesh dim (its group along that dim) and one
 /// for the whole world, all rendezvoused through one c10d TCPStore at MASTER_ADDR:MASTER_PORT
 /// (rank 0 serves it). A world of one process opens no store. Groups of one rank communicate
-/// nothing. Set-up waits at most options.setup_timeout for the other ranks.
+/// nothing. Set-up waits at most options.setup_timeout for the other ranks, printing a line every
+/// progress_interval that names the missing ranks and the store's address. Every key lives under
+/// the job id; a store of another job (its id differs), a rank that joins twice and a port that
+/// another process holds are errors at once, on every rank that meets them.
 class World {
  public:
   /// Errors: env.world_size != mesh.worldSize(), a non-positive timeout, kNccl without CUDA or

@@ -1,0 +1,104 @@
+//===- apc/support/file_io.h - Safe reading and writing of user files -------===//
+//
+// What every reader and writer of user files shares, so that no input crashes a reader and no
+// write leaves a half-written or clobbered file:
+//  - checkJsonText: a linear pre-scan of JSON text before it is parsed. It rejects NUL bytes (the
+//    JSON parser would stop at one and ignore what follows) and nesting deeper than a limit (a
+//    deep tree overflows the stack of every recursive walker and destructor; nlohmann's parser
+//    itself is iterative).
+//  - printable: a user-given string as it may appear in a one-line message (control characters
+//    escaped, long strings shortened).
+//  - checkNotInput: an output path is none of the command's input files.
+//  - StagedFile / writeFileAtomic: a file is written to a temporary beside it and renamed over the
+//    target, so readers see the old or the new content, never a mix or a truncated file.
+//  - StagedDirectory: a directory (an artifact) is built beside its target and swapped in as a
+//    whole; a directory is only replaced when it is empty or carries a marker file (so that a
+//    mistyped path never deletes someone's folder).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "apc/support/error.h"
+
+namespace apc {
+
+/// Deepest nesting of arrays and objects that apc's JSON readers accept (specs, sharding files,
+/// plans, manifests). Real files nest fewer than 10 levels.
+inline constexpr size_t kMaxJsonDepth = 64;
+
+/// Checks JSON text before parsing: no NUL byte, nesting at most `max_depth`. The error names the
+/// byte offset. Does not check the syntax otherwise (the parser does).
+Status checkJsonText(std::string_view text, size_t max_depth = kMaxJsonDepth);
+
+/// `s` for a one-line message: control characters and backslashes escaped (\n, \t, \x01), cut to
+/// `max_chars` with "..." when longer.
+std::string printable(std::string_view s, size_t max_chars = 80);
+
+/// Fails when `output` (about to be written, named `flag` in the message, like "-o") is the same
+/// file as one of `inputs` (existing files compared by device and inode; empty paths skipped).
+Status checkNotInput(const std::string& output, const std::string& flag,
+                     const std::vector<std::string>& inputs);
+
+/// A file being written: bytes go to a temporary in the target's directory; commit() renames it
+/// over the target (atomic on POSIX). Destroying an uncommitted StagedFile removes the temporary.
+class StagedFile {
+ public:
+  /// Opens the temporary for `path`; fails when `path` is an existing directory or its directory
+  /// does not exist.
+  static Expected<StagedFile> create(const std::string& path);
+  StagedFile(StagedFile&& other) noexcept;
+  StagedFile& operator=(StagedFile&& other) noexcept;
+  StagedFile(const StagedFile&) = delete;
+  StagedFile& operator=(const StagedFile&) = delete;
+  ~StagedFile();
+
+  /// Writes all of `bytes` to the temporary and flushes it to disk.
+  Status write(std::string_view bytes);
+  /// Renames the temporary over the target.
+  Status commit();
+  const std::string& target() const { return target_; }
+
+ private:
+  StagedFile() = default;
+  void discard();
+  std::string target_;
+  std::string temp_;
+};
+
+/// Writes `bytes` to `path` through a StagedFile.
+Status writeFileAtomic(const std::string& path, std::string_view bytes);
+
+/// A directory being built beside its target `dir` (a hidden sibling); commit() swaps it in for
+/// `dir` as a whole. Destroying an uncommitted StagedDirectory removes the staging directory.
+class StagedDirectory {
+ public:
+  /// Fails when `dir` exists and is not a directory, or is a non-empty directory without the file
+  /// `marker` (so not one that this kind of writer made).
+  static Expected<StagedDirectory> create(const std::string& dir, const std::string& marker);
+  StagedDirectory(StagedDirectory&& other) noexcept;
+  StagedDirectory& operator=(StagedDirectory&& other) noexcept;
+  StagedDirectory(const StagedDirectory&) = delete;
+  StagedDirectory& operator=(const StagedDirectory&) = delete;
+  ~StagedDirectory();
+
+  /// The staging directory to write into.
+  const std::string& path() const { return staging_; }
+  const std::string& target() const { return target_; }
+  /// Replaces the target with the staging directory: one exchange of the two names where the file
+  /// system supports it (Linux renameat2), else two renames; then removes the old content.
+  Status commit();
+
+ private:
+  StagedDirectory() = default;
+  void discard();
+  std::string target_;
+  std::string staging_;
+};
+
+}  // namespace apc

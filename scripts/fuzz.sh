@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# fuzz.sh [SECONDS] | --smoke: builds the libFuzzer targets of tests/fuzz with clang, AddressSanitizer
+# and UndefinedBehaviorSanitizer into build-fuzz/ (the planner core, without LibTorch) and runs each
+# for SECONDS (default 300) on its seed corpus, then prints the executions per target. Exit 0 when
+# no target found a crash; a crashing input is kept in build-fuzz/crashes/<target>/.
+#
+# Targets: fuzz_spec (spec files), fuzz_shardings (--in/--out-shardings files), fuzz_plan (the plan
+# reader with what explain and diff do), fuzz_artifact (manifest.json and rank programs),
+# fuzz_inputs (the --input shape text and the exported program's symbolic expressions).
+#
+# Seeds come from the repository: sample_models/specs, the documents of tests/mesh/spec_cases.json
+# and tests/fuzz/seeds/. What the fuzzers add is kept in build-fuzz/corpus/ across runs.
+#
+# Needs clang and its compiler-rt (libFuzzer, sanitizers): installed here when missing (Debian's
+# `clang` and the matching `libclang-rt-<major>-dev`: 14 on Debian 12, 19 on Debian 13), unless
+# APC_FUZZ_NO_INSTALL=1, in which case a missing clang exits 77 (ctest's SKIP_RETURN_CODE).
+# --smoke: 10 s per target (about a minute in all), for the fuzz_smoke ctest test.
+# A second argument RUNS stops each target after that many executions (when before SECONDS):
+# scripts/fuzz.sh 1200 1000000 runs every target to a million executions or 20 minutes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=300
+if [ "${1:-}" = "--smoke" ]; then
+  SECS=10
+elif [ -n "${1:-}" ]; then
+  SECS=$1
+fi
+RUNS=${2:--1}
+BUILD=${APC_FUZZ_BUILD_DIR:-build-fuzz}
+JOBS=${APC_JOBS:-$(nproc)}
+TARGETS=(fuzz_spec fuzz_shardings fuzz_plan fuzz_artifact fuzz_inputs)
+
+# --- clang with libFuzzer ------------------------------------------------------------------------
+have_fuzzer() {
+  command -v clang++ >/dev/null 2>&1 || return 1
+  echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+    clang++ -x c++ -fsanitize=fuzzer,address,undefined -o /dev/null - >/dev/null 2>&1
+}
+if ! have_fuzzer; then
+  if [ "${APC_FUZZ_NO_INSTALL:-0}" = 1 ]; then
+    echo "fuzz: clang with libFuzzer is not installed; skipping"
+    exit 77
+  fi
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  if ! command -v clang++ >/dev/null 2>&1; then
+    echo "fuzz: installing clang"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends clang >/dev/null
+  fi
+  major=$(clang++ -dumpversion | cut -d. -f1)
+  echo "fuzz: installing libclang-rt-${major}-dev"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    "libclang-rt-${major}-dev" >/dev/null
+  have_fuzzer || { echo "fuzz: clang++ cannot link a libFuzzer target"; exit 1; }
+fi
+
+# --- build ---------------------------------------------------------------------------------------
+if [ ! -f "$BUILD/build.ninja" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=clang++ \
+    -DAPC_WITH_TORCH=OFF -DAPC_BUILD_TESTS=OFF -DAPC_SANITIZE=ON -DAPC_FUZZ=ON >/dev/null
+fi
+cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
+
+# --- seed corpora --------------------------------------------------------------------------------
+SEEDS="$BUILD/seeds"
+rm -rf "$SEEDS"
+for t in "${TARGETS[@]}"; do mkdir -p "$SEEDS/$t" "$BUILD/corpus/$t" "$BUILD/crashes/$t"; done
+cp sample_models/specs/*.json "$SEEDS/fuzz_spec/"
+/usr/bin/python3 - "$SEEDS" <<'EOF'
+import json, sys
+seeds = sys.argv[1]
+cases = json.load(open("tests/mesh/spec_cases.json"))
+for i, c in enumerate(cases["spec"]):
+    open(f"{seeds}/fuzz_spec/case_{i}.json", "w").write(json.dumps(c["doc"]))
+for i, c in enumerate(cases["out_shardings"]):
+    ndim = c.get("mesh_ndim", 2)
+    # The first byte picks the mesh's number of dims: 1 + byte % 4.
+    open(f"{seeds}/fuzz_shardings/case_{i}.json", "wb").write(
+        bytes([ndim - 1]) + json.dumps(c["doc"]).encode())
+open(f"{seeds}/fuzz_shardings/in_list.json", "wb").write(b'\x01[["S(0)", "R"], null]')
+open(f"{seeds}/fuzz_shardings/in_object.json", "wb").write(b'\x01{"x": ["S(0)", "S(1)"]}')
+for i, text in enumerate(["tokens:i64[8,128]", "x:f32[B=8,16,128]", "f32[8,16]", "y:bf16[]",
+                          "Mul(Integer(2), Symbol('s0', integer=True, positive=True))",
+                          "Add(Symbol('s0'), Integer(-1))",
+                          "FloorDiv(Mul(Symbol('s0'), Symbol('s1')), Integer(4))"]):
+    open(f"{seeds}/fuzz_inputs/seed_{i}.txt", "w").write(text)
+EOF
+cp tests/fuzz/seeds/plan/* "$SEEDS/fuzz_plan/"
+cp tests/fuzz/seeds/artifact/* "$SEEDS/fuzz_artifact/"
+
+# --- run -----------------------------------------------------------------------------------------
+# fuzz_artifact writes its files here: memory-backed where /dev/shm exists.
+APC_FUZZ_TMPDIR=$(mktemp -d "$([ -d /dev/shm ] && echo /dev/shm || echo "${TMPDIR:-/tmp}")/apc_fuzz.XXXXXX")
+export APC_FUZZ_TMPDIR
+trap 'rm -rf "$APC_FUZZ_TMPDIR"' EXIT
+status=0
+summary=""
+for t in "${TARGETS[@]}"; do
+  log="$BUILD/$t.log"
+  echo "fuzz: $t for ${SECS} s"
+  set +e
+  ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$t" "$BUILD/corpus/$t" "$SEEDS/$t" \
+    -max_total_time="$SECS" -runs="$RUNS" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 >"$log" 2>&1
+  rc=$?
+  set -e
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  if [ $rc -ne 0 ]; then
+    status=1
+    summary+="$t: FAILED after ${runs} executions (exit $rc); see $log and $BUILD/crashes/$t/"$'\n'
+    grep -m 3 -E 'ERROR|SUMMARY|runtime error|deadly signal' "$log" || true
+  else
+    summary+="$t: ${runs} executions, no crash"$'\n'
+  fi
+done
+printf '%s' "$summary"
+exit $status

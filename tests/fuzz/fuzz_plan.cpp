@@ -1,0 +1,36 @@
+//===- tests/fuzz/fuzz_plan.cpp - libFuzzer target: the plan reader ---------===//
+//
+// Any bytes as a plan file, then what `apc explain` and `apc diff` do with a plan they could
+// read: the costliest nodes (text, JSON), the Graphviz graph, node and module lookup, and the diff
+// of the plan with itself (which must be empty of node changes).
+//
+//===----------------------------------------------------------------------===//
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "apc/mesh/spec.h"
+#include "apc/plan/diff.h"
+#include "apc/plan/explain.h"
+#include "apc/plan/plan.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::string_view text(reinterpret_cast<const char*>(data), size);
+  auto j = apc::mesh::parseJsonText(text);
+  if (!j.ok()) return 0;
+  auto p = apc::plan::planFromJson(*j);
+  if (!p.ok()) return 0;
+  (void)apc::plan::topNodesText(*p, 20);
+  (void)apc::plan::explainJson(*p, 20, nullptr);
+  (void)apc::plan::dotGraph(*p);
+  if (!p->nodes.empty()) {
+    (void)apc::plan::findNode(*p, p->nodes.front().name);
+    (void)apc::plan::findModuleNode(*p, p->nodes.front().module_path);
+  }
+  apc::plan::PlanDiff d = apc::plan::diffPlans(*p, *p);
+  (void)apc::plan::diffText(d);
+  (void)apc::plan::toJson(d);
+  (void)apc::plan::toJsonText(*p);
+  return 0;
+}

@@ -1,0 +1,29 @@
+//===- tests/fuzz/fuzz_shardings.cpp - libFuzzer target: sharding files ----===//
+//
+// Any bytes as an --in-shardings or --out-shardings file, for a mesh of 1 to 4 dims (the first
+// byte picks it): the readers return a value or an error, never crash.
+//
+//===----------------------------------------------------------------------===//
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "apc/mesh/placement.h"
+#include "apc/mesh/spec.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  size_t ndim = 1 + data[0] % 4;
+  std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
+  (void)apc::mesh::parsePlacementTuple(text);
+  auto j = apc::mesh::parseJsonText(text);
+  if (!j.ok()) return 0;
+  auto in = apc::mesh::parseInShardings(*j, ndim);
+  if (in.ok()) (void)apc::mesh::toJson(*in);
+  auto out = apc::mesh::parseOutShardings(*j, ndim);
+  if (out.ok()) {
+    (void)apc::mesh::toString(*out);
+    (void)apc::mesh::toJson(*out);
+  }
+  return 0;
+}
