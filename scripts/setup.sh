@@ -5,6 +5,9 @@
 # 1. Debian packages: the toolchain, CBC, CLI11, nlohmann_json, protobuf, GoogleTest, and the Gloo
 #    headers that c10d/ProcessGroupGloo.hpp includes (the torch wheel links Gloo but ships no
 #    headers of it).
+#    clang with its compiler-rt (libFuzzer, sanitizers) for the fuzz targets of tests/fuzz, which
+#    the fuzz_smoke test builds into build-fuzz/: Debian's `clang` and the matching
+#    `libclang-rt-<major>-dev` (14 on Debian 12, 19 on Debian 13).
 # 2. The project venv (.venv, git-ignored) with torch 2.13.0 (its LibTorch is what CMake builds
 #    against: torch.utils.cmake_prefix_path) and sample_models/requirements.txt. APC_PYTHON picks
 #    the interpreter that makes the venv (default: python3.11 when there is one, else python3);
@@ -21,6 +24,7 @@ PACKAGES=(
   libgtest-dev libssl-dev
   libgloo-dev
   python3-jsonschema  # the schema tests validate JSON with Debian's python
+  clang               # fuzz targets (tests/fuzz); its libclang-rt-<major>-dev follows below
 )
 
 missing=()
@@ -35,6 +39,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+clang_rt="libclang-rt-$(clang -dumpversion | cut -d. -f1)-dev"
+if ! dpkg-query -W -f='${Status}' "$clang_rt" 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup: installing $clang_rt"
+  [ ${#missing[@]} -gt 0 ] || $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$clang_rt" >/dev/null
 fi
 
 VENV=.venv
