@@ -271,18 +271,7 @@ Expected<GraphProblem> applyBaseline(GraphProblem gp, const ir::Graph& g, Baseli
   APC_ASSIGN_OR_RETURN(auto placements, baselineParameterPlacements(g, b, m));
   // The data-parallel mesh dims compute on batch shards: every op whose outputs carry the batch
   // takes a strategy with those outputs S(0) on each of them, when it has one (see baselines.h).
-  size_t dp_dims = 0;
-  switch (b) {
-    case Baseline::kDdp:
-    case Baseline::kFsdp:
-      dp_dims = m.ndim();
-      break;
-    case Baseline::kTp:
-      break;
-    case Baseline::kFsdpTp:
-      dp_dims = m.ndim() - 1;
-      break;
-  }
+  const size_t dp_dims = dataParallelMeshDims(b, m.ndim());
   const std::vector<bool> carries = dp_dims ? batchCarryingValues(g) : std::vector<bool>{};
   for (size_t i = 0; dp_dims && i < gp.graph_nodes.size(); ++i) {
     if (!gp.graph_nodes[i].valid() || gp.graph_nodes[i].v >= g.numNodes()) continue;
@@ -337,22 +326,23 @@ Expected<GraphProblem> applyBaseline(GraphProblem gp, const ir::Graph& g, Baseli
   return gp;
 }
 
-PlacementTuple dataParallelInput(const ir::TensorMeta& t, const mesh::DeviceMesh& m, Baseline b) {
-  PlacementTuple p = mesh::replicated(m.ndim());
-  if (t.rank() == 0 || !baselineApplies(b, m.ndim())) return p;
-  size_t dp_dims = 0;
+size_t dataParallelMeshDims(Baseline b, size_t mesh_ndim) {
   switch (b) {
     case Baseline::kDdp:
     case Baseline::kFsdp:
-      dp_dims = m.ndim();
-      break;
+      return mesh_ndim;
     case Baseline::kTp:
-      dp_dims = 0;
-      break;
+      return 0;
     case Baseline::kFsdpTp:
-      dp_dims = m.ndim() - 1;
-      break;
+      return mesh_ndim == 0 ? 0 : mesh_ndim - 1;
   }
+  return 0;
+}
+
+PlacementTuple dataParallelInput(const ir::TensorMeta& t, const mesh::DeviceMesh& m, Baseline b) {
+  PlacementTuple p = mesh::replicated(m.ndim());
+  if (t.rank() == 0 || !baselineApplies(b, m.ndim())) return p;
+  const size_t dp_dims = dataParallelMeshDims(b, m.ndim());
   for (size_t k = 0; k < dp_dims; ++k) {
     PlacementTuple cand = p;
     cand[k] = Placement::shard(0);

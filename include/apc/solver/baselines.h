@@ -93,6 +93,10 @@ std::map<std::string, TpRole> megatronRoles(const ir::Graph& g);
 Expected<std::map<std::string, mesh::PlacementTuple>> baselineParameterPlacements(
     const ir::Graph& g, Baseline b, const mesh::DeviceMesh& m);
 
+/// How many leading mesh dims the baseline uses for data parallelism: ddp and fsdp all, fsdp+tp all
+/// but the last (tensor-parallel) one, tp none.
+size_t dataParallelMeshDims(Baseline b, size_t mesh_ndim);
+
 /// Values that carry the batch: computed from a model input, of rank >= 1, with dim 0 a multiple
 /// of (and at least) the first input's dim 0. Indexed by value id.
 std::vector<bool> batchCarryingValues(const ir::Graph& g);
