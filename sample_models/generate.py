@@ -269,6 +269,20 @@ def sample_table():
         output_dtype="f64", output_desc="tensor f64 [8,10] class logits",
         trace_shapes=[[8, 3, 64, 64]], tracer_warnings_ok=True, cost=4))
 
+    sc = M.SWIN_TINY
+    S.append(Sample(
+        "swin_tiny", "traced",
+        f"torchvision's Swin Transformer (V1) structure, small: conv patch embedding {sc.patch}x{sc.patch} "
+        f"to {sc.embed_dim} channels (NHWC, LayerNorm), stages {list(sc.depths)} of blocks with window "
+        f"{sc.window} attention (heads {list(sc.heads)}), alternating unshifted and shifted windows: pad to "
+        "whole windows, roll, relative position bias gathered as table[index], the shifted-window mask "
+        "built by slice assignment into new_zeros (in-place writes through views), PatchMerging (strided "
+        "slices, cat, LayerNorm, Linear), LayerNorm, avg pool, Linear head; training mode, dropout 0",
+        _seeded_train(lambda: M.SwinTiny(sc)), sc,
+        [InputSpec("x", "f32", [8, 3, 40, 40])], [8, sc.num_classes],
+        output_desc="tensor f32 [8,10] class logits",
+        trace_shapes=[[8, 3, 40, 40]], tracer_warnings_ok=True, cost=3))
+
     S.append(Sample(
         "multi_output", "scripted",
         "proj=Linear(32,32), head=Linear(32,10); forward returns (relu(h), {'logits': head(h), 'hidden': h})",

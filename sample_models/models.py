@@ -468,6 +468,140 @@ class ResNetBottleneck(nn.Module):
 
 
 # --------------------------------------------------------------------------
+# swin_tiny: torchvision's Swin Transformer (V1) structure, small, in training mode
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class SwinConfig:
+    patch: int = 4
+    embed_dim: int = 24
+    depths: Tuple[int, ...] = (2, 2)
+    heads: Tuple[int, ...] = (2, 4)
+    window: int = 4
+    mlp_ratio: float = 2.0
+    num_classes: int = 10
+
+
+class SwinWindowAttention(nn.Module):
+    """torchvision's ShiftedWindowAttention, written out: pad to whole windows, roll by the shift,
+    window partition, attention with a relative position bias gathered from a table by an index
+    buffer (`table[index]`: aten::index.Tensor), and for shifted windows the attention mask built
+    by slice assignment into `x.new_zeros` (in-place writes through views), then the reverse."""
+
+    def __init__(self, dim: int, window: int, shift: int, heads: int):
+        super().__init__()
+        self.window, self.shift, self.heads = window, shift, heads
+        self.qkv = nn.Linear(dim, dim * 3)
+        self.proj = nn.Linear(dim, dim)
+        self.relative_position_bias_table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads) * 0.02)
+        coords = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window), indexing="ij"))
+        flat = torch.flatten(coords, 1)
+        rel = (flat[:, :, None] - flat[:, None, :]).permute(1, 2, 0).contiguous()
+        rel[:, :, 0] += window - 1
+        rel[:, :, 1] += window - 1
+        rel[:, :, 0] *= 2 * window - 1
+        self.register_buffer("relative_position_index", rel.sum(-1).flatten())
+
+    def forward(self, x):
+        B, H, W, C = x.shape
+        ws = self.window
+        n = ws * ws
+        bias = self.relative_position_bias_table[self.relative_position_index]
+        bias = bias.view(n, n, -1).permute(2, 0, 1).contiguous().unsqueeze(0)
+        pad_r = (ws - W % ws) % ws
+        pad_b = (ws - H % ws) % ws
+        x = F.pad(x, (0, 0, 0, pad_r, 0, pad_b))
+        _, pH, pW, _ = x.shape
+        shift = 0 if ws >= pH or ws >= pW else self.shift
+        if shift > 0:
+            x = torch.roll(x, shifts=(-shift, -shift), dims=(1, 2))
+        nw = (pH // ws) * (pW // ws)
+        x = x.view(B, pH // ws, ws, pW // ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B * nw, n, C)
+        qkv = self.qkv(x).reshape(x.size(0), n, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv[0], qkv[1], qkv[2]
+        attn = (q * (C // self.heads) ** -0.5).matmul(k.transpose(-2, -1)) + bias
+        if shift > 0:
+            mask = x.new_zeros((pH, pW))
+            slices = ((0, -ws), (-ws, -shift), (-shift, None))
+            count = 0
+            for h in slices:
+                for w in slices:
+                    mask[h[0]:h[1], w[0]:w[1]] = count
+                    count += 1
+            mask = mask.view(pH // ws, ws, pW // ws, ws).permute(0, 2, 1, 3).reshape(nw, n)
+            mask = mask.unsqueeze(1) - mask.unsqueeze(2)
+            mask = mask.masked_fill(mask != 0, -100.0).masked_fill(mask == 0, 0.0)
+            attn = attn.view(x.size(0) // nw, nw, self.heads, n, n) + mask.unsqueeze(1).unsqueeze(0)
+            attn = attn.view(-1, self.heads, n, n)
+        x = F.softmax(attn, dim=-1).matmul(v).transpose(1, 2).reshape(x.size(0), n, C)
+        x = self.proj(x)
+        x = x.view(B, pH // ws, pW // ws, ws, ws, C).permute(0, 1, 3, 2, 4, 5).reshape(B, pH, pW, C)
+        if shift > 0:
+            x = torch.roll(x, shifts=(shift, shift), dims=(1, 2))
+        return x[:, :H, :W, :].contiguous()
+
+
+class SwinBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, window: int, shift: int, mlp_ratio: float):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.attn = SwinWindowAttention(dim, window, shift, heads)
+        self.norm2 = nn.LayerNorm(dim)
+        hidden = int(dim * mlp_ratio)
+        self.mlp = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(0.0), nn.Linear(hidden, dim),
+                                 nn.Dropout(0.0))
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class SwinPatchMerging(nn.Module):
+    """torchvision's PatchMerging: pad to even H and W, the four strided quarter grids (slices with
+    step 2) concatenated on channels, LayerNorm, Linear(4C -> 2C)."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(4 * dim)
+        self.reduction = nn.Linear(4 * dim, 2 * dim, bias=False)
+
+    def forward(self, x):
+        H, W = x.shape[-3:-1]
+        x = F.pad(x, (0, 0, 0, W % 2, 0, H % 2))
+        x = torch.cat([x[..., 0::2, 0::2, :], x[..., 1::2, 0::2, :], x[..., 0::2, 1::2, :],
+                       x[..., 1::2, 1::2, :]], -1)
+        return self.reduction(self.norm(x))
+
+
+class SwinTiny(nn.Module):
+    """Patch embedding (conv patch/patch, NHWC, LayerNorm), stages of Swin blocks alternating
+    unshifted and shifted windows with PatchMerging between stages, LayerNorm, average pool,
+    Linear head."""
+
+    def __init__(self, cfg: SwinConfig):
+        super().__init__()
+        d = cfg.embed_dim
+        self.patch = nn.Conv2d(3, d, cfg.patch, stride=cfg.patch)
+        self.patch_norm = nn.LayerNorm(d)
+        stages = []
+        for i, (depth, heads) in enumerate(zip(cfg.depths, cfg.heads)):
+            if i > 0:
+                stages.append(SwinPatchMerging(d))
+                d *= 2
+            for j in range(depth):
+                stages.append(SwinBlock(d, heads, cfg.window, 0 if j % 2 == 0 else cfg.window // 2, cfg.mlp_ratio))
+        self.features = nn.Sequential(*stages)
+        self.norm = nn.LayerNorm(d)
+        self.head = nn.Linear(d, cfg.num_classes)
+
+    def forward(self, x):
+        x = self.patch_norm(self.patch(x).permute(0, 2, 3, 1))
+        x = self.norm(self.features(x))
+        return self.head(torch.flatten(F.adaptive_avg_pool2d(x.permute(0, 3, 1, 2), 1), 1))
+
+
+# --------------------------------------------------------------------------
 # multi_output / control_flow
 # --------------------------------------------------------------------------
 
@@ -597,6 +731,7 @@ LLAMA3_405B = LlamaConfig(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ff
 LLAMA3_405B_PARAMS = 405_853_388_800
 CNN_SMALL = CnnConfig(in_channels=3, channels=(16, 32, 64), num_classes=10)
 RESNET_BOTTLENECK = ResNetConfig(layers=(3, 4, 6, 3), width=16, num_classes=10)
+SWIN_TINY = SwinConfig(patch=4, embed_dim=24, depths=(2, 2), heads=(2, 4), window=4, mlp_ratio=2.0, num_classes=10)
 
 
 # --------------------------------------------------------------------------

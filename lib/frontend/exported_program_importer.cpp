@@ -760,10 +760,14 @@ class ExportedImporter {
       return listConstruct(ctx, std::move(items), ir::ValueType::kTensorList);
     }
     if (kind == "as_optional_tensors") {
+      // Tensors only: a Tensor[] to the planner (rules place its tensors; the runtime re-types
+      // it at the call). With a None among them: an opaque list (Replicate-only).
       std::vector<ir::ValueId> items;
+      bool tensors_only = true;
       for (const json& t : *v) {
         APC_ASSIGN_OR_RETURN(auto inner, unionOf(t, "an optional tensor"));
         if (inner.first == "as_none") {
+          tensors_only = false;
           APC_ASSIGN_OR_RETURN(ir::ValueId id, literal("as_none", *inner.second, ""));
           items.push_back(id);
         } else {
@@ -771,7 +775,9 @@ class ExportedImporter {
           items.push_back(id);
         }
       }
-      return listConstruct(ctx, std::move(items), ir::ValueType::kOther);
+      return listConstruct(
+          ctx, std::move(items),
+          tensors_only && !items.empty() ? ir::ValueType::kTensorList : ir::ValueType::kOther);
     }
     if (kind == "as_sym_int") return symRef(*v, "as_int");
     if (kind == "as_sym_float") return symRef(*v, "as_float");

@@ -6,7 +6,9 @@
 //===----------------------------------------------------------------------===//
 #include "apc/frontend/functionalize.h"
 
+#include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include <torch/csrc/jit/runtime/operator.h>
 
@@ -14,7 +16,10 @@ namespace apc::frontend {
 
 namespace {
 
-bool isLeaf(const ir::Graph& g, ir::ValueId v) {
+/// A value not computed by an op (an input, a parameter or buffer, a constant). Values the pass
+/// adds (`fresh`: scatter outputs, producers set only in the final rebuild) are computed.
+bool isLeaf(const ir::Graph& g, ir::ValueId v, const std::vector<bool>& fresh) {
+  if (v.v < fresh.size() && fresh[v.v]) return false;
   ir::NodeId p = g.value(v).producer;
   return !p.valid() || g.node(p).kind != ir::NodeKind::kOp;
 }
@@ -32,6 +37,32 @@ void collectLeaves(ir::OutputTree& t, std::vector<ir::ValueId*>& out) {
     return;
   }
   for (auto& c : t.children) collectLeaves(c, out);
+}
+
+/// The scatter op that writes a view's new value back into its base: slice.Tensor(self, dim,
+/// start, end, step) -> slice_scatter(self, src, dim, start, end, step); select.int(self, dim,
+/// index) -> select_scatter(self, src, dim, index). Empty for other view ops.
+std::pair<std::string, std::string> scatterOf(const ir::Node& view) {
+  if (view.op == "aten::slice" && view.overload == "Tensor") return {"aten::slice_scatter", ""};
+  if (view.op == "aten::select" && view.overload == "int") return {"aten::select_scatter", ""};
+  return {};
+}
+
+/// The chain of views from `v` up to its root `r` (v first, r excluded), when every link is a
+/// view with a scatter op taking the viewed tensor as input 0; nullopt otherwise.
+std::optional<std::vector<ir::ValueId>> scatterableChain(const ir::Graph& g, ir::ValueId v,
+                                                         ir::ValueId r) {
+  std::vector<ir::ValueId> chain;
+  while (v != r) {
+    ir::NodeId p = g.value(v).producer;
+    if (!p.valid()) return std::nullopt;
+    const ir::Node& view = g.node(p);
+    if (scatterOf(view).first.empty() || view.inputs.empty() || view.outputs.size() != 1)
+      return std::nullopt;
+    chain.push_back(v);
+    v = view.inputs[0];
+  }
+  return chain;
 }
 
 }  // namespace
@@ -57,6 +88,36 @@ Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingO
       if (*leaf == w) return true;
     return false;
   };
+  // Every read of `from` after node position `after` reads `to` instead.
+  auto rebindReadsAfter = [&](ir::ValueId from, ir::ValueId to, size_t after) {
+    std::vector<ir::Use> keep;
+    for (const ir::Use& u : uses[from.v]) {
+      if (pos[u.node.v] > after) {
+        g.node(u.node).inputs[u.input_index] = to;
+        uses[to.v].push_back(u);
+      } else {
+        keep.push_back(u);
+      }
+    }
+    uses[from.v] = std::move(keep);
+    for (ir::ValueId* leaf : output_leaves)
+      if (*leaf == from) *leaf = to;
+  };
+  // Scatter nodes written after the original node at each position (added in a rebuild at the
+  // end, so that the loop's node positions stay valid).
+  std::unordered_map<size_t, std::vector<ir::Node>> inserted;
+  std::vector<bool> fresh(g.numValues(), false);
+  auto newValue = [&](ir::ValueId like, const std::string& suffix) {
+    ir::Value nv;
+    nv.type = g.value(like).type;
+    nv.tensor = g.value(like).tensor;
+    nv.debug_name = g.value(like).debug_name + suffix;
+    ir::ValueId id = g.addValue(std::move(nv));
+    uses.emplace_back();
+    root.push_back(id);
+    fresh.push_back(true);
+    return id;
+  };
 
   for (size_t i = 0; i < g.numNodes(); ++i) {
     ir::Node& n = g.node(g.nodes()[i].id);
@@ -66,12 +127,19 @@ Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingO
     if (a.in_place && !n.inputs.empty() && !n.outputs.empty() && g.value(n.inputs[0]).isTensor()) {
       ir::ValueId v = n.inputs[0];
       ir::ValueId r = root[v.v];
-      if (isLeaf(g, r)) {
+      if (isLeaf(g, r, fresh)) {
         // A write into module state or an input: kept (state the runtime holds per rank).
         ++report.kept;
       } else {
+        // A write through slices/selects of a base that is read later (`mask[a:b, c:d] =
+        // k`) is the functional op followed by scatters writing the new view back up the
+        // chain; later reads of the base read the last scatter (torch's functionalization
+        // does the same). Other views of the base read later would need regenerating: refused.
+        std::optional<std::vector<ir::ValueId>> chain;
+        if (v != r && readAfter(r, i) && !a.functional_op.empty())
+          chain = scatterableChain(g, v, r);
         for (ir::ValueId w : members[r.v]) {
-          if (w == v) continue;
+          if (w == v || (chain && w == r)) continue;
           if (readAfter(w, i))
             return unsupported("in-place " + n.qualifiedOp() + whereOf(n) +
                                " writes through a view of a tensor that is read afterwards; apc "
@@ -86,18 +154,28 @@ Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingO
           n.overload = a.functional_overload;
           ir::ValueId y = n.outputs[0];
           // Later reads of x read y (scripted code reads x itself after `x.add_(1)`).
-          std::vector<ir::Use> keep;
-          for (const ir::Use& u : uses[v.v]) {
-            if (pos[u.node.v] > i) {
-              g.node(u.node).inputs[u.input_index] = y;
-              uses[y.v].push_back(u);
-            } else {
-              keep.push_back(u);
+          rebindReadsAfter(v, y, i);
+          if (chain) {
+            ir::ValueId cur = y;
+            for (ir::ValueId link : *chain) {
+              const ir::Node& view = g.node(g.value(link).producer);
+              auto [op, overload] = scatterOf(view);
+              ir::Node sc;
+              sc.kind = ir::NodeKind::kOp;
+              sc.op = op;
+              sc.overload = overload;
+              sc.inputs = {view.inputs[0], cur};
+              sc.inputs.insert(sc.inputs.end(), view.inputs.begin() + 1, view.inputs.end());
+              sc.module_path = n.module_path;
+              sc.source = n.source;
+              cur = newValue(view.inputs[0], "_scattered");
+              sc.outputs = {cur};
+              inserted[i].push_back(std::move(sc));
             }
+            members[cur.v].push_back(cur);
+            rebindReadsAfter(r, cur, i);
+            ++report.scattered;
           }
-          uses[v.v] = std::move(keep);
-          for (ir::ValueId* leaf : output_leaves)
-            if (*leaf == v) *leaf = y;
         }
       }
     }
@@ -112,6 +190,19 @@ Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingO
     }
     for (ir::ValueId in : n.inputs)
       if (members.find(root[in.v].v) == members.end()) members[root[in.v].v].push_back(in);
+  }
+  if (!inserted.empty()) {
+    // Rebuild with the scatters after their writes (value ids are kept, node ids shift).
+    ir::Graph out;
+    out.name = g.name;
+    for (const ir::Value& v : g.values()) out.addValue(v);
+    for (size_t i = 0; i < g.numNodes(); ++i) {
+      out.addNode(g.nodes()[i]);
+      if (auto it = inserted.find(i); it != inserted.end())
+        for (ir::Node& sc : it->second) out.addNode(std::move(sc));
+    }
+    out.setOutputs(g.outputs());
+    g = std::move(out);
   }
   return report;
 }

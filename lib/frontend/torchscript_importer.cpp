@@ -288,6 +288,13 @@ class Importer {
     return {VT::kOther, std::nullopt};
   }
 
+  static bool isTensorsOnlyOptionalList(const c10::IValue& iv) {
+    if (!iv.isList() || iv.isTensorList() || iv.toListRef().empty()) return false;
+    for (const c10::IValue& e : iv.toListRef())
+      if (!e.isTensor()) return false;
+    return true;
+  }
+
   ir::ValueId addConstantValue(const c10::IValue& iv, const std::string& name) {
     auto [type, constant] = describe(iv);
     if (!constant) return {};
@@ -695,6 +702,19 @@ class Importer {
             meta_list.push_back(t);
             v.elements.push_back(metaOf(t, grad && at::isFloatingType(t.scalar_type())));
           }
+          iv = meta_list;
+        } else if (isTensorsOnlyOptionalList(iv)) {
+          // `Tensor?[]` (aten::index's indices) holding tensors only: a Tensor[] to the planner,
+          // so rules place its tensors; the runtime re-types it at the call.
+          c10::List<std::optional<at::Tensor>> meta_list;
+          for (const c10::IValue& e : iv.toListRef()) {
+            at::Tensor t = e.toTensor();
+            if (t.dim() > 0 && !t.is_meta()) t = metaLike(t);
+            meta_list.push_back(t);
+            v.elements.push_back(metaOf(t, grad && at::isFloatingType(t.scalar_type())));
+          }
+          v.type = ir::ValueType::kTensorList;
+          v.constant.reset();
           iv = meta_list;
         }
       }

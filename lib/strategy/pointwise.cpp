@@ -262,7 +262,8 @@ void registerPointwiseRules(Registry& r) {
   add({"aten::div.Scalar", "aten::div.Tensor", "aten::true_divide"},
       pointwiseRule(Linearity::kNumerator));
   add({"aten::neg", "aten::positive"}, pointwiseRule(Linearity::kUnary));
-  add({"aten::alias", "aten::clone", "aten::contiguous", "aten::detach", "aten::lift_fresh"},
+  add({"aten::alias", "aten::clone", "aten::contiguous", "aten::detach", "aten::lift_fresh",
+       "aten::lift_fresh_copy"},
       [](const RuleContext& c) { return identityStrategies(c, kSumAvg); });
   add({"aten::_to_copy", "aten::to", "aten::type_as"}, castRule);
   add({"aten::alpha_dropout", "aten::dropout", "aten::feature_alpha_dropout",

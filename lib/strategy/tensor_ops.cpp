@@ -11,6 +11,13 @@
 //                                       any dim but the sliced one, which too when the slice is
 //                                       the whole dim (output size == input size); P(sum)
 //   select(self, dim, index)            any dim but dim, renumbered; P(sum)
+//   slice_scatter, select_scatter       self, src and out alike as slice / select; P(sum)
+//   fill(self, value)                   self's placement, S or R (value R); no Partial
+//   index.Tensor(self, indices)         leading dims indexed by same-shape integer tensors: self
+//                                       S(unindexed dim), or indices S(j) -> out S(j); self P
+//   pad, constant_pad_nd                any dim not padded; P(sum) for constant 0 padding
+//   new_zeros, new_ones, new_full, new_empty
+//                                       self in any placement (dtype only); out R or S(any)
 //   index_select(self, dim, index)      self S(d != dim) with index R; or index S(0) with self R
 //                                       -> out S(dim) (each rank selects its indices); self P
 //   triu, tril                          the last two dims R (the mask depends on absolute row and
@@ -146,6 +153,133 @@ std::vector<DimStrategy> rollRule(const RuleContext& c, size_t dims_arg) {
   return uniformStrategies(c, dimsExcept(r, kept), kSumOnly);
 }
 
+/// slice_scatter(self, src, dim, start, end, step): self, src and the output alike on any dim but
+/// the scattered one (that one too when src covers it whole); P(sum): the op is linear in
+/// (self, src) together.
+std::vector<DimStrategy> sliceScatterRule(const RuleContext& c) {
+  int64_t r = commonRank(c);
+  auto dim = c.intArg(2);
+  if (r < 1 || !dim || c.numOutputs() != 1) return {};
+  auto d = normDim(*dim, r);
+  if (!d) return {};
+  bool whole = c.inputSizes(0) == c.inputSizes(1);
+  return uniformStrategies(c, whole ? dimsExcept(r, {}) : dimsExcept(r, {*d}), kSumOnly);
+}
+
+/// select_scatter(self, src, dim, index): src lacks `dim`; self and the output S(k != dim) with
+/// src S(k renumbered); P(sum).
+std::vector<DimStrategy> selectScatterRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  auto dim = c.intArg(2);
+  if (r < 1 || !dim || c.inputRank(1) != r - 1 || c.outputRank(0) != r) return {};
+  auto d = normDim(*dim, r);
+  if (!d) return {};
+  auto make = [&](Placement self, Placement src) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = self;
+    s.inputs[1] = src;
+    s.outputs[0] = self;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R()));
+  for (int64_t k = 0; k < r; ++k)
+    if (k != *d) res.push_back(make(S(k), S(k < *d ? k : k - 1)));
+  res.push_back(make(P(), P()));
+  return res;
+}
+
+/// index.Tensor(self, indices[n]) with n integer index tensors of one shape (k dims) on self's
+/// leading n dims: out = index shape + self.shape[n:]. self S(d >= n) with the indices R ->
+/// out S(d - n + k); the indices S(j) with self R -> out S(j) (each rank gathers its own
+/// indices); self P -> out P (gathering is linear). A list with a None (a later dim indexed) or
+/// broadcasting indices has no rule.
+std::vector<DimStrategy> indexRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  if (r < 1 || c.numInputs() != 2 || !c.isTensorInput(1) || c.numOutputs() != 1) return {};
+  std::vector<const ir::TensorMeta*> idx = c.inputMetas(1);
+  if (idx.empty() || static_cast<int64_t>(idx.size()) > r) return {};
+  for (const ir::TensorMeta* m : idx)
+    if ((m->dtype != ir::DType::kI64 && m->dtype != ir::DType::kI32) || m->shape != idx[0]->shape)
+      return {};
+  int64_t n = static_cast<int64_t>(idx.size());
+  int64_t k = idx[0]->rank();
+  if (c.outputRank(0) != k + r - n) return {};
+  auto make = [&](Placement self, Placement index, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = self;
+    s.inputs[1] = index;
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R(), R()));
+  for (int64_t d = n; d < r; ++d) res.push_back(make(S(d), R(), S(d - n + k)));
+  for (int64_t j = 0; j < k; ++j) res.push_back(make(R(), S(j), S(j)));
+  res.push_back(make(P(), R(), P()));
+  return res;
+}
+
+/// pad(self, pad, mode, value) and constant_pad_nd(self, pad, value): `pad` has two entries per
+/// padded dim, from the last dim backwards; every other dim is free. Constant padding with 0 is
+/// linear: P(sum) passes through.
+std::vector<DimStrategy> padRule(const RuleContext& c, bool has_mode) {
+  int64_t r = commonRank(c);
+  auto pad = c.intListArg(1);
+  if (r < 1 || !pad || pad->size() % 2 != 0 || static_cast<int64_t>(pad->size() / 2) > r) return {};
+  size_t value_arg = has_mode ? 3 : 2;
+  bool constant = true;
+  if (has_mode) {
+    const auto& mode = c.input(2).constant;
+    const std::string* m = mode ? std::get_if<std::string>(&*mode) : nullptr;
+    constant = m && *m == "constant";
+  }
+  auto value = c.doubleArg(value_arg);
+  bool zero = constant && (c.isNoneArg(value_arg) || (value && *value == 0.0));
+  std::vector<int64_t> padded;
+  for (size_t i = 0; i < pad->size() / 2; ++i) padded.push_back(r - 1 - static_cast<int64_t>(i));
+  return uniformStrategies(c, dimsExcept(r, padded), zero ? kSumOnly : kNoPartial);
+}
+
+/// new_zeros / new_ones / new_full / new_empty(self, size, ...): self gives only the dtype and
+/// device, so it may come in any placement; the output is Replicate or sharded on any dim (each
+/// rank makes its local size: lowering rewrites `size`).
+std::vector<DimStrategy> newFactoryRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  int64_t o = c.outputRank(0);
+  if (r < 0 || o < 0 || c.numOutputs() != 1) return {};
+  auto make = [&](Placement self, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = self;
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R()));
+  for (int64_t d = 0; d < r; ++d) res.push_back(make(S(d), R()));
+  res.push_back(make(P(), R()));
+  for (int64_t d = 0; d < o; ++d) res.push_back(make(R(), S(d)));
+  return res;
+}
+
+/// fill(self, value): the output takes self's placement (S or R; each rank fills its local
+/// shape); a tensor value is a 0-dim tensor, Replicate. No Partial (a constant is not linear).
+std::vector<DimStrategy> fillRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  if (r < 0 || c.outputRank(0) != r) return {};
+  if (c.isTensorInput(1) && c.inputRank(1) != 0) return {};
+  auto make = [&](Placement p) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = p;
+    if (c.isTensorInput(1)) s.inputs[1] = R();
+    s.outputs[0] = p;
+    return s;
+  };
+  std::vector<DimStrategy> res{make(R())};
+  for (int64_t k = 0; k < r; ++k) res.push_back(make(S(k)));
+  return res;
+}
+
 /// prim::ListConstruct building a Tensor[] and prim::ListUnpack of one: every element alike.
 std::vector<DimStrategy> listRule(const RuleContext& c) {
   return identityStrategies(c, kSumOnly);
@@ -186,6 +320,16 @@ void registerTensorOpRules(Registry& r) {
   r.add(
       "aten::split_with_sizes", [](const RuleContext& c) { return exceptDimRule(c, 2); },
       OpFamily::kView, noWork);
+  r.add("aten::slice_scatter", sliceScatterRule, OpFamily::kIndex);
+  r.add("aten::select_scatter", selectScatterRule, OpFamily::kIndex);
+  r.add("aten::index.Tensor", indexRule, OpFamily::kIndex);
+  r.add(
+      "aten::pad", [](const RuleContext& c) { return padRule(c, true); }, OpFamily::kIndex);
+  r.add(
+      "aten::constant_pad_nd", [](const RuleContext& c) { return padRule(c, false); },
+      OpFamily::kIndex);
+  r.add("aten::fill.Scalar", fillRule, OpFamily::kFactory, factoryWork);
+  r.add("aten::fill.Tensor", fillRule, OpFamily::kFactory, factoryWork);
   r.add("aten::stack", stackRule, OpFamily::kIndex);
   r.add(
       "aten::roll", [](const RuleContext& c) { return rollRule(c, 2); }, OpFamily::kIndex);
@@ -206,6 +350,8 @@ void registerTensorOpRules(Registry& r) {
   for (const char* op : {"aten::arange", "aten::empty", "aten::full", "aten::ones",
                          "aten::scalar_tensor", "aten::zeros", "prim::NumToTensor"})
     r.add(op, factoryRule, OpFamily::kFactory, factoryWork);
+  for (const char* op : {"aten::new_empty", "aten::new_full", "aten::new_ones", "aten::new_zeros"})
+    r.add(op, newFactoryRule, OpFamily::kFactory, factoryWork);
   for (const char* op :
        {"aten::empty_like", "aten::full_like", "aten::ones_like", "aten::zeros_like"})
     r.add(op, likeRule, OpFamily::kFactory, factoryWork);

@@ -2,7 +2,8 @@
 //
 // functionalizeInPlace on hand-built graphs: traced form (later reads already rebound), scripted
 // form (later reads of the written value), writes into module state kept, writes through a view
-// whose base is read later refused; and the schema facts LibTorch gives for real ops.
+// whose base is read later refused unless it goes through slices and selects (then written back
+// by scatters); and the schema facts LibTorch gives for real ops.
 //
 //===----------------------------------------------------------------------===//
 #include "apc/frontend/functionalize.h"
@@ -56,7 +57,9 @@ NodeAliasing table(const ir::Node& n) {
   a.output_aliases.assign(n.outputs.size(), -1);
   if (n.op == "aten::relu_") a = {true, "aten::relu", "", {0}};
   if (n.op == "aten::add_") a = {true, "aten::add", n.overload, {0}};
-  if (n.op == "aten::view") a.output_aliases = {0};
+  if (n.op == "aten::fill_") a = {true, "aten::fill", n.overload, {0}};
+  if (n.op == "aten::view" || n.op == "aten::slice" || n.op == "aten::select")
+    a.output_aliases = {0};
   return a;
 }
 
@@ -138,6 +141,73 @@ TEST(Functionalize, WriteThroughAViewNobodyReadsLaterIsRewritten) {
   auto rep = functionalizeInPlace(b.g, table);
   ASSERT_TRUE(rep.ok());
   EXPECT_EQ(rep->functionalized, 1);
+}
+
+// Swin's shifted-window mask: `mask = x.new_zeros(...); mask[a:b, c:d] = k; ...; use(mask)`.
+TEST(Functionalize, WritesThroughSlicesAndSelectsAreScatteredBack) {
+  Builder b;
+  ir::ValueId x = b.leaf(ir::NodeKind::kInput, "x");
+  ir::ValueId zero = b.g.addConstant(ir::ValueType::kInt, int64_t{0});
+  ir::ValueId one = b.g.addConstant(ir::ValueType::kInt, int64_t{1});
+  ir::ValueId two = b.g.addConstant(ir::ValueType::kInt, int64_t{2});
+  ir::ValueId mask, s1, s2, f1, s3, sel, f2, z;
+  b.op("aten::neg", "", {x}, &mask);
+  b.op("aten::slice", "Tensor", {mask, zero, zero, two, one}, &s1);
+  b.op("aten::slice", "Tensor", {s1, one, zero, two, one}, &s2);
+  b.op("aten::fill_", "Scalar", {s2, one}, &f1);
+  ir::NodeId slice3 = b.op("aten::slice", "Tensor", {mask, zero, two, two, one}, &s3);
+  b.op("aten::select", "int", {s3, one, one}, &sel);
+  b.op("aten::fill_", "Scalar", {sel, two}, &f2);
+  b.op("aten::sum", "", {mask}, &z);
+  ir::OutputTree outs;
+  outs.kind = ir::OutputTree::Kind::kTuple;
+  outs.children = {ir::OutputTree::makeLeaf(z), ir::OutputTree::makeLeaf(mask)};
+  b.g.setOutputs(outs);
+  auto rep = functionalizeInPlace(b.g, table);
+  ASSERT_TRUE(rep.ok()) << rep.error().message();
+  EXPECT_EQ(rep->functionalized, 2);
+  EXPECT_EQ(rep->scattered, 2);
+  ASSERT_TRUE(b.g.verify().ok()) << b.g.verify().error().message();
+  std::vector<std::string> ops;
+  for (const ir::Node& n : b.g.nodes())
+    if (n.kind == ir::NodeKind::kOp) ops.push_back(n.qualifiedOp());
+  EXPECT_EQ(ops, (std::vector<std::string>{
+                     "aten::neg", "aten::slice.Tensor", "aten::slice.Tensor", "aten::fill.Scalar",
+                     "aten::slice_scatter", "aten::slice_scatter", "aten::slice.Tensor",
+                     "aten::select.int", "aten::fill.Scalar", "aten::select_scatter",
+                     "aten::slice_scatter", "aten::sum"}));
+  // Each scatter writes the new piece into the previous version, with the view's arguments.
+  auto node = [&](size_t k) -> const ir::Node& { return b.g.nodes().at(k + 1); };  // 0: input
+  EXPECT_EQ(node(4).inputs, (std::vector<ir::ValueId>{s1, f1, one, zero, two, one}));
+  EXPECT_EQ(node(5).inputs,
+            (std::vector<ir::ValueId>{mask, node(4).outputs[0], zero, zero, two, one}));
+  ir::ValueId v1 = node(5).outputs[0];
+  EXPECT_EQ(node(6).inputs[0], v1);  // the second write's slice reads the first write's result
+  EXPECT_EQ(node(9).inputs, (std::vector<ir::ValueId>{s3, f2, one, one}));
+  EXPECT_EQ(node(10).inputs,
+            (std::vector<ir::ValueId>{v1, node(9).outputs[0], zero, two, two, one}));
+  ir::ValueId v2 = node(10).outputs[0];
+  EXPECT_EQ(node(11).inputs[0], v2);  // later reads of the base read the last version
+  EXPECT_EQ(b.g.outputs().children[1].leaf, v2);
+  EXPECT_EQ(b.g.value(v2).tensor, b.g.value(mask).tensor);
+  (void)slice3;
+}
+
+TEST(Functionalize, WriteThroughASliceWhileAnotherViewIsReadLaterIsRefused) {
+  Builder b;
+  ir::ValueId x = b.leaf(ir::NodeKind::kInput, "x");
+  ir::ValueId zero = b.g.addConstant(ir::ValueType::kInt, int64_t{0});
+  ir::ValueId one = b.g.addConstant(ir::ValueType::kInt, int64_t{1});
+  ir::ValueId mask, s1, other, f1, z;
+  b.op("aten::neg", "", {x}, &mask);
+  b.op("aten::slice", "Tensor", {mask, zero, zero, one, one}, &s1);
+  b.op("aten::slice", "Tensor", {mask, zero, one, one, one}, &other);
+  b.op("aten::fill_", "Scalar", {s1, one}, &f1);
+  b.op("aten::sum", "", {other}, &z);  // a view taken before the write, read after it
+  b.g.setOutputs(ir::OutputTree::makeLeaf(z));
+  auto rep = functionalizeInPlace(b.g, table);
+  ASSERT_FALSE(rep.ok());
+  EXPECT_NE(rep.error().message().find("writes through a view"), std::string::npos);
 }
 
 TEST(Functionalize, SchemaFactsFromLibTorch) {

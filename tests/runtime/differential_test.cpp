@@ -52,6 +52,9 @@ const std::map<std::string, ModelCase>& models() {
       {"cnn_small", {"cnn_small", {"x:f32[8,3,32,32]"}, 0, ""}},
       // ResNet-50's structure in training mode (batch-statistics BN, in-place ReLU and add).
       {"resnet_bottleneck", {"resnet_bottleneck", {"x:f64[8,3,64,64]"}, 0, ""}},
+      // Swin's structure in training mode (shifted windows: pad, roll, table[index] bias, the
+      // mask written through slices of new_zeros; PatchMerging's strided slices).
+      {"swin_tiny", {"swin_tiny", {"x:f32[8,3,40,40]"}, 0, ""}},
       // Exported programs (.pt2), planned at the shapes they were exported with (the batch is
       // a symbolic dim of the export, priced at its hint), ranks starting from the .pt2's own
       // weights. Hugging Face models are .pt2-first; their .pt is the reference.
@@ -65,6 +68,7 @@ const std::map<std::string, ModelCase>& models() {
       {"llama_tiny.core.pt2", {"llama_tiny", {"tokens:i64[8,128]"}, 256, "", "core.pt2"}},
       {"cnn_small.pt2", {"cnn_small", {"x:f32[8,3,32,32]"}, 0, "", "pt2"}},
       {"resnet_bottleneck.pt2", {"resnet_bottleneck", {"x:f64[8,3,64,64]"}, 0, "", "pt2"}},
+      {"swin_tiny.pt2", {"swin_tiny", {"x:f32[8,3,40,40]"}, 0, "", "pt2"}},
       {"hf_llama_tiny.pt2", {"hf_llama_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
       {"hf_gpt2_tiny.pt2", {"hf_gpt2_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
   };
@@ -186,7 +190,7 @@ std::vector<DiffCase> diffCases() {
   const bool full = full_env && std::string(full_env) == "1";
   std::vector<DiffCase> cases;
   for (const char* model : {"toy_block", "mlp_stack", "gpt2_tiny_loss", "gpt2_tiny", "llama_tiny",
-                            "cnn_small", "resnet_bottleneck"}) {
+                            "cnn_small", "resnet_bottleneck", "swin_tiny"}) {
     for (const char* mesh : {"2", "4", "2x2", "2x4"}) {
       const std::string ms = mesh;
       const bool two_d = ms.find('x') != std::string::npos;
@@ -202,7 +206,7 @@ std::vector<DiffCase> diffCases() {
   for (const char* model :
        {"toy_block.pt2", "mlp_stack.pt2", "mlp_stack.core.pt2", "gpt2_tiny_loss.pt2",
         "llama_tiny.pt2", "llama_tiny.core.pt2", "cnn_small.pt2", "resnet_bottleneck.pt2",
-        "multi_output.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"})
+        "swin_tiny.pt2", "multi_output.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"})
     for (const char* mesh : {"4", "2x2"}) cases.push_back({model, mesh, ""});
   return cases;
 }

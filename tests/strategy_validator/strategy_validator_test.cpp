@@ -9,14 +9,13 @@
 //
 // Executed samples run at small shapes (the op set and the rules are what matter, not the size):
 // toy_block x:[2,4,1024], mlp_stack, gpt2_tiny*, llama_tiny*, cnn_small, resnet_bottleneck,
-// multi_output, with batch
-// and sequence lengths chosen to include uneven shards. The stub-weight samples (gpt2_small*,
-// llama_small, llama3_8b: zero-stride weights, too big to execute) share the op set and rules of
-// their tiny siblings; for them the test asserts that every op they use with strategies was
-// validated on the tiny samples, and reports which of their (op, tensor ranks, strategy) classes
-// were executed on a tiny sample. Every sample, on every mesh, must also be free of the
-// Replicate-only fallback (strategy::fallbackOps), and every strategy must be well formed with the
-// all-Replicate strategy first.
+// swin_tiny, multi_output, with batch and sequence lengths chosen to include uneven shards. The
+// stub-weight samples (gpt2_small*, llama_small, llama3_8b: zero-stride weights, too big to
+// execute) share the op set and rules of their tiny siblings; for them the test asserts that every
+// op they use with strategies was validated on the tiny samples, and reports which of their (op,
+// tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh, must
+// also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must be
+// well formed with the all-Replicate strategy first.
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -76,6 +75,8 @@ const ExecutedSample kExecuted[] = {
     {"cnn_small", {"x:f32[4,3,16,16]"}},
     // Training-mode BatchNorm (batch-sharded with synchronized statistics), in-place ops.
     {"resnet_bottleneck", {"x:f64[4,3,32,32]"}},
+    // Shifted windows: pad, roll, table[index], slice_scatter/fill of the mask, strided slices.
+    {"swin_tiny", {"x:f32[4,3,40,40]"}},
     {"multi_output", {}},
     // Hugging Face transformers' LlamaForCausalLM and GPT2LMHeadModel (small configs), traced.
     {"hf_llama_tiny", {"input_ids:i64[2,8]"}},

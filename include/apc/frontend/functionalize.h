@@ -14,7 +14,11 @@
 //   * A write into a module's tensor (a buffer or a parameter: BatchNorm's `num_batches_tracked
 //     += 1`) or into an input stays in place: it is state, and the runtime keeps each rank's piece
 //     of it. Its sharding rule is the out-of-place rule restricted to output == input 0.
-//   * A write through a view whose base (or another view of it) is read after the write cannot be
+//   * A write through a chain of slices and selects of a tensor that is read later (the
+//     attention mask `mask[a:b, c:d] = k` of Swin) becomes the functional op plus scatters
+//     (`slice_scatter`, `select_scatter`) writing the new view back into a new base, which later
+//     reads of the base read: torch's own functionalization. A write through another kind of
+//     view whose base is read later, or while another view of the base is still read, cannot be
 //     expressed without aliasing: a clear error names the op and where it is.
 //
 // What a node's schema says about aliasing comes from a callback, so the pass itself is torch-free
@@ -49,9 +53,11 @@ using AliasingOf = std::function<NodeAliasing(const ir::Node&)>;
 struct FunctionalizeReport {
   int functionalized = 0;  // in-place ops rewritten out of place
   int kept = 0;            // writes into module state or inputs, kept in place
+  int scattered = 0;       // of the functionalized: writes through views written back by scatters
 };
 
-/// Rewrites the graph's in-place ops as described above. Nodes stay in place (ids unchanged).
+/// Rewrites the graph's in-place ops as described above. Value ids are kept; node ids too unless
+/// scatters were inserted (then nodes after the first one shift).
 Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingOf& aliasing);
 
 /// The aliasing facts of ATen/prim ops from LibTorch's operator registry (defined in the frontend
