@@ -65,12 +65,18 @@ struct Slot {
   bool tainted = false;  // depends on a forward input
   bool is_module = false;
   bool data_dependent = false;  // a scalar read from a tensor's values: unknown at import time
+  // A tuple built in the forward: its elements, so that unpacking it (TupleUnpack, TupleIndex
+  // with a known index) reads them directly instead of adding structural nodes.
+  std::shared_ptr<const std::vector<Slot>> tuple_elements;
 };
 
 class Importer {
  public:
-  Importer(tj::Module module, std::vector<InputSpec> inputs)
-      : module_(std::move(module)), inputs_(std::move(inputs)) {}
+  /// `defaults[i]`, when set, binds forward input i to that value (its declared default) instead
+  /// of an input node.
+  Importer(tj::Module module, std::vector<InputSpec> inputs,
+           std::vector<std::optional<c10::IValue>> defaults)
+      : module_(std::move(module)), inputs_(std::move(inputs)), defaults_(std::move(defaults)) {}
 
   Expected<ir::Graph> run(const std::shared_ptr<tj::Graph>& graph) {
     graph_ = graph;
@@ -97,6 +103,14 @@ class Importer {
                            std::to_string(inputs_.size()) + " shapes were resolved");
     for (size_t i = 1; i < gin.size(); ++i) {
       const InputSpec& spec = inputs_[i - 1];
+      if (i - 1 < defaults_.size() && defaults_[i - 1]) {
+        // An optional argument left at its default (`mask: Optional[Tensor] = None`): a constant.
+        Slot s;
+        s.iv = *defaults_[i - 1];
+        s.id = addConstantValue(s.iv, spec.name);
+        slots_[gin[i]] = s;
+        continue;
+      }
       at::Tensor t =
           at::empty(ir::hintSizes(spec.shape),
                     at::TensorOptions().device(at::kMeta).dtype(scalarTypeOf(spec.dtype)));
@@ -627,6 +641,26 @@ class Importer {
   }
 
   Status interpretOp(tj::Node* node) {
+    // Unpacking a tuple built in the forward (scripted MultiheadAttention returns
+    // `(attn_output, None)` and its caller takes `[0]`): the elements themselves.
+    if ((node->kind() == c10::prim::TupleUnpack || node->kind() == c10::prim::TupleIndex) &&
+        slots_.count(node->input(0)) && slots_.at(node->input(0)).tuple_elements) {
+      std::shared_ptr<const std::vector<Slot>> elems = slots_.at(node->input(0)).tuple_elements;
+      if (node->kind() == c10::prim::TupleUnpack && node->outputs().size() == elems->size()) {
+        for (size_t k = 0; k < elems->size(); ++k) slots_[node->outputs()[k]] = (*elems)[k];
+        return Status::success();
+      }
+      if (node->kind() == c10::prim::TupleIndex && slots_.count(node->input(1)) &&
+          slots_.at(node->input(1)).iv.isInt()) {
+        int64_t i = slots_.at(node->input(1)).iv.toInt();
+        int64_t n = static_cast<int64_t>(elems->size());
+        if (i < 0) i += n;
+        if (i >= 0 && i < n) {
+          slots_[node->output()] = (*elems)[static_cast<size_t>(i)];
+          return Status::success();
+        }
+      }
+    }
     tj::Stack stack;
     bool tainted = false;
     bool grad = false;
@@ -723,6 +757,11 @@ class Importer {
       s.iv = iv;
       s.id = n.outputs.back();
       s.tainted = tainted;
+      if (node->kind() == c10::prim::TupleConstruct) {
+        auto elems = std::make_shared<std::vector<Slot>>();
+        for (tj::Value* in : node->inputs()) elems->push_back(slots_.at(in));
+        s.tuple_elements = std::move(elems);
+      }
       slots_[node->outputs()[i]] = s;
     }
     out_.addNode(std::move(n));
@@ -731,6 +770,7 @@ class Importer {
 
   tj::Module module_;
   std::vector<InputSpec> inputs_;
+  std::vector<std::optional<c10::IValue>> defaults_;
   std::shared_ptr<tj::Graph> graph_;
   ir::Graph out_;
   std::unordered_map<const tj::Value*, Slot> slots_;
@@ -749,6 +789,9 @@ struct Loaded {
   tj::Module module;
   std::vector<InputSpec> recorded;  // names always; dtype/shape empty when unknown
   std::vector<bool> known;          // whether recorded[i] has a shape
+  // recorded[i]'s declared default when it is not a tensor input (None, a number, a bool):
+  // used when no shape is given or recorded for it.
+  std::vector<std::optional<c10::IValue>> defaults;
 };
 
 Expected<Loaded> loadArchive(const std::string& path) {
@@ -808,6 +851,8 @@ Expected<Loaded> loadArchive(const std::string& path) {
     }
     l.recorded.push_back(spec);
     l.known.push_back(known);
+    const auto& dv = args[i].default_value();
+    l.defaults.push_back(dv && !dv->isTensor() ? dv : std::nullopt);
   }
   return l;
 }
@@ -888,8 +933,12 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
     inputs[i] = o;
     given[i] = true;
   }
+  // An input neither given nor recorded takes its declared default when it has one.
+  std::vector<std::optional<c10::IValue>> defaults(inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i)
-    if (!given[i] && !l.known[i])
+    if (!given[i] && !l.known[i] && l.defaults[i]) defaults[i] = l.defaults[i];
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (!given[i] && !l.known[i] && !defaults[i])
       return invalidArgument("the shape of input '" + inputs[i].name +
                              "' is not recorded in the model; give it with --input " +
                              inputs[i].name + ":dtype[d0,d1,...]");
@@ -907,7 +956,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
 
   auto t2 = std::chrono::steady_clock::now();
   auto interpret = [&](const std::vector<InputSpec>& specs) -> Expected<ir::Graph> {
-    Importer importer(l.module, specs);
+    Importer importer(l.module, specs, defaults);
     try {
       return importer.run(graph);
     } catch (const std::exception& e) {

@@ -174,7 +174,11 @@ void registerPointwiseRules(Registry& r) {
     for (const char* op : ops) r.add(op, rule, OpFamily::kPointwise);
   };
   // Nonlinear (sorted).
-  add({"aten::abs",
+  add({"aten::__and__",
+       "aten::__invert__",
+       "aten::__or__",
+       "aten::__xor__",
+       "aten::abs",
        "aten::acos",
        "aten::asin",
        "aten::atan",

@@ -11,6 +11,8 @@
 //                                       any dim but the sliced one, which too when the slice is
 //                                       the whole dim (output size == input size); P(sum)
 //   select(self, dim, index)            any dim but dim, renumbered; P(sum)
+//   cumsum(self, dim), diff(self, n, dim, prepend, append)
+//                                       any dim but dim; P(sum) (both linear)
 //   slice_scatter, select_scatter       self, src and out alike as slice / select; P(sum)
 //   fill(self, value)                   self's placement, S or R (value R); no Partial
 //   index.Tensor(self, indices)         leading dims indexed by same-shape integer tensors: self
@@ -310,6 +312,12 @@ void registerTensorOpRules(Registry& r) {
   r.add(
       "aten::chunk", [](const RuleContext& c) { return exceptDimRule(c, 2); }, OpFamily::kView,
       noWork);
+  // cumsum(self, dim, dtype) and diff(self, n, dim, prepend, append): any dim but `dim`; linear.
+  r.add(
+      "aten::cumsum", [](const RuleContext& c) { return exceptDimRule(c, 1); },
+      OpFamily::kPointwise);
+  r.add(
+      "aten::diff", [](const RuleContext& c) { return exceptDimRule(c, 2); }, OpFamily::kPointwise);
   r.add("aten::index_select", indexSelectRule, OpFamily::kIndex);
   r.add("aten::narrow", sliceRule, OpFamily::kView, noWork);
   r.add("aten::select.int", dropDimRule, OpFamily::kView, noWork);

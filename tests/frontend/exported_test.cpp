@@ -40,6 +40,7 @@
 #include "apc/mesh/device_mesh.h"
 #include "apc/plan/pipeline.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/strategy/strategy.h"
 #include "samples_dir.h"
 
 namespace apc::frontend {
@@ -850,6 +851,54 @@ TEST(ExportedFixtures, ScriptedControlFlowKnownFromShapesIsFolded) {
   EXPECT_NE(data.error().message().find("depends on tensor values"), std::string::npos)
       << data.error().message();
   EXPECT_EQ(data.error().message().find('\n'), std::string::npos) << data.error().message();
+}
+
+// A scripted forward with optional inputs left at their defaults (nn.TransformerEncoder's `mask:
+// Optional[Tensor] = None`, a float, an Optional[bool]) imports with those inputs bound to their
+// defaults; a tuple built and unpacked inside the forward leaves no structural node behind; the
+// runtime interpreter reproduces the scripted forward. A given optional input is a real input.
+TEST(ExportedFixtures, ScriptedOptionalInputsTakeTheirDefaults) {
+  REQUIRE_FIXTURES();
+  const std::string path = (fixtures() / "scripted_optional.pt").string();
+  ImportOptions o;
+  o.inputs = {InputSpec{"x", ir::DType::kF32, {ir::Dim::fixed(4), ir::Dim::fixed(8)}}};
+  auto g = importModel(path, o);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  EXPECT_EQ(g->nodesOfKind(ir::NodeKind::kInput).size(), 1u);
+  int linears = 0;
+  for (const ir::Node& n : g->nodes()) {
+    EXPECT_NE(n.op, "prim::TupleUnpack");
+    EXPECT_NE(n.op, "prim::TupleIndex");
+    EXPECT_NE(n.op, "aten::add");  // `h + mask` is on the mask-given branch only
+    if (n.op == "aten::linear") ++linears;
+  }
+  EXPECT_EQ(linears, 2);
+  auto mesh = mesh::DeviceMesh::create({2});
+  ASSERT_TRUE(mesh.ok());
+  EXPECT_TRUE(strategy::fallbackOps(*g, strategy::enumerate(*g, *mesh)).empty());
+
+  auto shared = std::make_shared<const ir::Graph>(std::move(g).value());
+  auto interp = runtime::Interpreter::create(shared);
+  ASSERT_TRUE(interp.ok()) << interp.error().message();
+  auto state = loadModelState(path);
+  ASSERT_TRUE(state.ok()) << state.error().message();
+  std::map<std::string, at::Tensor> weights(state->begin(), state->end());
+  at::manual_seed(3);
+  at::Tensor x = at::randn({4, 8});
+  auto out = interp->run([&](const ir::Node& n, std::vector<c10::IValue>&) {
+    if (n.kind == ir::NodeKind::kInput) return std::vector<c10::IValue>{x};
+    return std::vector<c10::IValue>{weights.at(n.name)};
+  });
+  ASSERT_TRUE(out.ok()) << out.error().message();
+  torch::jit::Module module = torch::jit::load(path);
+  at::Tensor expected = module.forward({x}).toTensor();
+  ASSERT_EQ(out->size(), 1u);
+  EXPECT_TRUE(at::allclose((*out)[0].toTensor(), expected, 1e-5, 1e-6));
+
+  o.inputs.push_back(InputSpec{"mask", ir::DType::kF32, {ir::Dim::fixed(4), ir::Dim::fixed(8)}});
+  auto with_mask = importModel(path, o);
+  ASSERT_TRUE(with_mask.ok()) << with_mask.error().message();
+  EXPECT_EQ(with_mask->nodesOfKind(ir::NodeKind::kInput).size(), 2u);
 }
 
 TEST(ExportedFixtures, BufferMutationsAreNotOutputs) {

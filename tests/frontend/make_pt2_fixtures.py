@@ -15,12 +15,16 @@ Writes, into OUT_DIR, programs whose features the sample models do not have:
                    attributes are: a loop over range(x.dim() - 2) (BatchNorm's _verify_batch_size
                    too), `if self.training`, a raise with string formatting on an error path
   scripted_data_loop.pt   a loop whose trip count is read from the input's values (an error)
+  scripted_optional.pt    optional forward inputs left at their defaults (None, a float), a
+                   tuple built and unpacked inside the forward (scripted TransformerEncoder's form)
 
 Run by frontend_test (ExportedFixtures) with the project venv; deterministic (fixed seeds).
 """
 
 import os
 import sys
+
+from typing import Optional, Tuple
 
 import torch
 
@@ -101,6 +105,29 @@ class ScriptedLoops(torch.nn.Module):
         return h
 
 
+class ScriptedOptional(torch.nn.Module):
+    """Like a scripted nn.TransformerEncoder: optional inputs with defaults, and a tuple built and
+    unpacked inside the forward (MultiheadAttention returns (out, None), the caller takes [0])."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def pair(self, x: torch.Tensor, mask: Optional[torch.Tensor]) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        h = self.lin(x)
+        if mask is not None:
+            h = h + mask
+        return h, None
+
+    def forward(self, x, mask: Optional[torch.Tensor] = None, scale: float = 2.0,
+                need_weights: Optional[bool] = None):
+        h, w = self.pair(x, mask)
+        h = self.pair(h * scale, mask)[0]
+        if need_weights is not None and need_weights:
+            raise ValueError("weights are not returned")
+        return h
+
+
 class ScriptedDataLoop(torch.nn.Module):
     def forward(self, x):
         n = int(x.sum().item())
@@ -128,8 +155,9 @@ def main(out):
             torch.export.save(ep.run_decompositions({}), os.path.join(out, name + "_functional.pt2"))
     torch.jit.script(ScriptedLoops().train()).save(os.path.join(out, "scripted_loops.pt"))
     torch.jit.script(ScriptedDataLoop()).save(os.path.join(out, "scripted_data_loop.pt"))
+    torch.jit.script(ScriptedOptional()).save(os.path.join(out, "scripted_optional.pt"))
     print("wrote", ", ".join(programs), "(and bn_train_functional, scripted_loops,",
-          "scripted_data_loop) to", out)
+          "scripted_data_loop, scripted_optional) to", out)
 
 
 if __name__ == "__main__":
