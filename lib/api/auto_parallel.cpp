@@ -16,9 +16,9 @@
 
 #include "apc/frontend/model.h"
 #include "apc/ir/proto_io.h"
-#include "apc/lower/artifact.h"
+#include "apc/artifact/artifact.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
 #include "apc/support/strings.h"
@@ -204,7 +204,7 @@ Status AutoParallel::ensureGraph() {
     options.inputs = specs;
     auto g = frontend::importModel(path, options);
     if (!g.ok()) return fail(g.error());
-    auto sha = plan::sha256File(path);
+    auto sha = sha256File(path);
     if (!sha.ok()) return fail(sha.error());
     st.imported = std::move(g).value();
     st.graph = &*st.imported;
@@ -234,7 +234,7 @@ Status AutoParallel::ensureGraph() {
     }
     st.graph = &g;
     // No file: the model hash is the SHA-256 of the graph's protobuf serialization.
-    st.source.model_sha256 = plan::sha256Hex(ir::serializeGraph(g));
+    st.source.model_sha256 = sha256Hex(ir::serializeGraph(g));
   }
   st.source.model_name = st.graph->name;
   st.source.inputs = plan::inputShapes(*st.graph);
@@ -404,7 +404,7 @@ Expected<AutoParallel::Solved> AutoParallel::solve(const std::optional<std::stri
   if (scale != 1.0) {
     char buf[48];
     std::snprintf(buf, sizeof buf, "%.12g", scale);
-    out.plan.content_hash = plan::sha256Hex(out.plan.content_hash + "\nprefetch_discount=" + buf);
+    out.plan.content_hash = sha256Hex(out.plan.content_hash + "\nprefetch_discount=" + buf);
   }
   if (verbose) {
     std::ostream& log = options_.log ? *options_.log : std::cout;
@@ -463,7 +463,7 @@ Expected<AppliedPlacement> AutoParallel::apply_placement() {
 }
 
 Status AppliedPlacement::write_artifact(const std::string& dir) const {
-  return lower::writeArtifact(dir, programs);
+  return artifact::writeArtifact(dir, programs);
 }
 
 // --- ShardingOptimizer ---------------------------------------------------------------------------

@@ -725,7 +725,7 @@ Expected<proto::Program> Lowerer::run() {
       pg->mutable_nodes(i)->set_kind("redistribute");
   for (uint32_t r : node_redistribution_) program_.add_node_redistribution(r);
   for (int32_t s : source_node_) program_.add_source_node(s);
-  program_.set_format_version(kProgramFormatVersion);
+  program_.set_format_version(artifact::kProgramFormatVersion);
   program_.set_rank(static_cast<uint32_t>(rank_));
   program_.set_world_size(static_cast<uint32_t>(mesh_.worldSize()));
   for (int64_t s : mesh_.shape()) program_.add_mesh_shape(s);

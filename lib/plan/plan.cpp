@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 #include "apc/support/strings.h"
 
 #ifndef APC_VERSION

@@ -285,12 +285,8 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
   return in;
 }
 
-namespace {
-
-/// aten::embedding(weight, indices, ...) on the rows [row_offset, row_offset + rows) this rank
-/// holds: out-of-range indices read row 0 and their output rows are zeroed.
-std::vector<c10::IValue> maskedEmbedding(const OpKernel& kernel, std::vector<c10::IValue> args,
-                                         const VocabMaskSpec& mask) {
+std::vector<c10::IValue> callMaskedEmbedding(const OpKernel& kernel, std::vector<c10::IValue> args,
+                                             const VocabMaskSpec& mask) {
   at::Tensor indices = args.at(1).toTensor();
   at::Tensor shifted = indices - mask.row_offset;
   at::Tensor outside = (shifted < 0).logical_or(shifted >= mask.rows);
@@ -300,8 +296,6 @@ std::vector<c10::IValue> maskedEmbedding(const OpKernel& kernel, std::vector<c10
   out[0] = rows.masked_fill(outside.unsqueeze(-1), 0);
   return out;
 }
-
-}  // namespace
 
 Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external,
                                                     Observer* observer) const {
@@ -319,7 +313,7 @@ Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external,
       if (s.external)
         out = external(n, args);
       else if (s.mask >= 0)
-        out = maskedEmbedding(s.kernel, std::move(args), masks_[static_cast<size_t>(s.mask)]);
+        out = callMaskedEmbedding(s.kernel, std::move(args), masks_[static_cast<size_t>(s.mask)]);
       else
         out = s.kernel.call(std::move(args));
     } catch (const std::exception& e) {

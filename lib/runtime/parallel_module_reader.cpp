@@ -6,19 +6,19 @@
 //===----------------------------------------------------------------------===//
 #include "parallel_module_reader.h"
 
-#include "apc/lower/artifact.h"
+#include "apc/artifact/artifact.h"
 
 namespace apc::runtime {
 
 Expected<proto::Program> readRankProgram(const std::string& dir, int rank, int world_size,
                                          bool check_hashes) {
   (void)check_hashes;  // lib/lower's reader always checks them
-  APC_ASSIGN_OR_RETURN(lower::Manifest manifest, lower::readManifest(dir));
+  APC_ASSIGN_OR_RETURN(artifact::Manifest manifest, artifact::readManifest(dir));
   if (manifest.world_size != world_size)
     return invalidArgument(dir + ": the artifact is for world size " +
                            std::to_string(manifest.world_size) +
                            ", this run has WORLD_SIZE=" + std::to_string(world_size));
-  return lower::readProgram(dir, manifest, rank);
+  return artifact::readProgram(dir, manifest, rank);
 }
 
 }  // namespace apc::runtime

@@ -20,7 +20,7 @@
 
 #include "../common/run_command.h"
 #include "../plan/plan_fixtures.h"
-#include "apc/lower/artifact.h"
+#include "apc/artifact/artifact.h"
 #include "apc/plan/report.h"
 
 namespace apc {
@@ -475,7 +475,7 @@ TEST(AutoParallel, ApplyPlacementLowersThePlanOfThisModel) {
     EXPECT_EQ(applied->programs[r].world_size(), 8);
   }
   ASSERT_OK(applied->write_artifact(tmp("artifact")));
-  auto manifest = lower::readManifest(tmp("artifact"));
+  auto manifest = artifact::readManifest(tmp("artifact"));
   ASSERT_TRUE(manifest.ok()) << manifest.error().message();
   EXPECT_EQ(manifest->world_size, 8);
   EXPECT_EQ(manifest->plan_hash, p->content_hash);

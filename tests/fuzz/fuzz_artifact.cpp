@@ -15,8 +15,8 @@
 #include <fstream>
 #include <string>
 
-#include "apc/lower/artifact.h"
-#include "apc/plan/hash.h"
+#include "apc/artifact/artifact.h"
+#include "apc/support/hash.h"
 
 namespace {
 
@@ -45,15 +45,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string rest(reinterpret_cast<const char*>(data + 1), size - 1);
   if (data[0] % 2 == 0) {
     put("manifest.json", rest);
-    auto m = apc::lower::readManifest(dir());
-    if (m.ok()) (void)apc::lower::readProgram(dir(), *m, 0);
+    auto m = apc::artifact::readManifest(dir());
+    if (m.ok()) (void)apc::artifact::readProgram(dir(), *m, 0);
     return 0;
   }
   put("rank_0.apcp", rest);
   put("manifest.json",
-      R"j({"files": {"rank_0.apcp": ")j" + apc::plan::sha256Hex(rest) +
+      R"j({"files": {"rank_0.apcp": ")j" + apc::sha256Hex(rest) +
           R"j("}, "format_version": 1, "mesh": {"names": ["d0"], "shape": [1]}, "model_hash": "",
            "model_name": "m", "plan_hash": "", "world_size": 1})j");
-  (void)apc::lower::readProgram(dir(), 0);
+  (void)apc::artifact::readProgram(dir(), 0);
   return 0;
 }

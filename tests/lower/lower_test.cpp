@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../plan/plan_fixtures.h"
-#include "apc/lower/artifact.h"
+#include "apc/artifact/artifact.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/lower/lower.h"
 #include "program_checks.h"
@@ -388,7 +388,7 @@ class Artifact : public ::testing::Test {
     auto programs = lowerPlan(g_, planned_.result.plan);
     ASSERT_TRUE(programs.ok()) << programs.error().message();
     programs_ = std::move(programs).value();
-    ASSERT_TRUE(writeArtifact((root_ / "a").string(), programs_).ok());
+    ASSERT_TRUE(artifact::writeArtifact((root_ / "a").string(), programs_).ok());
   }
   void TearDown() override { fs::remove_all(root_); }
   std::string dir() const { return (root_ / "a").string(); }
@@ -407,18 +407,18 @@ void expectOneLine(const Error& e, const std::string& needle) {
 TEST_F(Artifact, RoundTripsAndIsByteIdentical) {
   auto again = lowerPlan(g_, planned_.result.plan);
   ASSERT_TRUE(again.ok());
-  ASSERT_TRUE(writeArtifact((root_ / "b").string(), *again).ok());
+  ASSERT_TRUE(artifact::writeArtifact((root_ / "b").string(), *again).ok());
   for (const char* f :
        {"manifest.json", "rank_0.apcp", "rank_1.apcp", "rank_2.apcp", "rank_3.apcp"})
     EXPECT_EQ(readBytes(root_ / "a" / f), readBytes(root_ / "b" / f)) << f;
-  auto m = readManifest(dir());
+  auto m = artifact::readManifest(dir());
   ASSERT_TRUE(m.ok()) << m.error().message();
   EXPECT_EQ(m->world_size, 4);
   EXPECT_EQ(m->mesh_shape, (std::vector<int64_t>{2, 2}));
   EXPECT_EQ(m->mesh_names, (std::vector<std::string>{"dp", "tp"}));
   EXPECT_EQ(m->plan_hash, planned_.result.plan.content_hash);
   for (int64_t r = 0; r < 4; ++r) {
-    auto p = readProgram(dir(), r);
+    auto p = artifact::readProgram(dir(), r);
     ASSERT_TRUE(p.ok()) << p.error().message();
     EXPECT_EQ(p->SerializeAsString(), programs_[static_cast<size_t>(r)].SerializeAsString());
   }
@@ -429,17 +429,17 @@ TEST_F(Artifact, EditedFileIsAHashMismatch) {
   std::string b = readBytes(f);
   b[b.size() / 2] = static_cast<char>(b[b.size() / 2] ^ 1);
   writeBytes(f, b);
-  auto p = readProgram(dir(), 2);
+  auto p = artifact::readProgram(dir(), 2);
   ASSERT_FALSE(p.ok());
   expectOneLine(p.error(), "SHA-256 mismatch");
-  EXPECT_TRUE(readProgram(dir(), 1).ok());
+  EXPECT_TRUE(artifact::readProgram(dir(), 1).ok());
 }
 
 TEST_F(Artifact, TruncatedFileIsRejected) {
   fs::path f = root_ / "a" / "rank_0.apcp";
   std::string b = readBytes(f);
   writeBytes(f, b.substr(0, b.size() / 3));
-  auto p = readProgram(dir(), 0);
+  auto p = artifact::readProgram(dir(), 0);
   ASSERT_FALSE(p.ok());
   expectOneLine(p.error(), "rank_0.apcp");
 }
@@ -451,24 +451,24 @@ TEST_F(Artifact, WrongVersionIsRejected) {
   ASSERT_NE(at, std::string::npos);
   b.replace(at, 19, "\"format_version\": 7");
   writeBytes(f, b);
-  auto m = readManifest(dir());
+  auto m = artifact::readManifest(dir());
   ASSERT_FALSE(m.ok());
   expectOneLine(m.error(), "format version 7");
 
   // A program of another format version, with a manifest that matches its bytes.
   std::vector<proto::Program> progs = programs_;
-  for (auto& p : progs) p.set_format_version(kProgramFormatVersion + 1);
-  ASSERT_TRUE(writeArtifact((root_ / "c").string(), progs).ok());
-  auto p = readProgram((root_ / "c").string(), 0);
+  for (auto& p : progs) p.set_format_version(artifact::kProgramFormatVersion + 1);
+  ASSERT_TRUE(artifact::writeArtifact((root_ / "c").string(), progs).ok());
+  auto p = artifact::readProgram((root_ / "c").string(), 0);
   ASSERT_FALSE(p.ok());
   expectOneLine(p.error(), "program format version");
 }
 
 TEST_F(Artifact, MissingManifestAndRankOutOfRange) {
-  auto m = readManifest((root_ / "nowhere").string());
+  auto m = artifact::readManifest((root_ / "nowhere").string());
   ASSERT_FALSE(m.ok());
   expectOneLine(m.error(), "manifest.json");
-  auto p = readProgram(dir(), 4);
+  auto p = artifact::readProgram(dir(), 4);
   ASSERT_FALSE(p.ok());
   expectOneLine(p.error(), "world size 4");
 }
@@ -478,7 +478,7 @@ TEST_F(Artifact, ManifestErrorsNameTheProblem) {
   std::string good = readBytes(f);
   auto error = [&](const std::string& text) {
     writeBytes(f, text);
-    auto m = readManifest(dir());
+    auto m = artifact::readManifest(dir());
     EXPECT_FALSE(m.ok()) << text;
     return m.ok() ? std::string() : m.error().message();
   };
@@ -514,7 +514,7 @@ TEST_F(Artifact, RewritingReplacesTheWholeDirectory) {
   plan::testing::Planned two = planOf(g_, specFor({2}, {"dp"}));
   auto programs = lowerPlan(g_, two.result.plan);
   ASSERT_TRUE(programs.ok()) << programs.error().message();
-  ASSERT_TRUE(writeArtifact(dir(), *programs).ok());
+  ASSERT_TRUE(artifact::writeArtifact(dir(), *programs).ok());
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(root_ / "a"))
     names.push_back(e.path().filename().string());
@@ -523,17 +523,17 @@ TEST_F(Artifact, RewritingReplacesTheWholeDirectory) {
   std::vector<std::string> siblings;
   for (const auto& e : fs::directory_iterator(root_)) siblings.push_back(e.path().filename());
   EXPECT_EQ(siblings, std::vector<std::string>{"a"});  // no staging directory left behind
-  EXPECT_TRUE(readProgram(dir(), 1).ok());
+  EXPECT_TRUE(artifact::readProgram(dir(), 1).ok());
 }
 
 TEST_F(Artifact, RefusesAFileOrAForeignDirectory) {
   writeBytes(root_ / "file", "x");
-  Status file = writeArtifact((root_ / "file").string(), programs_);
+  Status file = artifact::writeArtifact((root_ / "file").string(), programs_);
   ASSERT_FALSE(file.ok());
   expectOneLine(file.error(), "exists and is not a directory");
   fs::create_directories(root_ / "home");
   writeBytes(root_ / "home" / "notes.txt", "mine");
-  Status foreign = writeArtifact((root_ / "home").string(), programs_);
+  Status foreign = artifact::writeArtifact((root_ / "home").string(), programs_);
   ASSERT_FALSE(foreign.ok());
   expectOneLine(foreign.error(), "refusing to replace it");
   EXPECT_EQ(readBytes(root_ / "home" / "notes.txt"), "mine");

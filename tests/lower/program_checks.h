@@ -97,7 +97,7 @@ inline void checkPrograms(const ir::Graph& g, const plan::Plan& p,
   std::map<std::string, int64_t> numel;
   for (const proto::Program& prog : programs) {
     const std::string rk = "rank " + std::to_string(prog.rank());
-    ASSERT_EQ(prog.format_version(), kProgramFormatVersion);
+    ASSERT_EQ(prog.format_version(), artifact::kProgramFormatVersion);
     const proto::Graph& pg = prog.graph();
     ASSERT_EQ(prog.node_redistribution_size(), pg.nodes_size()) << rk;
     ASSERT_EQ(prog.source_node_size(), pg.nodes_size()) << rk;

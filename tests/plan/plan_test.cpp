@@ -9,7 +9,7 @@
 
 #include <cmath>
 
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 #include "apc/plan/plan.h"
 #include "apc/plan/report.h"
 #include "plan_fixtures.h"

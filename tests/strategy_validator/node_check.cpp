@@ -11,8 +11,8 @@
 #include "apc/strategy/sync_norm.h"
 
 #include "apc/cost/layout.h"
+#include "apc/lower/local_rewrite.h"
 #include "apc/support/strings.h"
-#include "local_rewrite.h"
 
 namespace apc::validator {
 
@@ -238,6 +238,51 @@ Expected<std::vector<c10::IValue>> syncNormOnRank(const std::vector<c10::IValue>
   return std::vector<c10::IValue>{y};
 }
 
+/// One rank's call after lowering's local rewrite: the kernel when the overload changes
+/// (arange(end) -> arange.start), the vocab mask of a vocab-parallel embedding, the notes.
+struct RankCall {
+  std::optional<NodeOp> op;
+  std::optional<runtime::VocabMaskSpec> vocab;
+  std::vector<std::string> notes;
+};
+
+/// Applies lower::localizeNode's rewrite of `node` for the rank holding `pieces` to `args`
+/// exactly as lowering writes it into the rank's program: replaced constants, then the new
+/// overload with its prepended argument.
+Expected<RankCall> localizeRankCall(const ir::Graph& g, const ir::Node& node, const NodeOp& op,
+                                    const lower::RankPieces& pieces,
+                                    std::vector<c10::IValue>& args) {
+  std::vector<std::optional<ir::Constant>> constants;
+  for (ir::ValueId in : node.inputs) {
+    const ir::Value& v = g.value(in);
+    constants.push_back(v.isTensor() || v.type == ir::ValueType::kTensorList ? std::nullopt
+                                                                             : v.constant);
+  }
+  APC_ASSIGN_OR_RETURN(lower::NodeRewrite rw, lower::localizeNode(node, constants, pieces));
+  RankCall call;
+  call.notes = rw.notes;
+  auto argOf = [](const NodeOp& k, size_t i) -> const c10::Argument* {
+    return k.schema() && i < k.schema()->arguments().size() ? &k.schema()->arguments()[i] : nullptr;
+  };
+  for (const auto& [pos, c] : rw.replace) {
+    APC_ASSIGN_OR_RETURN(c10::IValue iv, constantToIValue(c, argOf(op, pos)));
+    args.at(pos) = std::move(iv);
+  }
+  if (rw.overload) {
+    ir::Node copy = node;
+    copy.overload = *rw.overload;
+    APC_ASSIGN_OR_RETURN(NodeOp k, NodeOp::resolve(copy));
+    call.op = std::move(k);
+  }
+  if (rw.prepend) {
+    APC_ASSIGN_OR_RETURN(c10::IValue iv,
+                         constantToIValue(*rw.prepend, argOf(call.op ? *call.op : op, 0)));
+    args.insert(args.begin(), std::move(iv));
+  }
+  if (rw.vocab) call.vocab = runtime::VocabMaskSpec{node.id, rw.vocab->row_offset, rw.vocab->rows};
+  return call;
+}
+
 }  // namespace
 
 std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& node, const NodeOp& op,
@@ -293,7 +338,7 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       continue;
     }
     std::vector<c10::IValue> args = full_inputs;
-    RankPieces pieces;
+    lower::RankPieces pieces;
     pieces.inputs.resize(node.inputs.size());
     pieces.outputs.resize(node.outputs.size());
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -301,7 +346,8 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       std::vector<at::Tensor> fulls = elementsOf(full_inputs[i]);
       for (size_t e = 0; e < fulls.size(); ++e) {
         std::vector<int64_t> global = sizesOf(fulls[e]);
-        pieces.inputs[i].push_back({global, cost::localPiece(global, *s.inputs[i], mesh, coord)});
+        pieces.inputs[i].push_back(
+            {global, cost::localPiece(global, *s.inputs[i], mesh, coord), {}});
       }
       if (full_inputs[i].isTensor()) {
         args[i] = in_locals[i][0][static_cast<size_t>(r)];
@@ -315,10 +361,12 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       if (!s.outputs[j]) continue;
       for (const at::Tensor& full : full_outs[j]) {
         std::vector<int64_t> global = sizesOf(full);
-        pieces.outputs[j].push_back({global, cost::localPiece(global, *s.outputs[j], mesh, coord)});
+        pieces.outputs[j].push_back(
+            {global, cost::localPiece(global, *s.outputs[j], mesh, coord), {}});
       }
     }
-    Expected<LocalCall> call = localizeCall(node, op.schema(), args, pieces);
+    // The rank's call, localized by the rewrite lowering ships (apc/lower/local_rewrite.h).
+    Expected<RankCall> call = localizeRankCall(g, node, op, pieces, args);
     if (!call.ok()) return "rank " + std::to_string(r) + ": " + call.error().message();
     if (!call->notes.empty()) {
       ++stats.rewrites;
@@ -327,15 +375,21 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
         notes =
             " [local rewrites on rank " + std::to_string(r) + ": " + join(call->notes, "; ") + "]";
     }
-    if (op.schema() && op.schema()->is_mutable())  // the inputs are views of shared tensors
+    const NodeOp& run_op = call->op ? *call->op : op;
+    if (run_op.schema() && run_op.schema()->is_mutable())  // the inputs are views of shared tensors
       for (c10::IValue& a : args) a = cloneValue(a);
-    Expected<std::vector<c10::IValue>> outs =
-        !sync_dims.empty() ? syncNormOnRank(args, in_locals[0][0], mesh, coord, sync_dims)
-                           : op.run(std::move(args), node.outputs.size());
+    Expected<std::vector<c10::IValue>> outs = [&]() -> Expected<std::vector<c10::IValue>> {
+      if (!sync_dims.empty()) return syncNormOnRank(args, in_locals[0][0], mesh, coord, sync_dims);
+      if (!call->vocab) return run_op.run(std::move(args), node.outputs.size());
+      try {
+        return runtime::callMaskedEmbedding(run_op, std::move(args), *call->vocab);
+      } catch (const std::exception& e) {
+        return unsupported(firstLine(e.what()));
+      }
+    }();
     ++stats.rank_calls;
     if (!outs.ok())
       return "rank " + std::to_string(r) + " failed: " + outs.error().message() + notes;
-    if (call->post) call->post(*outs);
     for (size_t j = 0; j < node.outputs.size(); ++j) {
       if (!s.outputs[j]) continue;
       std::vector<at::Tensor> got = elementsOf((*outs)[j]);

@@ -15,7 +15,7 @@
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
 #include "apc/plan/explain.h"
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
 #include "commands.h"
 
@@ -34,7 +34,7 @@ struct ExplainFlags {
 
 Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& model_override) {
   std::string path = model_override.empty() ? p.model.model_path : model_override;
-  auto sha = plan::sha256File(path);
+  auto sha = sha256File(path);
   if (!sha.ok())
     return sha.error().withContext("cannot read the plan's model (use --model to point at it)");
   if (*sha != p.model.model_sha256)

@@ -12,9 +12,9 @@
 
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
-#include "apc/lower/artifact.h"
+#include "apc/artifact/artifact.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 #include "commands.h"
 
 namespace apc::tool {
@@ -22,7 +22,7 @@ namespace apc::tool {
 Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan& p,
                                            const std::string& dir, std::string* summary) {
   APC_ASSIGN_OR_RETURN(std::vector<proto::Program> programs, lower::lowerPlan(g, p));
-  APC_ASSIGN_OR_RETURN(StagedDirectory staged, lower::stageArtifact(dir, programs));
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, artifact::stageArtifact(dir, programs));
   size_t redistributions = 0;
   for (const proto::Program& prog : programs)
     redistributions += static_cast<size_t>(prog.redistributions_size());
@@ -49,7 +49,7 @@ struct LowerFlags {
 };
 
 Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& path) {
-  APC_ASSIGN_OR_RETURN(std::string sha, plan::sha256File(path));
+  APC_ASSIGN_OR_RETURN(std::string sha, sha256File(path));
   if (sha != p.model.model_sha256)
     return invalidArgument("model " + path +
                            " is not the one the plan was made from (its SHA-256 differs)");

@@ -16,7 +16,7 @@
 #include <optional>
 #include <string>
 
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
 #include "apc/support/file_io.h"
@@ -141,7 +141,7 @@ int runPlan(const PlanFlags& f) {
   plan::PlanSource source;
   source.model_path = f.model.model;
   source.model_name = graph->name;
-  auto sha = plan::sha256File(f.model.model);
+  auto sha = sha256File(f.model.model);
   if (!sha.ok()) return report(sha.error());
   source.model_sha256 = *sha;
   source.inputs = plan::inputShapes(*graph);

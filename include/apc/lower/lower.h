@@ -67,16 +67,12 @@
 
 #include "apc.pb.h"
 #include "apc/ir/graph.h"
+#include "apc/artifact/artifact.h"  // kProgramFormatVersion
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
 
 namespace apc::lower {
 
-/// The Program.format_version written and accepted.
-/// 2: Redistribution.reduce_dtype (before, the runtime reduced every gradient in the program's
-/// reduce_dtype). 3: Program.divisible (dynamic dims that must split evenly, checked per forward)
-/// and Redistribution.regather (parameters re-gathered in backward).
-inline constexpr uint32_t kProgramFormatVersion = 3;
 /// The op name of redistribute nodes in the program's Graph; their Node.kind is "redistribute".
 inline constexpr const char* kRedistributeOp = "apc::redistribute";
 

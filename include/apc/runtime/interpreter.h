@@ -95,6 +95,13 @@ struct VocabMaskSpec {
   int64_t rows = 0;
 };
 
+/// aten::embedding(weight, indices, ...) run by `kernel` on the rows [row_offset, row_offset +
+/// rows) this rank holds: out-of-range indices read row 0 and their output rows are zeroed (the
+/// other ranks' summands of the Partial output supply them). Exceptions propagate. The strategy
+/// validator runs this same function.
+std::vector<c10::IValue> callMaskedEmbedding(const OpKernel& kernel, std::vector<c10::IValue> args,
+                                             const VocabMaskSpec& mask);
+
 class Interpreter {
  public:
   /// Supplies the outputs of input / parameter / buffer nodes and of external op nodes; `args`

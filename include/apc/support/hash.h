@@ -1,7 +1,8 @@
-//===- apc/plan/hash.h - SHA-256 of bytes and files ------------------------===//
+//===- apc/support/hash.h - SHA-256 of bytes and files ---------------------===//
 //
-// Content hashes for plans (model file, spec, version): SHA-256 through OpenSSL's libcrypto,
-// printed as lowercase hex.
+// Content hashes (plans: model file, spec, version; artifacts: per-rank program files): SHA-256
+// through OpenSSL's libcrypto, printed as lowercase hex. In support so that the artifact library
+// (and with it the runtime) needs no planner library for it.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -11,11 +12,11 @@
 
 #include "apc/support/error.h"
 
-namespace apc::plan {
+namespace apc {
 
 /// SHA-256 of `bytes`, 64 lowercase hex digits.
 std::string sha256Hex(std::string_view bytes);
 /// SHA-256 of a file's bytes; a missing or unreadable file is a kIo / kNotFound error naming it.
 Expected<std::string> sha256File(const std::string& path);
 
-}  // namespace apc::plan
+}  // namespace apc

@@ -1,14 +1,15 @@
-//===- apc/lower/artifact.h - Artifact directory: manifest + per-rank programs ===//
+//===- apc/artifact/artifact.h - Artifact directory: manifest + per-rank programs ===//
 //
 // An artifact directory holds what `apc lower` writes and the runtime loads:
 //   manifest.json   {"format_version": 1, "model_name", "model_hash", "plan_hash",
 //                    "mesh": {"shape": [2, 2], "names": ["dp", "tp"]}, "world_size": 4,
 //                    "files": {"rank_0.apcp": "<sha256 hex>", ...}}
 //   rank_<r>.apcp   proto::Program of rank r, binary protobuf (deterministic serialization)
-// Writing is deterministic: the same programs give byte-identical files (sorted JSON keys, no
-// timestamps). Reading checks the manifest's format version, that the file's SHA-256 equals the
-// manifest's, that it parses, and that its format version, rank, world size and hashes agree with
-// the manifest. Every error is one line naming the file.
+// Its own library (lib/artifact, apc_artifact: proto, support, mesh; no planner), which the
+// runtime links. Writing is deterministic: the same programs give byte-identical files (sorted JSON
+// keys, no timestamps). Reading checks the manifest's format version, that the file's SHA-256
+// equals the manifest's, that it parses, and that its format version, rank, world size and hashes
+// agree with the manifest. Every error is one line naming the file.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -22,10 +23,15 @@
 #include "apc/support/error.h"
 #include "apc/support/file_io.h"
 
-namespace apc::lower {
+namespace apc::artifact {
 
 /// The manifest.json format_version written and accepted.
 inline constexpr int kManifestFormatVersion = 1;
+/// The Program.format_version written and accepted.
+/// 2: Redistribution.reduce_dtype (before, the runtime reduced every gradient in the program's
+/// reduce_dtype). 3: Program.divisible (dynamic dims that must split evenly, checked per forward)
+/// and Redistribution.regather (parameters re-gathered in backward).
+inline constexpr uint32_t kProgramFormatVersion = 3;
 
 struct Manifest {
   int format_version = kManifestFormatVersion;
@@ -60,4 +66,4 @@ Expected<proto::Program> readProgram(const std::string& dir, int64_t rank);
 Expected<proto::Program> readProgram(const std::string& dir, const Manifest& manifest,
                                      int64_t rank);
 
-}  // namespace apc::lower
+}  // namespace apc::artifact

@@ -1,10 +1,10 @@
-//===- lib/lower/artifact.cpp - Artifact directory io ----------------------===//
+//===- apc/artifact/artifact.h - Artifact directory: manifest + per-rank programs ===//
 //
 // manifest.json through nlohmann::json (sorted keys), programs through protobuf's deterministic
 // serialization, SHA-256 through lib/plan's OpenSSL helper.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/lower/artifact.h"
+#include "apc/artifact/artifact.h"
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -14,12 +14,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "apc/lower/lower.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/spec.h"
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 
-namespace apc::lower {
+namespace apc::artifact {
 
 namespace {
 
@@ -81,7 +80,7 @@ Expected<StagedDirectory> stageArtifact(const std::string& dir,
     std::string bytes = serializeDeterministic(p);
     std::string name = programFileName(p.rank());
     APC_RETURN_IF_ERROR(writeFile(out / name, bytes));
-    files[name] = plan::sha256Hex(bytes);
+    files[name] = sha256Hex(bytes);
   }
   nlohmann::json j = {
       {"format_version", kManifestFormatVersion},
@@ -183,7 +182,7 @@ Expected<proto::Program> readProgram(const std::string& dir, const Manifest& m, 
   APC_ASSIGN_OR_RETURN(std::string bytes, readFile(path));
   auto it = m.files.find(name);
   if (it == m.files.end()) return invalidArgument(where + ": not listed in manifest.json");
-  if (plan::sha256Hex(bytes) != it->second)
+  if (sha256Hex(bytes) != it->second)
     return invalidArgument(where +
                            ": SHA-256 mismatch with manifest.json (file truncated or "
                            "edited, " +
@@ -209,4 +208,4 @@ Expected<proto::Program> readProgram(const std::string& dir, int64_t rank) {
   return readProgram(dir, m, rank);
 }
 
-}  // namespace apc::lower
+}  // namespace apc::artifact

@@ -1,10 +1,10 @@
-//===- lib/plan/hash.cpp - SHA-256 of bytes and files ----------------------===//
+//===- lib/support/hash.cpp - SHA-256 through OpenSSL's libcrypto -------===//
 //
 // Streams through OpenSSL's EVP digest interface so that large model files (GiBs) are hashed in
 // fixed-size chunks.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/hash.h"
+#include "apc/support/hash.h"
 
 #include <openssl/evp.h>
 
@@ -14,7 +14,7 @@
 #include <fstream>
 #include <memory>
 
-namespace apc::plan {
+namespace apc {
 
 namespace {
 
@@ -75,4 +75,4 @@ Expected<std::string> sha256File(const std::string& path) {
   return digest;
 }
 
-}  // namespace apc::plan
+}  // namespace apc
