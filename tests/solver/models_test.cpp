@@ -53,6 +53,9 @@ void expectSameOptimum(const std::string& model, const std::string& mesh,
   EXPECT_NEAR(b->objective, a->objective, 1e-6 * a->objective);
   EXPECT_NEAR(c->objective, a->objective, 1e-6 * a->objective);
   EXPECT_LE(c->bound, c->objective);
+  if (sc.folded_bound) {
+    EXPECT_LE(*sc.folded_bound, a->objective * (1 + 1e-9));  // a lower bound on every plan
+  }
   EXPECT_FALSE(sc.cluster_check.empty());
   if (!expect_check.empty()) {
     EXPECT_EQ(sc.cluster_check, expect_check);

@@ -106,15 +106,18 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
 struct ReductionStats {
   size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
   size_t nodes_after = 0, edges_after = 0, strategies_after = 0;
-  size_t clusters = 0;  // repeated-layer clusters whose variables were tied
+  size_t clusters = 0;   // repeated-layer clusters whose variables were tied
   size_t dominated = 0;  // strategies dropped as dominated (reduce.cpp, 1c) before the ILP
   // With clusters: how the clustered plan was checked against the unclustered problem (see
-  // SolveGraphOptions::cluster): "clustered solution verified by LP bound", "... verified by the
-  // unclustered ILP", "... verified by elimination" (the unclustered reduction left nothing), or
-  // "re-solved without clustering" (the unclustered optimum was cheaper and is returned); empty
-  // without clusters.
+  // SolveGraphOptions::cluster): "clustered solution verified by the folded LP bound",
+  // "clustered solution verified by LP bound", "... verified by the unclustered ILP", "... verified
+  // by elimination" (the unclustered reduction left nothing), or "re-solved without clustering"
+  // (the unclustered optimum was cheaper and is returned); empty without clusters.
   std::string cluster_check;
   double cluster_check_seconds = 0;  // time of that check (reduction, LP, any ILP)
+  // The folded bound of the check (reduce.cpp, step 3a), a lower bound on every plan; none when
+  // it was not computed (no clusters, too few tied instances, no time).
+  std::optional<double> folded_bound;
 };
 
 struct SolveGraphOptions {
@@ -144,9 +147,11 @@ struct SolveGraphOptions {
 /// instances of one prefix whose nodes match one by one (same module suffix, same strategies and
 /// costs, no pins) are tied to the first of them. Returns, per node, its
 /// representative (itself when not tied), and the number of clusters (prefixes with at least two
-/// tied instances).
+/// tied instances). `instance` receives, per node, the position of its instance among the tied
+/// instances of its prefix in graph order (0 for the representatives' instance and untied nodes).
 std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp,
-                                                   size_t* clusters = nullptr);
+                                                   size_t* clusters = nullptr,
+                                                   std::vector<uint32_t>* instance = nullptr);
 
 /// The problem with every node replaced by its representative: costs and memory summed over the
 /// tied nodes, parallel edges summed, edges inside one representative folded onto its diagonal.
