@@ -53,15 +53,38 @@
 //    Limits: the check's cost grows with the total number of layers (its LP is over the
 //    unclustered problem). Above kMaxCheckColumns, or past the deadline, the clustered plan (or
 //    its unclustered re-choice of eliminated nodes, when cheaper) is returned unproven, with the
-//    bound of a relaxation (trivialBound) so that the plan states its proven gap.
+//    bound of a relaxation (trivialBound, or the folded bound of 3a when larger) so that the plan
+//    states its proven gap. Steps 3a and 3b come first and usually make it unnecessary.
+// 3a. The folded bound, in time that follows the distinct layers rather than their number. The
+//    tied instances of a chain keep the first and the last (kFoldBoundary) apart; the middle ones
+//    fold into one node per position, of weight w (their count), whose distribution stands for
+//    their average. The copies of an edge (same table, same pair of representatives) between the
+//    same folded nodes share one variable, their summed pair counts M; the marginal constraints of
+//    the copies are summed too: sum_b M[a, b] = c w x[F, a] when every member of F has c copies
+//    at that end, and when the copies cover F's members unevenly (the chain's links: layer i
+//    feeds layer i + 1, so the last middle layer feeds the last layer and the first middle layer
+//    is fed by the first one) the copies of that edge into F are pooled, and the pool's sum is
+//    equal (even coverage) or <= (uneven: x >= 0) the most copies a member has times w x[F, a].
+//    Any plan of the unclustered problem gives a feasible point of this LP (the averages and sums
+//    of its indicators) of the same objective, so the LP optimum is a lower bound (the same
+//    argument as tying the LP's dual variables of the copies). Before the LP, steps 1c and 2 run
+//    on the folded nodes whose copies are identical layers (every edge pairs members of the same
+//    instance, or one member with a shared node): there they are the same exact reduction done
+//    in every copy. Nodes with pooled edges, and shared nodes with several copies, are frozen.
+//    Step 1b runs on the unclustered problem first (on the folded row it would drop too much).
+//    When the clustered plan meets the bound (1e-9 relative) it is optimal.
+// 3b. Otherwise the plan is improved on the quotient in which only the middle instances are tied
+//    (a restriction: its plans are plans of the full problem): first the nodes its reduction
+//    eliminates are re-chosen given the clustered plan (the first and last layers often want
+//    other choices there), then that quotient is solved with it as start. A plan that meets the
+//    folded bound is optimal. Otherwise the check above runs, unless its LP would clearly be over
+//    kMaxCheckColumns (estimated from the folded LP's columns per folded node).
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <optional>
 #include <set>
@@ -601,6 +624,8 @@ constexpr uint32_t kFoldBoundary = 1;
 struct FoldedBound {
   std::optional<double> bound;
   std::string why;
+  size_t columns = 0;       // of the folded LP
+  double unfold_ratio = 0;  // nodes of `full` per folded node
 };
 
 FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
@@ -639,6 +664,7 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
     first.push_back(v);
   }
   const size_t nf = weight.size();
+  out.unfold_ratio = static_cast<double>(n) / static_cast<double>(nf);
   if (nf == n) {
     out.why = "too few tied instances to fold";
     return out;
@@ -766,12 +792,6 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
       g.equality = false;
     }
   }
-  auto dbg = [&](const char* what) {
-    if (std::getenv("APC_DEBUG_FOLD"))
-      fprintf(stderr, "  fold %s %.3f s\n", what,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  };
-  dbg("built");
   // The exact reductions of steps 1c and 2 on the folded nodes that stand for identical copies.
   ReducerOptions ro;
   ro.frozen = frozen;
@@ -787,7 +807,6 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
   }
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
-  dbg("reduced");
   std::vector<uint32_t> index(nf, UINT32_MAX);
   for (uint32_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
   size_t columns = programColumns(reduced);
@@ -798,6 +817,7 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
     for (double c : le.table.v) columns += std::isfinite(c) ? 1 : 0;
   }
   for (detail::LinkedGroup& g : groups) g.node = index[g.node];
+  out.columns = columns;
   if (columns > kMaxCheckColumns) {
     out.why = "the folded LP would have " + std::to_string(columns) + " columns";
     return out;
@@ -807,11 +827,7 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
     out.why = kTimeLimitStatus;
     return out;
   }
-  if (std::getenv("APC_DEBUG_FOLD"))
-    fprintf(stderr, "  fold LP: %zu nodes, %zu edges, %zu linked, %zu columns\n",
-            reduced.nodes.size(), reduced.edges.size(), linked.size(), columns);
   std::optional<double> lp = detail::linkedLpBound(reduced, groups, linked, left);
-  dbg("LP");
   if (!lp) {
     out.why = "the folded LP was not solved";
     return out;
@@ -871,12 +887,10 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   auto t0 = std::chrono::steady_clock::now();
   // 3a: the folded bound, in time that follows the distinct layers.
   double folded = -kInfinity;
+  double unclustered_columns = 0;  // estimated from the folded LP (0: unknown)
   if (secondsLeft(options.solver, t0) > 0) {
     FoldedBound fb = foldedBound(full, rep, instance, kFoldBoundary, options.solver, t0);
-    if (std::getenv("APC_DEBUG_FOLD"))
-      fprintf(stderr, "fold: %s bound %.9g objective %.9g (%.3f s)\n", fb.why.c_str(),
-              fb.bound ? *fb.bound : -1.0, clustered.objective,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    unclustered_columns = static_cast<double>(fb.columns) * fb.unfold_ratio;
     if (fb.bound) {
       folded = *fb.bound;
       if (stats) stats->folded_bound = folded;
@@ -897,9 +911,6 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
                                                           clustered.choice, options.solver, ilp);
         if (choice.empty()) continue;
         double objective = evaluate(full, choice);
-        if (std::getenv("APC_DEBUG_FOLD"))
-          fprintf(stderr, "untied (ilp %d): objective %.9g (%.3f s)\n", int(ilp), objective,
-                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         if (!(objective < clustered.objective)) continue;
         clustered.choice = std::move(choice);
         clustered.objective = objective;
@@ -928,6 +939,12 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     return clustered;
   };
   if (secondsLeft(options.solver, t0) <= 0) return unproven(kTimeLimitStatus, kTimeLimitStatus);
+  // The unclustered LP has about as many columns per layer as the folded one: when that is far
+  // over the limit, its reduction (which follows the total number of layers) is not even started.
+  if (unclustered_columns > 2.0 * double(kMaxCheckColumns))
+    return unproven("feasible", "the unclustered LP would have about " +
+                                    std::to_string(static_cast<size_t>(unclustered_columns)) +
+                                    " columns, over " + std::to_string(kMaxCheckColumns));
   Reducer reducer(full);
   std::vector<uint32_t> ids;
   std::vector<uint32_t> start;

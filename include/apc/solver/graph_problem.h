@@ -109,10 +109,12 @@ struct ReductionStats {
   size_t clusters = 0;   // repeated-layer clusters whose variables were tied
   size_t dominated = 0;  // strategies dropped as dominated (reduce.cpp, 1c) before the ILP
   // With clusters: how the clustered plan was checked against the unclustered problem (see
-  // SolveGraphOptions::cluster): "clustered solution verified by the folded LP bound",
-  // "clustered solution verified by LP bound", "... verified by the unclustered ILP", "... verified
-  // by elimination" (the unclustered reduction left nothing), or "re-solved without clustering"
-  // (the unclustered optimum was cheaper and is returned); empty without clusters.
+  // SolveGraphOptions::cluster): "clustered solution verified by the folded LP bound", "boundary
+  // layers re-solved, verified by the folded LP bound" (the plan then differs from the clustered
+  // one in the first or last layer), "clustered solution verified by LP bound", "... verified by
+  // the unclustered ILP", "... verified by elimination" (the unclustered reduction left nothing),
+  // or "re-solved without clustering" (the unclustered optimum was cheaper and is returned); empty
+  // without clusters.
   std::string cluster_check;
   double cluster_check_seconds = 0;  // time of that check (reduction, LP, any ILP)
   // The folded bound of the check (reduce.cpp, step 3a), a lower bound on every plan; none when
@@ -129,10 +131,14 @@ struct SolveGraphOptions {
   // (llama_small on [4] at the default 1/4: 6.98 us with 4 and with 8 layers, where the unreduced
   // optimum differs in the boundary layers; on earlier versions also 5% on mlp_stack 2x4 at
   // high = 0.126 and 3% on gpt2_tiny 8x8 at 0.0157, now equal there). So the clustered plan
-  // is checked against the LP bound of the unclustered reduced problem: when it meets the bound it
-  // is optimal and returned; otherwise the unclustered problem is solved with the clustered plan as
-  // incumbent (lib/solver/reduce.cpp, step 3; ReductionStats::cluster_check says which). The result
-  // is an optimum of the full problem either way. (An earlier option left the first and last layer
+  // is checked against a lower bound: first the folded LP bound, whose size follows the distinct
+  // layers (the first and last layer apart, the middle ones aggregated), after re-choosing the
+  // first and last layers (lib/solver/reduce.cpp, steps 3a-3b); failing that, the LP bound of the
+  // unclustered reduced problem: when the plan meets a bound it is optimal and returned; otherwise
+  // the unclustered problem is solved with the clustered plan as incumbent (step 3;
+  // ReductionStats::cluster_check says which). The result is an optimum of the full problem
+  // either way (or comes with its proven gap when the time limit or the size of the unclustered
+  // LP stops the check). (An earlier option left the first and last layer
   // untied; the check replaces it: it is exact in every case, and the ILP keeps one copy of a
   // layer.)
   bool cluster = true;
