@@ -629,7 +629,7 @@ struct FoldedBound {
 };
 
 FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
-                        const std::vector<uint32_t>& instance, uint32_t boundary,
+                        const std::vector<uint32_t>& instance, uint32_t boundary, double min_ratio,
                         const SolverOptions& so, std::chrono::steady_clock::time_point t0) {
   FoldedBound out;
   const size_t n = full.nodes.size();
@@ -665,7 +665,9 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
   }
   const size_t nf = weight.size();
   out.unfold_ratio = static_cast<double>(n) / static_cast<double>(nf);
-  if (nf == n) {
+  if (out.unfold_ratio < min_ratio) {
+    // Few layers: the folded LP would be most of the unclustered one, and the check (step 3)
+    // is then cheaper alone.
     out.why = "too few tied instances to fold";
     return out;
   }
@@ -889,7 +891,8 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   double folded = -kInfinity;
   double unclustered_columns = 0;  // estimated from the folded LP (0: unknown)
   if (secondsLeft(options.solver, t0) > 0) {
-    FoldedBound fb = foldedBound(full, rep, instance, kFoldBoundary, options.solver, t0);
+    FoldedBound fb =
+        foldedBound(full, rep, instance, kFoldBoundary, options.fold_min_ratio, options.solver, t0);
     unclustered_columns = static_cast<double>(fb.columns) * fb.unfold_ratio;
     if (fb.bound) {
       folded = *fb.bound;

@@ -85,17 +85,17 @@ TEST(Reduction, SameOptimumOnLlamaTiny) {
 // - At the default budget the layer-symmetric (clustered) plans are dearer than the unreduced
 //   optimum for both layer counts (a plan that is not the same in every layer; the figures of an
 //   earlier version: 4 layers 2221.76 us against 2214.78, 8 layers 3767.05 against 3760.08). The
-//   folded LP bound rejects the clustered plan; re-solving with the first and last layers untied
-//   (reduce.cpp, step 3b) finds a plan that meets the bound, hence an optimum (earlier versions
-//   re-solved the whole problem without clustering). At high = 1 a symmetric optimum exists and
-//   the folded bound proves it.
+//   8-layer plan is checked with the folded LP bound, which rejects it; re-solving with the first
+//   and last layers untied (reduce.cpp, step 3b) finds a plan that meets the bound, hence an
+//   optimum. 4 layers are too few to fold (SolveGraphOptions::fold_min_ratio): the LP bound of the
+//   unclustered problem rejects the clustered plan and the problem is re-solved without
+//   clustering. At high = 1 a symmetric optimum exists and the respective bound proves it.
 TEST(Reduction, SameOptimumOnLlamaSmall4And8Layers) {
-  const std::string untied = "boundary layers re-solved, verified by the folded LP bound";
-  const std::string proven = "clustered solution verified by the folded LP bound";
-  expectSameOptimum("llama_small_4l", "4", std::nullopt, untied);
-  expectSameOptimum("llama_small", "4", std::nullopt, untied);
-  expectSameOptimum("llama_small_4l", "4", 1.0, proven);
-  expectSameOptimum("llama_small", "4", 1.0, proven);
+  expectSameOptimum("llama_small_4l", "4", std::nullopt, "re-solved without clustering");
+  expectSameOptimum("llama_small", "4", std::nullopt,
+                    "boundary layers re-solved, verified by the folded LP bound");
+  expectSameOptimum("llama_small_4l", "4", 1.0, "clustered solution verified by LP bound");
+  expectSameOptimum("llama_small", "4", 1.0, "clustered solution verified by the folded LP bound");
 }
 // Tight budgets where clustering alone was measured dearer (5% and 3%).
 TEST(Reduction, SameOptimumUnderTightBudgets) {

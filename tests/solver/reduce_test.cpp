@@ -270,7 +270,9 @@ TEST(Clustering, FoldedBoundIsALowerBoundAndOftenProves) {
     GraphProblem gp = randomChain(rng, layers, memory, trial % 8 == 3 ? 0.5 : 0.8);
     auto brute = bruteForce(gp.problem);
     ReductionStats stats;
-    auto s = solveGraphProblem(gp, {}, &stats);
+    SolveGraphOptions o;
+    o.fold_min_ratio = 1;  // fold chains this short too
+    auto s = solveGraphProblem(gp, o, &stats);
     ASSERT_EQ(brute.ok(), s.ok()) << "trial " << trial;
     if (!brute.ok()) continue;
     ++trials;

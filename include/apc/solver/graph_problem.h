@@ -146,6 +146,11 @@ struct SolveGraphOptions {
   // the optimum, for callers that only need one (the quality test: a clustered plan no dearer than
   // a baseline implies the optimum is no dearer either).
   bool prove_cluster = true;
+  // The check starts with the folded bound (reduce.cpp, steps 3a-3b) when the unclustered problem
+  // has at least this many nodes per folded node; below, the folded LP would be most of the
+  // unclustered one (llama_small_4l on 2x2x2, 4 layers, 1.3: the folded LP and the boundary
+  // re-solve took about as long as the unclustered check, which then still ran).
+  double fold_min_ratio = 2.0;
 };
 
 /// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
