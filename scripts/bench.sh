@@ -35,8 +35,9 @@ if [ ${#cases[@]} -eq 0 ]; then
 fi
 
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cpus"
-printf "%-14s %-9s %-6s %8s %9s  %-10s %-8s %s\n" model mesh batch wall_s rss_mib status gap "goal | problem"
-declare -A WALL
+printf "%-14s %-9s %-6s %8s %8s %9s  %-10s %-8s %s\n" model mesh batch wall_s solve_s rss_mib status gap \
+  "goal | problem"
+declare -A WALL SOLVE
 for c in "${cases[@]}"; do
   IFS=: read -r model mesh batch <<<"$c"
   mesh=${mesh:-8x8}
@@ -50,9 +51,11 @@ for c in "${cases[@]}"; do
     status=$(sed -n 's/^solver: \([^,]*\),.*/\1/p' "$OUT/log")
     gap=$(sed -n 's/.*proven gap \([0-9.e+-]*%\).*/\1/p' "$OUT/log")
     sizes=$(sed -n 's/^problem: \(.*\)/\1/p' "$OUT/log")
+    solve=$(sed -n 's/^time:.* solve \([0-9.]*\) s.*/\1/p' "$OUT/log")
     WALL[$model:$mesh]=$wall
-    printf "%-14s %-9s %-6s %8.2f %9s  %-10s %-8s %s | %s\n" "$model" "$mesh" "${batch:-8}" "$wall" "$rss" \
-      "$status" "${gap:--}" "$(goal "$model:$mesh")" "$sizes"
+    SOLVE[$model:$mesh]=${solve:-}
+    printf "%-14s %-9s %-6s %8.2f %8s %9s  %-10s %-8s %s | %s\n" "$model" "$mesh" "${batch:-8}" "$wall" \
+      "${solve:--}" "$rss" "$status" "${gap:--}" "$(goal "$model:$mesh")" "$sizes"
     [ -n "${APC_BENCH_LOG:-}" ] && grep -E "^(problem|solver|time):" "$OUT/log" | sed 's/^/    /'
   else
     printf "%-14s %-9s apc plan failed: %s\n" "$model" "$mesh" "$(tail -1 "$OUT/log")"
@@ -63,5 +66,12 @@ for mesh in 8x8 2x2x2; do
   a=${WALL[llama_small_4l:$mesh]:-} b=${WALL[llama_small:$mesh]:-}
   [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v m="$mesh" \
     'BEGIN { printf "layers 8 vs 4 on %s: %.2fx the time (goal for 126 vs 32 layers: <= 1.5x)\n", m, b / a }'
+done
+# 126 against 32 layers (llama3_405b against llama3_8b; wider too, so the build grows with the
+# dims): the solve phase after the graph problem is built.
+for mesh in 8x8 8x8x8; do
+  a=${SOLVE[llama3_8b:$mesh]:-} b=${SOLVE[llama3_405b:$mesh]:-}
+  [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v m="$mesh" \
+    'BEGIN { printf "solve phase, 126 vs 32 layers on %s: %.2fx (%.2f s vs %.2f s)\n", m, b / a, b, a }'
 done
 exit 0

@@ -56,10 +56,12 @@ bool sameNode(const GraphProblem& gp, uint32_t a, const std::string& suffix_a, u
 
 }  // namespace
 
-std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters) {
+std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters,
+                                                   std::vector<uint32_t>* instance) {
   const size_t n = gp.problem.nodes.size();
   std::vector<uint32_t> rep(n);
   for (uint32_t i = 0; i < n; ++i) rep[i] = i;
+  if (instance) instance->assign(n, 0);
   // prefix -> instance index (in order of first appearance) -> node list
   std::map<std::string, std::vector<std::string>> instance_order;
   std::map<std::string, std::map<std::string, std::vector<std::pair<uint32_t, std::string>>>>
@@ -90,8 +92,11 @@ std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_
       for (size_t i = 0; i < other.size() && same; ++i)
         same = sameNode(gp, other[i].first, other[i].second, first[i].first, first[i].second);
       if (!same) continue;
-      for (size_t i = 0; i < other.size(); ++i) rep[other[i].first] = first[i].first;
       ++tied;
+      for (size_t i = 0; i < other.size(); ++i) {
+        rep[other[i].first] = first[i].first;
+        if (instance) (*instance)[other[i].first] = static_cast<uint32_t>(tied);
+      }
     }
     if (tied > 0) ++count;
   }

@@ -23,6 +23,7 @@
 #include "CoinPackedMatrix.hpp"
 #include "CoinPackedVector.hpp"
 #include "OsiClpSolverInterface.hpp"
+#include "lp_bound.h"
 
 namespace apc::solver {
 
@@ -117,9 +118,21 @@ std::vector<uint32_t> classify(size_t count, size_t length, Get get, std::vector
   return cls;
 }
 
-/// Builds the program; `use_pins` / `use_memory` / `memory_objective` as in run().
+/// The rows of the linked groups (lp_bound.h): per group its class map over its node's strategies
+/// and its first row.
+struct LinkedRows {
+  std::vector<const std::vector<uint32_t>*> class_of;  // per group
+  std::vector<int> first_row;                          // per group
+  std::vector<std::vector<uint32_t>> of_node;          // per node: its groups
+};
+
+/// Builds the program; `use_pins` / `use_memory` / `memory_objective` as in run(). With `groups`
+/// and `linked` (lp_bound.h), their rows and columns too (`ok` is cleared when a group's edges
+/// disagree on its class map).
 Program buildProgram(const Problem& p, const std::set<std::string>& dropped_groups, bool use_memory,
-                     bool memory_objective) {
+                     bool memory_objective,
+                     const std::vector<detail::LinkedGroup>* groups = nullptr,
+                     const std::vector<detail::LinkedEdge>* linked = nullptr, bool* ok = nullptr) {
   Program g;
   const size_t n = p.nodes.size();
   // Rows: (a) per node, then (b)/(c) per edge and class, then (e).
@@ -162,6 +175,33 @@ Program buildProgram(const Problem& p, const std::set<std::string>& dropped_grou
     incident[e.src].push_back({i, true});
     incident[e.dst].push_back({i, false});
   }
+  LinkedRows lr;
+  if (groups && linked) {
+    lr.class_of.assign(groups->size(), nullptr);
+    lr.first_row.assign(groups->size(), 0);
+    lr.of_node.resize(n);
+    std::vector<size_t> classes(groups->size(), 0);
+    auto side = [&](uint32_t group, const std::vector<uint32_t>& map, size_t count) {
+      if (!lr.class_of[group]) {
+        lr.class_of[group] = &map;
+        classes[group] = count;
+      } else if (*lr.class_of[group] != map || classes[group] != count) {
+        if (ok) *ok = false;
+      }
+    };
+    for (const detail::LinkedEdge& e : *linked) {
+      side(e.src_group, e.table.row_of, e.table.rows);
+      side(e.dst_group, e.table.col_of, e.table.cols);
+    }
+    for (size_t k = 0; k < groups->size(); ++k) {
+      if (!lr.class_of[k]) continue;
+      const detail::LinkedGroup& gr = (*groups)[k];
+      lr.first_row[k] = g.numRows();
+      lr.of_node[gr.node].push_back(static_cast<uint32_t>(k));
+      g.rowlb.resize(g.rowlb.size() + classes[k], gr.equality ? 0.0 : -COIN_DBL_MAX);
+      g.rowub.resize(g.rowlb.size(), 0.0);
+    }
+  }
   const bool memory_row = p.memory && use_memory;
   const int mem_row = g.numRows();
   if (memory_row) {
@@ -188,6 +228,11 @@ Program buildProgram(const Problem& p, const std::set<std::string>& dropped_grou
         g.index.push_back(row);
         g.value.push_back(-1.0);
       }
+      if (!lr.of_node.empty())
+        for (uint32_t k : lr.of_node[v]) {
+          g.index.push_back(lr.first_row[k] + static_cast<int>((*lr.class_of[k])[s]));
+          g.value.push_back(-(*groups)[k].coef);
+        }
       if (memory_row && m != 0) {
         g.index.push_back(mem_row);
         g.value.push_back(m);
@@ -211,6 +256,18 @@ Program buildProgram(const Problem& p, const std::set<std::string>& dropped_grou
       }
     }
   }
+  if (groups && linked)
+    for (const detail::LinkedEdge& e : *linked) {
+      const detail::Table& t = e.table;
+      for (size_t a = 0; a < t.rows; ++a)
+        for (size_t b = 0; b < t.cols; ++b) {
+          double c = t.at(a, b);
+          if (!std::isfinite(c)) continue;
+          g.addColumn(memory_objective ? 0.0 : c, COIN_DBL_MAX,
+                      {{lr.first_row[e.src_group] + static_cast<int>(a), 1.0},
+                       {lr.first_row[e.dst_group] + static_cast<int>(b), 1.0}});
+        }
+    }
   return g;
 }
 
@@ -309,6 +366,36 @@ LpResult solveLp(OsiClpSolverInterface& solver, const Program& g, double seconds
   }
   return r;
 }
+
+}  // namespace
+
+namespace detail {
+
+std::optional<double> linkedLpBound(const Problem& p, const std::vector<LinkedGroup>& groups,
+                                    const std::vector<LinkedEdge>& linked, double seconds,
+                                    size_t* columns) {
+  bool ok = true;
+  const Program g = buildProgram(p, {}, true, false, &groups, &linked, &ok);
+  if (columns) *columns = g.numCols();
+  if (!ok || seconds <= 0) return std::nullopt;
+  OsiClpSolverInterface solver;
+  std::vector<int> lengths(g.numCols());
+  for (size_t j = 0; j < g.numCols(); ++j)
+    lengths[j] = static_cast<int>(g.starts[j + 1] - g.starts[j]);
+  CoinPackedMatrix matrix(true, g.numRows(), static_cast<int>(g.numCols()),
+                          static_cast<CoinBigIndex>(g.index.size()), g.value.data(), g.index.data(),
+                          g.starts.data(), lengths.data());
+  solver.loadProblem(matrix, g.collb.data(), g.colub.data(), g.obj.data(), g.rowlb.data(),
+                     g.rowub.data());
+  solver.messageHandler()->setLogLevel(0);
+  const LpResult lp = solveLp(solver, g, seconds);
+  if (!lp.optimal) return std::nullopt;
+  return lp.objective;
+}
+
+}  // namespace detail
+
+namespace {
 
 /// Builds and solves; `use_pins` / `use_memory` drop constraint groups for diagnosis; when
 /// `memory_objective` is set the objective is the memory of (e) instead of the cost. `start`: a
