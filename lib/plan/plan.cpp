@@ -77,12 +77,10 @@ std::vector<std::string> inputShapes(const ir::Graph& g) {
 std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
                         const solver::SolveGraphOptions& options, std::string_view baseline) {
   // One canonical JSON document (sorted keys) of everything that determines the plan.
-  nlohmann::json j = {{"apc_version", apcVersion()},
-                      {"format_version", kPlanFormatVersion},
-                      {"model_sha256", source.model_sha256},
-                      {"inputs", source.inputs},
-                      {"spec", mesh::toJson(spec)},
-                      {"options", {{"reduce", options.reduce}}}};
+  nlohmann::json j = {
+      {"apc_version", apcVersion()},         {"format_version", kPlanFormatVersion},
+      {"model_sha256", source.model_sha256}, {"inputs", source.inputs},
+      {"spec", mesh::toJson(spec)},          {"options", {{"reduce", options.reduce}}}};
   if (!baseline.empty()) j["options"]["baseline"] = std::string(baseline);
   return sha256Hex(j.dump());
 }

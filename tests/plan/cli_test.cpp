@@ -248,7 +248,7 @@ TEST_F(PlanCli, BadInputIsOneLineAndExitTwo) {
   ASSERT_EQ(planToy(tmp("ok.json")).code, 0);
   expectOneLineError(runApc("explain " + tmp("ok.json") + " --node no_such_node"),
                      "no node named 'no_such_node'");
-  expectOneLineError(runApc("explain " + tmp("ok.json") + " --format svg"), "--format");
+  expectOneLineError(runApc("explain " + tmp("ok.json") + " --format png"), "--format");
   expectOneLineError(runApc("diff " + tmp("ok.json") + " " + tmp("missing.json")), "missing.json");
 }
 
