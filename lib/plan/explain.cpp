@@ -541,10 +541,14 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
       const std::string& to = box[i];
       if (from == to) continue;
       std::string label;
-      if (p.nodes[i].graph_node)
+      if (p.nodes[i].graph_node) {
         if (auto it = options.edge_labels.find({*p.nodes[i].graph_node, e.input});
             it != options.edge_labels.end())
           label = it->second;
+      } else if (auto it = options.sink_labels.find(p.nodes[i].name);
+                 it != options.sink_labels.end()) {
+        label = it->second;
+      }
       if (label.empty() && e.cost_us > 0) label = formatMicros(e.cost_us);
       if ((from[0] == 'm' || to[0] == 'm') && label.empty() && !drawn.insert({from, to}).second)
         continue;

@@ -131,6 +131,11 @@ Layout layoutOf(const Plan& p, const PictureOptions& o) {
           std::replace(label.begin(), label.end(), '\n', ' ');
           l.comm[i] += (l.comm[i].empty() ? "" : "; ") + label;
         }
+    if (!n.graph_node)
+      if (auto it = o.sink_labels.find(n.name); it != o.sink_labels.end()) {
+        l.comm[i] = it->second;
+        std::replace(l.comm[i].begin(), l.comm[i].end(), '\n', ' ');
+      }
     if (l.comm[i].empty() && n.comm_us > 0) l.comm[i] = "comm " + formatMicros(n.comm_us);
   }
   size_t k = 0;

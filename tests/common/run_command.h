@@ -46,14 +46,17 @@ inline CommandResult runCommand(const std::string& cmd) {
   return r;
 }
 
-/// `err` without the progress lines of long phases (`apc: progress: ...`).
+/// `err` without the progress lines of long phases (`apc: progress: ...`) and of `apc run`
+/// (`apc run: progress: started 4 ranks ...`, `... rank 2 connected (3/4, 1.4 s)`).
 inline std::string withoutProgress(const std::string& err) {
   std::string out;
   size_t pos = 0;
   while (pos < err.size()) {
     size_t end = err.find('\n', pos);
     end = end == std::string::npos ? err.size() : end + 1;
-    if (err.compare(pos, 15, "apc: progress: ") != 0) out.append(err, pos, end - pos);
+    if (err.compare(pos, 15, "apc: progress: ") != 0 &&
+        err.compare(pos, 19, "apc run: progress: ") != 0)
+      out.append(err, pos, end - pos);
     pos = end;
   }
   return out;

@@ -223,7 +223,7 @@ TEST_F(Usability, RunTakesWorldSizeFromTheManifest) {
     EXPECT_NE(r.out.find("rank " + std::to_string(rank) + " of 4 in " + art + " at " + art),
               std::string::npos)
         << r.out;
-  EXPECT_NE(r.err.find("apc run: started 4 ranks"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("apc run: progress: started 4 ranks"), std::string::npos) << r.err;
   expectOneLineError(apc("run " + tmp("art") + " --nproc 2 -- true"), "lowered for 4 ranks");
   fs::create_directories(tmp("empty"));
   expectOneLineError(apc("run " + tmp("empty") + " -- true"), "give --nproc N");
@@ -240,7 +240,7 @@ TEST_F(Usability, RunReportsRanksAsTheyConnect) {
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("step 0 loss"), std::string::npos) << r.out;
   for (int rank = 0; rank < 4; ++rank)
-    EXPECT_NE(r.err.find("apc run: rank " + std::to_string(rank) + " connected ("),
+    EXPECT_NE(r.err.find("apc run: progress: rank " + std::to_string(rank) + " connected ("),
               std::string::npos)
         << r.err;
   EXPECT_NE(r.err.find("(4/4, "), std::string::npos) << r.err;

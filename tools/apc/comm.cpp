@@ -73,6 +73,10 @@ Expected<std::vector<EdgeComm>> edgeComms(const ir::Graph& g, const plan::Plan& 
                  it->second->op + ", input " + std::to_string(e.input) + ")";
       }
     }
+    if (!e.graph_node)
+      if (size_t arrow = e.edge.find(" -> output");
+          arrow != std::string::npos && !e.edge.empty() && e.edge[0] == '%')
+        e.sink = "output " + e.edge.substr(0, arrow);
     out.push_back(std::move(e));
   }
   return out;
@@ -115,21 +119,36 @@ nlohmann::json toJson(const EdgeComm& e, const mesh::DeviceMesh& mesh) {
           {"regather", e.regather}};
 }
 
+namespace {
+
+std::string shortLabel(const EdgeComm& e, const mesh::DeviceMesh& mesh) {
+  std::string label;
+  auto add = [&](const std::vector<CommStep>& steps, const char* dir) {
+    for (const CommStep& s : steps)
+      label += (label.empty() ? "" : "\n") + std::string(dir) + shortKind(s.kind) + "(" +
+               dimName(mesh, s.mesh_dim) + ") " + humanBytes(static_cast<double>(s.bytes));
+  };
+  add(e.forward, "");
+  add(e.backward, "bwd ");
+  return label + "\n" + plan::formatMicros(e.forward_us + e.backward_us);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> sinkLabels(const std::vector<EdgeComm>& comms,
+                                              const mesh::DeviceMesh& mesh) {
+  std::map<std::string, std::string> out;
+  for (const EdgeComm& e : comms)
+    if (!e.sink.empty()) out[e.sink] = shortLabel(e, mesh);
+  return out;
+}
+
 std::map<std::pair<uint32_t, uint32_t>, std::string> edgeLabels(const std::vector<EdgeComm>& comms,
                                                                 const mesh::DeviceMesh& mesh) {
   std::map<std::pair<uint32_t, uint32_t>, std::string> out;
   for (const EdgeComm& e : comms) {
     if (!e.graph_node) continue;
-    std::string label;
-    auto add = [&](const std::vector<CommStep>& steps, const char* dir) {
-      for (const CommStep& s : steps)
-        label += (label.empty() ? "" : "\n") + std::string(dir) + shortKind(s.kind) + "(" +
-                 dimName(mesh, s.mesh_dim) + ") " + humanBytes(static_cast<double>(s.bytes));
-    };
-    add(e.forward, "");
-    add(e.backward, "bwd ");
-    label += "\n" + plan::formatMicros(e.forward_us + e.backward_us);
-    out[{*e.graph_node, e.input}] = label;
+    out[{*e.graph_node, e.input}] = shortLabel(e, mesh);
   }
   return out;
 }

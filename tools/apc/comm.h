@@ -35,6 +35,7 @@ struct CommStep {
 struct EdgeComm {
   std::string edge;                    // "%x -> aten::linear #5 (input 0)", "%y -> output 0"
   std::optional<uint32_t> graph_node;  // the consumer's graph node (none for outputs)
+  std::string sink;                    // for an output: its sink's plan name ("output %y")
   uint32_t input = 0;                  // the consumer's input index
   std::string from, to;                // placements, "S(0)R" -> "RR"
   std::vector<CommStep> forward, backward;
@@ -56,6 +57,9 @@ nlohmann::json toJson(const EdgeComm& e, const mesh::DeviceMesh& mesh);
 /// Short labels for graph edges keyed by (consumer graph node, input): "AG(dp) 4 MiB".
 std::map<std::pair<uint32_t, uint32_t>, std::string> edgeLabels(const std::vector<EdgeComm>& comms,
                                                                 const mesh::DeviceMesh& mesh);
+/// The same for the edges into output sinks, by the sink's plan name.
+std::map<std::string, std::string> sinkLabels(const std::vector<EdgeComm>& comms,
+                                              const mesh::DeviceMesh& mesh);
 /// A text section "communication (rank 0's program): ..." of the edges into `graph_nodes` (all
 /// edges when null).
 std::string commSection(const std::vector<EdgeComm>& comms, const mesh::DeviceMesh& mesh,

@@ -84,6 +84,7 @@ int runExplain(const ExplainFlags& f) {
   if (f.format == "dot") {
     plan::DotOptions options;
     options.edge_labels = edgeLabels(comms, p->spec.mesh);
+    options.sink_labels = sinkLabels(comms, p->spec.mesh);
     options.parameters = !f.no_parameters;
     options.collapse_depth = f.collapse_depth;
     if (!no_comm.empty())
@@ -94,6 +95,7 @@ int runExplain(const ExplainFlags& f) {
   if (f.format == "svg" || f.format == "html") {
     plan::PictureOptions options;
     options.edge_labels = edgeLabels(comms, p->spec.mesh);
+    options.sink_labels = sinkLabels(comms, p->spec.mesh);
     if (!no_comm.empty())
       std::cerr << "apc: note: edges show costs only, not collectives: " << no_comm << "\n";
     std::cout << (f.format == "svg" ? plan::svgPicture(*p, options)

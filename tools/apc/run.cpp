@@ -260,13 +260,13 @@ int runLauncher(const RunOptions& o) {
       connected[r] = true;
       ++num_connected;
       char text[96];
-      std::snprintf(text, sizeof text, "apc run: rank %d connected (%d/%d, %.1f s)\n", r,
+      std::snprintf(text, sizeof text, "apc run: progress: rank %d connected (%d/%d, %.1f s)\n", r,
                     num_connected, n, std::chrono::duration<double>(Clock::now() - start).count());
       std::fputs(text, stderr);
       std::fflush(stderr);
     }
   };
-  std::fprintf(stderr, "apc run: started %d rank%s of %s\n", n, n == 1 ? "" : "s",
+  std::fprintf(stderr, "apc run: progress: started %d rank%s of %s\n", n, n == 1 ? "" : "s",
                command[0].c_str());
   std::fflush(stderr);
   while (left > 0 || !streams.empty()) {

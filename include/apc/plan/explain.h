@@ -115,6 +115,9 @@ struct DotOptions {
   /// dims and bytes (apc explain fills it from the lowered program); edges without one that
   /// cost something are labelled with their cost.
   std::map<std::pair<uint32_t, uint32_t>, std::string> edge_labels;
+  /// Labels of the edges into output and pin sinks (no graph node), by the sink's plan name
+  /// ("output %y").
+  std::map<std::string, std::string> sink_labels;
   bool parameters = true;  // draw parameters and buffers (small ellipses) with their placement
   bool modules = true;     // one nested cluster per module path (layers / layers.0 / ...)
   /// Module paths deeper than this many components are drawn as one box per module (its op
@@ -128,8 +131,9 @@ struct DotOptions {
 std::string dotGraph(const Plan& p, const DotOptions& options = {});
 
 struct PictureOptions {
-  /// As DotOptions::edge_labels: the collectives of each communicating edge.
+  /// As DotOptions::edge_labels and sink_labels: the collectives of each communicating edge.
   std::map<std::pair<uint32_t, uint32_t>, std::string> edge_labels;
+  std::map<std::string, std::string> sink_labels;
 };
 
 /// The plan as one static SVG (lib/plan/picture.cpp): a per-module cost chart (compute and
