@@ -9,8 +9,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "apc/cost/redistribute.h"
 #include "apc/plan/report.h"
@@ -389,6 +392,10 @@ namespace {
 std::string dotEscape(const std::string& s) {
   std::string out;
   for (char c : s) {
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
     if (c == '"' || c == '\\') out += '\\';
     out += c;
   }
@@ -397,44 +404,159 @@ std::string dotEscape(const std::string& s) {
 
 }  // namespace
 
-std::string dotGraph(const Plan& p) {
+namespace {
+
+/// The first `depth` components of a module path ("layers.0.attention", 2 -> "layers.0").
+std::string truncatePath(const std::string& path, size_t depth) {
+  if (depth == 0 || path.empty()) return path;
+  size_t pos = 0;
+  for (size_t k = 0; k < depth; ++k) {
+    pos = path.find('.', pos);
+    if (pos == std::string::npos) return path;
+    if (k + 1 < depth) ++pos;
+  }
+  return path.substr(0, pos);
+}
+
+/// A module path's parent ("layers.0.attention" -> "layers.0"; "layers" -> "").
+std::string parentPath(const std::string& path) {
+  size_t dot = path.rfind('.');
+  return dot == std::string::npos ? std::string() : path.substr(0, dot);
+}
+
+}  // namespace
+
+std::string dotGraph(const Plan& p, const DotOptions& options) {
   static const char* kPalette[] = {"#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f", "#cab2d6",
                                    "#ffff99", "#8dd3c7", "#bebada", "#fccde5", "#d9d9d9",
                                    "#ccebc5", "#ffed6f", "#80b1d3", "#fdb462", "#b3de69"};
   constexpr size_t kColors = sizeof(kPalette) / sizeof(kPalette[0]);
-  auto shown = [&](const PlanNode& n) { return n.kind != "parameter" && n.kind != "buffer"; };
+  auto isParam = [](const PlanNode& n) { return n.kind == "parameter" || n.kind == "buffer"; };
+  auto shown = [&](const PlanNode& n) { return options.parameters || !isParam(n); };
   std::map<std::string, size_t> colour;  // placement text -> palette index, in sorted order
   for (const PlanNode& n : p.nodes)
     if (shown(n)) colour.emplace(compact(n.outputPlacements()), 0);
   size_t k = 0;
   for (auto& [placement, c] : colour) c = k++ % kColors;
 
+  // Which box each node is drawn in: itself ("n<i>"), or, when its module path is deeper than
+  // collapse_depth, the box of its module truncated to that depth ("m<k>").
+  std::vector<std::string> box(p.nodes.size());
+  struct Collapsed {
+    size_t ops = 0;
+    double cost_us = 0;
+  };
+  std::map<std::string, Collapsed> collapsed;  // truncated module path -> totals
+  std::vector<std::string> box_path(p.nodes.size());
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const PlanNode& n = p.nodes[i];
+    box[i] = "n" + std::to_string(i);
+    if (options.collapse_depth == 0 || n.module_path.empty()) continue;
+    std::string top = truncatePath(n.module_path, options.collapse_depth);
+    if (top == n.module_path) continue;
+    Collapsed& c = collapsed[top];
+    if (n.kind == "op") ++c.ops;
+    c.cost_us += n.cost_us;
+    box_path[i] = top;
+  }
+  {
+    std::map<std::string, std::string> ids;
+    size_t m = 0;
+    for (const auto& [path, c] : collapsed) ids[path] = "m" + std::to_string(m++);
+    for (size_t i = 0; i < p.nodes.size(); ++i)
+      if (!box_path[i].empty()) box[i] = ids[box_path[i]];
+  }
+
+  // Module clusters: every drawn node or collapsed box under its module path (and the paths
+  // above it, nested).
+  std::map<std::string, std::vector<std::string>> members;  // module path -> node statements
+  std::set<std::string> paths;
+  auto addPath = [&](std::string path) {
+    while (!path.empty()) {
+      paths.insert(path);
+      path = parentPath(path);
+    }
+  };
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    const PlanNode& n = p.nodes[i];
+    if (!shown(n) || box[i][0] != 'n') continue;
+    std::string placement = compact(n.outputPlacements());
+    std::string label = dotEscape(displayName(n));
+    if (!isParam(n)) label += "\\n" + dotEscape(n.op);
+    label += "\\n" + dotEscape(placement);
+    if (n.cost_us > 0) label += "  " + dotEscape(formatMicros(n.cost_us));
+    std::string shape = n.kind == "op" ? ""
+                        : isParam(n)   ? ", shape=ellipse, fontsize=8"
+                                       : ", shape=ellipse";
+    std::string stmt = box[i] + " [label=\"" + label + "\", fillcolor=\"" +
+                       kPalette[colour[placement]] + "\"" + shape + "];";
+    std::string where = options.modules ? n.module_path : std::string();
+    members[where].push_back(stmt);
+    if (options.modules) addPath(where);
+  }
+  {
+    size_t m = 0;
+    for (const auto& [path, c] : collapsed) {
+      std::string label = dotEscape(path) + "\\n" + std::to_string(c.ops) + " ops  " +
+                          dotEscape(formatMicros(c.cost_us));
+      std::string stmt = "m" + std::to_string(m++) + " [label=\"" + label +
+                         "\", shape=box3d, fillcolor=\"#eeeeee\"];";
+      std::string where = options.modules ? path : std::string();
+      members[where].push_back(stmt);
+      if (options.modules) addPath(where);
+    }
+  }
+
   std::string out = "digraph plan {\n";
   out += "  label=\"" +
          dotEscape(p.model.model_name + " on " + p.spec.mesh.toString() + ": " +
                    formatMicros(p.totals.total_us) + " per step") +
-         "\";\n  labelloc=t;\n  rankdir=TB;\n";
+         "\";\n  labelloc=t;\n  rankdir=TB;\n  compound=true;\n";
   out += "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n";
   out += "  edge [fontname=\"Helvetica\", fontsize=9];\n";
-  for (size_t i = 0; i < p.nodes.size(); ++i) {
-    const PlanNode& n = p.nodes[i];
-    if (!shown(n)) continue;
-    std::string placement = compact(n.outputPlacements());
-    std::string label = dotEscape(displayName(n)) + "\\n" + dotEscape(n.op);
-    if (!n.module_path.empty()) label += "\\n" + dotEscape(n.module_path);
-    label += "\\n" + dotEscape(placement);
-    if (n.cost_us > 0) label += "  " + dotEscape(formatMicros(n.cost_us));
-    std::string shape = n.kind == "op" ? "" : ", shape=ellipse";
-    out += "  n" + std::to_string(i) + " [label=\"" + label + "\", fillcolor=\"" +
-           kPalette[colour[placement]] + "\"" + shape + "];\n";
-  }
+  for (const std::string& stmt : members[""]) out += "  " + stmt + "\n";
+  // Nested clusters: emit each top-level path with its children recursively.
+  size_t cluster = 0;
+  std::function<void(const std::string&, const std::string&)> emit =
+      [&](const std::string& path, const std::string& indent) {
+        out += indent + "subgraph cluster_" + std::to_string(cluster++) + " {\n";
+        out +=
+            indent + "  label=\"" + dotEscape(path) + "\"; style=\"rounded\"; color=\"#999999\";\n";
+        for (const std::string& stmt : members[path]) out += indent + "  " + stmt + "\n";
+        for (auto it = paths.upper_bound(path); it != paths.end(); ++it) {
+          if (it->compare(0, path.size() + 1, path + ".") != 0) break;
+          if (parentPath(*it) == path) emit(*it, indent + "  ");
+        }
+        out += indent + "}\n";
+      };
+  for (const std::string& path : paths)
+    if (parentPath(path).empty()) emit(path, "  ");
+
+  std::set<std::pair<std::string, std::string>> drawn;  // collapsed boxes: one edge per pair
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     if (!shown(p.nodes[i])) continue;
     for (const PlanEdge& e : p.nodes[i].in_edges) {
       if (!shown(p.nodes[e.from])) continue;
-      out += "  n" + std::to_string(e.from) + " -> n" + std::to_string(i);
-      if (e.cost_us > 0)
-        out += " [label=\"" + dotEscape(formatMicros(e.cost_us)) + "\", color=red]";
+      const std::string& from = box[e.from];
+      const std::string& to = box[i];
+      if (from == to) continue;
+      std::string label;
+      if (p.nodes[i].graph_node) {
+        if (auto it = options.edge_labels.find({*p.nodes[i].graph_node, e.input});
+            it != options.edge_labels.end())
+          label = it->second;
+      } else if (auto it = options.sink_labels.find(p.nodes[i].name);
+                 it != options.sink_labels.end()) {
+        label = it->second;
+      }
+      if (label.empty() && e.cost_us > 0) label = formatMicros(e.cost_us);
+      if ((from[0] == 'm' || to[0] == 'm') && label.empty() && !drawn.insert({from, to}).second)
+        continue;
+      out += "  " + from + " -> " + to;
+      if (!label.empty())
+        out += " [label=\"" + dotEscape(label) + "\", color=red, fontcolor=red]";
+      else if (isParam(p.nodes[e.from]))
+        out += " [color=\"#aaaaaa\"]";
       out += ";\n";
     }
   }

@@ -77,15 +77,10 @@ std::vector<std::string> inputShapes(const ir::Graph& g) {
 std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
                         const solver::SolveGraphOptions& options, std::string_view baseline) {
   // One canonical JSON document (sorted keys) of everything that determines the plan.
-  nlohmann::json j = {{"apc_version", apcVersion()},
-                      {"format_version", kPlanFormatVersion},
-                      {"model_sha256", source.model_sha256},
-                      {"inputs", source.inputs},
-                      {"spec", mesh::toJson(spec)},
-                      {"options",
-                       {{"time_limit_s", canonicalNumber(options.solver.time_limit_s)},
-                        {"threads", options.solver.threads},
-                        {"reduce", options.reduce}}}};
+  nlohmann::json j = {
+      {"apc_version", apcVersion()},         {"format_version", kPlanFormatVersion},
+      {"model_sha256", source.model_sha256}, {"inputs", source.inputs},
+      {"spec", mesh::toJson(spec)},          {"options", {{"reduce", options.reduce}}}};
   if (!baseline.empty()) j["options"]["baseline"] = std::string(baseline);
   return sha256Hex(j.dump());
 }
@@ -155,6 +150,14 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
     node.compute_us = canonicalNumber(pn.costs[c]);
     if (pn.pinned) node.pin_group = pn.pin_group.empty() ? "pins" : pn.pin_group;
     plan.nodes.push_back(std::move(node));
+  }
+
+  // The solver's time limit and threads change the plan only through the strategies it chose, so
+  // the hash covers those choices instead of the settings: equal placements, equal hash.
+  {
+    std::string choices = plan.content_hash;
+    for (const PlanNode& n : plan.nodes) choices += "\n" + std::to_string(n.strategy_index);
+    plan.content_hash = sha256Hex(choices);
   }
 
   for (size_t k = 0; k < p.edges.size(); ++k) {

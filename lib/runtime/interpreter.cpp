@@ -14,7 +14,24 @@ namespace apc::runtime {
 
 std::string firstLine(const std::string& what) {
   size_t nl = what.find('\n');
-  return nl == std::string::npos ? what : what.substr(0, nl);
+  std::string first = nl == std::string::npos ? what : what.substr(0, nl);
+  // The TorchScript interpreter's errors open with a fixed sentence and a traceback; the cause is
+  // the last `SomethingError: ...` line.
+  if (first.rfind("The following operation failed in the TorchScript interpreter", 0) != 0)
+    return first;
+  std::string cause;
+  size_t pos = 0;
+  while (pos < what.size()) {
+    size_t end = what.find('\n', pos);
+    if (end == std::string::npos) end = what.size();
+    std::string line = what.substr(pos, end - pos);
+    size_t colon = line.find(": ");
+    if (colon != std::string::npos && colon >= 5 && line.compare(colon - 5, 5, "Error") == 0 &&
+        line.find(' ') > colon)
+      cause = line;
+    pos = end + 1;
+  }
+  return cause.empty() ? first : cause;
 }
 
 namespace {

@@ -19,6 +19,7 @@
 
 #include "apc.pb.h"
 #include "apc/ir/proto_io.h"
+#include "apc/ir/torch_dtype.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/redistribute.h"
 #include "parallel_module_reader.h"
@@ -619,6 +620,57 @@ Status ParallelModule::checkDivisible(const std::vector<c10::IValue>& inputs) {
   return Status::success();
 }
 
+Status ParallelModule::checkPlannedShapes(const std::vector<c10::IValue>& inputs) {
+  Impl& im = *impl_;
+  for (size_t i = 0; i < im.inputs.size() && i < inputs.size(); ++i) {
+    if (!inputs[i].isTensor()) continue;
+    const PlacedTensor& spec = im.inputs[i];
+    const at::Tensor& local = inputs[i].toTensor();
+    auto planned = [&] {
+      std::string dims;
+      for (size_t d = 0; d < spec.global_shape.size(); ++d)
+        dims += (d ? "," : "") + (spec.symbols[d].empty() ? "" : spec.symbols[d] + "=") +
+                std::to_string(spec.global_shape[d]);
+      return spec.name + ":" + ir::dtypeName(apc::dtypeOf(spec.storage_dtype)) + "[" + dims + "]";
+    };
+    if (local.dim() != static_cast<int64_t>(spec.global_shape.size()))
+      return invalidArgument("input '" + spec.name + "' has rank " + std::to_string(local.dim()) +
+                             " but the artifact was planned for " + planned());
+    for (size_t d = 0; d < spec.global_shape.size(); ++d) {
+      if (!spec.symbols[d].empty()) continue;  // dynamic: checkDivisible and the program cope
+      const auto dim = static_cast<int64_t>(d);
+      int64_t size = local.size(dim);
+      bool sharded = false;
+      for (const mesh::Placement& p : spec.placement) sharded |= p.isShard(static_cast<int>(d));
+      if (sharded) {
+        at::Tensor n = at::full({1}, size, at::TensorOptions().dtype(at::kLong));
+        for (size_t m = 0; m < spec.placement.size(); ++m) {
+          if (!spec.placement[m].isShard(static_cast<int>(d))) continue;
+          Communicator& c = im.world->dim(m);
+          const CommStats before = c.stats();
+          c.allReduce(n, mesh::ReduceOp::kSum);
+          c.restoreStats(before);
+        }
+        size = n.item<int64_t>();
+      }
+      if (size == spec.global_shape[d]) continue;
+      std::string hint;
+      if (d == 0) {
+        std::string dims = "B=" + std::to_string(spec.global_shape[0]);
+        for (size_t e = 1; e < spec.global_shape.size(); ++e)
+          dims += "," + std::to_string(spec.global_shape[e]);
+        hint = "; to run at other batch sizes plan a dynamic batch: apc plan --input '" +
+               spec.name + ":" + ir::dtypeName(apc::dtypeOf(spec.storage_dtype)) + "[" + dims +
+               "]' (or export the .pt2 with a torch.export.Dim)";
+      }
+      return invalidArgument("input '" + spec.name + "' has size " + std::to_string(size) +
+                             " in dim " + std::to_string(d) + " but the artifact was planned for " +
+                             std::to_string(spec.global_shape[d]) + " (" + planned() + ")" + hint);
+    }
+  }
+  return Status::success();
+}
+
 Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
     const std::vector<c10::IValue>& inputs) {
   Impl& im = *impl_;
@@ -626,6 +678,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   if (inputs.size() != im.inputs.size())
     return invalidArgument("forward takes " + std::to_string(im.inputs.size()) + " inputs, got " +
                            std::to_string(inputs.size()));
+  APC_RETURN_IF_ERROR(checkPlannedShapes(inputs));
   APC_RETURN_IF_ERROR(checkDivisible(inputs));
   Regatherer regather(*im.world);
   const ir::Graph& g = *im.graph;

@@ -24,6 +24,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <thread>
 
@@ -192,6 +194,10 @@ Status awaitAllRanks(c10d::Store& store, const LaunchEnv& env, const std::string
                      ": a rank started twice, or another job with the same job id on MASTER_PORT " +
                      std::to_string(env.master_port) + " (set APC_JOB_ID per job)");
     store.add(prefix + "arrived", 1);
+    // Under `apc run`, tell the launcher that this rank has joined (it reports ranks as they
+    // connect); best effort.
+    if (const char* dir = std::getenv("APC_RUN_STATUS_DIR"); dir && *dir)
+      std::ofstream(std::string(dir) + "/rank_" + std::to_string(env.rank)) << "connected\n";
     const auto start = Clock::now();
     auto next_note = start + options.progress_interval;
     while (store.add(prefix + "arrived", 0) < env.world_size) {

@@ -46,8 +46,27 @@ inline CommandResult runCommand(const std::string& cmd) {
   return r;
 }
 
-/// Exit code 2 and exactly one line on stderr, `apc: error: ...`, that contains `needle`.
-inline void expectOneLineError(const CommandResult& r, const std::string& needle) {
+/// `err` without the progress lines of long phases (`apc: progress: ...`) and of `apc run`
+/// (`apc run: progress: started 4 ranks ...`, `... rank 2 connected (3/4, 1.4 s)`).
+inline std::string withoutProgress(const std::string& err) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < err.size()) {
+    size_t end = err.find('\n', pos);
+    end = end == std::string::npos ? err.size() : end + 1;
+    if (err.compare(pos, 15, "apc: progress: ") != 0 &&
+        err.compare(pos, 19, "apc run: progress: ") != 0)
+      out.append(err, pos, end - pos);
+    pos = end;
+  }
+  return out;
+}
+
+/// Exit code 2 and exactly one line on stderr, `apc: error: ...`, that contains `needle`
+/// (progress lines of long phases aside).
+inline void expectOneLineError(const CommandResult& full, const std::string& needle) {
+  CommandResult r = full;
+  r.err = withoutProgress(full.err);
   EXPECT_EQ(r.code, 2) << r.err;
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;

@@ -235,8 +235,19 @@ TEST(Explain, DotGraphIsColouredByPlacement) {
   EXPECT_NE(dot.find("fillcolor="), std::string::npos);
   EXPECT_NE(dot.find("cluster_legend"), std::string::npos);
   EXPECT_NE(dot.find("n0 -> n3"), std::string::npos) << dot;  // x feeds the first linear
-  EXPECT_EQ(dot.find("up.weight"), std::string::npos);        // parameters are left out
+  // Issue 15 finding 4: parameters are drawn, modules are clusters, and a communicating edge
+  // carries the label it is given.
+  EXPECT_NE(dot.find("up.weight"), std::string::npos) << dot;
+  EXPECT_NE(dot.find("label=\"up\""), std::string::npos) << dot;
   EXPECT_EQ(dot.substr(dot.size() - 2), "}\n");
+  DotOptions options;
+  options.parameters = false;
+  const PlanNode& linear = p.result.plan.nodes[3];
+  ASSERT_TRUE(linear.graph_node.has_value());
+  options.edge_labels[{*linear.graph_node, 0}] = "AG(dp) 4 MiB";
+  std::string plain = dotGraph(p.result.plan, options);
+  EXPECT_EQ(plain.find("up.weight"), std::string::npos);
+  EXPECT_NE(plain.find("n0 -> n3 [label=\"AG(dp) 4 MiB\""), std::string::npos) << plain;
 }
 
 TEST(Diff, PlanAgainstItselfIsEmpty) {

@@ -107,7 +107,7 @@ TEST_F(Hardening, LinkNumbersHaveSaneRanges) {
   // The extremes of the ranges plan.
   std::string slow = write(
       "slow.json", R"j({"mesh": {"shape": [2], "latency_us": [1e6], "bandwidth_gbps": [0.001]}})j");
-  Result r = apc("plan " + kMlp + " --spec " + slow);
+  Result r = apc("plan " + kMlp + " --spec " + slow + " --quiet -o " + tmp("slow_plan.json"));
   EXPECT_EQ(r.code, 0) << r.err;
 }
 

@@ -177,6 +177,18 @@ TEST(ContentHash, FollowsSpecInputsAndOptions) {
   EXPECT_NE(contentHash(src, spec, no_reduce), h);
 }
 
+// Issue 15 finding 5: settings that act only through the solution found are not hashed.
+TEST(ContentHash, IgnoresThreadsAndTimeLimit) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  PlanSource src = testing::toySource(g);
+  mesh::Spec spec = toySpec2x4();
+  solver::SolveGraphOptions o;
+  solver::SolveGraphOptions other = o;
+  other.solver.threads = 2;
+  other.solver.time_limit_s = 7;
+  EXPECT_EQ(contentHash(src, spec, other), contentHash(src, spec, o));
+}
+
 TEST(Pipeline, InputShapesInTheInputFlagSyntax) {
   ir::Graph g = ir::testing_graphs::toyBlock(512);
   EXPECT_EQ(inputShapes(g), (std::vector<std::string>{"x:f32[512,128,1024]"}));

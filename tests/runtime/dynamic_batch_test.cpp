@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "apc/runtime/parallel_module.h"
@@ -182,6 +183,51 @@ TEST(DynamicBatch, MeanOverUnevenBatchIsAnErrorOnEveryRank) {
   for (const std::string& f : failed) ADD_FAILURE() << f;
   std::filesystem::remove_all(dir);
   std::filesystem::remove(spec);
+}
+
+// Issue 15 finding 2: an artifact planned without a symbolic batch runs only at the planned
+// batch. At any other (smaller, uneven, larger) every rank's forward fails with one line naming
+// the planned shape and the --input form of a dynamic batch, instead of a collective's size error
+// deep in the program (llama_tiny at 6) or a silent run at a batch the plan was not priced for
+// (mlp_stack at 16).
+TEST(DynamicBatch, StaticArtifactAtAnotherBatchFailsOnEveryRank) {
+  const DynCase static_mlp{"mlp_stack", {"x:f32[8,4,128]"}, 0};
+  const DynCase static_llama{"llama_tiny", {"tokens:i64[8,8]"}, 256};
+  for (const auto& [c, mesh, world, strategy, batches] :
+       {std::tuple{&static_mlp, "2", 2, "ddp", std::vector<int64_t>{6, 7, 16}},
+        std::tuple{&static_llama, "2x2", 4, "", std::vector<int64_t>{6}}}) {
+    if (!std::filesystem::exists(testing::samplePath(c->model)))
+      GTEST_SKIP() << "run sample_models/generate.py";
+    std::filesystem::path dir = makeDynArtifact(*c, mesh, strategy);
+    ASSERT_FALSE(dir.empty());
+    // At the planned batch it runs and matches.
+    Reference planned =
+        testing::computeReference({c->model, c->planned, c->index_bound, ""}, 1, 0.0);
+    for (const std::string& f :
+         testing::runRanks(world, [&](int rank) { return runRank(rank, dir.string(), planned); }))
+      ADD_FAILURE() << f;
+    for (int64_t b : batches) {
+      SCOPED_TRACE(c->model + " at batch " + std::to_string(b));
+      std::vector<std::string> at_b = c->planned;
+      at_b[0].replace(at_b[0].find("[8,"), 3, "[" + std::to_string(b) + ",");
+      Reference ref = testing::computeReference({c->model, at_b, c->index_bound, ""}, 1, 0.0);
+      std::vector<std::string> failed = testing::runRanks(world, [&](int rank) {
+        testing::RankLog log(rank);
+        std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log);
+        if (!pm) return 3;
+        auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
+        if (leaves.ok()) return 4;
+        const std::string m = leaves.error().message();
+        std::fprintf(stderr, "rank %d: %s\n", rank, m.c_str());
+        bool named = m.find("size " + std::to_string(b) + " in dim 0") != std::string::npos &&
+                     m.find("planned for 8 (" + c->planned[0] + ")") != std::string::npos &&
+                     m.find("[B=8,") != std::string::npos && m.find('\n') == std::string::npos;
+        return named ? 0 : 5;
+      });
+      for (const std::string& f : failed) ADD_FAILURE() << f;
+    }
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+#include <torch/jit.h>
 #include <torch/script.h>
 
 #include <filesystem>
@@ -208,6 +209,26 @@ TEST(Interpreter, PacksOutputTrees) {
   auto dict = elems[1].toGenericDict();
   EXPECT_EQ(dict.at("loss").toInt(), 2);
   EXPECT_EQ(dict.at("logits").toInt(), 3);
+}
+
+// Issue 15 finding 3: an error inside the TorchScript interpreter (here a bf16 input into an f32
+// matmul, as apc-train --compare-single met under mixed precision) is reported by its cause, not
+// by the interpreter's opening sentence.
+TEST(FirstLine, TorchScriptInterpreterErrorsShowTheirCause) {
+  auto cu = torch::jit::compile("def f(x, w):\n    return torch.mm(x, w)\n");
+  std::string what;
+  try {
+    cu->run_method("f", torch::ones({2, 2}, torch::kBFloat16), torch::ones({2, 2}));
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  ASSERT_EQ(what.rfind("The following operation failed in the TorchScript interpreter", 0), 0u)
+      << what;
+  std::string line = firstLine(what);
+  EXPECT_EQ(line.find("The following operation failed"), std::string::npos) << line;
+  EXPECT_NE(line.find("Error: "), std::string::npos) << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_EQ(firstLine("plain message\nmore"), "plain message");
 }
 
 }  // namespace

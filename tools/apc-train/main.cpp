@@ -1,10 +1,11 @@
 //===- tools/apc-train/main.cpp - Example trainer over an apc artifact ------===//
 //
-// `apc-train DIR --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
+// `apc-train [DIR] --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
 //            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL.pt] [--clip X] [--threads T]
 //            [--device cpu|cuda]`
 //
-// Launched once per rank under torchrun-style variables (torchrun --no-python, or `apc run`), it
+// Launched once per rank under torchrun-style variables (torchrun --no-python, or `apc run`, whose
+// APC_ARTIFACT names DIR when it is left out), it
 // loads the rank's program (apc::runtime::ParallelModule), trains it on synthetic data and prints,
 // on rank 0, one line per step: `step <n> loss <x>`, with --compare-single `step <n> loss <x>
 // single <y>` where y is the loss of the unsharded TorchScript model trained in rank 0 from the
@@ -34,6 +35,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -229,6 +231,7 @@ int run(const Flags& f) {
   Optimizer opt(f.optimizer, f.lr, pm.parameters());
   std::optional<Optimizer> single_opt;
   std::vector<at::Tensor> single_params;
+  std::optional<at::ScalarType> single_dtype;  // the reference's floating dtype
   if (single) {
     std::vector<const void*> seen;
     for (const auto& p : single->parameters()) {
@@ -238,6 +241,11 @@ int run(const Flags& f) {
       single_params.push_back(p);
     }
     single_opt.emplace(f.optimizer, f.lr, single_params);
+    for (const at::Tensor& p : single_params)
+      if (p.is_floating_point()) {
+        single_dtype = p.scalar_type();
+        break;
+      }
   }
 
   at::Generator data = at::detail::createCPUGenerator(f.seed);
@@ -293,7 +301,11 @@ int run(const Flags& f) {
     std::string line = "step " + std::to_string(step) + " loss " + number(loss.item<double>());
     if (single) {
       single_opt->zeroGrad();
-      std::vector<c10::IValue> args(full_inputs.begin(), full_inputs.end());
+      // The reference runs in its own dtypes: under mixed precision the artifact's floating
+      // inputs may be bf16 while the unsharded model computes in its parameters' dtype.
+      std::vector<c10::IValue> args;
+      for (const at::Tensor& x : full_inputs)
+        args.emplace_back(x.is_floating_point() && single_dtype ? x.to(*single_dtype) : x);
       std::vector<at::Tensor> souts = leavesOf(single->forward(args));
       at::Generator sgen = at::detail::createCPUGenerator(loss_seed);
       at::Tensor sloss = lossOf(souts, sgen);
@@ -323,7 +335,9 @@ int main(int argc, char** argv) {
   CLI::App app{"apc-train: trains an apc artifact on synthetic data (one process per rank)",
                "apc-train"};
   Flags f;
-  app.add_option("dir", f.dir, "Artifact directory (manifest.json, rank_<r>.apcp)")->required();
+  app.add_option("dir", f.dir,
+                 "Artifact directory (manifest.json, rank_<r>.apcp); default: $APC_ARTIFACT, "
+                 "which `apc run` sets");
   app.add_option("--steps", f.steps, "Training steps")->check(CLI::NonNegativeNumber);
   app.add_option("--lr", f.lr, "Learning rate");
   app.add_option("--optimizer", f.optimizer, "sgd or adamw");
@@ -351,6 +365,14 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     return fail(std::string(e.what()) + " (see apc-train --help)");
+  }
+  if (f.dir.empty()) {
+    const char* env = std::getenv("APC_ARTIFACT");
+    if (!env || !*env)
+      return fail(
+          "no artifact directory: give DIR, or run under `apc run DIR` (it sets "
+          "APC_ARTIFACT)");
+    f.dir = env;
   }
   try {
     return run(f);

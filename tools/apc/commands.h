@@ -42,6 +42,11 @@ Runner addLowerCommand(CLI::App& app);
 /// `summary` gets the line to print once committed.
 Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan& p,
                                            const std::string& dir, std::string* summary);
+/// Imports the model at `path` with the plan's input shapes; errors when its SHA-256 is not the
+/// plan's (apc lower, apc validate).
+Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& path);
+/// `apc validate`: check a plan against a model and spec without writing (tools/apc/validate.cpp).
+Runner addValidateCommand(CLI::App& app);
 /// stageArtifactFor, commit, print the summary (apc lower).
 Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::string& dir);
 

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,9 +36,35 @@ struct MeshFlags {
   /// Registers the flags (none is required here; resolve() reports a missing mesh).
   void add(CLI::App& app);
   bool given() const { return !mesh.empty() || !spec.empty(); }
-  /// The spec from --spec, with --mesh / --mesh-names overriding its mesh; checked against
-  /// --world-size and, when given, the graph.
-  Expected<mesh::Spec> resolve(const ir::Graph* graph) const;
+  /// The spec from --spec (or `base` when --spec is not given and base is), with --mesh /
+  /// --mesh-names overriding its mesh; checked against --world-size and, when given, the graph.
+  Expected<mesh::Spec> resolve(const ir::Graph* graph, const mesh::Spec* base = nullptr) const;
+};
+
+}  // namespace apc::tool
+
+namespace apc::tool {
+
+/// Progress of a command's long phases on stderr. A phase that runs past `after_s` (or
+/// $APC_PROGRESS_AFTER_S) gets a line `apc: progress: <phase> ...` (on a terminal, a line that
+/// counts the seconds in place), and its end `apc: progress: <phase> done (12.3 s)`; short phases
+/// print nothing. Disabled (all no-ops) when
+/// `enabled` is false (--quiet). One background thread, started by the first phase.
+class Progress {
+ public:
+  explicit Progress(bool enabled, double after_s = 1.0);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+
+  /// Ends the current phase (if any) and starts `name`.
+  void phase(const std::string& name);
+  /// Ends the current phase.
+  void done();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace apc::tool

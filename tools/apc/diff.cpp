@@ -2,7 +2,8 @@
 //
 // Compares two plans (lib/plan/diff.h): nodes whose placements differ with the cost delta of each
 // and in total, parameters whose placement differs, and the parameter memory of each plan.
-// Exit code 0 whether or not they differ (2 for unreadable plans).
+// Exit codes follow `git diff --exit-code`: 0 when no node or parameter placement differs, 1 when
+// one does (cost-only changes are 0), 2 for unreadable plans or bad flags.
 //
 //===----------------------------------------------------------------------===//
 #include <memory>
@@ -32,7 +33,7 @@ int runDiff(const DiffFlags& f) {
     std::cout << plan::canonicalText(plan::toJson(d));
   else
     std::cout << plan::diffText(d);
-  return 0;
+  return d.empty() ? 0 : 1;
 }
 
 }  // namespace
@@ -42,6 +43,9 @@ Runner addDiffCommand(CLI::App& app) {
   app.add_option("a", f->a, "First plan JSON")->required();
   app.add_option("b", f->b, "Second plan JSON")->required();
   app.add_option("--format", f->format, "text or json");
+  app.footer(
+      "Exit status (as git diff --exit-code): 0 when the placements are equal, 1 when a node's or "
+      "a parameter's placement differs, 2 when a plan cannot be read.");
   return [f]() { return runDiff(*f); };
 }
 

@@ -8,6 +8,8 @@
 // graph of the plan coloured by output placement.
 //
 //===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -17,6 +19,7 @@
 #include "apc/plan/explain.h"
 #include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
+#include "comm.h"
 #include "commands.h"
 
 namespace apc::tool {
@@ -30,6 +33,9 @@ struct ExplainFlags {
   std::string module;
   std::string format = "text";
   std::string model;  // overrides the plan's model path
+  bool top_given = false;
+  bool no_parameters = false;  // dot: leave parameters out
+  size_t collapse_depth = 0;   // dot: draw deeper modules as one box each
 };
 
 Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& model_override) {
@@ -51,32 +57,97 @@ Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& model_
 int runExplain(const ExplainFlags& f) {
   auto p = plan::readPlanFile(f.plan);
   if (!p.ok()) return report(p.error());
-  if (f.format != "text" && f.format != "json" && f.format != "dot")
-    return report(invalidArgument("--format: expected text, json or dot, got '" + f.format + "'"));
+  if (f.format != "text" && f.format != "json" && f.format != "dot" && f.format != "svg" &&
+      f.format != "html")
+    return report(
+        invalidArgument("--format: expected text, json, dot, svg or html, got '" + f.format + "'"));
   if (!f.node.empty() && !f.module.empty())
     return report(invalidArgument("give at most one of --node and --module"));
+  // The collectives of each communicating edge come from the lowered program, which needs the
+  // model: without it (moved, no --model) the output says so and shows costs only.
+  std::optional<ir::Graph> graph;
+  std::vector<EdgeComm> comms;
+  std::string no_comm;  // why the collectives are not shown
+  {
+    auto g = importForPlan(*p, f.model);
+    if (g.ok()) {
+      graph = std::move(g).value();
+      auto c = edgeComms(*graph, *p);
+      if (c.ok())
+        comms = std::move(c).value();
+      else
+        no_comm = c.error().message();
+    } else {
+      no_comm = g.error().message();
+    }
+  }
   if (f.format == "dot") {
-    std::cout << plan::dotGraph(*p);
+    plan::DotOptions options;
+    options.edge_labels = edgeLabels(comms, p->spec.mesh);
+    options.sink_labels = sinkLabels(comms, p->spec.mesh);
+    options.parameters = !f.no_parameters;
+    options.collapse_depth = f.collapse_depth;
+    if (!no_comm.empty())
+      std::cerr << "apc: note: edges show costs only, not collectives: " << no_comm << "\n";
+    std::cout << plan::dotGraph(*p, options);
+    return 0;
+  }
+  if (f.format == "svg" || f.format == "html") {
+    plan::PictureOptions options;
+    options.edge_labels = edgeLabels(comms, p->spec.mesh);
+    options.sink_labels = sinkLabels(comms, p->spec.mesh);
+    if (!no_comm.empty())
+      std::cerr << "apc: note: edges show costs only, not collectives: " << no_comm << "\n";
+    std::cout << (f.format == "svg" ? plan::svgPicture(*p, options)
+                                    : plan::htmlPicture(*p, options));
     return 0;
   }
   std::optional<plan::NodeExplanation> e;
   if (!f.node.empty() || !f.module.empty()) {
     auto index = f.node.empty() ? plan::findModuleNode(*p, f.module) : plan::findNode(*p, f.node);
     if (!index.ok()) return report(index.error());
-    auto graph = importForPlan(*p, f.model);
-    if (!graph.ok()) return report(graph.error());
+    if (!graph) return report(importForPlan(*p, f.model).error());
     auto built = plan::rebuildProblem(*graph, *p);
     if (!built.ok()) return report(built.error());
     auto ex = plan::explainNode(*p, built->gp, *index, &*graph);
     if (!ex.ok()) return report(ex.error());
     e = std::move(ex).value();
   }
+  // The graph nodes whose incoming communication is shown: the explained node, else the listed
+  // costliest nodes.
+  std::vector<uint32_t> shown;
+  auto addShown = [&](uint32_t plan_node) {
+    if (const auto& gn = p->nodes[plan_node].graph_node) shown.push_back(*gn);
+  };
+  if (e) addShown(e->node);
+  if (!e || f.top_given)
+    for (uint32_t i : plan::costliestNodes(*p, f.top)) addShown(i);
   if (f.format == "json") {
-    std::cout << plan::canonicalText(plan::explainJson(*p, f.top, e ? &*e : nullptr));
+    nlohmann::json j = plan::explainJson(*p, f.top, e ? &*e : nullptr);
+    if (no_comm.empty()) {
+      nlohmann::json edges = nlohmann::json::array();
+      for (const EdgeComm& c : comms)
+        if (c.graph_node && std::find(shown.begin(), shown.end(), *c.graph_node) != shown.end())
+          edges.push_back(toJson(c, p->spec.mesh));
+      j["communication"] = edges;
+    } else {
+      j["communication"] = nullptr;
+      j["communication_unavailable"] = no_comm;
+    }
+    std::cout << plan::canonicalText(j);
     return 0;
   }
-  std::cout << plan::topNodesText(*p, f.top);
-  if (e) std::cout << "\n" << plan::explanationText(*p, *e);
+  // The node asked about comes first; the costliest-nodes table follows only when --top is given.
+  if (e) {
+    std::cout << plan::explanationText(*p, *e);
+    if (f.top_given) std::cout << "\n" << plan::topNodesText(*p, f.top);
+  } else {
+    std::cout << plan::topNodesText(*p, f.top);
+  }
+  if (no_comm.empty())
+    std::cout << "\n" << commSection(comms, p->spec.mesh, &shown);
+  else
+    std::cout << "\ncommunication: not shown (" << no_comm << ")\n";
   return 0;
 }
 
@@ -85,17 +156,30 @@ int runExplain(const ExplainFlags& f) {
 Runner addExplainCommand(CLI::App& app) {
   auto f = std::make_shared<ExplainFlags>();
   app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
-  app.add_option("--top", f->top, "How many of the costliest nodes to list")
-      ->check(CLI::Range(size_t{0}, size_t{1} << 30));
+  CLI::Option* top = app.add_option("--top", f->top,
+                                    "How many of the costliest nodes to list (default 20; with "
+                                    "--node or --module the table is printed only when given)")
+                         ->check(CLI::Range(size_t{0}, size_t{1} << 30));
   app.add_option("--node", f->node,
                  "Explain this node: every alternative strategy with its cost and status (names "
                  "as in the plan: input/parameter names, op output values like linear_1)");
   app.add_option("--module", f->module,
                  "Explain the costliest op of this module path (like layers.0.attention)");
-  app.add_option("--format", f->format, "text, json or dot (Graphviz, coloured by placement)");
+  app.add_option("--format", f->format,
+                 "text, json, dot (Graphviz: modules as clusters, parameters as ellipses, "
+                 "colours by placement, communicating edges labelled with their collectives), "
+                 "svg (a picture: per-module cost chart, module boxes, placement colours) or "
+                 "html (the same with collapsible modules)");
+  app.add_option("--collapse-depth", f->collapse_depth,
+                 "dot: draw every module deeper than this many path components as one box (its "
+                 "op count and cost), e.g. 2 for layers.0, layers.1, ...");
+  app.add_flag("--no-parameters", f->no_parameters, "dot: leave parameters and buffers out");
   app.add_option("--model", f->model,
                  "The model file, when it moved since planning (must have the same SHA-256)");
-  return [f]() { return runExplain(*f); };
+  return [f, top]() {
+    f->top_given = top->count() > 0;
+    return runExplain(*f);
+  };
 }
 
 }  // namespace apc::tool

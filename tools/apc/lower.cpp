@@ -40,14 +40,6 @@ Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::stri
   return Status::success();
 }
 
-namespace {
-
-struct LowerFlags {
-  std::string plan;
-  std::string model;
-  std::string output;
-};
-
 Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& path) {
   APC_ASSIGN_OR_RETURN(std::string sha, sha256File(path));
   if (sha != p.model.model_sha256)
@@ -60,6 +52,14 @@ Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& pa
   }
   return frontend::importModel(path, options);
 }
+
+namespace {
+
+struct LowerFlags {
+  std::string plan;
+  std::string model;
+  std::string output;
+};
 
 int runLower(const LowerFlags& f) {
   Status outputs = checkNotInput(f.output, "-o", {f.plan, f.model});

@@ -1,8 +1,8 @@
 //===- tools/apc/main.cpp - The apc command-line driver --------------------===//
 //
 // `apc <command> [flags]`. Commands: inspect (import a model and print its graph), plan, explain,
-// diff, lower and run (tools/apc/plan.cpp, explain.cpp, diff.cpp, lower.cpp, run.cpp). Every
-// failure on user input is one line on stderr and exit 2.
+// diff, lower, run and validate (tools/apc/plan.cpp, explain.cpp, diff.cpp, lower.cpp, run.cpp,
+// validate.cpp). Every failure on user input is one line on stderr and exit 2.
 //
 //===----------------------------------------------------------------------===//
 #include <exception>
@@ -39,6 +39,10 @@ int main(int argc, char** argv) {
   CLI::App* lower =
       app.add_subcommand("lower", "Lower a plan to per-rank programs in an artifact directory");
   runners[lower] = apc::tool::addLowerCommand(*lower);
+  CLI::App* validate = app.add_subcommand(
+      "validate",
+      "Check a plan against its model and spec (what apc lower checks), writing nothing");
+  runners[validate] = apc::tool::addValidateCommand(*validate);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

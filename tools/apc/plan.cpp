@@ -12,15 +12,20 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
+#include "comm.h"
 #include "commands.h"
 #include "common.h"
 
@@ -42,6 +47,8 @@ struct PlanFlags {
   double time_limit_s = 60;
   int threads = 1;
   bool verbose = false;
+  bool quiet = false;  // --quiet: nothing on stdout, no progress
+  bool json = false;   // --json: the summary as JSON on stdout
   bool no_reduce = false;
   std::string dump_problem;
   std::string timings_json;
@@ -66,33 +73,186 @@ Status checkOutputs(const PlanFlags& f) {
   return Status::success();
 }
 
+/// The JSON document of --in-shardings / --out-shardings: a file, or the flag's text itself when
+/// no such file exists and the text starts like JSON (`[`, `{` or `null`).
+Expected<nlohmann::json> shardingDocument(const std::string& arg, const std::string& flag) {
+  std::error_code ec;
+  std::string_view text = trim(arg);
+  const bool looks_inline =
+      !text.empty() && (text.front() == '[' || text.front() == '{' || text == "null");
+  if (looks_inline && !fs::exists(arg, ec)) {
+    auto j = mesh::parseJsonText(text);
+    if (!j.ok()) return j.error().withContext(flag + " (inline JSON)");
+    return j;
+  }
+  auto j = mesh::readJsonFile(arg);
+  if (!j.ok()) return j.error().withContext(flag);
+  return j;
+}
+
+/// A sharding document that is a whole spec (an object with a mesh).
+bool isWholeSpec(const nlohmann::json& j) {
+  return j.is_object() && j.contains("mesh");
+}
+
+/// The output placements in the structure of the graph's outputs: a list of one placement per
+/// output leaf (depth first) is accepted for any structure, including `[["S(0)","R"]]` for a
+/// single output; a tree that already matches is kept.
+mesh::OutputPlacementTree shapeOutputs(mesh::OutputPlacementTree t, const ir::Graph& g) {
+  using Tree = mesh::OutputPlacementTree;
+  if (t.kind != Tree::Kind::kSequence) return t;
+  const ir::OutputTree& outputs = g.outputs();
+  const bool flat = std::all_of(t.children.begin(), t.children.end(), [](const Tree& c) {
+    return c.kind == Tree::Kind::kLeaf || c.kind == Tree::Kind::kFree;
+  });
+  if (!flat || t.children.size() != outputs.leaves().size()) return t;
+  const bool same_shape =
+      (outputs.kind == ir::OutputTree::Kind::kTuple ||
+       outputs.kind == ir::OutputTree::Kind::kList) &&
+      std::all_of(outputs.children.begin(), outputs.children.end(),
+                  [](const ir::OutputTree& c) { return c.kind == ir::OutputTree::Kind::kLeaf; });
+  if (same_shape) return t;
+  size_t next = 0;
+  std::function<Tree(const ir::OutputTree&)> build = [&](const ir::OutputTree& o) -> Tree {
+    switch (o.kind) {
+      case ir::OutputTree::Kind::kLeaf:
+        return t.children[next++];
+      case ir::OutputTree::Kind::kTuple:
+      case ir::OutputTree::Kind::kList: {
+        std::vector<Tree> children;
+        for (const ir::OutputTree& c : o.children) children.push_back(build(c));
+        return Tree::makeSequence(std::move(children));
+      }
+      case ir::OutputTree::Kind::kDict: {
+        std::map<std::string, Tree> entries;
+        for (size_t i = 0; i < o.children.size(); ++i) entries[o.keys[i]] = build(o.children[i]);
+        return Tree::makeDict(std::move(entries));
+      }
+    }
+    return Tree::makeFree();
+  };
+  return build(outputs);
+}
+
 /// The spec from --spec/--mesh with the other flags applied.
 Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
-  APC_ASSIGN_OR_RETURN(mesh::Spec spec, f.mesh.resolve(nullptr));
+  std::optional<nlohmann::json> in_doc, out_doc;
+  if (!f.in_shardings.empty()) {
+    APC_ASSIGN_OR_RETURN(in_doc, shardingDocument(f.in_shardings, "--in-shardings"));
+  }
+  if (!f.out_shardings.empty()) {
+    APC_ASSIGN_OR_RETURN(out_doc, shardingDocument(f.out_shardings, "--out-shardings"));
+  }
+  // A whole spec given as a sharding file: without --spec it serves as the spec (the other flags
+  // override it as usual); with --spec only its inputs or outputs are taken. Either way a note.
+  std::optional<mesh::Spec> whole_in, whole_out;
+  for (auto [doc, flag, arg, whole] :
+       {std::tuple{&in_doc, "--in-shardings", &f.in_shardings, &whole_in},
+        std::tuple{&out_doc, "--out-shardings", &f.out_shardings, &whole_out}}) {
+    if (!*doc || !isWholeSpec(**doc)) continue;
+    auto parsed = mesh::parseSpec(**doc);
+    if (!parsed.ok()) return parsed.error().withContext(std::string(flag) + " " + printable(*arg));
+    *whole = std::move(parsed).value();
+  }
+  const mesh::Spec* base = nullptr;
+  if (f.mesh.spec.empty()) base = whole_in ? &*whole_in : whole_out ? &*whole_out : nullptr;
+  APC_ASSIGN_OR_RETURN(mesh::Spec spec, f.mesh.resolve(nullptr, base));
+  for (auto [whole, flag, arg, section] :
+       {std::tuple{&whole_in, "--in-shardings", &f.in_shardings, "inputs"},
+        std::tuple{&whole_out, "--out-shardings", &f.out_shardings, "outputs"}}) {
+    if (!*whole) continue;
+    std::cerr << "apc: note: " << flag << " " << printable(*arg)
+              << " is a whole spec (it has a mesh); "
+              << (base == &**whole
+                      ? std::string(
+                            "it is used as the spec, as --spec would use it (--mesh and the "
+                            "other flags override its sections)")
+                      : "only its " + std::string(section) + " are used (the spec is " +
+                            (f.mesh.spec.empty() ? std::string("the other flag's")
+                                                 : "--spec " + printable(f.mesh.spec)) +
+                            ")")
+              << "\n";
+  }
   if (!f.device.empty()) {
     if (!mesh::isKnownDeviceKind(f.device))
       return invalidArgument("--device: unknown device '" + f.device +
                              "' (known: " + join(mesh::knownDeviceKinds(), ", ") + ")");
     spec.device = f.device;
   }
-  if (!f.in_shardings.empty()) {
-    APC_ASSIGN_OR_RETURN(mesh::InputShardings in,
-                         mesh::parseInShardingsFile(f.in_shardings, spec.mesh.ndim()));
+  if (in_doc) {
+    mesh::InputShardings in;
+    if (whole_in) {
+      in.by_name = whole_in->inputs;
+    } else {
+      auto parsed = mesh::parseInShardings(*in_doc, spec.mesh.ndim());
+      if (!parsed.ok())
+        return parsed.error().withContext("--in-shardings " + printable(f.in_shardings));
+      in = std::move(parsed).value();
+    }
     auto resolved = mesh::resolveInShardings(in, g);
     if (!resolved.ok()) return resolved.error().withContext(f.in_shardings);
     for (const auto& [name, t] : *resolved) spec.inputs[name] = t;
   }
-  if (!f.out_shardings.empty()) {
-    APC_ASSIGN_OR_RETURN(spec.outputs,
-                         mesh::parseOutShardingsFile(f.out_shardings, spec.mesh.ndim()));
+  if (out_doc) {
+    if (whole_out) {
+      if (!whole_out->outputs.isFree()) spec.outputs = whole_out->outputs;
+    } else {
+      auto parsed = mesh::parseOutShardings(*out_doc, spec.mesh.ndim());
+      if (!parsed.ok())
+        return parsed.error().withContext("--out-shardings " + printable(f.out_shardings));
+      spec.outputs = std::move(parsed).value();
+    }
   }
+  spec.outputs = shapeOutputs(std::move(spec.outputs), g);
   if (!f.memory_budget.empty()) {
     APC_ASSIGN_OR_RETURN(spec.memory_budget, plan::parseMemoryBudget(f.memory_budget));
   }
   return spec;
 }
 
-int runPlan(const PlanFlags& f) {
+/// The plan file written when -o is not given: `<model stem>.plan.json`
+/// (`<stem>.<strategy>.plan.json` for a classic plan) in the current directory.
+std::string defaultPlanPath(const PlanFlags& f) {
+  std::string stem = fs::path(f.model.model).stem().string();
+  if (stem.empty()) stem = "model";
+  std::string strategy = f.strategy;
+  std::replace(strategy.begin(), strategy.end(), '+', '_');
+  return stem + (strategy.empty() ? "" : "." + strategy) + ".plan.json";
+}
+
+/// The machine-readable summary of `apc plan --json`.
+nlohmann::json summaryJson(const plan::Plan& p, const plan::PhaseTimings& t,
+                           const std::string& output, const std::string& artifact) {
+  const plan::PlanTotals& tt = p.totals;
+  nlohmann::json j = {
+      {"plan", output},
+      {"artifact", artifact.empty() ? nlohmann::json(nullptr) : nlohmann::json(artifact)},
+      {"content_hash", p.content_hash},
+      {"model", p.model.model_path},
+      {"mesh", p.spec.mesh.toString()},
+      {"status", p.solver.status},
+      {"objective_us", p.solver.objective},
+      {"step_us", {{"total", tt.total_us}, {"compute", tt.compute_us}, {"comm", tt.comm_us}}},
+      {"param_bytes", {{"per_rank", tt.param_bytes_per_rank}, {"total", tt.param_bytes_total}}},
+      {"param_memory_fraction", tt.param_memory_fraction},
+      {"nodes", p.nodes.size()},
+      {"seconds",
+       {{"import", t.import_s},
+        {"enumerate", t.enumerate_s},
+        {"build", t.build_s},
+        {"solve", t.solve_s},
+        {"write", t.write_s}}}};
+  if (!p.solver.baseline.empty()) j["baseline"] = p.solver.baseline;
+  std::string note = plan::budgetNote(p);
+  if (!note.empty()) j["budget_note"] = note;
+  return j;
+}
+
+int runPlan(const PlanFlags& flags) {
+  PlanFlags f = flags;
+  const bool default_output = f.output.empty();
+  if (default_output) f.output = defaultPlanPath(f);
+  Progress progress(!f.quiet && !f.json);
   std::optional<solver::Baseline> baseline;
   if (!f.strategy.empty()) {
     auto b = solver::parseBaseline(f.strategy);
@@ -109,7 +269,7 @@ int runPlan(const PlanFlags& f) {
   // Both outputs are staged first and committed together at the end: -o and --artifact succeed
   // or fail together, and a bad destination fails before the solve.
   std::optional<StagedFile> plan_file;
-  if (!f.output.empty()) {
+  {
     auto staged = StagedFile::create(f.output);
     if (!staged.ok()) return report(staged.error());
     plan_file.emplace(std::move(staged).value());
@@ -120,13 +280,12 @@ int runPlan(const PlanFlags& f) {
     auto probe = StagedDirectory::create(f.artifact, "manifest.json");
     if (!probe.ok()) return report(probe.error());
   }
+  progress.phase("importing " + f.model.model);
   auto graph = f.model.load();
   if (!graph.ok()) return report(graph.error());
   t.import_s = since(t0);
   // --time-limit counts from here: enumeration, construction and the solve share it.
   const auto after_import = Clock::now();
-  if (!f.mesh.given())
-    return report(invalidArgument("no mesh given: use --mesh (like --mesh 2x4) or --spec"));
   auto spec = effectiveSpec(f, *graph);
   if (!spec.ok()) return report(spec.error());
   if (baseline) {
@@ -141,13 +300,16 @@ int runPlan(const PlanFlags& f) {
   plan::PlanSource source;
   source.model_path = f.model.model;
   source.model_name = graph->name;
+  progress.phase("hashing " + f.model.model);
   auto sha = sha256File(f.model.model);
   if (!sha.ok()) return report(sha.error());
   source.model_sha256 = *sha;
   source.inputs = plan::inputShapes(*graph);
 
+  progress.phase("enumerating strategies and pricing edges");
   auto built = plan::buildProblem(*graph, *spec, &t);
   if (!built.ok()) return report(built.error());
+  progress.done();
   for (const std::string& op : built->fallback_ops)
     std::cerr << "apc: warning: no sharding rule for " << op
               << "; it gets the Replicate-only strategy\n";
@@ -163,6 +325,7 @@ int runPlan(const PlanFlags& f) {
                          std::chrono::duration<double>(std::min(f.time_limit_s, 1e9)));
   options.solver.threads = f.threads;
   options.reduce = !f.no_reduce;
+  progress.phase(baseline ? "pricing the classic plan" : "solving");
   auto result =
       baseline ? plan::solveBaselineAndPlan(*graph, *built, *spec, source, *baseline, options, &t)
                : plan::solveAndPlan(*graph, *built, *spec, source, options, &t);
@@ -170,11 +333,11 @@ int runPlan(const PlanFlags& f) {
 
   auto tw = Clock::now();
   std::string artifact_summary;
-  if (plan_file) {
-    Status s = plan_file->write(plan::toJsonText(result->plan));
-    if (!s.ok()) return report(s.error());
-  }
+  progress.phase("writing");
+  Status written = plan_file->write(plan::toJsonText(result->plan));
+  if (!written.ok()) return report(written.error());
   if (!f.artifact.empty()) {
+    progress.phase("lowering to " + f.artifact);
     auto staged = stageArtifactFor(*graph, result->plan, f.artifact, &artifact_summary);
     if (!staged.ok()) return report(staged.error());
     artifact_dir.emplace(std::move(staged).value());
@@ -182,18 +345,27 @@ int runPlan(const PlanFlags& f) {
   if (artifact_dir) {
     Status s = artifact_dir->commit();
     if (!s.ok()) return report(s.error());
-    std::cout << artifact_summary;
   }
-  if (plan_file) {
-    Status s = plan_file->commit();
-    if (!s.ok()) return report(s.error());
-  }
+  if (Status s = plan_file->commit(); !s.ok()) return report(s.error());
+  progress.done();
   t.write_s = since(tw);
-  if (f.verbose) std::cout << plan::optimizerLog(result->plan);
-  std::cout << plan::summaryText(result->plan, &t);
-  std::cout << plan::randomnessNote(*graph);
-  std::cout << (f.output.empty() ? std::string("plan not written (no -o)") : "wrote " + f.output)
-            << "\n";
+  if (f.json) {
+    std::cout << summaryJson(result->plan, t, f.output, f.artifact).dump(2) << "\n";
+  } else if (!f.quiet) {
+    std::cout << artifact_summary;
+    if (f.verbose) {
+      std::cout << plan::optimizerLog(result->plan);
+      auto comms = edgeComms(*graph, result->plan);
+      if (comms.ok())
+        std::cout << commSection(*comms, result->plan.spec.mesh);
+      else
+        std::cout << "communication: not shown (" << comms.error().message() << ")\n";
+    }
+    std::cout << plan::summaryText(result->plan, &t);
+    std::cout << plan::randomnessNote(*graph);
+    std::cout << "wrote " << f.output
+              << (default_output ? " (the default name; -o names another)" : "") << "\n";
+  }
   if (!f.timings_json.empty()) {
     nlohmann::json j = {{"import_s", t.import_s},
                         {"enumerate_s", t.enumerate_s},
@@ -221,7 +393,9 @@ Runner addPlanCommand(CLI::App& app) {
   app.add_option("--out-shardings", f->out_shardings,
                  "Output placements (JSON) in the forward's output structure; overrides the "
                  "spec's outputs");
-  app.add_option("-o,--output", f->output, "Write the plan JSON here");
+  app.add_option("-o,--output", f->output,
+                 "Write the plan JSON here (default: <model stem>.plan.json in the current "
+                 "directory; the summary's last line names the file)");
   app.add_option("--artifact", f->artifact,
                  "Also lower the plan: write per-rank programs and manifest.json to this directory "
                  "(an existing artifact there is replaced as a whole; -o and --artifact are "
@@ -240,6 +414,11 @@ Runner addPlanCommand(CLI::App& app) {
   app.add_option("--threads", f->threads, "Solver threads")->check(CLI::PositiveNumber);
   app.add_flag("--verbose", f->verbose,
                "Print the optimizer log: every node's placement and (comm, compute) cost");
+  app.add_flag("--quiet,-q", f->quiet,
+               "Print nothing on stdout and no progress (warnings and errors still go to stderr)");
+  app.add_flag("--json", f->json,
+               "Print a machine-readable summary (JSON: plan file, hash, step time, memory, "
+               "status, phase seconds) on stdout instead of the text summary");
   app.add_flag("--no-reduce", f->no_reduce,
                "Solve the full problem (no follow-merging or repeated-layer clustering)");
   app.add_option("--dump-problem", f->dump_problem,

@@ -1,9 +1,14 @@
 //===- tools/apc/run.cpp - `apc run`: a local launcher for N ranks ---------===//
 //
-// `apc run DIR --nproc N [--timeout S] [--tag-output] -- CMD ARGS...` starts N copies of CMD on
-// this host with the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>, GROUP_RANK=0, OMP_NUM_THREADS=1 unless set)
-// and APC_ARTIFACT=<DIR, absolute>, then supervises them. Output passes through, or with
+// `apc run DIR [--nproc N] [--timeout S] [--tag-output] -- CMD ARGS...` starts N copies of CMD on
+// this host (N: the world size in DIR/manifest.json unless --nproc gives it; a DIR without a
+// manifest needs --nproc) with the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK,
+// LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>, GROUP_RANK=0,
+// OMP_NUM_THREADS=1 unless set) and APC_ARTIFACT=<DIR, absolute> (an argument `{artifact}` of CMD
+// is replaced by the same path), then supervises them. Ranks that reach the runtime's rendezvous
+// are reported on stderr as they connect ("apc run: rank 2 connected (3/4, 1.4 s)", through files
+// in a scratch directory named by APC_RUN_STATUS_DIR; lib/runtime/world.cpp writes them). Output
+// passes through, or with
 // --tag-output each line is prefixed "[rank r] ". When a rank exits non-zero or is killed, the
 // others are stopped (SIGTERM, SIGKILL 3 s later) and the first failure is reported, as
 // "apc run: rank 2 exited with status 1" or "apc run: rank 2 killed by signal 9 (Killed)", exit 1.
@@ -35,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "apc/artifact/artifact.h"
 #include "commands.h"
 
 namespace apc::tool {
@@ -108,10 +114,30 @@ int runLauncher(const RunOptions& o) {
   std::error_code ec;
   if (!fs::is_directory(o.dir, ec))
     return report(invalidArgument("artifact directory '" + o.dir + "' does not exist"));
-  if (o.nproc < 1)
-    return report(invalidArgument("--nproc must be at least 1, got " + std::to_string(o.nproc)));
+  int nproc = o.nproc;
+  if (fs::exists(fs::path(o.dir) / "manifest.json", ec)) {
+    auto m = artifact::readManifest(o.dir);
+    if (!m.ok()) return report(m.error());
+    if (nproc == 0) {
+      if (m->world_size > 1024)
+        return report(invalidArgument("the artifact's world size is " +
+                                      std::to_string(m->world_size) +
+                                      "; apc run starts at most 1024 local ranks"));
+      nproc = static_cast<int>(m->world_size);
+    } else if (nproc != m->world_size) {
+      return report(invalidArgument("--nproc " + std::to_string(nproc) + " but " + o.dir +
+                                    " was lowered for " + std::to_string(m->world_size) +
+                                    " ranks; leave out --nproc to use the artifact's"));
+    }
+  } else if (nproc == 0) {
+    return report(invalidArgument("'" + o.dir +
+                                  "' has no manifest.json to take the world size from; give "
+                                  "--nproc N"));
+  }
+  if (nproc < 1)
+    return report(invalidArgument("--nproc must be at least 1, got " + std::to_string(nproc)));
   if (o.command.empty())
-    return report(invalidArgument("no command to run (apc run DIR --nproc N -- CMD ARGS...)"));
+    return report(invalidArgument("no command to run (apc run DIR [--nproc N] -- CMD ARGS...)"));
   if (o.timeout_s < 0) return report(invalidArgument("--timeout must not be negative"));
   int port = freePort();
   if (port == 0) return report(ioError("no free TCP port on 127.0.0.1 for MASTER_PORT"));
@@ -133,11 +159,29 @@ int runLauncher(const RunOptions& o) {
   ::sigaction(SIGINT, &sa, &old_int);
   ::sigaction(SIGTERM, &sa, &old_term);
 
+  std::vector<std::string> command = o.command;
+  for (std::string& a : command)
+    for (size_t pos; (pos = a.find("{artifact}")) != std::string::npos;)
+      a.replace(pos, 10, artifact);
   std::vector<char*> argv;
-  for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  for (const std::string& a : command) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
 
-  const int n = o.nproc;
+  // The ranks' runtime drops `rank_<r>` here once it has joined the rendezvous.
+  std::string status_dir;
+  {
+    std::string templ = (fs::temp_directory_path(ec) / "apc_run_XXXXXX").string();
+    if (::mkdtemp(templ.data())) status_dir = templ;
+  }
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() {
+      std::error_code e;
+      if (!dir.empty()) fs::remove_all(dir, e);
+    }
+  } remove_status_dir{status_dir};
+
+  const int n = nproc;
   const pid_t launcher = ::getpid();
   std::vector<pid_t> pids(n, -1);
   std::vector<TaggedStream> streams;
@@ -178,6 +222,7 @@ int runLauncher(const RunOptions& o) {
       ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
       ::setenv("APC_ARTIFACT", artifact.c_str(), 1);
       ::setenv("APC_JOB_ID", job.c_str(), 1);
+      if (!status_dir.empty()) ::setenv("APC_RUN_STATUS_DIR", status_dir.c_str(), 1);
       ::setenv("OMP_NUM_THREADS", "1", 0);
       ::execvp(argv[0], argv.data());
       std::fprintf(stderr, "apc run: rank %d: cannot execute '%s': %s\n", r, argv[0],
@@ -205,7 +250,27 @@ int runLauncher(const RunOptions& o) {
     for (int r = 0; r < n; ++r)
       if (running[r]) ::kill(-pids[r], sig);
   };
+  std::vector<bool> connected(n, false);
+  int num_connected = 0;
+  auto reportConnections = [&] {
+    if (status_dir.empty() || num_connected == n) return;
+    for (int r = 0; r < n; ++r) {
+      if (connected[r] || !fs::exists(fs::path(status_dir) / ("rank_" + std::to_string(r)), ec))
+        continue;
+      connected[r] = true;
+      ++num_connected;
+      char text[96];
+      std::snprintf(text, sizeof text, "apc run: progress: rank %d connected (%d/%d, %.1f s)\n", r,
+                    num_connected, n, std::chrono::duration<double>(Clock::now() - start).count());
+      std::fputs(text, stderr);
+      std::fflush(stderr);
+    }
+  };
+  std::fprintf(stderr, "apc run: progress: started %d rank%s of %s\n", n, n == 1 ? "" : "s",
+               command[0].c_str());
+  std::fflush(stderr);
   while (left > 0 || !streams.empty()) {
+    reportConnections();
     // Output (when tagging), or a short sleep.
     std::vector<pollfd> fds;
     for (const TaggedStream& s : streams) fds.push_back({s.fd, POLLIN, 0});
@@ -260,6 +325,7 @@ int runLauncher(const RunOptions& o) {
       stopAll(SIGKILL);
     }
   }
+  reportConnections();
   for (TaggedStream& s : streams) {
     flushLines(s, true);
     ::close(s.fd);
@@ -279,14 +345,19 @@ Runner addRunCommand(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   app.add_option("dir", o->dir, "Artifact directory (passed to the ranks as APC_ARTIFACT)")
       ->required();
-  app.add_option("--nproc", o->nproc, "Number of ranks to start (at most 1024)")
-      ->required()
+  app.add_option("--nproc", o->nproc,
+                 "Number of ranks to start (at most 1024); default: the world size in the "
+                 "artifact's manifest.json")
       ->check(CLI::Range(1, 1024));
   app.add_option("--timeout", o->timeout_s, "Stop every rank after this many seconds (0: never)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--tag-output", o->tag_output, "Prefix each output line with [rank r]");
-  app.add_option("command", o->command, "The command of every rank, after --");
-  app.footer("Example: apc run out/ --nproc 4 -- build/tools/apc-train out/ --steps 20");
+  app.add_option("command", o->command,
+                 "The command of every rank, after --; an argument {artifact} becomes the "
+                 "artifact's absolute path (also in $APC_ARTIFACT)");
+  app.footer(
+      "Example: apc run out/ -- build/tools/apc-train --steps 20   (apc-train reads the "
+      "artifact from $APC_ARTIFACT; the world size comes from out/manifest.json)");
   return [o] { return runLauncher(*o); };
 }
 

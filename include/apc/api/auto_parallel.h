@@ -138,7 +138,7 @@ struct AppliedPlacement {
   plan::Plan plan;
   std::vector<proto::Program> programs;  // one per rank, in rank order
 
-  /// Writes the artifact directory (manifest.json and rank_<r>.apcp, lower::writeArtifact) that
+  /// Writes the artifact directory (manifest.json and rank_<r>.apcp, artifact::writeArtifact) that
   /// the runtime loads; creates `dir` when missing.
   Status write_artifact(const std::string& dir) const;
 };

@@ -38,8 +38,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -108,9 +110,38 @@ std::string explanationText(const Plan& p, const NodeExplanation& e);
 /// {"totals": ..., "top": [...], "node": {...}} (node only when given).
 nlohmann::json explainJson(const Plan& p, size_t top, const NodeExplanation* e);
 
-/// Graphviz dot of the plan's op, input and output nodes with their data edges: each node
-/// labelled with its name, op and output placement and filled with a colour per distinct output
-/// placement (legend included); edges that redistribute are labelled with their cost.
-std::string dotGraph(const Plan& p);
+struct DotOptions {
+  /// Labels of communicating edges by (consumer graph node, input index): the collectives, mesh
+  /// dims and bytes (apc explain fills it from the lowered program); edges without one that
+  /// cost something are labelled with their cost.
+  std::map<std::pair<uint32_t, uint32_t>, std::string> edge_labels;
+  /// Labels of the edges into output and pin sinks (no graph node), by the sink's plan name
+  /// ("output %y").
+  std::map<std::string, std::string> sink_labels;
+  bool parameters = true;  // draw parameters and buffers (small ellipses) with their placement
+  bool modules = true;     // one nested cluster per module path (layers / layers.0 / ...)
+  /// Module paths deeper than this many components are drawn as one box per module (its op
+  /// count and cost); 0: no collapsing.
+  size_t collapse_depth = 0;
+};
+
+/// Graphviz dot of the plan's nodes with their data edges: each node labelled with its name, op
+/// and output placement and filled with a colour per distinct output placement (legend
+/// included), parameters as ellipses, modules as clusters (see DotOptions).
+std::string dotGraph(const Plan& p, const DotOptions& options = {});
+
+struct PictureOptions {
+  /// As DotOptions::edge_labels and sink_labels: the collectives of each communicating edge.
+  std::map<std::pair<uint32_t, uint32_t>, std::string> edge_labels;
+  std::map<std::string, std::string> sink_labels;
+};
+
+/// The plan as one static SVG (lib/plan/picture.cpp): a per-module cost chart (compute and
+/// communication), the placement legend, and the module tree as nested boxes holding their nodes
+/// (ops as boxes, parameters as pills) coloured by output placement, communicating edges' targets
+/// outlined in red with their collectives.
+std::string svgPicture(const Plan& p, const PictureOptions& options = {});
+/// The same content as a self-contained HTML page whose modules are collapsible sections.
+std::string htmlPicture(const Plan& p, const PictureOptions& options = {});
 
 }  // namespace apc::plan

@@ -18,9 +18,11 @@
 // varies between runs is stored: the solver's wall time is written as `"seconds": null` (the
 // printed summary and `apc plan --timings-json` carry the times). The `content_hash` is the
 // SHA-256 of the apc version, the model file's SHA-256, the input shapes, the canonical JSON of
-// the effective spec and the solver options (contentHash); two plans with the same hash were made
-// from the same inputs. Byte identity also needs a deterministic solve: the default single-thread
-// CBC run is; with --threads > 1 CBC may return a different optimum of equal cost.
+// the effective spec, the reduce option (contentHash) and the chosen strategies; two plans with
+// the same hash were made from the same inputs and place every node alike (--threads or
+// --time-limit change the hash only when they change a placement). Byte identity also needs a
+// deterministic solve: the default single-thread CBC run is; with --threads > 1 CBC may return a
+// different optimum of equal cost.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -168,8 +170,10 @@ struct SolveRecord {
 };
 
 /// SHA-256 (lowercase hex) of the apc version, source.model_sha256, source.inputs, the canonical
-/// JSON of the spec, the solver options that change the result (time limit, threads, reduce) and
-/// the baseline name when there is one (so a baseline's hash differs from the optimizer's).
+/// JSON of the spec, the reduce option (it defines the problem) and the baseline name when there
+/// is one (so a baseline's hash differs from the optimizer's). Solver settings that act only
+/// through the solution found (time limit, threads) are left out; makePlan hashes this together
+/// with the chosen strategies, so plans with equal placements for equal inputs have equal hashes.
 std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
                         const solver::SolveGraphOptions& options, std::string_view baseline = {});
 

@@ -79,6 +79,9 @@ class Communicator {
 
   const CommStats& stats() const { return stats_; }
   void resetStats() { stats_ = {}; }
+  /// Puts back counters read before: checks the runtime makes of its own (input sizes) are not
+  /// the program's traffic.
+  void restoreStats(const CommStats& s) { stats_ = s; }
 
  protected:
   CommStats stats_;

@@ -44,7 +44,9 @@ struct InterpreterOptions {
   bool widen_floats = false;
 };
 
-/// The first line of an exception message.
+/// The first line of an exception message; for an error of the TorchScript interpreter (whose
+/// first line is only "The following operation failed in the TorchScript interpreter.") the
+/// line that names the cause (`RuntimeError: ...`).
 std::string firstLine(const std::string& what);
 
 /// The torch dtype of an IR dtype: apc::scalarTypeOf (apc/ir/torch_dtype.h).

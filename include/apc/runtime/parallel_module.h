@@ -154,6 +154,11 @@ class ParallelModule {
   /// Checks the program's DivisibleDim entries against the inputs' runtime sizes (collective when
   /// the dim is sharded): an error names the dim and the node that needs it to split evenly.
   Status checkDivisible(const std::vector<c10::IValue>& inputs);
+  /// Checks every static (non-dynamic) dim of the inputs against the size the plan was made for:
+  /// the global size is the local one summed over the mesh dims that shard it (a collective, not
+  /// counted in commStats), so every rank fails alike, with one line naming the planned shape and
+  /// how to plan a dynamic batch.
+  Status checkPlannedShapes(const std::vector<c10::IValue>& inputs);
   std::unique_ptr<Impl> impl_;
 };
 

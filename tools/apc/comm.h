@@ -1,0 +1,68 @@
+//===- tools/apc/comm.h - The collectives of a plan, as lowered ------------===//
+//
+// Names what each communicating edge of a plan runs: lowers rank 0's program (lib/lower: the same
+// planner that priced the plan, so these are the executed collectives) and reads its
+// redistributions: per edge the forward and backward collectives with their mesh dims (by name)
+// and bytes, and the time the plan priced. Used by `apc plan --verbose` and `apc explain` (text,
+// JSON, dot).
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "apc/ir/graph.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/plan/plan.h"
+#include "apc/support/error.h"
+
+namespace apc::tool {
+
+struct CommStep {
+  std::string kind;  // all-gather, all-reduce, reduce-scatter, all-to-all (local slices left out)
+  uint32_t mesh_dim = 0;
+  int64_t bytes = 0;  // the full tensor along the mesh dim, as priced
+};
+
+/// One redistribution of rank 0's program that communicates (forward or backward).
+struct EdgeComm {
+  std::string edge;                    // "%x -> aten::linear #5 (input 0)", "%y -> output 0"
+  std::optional<uint32_t> graph_node;  // the consumer's graph node (none for outputs)
+  std::string sink;                    // for an output: its sink's plan name ("output %y")
+  uint32_t input = 0;                  // the consumer's input index
+  std::string from, to;                // placements, "S(0)R" -> "RR"
+  std::vector<CommStep> forward, backward;
+  double forward_us = 0, backward_us = 0;  // as priced
+  bool regather = false;                   // a parameter gathered again in backward
+};
+
+/// The communicating edges of `p` over `g` (rank 0's lowered program), in program order.
+Expected<std::vector<EdgeComm>> edgeComms(const ir::Graph& g, const plan::Plan& p);
+
+/// "all-gather(dp, 4.00 MiB) + all-reduce(tp, 1.00 KiB)"; "-" when empty.
+std::string stepsText(const std::vector<CommStep>& steps, const mesh::DeviceMesh& mesh);
+/// "%x -> aten::linear #5 (input 0) S(0)R -> RR: fwd all-gather(dp, 4.00 MiB) | bwd
+/// reduce-scatter(dp, 4.00 MiB) [12.5 us + 12.5 us]".
+std::string edgeCommText(const EdgeComm& e, const mesh::DeviceMesh& mesh);
+/// {"edge", "node" (graph node or null), "input", "from", "to", "forward": [{"kind", "mesh_dim",
+/// "mesh_dim_name", "bytes"}], "backward": [...], "forward_us", "backward_us", "regather"}.
+nlohmann::json toJson(const EdgeComm& e, const mesh::DeviceMesh& mesh);
+/// Short labels for graph edges keyed by (consumer graph node, input): "AG(dp) 4 MiB".
+std::map<std::pair<uint32_t, uint32_t>, std::string> edgeLabels(const std::vector<EdgeComm>& comms,
+                                                                const mesh::DeviceMesh& mesh);
+/// The same for the edges into output sinks, by the sink's plan name.
+std::map<std::string, std::string> sinkLabels(const std::vector<EdgeComm>& comms,
+                                              const mesh::DeviceMesh& mesh);
+/// A text section "communication (rank 0's program): ..." of the edges into `graph_nodes` (all
+/// edges when null).
+std::string commSection(const std::vector<EdgeComm>& comms, const mesh::DeviceMesh& mesh,
+                        const std::vector<uint32_t>* graph_nodes = nullptr);
+
+}  // namespace apc::tool
