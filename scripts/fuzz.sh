@@ -127,6 +127,11 @@ for f in sorted(glob.glob("tests/fuzz/seeds/pt/*.pt")):
     inputs = record(zipfile.ZipFile(f), "extra/apc_inputs.json")
     if inputs is not None:
         open(f"{seeds}/fuzz_pt/inputs_{name}", "wb").write(b"\x00" + inputs)
+# Reproducers of past findings, as the text of the even mode.
+for f in sorted(glob.glob("tests/fuzz/seeds/pt_inputs/*")):
+    open(f"{seeds}/fuzz_pt/inputs_{os.path.basename(f)}", "wb").write(b"\x00" + open(f, "rb").read())
+for f in sorted(glob.glob("tests/fuzz/seeds/pt2_json/*")):
+    open(f"{seeds}/fuzz_pt2/json_{os.path.basename(f)}", "wb").write(b"\x00" + open(f, "rb").read())
 EOF
 cp tests/fuzz/seeds/plan/* "$SEEDS/fuzz_plan/"
 cp tests/fuzz/seeds/artifact/* "$SEEDS/fuzz_artifact/"
@@ -142,7 +147,9 @@ for t in "${TARGETS[@]}"; do
   log="$BUILD/$t.log"
   echo "fuzz: $t for ${SECS} s"
   set +e
-  ASAN_OPTIONS=detect_leaks=1 "$BUILD/tests/fuzz/$t" "$BUILD/corpus/$t" "$SEEDS/$t" \
+  # lsan.supp: leaks inside LibTorch's own code (each with its reason); ours are all reported.
+  ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp" \
+    "$BUILD/tests/fuzz/$t" "$BUILD/corpus/$t" "$SEEDS/$t" \
     -max_total_time="$SECS" -runs="$RUNS" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
     -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 >"$log" 2>&1
   rc=$?

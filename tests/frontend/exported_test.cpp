@@ -677,6 +677,33 @@ TEST_F(ExportedErrors, CorruptRecord) {
   expectOneLine(g.error(), ErrorCode::kParse, "models/model.json is not valid JSON");
 }
 
+// Weight sizes and strides come from the file: products that overflow int64 are one-line errors.
+// Found by tests/fuzz/fuzz_pt2 (sizes 2^62 x 4: signed overflow, a UBSan report).
+TEST_F(ExportedErrors, HugeWeightSizesAreOneLineErrors) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  const int64_t big = int64_t{1} << 62;
+  int i = 0;
+  for (auto [sizes, strides] : std::vector<std::pair<json, json>>{
+           {{big, 4}, {4, 1}}, {{4, big}, {big, 1}}, {{3, 2}, {big, big}}}) {
+    fs::path p = dir_ / ("huge_" + std::to_string(i++) + ".pt2");
+    rewrite(pathOf(*s), p,
+            [&](const std::string& name, std::string b) -> std::optional<std::string> {
+              if (name != "data/weights/model_weights_config.json") return b;
+              json j = json::parse(b);
+              json& tm = j["config"].begin().value()["tensor_meta"];
+              tm["sizes"] = json::array();
+              tm["strides"] = json::array();
+              for (const json& x : sizes) tm["sizes"].push_back({{"as_int", x}});
+              for (const json& x : strides) tm["strides"].push_back({{"as_int", x}});
+              return j.dump();
+            });
+    auto state = loadModelState(p.string());
+    ASSERT_FALSE(state.ok()) << p;
+    expectOneLine(state.error(), ErrorCode::kParse, "too large to address");
+  }
+}
+
 TEST_F(ExportedErrors, MissingModelJson) {
   const json* s = smallSample();
   if (!s) GTEST_SKIP() << "no exported sample";
