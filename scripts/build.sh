@@ -28,7 +28,8 @@ if [ "${1:-}" = "--sanitize" ]; then
   cmake --build "$BUILD_DIR" -j "$JOBS"
   LEAKS=$([ "$TORCH" = 1 ] && echo 0 || echo 1)
   ASAN_OPTIONS=detect_leaks=$LEAKS:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-    ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1 ${APC_SANITIZE_TESTS:+-R "$APC_SANITIZE_TESTS"}
+    ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1 \
+    ${APC_SANITIZE_TESTS:+-R "$APC_SANITIZE_TESTS"}
   exit 0
 fi
 BUILD_DIR=${APC_BUILD_DIR:-build}

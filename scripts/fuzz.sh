@@ -22,17 +22,24 @@
 # `clang` and the matching `libclang-rt-<major>-dev`: 14 on Debian 12, 19 on Debian 13), unless
 # APC_FUZZ_NO_INSTALL=1, in which case a missing clang exits 77 (ctest's SKIP_RETURN_CODE).
 # --smoke: 8 s per target (about a minute in all), for the fuzz_smoke ctest test.
-# APC_FUZZ_TARGETS="t1 t2" runs only those targets. A second argument RUNS stops each target after that many executions (when before SECONDS):
+# --replay: runs every input of build-fuzz/corpus/<target> and the seeds once (no fuzzing): the
+# corpora under ASan and UBSan.
+# APC_FUZZ_TARGETS="t1 t2" runs only those targets. A second argument RUNS stops each target after
+# that many executions (when before SECONDS):
 # scripts/fuzz.sh 1200 1000000 runs every target to a million executions or 20 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECS=300
+RUNS=${2:--1}
 if [ "${1:-}" = "--smoke" ]; then
   SECS=8
+elif [ "${1:-}" = "--replay" ]; then
+  # Every input of the corpora and seeds once, no mutation (libFuzzer's -runs=0).
+  SECS=0
+  RUNS=0
 elif [ -n "${1:-}" ]; then
   SECS=$1
 fi
-RUNS=${2:--1}
 BUILD=${APC_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${APC_JOBS:-$(nproc)}
 TARGETS=(fuzz_spec fuzz_shardings fuzz_plan fuzz_artifact fuzz_inputs)
@@ -129,9 +136,11 @@ for f in sorted(glob.glob("tests/fuzz/seeds/pt/*.pt")):
         open(f"{seeds}/fuzz_pt/inputs_{name}", "wb").write(b"\x00" + inputs)
 # Reproducers of past findings, as the text of the even mode.
 for f in sorted(glob.glob("tests/fuzz/seeds/pt_inputs/*")):
-    open(f"{seeds}/fuzz_pt/inputs_{os.path.basename(f)}", "wb").write(b"\x00" + open(f, "rb").read())
+    text = open(f, "rb").read()
+    open(f"{seeds}/fuzz_pt/inputs_{os.path.basename(f)}", "wb").write(b"\x00" + text)
 for f in sorted(glob.glob("tests/fuzz/seeds/pt2_json/*")):
-    open(f"{seeds}/fuzz_pt2/json_{os.path.basename(f)}", "wb").write(b"\x00" + open(f, "rb").read())
+    text = open(f, "rb").read()
+    open(f"{seeds}/fuzz_pt2/json_{os.path.basename(f)}", "wb").write(b"\x00" + text)
 EOF
 cp tests/fuzz/seeds/plan/* "$SEEDS/fuzz_plan/"
 cp tests/fuzz/seeds/artifact/* "$SEEDS/fuzz_artifact/"

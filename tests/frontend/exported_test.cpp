@@ -704,6 +704,29 @@ TEST_F(ExportedErrors, HugeWeightSizesAreOneLineErrors) {
   }
 }
 
+// Recorded tensor sizes come from the file: a negative dim, one above 2^40 or more than 2^56
+// elements (which would overflow the planner's int64 byte counts) are one-line errors.
+TEST_F(ExportedErrors, RecordedSizesOutOfRangeAreOneLineErrors) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  int i = 0;
+  for (auto [sizes, needle] : std::vector<std::pair<json, std::string>>{
+           {{-1, 4}, "outside [0, 2^40]"},
+           {{int64_t{1} << 41, 4}, "outside [0, 2^40]"},
+           {{int64_t{1} << 40, int64_t{1} << 20}, "more than 2^56 elements"}}) {
+    fs::path p = dir_ / ("sizes_" + std::to_string(i++) + ".pt2");
+    rewriteProgram(pathOf(*s), p, [&](json& j) {
+      json& tv = j["graph_module"]["graph"]["tensor_values"];
+      json& meta = tv.begin().value();
+      meta["sizes"] = json::array();
+      for (const json& x : sizes) meta["sizes"].push_back({{"as_int", x}});
+    });
+    auto g = importModel(p.string());
+    ASSERT_FALSE(g.ok()) << p;
+    expectOneLine(g.error(), ErrorCode::kParse, needle);
+  }
+}
+
 TEST_F(ExportedErrors, MissingModelJson) {
   const json* s = smallSample();
   if (!s) GTEST_SKIP() << "no exported sample";
