@@ -140,8 +140,8 @@ class StateReader {
       return bad("has symbolic or malformed sizes/strides");
     const json& off = member(member(tm, "storage_offset"), "as_int");
     int64_t offset = off.is_number_integer() ? off.get<int64_t>() : 0;
-    // Sizes and strides come from the file: every product is checked (found by fuzz_pt2: sizes
-    // of 2^62 x 4 overflowed int64).
+    // Sizes and strides come from the file: every product is checked (a hand-written input through
+    // fuzz_pt2: sizes of 2^62 x 4 overflowed int64).
     auto tooLarge = [&] { return bad("has sizes or strides too large to address"); };
     int64_t numel = 1;
     for (size_t d = 0; d < sizes.size(); ++d) {

@@ -678,7 +678,8 @@ TEST_F(ExportedErrors, CorruptRecord) {
 }
 
 // Weight sizes and strides come from the file: products that overflow int64 are one-line errors.
-// Found by tests/fuzz/fuzz_pt2 (sizes 2^62 x 4: signed overflow, a UBSan report).
+// Found with a hand-written input run through tests/fuzz/fuzz_pt2 (sizes 2^62 x 4: signed
+// overflow, a UBSan report).
 TEST_F(ExportedErrors, HugeWeightSizesAreOneLineErrors) {
   const json* s = smallSample();
   if (!s) GTEST_SKIP() << "no exported sample";

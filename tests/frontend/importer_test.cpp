@@ -392,7 +392,8 @@ TEST_F(ImporterErrors, WrongRankOrDtype) {
 }
 
 // extra/apc_inputs.json is ours (the sample generator writes it): a malformed one is a one-line
-// error. Found by tests/fuzz/fuzz_pt: a non-object entry of "inputs" threw nlohmann's type_error
+// error. Found with a hand-written input run through tests/fuzz/fuzz_pt: a non-object entry of
+// "inputs" threw nlohmann's type_error
 // out of the importer (an abort in the CLI).
 TEST_F(ImporterErrors, MalformedRecordedInputsAreOneLineErrors) {
   auto withInputs = [&](const std::string& text) {
