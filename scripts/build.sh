@@ -4,9 +4,9 @@
 # --sanitize: apc with AddressSanitizer and UndefinedBehaviorSanitizer into build-asan/, then runs
 # its unit tests (ctest -j1). With LibTorch (the project venv, unless APC_SANITIZE_TORCH=0) that is
 # the whole project: the frontend, runtime, api and tools and their tests too. Our code is
-# instrumented, LibTorch (the wheel) is not, which ASan and UBSan allow; with LibTorch leak
-# detection is off (docs/BUILD.md, "Sanitizers", says why). APC_SANITIZE_TORCH=0 builds the planner
-# core only (support, ir, mesh, cost, strategy, solver, plan, lower), leak-checked.
+# instrumented, LibTorch (the wheel) is not, which ASan and UBSan allow (docs/BUILD.md, "Sanitizers
+# and fuzzing"); leaks are checked too. APC_SANITIZE_TORCH=0 builds the planner core only
+# (support, ir, mesh, cost, strategy, solver, plan, lower).
 # APC_SANITIZE_TESTS='regex' runs only the ctest tests it matches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,12 +22,14 @@ if [ "${1:-}" = "--sanitize" ]; then
   # (Re)configure when there is no build yet or it was configured with the other torch setting.
   if [ ! -f "$BUILD_DIR/build.ninja" ] ||
     ! grep -q "^APC_WITH_TORCH:BOOL=$WITH_TORCH\$" "$BUILD_DIR/CMakeCache.txt"; then
+    # clang when installed (fuzz.sh needs it anyway: the same sanitizer runtime), else the default.
+    CXX_ARG=()
+    command -v clang++ >/dev/null 2>&1 && CXX_ARG=(-DCMAKE_CXX_COMPILER=clang++)
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release -DAPC_WITH_TORCH="$WITH_TORCH" \
-      -DAPC_SANITIZE=ON >/dev/null
+      -DAPC_SANITIZE=ON "${CXX_ARG[@]}" >/dev/null
   fi
   cmake --build "$BUILD_DIR" -j "$JOBS"
-  LEAKS=$([ "$TORCH" = 1 ] && echo 0 || echo 1)
-  ASAN_OPTIONS=detect_leaks=$LEAKS:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1 \
     ${APC_SANITIZE_TESTS:+-R "$APC_SANITIZE_TESTS"}
   exit 0

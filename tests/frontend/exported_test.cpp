@@ -685,8 +685,10 @@ TEST_F(ExportedErrors, HugeWeightSizesAreOneLineErrors) {
   if (!s) GTEST_SKIP() << "no exported sample";
   const int64_t big = int64_t{1} << 62;
   int i = 0;
-  for (auto [sizes, strides] : std::vector<std::pair<json, json>>{
+  for (const auto& c : std::vector<std::pair<json, json>>{
            {{big, 4}, {4, 1}}, {{4, big}, {big, 1}}, {{3, 2}, {big, big}}}) {
+    const json& sizes = c.first;  // (not a structured binding: clang 14 cannot capture those)
+    const json& strides = c.second;
     fs::path p = dir_ / ("huge_" + std::to_string(i++) + ".pt2");
     rewrite(pathOf(*s), p,
             [&](const std::string& name, std::string b) -> std::optional<std::string> {
@@ -711,10 +713,12 @@ TEST_F(ExportedErrors, RecordedSizesOutOfRangeAreOneLineErrors) {
   const json* s = smallSample();
   if (!s) GTEST_SKIP() << "no exported sample";
   int i = 0;
-  for (auto [sizes, needle] : std::vector<std::pair<json, std::string>>{
+  for (const auto& c : std::vector<std::pair<json, std::string>>{
            {{-1, 4}, "outside [0, 2^40]"},
            {{int64_t{1} << 41, 4}, "outside [0, 2^40]"},
            {{int64_t{1} << 40, int64_t{1} << 20}, "more than 2^56 elements"}}) {
+    const json& sizes = c.first;
+    const std::string& needle = c.second;
     fs::path p = dir_ / ("sizes_" + std::to_string(i++) + ".pt2");
     rewriteProgram(pathOf(*s), p, [&](json& j) {
       json& tv = j["graph_module"]["graph"]["tensor_values"];
