@@ -25,6 +25,7 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <nlohmann/json.hpp>
 
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "pt2_archive.h"
 #include "sym_expr.h"
@@ -33,6 +34,12 @@
 namespace apc::frontend {
 
 namespace {
+
+// The recorded tensor sizes come from the file: each dim lies in [0, 2^40] (the range of a
+// spec's dynamic dims) and a tensor has at most 2^56 elements, so that the planner's byte counts
+// (elements x dtype size, in int64) cannot overflow.
+constexpr int64_t kMaxRecordedDim = int64_t{1} << 40;
+constexpr int64_t kMaxRecordedNumel = int64_t{1} << 56;
 
 using nlohmann::json;
 
@@ -496,9 +503,15 @@ class ExportedImporter {
     const json& dt = member(meta, "dtype");
     auto st = dt.is_number_integer() ? scalarTypeFromSerde(dt.get<int64_t>()) : std::nullopt;
     m.dtype = st ? dtypeOf(*st) : ir::DType::kUnknown;
+    int64_t numel = 1;
     for (const json& s : member(meta, "sizes")) {
       auto d = symbols_.dim(s);
       if (!d.ok()) return d.error().withContext("tensor %" + name);
+      if (d->size < 0 || d->size > kMaxRecordedDim)
+        return parseError("tensor %" + printable(name) + " has a size " + std::to_string(d->size) +
+                          " outside [0, 2^40]");
+      if (__builtin_mul_overflow(numel, d->size, &numel) || numel > kMaxRecordedNumel)
+        return parseError("tensor %" + printable(name) + " has more than 2^56 elements");
       m.shape.push_back(*d);
     }
     return m;

@@ -25,6 +25,7 @@
 #include <torch/script.h>
 #include <nlohmann/json.hpp>
 
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "torch_types.h"
 
@@ -811,30 +812,47 @@ Expected<Loaded> loadArchive(const std::string& path) {
   auto method = l.module.find_method("forward");
   if (!method) return unsupported("'" + path + "' has no forward method");
   const auto& args = method->function().getSchema().arguments();
+  // extra/apc_inputs.json (our sample generator's): {"inputs": [{"name", "dtype", "shape"}]}, each
+  // dim an int or a --input dim text ("B=8"). Anything else is a one-line error, not ignored.
   nlohmann::json recorded;
+  auto malformed = [&](const std::string& why) {
+    return parseError("'" + path + "' has a malformed extra/apc_inputs.json (" + why + ")");
+  };
   if (!extra["apc_inputs.json"].empty()) {
     recorded = nlohmann::json::parse(extra["apc_inputs.json"], nullptr, /*allow_exceptions=*/false);
-    if (recorded.is_discarded())
-      return parseError("'" + path + "' has a malformed extra/apc_inputs.json");
+    if (recorded.is_discarded()) return malformed("not valid JSON");
+    if (!recorded.is_object()) return malformed("not a JSON object");
+    auto inputs = recorded.find("inputs");
+    if (inputs != recorded.end() && !inputs->is_array()) return malformed("'inputs' is not a list");
   }
   auto graph_inputs = method->graph()->inputs();
+  auto text = [](const nlohmann::json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
   for (size_t i = 1; i < args.size(); ++i) {
     InputSpec spec;
     spec.name = args[i].name();
     bool known = false;
     if (recorded.is_object() && recorded.contains("inputs")) {
       for (const auto& r : recorded["inputs"]) {
-        if (r.value("name", "") != spec.name) continue;
-        auto dt = ir::parseDType(r.value("dtype", ""));
-        if (!dt || !r.contains("shape") || !r["shape"].is_array()) continue;
+        if (!r.is_object()) return malformed("an entry of 'inputs' is not an object");
+        if (text(r, "name") != spec.name) continue;
+        auto dt = ir::parseDType(text(r, "dtype"));
+        auto shape = r.find("shape");
+        if (!dt || shape == r.end() || !shape->is_array()) continue;
         spec.dtype = *dt;
-        for (const auto& d : r["shape"]) {
-          if (d.is_number_integer()) {
-            spec.shape.push_back(ir::Dim::fixed(d.get<int64_t>()));
-          } else if (d.is_string()) {
-            auto parsed = parseInputSpec("x:f32[" + d.get<std::string>() + "]");
-            if (parsed.ok() && parsed->shape.size() == 1) spec.shape.push_back(parsed->shape[0]);
-          }
+        spec.shape.clear();
+        for (const auto& d : *shape) {
+          // Checked as a --input dim is (a positive size, or NAME=size).
+          std::string dim = d.is_number_integer() ? std::to_string(d.get<int64_t>())
+                            : d.is_string()       ? d.get<std::string>()
+                                                  : std::string();
+          auto parsed = parseInputSpec("x:f32[" + dim + "]");
+          if (!parsed.ok() || parsed->shape.size() != 1)
+            return malformed("input '" + printable(spec.name) + "' has a bad dim " +
+                             printable(d.dump()));
+          spec.shape.push_back(parsed->shape[0]);
         }
         known = true;
       }

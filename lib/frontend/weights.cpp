@@ -140,8 +140,14 @@ class StateReader {
       return bad("has symbolic or malformed sizes/strides");
     const json& off = member(member(tm, "storage_offset"), "as_int");
     int64_t offset = off.is_number_integer() ? off.get<int64_t>() : 0;
+    // Sizes and strides come from the file: every product is checked (a hand-written input through
+    // fuzz_pt2: sizes of 2^62 x 4 overflowed int64).
+    auto tooLarge = [&] { return bad("has sizes or strides too large to address"); };
     int64_t numel = 1;
-    for (int64_t s : sizes) numel *= s;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      if (strides[d] < 0 || sizes[d] < 0) return bad("has negative sizes or strides");
+      if (__builtin_mul_overflow(numel, sizes[d], &numel)) return tooLarge();
+    }
     std::string record = dir + member(meta, "path_name").get<std::string>();
     auto it = storages_.find(record);
     if (it == storages_.end()) {
@@ -160,11 +166,16 @@ class StateReader {
     } else {
       int64_t last = offset;  // the highest element index the view reads
       for (size_t d = 0; d < sizes.size(); ++d) {
-        if (strides[d] < 0 || sizes[d] < 0) return bad("has negative sizes or strides");
-        if (sizes[d] > 0) last += (sizes[d] - 1) * strides[d];
+        int64_t span = 0;
+        if (sizes[d] > 0 && (__builtin_mul_overflow(sizes[d] - 1, strides[d], &span) ||
+                             __builtin_add_overflow(last, span, &last)))
+          return tooLarge();
       }
       int64_t elem = static_cast<int64_t>(c10::elementSize(*dtype));
-      if (numel > 0 && (offset < 0 || (last + 1) * elem > static_cast<int64_t>(storage.nbytes())))
+      int64_t end = 0;  // one past the last byte the view reads
+      if (numel > 0 &&
+          (offset < 0 || __builtin_add_overflow(last, 1, &end) ||
+           __builtin_mul_overflow(end, elem, &end) || end > static_cast<int64_t>(storage.nbytes())))
         return bad("reads past the end of its " + std::to_string(storage.nbytes()) +
                    "-byte record " + record);
       t = at::empty({0}, options);

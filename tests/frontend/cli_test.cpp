@@ -174,8 +174,10 @@ std::set<std::string> fallbacks(const std::string& file) {
   EXPECT_EQ(r.code, 0) << file << ": " << r.err;
   std::set<std::string> out;
   if (r.code != 0) return out;
-  for (const auto& op : nlohmann::json::parse(r.out)["replicate_only_fallbacks"])
-    out.insert(op.get<std::string>());
+  // The parsed document must outlive the loop (a range-for over a member of a temporary reads
+  // freed memory: found by the ASan build).
+  nlohmann::json doc = nlohmann::json::parse(r.out);
+  for (const auto& op : doc["replicate_only_fallbacks"]) out.insert(op.get<std::string>());
   return out;
 }
 

@@ -678,6 +678,61 @@ TEST_F(ExportedErrors, CorruptRecord) {
   expectOneLine(g.error(), ErrorCode::kParse, "models/model.json is not valid JSON");
 }
 
+// Weight sizes and strides come from the file: products that overflow int64 are one-line errors.
+// Found with a hand-written input run through tests/fuzz/fuzz_pt2 (sizes 2^62 x 4: signed
+// overflow, a UBSan report).
+TEST_F(ExportedErrors, HugeWeightSizesAreOneLineErrors) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  const int64_t big = int64_t{1} << 62;
+  int i = 0;
+  for (const auto& c : std::vector<std::pair<json, json>>{
+           {{big, 4}, {4, 1}}, {{4, big}, {big, 1}}, {{3, 2}, {big, big}}}) {
+    const json& sizes = c.first;  // (not a structured binding: clang 14 cannot capture those)
+    const json& strides = c.second;
+    fs::path p = dir_ / ("huge_" + std::to_string(i++) + ".pt2");
+    rewrite(pathOf(*s), p,
+            [&](const std::string& name, std::string b) -> std::optional<std::string> {
+              if (name != "data/weights/model_weights_config.json") return b;
+              json j = json::parse(b);
+              json& tm = j["config"].begin().value()["tensor_meta"];
+              tm["sizes"] = json::array();
+              tm["strides"] = json::array();
+              for (const json& x : sizes) tm["sizes"].push_back({{"as_int", x}});
+              for (const json& x : strides) tm["strides"].push_back({{"as_int", x}});
+              return j.dump();
+            });
+    auto state = loadModelState(p.string());
+    ASSERT_FALSE(state.ok()) << p;
+    expectOneLine(state.error(), ErrorCode::kParse, "too large to address");
+  }
+}
+
+// Recorded tensor sizes come from the file: a negative dim, one above 2^40 or more than 2^56
+// elements (which would overflow the planner's int64 byte counts) are one-line errors.
+TEST_F(ExportedErrors, RecordedSizesOutOfRangeAreOneLineErrors) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  int i = 0;
+  for (const auto& c : std::vector<std::pair<json, std::string>>{
+           {{-1, 4}, "outside [0, 2^40]"},
+           {{int64_t{1} << 41, 4}, "outside [0, 2^40]"},
+           {{int64_t{1} << 40, int64_t{1} << 20}, "more than 2^56 elements"}}) {
+    const json& sizes = c.first;
+    const std::string& needle = c.second;
+    fs::path p = dir_ / ("sizes_" + std::to_string(i++) + ".pt2");
+    rewriteProgram(pathOf(*s), p, [&](json& j) {
+      json& tv = j["graph_module"]["graph"]["tensor_values"];
+      json& meta = tv.begin().value();
+      meta["sizes"] = json::array();
+      for (const json& x : sizes) meta["sizes"].push_back({{"as_int", x}});
+    });
+    auto g = importModel(p.string());
+    ASSERT_FALSE(g.ok()) << p;
+    expectOneLine(g.error(), ErrorCode::kParse, needle);
+  }
+}
+
 TEST_F(ExportedErrors, MissingModelJson) {
   const json* s = smallSample();
   if (!s) GTEST_SKIP() << "no exported sample";

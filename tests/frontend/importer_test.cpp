@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/script.h>
 #include <nlohmann/json.hpp>
 
@@ -388,6 +389,47 @@ TEST_F(ImporterErrors, WrongRankOrDtype) {
                         {{InputSpec{"x", ir::DType::kI64, ir::makeShape({8, 128, 1024})}}});
   ASSERT_FALSE(dtype.ok());
   EXPECT_NE(dtype.error().message().find("dtype"), std::string::npos) << dtype.error().message();
+}
+
+// extra/apc_inputs.json is ours (the sample generator writes it): a malformed one is a one-line
+// error. Found with a hand-written input run through tests/fuzz/fuzz_pt: a non-object entry of
+// "inputs" threw nlohmann's type_error
+// out of the importer (an abort in the CLI).
+TEST_F(ImporterErrors, MalformedRecordedInputsAreOneLineErrors) {
+  auto withInputs = [&](const std::string& text) {
+    caffe2::serialize::PyTorchStreamReader reader((kSamples / "multi_output.pt").string());
+    fs::path p = dir_ / "inputs.pt";
+    caffe2::serialize::PyTorchStreamWriter writer(p.string());
+    for (const std::string& name : reader.getAllRecords()) {
+      if (name == "version" || name.rfind(".data/", 0) == 0 || name == "extra/apc_inputs.json")
+        continue;
+      auto [data, size] = reader.getRecord(name);
+      writer.writeRecord(name, data.get(), size);
+    }
+    writer.writeRecord("extra/apc_inputs.json", text.data(), text.size());
+    writer.writeEndOfFile();
+    return p.string();
+  };
+  // The sample's own text still imports.
+  auto good = withInputs(R"({"inputs": [{"dtype": "f32", "name": "x", "shape": [4, 32]}]})");
+  ASSERT_TRUE(importTorchScript(good).ok());
+  for (const char* text : {R"([1])", R"({"inputs": 3})", R"({"inputs": [1]})",
+                           R"({"inputs": [{"name": 1, "dtype": "f32", "shape": [4, 32]}, 2]})",
+                           R"({"inputs": [{"name": "x", "dtype": "f32", "shape": [4, -1]}]})",
+                           R"({"inputs": [{"name": "x", "dtype": "f32", "shape": [4, 1e300]}]})",
+                           R"({"inputs": [{"name": "x", "dtype": "f32", "shape": ["4,5", 2]}]})"}) {
+    SCOPED_TRACE(text);
+    auto path = withInputs(text);
+    auto recorded = recordedInputs(path);
+    ASSERT_FALSE(recorded.ok());
+    EXPECT_EQ(recorded.error().code(), ErrorCode::kParse);
+    EXPECT_NE(recorded.error().message().find("malformed extra/apc_inputs.json"), std::string::npos)
+        << recorded.error().message();
+    EXPECT_EQ(recorded.error().message().find('\n'), std::string::npos);
+    auto g = importTorchScript(path);
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.error().message(), recorded.error().message());
+  }
 }
 
 TEST_F(ImporterErrors, DataDependentControlFlowNamesTheNode) {
