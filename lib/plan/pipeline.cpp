@@ -78,9 +78,8 @@ Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec) {
 }
 
 Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec) {
-  double world = static_cast<double>(spec.mesh.worldSize());
   double low = spec.memory_budget.low;
-  double high = spec.memory_budget.high.value_or(1.0 / world);
+  double high = spec.memory_budget.highOr(spec.mesh.worldSize());
   if (low > high)
     return invalidArgument(
         "memory budget low " + fmt(low) + " exceeds high " + fmt(high) +

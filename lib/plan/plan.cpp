@@ -210,9 +210,10 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
                                 ? canonicalNumber(static_cast<double>(per_rank) /
                                                   static_cast<double>(t.param_bytes_total))
                                 : 0.0;
-  double high = spec.memory_budget.high.value_or(1.0 / static_cast<double>(spec.mesh.worldSize()));
-  if (!spec.memory_budget.high && gp.default_high_bytes && gp.total_param_bytes > 0)
-    high = *gp.default_high_bytes / gp.total_param_bytes;
+  // The high the solver used (the default raised to the least reachable footprint, if so).
+  double high = gp.problem.memory && gp.total_param_bytes > 0
+                    ? gp.problem.memory->high / gp.total_param_bytes
+                    : spec.memory_budget.highOr(spec.mesh.worldSize());
   t.memory_low = canonicalNumber(spec.memory_budget.low);
   t.memory_high = canonicalNumber(high);
 

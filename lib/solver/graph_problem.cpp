@@ -620,16 +620,12 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
   // ceil(n / p) (the bytes counted), so 1/world is unreachable for such parameters and would make
   // every default plan infeasible (cnn_small on [4]: 24,412 bytes needed, 24,410 allowed).
   if (gp.total_param_bytes > 0) {
-    double high_bytes;
-    if (spec.memory_budget.high) {
-      high_bytes = *spec.memory_budget.high * gp.total_param_bytes;
-    } else {
-      high_bytes = gp.total_param_bytes / static_cast<double>(m.worldSize());
+    double high_bytes = spec.memory_budget.highOr(m.worldSize()) * gp.total_param_bytes;
+    if (!spec.memory_budget.high) {
       double least = 0;
       for (const auto& n : gp.problem.nodes)
         if (!n.memory.empty()) least += *std::min_element(n.memory.begin(), n.memory.end());
       if (least > high_bytes) high_bytes = least;
-      gp.default_high_bytes = high_bytes;
     }
     gp.problem.memory = MemoryBound{spec.memory_budget.low * gp.total_param_bytes, high_bytes};
   }

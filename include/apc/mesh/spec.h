@@ -97,7 +97,15 @@ std::string toString(const OutputPlacementTree& t);
 /// Parameter memory per rank as a fraction of the total parameter bytes: low <= used <= high.
 struct MemoryBudget {
   double low = 0;              // >= 0
-  std::optional<double> high;  // (0, 1]; absent: the solver's default (1 / world size)
+  std::optional<double> high;  // (0, 1]; absent: the default (highOr)
+
+  /// The budget's high as a fraction: the given one, else the default 1 / world size (every
+  /// parameter fully sharded). The one home of that default; buildGraphProblem raises it to the
+  /// least reachable footprint when some dim cannot be cut evenly (it alone knows the pieces), and
+  /// the plan reports the high the solver used (Problem::memory).
+  double highOr(int64_t world_size) const {
+    return high.value_or(1.0 / static_cast<double>(world_size < 1 ? 1 : world_size));
+  }
 
   bool operator==(const MemoryBudget&) const = default;
 };

@@ -73,9 +73,7 @@ struct GraphProblem {
   /// Per problem node: the module path of its graph node ("" for sinks); drives layer clustering.
   std::vector<std::string> module_paths;
   double total_param_bytes = 0;
-  /// The memory high in bytes when the spec leaves it to the default: 1/world size of
-  /// total_param_bytes, or the least footprint any plan has when uneven pieces make that more.
-  std::optional<double> default_high_bytes;
+  // The resolved memory budget in bytes is problem.memory (see MemoryBudget::highOr).
 };
 
 /// Every placement tuple of a tensor on the mesh: per mesh dim R or S(d), pruned where a dim would
