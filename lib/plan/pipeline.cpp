@@ -31,38 +31,6 @@ std::string fmt(double v) {
   return buf;
 }
 
-/// Restates the solver's "memory budget is too small (needs at least M bytes, high allows H)" as
-/// the smallest feasible `high`, a fraction of the parameter bytes (rounded up at 4 significant
-/// digits, so that the suggested budget is feasible) and in bytes, with the flag that sets it.
-/// Other errors pass through unchanged.
-Error restateMemoryError(const Error& e, double total_param_bytes) {
-  const std::string& m = e.message();
-  const std::string key = "the memory budget is too small (needs at least ";
-  size_t at = m.find(key);
-  if (e.code() != ErrorCode::kInfeasible || at == std::string::npos || total_param_bytes <= 0)
-    return e;
-  const char* begin = m.c_str() + at + key.size();
-  char* end = nullptr;
-  double need = std::strtod(begin, &end);
-  if (end == begin || !(need > 0)) return e;
-  double high = 0;
-  if (size_t h = m.find("high allows ", at); h != std::string::npos)
-    high = std::strtod(m.c_str() + h + 12, nullptr);
-  double fraction = need / total_param_bytes;
-  // Round up at 4 significant digits.
-  double scale = std::pow(10.0, 3 - std::floor(std::log10(fraction)));
-  double suggested = std::min(1.0, std::ceil(fraction * scale * (1 + 1e-9)) / scale);
-  char text[64];
-  std::snprintf(text, sizeof text, "%.4g", suggested);
-  char have[64];
-  std::snprintf(have, sizeof have, "%.4g", high / total_param_bytes);
-  return infeasible(
-      m.substr(0, at) + "the memory budget is too small: the smallest feasible high is " + text +
-      " of the parameter bytes (" + humanBytes(need) + " per rank of " +
-      humanBytes(total_param_bytes) + "), the budget's high is " + have + " (" + humanBytes(high) +
-      "); use --memory-budget 0," + text + " (memory_budget.high in a spec)");
-}
-
 }  // namespace
 
 Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec) {
@@ -151,7 +119,7 @@ Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
   PlanResult r;
   auto t0 = Clock::now();
   auto solution = solver::solveGraphProblem(built.gp, options, &r.sizes);
-  if (!solution.ok()) return restateMemoryError(solution.error(), built.gp.total_param_bytes);
+  if (!solution.ok()) return solution.error();
   r.solution = std::move(solution).value();
   if (timings) {
     timings->solve_s = secondsSince(t0);

@@ -627,7 +627,8 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
         if (!n.memory.empty()) least += *std::min_element(n.memory.begin(), n.memory.end());
       if (least > high_bytes) high_bytes = least;
     }
-    gp.problem.memory = MemoryBound{spec.memory_budget.low * gp.total_param_bytes, high_bytes};
+    gp.problem.memory = MemoryBound{spec.memory_budget.low * gp.total_param_bytes, high_bytes,
+                                    gp.total_param_bytes};
   }
   APC_RETURN_IF_ERROR(gp.problem.validate());
   return gp;

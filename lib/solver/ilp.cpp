@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "apc/solver/ilp.h"
+#include "apc/support/strings.h"
 
 #include <algorithm>
 #include <chrono>
@@ -523,6 +524,26 @@ std::string fmt(double v) {
   return buf;
 }
 
+/// ": the memory budget is too small...": the least footprint any plan has, as the smallest
+/// feasible `high` fraction (rounded up at 4 significant digits, so that the suggestion is
+/// feasible) and in bytes, with the flag that sets it; in bytes only without a total.
+std::string tooSmallBudget(double need_here, const MemoryBound& b) {
+  const double need = need_here + b.offset, high = b.high + b.offset;
+  if (!(b.total > 0))
+    return ": the memory budget is too small (needs at least " + fmt(need) +
+           " bytes, high allows " + fmt(high) + ")";
+  double fraction = need / b.total;
+  double scale = std::pow(10.0, 3 - std::floor(std::log10(fraction)));
+  double suggested = std::min(1.0, std::ceil(fraction * scale * (1 + 1e-9)) / scale);
+  char text[64], have[64];
+  std::snprintf(text, sizeof text, "%.4g", suggested);
+  std::snprintf(have, sizeof have, "%.4g", high / b.total);
+  return std::string(": the memory budget is too small: the smallest feasible high is ") + text +
+         " of the parameter bytes (" + humanBytes(need) + " per rank of " + humanBytes(b.total) +
+         "), the budget's high is " + have + " (" + humanBytes(high) + "); use --memory-budget 0," +
+         text + " (memory_budget.high in a spec)";
+}
+
 Error diagnoseInfeasible(const Problem& p, const SolverOptions& o) {
   std::set<std::string> groups;
   for (const auto& n : p.nodes)
@@ -536,11 +557,10 @@ Error diagnoseInfeasible(const Problem& p, const SolverOptions& o) {
     Outcome min_mem = run(p, o, {}, false, true);
     if (min_mem.feasible) {
       double m = memoryOf(p, min_mem.choice);
-      if (m > p.memory->high)
-        return infeasible(msg + ": the memory budget is too small (needs at least " + fmt(m) +
-                          " bytes, high allows " + fmt(p.memory->high) + ")");
+      if (m > p.memory->high) return infeasible(msg + tooSmallBudget(m, *p.memory));
       if (p.memory->low > 0)
-        return infeasible(msg + ": the memory budget's low bound " + fmt(p.memory->low) +
+        return infeasible(msg + ": the memory budget's low bound " +
+                          fmt(p.memory->low + p.memory->offset) +
                           " bytes cannot be reached with the other constraints");
     }
   }

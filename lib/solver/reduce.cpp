@@ -244,7 +244,8 @@ class Reducer {
     if (hasMemoryRow()) {
       // Eliminated nodes of constant memory (1b) contribute `eliminated_memory_` to the row.
       r.memory =
-          MemoryBound{p_.memory->low - eliminated_memory_, p_.memory->high - eliminated_memory_};
+          MemoryBound{p_.memory->low - eliminated_memory_, p_.memory->high - eliminated_memory_,
+                      p_.memory->total, p_.memory->offset + eliminated_memory_};
       // Without a node left in the row, the constant alone decides feasibility (as evaluate()
       // does); an infeasible constant keeps the row so that the ILP reports it.
       double eps = 1e-9 * std::max(1.0, std::fabs(eliminated_memory_));

@@ -69,6 +69,12 @@ struct ProblemEdge {
 struct MemoryBound {
   double low = 0;
   double high = kInfinity;
+  /// The bytes that a budget fraction of 1 means (all parameter bytes); > 0 lets an infeasible
+  /// budget be reported as the smallest feasible `high` fraction.
+  double total = 0;
+  /// Bytes of the row already fixed outside this problem (nodes a reduction eliminated): the
+  /// original row's sum is this problem's sum + offset.
+  double offset = 0;
 };
 
 struct Problem {
