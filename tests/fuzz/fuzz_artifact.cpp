@@ -6,36 +6,24 @@
 // APC_FUZZ_TMPDIR.
 //
 //===----------------------------------------------------------------------===//
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "apc/artifact/artifact.h"
 #include "apc/support/hash.h"
 
+#include "scratch_dir.h"
+
 namespace {
 
 const std::string& dir() {
-  static const std::string d = [] {
-    // APC_FUZZ_TMPDIR (scripts/fuzz.sh makes one under /dev/shm and removes it: a file system
-    // round trip per input is the cost here), else the temporary directory.
-    const char* given = std::getenv("APC_FUZZ_TMPDIR");
-    std::filesystem::path base =
-        given && *given ? std::filesystem::path(given) : std::filesystem::temp_directory_path();
-    auto p = base / ("apc_fuzz_artifact_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
-    return p.string();
-  }();
-  return d;
+  return apc::fuzz::scratchDir("artifact");
 }
 
 void put(const std::string& name, const std::string& bytes) {
-  std::ofstream(dir() + "/" + name, std::ios::binary | std::ios::trunc) << bytes;
+  apc::fuzz::writeFile(dir() + "/" + name, bytes);
 }
 
 }  // namespace

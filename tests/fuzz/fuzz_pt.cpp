@@ -12,15 +12,11 @@
 // or a graph. Files live in a per-process directory under APC_FUZZ_TMPDIR.
 //
 //===----------------------------------------------------------------------===//
-#include <unistd.h>
 
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,19 +25,9 @@
 #include "apc/frontend/model.h"
 #include "apc/frontend/weights.h"
 
-namespace {
+#include "scratch_dir.h"
 
-const std::string& dir() {
-  static const std::string d = [] {
-    const char* given = std::getenv("APC_FUZZ_TMPDIR");
-    std::filesystem::path base =
-        given && *given ? std::filesystem::path(given) : std::filesystem::temp_directory_path();
-    auto p = base / ("apc_fuzz_pt_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
-    return p.string();
-  }();
-  return d;
-}
+namespace {
 
 constexpr const char* kInputsRecord = "extra/apc_inputs.json";
 
@@ -76,11 +62,11 @@ void writeWithInputs(const std::string& path, std::string_view inputs_json) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
-  const std::string path = dir() + "/m.pt";
+  const std::string path = apc::fuzz::scratchDir("pt") + "/m.pt";
   if (data[0] % 2 == 0) {
     writeWithInputs(path, rest);
   } else {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << rest;
+    apc::fuzz::writeFile(path, rest);
   }
   auto format = apc::frontend::detectModelFormat(path);
   // Archives with the exported program's records go to fuzz_pt2.

@@ -15,15 +15,11 @@
 // exception or a hang is a finding. Files live in a per-process directory under APC_FUZZ_TMPDIR.
 //
 //===----------------------------------------------------------------------===//
-#include <unistd.h>
 
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,19 +27,9 @@
 #include "apc/frontend/model.h"
 #include "apc/frontend/weights.h"
 
-namespace {
+#include "scratch_dir.h"
 
-const std::string& dir() {
-  static const std::string d = [] {
-    const char* given = std::getenv("APC_FUZZ_TMPDIR");
-    std::filesystem::path base =
-        given && *given ? std::filesystem::path(given) : std::filesystem::temp_directory_path();
-    auto p = base / ("apc_fuzz_pt2_" + std::to_string(::getpid()));
-    std::filesystem::create_directories(p);
-    return p.string();
-  }();
-  return d;
-}
+namespace {
 
 std::vector<std::string_view> splitRecords(std::string_view s) {
   static constexpr std::string_view kSep = "\n----\n";
@@ -79,11 +65,11 @@ void writeArchive(const std::string& path, std::string_view records) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view rest(reinterpret_cast<const char*>(data + 1), size - 1);
-  const std::string path = dir() + "/m.pt2";
+  const std::string path = apc::fuzz::scratchDir("pt2") + "/m.pt2";
   if (data[0] % 2 == 0) {
     writeArchive(path, rest);
   } else {
-    std::ofstream(path, std::ios::binary | std::ios::trunc) << rest;
+    apc::fuzz::writeFile(path, rest);
   }
   auto format = apc::frontend::detectModelFormat(path);
   // A zip without the exported program's records goes to the TorchScript importer (fuzz_pt).

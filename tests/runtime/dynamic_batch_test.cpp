@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -143,6 +144,24 @@ INSTANTIATE_TEST_SUITE_P(Samples, DynamicBatchRun,
                                   (info.param.strategy.empty() ? "opt" : info.param.strategy);
                          });
 
+/// On every one of `world` ranks, loading the artifact in `dir` and running the forward on
+/// `ref`'s inputs fails with a message `named` accepts (printed to stderr).
+void expectForwardFailsOnEveryRank(int world, const std::filesystem::path& dir,
+                                   const Reference& ref,
+                                   const std::function<bool(const std::string&)>& named) {
+  std::vector<std::string> failed = testing::runRanks(world, [&](int rank) {
+    testing::RankLog log(rank);
+    std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log);
+    if (!pm) return 3;
+    auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
+    if (leaves.ok()) return 4;
+    const std::string m = leaves.error().message();
+    std::fprintf(stderr, "rank %d: %s\n", rank, m.c_str());
+    return named(m) ? 0 : 5;
+  });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+}
+
 // A mean inside the model (gpt2_tiny_loss's cross-entropy, pinned to P(avg): at batch 8 the
 // optimizer would compute the loss replicated) over the batch-sharded rows is exact only when the
 // pieces are equal. At batches that split evenly the sharded run matches the single model; at 7
@@ -168,19 +187,10 @@ TEST(DynamicBatch, MeanOverUnevenBatchIsAnErrorOnEveryRank) {
   }
   Reference ref =
       testing::computeReference({kGpt2Loss.model, atBatch(kGpt2Loss, 7), 50257, ""}, 1, 0.0);
-  std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
-    testing::RankLog log(rank);
-    std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log);
-    if (!pm) return 3;
-    auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
-    if (leaves.ok()) return 4;
-    const std::string m = leaves.error().message();
-    std::fprintf(stderr, "rank %d: %s\n", rank, m.c_str());
-    bool named = m.find("B = 7") != std::string::npos && m.find("2 pieces") != std::string::npos &&
-                 m.find("cross_entropy") != std::string::npos && m.find('\n') == std::string::npos;
-    return named ? 0 : 5;
+  expectForwardFailsOnEveryRank(2, dir, ref, [](const std::string& m) {
+    return m.find("B = 7") != std::string::npos && m.find("2 pieces") != std::string::npos &&
+           m.find("cross_entropy") != std::string::npos && m.find('\n') == std::string::npos;
   });
-  for (const std::string& f : failed) ADD_FAILURE() << f;
   std::filesystem::remove_all(dir);
   std::filesystem::remove(spec);
 }
@@ -211,20 +221,11 @@ TEST(DynamicBatch, StaticArtifactAtAnotherBatchFailsOnEveryRank) {
       std::vector<std::string> at_b = c->planned;
       at_b[0].replace(at_b[0].find("[8,"), 3, "[" + std::to_string(b) + ",");
       Reference ref = testing::computeReference({c->model, at_b, c->index_bound, ""}, 1, 0.0);
-      std::vector<std::string> failed = testing::runRanks(world, [&](int rank) {
-        testing::RankLog log(rank);
-        std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log);
-        if (!pm) return 3;
-        auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
-        if (leaves.ok()) return 4;
-        const std::string m = leaves.error().message();
-        std::fprintf(stderr, "rank %d: %s\n", rank, m.c_str());
-        bool named = m.find("size " + std::to_string(b) + " in dim 0") != std::string::npos &&
-                     m.find("planned for 8 (" + c->planned[0] + ")") != std::string::npos &&
-                     m.find("[B=8,") != std::string::npos && m.find('\n') == std::string::npos;
-        return named ? 0 : 5;
+      expectForwardFailsOnEveryRank(world, dir, ref, [&](const std::string& m) {
+        return m.find("size " + std::to_string(b) + " in dim 0") != std::string::npos &&
+               m.find("planned for 8 (" + c->planned[0] + ")") != std::string::npos &&
+               m.find("[B=8,") != std::string::npos && m.find('\n') == std::string::npos;
       });
-      for (const std::string& f : failed) ADD_FAILURE() << f;
     }
     std::filesystem::remove_all(dir);
   }

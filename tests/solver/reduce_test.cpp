@@ -165,20 +165,25 @@ TEST(Reduction, FactorizedTablesGiveTheSameOptimum) {
   }
 }
 
+/// Adds a node of the given costs and module path (one placeholder strategy per cost) to `gp`.
+uint32_t addNode(GraphProblem& gp, std::string name, std::vector<double> costs, std::string path) {
+  ProblemNode n;
+  n.name = std::move(name);
+  n.costs = std::move(costs);
+  gp.problem.nodes.push_back(std::move(n));
+  gp.module_paths.push_back(std::move(path));
+  gp.strategies.emplace_back(gp.problem.nodes.back().costs.size());
+  gp.graph_nodes.emplace_back();
+  return static_cast<uint32_t>(gp.problem.nodes.size() - 1);
+}
+
 /// Three layers `layers.<i>.a -> layers.<i>.b` chained and fed from one input: the clustered solve
 /// and the check both run.
 GraphProblem layered() {
   GraphProblem gp;
   Problem& p = gp.problem;
   auto add = [&](std::string name, std::vector<double> costs, std::string path) {
-    ProblemNode n;
-    n.name = std::move(name);
-    n.costs = std::move(costs);
-    p.nodes.push_back(n);
-    gp.module_paths.push_back(std::move(path));
-    gp.strategies.emplace_back(p.nodes.back().costs.size());
-    gp.graph_nodes.emplace_back();
-    return static_cast<uint32_t>(p.nodes.size() - 1);
+    return addNode(gp, std::move(name), std::move(costs), std::move(path));
   };
   uint32_t prev = add("in", {0, 0, 0}, "");
   for (int i = 0; i < 3; ++i) {
@@ -206,14 +211,7 @@ GraphProblem randomChain(std::mt19937& rng, int layers, bool memory, double high
   GraphProblem gp;
   Problem& p = gp.problem;
   auto add = [&](std::string name, std::vector<double> costs, std::string path) {
-    ProblemNode n;
-    n.name = std::move(name);
-    n.costs = std::move(costs);
-    p.nodes.push_back(n);
-    gp.module_paths.push_back(std::move(path));
-    gp.strategies.emplace_back(p.nodes.back().costs.size());
-    gp.graph_nodes.emplace_back();
-    return static_cast<uint32_t>(p.nodes.size() - 1);
+    return addNode(gp, std::move(name), std::move(costs), std::move(path));
   };
   auto costs = [&](size_t k) {
     std::vector<double> c(k);
