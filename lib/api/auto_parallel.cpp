@@ -14,13 +14,13 @@
 #include <iostream>
 #include <map>
 
+#include "apc/artifact/artifact.h"
 #include "apc/frontend/model.h"
 #include "apc/ir/proto_io.h"
-#include "apc/artifact/artifact.h"
 #include "apc/lower/lower.h"
-#include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
+#include "apc/support/hash.h"
 #include "apc/support/strings.h"
 
 namespace apc {
@@ -451,7 +451,8 @@ Expected<AppliedPlacement> AutoParallel::apply_placement(const plan::Plan& shard
   auto programs = lower::lowerPlan(*st.graph, p);
   if (!programs.ok()) return programs.error().withContext(what);
   applied.plan = p;
-  applied.programs = std::move(programs).value();
+  applied.programs_ =
+      std::make_shared<const std::vector<proto::Program>>(std::move(programs).value());
   return applied;
 }
 
@@ -462,8 +463,19 @@ Expected<AppliedPlacement> AutoParallel::apply_placement() {
   return apply_placement(p);
 }
 
+size_t AppliedPlacement::num_ranks() const {
+  return programs_ ? programs_->size() : 0;
+}
+
+const proto::Program& AppliedPlacement::program(size_t rank) const {
+  return programs_->at(rank);
+}
+
 Status AppliedPlacement::write_artifact(const std::string& dir) const {
-  return artifact::writeArtifact(dir, programs);
+  if (!programs_)
+    return Error(ErrorCode::kInvalidArgument,
+                 "no programs to write: this AppliedPlacement did not come from apply_placement");
+  return artifact::writeArtifact(dir, *programs_);
 }
 
 // --- ShardingOptimizer ---------------------------------------------------------------------------

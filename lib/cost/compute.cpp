@@ -10,6 +10,10 @@
 
 namespace apc::cost {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool DimPiece::operator==(const DimPiece&) const = default;
+
 const char* opFamilyName(OpFamily family) {
   switch (family) {
     case OpFamily::kContraction:

@@ -17,6 +17,10 @@
 
 namespace apc::cost {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool RedistributionStep::operator==(const RedistributionStep&) const = default;
+
 namespace {
 
 using mesh::Placement;

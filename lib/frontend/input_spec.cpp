@@ -7,6 +7,10 @@
 
 namespace apc::frontend {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool InputSpec::operator==(const InputSpec&) const = default;
+
 Expected<InputSpec> parseInputSpec(std::string_view text) {
   auto bad = [&](const std::string& why) {
     return parseError(

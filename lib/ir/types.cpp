@@ -9,6 +9,12 @@
 
 namespace apc::ir {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool Dim::operator==(const Dim&) const = default;
+bool TensorMeta::operator==(const TensorMeta&) const = default;
+bool None::operator==(const None&) const = default;
+
 namespace {
 struct DTypeInfo {
   DType dtype;

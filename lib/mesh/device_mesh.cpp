@@ -8,6 +8,10 @@
 
 namespace apc::mesh {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool DeviceMesh::operator==(const DeviceMesh&) const = default;
+
 bool operator==(const LinkParams& a, const LinkParams& b) {
   return a.bandwidth_gbps == b.bandwidth_gbps && a.latency_us == b.latency_us;
 }

@@ -25,6 +25,17 @@
 
 namespace apc::mesh {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool DeviceOverrides::operator==(const DeviceOverrides&) const = default;
+bool OutputPlacementTree::operator==(const OutputPlacementTree&) const = default;
+bool MemoryBudget::operator==(const MemoryBudget&) const = default;
+bool MixedPrecision::operator==(const MixedPrecision&) const = default;
+bool DynamicDim::operator==(const DynamicDim&) const = default;
+bool Pin::operator==(const Pin&) const = default;
+bool Spec::operator==(const Spec&) const = default;
+bool InputShardings::operator==(const InputShardings&) const = default;
+
 using nlohmann::json;
 
 // --- small helpers -------------------------------------------------------------------------------

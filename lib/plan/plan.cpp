@@ -21,6 +21,15 @@
 
 namespace apc::plan {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool PlanSource::operator==(const PlanSource&) const = default;
+bool PlanEdge::operator==(const PlanEdge&) const = default;
+bool PlanNode::operator==(const PlanNode&) const = default;
+bool PlanParameter::operator==(const PlanParameter&) const = default;
+bool PlanTotals::operator==(const PlanTotals&) const = default;
+bool Plan::operator==(const Plan&) const = default;
+
 const char* apcVersion() {
   return APC_VERSION;
 }

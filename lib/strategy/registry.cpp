@@ -14,6 +14,10 @@
 
 namespace apc::strategy {
 
+// Memberwise equality, defaulted here rather than in the header so that the header stays
+// C++17 (installed headers, apcConfig.cmake).
+bool TensorDimRef::operator==(const TensorDimRef&) const = default;
+
 // --- Strategy ------------------------------------------------------------------------------------
 
 std::string Strategy::toString() const {

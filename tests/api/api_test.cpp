@@ -7,6 +7,7 @@
 // explain and diff; the short path; and bad input as errors, never crashes.
 //
 //===----------------------------------------------------------------------===//
+#include "apc.pb.h"
 #include "apc/api/auto_parallel.h"
 
 #include <gtest/gtest.h>
@@ -443,7 +444,7 @@ TEST(AutoParallelShortPath, EqualsTheLongPath) {
   auto longp = ap.optimize_placement();
   ASSERT_TRUE(longp.ok());
   EXPECT_EQ(plan::toJsonText(shortp->plan), plan::toJsonText(*longp));
-  EXPECT_EQ(shortp->programs.size(), 8u);
+  EXPECT_EQ(shortp->num_ranks(), 8u);
 
   // The budget, mixed precision and `dynamic` land in the plan's spec.
   MixedPrecisionPolicy mp;
@@ -470,10 +471,10 @@ TEST(AutoParallel, ApplyPlacementLowersThePlanOfThisModel) {
   auto applied = ap.apply_placement();
   ASSERT_TRUE(applied.ok()) << applied.error().message();
   EXPECT_EQ(applied->plan, *p);
-  ASSERT_EQ(applied->programs.size(), 8u);  // one program per rank of 2x4
-  for (size_t r = 0; r < applied->programs.size(); ++r) {
-    EXPECT_EQ(applied->programs[r].rank(), static_cast<int64_t>(r));
-    EXPECT_EQ(applied->programs[r].world_size(), 8);
+  ASSERT_EQ(applied->num_ranks(), 8u);  // one program per rank of 2x4
+  for (size_t r = 0; r < applied->num_ranks(); ++r) {
+    EXPECT_EQ(applied->program(r).rank(), static_cast<int64_t>(r));
+    EXPECT_EQ(applied->program(r).world_size(), 8);
   }
   ASSERT_OK(applied->write_artifact(tmp("artifact")));
   auto manifest = artifact::readManifest(tmp("artifact"));
@@ -488,7 +489,7 @@ TEST(AutoParallel, ApplyPlacementLowersThePlanOfThisModel) {
   ASSERT_TRUE(read.ok());
   auto again = ap.apply_placement(*read);
   ASSERT_TRUE(again.ok()) << again.error().message();
-  EXPECT_EQ(again->programs.size(), 8u);
+  EXPECT_EQ(again->num_ranks(), 8u);
 
   // A plan of another model or mesh is refused.
   AutoParallel other(ir::testing_graphs::toyBlock(), {}, mesh2x4());

@@ -33,7 +33,7 @@ int main() {
   // Lower to one program per rank (applied->write_artifact(dir) writes them for the runtime).
   apc::Expected<apc::AppliedPlacement> applied = ap.apply_placement(*plan);
   if (!applied.ok()) return 2;
-  std::cout << applied->programs.size() << " rank programs\n";
+  std::cout << applied->num_ranks() << " rank programs\n";
   return 0;
 }
 // README-EXAMPLE-END

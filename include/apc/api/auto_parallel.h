@@ -50,7 +50,6 @@
 #include <utility>
 #include <vector>
 
-#include "apc.pb.h"
 #include "apc/frontend/input_spec.h"
 #include "apc/ir/graph.h"
 #include "apc/mesh/device_mesh.h"
@@ -63,6 +62,9 @@
 #include "apc/support/error.h"
 
 namespace apc {
+namespace proto {
+class Program;  // apc.pb.h
+}  // namespace proto
 
 /// The model to plan: a TorchScript archive (imported on first use) or an imported graph.
 class ModelSource {
@@ -134,13 +136,26 @@ struct AutoParallelOptions {
 
 /// What apply_placement gives (Python: the parallel module): the plan and the program of every
 /// rank (lower::lowerPlan), ready for the runtime.
+///
+/// The programs are protobuf messages (apc.pb.h); this header does not include the generated code,
+/// so a user of the API needs neither it nor protobuf's headers (which LibTorch's wheel shadows):
+/// include "apc.pb.h" to read a program.
 struct AppliedPlacement {
   plan::Plan plan;
-  std::vector<proto::Program> programs;  // one per rank, in rank order
+
+  /// The number of ranks, and the program of one (rank order).
+  size_t num_ranks() const;
+  const proto::Program& program(size_t rank) const;
 
   /// Writes the artifact directory (manifest.json and rank_<r>.apcp, artifact::writeArtifact) that
   /// the runtime loads; creates `dir` when missing.
   Status write_artifact(const std::string& dir) const;
+
+ private:
+  friend class AutoParallel;
+  // Shared, not copied: an AppliedPlacement copies cheaply, and the messages' type can stay
+  // incomplete here (the deleter is made where the programs are).
+  std::shared_ptr<const std::vector<proto::Program>> programs_;
 };
 
 class AutoParallel;

@@ -27,7 +27,7 @@ namespace apc::cost {
 struct DimPiece {
   int64_t offset = 0;
   int64_t size = 0;
-  bool operator==(const DimPiece&) const = default;
+  bool operator==(const DimPiece&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// The piece of every dim of a tensor of `global_sizes` held by the rank at `coordinate` (one entry

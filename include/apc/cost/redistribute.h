@@ -113,7 +113,7 @@ struct RedistributionStep {
   int64_t full_bytes = 0;  // n: the tensor as seen along mesh_dim (see "Bytes" above)
   double forward_us = 0;   // this step's collective
   double backward_us = 0;  // its transpose (0 when the tensor takes no gradient)
-  bool operator==(const RedistributionStep&) const = default;
+  bool operator==(const RedistributionStep&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 struct RedistributionPlan {

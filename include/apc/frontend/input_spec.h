@@ -19,7 +19,7 @@ struct InputSpec {
   std::string name;
   ir::DType dtype = ir::DType::kF32;
   ir::Shape shape;
-  bool operator==(const InputSpec&) const = default;
+  bool operator==(const InputSpec&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// Parses `name:dtype[d0,d1,...]`; a dim is a positive size or `symbol=hint` (e.g. `B=8`).

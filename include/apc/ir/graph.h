@@ -39,7 +39,13 @@ struct Id {
   constexpr Id() = default;
   constexpr explicit Id(uint32_t value) : v(value) {}
   constexpr bool valid() const { return v != kInvalid; }
-  constexpr auto operator<=>(const Id&) const = default;
+  // Spelled out, not `<=> = default`: the installed headers are C++17.
+  constexpr bool operator==(const Id& o) const { return v == o.v; }
+  constexpr bool operator!=(const Id& o) const { return v != o.v; }
+  constexpr bool operator<(const Id& o) const { return v < o.v; }
+  constexpr bool operator<=(const Id& o) const { return v <= o.v; }
+  constexpr bool operator>(const Id& o) const { return v > o.v; }
+  constexpr bool operator>=(const Id& o) const { return v >= o.v; }
 };
 struct NodeTag {};
 struct ValueTag {};

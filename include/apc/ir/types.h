@@ -34,7 +34,7 @@ struct Dim {
   static Dim fixed(int64_t n) { return {n, {}}; }
   static Dim symbolic(std::string sym, int64_t hint) { return {hint, std::move(sym)}; }
   bool isSymbolic() const { return !symbol.empty(); }
-  bool operator==(const Dim&) const = default;
+  bool operator==(const Dim&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// "128" or "B=8".
@@ -58,7 +58,7 @@ struct TensorMeta {
   int64_t rank() const { return static_cast<int64_t>(shape.size()); }
   int64_t numel() const { return ir::numel(shape); }
   int64_t bytes() const { return numel() * dtypeBytes(dtype); }
-  bool operator==(const TensorMeta&) const = default;
+  bool operator==(const TensorMeta&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// "f32[8,128,1024]".
@@ -67,7 +67,7 @@ std::string toString(const TensorMeta& t);
 /// A compile-time constant of a non-tensor value. Dtype, layout and memory-format arguments appear
 /// as ints (their TorchScript encoding); devices as strings.
 struct None {
-  bool operator==(const None&) const = default;
+  bool operator==(const None&) const;  // defaulted in the .cpp (C++17 users)
 };
 using Constant = std::variant<None, int64_t, double, bool, std::string, std::vector<int64_t>,
                               std::vector<double>, std::vector<bool>>;

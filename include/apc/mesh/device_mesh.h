@@ -61,7 +61,7 @@ class DeviceMesh {
 
   /// "2x4(dp,tp)".
   std::string toString() const;
-  bool operator==(const DeviceMesh&) const = default;
+  bool operator==(const DeviceMesh&) const;  // defaulted in the .cpp (C++17 users)
 
  private:
   std::vector<int64_t> shape_;

@@ -65,7 +65,7 @@ struct DeviceOverrides {
   std::optional<double> hbm_bandwidth_gbps;  // GB/s (> 0)
 
   bool empty() const { return peak_tflops.empty() && !hbm_bandwidth_gbps; }
-  bool operator==(const DeviceOverrides&) const = default;
+  bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// Required placements of the forward's outputs, in the outputs' structure. In JSON:
@@ -88,7 +88,7 @@ struct OutputPlacementTree {
   static OutputPlacementTree makeDict(std::map<std::string, OutputPlacementTree> entries);
 
   bool isFree() const { return kind == Kind::kFree; }
-  bool operator==(const OutputPlacementTree&) const = default;
+  bool operator==(const OutputPlacementTree&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// Compact text form for logs: `S(0)R`, `*` (free), `(S(0)R, *)`, `{logits: S(0)R, loss: RR}`.
@@ -107,7 +107,7 @@ struct MemoryBudget {
     return high.value_or(1.0 / static_cast<double>(world_size < 1 ? 1 : world_size));
   }
 
-  bool operator==(const MemoryBudget&) const = default;
+  bool operator==(const MemoryBudget&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// Mixed precision policy; absent fields keep the model's dtypes. All dtypes are floating.
@@ -117,7 +117,7 @@ struct MixedPrecision {
   std::optional<ir::DType> output_dtype;  // dtype of the forward's outputs
 
   bool empty() const { return !param_dtype && !reduce_dtype && !output_dtype; }
-  bool operator==(const MixedPrecision&) const = default;
+  bool operator==(const MixedPrecision&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// Ranges of the spec's numbers beyond those of the mesh (device_mesh.h).
@@ -134,7 +134,7 @@ struct DynamicDim {
   int64_t min = 1;             // >= 1
   std::optional<int64_t> max;  // >= min; absent: unbounded
 
-  bool operator==(const DynamicDim&) const = default;
+  bool operator==(const DynamicDim&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// A user pin: the output placement of one node, or of the outputs of one module.
@@ -146,7 +146,7 @@ struct Pin {
   std::string name;
   PlacementTuple placements;
 
-  bool operator==(const Pin&) const = default;
+  bool operator==(const Pin&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 struct Spec {
@@ -162,7 +162,7 @@ struct Spec {
   std::vector<DynamicDim> dynamic;  // in the order given; no (input, dim) twice
   std::vector<Pin> pins;            // in the order given
 
-  bool operator==(const Spec&) const = default;
+  bool operator==(const Spec&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// Input placements from an `--in-shardings` file: either a list with one entry per forward input
@@ -172,7 +172,7 @@ struct InputShardings {
   std::vector<std::optional<PlacementTuple>> by_position;  // the list form
   std::map<std::string, PlacementTuple> by_name;           // the object form (null entries dropped)
 
-  bool operator==(const InputShardings&) const = default;
+  bool operator==(const InputShardings&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 // --- JSON text -----------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ struct PlanSource {
   /// The forward inputs as planned, in the `--input` syntax ("tokens:i64[8,128]", "x:f32[B=8,16]").
   std::vector<std::string> inputs;
 
-  bool operator==(const PlanSource&) const = default;
+  bool operator==(const PlanSource&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// The forward inputs of a graph in the `--input` syntax, in graph order.
@@ -74,7 +74,7 @@ struct PlanEdge {
   uint32_t input = 0;  // the consumer's input index
   double cost_us = 0;  // forward + backward redistribution at the chosen pair
 
-  bool operator==(const PlanEdge&) const = default;
+  bool operator==(const PlanEdge&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 struct PlanNode {
@@ -100,7 +100,7 @@ struct PlanNode {
 
   /// The placement of the first tensor output (empty when there is none).
   PlacementText outputPlacements() const;
-  bool operator==(const PlanNode&) const = default;
+  bool operator==(const PlanNode&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 struct PlanParameter {
@@ -113,7 +113,7 @@ struct PlanParameter {
   int64_t bytes_per_rank = 0;  // the largest local piece
   uint32_t node = 0;           // its plan node
 
-  bool operator==(const PlanParameter&) const = default;
+  bool operator==(const PlanParameter&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 struct PlanTotals {
@@ -126,7 +126,7 @@ struct PlanTotals {
   double memory_low = 0;             // the effective budget, as fractions of param_bytes_total
   double memory_high = 1;
 
-  bool operator==(const PlanTotals&) const = default;
+  bool operator==(const PlanTotals&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 struct SolverStats {
@@ -158,7 +158,7 @@ struct Plan {
   PlanTotals totals;
   SolverStats solver;
 
-  bool operator==(const Plan&) const = default;
+  bool operator==(const Plan&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// What the solve step gives a plan besides the solution: the options (recorded and part of the

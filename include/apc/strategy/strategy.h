@@ -56,10 +56,10 @@ using mesh::PlacementTuple;
 
 /// A tensor dim of a node input or output, named by position.
 struct TensorDimRef {
-  bool output = false;  // an output (true) or an input (false)
-  uint32_t index = 0;   // node input/output index
-  int dim = 0;          // tensor dim (non-negative)
-  bool operator==(const TensorDimRef&) const = default;
+  bool output = false;                         // an output (true) or an input (false)
+  uint32_t index = 0;                          // node input/output index
+  int dim = 0;                                 // tensor dim (non-negative)
+  bool operator==(const TensorDimRef&) const;  // defaulted in the .cpp (C++17 users)
 };
 
 /// A strategy for one mesh dimension.
