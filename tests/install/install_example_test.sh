@@ -2,12 +2,13 @@
 # The installed package works for a C++ trainer out of tree (issue 14, item 6):
 #   1. `cmake --install` the build into a fresh prefix;
 #   2. configure and build examples/trainer against that prefix alone (find_package(apc));
-#   3. check that the trainer links no planner library and no COIN-OR code;
+#   3. check that the trainer links no planner library and no COIN-OR code, and build and run the
+#      README's API example as C++17 against apc::api;
 #   4. plan a sample for 2 ranks, train the artifact 3 steps with the example on 2 Gloo ranks
 #      (`apc run`), and check that every step printed a finite loss and that SGD lowered it.
 # Usage: install_example_test.sh BUILD_DIR SOURCE_DIR GENERATOR
 set -eu
-build=$1 src=$2 generator=$3
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) generator=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/apc-install-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "install_example_test: $*" >&2; exit 1; }
@@ -29,6 +30,24 @@ nm -C "$trainer" >"$work/symbols.txt"
   fail "the example trainer contains planner or COIN-OR code"
 ! readelf -d "$trainer" | grep -E 'NEEDED.*(Cbc|Clp|Osi|Coin)' ||
   fail "the example trainer needs a COIN-OR library"
+
+# apc::api from C++17: the README's API example, built against the package and run.
+mkdir -p "$work/api"
+cat >"$work/api/CMakeLists.txt" <<CMAKE
+cmake_minimum_required(VERSION 3.22)
+project(apc_api_example LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 17)
+find_package(apc REQUIRED)
+add_executable(plan_example "$src/tests/api/readme_example.cpp")
+target_link_libraries(plan_example PRIVATE apc::api)
+CMAKE
+cmake -S "$work/api" -B "$work/api/build" -G "$generator" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  >"$work/api-configure.log" 2>&1 || { tail -20 "$work/api-configure.log"; fail "configuring the API example failed"; }
+cmake --build "$work/api/build" >"$work/api-build.log" 2>&1 ||
+  { tail -30 "$work/api-build.log"; fail "building the README's API example as C++17 against apc::api failed"; }
+(cd "$src" && "$work/api/build/plan_example") >"$work/api-run.log" 2>&1 ||
+  { cat "$work/api-run.log"; fail "the API example failed"; }
+grep -q ' rank programs$' "$work/api-run.log" || { cat "$work/api-run.log"; fail "the API example made no programs"; }
 
 "$build/tools/apc" plan "$src/sample_models/out/mlp_stack.pt" --mesh 2 --quiet \
   -o "$work/plan.json" --artifact "$work/art" || fail "apc plan failed"
