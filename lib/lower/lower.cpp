@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "apc/cost/edge.h"
 #include "apc/cost/layout.h"
 #include "apc/cost/redistribute.h"
 #include "apc/ir/proto_io.h"
@@ -35,12 +36,6 @@ Expected<PlacementTuple> parseText(const plan::PlacementText& t) {
     out.push_back(p);
   }
   return out;
-}
-
-PlacementTuple partialAsReplicate(PlacementTuple t) {
-  for (Placement& p : t)
-    if (p.isPartial()) p = Placement::replicate();
-  return t;
 }
 
 void setTexts(const PlacementTuple& t, google::protobuf::RepeatedPtrField<std::string>* out) {
@@ -352,14 +347,10 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   const ir::Value& v = g_.value(gv);
   const PlacementTuple& src = *placement_[gv.v];
   const bool grad = v.tensor->requires_grad && ir::isFloating(v.tensor->dtype);
-  PlacementTuple grad_from = dst;
-  for (size_t m = 0; m < dst.size(); ++m) {
-    if (dst[m].isPartial())
-      grad_from[m] = Placement::replicate();
-    else if (dst[m].isReplicate() && op_split[m])
-      grad_from[m] = Placement::partial();
-  }
-  PlacementTuple grad_to = partialAsReplicate(src);
+  // The edge's semantics (gradient placements, dtypes, regather) are apc/cost/edge.h's, which
+  // the planner priced.
+  PlacementTuple grad_from = cost::gradientPlacement(dst, op_split);
+  PlacementTuple grad_to = cost::partialAsReplicate(src);
   APC_ASSIGN_OR_RETURN(ir::ValueId local_src, localInput(gv));
   if (src == dst && (!grad || grad_from == grad_to)) return local_src;
   // The steps move the tensor in the dtype the program holds it in (param_dtype under mixed
@@ -368,10 +359,11 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   ir::TensorMeta meta = *v.tensor;
   if (const ir::Value& lv = out_.value(local_src); lv.tensor) meta.dtype = lv.tensor->dtype;
   std::optional<ir::DType> reduce_dtype;
-  const auto& mp = p_.spec.mixed_precision;
-  if (grad && mp.reduce_dtype && *mp.reduce_dtype != meta.dtype &&
-      g_.node(v.producer).kind == ir::NodeKind::kParameter)
-    reduce_dtype = *mp.reduce_dtype;
+  const bool regathered = cost::regatheredInBackward(g_.node(v.producer));
+  if (grad && regathered) {
+    ir::DType d = cost::Precision(p_.spec.mixed_precision).reduceDtype(*v.tensor);
+    if (d != meta.dtype) reduce_dtype = d;
+  }
   std::string key = std::to_string(gv.v) + "|" + mesh::toString(dst) + "|" +
                     (grad ? mesh::toString(grad_from) : std::string("-"));
   if (auto it = edge_cache_.find(key); it != edge_cache_.end()) return it->second;
@@ -399,7 +391,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
     if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
-  if (grad && g_.node(v.producer).kind == ir::NodeKind::kParameter)
+  if (grad && regathered)
     for (const proto::RedistStep& s : r.forward())
       if (s.kind() != cost::stepKindName(cost::StepKind::kLocalSlice)) r.set_regather(true);
   r.set_priced_forward_us(fwd->forward_us);
@@ -501,14 +493,7 @@ ir::ValueId Lowerer::castTo(ir::ValueId local, ir::DType dtype, const std::strin
 Status Lowerer::emitOp(const ir::Node& n) {
   const NodePlacements& np = placed_[n.id.v];
   std::string consumer = n.qualifiedOp() + " #" + std::to_string(n.id.v);
-  std::vector<bool> op_split(mesh_.ndim(), false);
-  auto mark = [&](const std::vector<std::optional<PlacementTuple>>& ts) {
-    for (const auto& t : ts)
-      if (t)
-        for (size_t m = 0; m < t->size(); ++m) op_split[m] = op_split[m] || !(*t)[m].isReplicate();
-  };
-  mark(np.inputs);
-  mark(np.outputs);
+  const std::vector<bool> op_split = cost::opSplit(np.inputs, np.outputs, mesh_.ndim());
 
   std::vector<ir::ValueId> inputs;
   PlacementTuple input0_placement;  // where input 0 is computed on (sync_norms)
@@ -604,7 +589,7 @@ Status Lowerer::emitOutputs() {
       if (want.size() != mesh_.ndim())
         return invalidArgument("output " + leaf.path + ": placement of " +
                                std::to_string(want.size()) + " entries");
-      PlacementTuple final_t = partialAsReplicate(want);
+      PlacementTuple final_t = cost::partialAsReplicate(want);
       ir::ValueId local;
       if (v.producer.valid()) {
         APC_ASSIGN_OR_RETURN(local,

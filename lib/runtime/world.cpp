@@ -117,6 +117,7 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
     return store;
   }
   const auto start = Clock::now();
+  bool first_failure = true;
   while (true) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.setup_timeout -
                                                                       (Clock::now() - start));
@@ -132,13 +133,19 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
     } catch (const std::exception& e) {
       why = detail::firstLine(e.what());
     }
-    if (Clock::now() - start >= options.setup_timeout)
+    // One attempt may outlast the whole window (c10d's client retries with a random backoff of
+    // up to about 2 s inside its timeout): the first failure is always noted, so a rank that
+    // gives up has said what it waited for.
+    const bool expired = Clock::now() - start >= options.setup_timeout;
+    if (!expired || first_failure)
+      note(env.rank, "waiting for rank 0's rendezvous store at " + where + " (" + job_text + ", " +
+                         seconds(Clock::now() - start) + " of " + seconds(options.setup_timeout) +
+                         ")");
+    first_failure = false;
+    if (expired)
       return ioError("rank " + std::to_string(env.rank) + ": no rendezvous store at " + where +
                      " after " + seconds(options.setup_timeout) + " (" + job_text +
                      "; is rank 0 running?): " + why);
-    note(env.rank, "waiting for rank 0's rendezvous store at " + where + " (" + job_text + ", " +
-                       seconds(Clock::now() - start) + " of " + seconds(options.setup_timeout) +
-                       ")");
   }
   try {
     // Rank 0 writes the owner right after it starts serving: a short wait suffices.

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "apc/cost/compute.h"
+#include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
 
 namespace apc::solver {
@@ -43,30 +44,10 @@ std::vector<PlacementTuple> leafPlacements(const ir::TensorMeta& t, const mesh::
 
 PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input) {
   const PlacementTuple& in = *s.inputs.at(input);
-  PlacementTuple g = in;
-  for (size_t d = 0; d < in.size(); ++d) {
-    if (in[d].isPartial()) {
-      g[d] = Placement::replicate();
-      continue;
-    }
-    if (!in[d].isReplicate()) continue;
-    bool sharded_here = false;
-    for (const auto& o : s.outputs)
-      if (o && !(*o)[d].isReplicate()) sharded_here = true;
-    for (size_t j = 0; j < s.inputs.size(); ++j)
-      if (j != input && s.inputs[j] && !(*s.inputs[j])[d].isReplicate()) sharded_here = true;
-    if (sharded_here) g[d] = Placement::partial();
-  }
-  return g;
+  return cost::gradientPlacement(in, cost::opSplit(s.inputs, s.outputs, in.size()));
 }
 
 namespace {
-
-PlacementTuple partialAsReplicate(PlacementTuple t) {
-  for (auto& p : t)
-    if (p.isPartial()) p = Placement::replicate();
-  return t;
-}
 
 /// Hash of a vector of ids (keys of the class-cost memo in buildGraphProblem).
 struct IdsHash {
@@ -94,7 +75,7 @@ class EdgePricer {
     double total = forward(key.meta, t, key.from, from, key.to, to);
     if (regather) total *= 2;
     if (grad && std::isfinite(total)) {
-      PlacementTuple back = partialAsReplicate(from);
+      PlacementTuple back = cost::partialAsReplicate(from);
       total += forward(key.meta, t, key.grad - 1, *grad, tupleId(back), back);
     }
     memo_.emplace(key, total);
@@ -199,23 +180,6 @@ strategy::Strategy freeStrategy() {
   return s;
 }
 
-/// The dtypes tensors travel in under the spec's mixed precision policy (see the header).
-struct Precision {
-  std::optional<ir::DType> param;   // floating tensors and their gradients
-  std::optional<ir::DType> reduce;  // parameter gradients (default: param)
-
-  explicit Precision(const mesh::MixedPrecision& mp)
-      : param(mp.param_dtype), reduce(mp.reduce_dtype ? mp.reduce_dtype : mp.param_dtype) {}
-
-  ir::TensorMeta compute(ir::TensorMeta t) const {
-    if (param && ir::isFloating(t.dtype)) t.dtype = *param;
-    return t;
-  }
-  ir::DType reduceDtype(const ir::TensorMeta& stored) const {
-    return reduce && ir::isFloating(stored.dtype) ? *reduce : compute(stored).dtype;
-  }
-};
-
 /// A pin resolved to one value of the graph.
 struct ResolvedPin {
   ir::ValueId value;
@@ -286,7 +250,7 @@ Expected<std::vector<ResolvedPin>> resolvePins(const ir::Graph& g, const mesh::S
 ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp) {
   ir::Graph out = g;
   if (!mp.param_dtype) return out;
-  Precision p(mp);
+  const cost::Precision p(mp);
   for (uint32_t i = 0; i < out.numValues(); ++i) {
     ir::Value& v = out.value(ir::ValueId{i});
     if (v.tensor) v.tensor = p.compute(*v.tensor);
@@ -295,18 +259,55 @@ ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp) {
   return out;
 }
 
-Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
-                                         const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec) {
-  const mesh::DeviceMesh& m = spec.mesh;
-  GraphProblem gp;
-  std::map<uint32_t, uint32_t> problem_of;  // graph node -> problem node
-  std::map<uint32_t, const strategy::NodeStrategies*> op_strategies;
-  for (const auto& ns : strategies) op_strategies[ns.node.v] = &ns;
-  const Precision precision(spec.mixed_precision);
-  APC_ASSIGN_OR_RETURN(std::vector<ResolvedPin> pins, resolvePins(g, spec));
+namespace {
 
-  // Nodes.
+/// buildGraphProblem's state and its builders, in the order they run: nodes (one per placeable
+/// graph node: strategies, compute costs, parameter memory, input pins), edges (one per tensor a
+/// consumer reads from a producer, priced per placement class by apc/cost/edge.h's semantics),
+/// sinks (output placements, the final reduction of Partial free outputs, pins) and the memory
+/// row.
+struct GraphProblemBuilder {
+  GraphProblemBuilder(const ir::Graph& graph, const std::vector<strategy::NodeStrategies>& all,
+                      const mesh::Spec& s)
+      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh) {
+    for (const auto& ns : all) op_strategies[ns.node.v] = &ns;
+  }
+
+  Status addNodes();
+  void addEdges();
+  /// Sinks of the output leaves the spec places (constrained); the others go to free_leaves.
+  Status addOutputSinks();
+  void addFreeOutputSinks();
+  Status addPinSinks();
+  void addMemoryRow();
+  /// Appends a sink node fed by `e` (its dst is set here) with `strategies`.
+  void addSink(ProblemNode sink, ProblemEdge e, std::vector<strategy::Strategy> strategies);
+
+  const ir::Graph& g;
+  const mesh::Spec& spec;
+  const mesh::DeviceMesh& m;
+  const cost::Precision precision;
+  EdgePricer pricer;
+  std::map<uint32_t, const strategy::NodeStrategies*> op_strategies;
+  std::vector<ResolvedPin> pins;
+  GraphProblem gp;
+  std::map<uint32_t, uint32_t> problem_of;                          // graph node -> problem node
+  std::vector<std::pair<ir::ValueId, PlacementTuple>> constrained;  // output leaves placed
+  std::vector<ir::ValueId> free_leaves;                             // and left free
+};
+
+void GraphProblemBuilder::addSink(ProblemNode sink, ProblemEdge e,
+                                  std::vector<strategy::Strategy> strategies) {
+  e.dst = static_cast<uint32_t>(gp.problem.nodes.size());
+  gp.problem.nodes.push_back(std::move(sink));
+  gp.graph_nodes.emplace_back();
+  gp.module_paths.emplace_back();
+  gp.strategies.push_back(std::move(strategies));
+  gp.problem.edges.push_back(std::move(e));
+  gp.edge_input.push_back(0);
+}
+
+Status GraphProblemBuilder::addNodes() {
   for (const ir::Node& n : g.nodes()) {
     ProblemNode pn;
     pn.name = n.name.empty() ? n.qualifiedOp() + " #" + std::to_string(n.id.v) : n.name;
@@ -354,9 +355,10 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     gp.module_paths.push_back(n.module_path);
     gp.strategies.push_back(std::move(strats));
   }
+  return Status::success();
+}
 
-  // Edges.
-  EdgePricer pricer(m);
+void GraphProblemBuilder::addEdges() {
   std::unordered_map<std::vector<uint32_t>, std::vector<double>, IdsHash> class_costs;
   for (const ir::Node& n : g.nodes()) {
     auto dst_it = problem_of.find(n.id.v);
@@ -377,7 +379,7 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
       const auto& src_strats = gp.strategies[src];
       // A parameter's redistributed copy is not kept from forward to backward (that would undo the
       // memory saving of sharding it): backward redistributes it again, as FSDP re-gathers.
-      bool regather = g.node(v.producer).kind == ir::NodeKind::kParameter;
+      bool regather = cost::regatheredInBackward(g.node(v.producer));
       ProblemEdge e;
       e.src = src;
       e.dst = dst;
@@ -452,7 +454,8 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
           }
           for (size_t a = 0; a < froms.size(); ++a)
             if (*froms[a])
-              back_index[a] = listed(partialAsReplicate(**froms[a]), back_list, back_ids, back_at);
+              back_index[a] =
+                  listed(cost::partialAsReplicate(**froms[a]), back_list, back_ids, back_at);
         }
         for (const ir::TensorMeta* meta : metas) {
           ir::TensorMeta t = precision.compute(*meta);
@@ -492,10 +495,9 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
       gp.edge_input.push_back(i);
     }
   }
+}
 
-  // Output sinks.
-  std::vector<std::pair<ir::ValueId, PlacementTuple>> constrained;
-  std::vector<ir::ValueId> free_leaves;
+Status GraphProblemBuilder::addOutputSinks() {
   std::function<Status(const ir::OutputTree&, const mesh::OutputPlacementTree&)> walk =
       [&](const ir::OutputTree& gt, const mesh::OutputPlacementTree& st) -> Status {
     using K = mesh::OutputPlacementTree::Kind;
@@ -534,25 +536,21 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     sink.costs = {0.0};
     sink.pinned = 0;
     sink.pin_group = "outputs";
-    uint32_t dst = static_cast<uint32_t>(gp.problem.nodes.size());
     ProblemEdge e;
     e.src = src_it->second;
-    e.dst = dst;
-    PlacementTuple grad = partialAsReplicate(want);
+    PlacementTuple grad = cost::partialAsReplicate(want);
     ir::TensorMeta t = precision.compute(*v.tensor);
     for (const auto& s : gp.strategies[e.src]) {
       const auto& from = s.outputs.at(v.producer_output);
       e.costs.push_back(from ? pricer.price(t, *from, want, t.requires_grad ? &grad : nullptr)
                              : kInfinity);
     }
-    gp.problem.nodes.push_back(std::move(sink));
-    gp.graph_nodes.emplace_back();
-    gp.module_paths.emplace_back();
-    gp.strategies.push_back({leafStrategy(want)});
-    gp.problem.edges.push_back(std::move(e));
-    gp.edge_input.push_back(0);
+    addSink(std::move(sink), std::move(e), {leafStrategy(want)});
   }
+  return Status::success();
+}
 
+void GraphProblemBuilder::addFreeOutputSinks() {
   // Free output leaves whose producer may leave them Partial: the final reduction (see the header).
   std::set<uint32_t> sunk;
   for (const auto& [vid, want] : constrained) sunk.insert(vid.v);
@@ -572,22 +570,17 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     sink.costs = {0.0};
     ProblemEdge e;
     e.src = src_it->second;
-    e.dst = static_cast<uint32_t>(gp.problem.nodes.size());
     ir::TensorMeta t = precision.compute(*v.tensor);
     for (const auto& s : src_strats) {
       const auto& from = s.outputs.at(v.producer_output);
-      e.costs.push_back(partial(s) ? pricer.price(t, *from, partialAsReplicate(*from), nullptr)
-                                   : 0.0);
+      e.costs.push_back(
+          partial(s) ? pricer.price(t, *from, cost::partialAsReplicate(*from), nullptr) : 0.0);
     }
-    gp.problem.nodes.push_back(std::move(sink));
-    gp.graph_nodes.emplace_back();
-    gp.module_paths.emplace_back();
-    gp.strategies.push_back({freeStrategy()});
-    gp.problem.edges.push_back(std::move(e));
-    gp.edge_input.push_back(0);
+    addSink(std::move(sink), std::move(e), {freeStrategy()});
   }
+}
 
-  // Pin sinks (group "pins"): strategy 0 allows only the pinned placement, 1 is free.
+Status GraphProblemBuilder::addPinSinks() {
   for (const ResolvedPin& pin : pins) {
     const ir::Value& v = g.value(pin.value);
     auto src_it = problem_of.find(v.producer.v);
@@ -601,24 +594,21 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     sink.pin_group = "pins";
     ProblemEdge e;
     e.src = src_it->second;
-    e.dst = static_cast<uint32_t>(gp.problem.nodes.size());
     for (const auto& s : gp.strategies[e.src]) {
       const auto& from = s.outputs.at(v.producer_output);
       e.costs.push_back(from && *from == pin.placements ? 0.0 : kInfinity);
       e.costs.push_back(0.0);
     }
-    gp.problem.nodes.push_back(std::move(sink));
-    gp.graph_nodes.emplace_back();
-    gp.module_paths.emplace_back();
-    gp.strategies.push_back({leafStrategy(pin.placements), freeStrategy()});
-    gp.problem.edges.push_back(std::move(e));
-    gp.edge_input.push_back(0);
+    addSink(std::move(sink), std::move(e), {leafStrategy(pin.placements), freeStrategy()});
   }
+  return Status::success();
+}
 
-  // (e) parameter memory. The default high is 1/world size, or the fully sharded footprint when
-  // that is more: a dim that does not divide by its mesh sizes leaves a largest piece of
-  // ceil(n / p) (the bytes counted), so 1/world is unreachable for such parameters and would make
-  // every default plan infeasible (cnn_small on [4]: 24,412 bytes needed, 24,410 allowed).
+/// (e) parameter memory. The default high is 1/world size, or the fully sharded footprint when
+/// that is more: a dim that does not divide by its mesh sizes leaves a largest piece of
+/// ceil(n / p) (the bytes counted), so 1/world is unreachable for such parameters and would make
+/// every default plan infeasible (cnn_small on [4]: 24,412 bytes needed, 24,410 allowed).
+void GraphProblemBuilder::addMemoryRow() {
   if (gp.total_param_bytes > 0) {
     double high_bytes = spec.memory_budget.highOr(m.worldSize()) * gp.total_param_bytes;
     if (!spec.memory_budget.high) {
@@ -630,8 +620,23 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
     gp.problem.memory = MemoryBound{spec.memory_budget.low * gp.total_param_bytes, high_bytes,
                                     gp.total_param_bytes};
   }
-  APC_RETURN_IF_ERROR(gp.problem.validate());
-  return gp;
+}
+
+}  // namespace
+
+Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
+                                         const std::vector<strategy::NodeStrategies>& strategies,
+                                         const mesh::Spec& spec) {
+  GraphProblemBuilder b(g, strategies, spec);
+  APC_ASSIGN_OR_RETURN(b.pins, resolvePins(g, spec));
+  APC_RETURN_IF_ERROR(b.addNodes());
+  b.addEdges();
+  APC_RETURN_IF_ERROR(b.addOutputSinks());
+  b.addFreeOutputSinks();
+  APC_RETURN_IF_ERROR(b.addPinSinks());
+  b.addMemoryRow();
+  APC_RETURN_IF_ERROR(b.gp.problem.validate());
+  return std::move(b.gp);
 }
 
 }  // namespace apc::solver

@@ -88,7 +88,7 @@ struct OutputPlacementTree {
   static OutputPlacementTree makeDict(std::map<std::string, OutputPlacementTree> entries);
 
   bool isFree() const { return kind == Kind::kFree; }
-  bool operator==(const OutputPlacementTree&) const;  // defaulted in the .cpp (C++17 users)
+  bool operator==(const OutputPlacementTree&) const;  // memberwise (C++17 users)
 };
 
 /// Compact text form for logs: `S(0)R`, `*` (free), `(S(0)R, *)`, `{logits: S(0)R, loss: RR}`.

@@ -8,7 +8,8 @@
 // - Inputs are pinned (group "inputs") to the spec's placement, or to Replicate on every mesh dim
 //   by default, as in AutoParallel. A constrained output leaf gets a sink node with one pinned
 //   strategy (group "outputs") and an edge that prices the final redistribution.
-// - One edge per tensor input whose producer is placeable. Its cost for a pair of strategies is the
+// - One edge per tensor input whose producer is placeable, with the semantics of apc/cost/edge.h
+//   (the rules lowering emits). Its cost for a pair of strategies is the
 //   forward redistribution from the producer's output placement to the consumer's input placement,
 //   plus, when the value requires grad, the redistribution of the gradient back: the gradient of an
 //   input that is Replicate on mesh dim d while the op is sharded or partial on d is Partial on d;
@@ -81,7 +82,8 @@ struct GraphProblem {
 std::vector<mesh::PlacementTuple> leafPlacements(const ir::TensorMeta& t,
                                                  const mesh::DeviceMesh& m);
 
-/// The gradient placement of input `i` under strategy `s` (see the file comment).
+/// The gradient placement of input `i` under strategy `s`: cost::gradientPlacement with the
+/// strategy's own split (apc/cost/edge.h, the one definition lowering uses too).
 mesh::PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input);
 
 /// The graph as it computes under a mixed precision policy: the tensor metadata of every value

@@ -1,0 +1,66 @@
+//===- apc/cost/edge.h - What moving a tensor along an edge means ---------===//
+//
+// One definition of an edge's semantics, used by the planner, which prices it
+// (solver::buildGraphProblem), and by lowering, which emits it (lower::lowerPlan). An edge
+// carries the value a producer placed at `from` to a consumer that reads it at `to`:
+// - Forward: the tensor is redistributed from -> to (cost::planRedistribution), in the dtype the
+//   program computes it in (Precision::compute: param_dtype under mixed precision).
+// - Backward, when the tensor requires grad: the consumer leaves its gradient at
+//   gradientPlacement(to, op_split), which is redistributed back to partialAsReplicate(from), the
+//   producer's output placement with its pending sums done (the producer's own backward consumes
+//   a gradient that is whole on every mesh dim where its output was Partial). An activation's
+//   gradient travels in the compute dtype, a parameter's in Precision::reduceDtype (FSDP2's
+//   reduce_dtype).
+// - A parameter's redistributed copy is not kept from forward to backward (regathered): backward
+//   redoes the forward redistribution, as FSDP re-gathers after resharding, so the memory that
+//   sharding saves stays saved. The planner counts that forward twice; lowering marks it.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "apc/ir/graph.h"
+#include "apc/ir/types.h"
+#include "apc/mesh/placement.h"
+#include "apc/mesh/spec.h"
+
+namespace apc::cost {
+
+/// `t` with every Partial mesh dim made Replicate: where a gradient lands on a producer's output
+/// (and where a Partial output leaf ends: its sums done).
+mesh::PlacementTuple partialAsReplicate(mesh::PlacementTuple t);
+
+/// Per mesh dim, whether an op placed so splits its work there: some tensor input or output of it
+/// is not Replicate on that dim. (Absent entries are non-tensor arguments.)
+std::vector<bool> opSplit(const std::vector<std::optional<mesh::PlacementTuple>>& inputs,
+                          const std::vector<std::optional<mesh::PlacementTuple>>& outputs,
+                          size_t mesh_ndim);
+
+/// The placement of the gradient an op leaves for an input it read at `input`: Shard stays Shard;
+/// Partial becomes Replicate (the input's pending sum is linear, every rank gets the whole
+/// gradient); Replicate becomes Partial on a mesh dim where the op splits its work (each rank's
+/// piece of the op contributes a part of the gradient), else stays Replicate.
+mesh::PlacementTuple gradientPlacement(const mesh::PlacementTuple& input,
+                                       const std::vector<bool>& op_split);
+
+/// The dtypes tensors travel in under a mixed precision policy (see apc/solver/graph_problem.h).
+class Precision {
+ public:
+  explicit Precision(const mesh::MixedPrecision& mp);
+  /// The tensor as the program computes it: a floating tensor in param_dtype, when set.
+  ir::TensorMeta compute(ir::TensorMeta t) const;
+  /// The dtype a parameter stored as `stored` has its gradient reduced in: reduce_dtype, else
+  /// param_dtype, else its compute dtype.
+  ir::DType reduceDtype(const ir::TensorMeta& stored) const;
+
+ private:
+  std::optional<ir::DType> param_;
+  std::optional<ir::DType> reduce_;
+};
+
+/// Whether a value made by `producer` is regathered in backward instead of kept (a parameter).
+bool regatheredInBackward(const ir::Node& producer);
+
+}  // namespace apc::cost
