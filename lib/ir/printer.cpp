@@ -2,6 +2,7 @@
 #include "apc/ir/printer.h"
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "apc/support/strings.h"

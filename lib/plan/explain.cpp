@@ -12,6 +12,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
 

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "apc/plan/plan.h"
@@ -220,8 +221,8 @@ Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index
                        getPlacementList(j["input_placements"], path + ".input_placements", ndim));
   // Empty for a node without a tensor output (a free output's sink): then "outputs" says so.
   PlacementText out;
-  bool no_output = j["output_placements"].is_array() && j["output_placements"].empty() &&
-                   j.contains("outputs");
+  bool no_output =
+      j["output_placements"].is_array() && j["output_placements"].empty() && j.contains("outputs");
   if (!no_output) {
     APC_ASSIGN_OR_RETURN(out,
                          getPlacement(j["output_placements"], path + ".output_placements", ndim));

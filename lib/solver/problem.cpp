@@ -2,6 +2,7 @@
 #include "apc/solver/problem.h"
 
 #include <cmath>
+#include <nlohmann/json.hpp>
 
 namespace apc::solver {
 

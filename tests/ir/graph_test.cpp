@@ -1,5 +1,6 @@
 //===- tests/ir/graph_test.cpp - Graph construction, verify, printing -----===//
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sstream>
 

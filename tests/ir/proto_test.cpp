@@ -1,5 +1,6 @@
 //===- tests/ir/proto_test.cpp - Protobuf round-trip of graphs ------------===//
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <sstream>
 

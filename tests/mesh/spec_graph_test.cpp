@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "apc/ir/graph.h"
 #include "apc/mesh/spec.h"

@@ -6,12 +6,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 
-#include "apc/support/hash.h"
 #include "apc/plan/plan.h"
 #include "apc/plan/report.h"
+#include "apc/support/hash.h"
 #include "plan_fixtures.h"
 
 namespace apc::plan {

@@ -5,6 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <random>

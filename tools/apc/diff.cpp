@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "apc/plan/diff.h"

@@ -11,14 +11,15 @@
 #include <algorithm>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
 #include "apc/plan/explain.h"
-#include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
+#include "apc/support/hash.h"
 #include "comm.h"
 #include "commands.h"
 

@@ -16,14 +16,15 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <tuple>
 
-#include "apc/support/hash.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
 #include "apc/support/file_io.h"
+#include "apc/support/hash.h"
 #include "apc/support/strings.h"
 #include "comm.h"
 #include "commands.h"

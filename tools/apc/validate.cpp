@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "apc/lower/lower.h"

@@ -42,7 +42,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "apc/ir/graph.h"
 #include "apc/ir/types.h"

@@ -44,7 +44,7 @@
 #include <utility>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "apc/ir/graph.h"
 #include "apc/plan/plan.h"

@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "apc/ir/graph.h"
 #include "apc/mesh/spec.h"
