@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "apc/mesh/placement.h"
