@@ -120,21 +120,6 @@ Status matchOutputs(const OutputPlacementTree& t, const ir::OutputTree& o, const
   return Status::success();
 }
 
-/// Node names as pins use them: input/parameter/buffer names and op output value names, each with
-/// the value it names.
-std::map<std::string, ir::ValueId> nodeNames(const ir::Graph& g) {
-  std::map<std::string, ir::ValueId> names;
-  for (const ir::Node& n : g.nodes()) {
-    if (n.kind != ir::NodeKind::kOp) {
-      if (!n.outputs.empty()) names.emplace(n.name, n.outputs[0]);
-      continue;
-    }
-    for (ir::ValueId v : n.outputs)
-      if (!g.value(v).debug_name.empty()) names.emplace(g.value(v).debug_name, v);
-  }
-  return names;
-}
-
 /// Every module path of the graph and its prefixes ("layers", "layers.0", "layers.0.attn", ...).
 std::set<std::string> modulePaths(const ir::Graph& g) {
   std::set<std::string> paths;
@@ -182,6 +167,19 @@ Expected<std::map<std::string, PlacementTuple>> resolveInShardings(const InputSh
   return out;
 }
 
+std::map<std::string, ir::ValueId> pinNames(const ir::Graph& g) {
+  std::map<std::string, ir::ValueId> names;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.kind != ir::NodeKind::kOp) {
+      if (!n.outputs.empty()) names.emplace(n.name, n.outputs[0]);
+      continue;
+    }
+    for (ir::ValueId v : n.outputs)
+      if (!g.value(v).debug_name.empty()) names.emplace(g.value(v).debug_name, v);
+  }
+  return names;
+}
+
 Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g) {
   for (const auto& [name, t] : s.inputs) {
     std::string p = keyPath("$.inputs", name);
@@ -212,7 +210,7 @@ Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g) {
     const Pin& pin = s.pins[i];
     std::string p = indexPath("$.pins", i);
     if (pin.target == Pin::Target::kNode) {
-      if (nodes.empty()) nodes = nodeNames(g);
+      if (nodes.empty()) nodes = pinNames(g);
       auto it = nodes.find(pin.name);
       if (it == nodes.end())
         return notFound(p + ".node: spec pins node '" + printable(pin.name) +

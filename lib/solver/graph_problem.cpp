@@ -196,15 +196,7 @@ bool inModule(const std::string& path, const std::string& module) {
 Expected<std::vector<ResolvedPin>> resolvePins(const ir::Graph& g, const mesh::Spec& spec) {
   std::vector<ResolvedPin> out;
   if (spec.pins.empty()) return out;
-  std::map<std::string, ir::ValueId> names;  // as validateSpecAgainstGraph names nodes
-  for (const ir::Node& n : g.nodes()) {
-    if (n.kind != ir::NodeKind::kOp) {
-      if (!n.outputs.empty()) names.emplace(n.name, n.outputs[0]);
-      continue;
-    }
-    for (ir::ValueId v : n.outputs)
-      if (!g.value(v).debug_name.empty()) names.emplace(g.value(v).debug_name, v);
-  }
+  const std::map<std::string, ir::ValueId> names = mesh::pinNames(g);
   for (size_t i = 0; i < spec.pins.size(); ++i) {
     const mesh::Pin& pin = spec.pins[i];
     std::string path = "$.pins[" + std::to_string(i) + "]";

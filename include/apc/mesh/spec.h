@@ -225,4 +225,9 @@ Expected<std::map<std::string, PlacementTuple>> resolveInShardings(const InputSh
 /// spec's JSON path (`$.inputs.foo: spec names input 'foo' but the model's inputs are: x`).
 Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g);
 
+/// The names a node pin may use, each with the value it names: input, parameter and buffer names,
+/// and the debug names of op outputs (validateSpecAgainstGraph checks pins against these; the
+/// solver resolves pins through them).
+std::map<std::string, ir::ValueId> pinNames(const ir::Graph& g);
+
 }  // namespace apc::mesh
