@@ -134,10 +134,12 @@ for f in sorted(glob.glob("tests/fuzz/seeds/pt/*.pt")):
     inputs = record(zipfile.ZipFile(f), "extra/apc_inputs.json")
     if inputs is not None:
         open(f"{seeds}/fuzz_pt/inputs_{name}", "wb").write(b"\x00" + inputs)
+        open(f"{seeds}/fuzz_inputs/apc_inputs_{name}.json", "wb").write(inputs)
 # Reproducers of past findings, as the text of the even mode.
 for f in sorted(glob.glob("tests/fuzz/seeds/pt_inputs/*")):
     text = open(f, "rb").read()
     open(f"{seeds}/fuzz_pt/inputs_{os.path.basename(f)}", "wb").write(b"\x00" + text)
+    open(f"{seeds}/fuzz_inputs/apc_inputs_{os.path.basename(f)}", "wb").write(text)
 for f in sorted(glob.glob("tests/fuzz/seeds/pt2_json/*")):
     text = open(f, "rb").read()
     open(f"{seeds}/fuzz_pt2/json_{os.path.basename(f)}", "wb").write(b"\x00" + text)

@@ -3,6 +3,9 @@
 
 #include <cctype>
 
+#include <nlohmann/json.hpp>
+
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 
 namespace apc::frontend {
@@ -54,6 +57,48 @@ Expected<InputSpec> parseInputSpec(std::string_view text) {
 
 std::string toString(const InputSpec& s) {
   return s.name + ":" + ir::dtypeName(s.dtype) + ir::toString(s.shape);
+}
+
+Expected<std::vector<std::optional<InputSpec>>> parseRecordedInputs(
+    std::string_view json_text, const std::vector<std::string>& names, const std::string& source) {
+  std::vector<std::optional<InputSpec>> out(names.size());
+  if (json_text.empty()) return out;
+  auto malformed = [&](const std::string& why) {
+    return parseError("'" + source + "' has a malformed extra/apc_inputs.json (" + why + ")");
+  };
+  auto doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return malformed("not valid JSON");
+  if (!doc.is_object()) return malformed("not a JSON object");
+  auto inputs = doc.find("inputs");
+  if (inputs == doc.end()) return out;
+  if (!inputs->is_array()) return malformed("'inputs' is not a list");
+  auto text = [](const nlohmann::json& j, const char* key) {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  for (const auto& r : *inputs) {
+    if (!r.is_object()) return malformed("an entry of 'inputs' is not an object");
+    const std::string name = text(r, "name");
+    auto dt = ir::parseDType(text(r, "dtype"));
+    auto shape = r.find("shape");
+    if (!dt || shape == r.end() || !shape->is_array()) continue;
+    InputSpec spec;
+    spec.name = name;
+    spec.dtype = *dt;
+    for (const auto& d : *shape) {
+      // Checked as a --input dim is (a positive size, or NAME=size).
+      std::string dim = d.is_number_integer() ? std::to_string(d.get<int64_t>())
+                        : d.is_string()       ? d.get<std::string>()
+                                              : std::string();
+      auto parsed = parseInputSpec("x:f32[" + dim + "]");
+      if (!parsed.ok() || parsed->shape.size() != 1)
+        return malformed("input '" + printable(name) + "' has a bad dim " + printable(d.dump()));
+      spec.shape.push_back(parsed->shape[0]);
+    }
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == name) out[i] = spec;
+  }
+  return out;
 }
 
 }  // namespace apc::frontend

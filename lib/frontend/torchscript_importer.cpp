@@ -23,7 +23,6 @@
 #include <torch/csrc/jit/runtime/interpreter.h>
 #include <torch/csrc/jit/runtime/symbolic_shape_registry.h>
 #include <torch/script.h>
-#include <nlohmann/json.hpp>
 
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
@@ -812,50 +811,17 @@ Expected<Loaded> loadArchive(const std::string& path) {
   auto method = l.module.find_method("forward");
   if (!method) return unsupported("'" + path + "' has no forward method");
   const auto& args = method->function().getSchema().arguments();
-  // extra/apc_inputs.json (our sample generator's): {"inputs": [{"name", "dtype", "shape"}]}, each
-  // dim an int or a --input dim text ("B=8"). Anything else is a one-line error, not ignored.
-  nlohmann::json recorded;
-  auto malformed = [&](const std::string& why) {
-    return parseError("'" + path + "' has a malformed extra/apc_inputs.json (" + why + ")");
-  };
-  if (!extra["apc_inputs.json"].empty()) {
-    recorded = nlohmann::json::parse(extra["apc_inputs.json"], nullptr, /*allow_exceptions=*/false);
-    if (recorded.is_discarded()) return malformed("not valid JSON");
-    if (!recorded.is_object()) return malformed("not a JSON object");
-    auto inputs = recorded.find("inputs");
-    if (inputs != recorded.end() && !inputs->is_array()) return malformed("'inputs' is not a list");
-  }
+  std::vector<std::string> names;
+  for (size_t i = 1; i < args.size(); ++i) names.push_back(args[i].name());
+  APC_ASSIGN_OR_RETURN(auto recorded, parseRecordedInputs(extra["apc_inputs.json"], names, path));
   auto graph_inputs = method->graph()->inputs();
-  auto text = [](const nlohmann::json& j, const char* key) {
-    auto it = j.find(key);
-    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
   for (size_t i = 1; i < args.size(); ++i) {
     InputSpec spec;
     spec.name = args[i].name();
     bool known = false;
-    if (recorded.is_object() && recorded.contains("inputs")) {
-      for (const auto& r : recorded["inputs"]) {
-        if (!r.is_object()) return malformed("an entry of 'inputs' is not an object");
-        if (text(r, "name") != spec.name) continue;
-        auto dt = ir::parseDType(text(r, "dtype"));
-        auto shape = r.find("shape");
-        if (!dt || shape == r.end() || !shape->is_array()) continue;
-        spec.dtype = *dt;
-        spec.shape.clear();
-        for (const auto& d : *shape) {
-          // Checked as a --input dim is (a positive size, or NAME=size).
-          std::string dim = d.is_number_integer() ? std::to_string(d.get<int64_t>())
-                            : d.is_string()       ? d.get<std::string>()
-                                                  : std::string();
-          auto parsed = parseInputSpec("x:f32[" + dim + "]");
-          if (!parsed.ok() || parsed->shape.size() != 1)
-            return malformed("input '" + printable(spec.name) + "' has a bad dim " +
-                             printable(d.dump()));
-          spec.shape.push_back(parsed->shape[0]);
-        }
-        known = true;
-      }
+    if (recorded[i - 1]) {
+      spec = *recorded[i - 1];
+      known = true;
     }
     if (!known && i < graph_inputs.size()) {
       if (auto tt = graph_inputs[i]->type()->cast<c10::TensorType>()) {
