@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "apc/ir/proto_io.h"
 #include "apc/support/hash.h"
 #include "apc/support/strings.h"
 
@@ -116,6 +117,20 @@ std::vector<std::optional<PlacementText>> placements(
 
 }  // namespace
 
+Expected<ir::Graph> plannedGraph(const Plan& p) {
+  if (p.graph_bytes.empty())
+    return notFound(
+        "the plan carries no graph (written by an apc before 0.2.0); the model file "
+        "is needed");
+  auto g = ir::deserializeGraph(p.graph_bytes);
+  if (!g.ok()) return g.error().withContext("the plan's graph");
+  std::vector<std::string> inputs = inputShapes(*g);
+  if (inputs != p.model.inputs)
+    return invalidArgument("the plan's graph has inputs " + join(inputs, ", ") +
+                           " but the plan was made for " + join(p.model.inputs, ", "));
+  return g;
+}
+
 Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
                         const solver::Solution& solution, const mesh::Spec& spec,
                         const PlanSource& source, const SolveRecord& record) {
@@ -132,6 +147,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   plan.model = source;
   plan.spec = spec;
   plan.content_hash = contentHash(source, spec, record.options, record.baseline);
+  plan.graph_bytes = ir::serializeGraph(g);
 
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const solver::ProblemNode& pn = p.nodes[i];

@@ -12,6 +12,7 @@
 
 #include "apc/plan/plan.h"
 #include "apc/solver/baselines.h"
+#include "apc/support/base64.h"
 #include "apc/support/file_io.h"
 
 namespace apc::plan {
@@ -423,6 +424,7 @@ json toJson(const Plan& p) {
                  {{"time_limit_s", number(s.time_limit_s)},
                   {"threads", s.threads},
                   {"reduce", s.reduce}}}}}};
+  if (!p.graph_bytes.empty()) out["graph"] = base64Encode(p.graph_bytes);
   if (!s.baseline.empty()) out["solver"]["baseline"] = s.baseline;
   // Unproven plans (a time limit, a check too large to run) state their proven gap: (objective -
   // bound) / objective. Derived, so optimal plans' bytes do not change.
@@ -445,7 +447,8 @@ std::string toJsonText(const Plan& p) {
 Expected<Plan> planFromJson(const json& j) {
   APC_RETURN_IF_ERROR(checkObject(j, "$",
                                   {"apc_version", "content_hash", "format_version", "model",
-                                   "nodes", "parameters", "solver", "spec", "totals"}));
+                                   "nodes", "parameters", "solver", "spec", "totals"},
+                                  {"graph"}));
   Plan p;
   APC_ASSIGN_OR_RETURN(int64_t version, getInt(j["format_version"], "$.format_version"));
   if (version != kPlanFormatVersion)
@@ -487,6 +490,14 @@ Expected<Plan> planFromJson(const json& j) {
   }
   APC_ASSIGN_OR_RETURN(p.totals, readTotals(j["totals"], "$.totals"));
   APC_ASSIGN_OR_RETURN(p.solver, readSolver(j["solver"], "$.solver"));
+  if (j.contains("graph")) {
+    APC_ASSIGN_OR_RETURN(std::string text, getString(j["graph"], "$.graph"));
+    auto bytes = base64Decode(text);
+    if (!bytes.ok()) return at("$.graph", bytes.error().message());
+    p.graph_bytes = std::move(bytes).value();
+    auto g = plannedGraph(p);
+    if (!g.ok()) return at("$.graph", g.error().message());
+  }
   return p;
 }
 

@@ -256,12 +256,54 @@ TEST_F(PlanCli, ExplainChecksTheModelHash) {
   ASSERT_EQ(planToy(tmp("h.json")).code, 0);
   auto plan = nlohmann::json::parse(readFile(tmp("h.json")));
   plan["model"]["path"] = kSamples + "llama_tiny.pt";  // another model under the stored hash
+  // The plan carries its graph: the model path is not read, a --model given is checked.
   writeFile(tmp("h2.json"), plan.dump());
-  expectOneLineError(runApc("explain " + tmp("h2.json") + " --node x"), "SHA-256 differs");
+  Result own = runApc("explain " + tmp("h2.json") + " --node x");
+  EXPECT_EQ(own.code, 0) << own.err;
+  expectOneLineError(
+      runApc("explain " + tmp("h2.json") + " --node x --model " + kSamples + "llama_tiny.pt"),
+      "SHA-256 differs");
+  // Without the graph (a plan of apc 0.1) the model is imported again and its hash checked.
+  plan.erase("graph");
+  writeFile(tmp("h3.json"), plan.dump());
+  expectOneLineError(runApc("explain " + tmp("h3.json") + " --node x"), "SHA-256 differs");
   // --model points at the right file again.
   Result ok =
-      runApc("explain " + tmp("h2.json") + " --node x --model " + kSamples + "toy_block.pt");
+      runApc("explain " + tmp("h3.json") + " --node x --model " + kSamples + "toy_block.pt");
   EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+TEST_F(PlanCli, ExplainAndLowerNeedNoModelFile) {
+  // A plan of a model copied away and deleted: explain (alternatives and collectives) and lower
+  // work from the graph in the plan, and lower gives the same artifact as from the model.
+  const std::string model = tmp("gone.pt2");
+  writeFile(model, readFile(kSamples + "mlp_stack.pt2"));
+  ASSERT_EQ(
+      runApc("plan " + model + " --mesh 2 -o " + tmp("g.json") + " --artifact " + tmp("g_art"))
+          .code,
+      0);
+  auto plan = nlohmann::json::parse(readFile(tmp("g.json")));
+  ASSERT_TRUE(plan.contains("graph"));
+  std::string node;
+  for (const auto& n : plan["nodes"])
+    if (n["kind"] == "op") {
+      node = n["name"];
+      break;
+    }
+  std::remove(model.c_str());
+  Result e = runApc("explain " + tmp("g.json") + " --node " + node);
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("CHOSEN"), std::string::npos) << e.out;
+  EXPECT_EQ(e.err.find("not shown"), std::string::npos) << e.err;
+  Result l = runApc("lower " + tmp("g.json") + " -o " + tmp("g_art2"));
+  ASSERT_EQ(l.code, 0) << l.err;
+  for (const char* f : {"manifest.json", "rank_0.apcp", "rank_1.apcp"})
+    EXPECT_EQ(readFile(tmp("g_art2") + "/" + f), readFile(tmp("g_art") + "/" + f)) << f;
+  // A damaged graph is a one-line error naming the field.
+  std::string text = plan["graph"];
+  plan["graph"] = text.substr(0, text.size() / 2) + "!" + text.substr(text.size() / 2 + 1);
+  writeFile(tmp("g_bad.json"), plan.dump());
+  expectOneLineError(runApc("lower " + tmp("g_bad.json") + " -o " + tmp("g_art3")), "$.graph");
 }
 
 TEST_F(PlanCli, ClassicPlansArePricedByTheSameModel) {

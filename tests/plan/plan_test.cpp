@@ -6,10 +6,13 @@
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
 
+#include "apc/ir/proto_io.h"
+#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
 #include "apc/plan/report.h"
 #include "apc/support/hash.h"
@@ -114,6 +117,42 @@ TEST(PlanJson, RoundTripGivesTheSamePlanAndBytes) {
   // No wall time in the file.
   EXPECT_TRUE((*j)["solver"]["seconds"].is_null());
   EXPECT_EQ(text.find("\"seconds\": null"), text.find("\"seconds\""));
+}
+
+TEST(PlanJson, CarriesThePlannedGraph) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  Plan plan = planOf(g, toySpec2x4()).result.plan;
+  auto back = plannedGraph(plan);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(ir::serializeGraph(*back), ir::serializeGraph(g));
+  // The problem rebuilt from the carried graph is the plan's.
+  EXPECT_TRUE(rebuildProblem(*back, plan).ok());
+  // Inputs that are not the plan's, missing bytes and damaged bytes are errors.
+  Plan other = plan;
+  other.model.inputs = {"x:f32[3,3]"};
+  auto wrong = plannedGraph(other);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.error().message().find("x:f32[3,3]"), std::string::npos);
+  other = plan;
+  other.graph_bytes.clear();
+  EXPECT_EQ(plannedGraph(other).error().code(), ErrorCode::kNotFound);
+  other = plan;
+  other.graph_bytes.resize(other.graph_bytes.size() / 2);
+  EXPECT_FALSE(plannedGraph(other).ok());
+  // The JSON reader checks the graph: bad base64, or bytes that are not a graph.
+  auto j = mesh::parseJsonText(toJsonText(plan));
+  ASSERT_TRUE(j.ok());
+  for (const std::string& bad : {std::string("Zm9v!"), std::string("Zm9vYmFy")}) {
+    (*j)["graph"] = bad;
+    auto r = planFromJson(*j);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().message().rfind("$.graph: ", 0), 0u) << r.error().message();
+  }
+  // Without the key: read as a plan without a graph.
+  j->erase("graph");
+  auto none = planFromJson(*j);
+  ASSERT_TRUE(none.ok()) << none.error().message();
+  EXPECT_TRUE(none->graph_bytes.empty());
 }
 
 TEST(PlanJson, SameInputsGiveSameBytes) {

@@ -443,7 +443,10 @@ TEST(StrategyValidator, EveryStrategyMatchesTheUnshardedOp) {
   // APC_VALIDATOR_FILTER=<text>: only the combos whose signature contains <text> (debugging).
   const char* filter_env = std::getenv("APC_VALIDATOR_FILTER");
   const std::string filter = filter_env ? filter_env : "";
-  for (const auto& [sig, combo] : c.combos) {
+  for (const auto& entry : c.combos) {
+    // Not a structured binding: clang 14 (the sanitizer build) cannot capture one in a lambda.
+    const auto& sig = entry.first;
+    const auto& combo = entry.second;
     if (!filter.empty() && sig.find(filter) == std::string::npos) continue;
     auto combo_start = std::chrono::steady_clock::now();
     struct Timer {  // records the combo's time however the iteration ends

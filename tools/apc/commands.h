@@ -43,8 +43,12 @@ Runner addLowerCommand(CLI::App& app);
 Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan& p,
                                            const std::string& dir, std::string* summary);
 /// Imports the model at `path` with the plan's input shapes; errors when its SHA-256 is not the
-/// plan's (apc lower, apc validate).
-Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& path);
+/// plan's (apc validate, and graphForPlan for plans without a graph).
+Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& path);
+/// The graph a plan was made on, for apc explain and apc lower: the plan's own
+/// (plan::plannedGraph; `model`, when given, must still have the plan's SHA-256, but is not
+/// imported), else importForPlan of `model` (empty: the plan's model path).
+Expected<ir::Graph> graphForPlan(const plan::Plan& p, const std::string& model);
 /// `apc validate`: check a plan against a model and spec without writing (tools/apc/validate.cpp).
 Runner addValidateCommand(CLI::App& app);
 /// stageArtifactFor, commit, print the summary (apc lower).

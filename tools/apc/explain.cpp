@@ -2,10 +2,11 @@
 //
 // Reads a plan and prints its costliest nodes; with --node or --module, also every alternative of
 // one node priced in the plan's context (lib/plan/explain.h). Alternatives need the problem the
-// plan was solved on: the model is imported again from the path stored in the plan (or --model)
-// with the plan's input shapes, checked against the stored SHA-256, and the problem is rebuilt from
-// the plan's spec. --format json prints the same as canonical JSON; --format dot prints a Graphviz
-// graph of the plan coloured by output placement.
+// plan was solved on: it is rebuilt from the graph the plan carries and the plan's spec (for a
+// plan without a graph, the model is imported again from the path stored in the plan, or
+// --model, with the plan's input shapes, checked against the stored SHA-256). --format json prints
+// the same as canonical JSON; --format dot prints a Graphviz graph of the plan coloured by output
+// placement.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -15,11 +16,8 @@
 #include <optional>
 #include <string>
 
-#include "apc/frontend/input_spec.h"
-#include "apc/frontend/model.h"
 #include "apc/plan/explain.h"
 #include "apc/plan/pipeline.h"
-#include "apc/support/hash.h"
 #include "comm.h"
 #include "commands.h"
 
@@ -39,22 +37,6 @@ struct ExplainFlags {
   size_t collapse_depth = 0;   // dot: draw deeper modules as one box each
 };
 
-Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& model_override) {
-  std::string path = model_override.empty() ? p.model.model_path : model_override;
-  auto sha = sha256File(path);
-  if (!sha.ok())
-    return sha.error().withContext("cannot read the plan's model (use --model to point at it)");
-  if (*sha != p.model.model_sha256)
-    return invalidArgument("model " + path +
-                           " is not the one the plan was made from (its SHA-256 differs)");
-  frontend::ImportOptions options;
-  for (const std::string& text : p.model.inputs) {
-    APC_ASSIGN_OR_RETURN(frontend::InputSpec s, frontend::parseInputSpec(text));
-    options.inputs.push_back(s);
-  }
-  return frontend::importModel(path, options);
-}
-
 int runExplain(const ExplainFlags& f) {
   auto p = plan::readPlanFile(f.plan);
   if (!p.ok()) return report(p.error());
@@ -70,7 +52,7 @@ int runExplain(const ExplainFlags& f) {
   std::vector<EdgeComm> comms;
   std::string no_comm;  // why the collectives are not shown
   {
-    auto g = importForPlan(*p, f.model);
+    auto g = graphForPlan(*p, f.model);
     if (g.ok()) {
       graph = std::move(g).value();
       auto c = edgeComms(*graph, *p);
@@ -107,7 +89,7 @@ int runExplain(const ExplainFlags& f) {
   if (!f.node.empty() || !f.module.empty()) {
     auto index = f.node.empty() ? plan::findModuleNode(*p, f.module) : plan::findNode(*p, f.node);
     if (!index.ok()) return report(index.error());
-    if (!graph) return report(importForPlan(*p, f.model).error());
+    if (!graph) return report(graphForPlan(*p, f.model).error());
     auto built = plan::rebuildProblem(*graph, *p);
     if (!built.ok()) return report(built.error());
     auto ex = plan::explainNode(*p, built->gp, *index, &*graph);
@@ -176,7 +158,8 @@ Runner addExplainCommand(CLI::App& app) {
                  "op count and cost), e.g. 2 for layers.0, layers.1, ...");
   app.add_flag("--no-parameters", f->no_parameters, "dot: leave parameters and buffers out");
   app.add_option("--model", f->model,
-                 "The model file, when it moved since planning (must have the same SHA-256)");
+                 "The model file, for a plan that carries no graph and whose model moved since "
+                 "planning (must have the same SHA-256); checked, not imported, otherwise");
   return [f, top]() {
     f->top_given = top->count() > 0;
     return runExplain(*f);

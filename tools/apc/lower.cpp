@@ -1,18 +1,18 @@
 //===- tools/apc/lower.cpp - `apc lower` -----------------------------------===//
 //
-// `apc lower PLAN MODEL -o DIR`: imports MODEL with the plan's input shapes (its SHA-256 must be
-// the plan's), lowers the plan to one program per rank (lib/lower) and writes the artifact
-// directory (manifest.json + rank_<r>.apcp). `apc plan --artifact DIR` calls the same
-// writeArtifactFor after planning.
+// `apc lower PLAN [MODEL] -o DIR`: lowers the plan over the graph it carries (or, for a plan
+// without one, MODEL imported with the plan's input shapes; its SHA-256 must be the plan's) to one
+// program per rank (lib/lower) and writes the artifact directory (manifest.json + rank_<r>.apcp).
+// `apc plan --artifact DIR` calls the same writeArtifactFor after planning.
 //
 //===----------------------------------------------------------------------===//
 #include <iostream>
 #include <memory>
 #include <string>
 
+#include "apc/artifact/artifact.h"
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
-#include "apc/artifact/artifact.h"
 #include "apc/lower/lower.h"
 #include "apc/support/hash.h"
 #include "commands.h"
@@ -40,17 +40,33 @@ Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::stri
   return Status::success();
 }
 
-Expected<ir::Graph> importForLowering(const plan::Plan& p, const std::string& path) {
-  APC_ASSIGN_OR_RETURN(std::string sha, sha256File(path));
-  if (sha != p.model.model_sha256)
+namespace {
+
+Status checkModelHash(const plan::Plan& p, const std::string& path) {
+  auto sha = sha256File(path);
+  if (!sha.ok()) return sha.error().withContext("cannot read the plan's model");
+  if (*sha != p.model.model_sha256)
     return invalidArgument("model " + path +
                            " is not the one the plan was made from (its SHA-256 differs)");
+  return Status::success();
+}
+
+}  // namespace
+
+Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& path) {
+  APC_RETURN_IF_ERROR(checkModelHash(p, path));
   frontend::ImportOptions options;
   for (const std::string& text : p.model.inputs) {
     APC_ASSIGN_OR_RETURN(frontend::InputSpec s, frontend::parseInputSpec(text));
     options.inputs.push_back(s);
   }
   return frontend::importModel(path, options);
+}
+
+Expected<ir::Graph> graphForPlan(const plan::Plan& p, const std::string& model) {
+  if (p.graph_bytes.empty()) return importForPlan(p, model.empty() ? p.model.model_path : model);
+  if (!model.empty()) APC_RETURN_IF_ERROR(checkModelHash(p, model));
+  return plan::plannedGraph(p);
 }
 
 namespace {
@@ -66,7 +82,7 @@ int runLower(const LowerFlags& f) {
   if (!outputs.ok()) return report(outputs.error());
   auto p = plan::readPlanFile(f.plan);
   if (!p.ok()) return report(p.error());
-  auto g = importForLowering(*p, f.model.empty() ? p->model.model_path : f.model);
+  auto g = graphForPlan(*p, f.model);
   if (!g.ok()) return report(g.error());
   Status s = writeArtifactFor(*g, *p, f.output);
   if (!s.ok()) return report(s.error());
@@ -78,7 +94,9 @@ int runLower(const LowerFlags& f) {
 Runner addLowerCommand(CLI::App& app) {
   auto f = std::make_shared<LowerFlags>();
   app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
-  app.add_option("model", f->model, "The model the plan was made from (default: the plan's path)");
+  app.add_option("model", f->model,
+                 "The model the plan was made from: needed only for a plan that carries no graph "
+                 "(default: the plan's path); when given, checked against the plan's SHA-256");
   app.add_option("-o,--output", f->output, "Artifact directory to write")->required();
   return [f] { return runLower(*f); };
 }

@@ -43,7 +43,7 @@ int runValidate(const ValidateFlags& f) {
   auto p = plan::readPlanFile(f.plan);
   if (!p.ok()) return report(p.error());
   const std::string model = f.model.empty() ? p->model.model_path : f.model;
-  auto g = importForLowering(*p, model);
+  auto g = importForPlan(*p, model);
   if (!g.ok()) return report(g.error().withContext(f.plan));
   if (Status s = mesh::validateSpecAgainstGraph(p->spec, *g); !s.ok())
     return report(s.error().withContext(f.plan + ": the plan's spec"));

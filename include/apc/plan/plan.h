@@ -3,8 +3,9 @@
 // A Plan is what `apc plan` writes: per problem node the chosen strategy with its placements and
 // costs, per parameter its placement and bytes per rank, the totals, the solver's statistics, and
 // where it came from (apc version, model name, path and hash, the input shapes, the effective
-// spec). It is made from a solved GraphProblem (makePlan), written as canonical JSON (toJsonText)
-// and read back (planFromJson, readPlanFile). schemas/plan.schema.json describes the JSON.
+// spec) and the planned graph itself, so that explaining and lowering a plan need no model file. It
+// is made from a solved GraphProblem (makePlan), written as canonical JSON (toJsonText) and read
+// back (planFromJson, readPlanFile). schemas/plan.schema.json describes the JSON.
 //
 // Costs. A node's compute_us is its chosen strategy's compute cost (forward + backward); its
 // comm_us is the sum of the chosen costs of its in-edges (the forward redistribution of each input
@@ -45,7 +46,7 @@ namespace apc::plan {
 /// Version of the plan JSON layout; planFromJson rejects other versions.
 inline constexpr int kPlanFormatVersion = 1;
 
-/// The apc version ("0.1.0"), from the CMake project version.
+/// The apc version ("0.2.0"), from the CMake project version.
 const char* apcVersion();
 
 /// A placement tuple as written in plans: one string per mesh dim ("S(0)", "R", "P").
@@ -157,9 +158,18 @@ struct Plan {
   std::vector<PlanParameter> parameters;
   PlanTotals totals;
   SolverStats solver;
+  /// The graph the plan was made on, as ir::serializeGraph writes it (the JSON holds its base64
+  /// under "graph"): `apc explain` and `apc lower` work from it without the model file or an
+  /// import. Empty in a plan read from a file without one (the model is imported again then).
+  std::string graph_bytes;
 
   bool operator==(const Plan&) const;  // defaulted in the .cpp (C++17 users)
 };
+
+/// The graph a plan was made on (its graph_bytes). A plan without one is a kNotFound error; bytes
+/// that do not parse, or a graph whose inputs are not the plan's model inputs, an error naming
+/// what differs.
+Expected<ir::Graph> plannedGraph(const Plan& p);
 
 /// What the solve step gives a plan besides the solution: the options (recorded and part of the
 /// content hash) and the problem sizes before and after reduction.
