@@ -1,10 +1,10 @@
 //===- lib/api/auto_parallel.cpp - The C++ AutoParallel API ----------------===//
 //
 // AutoParallel keeps a mesh::Spec that its add_* calls fill in, checking each constraint against
-// the imported graph as it arrives; optimize_placement hands the spec to lib/plan's pipeline
-// exactly as `apc plan` does (buildProblem, then solveAndPlan with the tool's solver defaults),
-// with one extra step in between when a prefetch discount is set: the cost matrices of the edges
-// out of parameter-derived nodes are scaled (see apply_prefetch_discount in the header).
+// the imported graph as it arrives; optimize_placement and baseline_placement hand the spec to
+// plan::planGraph, the driver `apc plan` runs too (same checks, same messages, same bytes). A
+// prefetch discount goes into the spec planned (spec "prefetch_discount", which apc plan
+// --prefetch-discount sets).
 //
 //===----------------------------------------------------------------------===//
 #include "apc/api/auto_parallel.h"
@@ -35,51 +35,6 @@ std::string fmt(double v) {
 
 std::string placementList(const mesh::PlacementTuple& t) {
   return "[" + mesh::toString(t) + "]";
-}
-
-/// Marks the problem nodes whose value depends on parameters only: parameters, and ops that have
-/// an in-edge for each tensor input, all from marked nodes. Problem nodes are in graph order, so
-/// one pass suffices.
-std::vector<bool> parameterDerived(const ir::Graph& g, const solver::GraphProblem& gp) {
-  const solver::Problem& p = gp.problem;
-  std::vector<std::vector<uint32_t>> in(p.nodes.size());
-  for (uint32_t e = 0; e < p.edges.size(); ++e) in[p.edges[e].dst].push_back(e);
-  std::vector<bool> derived(p.nodes.size(), false);
-  for (size_t v = 0; v < p.nodes.size(); ++v) {
-    if (!gp.graph_nodes[v].valid()) continue;  // output sinks
-    const ir::Node& n = g.node(gp.graph_nodes[v]);
-    if (n.kind == ir::NodeKind::kParameter) {
-      derived[v] = true;
-      continue;
-    }
-    if (n.kind != ir::NodeKind::kOp || in[v].empty()) continue;
-    size_t tensor_inputs = 0;
-    for (ir::ValueId id : n.inputs)
-      if (g.value(id).isTensor()) ++tensor_inputs;
-    if (in[v].size() != tensor_inputs) continue;
-    bool all = true;
-    for (uint32_t e : in[v]) all = all && derived[p.edges[e].src];
-    derived[v] = all;
-  }
-  return derived;
-}
-
-/// Scales the finite costs of every edge out of a parameter-derived node; returns how many edges
-/// had a positive finite cost to scale.
-size_t applyDiscount(const ir::Graph& g, solver::GraphProblem& gp, double scale) {
-  std::vector<bool> derived = parameterDerived(g, gp);
-  size_t touched = 0;
-  for (solver::ProblemEdge& e : gp.problem.edges) {
-    if (!derived[e.src]) continue;
-    bool any = false;
-    for (double& c : e.costs) {
-      if (!std::isfinite(c) || c <= 0) continue;
-      c *= scale;
-      any = true;
-    }
-    if (any) ++touched;
-  }
-  return touched;
 }
 
 /// Builds the output tree of `leaves` (depth first) in the structure of the graph's outputs.
@@ -361,60 +316,30 @@ Status AutoParallel::add_node_constraint(const std::string& node, const Placemen
 Expected<AutoParallel::Solved> AutoParallel::solve(const std::optional<std::string>& baseline,
                                                    bool verbose) {
   APC_RETURN_IF_ERROR(ensureGraph());
-  if (!mesh::isKnownDeviceKind(spec_.device))
-    return invalidArgument("unknown device '" + spec_.device +
-                           "' (known: " + join(mesh::knownDeviceKinds(), ", ") + ")");
-  const mesh::MixedPrecision& mp = spec_.mixed_precision;
-  for (const auto& [field, dtype] :
-       {std::pair{"param_dtype", mp.param_dtype}, std::pair{"reduce_dtype", mp.reduce_dtype},
-        std::pair{"output_dtype", mp.output_dtype}})
-    if (dtype && !ir::isFloating(*dtype))
-      return invalidArgument(std::string("mixed precision ") + field + " must be floating, got " +
-                             ir::dtypeName(*dtype));
   const State& st = *state_;
   const ir::Graph& g = *st.graph;
   mesh::Spec spec = spec_;
-  std::optional<solver::Baseline> b;
+  spec.prefetch_discount = optimizer_.prefetch_scale_;
+  plan::PlanRequest request;
   if (baseline) {
-    const std::string what = "baseline_placement";
     auto parsed = solver::parseBaseline(*baseline);
-    if (!parsed.ok()) return parsed.error().withContext(what);
-    b = *parsed;
-    if (!solver::baselineApplies(*b, spec.mesh.ndim()))
-      return invalidArgument(what + ": " + solver::baselineName(*b) +
-                             " needs a mesh of 2 or more dims (data x tensor parallel), got " +
-                             spec.mesh.toString());
-    spec.memory_budget = {};  // a classic plan defines its own parameter memory
-    spec = plan::baselineSpec(g, std::move(spec), *b);
+    if (!parsed.ok()) return parsed.error().withContext("baseline_placement");
+    request.baseline = *parsed;
   }
+  request.options.solver.time_limit_s = options_.time_limit_s;
+  request.options.solver.threads = options_.threads;
+  request.options.reduce = options_.reduce;
   plan::PhaseTimings timings;
+  auto run = plan::planGraph(g, std::move(spec), st.source, request, &timings);
+  if (!run.ok()) return baseline ? run.error().withContext("baseline_placement") : run.error();
   Solved out;
-  APC_ASSIGN_OR_RETURN(out.built, plan::buildProblem(g, spec, &timings));
-  double scale = optimizer_.prefetch_scale_;
-  out.discounted_edges = scale != 1.0 ? applyDiscount(g, out.built.gp, scale) : 0;
-
-  solver::SolveGraphOptions options;
-  options.solver.time_limit_s = options_.time_limit_s;
-  options.solver.threads = options_.threads;
-  options.reduce = options_.reduce;
-  auto result = b ? plan::solveBaselineAndPlan(g, out.built, spec, st.source, *b, options, &timings)
-                  : plan::solveAndPlan(g, out.built, spec, st.source, options, &timings);
-  if (!result.ok()) return result.error();
-  out.plan = std::move(result->plan);
-  if (scale != 1.0) {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "%.12g", scale);
-    out.plan.content_hash = sha256Hex(out.plan.content_hash + "\nprefetch_discount=" + buf);
-  }
+  out.built = std::move(run->built);
+  out.plan = std::move(run->result.plan);
+  out.discounted_edges = out.built.discounted_edges;
   if (verbose) {
     std::ostream& log = options_.log ? *options_.log : std::cout;
-    for (const std::string& op : out.built.fallback_ops)
-      log << "apc: warning: no sharding rule for " << op
-          << "; it gets the Replicate-only strategy\n";
-    if (scale != 1.0)
-      log << "prefetch discount " << fmt(scale) << " on " << out.discounted_edges
-          << " parameter edges\n";
-    log << plan::optimizerLog(out.plan) << plan::summaryText(out.plan, &timings);
+    log << plan::buildNotes(out.built, run->spec) << plan::optimizerLog(out.plan)
+        << plan::summaryText(out.plan, &timings);
   }
   return out;
 }

@@ -440,7 +440,7 @@ Expected<Spec> parseSpec(const json& j) {
   APC_RETURN_IF_ERROR(
       checkKeys(j, "$",
                 {"mesh", "device", "world_size", "inputs", "outputs", "memory_budget",
-                 "mixed_precision", "dynamic_batch", "dynamic", "pins"}));
+                 "mixed_precision", "dynamic_batch", "dynamic", "pins", "prefetch_discount"}));
   Spec s;
   const json* mesh = find(j, "mesh");
   if (!mesh) return at("$", "missing required key 'mesh'");
@@ -485,6 +485,10 @@ Expected<Spec> parseSpec(const json& j) {
   }
   if (const json* pins = find(j, "pins")) {
     APC_ASSIGN_OR_RETURN(s.pins, readPins(*pins, "$.pins", ndim));
+  }
+  if (const json* pd = find(j, "prefetch_discount")) {
+    APC_ASSIGN_OR_RETURN(s.prefetch_discount,
+                         readInRange(*pd, "$.prefetch_discount", "the prefetch discount", 0, 1));
   }
   return s;
 }
@@ -608,6 +612,7 @@ json toJson(const Spec& s) {
     }
     j["pins"] = arr;
   }
+  if (s.prefetch_discount != 1.0) j["prefetch_discount"] = s.prefetch_discount;
   return j;
 }
 

@@ -92,6 +92,21 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
         "2x2x2x2x2x4)");
   APC_RETURN_IF_ERROR(mesh::validateSpecAgainstGraph(spec, g));
   APC_RETURN_IF_ERROR(effectiveBudget(spec));
+  // A spec read from JSON has these checked with their paths; a spec made in C++ (the API) or
+  // changed by a flag (apc plan --device) meets them here.
+  if (!mesh::isKnownDeviceKind(spec.device))
+    return invalidArgument("unknown device '" + spec.device +
+                           "' (known: " + join(mesh::knownDeviceKinds(), ", ") + ")");
+  const mesh::MixedPrecision& mp = spec.mixed_precision;
+  for (const auto& [field, dtype] :
+       {std::pair{"param_dtype", mp.param_dtype}, std::pair{"reduce_dtype", mp.reduce_dtype},
+        std::pair{"output_dtype", mp.output_dtype}})
+    if (dtype && !ir::isFloating(*dtype))
+      return invalidArgument(std::string("mixed precision ") + field + " must be floating, got " +
+                             ir::dtypeName(*dtype));
+  if (!(spec.prefetch_discount >= 0 && spec.prefetch_discount <= 1))
+    return invalidArgument("the prefetch discount must be in [0, 1], got " +
+                           fmt(spec.prefetch_discount));
   APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, deviceFor(spec));
   BuiltProblem out;
   strategy::EnumerateOptions options;
@@ -109,6 +124,8 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
   if (timings) timings->enumerate_s = secondsSince(t0);
   t0 = Clock::now();
   APC_ASSIGN_OR_RETURN(out.gp, solver::buildGraphProblem(g, out.strategies, spec));
+  if (spec.prefetch_discount != 1.0)
+    out.discounted_edges = applyPrefetchDiscount(g, out.gp, spec.prefetch_discount);
   if (timings) timings->build_s = secondsSince(t0);
   return out;
 }
@@ -158,6 +175,40 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
   APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, pinned, r.solution, spec, source,
                                         {options, r.sizes, solver::baselineName(baseline)}));
   return r;
+}
+
+Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const PlanRequest& request,
+                                   PhaseTimings* timings) {
+  if (request.baseline) {
+    const solver::Baseline b = *request.baseline;
+    if (!solver::baselineApplies(b, spec.mesh.ndim()))
+      return invalidArgument(std::string("the classic plan ") + solver::baselineName(b) +
+                             " needs a mesh of 2 or more dims (data x tensor parallel), got " +
+                             spec.mesh.toString());
+    spec.memory_budget = {};
+    spec = baselineSpec(g, std::move(spec), b);
+  }
+  PlanRun run;
+  APC_ASSIGN_OR_RETURN(run.built, buildProblem(g, spec, timings));
+  run.spec = std::move(spec);
+  return run;
+}
+
+Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const PlanRequest& request,
+                        PlanRun& run, PhaseTimings* timings) {
+  APC_ASSIGN_OR_RETURN(
+      run.result, request.baseline
+                      ? solveBaselineAndPlan(g, run.built, run.spec, source, *request.baseline,
+                                             request.options, timings)
+                      : solveAndPlan(g, run.built, run.spec, source, request.options, timings));
+  return Status::success();
+}
+
+Expected<PlanRun> planGraph(const ir::Graph& g, mesh::Spec spec, const PlanSource& source,
+                            const PlanRequest& request, PhaseTimings* timings) {
+  APC_ASSIGN_OR_RETURN(PlanRun run, buildPlanProblem(g, std::move(spec), request, timings));
+  APC_RETURN_IF_ERROR(solvePlanProblem(g, source, request, run, timings));
+  return run;
 }
 
 Expected<BuiltProblem> rebuildProblem(const ir::Graph& g, const Plan& plan) {

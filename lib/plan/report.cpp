@@ -78,6 +78,19 @@ std::vector<ir::NodeId> randomNodes(const ir::Graph& g) {
   return out;
 }
 
+std::string buildNotes(const BuiltProblem& built, const mesh::Spec& spec) {
+  std::string out;
+  for (const std::string& op : built.fallback_ops)
+    out += "apc: warning: no sharding rule for " + op + "; it gets the Replicate-only strategy\n";
+  if (spec.prefetch_discount != 1.0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", spec.prefetch_discount);
+    out += std::string("apc: note: prefetch discount ") + buf + " on " +
+           std::to_string(built.discounted_edges) + " parameter edges\n";
+  }
+  return out;
+}
+
 std::string randomnessNote(const ir::Graph& g) {
   std::vector<ir::NodeId> nodes = randomNodes(g);
   if (nodes.empty()) return "";

@@ -331,6 +331,40 @@ TEST(AutoParallel, PrefetchDiscountOnAModelWithDerivedWeights) {
   EXPECT_LT(half->solver.objective, full->solver.objective);
 }
 
+TEST(AutoParallel, PrefetchDiscountIsApcPlansFlagAndExplainPricesWithIt) {
+  // The API's discount and `apc plan --prefetch-discount` plan the same bytes (the scale is in
+  // the plan's spec), and `apc explain` on that plan file prices the alternatives with the
+  // discount, as explain_placement does.
+  AutoParallel ap(kToy, {"x:f32[512,128,1024]"}, mesh8());
+  ASSERT_OK(ap.add_input_constraints({"S(0)"}));
+  ASSERT_OK(ap.sharding_optimizer().apply_prefetch_discount(0.25));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_EQ(p->spec.prefetch_discount, 0.25);
+  writeFile(tmp("pd_in.json"), "[[\"S(0)\"]]\n");
+  auto r = testing::runCommand(
+      kApc + " plan " + kToy + " --input x:f32[512,128,1024] --mesh 8 --mesh-names dp" +
+      " --in-shardings " + tmp("pd_in.json") + " --prefetch-discount 0.25 -o " + tmp("pd.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("prefetch discount 0.25 on 2 parameter edges"), std::string::npos) << r.err;
+  EXPECT_EQ(plan::toJsonText(*p), readFile(tmp("pd.json")));
+  auto text = ap.sharding_optimizer().print_costs_for_node("up.weight");
+  ASSERT_TRUE(text.ok()) << text.error().message();
+  auto e = testing::runCommand(kApc + " explain " + tmp("pd.json") + " --node up.weight");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_EQ(e.out.substr(0, text->size()), *text);
+  // Out of range on the command line and in a spec: one-line errors.
+  r = testing::runCommand(kApc + " plan " + kToy + " --mesh 8 --prefetch-discount 1.5 -o " +
+                          tmp("pd2.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--prefetch-discount"), std::string::npos) << r.err;
+  writeFile(tmp("pd_spec.json"), "{\"mesh\": {\"shape\": [8]}, \"prefetch_discount\": -1}\n");
+  r = testing::runCommand(kApc + " plan " + kToy + " --spec " + tmp("pd_spec.json") + " -o " +
+                          tmp("pd3.json"));
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("$.prefetch_discount"), std::string::npos) << r.err;
+}
+
 TEST(AutoParallel, VerboseWritesTheOptimizerLogAndSummary) {
   std::ostringstream log;
   AutoParallelOptions o;

@@ -1,8 +1,9 @@
 //===- tests/fuzz/fuzz_plan.cpp - libFuzzer target: the plan reader ---------===//
 //
 // Any bytes as a plan file, then what `apc explain` and `apc diff` do with a plan they could
-// read: the costliest nodes (text, JSON), the Graphviz graph, node and module lookup, and the diff
-// of the plan with itself (which must be empty of node changes).
+// read: the costliest nodes (text, JSON), the Graphviz graph, node and module lookup, the diff
+// of the plan with itself (which must be empty of node changes) and, for a plan that carries its
+// graph, the problem rebuilt from that graph and one node's alternatives (apc explain --node).
 //
 //===----------------------------------------------------------------------===//
 #include <cstddef>
@@ -14,6 +15,7 @@
 #include "apc/mesh/spec.h"
 #include "apc/plan/diff.h"
 #include "apc/plan/explain.h"
+#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -33,5 +35,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)apc::plan::diffText(d);
   (void)apc::plan::toJson(d);
   (void)apc::plan::toJsonText(*p);
+  if (p->graph_bytes.empty() || p->nodes.empty()) return 0;
+  auto g = apc::plan::plannedGraph(*p);
+  if (!g.ok()) return 0;
+  auto built = apc::plan::rebuildProblem(*g, *p);
+  if (!built.ok()) return 0;
+  (void)apc::plan::explainNode(*p, built->gp, 0, &*g);
   return 0;
 }

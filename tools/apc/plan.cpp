@@ -55,6 +55,7 @@ struct PlanFlags {
   std::string timings_json;
   std::string strategy;  // a baseline name (--strategy); empty: the optimizer
   std::string artifact;  // --artifact DIR: also lower the plan (tools/apc/lower.cpp)
+  std::optional<double> prefetch_discount;  // --prefetch-discount: the spec's prefetch_discount
 };
 
 double since(Clock::time_point t0) {
@@ -174,12 +175,7 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
                             ")")
               << "\n";
   }
-  if (!f.device.empty()) {
-    if (!mesh::isKnownDeviceKind(f.device))
-      return invalidArgument("--device: unknown device '" + f.device +
-                             "' (known: " + join(mesh::knownDeviceKinds(), ", ") + ")");
-    spec.device = f.device;
-  }
+  if (!f.device.empty()) spec.device = f.device;  // checked by plan::buildProblem
   if (in_doc) {
     mesh::InputShardings in;
     if (whole_in) {
@@ -208,6 +204,7 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   if (!f.memory_budget.empty()) {
     APC_ASSIGN_OR_RETURN(spec.memory_budget, plan::parseMemoryBudget(f.memory_budget));
   }
+  if (f.prefetch_discount) spec.prefetch_discount = *f.prefetch_discount;
   return spec;
 }
 
@@ -289,14 +286,6 @@ int runPlan(const PlanFlags& flags) {
   const auto after_import = Clock::now();
   auto spec = effectiveSpec(f, *graph);
   if (!spec.ok()) return report(spec.error());
-  if (baseline) {
-    if (!solver::baselineApplies(*baseline, spec->mesh.ndim()))
-      return report(invalidArgument(std::string("--strategy ") + solver::baselineName(*baseline) +
-                                    " needs a mesh of 2 or more dims (data x tensor parallel), "
-                                    "got " +
-                                    spec->mesh.toString()));
-    *spec = plan::baselineSpec(*graph, std::move(*spec), *baseline);
-  }
 
   plan::PlanSource source;
   source.model_path = f.model.model;
@@ -307,39 +296,36 @@ int runPlan(const PlanFlags& flags) {
   source.model_sha256 = *sha;
   source.inputs = plan::inputShapes(*graph);
 
-  progress.phase("enumerating strategies and pricing edges");
-  auto built = plan::buildProblem(*graph, *spec, &t);
-  if (!built.ok()) return report(built.error());
-  progress.done();
-  for (const std::string& op : built->fallback_ops)
-    std::cerr << "apc: warning: no sharding rule for " << op
-              << "; it gets the Replicate-only strategy\n";
-  if (!f.dump_problem.empty()) {
-    Status s = writeFileAtomic(f.dump_problem, solver::toJson(built->gp.problem).dump() + "\n");
-    if (!s.ok()) return report(s.error());
-  }
-
-  solver::SolveGraphOptions options;
-  options.solver.time_limit_s = f.time_limit_s;
-  options.solver.deadline =
+  plan::PlanRequest request;
+  request.baseline = baseline;
+  request.options.solver.time_limit_s = f.time_limit_s;
+  request.options.solver.deadline =
       after_import + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(std::min(f.time_limit_s, 1e9)));
-  options.solver.threads = f.threads;
-  options.reduce = !f.no_reduce;
-  progress.phase(baseline ? "pricing the classic plan" : "solving");
-  auto result =
-      baseline ? plan::solveBaselineAndPlan(*graph, *built, *spec, source, *baseline, options, &t)
-               : plan::solveAndPlan(*graph, *built, *spec, source, options, &t);
+  request.options.solver.threads = f.threads;
+  request.options.reduce = !f.no_reduce;
+  progress.phase("enumerating strategies and pricing edges");
+  auto result = plan::buildPlanProblem(*graph, std::move(spec).value(), request, &t);
   if (!result.ok()) return report(result.error());
+  progress.done();
+  std::cerr << plan::buildNotes(result->built, result->spec);
+  if (!f.dump_problem.empty()) {
+    Status s =
+        writeFileAtomic(f.dump_problem, solver::toJson(result->built.gp.problem).dump() + "\n");
+    if (!s.ok()) return report(s.error());
+  }
+  progress.phase(baseline ? "pricing the classic plan" : "solving");
+  if (Status s = plan::solvePlanProblem(*graph, source, request, *result, &t); !s.ok())
+    return report(s.error());
 
   auto tw = Clock::now();
   std::string artifact_summary;
   progress.phase("writing");
-  Status written = plan_file->write(plan::toJsonText(result->plan));
+  Status written = plan_file->write(plan::toJsonText(result->result.plan));
   if (!written.ok()) return report(written.error());
   if (!f.artifact.empty()) {
     progress.phase("lowering to " + f.artifact);
-    auto staged = stageArtifactFor(*graph, result->plan, f.artifact, &artifact_summary);
+    auto staged = stageArtifactFor(*graph, result->result.plan, f.artifact, &artifact_summary);
     if (!staged.ok()) return report(staged.error());
     artifact_dir.emplace(std::move(staged).value());
   }
@@ -351,18 +337,18 @@ int runPlan(const PlanFlags& flags) {
   progress.done();
   t.write_s = since(tw);
   if (f.json) {
-    std::cout << summaryJson(result->plan, t, f.output, f.artifact).dump(2) << "\n";
+    std::cout << summaryJson(result->result.plan, t, f.output, f.artifact).dump(2) << "\n";
   } else if (!f.quiet) {
     std::cout << artifact_summary;
     if (f.verbose) {
-      std::cout << plan::optimizerLog(result->plan);
-      auto comms = edgeComms(*graph, result->plan);
+      std::cout << plan::optimizerLog(result->result.plan);
+      auto comms = edgeComms(*graph, result->result.plan);
       if (comms.ok())
-        std::cout << commSection(*comms, result->plan.spec.mesh);
+        std::cout << commSection(*comms, result->result.plan.spec.mesh);
       else
         std::cout << "communication: not shown (" << comms.error().message() << ")\n";
     }
-    std::cout << plan::summaryText(result->plan, &t);
+    std::cout << plan::summaryText(result->result.plan, &t);
     std::cout << plan::randomnessNote(*graph);
     std::cout << "wrote " << f.output
               << (default_output ? " (the default name; -o names another)" : "") << "\n";
@@ -374,7 +360,7 @@ int runPlan(const PlanFlags& flags) {
                         {"solve_s", t.solve_s},
                         {"solver_s", t.solver_s},
                         {"write_s", t.write_s},
-                        {"content_hash", result->plan.content_hash}};
+                        {"content_hash", result->result.plan.content_hash}};
     Status s = writeFileAtomic(f.timings_json, j.dump(2) + "\n");
     if (!s.ok()) return report(s.error());
   }
@@ -428,6 +414,11 @@ Runner addPlanCommand(CLI::App& app) {
                  "Make a classic plan instead of optimizing: ddp, fsdp, tp (Megatron on the last "
                  "mesh dim) or fsdp+tp (2-d meshes), priced by the same cost model; inputs the "
                  "spec does not place are batch-sharded as that plan does (tp: replicated)");
+  app.add_option("--prefetch-discount", f->prefetch_discount,
+                 "Scale in [0, 1] of the priced communication of parameters (all-gathers, "
+                 "re-gathers, gradient reductions), which can overlap other layers' compute: 0 "
+                 "fully overlapped, 1 no discount (default: the spec's prefetch_discount, else 1)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--timings-json", f->timings_json,
                  "Write the wall time of each phase here (JSON; not part of the plan)");
   return [f]() { return runPlan(*f); };

@@ -193,12 +193,12 @@ class ShardingOptimizer {
   /// parameter, or an op all of whose tensor inputs are parameter-derived, like a transposed
   /// weight). Their cost is the whole communication of the parameter: the all-gather before use,
   /// the re-gather for backward and the gradient's reduce-scatter or all-reduce, all of which can
-  /// be overlapped with other layers' compute. Implemented here by scaling those edges' cost
-  /// matrices in the solver's problem before the solve, so the plan's costs (comm_us, totals,
-  /// objective) are the discounted ones and its content hash includes the scale. The discount can
-  /// only lower the optimal objective, never raise it. `apc explain` on a discounted plan file
-  /// rebuilds the problem without the discount (its costs differ; explain_placement here uses the
-  /// discounted problem). A scale outside [0, 1] is a kInvalidArgument error.
+  /// be overlapped with other layers' compute. The scale becomes the planned spec's
+  /// "prefetch_discount" (plan::applyPrefetchDiscount scales those edges' cost matrices before the
+  /// solve; `apc plan --prefetch-discount` does the same), so the plan's costs (comm_us, totals,
+  /// objective) are the discounted ones, its content hash covers the scale, and `apc explain`
+  /// prices alternatives with it. The discount can only lower the optimal objective, never raise
+  /// it. A scale outside [0, 1] is a kInvalidArgument error.
   Status apply_prefetch_discount(double scale);
 
   /// The scale set by apply_prefetch_discount (1 when none).

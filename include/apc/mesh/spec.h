@@ -161,6 +161,10 @@ struct Spec {
   bool dynamic_batch = false;       // dim 0 of every tensor input is dynamic
   std::vector<DynamicDim> dynamic;  // in the order given; no (input, dim) twice
   std::vector<Pin> pins;            // in the order given
+  /// Scale in [0, 1] of the priced communication of parameter-derived edges (their all-gathers,
+  /// re-gathers and gradient reductions can overlap other layers' compute): 0 fully overlapped, 1
+  /// (the default, not written) no discount. See plan::buildProblem.
+  double prefetch_discount = 1.0;
 
   bool operator==(const Spec&) const;  // defaulted in the .cpp (C++17 users)
 };

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -54,15 +55,26 @@ struct BuiltProblem {
   solver::GraphProblem gp;
   /// Ops without a sharding rule (they got the Replicate-only strategy), sorted.
   std::vector<std::string> fallback_ops;
+  /// How many edges the spec's prefetch discount scaled (0 without one).
+  size_t discounted_edges = 0;
 };
+
+/// The prefetch discount: scales by `scale` the finite positive costs of every edge out of a
+/// parameter-derived node (a parameter, or an op all of whose tensor inputs come from
+/// parameter-derived nodes, like a transposed weight). Their cost is the whole communication of
+/// the parameter (the all-gather before use, the re-gather for backward, the gradient's
+/// reduce-scatter or all-reduce), which can overlap other layers' compute. Scaling only lowers
+/// costs, so the optimum can only fall. Returns how many edges it scaled.
+size_t applyPrefetchDiscount(const ir::Graph& g, solver::GraphProblem& gp, double scale);
 
 /// The most mesh dims buildProblem accepts: strategy counts grow as (rank + 2)^dims per tensor, and
 /// beyond four dims planning would not finish in reasonable time or memory.
 inline constexpr size_t kMaxPlanMeshDims = 4;
 
-/// Checks the spec against the graph (validateSpecAgainstGraph, the budget), enumerates the
-/// strategies on the spec's mesh and device (on solver::computeGraph when the spec's mixed
-/// precision sets a param_dtype, so compute is priced in that dtype) and builds the GraphProblem.
+/// Checks the spec against the graph (validateSpecAgainstGraph, the budget, the mixed precision
+/// dtypes), enumerates the strategies on the spec's mesh and device (on solver::computeGraph when
+/// the spec's mixed precision sets a param_dtype, so compute is priced in that dtype), builds the
+/// GraphProblem and applies the spec's prefetch discount (applyPrefetchDiscount).
 Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
                                     PhaseTimings* timings = nullptr);
 
@@ -94,6 +106,33 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
                                           solver::Baseline baseline,
                                           const solver::SolveGraphOptions& options,
                                           PhaseTimings* timings = nullptr);
+
+/// What a planning run asks for besides the spec: the optimizer's plan or a classic one, and the
+/// solver's settings.
+struct PlanRequest {
+  std::optional<solver::Baseline> baseline;
+  solver::SolveGraphOptions options;
+};
+
+struct PlanRun {
+  mesh::Spec spec;  // the spec planned (a classic plan's: see planGraph)
+  BuiltProblem built;
+  PlanResult result;
+};
+
+/// The one driver after import, shared by `apc plan` and the C++ API (optimize_placement,
+/// baseline_placement): buildPlanProblem, then solvePlanProblem.
+Expected<PlanRun> planGraph(const ir::Graph& g, mesh::Spec spec, const PlanSource& source,
+                            const PlanRequest& request, PhaseTimings* timings = nullptr);
+/// planGraph's first half (apc plan reports the build and dumps the problem in between): for a
+/// classic plan, checks that it applies to the mesh and plans with baselineSpec's spec, its memory
+/// budget dropped (a classic plan defines its own parameter memory); then buildProblem. Fills
+/// run.spec and run.built.
+Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const PlanRequest& request,
+                                   PhaseTimings* timings = nullptr);
+/// planGraph's second half: solveAndPlan or solveBaselineAndPlan of run.built into run.result.
+Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const PlanRequest& request,
+                        PlanRun& run, PhaseTimings* timings = nullptr);
 
 /// Rebuilds the problem a plan was solved on, from the same graph (imported again from
 /// plan.model) and plan.spec, and checks that it matches the plan: the same nodes, names, strategy

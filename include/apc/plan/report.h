@@ -32,6 +32,11 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings);
 /// budget; the optimizer never exceeds it).
 std::string budgetNote(const Plan& p);
 
+/// The lines a planning run prints before its summary (stderr for apc plan, the log for
+/// optimize_placement(verbose)): a warning per op without a sharding rule, and the prefetch
+/// discount with the number of edges it scaled. "" when there is nothing to say.
+std::string buildNotes(const BuiltProblem& built, const mesh::Spec& spec);
+
 /// Op nodes that draw random numbers (dropout with p != 0 not in eval, bernoulli, rand*, normal,
 /// uniform, ...). The runtime does not reproduce a single device's random stream under sharding.
 std::vector<ir::NodeId> randomNodes(const ir::Graph& g);
