@@ -4,7 +4,7 @@
 // the ILP then has one copy of a transformer block instead of 32, with its costs scaled by the
 // repeat count. The quotient problem is a restriction to layer-symmetric plans; solveGraphProblem
 // then proves its plan optimal with the LP bound of the unclustered problem or re-solves without
-// clustering (lib/solver/reduce.cpp, step 3), so the optimum is unchanged (tests/solver check it on
+// clustering (lib/solver/solve_graph_problem.cpp, step 3), so the optimum is unchanged (tests/solver check it on
 // the samples, also where no symmetric optimum exists).
 //
 //===----------------------------------------------------------------------===//

@@ -240,8 +240,9 @@ TEST(Baselines, DataParallelBaselinesComputeOnBatchShards) {
         std::tuple{Baseline::kFsdpTp, "2x2", size_t{1}}}) {
     SCOPED_TRACE(baselineName(b));
     auto m = meshOf(mesh_text);
-    auto gp =
-        buildProblem(*g, m, [&](const ir::TensorMeta& t) { return dataParallelInput(t, m, b); });
+    const Baseline baseline = b;  // clang 14 cannot capture a structured binding
+    auto gp = buildProblem(
+        *g, m, [&](const ir::TensorMeta& t) { return dataParallelInput(t, m, baseline); });
     ASSERT_TRUE(gp.ok()) << gp.error().message();
     auto bgp = applyBaseline(*gp, *g, b, m);
     ASSERT_TRUE(bgp.ok()) << bgp.error().message();

@@ -86,7 +86,7 @@ TEST(Reduction, SameOptimumOnLlamaTiny) {
 //   optimum for both layer counts (a plan that is not the same in every layer; the figures of an
 //   earlier version: 4 layers 2221.76 us against 2214.78, 8 layers 3767.05 against 3760.08). The
 //   8-layer plan is checked with the folded LP bound, which rejects it; re-solving with the first
-//   and last layers untied (reduce.cpp, step 3b) finds a plan that meets the bound, hence an
+//   and last layers untied (solve_graph_problem.cpp, step 3b) finds a plan that meets the bound, hence an
 //   optimum. 4 layers are too few to fold (SolveGraphOptions::fold_min_ratio): the LP bound of the
 //   unclustered problem rejects the clustered plan and the problem is re-solved without
 //   clustering. At high = 1 a symmetric optimum exists and the respective bound proves it.

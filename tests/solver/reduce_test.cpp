@@ -256,7 +256,7 @@ GraphProblem randomChain(std::mt19937& rng, int layers, bool memory, double high
   return gp;
 }
 
-// The folded bound (reduce.cpp, step 3a) is a lower bound on every plan: on random chains of
+// The folded bound (solve_graph_problem.cpp, step 3a) is a lower bound on every plan: on random chains of
 // identical layers it never exceeds the brute-force optimum, the plan returned is optimal whether
 // the bound proved the clustered plan or the check fell back to the unclustered problem, and the
 // bound proves the clustered plan in a good share of the cases.

@@ -107,7 +107,7 @@ struct ReductionStats {
   size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
   size_t nodes_after = 0, edges_after = 0, strategies_after = 0;
   size_t clusters = 0;   // repeated-layer clusters whose variables were tied
-  size_t dominated = 0;  // strategies dropped as dominated (reduce.cpp, 1c) before the ILP
+  size_t dominated = 0;  // strategies dropped as dominated (solve_graph_problem.cpp, 1c) before the ILP
   // With clusters: how the clustered plan was checked against the unclustered problem (see
   // SolveGraphOptions::cluster): "clustered solution verified by the folded LP bound", "boundary
   // layers re-solved, verified by the folded LP bound" (the plan then differs from the clustered
@@ -117,7 +117,7 @@ struct ReductionStats {
   // without clusters.
   std::string cluster_check;
   double cluster_check_seconds = 0;  // time of that check (reduction, LP, any ILP)
-  // The folded bound of the check (reduce.cpp, step 3a), a lower bound on every plan; none when
+  // The folded bound of the check (solve_graph_problem.cpp, step 3a), a lower bound on every plan; none when
   // it was not computed (no clusters, too few tied instances, no time).
   std::optional<double> folded_bound;
 };
@@ -133,7 +133,7 @@ struct SolveGraphOptions {
   // high = 0.126 and 3% on gpt2_tiny 8x8 at 0.0157, now equal there). So the clustered plan
   // is checked against a lower bound: first the folded LP bound, whose size follows the distinct
   // layers (the first and last layer apart, the middle ones aggregated), after re-choosing the
-  // first and last layers (lib/solver/reduce.cpp, steps 3a-3b); failing that, the LP bound of the
+  // first and last layers (lib/solver/solve_graph_problem.cpp, steps 3a-3b); failing that, the LP bound of the
   // unclustered reduced problem: when the plan meets a bound it is optimal and returned; otherwise
   // the unclustered problem is solved with the clustered plan as incumbent (step 3;
   // ReductionStats::cluster_check says which). The result is an optimum of the full problem
@@ -146,7 +146,7 @@ struct SolveGraphOptions {
   // the optimum, for callers that only need one (the quality test: a clustered plan no dearer than
   // a baseline implies the optimum is no dearer either).
   bool prove_cluster = true;
-  // The check starts with the folded bound (reduce.cpp, steps 3a-3b) when the unclustered problem
+  // The check starts with the folded bound (solve_graph_problem.cpp, steps 3a-3b) when the unclustered problem
   // has at least this many nodes per folded node; below, the folded LP would be most of the
   // unclustered one (llama_small_4l on 2x2x2, 4 layers, 1.3: the folded LP and the boundary
   // re-solve took about as long as the unclustered check, which then still ran).

@@ -1,4 +1,4 @@
-//===- lib/solver/reduce.cpp - Exact problem reduction before the ILP ------===//
+//===- lib/solver/solve_graph_problem.cpp - Exact reduction, clustering, ILP ===//
 //
 // solveGraphProblem reduces the problem before handing it to CBC, then expands the choice back.
 // Every reduction here is exact: the reduced optimum plus the recorded back-substitutions is an
