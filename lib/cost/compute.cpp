@@ -1,18 +1,17 @@
 //===- lib/cost/compute.cpp - Roofline, backward multiples, local pieces --===//
 //
-// The compute roofline of apc/cost/compute.h and the layout arithmetic of apc/cost/layout.h.
+// The compute roofline of apc/cost/compute.h and the layout arithmetic of apc/layout/layout.h.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
 
 #include "apc/cost/compute.h"
-#include "apc/cost/layout.h"
+#include "apc/layout/layout.h"
 
 namespace apc::cost {
 
 // Memberwise equality, defaulted here rather than in the header so that the header stays
 // C++17 (installed headers, apcConfig.cmake).
-bool DimPiece::operator==(const DimPiece&) const = default;
 
 const char* opFamilyName(OpFamily family) {
   switch (family) {
@@ -80,34 +79,6 @@ double computeCostUs(const DeviceSpec& device, double flops, double bytes, ir::D
 
 double backwardComputeUs(OpFamily family, double forward_us) {
   return backwardMultiplier(family) * forward_us;
-}
-
-std::vector<DimPiece> localPiece(const std::vector<int64_t>& global_sizes,
-                                 const mesh::PlacementTuple& placements,
-                                 const mesh::DeviceMesh& mesh,
-                                 const std::vector<int64_t>& coordinate) {
-  std::vector<DimPiece> pieces(global_sizes.size());
-  for (size_t d = 0; d < global_sizes.size(); ++d) pieces[d] = {0, global_sizes[d]};
-  // Mesh-dim order: each shard splits the piece the earlier (outer) mesh dims left.
-  for (size_t m = 0; m < placements.size(); ++m) {
-    if (!placements[m].isShard()) continue;
-    DimPiece& p = pieces[static_cast<size_t>(placements[m].dim())];
-    int64_t n = mesh.size(m);
-    int64_t k = coordinate[m];
-    p = {p.offset + mesh::chunkOffset(p.size, n, k), mesh::chunkSize(p.size, n, k)};
-  }
-  return pieces;
-}
-
-std::vector<int64_t> maxLocalSizes(const ir::TensorMeta& global,
-                                   const mesh::PlacementTuple& placements,
-                                   const mesh::DeviceMesh& mesh) {
-  std::vector<int64_t> sizes = ir::hintSizes(global.shape);
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    int64_t f = mesh::shardFactor(placements, mesh.shape(), static_cast<int>(d));
-    sizes[d] = (sizes[d] + f - 1) / f;
-  }
-  return sizes;
 }
 
 double localNumel(const ir::TensorMeta& global, const mesh::PlacementTuple& placements,

@@ -418,22 +418,6 @@ std::string fmtUs(double us) {
 
 }  // namespace
 
-const char* stepKindName(StepKind kind) {
-  switch (kind) {
-    case StepKind::kAllGather:
-      return "all-gather";
-    case StepKind::kAllReduce:
-      return "all-reduce";
-    case StepKind::kReduceScatter:
-      return "reduce-scatter";
-    case StepKind::kLocalSlice:
-      return "local-slice";
-    case StepKind::kAllToAll:
-      return "all-to-all";
-  }
-  return "?";
-}
-
 CollectiveKind forwardCollective(StepKind kind) {
   switch (kind) {
     case StepKind::kAllGather:

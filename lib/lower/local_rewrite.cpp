@@ -13,7 +13,7 @@ namespace apc::lower {
 std::vector<int64_t> TensorPiece::localSizes() const {
   std::vector<int64_t> s;
   s.reserve(local.size());
-  for (const cost::DimPiece& p : local) s.push_back(p.size);
+  for (const layout::DimPiece& p : local) s.push_back(p.size);
   return s;
 }
 

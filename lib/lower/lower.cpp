@@ -15,9 +15,9 @@
 #include <tuple>
 
 #include "apc/cost/edge.h"
-#include "apc/cost/layout.h"
 #include "apc/cost/redistribute.h"
 #include "apc/ir/proto_io.h"
+#include "apc/layout/layout.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/mesh/placement.h"
 #include "apc/strategy/sync_norm.h"
@@ -111,7 +111,7 @@ class Lowerer {
   Status readPlacements();
   void decideLiveness();
   ir::TensorMeta localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const;
-  std::vector<cost::DimPiece> pieces(const ir::TensorMeta& global, const PlacementTuple& t) const;
+  std::vector<layout::DimPiece> pieces(const ir::TensorMeta& global, const PlacementTuple& t) const;
   TensorPiece pieceOf(const ir::TensorMeta& global, const PlacementTuple& t) const;
   ir::ValueId addValue(const ir::Value& global, const std::optional<PlacementTuple>& t,
                        std::string debug_name);
@@ -242,9 +242,9 @@ void Lowerer::decideLiveness() {
   }
 }
 
-std::vector<cost::DimPiece> Lowerer::pieces(const ir::TensorMeta& global,
-                                            const PlacementTuple& t) const {
-  return cost::localPiece(ir::hintSizes(global.shape), t, mesh_, coord_);
+std::vector<layout::DimPiece> Lowerer::pieces(const ir::TensorMeta& global,
+                                              const PlacementTuple& t) const {
+  return layout::localPiece(ir::hintSizes(global.shape), t, mesh_, coord_);
 }
 
 TensorPiece Lowerer::pieceOf(const ir::TensorMeta& global, const PlacementTuple& t) const {
@@ -255,7 +255,7 @@ TensorPiece Lowerer::pieceOf(const ir::TensorMeta& global, const PlacementTuple&
 
 ir::TensorMeta Lowerer::localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const {
   ir::TensorMeta m = global;
-  std::vector<cost::DimPiece> pc = pieces(global, t);
+  std::vector<layout::DimPiece> pc = pieces(global, t);
   for (size_t d = 0; d < m.shape.size(); ++d) m.shape[d].size = pc[d].size;
   return m;
 }
@@ -300,7 +300,8 @@ Status Lowerer::fillSteps(const cost::RedistributionPlan& plan, const ir::Tensor
   std::vector<int64_t> sizes = ir::hintSizes(meta.shape);
   auto local = [&](const PlacementTuple& t, const std::vector<int64_t>& coord) {
     std::vector<int64_t> s;
-    for (const cost::DimPiece& d : cost::localPiece(sizes, t, mesh_, coord)) s.push_back(d.size);
+    for (const layout::DimPiece& d : layout::localPiece(sizes, t, mesh_, coord))
+      s.push_back(d.size);
     return s;
   };
   for (const cost::RedistributionStep& s : plan.steps) {
@@ -423,7 +424,7 @@ void Lowerer::addProgramTensor(
   }
   pt->set_dtype(ir::dtypeName(global.dtype));
   setTexts(t, pt->mutable_placement());
-  for (const cost::DimPiece& d : pieces(global, t)) {
+  for (const layout::DimPiece& d : pieces(global, t)) {
     proto::Piece* pc = pt->add_local();
     pc->set_offset(d.offset);
     pc->set_size(d.size);

@@ -28,7 +28,7 @@ namespace apc::runtime {
 
 std::vector<int64_t> PlacedTensor::localShape() const {
   std::vector<int64_t> s;
-  for (const cost::DimPiece& p : local) s.push_back(p.size);
+  for (const layout::DimPiece& p : local) s.push_back(p.size);
   return s;
 }
 
@@ -77,7 +77,7 @@ Expected<PlacedTensor> placedTensor(const proto::ProgramTensor& p, size_t mesh_n
 
 Expected<RedistStepSpec> stepSpec(const proto::RedistStep& p) {
   RedistStepSpec s;
-  APC_ASSIGN_OR_RETURN(s.kind, parseStepKind(p.kind()));
+  APC_ASSIGN_OR_RETURN(s.kind, layout::parseStepKind(p.kind()));
   s.mesh_dim = p.mesh_dim();
   s.gather_dim = p.gather_dim();
   s.shard_dim = p.shard_dim();
@@ -121,14 +121,14 @@ Expected<ir::Graph> programGraph(const proto::Program& program) {
 int64_t wireBytes(const RedistStepSpec& s, const mesh::DeviceMesh& mesh) {
   const int64_t p = mesh.size(s.mesh_dim);
   switch (s.kind) {
-    case cost::StepKind::kAllGather:
-    case cost::StepKind::kReduceScatter:
+    case layout::StepKind::kAllGather:
+    case layout::StepKind::kReduceScatter:
       return s.priced_bytes * (p - 1) / p;
-    case cost::StepKind::kAllReduce:
+    case layout::StepKind::kAllReduce:
       return 2 * s.priced_bytes * (p - 1) / p;
-    case cost::StepKind::kAllToAll:
+    case layout::StepKind::kAllToAll:
       return s.priced_bytes * (p - 1) / (p * p);
-    case cost::StepKind::kLocalSlice:
+    case layout::StepKind::kLocalSlice:
       return 0;
   }
   return 0;
@@ -805,7 +805,7 @@ PricedComm ParallelModule::pricedComm() const {
     if (r < 0) continue;
     const RedistSpec& spec = impl_->redists[static_cast<size_t>(r)];
     for (const RedistStepSpec& s : spec.forward) {
-      if (s.kind == cost::StepKind::kLocalSlice) continue;
+      if (s.kind == layout::StepKind::kLocalSlice) continue;
       ++c.forward_steps;
       c.priced_bytes += s.priced_bytes;
       c.forward_wire_bytes += wireBytes(s, impl_->mesh);
@@ -814,13 +814,13 @@ PricedComm ParallelModule::pricedComm() const {
     // A re-gathered parameter runs its forward steps once more, in backward.
     if (spec.regather)
       for (const RedistStepSpec& s : spec.forward) {
-        if (s.kind == cost::StepKind::kLocalSlice) continue;
+        if (s.kind == layout::StepKind::kLocalSlice) continue;
         ++c.backward_steps;
         c.priced_bytes += s.priced_bytes;
         c.backward_wire_bytes += wireBytes(s, impl_->mesh);
       }
     for (const RedistStepSpec& s : spec.backward) {
-      if (s.kind == cost::StepKind::kLocalSlice) continue;
+      if (s.kind == layout::StepKind::kLocalSlice) continue;
       ++c.backward_steps;
       c.priced_bytes += s.priced_bytes;
       c.backward_wire_bytes += wireBytes(s, impl_->mesh);

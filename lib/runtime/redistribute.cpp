@@ -11,18 +11,11 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include "apc/cost/layout.h"
+#include "apc/layout/layout.h"
 
 namespace apc::runtime {
 
-using cost::StepKind;
-
-Expected<StepKind> parseStepKind(const std::string& text) {
-  for (StepKind k : {StepKind::kAllGather, StepKind::kAllReduce, StepKind::kReduceScatter,
-                     StepKind::kLocalSlice, StepKind::kAllToAll})
-    if (text == cost::stepKindName(k)) return k;
-  return parseError("unknown redistribution step kind '" + text + "'");
-}
+using layout::StepKind;
 
 Expected<mesh::ReduceOp> parseReduceOp(const std::string& text) {
   for (mesh::ReduceOp op :
@@ -52,7 +45,7 @@ void checkShape(const RedistStepSpec& s, const at::Tensor& in, const at::Tensor&
     if (in_as_recorded && !s.isDynamic(d) && out.size(d) != s.local_out[static_cast<size_t>(d)])
       ok = false;
   }
-  TORCH_CHECK(ok, "redistribution ", edge, ": ", cost::stepKindName(s.kind), " on mesh dim ",
+  TORCH_CHECK(ok, "redistribution ", edge, ": ", layout::stepKindName(s.kind), " on mesh dim ",
               s.mesh_dim, " gave local shape ", sizesText(out.sizes()), ", the program expects ",
               sizesText(s.local_out));
 }
@@ -144,7 +137,7 @@ std::vector<int64_t> memberSizes(const std::vector<int64_t>& global, const mesh:
   std::vector<int64_t> sizes;
   for (int64_t k = 0; k < mesh.size(m); ++k) {
     coordinate[m] = k;
-    sizes.push_back(cost::localPiece(global, t, mesh, coordinate)[static_cast<size_t>(d)].size);
+    sizes.push_back(layout::localPiece(global, t, mesh, coordinate)[static_cast<size_t>(d)].size);
   }
   return sizes;
 }
@@ -280,7 +273,7 @@ at::Tensor gatherToFull(const at::Tensor& local, const mesh::PlacementTuple& pla
 at::Tensor localPieceOf(const at::Tensor& full, const mesh::PlacementTuple& placement,
                         const mesh::DeviceMesh& mesh, const std::vector<int64_t>& coordinate) {
   std::vector<int64_t> sizes(full.sizes().begin(), full.sizes().end());
-  std::vector<cost::DimPiece> piece = cost::localPiece(sizes, placement, mesh, coordinate);
+  std::vector<layout::DimPiece> piece = layout::localPiece(sizes, placement, mesh, coordinate);
   at::Tensor t = full;
   for (size_t d = 0; d < piece.size(); ++d)
     t = t.narrow(static_cast<int64_t>(d), piece[d].offset, piece[d].size);

@@ -6,7 +6,7 @@
 //   weight S(0) (vocab rows), indices R -> out P(sum)     masked lookup: each rank returns the
 //       rows it owns and zeros for the others, so the sum over ranks is the full lookup. Uneven
 //       vocabularies (GPT-2's 50257) are fine: pieces follow torch.chunk and lowering uses each
-//       rank's offset from apc/cost/layout.h. Lowering must shift indices by that offset, mask
+//       rank's offset from apc/layout/layout.h. Lowering must shift indices by that offset, mask
 //       the rows it does not own, and map padding_idx the same way (its gradient is zero).
 // plus all-R. The lookup is linear in the weight, but a Partial weight never arises (it is a
 // parameter), so weight P is not offered.

@@ -22,7 +22,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "apc/cost/layout.h"
+#include "apc/layout/layout.h"
 #include "apc/strategy/strategy.h"
 #include "apc/strategy/sync_norm.h"
 #include "rule_util.h"
@@ -104,7 +104,7 @@ bool partialsFitDTypes(const DimStrategy& s, const NodeShapes& shapes) {
 }
 
 /// Whether cutting a dim of size `n` by the mesh sizes `ps` (outer first, torch.chunk at each
-/// level, as apc/cost/layout.h) leaves every piece non-empty. torch.chunk can leave empty pieces
+/// level, as apc/layout/layout.h) leaves every piece non-empty. torch.chunk can leave empty pieces
 /// even when n >= p (4 over 3: 2, 2, 0), and convolutions, pooling, batch_norm and embeddings
 /// reject empty channel or row ranges, so such shards are not offered.
 bool nonEmptyPieces(int64_t n, const std::vector<int64_t>& ps) {
@@ -244,7 +244,7 @@ struct Pricer {
       for (size_t i = 0; i < list.size(); ++i) {
         if (!list[i]) continue;
         const auto& metas = output ? shapes.output_metas[i] : shapes.input_metas[i];
-        for (const auto* m : metas) out[i].push_back(cost::maxLocalSizes(*m, *list[i], mesh));
+        for (const auto* m : metas) out[i].push_back(layout::maxLocalSizes(*m, *list[i], mesh));
       }
     };
     localOf(false, s.inputs, local.inputs);
@@ -341,7 +341,7 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
         std::vector<size_t> sync = syncNormMeshDims(*s.inputs[0]);
         if (!sync.empty()) {
           const ir::TensorMeta& x = *shapes.input_metas[0].at(0);
-          int64_t channels = cost::maxLocalSizes(x, *s.inputs[0], mesh).at(1);
+          int64_t channels = layout::maxLocalSizes(x, *s.inputs[0], mesh).at(1);
           s.compute_us +=
               syncNormUs(mesh, sync, channels, ir::dtypeBytes(x.dtype), takesGradient(c));
         }

@@ -7,9 +7,13 @@
 #include <gtest/gtest.h>
 
 #include "apc/cost/compute.h"
-#include "apc/cost/layout.h"
+#include "apc/layout/layout.h"
 
 namespace apc::cost {
+
+using layout::DimPiece;
+using layout::localPiece;
+using layout::maxLocalSizes;
 namespace {
 
 using mesh::Placement;

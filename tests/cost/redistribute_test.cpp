@@ -14,10 +14,13 @@
 #include <cmath>
 
 #include "apc/cost/collectives.h"
-#include "apc/cost/layout.h"
 #include "apc/cost/redistribute.h"
+#include "apc/layout/layout.h"
 
 namespace apc::cost {
+
+using layout::DimPiece;
+using layout::localPiece;
 namespace {
 
 using mesh::DeviceMesh;

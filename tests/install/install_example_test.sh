@@ -26,7 +26,7 @@ cmake --build "$work/trainer" >"$work/build.log" 2>&1 ||
   { tail -30 "$work/build.log"; fail "building examples/trainer failed"; }
 trainer="$work/trainer/trainer"
 nm -C "$trainer" >"$work/symbols.txt"
-! grep -E ' [TtWw] .*(apc::(solver|plan|lower|strategy)::|Cbc|Clp|Osi)' "$work/symbols.txt" ||
+! grep -E ' [TtWw] .*(apc::(solver|plan|lower|strategy|cost)::|Cbc|Clp|Osi)' "$work/symbols.txt" ||
   fail "the example trainer contains planner or COIN-OR code"
 ! readelf -d "$trainer" | grep -E 'NEEDED.*(Cbc|Clp|Osi|Coin)' ||
   fail "the example trainer needs a COIN-OR library"

@@ -184,7 +184,7 @@ at::Tensor randomFull(const ir::Graph& g, const ir::Value& v, const std::string&
 }
 
 at::Tensor sliceOf(const at::Tensor& full, const proto::ProgramTensor& t) {
-  std::vector<cost::DimPiece> piece;
+  std::vector<layout::DimPiece> piece;
   for (const proto::Piece& p : t.local()) piece.push_back({p.offset(), p.size()});
   return validator::slicePiece(full, piece).contiguous().clone();
 }

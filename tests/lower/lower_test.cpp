@@ -31,7 +31,7 @@ using ir::testing_graphs::withSizeArithmetic;
 using plan::testing::planOf;
 using plan::testing::specFor;
 
-TensorPiece piece(std::vector<int64_t> global, std::vector<cost::DimPiece> local) {
+TensorPiece piece(std::vector<int64_t> global, std::vector<layout::DimPiece> local) {
   return {std::move(global), std::move(local), {}};
 }
 

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "apc.pb.h"
-#include "apc/cost/layout.h"
 #include "apc/ir/graph.h"
+#include "apc/layout/layout.h"
 #include "apc/lower/lower.h"
 #include "apc/plan/plan.h"
 
@@ -73,7 +73,7 @@ inline void checkPlacedTensor(const proto::Program& prog, const proto::ProgramTe
   std::vector<int64_t> global;
   for (const proto::Dim& d : t.global_shape()) global.push_back(d.size());
   std::vector<int64_t> coord(prog.coordinate().begin(), prog.coordinate().end());
-  auto pieces = cost::localPiece(global, tupleOf(t.placement()), mesh, coord);
+  auto pieces = layout::localPiece(global, tupleOf(t.placement()), mesh, coord);
   ASSERT_EQ(static_cast<size_t>(t.local_size()), pieces.size()) << what;
   std::vector<int64_t> sizes;
   for (size_t d = 0; d < pieces.size(); ++d) {
@@ -169,7 +169,7 @@ inline void checkPrograms(const ir::Graph& g, const plan::Plan& p,
         mesh::PlacementTuple want =
             *mesh::parsePlacementTuple(plan::toString(*pn.input_placements[k]));
         std::vector<int64_t> sizes;
-        for (const auto& d : cost::localPiece(ir::hintSizes(gv.tensor->shape), want, mesh, coord))
+        for (const auto& d : layout::localPiece(ir::hintSizes(gv.tensor->shape), want, mesh, coord))
           sizes.push_back(d.size);
         uint32_t lv = node.inputs(static_cast<int>(k));
         std::string where = rk + " " + gn.qualifiedOp() + " #" + std::to_string(src) + " input " +

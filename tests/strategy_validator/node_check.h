@@ -11,8 +11,8 @@
 // positive; scalar tensor literals keep their value. Non-tensor arguments are the IR's constants.
 //
 // A rank's inputs are cut from the full inputs by the strategy's input placements (sim_ranks.h:
-// cost::localPiece pieces, random summands for Partial); its call is localized by the rewrite that
-// lowering ships (apc/lower/local_rewrite.h, applied as lowering writes it; a vocab-parallel
+// layout::localPiece pieces, random summands for Partial); its call is localized by the rewrite
+// that lowering ships (apc/lower/local_rewrite.h, applied as lowering writes it; a vocab-parallel
 // embedding runs through the runtime's callMaskedEmbedding);
 // its outputs must together be the reference's outputs laid out as the strategy's output
 // placements (checkLayout: each rank its piece, Partial mesh dims reduced, rtol 1e-6 in f64).

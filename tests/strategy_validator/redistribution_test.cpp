@@ -7,7 +7,7 @@
 // targets: the reduction over the group equals the piece); each intermediate tuple is checked the
 // same way. Impossible transitions (a non-partial value becoming partial, a partial op changing,
 // reducing two partial ops that do not commute) must come back as feasible == false. Also checks
-// that cost::localPiece agrees with torch.chunk applied in mesh-dim order, and that
+// that layout::localPiece agrees with torch.chunk applied in mesh-dim order, and that
 // cost::redistributionCost (what the solver prices) equals the executed plan's cost.
 //
 //===----------------------------------------------------------------------===//
@@ -19,8 +19,8 @@
 #include <map>
 #include <random>
 
-#include "apc/cost/layout.h"
 #include "apc/cost/redistribute.h"
+#include "apc/layout/layout.h"
 #include "sim_ranks.h"
 
 namespace apc::validator {
@@ -172,7 +172,7 @@ std::string pairText(const std::vector<int64_t>& sizes, const PlacementTuple& fr
 // --- tests
 // ----------------------------------------------------------------------------------------
 
-// cost::localPiece is the layout everything else is checked against: it must be torch.chunk
+// layout::localPiece is the layout everything else is checked against: it must be torch.chunk
 // applied in mesh-dim order (the earlier mesh dim the outer split), here computed with at::chunk
 // itself on a tensor of element indices.
 TEST(LocalPiece, MatchesTorchChunkInMeshDimOrder) {

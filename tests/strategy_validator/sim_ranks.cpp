@@ -17,14 +17,14 @@ using mesh::Placement;
 using mesh::PlacementTuple;
 using mesh::ReduceOp;
 
-cost::DimPiece chunkOf(int64_t n, int64_t p, int64_t k) {
+layout::DimPiece chunkOf(int64_t n, int64_t p, int64_t k) {
   int64_t chunk = (n + p - 1) / p;
   int64_t offset = std::min(k * chunk, n);
   int64_t size = std::clamp<int64_t>(n - k * chunk, 0, chunk);
   return {offset, size};
 }
 
-at::Tensor slicePiece(const at::Tensor& full, const std::vector<cost::DimPiece>& piece) {
+at::Tensor slicePiece(const at::Tensor& full, const std::vector<layout::DimPiece>& piece) {
   at::Tensor t = full;
   for (size_t d = 0; d < piece.size(); ++d)
     t = t.narrow(static_cast<int64_t>(d), piece[d].offset, piece[d].size);
@@ -34,7 +34,7 @@ at::Tensor slicePiece(const at::Tensor& full, const std::vector<cost::DimPiece>&
 at::Tensor localOf(const at::Tensor& full, const PlacementTuple& t, const DeviceMesh& mesh,
                    const std::vector<int64_t>& coordinate) {
   std::vector<int64_t> sizes(full.sizes().begin(), full.sizes().end());
-  return slicePiece(full, cost::localPiece(sizes, t, mesh, coordinate));
+  return slicePiece(full, layout::localPiece(sizes, t, mesh, coordinate));
 }
 
 namespace {
@@ -177,7 +177,7 @@ void reduceScatter(RankTensors& locals, const DeviceMesh& mesh, size_t m, Reduce
     at::Tensor reduced = reduceGroup(parts, op);
     const int64_t p = static_cast<int64_t>(group.size());
     for (int64_t k = 0; k < p; ++k) {
-      cost::DimPiece c = chunkOf(reduced.size(dim), p, k);
+      layout::DimPiece c = chunkOf(reduced.size(dim), p, k);
       locals[static_cast<size_t>(group[static_cast<size_t>(k)])] =
           reduced.narrow(dim, c.offset, c.size);
     }
@@ -188,7 +188,7 @@ void localSlice(RankTensors& locals, const DeviceMesh& mesh, size_t m, int64_t d
   const int64_t p = mesh.size(m);
   for (size_t r = 0; r < locals.size(); ++r) {
     int64_t k = mesh.coordinate(static_cast<int64_t>(r))[m];
-    cost::DimPiece c = chunkOf(locals[r].size(dim), p, k);
+    layout::DimPiece c = chunkOf(locals[r].size(dim), p, k);
     locals[r] = locals[r].narrow(dim, c.offset, c.size);
   }
 }
@@ -202,7 +202,7 @@ void allToAll(RankTensors& locals, const DeviceMesh& mesh, size_t m, int64_t gat
       std::vector<at::Tensor> arrivals;
       for (int64_t s = 0; s < p; ++s) {  // sender coordinate, in order
         const at::Tensor& local = locals[static_cast<size_t>(group[static_cast<size_t>(s)])];
-        cost::DimPiece c = chunkOf(local.size(shard_dim), p, q);
+        layout::DimPiece c = chunkOf(local.size(shard_dim), p, q);
         arrivals.push_back(local.narrow(shard_dim, c.offset, c.size));
       }
       received[static_cast<size_t>(q)] = at::cat(arrivals, gather_dim);
@@ -291,12 +291,12 @@ std::optional<std::string> checkLayout(const RankTensors& locals, const at::Tens
     if (t[m].isPartial()) allReduce(reduced, mesh, m, t[m].reduceOp());
   // Ranks often hold the very same tensor (identical ranks computed once, reduced partials): a
   // (tensor, piece) pair already compared need not be compared again.
-  std::vector<std::pair<const void*, std::vector<cost::DimPiece>>> compared;
+  std::vector<std::pair<const void*, std::vector<layout::DimPiece>>> compared;
   std::vector<int64_t> sizes(full.sizes().begin(), full.sizes().end());
   for (int64_t r = 0; r < world; ++r) {
     const at::Tensor& got = reduced[static_cast<size_t>(r)];
-    std::vector<cost::DimPiece> piece = cost::localPiece(sizes, t, mesh, mesh.coordinate(r));
-    std::pair<const void*, std::vector<cost::DimPiece>> key{got.unsafeGetTensorImpl(), piece};
+    std::vector<layout::DimPiece> piece = layout::localPiece(sizes, t, mesh, mesh.coordinate(r));
+    std::pair<const void*, std::vector<layout::DimPiece>> key{got.unsafeGetTensorImpl(), piece};
     if (std::find(compared.begin(), compared.end(), key) != compared.end()) continue;
     compared.push_back(std::move(key));
     at::Tensor want = slicePiece(full, piece);

@@ -6,11 +6,11 @@
 // executor:
 //
 // - distribute: cut a full tensor into the local tensors of a placement tuple, the pieces given by
-//   cost::localPiece (nested torch.chunk sharding), Partial mesh dims holding random summands whose
-//   reduction is the value (sum / avg: linear summands; max / min: the value on one rank, strictly
-//   smaller / larger values elsewhere). A summand belongs to a combination of coordinates along
-//   the partial mesh dims, so ranks that differ only in Replicate mesh dims hold identical tensors
-//   (a bilinear op with inputs [P, R] and [R, P] is exact only then);
+//   layout::localPiece (nested torch.chunk sharding), Partial mesh dims holding random summands
+//   whose reduction is the value (sum / avg: linear summands; max / min: the value on one rank,
+//   strictly smaller / larger values elsewhere). A summand belongs to a combination of coordinates
+//   along the partial mesh dims, so ranks that differ only in Replicate mesh dims hold identical
+//   tensors (a bilinear op with inputs [P, R] and [R, P] is exact only then);
 // - the collectives of apc/cost/redistribute.h on simulated ranks (all-gather, all-reduce,
 //   reduce-scatter, local slice, all-to-all), each a plain function over the groups of one mesh
 //   dim;
@@ -28,8 +28,8 @@
 
 #include <ATen/ATen.h>
 
-#include "apc/cost/layout.h"
 #include "apc/cost/redistribute.h"
+#include "apc/layout/layout.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
 #include "apc/support/error.h"
@@ -41,12 +41,12 @@ using RankTensors = std::vector<at::Tensor>;
 
 /// Piece `k` of a dim of size `n` cut into `p` pieces with torch.chunk semantics (written here
 /// independently of mesh::chunkOffset): chunk = ceil(n / p), piece k = [min(k*chunk, n), +size).
-cost::DimPiece chunkOf(int64_t n, int64_t p, int64_t k);
+layout::DimPiece chunkOf(int64_t n, int64_t p, int64_t k);
 
 /// The sub-tensor `full[piece_0, piece_1, ...]` (a view).
-at::Tensor slicePiece(const at::Tensor& full, const std::vector<cost::DimPiece>& piece);
+at::Tensor slicePiece(const at::Tensor& full, const std::vector<layout::DimPiece>& piece);
 
-/// The piece of `full` that the rank at `coordinate` holds under `t` (cost::localPiece), ignoring
+/// The piece of `full` that the rank at `coordinate` holds under `t` (layout::localPiece), ignoring
 /// Partial mesh dims (a view).
 at::Tensor localOf(const at::Tensor& full, const mesh::PlacementTuple& t,
                    const mesh::DeviceMesh& mesh, const std::vector<int64_t>& coordinate);

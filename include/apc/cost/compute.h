@@ -62,7 +62,7 @@ double computeCostUs(const DeviceSpec& device, double flops, double bytes, ir::D
 double backwardComputeUs(OpFamily family, double forward_us);
 
 /// Number of elements of the largest local piece of `global` under `placements` on `mesh`: the
-/// product over dims of ceil(size / shardFactor(dim)) (see apc/cost/layout.h for the nested
+/// product over dims of ceil(size / shardFactor(dim)) (see apc/layout/layout.h for the nested
 /// torch.chunk semantics). Symbolic dims use their hints. Preconditions (unchecked):
 /// placements.size() == mesh.ndim() and shard dims < global.rank().
 double localNumel(const ir::TensorMeta& global, const mesh::PlacementTuple& placements,

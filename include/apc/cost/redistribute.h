@@ -5,7 +5,7 @@
 // its transpose, which carries the gradient back. The same plan prices edges for the solver and
 // drives lowering, so the priced collectives are the executed ones.
 //
-// Layout semantics (apc/cost/layout.h): the mesh dims that shard one tensor dim split it in
+// Layout semantics (apc/layout/layout.h): the mesh dims that shard one tensor dim split it in
 // mesh-dim order, the earlier mesh dim being the outer split, each split with torch.chunk semantics
 // (uneven dims allowed; pieces may be short or empty). Every intermediate state of a plan is a
 // placement tuple with exactly these semantics, so a step is fully described by its kind, mesh dim,
@@ -80,6 +80,7 @@
 
 #include "apc/cost/collectives.h"
 #include "apc/ir/types.h"
+#include "apc/layout/layout.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
 #include "apc/support/error.h"
@@ -91,10 +92,9 @@ inline constexpr size_t kMaxRedistributionMeshDims = 6;
 /// Largest number of intermediate tuples searched with every shard option (see "Ordering").
 inline constexpr int kMaxSearchStates = 1024;
 
-enum class StepKind : uint8_t { kAllGather, kAllReduce, kReduceScatter, kLocalSlice, kAllToAll };
-
-/// "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all".
-const char* stepKindName(StepKind kind);
+// The step kinds are the layout library's (the runtime runs them without the cost model).
+using layout::StepKind;
+using layout::stepKindName;
 /// The collective a step runs forward (kNone for a local slice).
 CollectiveKind forwardCollective(StepKind kind);
 /// The collective its transpose runs on the gradient (see the table above).

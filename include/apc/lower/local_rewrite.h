@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-#include "apc/cost/layout.h"
+#include "apc/layout/layout.h"
 #include "apc/ir/graph.h"
 #include "apc/support/error.h"
 
@@ -57,7 +57,7 @@ namespace apc::lower {
 /// The part of one tensor that a rank holds.
 struct TensorPiece {
   std::vector<int64_t> global;        // global sizes (hints for symbolic dims)
-  std::vector<cost::DimPiece> local;  // the rank's piece of each dim (cost::localPiece)
+  std::vector<layout::DimPiece> local;  // the rank's piece of each dim (layout::localPiece)
   std::vector<bool> symbolic;         // per dim: dynamic (a symbol); empty: all static
 
   std::vector<int64_t> localSizes() const;

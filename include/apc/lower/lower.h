@@ -2,7 +2,7 @@
 //
 // Lowering applies a plan to the imported graph and writes one proto::Program per rank
 // (proto/apc.proto, "Per-rank programs"): the graph with every value at this rank's LOCAL shape
-// (cost::localPiece: nested torch.chunk pieces, uneven and empty pieces allowed), op constants
+// (layout::localPiece: nested torch.chunk pieces, uneven and empty pieces allowed), op constants
 // rewritten for the local pieces (apc/lower/local_rewrite.h), and a `redistribute` node on every
 // edge whose forward placement or gradient placement changes.
 //

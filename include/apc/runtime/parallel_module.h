@@ -16,7 +16,7 @@
 //   optimizer over pm->parameters();                 // local shards
 //
 // Placements and pieces: a tensor placed S(d) on a mesh dim is cut with torch.chunk semantics,
-// nested over the mesh dims (apc/cost/layout.h); each rank holds its piece, maybe empty.
+// nested over the mesh dims (apc/layout/layout.h); each rank holds its piece, maybe empty.
 // Errors are values (one line) except inside autograd's backward, where a failed collective is a
 // CommError exception.
 //
@@ -34,8 +34,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
-#include "apc/cost/layout.h"
 #include "apc/ir/graph.h"
+#include "apc/layout/layout.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
 #include "apc/runtime/comm.h"
@@ -52,7 +52,7 @@ struct PlacedTensor {
   at::ScalarType storage_dtype = at::kFloat;  // the dtype of the stored shard (mixed precision:
                                               // the model's; the program casts it to `dtype`)
   mesh::PlacementTuple placement;
-  std::vector<cost::DimPiece> local;  // this rank's piece of each dim
+  std::vector<layout::DimPiece> local;  // this rank's piece of each dim
   bool requires_grad = false;
   uint32_t value = 0;  // the program value holding it
 

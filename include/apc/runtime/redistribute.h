@@ -43,7 +43,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
 
-#include "apc/cost/redistribute.h"
+#include "apc/layout/layout.h"
 #include "apc/mesh/placement.h"
 #include "apc/runtime/comm.h"
 #include "apc/support/error.h"
@@ -52,7 +52,7 @@ namespace apc::runtime {
 
 /// One step as this rank runs it (proto RedistStep, parsed).
 struct RedistStepSpec {
-  cost::StepKind kind = cost::StepKind::kAllGather;
+  layout::StepKind kind = layout::StepKind::kAllGather;
   size_t mesh_dim = 0;
   int64_t gather_dim = -1;
   int64_t shard_dim = -1;
@@ -81,8 +81,6 @@ struct RedistSpec {
   bool regather = false;
 };
 
-/// Parses "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all".
-Expected<cost::StepKind> parseStepKind(const std::string& text);
 /// Parses "sum", "avg", "max", "min".
 Expected<mesh::ReduceOp> parseReduceOp(const std::string& text);
 

@@ -19,8 +19,8 @@
 // - Within each rule's list the all-Replicate strategy comes first, so strategies[0] of every
 //   enumerated node is all-Replicate.
 //
-// Uneven sharding policy. Shards follow torch.chunk, nested in mesh-dim order (apc/cost/layout.h):
-// ceil-sized pieces, the last one short; collectives pad. A tensor dim is shardable when every
+// Uneven sharding policy. Shards follow torch.chunk, nested in mesh-dim order
+// (apc/layout/layout.h): ceil-sized pieces, the last one short; collectives pad. A tensor dim is shardable when every
 // piece is non-empty: n >= p is not enough, as torch.chunk leaves empty pieces for some sizes
 // (4 over 3 ranks: 2, 2, 0; 5 over 4: 2, 2, 1, 0), and convolutions, pooling, batch_norm and
 // embeddings reject empty channel or row ranges. GPT-2's vocabulary of 50257 stays shardable on 8

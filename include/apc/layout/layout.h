@@ -1,4 +1,4 @@
-//===- apc/cost/layout.h - Local pieces of placed tensors -----------------===//
+//===- apc/layout/layout.h - Local pieces of placed tensors, redistribution steps ===//
 //
 // Which part of a global tensor each rank holds under a placement tuple. Sharding follows DTensor:
 // the mesh dims that shard one tensor dim split it one after the other in mesh-dim order, the
@@ -8,20 +8,23 @@
 // sizes: a dim of 5 over mesh dims [2, 2] gives pieces 2, 1, 1, 1 (nested), not 2, 2, 1, 0 (flat).
 // The largest piece is the same either way: ceil(ceil(n / a) / b) == ceil(n / (a * b)).
 // Replicate and Partial mesh dims do not cut the tensor. These functions define the layouts that
-// the redistribution steps of apc/cost/redistribute.h transform; lowering and the strategy
-// validator use them to slice tensors.
+// the redistribution steps (StepKind, planned by apc/cost/redistribute.h) transform; lowering,
+// the runtime and the strategy validator use them to slice tensors. A library of its own
+// (apc_layout: ir and mesh only), so that the runtime needs no planner library for it.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "apc/ir/types.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
+#include "apc/support/error.h"
 
-namespace apc::cost {
+namespace apc::layout {
 
 /// The part of one tensor dim held by one rank: [offset, offset + size).
 struct DimPiece {
@@ -44,4 +47,13 @@ std::vector<int64_t> maxLocalSizes(const ir::TensorMeta& global,
                                    const mesh::PlacementTuple& placements,
                                    const mesh::DeviceMesh& mesh);
 
-}  // namespace apc::cost
+/// The kinds of redistribution step, each on the group of ranks that differ only in one mesh
+/// coordinate (apc/cost/redistribute.h plans them and prices them; the runtime runs them).
+enum class StepKind : uint8_t { kAllGather, kAllReduce, kReduceScatter, kLocalSlice, kAllToAll };
+
+/// "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all".
+const char* stepKindName(StepKind kind);
+/// The kind a stepKindName names; anything else is a kParse error naming the text.
+Expected<StepKind> parseStepKind(std::string_view text);
+
+}  // namespace apc::layout
