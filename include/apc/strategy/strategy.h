@@ -21,16 +21,16 @@
 //
 // Uneven sharding policy. Shards follow torch.chunk, nested in mesh-dim order
 // (apc/layout/layout.h): ceil-sized pieces, the last one short; collectives pad. A tensor dim is
-// shardable when every piece is non-empty: n >= p is not enough, as torch.chunk leaves empty pieces for some sizes
-// (4 over 3 ranks: 2, 2, 0; 5 over 4: 2, 2, 1, 0), and convolutions, pooling, batch_norm and
-// embeddings reject empty channel or row ranges. GPT-2's vocabulary of 50257 stays shardable on 8
-// ranks (6283 * 7 + 6276) and on 8x8 for pointwise ops, contractions and embeddings: every operand
-// that shares that dim has the same size and is cut identically. Exact divisibility (n % p == 0,
-// recorded in DimStrategy::must_divide) is required where uneven pieces would change the result:
-// a view that merges or splits dims (the element layout of the merged dim differs otherwise),
-// mean-like reductions that give P(avg) (the mean of unequal-sized local means is not the global
-// mean), and mean-reduced losses. Rules that are exact only under an assumption name it where
-// they are registered; when unsure, a rule emits no strategy.
+// shardable when every piece is non-empty: n >= p is not enough, as torch.chunk leaves empty pieces
+// for some sizes (4 over 3 ranks: 2, 2, 0; 5 over 4: 2, 2, 1, 0), and convolutions, pooling,
+// batch_norm and embeddings reject empty channel or row ranges. GPT-2's vocabulary of 50257 stays
+// shardable on 8 ranks (6283 * 7 + 6276) and on 8x8 for pointwise ops, contractions and embeddings:
+// every operand that shares that dim has the same size and is cut identically. Exact divisibility
+// (n % p == 0, recorded in DimStrategy::must_divide) is required where uneven pieces would change
+// the result: a view that merges or splits dims (the element layout of the merged dim differs
+// otherwise), mean-like reductions that give P(avg) (the mean of unequal-sized local means is not
+// the global mean), and mean-reduced losses. Rules that are exact only under an assumption name it
+// where they are registered; when unsure, a rule emits no strategy.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
