@@ -335,7 +335,6 @@ Expected<AutoParallel::Solved> AutoParallel::solve(const std::optional<std::stri
   Solved out;
   out.built = std::move(run->built);
   out.plan = std::move(run->result.plan);
-  out.discounted_edges = out.built.discounted_edges;
   if (verbose) {
     std::ostream& log = options_.log ? *options_.log : std::cout;
     log << plan::buildNotes(out.built, run->spec) << plan::optimizerLog(out.plan)
@@ -346,7 +345,6 @@ Expected<AutoParallel::Solved> AutoParallel::solve(const std::optional<std::stri
 
 Expected<plan::Plan> AutoParallel::optimize_placement(bool verbose) {
   APC_ASSIGN_OR_RETURN(Solved solved, solve(std::nullopt, verbose));
-  optimizer_.discounted_edges_ = solved.discounted_edges;
   state_->built = std::move(solved.built);
   state_->plan = solved.plan;
   return std::move(solved.plan);
@@ -436,6 +434,10 @@ Expected<std::string> ShardingOptimizer::print_costs_for_node(const std::string&
 
 plan::PlanDiff ShardingOptimizer::diff_solutions(const plan::Plan& a, const plan::Plan& b) const {
   return plan::diffPlans(a, b);
+}
+
+size_t ShardingOptimizer::discounted_edges() const {
+  return owner_->state_->built ? owner_->state_->built->discounted_edges : 0;
 }
 
 Status ShardingOptimizer::apply_prefetch_discount(double scale) {

@@ -204,14 +204,13 @@ class ShardingOptimizer {
   /// The scale set by apply_prefetch_discount (1 when none).
   double prefetch_discount() const { return prefetch_scale_; }
   /// How many problem edges the last optimize_placement discounted (0 without a discount).
-  size_t discounted_edges() const { return discounted_edges_; }
+  size_t discounted_edges() const;
 
  private:
   friend class AutoParallel;
   explicit ShardingOptimizer(const AutoParallel* owner) : owner_(owner) {}
   const AutoParallel* owner_;
   double prefetch_scale_ = 1.0;
-  size_t discounted_edges_ = 0;
 };
 
 class AutoParallel {
@@ -287,7 +286,6 @@ class AutoParallel {
   struct Solved {
     plan::BuiltProblem built;  // with the discount applied
     plan::Plan plan;
-    size_t discounted_edges = 0;
   };
 
   Status ensureGraph();
