@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "apc/artifact/typed_proto.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/spec.h"
 #include "apc/support/hash.h"
@@ -200,6 +201,8 @@ Expected<proto::Program> readProgram(const std::string& dir, const Manifest& m, 
                            std::to_string(rank) + " of " + std::to_string(m.world_size));
   if (p.model_hash() != m.model_hash || p.plan_hash() != m.plan_hash)
     return invalidArgument(where + ": model or plan hash differs from manifest.json");
+  if (Status s = checkProgramEnums(p); !s.ok())
+    return parseError(where + ": " + s.error().message());
   return p;
 }
 

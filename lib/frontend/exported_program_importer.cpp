@@ -25,6 +25,7 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <nlohmann/json.hpp>
 
+#include "apc/support/clock.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "pt2_archive.h"
@@ -42,10 +43,6 @@ constexpr int64_t kMaxRecordedDim = int64_t{1} << 40;
 constexpr int64_t kMaxRecordedNumel = int64_t{1} << 56;
 
 using nlohmann::json;
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 const json& member(const json& j, const std::string& key) {
   static const json null_json;

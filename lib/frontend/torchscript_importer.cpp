@@ -24,6 +24,7 @@
 #include <torch/csrc/jit/runtime/symbolic_shape_registry.h>
 #include <torch/script.h>
 
+#include "apc/support/clock.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "torch_types.h"
@@ -780,10 +781,6 @@ class Importer {
   std::unordered_map<const c10::FunctionSchema*, std::pair<std::shared_ptr<tj::Code>, size_t>>
       shape_codes_;
 };
-
-double secondsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 struct Loaded {
   tj::Module module;

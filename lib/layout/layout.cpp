@@ -53,11 +53,4 @@ const char* stepKindName(StepKind kind) {
   return "?";
 }
 
-Expected<StepKind> parseStepKind(std::string_view text) {
-  for (StepKind k : {StepKind::kAllGather, StepKind::kAllReduce, StepKind::kReduceScatter,
-                     StepKind::kLocalSlice, StepKind::kAllToAll})
-    if (text == stepKindName(k)) return k;
-  return parseError("unknown redistribution step kind '" + std::string(text) + "'");
-}
-
 }  // namespace apc::layout

@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "apc/artifact/typed_proto.h"
 #include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
 #include "apc/ir/proto_io.h"
@@ -28,19 +29,6 @@ namespace {
 
 using mesh::Placement;
 using mesh::PlacementTuple;
-
-Expected<PlacementTuple> parseText(const plan::PlacementText& t) {
-  PlacementTuple out;
-  for (const std::string& s : t) {
-    APC_ASSIGN_OR_RETURN(Placement p, Placement::parse(s));
-    out.push_back(p);
-  }
-  return out;
-}
-
-void setTexts(const PlacementTuple& t, google::protobuf::RepeatedPtrField<std::string>* out) {
-  for (const Placement& p : t) *out->Add() = p.toString();
-}
 
 bool writesInput(const std::string& op) {
   return !op.empty() && op.back() == '_';
@@ -175,19 +163,14 @@ Status Lowerer::readPlacements() {
                              "): the model changed since planning");
     NodePlacements& np = placed_[n.id.v];
     np.present = true;
-    auto read = [&](const std::vector<std::optional<plan::PlacementText>>& in,
+    auto read = [&](const std::vector<std::optional<PlacementTuple>>& in,
                     std::vector<std::optional<PlacementTuple>>& out) -> Status {
       for (const auto& t : in) {
-        if (!t) {
-          out.emplace_back();
-          continue;
-        }
-        APC_ASSIGN_OR_RETURN(PlacementTuple pt, parseText(*t));
-        if (pt.size() != mesh_.ndim())
+        if (t && t->size() != mesh_.ndim())
           return invalidArgument("plan node '" + pn.name + "': placement of " +
-                                 std::to_string(pt.size()) + " entries on a " +
+                                 std::to_string(t->size()) + " entries on a " +
                                  std::to_string(mesh_.ndim()) + "-d mesh");
-        out.push_back(std::move(pt));
+        out.push_back(t);
       }
       return Status::success();
     };
@@ -306,12 +289,12 @@ Status Lowerer::fillSteps(const cost::RedistributionPlan& plan, const ir::Tensor
   };
   for (const cost::RedistributionStep& s : plan.steps) {
     proto::RedistStep* ps = out->Add();
-    ps->set_kind(cost::stepKindName(s.kind));
+    ps->set_kind(artifact::toProto(s.kind));
     ps->set_mesh_dim(static_cast<uint32_t>(s.mesh_dim));
     ps->set_gather_dim(s.gather_dim);
     ps->set_shard_dim(s.shard_dim);
     if (s.kind == cost::StepKind::kAllReduce || s.kind == cost::StepKind::kReduceScatter)
-      ps->set_reduce_op(mesh::reduceOpName(s.reduce_op));
+      ps->set_reduce_op(artifact::toProto(s.reduce_op));
     for (int64_t x : local(s.before, coord_)) ps->add_local_in(x);
     for (int64_t x : local(s.after, coord_)) ps->add_local_out(x);
     // group_sizes: along the gathered dim (before) for all-gather / all-to-all, along the cut dim
@@ -336,8 +319,8 @@ Status Lowerer::fillSteps(const cost::RedistributionPlan& plan, const ir::Tensor
     for (const ir::Dim& d : meta.shape) symbolic = symbolic || d.isSymbolic();
     if (symbolic)
       for (const ir::Dim& d : meta.shape) ps->add_dynamic(d.isSymbolic());
-    setTexts(s.before, ps->mutable_before());
-    setTexts(s.after, ps->mutable_after());
+    artifact::toProto(s.before, ps->mutable_before());
+    artifact::toProto(s.after, ps->mutable_after());
   }
   return Status::success();
 }
@@ -371,8 +354,8 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
 
   std::string name = "%" + v.debug_name + " -> " + consumer;
   proto::Redistribution r;
-  setTexts(src, r.mutable_from());
-  setTexts(dst, r.mutable_to());
+  artifact::toProto(src, r.mutable_from());
+  artifact::toProto(dst, r.mutable_to());
   auto fwd = cost::planRedistribution(meta, src, dst, mesh_);
   if (!fwd.ok()) return fwd.error().withContext(name);
   if (!fwd->feasible)
@@ -381,8 +364,8 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   APC_RETURN_IF_ERROR(fillSteps(*fwd, meta, std::nullopt, r.mutable_forward()));
   r.set_requires_grad(grad);
   if (grad) {
-    setTexts(grad_from, r.mutable_grad_from());
-    setTexts(grad_to, r.mutable_grad_to());
+    artifact::toProto(grad_from, r.mutable_grad_from());
+    artifact::toProto(grad_to, r.mutable_grad_to());
     auto bwd = cost::planRedistribution(meta, grad_from, grad_to, mesh_);
     if (!bwd.ok()) return bwd.error().withContext(name + " (gradient)");
     if (!bwd->feasible)
@@ -394,7 +377,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   }
   if (grad && regathered)
     for (const proto::RedistStep& s : r.forward())
-      if (s.kind() != cost::stepKindName(cost::StepKind::kLocalSlice)) r.set_regather(true);
+      if (s.kind() != proto::LOCAL_SLICE) r.set_regather(true);
   r.set_priced_forward_us(fwd->forward_us);
   r.set_priced_backward_us(fwd->backward_us);
   r.set_edge(name);
@@ -423,7 +406,7 @@ void Lowerer::addProgramTensor(
     pd->set_symbol(d.symbol);
   }
   pt->set_dtype(ir::dtypeName(global.dtype));
-  setTexts(t, pt->mutable_placement());
+  artifact::toProto(t, pt->mutable_placement());
   for (const layout::DimPiece& d : pieces(global, t)) {
     proto::Piece* pc = pt->add_local();
     pc->set_offset(d.offset);

@@ -31,14 +31,8 @@ std::map<std::tuple<std::string, std::string, int>, uint32_t> keyed(const Plan& 
   return out;
 }
 
-std::string compact(const PlacementText& t) {
-  return t.empty() ? std::string("-") : join(t, "");
-}
-
-std::string signedUs(double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%+.3f us", v);
-  return buf;
+std::string compactOrDash(const PlacementTuple& t) {
+  return t.empty() ? std::string("-") : mesh::toCompactString(t);
 }
 
 }  // namespace
@@ -163,10 +157,10 @@ std::string diffText(const PlanDiff& d) {
       std::snprintf(line, sizeof line, "  %-24s %-22s %-26s %-28s %-28s %12.3f %12.3f %13s\n",
                     c.name.c_str(), c.op.c_str(),
                     c.module_path.empty() ? "-" : c.module_path.c_str(), sa.c_str(), sb.c_str(),
-                    c.cost_a, c.cost_b, signedUs(c.delta_us).c_str());
+                    c.cost_a, c.cost_b, formatSignedMicros(c.delta_us).c_str());
       out += line;
     }
-    out += "  their cost delta: " + signedUs(d.changed_delta_us) + "\n";
+    out += "  their cost delta: " + formatSignedMicros(d.changed_delta_us) + "\n";
     if (!d.cost_changes.empty()) {
       out += std::to_string(d.cost_changes.size()) + " node" +
              (d.cost_changes.size() == 1 ? "" : "s") +
@@ -175,19 +169,19 @@ std::string diffText(const PlanDiff& d) {
         std::snprintf(line, sizeof line, "  %-24s %-22s %-26s %-57s %12.3f %12.3f %13s\n",
                       c.name.c_str(), c.op.c_str(),
                       c.module_path.empty() ? "-" : c.module_path.c_str(), c.strategy_a.c_str(),
-                      c.cost_a, c.cost_b, signedUs(c.delta_us).c_str());
+                      c.cost_a, c.cost_b, formatSignedMicros(c.delta_us).c_str());
         out += line;
       }
-      out += "  their cost delta: " + signedUs(d.cost_change_delta_us) + "\n";
+      out += "  their cost delta: " + formatSignedMicros(d.cost_change_delta_us) + "\n";
     }
     if (!d.parameters.empty()) {
       out += std::to_string(d.parameters.size()) + " parameter" +
              (d.parameters.size() == 1 ? "" : "s") + " with different placements:\n";
       for (const ParameterChange& c : d.parameters) {
         std::snprintf(line, sizeof line, "  %-40s %-14s %12s  ->  %-14s %12s\n", c.name.c_str(),
-                      compact(c.placement_a).c_str(),
+                      compactOrDash(c.placement_a).c_str(),
                       humanBytes(static_cast<double>(c.bytes_per_rank_a)).c_str(),
-                      compact(c.placement_b).c_str(),
+                      compactOrDash(c.placement_b).c_str(),
                       humanBytes(static_cast<double>(c.bytes_per_rank_b)).c_str());
         out += line;
       }
@@ -202,7 +196,7 @@ std::string diffText(const PlanDiff& d) {
   };
   out += totals("a", d.totals_a, d.budget_a);
   out += totals("b", d.totals_b, d.budget_b);
-  out += "total delta (b - a): " + signedUs(d.total_delta_us) + "\n";
+  out += "total delta (b - a): " + formatSignedMicros(d.total_delta_us) + "\n";
   return out;
 }
 
@@ -219,8 +213,8 @@ nlohmann::json toJson(const PlanDiff& d) {
                 {"index_b", index(c.index_b)},
                 {"strategy_a", c.index_a ? json(c.strategy_a) : json(nullptr)},
                 {"strategy_b", c.index_b ? json(c.strategy_b) : json(nullptr)},
-                {"output_placements_a", c.output_a},
-                {"output_placements_b", c.output_b},
+                {"output_placements_a", mesh::toJson(c.output_a)},
+                {"output_placements_b", mesh::toJson(c.output_b)},
                 {"cost_us_a", num(c.cost_a)},
                 {"cost_us_b", num(c.cost_b)},
                 {"delta_us", num(c.delta_us)}};
@@ -232,8 +226,8 @@ nlohmann::json toJson(const PlanDiff& d) {
   json params = json::array();
   for (const ParameterChange& c : d.parameters)
     params.push_back({{"name", c.name},
-                      {"placement_a", c.placement_a},
-                      {"placement_b", c.placement_b},
+                      {"placement_a", mesh::toJson(c.placement_a)},
+                      {"placement_b", mesh::toJson(c.placement_b)},
                       {"bytes_per_rank_a", c.bytes_per_rank_a},
                       {"bytes_per_rank_b", c.bytes_per_rank_b}});
   auto totals = [&](const PlanTotals& t) {

@@ -39,17 +39,6 @@ std::string us(double v) {
   return buf;
 }
 
-std::string signedUs(double v) {
-  if (!std::isfinite(v)) return "+inf";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%+.3f us", v);
-  return buf;
-}
-
-std::string compact(const PlacementText& t) {
-  return join(t, "");
-}
-
 /// Damerau-free edit distance for suggestions.
 size_t editDistance(const std::string& a, const std::string& b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -76,9 +65,9 @@ std::string suggestion(const std::string& name, const std::vector<std::string>& 
   return out.empty() ? "" : " (did you mean " + out + "?)";
 }
 
-PlacementText firstOutput(const strategy::Strategy& s) {
+PlacementTuple firstOutput(const strategy::Strategy& s) {
   for (const auto& o : s.outputs)
-    if (o) return placementText(*o);
+    if (o) return *o;
   return {};
 }
 
@@ -199,7 +188,7 @@ Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem&
               st.inputs.size() > gp.edge_input[k] ? st.inputs[gp.edge_input[k]] : std::nullopt;
           blocked = "input " + std::to_string(gp.edge_input[k]) + " from " +
                     displayName(p.nodes[e.src]) + " (" +
-                    compact(p.nodes[e.src].outputPlacements()) + ") cannot become " +
+                    mesh::toCompactString(p.nodes[e.src].outputPlacements()) + ") cannot become " +
                     (need ? mesh::toCompactString(*need) : std::string("a tensor"));
           std::string r =
               impossibleReason(g, gp, e.src, choice[e.src], v, s, gp.edge_input[k], p.spec.mesh);
@@ -216,7 +205,7 @@ Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem&
           blocked = displayName(p.nodes[e.dst]) + " (input " + std::to_string(in) + ") needs " +
                     (in < need.size() && need[in] ? mesh::toCompactString(*need[in])
                                                   : std::string("another placement")) +
-                    ", which cannot be made from " + compact(a.output_placements);
+                    ", which cannot be made from " + mesh::toCompactString(a.output_placements);
           std::string r = impossibleReason(g, gp, v, s, e.dst, choice[e.dst], in, p.spec.mesh);
           if (!r.empty()) blocked += ": " + r;
         }
@@ -261,18 +250,19 @@ Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem&
       a.why = "the same cost in context as the chosen strategy";
     } else if (a.context_us < chosen.context_us) {
       a.status = AlternativeStatus::kCheaperInContext;
-      a.why = signedUs(a.delta_us) + " in context; the solver's status is '" + p.solver.status +
-              "'" + (p.solver.status == "optimal" ? " (a tie within the solver's tolerance)" : "");
+      a.why = formatSignedMicros(a.delta_us) + " in context; the solver's status is '" +
+              p.solver.status + "'" +
+              (p.solver.status == "optimal" ? " (a tie within the solver's tolerance)" : "");
     } else if (a.here_us < chosen.here_us && !nearlyEqual(a.here_us, chosen.here_us)) {
       a.status = AlternativeStatus::kCheaperHereCostlierOverall;
-      a.why = signedUs(a.here_us - chosen.here_us) + " here, but the consumers pay " +
-              signedUs(a.out_comm_us - chosen.out_comm_us) +
-              " to redistribute its output: " + signedUs(a.delta_us) + " overall";
+      a.why = formatSignedMicros(a.here_us - chosen.here_us) + " here, but the consumers pay " +
+              formatSignedMicros(a.out_comm_us - chosen.out_comm_us) +
+              " to redistribute its output: " + formatSignedMicros(a.delta_us) + " overall";
     } else {
       a.status = AlternativeStatus::kCostlier;
-      a.why = "compute " + signedUs(a.compute_us - chosen.compute_us) + ", comm in " +
-              signedUs(a.in_comm_us - chosen.in_comm_us) + ", comm out " +
-              signedUs(a.out_comm_us - chosen.out_comm_us);
+      a.why = "compute " + formatSignedMicros(a.compute_us - chosen.compute_us) + ", comm in " +
+              formatSignedMicros(a.in_comm_us - chosen.in_comm_us) + ", comm out " +
+              formatSignedMicros(a.out_comm_us - chosen.out_comm_us);
     }
   }
   uint32_t chosen_index = chosen.index;
@@ -329,11 +319,12 @@ std::string explanationText(const Plan& p, const NodeExplanation& e) {
                 "strategy", "compute", "comm_in", "comm_out", "context", "delta", "why");
   out += line;
   for (const Alternative& a : e.alternatives) {
-    std::snprintf(line, sizeof line, "  %-34s %-36s %11s %11s %11s %11s %12s  %s\n",
-                  statusName(a.status), a.strategy.c_str(), us(a.compute_us).c_str(),
-                  us(a.in_comm_us).c_str(), us(a.out_comm_us).c_str(), us(a.context_us).c_str(),
-                  a.status == AlternativeStatus::kChosen ? "-" : signedUs(a.delta_us).c_str(),
-                  a.why.c_str());
+    std::snprintf(
+        line, sizeof line, "  %-34s %-36s %11s %11s %11s %11s %12s  %s\n", statusName(a.status),
+        a.strategy.c_str(), us(a.compute_us).c_str(), us(a.in_comm_us).c_str(),
+        us(a.out_comm_us).c_str(), us(a.context_us).c_str(),
+        a.status == AlternativeStatus::kChosen ? "-" : formatSignedMicros(a.delta_us).c_str(),
+        a.why.c_str());
     out += line;
   }
   return out;
@@ -350,7 +341,7 @@ nlohmann::json explainJson(const Plan& p, size_t top, const NodeExplanation* e) 
                         {"op", n.op},
                         {"module_path", n.module_path},
                         {"strategy", n.strategy},
-                        {"output_placements", n.outputPlacements()},
+                        {"output_placements", mesh::toJson(n.outputPlacements())},
                         {"compute_us", num(n.compute_us)},
                         {"comm_us", num(n.comm_us)},
                         {"cost_us", num(n.cost_us)}});
@@ -367,7 +358,7 @@ nlohmann::json explainJson(const Plan& p, size_t top, const NodeExplanation* e) 
     for (const Alternative& a : e->alternatives) {
       json x = {{"index", a.index},
                 {"strategy", a.strategy},
-                {"output_placements", a.output_placements},
+                {"output_placements", mesh::toJson(a.output_placements)},
                 {"compute_us", num(a.compute_us)},
                 {"in_comm_us", num(a.in_comm_us)},
                 {"out_comm_us", num(a.out_comm_us)},
@@ -436,7 +427,7 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   auto shown = [&](const PlanNode& n) { return options.parameters || !isParam(n); };
   std::map<std::string, size_t> colour;  // placement text -> palette index, in sorted order
   for (const PlanNode& n : p.nodes)
-    if (shown(n)) colour.emplace(compact(n.outputPlacements()), 0);
+    if (shown(n)) colour.emplace(mesh::toCompactString(n.outputPlacements()), 0);
   size_t k = 0;
   for (auto& [placement, c] : colour) c = k++ % kColors;
 
@@ -481,7 +472,7 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const PlanNode& n = p.nodes[i];
     if (!shown(n) || box[i][0] != 'n') continue;
-    std::string placement = compact(n.outputPlacements());
+    std::string placement = mesh::toCompactString(n.outputPlacements());
     std::string label = dotEscape(displayName(n));
     if (!isParam(n)) label += "\\n" + dotEscape(n.op);
     label += "\\n" + dotEscape(placement);

@@ -61,8 +61,7 @@ std::string xmlEscape(const std::string& s) {
 }
 
 std::string placementOf(const PlanNode& n) {
-  std::string out;
-  for (const std::string& s : n.outputPlacements()) out += s;
+  std::string out = mesh::toCompactString(n.outputPlacements());
   return out.empty() ? "-" : out;
 }
 

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "apc/support/clock.h"
 #include "apc/support/strings.h"
 
 namespace apc::plan {
@@ -20,10 +21,6 @@ namespace apc::plan {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 std::string fmt(double v) {
   char buf[32];

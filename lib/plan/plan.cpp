@@ -36,17 +36,7 @@ const char* apcVersion() {
   return APC_VERSION;
 }
 
-PlacementText placementText(const mesh::PlacementTuple& t) {
-  PlacementText out;
-  for (const mesh::Placement& p : t) out.push_back(p.toString());
-  return out;
-}
-
-std::string toString(const PlacementText& t) {
-  return join(t, ",");
-}
-
-PlacementText PlanNode::outputPlacements() const {
+PlacementTuple PlanNode::outputPlacements() const {
   for (const auto& o : outputs)
     if (o) return *o;
   return {};
@@ -108,13 +98,6 @@ std::string opNodeName(const ir::Graph& g, const ir::Node& n, const std::string&
   return fallback;
 }
 
-std::vector<std::optional<PlacementText>> placements(
-    const std::vector<std::optional<mesh::PlacementTuple>>& ts) {
-  std::vector<std::optional<PlacementText>> out;
-  for (const auto& t : ts) out.push_back(t ? std::optional(placementText(*t)) : std::nullopt);
-  return out;
-}
-
 }  // namespace
 
 Expected<ir::Graph> plannedGraph(const Plan& p) {
@@ -171,8 +154,8 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
     node.strategy_index = c;
     node.num_strategies = static_cast<uint32_t>(pn.numStrategies());
     node.strategy = trimmed(s.toString());
-    node.input_placements = placements(s.inputs);
-    node.outputs = placements(s.outputs);
+    node.input_placements = s.inputs;
+    node.outputs = s.outputs;
     node.compute_us = canonicalNumber(pn.costs[c]);
     if (pn.pinned) node.pin_group = pn.pin_group.empty() ? "pins" : pn.pin_group;
     plan.nodes.push_back(std::move(node));

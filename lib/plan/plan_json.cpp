@@ -25,11 +25,11 @@ json number(double x) {
   return std::isfinite(x) ? json(canonicalNumber(x)) : json(nullptr);
 }
 
-json placementJson(const std::optional<PlacementText>& t) {
-  return t ? json(*t) : json(nullptr);
+json placementJson(const std::optional<PlacementTuple>& t) {
+  return t ? mesh::toJson(*t) : json(nullptr);
 }
 
-json placementList(const std::vector<std::optional<PlacementText>>& ts) {
+json placementList(const std::vector<std::optional<PlacementTuple>>& ts) {
   json a = json::array();
   for (const auto& t : ts) a.push_back(placementJson(t));
   return a;
@@ -135,33 +135,33 @@ Expected<bool> getBool(const json& j, const std::string& path) {
   return j.get<bool>();
 }
 
-Expected<PlacementText> getPlacement(const json& j, const std::string& path, size_t ndim) {
+Expected<PlacementTuple> getPlacement(const json& j, const std::string& path, size_t ndim) {
   if (!j.is_array()) return at(path, "expected a list of placements, got " + typeOf(j));
   if (j.size() != ndim)
     return at(path, "expected one placement per mesh dim (" + std::to_string(ndim) + "), got " +
                         std::to_string(j.size()));
-  PlacementText out;
+  PlacementTuple out;
   for (size_t i = 0; i < j.size(); ++i) {
     std::string p = path + "[" + std::to_string(i) + "]";
     APC_ASSIGN_OR_RETURN(std::string s, getString(j[i], p));
     auto parsed = mesh::Placement::parse(s);
     if (!parsed.ok()) return at(p, parsed.error().message());
-    out.push_back(s);
+    out.push_back(*parsed);
   }
   return out;
 }
 
-Expected<std::vector<std::optional<PlacementText>>> getPlacementList(const json& j,
-                                                                     const std::string& path,
-                                                                     size_t ndim) {
+Expected<std::vector<std::optional<PlacementTuple>>> getPlacementList(const json& j,
+                                                                      const std::string& path,
+                                                                      size_t ndim) {
   if (!j.is_array()) return at(path, "expected a list, got " + typeOf(j));
-  std::vector<std::optional<PlacementText>> out;
+  std::vector<std::optional<PlacementTuple>> out;
   for (size_t i = 0; i < j.size(); ++i) {
     if (j[i].is_null()) {
       out.emplace_back();
       continue;
     }
-    APC_ASSIGN_OR_RETURN(PlacementText t,
+    APC_ASSIGN_OR_RETURN(PlacementTuple t,
                          getPlacement(j[i], path + "[" + std::to_string(i) + "]", ndim));
     out.emplace_back(std::move(t));
   }
@@ -221,7 +221,7 @@ Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index
   APC_ASSIGN_OR_RETURN(n.input_placements,
                        getPlacementList(j["input_placements"], path + ".input_placements", ndim));
   // Empty for a node without a tensor output (a free output's sink): then "outputs" says so.
-  PlacementText out;
+  PlacementTuple out;
   bool no_output =
       j["output_placements"].is_array() && j["output_placements"].empty() && j.contains("outputs");
   if (!no_output) {
@@ -369,7 +369,7 @@ json toJson(const Plan& p) {
               {"num_strategies", n.num_strategies},
               {"strategy", n.strategy},
               {"input_placements", placementList(n.input_placements)},
-              {"output_placements", n.outputPlacements()},
+              {"output_placements", mesh::toJson(n.outputPlacements())},
               {"in_edges", edges},
               {"compute_us", number(n.compute_us)},
               {"comm_us", number(n.comm_us)},
@@ -386,7 +386,7 @@ json toJson(const Plan& p) {
                       {"module", q.module},
                       {"shape", q.shape},
                       {"dtype", q.dtype},
-                      {"placement", q.placement},
+                      {"placement", mesh::toJson(q.placement)},
                       {"bytes", q.bytes},
                       {"bytes_per_rank", q.bytes_per_rank},
                       {"node", q.node}});

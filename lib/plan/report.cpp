@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include "apc/plan/report.h"
 
+#include <cmath>
 #include <cstdio>
 #include <map>
 
@@ -25,10 +26,6 @@ std::string percent(double fraction) {
   return printf1("%.2f%%", 100 * fraction);
 }
 
-std::string compact(const PlacementText& t) {
-  return join(t, "");
-}
-
 std::string shapeText(const std::vector<int64_t>& s) {
   return "[" + joinMap(s, ",", [](int64_t d) { return std::to_string(d); }) + "]";
 }
@@ -37,6 +34,13 @@ std::string shapeText(const std::vector<int64_t>& s) {
 
 std::string displayName(const PlanNode& n) {
   return n.kind == "output" || n.kind == "pin" ? n.name : "%" + n.name;
+}
+
+std::string formatSignedMicros(double us) {
+  if (!std::isfinite(us)) return "+inf";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%+.3f us", us);
+  return buf;
 }
 
 std::string formatMicros(double us) {
@@ -195,12 +199,12 @@ std::string optimizerLog(const Plan& p) {
     std::string ins;
     for (const auto& in : n.input_placements) {
       if (!in) continue;
-      ins += (ins.empty() ? "" : ", ") + compact(*in);
+      ins += (ins.empty() ? "" : ", ") + mesh::toCompactString(*in);
     }
     std::string outs;
     for (const auto& o : n.outputs) {
       if (!o) continue;
-      outs += (outs.empty() ? "" : ", ") + compact(*o);
+      outs += (outs.empty() ? "" : ", ") + mesh::toCompactString(*o);
     }
     char line[1024];
     std::snprintf(

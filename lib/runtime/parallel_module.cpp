@@ -18,6 +18,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include "apc.pb.h"
+#include "apc/artifact/typed_proto.h"
 #include "apc/ir/proto_io.h"
 #include "apc/ir/torch_dtype.h"
 #include "apc/runtime/interpreter.h"
@@ -40,16 +41,13 @@ Expected<at::ScalarType> scalarType(const std::string& name) {
   return scalarTypeOf(*d);
 }
 
-Expected<mesh::PlacementTuple> placementOf(const google::protobuf::RepeatedPtrField<std::string>& p,
-                                           size_t mesh_ndim, const std::string& what) {
-  mesh::PlacementTuple t;
-  for (const std::string& s : p) {
-    APC_ASSIGN_OR_RETURN(mesh::Placement pl, mesh::Placement::parse(s));
-    t.push_back(pl);
-  }
-  if (t.size() != mesh_ndim)
-    return parseError(what + ": placement has " + std::to_string(t.size()) + " entries, the mesh " +
-                      std::to_string(mesh_ndim) + " dims");
+Expected<mesh::PlacementTuple> placementOf(const artifact::PlacementField& p, size_t mesh_ndim,
+                                           const std::string& what) {
+  auto t = artifact::placementFromProto(p);
+  if (!t.ok()) return parseError(what + ": " + t.error().message());
+  if (t->size() != mesh_ndim)
+    return parseError(what + ": placement has " + std::to_string(t->size()) +
+                      " entries, the mesh " + std::to_string(mesh_ndim) + " dims");
   return t;
 }
 
@@ -77,11 +75,14 @@ Expected<PlacedTensor> placedTensor(const proto::ProgramTensor& p, size_t mesh_n
 
 Expected<RedistStepSpec> stepSpec(const proto::RedistStep& p) {
   RedistStepSpec s;
-  APC_ASSIGN_OR_RETURN(s.kind, layout::parseStepKind(p.kind()));
+  APC_ASSIGN_OR_RETURN(s.kind, artifact::stepKindFromProto(p.kind()));
   s.mesh_dim = p.mesh_dim();
   s.gather_dim = p.gather_dim();
   s.shard_dim = p.shard_dim();
-  APC_ASSIGN_OR_RETURN(s.reduce_op, parseReduceOp(p.reduce_op()));
+  // Only the reducing steps carry an op; the others ignore theirs.
+  if (s.kind == layout::StepKind::kAllReduce || s.kind == layout::StepKind::kReduceScatter) {
+    APC_ASSIGN_OR_RETURN(s.reduce_op, artifact::reduceOpFromProto(p.reduce_op()));
+  }
   s.local_in.assign(p.local_in().begin(), p.local_in().end());
   s.local_out.assign(p.local_out().begin(), p.local_out().end());
   s.group_sizes.assign(p.group_sizes().begin(), p.group_sizes().end());

@@ -17,14 +17,6 @@ namespace apc::runtime {
 
 using layout::StepKind;
 
-Expected<mesh::ReduceOp> parseReduceOp(const std::string& text) {
-  for (mesh::ReduceOp op :
-       {mesh::ReduceOp::kSum, mesh::ReduceOp::kAvg, mesh::ReduceOp::kMax, mesh::ReduceOp::kMin})
-    if (text == mesh::reduceOpName(op)) return op;
-  if (text.empty()) return mesh::ReduceOp::kSum;
-  return parseError("unknown reduce op '" + text + "'");
-}
-
 namespace {
 
 std::string sizesText(at::IntArrayRef s) {
@@ -142,11 +134,41 @@ std::vector<int64_t> memberSizes(const std::vector<int64_t>& global, const mesh:
   return sizes;
 }
 
+/// A placement tuple as autograd's saved data holds it: (kind, dim, reduce op) per mesh dim, as
+/// integers (no text round trip inside backward).
+std::vector<int64_t> packPlacement(const mesh::PlacementTuple& t) {
+  std::vector<int64_t> out;
+  for (const mesh::Placement& p : t) {
+    out.push_back(static_cast<int64_t>(p.kind()));
+    out.push_back(p.dim());
+    out.push_back(static_cast<int64_t>(p.reduceOp()));
+  }
+  return out;
+}
+
+mesh::PlacementTuple unpackPlacement(const std::vector<int64_t>& packed) {
+  mesh::PlacementTuple t;
+  for (size_t i = 0; i + 2 < packed.size(); i += 3) {
+    switch (static_cast<mesh::Placement::Kind>(packed[i])) {
+      case mesh::Placement::Kind::kReplicate:
+        t.push_back(mesh::Placement::replicate());
+        break;
+      case mesh::Placement::Kind::kShard:
+        t.push_back(mesh::Placement::shard(static_cast<int>(packed[i + 1])));
+        break;
+      case mesh::Placement::Kind::kPartial:
+        t.push_back(mesh::Placement::partial(static_cast<mesh::ReduceOp>(packed[i + 2])));
+        break;
+    }
+  }
+  return t;
+}
+
 struct GatherFunction : public torch::autograd::Function<GatherFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const mesh::PlacementTuple* placement,
                             const std::vector<int64_t>* global, World* world) {
-    ctx->saved_data["placement"] = mesh::toString(*placement);
+    ctx->saved_data["placement"] = packPlacement(*placement);
     ctx->saved_data["global"] = *global;
     ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
     return gatherTensor(x, *placement, *global, *world);
@@ -154,9 +176,9 @@ struct GatherFunction : public torch::autograd::Function<GatherFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
-    auto placement = mesh::parsePlacementTuple(ctx->saved_data["placement"].toStringRef());
-    TORCH_CHECK(placement.ok(), "gatherToFull: bad placement");
-    at::Tensor g = localPieceOf(grads.at(0), *placement, world->mesh(), world->coordinate());
+    const mesh::PlacementTuple placement =
+        unpackPlacement(ctx->saved_data["placement"].toIntVector());
+    at::Tensor g = localPieceOf(grads.at(0), placement, world->mesh(), world->coordinate());
     return {g, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };

@@ -26,7 +26,7 @@ int main() {
     return 2;
   }
   for (const apc::plan::PlanParameter& p : plan->parameters)
-    std::cout << p.name << " " << apc::plan::toString(p.placement) << "\n";
+    std::cout << p.name << " " << apc::mesh::toString(p.placement) << "\n";
   std::cout << "step " << plan->totals.total_us << " us\n";
   auto why = ap.sharding_optimizer().print_costs_for_node("up.weight");
   if (why.ok()) std::cout << *why;

@@ -14,7 +14,7 @@
 namespace apc {
 namespace {
 
-const std::string kToy = std::string(APC_SOURCE_DIR) + "/sample_models/out/toy_block.pt";
+const std::string kToyModel = std::string(APC_SOURCE_DIR) + "/sample_models/out/toy_block.pt";
 
 TEST(SampleInput, ShapeAndDtypeOfATensor) {
   at::Tensor t = at::empty({4, 7}, at::TensorOptions().dtype(at::kLong).device(at::kMeta));
@@ -28,20 +28,21 @@ TEST(SampleInput, ShapeAndDtypeOfATensor) {
 
 TEST(SampleInput, PlansTheSampleShapes) {
   at::Tensor x = at::empty({32, 128, 1024}, at::TensorOptions().device(at::kMeta));
-  AutoParallel ap(kToy, {sampleInput(x)}, *mesh::DeviceMesh::create({8}, {"dp"}));
+  AutoParallel ap(kToyModel, {sampleInput(x)}, *mesh::DeviceMesh::create({8}, {"dp"}));
   ASSERT_TRUE(ap.add_input_constraints({"S(0)"}).ok());
   auto p = ap.optimize_placement();
   ASSERT_TRUE(p.ok()) << p.error().message();
   EXPECT_EQ(p->model.inputs, std::vector<std::string>{"x:f32[32,128,1024]"});
 
   // The short path with a DTensor-like sample: shape plus placements.
-  auto q = auto_parallel(kToy, *mesh::DeviceMesh::create({8}, {"dp"}), {{sampleInput(x), "S(0)"}});
+  auto q =
+      auto_parallel(kToyModel, *mesh::DeviceMesh::create({8}, {"dp"}), {{sampleInput(x), "S(0)"}});
   ASSERT_TRUE(q.ok()) << q.error().message();
   EXPECT_EQ(plan::toJsonText(q->plan), plan::toJsonText(*p));
 
   // A dtype apc has no name for is an error naming the input.
   at::Tensor c = at::empty({2}, at::TensorOptions().dtype(at::kComplexFloat).device(at::kMeta));
-  AutoParallel bad(kToy, {sampleInput(c, "x")}, *mesh::DeviceMesh::create({8}, {"dp"}));
+  AutoParallel bad(kToyModel, {sampleInput(c, "x")}, *mesh::DeviceMesh::create({8}, {"dp"}));
   auto e = bad.optimize_placement();
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.error().message().find("unsupported dtype"), std::string::npos);

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 namespace apc::testing {
@@ -72,6 +73,24 @@ inline void expectOneLineError(const CommandResult& full, const std::string& nee
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "more than one line: " << r.err;
   EXPECT_EQ(r.err.rfind("apc: error: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+/// The binaries of this build and the sample models' directory (ending in '/'): one definition
+/// for every end-to-end test file (the files of a test binary compile together in a unity build).
+inline const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
+inline const std::string kApcTrain = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+inline const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
+
+/// A whole file's bytes ("" when it cannot be read).
+inline std::string readFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::string out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return out;
+}
+
+/// Writes `text` as the whole file.
+inline void writeFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
 }
 
 }  // namespace apc::testing

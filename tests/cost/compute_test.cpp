@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include "../common/placements.h"
 #include "apc/cost/compute.h"
 #include "apc/layout/layout.h"
 
@@ -18,9 +19,7 @@ namespace {
 
 using mesh::Placement;
 
-mesh::PlacementTuple tuple(const char* text) {
-  return *mesh::parsePlacementTuple(text);
-}
+using testing::tuple;
 
 ir::TensorMeta meta(std::vector<int64_t> sizes, ir::DType dtype = ir::DType::kF32) {
   ir::TensorMeta t;

@@ -6,6 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "apc/cost/edge.h"
+#include "../common/placements.h"
 
 #include <gtest/gtest.h>
 
@@ -15,11 +16,7 @@ namespace {
 using mesh::Placement;
 using mesh::PlacementTuple;
 
-PlacementTuple tuple(const std::string& text) {
-  auto t = mesh::parsePlacementTuple(text);
-  EXPECT_TRUE(t.ok()) << text;
-  return t.ok() ? *t : PlacementTuple{};
-}
+using testing::tuple;
 
 TEST(EdgeSemantics, PartialAsReplicateSumsOnlyPartialDims) {
   EXPECT_EQ(partialAsReplicate(tuple("P,S(0)")), tuple("R,S(0)"));

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "../common/placements.h"
 #include "apc/cost/collectives.h"
 #include "apc/cost/redistribute.h"
 #include "apc/layout/layout.h"
@@ -27,14 +28,10 @@ using mesh::DeviceMesh;
 using mesh::Placement;
 using mesh::PlacementTuple;
 
-PlacementTuple tuple(const char* text) {
-  Expected<PlacementTuple> t = mesh::parsePlacementTuple(text);
-  if (!t.ok()) ADD_FAILURE() << text;
-  return *t;
-}
+using testing::tuple;
 
-ir::TensorMeta meta(std::vector<int64_t> sizes, bool requires_grad = true,
-                    ir::DType dtype = ir::DType::kF32) {
+ir::TensorMeta gradMeta(std::vector<int64_t> sizes, bool requires_grad = true,
+                        ir::DType dtype = ir::DType::kF32) {
   ir::TensorMeta t;
   t.shape = ir::makeShape(sizes);
   t.dtype = dtype;
@@ -63,7 +60,7 @@ std::string plan(const ir::TensorMeta& t, const char* from, const char* to, cons
 
 TEST(Redistribute, OneDimMeshTable) {
   DeviceMesh m = makeMesh({4});
-  ir::TensorMeta t = meta({1024, 1024});  // f32: 4 MiB
+  ir::TensorMeta t = gradMeta({1024, 1024});  // f32: 4 MiB
   EXPECT_EQ(plan(t, "S(0)", "R", m), "S(0) -> R: all-gather(mesh 0, dim 0, 4.00 MiB)");
   EXPECT_EQ(plan(t, "R", "S(1)", m), "R -> S(1): local-slice(mesh 0, dim 1, 4.00 MiB)");
   EXPECT_EQ(plan(t, "P", "R", m), "P -> R: all-reduce(mesh 0, sum, 4.00 MiB)");
@@ -84,7 +81,7 @@ TEST(Redistribute, NestedShards) {
   DeviceMesh m = makeMesh({2, 2});  // mesh 0: 50 GB/s, 10 us; mesh 1: 450 GB/s, 2 us
   // A 1-d tensor: mesh 0 cannot gather while mesh 1 still splits dim 0 inside its pieces, and
   // mesh 1 must end as the only split of dim 0, so the tensor goes through R on both.
-  EXPECT_EQ(plan(meta({1048576}), "S(0),S(0)", "R,S(0)", m),
+  EXPECT_EQ(plan(gradMeta({1048576}), "S(0),S(0)", "R,S(0)", m),
             "S(0)S(0) -> RS(0): all-gather(mesh 1, dim 0, 2.00 MiB); "
             "all-gather(mesh 0, dim 0, 4.00 MiB); local-slice(mesh 1, dim 0, 4.00 MiB)");
   // With a second dim, mesh 1 moves its split out of the way by an all-to-all and back after:
@@ -92,7 +89,7 @@ TEST(Redistribute, NestedShards) {
   //   all-gather mesh 0, 2 MiB: 10 + 1/2 * 2097152 / 50e3 = 30.972     (x2)
   //   all-to-all mesh 1, 4 MiB: 2 + 1/4 * 4194304 / 450e3 = 4.330      (x2)
   // total 76.9 us, against 119.2 us for the path above (4.330 * 2 + 51.943 * 2 + 6.660).
-  ir::TensorMeta t = meta({1024, 1024});
+  ir::TensorMeta t = gradMeta({1024, 1024});
   EXPECT_EQ(plan(t, "S(0),S(0)", "R,S(0)", m),
             "S(0)S(0) -> RS(0): all-to-all(mesh 1, dim 0->1, 2.00 MiB); "
             "all-gather(mesh 0, dim 0, 2.00 MiB); all-to-all(mesh 1, dim 1->0, 4.00 MiB)");
@@ -107,7 +104,7 @@ TEST(Redistribute, NestedShards) {
 
 TEST(Redistribute, TwoByTwoTable) {
   DeviceMesh m = makeMesh({2, 2});  // mesh 0: 50 GB/s, 10 us; mesh 1: 450 GB/s, 2 us
-  ir::TensorMeta t = meta({1024, 1024});
+  ir::TensorMeta t = gradMeta({1024, 1024});
   // Gathering on the slow link first, while the tensor is still halved, is cheaper:
   //   mesh 0 first: 10 + 2 MiB/2/50e3 + 2 + 4 MiB/2/450e3 = 10 + 20.97 + 2 + 4.66 = 37.6 us fwd
   //   mesh 1 first:  2 + 2 MiB/2/450e3 + 10 + 4 MiB/2/50e3 = 2 + 2.33 + 10 + 41.94 = 56.3 us fwd
@@ -133,7 +130,7 @@ TEST(Redistribute, TwoByTwoTable) {
 
 TEST(Redistribute, TwoByFourUnevenTable) {
   DeviceMesh m = uniformMesh({2, 4});
-  ir::TensorMeta t = meta({7, 5});  // f32: largest pieces use ceil division
+  ir::TensorMeta t = gradMeta({7, 5});  // f32: largest pieces use ceil division
   // Mesh 1 (4 ranks) splits dim 0 of 7 inside mesh 0's split: piece bytes ceil(7/2) * 5 * 4 = 80.
   EXPECT_EQ(plan(t, "S(0),S(0)", "R,R", m),
             "S(0)S(0) -> RR: all-gather(mesh 1, dim 0, 80 B); all-gather(mesh 0, dim 0, 140 B)");
@@ -150,7 +147,7 @@ TEST(Redistribute, TwoByFourUnevenTable) {
 TEST(Redistribute, StepsCarryTheirStates) {
   DeviceMesh m = makeMesh({2, 4});
   RedistributionPlan p =
-      *planRedistribution(meta({64, 64}), tuple("S(0),S(0)"), tuple("R,S(0)"), m);
+      *planRedistribution(gradMeta({64, 64}), tuple("S(0),S(0)"), tuple("R,S(0)"), m);
   ASSERT_EQ(p.steps.size(), 3u);
   const RedistributionStep& s = p.steps[0];
   EXPECT_EQ(s.kind, StepKind::kAllGather);
@@ -174,7 +171,7 @@ TEST(Redistribute, StepsCarryTheirStates) {
 // all-to-all = 3 + 3/16 * 10 = 4.875.
 TEST(RedistributeCost, TransposesOnOneDim) {
   DeviceMesh m = uniformMesh({4});
-  ir::TensorMeta t = meta({1000, 250});
+  ir::TensorMeta t = gradMeta({1000, 250});
   struct Case {
     const char* from;
     const char* to;
@@ -199,7 +196,7 @@ TEST(RedistributeCost, TransposesOnOneDim) {
 
 TEST(RedistributeCost, NoGradientNoBackward) {
   DeviceMesh m = uniformMesh({4});
-  ir::TensorMeta t = meta({1000, 250}, /*requires_grad=*/false);
+  ir::TensorMeta t = gradMeta({1000, 250}, /*requires_grad=*/false);
   RedistributionPlan p = *planRedistribution(t, tuple("S(0)"), tuple("R"), m);
   EXPECT_FALSE(p.prices_backward);
   EXPECT_DOUBLE_EQ(p.forward_us, 10.5);
@@ -210,7 +207,7 @@ TEST(RedistributeCost, NoGradientNoBackward) {
 // Mesh [2, 4], both links 100 GB/s and 1 us; f32 [1000, 250] = 1e6 bytes.
 TEST(RedistributeCost, NestedTwoByFour) {
   DeviceMesh m = uniformMesh({2, 4});
-  ir::TensorMeta t = meta({1000, 250});
+  ir::TensorMeta t = gradMeta({1000, 250});
   // [S(0), S(0)] -> [R, S(0)]:
   //   all-to-all mesh 1, n = 5e5: 3 + 3/16 * 5 = 3.9375               (grad: all-to-all 3.9375)
   //   all-gather mesh 0, n = 1000 * ceil(250 / 4) * 4 = 252000: 1 + 1/2 * 2.52 = 2.26
@@ -252,7 +249,7 @@ TEST(RedistributeCost, NestedTwoByFour) {
 // Partial sums may be sliced before they are reduced: the all-reduce then moves a quarter.
 TEST(RedistributeCost, SliceBeforeReducing) {
   DeviceMesh m = uniformMesh({2, 4});
-  ir::TensorMeta t = meta({1000, 250});
+  ir::TensorMeta t = gradMeta({1000, 250});
   // local-slice mesh 1 (grad: all-gather 3 + 7.5 = 10.5), then all-reduce mesh 0 of n = 2.5e5:
   // 2 * (1 + 1.25) = 4.5. Reducing first: 2 * (1 + 5) = 12 + 10.5 = 22.5 > 15.
   RedistributionPlan p = *planRedistribution(t, tuple("P,R"), tuple("R,S(0)"), m);
@@ -263,7 +260,7 @@ TEST(RedistributeCost, SliceBeforeReducing) {
 
 TEST(RedistributeCost, Impossible) {
   DeviceMesh m = makeMesh({2, 2});
-  ir::TensorMeta t = meta({8, 8});
+  ir::TensorMeta t = gradMeta({8, 8});
   RedistCost c = *redistributionCost(t, tuple("S(0),R"), tuple("S(0),P"), m);
   EXPECT_FALSE(c.feasible);
   EXPECT_TRUE(std::isinf(c.totalUs()));
@@ -285,7 +282,7 @@ TEST(RedistributeCost, Impossible) {
 
 TEST(RedistributeCost, MalformedArgumentsAreErrors) {
   DeviceMesh m = makeMesh({2, 2});
-  ir::TensorMeta t = meta({8, 8});
+  ir::TensorMeta t = gradMeta({8, 8});
   auto error = [&](const ir::TensorMeta& meta, const char* from, const char* to) {
     Expected<RedistributionPlan> p = planRedistribution(meta, tuple(from), tuple(to), m);
     EXPECT_FALSE(redistributionCost(meta, tuple(from), tuple(to), m).ok());
@@ -294,13 +291,13 @@ TEST(RedistributeCost, MalformedArgumentsAreErrors) {
   };
   EXPECT_NE(error(t, "R", "R,R").find("the mesh has 2 dims"), std::string::npos);
   EXPECT_EQ(error(t, "S(2),R", "R,R"), "placement S(2) is out of range for a tensor of rank 2");
-  EXPECT_EQ(error(meta({8, 8}, true, ir::DType::kUnknown), "R,R", "S(0),R"),
+  EXPECT_EQ(error(gradMeta({8, 8}, true, ir::DType::kUnknown), "R,R", "S(0),R"),
             "redistribution of a tensor of unknown dtype ?[8,8]");
 }
 
 TEST(RedistributeCost, DescribeWithCost) {
   DeviceMesh m = uniformMesh({4});
-  RedistributionPlan p = *planRedistribution(meta({1000, 250}), tuple("S(0)"), tuple("R"), m);
+  RedistributionPlan p = *planRedistribution(gradMeta({1000, 250}), tuple("S(0)"), tuple("R"), m);
   EXPECT_EQ(describe(p, true),
             "S(0) -> R: all-gather(mesh 0, dim 0, 976.56 KiB) [fwd 10.5 us, bwd 10.5 us]");
 }
@@ -479,7 +476,7 @@ int checkExecution(const std::vector<int64_t>& sizes, const PlacementTuple& from
                    const PlacementTuple& to, const DeviceMesh& m) {
   std::string what = mesh::toCompactString(from) + " -> " + mesh::toCompactString(to) + " on " +
                      m.toString() + " " + ir::toString(ir::makeShape(sizes));
-  ir::TensorMeta t = meta(sizes);
+  ir::TensorMeta t = gradMeta(sizes);
   Expected<RedistributionPlan> planned = planRedistribution(t, from, to, m);
   if (!planned.ok()) {
     ADD_FAILURE() << what << ": " << planned.error().message();
@@ -634,7 +631,7 @@ TEST(RedistributeCost, TooManyMeshDims) {
 
 TEST(RedistributeCost, CostOnlyPathIsFast) {
   DeviceMesh m = makeMesh({8, 8});
-  ir::TensorMeta t = meta({8, 8192, 4096}, true, ir::DType::kBF16);
+  ir::TensorMeta t = gradMeta({8, 8192, 4096}, true, ir::DType::kBF16);
   std::vector<Placement> options = {Placement::replicate(), Placement::shard(0),
                                     Placement::shard(1), Placement::shard(2), Placement::partial()};
   std::vector<PlacementTuple> tuples = allTuples(options, 2);

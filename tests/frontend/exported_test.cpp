@@ -53,14 +53,7 @@ fs::path samplesDir() {
   return frontend_test::samplesDir();
 }
 
-const json& manifest() {
-  static const json m = [] {
-    std::ifstream f(samplesDir() / "manifest.json");
-    if (!f) return json::object();
-    return json::parse(f);
-  }();
-  return m;
-}
+using frontend_test::manifest;
 
 /// Samples with an exported program (importable ones only).
 std::vector<const json*> exportedSamples() {
@@ -121,7 +114,7 @@ std::set<std::pair<std::string, int64_t>> dynamicDims(const json& s) {
 }
 
 /// The manifest's inputs; the dynamic dims as symbol B with the manifest's size as hint.
-std::vector<InputSpec> inputsOf(const json& s, int64_t batch = 0) {
+std::vector<InputSpec> symbolicInputsOf(const json& s, int64_t batch = 0) {
   auto dynamic = dynamicDims(s);
   std::vector<InputSpec> out;
   for (const auto& i : s["inputs"]) {
@@ -197,7 +190,7 @@ TEST(Exported, GraphIsSaneAndOutputsMatchTorchScript) {
     for (const char* key : {"file", "core_file"}) {
       if (!hasFile(s, key)) continue;
       SCOPED_TRACE(key);
-      auto g = importWith(pathOf(s, key), inputsOf(s));
+      auto g = importWith(pathOf(s, key), symbolicInputsOf(s));
       ASSERT_TRUE(g.ok()) << g.error().message();
       ASSERT_TRUE(g->verify().ok());
       size_t leaves = g->nodesOfKind(ir::NodeKind::kInput).size() +
@@ -219,7 +212,7 @@ TEST(Exported, GraphIsSaneAndOutputsMatchTorchScript) {
           EXPECT_NE(v.tensor->dtype, ir::DType::kUnknown) << v.debug_name;
         }
       // The same output structure and shapes as the TorchScript import at the same inputs.
-      auto ts = importWith(tsPathOf(s), inputsOf(s));
+      auto ts = importWith(tsPathOf(s), symbolicInputsOf(s));
       ASSERT_TRUE(ts.ok()) << ts.error().message();
       auto a = g->outputs().leaves(), b = ts->outputs().leaves();
       ASSERT_EQ(a.size(), b.size());
@@ -301,7 +294,7 @@ TEST(Exported, DynamicDimsAreSymbolicWithTheRecordedHint) {
 
     // An override moves the hint of every dim and size constant derived from the batch, and names
     // the symbol.
-    auto moved = importWith(pathOf(s), inputsOf(s, 5));
+    auto moved = importWith(pathOf(s), symbolicInputsOf(s, 5));
     ASSERT_TRUE(moved.ok()) << moved.error().message();
     ASSERT_EQ(moved->numNodes(), g->numNodes());
     const ir::Shape& out5 = moved->value(moved->outputs().leaves()[0]).tensor->shape;
@@ -338,7 +331,7 @@ Expected<Planned> planOn(const ir::Graph& g, std::vector<int64_t> mesh_shape) {
   Planned p;
   p.plan = std::move(r.plan);
   for (const plan::PlanParameter& x : p.plan.parameters)
-    p.placements[x.name] = plan::toString(x.placement);
+    p.placements[x.name] = mesh::toString(x.placement);
   return p;
 }
 
@@ -389,8 +382,8 @@ TEST(Exported, PlansEqualTheTorchScriptPlans) {
     // The same code path as llama_small, at 20x (llama3_8b) and 300x (llama3_405b) the time.
     if (s["name"] == "llama3_8b" || s["name"] == "llama3_405b") continue;
     SCOPED_TRACE(s["name"].get<std::string>());
-    auto pt = importWith(tsPathOf(s), inputsOf(s));
-    auto pt2 = importWith(pathOf(s), inputsOf(s));
+    auto pt = importWith(tsPathOf(s), symbolicInputsOf(s));
+    auto pt2 = importWith(pathOf(s), symbolicInputsOf(s));
     ASSERT_TRUE(pt.ok()) << pt.error().message();
     ASSERT_TRUE(pt2.ok()) << pt2.error().message();
     // Only graphs of the same computation can have the same plan: Hugging Face models trace
@@ -481,7 +474,7 @@ TEST(Exported, InterpreterRunsTheExportedGraphLikeTorchScript) {
       SCOPED_TRACE(s["name"].get<std::string>() + " " + key);
       // A batch other than the hint, where the sample has a dynamic one.
       bool dynamic = !dynamicDims(s).empty();
-      std::vector<InputSpec> specs = inputsOf(s, dynamic ? 3 : 0);
+      std::vector<InputSpec> specs = symbolicInputsOf(s, dynamic ? 3 : 0);
       auto graph = importWith(pathOf(s, key), specs);
       ASSERT_TRUE(graph.ok()) << graph.error().message();
       auto g = std::make_shared<const ir::Graph>(std::move(graph).value());
@@ -572,7 +565,7 @@ TEST(Exported, Llama3_8bImportsFast) {
 
 // --- model kinds and bad archives ----------------------------------------------------------------
 
-class TempDir : public ::testing::Test {
+class ExportedTempDir : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() / ("apc_exported_test_" + std::to_string(::getpid()));
@@ -582,7 +575,7 @@ class TempDir : public ::testing::Test {
   fs::path dir_;
 };
 
-using ExportedErrors = TempDir;
+using ExportedErrors = ExportedTempDir;
 
 /// The smallest exported sample, for the corrupted variants.
 const json* smallSample() {
@@ -798,7 +791,7 @@ TEST_F(ExportedErrors, Overrides) {
   for (const json* x : exportedSamples())
     if (!dynamicDims(*x).empty() && (*x)["inputs"][0]["shape"].size() >= 2) s = x;
   if (!s) GTEST_SKIP() << "no exported sample with a dynamic dim";
-  std::vector<InputSpec> in = inputsOf(*s);
+  std::vector<InputSpec> in = symbolicInputsOf(*s);
   // A static dim cannot change.
   std::vector<InputSpec> bad = in;
   bad[0].shape.back().size += 1;

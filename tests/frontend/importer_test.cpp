@@ -31,14 +31,7 @@ using nlohmann::json;
 
 const fs::path kSamples = frontend_test::samplesDir();
 
-const json& manifest() {
-  static const json m = [] {
-    std::ifstream f(kSamples / "manifest.json");
-    if (!f) return json::object();
-    return json::parse(f);
-  }();
-  return m;
-}
+using frontend_test::manifest;
 
 std::vector<InputSpec> inputsOf(const json& sample) {
   std::vector<InputSpec> out;

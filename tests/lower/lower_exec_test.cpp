@@ -189,13 +189,10 @@ at::Tensor sliceOf(const at::Tensor& full, const proto::ProgramTensor& t) {
   return validator::slicePiece(full, piece).contiguous().clone();
 }
 
-cost::StepKind stepKind(const std::string& s) {
-  for (cost::StepKind k :
-       {cost::StepKind::kAllGather, cost::StepKind::kAllReduce, cost::StepKind::kReduceScatter,
-        cost::StepKind::kLocalSlice, cost::StepKind::kAllToAll})
-    if (s == cost::stepKindName(k)) return k;
-  ADD_FAILURE() << "unknown step kind " << s;
-  return cost::StepKind::kAllGather;
+cost::StepKind stepKind(proto::StepKind k) {
+  auto kind = artifact::stepKindFromProto(k);
+  EXPECT_TRUE(kind.ok()) << kind.error().message();
+  return kind.ok() ? *kind : cost::StepKind::kAllGather;
 }
 
 cost::RedistributionStep stepOf(const proto::RedistStep& p, const mesh::DeviceMesh& mesh) {
@@ -205,8 +202,8 @@ cost::RedistributionStep stepOf(const proto::RedistStep& p, const mesh::DeviceMe
   s.group_size = mesh.size(p.mesh_dim());
   s.gather_dim = p.gather_dim();
   s.shard_dim = p.shard_dim();
-  if (!p.reduce_op().empty())
-    s.reduce_op = mesh::Placement::parse("P(" + p.reduce_op() + ")")->reduceOp();
+  if (p.reduce_op() != proto::REDUCE_OP_UNSET)
+    s.reduce_op = *artifact::reduceOpFromProto(p.reduce_op());
   s.before = testing::tupleOf(p.before());
   s.after = testing::tupleOf(p.after());
   return s;
@@ -293,11 +290,11 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
     int last = prog.graph().nodes_size() - 1;
     ASSERT_GT(prog.node_redistribution(last), 0u);
     const auto& red = prog.redistributions(static_cast<int>(prog.node_redistribution(last) - 1));
-    EXPECT_TRUE(mesh::parsePlacementTuple(red.from(0)).ok());
     bool partial = false;
-    for (const std::string& f : red.from()) partial = partial || f.front() == 'P';
+    for (const mesh::Placement& f : testing::tupleOf(red.from()))
+      partial = partial || f.isPartial();
     EXPECT_TRUE(partial) << red.edge();
-    EXPECT_EQ(red.forward(0).kind(), "all-reduce");
+    EXPECT_EQ(red.forward(0).kind(), proto::ALL_REDUCE);
   }
   auto again = lowerPlan(g, p);
   ASSERT_TRUE(again.ok());

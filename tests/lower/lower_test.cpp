@@ -18,6 +18,7 @@
 
 #include "../plan/plan_fixtures.h"
 #include "apc/artifact/artifact.h"
+#include "apc/artifact/typed_proto.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/lower/lower.h"
 #include "program_checks.h"
@@ -213,21 +214,23 @@ TEST(Lower, PartialOutputIsReducedAtTheEnd) {
   const plan::Plan& p = planned.result.plan;
   bool partial = false;
   for (const plan::PlanNode& n : p.nodes)
-    if (n.op == "aten::linear" && n.outputPlacements() == plan::PlacementText{"P"}) partial = true;
+    if (n.op == "aten::linear" &&
+        n.outputPlacements() == mesh::PlacementTuple{mesh::Placement::partial()})
+      partial = true;
   ASSERT_TRUE(partial) << "the pinned plan should end in a Partial linear";
   auto programs = lowerPlan(g, p);
   ASSERT_TRUE(programs.ok()) << programs.error().message();
   testing::checkPrograms(g, p, *programs);
   const proto::Program& prog = (*programs)[1];
   ASSERT_EQ(prog.outputs_size(), 1);
-  EXPECT_EQ(prog.outputs(0).placement(0), "R");
+  EXPECT_EQ(prog.outputs(0).placement(0).kind(), proto::Placement::REPLICATE);
   const proto::Node& last = prog.graph().nodes(prog.graph().nodes_size() - 1);
   ASSERT_EQ(last.kind(), "redistribute");
   const proto::Redistribution& r = prog.redistributions(
       static_cast<int>(prog.node_redistribution(prog.graph().nodes_size() - 1) - 1));
   ASSERT_EQ(r.forward_size(), 1);
-  EXPECT_EQ(r.forward(0).kind(), "all-reduce");
-  EXPECT_EQ(r.forward(0).reduce_op(), "sum");
+  EXPECT_EQ(r.forward(0).kind(), proto::ALL_REDUCE);
+  EXPECT_EQ(r.forward(0).reduce_op(), proto::REDUCE_SUM);
   EXPECT_EQ(r.backward_size(), 0);  // the Replicate gradient goes to every summand
 }
 
@@ -256,7 +259,7 @@ TEST(Lower, GatheredParametersAreMarkedForRegather) {
       const proto::Redistribution& r =
           p.redistributions(static_cast<int>(p.node_redistribution(i) - 1));
       bool communicates = false;
-      for (const proto::RedistStep& s : r.forward()) communicates |= s.kind() != "local-slice";
+      for (const proto::RedistStep& s : r.forward()) communicates |= s.kind() != proto::LOCAL_SLICE;
       EXPECT_EQ(r.regather(), params.count(n.inputs(0)) > 0 && r.requires_grad() && communicates)
           << r.edge();
       marked += r.regather() ? 1 : 0;
@@ -350,8 +353,8 @@ TEST(Lower, MixedPrecisionPricesTheBytesEachStepMoves) {
           EXPECT_EQ(2 * a.forward(s).priced_bytes(), b.forward(s).priced_bytes()) << a.edge();
         ASSERT_EQ(a.backward_size(), b.backward_size());
         for (int s = 0; s < a.backward_size(); ++s) {
-          const std::string& kind = a.backward(s).kind();
-          bool f32 = param && (kind == "all-reduce" || kind == "reduce-scatter");
+          const proto::StepKind kind = a.backward(s).kind();
+          bool f32 = param && (kind == proto::ALL_REDUCE || kind == proto::REDUCE_SCATTER);
           reducing_param_steps += f32 ? 1 : 0;
           EXPECT_EQ((f32 ? 1 : 2) * a.backward(s).priced_bytes(), b.backward(s).priced_bytes())
               << a.edge() << " backward step " << s;
@@ -462,6 +465,102 @@ TEST_F(Artifact, WrongVersionIsRejected) {
   auto p = artifact::readProgram((root_ / "c").string(), 0);
   ASSERT_FALSE(p.ok());
   expectOneLine(p.error(), "program format version");
+}
+
+TEST(TypedProto, EveryPlacementStepKindAndReduceOpRoundTrips) {
+  using mesh::Placement;
+  using mesh::ReduceOp;
+  const mesh::PlacementTuple all = {Placement::replicate(),
+                                    Placement::shard(0),
+                                    Placement::shard(3),
+                                    Placement::partial(),
+                                    Placement::partial(ReduceOp::kMax),
+                                    Placement::partial(ReduceOp::kMin),
+                                    Placement::partial(ReduceOp::kAvg)};
+  artifact::PlacementField f;
+  artifact::toProto(all, &f);
+  ASSERT_EQ(f.size(), 7);
+  auto back = artifact::placementFromProto(f);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(*back, all);
+  EXPECT_EQ(mesh::toString(*back), "R,S(0),S(3),P,P(max),P(min),P(avg)");
+  std::set<int> seen;
+  for (layout::StepKind k : {layout::StepKind::kAllGather, layout::StepKind::kAllReduce,
+                             layout::StepKind::kReduceScatter, layout::StepKind::kLocalSlice,
+                             layout::StepKind::kAllToAll}) {
+    proto::StepKind p = artifact::toProto(k);
+    EXPECT_NE(p, proto::STEP_KIND_UNSET);
+    EXPECT_TRUE(seen.insert(p).second) << layout::stepKindName(k);
+    auto again = artifact::stepKindFromProto(p);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, k);
+  }
+}
+
+TEST(TypedProto, UnsetAndUnknownValuesAreRefused) {
+  artifact::PlacementField f;
+  f.Add();  // kind unset
+  auto unset = artifact::placementFromProto(f);
+  ASSERT_FALSE(unset.ok());
+  EXPECT_NE(unset.error().message().find("kind not set"), std::string::npos);
+  f.Mutable(0)->set_kind(static_cast<proto::Placement::Kind>(42));
+  auto unknown = artifact::placementFromProto(f);
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.error().message().find("unknown kind 42"), std::string::npos);
+  f.Mutable(0)->set_kind(proto::Placement::SHARD);
+  f.Mutable(0)->set_dim(-1);
+  EXPECT_FALSE(artifact::placementFromProto(f).ok());
+  f.Mutable(0)->set_kind(proto::Placement::PARTIAL);  // no reduce op
+  EXPECT_FALSE(artifact::placementFromProto(f).ok());
+  EXPECT_FALSE(artifact::stepKindFromProto(proto::STEP_KIND_UNSET).ok());
+  EXPECT_FALSE(artifact::stepKindFromProto(static_cast<proto::StepKind>(9)).ok());
+  EXPECT_FALSE(artifact::reduceOpFromProto(proto::REDUCE_OP_UNSET).ok());
+}
+
+TEST_F(Artifact, ADamagedEnumIsRefusedAtReadNamingTheEdge) {
+  // Programs whose bytes and manifest agree but whose typed fields are wrong: readProgram's
+  // checks (what the runtime relies on) name the edge or tensor, on one line.
+  auto damaged = [&](const std::string& name, auto edit, const std::string& needle) {
+    std::vector<proto::Program> progs = programs_;
+    edit(progs[0]);
+    ASSERT_TRUE(artifact::writeArtifact((root_ / name).string(), progs).ok());
+    auto p = artifact::readProgram((root_ / name).string(), 0);
+    ASSERT_FALSE(p.ok()) << name;
+    expectOneLine(p.error(), needle);
+    EXPECT_TRUE(artifact::readProgram((root_ / name).string(), 1).ok());
+  };
+  ASSERT_GT(programs_[0].redistributions_size(), 0);
+  int with_steps = -1;
+  for (int i = 0; i < programs_[0].redistributions_size() && with_steps < 0; ++i)
+    if (programs_[0].redistributions(i).forward_size() > 0) with_steps = i;
+  ASSERT_GE(with_steps, 0);
+  const std::string edge = programs_[0].redistributions(with_steps).edge();
+  damaged(
+      "kind",
+      [&](proto::Program& p) {
+        p.mutable_redistributions(with_steps)
+            ->mutable_forward(0)
+            ->set_kind(static_cast<proto::StepKind>(77));
+      },
+      "edge '" + edge + "' forward step 0: unknown redistribution step kind 77");
+  damaged(
+      "mesh_dim",
+      [&](proto::Program& p) {
+        p.mutable_redistributions(with_steps)->mutable_forward(0)->set_mesh_dim(2);
+      },
+      "mesh dim 2 on a 2-dim mesh");
+  damaged(
+      "to",
+      [&](proto::Program& p) { p.mutable_redistributions(with_steps)->mutable_to()->RemoveLast(); },
+      "(to): 1 placements on a 2-dim mesh");
+  ASSERT_GT(programs_[0].parameters_size(), 0);
+  const std::string param = programs_[0].parameters(0).name();
+  damaged(
+      "param",
+      [&](proto::Program& p) {
+        p.mutable_parameters(0)->mutable_placement(0)->set_kind(proto::Placement::KIND_UNSET);
+      },
+      "tensor '" + param + "': placement entry 0: kind not set");
 }
 
 TEST_F(Artifact, MissingManifestAndRankOutOfRange) {

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "apc.pb.h"
+#include "apc/artifact/typed_proto.h"
 #include "apc/ir/graph.h"
 #include "apc/layout/layout.h"
 #include "apc/lower/lower.h"
@@ -39,10 +40,11 @@ inline std::vector<int64_t> valueShape(const proto::Program& p, uint32_t v) {
   return s;
 }
 
-inline mesh::PlacementTuple tupleOf(const google::protobuf::RepeatedPtrField<std::string>& t) {
-  mesh::PlacementTuple out;
-  for (const std::string& s : t) out.push_back(*mesh::Placement::parse(s));
-  return out;
+/// The typed tuple of a program's placement field (it must be valid).
+inline mesh::PlacementTuple tupleOf(const artifact::PlacementField& t) {
+  auto p = artifact::placementFromProto(t);
+  EXPECT_TRUE(p.ok()) << p.error().message();
+  return p.ok() ? *p : mesh::PlacementTuple{};
 }
 
 inline std::vector<int64_t> sizesOf(const google::protobuf::RepeatedField<int64_t>& f) {
@@ -51,20 +53,20 @@ inline std::vector<int64_t> sizesOf(const google::protobuf::RepeatedField<int64_
 
 /// Steps chain from `from` to `to` with consistent local shapes; returns the failure or "".
 inline std::string checkChain(const google::protobuf::RepeatedPtrField<proto::RedistStep>& steps,
-                              const google::protobuf::RepeatedPtrField<std::string>& from,
-                              const google::protobuf::RepeatedPtrField<std::string>& to) {
-  std::vector<std::string> cur(from.begin(), from.end());
+                              const artifact::PlacementField& from,
+                              const artifact::PlacementField& to) {
+  mesh::PlacementTuple cur = tupleOf(from);
   std::vector<int64_t> local;
   for (int i = 0; i < steps.size(); ++i) {
     const proto::RedistStep& s = steps[i];
-    if (std::vector<std::string>(s.before().begin(), s.before().end()) != cur)
+    if (tupleOf(s.before()) != cur)
       return "step " + std::to_string(i) + " does not start where the previous ended";
     if (i > 0 && sizesOf(s.local_in()) != local)
       return "step " + std::to_string(i) + " local_in differs from the previous local_out";
-    cur.assign(s.after().begin(), s.after().end());
+    cur = tupleOf(s.after());
     local = sizesOf(s.local_out());
   }
-  if (cur != std::vector<std::string>(to.begin(), to.end())) return "steps do not end at `to`";
+  if (cur != tupleOf(to)) return "steps do not end at `to`";
   return "";
 }
 
@@ -118,8 +120,8 @@ inline void checkPrograms(const ir::Graph& g, const plan::Plan& p,
     for (const auto& t : prog.outputs()) {
       if (t.placement_size() == 0) continue;
       checkPlacedTensor(prog, t, mesh, rk + " output " + t.name());
-      for (const std::string& s : t.placement())
-        EXPECT_FALSE(mesh::Placement::parse(s)->isPartial()) << rk << " output " << t.name();
+      for (const mesh::Placement& s : tupleOf(t.placement()))
+        EXPECT_FALSE(s.isPartial()) << rk << " output " << t.name();
     }
     // producer of each program value
     std::vector<int> producer(static_cast<size_t>(pg.values_size()), -1);
@@ -166,8 +168,7 @@ inline void checkPrograms(const ir::Graph& g, const plan::Plan& p,
         const ir::Value& gv = g.value(gn.inputs[k]);
         if (!gv.isTensor() || !gv.tensor || !pn.input_placements[k] || !gv.producer.valid())
           continue;
-        mesh::PlacementTuple want =
-            *mesh::parsePlacementTuple(plan::toString(*pn.input_placements[k]));
+        const mesh::PlacementTuple& want = *pn.input_placements[k];
         std::vector<int64_t> sizes;
         for (const auto& d : layout::localPiece(ir::hintSizes(gv.tensor->shape), want, mesh, coord))
           sizes.push_back(d.size);
@@ -179,7 +180,7 @@ inline void checkPrograms(const ir::Graph& g, const plan::Plan& p,
         if (pit == plan_of.end()) continue;
         const auto& src_t = pit->second->outputs.at(gv.producer_output);
         if (!src_t) continue;
-        mesh::PlacementTuple have = *mesh::parsePlacementTuple(plan::toString(*src_t));
+        const mesh::PlacementTuple& have = *src_t;
         if (have == want) continue;
         int prod = producer[lv];
         ASSERT_GE(prod, 0) << where;

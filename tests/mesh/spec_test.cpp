@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "../common/placements.h"
 #include "apc/mesh/spec.h"
 
 namespace apc::mesh {
@@ -28,13 +29,9 @@ json loadCases() {
   return j.ok() ? *j : json::object();
 }
 
-PlacementTuple tuple(std::string_view text) {
-  auto t = parsePlacementTuple(text);
-  EXPECT_TRUE(t.ok()) << text;
-  return t.ok() ? *t : PlacementTuple{};
-}
+using testing::tuple;
 
-Spec parseOk(std::string_view text) {
+Spec parseSpecOk(std::string_view text) {
   auto s = parseSpecText(text);
   EXPECT_TRUE(s.ok()) << s.error().message();
   return s.ok() ? *s : Spec{};
@@ -133,7 +130,7 @@ TEST(SpecCases, SampleSpecsParseAndRoundTrip) {
 // --- field values --------------------------------------------------------------------------------
 
 TEST(Spec, ReadsEveryField) {
-  Spec s = parseOk(R"j({
+  Spec s = parseSpecOk(R"j({
     "mesh": {"shape": [2, 4], "names": ["dp", "tp"], "bandwidth_gbps": [25, 900], "latency_us": [12.5, 0]},
     "device": {"kind": "h200", "peak_tflops": {"bf16": 989, "f32": 67}, "hbm_bandwidth_gbps": 4800},
     "world_size": 8,
@@ -173,7 +170,7 @@ TEST(Spec, ReadsEveryField) {
 }
 
 TEST(Spec, DefaultsWhenOnlyTheMeshIsGiven) {
-  Spec s = parseOk(R"j({"mesh": {"shape": [2, 2, 2]}})j");
+  Spec s = parseSpecOk(R"j({"mesh": {"shape": [2, 2, 2]}})j");
   EXPECT_EQ(s.mesh.toString(), "2x2x2(d0,d1,d2)");
   EXPECT_EQ(s.mesh.link(0), defaultLinks(3)[0]);
   EXPECT_EQ(s.mesh.link(2), (LinkParams{450.0, 2.0}));
@@ -188,7 +185,7 @@ TEST(Spec, DefaultsWhenOnlyTheMeshIsGiven) {
   EXPECT_TRUE(s.dynamic.empty());
   EXPECT_TRUE(s.pins.empty());
   // Only the bandwidth is overridden: the latencies keep their defaults.
-  Spec bw = parseOk(R"j({"mesh": {"shape": [2, 4], "bandwidth_gbps": [100, 200]}})j");
+  Spec bw = parseSpecOk(R"j({"mesh": {"shape": [2, 4], "bandwidth_gbps": [100, 200]}})j");
   EXPECT_EQ(bw.mesh.link(0), (LinkParams{100.0, 10.0}));
   EXPECT_EQ(bw.mesh.link(1), (LinkParams{200.0, 2.0}));
 }
@@ -197,7 +194,7 @@ TEST(Spec, KnownDeviceKinds) {
   EXPECT_EQ(knownDeviceKinds(), (std::vector<std::string>{"h100", "h200", "a100", "b200", "cpu"}));
   for (const std::string& k : knownDeviceKinds()) {
     EXPECT_TRUE(isKnownDeviceKind(k));
-    EXPECT_EQ(parseOk(R"j({"mesh": {"shape": [2]}, "device": ")j" + k + "\"}").device, k);
+    EXPECT_EQ(parseSpecOk(R"j({"mesh": {"shape": [2]}, "device": ")j" + k + "\"}").device, k);
   }
   EXPECT_FALSE(isKnownDeviceKind("H100"));
   EXPECT_FALSE(isKnownDeviceKind("tpu"));
@@ -271,7 +268,7 @@ TEST(SpecText, KeysGivenTwiceAreErrors) {
   EXPECT_EQ(errorOf(R"j({"mesh": {"shape": [2]}, "inputs": {"a.b": ["R"], "a.b": ["R"]}})j"),
             "$.inputs[\"a.b\"]: key given twice in one object");
   // The same key in sibling objects is fine.
-  parseOk(R"j({"mesh": {"shape": [2]}, "pins": [{"node": "a", "placements": ["R"]},
+  parseSpecOk(R"j({"mesh": {"shape": [2]}, "pins": [{"node": "a", "placements": ["R"]},
              {"node": "b", "placements": ["R"]}]})j");
 }
 
@@ -314,7 +311,7 @@ TEST(SpecText, LongDynamicListsAreLinearAndCapped) {
               R"j(", "dim": 0})j";
     return list + "]";
   };
-  parseOk(R"j({"mesh": {"shape": [2]}, "dynamic": )j" + entries(1024) + "}");
+  parseSpecOk(R"j({"mesh": {"shape": [2]}, "dynamic": )j" + entries(1024) + "}");
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(errorOf(R"j({"mesh": {"shape": [2]}, "dynamic": )j" + entries(100000) + "}"),
             "$.dynamic: a list of 100000 dynamic dims; at most 1024");

@@ -52,23 +52,15 @@ Result run(const std::string& cmd) {
   return apc::testing::runCommand(cmd);
 }
 
-const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
-const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
+using apc::testing::kApc;
+using apc::testing::kSamples;
 
 Result runApc(const std::string& args) {
   return run(kApc + " " + args);
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void writeFile(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+using apc::testing::readFile;
+using apc::testing::writeFile;
 
 class PlanCli : public ::testing::Test {
  protected:

@@ -28,20 +28,11 @@ namespace fs = std::filesystem;
 using Result = apc::testing::CommandResult;
 using apc::testing::expectOneLineError;
 
-const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
-const std::string kTrain = std::string(APC_BINARY_DIR) + "/tools/apc-train";
-const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
-
-std::string readFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void writeFile(const fs::path& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
-}
+using apc::testing::kApc;
+using apc::testing::kSamples;
+using apc::testing::readFile;
+using apc::testing::writeFile;
+const std::string& kTrain = apc::testing::kApcTrain;
 
 size_t count(const std::string& text, const std::string& needle) {
   size_t n = 0;

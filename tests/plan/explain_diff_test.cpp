@@ -276,8 +276,8 @@ TEST(Diff, FsdpAgainstDdpListsTheWeights) {
   EXPECT_FALSE(d.empty());
   ASSERT_EQ(d.parameters.size(), 2u);
   for (const ParameterChange& c : d.parameters) {
-    EXPECT_TRUE(c.placement_a[0].rfind("S(", 0) == 0) << c.name;
-    EXPECT_EQ(c.placement_b, PlacementText{"R"}) << c.name;
+    EXPECT_TRUE(c.placement_a[0].isShard()) << c.name;
+    EXPECT_EQ(c.placement_b, PlacementTuple{mesh::Placement::replicate()}) << c.name;
     EXPECT_EQ(c.bytes_per_rank_b, 8 * c.bytes_per_rank_a) << c.name;
   }
   bool weight_listed = false;

@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 using Result = apc::testing::CommandResult;
 using apc::testing::expectOneLineError;
 
-const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
+using apc::testing::kApc;
 const std::string kMlp = std::string(APC_SOURCE_DIR) + "/sample_models/out/mlp_stack.pt";
 
 class Hardening : public ::testing::Test {

@@ -72,7 +72,8 @@ TEST(MakePlan, NodesParametersAndMemory) {
   EXPECT_EQ(plan.nodes[0].name, "x");
   EXPECT_EQ(plan.nodes[0].kind, "input");
   EXPECT_EQ(plan.nodes[0].pin_group, "inputs");
-  EXPECT_EQ(plan.nodes[0].outputPlacements(), (PlacementText{"S(0)", "R"}));
+  EXPECT_EQ(plan.nodes[0].outputPlacements(),
+            (PlacementTuple{mesh::Placement::shard(0), mesh::Placement::replicate()}));
   EXPECT_EQ(plan.nodes[3].name, "h");
   EXPECT_EQ(plan.nodes[3].op, "aten::linear");
   EXPECT_EQ(plan.nodes[3].module_path, "up");

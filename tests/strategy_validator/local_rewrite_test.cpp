@@ -11,6 +11,7 @@
 
 #include <c10/core/DefaultDtype.h>
 
+#include "../common/placements.h"
 #include "apc/strategy/strategy.h"
 #include "node_check.h"
 
@@ -57,9 +58,7 @@ struct OneOpGraph {
   }
 };
 
-PlacementTuple tuple(const char* text) {
-  return *mesh::parsePlacementTuple(text);
-}
+using testing::tuple;
 
 /// Runs the strategy (input placements in argument order, nullptr for non-tensors) on `mesh`.
 void expectExact(const OneOpGraph& og, const ir::Node& node, std::vector<const char*> inputs,

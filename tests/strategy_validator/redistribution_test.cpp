@@ -19,6 +19,7 @@
 #include <map>
 #include <random>
 
+#include "../common/placements.h"
 #include "apc/cost/redistribute.h"
 #include "apc/layout/layout.h"
 #include "sim_ranks.h"
@@ -46,11 +47,7 @@ ir::TensorMeta metaOf(const std::vector<int64_t>& sizes, bool requires_grad) {
   return t;
 }
 
-PlacementTuple tuple(const char* text) {
-  Expected<PlacementTuple> t = mesh::parsePlacementTuple(text);
-  if (!t.ok()) ADD_FAILURE() << text << ": " << t.error().message();
-  return *t;
-}
+using testing::tuple;
 
 /// A random tuple: R, S(d) for any tensor dim, or (when `partial_ops` is non-empty) P(op) with op
 /// drawn from partial_ops.

@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "apc.pb.h"
+#include "apc/artifact/typed_proto.h"
 #include "apc/lower/lower.h"
 #include "apc/plan/report.h"
 #include "apc/support/strings.h"
@@ -19,26 +20,36 @@ std::string dimName(const mesh::DeviceMesh& mesh, uint32_t d) {
   return "mesh dim " + std::to_string(d);
 }
 
-std::vector<CommStep> stepsOf(const google::protobuf::RepeatedPtrField<proto::RedistStep>& in) {
+// The program was lowered here and now: its enums are valid (typed_proto checks anyway).
+Expected<std::vector<CommStep>> stepsOf(
+    const google::protobuf::RepeatedPtrField<proto::RedistStep>& in) {
   std::vector<CommStep> out;
   for (const proto::RedistStep& s : in) {
-    if (s.kind() == "local-slice") continue;
-    out.push_back({s.kind(), s.mesh_dim(), s.priced_bytes()});
+    APC_ASSIGN_OR_RETURN(layout::StepKind kind, artifact::stepKindFromProto(s.kind()));
+    if (kind == layout::StepKind::kLocalSlice) continue;
+    out.push_back({kind, s.mesh_dim(), s.priced_bytes()});
   }
   return out;
 }
 
-std::string placementText(const google::protobuf::RepeatedPtrField<std::string>& t) {
-  std::string out;
-  for (const std::string& p : t) out += p;
-  return out;
+Expected<std::string> compactText(const artifact::PlacementField& t) {
+  APC_ASSIGN_OR_RETURN(mesh::PlacementTuple p, artifact::placementFromProto(t));
+  return mesh::toCompactString(p);
 }
 
-const char* shortKind(const std::string& kind) {
-  if (kind == "all-gather") return "AG";
-  if (kind == "all-reduce") return "AR";
-  if (kind == "reduce-scatter") return "RS";
-  if (kind == "all-to-all") return "A2A";
+const char* shortKind(layout::StepKind kind) {
+  switch (kind) {
+    case layout::StepKind::kAllGather:
+      return "AG";
+    case layout::StepKind::kAllReduce:
+      return "AR";
+    case layout::StepKind::kReduceScatter:
+      return "RS";
+    case layout::StepKind::kAllToAll:
+      return "A2A";
+    case layout::StepKind::kLocalSlice:
+      break;
+  }
   return "?";
 }
 
@@ -53,11 +64,11 @@ Expected<std::vector<EdgeComm>> edgeComms(const ir::Graph& g, const plan::Plan& 
   for (const proto::Redistribution& r : prog.redistributions()) {
     EdgeComm e;
     e.edge = r.edge();
-    e.forward = stepsOf(r.forward());
-    e.backward = stepsOf(r.backward());
+    APC_ASSIGN_OR_RETURN(e.forward, stepsOf(r.forward()));
+    APC_ASSIGN_OR_RETURN(e.backward, stepsOf(r.backward()));
     if (e.forward.empty() && e.backward.empty()) continue;
-    e.from = placementText(r.from());
-    e.to = placementText(r.to());
+    APC_ASSIGN_OR_RETURN(e.from, compactText(r.from()));
+    APC_ASSIGN_OR_RETURN(e.to, compactText(r.to()));
     e.forward_us = r.priced_forward_us();
     e.backward_us = r.priced_backward_us();
     e.regather = r.regather();
@@ -86,8 +97,8 @@ std::string stepsText(const std::vector<CommStep>& steps, const mesh::DeviceMesh
   if (steps.empty()) return "-";
   std::string out;
   for (const CommStep& s : steps)
-    out += (out.empty() ? "" : " + ") + s.kind + "(" + dimName(mesh, s.mesh_dim) + ", " +
-           humanBytes(static_cast<double>(s.bytes)) + ")";
+    out += (out.empty() ? "" : " + ") + std::string(layout::stepKindName(s.kind)) + "(" +
+           dimName(mesh, s.mesh_dim) + ", " + humanBytes(static_cast<double>(s.bytes)) + ")";
   return out;
 }
 
@@ -101,7 +112,7 @@ nlohmann::json toJson(const EdgeComm& e, const mesh::DeviceMesh& mesh) {
   auto steps = [&](const std::vector<CommStep>& in) {
     nlohmann::json a = nlohmann::json::array();
     for (const CommStep& s : in)
-      a.push_back({{"kind", s.kind},
+      a.push_back({{"kind", layout::stepKindName(s.kind)},
                    {"mesh_dim", s.mesh_dim},
                    {"mesh_dim_name", dimName(mesh, s.mesh_dim)},
                    {"bytes", s.bytes}});

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apc/ir/graph.h"
+#include "apc/layout/layout.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
@@ -26,7 +27,7 @@
 namespace apc::tool {
 
 struct CommStep {
-  std::string kind;  // all-gather, all-reduce, reduce-scatter, all-to-all (local slices left out)
+  layout::StepKind kind = layout::StepKind::kAllGather;  // never kLocalSlice (left out)
   uint32_t mesh_dim = 0;
   int64_t bytes = 0;  // the full tensor along the mesh dim, as priced
 };

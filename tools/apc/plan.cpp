@@ -23,6 +23,7 @@
 
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
+#include "apc/support/clock.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
 #include "apc/support/strings.h"
@@ -57,10 +58,6 @@ struct PlanFlags {
   std::string artifact;  // --artifact DIR: also lower the plan (tools/apc/lower.cpp)
   std::optional<double> prefetch_discount;  // --prefetch-discount: the spec's prefetch_discount
 };
-
-double since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 /// No output of the command is one of its input files.
 Status checkOutputs(const PlanFlags& f) {
@@ -281,7 +278,7 @@ int runPlan(const PlanFlags& flags) {
   progress.phase("importing " + f.model.model);
   auto graph = f.model.load();
   if (!graph.ok()) return report(graph.error());
-  t.import_s = since(t0);
+  t.import_s = secondsSince(t0);
   // --time-limit counts from here: enumeration, construction and the solve share it.
   const auto after_import = Clock::now();
   auto spec = effectiveSpec(f, *graph);
@@ -335,7 +332,7 @@ int runPlan(const PlanFlags& flags) {
   }
   if (Status s = plan_file->commit(); !s.ok()) return report(s.error());
   progress.done();
-  t.write_s = since(tw);
+  t.write_s = secondsSince(tw);
   if (f.json) {
     std::cout << summaryJson(result->result.plan, t, f.output, f.artifact).dump(2) << "\n";
   } else if (!f.quiet) {

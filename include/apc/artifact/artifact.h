@@ -30,8 +30,9 @@ inline constexpr int kManifestFormatVersion = 1;
 /// The Program.format_version written and accepted.
 /// 2: Redistribution.reduce_dtype (before, the runtime reduced every gradient in the program's
 /// reduce_dtype). 3: Program.divisible (dynamic dims that must split evenly, checked per forward)
-/// and Redistribution.regather (parameters re-gathered in backward).
-inline constexpr uint32_t kProgramFormatVersion = 3;
+/// and Redistribution.regather (parameters re-gathered in backward). 4: placements, step kinds
+/// and reduce ops as enums (proto::Placement, proto::StepKind, proto::ReduceOp), not text.
+inline constexpr uint32_t kProgramFormatVersion = 4;
 
 struct Manifest {
   int format_version = kManifestFormatVersion;

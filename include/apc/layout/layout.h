@@ -51,9 +51,8 @@ std::vector<int64_t> maxLocalSizes(const ir::TensorMeta& global,
 /// coordinate (apc/cost/redistribute.h plans them and prices them; the runtime runs them).
 enum class StepKind : uint8_t { kAllGather, kAllReduce, kReduceScatter, kLocalSlice, kAllToAll };
 
-/// "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all".
+/// "all-gather", "all-reduce", "reduce-scatter", "local-slice", "all-to-all" (for messages; the
+/// program format carries proto::StepKind, see apc/artifact/typed_proto.h).
 const char* stepKindName(StepKind kind);
-/// The kind a stepKindName names; anything else is a kParse error naming the text.
-Expected<StepKind> parseStepKind(std::string_view text);
 
 }  // namespace apc::layout

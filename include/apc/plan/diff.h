@@ -24,14 +24,14 @@ struct NodeChange {
   std::string name, kind, op, module_path;
   std::optional<uint32_t> index_a, index_b;  // absent when the node is only in the other plan
   std::string strategy_a, strategy_b;
-  PlacementText output_a, output_b;
+  PlacementTuple output_a, output_b;
   double cost_a = 0, cost_b = 0;  // cost_us (0 where absent)
   double delta_us = 0;            // cost_b - cost_a
 };
 
 struct ParameterChange {
   std::string name;
-  PlacementText placement_a, placement_b;
+  PlacementTuple placement_a, placement_b;
   int64_t bytes_per_rank_a = 0, bytes_per_rank_b = 0;
 };
 

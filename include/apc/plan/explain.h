@@ -68,7 +68,7 @@ const char* statusName(AlternativeStatus s);
 struct Alternative {
   uint32_t index = 0;    // strategy index in the node's list
   std::string strategy;  // Strategy::toString
-  PlacementText output_placements;
+  PlacementTuple output_placements;
   double compute_us = 0;
   double in_comm_us = 0;   // +infinity when a producer cannot feed it
   double out_comm_us = 0;  // +infinity when it cannot feed a consumer

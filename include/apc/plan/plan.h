@@ -49,11 +49,9 @@ inline constexpr int kPlanFormatVersion = 1;
 /// The apc version ("0.2.0"), from the CMake project version.
 const char* apcVersion();
 
-/// A placement tuple as written in plans: one string per mesh dim ("S(0)", "R", "P").
-using PlacementText = std::vector<std::string>;
-PlacementText placementText(const mesh::PlacementTuple& t);
-/// "S(0),R".
-std::string toString(const PlacementText& t);
+/// Placements are typed in memory (mesh::PlacementTuple: one Placement per mesh dim); the plan
+/// JSON writes each as its text ("S(0)", "R", "P") and planFromJson parses them back.
+using mesh::PlacementTuple;
 
 /// Where a plan came from: enough to build its problem again (apc explain --node).
 struct PlanSource {
@@ -91,8 +89,8 @@ struct PlanNode {
   uint32_t num_strategies = 0;
   std::string strategy;  // Strategy::toString of the chosen one ("S(0)R,RS(0) -> S(0)S(0)")
   /// Per node input / output: the placement, or nullopt for non-tensor ones (ints, None).
-  std::vector<std::optional<PlacementText>> input_placements;
-  std::vector<std::optional<PlacementText>> outputs;
+  std::vector<std::optional<PlacementTuple>> input_placements;
+  std::vector<std::optional<PlacementTuple>> outputs;
   std::vector<PlanEdge> in_edges;  // in problem edge order
   double compute_us = 0;
   double comm_us = 0;     // sum of in_edges' cost_us
@@ -100,7 +98,7 @@ struct PlanNode {
   std::string pin_group;  // the constraint group that pins it ("inputs", "outputs"), else empty
 
   /// The placement of the first tensor output (empty when there is none).
-  PlacementText outputPlacements() const;
+  PlacementTuple outputPlacements() const;
   bool operator==(const PlanNode&) const;  // defaulted in the .cpp (C++17 users)
 };
 
@@ -109,7 +107,7 @@ struct PlanParameter {
   std::string module;          // the name up to its last '.'; empty at the top level
   std::vector<int64_t> shape;  // global sizes
   std::string dtype;           // "f32", "bf16", ...
-  PlacementText placement;
+  PlacementTuple placement;
   int64_t bytes = 0;           // the whole tensor
   int64_t bytes_per_rank = 0;  // the largest local piece
   uint32_t node = 0;           // its plan node

@@ -23,6 +23,8 @@ std::string displayName(const PlanNode& n);
 
 /// "12.35 us", "4.50 ms", "1.20 s".
 std::string formatMicros(double us);
+/// A cost difference: "+1.250 us", "-0.500 us"; "+inf" when not finite.
+std::string formatSignedMicros(double us);
 
 /// The summary `apc plan` prints. With `timings`, the solver line ends with the solver's own time
 /// and a last line gives the time per phase; without, neither is printed.

@@ -81,9 +81,6 @@ struct RedistSpec {
   bool regather = false;
 };
 
-/// Parses "sum", "avg", "max", "min".
-Expected<mesh::ReduceOp> parseReduceOp(const std::string& text);
-
 /// Runs `steps` on `x` in order, without autograd. Throws CommError / c10::Error.
 at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& x, World& world,
                     const std::string& edge = {},
