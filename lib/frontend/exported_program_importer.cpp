@@ -44,13 +44,6 @@ constexpr int64_t kMaxRecordedNumel = int64_t{1} << 56;
 
 using nlohmann::json;
 
-const json& member(const json& j, const std::string& key) {
-  static const json null_json;
-  if (!j.is_object()) return null_json;
-  auto it = j.find(key);
-  return it == j.end() ? null_json : *it;
-}
-
 /// The one member of a serde union object: ("as_tensor", value).
 Expected<std::pair<std::string, const json*>> unionOf(const json& j, const std::string& what) {
   if (!j.is_object() || j.size() != 1) return parseError(what + " is not a serialized union");

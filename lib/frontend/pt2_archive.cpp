@@ -10,6 +10,13 @@
 
 namespace apc::frontend {
 
+const nlohmann::json& member(const nlohmann::json& j, const std::string& key) {
+  static const nlohmann::json null_json;
+  if (!j.is_object()) return null_json;
+  auto it = j.find(key);
+  return it == j.end() ? null_json : *it;
+}
+
 std::string payloadIdentity(const nlohmann::json& meta) {
   if (!meta.is_object() || meta.value("use_pickle", false)) return "";
   auto path = meta.find("path_name");

@@ -31,6 +31,10 @@ inline constexpr const char* kWeightsDir = "data/weights/";
 inline constexpr const char* kConstantsDir = "data/constants/";
 inline constexpr const char* kByteOrderRecord = "byteorder";
 
+/// The member `key` of a JSON object, or a null value when `j` is not an object or has no such
+/// member (the archive's JSON records are read field by field, each checked where it is used).
+const nlohmann::json& member(const nlohmann::json& j, const std::string& key);
+
 /// The storage identity of a weights/constants payload entry (PayloadMeta JSON): its record,
 /// dtype, sizes, strides and storage offset. Tied parameters (saved once, under several names)
 /// have the same identity. Empty for pickled or malformed entries.

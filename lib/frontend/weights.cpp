@@ -73,13 +73,6 @@ Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
 
 // --- exported programs ---------------------------------------------------------------------------
 
-const json& member(const json& j, const std::string& key) {
-  static const json null_json;
-  if (!j.is_object()) return null_json;
-  auto it = j.find(key);
-  return it == j.end() ? null_json : *it;
-}
-
 class StateReader {
  public:
   explicit StateReader(Pt2Archive archive) : archive_(std::move(archive)) {}
