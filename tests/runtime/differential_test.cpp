@@ -32,7 +32,8 @@
 #include "apc/runtime/parallel_module.h"
 #include "rank_harness.h"
 
-namespace apc::runtime {
+// A namespace of its own: the files of runtime_test are compiled together (unity build).
+namespace apc::runtime::differential_test {
 namespace {
 
 using testing::ModelCase;
@@ -393,4 +394,4 @@ TEST_F(ArtifactErrors, MissingDirectory) {
 }
 
 }  // namespace
-}  // namespace apc::runtime
+}  // namespace apc::runtime::differential_test

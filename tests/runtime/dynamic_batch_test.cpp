@@ -28,7 +28,8 @@
 #include "apc/runtime/redistribute.h"
 #include "rank_harness.h"
 
-namespace apc::runtime {
+// A namespace of its own: the files of runtime_test are compiled together (unity build).
+namespace apc::runtime::dynamic_batch_test {
 namespace {
 
 using testing::ModelCase;
@@ -233,4 +234,4 @@ TEST(DynamicBatch, StaticArtifactAtAnotherBatchFailsOnEveryRank) {
 }
 
 }  // namespace
-}  // namespace apc::runtime
+}  // namespace apc::runtime::dynamic_batch_test

@@ -17,7 +17,8 @@
 #include "apc/frontend/torchscript.h"
 #include "apc/runtime/interpreter.h"
 
-namespace apc::runtime {
+// A namespace of its own: the files of runtime_test are compiled together (unity build).
+namespace apc::runtime::interpreter_test {
 namespace {
 
 std::string samplePath(const std::string& name) {
@@ -232,4 +233,4 @@ TEST(FirstLine, TorchScriptInterpreterErrorsShowTheirCause) {
 }
 
 }  // namespace
-}  // namespace apc::runtime
+}  // namespace apc::runtime::interpreter_test

@@ -61,7 +61,8 @@
 #include "apc/runtime/parallel_module.h"
 #include "rank_harness.h"
 
-namespace apc::runtime {
+// A namespace of its own: the files of runtime_test are compiled together (unity build).
+namespace apc::runtime::mixed_precision_test {
 namespace {
 
 using testing::ModelCase;
@@ -362,4 +363,4 @@ INSTANTIATE_TEST_SUITE_P(MlpStackBatchSharded2x2, MixedPrecisionComm,
                          });
 
 }  // namespace
-}  // namespace apc::runtime
+}  // namespace apc::runtime::mixed_precision_test
