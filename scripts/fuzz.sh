@@ -170,11 +170,11 @@ for t in "${TARGETS[@]}"; do
     -artifact_prefix="$BUILD/crashes/$t/" -print_final_stats=1 >"$log" 2>&1
   rc=$?
   set -e
-  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
+  runs=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   if [ $rc -ne 0 ]; then
     status=1
     summary+="$t: FAILED after ${runs} executions (exit $rc); see $log and $BUILD/crashes/$t/"$'\n'
-    grep -m 3 -E 'ERROR|SUMMARY|runtime error|deadly signal' "$log" || true
+    grep -a -m 3 -E 'ERROR|SUMMARY|runtime error|deadly signal' "$log" || true
   else
     summary+="$t: ${runs} executions, no crash"$'\n'
   fi
