@@ -163,8 +163,8 @@ Status checkProgramEnums(const proto::Program& p) {
   const size_t ndim = static_cast<size_t>(p.mesh_shape_size());
   for (const auto* list : {&p.inputs(), &p.parameters(), &p.buffers(), &p.outputs()})
     for (const proto::ProgramTensor& t : *list)
-      // Non-tensor forward arguments carry no placement.
-      if (t.placement_size() > 0 || t.local_size() > 0)
+      // Every tensor entry has a dtype; a non-tensor output leaf has only a name and a value.
+      if (!t.dtype().empty())
         APC_RETURN_IF_ERROR(checkTuple(t.placement(), ndim, "tensor '" + t.name() + "'"));
   for (const proto::Redistribution& r : p.redistributions()) {
     const std::string edge = "edge '" + r.edge() + "'";

@@ -31,9 +31,11 @@ namespace fs = std::filesystem;
 using mesh::Placement;
 using mesh::PlacementTuple;
 
-const std::string kSamples = std::string(APC_SOURCE_DIR) + "/sample_models/out/";
+using testing::kApc;
+using testing::kSamples;
+using testing::readFile;
+using testing::writeFile;
 const std::string kToy = kSamples + "toy_block.pt";
-const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
 
 /// A scratch directory per test binary run, removed at exit.
 const fs::path& scratch() {
@@ -53,17 +55,6 @@ const fs::path& scratch() {
 
 std::string tmp(const std::string& name) {
   return (scratch() / name).string();
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void writeFile(const std::string& path, const std::string& text) {
-  std::ofstream(path, std::ios::binary) << text;
 }
 
 mesh::DeviceMesh mesh2x4() {

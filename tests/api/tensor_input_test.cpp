@@ -9,12 +9,13 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include "../common/run_command.h"
 #include "apc/api/auto_parallel.h"
 
 namespace apc {
 namespace {
 
-const std::string kToyModel = std::string(APC_SOURCE_DIR) + "/sample_models/out/toy_block.pt";
+const std::string kToyModel = testing::kSamples + "toy_block.pt";
 
 TEST(SampleInput, ShapeAndDtypeOfATensor) {
   at::Tensor t = at::empty({4, 7}, at::TensorOptions().dtype(at::kLong).device(at::kMeta));

@@ -74,7 +74,7 @@ TEST(BaselineQuality, SamplesArePresent) {
   EXPECT_FALSE(importableSamples().empty()) << "run scripts/setup.sh to generate sample_models/out";
 }
 
-class BaselineQualityOf : public testing::TestWithParam<std::string> {};
+class BaselineQualityOf : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(BaselineQualityOf, OptimizerIsNeverWorseThanABaseline) {
   const std::string& name = GetParam();
@@ -127,7 +127,7 @@ TEST_P(BaselineQualityOf, OptimizerIsNeverWorseThanABaseline) {
   }
 }
 
-std::string testName(const testing::TestParamInfo<std::string>& info) {
+std::string testName(const ::testing::TestParamInfo<std::string>& info) {
   std::string s = info.param;
   for (char& c : s)
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
@@ -135,9 +135,9 @@ std::string testName(const testing::TestParamInfo<std::string>& info) {
 }
 
 /// Every importable sample but resnet_bottleneck: its 53 training-mode BatchNorms on [8,8] under
-/// fsdp+tp's memory bound keep CBC past a 120 s time limit (measured 180 s, still feasible, 0.038 of
-/// the baseline): a solver-scale matter (the cluster-scale planning issue), not a quality one. Its
-/// other cases (ratio <= 1) are in the note of the issue that added it.
+/// fsdp+tp's memory bound keep CBC past a 120 s time limit (measured 180 s, still feasible, 0.038
+/// of the baseline): a solver-scale matter (the cluster-scale planning issue), not a quality one.
+/// Its other cases (ratio <= 1) are in the note of the issue that added it.
 std::vector<std::string> qualitySamples() {
   std::vector<std::string> out;
   for (const std::string& s : importableSamples())
@@ -145,7 +145,7 @@ std::vector<std::string> qualitySamples() {
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(Samples, BaselineQualityOf, testing::ValuesIn(qualitySamples()),
+INSTANTIATE_TEST_SUITE_P(Samples, BaselineQualityOf, ::testing::ValuesIn(qualitySamples()),
                          testName);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(BaselineQualityOf);
 

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/samples.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/graph.h"
 #include "apc/mesh/spec.h"
@@ -24,21 +25,8 @@
 
 namespace apc::baselines_test {
 
-inline const std::filesystem::path& samplesDir() {
-  static const std::filesystem::path p =
-      std::filesystem::path(APC_SOURCE_DIR) / "sample_models" / "out";
-  return p;
-}
-
-/// The manifest (an empty object when the samples have not been generated).
-inline const nlohmann::json& manifest() {
-  static const nlohmann::json m = [] {
-    std::ifstream f(samplesDir() / "manifest.json");
-    if (!f) return nlohmann::json::object();
-    return nlohmann::json::parse(f);
-  }();
-  return m;
-}
+using testing::manifest;
+using testing::samplesDir;
 
 /// Names of the samples the importer accepts, in manifest order.
 inline std::vector<std::string> importableSamples() {

@@ -17,7 +17,7 @@
 
 #include "../common/known_fallbacks.h"
 #include "../common/run_command.h"
-#include "samples_dir.h"
+#include "../common/samples.h"
 
 namespace {
 
@@ -30,7 +30,7 @@ Result runApc(const std::string& args) {
   return apc::testing::runCommand(std::string(APC_BINARY_DIR) + "/tools/apc " + args);
 }
 
-const std::string kSamples = apc::frontend_test::samplesDir().string() + "/";
+const std::string kSamples = apc::testing::samplesDir().string() + "/";
 
 TEST(Cli, InspectPrintsNodesAndTotals) {
   Result r = runApc("inspect " + kSamples + "llama_tiny.pt --input tokens:i64[8,128]");

@@ -34,6 +34,7 @@
 #include <torch/script.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/samples.h"
 #include "apc/frontend/model.h"
 #include "apc/frontend/weights.h"
 #include "apc/ir/printer.h"
@@ -41,7 +42,6 @@
 #include "apc/plan/pipeline.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/strategy/strategy.h"
-#include "samples_dir.h"
 
 namespace apc::frontend {
 namespace {
@@ -49,11 +49,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-fs::path samplesDir() {
-  return frontend_test::samplesDir();
-}
-
-using frontend_test::manifest;
+using apc::testing::manifest;
+using apc::testing::samplesDir;
 
 /// Samples with an exported program (importable ones only).
 std::vector<const json*> exportedSamples() {

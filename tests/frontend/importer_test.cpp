@@ -18,10 +18,10 @@
 #include <torch/script.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/samples.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/printer.h"
 #include "apc/ir/proto_io.h"
-#include "samples_dir.h"
 
 namespace apc::frontend {
 namespace {
@@ -29,9 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const fs::path kSamples = frontend_test::samplesDir();
+const fs::path kSamples = apc::testing::samplesDir();
 
-using frontend_test::manifest;
+using apc::testing::manifest;
 
 std::vector<InputSpec> inputsOf(const json& sample) {
   std::vector<InputSpec> out;

@@ -561,6 +561,9 @@ TEST_F(Artifact, ADamagedEnumIsRefusedAtReadNamingTheEdge) {
         p.mutable_parameters(0)->mutable_placement(0)->set_kind(proto::Placement::KIND_UNSET);
       },
       "tensor '" + param + "': placement entry 0: kind not set");
+  damaged(
+      "no_placement", [&](proto::Program& p) { p.mutable_parameters(0)->clear_placement(); },
+      "tensor '" + param + "': 0 placements on a 2-dim mesh");
 }
 
 TEST_F(Artifact, MissingManifestAndRankOutOfRange) {

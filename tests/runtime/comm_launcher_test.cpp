@@ -18,10 +18,10 @@ namespace {
 
 using apc::testing::CommandResult;
 using apc::testing::expectOneLineError;
+using apc::testing::kApc;
 using apc::testing::runCommand;
 using Clock = std::chrono::steady_clock;
 
-const std::string kApc = std::string(APC_BINARY_DIR) + "/tools/apc";
 const std::string kWorker = std::string(APC_BINARY_DIR) + "/tests/runtime/comm_worker";
 
 std::string artifactDir() {

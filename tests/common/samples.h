@@ -1,4 +1,4 @@
-//===- tests/frontend/samples_dir.h - Where the frontend tests find samples -===//
+//===- tests/common/samples.h - Where the tests find the sample models ----===//
 //
 // sample_models/out of the source tree, or the directory in APC_SAMPLES_DIR (to run the tests
 // against samples generated elsewhere).
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-namespace apc::frontend_test {
+namespace apc::testing {
 
 inline std::filesystem::path samplesDir() {
   const char* env = std::getenv("APC_SAMPLES_DIR");
@@ -29,4 +29,4 @@ inline const nlohmann::json& manifest() {
   return m;
 }
 
-}  // namespace apc::frontend_test
+}  // namespace apc::testing
