@@ -48,7 +48,7 @@ size_t applyPrefetchDiscount(const ir::Graph& g, solver::GraphProblem& gp, doubl
   for (solver::ProblemEdge& e : gp.problem.edges) {
     if (!derived[e.src]) continue;
     bool any = false;
-    for (double& c : e.costs) {
+    for (double& c : e.costs.mutableValues()) {
       if (!std::isfinite(c) || c <= 0) continue;
       c *= scale;
       any = true;

@@ -4,8 +4,8 @@
 // the ILP then has one copy of a transformer block instead of 32, with its costs scaled by the
 // repeat count. The quotient problem is a restriction to layer-symmetric plans; solveGraphProblem
 // then proves its plan optimal with the LP bound of the unclustered problem or re-solves without
-// clustering (lib/solver/solve_graph_problem.cpp, step 3), so the optimum is unchanged (tests/solver check it on
-// the samples, also where no symmetric optimum exists).
+// clustering (lib/solver/solve_graph_problem.cpp, step 3), so the optimum is unchanged
+// (tests/solver check it on the samples, also where no symmetric optimum exists).
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -57,11 +57,13 @@ bool sameNode(const GraphProblem& gp, uint32_t a, const std::string& suffix_a, u
 }  // namespace
 
 std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_t* clusters,
-                                                   std::vector<uint32_t>* instance) {
+                                                   std::vector<uint32_t>* instance,
+                                                   std::vector<uint32_t>* cluster) {
   const size_t n = gp.problem.nodes.size();
   std::vector<uint32_t> rep(n);
   for (uint32_t i = 0; i < n; ++i) rep[i] = i;
   if (instance) instance->assign(n, 0);
+  if (cluster) cluster->assign(n, kNoCluster);
   // prefix -> instance index (in order of first appearance) -> node list
   std::map<std::string, std::vector<std::string>> instance_order;
   std::map<std::string, std::map<std::string, std::vector<std::pair<uint32_t, std::string>>>>
@@ -96,9 +98,14 @@ std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_
       for (size_t i = 0; i < other.size(); ++i) {
         rep[other[i].first] = first[i].first;
         if (instance) (*instance)[other[i].first] = static_cast<uint32_t>(tied);
+        if (cluster) (*cluster)[other[i].first] = static_cast<uint32_t>(count);
       }
     }
-    if (tied > 0) ++count;
+    if (tied > 0) {
+      if (cluster)
+        for (const auto& [node, suffix] : first) (*cluster)[node] = static_cast<uint32_t>(count);
+      ++count;
+    }
   }
   if (clusters) *clusters = count;
   return rep;
@@ -141,7 +148,8 @@ Problem quotientProblem(const Problem& full, const std::vector<uint32_t>& rep,
       size_t ns = full.nodes[e.src].numStrategies();
       if (into.factorized() == e.factorized() && into.src_class == e.src_class &&
           into.dst_class == e.dst_class && into.costs.size() == e.costs.size()) {
-        for (size_t i = 0; i < into.costs.size(); ++i) into.costs[i] += e.costs[i];
+        std::vector<double>& sum = into.costs.mutableValues();
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += e.costs[i];
       } else {
         into = detail::edgeOf(
             a, b, detail::sum(detail::tableOf(into, ns, nt), detail::tableOf(e, ns, nt)));

@@ -98,7 +98,7 @@ Table tableOf(const ProblemEdge& e, size_t ns, size_t nt) {
   Table t;
   t.rows = e.tableRows(ns);
   t.cols = e.tableCols(nt);
-  t.v = e.costs;
+  t.v = e.costs.values();
   t.row_of.resize(ns);
   t.col_of.resize(nt);
   for (size_t s = 0; s < ns; ++s) t.row_of[s] = e.rowOf(s);

@@ -351,7 +351,8 @@ Status GraphProblemBuilder::addNodes() {
 }
 
 void GraphProblemBuilder::addEdges() {
-  std::unordered_map<std::vector<uint32_t>, std::vector<double>, IdsHash> class_costs;
+  // One shared table per distinct question (CostTable): the copies of a layer reference it.
+  std::unordered_map<std::vector<uint32_t>, CostTable, IdsHash> class_costs;
   for (const ir::Node& n : g.nodes()) {
     auto dst_it = problem_of.find(n.id.v);
     if (dst_it == problem_of.end() || n.kind != ir::NodeKind::kOp) continue;
@@ -415,8 +416,8 @@ void GraphProblemBuilder::addEdges() {
         key.push_back(pricer.tupleId(grad));
       }
       auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
-      std::vector<double>& class_cost = memo_it->second;
       if (fresh) {
+        std::vector<double>& class_cost = memo_it->second.mutableValues();
         // Row by row: per source placement one search prices every target (EdgePricer::row), for
         // the forward redistributions from each producer placement and the gradient's way back
         // from each gradient placement to the producer placements. Summed per tensor as
@@ -479,7 +480,7 @@ void GraphProblemBuilder::addEdges() {
             if (!*froms[a] || !*tos[b].first) class_cost[a * tos.size() + b] = kInfinity;
       }
       // Factorized (see ProblemEdge): the table over classes, never |S_src| x |S_dst|.
-      e.costs = class_cost;
+      e.costs = memo_it->second;
       e.src_class = std::move(src_class);
       e.dst_class = std::move(dst_class);
       e.num_dst_classes = static_cast<uint32_t>(tos.size());

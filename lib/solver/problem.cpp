@@ -147,7 +147,7 @@ nlohmann::json toJson(const Problem& p) {
   }
   json edges = json::array();
   for (const auto& e : p.edges) {
-    json j = {{"src", e.src}, {"dst", e.dst}, {"costs", costsToJson(e.costs)}};
+    json j = {{"src", e.src}, {"dst", e.dst}, {"costs", costsToJson(e.costs.values())}};
     if (e.factorized()) {
       j["src_class"] = e.src_class;
       j["dst_class"] = e.dst_class;

@@ -55,7 +55,14 @@
 //    its unclustered re-choice of eliminated nodes, when cheaper) is returned unproven, with the
 //    bound of a relaxation (trivialBound, or the folded bound of 3a when larger) so that the plan
 //    states its proven gap. Steps 3a and 3b come first and usually make it unnecessary.
-// 3a. The folded bound, in time that follows the distinct layers rather than their number. The
+// 3a. Bounds in time that follows the distinct layers rather than their number, cheapest first.
+//    The chain bound (chain_bound.h): a relaxation (memory row dropped, nodes shared by the layers
+//    split per edge) that exact reduction and a min-plus power over the middle layers solve; it
+//    comes with a plan of the full problem, built from the relaxation's optimum, which is tried
+//    before anything else: when that plan meets the bound it is optimal and returned without the
+//    clustered solve (llama3_8b on 2x2x2: 1.5 s instead of 8.5 s). Otherwise the bound is the first
+//    the clustered plan is checked against, before and after 3b's cheap re-choice. Then the folded
+//    bound, an LP, in time that follows the distinct layers too. The
 //    tied instances of a chain keep the first and the last (kFoldBoundary) apart; the middle ones
 //    fold into one node per position, of weight w (their count), whose distribution stands for
 //    their average. The copies of an edge (same table, same pair of representatives) between the
@@ -77,8 +84,8 @@
 //    (a restriction: its plans are plans of the full problem): first the nodes its reduction
 //    eliminates are re-chosen given the clustered plan (the first and last layers often want
 //    other choices there), then that quotient is solved with it as start. A plan that meets the
-//    folded bound is optimal. Otherwise the check above runs, unless its LP would clearly be over
-//    kMaxCheckColumns (estimated from the folded LP's columns per folded node).
+//    best bound of 3a is optimal. Otherwise the check above runs, unless its LP would clearly be
+//    over kMaxCheckColumns (estimated from the folded LP's columns per folded node).
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -90,525 +97,20 @@
 #include <set>
 
 #include "apc/solver/graph_problem.h"
+#include "chain_bound.h"
 #include "edge_table.h"
 #include "lp_bound.h"
+#include "reducer.h"
 
 namespace apc::solver {
 
 namespace {
 
+using detail::allowedStrategies;
+using detail::dropByMemory;
+using detail::Reducer;
+using detail::ReducerOptions;
 using detail::Table;
-
-/// How to recover an eliminated node's choice from its neighbours' choices: the argmin is indexed
-/// by the neighbours' classes on the eliminated edges (row-major), `classes` maps each neighbour's
-/// kept strategies to those classes.
-struct Elimination {
-  uint32_t node;
-  std::vector<uint32_t> neighbours;            // 0, 1 or 2 reduced-node ids
-  std::vector<std::vector<uint32_t>> classes;  // per neighbour: kept strategy -> class
-  std::vector<size_t> widths;                  // per neighbour: number of classes
-  std::vector<uint32_t> argmin;
-};
-
-/// The strategies step 1 keeps: finite cost, the pinned one if any.
-std::vector<std::vector<uint32_t>> allowedStrategies(const Problem& p) {
-  std::vector<std::vector<uint32_t>> keep(p.nodes.size());
-  for (size_t i = 0; i < p.nodes.size(); ++i) {
-    const ProblemNode& v = p.nodes[i];
-    for (uint32_t s = 0; s < v.numStrategies(); ++s)
-      if (std::isfinite(v.costs[s]) && (!v.pinned || *v.pinned == s)) keep[i].push_back(s);
-  }
-  return keep;
-}
-
-/// Step 1b's drops (see the file comment): narrows `keep` to a fixed point.
-void dropByMemory(const Problem& p, std::vector<std::vector<uint32_t>>& keep) {
-  if (!p.memory) return;
-  const size_t n = p.nodes.size();
-  auto mem = [&](size_t v, uint32_t s) {
-    return p.nodes[v].memory.empty() ? 0.0 : p.nodes[v].memory[s];
-  };
-  const double low = p.memory->low, high = p.memory->high;
-  // Larger than the ILP's slack (1e-9 relative): only strategies that violate (e) by a clear
-  // margin are dropped.
-  const double tol =
-      1e-7 * std::max({1.0, std::fabs(low), std::isfinite(high) ? std::fabs(high) : 0.0});
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    std::vector<double> lo(n, 0), hi(n, 0);
-    double sum_lo = 0, sum_hi = 0;
-    for (size_t v = 0; v < n; ++v) {
-      if (keep[v].empty() || p.nodes[v].memory.empty()) continue;
-      lo[v] = kInfinity;
-      hi[v] = -kInfinity;
-      for (uint32_t s : keep[v]) {
-        lo[v] = std::min(lo[v], mem(v, s));
-        hi[v] = std::max(hi[v], mem(v, s));
-      }
-      sum_lo += lo[v];
-      sum_hi += hi[v];
-    }
-    for (size_t v = 0; v < n; ++v) {
-      if (keep[v].empty() || p.nodes[v].memory.empty() || lo[v] == hi[v]) continue;
-      std::vector<uint32_t> kept;
-      for (uint32_t s : keep[v]) {
-        double m = mem(v, s);
-        bool over = sum_lo - lo[v] + m > high + tol;
-        bool under = sum_hi - hi[v] + m < low - tol;
-        if (!over && !under) kept.push_back(s);
-      }
-      if (kept.size() == keep[v].size()) continue;
-      keep[v] = std::move(kept);
-      changed = true;  // the sums above stay valid (weaker) bounds: keep going, then redo
-    }
-  }
-}
-
-struct ReducerOptions {
-  // Nodes never eliminated nor pruned (the folded bound's nodes with linked edges); empty = none.
-  std::vector<bool> frozen;
-  // Step 1b's drops; off when the caller applied them to the problem the nodes stand for.
-  bool drop_by_memory = true;
-};
-
-class Reducer {
- public:
-  explicit Reducer(const Problem& p, ReducerOptions options = {})
-      : p_(p), frozen_(std::move(options.frozen)) {
-    size_t n = p.nodes.size();
-    alive_.assign(n, true);
-    cost_.resize(n);
-    adj_.resize(n);
-    frozen_.resize(n, false);
-    keep_ = allowedStrategies(p);
-    if (options.drop_by_memory) dropByMemory(p, keep_);
-    for (size_t i = 0; i < n; ++i)
-      for (uint32_t s : keep_[i]) cost_[i].push_back(p.nodes[i].costs[s]);
-    fixMemory();
-    for (const ProblemEdge& e : p.edges) {
-      Table t = detail::restrict(
-          detail::tableOf(e, p.nodes[e.src].numStrategies(), p.nodes[e.dst].numStrategies()),
-          keep_[e.src], keep_[e.dst]);
-      addEdge(e.src, e.dst, std::move(t));
-    }
-    if (!hasEmptyNode()) pruneDominated();
-  }
-
-  /// Strategies dropped by dominance (step 1c), in the order they were dropped.
-  size_t prunedStrategies() const { return pruned_.size(); }
-
-  /// Eliminates what it can; nodes in the memory bound stay.
-  /// Stops early, returning false, when `deadline` passes (then the reduction is unfinished and
-  /// must not be used).
-  bool run(const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt) {
-    bool changed = true;
-    while (changed) {
-      changed = false;
-      for (uint32_t v = 0; v < alive_.size(); ++v) {
-        if (!alive_[v] || inMemory(v) || frozen_[v]) continue;
-        if (cost_[v].empty()) continue;  // infeasible node: leave it to the ILP to report
-        if (cost_[v].size() == 1 || adj_[v].size() <= 2) {
-          if (deadline && std::chrono::steady_clock::now() > *deadline) return false;
-          eliminate(v);
-          changed = true;
-        }
-      }
-    }
-    return true;
-  }
-
-  /// The reduced problem over the surviving nodes; fills `ids` with their original indices.
-  Problem reduced(std::vector<uint32_t>& ids) const {
-    Problem r;
-    bool any_memory = false;
-    std::map<uint32_t, uint32_t> index;
-    for (uint32_t v = 0; v < alive_.size(); ++v) {
-      if (!alive_[v]) continue;
-      index[v] = static_cast<uint32_t>(ids.size());
-      ids.push_back(v);
-      ProblemNode n;
-      n.name = p_.nodes[v].name;
-      n.costs = cost_[v];
-      if (n.costs.empty())
-        n.costs.push_back(kInfinity);  // keeps the problem well-formed: infeasible
-      if (!p_.nodes[v].memory.empty())
-        for (uint32_t s : keep_[v]) n.memory.push_back(p_.nodes[v].memory[s]);
-      if (!n.memory.empty() && n.memory.size() != n.costs.size())
-        n.memory.resize(n.costs.size(), 0.0);
-      r.nodes.push_back(std::move(n));
-      any_memory = any_memory || !r.nodes.back().memory.empty();
-    }
-    for (const auto& [key, m] : edges_)
-      r.edges.push_back(detail::edgeOf(index.at(key.first), index.at(key.second), m));
-    if (hasMemoryRow()) {
-      // Eliminated nodes of constant memory (1b) contribute `eliminated_memory_` to the row.
-      r.memory =
-          MemoryBound{p_.memory->low - eliminated_memory_, p_.memory->high - eliminated_memory_,
-                      p_.memory->total, p_.memory->offset + eliminated_memory_};
-      // Without a node left in the row, the constant alone decides feasibility (as evaluate()
-      // does); an infeasible constant keeps the row so that the ILP reports it.
-      double eps = 1e-9 * std::max(1.0, std::fabs(eliminated_memory_));
-      if (!any_memory && eliminated_memory_ >= p_.memory->low - eps &&
-          eliminated_memory_ <= p_.memory->high + eps)
-        r.memory.reset();
-    }
-    return r;
-  }
-
-  double constant() const { return constant_; }
-
-  bool hasEmptyNode() const {
-    return std::any_of(keep_.begin(), keep_.end(), [](const auto& k) { return k.empty(); });
-  }
-
-  /// Full choice from the reduced problem's choice.
-  std::vector<uint32_t> expand(const std::vector<uint32_t>& ids,
-                               const std::vector<uint32_t>& choice) const {
-    std::vector<uint32_t> local(alive_.size(), 0);  // index into keep_
-    for (size_t i = 0; i < ids.size(); ++i) local[ids[i]] = choice[i];
-    for (auto it = eliminations_.rbegin(); it != eliminations_.rend(); ++it) {
-      size_t idx = 0;
-      for (size_t k = 0; k < it->neighbours.size(); ++k)
-        idx = idx * it->widths[k] + it->classes[k][local[it->neighbours[k]]];
-      local[it->node] = it->argmin.empty() ? 0 : it->argmin[idx];
-    }
-    std::vector<uint32_t> full(alive_.size());
-    for (uint32_t v = 0; v < alive_.size(); ++v)
-      full[v] = keep_[v].empty() ? 0 : keep_[v][local[v]];
-    return full;
-  }
-
-  /// The reduced problem's choice that a full choice makes (`ids` as filled by reduced()); empty
-  /// when the full choice uses a strategy the reduction dropped (then it was infeasible).
-  /// A choice that uses a strategy dropped by dominance (1c) is first moved to its dominator, in
-  /// the order of the drops: no dearer, and feasible (see the file comment).
-  std::vector<uint32_t> restrictChoice(const std::vector<uint32_t>& ids,
-                                       std::vector<uint32_t> full) const {
-    for (const Pruned& d : pruned_)
-      if (full[d.node] == d.dropped) full[d.node] = d.replacement;
-    std::vector<uint32_t> choice(ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      const std::vector<uint32_t>& k = keep_[ids[i]];
-      auto it = std::find(k.begin(), k.end(), full[ids[i]]);
-      if (it == k.end()) return {};
-      choice[i] = static_cast<uint32_t>(it - k.begin());
-    }
-    return choice;
-  }
-
-  /// Kept strategy -> original strategy of node v.
-  const std::vector<uint32_t>& kept(uint32_t v) const { return keep_[v]; }
-
-  size_t aliveNodes() const {
-    return static_cast<size_t>(std::count(alive_.begin(), alive_.end(), true));
-  }
-
- private:
-  /// Whether v's memory varies over its kept strategies (a constant leaves the row, see 1b).
-  bool inMemory(uint32_t v) const { return p_.memory && variable_memory_[v]; }
-  /// The memory bound after 1b: none when the row is redundant.
-  bool hasMemoryRow() const { return p_.memory && !memory_redundant_; }
-
-  /// 1b in the file comment, after the drops: marks the nodes whose remaining memory varies, and
-  /// drops a row that every choice satisfies.
-  void fixMemory() {
-    const size_t n = p_.nodes.size();
-    variable_memory_.assign(n, false);
-    if (!p_.memory) return;
-    auto mem = [&](size_t v, uint32_t s) {
-      return p_.nodes[v].memory.empty() ? 0.0 : p_.nodes[v].memory[s];
-    };
-    const double low = p_.memory->low, high = p_.memory->high;
-    // A row that every choice satisfies (a loose budget, like high = 1) is dropped altogether.
-    double sum_lo = 0, sum_hi = 0;
-    for (size_t v = 0; v < n; ++v) {
-      if (keep_[v].empty() || p_.nodes[v].memory.empty()) continue;
-      double lo = kInfinity, hi = -kInfinity;
-      for (uint32_t s : keep_[v]) {
-        lo = std::min(lo, mem(v, s));
-        hi = std::max(hi, mem(v, s));
-      }
-      sum_lo += lo;
-      sum_hi += hi;
-      variable_memory_[v] = lo != hi;
-    }
-    // No tolerance needed here: every choice is within [sum_lo, sum_hi] up to summation rounding,
-    // far below the ILP's and evaluate()'s slack.
-    if (sum_hi <= high && sum_lo >= low) {
-      memory_redundant_ = true;
-      variable_memory_.assign(n, false);
-    }
-  }
-
-  /// The table of edge (a, b) oriented with a's strategies as rows.
-  Table edgeMatrix(uint32_t a, uint32_t b) const {
-    if (a < b) return edges_.at({a, b});
-    return edges_.at({b, a}).transposed();
-  }
-
-  void addEdge(uint32_t a, uint32_t b, Table m) {
-    if (a > b) {
-      std::swap(a, b);
-      m = m.transposed();
-    }
-    auto it = edges_.find({a, b});
-    if (it == edges_.end()) {
-      edges_.emplace(std::make_pair(a, b), std::move(m));
-      adj_[a].insert(b);
-      adj_[b].insert(a);
-    } else {
-      it->second = detail::sum(it->second, m);
-    }
-  }
-
-  void removeEdge(uint32_t a, uint32_t b) {
-    edges_.erase({std::min(a, b), std::max(a, b)});
-    adj_[a].erase(b);
-    adj_[b].erase(a);
-  }
-
-  /// 1c in the file comment: drops strategies dominated in cost, memory and every edge row.
-  void pruneDominated() {
-    const size_t n = alive_.size();
-    for (int pass = 0; pass < 3; ++pass) {
-      bool changed = false;
-      for (uint32_t v = 0; v < n; ++v) changed = pruneNode(v) || changed;
-      if (!changed) break;
-    }
-  }
-
-  bool pruneNode(uint32_t v) {
-    const size_t ns = cost_[v].size();
-    if (ns < 2 || frozen_[v]) return false;
-    std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
-    // Per incident edge: the table with v's strategies as rows, and which row is <= which.
-    std::vector<Table> tables;
-    std::vector<std::vector<bool>> leq;  // leq[k][a * rows + b]: row a <= row b elementwise
-    size_t work = 0;
-    for (uint32_t u : nbs) {
-      tables.push_back(edgeMatrix(v, u));
-      const Table& t = tables.back();
-      work += t.rows * t.rows * t.cols;
-    }
-    if (work > kDominanceWork) return false;  // too large to compare: keep everything (exact)
-    for (const Table& t : tables) {
-      std::vector<bool> l(t.rows * t.rows, false);
-      for (size_t a = 0; a < t.rows; ++a)
-        for (size_t b = 0; b < t.rows; ++b) {
-          bool ok = true;
-          for (size_t c = 0; c < t.cols && ok; ++c) ok = t.at(a, c) <= t.at(b, c);
-          l[a * t.rows + b] = ok;
-        }
-      leq.push_back(std::move(l));
-    }
-    auto mem = [&](size_t k) {
-      return p_.nodes[v].memory.empty() ? 0.0 : p_.nodes[v].memory[keep_[v][k]];
-    };
-    std::vector<uint32_t> order(ns);
-    for (uint32_t k = 0; k < ns; ++k) order[k] = k;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](uint32_t a, uint32_t b) { return cost_[v][a] < cost_[v][b]; });
-    std::vector<uint32_t> kept;
-    std::vector<std::pair<uint32_t, uint32_t>> dropped;  // (local dropped, local dominator)
-    for (uint32_t s : order) {
-      uint32_t by = UINT32_MAX;
-      for (uint32_t k : kept) {
-        if (mem(k) != mem(s)) continue;
-        bool dom = true;
-        for (size_t e = 0; e < tables.size() && dom; ++e) {
-          const Table& t = tables[e];
-          dom = leq[e][t.row_of[k] * t.rows + t.row_of[s]];
-        }
-        if (dom) {
-          by = k;
-          break;
-        }
-      }
-      if (by == UINT32_MAX)
-        kept.push_back(s);
-      else
-        dropped.emplace_back(s, by);
-    }
-    if (dropped.empty()) return false;
-    for (auto [s, by] : dropped) pruned_.push_back({v, keep_[v][s], keep_[v][by]});
-    std::sort(kept.begin(), kept.end());
-    std::vector<uint32_t> keep;
-    std::vector<double> cost;
-    for (uint32_t k : kept) {
-      keep.push_back(keep_[v][k]);
-      cost.push_back(cost_[v][k]);
-    }
-    for (size_t e = 0; e < nbs.size(); ++e) {
-      uint32_t u = nbs[e];
-      std::vector<uint32_t> all(cost_[u].size());
-      for (uint32_t k = 0; k < all.size(); ++k) all[k] = k;
-      Table t = detail::restrict(tables[e], kept, all);
-      removeEdge(v, u);
-      addEdge(v, u, std::move(t));
-    }
-    keep_[v] = std::move(keep);
-    cost_[v] = std::move(cost);
-    return true;
-  }
-
-  void eliminate(uint32_t v) {
-    std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
-    Elimination el;
-    el.node = v;
-    const std::vector<double>& cv = cost_[v];
-    if (cv.size() == 1) {
-      // Fixed choice: fold each edge into the neighbour.
-      for (uint32_t u : nbs) {
-        Table m = edgeMatrix(u, v);
-        for (size_t s = 0; s < cost_[u].size(); ++s) cost_[u][s] += m.cost(s, 0);
-        removeEdge(u, v);
-      }
-      constant_ += cv[0];
-      el.argmin = {0};
-    } else if (nbs.empty()) {
-      auto best = std::min_element(cv.begin(), cv.end());
-      constant_ += *best;
-      el.argmin = {static_cast<uint32_t>(best - cv.begin())};
-    } else if (nbs.size() == 1) {
-      uint32_t u = nbs[0];
-      Table m = edgeMatrix(u, v);
-      // The cheapest strategy of v per column class, then per row class of u.
-      std::vector<double> col_best(m.cols, kInfinity);
-      std::vector<uint32_t> col_arg(m.cols, 0);
-      for (size_t t = 0; t < cv.size(); ++t)
-        if (cv[t] < col_best[m.col_of[t]]) {
-          col_best[m.col_of[t]] = cv[t];
-          col_arg[m.col_of[t]] = static_cast<uint32_t>(t);
-        }
-      std::vector<double> row_best(m.rows, kInfinity);
-      el.argmin.assign(m.rows, 0);
-      for (size_t a = 0; a < m.rows; ++a)
-        for (size_t c = 0; c < m.cols; ++c) {
-          double x = m.at(a, c) + col_best[c];
-          if (x < row_best[a]) {
-            row_best[a] = x;
-            el.argmin[a] = col_arg[c];
-          }
-        }
-      for (size_t s = 0; s < cost_[u].size(); ++s) cost_[u][s] += row_best[m.row_of[s]];
-      el.neighbours = {u};
-      el.classes = {m.row_of};
-      el.widths = {m.rows};
-      removeEdge(u, v);
-    } else {
-      uint32_t u = nbs[0], w = nbs[1];
-      Table a = edgeMatrix(u, v), b = edgeMatrix(v, w);
-      // out(i, j) = min_t a(i, col_a(t)) + c(t) + b(row_b(t), j), in two stages over the classes
-      // of v, v's cheapest strategy per (col_a, row_b) pair standing for the others. Either
-      // P(i, r) = min over pairs with row_b = r of a(i, col_a) + c, then out(i, j) = min_r P(i, r)
-      // + b(r, j) (a.rows x b.rows x b.cols), or Q(k, j) = min over pairs with col_a = k of c +
-      // b(row_b, j), then out(i, j) = min_k a(i, k) + Q(k, j) (a.rows x a.cols x b.cols): the
-      // cheaper of the two, a choice made from the sizes alone (deterministic).
-      std::map<std::pair<uint32_t, uint32_t>, uint32_t> best_t;  // (col_a, row_b) -> cheapest t
-      for (uint32_t t = 0; t < cv.size(); ++t) {
-        auto [it, fresh] = best_t.try_emplace({a.col_of[t], b.row_of[t]}, t);
-        if (!fresh && cv[t] < cv[it->second]) it->second = t;
-      }
-      Table out;
-      out.row_of = a.row_of;
-      out.col_of = b.col_of;
-      out.rows = a.rows;
-      out.cols = b.cols;
-      out.v.assign(a.rows * b.cols, kInfinity);
-      el.argmin.assign(a.rows * b.cols, 0);
-      if (b.rows <= a.cols) {
-        std::vector<double> pm(a.rows * b.rows, kInfinity);
-        std::vector<uint32_t> parg(a.rows * b.rows, 0);
-        for (const auto& [key, t] : best_t)
-          for (size_t i = 0; i < a.rows; ++i) {
-            double x = a.at(i, key.first) + cv[t];
-            double& cur = pm[i * b.rows + key.second];
-            if (x < cur) {
-              cur = x;
-              parg[i * b.rows + key.second] = t;
-            }
-          }
-        for (size_t i = 0; i < a.rows; ++i)
-          for (size_t r = 0; r < b.rows; ++r) {
-            double x0 = pm[i * b.rows + r];
-            if (!std::isfinite(x0)) continue;
-            const double* brow = &b.v[r * b.cols];
-            double* orow = &out.v[i * b.cols];
-            for (size_t j = 0; j < b.cols; ++j) {
-              double x = x0 + brow[j];
-              if (x < orow[j]) {
-                orow[j] = x;
-                el.argmin[i * b.cols + j] = parg[i * b.rows + r];
-              }
-            }
-          }
-      } else {
-        std::vector<double> qm(a.cols * b.cols, kInfinity);
-        std::vector<uint32_t> qarg(a.cols * b.cols, 0);
-        for (const auto& [key, t] : best_t) {
-          const double* brow = &b.v[key.second * b.cols];
-          double* qrow = &qm[key.first * b.cols];
-          for (size_t j = 0; j < b.cols; ++j) {
-            double x = cv[t] + brow[j];
-            if (x < qrow[j]) {
-              qrow[j] = x;
-              qarg[key.first * b.cols + j] = t;
-            }
-          }
-        }
-        for (size_t i = 0; i < a.rows; ++i)
-          for (size_t k = 0; k < a.cols; ++k) {
-            double x0 = a.at(i, k);
-            if (!std::isfinite(x0)) continue;
-            const double* qrow = &qm[k * b.cols];
-            double* orow = &out.v[i * b.cols];
-            for (size_t j = 0; j < b.cols; ++j) {
-              double x = x0 + qrow[j];
-              if (x < orow[j]) {
-                orow[j] = x;
-                el.argmin[i * b.cols + j] = qarg[k * b.cols + j];
-              }
-            }
-          }
-      }
-      // Rows whose every entry is infinite still need an argmin: any t (the pair is forbidden).
-      el.neighbours = {u, w};
-      el.classes = {a.row_of, b.col_of};
-      el.widths = {a.rows, b.cols};
-      removeEdge(u, v);
-      removeEdge(v, w);
-      out.compact();
-      addEdge(u, w, std::move(out));
-    }
-    eliminations_.push_back(std::move(el));
-    alive_[v] = false;
-    if (hasMemoryRow() && !p_.nodes[v].memory.empty() && !keep_[v].empty())
-      eliminated_memory_ += p_.nodes[v].memory[keep_[v][0]];
-  }
-
-  /// Above this many comparisons (rows^2 x columns summed over a node's edges) a node is not
-  /// checked for dominance.
-  static constexpr size_t kDominanceWork = 50'000'000;
-
-  struct Pruned {
-    uint32_t node, dropped, replacement;  // original strategy indices
-  };
-
-  const Problem& p_;
-  std::vector<bool> frozen_;
-  std::vector<bool> alive_;
-  std::vector<std::vector<double>> cost_;    // per node, over kept strategies
-  std::vector<std::vector<uint32_t>> keep_;  // kept strategy -> original strategy
-  std::vector<std::set<uint32_t>> adj_;
-  std::map<std::pair<uint32_t, uint32_t>, Table> edges_;
-  std::vector<Elimination> eliminations_;
-  std::vector<Pruned> pruned_;         // 1c, in order
-  std::vector<bool> variable_memory_;  // per node: memory varies over its kept strategies (1b)
-  bool memory_redundant_ = false;      // every choice satisfies the memory bound (1b)
-  double eliminated_memory_ = 0;       // constant memory of eliminated nodes (1b)
-  double constant_ = 0;
-};
 
 /// The largest unclustered LP the check builds (columns): beyond it (3-d meshes of deep models:
 /// llama3_8b on 2x2x2 would need 18.7 M columns, 8.7 GB and minutes) the clustered plan is
@@ -886,49 +388,70 @@ std::vector<uint32_t> untiedBoundaryPlan(const Problem& full, const std::vector<
 /// with the LP bound of the unclustered reduced problem, or replaces it by that problem's optimum.
 Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& options,
                                   Solution clustered, const std::vector<uint32_t>& rep,
-                                  const std::vector<uint32_t>& instance, ReductionStats* stats) {
+                                  const std::vector<uint32_t>& instance,
+                                  const detail::ChainBound& chain, ReductionStats* stats) {
   auto t0 = std::chrono::steady_clock::now();
-  // 3a: the folded bound, in time that follows the distinct layers.
+  // The best lower bound so far (3a), and whether the plan meets it.
   double folded = -kInfinity;
+  const char* bound_name = "";
+  auto meets = [&] {
+    return clustered.objective <= folded + 1e-9 * std::max(1.0, std::fabs(folded));
+  };
+  auto proven = [&](const std::string& how) {
+    if (stats) {
+      stats->cluster_check = how + bound_name;
+      stats->cluster_check_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    clustered.status = "optimal";
+    clustered.bound = std::min(folded, clustered.objective);
+    return clustered;
+  };
+  // 3a, first the chain bound (computed before the clustered solve).
+  if (chain.bound) {
+    folded = *chain.bound;
+    bound_name = "the chain bound";
+    if (stats) stats->folded_bound = folded;
+    if (meets()) return proven("clustered solution verified by ");
+  }
+  // 3b, cheap part first: the boundary instances' eliminated nodes re-chosen.
+  bool rechosen = false;  // 3b without the ILP ran
+  bool improved = false;  // 3b changed the plan
+  auto verifiedHow = [&] {
+    return improved ? "boundary layers re-solved, verified by " : "clustered solution verified by ";
+  };
+  auto rechoose = [&](bool ilp) {
+    if (secondsLeft(options.solver, t0) <= 0) return false;
+    std::vector<uint32_t> choice = untiedBoundaryPlan(full, rep, instance, kFoldBoundary,
+                                                      clustered.choice, options.solver, ilp);
+    if (choice.empty()) return false;
+    double objective = evaluate(full, choice);
+    if (!(objective < clustered.objective)) return false;
+    clustered.choice = std::move(choice);
+    clustered.objective = objective;
+    improved = true;
+    return true;
+  };
+  if (std::isfinite(folded)) {
+    rechosen = true;
+    if (rechoose(false) && meets()) return proven(verifiedHow());
+  }
+  // 3a, then the folded LP bound, in time that follows the distinct layers.
   double unclustered_columns = 0;  // estimated from the folded LP (0: unknown)
   if (secondsLeft(options.solver, t0) > 0) {
     FoldedBound fb =
         foldedBound(full, rep, instance, kFoldBoundary, options.fold_min_ratio, options.solver, t0);
     unclustered_columns = static_cast<double>(fb.columns) * fb.unfold_ratio;
-    if (fb.bound) {
+    if (fb.bound && *fb.bound > folded) {
       folded = *fb.bound;
+      bound_name = "the folded LP bound";
       if (stats) stats->folded_bound = folded;
-      if (clustered.objective <= folded + 1e-9 * std::max(1.0, std::fabs(folded))) {
-        if (stats) {
-          stats->cluster_check = "clustered solution verified by the folded LP bound";
-          stats->cluster_check_seconds =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
-        clustered.status = "optimal";
-        clustered.bound = std::min(folded, clustered.objective);
-        return clustered;
-      }
+    }
+    if (fb.bound) {
+      if (meets()) return proven(verifiedHow());
       // 3b: boundary instances free, first re-choosing eliminated nodes, then solving.
-      for (bool ilp : {false, true}) {
-        if (secondsLeft(options.solver, t0) <= 0) break;
-        std::vector<uint32_t> choice = untiedBoundaryPlan(full, rep, instance, kFoldBoundary,
-                                                          clustered.choice, options.solver, ilp);
-        if (choice.empty()) continue;
-        double objective = evaluate(full, choice);
-        if (!(objective < clustered.objective)) continue;
-        clustered.choice = std::move(choice);
-        clustered.objective = objective;
-        if (clustered.objective <= folded + 1e-9 * std::max(1.0, std::fabs(folded))) {
-          if (stats) {
-            stats->cluster_check = "boundary layers re-solved, verified by the folded LP bound";
-            stats->cluster_check_seconds =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          }
-          clustered.status = "optimal";
-          clustered.bound = std::min(folded, clustered.objective);
-          return clustered;
-        }
-      }
+      if (!rechosen && rechoose(false) && meets()) return proven(verifiedHow());
+      if (rechoose(true) && meets()) return proven(verifiedHow());
     }
   }
   // Not proven: the clustered plan with the bound of a relaxation of `full` (trivialBound).
@@ -1051,11 +574,38 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   for (uint32_t v = 0; v < full.nodes.size(); ++v) quotient_index[v] = v;
   Problem quotient;
   const Problem* base = &full;
-  std::vector<uint32_t> rep, instance;
+  std::vector<uint32_t> rep, instance, cluster;
+  detail::ChainBound chain;  // step 3a's chain relaxation, when computed
   if (options.cluster) {
     size_t clusters = 0;
-    rep = repeatedLayerRepresentatives(gp, &clusters, &instance);
+    rep = repeatedLayerRepresentatives(gp, &clusters, &instance, &cluster);
     if (stats) stats->clusters = clusters;
+    // Chains of tied layers: the chain relaxation's plan, optimal when it meets its bound (step
+    // 3a); then no clustered solve is needed.
+    if (clusters > 0 && options.prove_cluster && options.chain) {
+      auto t0 = std::chrono::steady_clock::now();
+      chain = detail::chainBound(full, rep, instance, cluster, options.solver, t0);
+      if (chain.bound && !chain.choice.empty() &&
+          chain.objective <= *chain.bound + 1e-9 * std::max(1.0, std::fabs(*chain.bound))) {
+        Solution s;
+        s.choice = std::move(chain.choice);
+        s.objective = chain.objective;
+        s.bound = std::min(*chain.bound, chain.objective);
+        s.status = "optimal";
+        s.variables = chain.variables;
+        s.constraints = chain.constraints;
+        s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (stats) {
+          stats->nodes_after = chain.nodes_left;
+          stats->edges_after = chain.edges_left;
+          stats->strategies_after = chain.strategies_left;
+          stats->folded_bound = chain.bound;
+          stats->cluster_check = "the chain relaxation's plan meets its bound";
+          stats->cluster_check_seconds = s.seconds;
+        }
+        return s;
+      }
+    }
     if (clusters > 0) {
       quotient = quotientProblem(full, rep, quotient_index);
       base = &quotient;
@@ -1097,7 +647,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   s.choice = std::move(choice);
   s.objective = objective;
   if (base == &full || !options.prove_cluster) return s;
-  return checkClustered(full, options, std::move(s), rep, instance, stats);
+  return checkClustered(full, options, std::move(s), rep, instance, chain, stats);
 }
 
 }  // namespace apc::solver

@@ -33,10 +33,13 @@ GraphProblem problemFor(const std::string& model, const std::string& mesh_text,
 
 /// Solves `model` on `mesh` unreduced, with elimination only and with the default options
 /// (elimination and clustering), and expects the same objective (1e-6 relative). `expect_check`:
-/// the expected ReductionStats::cluster_check ("" = any).
+/// the expected ReductionStats::cluster_check ("" = any). `expect_without_chain`, when given: the
+/// clustered solve is run again without the chain relaxation (SolveGraphOptions::chain), which
+/// must give the same objective by the check named.
 void expectSameOptimum(const std::string& model, const std::string& mesh,
                        std::optional<double> high = std::nullopt,
-                       const std::string& expect_check = "") {
+                       const std::string& expect_check = "",
+                       const std::string& expect_without_chain = "") {
   std::string label = model + " " + mesh + (high ? " high " + std::to_string(*high) : "");
   SCOPED_TRACE(label);
   GraphProblem gp = problemFor(model, mesh, high);
@@ -48,6 +51,19 @@ void expectSameOptimum(const std::string& model, const std::string& mesh,
   auto b = solveGraphProblem(gp, eliminated, &se);
   auto c = solveGraphProblem(gp, clustered, &sc);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  if (!expect_without_chain.empty()) {
+    SolveGraphOptions no_chain;
+    no_chain.chain = false;
+    ReductionStats sn;
+    auto d = solveGraphProblem(gp, no_chain, &sn);
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->status, "optimal");
+    EXPECT_NEAR(d->objective, a->objective, 1e-6 * a->objective);
+    EXPECT_EQ(sn.cluster_check, expect_without_chain);
+    if (sn.folded_bound) {
+      EXPECT_LE(*sn.folded_bound, a->objective * (1 + 1e-9));
+    }
+  }
   EXPECT_EQ(a->status, "optimal");
   EXPECT_EQ(c->status, "optimal");
   EXPECT_NEAR(b->objective, a->objective, 1e-6 * a->objective);
@@ -82,20 +98,24 @@ TEST(Reduction, SameOptimumOnLlamaTiny) {
 // the layer count), planned with and without reduction, on mesh [4] (the unreduced 8-layer problem
 // solves in about 20 s there on 2 cores).
 // - Elimination (follow-merging) is exact at the default budget (high = 1/4) for both.
-// - At the default budget the layer-symmetric (clustered) plans are dearer than the unreduced
-//   optimum for both layer counts (a plan that is not the same in every layer; the figures of an
-//   earlier version: 4 layers 2221.76 us against 2214.78, 8 layers 3767.05 against 3760.08). The
-//   8-layer plan is checked with the folded LP bound, which rejects it; re-solving with the first
-//   and last layers untied (solve_graph_problem.cpp, step 3b) finds a plan that meets the bound, hence an
-//   optimum. 4 layers are too few to fold (SolveGraphOptions::fold_min_ratio): the LP bound of the
-//   unclustered problem rejects the clustered plan and the problem is re-solved without
-//   clustering. At high = 1 a symmetric optimum exists and the respective bound proves it.
+// - The chain relaxation (chain_bound.h) answers all four: its plan meets its bound.
+// - Without it: at the default budget the layer-symmetric (clustered) plans are dearer than the
+//   unreduced optimum for both layer counts (a plan that is not the same in every layer; the
+//   figures of an earlier version: 4 layers 2221.76 us against 2214.78, 8 layers 3767.05 against
+//   3760.08). The 8-layer plan is checked with the folded LP bound, which rejects it; re-solving
+//   with the first and last layers untied (solve_graph_problem.cpp, step 3b) finds a plan that
+//   meets the bound, hence an optimum. 4 layers are too few to fold
+//   (SolveGraphOptions::fold_min_ratio): the LP bound of the unclustered problem rejects the
+//   clustered plan and the problem is re-solved without clustering. At high = 1 a symmetric
+//   optimum exists and the respective bound proves it.
 TEST(Reduction, SameOptimumOnLlamaSmall4And8Layers) {
-  expectSameOptimum("llama_small_4l", "4", std::nullopt, "re-solved without clustering");
-  expectSameOptimum("llama_small", "4", std::nullopt,
+  const std::string chain = "the chain relaxation's plan meets its bound";
+  expectSameOptimum("llama_small_4l", "4", std::nullopt, chain, "re-solved without clustering");
+  expectSameOptimum("llama_small", "4", std::nullopt, chain,
                     "boundary layers re-solved, verified by the folded LP bound");
-  expectSameOptimum("llama_small_4l", "4", 1.0, "clustered solution verified by LP bound");
-  expectSameOptimum("llama_small", "4", 1.0, "clustered solution verified by the folded LP bound");
+  expectSameOptimum("llama_small_4l", "4", 1.0, chain, "clustered solution verified by LP bound");
+  expectSameOptimum("llama_small", "4", 1.0, chain,
+                    "clustered solution verified by the folded LP bound");
 }
 // Tight budgets where clustering alone was measured dearer (5% and 3%).
 TEST(Reduction, SameOptimumUnderTightBudgets) {

@@ -256,10 +256,10 @@ GraphProblem randomChain(std::mt19937& rng, int layers, bool memory, double high
   return gp;
 }
 
-// The folded bound (solve_graph_problem.cpp, step 3a) is a lower bound on every plan: on random chains of
-// identical layers it never exceeds the brute-force optimum, the plan returned is optimal whether
-// the bound proved the clustered plan or the check fell back to the unclustered problem, and the
-// bound proves the clustered plan in a good share of the cases.
+// The folded bound (solve_graph_problem.cpp, step 3a) is a lower bound on every plan: on random
+// chains of identical layers it never exceeds the brute-force optimum, the plan returned is optimal
+// whether the bound proved the clustered plan or the check fell back to the unclustered problem,
+// and the bound proves the clustered plan in a good share of the cases.
 TEST(Clustering, FoldedBoundIsALowerBoundAndOftenProves) {
   std::mt19937 rng(7);
   int folded = 0, proven_by_fold = 0, trials = 0;
@@ -271,6 +271,7 @@ TEST(Clustering, FoldedBoundIsALowerBoundAndOftenProves) {
     ReductionStats stats;
     SolveGraphOptions o;
     o.fold_min_ratio = 1;  // fold chains this short too
+    o.chain = false;       // the chain relaxation would answer first (tested below)
     auto s = solveGraphProblem(gp, o, &stats);
     ASSERT_EQ(brute.ok(), s.ok()) << "trial " << trial;
     if (!brute.ok()) continue;
@@ -292,6 +293,57 @@ TEST(Clustering, FoldedBoundIsALowerBoundAndOftenProves) {
   EXPECT_EQ(folded, trials);
   EXPECT_GE(proven_by_fold, trials / 4);
   std::cout << "[ info ] folded bound proved " << proven_by_fold << " of " << trials << "\n";
+}
+
+// The chain relaxation (chain_bound.h) answers first: on random chains of identical layers its
+// bound never exceeds the brute-force optimum, its plan is returned only when it meets that bound
+// (then it is optimal), and otherwise (a binding memory row, layers that want other hub
+// placements than their neighbours) the check after it still returns an optimum. With
+// `cross`, every layer's a also reads the previous layer's a: the layer then does not reduce to
+// the one value it passes on, and there is no chain bound.
+TEST(Clustering, ChainRelaxationIsALowerBoundAndItsPlanOptimal) {
+  std::mt19937 rng(11);
+  int proven_by_chain = 0, bounded = 0, trials = 0;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int layers = 4 + trial % 3;
+    const bool memory = trial % 4 == 3;
+    GraphProblem gp = randomChain(rng, layers, memory, trial % 8 == 3 ? 0.5 : 0.8);
+    const bool cross = trial % 10 == 9;
+    if (cross) {
+      std::vector<uint32_t> as;
+      for (uint32_t v = 0; v < gp.problem.nodes.size(); ++v)
+        if (gp.problem.nodes[v].name.size() > 2 &&
+            gp.problem.nodes[v].name.compare(gp.problem.nodes[v].name.size() - 2, 2, ".a") == 0)
+          as.push_back(v);
+      for (size_t i = 1; i < as.size(); ++i)
+        gp.problem.edges.push_back({as[i - 1], as[i], {0, 1, 2, 1, 0, 1, 2, 1, 0}});
+    }
+    auto brute = bruteForce(gp.problem);
+    ReductionStats stats;
+    auto s = solveGraphProblem(gp, {}, &stats);
+    ASSERT_EQ(brute.ok(), s.ok()) << "trial " << trial;
+    if (!brute.ok()) continue;
+    ++trials;
+    const double tol = 1e-9 * std::max(1.0, brute->objective);
+    EXPECT_NEAR(s->objective, brute->objective, tol) << "trial " << trial;
+    EXPECT_EQ(s->status, "optimal") << "trial " << trial;
+    EXPECT_LE(s->bound, brute->objective + tol) << "trial " << trial;
+    if (stats.folded_bound) {
+      ++bounded;
+      EXPECT_LE(*stats.folded_bound, brute->objective + 1e-7 * std::max(1.0, brute->objective))
+          << "trial " << trial << ": " << stats.cluster_check;
+    }
+    if (stats.cluster_check == "the chain relaxation's plan meets its bound") {
+      ++proven_by_chain;
+      EXPECT_FALSE(cross) << "trial " << trial;
+      EXPECT_FALSE(stats.folded_bound && *stats.folded_bound > s->objective + tol);
+    }
+  }
+  EXPECT_GE(trials, 50);
+  EXPECT_GE(proven_by_chain, trials / 3);
+  EXPECT_LT(proven_by_chain, trials);  // the fallbacks ran too
+  std::cout << "[ info ] chain relaxation's plan proven in " << proven_by_chain << " of " << trials
+            << " (a bound in " << bounded << ")\n";
 }
 
 TEST(TimeLimit, ExpiredDeadlineGivesTheBestPlanWithItsGap) {

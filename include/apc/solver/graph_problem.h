@@ -106,8 +106,9 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
 struct ReductionStats {
   size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
   size_t nodes_after = 0, edges_after = 0, strategies_after = 0;
-  size_t clusters = 0;   // repeated-layer clusters whose variables were tied
-  size_t dominated = 0;  // strategies dropped as dominated (solve_graph_problem.cpp, 1c) before the ILP
+  size_t clusters = 0;  // repeated-layer clusters whose variables were tied
+  size_t dominated =
+      0;  // strategies dropped as dominated (solve_graph_problem.cpp, 1c) before the ILP
   // With clusters: how the clustered plan was checked against the unclustered problem (see
   // SolveGraphOptions::cluster): "clustered solution verified by the folded LP bound", "boundary
   // layers re-solved, verified by the folded LP bound" (the plan then differs from the clustered
@@ -117,8 +118,8 @@ struct ReductionStats {
   // without clusters.
   std::string cluster_check;
   double cluster_check_seconds = 0;  // time of that check (reduction, LP, any ILP)
-  // The folded bound of the check (solve_graph_problem.cpp, step 3a), a lower bound on every plan; none when
-  // it was not computed (no clusters, too few tied instances, no time).
+  // The folded bound of the check (solve_graph_problem.cpp, step 3a), a lower bound on every plan;
+  // none when it was not computed (no clusters, too few tied instances, no time).
   std::optional<double> folded_bound;
 };
 
@@ -126,30 +127,35 @@ struct SolveGraphOptions {
   SolverOptions solver;
   bool reduce = true;  // exact elimination of followers and leaves before the ILP
   // Tie the variables of repeated layers (with reduce) to find a plan fast, then prove it or
-  // improve it on the unclustered problem; this does not restrict the optimum. The tied problem
+  // improve it on the unclustered problem; this does not restrict the optimum. First of all, with
+  // `chain`, the chain relaxation (lib/solver/chain_bound.h) is solved: its plan, when it meets
+  // the relaxation's bound, is an optimum and is returned without the tied problem (the common
+  // case: llama3_8b on 2x2x2 and 8x8x8). Otherwise its bound is the first one the clustered plan
+  // is checked against. The tied problem
   // alone only searches plans that are the same in every layer, and an uneven plan can be cheaper
   // (llama_small on [4] at the default 1/4: 6.98 us with 4 and with 8 layers, where the unreduced
   // optimum differs in the boundary layers; on earlier versions also 5% on mlp_stack 2x4 at
   // high = 0.126 and 3% on gpt2_tiny 8x8 at 0.0157, now equal there). So the clustered plan
   // is checked against a lower bound: first the folded LP bound, whose size follows the distinct
   // layers (the first and last layer apart, the middle ones aggregated), after re-choosing the
-  // first and last layers (lib/solver/solve_graph_problem.cpp, steps 3a-3b); failing that, the LP bound of the
-  // unclustered reduced problem: when the plan meets a bound it is optimal and returned; otherwise
-  // the unclustered problem is solved with the clustered plan as incumbent (step 3;
-  // ReductionStats::cluster_check says which). The result is an optimum of the full problem
-  // either way (or comes with its proven gap when the time limit or the size of the unclustered
-  // LP stops the check). (An earlier option left the first and last layer
-  // untied; the check replaces it: it is exact in every case, and the ILP keeps one copy of a
-  // layer.)
+  // first and last layers (lib/solver/solve_graph_problem.cpp, steps 3a-3b); failing that, the LP
+  // bound of the unclustered reduced problem: when the plan meets a bound it is optimal and
+  // returned; otherwise the unclustered problem is solved with the clustered plan as incumbent
+  // (step 3; ReductionStats::cluster_check says which). The result is an optimum of the full
+  // problem either way (or comes with its proven gap when the time limit or the size of the
+  // unclustered LP stops the check). (An earlier option left the first and last layer untied; the
+  // check replaces it: it is exact in every case, and the ILP keeps one copy of a layer.)
   bool cluster = true;
   // Run that check (default). Off, the tied problem's plan is returned unproven: an upper bound on
   // the optimum, for callers that only need one (the quality test: a clustered plan no dearer than
   // a baseline implies the optimum is no dearer either).
   bool prove_cluster = true;
-  // The check starts with the folded bound (solve_graph_problem.cpp, steps 3a-3b) when the unclustered problem
-  // has at least this many nodes per folded node; below, the folded LP would be most of the
-  // unclustered one (llama_small_4l on 2x2x2, 4 layers, 1.3: the folded LP and the boundary
-  // re-solve took about as long as the unclustered check, which then still ran).
+  // The chain relaxation first (see `cluster`); off in tests of the paths after it.
+  bool chain = true;
+  // The check starts with the folded bound (solve_graph_problem.cpp, steps 3a-3b) when the
+  // unclustered problem has at least this many nodes per folded node; below, the folded LP would be
+  // most of the unclustered one (llama_small_4l on 2x2x2, 4 layers, 1.3: the folded LP and the
+  // boundary re-solve took about as long as the unclustered check, which then still ran).
   double fold_min_ratio = 2.0;
 };
 
@@ -159,10 +165,13 @@ struct SolveGraphOptions {
 /// costs, no pins) are tied to the first of them. Returns, per node, its
 /// representative (itself when not tied), and the number of clusters (prefixes with at least two
 /// tied instances). `instance` receives, per node, the position of its instance among the tied
-/// instances of its prefix in graph order (0 for the representatives' instance and untied nodes).
+/// instances of its prefix in graph order (0 for the representatives' instance and untied nodes);
+/// `cluster` receives, per node, the index of its cluster (kNoCluster for untied nodes).
 std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp,
                                                    size_t* clusters = nullptr,
-                                                   std::vector<uint32_t>* instance = nullptr);
+                                                   std::vector<uint32_t>* instance = nullptr,
+                                                   std::vector<uint32_t>* cluster = nullptr);
+inline constexpr uint32_t kNoCluster = UINT32_MAX;
 
 /// The problem with every node replaced by its representative: costs and memory summed over the
 /// tied nodes, parallel edges summed, edges inside one representative folded onto its diagonal.
