@@ -109,18 +109,19 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
   strategy::EnumerateOptions options;
   options.device = device;
   auto t0 = Clock::now();
+  std::vector<strategy::NodeStrategies> strategies;  // moved into the problem (gp.strategies)
   if (spec.mixed_precision.param_dtype) {
     // Compute costs in param_dtype (solver::computeGraph); the problem is built on the stored
     // graph.
     ir::Graph compute = solver::computeGraph(g, spec.mixed_precision);
-    out.strategies = strategy::enumerate(compute, spec.mesh, strategy::defaultRegistry(), options);
+    strategies = strategy::enumerate(compute, spec.mesh, strategy::defaultRegistry(), options);
   } else {
-    out.strategies = strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);
+    strategies = strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);
   }
-  out.fallback_ops = strategy::fallbackOps(g, out.strategies);
+  out.fallback_ops = strategy::fallbackOps(g, strategies);
   if (timings) timings->enumerate_s = secondsSince(t0);
   t0 = Clock::now();
-  APC_ASSIGN_OR_RETURN(out.gp, solver::buildGraphProblem(g, out.strategies, spec));
+  APC_ASSIGN_OR_RETURN(out.gp, solver::buildGraphProblem(g, std::move(strategies), spec));
   if (spec.prefetch_discount != 1.0)
     out.discounted_edges = applyPrefetchDiscount(g, out.gp, spec.prefetch_discount);
   if (timings) timings->build_s = secondsSince(t0);

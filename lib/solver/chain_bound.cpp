@@ -107,10 +107,6 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
       layers[cluster[v]] = std::max(layers[cluster[v]], instance[v] + 1);
   std::vector<bool> folds(clusters, false);
   for (uint32_t c = 0; c < clusters; ++c) folds[c] = layers[c] >= kMinInstances;
-  if (std::none_of(folds.begin(), folds.end(), [](bool f) { return f; })) {
-    out.why = "no chain of " + std::to_string(kMinInstances) + " or more tied layers";
-    return out;
-  }
   auto layer = [&](uint32_t v) { return cluster[v] != kNoCluster && folds[cluster[v]]; };
   auto middle = [&](uint32_t v) {
     return layer(v) && instance[v] >= 1 && instance[v] + 1 < layers[cluster[v]];
@@ -141,9 +137,6 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
 
   // --- Edges: inside a layer, between consecutive layers (from `out`), or to an outside node. ---
   std::vector<uint32_t> out_pos(clusters, UINT32_MAX);
-  // Per outside node adjacent to layers: its edges to layer nodes, and whether one of them is in
-  // a middle instance (then every such edge gets a copy of the node).
-  std::map<uint32_t, std::pair<size_t, bool>> touches;
   // Per cluster and instance k >= 1: the edges the transfer of k covers, with a key saying what
   // they join (compared between the middle instances).
   using Key = std::array<uint32_t, 4>;
@@ -178,9 +171,7 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
       block[c][instance[hi]].push_back({Key{1, pos[u], pos[v], d == 1 ? 1u : 0u}, i});
       continue;
     }
-    const uint32_t a = lu ? u : v, x = lu ? v : u;
-    ++touches[x].first;
-    touches[x].second = touches[x].second || middle(a);
+    const uint32_t a = lu ? u : v;
     block[cluster[a]][instance[a]].push_back({lu ? Key{2, pos[u], v, 0} : Key{3, u, pos[v], 0}, i});
   }
   for (uint32_t c = 0; c < clusters; ++c)
@@ -188,10 +179,36 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
       out.why = "the tied layers pass no value along";
       return out;
     }
-  // Each copy and the original carry an equal share of the node's cost.
+  // Shared nodes: outside the chains, adjacent to a middle instance or to two instances or more
+  // of tied layers (folded or not). An edge from one to a tied node of another cluster (`copied`)
+  // gets a copy of it; each copy and the original carry an equal share of its cost.
+  auto tied = [&](uint32_t v) { return cluster[v] != kNoCluster; };
+  auto copied = [&](uint32_t x, uint32_t other) {
+    return !layer(x) && tied(other) && !(tied(x) && cluster[x] == cluster[other]);
+  };
+  struct Touch {
+    size_t edges = 0;
+    bool middle = false;
+    std::set<std::pair<uint32_t, uint32_t>> instances;
+  };
+  std::map<uint32_t, Touch> touches;
+  for (const ProblemEdge& e : full.edges) {
+    const bool cu = copied(e.src, e.dst), cv = !cu && copied(e.dst, e.src);
+    if (!cu && !cv) continue;
+    const uint32_t x = cu ? e.src : e.dst, other = cu ? e.dst : e.src;
+    Touch& t = touches[x];
+    ++t.edges;
+    t.middle = t.middle || middle(other);
+    t.instances.insert({cluster[other], instance[other]});
+  }
   std::map<uint32_t, double> share;
   for (const auto& [x, t] : touches)
-    if (t.second) share[x] = 1.0 / static_cast<double>(t.first + 1);
+    if (t.middle || t.instances.size() >= 2) share[x] = 1.0 / static_cast<double>(t.edges + 1);
+  if (share.empty() && std::none_of(folds.begin(), folds.end(), [](bool f) { return f; })) {
+    out.why = "no chain of " + std::to_string(kMinInstances) +
+              " or more tied layers and no node shared by tied layers";
+    return out;
+  }
   // The middle instances must be identical: same edges, tables and outside nodes.
   for (uint32_t c = 0; c < clusters; ++c) {
     if (!folds[c]) continue;
@@ -355,10 +372,13 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
         if (middle(hi)) continue;
         (hi == u ? b : a) = last_out[cluster[u]];
       }
-    } else if (lu || lv) {
-      if (middle(lu ? u : v)) continue;
-      const uint32_t x = lu ? v : u;
-      if (share.count(x)) (lu ? b : a) = copyOf(x);
+    } else if ((lu && middle(u)) || (lv && middle(v))) {
+      continue;  // in T
+    }
+    if (copied(u, v)) {
+      if (share.count(u)) a = copyOf(u);
+    } else if (copied(v, u)) {
+      if (share.count(v)) b = copyOf(v);
     }
     rp.edges.push_back(edgeOf(a, b, keptTable(full, e, keep)));
   }

@@ -2,9 +2,9 @@
 //
 // A pairwise cost table in factorized form (the form of ProblemEdge with class maps): strategy s
 // of the row node uses row row_of[s], strategy t of the column node column col_of[t]. The
-// reduction (solve_graph_problem.cpp) and the clustering (cluster.cpp) sum, transpose, restrict and eliminate
-// over these tables, so their work and memory follow the number of distinct placements of a node
-// rather than its number of strategies. Private to lib/solver.
+// reduction (solve_graph_problem.cpp) and the clustering (cluster.cpp) sum, transpose, restrict and
+// eliminate over these tables, so their work and memory follow the number of distinct placements of
+// a node rather than its number of strategies. Private to lib/solver.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

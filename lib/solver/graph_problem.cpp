@@ -259,9 +259,10 @@ namespace {
 /// sinks (output placements, the final reduction of Partial free outputs, pins) and the memory
 /// row.
 struct GraphProblemBuilder {
+  /// `take`: the strategies may be moved from (the caller gave them up).
   GraphProblemBuilder(const ir::Graph& graph, const std::vector<strategy::NodeStrategies>& all,
-                      const mesh::Spec& s)
-      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh) {
+                      const mesh::Spec& s, bool take)
+      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh), take(take) {
     for (const auto& ns : all) op_strategies[ns.node.v] = &ns;
   }
 
@@ -281,6 +282,7 @@ struct GraphProblemBuilder {
   const cost::Precision precision;
   EdgePricer pricer;
   std::map<uint32_t, const strategy::NodeStrategies*> op_strategies;
+  const bool take;
   std::vector<ResolvedPin> pins;
   GraphProblem gp;
   std::map<uint32_t, uint32_t> problem_of;                          // graph node -> problem node
@@ -307,7 +309,10 @@ Status GraphProblemBuilder::addNodes() {
     if (n.kind == ir::NodeKind::kOp) {
       auto it = op_strategies.find(n.id.v);
       if (it == op_strategies.end() || it->second->strategies.empty()) continue;
-      strats = it->second->strategies;
+      if (take)  // buildGraphProblem's rvalue overload: the vector is the caller's, not const
+        strats = std::move(const_cast<strategy::NodeStrategies*>(it->second)->strategies);
+      else
+        strats = it->second->strategies;
       for (const auto& s : strats) pn.costs.push_back(s.compute_us);
     } else {
       const ir::Value& v = g.value(n.outputs.at(0));
@@ -617,10 +622,12 @@ void GraphProblemBuilder::addMemoryRow() {
 
 }  // namespace
 
-Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
-                                         const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec) {
-  GraphProblemBuilder b(g, strategies, spec);
+namespace {
+
+Expected<GraphProblem> build(const ir::Graph& g,
+                             const std::vector<strategy::NodeStrategies>& strategies,
+                             const mesh::Spec& spec, bool take) {
+  GraphProblemBuilder b(g, strategies, spec, take);
   APC_ASSIGN_OR_RETURN(b.pins, resolvePins(g, spec));
   APC_RETURN_IF_ERROR(b.addNodes());
   b.addEdges();
@@ -630,6 +637,20 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
   b.addMemoryRow();
   APC_RETURN_IF_ERROR(b.gp.problem.validate());
   return std::move(b.gp);
+}
+
+}  // namespace
+
+Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
+                                         const std::vector<strategy::NodeStrategies>& strategies,
+                                         const mesh::Spec& spec) {
+  return build(g, strategies, spec, /*take=*/false);
+}
+
+Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
+                                         std::vector<strategy::NodeStrategies>&& strategies,
+                                         const mesh::Spec& spec) {
+  return build(g, strategies, spec, /*take=*/true);
 }
 
 }  // namespace apc::solver

@@ -2,9 +2,10 @@
 //
 // The LP relaxation of ilp.h's program, extended by "linked" edges: an edge whose marginal on a
 // side is not one node's distribution but a share of a pooled constraint. Used by the folded bound
-// of the clustering check (solve_graph_problem.cpp, step 3a): there a node stands for several identical nodes
-// of the unclustered problem (its distribution is their average) and an edge stands for several
-// identical edges (its variable is their summed pair counts), so a marginal constraint reads
+// of the clustering check (solve_graph_problem.cpp, step 3a): there a node stands for several
+// identical nodes of the unclustered problem (its distribution is their average) and an edge stands
+// for several identical edges (its variable is their summed pair counts), so a marginal constraint
+// reads
 //   sum over the group's edges of sum_b M[a, b]  (= or <=)  coef * sum_{s in class a} x[node, s].
 // Every edge of a group uses the same class map on the group's side. Private to lib/solver.
 //

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 namespace apc::solver {
 
@@ -27,6 +28,7 @@ Status Problem::validate() const {
       return invalidArgument(where + " is pinned to strategy " + std::to_string(*v.pinned) +
                              " of " + std::to_string(v.costs.size()));
   }
+  std::unordered_set<const void*> checked;  // cost tables whose values were checked
   for (size_t i = 0; i < edges.size(); ++i) {
     const ProblemEdge& e = edges[i];
     std::string where = "edge " + std::to_string(i);
@@ -46,6 +48,7 @@ Status Problem::validate() const {
     } else if (e.costs.size() != ns * nt) {
       return invalidArgument(where + " has a cost matrix of the wrong size");
     }
+    if (!checked.insert(e.costs.identity()).second) continue;  // a shared table, checked
     for (double c : e.costs)
       if (std::isnan(c) || c < 0) return invalidArgument(where + " has a negative or NaN cost");
   }

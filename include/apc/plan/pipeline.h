@@ -51,8 +51,7 @@ Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec);
 Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text);
 
 struct BuiltProblem {
-  std::vector<strategy::NodeStrategies> strategies;
-  solver::GraphProblem gp;
+  solver::GraphProblem gp;  // its `strategies` are the enumerated ones
   /// Ops without a sharding rule (they got the Replicate-only strategy), sorted.
   std::vector<std::string> fallback_ops;
   /// How many edges the spec's prefetch discount scaled (0 without one).

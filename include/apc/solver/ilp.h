@@ -21,9 +21,10 @@
 // The problem is built in memory and solved in-process (no files). The LP relaxation is solved
 // first with Clp's dual simplex and, when integral in x, is the answer; CBC runs only otherwise.
 // Performance comes mostly from what reaches this program: solveGraphProblem's exact reduction
-// (lib/solver/solve_graph_problem.cpp) fixes the strategies the memory row (e) rules out, and a tight budget
-// (the default 1/world size) leaves every parameter with a constant memory, so the row drops out
-// and the parameters are eliminated before the ILP (llama3_8b 8x8: 18 nodes, an integral LP).
+// (lib/solver/solve_graph_problem.cpp) fixes the strategies the memory row (e) rules out, and a
+// tight budget (the default 1/world size) leaves every parameter with a constant memory, so the row
+// drops out and the parameters are eliminated before the ILP (llama3_8b 8x8: 18 nodes, an integral
+// LP).
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -64,6 +64,8 @@ class CostTable {
     return *values_;
   }
   void push_back(double x) { mutableValues().push_back(x); }
+  /// The same for tables that share their values (for work done once per distinct table).
+  const void* identity() const { return values_.get(); }
   void pop_back() { mutableValues().pop_back(); }
   bool operator==(const CostTable& o) const {
     return values_ == o.values_ || values() == o.values();
