@@ -585,13 +585,12 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
     if (clusters > 0 && options.prove_cluster && options.chain) {
       auto t0 = std::chrono::steady_clock::now();
       chain = detail::chainBound(full, rep, instance, cluster, options.solver, t0);
-      if (chain.bound && !chain.choice.empty() &&
-          chain.objective <= *chain.bound + 1e-9 * std::max(1.0, std::fabs(*chain.bound))) {
+      auto chainSolution = [&](const char* status, const char* check) {
         Solution s;
         s.choice = std::move(chain.choice);
         s.objective = chain.objective;
         s.bound = std::min(*chain.bound, chain.objective);
-        s.status = "optimal";
+        s.status = status;
         s.variables = chain.variables;
         s.constraints = chain.constraints;
         s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -600,10 +599,18 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
           stats->edges_after = chain.edges_left;
           stats->strategies_after = chain.strategies_left;
           stats->folded_bound = chain.bound;
-          stats->cluster_check = "the chain relaxation's plan meets its bound";
+          stats->cluster_check = check;
           stats->cluster_check_seconds = s.seconds;
         }
         return s;
+      };
+      if (chain.bound && std::isfinite(chain.objective)) {
+        if (chain.objective <= *chain.bound + 1e-9 * std::max(1.0, std::fabs(*chain.bound)))
+          return chainSolution("optimal", "the chain relaxation's plan meets its bound");
+        // No time left for the tied problem: this plan, with its proven gap.
+        if (secondsLeft(options.solver, t0) <= 0)
+          return chainSolution(kTimeLimitStatus,
+                               "the chain relaxation's plan, not proven (time limit)");
       }
     }
     if (clusters > 0) {

@@ -367,6 +367,36 @@ TEST(TimeLimit, ExpiredDeadlineGivesTheBestPlanWithItsGap) {
   EXPECT_NE(stats.cluster_check.find("not proven"), std::string::npos) << stats.cluster_check;
 }
 
+// Past the deadline, a chain whose relaxation's plan does not meet its bound gets that plan (the
+// first plan made) with status time_limit and the relaxation's bound: no tied problem is solved.
+TEST(TimeLimit, ExpiredDeadlineGivesTheChainPlanWithItsGap) {
+  std::mt19937 rng(5);
+  int chain_plans = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    GraphProblem gp = randomChain(rng, 5, false, 1);
+    auto brute = bruteForce(gp.problem);
+    SolveGraphOptions o;
+    o.solver.deadline = std::chrono::steady_clock::now();
+    ReductionStats stats;
+    auto s = solveGraphProblem(gp, o, &stats);
+    ASSERT_EQ(brute.ok(), s.ok()) << "trial " << trial;
+    if (!s.ok()) continue;
+    const double tol = 1e-9 * std::max(1.0, brute->objective);
+    EXPECT_GE(s->objective, brute->objective - tol) << "trial " << trial;
+    EXPECT_LE(s->bound, brute->objective + tol) << "trial " << trial;
+    EXPECT_DOUBLE_EQ(evaluate(gp.problem, s->choice), s->objective);
+    if (stats.cluster_check == "the chain relaxation's plan, not proven (time limit)") {
+      ++chain_plans;
+      EXPECT_EQ(s->status, kTimeLimitStatus) << "trial " << trial;
+      EXPECT_LT(s->bound, s->objective) << "trial " << trial;
+    } else if (stats.cluster_check == "the chain relaxation's plan meets its bound") {
+      EXPECT_EQ(s->status, "optimal") << "trial " << trial;
+      EXPECT_NEAR(s->objective, brute->objective, tol) << "trial " << trial;
+    }
+  }
+  EXPECT_GE(chain_plans, 1);
+}
+
 TEST(TimeLimit, StartKeptWhenTheLpHasNoTime) {
   Problem p;
   ProblemNode a, b, c;
