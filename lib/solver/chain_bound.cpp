@@ -398,6 +398,12 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
   if (reduced.nodes.empty()) {
     out.bound = r.constant() + constant;
   } else {
+    // Without a folded chain, a remainder is about the tied problem, which the caller solves
+    // next anyway: no ILP twice.
+    if (out.chains == 0) {
+      out.why = "no chain to fold, and the relaxation does not reduce";
+      return out;
+    }
     if (programColumns(reduced) > kMaxColumns) {
       out.why = "the relaxation's remainder is too large";
       return out;

@@ -20,7 +20,16 @@
 // the min-plus power T^m, computed by repeated squaring over T's classes; R keeps the first and
 // last instance of each chain and puts one edge of table T^m between out_0 and out_{L-2}. R is then
 // reduced and, when something remains, solved by the ILP; its optimum (or the ILP's proven bound)
-// is the bound. R's size is that of two layers, whatever the number of layers.
+// is the bound. R's size is that of two layers, whatever the number of layers. Tied layers too
+// few to fold (2 or 3) are kept whole; their shared nodes are split all the same, and R is then
+// used only when it reduces to nothing (else its ILP would be the tied problem's, solved next).
+// The reductions run to the end whatever the deadline: they make the first plan, as the first
+// LP of a solve does.
+//
+// The plan: R's optimum expanded (instances 0 and L-1, everything outside the chains), out_1 ..
+// out_{m-1} by a dynamic program along T from R's out_0 to R's out_{L-2}, and each middle
+// instance by T's back-substitutions given its two ends; each split node takes its original's
+// choice. Its objective on the problem is >= the bound; equal, it is optimal.
 //
 // Exact when the layers agree on the copied nodes (every layer of a plan that meets the bound
 // wants the same rope-table placement), else smaller than the optimum: the check then goes on
