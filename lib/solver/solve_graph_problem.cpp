@@ -119,6 +119,53 @@ constexpr size_t kMaxCheckColumns = 3'000'000;
 /// A rough cost of building and loading the LP, per column (llama3_405b 8x8: 1.9 M columns, about
 /// 2 s): the check does not start an LP it could not even build before the deadline.
 constexpr double kBuildSecondsPerColumn = 1e-6;
+/// A rough time of the LP relaxation per column (hf_llama_tiny on 2x2x2: 618 k columns, 15 s on a
+/// loaded core): below this much time left, the first solve starts from greedyPlan().
+constexpr double kLpSecondsPerColumn = 2e-5;
+
+/// A plan of `p` by coordinate descent: each node in turn takes its cheapest strategy given its
+/// neighbours' (from the cheapest alone), until none changes (at most 100 rounds). Empty when the
+/// result is infeasible (a forbidden pair, the memory row). A first plan when the LP has no time.
+std::vector<uint32_t> greedyPlan(const Problem& p) {
+  const size_t n = p.nodes.size();
+  std::vector<std::vector<std::pair<uint32_t, bool>>> incident(n);  // (edge, v is its source)
+  for (uint32_t i = 0; i < p.edges.size(); ++i) {
+    incident[p.edges[i].src].push_back({i, true});
+    incident[p.edges[i].dst].push_back({i, false});
+  }
+  std::vector<uint32_t> x(n, 0);
+  for (size_t v = 0; v < n; ++v) {
+    const std::vector<double>& c = p.nodes[v].costs;
+    x[v] = static_cast<uint32_t>(std::min_element(c.begin(), c.end()) - c.begin());
+  }
+  auto local = [&](size_t v, uint32_t s) {
+    double total = p.nodes[v].costs[s];
+    for (auto [i, is_src] : incident[v]) {
+      const ProblemEdge& e = p.edges[i];
+      const size_t nt = p.nodes[e.dst].numStrategies();
+      total += is_src ? e.cost(s, x[e.dst], nt) : e.cost(x[e.src], s, nt);
+    }
+    return total;
+  };
+  for (int round = 0; round < 100; ++round) {
+    bool changed = false;
+    for (size_t v = 0; v < n; ++v) {
+      double best = local(v, x[v]);
+      for (uint32_t s = 0; s < p.nodes[v].numStrategies(); ++s) {
+        double c = local(v, s);
+        if (c < best - 1e-12 * std::max(1.0, std::fabs(best))) {
+          best = c;
+          x[v] = s;
+          changed = true;
+        }
+      }
+    }
+    if (!changed) break;
+  }
+  if (!std::isfinite(evaluate(p, x))) return {};
+  return x;
+}
+
 /// The folded bound keeps this many instances at each end of a chain of tied layers unfolded.
 constexpr uint32_t kFoldBoundary = 1;
 
@@ -635,7 +682,14 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   if (reduced.nodes.empty()) {
     s.status = "optimal";
   } else {
-    auto r = solve(reduced, options.solver);
+    // With too little time left for its LP, the solve starts from a greedy plan, which it returns
+    // (status time_limit, with a proven bound) when the LP does not finish in time; otherwise
+    // the LP runs to the end, as a first plan needs.
+    std::vector<uint32_t> start;
+    if (secondsLeft(options.solver, std::chrono::steady_clock::now()) <
+        kLpSecondsPerColumn * static_cast<double>(programColumns(reduced)))
+      start = greedyPlan(reduced);
+    auto r = start.empty() ? solve(reduced, options.solver) : solve(reduced, options.solver, start);
     // The reduced problem has the pins applied already; the full problem names the guilty group.
     if (!r.ok() && r.error().code() == ErrorCode::kInfeasible) return solve(full, options.solver);
     if (!r.ok()) return r.error();

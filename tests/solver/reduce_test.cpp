@@ -397,6 +397,33 @@ TEST(TimeLimit, ExpiredDeadlineGivesTheChainPlanWithItsGap) {
   EXPECT_GE(chain_plans, 1);
 }
 
+// With no time left for the LP, the first solve starts from a greedy plan and returns it: a
+// feasible plan, status time_limit, a bound below the optimum (before, the LP ran to the end).
+TEST(TimeLimit, NoTimeForTheLpGivesAGreedyPlan) {
+  std::mt19937 rng(3);
+  int greedy = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    GraphProblem gp;
+    gp.problem = plantedProblem(rng, 6, 0, false);  // a random DAG: not all of it eliminates
+    auto brute = bruteForce(gp.problem);
+    if (!brute.ok()) continue;
+    SolveGraphOptions o;
+    o.cluster = false;
+    o.solver.deadline = std::chrono::steady_clock::now();
+    auto s = solveGraphProblem(gp, o);
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    const double tol = 1e-9 * std::max(1.0, brute->objective);
+    EXPECT_DOUBLE_EQ(evaluate(gp.problem, s->choice), s->objective);
+    EXPECT_GE(s->objective, brute->objective - tol);
+    EXPECT_LE(s->bound, brute->objective + tol);
+    if (s->status == kTimeLimitStatus)
+      ++greedy;
+    else
+      EXPECT_EQ(s->status, "optimal");  // everything eliminated: no LP at all
+  }
+  EXPECT_GE(greedy, 1);
+}
+
 TEST(TimeLimit, StartKeptWhenTheLpHasNoTime) {
   Problem p;
   ProblemNode a, b, c;
