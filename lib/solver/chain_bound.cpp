@@ -86,16 +86,15 @@ bool sameTable(const ProblemEdge& a, const ProblemEdge& b) {
 
 ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
                       const std::vector<uint32_t>& instance, const std::vector<uint32_t>& cluster,
-                      const SolverOptions& so, std::chrono::steady_clock::time_point t0) {
+                      const SolverOptions& so) {
   ChainBound out;
   const size_t n = full.nodes.size();
-  std::vector<std::vector<uint32_t>> keep = allowedStrategies(full);
-  dropByMemory(full, keep);
-  for (const auto& k : keep)
-    if (k.empty()) {
-      out.why = "a node has no feasible strategy";
-      return out;
-    }
+  auto feasible = feasibleStrategies(full);
+  if (!feasible) {
+    out.why = "a node has no feasible strategy";
+    return out;
+  }
+  std::vector<std::vector<uint32_t>> keep = std::move(*feasible);
 
   // --- The chains: clusters of at least kMinInstances tied instances. --------------------------
   uint32_t clusters = 0;

@@ -65,6 +65,6 @@ struct ChainBound {
 /// repeatedLayerRepresentatives; chains of fewer than four tied instances are not folded.
 ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
                       const std::vector<uint32_t>& instance, const std::vector<uint32_t>& cluster,
-                      const SolverOptions& so, std::chrono::steady_clock::time_point t0);
+                      const SolverOptions& so);
 
 }  // namespace apc::solver::detail

@@ -62,6 +62,14 @@ void dropByMemory(const Problem& p, std::vector<std::vector<uint32_t>>& keep) {
   }
 }
 
+std::optional<std::vector<std::vector<uint32_t>>> feasibleStrategies(const Problem& p) {
+  std::vector<std::vector<uint32_t>> keep = allowedStrategies(p);
+  dropByMemory(p, keep);
+  for (const auto& k : keep)
+    if (k.empty()) return std::nullopt;
+  return keep;
+}
+
 Reducer::Reducer(const Problem& p, ReducerOptions options)
     : p_(p), frozen_(std::move(options.frozen)) {
   size_t n = p.nodes.size();

@@ -41,6 +41,10 @@ std::vector<std::vector<uint32_t>> allowedStrategies(const Problem& p);
 /// Step 1b's drops (see the file comment): narrows `keep` to a fixed point.
 void dropByMemory(const Problem& p, std::vector<std::vector<uint32_t>>& keep);
 
+/// Steps 1 and 1b together: per node, the strategies a feasible choice may use; nullopt when a
+/// node has none left.
+std::optional<std::vector<std::vector<uint32_t>>> feasibleStrategies(const Problem& p);
+
 struct ReducerOptions {
   // Nodes never eliminated nor pruned (the folded bound's nodes with linked edges); empty = none.
   std::vector<bool> frozen;

@@ -106,8 +106,7 @@ namespace apc::solver {
 
 namespace {
 
-using detail::allowedStrategies;
-using detail::dropByMemory;
+using detail::feasibleStrategies;
 using detail::Reducer;
 using detail::ReducerOptions;
 using detail::Table;
@@ -183,13 +182,12 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
                         const SolverOptions& so, std::chrono::steady_clock::time_point t0) {
   FoldedBound out;
   const size_t n = full.nodes.size();
-  std::vector<std::vector<uint32_t>> keep = allowedStrategies(full);
-  dropByMemory(full, keep);
-  for (const auto& k : keep)
-    if (k.empty()) {
-      out.why = "a node has no feasible strategy";
-      return out;
-    }
+  auto feasible = feasibleStrategies(full);
+  if (!feasible) {
+    out.why = "a node has no feasible strategy";
+    return out;
+  }
+  std::vector<std::vector<uint32_t>> keep = std::move(*feasible);
   // Folded nodes: one per middle instance class of a representative, one per other node.
   std::vector<uint32_t> count(n, 0);
   for (uint32_t v = 0; v < n; ++v) ++count[rep[v]];
@@ -631,7 +629,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
     // 3a); then no clustered solve is needed.
     if (clusters > 0 && options.prove_cluster && options.chain) {
       auto t0 = std::chrono::steady_clock::now();
-      chain = detail::chainBound(full, rep, instance, cluster, options.solver, t0);
+      chain = detail::chainBound(full, rep, instance, cluster, options.solver);
       auto chainSolution = [&](const char* status, const char* check) {
         Solution s;
         s.choice = std::move(chain.choice);
