@@ -6,7 +6,8 @@
 // PrefixStore named after its ranks. Every rank creates only its own groups; since all ranks walk
 // the dims in the same order, each group is set up by all its members at the same step. A group of
 // one rank needs no communication (a local communicator); on a 1-d mesh the world group is the
-// group of dim 0. A single process (world size 1) opens no store at all.
+// group of dim 0. A single process (world size 1) opens no store at all. A closing store barrier
+// ends the set-up: no rank returns (and may exit) while a peer is still connecting to it.
 //
 // Rendezvous: rank 0 serves the store without waiting for the others in its constructor (a port
 // that another process holds fails at once) and writes the job id under "apc/owner"; every other
@@ -64,6 +65,32 @@ void waitForMembers(c10d::Store& store, const std::string& name, int index, int 
         detail::describeFailure(name, "group set-up", e.what_without_backtrace(), timeout));
   } catch (const std::exception& e) {
     throw CommError(detail::describeFailure(name, "group set-up", e.what(), timeout));
+  }
+}
+
+/// The closing barrier of World::create: no rank returns before every rank has set up all its
+/// groups, and rank 0, which serves the store, returns last. Without it a rank that finished early
+/// and exited (or went on to fail) closed its sockets under a peer whose Gloo handshake with it was
+/// still in flight ("Connection closed by peer" in connectFullMesh). Two counters, so the store
+/// holds O(1) keys at any world size.
+void awaitSetupDone(c10d::Store& store, const std::string& prefix, int rank, int size,
+                    std::chrono::milliseconds timeout) {
+  const std::string name = "world set-up";
+  try {
+    if (store.add(prefix + "ready", 1) == size)
+      store.set(prefix + "ready/all", std::vector<uint8_t>{1});
+    store.wait({prefix + "ready/all"}, timeout);
+    if (rank != 0) {
+      if (store.add(prefix + "left", 1) == size - 1)
+        store.set(prefix + "left/all", std::vector<uint8_t>{1});
+    } else {
+      store.wait({prefix + "left/all"}, timeout);
+    }
+  } catch (const c10::Error& e) {
+    throw CommError(
+        detail::describeFailure(name, "closing barrier", e.what_without_backtrace(), timeout));
+  } catch (const std::exception& e) {
+    throw CommError(detail::describeFailure(name, "closing barrier", e.what(), timeout));
   }
 }
 
@@ -362,6 +389,8 @@ Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh:
     for (size_t d = 0; d < mesh.ndim(); ++d)
       world->dims_.push_back(make(static_cast<int>(d), mesh.groupOf(env.rank, d)));
     if (mesh.ndim() != 1) world->world_group_ = make(-1, all_ranks);
+    awaitSetupDone(*world->store_, "apc/" + job + "/setup/", env.rank, env.world_size,
+                   options.setup_timeout);
   } catch (const CommError& e) {
     return ioError(e.what());
   }
