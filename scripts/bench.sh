@@ -4,7 +4,8 @@
 # and the goal of issue 12 where there is one (figures only; correctness lives in the tests).
 # Usage: scripts/bench.sh [MODEL[:MESH[:BATCH]] ...]
 #   default: the goal cases (llama3_8b and llama3_405b on 8x8, 2x2x2, 8x8x8; a 4-d mesh; the
-#   layer-scaling pair llama_small_4l / llama_small at equal dims)
+#   layer-scaling pairs at equal dims: llama_small_4l / llama_small, and llama3_8b against a
+#   126-layer copy made here, build/bench/llama3_8b_126l.pt; APC_BENCH_NO_DEPTH=1 skips that pair)
 #   APC_SAMPLES: where the .pt2 samples are (default sample_models/out; llama3_405b.pt2 comes from
 #   `sample_models/generate.py --only llama3_405b`, about 7 minutes)
 #   APC_BENCH_TIME_LIMIT: --time-limit (default 120); APC_BENCH_LOG=1 also prints each summary
@@ -29,7 +30,9 @@ goal() {  # goal text for model:mesh
 }
 
 cases=("$@")
+DEFAULT_CASES=0
 if [ ${#cases[@]} -eq 0 ]; then
+  DEFAULT_CASES=1
   cases=(llama3_8b:8x8 llama3_8b:2x2x2 llama3_8b:8x8x8:64 llama3_405b:8x8 llama3_405b:8x8x8:64
          llama_tiny:2x2x4x8 llama_small_4l:8x8 llama_small:8x8 llama_small_4l:2x2x2 llama_small:2x2x2)
 fi
@@ -38,14 +41,15 @@ echo "load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cpus"
 printf "%-14s %-9s %-6s %8s %8s %9s  %-10s %-8s %s\n" model mesh batch wall_s solve_s rss_mib status gap \
   "goal | problem"
 declare -A WALL SOLVE
-for c in "${cases[@]}"; do
-  IFS=: read -r model mesh batch <<<"$c"
-  mesh=${mesh:-8x8}
-  file="$SAMPLES/$model.pt2"
-  [ -f "$file" ] || { printf "%-14s %-9s missing %s\n" "$model" "$mesh" "$file"; continue; }
-  args=(plan "$file" --mesh "$mesh" -o "$OUT/plan.json" --time-limit "${APC_BENCH_TIME_LIMIT:-120}")
-  [ -n "${batch:-}" ] && args+=(--input "tokens:i64[$batch,128]")
+# bench_one LABEL FILE MESH [BATCH]: one `apc plan` run, one line; WALL/SOLVE[LABEL:MESH] set.
+bench_one() {
+  local model=$1 file=$2 mesh=$3 batch=${4:-}
+  [ -f "$file" ] || { printf "%-14s %-9s missing %s\n" "$model" "$mesh" "$file"; return 0; }
+  local args=(plan "$file" --mesh "$mesh" -o "$OUT/plan.json" --time-limit "${APC_BENCH_TIME_LIMIT:-120}")
+  # A TorchScript file records no input shape: the samples' tokens, batch 8 unless given.
+  if [ -n "$batch" ] || [[ "$file" == *.pt ]]; then args+=(--input "tokens:i64[${batch:-8},128]"); fi
   if /usr/bin/time -v -o "$OUT/time" "$APC" "${args[@]}" >"$OUT/log" 2>&1; then
+    local wall rss status gap sizes solve
     wall=$(awk -F': ' '/Elapsed/ {n = split($2, t, ":"); s = 0; for (i = 1; i <= n; i++) s = s * 60 + t[i]; print s}' "$OUT/time")
     rss=$(awk -F': ' '/Maximum resident/ {printf "%.0f", $2 / 1024}' "$OUT/time")
     status=$(sed -n 's/^solver: \([^,]*\),.*/\1/p' "$OUT/log")
@@ -60,6 +64,11 @@ for c in "${cases[@]}"; do
   else
     printf "%-14s %-9s apc plan failed: %s\n" "$model" "$mesh" "$(tail -1 "$OUT/log")"
   fi
+  return 0
+}
+for c in "${cases[@]}"; do
+  IFS=: read -r model mesh batch <<<"$c"
+  bench_one "$model" "$SAMPLES/$model.pt2" "${mesh:-8x8}" "${batch:-}"
 done
 # Cost that follows unique layers: the same model shape with twice the layers.
 for mesh in 8x8 2x2x2; do
@@ -67,8 +76,31 @@ for mesh in 8x8 2x2x2; do
   [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v m="$mesh" \
     'BEGIN { printf "layers 8 vs 4 on %s: %.2fx the time (goal for 126 vs 32 layers: <= 1.5x)\n", m, b / a }'
 done
-# 126 against 32 layers (llama3_405b against llama3_8b; wider too, so the build grows with the
-# dims): the solve phase after the graph problem is built.
+# 126 against 32 layers at equal dims: llama3_8b (TorchScript) against the same model with the
+# 405B's 126 layers, a TorchScript file made here once (stub weights, about 10 s of Python).
+if [ "$DEFAULT_CASES" = 1 ] && [ -z "${APC_BENCH_NO_DEPTH:-}" ]; then
+  deep="$BUILD_DIR/bench/llama3_8b_126l.pt"
+  if [ ! -f "$deep" ] && [ -x .venv/bin/python3 ]; then
+    mkdir -p "$(dirname "$deep")"
+    .venv/bin/python3 - "$deep" >/dev/null <<'EOF'
+import dataclasses, sys, torch
+sys.path.insert(0, "sample_models")
+import generate as G, models as M
+cfg = dataclasses.replace(M.LLAMA3_8B, n_layers=126)
+torch.jit.script(G._stub(M.Llama, cfg)()).save(sys.argv[1] + ".tmp")
+EOF
+    mv "$deep.tmp" "$deep"
+  fi
+  for c in 8x8: 8x8x8:64; do
+    IFS=: read -r mesh batch <<<"$c"
+    bench_one llama3_8b.pt "$SAMPLES/llama3_8b.pt" "$mesh" "$batch"
+    bench_one llama3_8b_126l "$deep" "$mesh" "$batch"
+    a=${WALL[llama3_8b.pt:$mesh]:-} b=${WALL[llama3_8b_126l:$mesh]:-}
+    [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v m="$mesh" \
+      'BEGIN { printf "126 vs 32 layers, equal dims, on %s: %.2fx the time (%.2f s vs %.2f s; goal <= 1.5x)\n", m, b / a, b, a }'
+  done
+fi
+# The solve phase, llama3_405b (126 layers, wider) against llama3_8b.
 for mesh in 8x8 8x8x8; do
   a=${SOLVE[llama3_8b:$mesh]:-} b=${SOLVE[llama3_405b:$mesh]:-}
   [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v m="$mesh" \

@@ -44,8 +44,7 @@ Expected<Pt2Archive> Pt2Archive::open(const std::string& path) {
   try {
     a.reader_ = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception& e) {
-    return parseError("'" + path + "' is not a readable model archive (" +
-                      torchErrorLine(e.what()) + ")");
+    return parseError("'" + path + "' is not a readable model archive (" + torchErrorLine(e) + ")");
   }
   return a;
 }
@@ -72,8 +71,7 @@ Expected<std::pair<at::DataPtr, size_t>> Pt2Archive::bytes(const std::string& re
     auto [data, size] = reader_->getRecord(record);
     return std::make_pair(std::move(data), size);
   } catch (const std::exception& e) {
-    return parseError("'" + path_ + "': cannot read " + record + " (" + torchErrorLine(e.what()) +
-                      ")");
+    return parseError("'" + path_ + "': cannot read " + record + " (" + torchErrorLine(e) + ")");
   }
 }
 

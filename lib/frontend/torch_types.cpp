@@ -25,6 +25,12 @@ std::string torchErrorLine(const std::string& what) {
   return std::string(trim(line));
 }
 
+std::string torchErrorLine(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e))
+    return torchErrorLine(std::string(c10_error->what_without_backtrace()));
+  return torchErrorLine(std::string(e.what()));
+}
+
 std::string tensorIdentity(const at::Tensor& t) {
   std::string key;
   const void* data = t.has_storage() ? t.storage().data() : nullptr;

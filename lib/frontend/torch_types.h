@@ -28,6 +28,10 @@ namespace apc::frontend {
 /// For an error raised inside TorchScript code ("The following operation failed in the TorchScript
 /// interpreter." and a traceback), the message of its cause instead.
 std::string torchErrorLine(const std::string& what);
+/// The same for a caught exception. A c10::Error is read without its backtrace: what() symbolizes
+/// the C++ stack (a dladdr scan of libtorch's symbols per frame, about 0.3 s a call), which the
+/// importers' fall-backs (a meta kernel that throws, then a shape function) would pay per node.
+std::string torchErrorLine(const std::exception& e);
 
 /// Identity of a weight tensor: tied parameters share storage and geometry (dtype, sizes,
 /// strides, storage offset), so they get the same key.

@@ -509,7 +509,7 @@ class Importer {
       node->getOperation()(stack);
       return Status::success();
     } catch (const std::exception& e) {
-      first_error = torchErrorLine(e.what());
+      first_error = torchErrorLine(e);
     }
     stack = std::move(saved);
     if (runHandShapeRule(node, stack)) return Status::success();
@@ -625,7 +625,7 @@ class Importer {
       tj::InterpreterState state(*code);
       state.run(shape_stack);
     } catch (const std::exception& e) {
-      return unsupported("shape function failed" + where(node) + ": " + torchErrorLine(e.what()));
+      return unsupported("shape function failed" + where(node) + ": " + torchErrorLine(e));
     }
     if (shape_stack.empty()) return false;
     at::ScalarType dtype = inferDtype(node, args);
@@ -802,8 +802,8 @@ Expected<Loaded> loadArchive(const std::string& path) {
   try {
     l.module = tj::load(path, c10::nullopt, extra);
   } catch (const std::exception& e) {
-    return parseError("'" + path + "' is not a readable TorchScript archive (" +
-                      torchErrorLine(e.what()) + ")");
+    return parseError("'" + path + "' is not a readable TorchScript archive (" + torchErrorLine(e) +
+                      ")");
   }
   auto method = l.module.find_method("forward");
   if (!method) return unsupported("'" + path + "' has no forward method");
@@ -931,7 +931,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
     tj::Inline(*graph);
     tj::EliminateDeadCode(graph);
   } catch (const std::exception& e) {
-    return unsupported("cannot inline the forward of '" + path + "': " + torchErrorLine(e.what()));
+    return unsupported("cannot inline the forward of '" + path + "': " + torchErrorLine(e));
   }
   if (timings) timings->inline_s = secondsSince(t1);
 
@@ -941,7 +941,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
     try {
       return importer.run(graph);
     } catch (const std::exception& e) {
-      return unsupported("import failed: " + torchErrorLine(e.what()));
+      return unsupported("import failed: " + torchErrorLine(e));
     }
   };
   Expected<ir::Graph> g = interpret(inputs);

@@ -46,8 +46,8 @@ Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
   try {
     module = torch::jit::load(path);
   } catch (const std::exception& e) {
-    return parseError("'" + path + "' is not a readable TorchScript archive (" +
-                      torchErrorLine(e.what()) + ")");
+    return parseError("'" + path + "' is not a readable TorchScript archive (" + torchErrorLine(e) +
+                      ")");
   }
   NamedTensors out;
   std::set<std::string> seen;
@@ -64,8 +64,7 @@ Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
       torch::jit::EliminateDeadCode(graph);
       collectConstants(graph->block(), out);
     } catch (const std::exception& e) {
-      return unsupported("cannot inline the forward of '" + path +
-                         "': " + torchErrorLine(e.what()));
+      return unsupported("cannot inline the forward of '" + path + "': " + torchErrorLine(e));
     }
   }
   return out;
@@ -226,7 +225,7 @@ Expected<NamedTensors> loadModelState(const std::string& path) {
     if (f == ModelFormat::kExportedProgram) return loadExportedState(path);
     return loadTorchScriptState(path);
   } catch (const std::exception& e) {
-    return parseError("'" + path + "': cannot read its weights (" + torchErrorLine(e.what()) + ")");
+    return parseError("'" + path + "': cannot read its weights (" + torchErrorLine(e) + ")");
   }
 }
 

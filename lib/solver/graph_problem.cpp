@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -259,10 +260,9 @@ namespace {
 /// sinks (output placements, the final reduction of Partial free outputs, pins) and the memory
 /// row.
 struct GraphProblemBuilder {
-  /// `take`: the strategies may be moved from (the caller gave them up).
   GraphProblemBuilder(const ir::Graph& graph, const std::vector<strategy::NodeStrategies>& all,
-                      const mesh::Spec& s, bool take)
-      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh), take(take) {
+                      const mesh::Spec& s)
+      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh) {
     for (const auto& ns : all) op_strategies[ns.node.v] = &ns;
   }
 
@@ -274,7 +274,21 @@ struct GraphProblemBuilder {
   Status addPinSinks();
   void addMemoryRow();
   /// Appends a sink node fed by `e` (its dst is set here) with `strategies`.
-  void addSink(ProblemNode sink, ProblemEdge e, std::vector<strategy::Strategy> strategies);
+  void addSink(ProblemNode sink, ProblemEdge e, strategy::StrategyList strategies);
+  using Out = std::optional<PlacementTuple>;
+  /// The placement classes of an edge from output `out` of a node with `src` to input `in` of one
+  /// with `dst`: per strategy its class, per class its placement(s), and the classes' part of the
+  /// class-cost key. Pointers into the lists, which the problem keeps.
+  struct EdgeClasses {
+    std::vector<uint32_t> src_class, dst_class;
+    std::vector<const Out*> froms;
+    std::vector<std::pair<const Out*, PlacementTuple>> tos;  // (input placement, gradient)
+    std::vector<uint32_t> key;
+  };
+  const EdgeClasses& edgeClasses(const strategy::StrategyList& src, uint32_t out,
+                                 const strategy::StrategyList& dst, uint32_t in);
+  /// The strategies of a leaf (input, parameter, buffer) of tensor `t`: one list per shape.
+  strategy::StrategyList leafStrategies(const ir::TensorMeta& t);
 
   const ir::Graph& g;
   const mesh::Spec& spec;
@@ -282,16 +296,69 @@ struct GraphProblemBuilder {
   const cost::Precision precision;
   EdgePricer pricer;
   std::map<uint32_t, const strategy::NodeStrategies*> op_strategies;
-  const bool take;
   std::vector<ResolvedPin> pins;
   GraphProblem gp;
-  std::map<uint32_t, uint32_t> problem_of;                          // graph node -> problem node
-  std::vector<std::pair<ir::ValueId, PlacementTuple>> constrained;  // output leaves placed
-  std::vector<ir::ValueId> free_leaves;                             // and left free
+  std::map<uint32_t, uint32_t> problem_of;                            // graph node -> problem node
+  std::vector<std::pair<ir::ValueId, PlacementTuple>> constrained;    // output leaves placed
+  std::vector<ir::ValueId> free_leaves;                               // and left free
+  std::map<std::vector<int64_t>, strategy::StrategyList> leaf_lists;  // by tensor sizes
+  // By (source list, output, destination list, input); lists by identity, which the problem keeps.
+  std::map<std::tuple<const void*, uint32_t, const void*, uint32_t>, EdgeClasses> edge_classes;
 };
 
+const GraphProblemBuilder::EdgeClasses& GraphProblemBuilder::edgeClasses(
+    const strategy::StrategyList& src, uint32_t out, const strategy::StrategyList& dst,
+    uint32_t in) {
+  auto [it, fresh] =
+      edge_classes.try_emplace(std::make_tuple(src.identity(), out, dst.identity(), in));
+  EdgeClasses& c = it->second;
+  if (!fresh) return c;
+  c.src_class.resize(src.size());
+  c.dst_class.resize(dst.size());
+  {
+    std::map<Out, uint32_t> seen;
+    for (size_t s = 0; s < src.size(); ++s) {
+      const Out& from = src[s].outputs.at(out);
+      auto [at, is_new] = seen.emplace(from, static_cast<uint32_t>(c.froms.size()));
+      if (is_new) c.froms.push_back(&from);
+      c.src_class[s] = at->second;
+    }
+  }
+  {
+    std::map<std::pair<Out, PlacementTuple>, uint32_t> seen;
+    for (size_t t = 0; t < dst.size(); ++t) {
+      const Out& to = dst[t].inputs[in];
+      PlacementTuple grad = to ? gradientPlacement(dst[t], in) : PlacementTuple{};
+      auto [at, is_new] =
+          seen.emplace(std::make_pair(to, grad), static_cast<uint32_t>(c.tos.size()));
+      if (is_new) c.tos.emplace_back(&to, std::move(grad));
+      c.dst_class[t] = at->second;
+    }
+  }
+  c.key.push_back(UINT32_MAX);
+  for (const Out* from : c.froms) c.key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
+  c.key.push_back(UINT32_MAX);
+  for (const auto& [to, grad] : c.tos) {
+    c.key.push_back(*to ? pricer.tupleId(**to) + 1 : 0);
+    c.key.push_back(pricer.tupleId(grad));
+  }
+  return c;
+}
+
+strategy::StrategyList GraphProblemBuilder::leafStrategies(const ir::TensorMeta& t) {
+  std::vector<int64_t> sizes;
+  for (const ir::Dim& d : t.shape) sizes.push_back(d.size);
+  auto [it, fresh] = leaf_lists.try_emplace(std::move(sizes));
+  if (fresh) {
+    std::vector<strategy::Strategy> list;
+    for (const PlacementTuple& p : leafPlacements(t, m)) list.push_back(leafStrategy(p));
+    it->second = std::move(list);
+  }
+  return it->second;
+}
+
 void GraphProblemBuilder::addSink(ProblemNode sink, ProblemEdge e,
-                                  std::vector<strategy::Strategy> strategies) {
+                                  strategy::StrategyList strategies) {
   e.dst = static_cast<uint32_t>(gp.problem.nodes.size());
   gp.problem.nodes.push_back(std::move(sink));
   gp.graph_nodes.emplace_back();
@@ -305,23 +372,21 @@ Status GraphProblemBuilder::addNodes() {
   for (const ir::Node& n : g.nodes()) {
     ProblemNode pn;
     pn.name = n.name.empty() ? n.qualifiedOp() + " #" + std::to_string(n.id.v) : n.name;
-    std::vector<strategy::Strategy> strats;
+    strategy::StrategyList strats;
     if (n.kind == ir::NodeKind::kOp) {
       auto it = op_strategies.find(n.id.v);
       if (it == op_strategies.end() || it->second->strategies.empty()) continue;
-      if (take)  // buildGraphProblem's rvalue overload: the vector is the caller's, not const
-        strats = std::move(const_cast<strategy::NodeStrategies*>(it->second)->strategies);
-      else
-        strats = it->second->strategies;
+      strats = it->second->strategies;
       for (const auto& s : strats) pn.costs.push_back(s.compute_us);
     } else {
       const ir::Value& v = g.value(n.outputs.at(0));
       if (!v.tensor) continue;
-      for (const PlacementTuple& t : leafPlacements(*v.tensor, m)) {
-        strats.push_back(leafStrategy(t));
+      strats = leafStrategies(*v.tensor);
+      for (const strategy::Strategy& s : strats) {
         pn.costs.push_back(0.0);
         if (n.kind == ir::NodeKind::kParameter)
-          pn.memory.push_back(cost::localNumel(*v.tensor, t, m) * ir::dtypeBytes(v.tensor->dtype));
+          pn.memory.push_back(cost::localNumel(*v.tensor, *s.outputs[0], m) *
+                              ir::dtypeBytes(v.tensor->dtype));
       }
       if (n.kind == ir::NodeKind::kParameter)
         gp.total_param_bytes += static_cast<double>(v.tensor->bytes());
@@ -383,43 +448,18 @@ void GraphProblemBuilder::addEdges() {
       e.dst = dst;
       // The cost of a pair depends only on the producer's output placement and the consumer's
       // (input, gradient) placements: price each pair of such classes once (strategies of one
-      // node share few placements), then fill the matrix.
-      using Out = std::optional<PlacementTuple>;
-      std::vector<uint32_t> src_class(src_strats.size()), dst_class(dst_strats.size());
-      std::vector<const Out*> froms;
-      std::vector<std::pair<const Out*, PlacementTuple>> tos;  // (input placement, gradient)
-      {
-        std::map<Out, uint32_t> seen;
-        for (size_t s = 0; s < src_strats.size(); ++s) {
-          const Out& from = src_strats[s].outputs.at(v.producer_output);
-          auto [it, fresh] = seen.emplace(from, static_cast<uint32_t>(froms.size()));
-          if (fresh) froms.push_back(&from);
-          src_class[s] = it->second;
-        }
-      }
-      {
-        std::map<std::pair<Out, PlacementTuple>, uint32_t> seen;
-        for (size_t t = 0; t < dst_strats.size(); ++t) {
-          const Out& to = dst_strats[t].inputs[i];
-          PlacementTuple grad = to ? gradientPlacement(dst_strats[t], i) : PlacementTuple{};
-          auto [it, fresh] =
-              seen.emplace(std::make_pair(to, grad), static_cast<uint32_t>(tos.size()));
-          if (fresh) tos.emplace_back(&to, std::move(grad));
-          dst_class[t] = it->second;
-        }
-      }
+      // node share few placements), then fill the matrix. The classes depend only on the two
+      // strategy lists and the positions, so the nodes of shared lists (repeated layers) reuse
+      // them.
+      const EdgeClasses& cls = edgeClasses(src_strats, v.producer_output, dst_strats, i);
+      const auto& froms = cls.froms;
+      const auto& tos = cls.tos;
       // Repeated layers have equal edges: the class costs are memoized by everything they
       // depend on (tensors, regather, the placements of each class).
       std::vector<uint32_t> key;
       for (const ir::TensorMeta* meta : metas) key.push_back(pricer.metaId(*meta));
       key.push_back(regather ? 1 : 0);
-      key.push_back(UINT32_MAX);
-      for (const Out* from : froms) key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
-      key.push_back(UINT32_MAX);
-      for (const auto& [to, grad] : tos) {
-        key.push_back(*to ? pricer.tupleId(**to) + 1 : 0);
-        key.push_back(pricer.tupleId(grad));
-      }
+      key.insert(key.end(), cls.key.begin(), cls.key.end());
       auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
       if (fresh) {
         std::vector<double>& class_cost = memo_it->second.mutableValues();
@@ -486,8 +526,8 @@ void GraphProblemBuilder::addEdges() {
       }
       // Factorized (see ProblemEdge): the table over classes, never |S_src| x |S_dst|.
       e.costs = memo_it->second;
-      e.src_class = std::move(src_class);
-      e.dst_class = std::move(dst_class);
+      e.src_class = cls.src_class;
+      e.dst_class = cls.dst_class;
       e.num_dst_classes = static_cast<uint32_t>(tos.size());
       gp.problem.edges.push_back(std::move(e));
       gp.edge_input.push_back(i);
@@ -622,12 +662,10 @@ void GraphProblemBuilder::addMemoryRow() {
 
 }  // namespace
 
-namespace {
-
-Expected<GraphProblem> build(const ir::Graph& g,
-                             const std::vector<strategy::NodeStrategies>& strategies,
-                             const mesh::Spec& spec, bool take) {
-  GraphProblemBuilder b(g, strategies, spec, take);
+Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
+                                         const std::vector<strategy::NodeStrategies>& strategies,
+                                         const mesh::Spec& spec) {
+  GraphProblemBuilder b(g, strategies, spec);
   APC_ASSIGN_OR_RETURN(b.pins, resolvePins(g, spec));
   APC_RETURN_IF_ERROR(b.addNodes());
   b.addEdges();
@@ -637,20 +675,6 @@ Expected<GraphProblem> build(const ir::Graph& g,
   b.addMemoryRow();
   APC_RETURN_IF_ERROR(b.gp.problem.validate());
   return std::move(b.gp);
-}
-
-}  // namespace
-
-Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
-                                         const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec) {
-  return build(g, strategies, spec, /*take=*/false);
-}
-
-Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
-                                         std::vector<strategy::NodeStrategies>&& strategies,
-                                         const mesh::Spec& spec) {
-  return build(g, strategies, spec, /*take=*/true);
 }
 
 }  // namespace apc::solver

@@ -257,6 +257,7 @@ struct Pricer {
 
 struct Entry {
   std::vector<Strategy> strategies;
+  StrategyList shared;  // the strategies, once complete (enumerate hands this out)
   bool fallback = false;
 };
 
@@ -392,9 +393,12 @@ std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh
     if (options.use_cache) {
       std::string key = cacheKey(g, n);
       auto it = cache.find(key);
-      if (it == cache.end())
-        it = cache.emplace(std::move(key), computeEntry(c, mesh, registry, device)).first;
-      ns.strategies = it->second.strategies;
+      if (it == cache.end()) {
+        Entry e = computeEntry(c, mesh, registry, device);
+        e.shared = StrategyList(std::move(e.strategies));
+        it = cache.emplace(std::move(key), std::move(e)).first;
+      }
+      ns.strategies = it->second.shared;
       ns.fallback = it->second.fallback;
     } else {
       Entry e = computeEntry(c, mesh, registry, device);

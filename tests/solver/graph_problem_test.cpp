@@ -8,7 +8,10 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include "../ir/test_graphs.h"
+#include "../strategy/builder.h"
 #include "apc/cost/redistribute.h"
 #include "apc/solver/graph_problem.h"
 #include "apc/solver/ilp.h"
@@ -44,6 +47,46 @@ mesh::Spec specFor(std::vector<int64_t> shape, std::vector<std::string> names) {
   mesh::Spec s;
   s.mesh = *mesh::DeviceMesh::create(std::move(shape), std::move(names));
   return s;
+}
+
+TEST(GraphProblem, SharedStrategyListsBuildTheSameProblem) {
+  // enumerate's cache gives the nodes of repeated layers one shared strategy list, and the builder
+  // reuses the placement classes of the edges between shared lists. Without the cache every node
+  // has a list of its own: the problem must be the same, cost for cost.
+  ir::Graph g = strategy::testing::llamaModel(3, 8, 16, 64, 4, 2, 96, 256);
+  mesh::Spec spec = specFor({2, 2}, {"dp", "tp"});
+  auto shared = strategy::enumerate(g, spec.mesh);
+  strategy::EnumerateOptions own_lists;
+  own_lists.use_cache = false;
+  auto separate = strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), own_lists);
+  auto a = buildGraphProblem(g, shared, spec);
+  auto b = buildGraphProblem(g, separate, spec);
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  ASSERT_TRUE(b.ok()) << b.error().message();
+  std::set<const void*> lists_a, lists_b;
+  for (const auto& l : a->strategies) lists_a.insert(l.identity());
+  for (const auto& l : b->strategies) lists_b.insert(l.identity());
+  EXPECT_LT(lists_a.size(), lists_b.size() / 2) << "the layers' nodes do not share lists";
+  ASSERT_EQ(a->problem.nodes.size(), b->problem.nodes.size());
+  for (size_t n = 0; n < a->problem.nodes.size(); ++n) {
+    EXPECT_EQ(a->strategies[n], b->strategies[n]) << n;
+    EXPECT_EQ(a->problem.nodes[n].costs, b->problem.nodes[n].costs) << n;
+    EXPECT_EQ(a->problem.nodes[n].memory, b->problem.nodes[n].memory) << n;
+  }
+  ASSERT_EQ(a->problem.edges.size(), b->problem.edges.size());
+  size_t pairs = 0;
+  for (size_t k = 0; k < a->problem.edges.size(); ++k) {
+    const ProblemEdge& ea = a->problem.edges[k];
+    const ProblemEdge& eb = b->problem.edges[k];
+    ASSERT_EQ(ea.src, eb.src);
+    ASSERT_EQ(ea.dst, eb.dst);
+    size_t ns = a->problem.nodes[ea.src].costs.size(), nd = a->problem.nodes[ea.dst].costs.size();
+    for (size_t s = 0; s < ns; ++s)
+      for (size_t t = 0; t < nd; ++t, ++pairs)
+        ASSERT_EQ(ea.cost(s, t, nd), eb.cost(s, t, nd))
+            << "edge " << k << " pair " << s << "," << t;
+  }
+  EXPECT_GT(pairs, 10000u);
 }
 
 TEST(GraphProblem, LeafPlacementsPruneSmallDims) {

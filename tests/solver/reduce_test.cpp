@@ -173,7 +173,7 @@ uint32_t addNode(GraphProblem& gp, std::string name, std::vector<double> costs, 
   n.costs = std::move(costs);
   gp.problem.nodes.push_back(std::move(n));
   gp.module_paths.push_back(std::move(path));
-  gp.strategies.emplace_back(gp.problem.nodes.back().costs.size());
+  gp.strategies.emplace_back(std::vector<strategy::Strategy>(gp.problem.nodes.back().costs.size()));
   gp.graph_nodes.emplace_back();
   return static_cast<uint32_t>(gp.problem.nodes.size() - 1);
 }

@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <set>
 
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
@@ -184,6 +186,29 @@ TEST(Determinism, SameResultTwiceAndWithoutCache) {
       EXPECT_EQ(a[i].strategies[k].compute_us, c[i].strategies[k].compute_us);
     }
   }
+}
+
+TEST(Sharing, NodesOfOneCacheEntryShareOneList) {
+  // The layers' nodes hit the cache after the first layer and get its list itself (StrategyList):
+  // shared exactly where the uncached lists are equal; without the cache nothing is shared.
+  Graph g = llamaModel(3, 4, 32, 64, 4, 2, 96, 1000);
+  auto m = meshOf("2x2");
+  auto a = enumerate(g, m);
+  EnumerateOptions nocache;
+  nocache.use_cache = false;
+  auto c = enumerate(g, m, defaultRegistry(), nocache);
+  ASSERT_EQ(a.size(), c.size());
+  std::map<const void*, size_t> first_with;
+  std::set<const void*> uncached;
+  size_t shared = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(uncached.insert(c[i].strategies.identity()).second) << i;
+    auto [it, fresh] = first_with.emplace(a[i].strategies.identity(), i);
+    if (fresh) continue;
+    ++shared;
+    EXPECT_EQ(c[i].strategies, c[it->second].strategies) << i << " shares " << it->second;
+  }
+  EXPECT_GT(shared, a.size() / 2);
 }
 
 TEST(Cost, ShardedContractionIsCheaperAndViewsAreFree) {

@@ -68,7 +68,8 @@ struct GraphProblem {
   /// Per problem node: the graph node it stands for (invalid for output sinks).
   std::vector<ir::NodeId> graph_nodes;
   /// Per problem node: its strategies (leaf nodes and sinks: one output tuple, no inputs).
-  std::vector<std::vector<strategy::Strategy>> strategies;
+  /// Nodes with equal lists share one (enumerate's cache, leaves of one shape): see StrategyList.
+  std::vector<strategy::StrategyList> strategies;
   /// Per problem edge: the consumer's input index it prices.
   std::vector<uint32_t> edge_input;
   /// Per problem node: the module path of its graph node ("" for sinks); drives layer clustering.
@@ -95,16 +96,13 @@ mesh::PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input
 ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
 
 /// Builds the problem (see the file comment). `g` is the model as stored (its parameter dtypes
-/// define the memory bound); `strategies` may have been enumerated on computeGraph(g, ...).
+/// define the memory bound); `strategies` may have been enumerated on computeGraph(g, ...). The
+/// problem shares their lists (StrategyList), and the nodes of one list share the placement
+/// classes of their edges, so the work per repeated layer is a few lookups.
 /// Errors: a pin that names no node or module of `g`, a module pin with no tensor output, a pin
 /// whose shard dim is out of range for a module output, an input placement the mesh cannot cut.
 Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
                                          const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec);
-/// The same, moving the strategies into the problem instead of copying them (half the peak
-/// memory on deep models on 3-d meshes: llama3_405b on 8x8x8 has 2 M strategies).
-Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
-                                         std::vector<strategy::NodeStrategies>&& strategies,
                                          const mesh::Spec& spec);
 
 /// Sizes of the problem handed to CBC, before and after reduction.

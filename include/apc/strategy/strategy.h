@@ -37,7 +37,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -81,6 +83,43 @@ struct Strategy {
   /// "S(0)R,RS(0) -> S(0)S(0)" (tensor inputs only).
   std::string toString() const;
   bool operator==(const Strategy& o) const { return outputs == o.outputs && inputs == o.inputs; }
+};
+
+/// An immutable list of strategies, shared: copies are O(1) and point at one vector. enumerate
+/// gives every node of one cache entry (the repeated layers of a model) the same list, so the
+/// strategies, their memory and whatever is derived from a list (buildGraphProblem's placement
+/// classes of an edge) follow the distinct layers, not the total. Read it like a const vector.
+class StrategyList {
+ public:
+  StrategyList() = default;
+  StrategyList(std::vector<Strategy> strategies)  // NOLINT(google-explicit-constructor)
+      : list_(std::make_shared<const std::vector<Strategy>>(std::move(strategies))) {}
+  StrategyList(std::initializer_list<Strategy> strategies)
+      : StrategyList(std::vector<Strategy>(strategies)) {}
+
+  const std::vector<Strategy>& vector() const { return list_ ? *list_ : none(); }
+  size_t size() const { return vector().size(); }
+  bool empty() const { return vector().empty(); }
+  const Strategy& operator[](size_t i) const { return vector()[i]; }
+  const Strategy& at(size_t i) const { return vector().at(i); }
+  const Strategy& front() const { return vector().front(); }
+  const Strategy& back() const { return vector().back(); }
+  std::vector<Strategy>::const_iterator begin() const { return vector().begin(); }
+  std::vector<Strategy>::const_iterator end() const { return vector().end(); }
+
+  /// The shared vector's address (null when empty and never set): equal for copies of one list.
+  const void* identity() const { return list_.get(); }
+  /// Equal strategies (the same list, or equal contents).
+  bool operator==(const StrategyList& o) const {
+    return list_ == o.list_ || vector() == o.vector();
+  }
+
+ private:
+  static const std::vector<Strategy>& none() {
+    static const std::vector<Strategy> none;
+    return none;
+  }
+  std::shared_ptr<const std::vector<Strategy>> list_;
 };
 
 /// Options that change which strategies rules emit (part of the enumeration, not of the cache key:
@@ -207,8 +246,8 @@ struct EnumerateOptions {
 /// Strategies of one node.
 struct NodeStrategies {
   ir::NodeId node;
-  std::vector<Strategy> strategies;
-  bool fallback = false;  // no rule (or the rule declined): the Replicate-only strategy was used
+  StrategyList strategies;  // shared with the nodes of the same (op, shapes, constants)
+  bool fallback = false;    // no rule (or the rule declined): the Replicate-only strategy was used
 };
 
 /// Enumerates the strategies of every op node with a tensor (or Tensor[]) output, in graph order.
