@@ -48,6 +48,26 @@ std::string dumpScalar(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+/// The length of dumpScalar(j), or a number above `limit` once it is known to exceed it (a long
+/// string or a long list is not dumped just to learn that it does not fit).
+size_t boundedDumpSize(const json& j, size_t limit) {
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s.size() + 2 > limit) return s.size() + 2;
+    return dumpScalar(j).size();
+  }
+  if (!j.is_structured()) return dumpScalar(j).size();
+  size_t n = 2;  // the brackets
+  bool first = true;
+  for (auto it = j.begin(); it != j.end() && n <= limit; ++it) {
+    n += first ? 0 : 1;  // the comma
+    first = false;
+    if (j.is_object()) n += dumpScalar(json(it.key())).size() + 1;  // "key":
+    n += boundedDumpSize(it.value(), limit - std::min(n, limit));
+  }
+  return n;
+}
+
 /// Arrays and objects of scalars (or arrays of such arrays) that fit on one line stay on one line.
 bool fitsOnOneLine(const json& j) {
   if (!j.is_structured()) return true;
@@ -58,7 +78,7 @@ bool fitsOnOneLine(const json& j) {
     for (const auto& x : e)
       if (x.is_structured()) return false;
   }
-  return dumpScalar(j).size() <= 72;
+  return boundedDumpSize(j, 72) <= 72;
 }
 
 void writeCanonical(const json& j, int indent, std::string& out) {
