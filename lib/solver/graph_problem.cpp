@@ -2,12 +2,14 @@
 #include "apc/solver/graph_problem.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -89,23 +91,49 @@ class EdgePricer {
   const std::vector<double>& row(const ir::TensorMeta& t, const PlacementTuple& from,
                                  const std::vector<PlacementTuple>& tos,
                                  const std::vector<uint32_t>& to_ids) {
-    std::vector<uint32_t> key;
-    key.reserve(to_ids.size() + 2);
-    key.push_back(metaId(t));
-    key.push_back(tupleId(from));
-    key.insert(key.end(), to_ids.begin(), to_ids.end());
-    auto [it, fresh] = rows_.try_emplace(std::move(key));
-    if (!fresh) return it->second;
-    std::vector<double>& out = it->second;
-    out.resize(tos.size());
-    auto c = cost::redistributionCosts(t, from, tos, mesh_);
-    for (size_t i = 0; i < tos.size(); ++i) {
-      if (c.ok())
-        out[i] = (*c)[i].feasible ? (*c)[i].forward_us : kInfinity;
-      else  // an argument error: forward() meets it for the guilty pair alone
-        out[i] = forward(it->first[0], t, it->first[1], from, to_ids[i], tos[i]);
+    auto [it, fresh] = rows_.try_emplace(rowKey(t, from, to_ids));
+    if (fresh)
+      fill(it->second, cost::redistributionCosts(t, from, tos, mesh_), t, from, tos, to_ids);
+    return it->second;
+  }
+
+  /// One row() question.
+  struct RowRequest {
+    const ir::TensorMeta* t;
+    const PlacementTuple* from;
+    const std::vector<PlacementTuple>* tos;
+    const std::vector<uint32_t>* to_ids;
+  };
+  /// Prices the rows of `requests` that are not memoized yet, on up to kPricingThreads threads
+  /// (each row is one cost::redistributionCosts search, a pure function: on meshes of 4 dims a
+  /// search covers thousands of states, and construction is nearly all of them). The results
+  /// enter the memo in request order, so the problem does not depend on the thread count.
+  void prefetch(const std::vector<RowRequest>& requests) {
+    std::vector<std::vector<uint32_t>> keys;
+    std::vector<const RowRequest*> missing;
+    std::unordered_map<std::vector<uint32_t>, bool, IdsHash> asked;
+    for (const RowRequest& r : requests) {
+      std::vector<uint32_t> key = rowKey(*r.t, *r.from, *r.to_ids);
+      if (rows_.count(key) || !asked.emplace(key, true).second) continue;
+      keys.push_back(std::move(key));
+      missing.push_back(&r);
     }
-    return out;
+    if (missing.size() < 2) return;  // row() prices a single one itself
+    std::vector<std::optional<Expected<std::vector<cost::RedistCost>>>> priced(missing.size());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t j; (j = next.fetch_add(1)) < missing.size();)
+        priced[j].emplace(
+            cost::redistributionCosts(*missing[j]->t, *missing[j]->from, *missing[j]->tos, mesh_));
+    };
+    size_t n = std::min<size_t>(pricingThreads(), missing.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < n; ++i) threads.emplace_back(work);
+    work();
+    for (std::thread& th : threads) th.join();
+    for (size_t j = 0; j < missing.size(); ++j)
+      fill(rows_[std::move(keys[j])], *priced[j], *missing[j]->t, *missing[j]->from,
+           *missing[j]->tos, *missing[j]->to_ids);
   }
 
   /// Dense ids of tensor metadata and placement tuples (equal values, equal ids).
@@ -146,6 +174,35 @@ class EdgePricer {
     auto it = ids.find(k);
     if (it != ids.end()) return it->second;
     return ids.emplace(k, static_cast<uint32_t>(ids.size())).first->second;
+  }
+
+  std::vector<uint32_t> rowKey(const ir::TensorMeta& t, const PlacementTuple& from,
+                               const std::vector<uint32_t>& to_ids) {
+    std::vector<uint32_t> key;
+    key.reserve(to_ids.size() + 2);
+    key.push_back(metaId(t));
+    key.push_back(tupleId(from));
+    key.insert(key.end(), to_ids.begin(), to_ids.end());
+    return key;
+  }
+
+  /// A row from its search's result.
+  void fill(std::vector<double>& out, const Expected<std::vector<cost::RedistCost>>& c,
+            const ir::TensorMeta& t, const PlacementTuple& from,
+            const std::vector<PlacementTuple>& tos, const std::vector<uint32_t>& to_ids) {
+    out.resize(tos.size());
+    for (size_t i = 0; i < tos.size(); ++i) {
+      if (c.ok())
+        out[i] = (*c)[i].feasible ? (*c)[i].forward_us : kInfinity;
+      else  // an argument error: forward() meets it for the guilty pair alone
+        out[i] = forward(metaId(t), t, tupleId(from), from, to_ids[i], tos[i]);
+    }
+  }
+
+  /// Threads for prefetch: the machine's, at most 8.
+  static size_t pricingThreads() {
+    static const size_t n = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
+    return n;
   }
 
   /// One redistribution's forward cost, memoized too: gradients and forwards share many.
@@ -501,6 +558,15 @@ void GraphProblemBuilder::addEdges() {
           if (regather && precision.reduceDtype(*meta) != t.dtype) {
             g.dtype = precision.reduceDtype(*meta);
             g.requires_grad = false;
+          }
+          {  // every row this table reads, the missing ones priced in parallel
+            std::vector<EdgePricer::RowRequest> rows;
+            if (t.requires_grad)
+              for (const PlacementTuple& grad : grad_list)
+                rows.push_back({&g, &grad, &back_list, &back_ids});
+            for (const Out* from : froms)
+              if (*from) rows.push_back({&t, &**from, &to_list, &to_ids});
+            pricer.prefetch(rows);
           }
           std::vector<const std::vector<double>*> back(grad_list.size(), nullptr);
           if (t.requires_grad)

@@ -8,10 +8,12 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <set>
 
 #include "../ir/test_graphs.h"
 #include "../strategy/builder.h"
+#include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
 #include "apc/solver/graph_problem.h"
 #include "apc/solver/ilp.h"
@@ -87,6 +89,51 @@ TEST(GraphProblem, SharedStrategyListsBuildTheSameProblem) {
             << "edge " << k << " pair " << s << "," << t;
   }
   EXPECT_GT(pairs, 10000u);
+}
+
+TEST(GraphProblem, EdgeCostsArePairwiseRedistributionCosts) {
+  // Construction prices rows of an edge's table with one search per source placement, on several
+  // threads (EdgePricer::prefetch): every pair must still be the pairwise redistribution cost,
+  // the forward from the producer's placement plus the gradient's way back (apc/cost/edge.h).
+  ir::Graph g = strategy::testing::llamaModel(1, 8, 16, 64, 4, 2, 96, 256);
+  mesh::Spec spec = specFor({2, 2, 2}, {"a", "b", "c"});
+  auto strategies = strategy::enumerate(g, spec.mesh);
+  auto gp = buildGraphProblem(g, strategies, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  size_t checked = 0, finite = 0;
+  for (size_t k = 0; k < gp->problem.edges.size(); ++k) {
+    const ProblemEdge& e = gp->problem.edges[k];
+    if (!gp->graph_nodes[e.dst].valid() || !gp->graph_nodes[e.src].valid()) continue;  // sinks
+    const ir::Node& consumer = g.node(gp->graph_nodes[e.dst]);
+    const ir::Value& v = g.value(consumer.inputs.at(gp->edge_input[k]));
+    if (!v.tensor || cost::regatheredInBackward(g.node(v.producer))) continue;
+    const ir::TensorMeta& t = *v.tensor;
+    size_t nd = gp->problem.nodes[e.dst].costs.size(), ns = gp->problem.nodes[e.src].costs.size();
+    for (size_t s = 0; s < ns; s += 3) {
+      for (size_t d = 0; d < nd; d += 5) {
+        const auto& from = gp->strategies[e.src][s].outputs.at(v.producer_output);
+        const auto& to = gp->strategies[e.dst][d].inputs.at(gp->edge_input[k]);
+        ASSERT_TRUE(from && to);
+        auto fwd = cost::redistributionCost(t, *from, *to, spec.mesh);
+        ASSERT_TRUE(fwd.ok()) << fwd.error().message();
+        double want = fwd->feasible ? fwd->forward_us : kInfinity;
+        if (t.requires_grad && std::isfinite(want)) {
+          PlacementTuple grad = gradientPlacement(gp->strategies[e.dst][d], gp->edge_input[k]);
+          auto back = cost::redistributionCost(t, grad, cost::partialAsReplicate(*from), spec.mesh);
+          want += back->feasible ? back->forward_us : kInfinity;
+        }
+        double got = e.cost(s, d, nd);
+        finite += std::isfinite(want) ? 1 : 0;
+        if (std::isinf(want))
+          EXPECT_TRUE(std::isinf(got)) << "edge " << k << " pair " << s << "," << d;
+        else
+          EXPECT_DOUBLE_EQ(got, want) << "edge " << k << " pair " << s << "," << d;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 1000u);
+  EXPECT_GT(finite, checked / 4);
 }
 
 TEST(GraphProblem, LeafPlacementsPruneSmallDims) {
