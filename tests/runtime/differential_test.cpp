@@ -50,6 +50,8 @@ const std::map<std::string, ModelCase>& models() {
       {"gpt2_tiny_loss", {"gpt2_tiny_loss", {"idx:i64[8,8]", "targets:i64[8,8]"}, 50257, ""}},
       {"gpt2_tiny", {"gpt2_tiny", {"idx:i64[8,8]"}, 50257, ""}},
       {"llama_tiny", {"llama_tiny", {"tokens:i64[8,8]"}, 256, ""}},
+      // Stub weights (zero-stride views of one element each), short sequences.
+      {"llama_small_4l", {"llama_small_4l", {"tokens:i64[2,8]"}, 32000, ""}},
       {"cnn_small", {"cnn_small", {"x:f32[8,3,32,32]"}, 0, ""}},
       // ResNet-50's structure in training mode (batch-statistics BN, in-place ReLU and add).
       {"resnet_bottleneck", {"resnet_bottleneck", {"x:f64[8,3,64,64]"}, 0, ""}},
@@ -270,6 +272,12 @@ TEST(ApcTrain, AdamwWithCrossEntropyMatchesSingle) {
 // is why --compare-single runs ATen's on both sides: docs/TOOLCHAIN.md.)
 TEST(ApcTrain, Float32ConvNetBatchShardedMatchesSingle) {
   expectTrainMatchesSingle("swin_tiny", "2x2", 4, "--lr 0.05", "ddp");
+}
+
+// A stub-weight sample: the single-device reference gives its zero-stride weights memory of their
+// own before its in-place updates (which would otherwise write many elements through one).
+TEST(ApcTrain, StubWeightModelMatchesSingle) {
+  expectTrainMatchesSingle("llama_small_4l", "2", 2, "--lr 0.5");
 }
 
 TEST(ApcTrain, HuggingFaceExportedProgramTrainsFromItsWeights) {

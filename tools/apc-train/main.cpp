@@ -209,6 +209,14 @@ int run(const Flags& f) {
       return fail(f.compare_single + ": cannot load as a TorchScript model (--compare-single " +
                   "needs a .pt): " + apc::runtime::firstLine(e.what()));
     }
+    // Stub-weight samples store each weight as a zero-stride view of one element: the reference's
+    // in-place updates would write many elements through one location (an ATen error). Every
+    // parameter and buffer gets memory of its own (set_data keeps tied ones tied).
+    at::NoGradGuard no_grad;
+    for (at::Tensor p : single->parameters())
+      if (!p.is_contiguous()) p.set_data(p.contiguous());
+    for (at::Tensor b : single->buffers())
+      if (!b.is_contiguous()) b.set_data(b.contiguous());
   }
   if (!model_path.empty()) {
     auto state = apc::frontend::loadModelState(model_path);
