@@ -132,6 +132,53 @@ TEST(Reduction, DominancePruningKeepsTheOptimum) {
   EXPECT_GT(dominated, 40u);  // the planted shadows were found and dropped
 }
 
+TEST(Reduction, LargeTablesEliminateExactly) {
+  // Three nodes in a ring, 170 strategies each, dense random tables: eliminating a node of degree
+  // two is a min-plus product of 170 x 170 tables, which runs on several threads
+  // (reducer.cpp, forEachRow). Each trial plants the optimum of node 0 on another strategy (every
+  // other one costs 1000, more than all tables together), so every row of the product is the
+  // optimum's row in some trial; the optimum must be brute force's.
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> cost(0.0, 100.0);
+  const size_t n = 170;
+  for (size_t planted = 0; planted < n; planted += 9) {
+    Problem p;
+    for (int v = 0; v < 3; ++v) {
+      ProblemNode node;
+      node.name = "n" + std::to_string(v);
+      for (size_t s = 0; s < n; ++s)
+        node.costs.push_back(v > 0 ? cost(rng) : s == planted ? 0.0 : 1000.0);
+      p.nodes.push_back(std::move(node));
+    }
+    std::vector<std::vector<double>> tables;
+    for (auto [a, b] : {std::pair<uint32_t, uint32_t>{0, 1}, {1, 2}, {0, 2}}) {
+      ProblemEdge e;
+      e.src = a;
+      e.dst = b;
+      std::vector<double>& t = e.costs.mutableValues();
+      for (size_t k = 0; k < n * n; ++k) t.push_back(cost(rng));
+      tables.push_back(t);
+      p.edges.push_back(std::move(e));
+    }
+    double best = kInfinity;
+    for (size_t i = 0; i < n; ++i)
+      for (size_t j = 0; j < n; ++j) {
+        double ij = p.nodes[0].costs[i] + p.nodes[1].costs[j] + tables[0][i * n + j];
+        for (size_t k = 0; k < n; ++k)
+          best = std::min(best,
+                          ij + p.nodes[2].costs[k] + tables[1][j * n + k] + tables[2][i * n + k]);
+      }
+    GraphProblem gp;
+    gp.problem = p;
+    auto solved = solveGraphProblem(gp, {});
+    ASSERT_TRUE(solved.ok()) << solved.error().message();
+    EXPECT_NEAR(solved->objective, best, 1e-9 * best) << "planted " << planted;
+    EXPECT_EQ(solved->choice[0], planted);
+    EXPECT_DOUBLE_EQ(evaluate(p, solved->choice), solved->objective);
+    EXPECT_EQ(solved->status, "optimal");
+  }
+}
+
 TEST(Reduction, FactorizedTablesGiveTheSameOptimum) {
   std::mt19937 rng(99);
   for (int trial = 0; trial < 40; ++trial) {
