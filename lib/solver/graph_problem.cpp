@@ -2,14 +2,12 @@
 #include "apc/solver/graph_problem.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -17,6 +15,7 @@
 #include "apc/cost/compute.h"
 #include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
+#include "apc/support/parallel.h"
 
 namespace apc::solver {
 
@@ -104,7 +103,7 @@ class EdgePricer {
     const std::vector<PlacementTuple>* tos;
     const std::vector<uint32_t>* to_ids;
   };
-  /// Prices the rows of `requests` that are not memoized yet, on up to kPricingThreads threads
+  /// Prices the rows of `requests` that are not memoized yet, on threads (parallelFor)
   /// (each row is one cost::redistributionCosts search, a pure function: on meshes of 4 dims a
   /// search covers thousands of states, and construction is nearly all of them). The results
   /// enter the memo in request order, so the problem does not depend on the thread count.
@@ -120,17 +119,10 @@ class EdgePricer {
     }
     if (missing.size() < 2) return;  // row() prices a single one itself
     std::vector<std::optional<Expected<std::vector<cost::RedistCost>>>> priced(missing.size());
-    std::atomic<size_t> next{0};
-    auto work = [&] {
-      for (size_t j; (j = next.fetch_add(1)) < missing.size();)
-        priced[j].emplace(
-            cost::redistributionCosts(*missing[j]->t, *missing[j]->from, *missing[j]->tos, mesh_));
-    };
-    size_t n = std::min<size_t>(pricingThreads(), missing.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 1; i < n; ++i) threads.emplace_back(work);
-    work();
-    for (std::thread& th : threads) th.join();
+    parallelFor(missing.size(), [&](size_t j) {
+      priced[j].emplace(
+          cost::redistributionCosts(*missing[j]->t, *missing[j]->from, *missing[j]->tos, mesh_));
+    });
     for (size_t j = 0; j < missing.size(); ++j)
       fill(rows_[std::move(keys[j])], *priced[j], *missing[j]->t, *missing[j]->from,
            *missing[j]->tos, *missing[j]->to_ids);
@@ -197,12 +189,6 @@ class EdgePricer {
       else  // an argument error: forward() meets it for the guilty pair alone
         out[i] = forward(metaId(t), t, tupleId(from), from, to_ids[i], tos[i]);
     }
-  }
-
-  /// Threads for prefetch: the machine's, at most 8.
-  static size_t pricingThreads() {
-    static const size_t n = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
-    return n;
   }
 
   /// One redistribution's forward cost, memoized too: gradients and forwards share many.

@@ -5,10 +5,9 @@
 //===----------------------------------------------------------------------===//
 #include "reducer.h"
 
-#include <algorithm>
-#include <atomic>
+#include "apc/support/parallel.h"
+
 #include <cmath>
-#include <thread>
 
 namespace apc::solver::detail {
 
@@ -303,31 +302,6 @@ bool Reducer::pruneNode(uint32_t v) {
   return true;
 }
 
-namespace {
-
-/// body(i) for every i in [0, n): on up to 8 threads when `work` (the loop's additions) pays for
-/// them. Each i computes one output row from inputs nobody writes, so the result is the same on
-/// any number of threads (four-dim meshes eliminate tables of about 600 classes a side).
-template <class Body>
-void forEachRow(size_t n, double work, const Body& body) {
-  static const size_t kThreads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, 8);
-  const size_t threads = std::min(kThreads, n);
-  if (threads < 2 || work < 4e6) {
-    for (size_t i = 0; i < n; ++i) body(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  auto run = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < n;) body(i);
-  };
-  std::vector<std::thread> pool;
-  for (size_t k = 1; k < threads; ++k) pool.emplace_back(run);
-  run();
-  for (std::thread& t : pool) t.join();
-}
-
-}  // namespace
-
 void Reducer::eliminate(uint32_t v) {
   std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
   Elimination el;
@@ -405,21 +379,26 @@ void Reducer::eliminate(uint32_t v) {
             parg[i * b.rows + key.second] = t;
           }
         }
-      forEachRow(a.rows, static_cast<double>(a.rows) * b.rows * b.cols, [&](size_t i) {
-        for (size_t r = 0; r < b.rows; ++r) {
-          double x0 = pm[i * b.rows + r];
-          if (!std::isfinite(x0)) continue;
-          const double* brow = &b.v[r * b.cols];
-          double* orow = &out.v[i * b.cols];
-          for (size_t j = 0; j < b.cols; ++j) {
-            double x = x0 + brow[j];
-            if (x < orow[j]) {
-              orow[j] = x;
-              el.argmin[i * b.cols + j] = parg[i * b.rows + r];
+      // Rows on threads when the product is large (four-dim meshes: ~600 classes a side).
+      const bool small_p = static_cast<double>(a.rows) * b.rows * b.cols < 4e6;
+      parallelFor(
+          a.rows,
+          [&](size_t i) {
+            for (size_t r = 0; r < b.rows; ++r) {
+              double x0 = pm[i * b.rows + r];
+              if (!std::isfinite(x0)) continue;
+              const double* brow = &b.v[r * b.cols];
+              double* orow = &out.v[i * b.cols];
+              for (size_t j = 0; j < b.cols; ++j) {
+                double x = x0 + brow[j];
+                if (x < orow[j]) {
+                  orow[j] = x;
+                  el.argmin[i * b.cols + j] = parg[i * b.rows + r];
+                }
+              }
             }
-          }
-        }
-      });
+          },
+          small_p);
     } else {
       std::vector<double> qm(a.cols * b.cols, kInfinity);
       std::vector<uint32_t> qarg(a.cols * b.cols, 0);
@@ -434,21 +413,25 @@ void Reducer::eliminate(uint32_t v) {
           }
         }
       }
-      forEachRow(a.rows, static_cast<double>(a.rows) * a.cols * b.cols, [&](size_t i) {
-        for (size_t k = 0; k < a.cols; ++k) {
-          double x0 = a.at(i, k);
-          if (!std::isfinite(x0)) continue;
-          const double* qrow = &qm[k * b.cols];
-          double* orow = &out.v[i * b.cols];
-          for (size_t j = 0; j < b.cols; ++j) {
-            double x = x0 + qrow[j];
-            if (x < orow[j]) {
-              orow[j] = x;
-              el.argmin[i * b.cols + j] = qarg[k * b.cols + j];
+      const bool small_q = static_cast<double>(a.rows) * a.cols * b.cols < 4e6;
+      parallelFor(
+          a.rows,
+          [&](size_t i) {
+            for (size_t k = 0; k < a.cols; ++k) {
+              double x0 = a.at(i, k);
+              if (!std::isfinite(x0)) continue;
+              const double* qrow = &qm[k * b.cols];
+              double* orow = &out.v[i * b.cols];
+              for (size_t j = 0; j < b.cols; ++j) {
+                double x = x0 + qrow[j];
+                if (x < orow[j]) {
+                  orow[j] = x;
+                  el.argmin[i * b.cols + j] = qarg[k * b.cols + j];
+                }
+              }
             }
-          }
-        }
-      });
+          },
+          small_q);
     }
     // Rows whose every entry is infinite still need an argmin: any t (the pair is forbidden).
     el.neighbours = {u, w};
