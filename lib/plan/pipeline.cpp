@@ -109,7 +109,7 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
   strategy::EnumerateOptions options;
   options.device = device;
   auto t0 = Clock::now();
-  std::vector<strategy::NodeStrategies> strategies;  // moved into the problem (gp.strategies)
+  std::vector<strategy::NodeStrategies> strategies;  // their lists are shared with gp.strategies
   if (spec.mixed_precision.param_dtype) {
     // Compute costs in param_dtype (solver::computeGraph); the problem is built on the stored
     // graph.
@@ -121,7 +121,7 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
   out.fallback_ops = strategy::fallbackOps(g, strategies);
   if (timings) timings->enumerate_s = secondsSince(t0);
   t0 = Clock::now();
-  APC_ASSIGN_OR_RETURN(out.gp, solver::buildGraphProblem(g, std::move(strategies), spec));
+  APC_ASSIGN_OR_RETURN(out.gp, solver::buildGraphProblem(g, strategies, spec));
   if (spec.prefetch_discount != 1.0)
     out.discounted_edges = applyPrefetchDiscount(g, out.gp, spec.prefetch_discount);
   if (timings) timings->build_s = secondsSince(t0);
