@@ -48,12 +48,31 @@ std::string dumpScalar(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+/// True when `s` dumps as itself in quotes: printable ASCII without a quote or a backslash (every
+/// key and nearly every value of a plan). Such strings skip nlohmann's serializer, which builds
+/// a json value and a string per call; the bytes are the same.
+bool isPlainString(const std::string& s) {
+  for (unsigned char c : s)
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return false;
+  return true;
+}
+
+void appendString(const std::string& s, std::string& out) {
+  if (!isPlainString(s)) {
+    out += dumpScalar(json(s));
+    return;
+  }
+  out += '"';
+  out += s;
+  out += '"';
+}
+
 /// The length of dumpScalar(j), or a number above `limit` once it is known to exceed it (a long
 /// string or a long list is not dumped just to learn that it does not fit).
 size_t boundedDumpSize(const json& j, size_t limit) {
   if (j.is_string()) {
     const auto& s = j.get_ref<const std::string&>();
-    if (s.size() + 2 > limit) return s.size() + 2;
+    if (s.size() + 2 > limit || isPlainString(s)) return s.size() + 2;
     return dumpScalar(j).size();
   }
   if (!j.is_structured()) return dumpScalar(j).size();
@@ -62,7 +81,8 @@ size_t boundedDumpSize(const json& j, size_t limit) {
   for (auto it = j.begin(); it != j.end() && n <= limit; ++it) {
     n += first ? 0 : 1;  // the comma
     first = false;
-    if (j.is_object()) n += dumpScalar(json(it.key())).size() + 1;  // "key":
+    if (j.is_object())  // "key":
+      n += (isPlainString(it.key()) ? it.key().size() + 2 : dumpScalar(json(it.key())).size()) + 1;
     n += boundedDumpSize(it.value(), limit - std::min(n, limit));
   }
   return n;
@@ -82,18 +102,24 @@ bool fitsOnOneLine(const json& j) {
 }
 
 void writeCanonical(const json& j, int indent, std::string& out) {
+  if (j.is_string()) {
+    appendString(j.get_ref<const std::string&>(), out);
+    return;
+  }
   if (fitsOnOneLine(j)) {
     out += dumpScalar(j);
     return;
   }
-  std::string pad(static_cast<size_t>(indent + 2), ' ');
+  const size_t pad = static_cast<size_t>(indent + 2);
   bool first = true;
   if (j.is_object()) {
     out += "{\n";
     for (auto it = j.begin(); it != j.end(); ++it) {  // nlohmann::json keeps keys sorted
       if (!first) out += ",\n";
       first = false;
-      out += pad + dumpScalar(json(it.key())) + ": ";
+      out.append(pad, ' ');
+      appendString(it.key(), out);
+      out += ": ";
       writeCanonical(it.value(), indent + 2, out);
     }
   } else {
@@ -101,11 +127,13 @@ void writeCanonical(const json& j, int indent, std::string& out) {
     for (const auto& e : j) {
       if (!first) out += ",\n";
       first = false;
-      out += pad;
+      out.append(pad, ' ');
       writeCanonical(e, indent + 2, out);
     }
   }
-  out += "\n" + std::string(static_cast<size_t>(indent), ' ') + (j.is_object() ? "}" : "]");
+  out += '\n';
+  out.append(static_cast<size_t>(indent), ' ');
+  out += j.is_object() ? '}' : ']';
 }
 
 // --- reading -------------------------------------------------------------------------------------
@@ -377,23 +405,31 @@ json toJson(const Plan& p) {
   json nodes = json::array();
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const PlanNode& n = p.nodes[i];
+    // Built key by key with moves: an initializer list copies every value once more, which
+    // on a plan of 10k nodes was a third of the write phase.
     json edges = json::array();
-    for (const PlanEdge& e : n.in_edges)
-      edges.push_back({{"from", e.from}, {"input", e.input}, {"cost_us", number(e.cost_us)}});
-    json j = {{"index", i},
-              {"name", n.name},
-              {"kind", n.kind},
-              {"op", n.op},
-              {"module_path", n.module_path},
-              {"strategy_index", n.strategy_index},
-              {"num_strategies", n.num_strategies},
-              {"strategy", n.strategy},
-              {"input_placements", placementList(n.input_placements)},
-              {"output_placements", mesh::toJson(n.outputPlacements())},
-              {"in_edges", edges},
-              {"compute_us", number(n.compute_us)},
-              {"comm_us", number(n.comm_us)},
-              {"cost_us", number(n.cost_us)}};
+    for (const PlanEdge& e : n.in_edges) {
+      json edge = json::object();
+      edge["from"] = e.from;
+      edge["input"] = e.input;
+      edge["cost_us"] = number(e.cost_us);
+      edges.push_back(std::move(edge));
+    }
+    json j = json::object();
+    j["index"] = i;
+    j["name"] = n.name;
+    j["kind"] = n.kind;
+    j["op"] = n.op;
+    j["module_path"] = n.module_path;
+    j["strategy_index"] = n.strategy_index;
+    j["num_strategies"] = n.num_strategies;
+    j["strategy"] = n.strategy;
+    j["input_placements"] = placementList(n.input_placements);
+    j["output_placements"] = mesh::toJson(n.outputPlacements());
+    j["in_edges"] = std::move(edges);
+    j["compute_us"] = number(n.compute_us);
+    j["comm_us"] = number(n.comm_us);
+    j["cost_us"] = number(n.cost_us);
     if (n.graph_node) j["graph_node"] = *n.graph_node;
     if (n.outputs.size() > 1 || n.outputPlacements().empty())
       j["outputs"] = placementList(n.outputs);
@@ -421,8 +457,8 @@ json toJson(const Plan& p) {
                 {"sha256", p.model.model_sha256},
                 {"inputs", p.model.inputs}}},
               {"spec", mesh::toJson(p.spec)},
-              {"nodes", nodes},
-              {"parameters", params},
+              {"nodes", std::move(nodes)},
+              {"parameters", std::move(params)},
               {"totals",
                {{"compute_us", number(t.compute_us)},
                 {"comm_us", number(t.comm_us)},

@@ -156,6 +156,34 @@ TEST(PlanJson, CarriesThePlannedGraph) {
   EXPECT_TRUE(none->graph_bytes.empty());
 }
 
+// canonicalText writes plain strings itself and leaves every other string to nlohmann's
+// serializer: quotes, backslashes, control bytes, UTF-8 and invalid UTF-8 (replaced) must read
+// back as nlohmann reads its own dump of them, and one-line lists stay nlohmann's bytes.
+TEST(PlanJson, CanonicalTextEscapesLikeNlohmann) {
+  const std::vector<std::string> strings = {
+      "plain",         "with \"quote\"", "back\\slash", std::string("nul\0byte", 8),
+      "tab\tnewline\n", "\x7f del",       "caf\xc3\xa9",     "bad \xff utf8",
+      "",              std::string(80, 'x')};
+  nlohmann::json doc = nlohmann::json::object();
+  for (size_t i = 0; i < strings.size(); ++i) {
+    doc["list"].push_back(strings[i]);
+    doc[strings[i]] = {{"short", strings[i]}, {"n", i}};
+  }
+  std::string text = canonicalText(doc);
+  auto back = mesh::parseJsonText(text);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  // The reference: nlohmann's own dump (invalid UTF-8 replaced), read back.
+  nlohmann::json expected =
+      nlohmann::json::parse(doc.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  EXPECT_EQ(*back, expected);
+  for (size_t i = 0; i < strings.size(); ++i) {
+    std::string dumped =
+        nlohmann::json(strings[i]).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    EXPECT_NE(text.find(dumped), std::string::npos) << dumped;
+  }
+  EXPECT_EQ(canonicalText(*back), text);
+}
+
 TEST(PlanJson, SameInputsGiveSameBytes) {
   ir::Graph g = ir::testing_graphs::toyBlock();
   std::string a = toJsonText(planOf(g, toySpec2x4()).result.plan);
