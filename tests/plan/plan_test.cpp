@@ -160,10 +160,16 @@ TEST(PlanJson, CarriesThePlannedGraph) {
 // serializer: quotes, backslashes, control bytes, UTF-8 and invalid UTF-8 (replaced) must read
 // back as nlohmann reads its own dump of them, and one-line lists stay nlohmann's bytes.
 TEST(PlanJson, CanonicalTextEscapesLikeNlohmann) {
-  const std::vector<std::string> strings = {
-      "plain",         "with \"quote\"", "back\\slash", std::string("nul\0byte", 8),
-      "tab\tnewline\n", "\x7f del",       "caf\xc3\xa9",     "bad \xff utf8",
-      "",              std::string(80, 'x')};
+  const std::vector<std::string> strings = {"plain",
+                                            "with \"quote\"",
+                                            "back\\slash",
+                                            std::string("nul\0byte", 8),
+                                            "tab\tnewline\n",
+                                            "\x7f del",
+                                            "caf\xc3\xa9",
+                                            "bad \xff utf8",
+                                            "",
+                                            std::string(80, 'x')};
   nlohmann::json doc = nlohmann::json::object();
   for (size_t i = 0; i < strings.size(); ++i) {
     doc["list"].push_back(strings[i]);
