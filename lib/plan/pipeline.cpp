@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <numeric>
 
 #include "apc/support/clock.h"
 #include "apc/support/strings.h"
@@ -79,8 +81,9 @@ Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text) {
   return b;
 }
 
-Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
-                                    PhaseTimings* timings) {
+Expected<BuiltProblem> buildProblem(
+    const ir::Graph& g, const mesh::Spec& spec, PhaseTimings* timings,
+    const std::optional<std::chrono::steady_clock::time_point>& deadline) {
   if (spec.mesh.ndim() > kMaxPlanMeshDims)
     return invalidArgument(
         "mesh " + spec.mesh.toString() + " has " + std::to_string(spec.mesh.ndim()) +
@@ -121,27 +124,142 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
   out.fallback_ops = strategy::fallbackOps(g, strategies);
   if (timings) timings->enumerate_s = secondsSince(t0);
   t0 = Clock::now();
-  APC_ASSIGN_OR_RETURN(out.gp, solver::buildGraphProblem(g, strategies, spec));
+  auto gp = solver::buildGraphProblem(g, strategies, spec, deadline);
+  out.strategies = std::move(strategies);
+  if (!gp.ok() && gp.error().code() == ErrorCode::kDeadline) {
+    out.complete = false;
+    if (timings) timings->build_s = secondsSince(t0);
+    return out;
+  }
+  if (!gp.ok()) return gp.error();
+  out.gp = std::move(gp).value();
   if (spec.prefetch_discount != 1.0)
     out.discounted_edges = applyPrefetchDiscount(g, out.gp, spec.prefetch_discount);
   if (timings) timings->build_s = secondsSince(t0);
   return out;
 }
 
+namespace {
+
+/// True when every tensor input and output of `s` is replicated on every mesh dim.
+bool allReplicated(const strategy::Strategy& s) {
+  auto replicated = [](const std::optional<mesh::PlacementTuple>& t) {
+    return !t || std::all_of(t->begin(), t->end(),
+                             [](const mesh::Placement& p) { return p.isReplicate(); });
+  };
+  return std::all_of(s.inputs.begin(), s.inputs.end(), replicated) &&
+         std::all_of(s.outputs.begin(), s.outputs.end(), replicated);
+}
+
+/// The restricted plan (see solveAndPlan in the header). `why`: what stopped the full problem.
+Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& built,
+                                    const mesh::Spec& spec, const PlanSource& source,
+                                    solver::SolveGraphOptions options, PhaseTimings* timings,
+                                    const std::string& why) {
+  auto t0 = Clock::now();
+  // Per distinct list (repeated layers share one) its kept indices and their list, shared again
+  // by the nodes that shared the original, so the layers still cluster.
+  struct Kept {
+    std::vector<uint32_t> index;
+    strategy::StrategyList list;
+    double cheapest = 0;
+    uint32_t full_size = 0;
+  };
+  std::map<const void*, Kept> by_list;
+  std::map<uint32_t, const Kept*> by_node;  // graph node -> its list's Kept
+  std::vector<strategy::NodeStrategies> restricted = built.strategies;
+  for (strategy::NodeStrategies& ns : restricted) {
+    const strategy::StrategyList& all = ns.strategies;
+    if (all.empty()) continue;
+    auto [it, fresh] = by_list.try_emplace(all.identity());
+    Kept& k = it->second;
+    if (fresh) {
+      std::vector<uint32_t> order(all.size());
+      for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+        return all[a].compute_us < all[b].compute_us;
+      });
+      k.cheapest = all[order[0]].compute_us;
+      k.full_size = static_cast<uint32_t>(all.size());
+      k.index.assign(order.begin(), order.begin() + std::min(kRestrictedStrategies, order.size()));
+      for (uint32_t i = 0; i < all.size(); ++i)
+        if (allReplicated(all[i])) {
+          k.index.push_back(i);
+          break;
+        }
+      std::sort(k.index.begin(), k.index.end());
+      k.index.erase(std::unique(k.index.begin(), k.index.end()), k.index.end());
+      std::vector<strategy::Strategy> list;
+      for (uint32_t i : k.index) list.push_back(all[i]);
+      k.list = std::move(list);
+    }
+    ns.strategies = k.list;
+    by_node[ns.node.v] = &k;
+  }
+  APC_ASSIGN_OR_RETURN(solver::GraphProblem gp, solver::buildGraphProblem(g, restricted, spec));
+  if (spec.prefetch_discount != 1.0) applyPrefetchDiscount(g, gp, spec.prefetch_discount);
+  options.solver.first_plan_deadline.reset();
+  PlanResult r;
+  APC_ASSIGN_OR_RETURN(r.solution, solver::solveGraphProblem(gp, options, &r.sizes));
+  // The bound: every node at its cheapest in the full problem, every edge at 0. Op nodes' indices
+  // and counts are those of their full lists.
+  SolveRecord record{options, r.sizes, {}, {}, {}};
+  record.full_index.resize(gp.problem.nodes.size());
+  record.full_sizes.resize(gp.problem.nodes.size());
+  double bound = 0;
+  size_t full = 0;
+  for (size_t i = 0; i < gp.problem.nodes.size(); ++i) {
+    const std::vector<double>& costs = gp.problem.nodes[i].costs;
+    record.full_sizes[i] = static_cast<uint32_t>(costs.size());
+    auto it = gp.graph_nodes[i].valid() ? by_node.find(gp.graph_nodes[i].v) : by_node.end();
+    if (it != by_node.end()) {
+      bound += it->second->cheapest;
+      record.full_index[i] = it->second->index;
+      record.full_sizes[i] = it->second->full_size;
+    } else if (!costs.empty()) {
+      bound += *std::min_element(costs.begin(), costs.end());
+    }
+    full += record.full_sizes[i];
+  }
+  record.sizes.strategies_before = full;
+  r.sizes.strategies_before = full;
+  r.solution.status = solver::kTimeLimitStatus;
+  r.solution.bound = std::min(bound, r.solution.objective);
+  if (timings) {
+    timings->solve_s = secondsSince(t0);
+    timings->solver_s = r.solution.seconds;
+  }
+  APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, gp, r.solution, spec, source, record));
+  r.note = why + ": the plan is the optimum over each op's " +
+           std::to_string(kRestrictedStrategies) +
+           " cheapest strategies by compute and its replicated one (" +
+           std::to_string(gp.problem.numStrategies()) + " of " + std::to_string(full) +
+           " strategies); its bound counts every node at its cheapest and every edge at 0";
+  return r;
+}
+
+}  // namespace
+
 Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
                                   const mesh::Spec& spec, const PlanSource& source,
                                   const solver::SolveGraphOptions& options, PhaseTimings* timings) {
+  if (!built.complete)
+    return restrictedPlan(g, built, spec, source, options, timings,
+                          "the time limit passed while the problem was built");
   PlanResult r;
   auto t0 = Clock::now();
   auto solution = solver::solveGraphProblem(built.gp, options, &r.sizes);
+  if (!solution.ok() && solution.error().code() == ErrorCode::kDeadline)
+    return restrictedPlan(g, built, spec, source, options, timings,
+                          "the time limit passed before the problem had a first plan");
   if (!solution.ok()) return solution.error();
   r.solution = std::move(solution).value();
   if (timings) {
     timings->solve_s = secondsSince(t0);
     timings->solver_s = r.solution.seconds;
   }
-  APC_ASSIGN_OR_RETURN(r.plan,
-                       makePlan(g, built.gp, r.solution, spec, source, {options, r.sizes, {}}));
+  APC_ASSIGN_OR_RETURN(
+      r.plan, makePlan(g, built.gp, r.solution, spec, source, {options, r.sizes, {}, {}, {}}));
   return r;
 }
 
@@ -170,8 +288,9 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
     timings->solve_s = secondsSince(t0);
     timings->solver_s = r.solution.seconds;
   }
-  APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, pinned, r.solution, spec, source,
-                                        {options, r.sizes, solver::baselineName(baseline)}));
+  APC_ASSIGN_OR_RETURN(r.plan,
+                       makePlan(g, pinned, r.solution, spec, source,
+                                {options, r.sizes, solver::baselineName(baseline), {}, {}}));
   return r;
 }
 
@@ -187,18 +306,33 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const Pl
     spec = baselineSpec(g, std::move(spec), b);
   }
   PlanRun run;
-  APC_ASSIGN_OR_RETURN(run.built, buildProblem(g, spec, timings));
+  // The optimizer's plan has a time limit; a classic plan is built and solved to the end.
+  if (!request.baseline) {
+    const auto now = Clock::now();
+    const auto limit =
+        now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                  std::min(request.options.solver.time_limit_s, 1e9)));
+    const auto deadline =
+        request.options.solver.deadline ? std::min(*request.options.solver.deadline, limit) : limit;
+    const auto left = std::max(deadline - now, Clock::duration::zero());
+    run.build_deadline = now + std::chrono::duration_cast<Clock::duration>(left * kBuildShare);
+    run.first_plan_deadline =
+        now + std::chrono::duration_cast<Clock::duration>(left * kFirstPlanShare);
+  }
+  APC_ASSIGN_OR_RETURN(run.built, buildProblem(g, spec, timings, run.build_deadline));
   run.spec = std::move(spec);
   return run;
 }
 
 Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const PlanRequest& request,
                         PlanRun& run, PhaseTimings* timings) {
-  APC_ASSIGN_OR_RETURN(
-      run.result, request.baseline
-                      ? solveBaselineAndPlan(g, run.built, run.spec, source, *request.baseline,
-                                             request.options, timings)
-                      : solveAndPlan(g, run.built, run.spec, source, request.options, timings));
+  solver::SolveGraphOptions options = request.options;
+  options.solver.first_plan_deadline = run.first_plan_deadline;
+  APC_ASSIGN_OR_RETURN(run.result,
+                       request.baseline
+                           ? solveBaselineAndPlan(g, run.built, run.spec, source, *request.baseline,
+                                                  options, timings)
+                           : solveAndPlan(g, run.built, run.spec, source, options, timings));
   return Status::success();
 }
 

@@ -153,6 +153,9 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
     }
     node.strategy_index = c;
     node.num_strategies = static_cast<uint32_t>(pn.numStrategies());
+    if (i < record.full_index.size() && !record.full_index[i].empty())
+      node.strategy_index = record.full_index[i].at(c);
+    if (i < record.full_sizes.size()) node.num_strategies = record.full_sizes[i];
     node.strategy = trimmed(s.toString());
     node.input_placements = s.inputs;
     node.outputs = s.outputs;

@@ -270,9 +270,13 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
       out.why = "a layer has no feasible choice";
       return out;
     }
-    // The reductions run to the end even past the deadline: they give the first plan, as the
-    // first LP of a solve does (cheaper than the tied problem's LP, which would run instead).
-    ch.reducer->run();
+    // The reductions run to the end even past the deadline (up to the first plan's deadline):
+    // they give the first plan, as the first LP of a solve does (cheaper than the tied problem's
+    // LP, which would run instead).
+    if (!ch.reducer->run(so.first_plan_deadline)) {
+      out.why = "the time limit passed in a layer's reduction";
+      return out;
+    }
     Problem t = ch.reducer->reduced(ch.ids);
     if (ch.ids.size() != 2 || t.edges.size() > 1) {
       out.why = "a layer does not reduce to the values it passes on";
@@ -387,7 +391,10 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
     out.why = "the relaxation has no feasible choice";
     return out;
   }
-  r.run();
+  if (!r.run(so.first_plan_deadline)) {
+    out.why = "the time limit passed in the relaxation's reduction";
+    return out;
+  }
   std::vector<uint32_t> ids;
   Problem reduced = r.reduced(ids);
   out.nodes_left = reduced.nodes.size();

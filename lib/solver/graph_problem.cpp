@@ -310,7 +310,8 @@ struct GraphProblemBuilder {
   }
 
   Status addNodes();
-  void addEdges();
+  /// False when `deadline` passed before every edge was priced.
+  bool addEdges(const std::optional<std::chrono::steady_clock::time_point>& deadline);
   /// Sinks of the output leaves the spec places (constrained); the others go to free_leaves.
   Status addOutputSinks();
   void addFreeOutputSinks();
@@ -463,12 +464,14 @@ Status GraphProblemBuilder::addNodes() {
   return Status::success();
 }
 
-void GraphProblemBuilder::addEdges() {
+bool GraphProblemBuilder::addEdges(
+    const std::optional<std::chrono::steady_clock::time_point>& deadline) {
   // One shared table per distinct question (CostTable): the copies of a layer reference it.
   std::unordered_map<std::vector<uint32_t>, CostTable, IdsHash> class_costs;
   for (const ir::Node& n : g.nodes()) {
     auto dst_it = problem_of.find(n.id.v);
     if (dst_it == problem_of.end() || n.kind != ir::NodeKind::kOp) continue;
+    if (deadline && std::chrono::steady_clock::now() > *deadline) return false;
     uint32_t dst = dst_it->second;
     const auto& dst_strats = gp.strategies[dst];
     for (uint32_t i = 0; i < n.inputs.size(); ++i) {
@@ -585,6 +588,7 @@ void GraphProblemBuilder::addEdges() {
       gp.edge_input.push_back(i);
     }
   }
+  return true;
 }
 
 Status GraphProblemBuilder::addOutputSinks() {
@@ -714,13 +718,15 @@ void GraphProblemBuilder::addMemoryRow() {
 
 }  // namespace
 
-Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
-                                         const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec) {
+Expected<GraphProblem> buildGraphProblem(
+    const ir::Graph& g, const std::vector<strategy::NodeStrategies>& strategies,
+    const mesh::Spec& spec, const std::optional<std::chrono::steady_clock::time_point>& deadline) {
   GraphProblemBuilder b(g, strategies, spec);
   APC_ASSIGN_OR_RETURN(b.pins, resolvePins(g, spec));
   APC_RETURN_IF_ERROR(b.addNodes());
-  b.addEdges();
+  if (!b.addEdges(deadline))
+    return deadlineError("the problem was not built before the deadline (" +
+                         std::to_string(b.gp.problem.edges.size()) + " edges priced)");
   APC_RETURN_IF_ERROR(b.addOutputSinks());
   b.addFreeOutputSinks();
   APC_RETURN_IF_ERROR(b.addPinSinks());

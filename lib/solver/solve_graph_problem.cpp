@@ -667,7 +667,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   // A node without an allowed strategy (pins, infinite costs, or the memory bound after 1b): the
   // full problem names the constraint group to blame.
   if (reducer.hasEmptyNode()) return solve(full, options.solver);
-  reducer.run();
+  if (!reducer.run(options.solver.first_plan_deadline))
+    return deadlineError("the time limit passed before the problem was reduced");
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
   if (stats) {

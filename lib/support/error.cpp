@@ -19,6 +19,8 @@ const char* errorCodeName(ErrorCode code) {
       return "i/o error";
     case ErrorCode::kInternal:
       return "internal error";
+    case ErrorCode::kDeadline:
+      return "time limit";
   }
   return "error";
 }

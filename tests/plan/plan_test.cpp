@@ -21,7 +21,9 @@
 namespace apc::plan {
 namespace {
 
+using testing::Planned;
 using testing::planOf;
+using testing::toySource;
 using testing::toySpec2x4;
 using testing::toySpec8;
 
@@ -337,6 +339,81 @@ TEST(Report, SummaryAndLog) {
   EXPECT_NE(log.find("total: comm"), std::string::npos) << log;
   EXPECT_EQ(formatMicros(12.5), "12.500 us");
   EXPECT_EQ(formatMicros(4500), "4.500 ms");
+}
+
+// --- The restricted plan (pipeline.h, solveAndPlan) -------------------------------------------
+
+/// Checks a restricted plan of `g` against the full problem and the optimum: the full problem,
+/// rebuilt, accepts its indices and prices it at its objective; it is no cheaper than the
+/// optimum; its bound is every full node at its cheapest, at or below the optimum.
+void expectRestrictedPlan(const ir::Graph& g, const PlanResult& r, double optimum) {
+  const Plan& plan = r.plan;
+  EXPECT_EQ(plan.solver.status, solver::kTimeLimitStatus);
+  EXPECT_FALSE(r.note.empty());
+  auto full = rebuildProblem(g, plan);
+  ASSERT_TRUE(full.ok()) << full.error().message();
+  std::vector<uint32_t> choice;
+  bool restricted = false;
+  double cheapest = 0;
+  for (size_t i = 0; i < plan.nodes.size(); ++i) {
+    choice.push_back(plan.nodes[i].strategy_index);
+    restricted |= plan.nodes[i].num_strategies > kRestrictedStrategies + 1;
+    const auto& costs = full->gp.problem.nodes[i].costs;
+    cheapest += *std::min_element(costs.begin(), costs.end());
+  }
+  EXPECT_TRUE(restricted);  // the test means something: some op had more strategies than kept
+  const double tol = 1e-9 * std::max(1.0, optimum);
+  EXPECT_NEAR(solver::evaluate(full->gp.problem, choice), plan.solver.objective, tol);
+  EXPECT_GE(plan.solver.objective, optimum - tol);
+  ASSERT_TRUE(plan.solver.bound);
+  EXPECT_NEAR(*plan.solver.bound, std::min(cheapest, plan.solver.objective), tol);
+  EXPECT_LE(*plan.solver.bound, optimum + tol);
+  // Written and read back like any plan, with its gap.
+  auto j = mesh::parseJsonText(toJsonText(plan));
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE((*j)["solver"].contains("gap"));
+  auto back = planFromJson(*j);
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_TRUE(*back == plan);
+}
+
+// A deadline that passes before the edges are priced: construction stops, and the plan is the
+// restricted one, the same on every run.
+TEST(RestrictedPlan, ConstructionPastTheDeadline) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  mesh::Spec spec = toySpec2x4();
+  const double optimum = planOf(g, spec).result.plan.solver.objective;
+  PlanRequest request;
+  request.options.solver.deadline = std::chrono::steady_clock::now();
+  auto run = planGraph(g, spec, toySource(g), request);
+  ASSERT_TRUE(run.ok()) << run.error().message();
+  EXPECT_FALSE(run->built.complete);
+  expectRestrictedPlan(g, run->result, optimum);
+  auto again = planGraph(g, spec, toySource(g), request);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(toJsonText(again->result.plan), toJsonText(run->result.plan));
+  // A classic plan has no time limit on construction.
+  request.baseline = solver::Baseline::kDdp;
+  auto ddp = planGraph(g, spec, toySource(g), request);
+  ASSERT_TRUE(ddp.ok()) << ddp.error().message();
+  EXPECT_TRUE(ddp->built.complete);
+}
+
+// The problem built, but the reductions before a first plan pass their deadline: the solve
+// reports kDeadline and solveAndPlan makes the restricted plan.
+TEST(RestrictedPlan, FirstPlanPastTheDeadline) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  mesh::Spec spec = toySpec2x4();
+  Planned full = planOf(g, spec);
+  solver::SolveGraphOptions o;
+  o.solver.first_plan_deadline = std::chrono::steady_clock::now();
+  auto direct = solver::solveGraphProblem(full.built.gp, o);
+  ASSERT_FALSE(direct.ok());
+  EXPECT_EQ(direct.error().code(), ErrorCode::kDeadline);
+  auto r = solveAndPlan(g, full.built, spec, toySource(g), o);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  expectRestrictedPlan(g, *r, full.result.plan.solver.objective);
+  EXPECT_NE(r->note.find("first plan"), std::string::npos) << r->note;
 }
 
 }  // namespace

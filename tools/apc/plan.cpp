@@ -306,7 +306,10 @@ int runPlan(const PlanFlags& flags) {
   if (!result.ok()) return report(result.error());
   progress.done();
   std::cerr << plan::buildNotes(result->built, result->spec);
-  if (!f.dump_problem.empty()) {
+  if (!f.dump_problem.empty() && !result->built.complete) {
+    std::cerr << "apc: note: no problem dumped to " << f.dump_problem
+              << ": its construction stopped at the time limit\n";
+  } else if (!f.dump_problem.empty()) {
     Status s =
         writeFileAtomic(f.dump_problem, solver::toJson(result->built.gp.problem).dump() + "\n");
     if (!s.ok()) return report(s.error());
@@ -314,6 +317,7 @@ int runPlan(const PlanFlags& flags) {
   progress.phase(baseline ? "pricing the classic plan" : "solving");
   if (Status s = plan::solvePlanProblem(*graph, source, request, *result, &t); !s.ok())
     return report(s.error());
+  if (!result->result.note.empty()) std::cerr << "apc: note: " << result->result.note << "\n";
 
   auto tw = Clock::now();
   std::string artifact_summary;

@@ -175,6 +175,11 @@ struct SolveRecord {
   solver::SolveGraphOptions options;
   solver::ReductionStats sizes;
   std::string baseline;  // SolverStats::baseline
+  /// A restricted plan's (pipeline.h, solveAndPlan): per problem node, the index in its full list
+  /// of each strategy the solved problem kept (empty: the node kept its whole list), and the full
+  /// lists' sizes; the plan records full-list indices and counts. Empty: no restriction.
+  std::vector<std::vector<uint32_t>> full_index;
+  std::vector<uint32_t> full_sizes;
 };
 
 /// SHA-256 (lowercase hex) of the apc version, source.model_sha256, source.inputs, the canonical

@@ -100,10 +100,12 @@ ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
 /// problem shares their lists (StrategyList), and the nodes of one list share the placement
 /// classes of their edges, so the work per repeated layer is a few lookups.
 /// Errors: a pin that names no node or module of `g`, a module pin with no tensor output, a pin
-/// whose shard dim is out of range for a module output, an input placement the mesh cannot cut.
-Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
-                                         const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec);
+/// whose shard dim is out of range for a module output, an input placement the mesh cannot cut;
+/// ErrorCode::kDeadline when `deadline` passes while the edges are priced (checked per edge).
+Expected<GraphProblem> buildGraphProblem(
+    const ir::Graph& g, const std::vector<strategy::NodeStrategies>& strategies,
+    const mesh::Spec& spec,
+    const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt);
 
 /// Sizes of the problem handed to CBC, before and after reduction.
 struct ReductionStats {

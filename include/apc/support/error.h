@@ -22,6 +22,7 @@ enum class ErrorCode {
   kInfeasible,       // constraints that no plan satisfies
   kIo,               // reading or writing files
   kInternal,         // a bug in apc
+  kDeadline,         // a stage stopped at its deadline (the caller falls back; never shown)
 };
 
 /// Name of an error code, as printed ("invalid argument", ...).
@@ -60,6 +61,9 @@ inline Error ioError(std::string m) {
 }
 inline Error internalError(std::string m) {
   return {ErrorCode::kInternal, std::move(m)};
+}
+inline Error deadlineError(std::string m) {
+  return {ErrorCode::kDeadline, std::move(m)};
 }
 
 /// Either a value or an Error. Accessing the wrong alternative is a bug and aborts.
