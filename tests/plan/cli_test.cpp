@@ -99,6 +99,22 @@ TEST_F(PlanCli, PlanPrintsTheSummaryAndWritesThePlan) {
   EXPECT_EQ(times["content_hash"], plan["content_hash"]);
 }
 
+// Issue 12: a time limit shorter than construction (a four-dim mesh) still ends with a plan:
+// the restricted one, status time_limit with its gap, a note on stderr and in --json.
+TEST_F(PlanCli, TimeLimitShorterThanConstructionGivesTheRestrictedPlan) {
+  Result r = runApc("plan " + kSamples + "llama_tiny.pt2 --mesh 2x2x4x8 --time-limit 1 --json -o " +
+                    tmp("limited.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("apc: note: the time limit passed"), std::string::npos) << r.err;
+  auto summary = nlohmann::json::parse(r.out);
+  EXPECT_NE(summary["note"].get<std::string>().find("cheapest strategies"), std::string::npos);
+  auto plan = nlohmann::json::parse(readFile(tmp("limited.json")));
+  EXPECT_EQ(plan["solver"]["status"], "time_limit");
+  ASSERT_TRUE(plan["solver"]["gap"].is_number());
+  EXPECT_GT(plan["solver"]["gap"].get<double>(), 0.0);
+  EXPECT_LE(plan["solver"]["bound"].get<double>(), plan["solver"]["objective"].get<double>());
+}
+
 TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
   ASSERT_EQ(planToy(tmp("a.json")).code, 0);
   ASSERT_EQ(planToy(tmp("b.json")).code, 0);

@@ -338,7 +338,9 @@ int runPlan(const PlanFlags& flags) {
   progress.done();
   t.write_s = secondsSince(tw);
   if (f.json) {
-    std::cout << summaryJson(result->result.plan, t, f.output, f.artifact).dump(2) << "\n";
+    nlohmann::json j = summaryJson(result->result.plan, t, f.output, f.artifact);
+    if (!result->result.note.empty()) j["note"] = result->result.note;
+    std::cout << j.dump(2) << "\n";
   } else if (!f.quiet) {
     std::cout << artifact_summary;
     if (f.verbose) {
