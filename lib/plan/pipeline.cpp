@@ -200,7 +200,16 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
   if (spec.prefetch_discount != 1.0) applyPrefetchDiscount(g, gp, spec.prefetch_discount);
   options.solver.first_plan_deadline.reset();
   PlanResult r;
-  APC_ASSIGN_OR_RETURN(r.solution, solver::solveGraphProblem(gp, options, &r.sizes));
+  auto solution = solver::solveGraphProblem(gp, options, &r.sizes);
+  // The restricted problem can lack a plan the full one has (a pin or the memory bound that only
+  // dropped strategies meet): that is no verdict on the constraints.
+  if (!solution.ok())
+    return Error(solution.error().code() == ErrorCode::kInfeasible ? ErrorCode::kInvalidArgument
+                                                                   : solution.error().code(),
+                 why + ", and the restricted problem (each op's " +
+                     std::to_string(kRestrictedStrategies) + " cheapest strategies) has no plan: " +
+                     solution.error().message() + "; give a longer --time-limit");
+  r.solution = std::move(solution).value();
   // The bound: every node at its cheapest in the full problem, every edge at 0. Op nodes' indices
   // and counts are those of their full lists.
   SolveRecord record{options, r.sizes, {}, {}, {}};
