@@ -107,7 +107,10 @@ class EdgePricer {
   /// (each row is one cost::redistributionCosts search, a pure function: on meshes of 4 dims a
   /// search covers thousands of states, and construction is nearly all of them). The results
   /// enter the memo in request order, so the problem does not depend on the thread count.
-  void prefetch(const std::vector<RowRequest>& requests) {
+  /// False when `deadline` passed first (rows not started by then are left unpriced, the others
+  /// kept).
+  bool prefetch(const std::vector<RowRequest>& requests,
+                const std::optional<std::chrono::steady_clock::time_point>& deadline) {
     std::vector<std::vector<uint32_t>> keys;
     std::vector<const RowRequest*> missing;
     std::unordered_map<std::vector<uint32_t>, bool, IdsHash> asked;
@@ -117,15 +120,23 @@ class EdgePricer {
       keys.push_back(std::move(key));
       missing.push_back(&r);
     }
-    if (missing.size() < 2) return;  // row() prices a single one itself
+    if (missing.size() < 2) return true;  // row() prices a single one itself
     std::vector<std::optional<Expected<std::vector<cost::RedistCost>>>> priced(missing.size());
     parallelFor(missing.size(), [&](size_t j) {
+      if (deadline && std::chrono::steady_clock::now() > *deadline) return;
       priced[j].emplace(
           cost::redistributionCosts(*missing[j]->t, *missing[j]->from, *missing[j]->tos, mesh_));
     });
-    for (size_t j = 0; j < missing.size(); ++j)
+    bool complete = true;
+    for (size_t j = 0; j < missing.size(); ++j) {
+      if (!priced[j]) {
+        complete = false;
+        continue;
+      }
       fill(rows_[std::move(keys[j])], *priced[j], *missing[j]->t, *missing[j]->from,
            *missing[j]->tos, *missing[j]->to_ids);
+    }
+    return complete;
   }
 
   /// Dense ids of tensor metadata and placement tuples (equal values, equal ids).
@@ -555,7 +566,7 @@ bool GraphProblemBuilder::addEdges(
                 rows.push_back({&g, &grad, &back_list, &back_ids});
             for (const Out* from : froms)
               if (*from) rows.push_back({&t, &**from, &to_list, &to_ids});
-            pricer.prefetch(rows);
+            if (!pricer.prefetch(rows, deadline)) return false;
           }
           std::vector<const std::vector<double>*> back(grad_list.size(), nullptr);
           if (t.requires_grad)
