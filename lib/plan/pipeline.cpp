@@ -232,6 +232,8 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
   }
   record.sizes.strategies_before = full;
   r.sizes.strategies_before = full;
+  // The restricted solve itself can stop at the deadline (then its plan is its best found).
+  const bool restricted_optimal = r.solution.status == "optimal";
   r.solution.status = solver::kTimeLimitStatus;
   r.solution.bound = std::min(bound, r.solution.objective);
   if (timings) {
@@ -239,8 +241,8 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
     timings->solver_s = r.solution.seconds;
   }
   APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, gp, r.solution, spec, source, record));
-  r.note = why + ": the plan is the optimum over each op's " +
-           std::to_string(kRestrictedStrategies) +
+  r.note = why + ": the plan is the " + (restricted_optimal ? "optimum" : "best plan found") +
+           " over each op's " + std::to_string(kRestrictedStrategies) +
            " cheapest strategies by compute and its replicated one (" +
            std::to_string(gp.problem.numStrategies()) + " of " + std::to_string(full) +
            " strategies); its bound counts every node at its cheapest and every edge at 0";
