@@ -151,12 +151,12 @@ bool allReplicated(const strategy::Strategy& s) {
          std::all_of(s.outputs.begin(), s.outputs.end(), replicated);
 }
 
-/// The restricted plan (see solveAndPlan in the header). `why`: what stopped the full problem.
+/// The restricted plan (see solveAndPlan in the header). `why`: what stopped the full problem;
+/// `t0`: when the solve phase began (its time includes a full solve that stopped).
 Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& built,
                                     const mesh::Spec& spec, const PlanSource& source,
                                     solver::SolveGraphOptions options, PhaseTimings* timings,
-                                    const std::string& why) {
-  auto t0 = Clock::now();
+                                    const std::string& why, Clock::time_point t0) {
   // Per distinct list (repeated layers share one) its kept indices and their list, shared again
   // by the nodes that shared the original, so the layers still cluster.
   struct Kept {
@@ -175,7 +175,7 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
     Kept& k = it->second;
     if (fresh) {
       std::vector<uint32_t> order(all.size());
-      for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::iota(order.begin(), order.end(), 0u);
       std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
         return all[a].compute_us < all[b].compute_us;
       });
@@ -208,11 +208,11 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
                                                                    : solution.error().code(),
                  why + ", and the restricted problem (each op's " +
                      std::to_string(kRestrictedStrategies) + " cheapest strategies) has no plan: " +
-                     solution.error().message() + "; give a longer --time-limit");
+                     solution.error().message() + "; give a longer time limit (--time-limit)");
   r.solution = std::move(solution).value();
   // The bound: every node at its cheapest in the full problem, every edge at 0. Op nodes' indices
   // and counts are those of their full lists.
-  SolveRecord record{options, r.sizes, {}, {}, {}};
+  SolveRecord record{options, {}, {}, {}, {}};
   record.full_index.resize(gp.problem.nodes.size());
   record.full_sizes.resize(gp.problem.nodes.size());
   double bound = 0;
@@ -230,8 +230,8 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
     }
     full += record.full_sizes[i];
   }
-  record.sizes.strategies_before = full;
   r.sizes.strategies_before = full;
+  record.sizes = r.sizes;
   // The restricted solve itself can stop at the deadline (then its plan is its best found).
   const bool restricted_optimal = r.solution.status == "optimal";
   r.solution.status = solver::kTimeLimitStatus;
@@ -254,15 +254,15 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
 Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
                                   const mesh::Spec& spec, const PlanSource& source,
                                   const solver::SolveGraphOptions& options, PhaseTimings* timings) {
+  auto t0 = Clock::now();
   if (!built.complete)
     return restrictedPlan(g, built, spec, source, options, timings,
-                          "the time limit passed while the problem was built");
+                          "the time limit passed while the problem was built", t0);
   PlanResult r;
-  auto t0 = Clock::now();
   auto solution = solver::solveGraphProblem(built.gp, options, &r.sizes);
   if (!solution.ok() && solution.error().code() == ErrorCode::kDeadline)
     return restrictedPlan(g, built, spec, source, options, timings,
-                          "the time limit passed before the problem had a first plan");
+                          "the time limit passed before the problem had a first plan", t0);
   if (!solution.ok()) return solution.error();
   r.solution = std::move(solution).value();
   if (timings) {

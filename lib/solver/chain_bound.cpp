@@ -265,7 +265,12 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
     ro.frozen.assign(b.nodes.size(), false);
     ro.frozen[0] = ro.frozen[1 + out_pos[c]] = true;
     ro.drop_by_memory = false;
+    ro.deadline = so.first_plan_deadline;
     ch.reducer = std::make_unique<Reducer>(b, ro);
+    if (ch.reducer->stopped()) {
+      out.why = "the time limit passed in a layer's reduction";
+      return out;
+    }
     if (ch.reducer->hasEmptyNode()) {
       out.why = "a layer has no feasible choice";
       return out;
@@ -386,7 +391,12 @@ ChainBound chainBound(const Problem& full, const std::vector<uint32_t>& rep,
   }
   ReducerOptions ro;
   ro.drop_by_memory = false;
+  ro.deadline = so.first_plan_deadline;
   Reducer r(rp, ro);
+  if (r.stopped()) {
+    out.why = "the time limit passed in the relaxation's reduction";
+    return out;
+  }
   if (r.hasEmptyNode()) {
     out.why = "the relaxation has no feasible choice";
     return out;

@@ -84,16 +84,21 @@ Reducer::Reducer(const Problem& p, ReducerOptions options)
   for (size_t i = 0; i < n; ++i)
     for (uint32_t s : keep_[i]) cost_[i].push_back(p.nodes[i].costs[s]);
   fixMemory();
+  const auto passed = [&] {
+    return options.deadline && std::chrono::steady_clock::now() > *options.deadline;
+  };
   for (const ProblemEdge& e : p.edges) {
+    if ((stopped_ = passed())) return;
     Table t = detail::restrict(
         detail::tableOf(e, p.nodes[e.src].numStrategies(), p.nodes[e.dst].numStrategies()),
         keep_[e.src], keep_[e.dst]);
     addEdge(e.src, e.dst, std::move(t));
   }
-  if (!hasEmptyNode()) pruneDominated();
+  if (!hasEmptyNode()) pruneDominated(options.deadline);
 }
 
 bool Reducer::run(const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+  if (stopped_) return false;
   bool changed = true;
   while (changed) {
     changed = false;
@@ -219,11 +224,17 @@ void Reducer::addEdge(uint32_t a, uint32_t b, Table m) {
   }
 }
 
-void Reducer::pruneDominated() {
+void Reducer::pruneDominated(const std::optional<std::chrono::steady_clock::time_point>& deadline) {
   const size_t n = alive_.size();
   for (int pass = 0; pass < 3; ++pass) {
     bool changed = false;
-    for (uint32_t v = 0; v < n; ++v) changed = pruneNode(v) || changed;
+    for (uint32_t v = 0; v < n; ++v) {
+      if (deadline && std::chrono::steady_clock::now() > *deadline) {
+        stopped_ = true;
+        return;
+      }
+      changed = pruneNode(v) || changed;
+    }
     if (!changed) break;
   }
 }

@@ -50,18 +50,24 @@ struct ReducerOptions {
   std::vector<bool> frozen;
   // Step 1b's drops; off when the caller applied them to the problem the nodes stand for.
   bool drop_by_memory = true;
+  // Construction (the dense tables, dominance pruning: seconds on four-dim meshes) stops when
+  // this passes; then stopped() is true and the reducer must not be used.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
 };
 
 class Reducer {
  public:
   explicit Reducer(const Problem& p, ReducerOptions options = {});
 
+  /// True when construction stopped at ReducerOptions::deadline.
+  bool stopped() const { return stopped_; }
+
   /// Strategies dropped by dominance (step 1c), in the order they were dropped.
   size_t prunedStrategies() const { return pruned_.size(); }
 
   /// Eliminates what it can; nodes in the memory bound stay.
   /// Stops early, returning false, when `deadline` passes (then the reduction is unfinished and
-  /// must not be used).
+  /// must not be used), or at once when construction stopped.
   bool run(const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt);
 
   /// The reduced problem over the surviving nodes; fills `ids` with their original indices.
@@ -116,7 +122,7 @@ class Reducer {
   }
 
   /// 1c in the file comment: drops strategies dominated in cost, memory and every edge row.
-  void pruneDominated();
+  void pruneDominated(const std::optional<std::chrono::steady_clock::time_point>& deadline);
 
   bool pruneNode(uint32_t v);
 
@@ -133,8 +139,9 @@ class Reducer {
   const Problem& p_;
   std::vector<bool> frozen_;
   std::vector<bool> alive_;
-  std::vector<std::vector<double>> cost_;    // per node, over kept strategies
-  std::vector<std::vector<uint32_t>> keep_;  // kept strategy -> original strategy
+  std::vector<std::vector<double>> cost_;  // per node, over kept strategies
+  std::vector<std::vector<uint32_t>> keep_;
+  bool stopped_ = false;  // kept strategy -> original strategy
   std::vector<std::set<uint32_t>> adj_;
   std::map<std::pair<uint32_t, uint32_t>, Table> edges_;
   std::vector<Elimination> eliminations_;

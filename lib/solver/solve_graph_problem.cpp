@@ -663,12 +663,17 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
       base = &quotient;
     }
   }
-  Reducer reducer(*base);
+  ReducerOptions ro;
+  ro.deadline = options.solver.first_plan_deadline;
+  Reducer reducer(*base, ro);
+  const auto stopped = [] {
+    return deadlineError("the time limit passed before the problem was reduced");
+  };
+  if (reducer.stopped()) return stopped();
   // A node without an allowed strategy (pins, infinite costs, or the memory bound after 1b): the
   // full problem names the constraint group to blame.
   if (reducer.hasEmptyNode()) return solve(full, options.solver);
-  if (!reducer.run(options.solver.first_plan_deadline))
-    return deadlineError("the time limit passed before the problem was reduced");
+  if (!reducer.run(options.solver.first_plan_deadline)) return stopped();
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
   if (stats) {
