@@ -8,6 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "apc/frontend/functionalize.h"
+#include "apc/frontend/script_module.h"
 #include "apc/frontend/torchscript.h"
 
 #include <algorithm>
@@ -782,6 +783,17 @@ class Importer {
       shape_codes_;
 };
 
+/// Whether some node of `block` (nested blocks included) has a mutating schema (`Tensor(a!)`).
+bool hasMutatingOp(tj::Block* block) {
+  for (tj::Node* n : block->nodes()) {
+    const c10::FunctionSchema* schema = n->maybeSchema();
+    if (schema && schema->is_mutable()) return true;
+    for (tj::Block* b : n->blocks())
+      if (hasMutatingOp(b)) return true;
+  }
+  return false;
+}
+
 struct Loaded {
   tj::Module module;
   std::vector<InputSpec> recorded;  // names always; dtype/shape empty when unknown
@@ -800,7 +812,7 @@ Expected<Loaded> loadArchive(const std::string& path) {
   Loaded l;
   tj::ExtraFilesMap extra{{"apc_inputs.json", ""}};
   try {
-    l.module = tj::load(path, c10::nullopt, extra);
+    l.module = loadScriptModule(path, extra);
   } catch (const std::exception& e) {
     return parseError("'" + path + "' is not a readable TorchScript archive (" + torchErrorLine(e) +
                       ")");
@@ -929,7 +941,13 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
   try {
     graph = l.module.get_method("forward").graph()->copy();
     tj::Inline(*graph);
-    tj::EliminateDeadCode(graph);
+    // Without a mutating op, dead code elimination without alias analysis removes the same
+    // nodes (alias analysis only lets it drop writes to dead values), and building the AliasDb
+    // was half of the pass: 0.025 of 0.045 s on a 126-layer LLaMA.
+    if (hasMutatingOp(graph->block()))
+      tj::EliminateDeadCode(graph);
+    else
+      tj::EliminateDeadCode(graph->block());
   } catch (const std::exception& e) {
     return unsupported("cannot inline the forward of '" + path + "': " + torchErrorLine(e));
   }

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apc/frontend/model.h"
+#include "apc/frontend/script_module.h"
 #include "apc/support/strings.h"
 #include "pt2_archive.h"
 #include "torch_types.h"
@@ -44,7 +45,7 @@ void collectConstants(torch::jit::Block* block, NamedTensors& out) {
 Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
   torch::jit::Module module;
   try {
-    module = torch::jit::load(path);
+    module = loadScriptModule(path);
   } catch (const std::exception& e) {
     return parseError("'" + path + "' is not a readable TorchScript archive (" + torchErrorLine(e) +
                       ")");

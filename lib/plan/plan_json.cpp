@@ -401,41 +401,42 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
 
 }  // namespace
 
-json toJson(const Plan& p) {
-  json nodes = json::array();
-  for (size_t i = 0; i < p.nodes.size(); ++i) {
-    const PlanNode& n = p.nodes[i];
-    // Built key by key with moves: an initializer list copies every value once more, which
-    // on a plan of 10k nodes was a third of the write phase.
-    json edges = json::array();
-    for (const PlanEdge& e : n.in_edges) {
-      json edge = json::object();
-      edge["from"] = e.from;
-      edge["input"] = e.input;
-      edge["cost_us"] = number(e.cost_us);
-      edges.push_back(std::move(edge));
-    }
-    json j = json::object();
-    j["index"] = i;
-    j["name"] = n.name;
-    j["kind"] = n.kind;
-    j["op"] = n.op;
-    j["module_path"] = n.module_path;
-    j["strategy_index"] = n.strategy_index;
-    j["num_strategies"] = n.num_strategies;
-    j["strategy"] = n.strategy;
-    j["input_placements"] = placementList(n.input_placements);
-    j["output_placements"] = mesh::toJson(n.outputPlacements());
-    j["in_edges"] = std::move(edges);
-    j["compute_us"] = number(n.compute_us);
-    j["comm_us"] = number(n.comm_us);
-    j["cost_us"] = number(n.cost_us);
-    if (n.graph_node) j["graph_node"] = *n.graph_node;
-    if (n.outputs.size() > 1 || n.outputPlacements().empty())
-      j["outputs"] = placementList(n.outputs);
-    if (!n.pin_group.empty()) j["pin_group"] = n.pin_group;
-    nodes.push_back(std::move(j));
+namespace {
+
+/// toJson's object for node `i`. Built key by key with moves: an initializer list copies every
+/// value once more.
+json nodeJson(const PlanNode& n, size_t i) {
+  json edges = json::array();
+  for (const PlanEdge& e : n.in_edges) {
+    json edge = json::object();
+    edge["from"] = e.from;
+    edge["input"] = e.input;
+    edge["cost_us"] = number(e.cost_us);
+    edges.push_back(std::move(edge));
   }
+  json j = json::object();
+  j["index"] = i;
+  j["name"] = n.name;
+  j["kind"] = n.kind;
+  j["op"] = n.op;
+  j["module_path"] = n.module_path;
+  j["strategy_index"] = n.strategy_index;
+  j["num_strategies"] = n.num_strategies;
+  j["strategy"] = n.strategy;
+  j["input_placements"] = placementList(n.input_placements);
+  j["output_placements"] = mesh::toJson(n.outputPlacements());
+  j["in_edges"] = std::move(edges);
+  j["compute_us"] = number(n.compute_us);
+  j["comm_us"] = number(n.comm_us);
+  j["cost_us"] = number(n.cost_us);
+  if (n.graph_node) j["graph_node"] = *n.graph_node;
+  if (n.outputs.size() > 1 || n.outputPlacements().empty()) j["outputs"] = placementList(n.outputs);
+  if (!n.pin_group.empty()) j["pin_group"] = n.pin_group;
+  return j;
+}
+
+/// Everything of toJson but the nodes, which are an empty array.
+json documentJson(const Plan& p) {
   json params = json::array();
   for (const PlanParameter& q : p.parameters)
     params.push_back({{"name", q.name},
@@ -457,7 +458,7 @@ json toJson(const Plan& p) {
                 {"sha256", p.model.model_sha256},
                 {"inputs", p.model.inputs}}},
               {"spec", mesh::toJson(p.spec)},
-              {"nodes", std::move(nodes)},
+              {"nodes", json::array()},
               {"parameters", std::move(params)},
               {"totals",
                {{"compute_us", number(t.compute_us)},
@@ -489,6 +490,175 @@ json toJson(const Plan& p) {
   return out;
 }
 
+// --- the streamed text ---------------------------------------------------------------------------
+// toJsonText writes the nodes straight from the Plan, in the bytes writeCanonical gives their
+// JSON objects (tests/plan: PlanJson.StreamedTextEqualsTheTreeText), so that a plan of 11k nodes
+// (126 layers) never holds a JSON tree of them: building, laying out and freeing that tree was
+// 0.17 s of the 0.2 s write.
+
+void appendNumber(double x, std::string& out) {
+  out += dumpScalar(number(x));
+}
+
+/// A key of an object at `indent`, after its predecessor: `,\n` (unless first), the pad, `"key": `.
+void appendKey(const char* key, int indent, bool& first, std::string& out) {
+  if (!first) out += ",\n";
+  first = false;
+  out.append(static_cast<size_t>(indent + 2), ' ');
+  out += '"';
+  out += key;
+  out += "\": ";
+}
+
+/// An edge object, always on one line: canonical numbers have 12 significant digits and the two
+/// indices at most 10, so its compact form is at most 68 characters, within fitsOnOneLine's 72
+/// (the test feeds it the longest values).
+void writeEdge(const PlanEdge& e, std::string& out) {
+  out += "{\"cost_us\":";
+  out += dumpScalar(number(e.cost_us));
+  out += ",\"from\":";
+  out += std::to_string(e.from);
+  out += ",\"input\":";
+  out += std::to_string(e.input);
+  out += '}';
+}
+
+/// A placement tuple's compact text, `["S(0)","R"]`, or "" when a placement's text needs escaping
+/// (never with today's placements; the caller then takes the generic writer).
+std::string compactTuple(const PlacementTuple& t) {
+  std::string out = "[";
+  for (size_t d = 0; d < t.size(); ++d) {
+    const std::string p = t[d].toString();
+    if (!isPlainString(p)) return "";
+    if (d) out += ',';
+    out += '"';
+    out += p;
+    out += '"';
+  }
+  return out + "]";
+}
+
+/// writeCanonical of a placement tuple (an array of strings) at `indent`.
+void writeTuple(const PlacementTuple& t, int indent, std::string& out) {
+  std::string compact = compactTuple(t);
+  if (compact.empty() || compact.size() > 72) {
+    writeCanonical(mesh::toJson(t), indent, out);
+    return;
+  }
+  out += compact;
+}
+
+/// writeCanonical of placementList(ts) at `indent`: one line when the compact form fits in 72
+/// characters, else one element (null or a tuple) per line.
+void writePlacementList(const std::vector<std::optional<PlacementTuple>>& ts, int indent,
+                        std::string& out) {
+  std::vector<std::string> parts;
+  parts.reserve(ts.size());
+  size_t compact = 2 + (ts.empty() ? 0 : ts.size() - 1);
+  for (const auto& t : ts) {
+    parts.push_back(t ? compactTuple(*t) : "null");
+    if (parts.back().empty()) {  // a placement that needs escaping: the generic writer
+      writeCanonical(placementList(ts), indent, out);
+      return;
+    }
+    compact += parts.back().size();
+  }
+  if (compact <= 72) {
+    out += '[';
+    for (size_t k = 0; k < parts.size(); ++k) {
+      if (k) out += ',';
+      out += parts[k];
+    }
+    out += ']';
+    return;
+  }
+  out += "[\n";
+  for (size_t k = 0; k < ts.size(); ++k) {
+    if (k) out += ",\n";
+    out.append(static_cast<size_t>(indent + 2), ' ');
+    if (ts[k])
+      writeTuple(*ts[k], indent + 2, out);
+    else
+      out += "null";
+  }
+  out += '\n';
+  out.append(static_cast<size_t>(indent), ' ');
+  out += ']';
+}
+
+/// Node `i` as writeCanonical(nodeJson(n, i), indent) writes it: keys in nlohmann's (byte)
+/// order, the layout rules of writeCanonical and fitsOnOneLine applied to each value.
+void writeNode(const PlanNode& n, size_t i, int indent, std::string& out) {
+  const int inner = indent + 2;
+  bool first = true;
+  out += "{\n";
+  appendKey("comm_us", indent, first, out);
+  appendNumber(n.comm_us, out);
+  appendKey("compute_us", indent, first, out);
+  appendNumber(n.compute_us, out);
+  appendKey("cost_us", indent, first, out);
+  appendNumber(n.cost_us, out);
+  if (n.graph_node) {
+    appendKey("graph_node", indent, first, out);
+    out += std::to_string(*n.graph_node);
+  }
+  appendKey("in_edges", indent, first, out);
+  if (n.in_edges.empty()) {
+    out += "[]";
+  } else {
+    out += "[\n";
+    for (size_t k = 0; k < n.in_edges.size(); ++k) {
+      if (k) out += ",\n";
+      out.append(static_cast<size_t>(inner + 2), ' ');
+      writeEdge(n.in_edges[k], out);
+    }
+    out += '\n';
+    out.append(static_cast<size_t>(inner), ' ');
+    out += ']';
+  }
+  appendKey("index", indent, first, out);
+  out += std::to_string(i);
+  appendKey("input_placements", indent, first, out);
+  writePlacementList(n.input_placements, inner, out);
+  appendKey("kind", indent, first, out);
+  appendString(n.kind, out);
+  appendKey("module_path", indent, first, out);
+  appendString(n.module_path, out);
+  appendKey("name", indent, first, out);
+  appendString(n.name, out);
+  appendKey("num_strategies", indent, first, out);
+  out += std::to_string(n.num_strategies);
+  appendKey("op", indent, first, out);
+  appendString(n.op, out);
+  const PlacementTuple output = n.outputPlacements();
+  appendKey("output_placements", indent, first, out);
+  writeTuple(output, inner, out);
+  if (n.outputs.size() > 1 || output.empty()) {
+    appendKey("outputs", indent, first, out);
+    writePlacementList(n.outputs, inner, out);
+  }
+  if (!n.pin_group.empty()) {
+    appendKey("pin_group", indent, first, out);
+    appendString(n.pin_group, out);
+  }
+  appendKey("strategy", indent, first, out);
+  appendString(n.strategy, out);
+  appendKey("strategy_index", indent, first, out);
+  out += std::to_string(n.strategy_index);
+  out += '\n';
+  out.append(static_cast<size_t>(indent), ' ');
+  out += '}';
+}
+
+}  // namespace
+
+json toJson(const Plan& p) {
+  json out = documentJson(p);
+  json& nodes = out["nodes"];
+  for (size_t i = 0; i < p.nodes.size(); ++i) nodes.push_back(nodeJson(p.nodes[i], i));
+  return out;
+}
+
 std::string canonicalText(const json& j) {
   std::string out;
   writeCanonical(j, 0, out);
@@ -497,7 +667,35 @@ std::string canonicalText(const json& j) {
 }
 
 std::string toJsonText(const Plan& p) {
-  return canonicalText(toJson(p));
+  // canonicalText(toJson(p)), the nodes streamed: the top-level object is never on one line,
+  // and "nodes" (an array of objects) is one line only when empty.
+  const json doc = documentJson(p);
+  std::string out;
+  out.reserve(p.nodes.size() * 900 + p.graph_bytes.size() * 4 / 3 + 65536);
+  out += "{\n";
+  bool first = true;
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (!first) out += ",\n";
+    first = false;
+    out += "  ";
+    appendString(it.key(), out);
+    out += ": ";
+    if (it.key() != "nodes") {
+      writeCanonical(it.value(), 2, out);
+    } else if (p.nodes.empty()) {
+      out += "[]";
+    } else {
+      out += "[\n";
+      for (size_t i = 0; i < p.nodes.size(); ++i) {
+        if (i) out += ",\n";
+        out += "    ";
+        writeNode(p.nodes[i], i, 4, out);
+      }
+      out += "\n  ]";
+    }
+  }
+  out += "\n}\n";
+  return out;
 }
 
 Expected<Plan> planFromJson(const json& j) {

@@ -11,14 +11,20 @@
 #include "apc/ir/torch_dtype.h"
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
+
+#include <unistd.h>
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #include <torch/script.h>
 #include <nlohmann/json.hpp>
 
 #include "../common/samples.h"
+#include "apc/frontend/script_module.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/printer.h"
 #include "apc/ir/proto_io.h"
@@ -238,6 +244,114 @@ TEST(Importer, TracedAndScriptedAgree) {
     ASSERT_EQ(la.size(), lb.size());
     EXPECT_EQ(a->value(la[0]).tensor->shape, b->value(lb[0]).tensor->shape);
   }
+}
+
+/// Every node of `g` with its source position, in order: "kind @file:line:col".
+std::vector<std::string> nodeSources(torch::jit::Block* b) {
+  std::vector<std::string> out;
+  for (torch::jit::Node* n : b->nodes()) {
+    auto loc = n->sourceRange().file_line_col();
+    out.push_back(std::string(n->kind().toQualString()) + " @" +
+                  (loc ? std::get<0>(*loc) + ":" + std::to_string(std::get<1>(*loc)) + ":" +
+                             std::to_string(std::get<2>(*loc))
+                       : std::string("-")));
+    for (torch::jit::Block* sub : n->blocks())
+      for (std::string& x : nodeSources(sub)) out.push_back("  " + std::move(x));
+  }
+  return out;
+}
+
+std::string withoutComments(const std::string& dump) {
+  std::istringstream in(dump);
+  std::string out, line;
+  while (std::getline(in, line)) out += line.substr(0, line.find(" # ")) + "\n";
+  return out;
+}
+
+std::vector<std::string> tensorsOf(const torch::jit::Module& m, bool parameters) {
+  std::vector<std::string> out;
+  auto describe = [](const std::string& name, const at::Tensor& t) {
+    std::ostringstream os;
+    os << name << " " << t.scalar_type() << " " << t.sizes() << " " << t.strides() << " "
+       << t.storage_offset() << " " << t.requires_grad();
+    return os.str();
+  };
+  if (parameters) {
+    for (const auto& p : m.named_parameters(true)) out.push_back(describe(p.name, p.value));
+  } else {
+    for (const auto& b : m.named_buffers(true)) out.push_back(describe(b.name, b.value));
+  }
+  return out;
+}
+
+TEST(ScriptModule, LoadsWhatTorchJitLoadLoads) {
+  // loadScriptModule skips torch::jit::load's quantized-conv rewrite and nothing else: on every
+  // TorchScript sample, the same extra file, parameters and buffers (names, geometry, values),
+  // and the same inlined forward, node by node, with the same source positions.
+  int checked = 0;
+  for (const auto& entry : fs::directory_iterator(kSamples)) {
+    if (entry.path().extension() != ".pt") continue;
+    const std::string path = entry.path().string();
+    SCOPED_TRACE(path);
+    torch::jit::ExtraFilesMap extra_a{{"apc_inputs.json", ""}}, extra_b = extra_a;
+    torch::jit::Module a, b;
+    try {
+      a = torch::jit::load(path, std::nullopt, extra_a);
+    } catch (const std::exception&) {
+      EXPECT_ANY_THROW(loadScriptModule(path, extra_b));  // not loadable either way
+      continue;
+    }
+    ASSERT_NO_THROW(b = loadScriptModule(path, extra_b));
+    EXPECT_EQ(extra_a, extra_b);
+    EXPECT_EQ(tensorsOf(a, true), tensorsOf(b, true));
+    EXPECT_EQ(tensorsOf(a, false), tensorsOf(b, false));
+    auto pa = a.named_parameters(true), pb = b.named_parameters(true);
+    // Same geometry (above), so equal storage bytes mean equal values; stub weights (zero
+    // strides over a few bytes) are compared without expanding them.
+    for (auto ia = pa.begin(), ib = pb.begin(); ia != pa.end() && ib != pb.end(); ++ia, ++ib) {
+      const c10::Storage &sa = (*ia).value.storage(), &sb = (*ib).value.storage();
+      ASSERT_EQ(sa.nbytes(), sb.nbytes()) << (*ia).name;
+      EXPECT_EQ(std::memcmp(sa.data(), sb.data(), sa.nbytes()), 0) << (*ia).name;
+    }
+    auto fa = a.find_method("forward"), fb = b.find_method("forward");
+    ASSERT_EQ(fa.has_value(), fb.has_value());
+    if (!fa) continue;
+    auto ga = fa->graph()->copy(), gb = fb->graph()->copy();
+    torch::jit::Inline(*ga);
+    torch::jit::Inline(*gb);
+    // The dump's "# file:line:col" comments differ where the archive has .debug_pkl maps to the
+    // user's Python, which loadScriptModule does not read; node source ranges (all the importer
+    // reads) are the same.
+    EXPECT_EQ(withoutComments(ga->toString()), withoutComments(gb->toString()));
+    EXPECT_EQ(nodeSources(ga->block()), nodeSources(gb->block()));
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
+}
+
+TEST(ScriptModule, FilesTorchJitLoadRefusesAreRefused) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("apc_script_module_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(dir / name, std::ios::binary) << bytes;
+    return (dir / name).string();
+  };
+  // Not a zip; a torch.save pickle's first bytes; a zip cut short.
+  std::string sample;
+  {
+    std::ifstream f(kSamples / "mlp_stack.pt", std::ios::binary);
+    sample.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  ASSERT_GT(sample.size(), 1000u);
+  for (const std::string& path :
+       {write("text.pt", "not a model"), write("pickle.pt", std::string("\x80\x02junk", 6)),
+        write("cut.pt", sample.substr(0, sample.size() / 2)), (dir / "missing.pt").string()}) {
+    SCOPED_TRACE(path);
+    EXPECT_ANY_THROW(torch::jit::load(path));
+    EXPECT_ANY_THROW(loadScriptModule(path));
+  }
+  fs::remove_all(dir);
 }
 
 TEST(Importer, DeterministicAndSerializable) {

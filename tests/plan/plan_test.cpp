@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <nlohmann/json.hpp>
 
 #include <cmath>
@@ -23,6 +25,7 @@ namespace {
 
 using testing::Planned;
 using testing::planOf;
+using testing::specFor;
 using testing::toySource;
 using testing::toySpec2x4;
 using testing::toySpec8;
@@ -190,6 +193,51 @@ TEST(PlanJson, CanonicalTextEscapesLikeNlohmann) {
     EXPECT_NE(text.find(dumped), std::string::npos) << dumped;
   }
   EXPECT_EQ(canonicalText(*back), text);
+}
+
+TEST(PlanJson, StreamedTextEqualsTheTreeText) {
+  // toJsonText streams the nodes; canonicalText(toJson(p)) lays out the JSON tree. Same bytes on
+  // solved plans and on plans edited into every branch of the layout: escaped strings, null and
+  // the longest numbers, several outputs, untyped outputs, a pin group, no graph node, no nodes.
+  std::vector<Plan> plans;
+  ir::Graph toy = ir::testing_graphs::toyBlock();
+  ir::Graph sizes = ir::testing_graphs::withSizeArithmetic();
+  plans.push_back(planOf(toy, toySpec2x4()).result.plan);
+  plans.push_back(planOf(toy, toySpec8()).result.plan);
+  plans.push_back(planOf(sizes, specFor({2, 2}, {"a", "b"})).result.plan);
+  ASSERT_GE(plans[0].nodes.size(), 4u);
+  Plan edited = plans[0];
+  edited.nodes[0].name = "quote \" back\\slash \t tab caf\xc3\xa9 bad \xff";
+  edited.nodes[0].module_path = std::string(100, 'm');
+  edited.nodes[1].compute_us = std::numeric_limits<double>::quiet_NaN();
+  edited.nodes[1].comm_us = std::numeric_limits<double>::infinity();
+  edited.nodes[1].cost_us = -1.2345678901234567e-300;
+  edited.nodes[1].graph_node.reset();
+  edited.nodes[1].pin_group = "inputs";
+  edited.nodes[2].in_edges = {{4294967295u, 4294967295u, -1.2345678901234567e-300},
+                              {0, 1, 0.0},
+                              {7, 0, std::numeric_limits<double>::quiet_NaN()}};
+  edited.nodes[2].outputs = {std::nullopt, edited.nodes[2].outputs.empty()
+                                               ? std::optional<PlacementTuple>()
+                                               : edited.nodes[2].outputs[0]};
+  edited.nodes[3].outputs.clear();
+  const PlacementTuple pair = {mesh::Placement::shard(0), mesh::Placement::replicate()};
+  edited.nodes[3].input_placements.assign(12, pair);         // one line would be 157 characters
+  const PlacementTuple wide(16, mesh::Placement::shard(1));  // 113 characters on one line
+  edited.nodes[0].input_placements = {wide, std::nullopt, pair};
+  edited.nodes[0].outputs = {wide, wide};
+  plans.push_back(edited);
+  Plan empty = plans[0];
+  empty.nodes.clear();
+  plans.push_back(empty);
+  for (size_t i = 0; i < plans.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(toJsonText(plans[i]), canonicalText(toJson(plans[i])));
+  }
+  // The longest edge the plan can hold still fits on one line.
+  EXPECT_NE(toJsonText(edited).find(
+                "{\"cost_us\":-1.23456789012e-300,\"from\":4294967295,\"input\":4294967295}"),
+            std::string::npos);
 }
 
 TEST(PlanJson, SameInputsGiveSameBytes) {
