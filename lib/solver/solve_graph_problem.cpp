@@ -518,7 +518,14 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     return unproven("feasible", "the unclustered LP would have about " +
                                     std::to_string(static_cast<size_t>(unclustered_columns)) +
                                     " columns, over " + std::to_string(kMaxCheckColumns));
-  Reducer reducer(full);
+  // A plan exists: its tables (seconds on four-dim meshes) stop at the final deadline, which
+  // leaves the clustered plan with its bound.
+  ReducerOptions check_options;
+  check_options.deadline =
+      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double>(std::min(secondsLeft(options.solver, t0), 1e9)));
+  Reducer reducer(full, check_options);
+  if (reducer.stopped()) return unproven(kTimeLimitStatus, kTimeLimitStatus);
   std::vector<uint32_t> ids;
   std::vector<uint32_t> start;
   Problem reduced;
