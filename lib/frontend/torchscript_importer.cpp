@@ -15,7 +15,9 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -239,7 +241,7 @@ class Importer {
     for (const auto& entry : (*cs)->vec()) {
       const auto& info = std::get<tj::kModuleInstanceInfo>(entry);
       if (!info || info->instance_name().empty()) continue;
-      auto [rel, child] = findSubmodule(obj, info->instance_name(), info->class_type());
+      auto [rel, child] = cachedSubmodule(obj, info->instance_name(), info->class_type());
       if (!child) {  // not found: keep the name as the call stack gives it
         rel = info->instance_name();
       } else {
@@ -249,6 +251,19 @@ class Importer {
     }
     module_paths_[key] = path;
     return path;
+  }
+
+  /// findSubmodule, once per (object, name, class): every layer's call stacks search the root for
+  /// their entry of `layers` ("0", "1", ...), a search as long as the list, so uncached the import
+  /// grew with the square of the number of layers.
+  std::pair<std::string, c10::intrusive_ptr<c10::ivalue::Object>> cachedSubmodule(
+      const c10::intrusive_ptr<c10::ivalue::Object>& root, const std::string& name,
+      const c10::ClassTypePtr& type) {
+    auto key = std::make_tuple(root.get(), name, type.get());
+    auto it = submodules_.find(key);
+    if (it == submodules_.end())
+      it = submodules_.emplace(key, findSubmodule(root, name, type)).first;
+    return it->second;
   }
 
   static std::pair<std::string, c10::intrusive_ptr<c10::ivalue::Object>> findSubmodule(
@@ -779,6 +794,9 @@ class Importer {
   std::map<std::string, ir::ValueId> tensor_nodes_;
   std::unordered_set<const tj::Node*> structural_;
   std::unordered_map<const tj::InlinedCallStack*, std::string> module_paths_;
+  std::map<std::tuple<const c10::ivalue::Object*, std::string, const c10::ClassType*>,
+           std::pair<std::string, c10::intrusive_ptr<c10::ivalue::Object>>>
+      submodules_;
   std::unordered_map<const c10::FunctionSchema*, std::pair<std::shared_ptr<tj::Code>, size_t>>
       shape_codes_;
 };
@@ -955,12 +973,17 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
 
   auto t2 = std::chrono::steady_clock::now();
   auto interpret = [&](const std::vector<InputSpec>& specs) -> Expected<ir::Graph> {
-    Importer importer(l.module, specs, defaults);
-    try {
-      return importer.run(graph);
-    } catch (const std::exception& e) {
-      return unsupported("import failed: " + torchErrorLine(e));
-    }
+    auto importer = std::make_unique<Importer>(l.module, specs, defaults);
+    Expected<ir::Graph> result = [&]() -> Expected<ir::Graph> {
+      try {
+        return importer->run(graph);
+      } catch (const std::exception& e) {
+        return unsupported("import failed: " + torchErrorLine(e));
+      }
+    }();
+    // Its meta tensors, one per value, are left to the exit too (ImportOptions::disable_free).
+    if (options.disable_free) (void)importer.release();
+    return result;
   };
   Expected<ir::Graph> g = interpret(inputs);
   if (!g.ok()) return g;
@@ -968,6 +991,11 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
   APC_RETURN_IF_ERROR(functionalizeInPlace(*g, torchSchemaAliasing));
   g->name = std::filesystem::path(path).stem().string();
   if (timings) timings->interpret_s = secondsSince(t2);
+  if (options.disable_free) {
+    // Deliberately never deleted (ImportOptions::disable_free).
+    new std::shared_ptr<tj::Graph>(std::move(graph));
+    new tj::Module(std::move(l.module));
+  }
   return g;
 }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <string_view>
 
 #include "apc/support/strings.h"
 
@@ -71,11 +72,15 @@ std::vector<ir::NodeId> randomNodes(const ir::Graph& g) {
       bool zero = (pd && *pd == 0.0) || (pi && *pi == 0);
       random = !zero && !(tb && !*tb);
     } else {
-      for (const char* r : {"aten::bernoulli", "aten::rand", "aten::randn", "aten::rand_like",
-                            "aten::randn_like", "aten::randint", "aten::randint_like",
-                            "aten::randperm", "aten::normal", "aten::uniform", "aten::rrelu",
-                            "aten::multinomial", "aten::exponential", "aten::geometric"})
-        random = random || op == r || op == std::string(r) + "_";
+      // The op or its in-place form (a trailing '_'), compared without building strings: this
+      // runs over every node of the graph.
+      std::string_view name(op);
+      if (!name.empty() && name.back() == '_') name.remove_suffix(1);
+      for (std::string_view r : {"aten::bernoulli", "aten::rand", "aten::randn", "aten::rand_like",
+                                 "aten::randn_like", "aten::randint", "aten::randint_like",
+                                 "aten::randperm", "aten::normal", "aten::uniform", "aten::rrelu",
+                                 "aten::multinomial", "aten::exponential", "aten::geometric"})
+        random = random || name == r;
     }
     if (random) out.push_back(n.id);
   }

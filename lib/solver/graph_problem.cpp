@@ -338,7 +338,9 @@ struct GraphProblemBuilder {
     std::vector<uint32_t> src_class, dst_class;
     std::vector<const Out*> froms;
     std::vector<std::pair<const Out*, PlacementTuple>> tos;  // (input placement, gradient)
-    std::vector<uint32_t> key;
+    // The classes' placements as tuple ids, interned (class_key_ids): part of the memo key of
+    // an edge's costs, one number instead of the whole list for every edge.
+    uint32_t key_id = 0;
   };
   const EdgeClasses& edgeClasses(const strategy::StrategyList& src, uint32_t out,
                                  const strategy::StrategyList& dst, uint32_t in);
@@ -359,6 +361,7 @@ struct GraphProblemBuilder {
   std::map<std::vector<int64_t>, strategy::StrategyList> leaf_lists;  // by tensor sizes
   // By (source list, output, destination list, input); lists by identity, which the problem keeps.
   std::map<std::tuple<const void*, uint32_t, const void*, uint32_t>, EdgeClasses> edge_classes;
+  std::map<std::vector<uint32_t>, uint32_t> class_key_ids;
 };
 
 const GraphProblemBuilder::EdgeClasses& GraphProblemBuilder::edgeClasses(
@@ -390,13 +393,15 @@ const GraphProblemBuilder::EdgeClasses& GraphProblemBuilder::edgeClasses(
       c.dst_class[t] = at->second;
     }
   }
-  c.key.push_back(UINT32_MAX);
-  for (const Out* from : c.froms) c.key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
-  c.key.push_back(UINT32_MAX);
+  std::vector<uint32_t> key{UINT32_MAX};
+  for (const Out* from : c.froms) key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
+  key.push_back(UINT32_MAX);
   for (const auto& [to, grad] : c.tos) {
-    c.key.push_back(*to ? pricer.tupleId(**to) + 1 : 0);
-    c.key.push_back(pricer.tupleId(grad));
+    key.push_back(*to ? pricer.tupleId(**to) + 1 : 0);
+    key.push_back(pricer.tupleId(grad));
   }
+  c.key_id = class_key_ids.try_emplace(std::move(key), static_cast<uint32_t>(class_key_ids.size()))
+                 .first->second;
   return c;
 }
 
@@ -516,7 +521,7 @@ bool GraphProblemBuilder::addEdges(
       std::vector<uint32_t> key;
       for (const ir::TensorMeta* meta : metas) key.push_back(pricer.metaId(*meta));
       key.push_back(regather ? 1 : 0);
-      key.insert(key.end(), cls.key.begin(), cls.key.end());
+      key.push_back(cls.key_id);
       auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
       if (fresh) {
         std::vector<double>& class_cost = memo_it->second.mutableValues();

@@ -338,5 +338,22 @@ TEST(Randomness, DropoutInTrainingIsNamedAndSaidToMatchInDistributionOnly) {
   EXPECT_NE(note.find("in distribution only"), std::string::npos) << note;
 }
 
+TEST(Randomness, SamplingOpsAndTheirInPlaceFormsAreRandomLookalikesAreNot) {
+  ir::Graph g = dropoutGraph({});
+  const ir::ValueId x = g.node(ir::NodeId(0)).outputs[0];
+  for (const char* op : {"aten::rand", "aten::bernoulli_", "aten::randn_like", "aten::uniform_",
+                         "aten::randomize", "aten::add_", "aten::rand__", "aten::_", "aten::"}) {
+    ir::Node n;
+    n.op = op;
+    n.inputs = {x};
+    n.outputs = {g.addValue(g.value(x))};
+    g.addNode(n);
+  }
+  std::vector<std::string> found;
+  for (ir::NodeId id : randomNodes(g)) found.push_back(g.node(id).op);
+  EXPECT_EQ(found, (std::vector<std::string>{"aten::rand", "aten::bernoulli_", "aten::randn_like",
+                                             "aten::uniform_"}));
+}
+
 }  // namespace
 }  // namespace apc::plan

@@ -16,6 +16,14 @@
 
 namespace apc::tool {
 
+int exitProcess(int code) {
+  std::cout.flush();
+  std::cerr.flush();
+  std::fflush(nullptr);
+  if constexpr (kFastExit) std::_Exit(code);
+  return code;
+}
+
 void ModelFlags::add(CLI::App& app) {
   app.add_option("model", model,
                  "Model file: a TorchScript archive (.pt, torch.jit.save) or an exported program "
@@ -31,6 +39,7 @@ void ModelFlags::add(CLI::App& app) {
 
 Expected<ir::Graph> ModelFlags::load(frontend::ImportTimings* timings) const {
   frontend::ImportOptions options;
+  options.disable_free = kFastExit;
   std::optional<std::vector<frontend::InputSpec>> recorded;  // read for nameless --input only
   for (const std::string& text : inputs) {
     // A nameless shape (`f32[8,16]`) is the forward's argument at that position.

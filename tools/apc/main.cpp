@@ -15,6 +15,7 @@
 
 #include "apc/plan/plan.h"
 #include "commands.h"
+#include "common.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"apc: ahead-of-time auto-sharding compiler for PyTorch models", "apc"};
@@ -57,7 +58,7 @@ int main(int argc, char** argv) {
   }
   try {
     for (auto& [cmd, run] : runners)
-      if (cmd->parsed()) return run();
+      if (cmd->parsed()) return apc::tool::exitProcess(run());
   } catch (const std::exception& e) {
     std::cerr << "apc: internal error: " << e.what() << "\n";
     return 1;

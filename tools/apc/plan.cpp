@@ -367,6 +367,8 @@ int runPlan(const PlanFlags& flags) {
     Status s = writeFileAtomic(f.timings_json, j.dump(2) + "\n");
     if (!s.ok()) return report(s.error());
   }
+  leaveToExit(std::move(result));
+  leaveToExit(std::move(graph));
   return 0;
 }
 

@@ -20,6 +20,11 @@ namespace apc::frontend {
 struct ImportOptions {
   /// Overrides of input shapes by name; inputs not named here keep their recorded shapes.
   std::vector<InputSpec> inputs;
+  /// Leave the importer's LibTorch structures (the loaded module, the inlined TorchScript graph)
+  /// to the process exit instead of freeing them, like clang's -disable-free: for a command-line
+  /// run that ends soon after (freeing a 126-layer LLaMA's inlined graph takes 0.05 s). Library
+  /// users keep the default.
+  bool disable_free = false;
 };
 
 struct ImportTimings {
