@@ -12,9 +12,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <map>
 #include <numeric>
 
+#include "apc/ir/proto_io.h"
 #include "apc/support/clock.h"
 #include "apc/support/strings.h"
 
@@ -212,7 +214,7 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
   r.solution = std::move(solution).value();
   // The bound: every node at its cheapest in the full problem, every edge at 0. Op nodes' indices
   // and counts are those of their full lists.
-  SolveRecord record{options, {}, {}, {}, {}};
+  SolveRecord record{options, {}, {}, {}, {}, built.graph_bytes};
   record.full_index.resize(gp.problem.nodes.size());
   record.full_sizes.resize(gp.problem.nodes.size());
   double bound = 0;
@@ -269,8 +271,8 @@ Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
     timings->solve_s = secondsSince(t0);
     timings->solver_s = r.solution.seconds;
   }
-  APC_ASSIGN_OR_RETURN(
-      r.plan, makePlan(g, built.gp, r.solution, spec, source, {options, r.sizes, {}, {}, {}}));
+  APC_ASSIGN_OR_RETURN(r.plan, makePlan(g, built.gp, r.solution, spec, source,
+                                        {options, r.sizes, {}, {}, {}, built.graph_bytes}));
   return r;
 }
 
@@ -299,9 +301,10 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
     timings->solve_s = secondsSince(t0);
     timings->solver_s = r.solution.seconds;
   }
-  APC_ASSIGN_OR_RETURN(r.plan,
-                       makePlan(g, pinned, r.solution, spec, source,
-                                {options, r.sizes, solver::baselineName(baseline), {}, {}}));
+  APC_ASSIGN_OR_RETURN(
+      r.plan,
+      makePlan(g, pinned, r.solution, spec, source,
+               {options, r.sizes, solver::baselineName(baseline), {}, {}, built.graph_bytes}));
   return r;
 }
 
@@ -317,6 +320,8 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const Pl
     spec = baselineSpec(g, std::move(spec), b);
   }
   PlanRun run;
+  std::shared_future<std::string> graph_bytes =
+      std::async(std::launch::async, [&g] { return ir::serializeGraph(g); }).share();
   // The optimizer's plan has a time limit; a classic plan is built and solved to the end.
   if (!request.baseline) {
     const auto now = Clock::now();
@@ -331,6 +336,7 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const Pl
         now + std::chrono::duration_cast<Clock::duration>(left * kFirstPlanShare);
   }
   APC_ASSIGN_OR_RETURN(run.built, buildProblem(g, spec, timings, run.build_deadline));
+  run.built.graph_bytes = std::move(graph_bytes);
   run.spec = std::move(spec);
   return run;
 }

@@ -11,8 +11,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <nlohmann/json.hpp>
+#include <unordered_map>
 
 #include "apc/ir/proto_io.h"
 #include "apc/support/hash.h"
@@ -133,9 +135,22 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   plan.content_hash = contentHash(source, spec, record.options, record.baseline);
   // The graph's bytes (half of this function on a 126-layer LLaMA) on a second thread while the
   // node entries are made; a future from std::async joins on every return path.
-  std::future<std::string> graph_bytes =
-      std::async(std::launch::async, [&g] { return ir::serializeGraph(g); });
+  std::shared_future<std::string> graph_bytes =
+      record.graph_bytes.valid()
+          ? record.graph_bytes
+          : std::async(std::launch::async, [&g] { return ir::serializeGraph(g); }).share();
 
+  // A deep model's nodes repeat the same strategies and costs once per layer: their text and
+  // canonical numbers (a printf and a strtod each) are made once.
+  std::unordered_map<const strategy::Strategy*, std::string> strategy_texts;
+  std::unordered_map<uint64_t, double> canonical;
+  auto number = [&canonical](double x) {
+    uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    auto [it, fresh] = canonical.try_emplace(bits, 0.0);
+    if (fresh) it->second = canonicalNumber(x);
+    return it->second;
+  };
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const solver::ProblemNode& pn = p.nodes[i];
     uint32_t c = solution.choice[i];
@@ -160,10 +175,12 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
     if (i < record.full_index.size() && !record.full_index[i].empty())
       node.strategy_index = record.full_index[i].at(c);
     if (i < record.full_sizes.size()) node.num_strategies = record.full_sizes[i];
-    node.strategy = trimmed(s.toString());
+    auto [text, fresh] = strategy_texts.try_emplace(&s);
+    if (fresh) text->second = trimmed(s.toString());
+    node.strategy = text->second;
     node.input_placements = s.inputs;
     node.outputs = s.outputs;
-    node.compute_us = canonicalNumber(pn.costs[c]);
+    node.compute_us = number(pn.costs[c]);
     if (pn.pinned) node.pin_group = pn.pin_group.empty() ? "pins" : pn.pin_group;
     plan.nodes.push_back(std::move(node));
   }
@@ -183,15 +200,15 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
     if (!std::isfinite(c))
       return internalError("the solution uses a forbidden pair on the edge into '" +
                            p.nodes[e.dst].name + "'");
-    plan.nodes[e.dst].in_edges.push_back({e.src, gp.edge_input[k], canonicalNumber(c)});
+    plan.nodes[e.dst].in_edges.push_back({e.src, gp.edge_input[k], number(c)});
   }
 
   double compute = 0, comm = 0;
   for (PlanNode& n : plan.nodes) {
     double in = 0;
     for (const PlanEdge& e : n.in_edges) in += e.cost_us;
-    n.comm_us = canonicalNumber(in);
-    n.cost_us = canonicalNumber(n.compute_us + n.comm_us);
+    n.comm_us = number(in);
+    n.cost_us = number(n.compute_us + n.comm_us);
     compute += n.compute_us;
     comm += n.comm_us;
   }

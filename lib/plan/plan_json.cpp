@@ -6,9 +6,11 @@
 //
 //===----------------------------------------------------------------------===//
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_map>
 
 #include "apc/plan/plan.h"
 #include "apc/solver/baselines.h"
@@ -496,8 +498,24 @@ json documentJson(const Plan& p) {
 // (126 layers) never holds a JSON tree of them: building, laying out and freeing that tree was
 // 0.17 s of the 0.2 s write.
 
-void appendNumber(double x, std::string& out) {
-  out += dumpScalar(number(x));
+/// The text of numbers, made once per bit pattern: a deep model's nodes repeat their costs once
+/// per layer, and each text is a JSON scalar formatted by nlohmann.
+class NumberTexts {
+ public:
+  const std::string& operator()(double x) {
+    uint64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    auto [it, fresh] = texts_.try_emplace(bits);
+    if (fresh) it->second = dumpScalar(number(x));
+    return it->second;
+  }
+
+ private:
+  std::unordered_map<uint64_t, std::string> texts_;
+};
+
+void appendNumber(double x, std::string& out, NumberTexts& numbers) {
+  out += numbers(x);
 }
 
 /// A key of an object at `indent`, after its predecessor: `,\n` (unless first), the pad, `"key": `.
@@ -513,9 +531,9 @@ void appendKey(const char* key, int indent, bool& first, std::string& out) {
 /// An edge object, always on one line: canonical numbers have 12 significant digits and the two
 /// indices at most 10, so its compact form is at most 68 characters, within fitsOnOneLine's 72
 /// (the test feeds it the longest values).
-void writeEdge(const PlanEdge& e, std::string& out) {
+void writeEdge(const PlanEdge& e, std::string& out, NumberTexts& numbers) {
   out += "{\"cost_us\":";
-  out += dumpScalar(number(e.cost_us));
+  out += numbers(e.cost_us);
   out += ",\"from\":";
   out += std::to_string(e.from);
   out += ",\"input\":";
@@ -588,16 +606,16 @@ void writePlacementList(const std::vector<std::optional<PlacementTuple>>& ts, in
 
 /// Node `i` as writeCanonical(nodeJson(n, i), indent) writes it: keys in nlohmann's (byte)
 /// order, the layout rules of writeCanonical and fitsOnOneLine applied to each value.
-void writeNode(const PlanNode& n, size_t i, int indent, std::string& out) {
+void writeNode(const PlanNode& n, size_t i, int indent, std::string& out, NumberTexts& numbers) {
   const int inner = indent + 2;
   bool first = true;
   out += "{\n";
   appendKey("comm_us", indent, first, out);
-  appendNumber(n.comm_us, out);
+  appendNumber(n.comm_us, out, numbers);
   appendKey("compute_us", indent, first, out);
-  appendNumber(n.compute_us, out);
+  appendNumber(n.compute_us, out, numbers);
   appendKey("cost_us", indent, first, out);
-  appendNumber(n.cost_us, out);
+  appendNumber(n.cost_us, out, numbers);
   if (n.graph_node) {
     appendKey("graph_node", indent, first, out);
     out += std::to_string(*n.graph_node);
@@ -610,7 +628,7 @@ void writeNode(const PlanNode& n, size_t i, int indent, std::string& out) {
     for (size_t k = 0; k < n.in_edges.size(); ++k) {
       if (k) out += ",\n";
       out.append(static_cast<size_t>(inner + 2), ' ');
-      writeEdge(n.in_edges[k], out);
+      writeEdge(n.in_edges[k], out, numbers);
     }
     out += '\n';
     out.append(static_cast<size_t>(inner), ' ');
@@ -686,10 +704,11 @@ std::string toJsonText(const Plan& p) {
       out += "[]";
     } else {
       out += "[\n";
+      NumberTexts numbers;
       for (size_t i = 0; i < p.nodes.size(); ++i) {
         if (i) out += ",\n";
         out += "    ";
-        writeNode(p.nodes[i], i, 4, out);
+        writeNode(p.nodes[i], i, 4, out, numbers);
       }
       out += "\n  ]";
     }

@@ -11,6 +11,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <future>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,6 +62,10 @@ struct BuiltProblem {
   std::vector<std::string> fallback_ops;
   /// How many edges the spec's prefetch discount scaled (0 without one).
   size_t discounted_edges = 0;
+  /// ir::serializeGraph of the graph, started on a second thread by buildPlanProblem so that it
+  /// overlaps enumeration, construction and the solve; makePlan takes it (through SolveRecord)
+  /// instead of serializing again. The graph must outlive it: the future's destructor waits.
+  std::shared_future<std::string> graph_bytes;
 };
 
 /// The prefetch discount: scales by `scale` the finite positive costs of every edge out of a

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -180,6 +181,9 @@ struct SolveRecord {
   /// lists' sizes; the plan records full-list indices and counts. Empty: no restriction.
   std::vector<std::vector<uint32_t>> full_index;
   std::vector<uint32_t> full_sizes;
+  /// ir::serializeGraph(g) when already started (BuiltProblem::graph_bytes); else makePlan makes
+  /// it.
+  std::shared_future<std::string> graph_bytes = {};
 };
 
 /// SHA-256 (lowercase hex) of the apc version, source.model_sha256, source.inputs, the canonical
