@@ -84,6 +84,9 @@ class Importer {
 
   Expected<ir::Graph> run(const std::shared_ptr<tj::Graph>& graph) {
     graph_ = graph;
+    // One slot per value, most of them node outputs: reserved, so that a deep model's 30,000
+    // values do not rehash the table a dozen times.
+    slots_.reserve(countValues(graph->block()));
     APC_RETURN_IF_ERROR(addInputsAndParameters());
     markStructuralOutputs();
     APC_RETURN_IF_ERROR(interpretBlock(graph->block()));
@@ -94,6 +97,16 @@ class Importer {
   }
 
  private:
+  /// The values `block` defines, nested blocks included.
+  static size_t countValues(const tj::Block* block) {
+    size_t n = block->inputs().size();
+    for (const tj::Node* node : block->nodes()) {
+      n += node->outputs().size();
+      for (const tj::Block* b : node->blocks()) n += countValues(b);
+    }
+    return n;
+  }
+
   // Input nodes first (forward order), then every parameter (named_parameters order).
   Status addInputsAndParameters() {
     const auto& gin = graph_->inputs();
