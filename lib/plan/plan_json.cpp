@@ -437,8 +437,9 @@ json nodeJson(const PlanNode& n, size_t i) {
   return j;
 }
 
-/// Everything of toJson but the nodes, which are an empty array.
-json documentJson(const Plan& p) {
+/// Everything of toJson but the nodes, which are an empty array, and without `with_graph` the
+/// graph.
+json documentJson(const Plan& p, bool with_graph = true) {
   json params = json::array();
   for (const PlanParameter& q : p.parameters)
     params.push_back({{"name", q.name},
@@ -483,7 +484,7 @@ json documentJson(const Plan& p) {
                  {{"time_limit_s", number(s.time_limit_s)},
                   {"threads", s.threads},
                   {"reduce", s.reduce}}}}}};
-  if (!p.graph_bytes.empty()) out["graph"] = base64Encode(p.graph_bytes);
+  if (with_graph && !p.graph_bytes.empty()) out["graph"] = base64Encode(p.graph_bytes);
   if (!s.baseline.empty()) out["solver"]["baseline"] = s.baseline;
   // Unproven plans (a time limit, a check too large to run) state their proven gap: (objective -
   // bound) / objective. Derived, so optimal plans' bytes do not change.
@@ -687,17 +688,31 @@ std::string canonicalText(const json& j) {
 std::string toJsonText(const Plan& p) {
   // canonicalText(toJson(p)), the nodes streamed: the top-level object is never on one line,
   // and "nodes" (an array of objects) is one line only when empty.
-  const json doc = documentJson(p);
+  // The graph's base64 (most of the file's bytes) is written directly, in its place among the
+  // sorted keys, instead of copied into the tree and scanned for escapes: base64 needs none.
+  const json doc = documentJson(p, /*with_graph=*/false);
   std::string out;
   out.reserve(p.nodes.size() * 900 + p.graph_bytes.size() * 4 / 3 + 65536);
   out += "{\n";
   bool first = true;
-  for (auto it = doc.begin(); it != doc.end(); ++it) {
+  auto key = [&](const std::string& k) {
     if (!first) out += ",\n";
     first = false;
     out += "  ";
-    appendString(it.key(), out);
+    appendString(k, out);
     out += ": ";
+  };
+  bool graph_done = p.graph_bytes.empty();
+  auto graph = [&] {
+    key("graph");
+    out += '"';
+    out += base64Encode(p.graph_bytes);
+    out += '"';
+    graph_done = true;
+  };
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (!graph_done && it.key() > "graph") graph();
+    key(it.key());
     if (it.key() != "nodes") {
       writeCanonical(it.value(), 2, out);
     } else if (p.nodes.empty()) {
@@ -713,6 +728,7 @@ std::string toJsonText(const Plan& p) {
       out += "\n  ]";
     }
   }
+  if (!graph_done) graph();
   out += "\n}\n";
   return out;
 }

@@ -198,7 +198,8 @@ TEST(PlanJson, CanonicalTextEscapesLikeNlohmann) {
 TEST(PlanJson, StreamedTextEqualsTheTreeText) {
   // toJsonText streams the nodes; canonicalText(toJson(p)) lays out the JSON tree. Same bytes on
   // solved plans and on plans edited into every branch of the layout: escaped strings, null and
-  // the longest numbers, several outputs, untyped outputs, a pin group, no graph node, no nodes.
+  // the longest numbers, several outputs, untyped outputs, a pin group, no graph node, no nodes,
+  // no graph.
   std::vector<Plan> plans;
   ir::Graph toy = ir::testing_graphs::toyBlock();
   ir::Graph sizes = ir::testing_graphs::withSizeArithmetic();
@@ -230,6 +231,10 @@ TEST(PlanJson, StreamedTextEqualsTheTreeText) {
   Plan empty = plans[0];
   empty.nodes.clear();
   plans.push_back(empty);
+  Plan no_graph = plans[0];  // a plan of apc before 0.2.0: no "graph" key
+  ASSERT_FALSE(no_graph.graph_bytes.empty());
+  no_graph.graph_bytes.clear();
+  plans.push_back(no_graph);
   for (size_t i = 0; i < plans.size(); ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(toJsonText(plans[i]), canonicalText(toJson(plans[i])));
