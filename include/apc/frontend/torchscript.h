@@ -3,7 +3,8 @@
 // Imports a TorchScript archive (scripted or traced, torch.jit.save) into an apc Graph with global
 // shapes, without materializing weights or activations:
 //
-// 1. torch::jit::load the archive; copy the forward graph and inline every method call.
+// 1. Load the archive (loadScriptModule, apc/frontend/script_module.h: torch::jit::load without
+//    its quantized-convolution rewrite); copy the forward graph and inline every method call.
 // 2. Create one Parameter node per entry of named_parameters() (tied parameters once, under the
 //    first name, as PyTorch reports them), Buffer nodes for the buffers the forward reads, and one
 //    Input node per forward argument.
