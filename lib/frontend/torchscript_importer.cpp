@@ -60,6 +60,8 @@ ir::TensorMeta metaOf(const at::Tensor& t, bool requires_grad) {
   return m;
 }
 
+bool hasMutatingOp(tj::Block* block);
+
 // --- the importer --------------------------------------------------------------------------------
 
 struct Slot {
@@ -79,14 +81,19 @@ class Importer {
   /// `defaults[i]`, when set, binds forward input i to that value (its declared default) instead
   /// of an input node.
   Importer(tj::Module module, std::vector<InputSpec> inputs,
-           std::vector<std::optional<c10::IValue>> defaults)
-      : module_(std::move(module)), inputs_(std::move(inputs)), defaults_(std::move(defaults)) {}
+           std::vector<std::optional<c10::IValue>> defaults, bool memoize_meta)
+      : module_(std::move(module)),
+        inputs_(std::move(inputs)),
+        defaults_(std::move(defaults)),
+        memoize_meta_(memoize_meta) {}
 
   Expected<ir::Graph> run(const std::shared_ptr<tj::Graph>& graph) {
     graph_ = graph;
     // One slot per value, most of them node outputs: reserved, so that a deep model's 30,000
     // values do not rehash the table a dozen times.
     slots_.reserve(countValues(graph->block()));
+    // Without in-place ops no meta tensor changes after it is made, so outputs can be shared.
+    memoize_ = memoize_meta_ && !hasMutatingOp(graph->block());
     APC_RETURN_IF_ERROR(addInputsAndParameters());
     markStructuralOutputs();
     APC_RETURN_IF_ERROR(interpretBlock(graph->block()));
@@ -526,6 +533,82 @@ class Importer {
     }
   }
 
+  /// The memo key of an operator call on meta tensors and plain values: the schema, then each
+  /// argument (a tensor's dtype, sizes, strides and offset; a scalar's or list's value). False when
+  /// an argument is of another kind (a real tensor, whose values may matter; a list of tensors;
+  /// an object), and then the call is not memoized.
+  static bool memoKey(const c10::FunctionSchema* schema, const tj::Stack& args, std::string& key) {
+    auto put = [&key](const auto& x) { key.append(reinterpret_cast<const char*>(&x), sizeof x); };
+    put(schema);
+    for (const c10::IValue& a : args) {
+      if (a.isTensor()) {
+        const at::Tensor& t = a.toTensor();
+        if (!t.defined() || !t.is_meta()) return false;
+        put('T');
+        put(static_cast<int16_t>(t.scalar_type()));
+        put(t.dim());
+        for (int64_t d : t.sizes()) put(d);
+        for (int64_t d : t.strides()) put(d);
+        put(t.storage_offset());
+      } else if (a.isInt()) {
+        put('i');
+        put(a.toInt());
+      } else if (a.isDouble()) {
+        put('d');
+        put(a.toDouble());
+      } else if (a.isBool()) {
+        put('b');
+        put(a.toBool());
+      } else if (a.isNone()) {
+        put('n');
+      } else if (a.isString()) {
+        put('s');
+        put(a.toStringRef().size());
+        key += a.toStringRef();
+      } else if (a.isIntList()) {
+        put('I');
+        put(a.toListRef().size());
+        for (const c10::IValue& e : a.toListRef()) put(e.toInt());
+      } else if (a.isDoubleList()) {
+        put('D');
+        put(a.toListRef().size());
+        for (const c10::IValue& e : a.toListRef()) put(e.toDouble());
+      } else if (a.isBoolList()) {
+        put('B');
+        put(a.toListRef().size());
+        for (const c10::IValue& e : a.toListRef()) put(e.toBool());
+      } else if (a.isDevice()) {
+        put('v');
+        put(static_cast<int16_t>(a.toDevice().type()));
+        put(a.toDevice().index());
+      } else {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /// execute, memoized for graphs without in-place ops: a deep model's layers run the same ops on
+  /// the same shapes, and the dispatcher (or a failed meta kernel's exception and the shape
+  /// function after it) is most of interpreting an op. The outputs are shared between the calls:
+  /// nothing changes a meta tensor once no op mutates, and interpretation makes new lists rather
+  /// than changing them.
+  Status executeMemoized(tj::Node* node, tj::Stack& stack) {
+    const c10::FunctionSchema* schema = node->maybeSchema();
+    std::string key;
+    if (!memoize_ || isVararg(node->kind()) || !schema || node->hasSideEffects() ||
+        !memoKey(schema, stack, key))
+      return execute(node, stack);
+    auto hit = memo_.find(key);
+    if (hit != memo_.end()) {
+      stack = hit->second;
+      return Status::success();
+    }
+    APC_RETURN_IF_ERROR(execute(node, stack));
+    memo_.emplace(std::move(key), stack);
+    return Status::success();
+  }
+
   /// Runs the node's operator on the stack; on failure, the registered shape function.
   Status execute(tj::Node* node, tj::Stack& stack) {
     if (isVararg(node->kind())) {
@@ -714,7 +797,7 @@ class Importer {
     if (node->kind() == c10::aten::detach) grad = false;
     Status ran = [&] {
       c10::InferenceMode guard;
-      return execute(node, stack);
+      return executeMemoized(node, stack);
     }();
     if (!ran.ok()) {
       // Reading a scalar out of a meta tensor (aten::Bool, aten::Int, item) cannot work: the value
@@ -812,6 +895,9 @@ class Importer {
       submodules_;
   std::unordered_map<const c10::FunctionSchema*, std::pair<std::shared_ptr<tj::Code>, size_t>>
       shape_codes_;
+  bool memoize_meta_ = true;  // ImportOptions::memoize_meta
+  bool memoize_ = false;      // memoize_meta_, and the graph has no in-place op
+  std::unordered_map<std::string, tj::Stack> memo_;  // executeMemoized's
 };
 
 /// Whether some node of `block` (nested blocks included) has a mutating schema (`Tensor(a!)`).
@@ -986,7 +1072,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
 
   auto t2 = std::chrono::steady_clock::now();
   auto interpret = [&](const std::vector<InputSpec>& specs) -> Expected<ir::Graph> {
-    auto importer = std::make_unique<Importer>(l.module, specs, defaults);
+    auto importer = std::make_unique<Importer>(l.module, specs, defaults, options.memoize_meta);
     Expected<ir::Graph> result = [&]() -> Expected<ir::Graph> {
       try {
         return importer->run(graph);

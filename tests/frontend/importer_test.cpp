@@ -66,6 +66,38 @@ Expected<ir::Graph> importSample(const json& s) {
   return importTorchScript((kSamples / s["file"].get<std::string>()).string(), o);
 }
 
+// The memoized meta execution (ImportOptions::memoize_meta) gives the graph of the plain one on
+// every sample, and with a symbolic batch where the sample has one.
+TEST(Importer, MemoizedMetaExecutionGivesTheSameGraph) {
+  int compared = 0;
+  for (const json* sp : samples()) {
+    const json& s = *sp;
+    SCOPED_TRACE(s["name"].get<std::string>());
+    std::vector<std::vector<InputSpec>> variants = {inputsOf(s)};
+    if (s["name"] == "llama_tiny" || s["name"] == "gpt2_tiny") {
+      std::vector<InputSpec> symbolic = inputsOf(s);
+      symbolic.at(0).shape.at(0) = ir::Dim::symbolic("B", symbolic[0].shape[0].size);
+      variants.push_back(symbolic);
+    }
+    for (const auto& inputs : variants) {
+      ImportOptions memo, plain;
+      memo.inputs = plain.inputs = inputs;
+      plain.memoize_meta = false;
+      const std::string path = (kSamples / s["file"].get<std::string>()).string();
+      auto a = importTorchScript(path, memo);
+      auto b = importTorchScript(path, plain);
+      ASSERT_EQ(a.ok(), b.ok());
+      if (!a.ok()) {
+        EXPECT_EQ(a.error().message(), b.error().message());
+        continue;
+      }
+      EXPECT_EQ(ir::serializeGraph(*a), ir::serializeGraph(*b));
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 10);
+}
+
 TEST(Importer, ManifestIsPresent) {
   ASSERT_FALSE(samples().empty()) << "run scripts/setup.sh to generate sample_models/out";
   std::set<std::string> names;

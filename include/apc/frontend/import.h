@@ -25,6 +25,10 @@ struct ImportOptions {
   /// run that ends soon after (freeing a 126-layer LLaMA's inlined graph takes 0.05 s). Library
   /// users keep the default.
   bool disable_free = false;
+  /// TorchScript: reuse the result of a meta execution for a later call of the same operator on
+  /// equal arguments (a deep model's layers repeat them), when the graph has no in-place op. The
+  /// imported graph is the same either way (tests/frontend compares them); off only to check that.
+  bool memoize_meta = true;
 };
 
 struct ImportTimings {
