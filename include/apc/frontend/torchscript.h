@@ -15,7 +15,10 @@
 //    scaled_dot_product_attention's math path), convolution. Such ops fall back to the
 //    TorchScript shape functions (symbolic_shape_registry), and convolution and
 //    scaled_dot_product_attention, which have none, to hand rules. Scalars derived from sizes stay
-//    real CPU values, so size arithmetic (aten::size, NumToTensor, floordiv) is exact.
+//    real CPU values, so size arithmetic (aten::size, NumToTensor, floordiv) is exact. When no op
+//    of the graph is in-place, an operator called again on equal arguments (meta tensors of equal
+//    dtype, sizes and strides; equal scalars and lists) reuses its first outputs: a deep model's
+//    layers repeat their calls (ImportOptions::memoize_meta).
 // 4. prim::If whose condition does not depend on the inputs is flattened to the taken branch; other
 //    control flow is an error naming the node and its source line.
 //
