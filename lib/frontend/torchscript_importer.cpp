@@ -565,18 +565,14 @@ class Importer {
         put('s');
         put(a.toStringRef().size());
         key += a.toStringRef();
-      } else if (a.isIntList()) {
-        put('I');
+      } else if (a.isIntList() || a.isDoubleList() || a.isBoolList()) {
+        put(a.isIntList() ? 'I' : a.isDoubleList() ? 'D' : 'B');
         put(a.toListRef().size());
-        for (const c10::IValue& e : a.toListRef()) put(e.toInt());
-      } else if (a.isDoubleList()) {
-        put('D');
-        put(a.toListRef().size());
-        for (const c10::IValue& e : a.toListRef()) put(e.toDouble());
-      } else if (a.isBoolList()) {
-        put('B');
-        put(a.toListRef().size());
-        for (const c10::IValue& e : a.toListRef()) put(e.toBool());
+        for (const c10::IValue& e : a.toListRef()) {
+          if (e.isInt()) put(e.toInt());
+          if (e.isDouble()) put(e.toDouble());
+          if (e.isBool()) put(e.toBool());
+        }
       } else if (a.isDevice()) {
         put('v');
         put(static_cast<int16_t>(a.toDevice().type()));
