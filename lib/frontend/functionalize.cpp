@@ -42,44 +42,65 @@ void collectLeaves(ir::OutputTree& t, std::vector<ir::ValueId*>& out) {
 /// The scatter op that writes a view's new value back into its base: slice.Tensor(self, dim,
 /// start, end, step) -> slice_scatter(self, src, dim, start, end, step); select.int(self, dim,
 /// index) -> select_scatter(self, src, dim, index). Empty for other view ops.
-std::pair<std::string, std::string> scatterOf(const ir::Node& view) {
-  if (view.op == "aten::slice" && view.overload == "Tensor") return {"aten::slice_scatter", ""};
-  if (view.op == "aten::select" && view.overload == "int") return {"aten::select_scatter", ""};
+std::string scatterOf(const std::string& op, const std::string& overload) {
+  if (op == "aten::slice" && overload == "Tensor") return "aten::slice_scatter";
+  if (op == "aten::select" && overload == "int") return "aten::select_scatter";
   return {};
 }
 
-/// The chain of views from `v` up to its root `r` (v first, r excluded), when every link is a
-/// view with a scatter op taking the viewed tensor as input 0; nullopt otherwise.
-std::optional<std::vector<ir::ValueId>> scatterableChain(const ir::Graph& g, ir::ValueId v,
-                                                         ir::ValueId r) {
-  std::vector<ir::ValueId> chain;
-  while (v != r) {
-    ir::NodeId p = g.value(v).producer;
-    if (!p.valid()) return std::nullopt;
-    const ir::Node& view = g.node(p);
-    if (scatterOf(view).first.empty() || view.inputs.empty() || view.outputs.size() != 1)
-      return std::nullopt;
-    chain.push_back(v);
-    v = view.inputs[0];
-  }
-  return chain;
+/// Ops whose output is always a view of input 0 (never a copy), so that replaying the op on a new
+/// version of the base gives the view's new content. `reshape`, `contiguous`, `to`, `flatten` may
+/// copy: a value they return is not regenerated (a read of it after a write is refused).
+bool alwaysAView(const std::string& op) {
+  static const char* const kViews[] = {
+      "aten::alias",     "aten::detach",    "aten::expand",    "aten::expand_as", "aten::narrow",
+      "aten::permute",   "aten::select",    "aten::slice",     "aten::squeeze",   "aten::t",
+      "aten::transpose", "aten::unflatten", "aten::unsqueeze", "aten::view",      "aten::view_as"};
+  for (const char* v : kViews)
+    if (op == v) return true;
+  return false;
 }
+
+/// One view op on the way from a base to an alias of it: the op, its inputs after input 0, and
+/// the value it gave (the alias's content when it was current).
+struct Link {
+  std::string op, overload;
+  std::vector<ir::ValueId> args;
+  ir::ValueId value;
+};
+using Path = std::vector<Link>;
 
 }  // namespace
 
+// The pass follows torch's functionalization. Every value that views memory has a root (the value
+// owning that memory) and, where it is reached by ops that always return views, the path of view
+// ops from the root. A root that is written through any of its aliases gets a new version: the
+// functional op computes the alias's new content, scatters (slice_scatter, select_scatter) write
+// it back up the path into a new version of the root, and every other alias read afterwards is
+// replayed from the new version (its path's view ops applied again). So a second write through
+// the same view (`v.mul_(2); v.add_(100.)`, or `v.mul_(2).add_(100.)`) goes through the first
+// write's result and is written back too. Writes that cannot be written back (through a view that
+// is not slices and selects) and aliases that cannot be replayed (a `reshape`, which may copy)
+// are refused when the root or the alias is read after the write.
 Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingOf& aliasing) {
   FunctionalizeReport report;
   std::vector<std::vector<ir::Use>> uses = g.computeUses();
   std::vector<ir::ValueId*> output_leaves;
   collectLeaves(g.outputs(), output_leaves);
 
-  // The position of every node; root[v]: the value whose memory v views (itself when fresh);
-  // members[root]: every value seen so far viewing that memory.
+  // The position of every node; root[v]: the value whose memory v views; path[v]: the view ops
+  // from root[v] to v (empty for the root and its versions; nullopt where unknown); members[r]:
+  // every value seen so far viewing r's memory; version[r]: how many writes r's memory has had,
+  // version_of[v]: the version v's content is of; current[r]: the root's current content.
   std::vector<size_t> pos(g.numNodes());
   for (size_t i = 0; i < g.numNodes(); ++i) pos[g.nodes()[i].id.v] = i;
   std::vector<ir::ValueId> root(g.numValues());
   for (size_t i = 0; i < root.size(); ++i) root[i] = ir::ValueId(static_cast<uint32_t>(i));
+  std::vector<std::optional<Path>> path(g.numValues(), Path{});
+  std::vector<int> version_of(g.numValues(), 0);
   std::unordered_map<uint32_t, std::vector<ir::ValueId>> members;
+  std::unordered_map<uint32_t, int> version;
+  std::unordered_map<uint32_t, ir::ValueId> current;
 
   auto readAfter = [&](ir::ValueId w, size_t after) {
     for (const ir::Use& u : uses[w.v])
@@ -103,8 +124,8 @@ Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingO
     for (ir::ValueId* leaf : output_leaves)
       if (*leaf == from) *leaf = to;
   };
-  // Scatter nodes written after the original node at each position (added in a rebuild at the
-  // end, so that the loop's node positions stay valid).
+  // Nodes written after the original node at each position (added in a rebuild at the end, so
+  // that the loop's node positions stay valid).
   std::unordered_map<size_t, std::vector<ir::Node>> inserted;
   std::vector<bool> fresh(g.numValues(), false);
   auto newValue = [&](ir::ValueId like, const std::string& suffix) {
@@ -115,84 +136,175 @@ Expected<FunctionalizeReport> functionalizeInPlace(ir::Graph& g, const AliasingO
     ir::ValueId id = g.addValue(std::move(nv));
     uses.emplace_back();
     root.push_back(id);
+    path.emplace_back(Path{});
+    version_of.push_back(0);
     fresh.push_back(true);
     return id;
+  };
+  // A node after position i: `op(inputs) -> a new value like `like``.
+  auto emit = [&](size_t i, const ir::Node& at, const std::string& op, const std::string& overload,
+                  std::vector<ir::ValueId> inputs, ir::ValueId like, const std::string& suffix) {
+    ir::Node nn;
+    nn.kind = ir::NodeKind::kOp;
+    nn.op = op;
+    nn.overload = overload;
+    nn.inputs = std::move(inputs);
+    nn.module_path = at.module_path;
+    nn.source = at.source;
+    ir::ValueId out = newValue(like, suffix);
+    nn.outputs = {out};
+    inserted[i].push_back(std::move(nn));
+    return out;
+  };
+  auto addMember = [&](ir::ValueId r, ir::ValueId v, std::optional<Path> p) {
+    root[v.v] = r;
+    path[v.v] = std::move(p);
+    version_of[v.v] = version[r.v];
+    members[r.v].push_back(v);
+  };
+  // Replays links[from..] after position i on the current value of links[from - 1] (of the root
+  // for from == 0): the returned path has the replayed values, each a member of r.
+  auto replay = [&](size_t i, const ir::Node& at, ir::ValueId r, Path links, size_t from) {
+    ir::ValueId cur = from == 0 ? current[r.v] : links[from - 1].value;
+    for (size_t k = from; k < links.size(); ++k) {
+      std::vector<ir::ValueId> in{cur};
+      in.insert(in.end(), links[k].args.begin(), links[k].args.end());
+      cur = emit(i, at, links[k].op, links[k].overload, std::move(in), links[k].value, "_view");
+      links[k].value = cur;
+      addMember(r, cur, Path(links.begin(), links.begin() + static_cast<std::ptrdiff_t>(k) + 1));
+    }
+    return links;
   };
 
   for (size_t i = 0; i < g.numNodes(); ++i) {
     ir::Node& n = g.node(g.nodes()[i].id);
     if (n.kind != ir::NodeKind::kOp) continue;
     NodeAliasing a = aliasing(n);
+    for (ir::ValueId in : n.inputs)
+      if (root[in.v] == in && members.find(in.v) == members.end()) {
+        members[in.v].push_back(in);
+        current[in.v] = in;
+      }
     bool functional = false;
     if (a.in_place && !n.inputs.empty() && !n.outputs.empty() && g.value(n.inputs[0]).isTensor()) {
       ir::ValueId v = n.inputs[0];
       ir::ValueId r = root[v.v];
+      const std::string refused = "in-place " + n.qualifiedOp() + whereOf(n) +
+                                  " writes through a view of a tensor that is read afterwards";
+      // Other aliases of the memory read after this write: they must see it.
+      std::vector<ir::ValueId> observers;
+      for (ir::ValueId w : members[r.v])
+        if (w != v && readAfter(w, i)) observers.push_back(w);
       if (isLeaf(g, r, fresh)) {
         // A write into module state or an input: kept (state the runtime holds per rank).
         ++report.kept;
+      } else if (a.functional_op.empty()) {
+        if (!observers.empty())
+          return unsupported(refused + " and has no out-of-place form; compute it out of place");
+        ++report.kept;
       } else {
-        // A write through slices/selects of a base that is read later (`mask[a:b, c:d] =
-        // k`) is the functional op followed by scatters writing the new view back up the
-        // chain; later reads of the base read the last scatter (torch's functionalization
-        // does the same). Other views of the base read later would need regenerating: refused.
-        std::optional<std::vector<ir::ValueId>> chain;
-        if (v != r && readAfter(r, i) && !a.functional_op.empty())
-          chain = scatterableChain(g, v, r);
-        for (ir::ValueId w : members[r.v]) {
-          if (w == v || (chain && w == r)) continue;
-          if (readAfter(w, i))
-            return unsupported("in-place " + n.qualifiedOp() + whereOf(n) +
-                               " writes through a view of a tensor that is read afterwards; apc "
-                               "keeps value semantics only: compute it out of place");
-        }
-        if (a.functional_op.empty()) {
-          ++report.kept;
+        functional = true;
+        ++report.functionalized;
+        n.op = a.functional_op;
+        n.overload = a.functional_overload;
+        ir::ValueId y = n.outputs[0];
+        // Later reads of x read y (scripted code reads x itself after `x.add_(1)`).
+        rebindReadsAfter(v, y, i);
+        if (observers.empty()) {
+          // Nothing else reads the memory again: y starts a memory of its own.
+          addMember(y, y, Path{});
+          current[y.v] = y;
         } else {
-          functional = true;
-          ++report.functionalized;
-          n.op = a.functional_op;
-          n.overload = a.functional_overload;
-          ir::ValueId y = n.outputs[0];
-          // Later reads of x read y (scripted code reads x itself after `x.add_(1)`).
-          rebindReadsAfter(v, y, i);
-          if (chain) {
-            ir::ValueId cur = y;
-            for (ir::ValueId link : *chain) {
-              const ir::Node& view = g.node(g.value(link).producer);
-              auto [op, overload] = scatterOf(view);
-              ir::Node sc;
-              sc.kind = ir::NodeKind::kOp;
-              sc.op = op;
-              sc.overload = overload;
-              sc.inputs = {view.inputs[0], cur};
-              sc.inputs.insert(sc.inputs.end(), view.inputs.begin() + 1, view.inputs.end());
-              sc.module_path = n.module_path;
-              sc.source = n.source;
-              cur = newValue(view.inputs[0], "_scattered");
-              sc.outputs = {cur};
-              inserted[i].push_back(std::move(sc));
+          if (!path[v.v])
+            return unsupported(refused + " through a view apc cannot replay (" +
+                               g.value(v).debug_name +
+                               " is not reached by views only); compute it out of place");
+          const Path links = *path[v.v];  // a copy: path grows below
+          for (const Link& l : links)
+            if (scatterOf(l.op, l.overload).empty())
+              return unsupported(refused +
+                                 "; apc writes back through slices and selects only, "
+                                 "not " +
+                                 l.op + ": compute it out of place");
+          // The path's current values (replayed where an earlier write made them stale), then
+          // the scatters writing y back up the path into the root's new version.
+          Path now = links;
+          if (!now.empty()) now.pop_back();
+          size_t stale = 0;
+          while (stale < now.size() && version_of[now[stale].value.v] == version[r.v]) ++stale;
+          now = replay(i, n, r, std::move(now), stale);
+          ir::ValueId piece = y;
+          std::vector<ir::ValueId> written(links.size() + 1);
+          written[links.size()] = y;
+          for (size_t k = links.size(); k-- > 0;) {
+            ir::ValueId under = k == 0 ? current[r.v] : now[k - 1].value;
+            std::vector<ir::ValueId> in{under, piece};
+            in.insert(in.end(), links[k].args.begin(), links[k].args.end());
+            piece = emit(i, n, scatterOf(links[k].op, links[k].overload), "", std::move(in), under,
+                         "_scattered");
+            written[k] = piece;
+          }
+          ++version[r.v];
+          current[r.v] = written[0];
+          Path updated;
+          addMember(r, written[0], Path{});
+          for (size_t k = 0; k < links.size(); ++k) {
+            Link l = links[k];
+            l.value = written[k + 1];
+            updated.push_back(l);
+            addMember(r, l.value, updated);
+          }
+          if (!links.empty()) ++report.scattered;
+          // Every other alias read afterwards reads its new content: the root's new version, a
+          // value on y's path, or its own view ops replayed on the new version.
+          for (ir::ValueId w : observers) {
+            if (!path[w.v])
+              return unsupported(refused + " (" + g.value(w).debug_name +
+                                 " views it through an op that may copy); compute it out of "
+                                 "place");
+            const Path wp = *path[w.v];
+            size_t same = 0;
+            while (same < wp.size() && same < updated.size() && wp[same].op == updated[same].op &&
+                   wp[same].overload == updated[same].overload &&
+                   wp[same].args == updated[same].args)
+              ++same;
+            ir::ValueId now_w = written[0];
+            if (same > 0) now_w = updated[same - 1].value;
+            if (same < wp.size()) {
+              Path replayed(updated.begin(), updated.begin() + static_cast<std::ptrdiff_t>(same));
+              replayed.insert(replayed.end(), wp.begin() + static_cast<std::ptrdiff_t>(same),
+                              wp.end());
+              now_w = replay(i, n, r, std::move(replayed), same).back().value;
             }
-            members[cur.v].push_back(cur);
-            rebindReadsAfter(r, cur, i);
-            ++report.scattered;
+            rebindReadsAfter(w, now_w, i);
           }
         }
       }
     }
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       ir::ValueId out = n.outputs[k];
+      if (k == 0 && functional) continue;  // registered above
       int src = k < a.output_aliases.size() ? a.output_aliases[k] : -1;
-      if (a.in_place && k == 0 && !functional) src = 0;
-      if (k == 0 && functional) src = -1;
-      if (src >= 0 && static_cast<size_t>(src) < n.inputs.size())
-        root[out.v] = root[n.inputs[static_cast<size_t>(src)].v];
-      members[root[out.v].v].push_back(out);
+      if (a.in_place && k == 0) src = 0;
+      if (src < 0 || static_cast<size_t>(src) >= n.inputs.size()) {
+        addMember(out, out, Path{});
+        current[out.v] = out;
+        continue;
+      }
+      ir::ValueId in = n.inputs[static_cast<size_t>(src)];
+      ir::ValueId r = root[in.v];
+      std::optional<Path> p;
+      // A view of a value whose path is known: the path plus this op.
+      if (src == 0 && !a.in_place && n.outputs.size() == 1 && alwaysAView(n.op) && path[in.v] &&
+          g.value(out).isTensor()) {
+        p = *path[in.v];
+        p->push_back(Link{n.op, n.overload, {n.inputs.begin() + 1, n.inputs.end()}, out});
+      }
+      addMember(r, out, std::move(p));
     }
-    for (ir::ValueId in : n.inputs)
-      if (members.find(root[in.v].v) == members.end()) members[root[in.v].v].push_back(in);
   }
   if (!inserted.empty()) {
-    // Rebuild with the scatters after their writes (value ids are kept, node ids shift).
+    // Rebuild with the inserted nodes after their writes (value ids are kept, node ids shift).
     ir::Graph out;
     out.name = g.name;
     for (const ir::Value& v : g.values()) out.addValue(v);

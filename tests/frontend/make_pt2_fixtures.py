@@ -17,6 +17,11 @@ Writes, into OUT_DIR, programs whose features the sample models do not have:
   scripted_data_loop.pt   a loop whose trip count is read from the input's values (an error)
   scripted_optional.pt    optional forward inputs left at their defaults (None, a float), a
                    tuple built and unpacked inside the forward (scripted TransformerEncoder's form)
+  inplace_*.pt     in-place writes through views (scripted, and traced where tracing keeps
+                   them): repeated writes through one view, the chain v.mul_(2).add_(100.),
+                   reads interleaved with the writes, writes through the base and through nested
+                   slices and selects, views taken before a write and read after it;
+                   inplace_refused_view.pt writes through a view() whose base is read later
 
 Run by frontend_test (ExportedFixtures) with the project venv; deterministic (fixed seeds).
 """
@@ -136,6 +141,65 @@ class ScriptedDataLoop(torch.nn.Module):
         return x
 
 
+class InplaceRepeated(torch.nn.Module):
+    """The issue's case: two in-place ops through the same view of a computed tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        h = self.lin(x)
+        v = h[:, :8]
+        v.mul_(2)
+        v.add_(100.)
+        return h
+
+
+class InplaceChain(torch.nn.Module):
+    def forward(self, x):
+        h = x * 1.5
+        h[:, :8].mul_(2).add_(100.)
+        return h
+
+
+class InplaceInterleaved(torch.nn.Module):
+    def forward(self, x):
+        h = x + 1.0
+        v = h[:, :8]
+        u = v[1]
+        a = v.sum(1)
+        v.mul_(2)
+        b = h.sum(1)
+        v.add_(100.)
+        c = v * 3.0
+        v.sub_(x[:, :8])
+        return h, a, b, c, u, v
+
+
+class InplaceBaseAndViews(torch.nn.Module):
+    def forward(self, x):
+        h = x - 0.5
+        v = h[:, 2:6]
+        w = h.t()
+        h.add_(1.)
+        v.mul_(3.)
+        s = h[1]
+        s[:4].mul_(2.)
+        s[4:].add_(1.)
+        h[0] = 7.0
+        h[:, 4:12] += x[:, :8]
+        return h, v, w.sum(0), s
+
+
+class InplaceRefusedView(torch.nn.Module):
+    def forward(self, x):
+        h = x * 2.0
+        v = h.view(4, 2, 8)
+        v.mul_(2.)
+        return h
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
@@ -156,8 +220,17 @@ def main(out):
     torch.jit.script(ScriptedLoops().train()).save(os.path.join(out, "scripted_loops.pt"))
     torch.jit.script(ScriptedDataLoop()).save(os.path.join(out, "scripted_data_loop.pt"))
     torch.jit.script(ScriptedOptional()).save(os.path.join(out, "scripted_optional.pt"))
+    x = torch.randn(4, 16)
+    inplace = {"repeated": InplaceRepeated(), "chain": InplaceChain(),
+               "interleaved": InplaceInterleaved(), "base_and_views": InplaceBaseAndViews(),
+               "refused_view": InplaceRefusedView()}
+    for name, model in inplace.items():
+        torch.jit.script(model).save(os.path.join(out, "inplace_" + name + ".pt"))
+        if name in ("repeated", "chain", "base_and_views"):
+            traced = torch.jit.trace(model, (x,), check_trace=False)
+            traced.save(os.path.join(out, "inplace_" + name + "_traced.pt"))
     print("wrote", ", ".join(programs), "(and bn_train_functional, scripted_loops,",
-          "scripted_data_loop, scripted_optional) to", out)
+          "scripted_data_loop, scripted_optional, inplace_*) to", out)
 
 
 if __name__ == "__main__":

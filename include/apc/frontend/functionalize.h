@@ -16,10 +16,15 @@
 //     of it. Its sharding rule is the out-of-place rule restricted to output == input 0.
 //   * A write through a chain of slices and selects of a tensor that is read later (the
 //     attention mask `mask[a:b, c:d] = k` of Swin) becomes the functional op plus scatters
-//     (`slice_scatter`, `select_scatter`) writing the new view back into a new base, which later
-//     reads of the base read: torch's own functionalization. A write through another kind of
-//     view whose base is read later, or while another view of the base is still read, cannot be
-//     expressed without aliasing: a clear error names the op and where it is.
+//     (`slice_scatter`, `select_scatter`) writing the new view back into a new version of the
+//     base, which later reads of the base read: torch's own functionalization. Every write through
+//     every alias is replayed in order: a second write through the same view (`v.mul_(2);
+//     v.add_(100.)`, or the chain `v.mul_(2).add_(100.)`) writes back the first one's result, and
+//     another view of the base read afterwards (taken by ops that always return views: slice,
+//     select, view, transpose, ...) is recomputed from the base's new version. A write through
+//     another kind of view (`view`, `transpose`) whose base is read later, or while a value taken
+//     by an op that may copy (`reshape`, `contiguous`) is still read, cannot be expressed without
+//     aliasing: a clear one-line error names the op and where it is.
 //
 // What a node's schema says about aliasing comes from a callback, so the pass itself is torch-free
 // (the importers pass torchSchemaAliasing, tests a table).
