@@ -15,13 +15,17 @@
 #include <tuple>
 
 #include "apc/artifact/typed_proto.h"
+#include "apc/cost/compute.h"
+#include "apc/cost/device.h"
 #include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
 #include "apc/ir/proto_io.h"
 #include "apc/layout/layout.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/mesh/placement.h"
+#include "apc/plan/pipeline.h"
 #include "apc/strategy/sync_norm.h"
+#include "apc/support/strings.h"
 
 namespace apc::lower {
 
@@ -123,6 +127,8 @@ class Lowerer {
   }
   /// Fills program_.divisible (see proto::DivisibleDim) once the inputs are known.
   void recordDivisibility();
+  /// Fills program_.prediction from the plan (after the graph and redistributions are written).
+  Status recordPrediction();
   void addProgramTensor(const std::string& name, const ir::TensorMeta& global,
                         const PlacementTuple& t, ir::ValueId local,
                         google::protobuf::RepeatedPtrField<proto::ProgramTensor>* out) const;
@@ -665,6 +671,54 @@ void Lowerer::recordDivisibility() {
   }
 }
 
+Status Lowerer::recordPrediction() {
+  APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, plan::deviceFor(p_.spec));
+  proto::Prediction* pr = program_.mutable_prediction();
+  std::string model = cost::toString(device);
+  for (size_t m = 0; m < mesh_.ndim(); ++m)
+    model += "; mesh dim " + std::to_string(m) + " " + formatNumber(mesh_.link(m).bandwidth_gbps) +
+             " GB/s, " + formatNumber(mesh_.link(m).latency_us) + " us";
+  pr->set_cost_model(model);
+  pr->set_step_us(p_.totals.total_us);
+  pr->set_compute_us(p_.totals.compute_us);
+  pr->set_comm_us(p_.totals.comm_us);
+  double fwd = 0, bwd = 0;
+  for (const proto::Redistribution& r : program_.redistributions()) {
+    fwd += r.priced_forward_us();
+    bwd += r.priced_backward_us();
+  }
+  pr->set_forward_comm_us(fwd);
+  pr->set_backward_comm_us(bwd);
+  // The optimizers of apc-train, kernel by kernel over each local shard (bytes read + written per
+  // element, in units of the shard's size): SGD p -= lr g is a scaled copy of g (2) and a
+  // subtraction (3); AdamW is a decay of p (2), m = b1 m + (1-b1) g (2 + 3), v = b2 v + (1-b2) g^2
+  // (2 + 4), v / c2 (2), sqrt (2), + eps (2) and p += -lr m / denom (4).
+  static constexpr double kSgd[] = {2, 3};
+  static constexpr double kAdamW[] = {2, 2, 3, 2, 4, 2, 2, 2, 4};
+  double sgd = 0, adamw = 0;
+  for (const proto::ProgramTensor& t : program_.parameters()) {
+    if (!t.requires_grad()) continue;
+    double numel = 1;
+    for (const proto::Piece& piece : t.local()) numel *= static_cast<double>(piece.size());
+    const std::string& stored = t.storage_dtype().empty() ? t.dtype() : t.storage_dtype();
+    const ir::DType dtype = ir::parseDType(stored).value_or(ir::DType::kF32);
+    const double bytes = numel * static_cast<double>(ir::dtypeBytes(dtype));
+    for (double k : kSgd) sgd += cost::computeCostUs(device, 0, k * bytes, dtype);
+    for (double k : kAdamW) adamw += cost::computeCostUs(device, 0, k * bytes, dtype);
+  }
+  pr->set_optimizer_sgd_us(sgd);
+  pr->set_optimizer_adamw_us(adamw);
+  std::vector<double> by_graph_node(g_.numNodes(), 0.0);
+  for (const plan::PlanNode& n : p_.nodes)
+    if (n.graph_node && *n.graph_node < by_graph_node.size())
+      by_graph_node[*n.graph_node] = n.compute_us;
+  for (int32_t src : source_node_)
+    pr->add_node_compute_us(src >= 0 && static_cast<size_t>(src) < by_graph_node.size()
+                                ? by_graph_node[static_cast<size_t>(src)]
+                                : 0.0);
+  return Status::success();
+}
+
 Expected<proto::Program> Lowerer::run() {
   if (rank_ < 0 || rank_ >= mesh_.worldSize())
     return invalidArgument("rank " + std::to_string(rank_) + " outside the mesh " +
@@ -708,6 +762,7 @@ Expected<proto::Program> Lowerer::run() {
     if (mp.param_dtype) pm->set_param_dtype(ir::dtypeName(*mp.param_dtype));
     if (mp.reduce_dtype) pm->set_reduce_dtype(ir::dtypeName(*mp.reduce_dtype));
   }
+  APC_RETURN_IF_ERROR(recordPrediction());
   return std::move(program_);
 }
 

@@ -130,7 +130,9 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (!j.is_object())
     return at(path, "expected a device kind like \"h100\" or an object {\"kind\": ...}, got " +
                         describe(j));
-  APC_RETURN_IF_ERROR(checkKeys(j, path, {"kind", "peak_tflops", "hbm_bandwidth_gbps"}));
+  APC_RETURN_IF_ERROR(checkKeys(j, path,
+                                {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
+                                 "memory_efficiency", "kernel_floor_us"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -151,6 +153,20 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     APC_ASSIGN_OR_RETURN(s.device_overrides.hbm_bandwidth_gbps,
                          readInRange(*hbm, path + ".hbm_bandwidth_gbps", "HBM bandwidth (GB/s)",
                                      kMinDeviceRate, kMaxDeviceRate));
+  }
+  if (const json* e = find(j, "compute_efficiency")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.compute_efficiency,
+        readInRange(*e, path + ".compute_efficiency", "compute efficiency", 1e-3, 1));
+  }
+  if (const json* e = find(j, "memory_efficiency")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.memory_efficiency,
+        readInRange(*e, path + ".memory_efficiency", "memory efficiency", 1e-3, 1));
+  }
+  if (const json* e = find(j, "kernel_floor_us")) {
+    APC_ASSIGN_OR_RETURN(s.device_overrides.kernel_floor_us,
+                         readInRange(*e, path + ".kernel_floor_us", "kernel floor (us)", 0, 1e6));
   }
   return Status::success();
 }
@@ -505,6 +521,93 @@ Expected<Spec> parseSpecFile(const std::string& path) {
   return s;
 }
 
+Expected<ClusterProfile> parseClusterProfile(const json& j) {
+  APC_RETURN_IF_ERROR(expectObject(
+      j, "$", "a cluster profile object {\"apc_cluster_profile\": 1, \"device\": ..., ...}"));
+  APC_RETURN_IF_ERROR(checkKeys(j, "$", {"apc_cluster_profile", "device", "links", "calibration"}));
+  const json* version = find(j, "apc_cluster_profile");
+  if (!version)
+    return at("$", "missing required key 'apc_cluster_profile' (not a file of apc calibrate?)");
+  APC_ASSIGN_OR_RETURN(
+      double v, readInRange(*version, "$.apc_cluster_profile", "cluster profile version", 1, 1e6));
+  if (v != kClusterProfileVersion)
+    return at("$.apc_cluster_profile", "version " + std::to_string(static_cast<int64_t>(v)) +
+                                           " is not supported (this apc reads version " +
+                                           std::to_string(kClusterProfileVersion) + ")");
+  ClusterProfile p;
+  const json* device = find(j, "device");
+  if (!device) return at("$", "missing required key 'device'");
+  Spec holder;
+  APC_RETURN_IF_ERROR(readDevice(*device, "$.device", holder));
+  p.device = holder.device;
+  p.device_overrides = holder.device_overrides;
+  const json* links = find(j, "links");
+  if (!links) return at("$", "missing required key 'links'");
+  if (!links->is_array() || links->empty() || links->size() > kMaxMeshDims)
+    return at("$.links", "expected a list of 1 to " + std::to_string(kMaxMeshDims) +
+                             " links {\"bandwidth_gbps\": ..., \"latency_us\": ...}, got " +
+                             describe(*links));
+  for (size_t i = 0; i < links->size(); ++i) {
+    const std::string lp = indexPath("$.links", i);
+    const json& l = (*links)[i];
+    APC_RETURN_IF_ERROR(
+        expectObject(l, lp, "a link {\"bandwidth_gbps\": ..., \"latency_us\": ...}"));
+    APC_RETURN_IF_ERROR(checkKeys(l, lp, {"bandwidth_gbps", "latency_us"}));
+    const json* bw = find(l, "bandwidth_gbps");
+    const json* lat = find(l, "latency_us");
+    if (!bw || !lat) return at(lp, "a link needs both 'bandwidth_gbps' and 'latency_us'");
+    LinkParams link;
+    APC_ASSIGN_OR_RETURN(link.bandwidth_gbps,
+                         readInRange(*bw, lp + ".bandwidth_gbps", "bandwidth (GB/s)",
+                                     kMinBandwidthGbps, kMaxBandwidthGbps));
+    APC_ASSIGN_OR_RETURN(link.latency_us,
+                         readInRange(*lat, lp + ".latency_us", "latency (us)", 0, kMaxLatencyUs));
+    p.links.push_back(link);
+  }
+  if (const json* c = find(j, "calibration")) {
+    if (!c->is_object()) return at("$.calibration", "expected an object, got " + describe(*c));
+    p.calibration = c->dump();
+  }
+  return p;
+}
+
+Expected<ClusterProfile> readClusterProfile(const std::string& path) {
+  APC_ASSIGN_OR_RETURN(json j, readJsonFile(path));
+  auto p = parseClusterProfile(j);
+  if (!p.ok()) return p.error().withContext(path);
+  return p;
+}
+
+json toJson(const ClusterProfile& p) {
+  Spec holder;
+  holder.device = p.device;
+  holder.device_overrides = p.device_overrides;
+  json j;
+  j["apc_cluster_profile"] = kClusterProfileVersion;
+  json device = toJson(holder)["device"];
+  j["device"] = device;
+  json links = json::array();
+  for (const LinkParams& l : p.links)
+    links.push_back({{"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}});
+  j["links"] = links;
+  if (!p.calibration.empty()) j["calibration"] = json::parse(p.calibration);
+  return j;
+}
+
+Status applyClusterProfile(const ClusterProfile& p, Spec& spec) {
+  const size_t ndim = spec.mesh.ndim();
+  if (p.links.size() != 1 && p.links.size() != ndim)
+    return invalidArgument("the cluster profile has " + std::to_string(p.links.size()) +
+                           " links but the mesh " + spec.mesh.toString() + " has " +
+                           std::to_string(ndim) +
+                           " dims: calibrate on the same mesh (apc calibrate --mesh), or on a "
+                           "1-d mesh for one link on every dim");
+  spec.device = p.device;
+  spec.device_overrides = p.device_overrides;
+  for (size_t m = 0; m < ndim; ++m) spec.mesh.setLink(m, p.links[p.links.size() == 1 ? 0 : m]);
+  return Status::success();
+}
+
 json toJson(const PlacementTuple& t) {
   json arr = json::array();
   for (const Placement& p : t) arr.push_back(p.toString());
@@ -567,6 +670,12 @@ json toJson(const Spec& s) {
     }
     if (s.device_overrides.hbm_bandwidth_gbps)
       dev["hbm_bandwidth_gbps"] = *s.device_overrides.hbm_bandwidth_gbps;
+    if (s.device_overrides.compute_efficiency)
+      dev["compute_efficiency"] = *s.device_overrides.compute_efficiency;
+    if (s.device_overrides.memory_efficiency)
+      dev["memory_efficiency"] = *s.device_overrides.memory_efficiency;
+    if (s.device_overrides.kernel_floor_us)
+      dev["kernel_floor_us"] = *s.device_overrides.kernel_floor_us;
     j["device"] = dev;
   }
   if (s.world_size) j["world_size"] = *s.world_size;

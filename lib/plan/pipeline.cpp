@@ -38,11 +38,12 @@ Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec) {
   APC_ASSIGN_OR_RETURN(cost::DeviceSpec d, cost::deviceByName(spec.device));
   for (const auto& [dtype, tflops] : spec.device_overrides.peak_tflops)
     APC_RETURN_IF_ERROR(cost::setPeakTflops(d, ir::dtypeName(dtype), tflops));
-  if (spec.device_overrides.hbm_bandwidth_gbps) {
-    cost::DeviceOverrides o;
-    o.hbm_gbps = *spec.device_overrides.hbm_bandwidth_gbps;
-    APC_ASSIGN_OR_RETURN(d, cost::applyOverrides(d, o));
-  }
+  cost::DeviceOverrides o;
+  o.hbm_gbps = spec.device_overrides.hbm_bandwidth_gbps;
+  o.compute_efficiency = spec.device_overrides.compute_efficiency;
+  o.memory_efficiency = spec.device_overrides.memory_efficiency;
+  o.kernel_floor_us = spec.device_overrides.kernel_floor_us;
+  APC_ASSIGN_OR_RETURN(d, cost::applyOverrides(d, o));
   return d;
 }
 

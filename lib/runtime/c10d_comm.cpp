@@ -30,9 +30,11 @@
 // CommError the group is unusable: the caller is expected to exit.
 //
 //===----------------------------------------------------------------------===//
+#include <chrono>
 #include <cstdlib>
 
 #include <ATen/core/Tensor.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <ATen/ops/cat.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -79,6 +81,11 @@ int64_t bytesOf(const at::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
 }
 
+/// Waits until every kernel queued on a CUDA device has finished.
+void synchronizeDevice(const c10::Device& device) {
+  at::detail::getCUDAHooks().deviceSynchronize(device.index());
+}
+
 /// `t` with dim `d` moved to the front, contiguous, and that dim zero-padded to `rows`.
 at::Tensor frontPadded(const at::Tensor& t, int64_t d, int64_t rows) {
   at::Tensor front = t.movedim(d, 0);
@@ -105,7 +112,7 @@ class C10dCommunicator final : public Communicator {
     const char* op = "all-gather";
     int64_t d = normaliseDim(name_, op, dim, local.dim());
     checkPieceSizes(name_, op, local, d, sizes, index_);
-    ++stats_.calls;
+    count(CommKind::kAllGather);
     std::vector<int64_t> out_shape = local.sizes().vec();
     int64_t total = 0, most = 0;
     for (int k = 0; k < size_; ++k) {
@@ -124,8 +131,8 @@ class C10dCommunicator final : public Communicator {
     at::Tensor out = wireView(gathered), in = wireView(padded);
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;
-    run(op, [&] { return pg_->_allgather_base(out, in, opts); });
-    stats_.bytes_sent += (size_ - 1) * bytesOf(padded);
+    run(CommKind::kAllGather, op, in, [&] { return pg_->_allgather_base(out, in, opts); });
+    addBytes(CommKind::kAllGather, (size_ - 1) * bytesOf(padded));
     std::vector<at::Tensor> pieces;
     for (int k = 0; k < size_; ++k) pieces.push_back(gathered.narrow(0, k * most, sizes[k]));
     return at::cat(pieces, 0).movedim(0, d).contiguous();
@@ -133,15 +140,15 @@ class C10dCommunicator final : public Communicator {
 
   void allReduce(at::Tensor& t, mesh::ReduceOp op) override {
     const char* what = "all-reduce";
-    ++stats_.calls;
+    count(CommKind::kAllReduce);
     if (t.numel() == 0) return;
     at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
     std::vector<at::Tensor> tensors{buf};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10dOp(op, buf);
     opts.timeout = timeout_;
-    run(what, [&] { return pg_->allreduce(tensors, opts); });
-    stats_.bytes_sent += 2 * (size_ - 1) * bytesOf(buf) / size_;
+    run(CommKind::kAllReduce, what, buf, [&] { return pg_->allreduce(tensors, opts); });
+    addBytes(CommKind::kAllReduce, 2 * (size_ - 1) * bytesOf(buf) / size_);
     finishIntegerAvg(buf, op, size_);
     if (!buf.is_same(t)) t.copy_(buf);
   }
@@ -149,7 +156,7 @@ class C10dCommunicator final : public Communicator {
   at::Tensor reduceScatter(const at::Tensor& full, int64_t dim, mesh::ReduceOp op) override {
     const char* what = "reduce-scatter";
     int64_t d = normaliseDim(name_, what, dim, full.dim());
-    ++stats_.calls;
+    count(CommKind::kReduceScatter);
     std::vector<int64_t> pieces = chunkSizes(full.size(d), size_);
     int64_t mine = pieces[index_];
     int64_t chunk = *std::max_element(pieces.begin(), pieces.end());
@@ -165,8 +172,9 @@ class C10dCommunicator final : public Communicator {
     c10d::ReduceScatterOptions opts;
     opts.reduceOp = c10dOp(op, full);
     opts.timeout = timeout_;
-    run(what, [&] { return pg_->_reduce_scatter_base(recv, send, opts); });
-    stats_.bytes_sent += (size_ - 1) * bytesOf(recv);
+    run(CommKind::kReduceScatter, what, send,
+        [&] { return pg_->_reduce_scatter_base(recv, send, opts); });
+    addBytes(CommKind::kReduceScatter, (size_ - 1) * bytesOf(recv));
     finishIntegerAvg(recv, op, size_);
     return recv.narrow(0, 0, mine).movedim(0, d).contiguous();
   }
@@ -178,7 +186,7 @@ class C10dCommunicator final : public Communicator {
     int64_t s = normaliseDim(name_, what, shard_dim, local.dim());
     if (g == s) throwUsage(name_, what, "gather dim and shard dim are both " + std::to_string(g));
     checkPieceSizes(name_, what, local, g, gather_sizes, index_);
-    ++stats_.calls;
+    count(CommKind::kAllToAll);
     std::vector<int64_t> pieces = chunkSizes(local.size(s), size_);
     int64_t inner = 1;  // elements per unit of the gather dim in an arriving piece
     for (int64_t i = 0; i < local.dim(); ++i)
@@ -214,9 +222,10 @@ class C10dCommunicator final : public Communicator {
     // c10d takes the split sizes by non-const reference and Gloo moves them into its work
     // object: hand it copies.
     std::vector<int64_t> out_copy = out_splits, in_copy = in_splits;
-    run(what, [&] { return pg_->alltoall_base(out, in, out_copy, in_copy, opts); });
-    stats_.bytes_sent +=
-        (local.numel() - in_splits[index_]) * static_cast<int64_t>(local.element_size());
+    run(CommKind::kAllToAll, what, in,
+        [&] { return pg_->alltoall_base(out, in, out_copy, in_copy, opts); });
+    addBytes(CommKind::kAllToAll,
+             (local.numel() - in_splits[index_]) * static_cast<int64_t>(local.element_size()));
     std::vector<at::Tensor> arrivals;
     int64_t at_elem = 0;
     for (int k = 0; k < size_; ++k) {
@@ -232,36 +241,55 @@ class C10dCommunicator final : public Communicator {
     const char* what = "broadcast";
     if (root_index < 0 || root_index >= size_)
       throwUsage(name_, what, "root index " + std::to_string(root_index) + " out of range");
-    ++stats_.calls;
+    count(CommKind::kBroadcast);
     if (t.numel() == 0) return;
     at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
     std::vector<at::Tensor> tensors{wireView(buf)};
     c10d::BroadcastOptions opts;
     opts.rootRank = root_index;
     opts.timeout = timeout_;
-    run(what, [&] { return pg_->broadcast(tensors, opts); });
-    if (index_ == root_index) stats_.bytes_sent += (size_ - 1) * bytesOf(buf);
+    run(CommKind::kBroadcast, what, buf, [&] { return pg_->broadcast(tensors, opts); });
+    if (index_ == root_index) addBytes(CommKind::kBroadcast, (size_ - 1) * bytesOf(buf));
     if (!buf.is_same(t)) t.copy_(buf);
   }
 
   void barrier() override {
-    ++stats_.calls;
+    count(CommKind::kBarrier);
     c10d::BarrierOptions opts;
     opts.timeout = timeout_;
-    run("barrier", [&] { return pg_->barrier(opts); });
+    run(CommKind::kBarrier, "barrier", at::Tensor(), [&] { return pg_->barrier(opts); });
   }
 
  private:
+  void count(CommKind kind) {
+    ++stats_.calls;
+    ++stats_.of(kind).calls;
+  }
+  void addBytes(CommKind kind, int64_t bytes) {
+    stats_.bytes_sent += bytes;
+    stats_.of(kind).bytes_sent += bytes;
+  }
+
+  /// Starts and waits for one collective; its wall time goes to the counters of `kind`. `ref`
+  /// (a buffer of the call, undefined for a barrier) tells whether the device must be
+  /// synchronized around it (setSynchronizedCommTiming).
   template <typename Start>
-  void run(const char* what, Start&& start) {
+  void run(CommKind kind, const char* what, const at::Tensor& ref, Start&& start) {
+    const bool sync = ref.defined() && ref.is_cuda() && synchronizedCommTiming();
+    if (sync) synchronizeDevice(ref.device());
+    const auto t0 = std::chrono::steady_clock::now();
     try {
       c10::intrusive_ptr<c10d::Work> work = start();
       work->wait(timeout_);
+      if (sync) synchronizeDevice(ref.device());
     } catch (const c10::Error& e) {
       throw CommError(describeFailure(name_, what, e.what_without_backtrace(), timeout_));
     } catch (const std::exception& e) {
       throw CommError(describeFailure(name_, what, e.what(), timeout_));
     }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    stats_.seconds += dt;
+    stats_.of(kind).seconds += dt;
   }
 
   std::string name_;

@@ -1,10 +1,13 @@
 //===- lib/runtime/comm_internal.cpp - Shared pieces of the communicators ----===//
 //
 // Group names, torch.chunk arithmetic, failure texts, the stacked-piece reduction used by the
-// composed reduce-scatter and 16-bit all-reduce, and the communicator of a one-rank group.
+// composed reduce-scatter and 16-bit all-reduce, the communicator of a one-rank group, and the
+// counters' arithmetic.
 //
 //===----------------------------------------------------------------------===//
 #include "comm_internal.h"
+
+#include <atomic>
 
 #include <ATen/core/Tensor.h>
 
@@ -123,6 +126,8 @@ at::Tensor reduceStacked(const at::Tensor& stacked, mesh::ReduceOp op, int64_t g
 
 namespace {
 
+std::atomic<bool> g_synchronized_comm_timing{false};
+
 /// A group of one rank: each collective is the identity on a copy (the same contract as the real
 /// communicators: results never alias their inputs).
 class LocalCommunicator final : public Communicator {
@@ -136,13 +141,13 @@ class LocalCommunicator final : public Communicator {
                        const std::vector<int64_t>& sizes) override {
     int64_t d = normaliseDim(name_, "all-gather", dim, local.dim());
     checkPieceSizes(name_, "all-gather", local, d, sizes, 0);
-    ++stats_.calls;
+    count(CommKind::kAllGather);
     return local.clone(at::MemoryFormat::Contiguous);
   }
-  void allReduce(at::Tensor& t, mesh::ReduceOp op) override { ++stats_.calls; }
+  void allReduce(at::Tensor& t, mesh::ReduceOp op) override { count(CommKind::kAllReduce); }
   at::Tensor reduceScatter(const at::Tensor& full, int64_t dim, mesh::ReduceOp op) override {
     normaliseDim(name_, "reduce-scatter", dim, full.dim());
-    ++stats_.calls;
+    count(CommKind::kReduceScatter);
     return full.clone(at::MemoryFormat::Contiguous);
   }
   at::Tensor allToAll(const at::Tensor& local, int64_t gather_dim, int64_t shard_dim,
@@ -150,16 +155,20 @@ class LocalCommunicator final : public Communicator {
     int64_t g = normaliseDim(name_, "all-to-all", gather_dim, local.dim());
     normaliseDim(name_, "all-to-all", shard_dim, local.dim());
     checkPieceSizes(name_, "all-to-all", local, g, gather_sizes, 0);
-    ++stats_.calls;
+    count(CommKind::kAllToAll);
     return local.clone(at::MemoryFormat::Contiguous);
   }
   void broadcast(at::Tensor& t, int root_index) override {
     if (root_index != 0) throwUsage(name_, "broadcast", "root index out of range");
-    ++stats_.calls;
+    count(CommKind::kBroadcast);
   }
-  void barrier() override { ++stats_.calls; }
+  void barrier() override { count(CommKind::kBarrier); }
 
  private:
+  void count(CommKind kind) {
+    ++stats_.calls;
+    ++stats_.of(kind).calls;
+  }
   std::string name_;
 };
 
@@ -170,3 +179,57 @@ std::unique_ptr<Communicator> makeLocalCommunicator(std::string name) {
 }
 
 }  // namespace apc::runtime::detail
+
+namespace apc::runtime {
+
+const char* commKindName(CommKind kind) {
+  switch (kind) {
+    case CommKind::kAllGather:
+      return "all-gather";
+    case CommKind::kAllReduce:
+      return "all-reduce";
+    case CommKind::kReduceScatter:
+      return "reduce-scatter";
+    case CommKind::kAllToAll:
+      return "all-to-all";
+    case CommKind::kBroadcast:
+      return "broadcast";
+    case CommKind::kBarrier:
+      return "barrier";
+  }
+  return "collective";
+}
+
+CommStats& CommStats::operator+=(const CommStats& o) {
+  calls += o.calls;
+  bytes_sent += o.bytes_sent;
+  seconds += o.seconds;
+  for (size_t k = 0; k < kNumCommKinds; ++k) {
+    by_kind[k].calls += o.by_kind[k].calls;
+    by_kind[k].bytes_sent += o.by_kind[k].bytes_sent;
+    by_kind[k].seconds += o.by_kind[k].seconds;
+  }
+  return *this;
+}
+
+CommStats& CommStats::operator-=(const CommStats& o) {
+  calls -= o.calls;
+  bytes_sent -= o.bytes_sent;
+  seconds -= o.seconds;
+  for (size_t k = 0; k < kNumCommKinds; ++k) {
+    by_kind[k].calls -= o.by_kind[k].calls;
+    by_kind[k].bytes_sent -= o.by_kind[k].bytes_sent;
+    by_kind[k].seconds -= o.by_kind[k].seconds;
+  }
+  return *this;
+}
+
+void setSynchronizedCommTiming(bool on) {
+  detail::g_synchronized_comm_timing.store(on);
+}
+
+bool synchronizedCommTiming() {
+  return detail::g_synchronized_comm_timing.load();
+}
+
+}  // namespace apc::runtime

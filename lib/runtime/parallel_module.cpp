@@ -826,8 +826,30 @@ PricedComm ParallelModule::pricedComm() const {
   return c;
 }
 
+PredictedStep ParallelModule::predictedStep() const {
+  PredictedStep p;
+  if (!impl_->program.has_prediction()) return p;
+  const proto::Prediction& pr = impl_->program.prediction();
+  p.cost_model = pr.cost_model();
+  p.step_us = pr.step_us();
+  p.compute_us = pr.compute_us();
+  p.comm_us = pr.comm_us();
+  p.forward_comm_us = pr.forward_comm_us();
+  p.backward_comm_us = pr.backward_comm_us();
+  p.optimizer_sgd_us = pr.optimizer_sgd_us();
+  p.optimizer_adamw_us = pr.optimizer_adamw_us();
+  p.present = true;
+  return p;
+}
+
 CommStats ParallelModule::commStats() const {
   return impl_->world->stats();
+}
+
+std::vector<CommStats> ParallelModule::commStatsByMeshDim() const {
+  std::vector<CommStats> out;
+  for (size_t m = 0; m < impl_->mesh.ndim(); ++m) out.push_back(impl_->world->dim(m).stats());
+  return out;
 }
 void ParallelModule::resetCommStats() {
   impl_->world->resetStats();

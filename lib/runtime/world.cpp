@@ -298,10 +298,7 @@ class WorldImpl final : public World {
   Communicator& all() override { return world_group_ ? *world_group_ : *dims_.at(0); }
   CommStats stats() const override {
     CommStats total;
-    auto add = [&](const Communicator& c) {
-      total.calls += c.stats().calls;
-      total.bytes_sent += c.stats().bytes_sent;
-    };
+    auto add = [&](const Communicator& c) { total += c.stats(); };
     for (const auto& c : dims_) add(*c);
     if (world_group_) add(*world_group_);
     return total;

@@ -52,6 +52,12 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep) {
   return joinMap(parts, sep, [](const std::string& s) { return s; });
 }
 
+std::string formatNumber(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  return buf;
+}
+
 std::string humanBytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

@@ -2,7 +2,7 @@
 //
 // `apc-train [DIR] --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
 //            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL.pt] [--clip X] [--threads T]
-//            [--device cpu|cuda] [--onednn on|off|auto]`
+//            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]`
 //
 // Launched once per rank under torchrun-style variables (torchrun --no-python, or `apc run`, whose
 // APC_ARTIFACT names DIR when it is left out), it
@@ -22,23 +22,36 @@
 // The single-device reference runs the TorchScript module (LibTorch cannot run an exported
 // program's graph by itself), so --compare-single takes a .pt.
 //
+// --profile runs --warmup steps (default 2), then measures --steps steps: rank 0 prints the median
+// step time (forward + backward + optimizer; the trainer's output gather and loss are reported
+// apart, as they are not the program's), its spread, the time blocked in the program's
+// collectives, the collectives per mesh dim and kind (calls, bytes, time), the peak memory per
+// rank (CUDA: the caching allocator's peak; CPU: the process's peak resident set), each the
+// slowest rank's, beside what the plan predicted (proto::Prediction). --json prints one object
+// instead (measured_step_ms, predicted_step_ms, ...) and no step lines.
+//
 // --device cuda puts the shards, the inputs and the reference on CUDA device LOCAL_RANK and runs
 // the collectives over NCCL (c10d's ProcessGroupNCCL); it needs a build against a CUDA LibTorch.
 // Errors are one line on stderr and exit 2.
 //
 //===----------------------------------------------------------------------===//
+#include <ATen/DeviceAccelerator.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/script.h>
 
+#include <sys/resource.h>
 #include <CLI/CLI.hpp>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -46,6 +59,7 @@
 #include "apc/frontend/weights.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/parallel_module.h"
+#include "apc/support/strings.h"
 
 namespace {
 
@@ -64,6 +78,9 @@ struct Flags {
   bool report_comm = false;
   std::string device = "cpu";
   double timeout_s = 0;  // 0: APC_TIMEOUT_S, else the runtime's default (300 s)
+  bool profile = false;
+  bool json = false;
+  int warmup = -1;  // -1: 2 under --profile, else 0
 };
 
 /// Nine significant digits: enough to compare sharded and single losses in tests.
@@ -152,8 +169,158 @@ std::vector<at::Tensor> leavesOf(const c10::IValue& v) {
   return out;
 }
 
-int run(const Flags& f) {
+/// Seconds since the epoch of steady_clock, after the device finished its queued work (CUDA):
+/// phase boundaries of the profile.
+double now(const c10::Device& device) {
+  if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+/// One measured step: wall seconds per phase and the program's collectives per mesh dim.
+struct StepSample {
+  double forward = 0, loss = 0, backward = 0, optimizer = 0;
+  double forward_comm = 0, backward_comm = 0;  // seconds blocked in the program's collectives
+  std::vector<apc::runtime::CommStats> comm;   // per mesh dim, the program's collectives only
+  double step() const { return forward + backward + optimizer; }
+};
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(pos);
+  const size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+/// The process's peak resident set (getrusage), in bytes.
+int64_t peakRssBytes() {
+  struct rusage u {};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+/// The profile of the measured steps: rank 0 prints it on stdout (text, or one JSON object with
+/// --json); every rank contributes its medians and peak memory to an all-reduce of maxima, so the
+/// reported times and memory are the slowest (largest) rank's.
+void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
+                   const std::vector<StepSample>& samples, const c10::Device& device) {
+  using apc::runtime::CommKind;
+  const size_t ndim = pm.mesh().ndim();
+  const size_t n = samples.size();
+  auto column = [&](auto get) {
+    std::vector<double> v;
+    for (const StepSample& s : samples) v.push_back(get(s));
+    return v;
+  };
+  std::vector<double> step = column([](const StepSample& s) { return s.step(); });
+  // Medians per phase on this rank, then the maximum over ranks (the step waits for the slowest).
+  std::vector<double> local = {
+      quantile(step, 0.5),
+      quantile(step, 0.0),
+      quantile(step, 1.0),
+      quantile(column([](const StepSample& s) { return s.forward; }), 0.5),
+      quantile(column([](const StepSample& s) { return s.backward; }), 0.5),
+      quantile(column([](const StepSample& s) { return s.optimizer; }), 0.5),
+      quantile(column([](const StepSample& s) { return s.loss; }), 0.5),
+      quantile(column([](const StepSample& s) { return s.forward_comm; }), 0.5),
+      quantile(column([](const StepSample& s) { return s.backward_comm; }), 0.5),
+      0.0,  // peak memory, filled below
+  };
+  int64_t peak = 0;
+  std::string memory_kind;
+  if (device.is_cuda()) {
+    peak = at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak;
+    memory_kind = "cuda caching allocator peak allocated bytes";
+  } else {
+    peak = peakRssBytes();
+    memory_kind = "process peak resident set (getrusage ru_maxrss)";
+  }
+  local.back() = static_cast<double>(peak);
+  at::Tensor t = at::tensor(local, at::kDouble);
+  if (pm.worldSize() > 1) pm.world().all().allReduce(t, apc::mesh::ReduceOp::kMax);
+  std::vector<double> agg(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+  if (pm.rank() != 0) return;
+
+  const apc::runtime::PredictedStep pred = pm.predictedStep();
+  const double opt_us = f.optimizer == "adamw" ? pred.optimizer_adamw_us : pred.optimizer_sgd_us;
+  const double predicted_ms = (pred.step_us + opt_us) / 1e3;
+  const double measured_ms = agg[0] * 1e3;
+  nlohmann::ordered_json j;
+  j["measured_step_ms"] = measured_ms;
+  j["predicted_step_ms"] = pred.present ? nlohmann::ordered_json(predicted_ms) : nullptr;
+  j["error_pct"] = pred.present && measured_ms > 0
+                       ? nlohmann::ordered_json((predicted_ms - measured_ms) / measured_ms * 100)
+                       : nullptr;
+  j["steps"] = n;
+  j["warmup"] = f.warmup;
+  j["world_size"] = pm.worldSize();
+  j["device"] = device.str();
+  j["threads"] = f.threads;
+  j["optimizer"] = f.optimizer;
+  j["step_ms"] = {{"median", agg[0] * 1e3}, {"min", agg[1] * 1e3}, {"max", agg[2] * 1e3}};
+  j["measured_ms"] = {{"forward", agg[3] * 1e3},      {"backward", agg[4] * 1e3},
+                      {"optimizer", agg[5] * 1e3},    {"loss_outside_program", agg[6] * 1e3},
+                      {"forward_comm", agg[7] * 1e3}, {"backward_comm", agg[8] * 1e3}};
+  j["predicted_ms"] = {{"compute", pred.compute_us / 1e3},
+                       {"comm", pred.comm_us / 1e3},
+                       {"forward_comm_rank0", pred.forward_comm_us / 1e3},
+                       {"backward_comm_rank0", pred.backward_comm_us / 1e3},
+                       {"optimizer", opt_us / 1e3}};
+  j["cost_model"] = pred.cost_model;
+  // Rank 0's collectives per mesh dim and kind, per step (averaged over the measured steps).
+  nlohmann::ordered_json coll = nlohmann::ordered_json::array();
+  for (size_t m = 0; m < ndim; ++m)
+    for (size_t k = 0; k < apc::runtime::kNumCommKinds; ++k) {
+      double calls = 0, bytes = 0, secs = 0;
+      for (const StepSample& s : samples) {
+        calls += static_cast<double>(s.comm[m].by_kind[k].calls);
+        bytes += static_cast<double>(s.comm[m].by_kind[k].bytes_sent);
+        secs += s.comm[m].by_kind[k].seconds;
+      }
+      if (calls == 0) continue;
+      const double dn = static_cast<double>(std::max<size_t>(n, 1));
+      coll.push_back({{"mesh_dim", m},
+                      {"kind", apc::runtime::commKindName(static_cast<CommKind>(k))},
+                      {"calls", calls / dn},
+                      {"bytes_sent", bytes / dn},
+                      {"ms", secs / dn * 1e3}});
+    }
+  j["collectives_per_step"] = coll;
+  j["peak_memory_bytes"] = static_cast<int64_t>(agg[9]);
+  j["peak_memory_kind"] = memory_kind;
+  if (f.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("profile: %zu steps after %d warm-up, %d rank%s, %s, %d thread%s\n", n, f.warmup,
+                pm.worldSize(), pm.worldSize() == 1 ? "" : "s", device.str().c_str(), f.threads,
+                f.threads == 1 ? "" : "s");
+    std::printf("  step (median, slowest rank)  measured %9.3f ms  predicted %s\n", measured_ms,
+                pred.present ? (number(predicted_ms) + " ms").c_str() : "n/a (no prediction)");
+    std::printf("  spread                       min %.3f ms, max %.3f ms\n", agg[1] * 1e3,
+                agg[2] * 1e3);
+    std::printf(
+        "  forward %.3f ms, backward %.3f ms, optimizer %.3f ms (loss outside the "
+        "program %.3f ms)\n",
+        agg[3] * 1e3, agg[4] * 1e3, agg[5] * 1e3, agg[6] * 1e3);
+    std::printf("  blocked in collectives: forward %.3f ms, backward %.3f ms\n", agg[7] * 1e3,
+                agg[8] * 1e3);
+    std::printf("  predicted: compute %.3f ms, communication %.3f ms, optimizer %.3f ms\n",
+                pred.compute_us / 1e3, pred.comm_us / 1e3, opt_us / 1e3);
+    for (const auto& c : coll)
+      std::printf("  mesh dim %d %-14s %6.1f calls %12.0f bytes sent %9.3f ms per step\n",
+                  c["mesh_dim"].get<int>(), c["kind"].get<std::string>().c_str(),
+                  c["calls"].get<double>(), c["bytes_sent"].get<double>(), c["ms"].get<double>());
+    std::printf("  peak memory per rank (max)   %s (%s)\n",
+                apc::humanBytes(static_cast<double>(agg[9])).c_str(), memory_kind.c_str());
+  }
+  std::fflush(stdout);
+}
+
+int run(Flags f) {
   at::set_num_threads(f.threads);
+  if (f.warmup < 0) f.warmup = f.profile ? 2 : 0;
+  if (f.json && !f.profile) return fail("--json needs --profile");
   // oneDNN's float32 convolution does not round as ATen's own kernels do: on an AVX-512 CPU the
   // float32 losses of a batch-8 resnet18 drift 8.7e-4 from float64 by step 2 with it, 7e-8
   // without (docs/TOOLCHAIN.md), and ATen picks oneDNN or its own kernel by shape. Sharded and
@@ -266,7 +433,13 @@ int run(const Flags& f) {
 
   at::Generator data = at::detail::createCPUGenerator(f.seed);
   const auto& specs = pm.inputSpecs();
-  for (int step = 0; step < f.steps; ++step) {
+  if (f.profile) {
+    apc::runtime::setSynchronizedCommTiming(true);
+    if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
+  }
+  std::vector<StepSample> samples;
+  const int total_steps = f.steps + f.warmup;
+  for (int step = 0; step < total_steps; ++step) {
     // Full inputs, the same on every rank.
     std::vector<at::Tensor> full_inputs;
     for (size_t i = 0; i < specs.size(); ++i) {
@@ -285,22 +458,44 @@ int run(const Flags& f) {
     std::vector<c10::IValue> local_inputs;
     for (size_t i = 0; i < specs.size(); ++i)
       local_inputs.emplace_back(pm.shardInput(i, full_inputs[i]));
+    const double t0 = f.profile ? now(device) : 0;
     auto leaves = pm.forwardLeaves(local_inputs);
     if (!leaves.ok()) return fail("step " + std::to_string(step) + ": " + leaves.error().message());
-    const apc::runtime::CommStats after_forward = pm.commStats();
+    const double t1 = f.profile ? now(device) : 0;
+    const std::vector<apc::runtime::CommStats> after_forward = pm.commStatsByMeshDim();
     std::vector<at::Tensor> outs;
     for (size_t i = 0; i < leaves->size(); ++i)
       outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
-    const apc::runtime::CommStats after_gather = pm.commStats();
     at::Generator loss_gen = at::detail::createCPUGenerator(loss_seed);
     at::Tensor loss = lossOf(outs, loss_gen);
+    const double t2 = f.profile ? now(device) : 0;
+    const std::vector<apc::runtime::CommStats> after_gather = pm.commStatsByMeshDim();
     loss.backward();
+    const double t3 = f.profile ? now(device) : 0;
     // The program's collectives only: not the trainer's output gather, not clipping.
-    apc::runtime::CommStats program_comm = pm.commStats();
-    program_comm.calls -= after_gather.calls - after_forward.calls;
-    program_comm.bytes_sent -= after_gather.bytes_sent - after_forward.bytes_sent;
+    std::vector<apc::runtime::CommStats> by_dim = pm.commStatsByMeshDim();
+    apc::runtime::CommStats program_comm, forward_comm;
+    for (size_t m = 0; m < by_dim.size(); ++m) {
+      apc::runtime::CommStats gather = after_gather[m];
+      gather -= after_forward[m];
+      by_dim[m] -= gather;
+      program_comm += by_dim[m];
+      forward_comm += after_forward[m];
+    }
     if (f.clip > 0) pm.clip_grad_norm_(f.clip);
     opt.step();
+    if (f.profile && step >= f.warmup) {
+      const double t4 = now(device);
+      StepSample s;
+      s.forward = t1 - t0;
+      s.loss = t2 - t1;
+      s.backward = t3 - t2;
+      s.optimizer = t4 - t3;
+      s.forward_comm = forward_comm.seconds;
+      s.backward_comm = program_comm.seconds - forward_comm.seconds;
+      s.comm = std::move(by_dim);
+      samples.push_back(std::move(s));
+    }
     if (f.report_comm) {
       const apc::runtime::PricedComm priced = pm.pricedComm();
       std::fprintf(stderr,
@@ -339,9 +534,10 @@ int run(const Flags& f) {
       single_opt->step();
       line += " single " + number(sloss.item<double>());
     }
-    if (rank0) std::printf("%s\n", line.c_str());
+    if (rank0 && !f.json) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
   }
+  if (f.profile) reportProfile(pm, f, samples, device);
   return 0;
 }
 
@@ -376,6 +572,16 @@ int main(int argc, char** argv) {
                  "Seconds the set-up waits for the other ranks and any collective for its peers "
                  "(default: APC_TIMEOUT_S, else 300)")
       ->check(CLI::Range(0.001, 604800.0));
+  app.add_flag("--profile", f.profile,
+               "After --warmup steps, measure --steps steps and print the median step time (split "
+               "into forward, backward, optimizer and time blocked in collectives), the "
+               "collectives per mesh dim and kind, and the peak memory, beside the plan's "
+               "prediction");
+  app.add_flag("--json", f.json,
+               "With --profile: print only one JSON object (rank 0's stdout), no step lines");
+  app.add_option("--warmup", f.warmup,
+                 "Steps run before the measured ones (default 2 with --profile)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--device", f.device,
                  "cpu (Gloo) or cuda (NCCL, device LOCAL_RANK; needs a CUDA LibTorch build)");
   try {

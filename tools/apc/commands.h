@@ -34,6 +34,9 @@ Runner addPlanCommand(CLI::App& app);
 Runner addExplainCommand(CLI::App& app);
 /// `apc diff`: placement and cost differences of two plans (tools/apc/diff.cpp).
 Runner addDiffCommand(CLI::App& app);
+/// `apc calibrate`: measure the device and links and write a cluster profile
+/// (tools/apc/calibrate.cpp).
+Runner addCalibrateCommand(CLI::App& app);
 /// `apc run`: start and supervise N local ranks of a command (tools/apc/run.cpp).
 Runner addRunCommand(CLI::App& app);
 /// `apc lower`: per-rank programs and the artifact directory of a plan (tools/apc/lower.cpp).

@@ -1,8 +1,9 @@
 //===- tools/apc/main.cpp - The apc command-line driver --------------------===//
 //
 // `apc <command> [flags]`. Commands: inspect (import a model and print its graph), plan, explain,
-// diff, lower, run and validate (tools/apc/plan.cpp, explain.cpp, diff.cpp, lower.cpp, run.cpp,
-// validate.cpp). Every failure on user input is one line on stderr and exit 2.
+// diff, lower, run, calibrate and validate (tools/apc/plan.cpp, explain.cpp, diff.cpp, lower.cpp,
+// run.cpp, calibrate.cpp, validate.cpp). Every failure on user input is one line on stderr and
+// exit 2.
 //
 //===----------------------------------------------------------------------===//
 #include <exception>
@@ -37,6 +38,9 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand(
       "run", "Start N local ranks of a command with the torchrun variables and supervise them");
   runners[run] = apc::tool::addRunCommand(*run);
+  CLI::App* calibrate = app.add_subcommand(
+      "calibrate", "Measure the ranks' device and links and write a cluster profile for apc plan");
+  runners[calibrate] = apc::tool::addCalibrateCommand(*calibrate);
   CLI::App* lower =
       app.add_subcommand("lower", "Lower a plan to per-rank programs in an artifact directory");
   runners[lower] = apc::tool::addLowerCommand(*lower);

@@ -46,6 +46,7 @@ struct PlanFlags {
   std::string output;
   std::string memory_budget;
   std::string device;
+  std::string cluster;  // --cluster FILE (apc calibrate's profile)
   double time_limit_s = 60;
   int threads = 1;
   bool verbose = false;
@@ -171,6 +172,15 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
                                                  : "--spec " + printable(f.mesh.spec)) +
                             ")")
               << "\n";
+  }
+  if (!f.cluster.empty()) {
+    APC_ASSIGN_OR_RETURN(mesh::ClusterProfile cluster, mesh::readClusterProfile(f.cluster));
+    if (Status st = mesh::applyClusterProfile(cluster, spec); !st.ok())
+      return st.error().withContext("--cluster " + f.cluster);
+    if (!f.device.empty() && f.device != spec.device)
+      return invalidArgument("--device " + f.device + " and --cluster " + f.cluster +
+                             " (a measured " + spec.device +
+                             ") both name the device: give one of them");
   }
   if (!f.device.empty()) spec.device = f.device;  // checked by plan::buildProblem
   if (in_doc) {
@@ -398,6 +408,9 @@ Runner addPlanCommand(CLI::App& app) {
   app.add_option("--device", f->device,
                  "Device kind for the cost model (h100, h200, a100, b200, "
                  "cpu); overrides the spec's");
+  app.add_option("--cluster", f->cluster,
+                 "Cluster profile of apc calibrate: its measured device and links price the "
+                 "plan (they replace the spec's device and mesh links)");
   app.add_option(
          "--time-limit", f->time_limit_s,
          "Time limit in seconds after import (enumeration, construction and solve); "

@@ -63,8 +63,14 @@ inline constexpr const char* kDefaultDeviceKind = "h100";
 struct DeviceOverrides {
   std::map<ir::DType, double> peak_tflops;   // dense peak per dtype, TFLOP/s (> 0)
   std::optional<double> hbm_bandwidth_gbps;  // GB/s (> 0)
+  std::optional<double> compute_efficiency;  // (0, 1]: a calibrated device has measured peaks, 1
+  std::optional<double> memory_efficiency;   // (0, 1]
+  std::optional<double> kernel_floor_us;     // >= 0: the least time of any kernel
 
-  bool empty() const { return peak_tflops.empty() && !hbm_bandwidth_gbps; }
+  bool empty() const {
+    return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
+           !memory_efficiency && !kernel_floor_us;
+  }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
 
@@ -178,6 +184,33 @@ struct InputShardings {
 
   bool operator==(const InputShardings&) const;  // defaulted in the .cpp (C++17 users)
 };
+
+// --- cluster profiles (apc calibrate)
+// -------------------------------------------------------------
+
+/// What `apc calibrate` measured, as the cost model takes it (schemas/cluster.schema.json):
+///   {"apc_cluster_profile": 1,
+///    "device": {"kind": "cpu", "peak_tflops": {...}, "hbm_bandwidth_gbps": ...,
+///               "compute_efficiency": 1, "memory_efficiency": 1, "kernel_floor_us": ...},
+///    "links": [{"bandwidth_gbps": ..., "latency_us": ...}, ...],   one per calibrated mesh dim
+///    "calibration": {...}}                                          the raw measurements, kept
+/// "device" has the spec's device syntax.
+struct ClusterProfile {
+  std::string device = kDefaultDeviceKind;
+  DeviceOverrides device_overrides;
+  std::vector<LinkParams> links;  // at least one
+  std::string calibration;        // what was measured, as JSON text (not used for pricing)
+};
+inline constexpr int kClusterProfileVersion = 1;
+
+Expected<ClusterProfile> parseClusterProfile(const nlohmann::json& j);
+/// Reads a cluster profile file; errors name the file and the JSON path.
+Expected<ClusterProfile> readClusterProfile(const std::string& path);
+nlohmann::json toJson(const ClusterProfile& p);
+/// Prices `spec` with the profile: its device kind and overrides replace the spec's; its links
+/// replace the mesh's, one per mesh dim when it has as many, the same link on every mesh dim when
+/// it has one. Another count is an error naming both.
+Status applyClusterProfile(const ClusterProfile& p, Spec& spec);
 
 // --- JSON text -----------------------------------------------------------------------------------
 

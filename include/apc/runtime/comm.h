@@ -32,6 +32,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -54,10 +55,48 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The collectives a Communicator runs, for per-kind counters.
+enum class CommKind : uint8_t {
+  kAllGather,
+  kAllReduce,
+  kReduceScatter,
+  kAllToAll,
+  kBroadcast,
+  kBarrier,
+};
+inline constexpr size_t kNumCommKinds = 6;
+/// "all-gather", "all-reduce", "reduce-scatter", "all-to-all", "broadcast", "barrier".
+const char* commKindName(CommKind kind);
+
+/// Counters of one collective kind.
+struct CommKindStats {
+  int64_t calls = 0;
+  int64_t bytes_sent = 0;
+  double seconds = 0;  // wall time this rank was blocked in these calls
+};
+
 struct CommStats {
   int64_t calls = 0;
   int64_t bytes_sent = 0;  // payload bytes this rank put on the wire (its share of each collective)
+  /// Wall time this rank spent blocked in collectives (start to completed wait). With
+  /// setSynchronizedCommTiming(true) a CUDA collective is timed from a synchronized device to its
+  /// completion on the device; otherwise the time until the backend's wait returns.
+  double seconds = 0;
+  std::array<CommKindStats, kNumCommKinds> by_kind{};
+
+  CommKindStats& of(CommKind k) { return by_kind[static_cast<size_t>(k)]; }
+  const CommKindStats& of(CommKind k) const { return by_kind[static_cast<size_t>(k)]; }
+  /// Adds every counter of `o`.
+  CommStats& operator+=(const CommStats& o);
+  /// Subtracts every counter of `o` (an earlier reading of the same communicators).
+  CommStats& operator-=(const CommStats& o);
 };
+
+/// When on (profiling), collectives on CUDA tensors synchronize the device before they start and
+/// after their wait, so that CommStats::seconds is the collective's own time (NCCL's wait only
+/// orders streams). Off by default: it serializes compute and communication. Process-wide.
+void setSynchronizedCommTiming(bool on);
+bool synchronizedCommTiming();
 
 class Communicator {
  public:

@@ -74,6 +74,20 @@ struct PricedComm {
   int64_t backward_wire_bytes = 0;  // and of the backward steps
 };
 
+/// What the plan predicts for one training step of this rank (proto::Prediction), in
+/// microseconds; all zero for an artifact lowered before predictions were recorded.
+struct PredictedStep {
+  std::string cost_model;  // the device and links the plan was priced with
+  double step_us = 0;      // the plan's objective: compute_us + comm_us
+  double compute_us = 0;
+  double comm_us = 0;
+  double forward_comm_us = 0;  // this rank's priced forward collectives
+  double backward_comm_us = 0;
+  double optimizer_sgd_us = 0;  // this rank's optimizer step over its shards
+  double optimizer_adamw_us = 0;
+  bool present = false;  // the artifact carries a prediction
+};
+
 class ParallelModule {
  public:
   /// Loads this rank's program from an artifact directory: rank and world from the torchrun
@@ -144,8 +158,13 @@ class ParallelModule {
 
   /// The collectives the plan priced for one forward + backward.
   PricedComm pricedComm() const;
+  /// What the plan predicts for one step on this rank.
+  PredictedStep predictedStep() const;
   /// What this rank's communicators recorded since the last reset.
   CommStats commStats() const;
+  /// The same per mesh dim (the world group's calls, used by the runtime's own checks and
+  /// clipping, are not in any).
+  std::vector<CommStats> commStatsByMeshDim() const;
   void resetCommStats();
 
  private:

@@ -38,6 +38,8 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
 /// Formats a byte count for people: 1.50 GiB, 12.0 MiB, 512 B.
 std::string humanBytes(double bytes);
+/// Formats a number in %g style with `digits` significant digits: 12.5, 1e+06, 0.333333.
+std::string formatNumber(double v, int digits = 6);
 /// Formats an integer with thousands separators: 8,030,261,248.
 std::string withCommas(int64_t n);
 

@@ -1,0 +1,391 @@
+//===- tools/apc/calibrate.cpp - `apc calibrate`: measure the cost model's parameters ===//
+//
+// `apc calibrate --nproc N [--mesh 2x2] [--threads T] [--device cpu|cuda] -o cluster.json`
+// starts N local ranks of itself through `apc run` (the same launcher and torchrun variables);
+// under torchrun (RANK and WORLD_SIZE set, no --nproc) each process is a rank already. On the
+// ranks' device, all ranks at once (as they will train), it times:
+//   - matmuls (f32 and bf16) at several sizes, a convolution (recorded, not fitted), elementwise
+//     adds of several sizes, and a minimal op with autograd recording (the per-op floor);
+//   - for every mesh dim, all-gather, reduce-scatter, all-reduce and all-to-all on the groups of
+//     that dim (all groups at once) over message sizes from 4 KiB to --max-mib.
+// Each time is the slowest rank's. lib/cost/calibration fits the roofline's peaks and each mesh
+// dim's alpha-beta link; rank 0 writes the cluster profile (schemas/cluster.schema.json) that
+// `apc plan --cluster` takes, with the raw measurements and each fit's error.
+//
+//===----------------------------------------------------------------------===//
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "apc/cost/calibration.h"
+#include "apc/runtime/comm.h"
+#include "apc/support/file_io.h"
+#include "apc/support/strings.h"
+#include "commands.h"
+#include "common.h"
+
+namespace apc::tool {
+namespace {
+
+struct CalibrateOptions {
+  int nproc = 0;
+  std::string output;
+  MeshFlags mesh;
+  int threads = 1;
+  std::string device = "cpu";
+  double max_mib = 256;
+  double min_seconds = 0.05;  // least measured time per size (more repetitions below it)
+  double timeout_s = 900;
+  bool worker = false;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+/// Runs `fn` until at least `min_s` seconds and 2 calls have passed (after one warm-up call),
+/// synchronizing a CUDA device around; returns the mean seconds per call.
+template <typename Fn>
+double timeIt(Fn&& fn, const c10::Device& device, double min_s, int max_reps = 1000) {
+  auto sync = [&] {
+    if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+  };
+  fn();
+  sync();
+  int reps = 0;
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  while (reps < 2 || (elapsed < min_s && reps < max_reps)) {
+    fn();
+    ++reps;
+    sync();
+    elapsed = seconds(t0, Clock::now());
+  }
+  return elapsed / reps;
+}
+
+/// The largest of every rank's value (the step waits for the slowest rank).
+double slowest(runtime::World& world, double v) {
+  at::Tensor t = at::tensor({v}, at::kDouble);
+  if (world.worldSize() > 1) world.all().allReduce(t, mesh::ReduceOp::kMax);
+  return t.item<double>();
+}
+
+ir::DType irDType(at::ScalarType t) {
+  return t == at::kBFloat16 ? ir::DType::kBF16 : ir::DType::kF32;
+}
+
+int runWorker(const CalibrateOptions& o) {
+  const auto start = Clock::now();
+  auto env = runtime::launchEnvFromEnvironment();
+  if (!env.ok()) return report(env.error());
+  MeshFlags mf = o.mesh;
+  if (mf.mesh.empty() && mf.spec.empty()) mf.mesh = std::to_string(env->world_size);
+  auto spec = mf.resolve(nullptr);
+  if (!spec.ok()) return report(spec.error());
+  const mesh::DeviceMesh& dmesh = spec->mesh;
+  if (dmesh.worldSize() != env->world_size)
+    return report(invalidArgument("--mesh " + dmesh.toString() + " has " +
+                                  std::to_string(dmesh.worldSize()) + " devices but " +
+                                  std::to_string(env->world_size) + " ranks run"));
+  at::set_num_threads(o.threads);
+  runtime::WorldOptions wo;
+  c10::Device device = c10::kCPU;
+  if (o.device == "cuda") {
+    if (!at::detail::getCUDAHooks().isBuilt() || !at::hasCUDA())
+      return report(invalidArgument("--device cuda: no CUDA LibTorch or no CUDA device"));
+    wo.backend = runtime::Backend::kNccl;
+    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+  }
+  auto world_or = runtime::World::create(*env, dmesh, wo);
+  if (!world_or.ok()) return report(world_or.error());
+  runtime::World& world = **world_or;
+  const bool rank0 = world.rank() == 0;
+  auto progress = [&](const std::string& what) {
+    if (rank0)
+      std::fprintf(stderr, "apc calibrate: %s (%.1f s)\n", what.c_str(),
+                   seconds(start, Clock::now()));
+  };
+  const at::TensorOptions f32 = at::TensorOptions().device(device).dtype(at::kFloat);
+  nlohmann::ordered_json compute = nlohmann::ordered_json::array();
+  std::vector<cost::KernelSample> kernels;
+
+  // --- compute ---------------------------------------------------------------------------------
+  progress("timing kernels");
+  const std::vector<int64_t> mm_sizes = device.is_cuda()
+                                            ? std::vector<int64_t>{1024, 2048, 4096, 8192}
+                                            : std::vector<int64_t>{128, 256, 512, 1024};
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+    for (int64_t n : mm_sizes) {
+      at::Tensor a = at::randn({n, n}, f32).to(dt), b = at::randn({n, n}, f32).to(dt);
+      world.all().barrier();
+      const double s = slowest(world, timeIt([&] { (void)at::mm(a, b); }, device, o.min_seconds));
+      const double flops = 2.0 * static_cast<double>(n * n * n);
+      const double bytes = 3.0 * static_cast<double>(n * n) * static_cast<double>(a.element_size());
+      kernels.push_back({flops, bytes, irDType(dt), s * 1e6});
+      compute.push_back({{"op", "mm"},
+                         {"dtype", dt == at::kFloat ? "f32" : "bf16"},
+                         {"size", {n, n, n}},
+                         {"us", s * 1e6},
+                         {"tflops", flops / s / 1e12}});
+    }
+  {
+    at::Tensor x = at::randn({8, 64, 56, 56}, f32), w = at::randn({64, 64, 3, 3}, f32);
+    world.all().barrier();
+    const double s =
+        slowest(world, timeIt([&] { (void)at::conv2d(x, w, {}, 1, 1); }, device, o.min_seconds));
+    const double flops = 2.0 * 8 * 64 * 56 * 56 * 64 * 9;
+    compute.push_back({{"op", "conv2d"},
+                       {"dtype", "f32"},
+                       {"size", {8, 64, 56, 56, 64, 3, 3}},
+                       {"us", s * 1e6},
+                       {"tflops", flops / s / 1e12}});
+  }
+  const std::vector<int64_t> ew_sizes = device.is_cuda()
+                                            ? std::vector<int64_t>{1 << 24, 1 << 26, 1 << 28}
+                                            : std::vector<int64_t>{1 << 18, 1 << 20, 1 << 22};
+  for (int64_t n : ew_sizes) {
+    at::Tensor a = at::randn({n}, f32), b = at::randn({n}, f32), c = at::empty({n}, f32);
+    world.all().barrier();
+    const double s = slowest(world, timeIt([&] { at::add_out(c, a, b); }, device, o.min_seconds));
+    const double bytes = 3.0 * static_cast<double>(n) * 4;
+    kernels.push_back({0, bytes, ir::DType::kF32, s * 1e6});
+    compute.push_back({{"op", "add"},
+                       {"dtype", "f32"},
+                       {"size", {n}},
+                       {"us", s * 1e6},
+                       {"gbps", bytes / s / 1e9}});
+  }
+  double floor_us = 0;
+  {
+    at::Tensor a = at::randn({8}, f32).requires_grad_(), b = at::randn({8}, f32);
+    world.all().barrier();
+    const double s = slowest(world, timeIt([&] { (void)at::add(a, b); }, device, o.min_seconds));
+    floor_us = s * 1e6;
+    compute.push_back({{"op", "add (floor, autograd recording)"},
+                       {"dtype", "f32"},
+                       {"size", {8}},
+                       {"us", floor_us}});
+  }
+  auto device_fit = cost::fitDevice(kernels, floor_us);
+  if (!device_fit.ok()) return report(device_fit.error());
+
+  // --- collectives -----------------------------------------------------------------------------
+  nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
+  nlohmann::ordered_json fits = nlohmann::ordered_json::array();
+  mesh::ClusterProfile profile;
+  const double max_bytes = o.max_mib * 1024 * 1024;
+  for (size_t m = 0; m < dmesh.ndim(); ++m) {
+    runtime::Communicator& c = world.dim(m);
+    const int64_t p = c.size();
+    if (p <= 1) {
+      profile.links.push_back(dmesh.link(m));
+      fits.push_back({{"mesh_dim", m}, {"note", "a group of one rank: nothing to measure"}});
+      continue;
+    }
+    progress("timing collectives on mesh dim " + std::to_string(m));
+    std::vector<cost::CollectiveSample> samples;
+    for (cost::CollectiveKind kind :
+         {cost::CollectiveKind::kAllGather, cost::CollectiveKind::kReduceScatter,
+          cost::CollectiveKind::kAllReduce, cost::CollectiveKind::kAllToAll})
+      for (double n = 4096; n <= max_bytes; n *= 4) {
+        // n is the full tensor as the formulas see it: a multiple of p*p floats.
+        const int64_t elems =
+            std::max<int64_t>(p * p, static_cast<int64_t>(n / 4) / (p * p) * (p * p));
+        const double full = static_cast<double>(elems) * 4;
+        at::Tensor full_t = at::ones({elems}, f32), local = at::ones({elems / p}, f32);
+        std::vector<int64_t> sizes(static_cast<size_t>(p), elems / p);
+        std::function<void()> fn;
+        switch (kind) {
+          case cost::CollectiveKind::kAllGather:
+            fn = [&] { (void)c.allGather(local, 0, sizes); };
+            break;
+          case cost::CollectiveKind::kReduceScatter:
+            fn = [&] { (void)c.reduceScatter(full_t, 0, mesh::ReduceOp::kSum); };
+            break;
+          case cost::CollectiveKind::kAllReduce:
+            fn = [&] { c.allReduce(full_t, mesh::ReduceOp::kSum); };
+            break;
+          default:
+            fn = [&] {
+              (void)c.allToAll(local.view({p, elems / (p * p)}), 0, 1,
+                               std::vector<int64_t>(static_cast<size_t>(p), p));
+            };
+            break;
+        }
+        world.all().barrier();
+        // Every member must run the same number of calls: a fixed count from rank 0's estimate.
+        const double first = slowest(world, timeIt(fn, device, 0, 2));
+        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 2.0, 50.0));
+        world.all().barrier();
+        const auto t0 = Clock::now();
+        for (int r = 0; r < reps; ++r) fn();
+        if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+        const double s = slowest(world, seconds(t0, Clock::now()) / reps);
+        samples.push_back({kind, p, full, s * 1e6});
+        collectives.push_back({{"mesh_dim", m},
+                               {"kind", cost::collectiveName(kind)},
+                               {"group_size", p},
+                               {"bytes", full},
+                               {"us", s * 1e6}});
+      }
+    auto fit = cost::fitLink(samples);
+    if (!fit.ok()) return report(fit.error().withContext("mesh dim " + std::to_string(m)));
+    profile.links.push_back(fit->link);
+    for (size_t i = 0; i < samples.size(); ++i) {
+      auto& row = collectives[collectives.size() - samples.size() + i];
+      row["fit_us"] = cost::fittedUs(*fit, samples[i]);
+    }
+    fits.push_back({{"mesh_dim", m},
+                    {"bandwidth_gbps", fit->link.bandwidth_gbps},
+                    {"latency_us", fit->link.latency_us},
+                    {"mape_pct", fit->mape_pct},
+                    {"samples", fit->samples}});
+  }
+
+  if (!rank0) return 0;
+  std::string kind = "cpu";
+  if (device.is_cuda()) {
+    // The closest built-in kind; every number the plan uses is overridden by the measurement.
+    kind = "h100";
+  }
+  profile.device = kind;
+  profile.device_overrides.peak_tflops = device_fit->peak_tflops;
+  profile.device_overrides.hbm_bandwidth_gbps = device_fit->memory_gbps;
+  profile.device_overrides.compute_efficiency = 1.0;
+  profile.device_overrides.memory_efficiency = 1.0;
+  profile.device_overrides.kernel_floor_us = std::max(device_fit->kernel_floor_us, 0.0);
+  nlohmann::ordered_json cal;
+  cal["world_size"] = world.worldSize();
+  cal["mesh"] = dmesh.shape();
+  cal["threads_per_rank"] = o.threads;
+  cal["device"] = device.str();
+  cal["backend"] = device.is_cuda() ? "nccl" : "gloo";
+  cal["libtorch"] = TORCH_VERSION;
+  cal["seconds"] = seconds(start, Clock::now());
+  cal["compute"] = compute;
+  cal["collectives"] = collectives;
+  cal["link_fits"] = fits;
+  profile.calibration = cal.dump();
+  const std::string text = mesh::toJson(profile).dump(2) + "\n";
+  if (Status st = writeFileAtomic(o.output, text); !st.ok()) return report(st.error());
+  std::printf("apc calibrate: %d rank%s, %s, %d thread%s per rank, %.1f s\n", world.worldSize(),
+              world.worldSize() == 1 ? "" : "s", device.str().c_str(), o.threads,
+              o.threads == 1 ? "" : "s", seconds(start, Clock::now()));
+  for (const auto& [dt, tf] : device_fit->peak_tflops)
+    std::printf("  matmul %s: %s TFLOP/s\n", ir::dtypeName(dt), formatNumber(tf, 4).c_str());
+  std::printf("  memory: %s GB/s, per-op floor %s us\n",
+              formatNumber(device_fit->memory_gbps, 4).c_str(), formatNumber(floor_us, 4).c_str());
+  for (const auto& f : fits)
+    if (f.contains("bandwidth_gbps"))
+      std::printf("  mesh dim %d: %s GB/s, %s us latency (fit error %s%%)\n",
+                  f["mesh_dim"].get<int>(),
+                  formatNumber(f["bandwidth_gbps"].get<double>(), 4).c_str(),
+                  formatNumber(f["latency_us"].get<double>(), 4).c_str(),
+                  formatNumber(f["mape_pct"].get<double>(), 3).c_str());
+  std::printf("wrote %s\n", o.output.c_str());
+  return 0;
+}
+
+/// Starts `apc run <scratch> --nproc N -- <this apc> calibrate --worker ...` and waits for it.
+int runLauncherFor(const CalibrateOptions& o, const std::vector<std::string>& worker_args) {
+  char tmpl[] = "/tmp/apc-calibrate-XXXXXX";
+  if (!mkdtemp(tmpl)) return report(ioError("cannot create a scratch directory in /tmp"));
+  std::vector<std::string> args = {"apc",
+                                   "run",
+                                   tmpl,
+                                   "--nproc",
+                                   std::to_string(o.nproc),
+                                   "--timeout",
+                                   formatNumber(o.timeout_s),
+                                   "--",
+                                   "/proc/self/exe"};
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) return report(ioError("cannot find this executable (/proc/self/exe)"));
+  args.back() = self;
+  args.insert(args.end(), worker_args.begin(), worker_args.end());
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) return report(ioError("fork failed"));
+  if (pid == 0) {
+    execv(self.c_str(), argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::filesystem::remove_all(tmpl, ec);
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 1;
+}
+
+}  // namespace
+
+Runner addCalibrateCommand(CLI::App& app) {
+  auto o = std::make_shared<CalibrateOptions>();
+  app.add_option("--nproc", o->nproc,
+                 "Start this many local ranks (through apc run); without it, under torchrun, each "
+                 "process is a rank")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("-o,--output", o->output, "Cluster profile to write (JSON)")->required();
+  o->mesh.add(app);
+  app.add_option("--threads", o->threads, "Intra-op threads per rank (as apc-train --threads)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL, device LOCAL_RANK)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--max-mib", o->max_mib, "Largest collective message in MiB (default 256)")
+      ->check(CLI::Range(0.004, 65536.0));
+  app.add_option("--min-seconds", o->min_seconds,
+                 "Least time measured per kernel or message size (default 0.05)")
+      ->check(CLI::Range(0.0, 60.0));
+  app.add_option("--timeout", o->timeout_s, "Stop the ranks after this many seconds (default 900)")
+      ->check(CLI::Range(1.0, 604800.0));
+  app.add_flag("--worker", o->worker, "(internal) run as one rank")->group("");
+  return [o, &app] {
+    const bool under_torchrun = std::getenv("RANK") && std::getenv("WORLD_SIZE");
+    if (o->worker || (o->nproc == 0 && under_torchrun)) return runWorker(*o);
+    if (o->nproc == 0)
+      return report(invalidArgument(
+          "give --nproc N to start N local ranks, or launch apc calibrate under torchrun"));
+    // The worker's arguments: this command's, with --worker added.
+    std::vector<std::string> args = {"calibrate",
+                                     "--worker",
+                                     "-o",
+                                     o->output,
+                                     "--threads",
+                                     std::to_string(o->threads),
+                                     "--device",
+                                     o->device,
+                                     "--max-mib",
+                                     formatNumber(o->max_mib, 17),
+                                     "--min-seconds",
+                                     formatNumber(o->min_seconds, 17)};
+    if (!o->mesh.mesh.empty()) args.insert(args.end(), {"--mesh", o->mesh.mesh});
+    if (!o->mesh.mesh_names.empty()) args.insert(args.end(), {"--mesh-names", o->mesh.mesh_names});
+    if (!o->mesh.spec.empty()) args.insert(args.end(), {"--spec", o->mesh.spec});
+    (void)app;
+    return runLauncherFor(*o, args);
+  };
+}
+
+}  // namespace apc::tool
