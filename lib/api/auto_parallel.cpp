@@ -20,6 +20,7 @@
 #include "apc/lower/lower.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
+#include "apc/plan/verify.h"
 #include "apc/support/hash.h"
 #include "apc/support/strings.h"
 
@@ -370,6 +371,7 @@ Expected<AppliedPlacement> AutoParallel::apply_placement(const plan::Plan& shard
   if (p.spec.mesh.shape() != spec_.mesh.shape())
     return invalidArgument(what + ": the plan is for mesh " + p.spec.mesh.toString() +
                            ", this AutoParallel's is " + spec_.mesh.toString());
+  if (Status v = plan::verifyPlan(*st.graph, p); !v.ok()) return v.error().withContext(what);
   AppliedPlacement applied;
   auto programs = lower::lowerPlan(*st.graph, p);
   if (!programs.ok()) return programs.error().withContext(what);

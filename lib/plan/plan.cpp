@@ -78,15 +78,32 @@ std::vector<std::string> inputShapes(const ir::Graph& g) {
   return out;
 }
 
-std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
-                        const solver::SolveGraphOptions& options, std::string_view baseline) {
+namespace {
+
+std::string contentHashAt(std::string_view version, const PlanSource& source,
+                          const mesh::Spec& spec, bool reduce, std::string_view baseline) {
   // One canonical JSON document (sorted keys) of everything that determines the plan.
-  nlohmann::json j = {
-      {"apc_version", apcVersion()},         {"format_version", kPlanFormatVersion},
-      {"model_sha256", source.model_sha256}, {"inputs", source.inputs},
-      {"spec", mesh::toJson(spec)},          {"options", {{"reduce", options.reduce}}}};
+  nlohmann::json j = {{"apc_version", std::string(version)}, {"format_version", kPlanFormatVersion},
+                      {"model_sha256", source.model_sha256}, {"inputs", source.inputs},
+                      {"spec", mesh::toJson(spec)},          {"options", {{"reduce", reduce}}}};
   if (!baseline.empty()) j["options"]["baseline"] = std::string(baseline);
   return sha256Hex(j.dump());
+}
+
+}  // namespace
+
+std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
+                        const solver::SolveGraphOptions& options, std::string_view baseline) {
+  return contentHashAt(apcVersion(), source, spec, options.reduce, baseline);
+}
+
+std::string planContentHash(const Plan& p) {
+  // The solver's time limit and threads change the plan only through the strategies it chose, so
+  // the hash covers those choices instead of the settings: equal placements, equal hash.
+  std::string choices =
+      contentHashAt(p.apc_version, p.model, p.spec, p.solver.reduce, p.solver.baseline);
+  for (const PlanNode& n : p.nodes) choices += "\n" + std::to_string(n.strategy_index);
+  return sha256Hex(choices);
 }
 
 namespace {
@@ -132,7 +149,6 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   plan.apc_version = apcVersion();
   plan.model = source;
   plan.spec = spec;
-  plan.content_hash = contentHash(source, spec, record.options, record.baseline);
   // The graph's bytes (half of this function on a 126-layer LLaMA) on a second thread while the
   // node entries are made; a future from std::async joins on every return path.
   std::shared_future<std::string> graph_bytes =
@@ -183,14 +199,6 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
     node.compute_us = number(pn.costs[c]);
     if (pn.pinned) node.pin_group = pn.pin_group.empty() ? "pins" : pn.pin_group;
     plan.nodes.push_back(std::move(node));
-  }
-
-  // The solver's time limit and threads change the plan only through the strategies it chose, so
-  // the hash covers those choices instead of the settings: equal placements, equal hash.
-  {
-    std::string choices = plan.content_hash;
-    for (const PlanNode& n : plan.nodes) choices += "\n" + std::to_string(n.strategy_index);
-    plan.content_hash = sha256Hex(choices);
   }
 
   for (size_t k = 0; k < p.edges.size(); ++k) {
@@ -261,6 +269,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   st.threads = record.options.solver.threads;
   st.reduce = record.options.reduce;
   st.baseline = record.baseline;
+  plan.content_hash = planContentHash(plan);  // the options and choices are set now
   plan.graph_bytes = graph_bytes.get();
   return plan;
 }

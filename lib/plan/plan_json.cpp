@@ -775,6 +775,16 @@ Expected<Plan> planFromJson(const json& j) {
     APC_ASSIGN_OR_RETURN(PlanParameter q, readParameter(params[i], path, ndim));
     if (q.node >= p.nodes.size() || p.nodes[q.node].kind != "parameter")
       return at(path + ".node", "node " + std::to_string(q.node) + " is not a parameter node");
+    // A parameter is placed as its node's strategy places it (what lowering shards it by).
+    const PlanNode& pn = p.nodes[q.node];
+    if (q.name != pn.name)
+      return at(path + ".name", "'" + q.name + "' is not the name of its node " +
+                                    std::to_string(q.node) + " ('" + pn.name + "')");
+    if (q.placement != pn.outputPlacements())
+      return at(path + ".placement", "parameter '" + q.name + "' is placed " +
+                                         mesh::toString(q.placement) + " but its node " +
+                                         std::to_string(q.node) + " places it " +
+                                         mesh::toString(pn.outputPlacements()));
     p.parameters.push_back(std::move(q));
   }
   APC_ASSIGN_OR_RETURN(p.totals, readTotals(j["totals"], "$.totals"));
@@ -786,6 +796,16 @@ Expected<Plan> planFromJson(const json& j) {
     p.graph_bytes = std::move(bytes).value();
     auto g = plannedGraph(p);
     if (!g.ok()) return at("$.graph", g.error().message());
+  }
+  // Last, once the content is known to be well formed: it must hash to content_hash, the same
+  // computation makePlan made (planContentHash), so that an edited plan is not taken as written.
+  if (std::string h = planContentHash(p); h != p.content_hash) {
+    std::string why = "the plan was changed after apc plan wrote it";
+    if (p.apc_version != apcVersion())
+      why += ", or apc " + p.apc_version + " hashed plans otherwise (plan again with apc " +
+             apcVersion() + ")";
+    return at("$.content_hash", "the plan's content hashes to " + h + ", not to its content_hash " +
+                                    p.content_hash + ": " + why);
   }
   return p;
 }

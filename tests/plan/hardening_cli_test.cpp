@@ -2,8 +2,9 @@
 //
 // Each case of issue 13 through the real binary: deeply nested JSON, huge or tiny link numbers,
 // oversized meshes, outputs that would overwrite an input, -o with --artifact, long dynamic lists,
-// trailing garbage, bad flag values, conflicting pins, Partial inputs, broken manifests. Every one
-// is one line on stderr and exit 2, and nothing is written over an input.
+// trailing garbage, bad flag values, conflicting pins, Partial inputs, broken manifests; and of
+// issue 32, plans edited after apc plan wrote them (a placement flipped, the hash changed). Every
+// one is one line on stderr and exit 2, and nothing is written over an input.
 // Skipped when the tool is not built (APC_WITH_TORCH=OFF).
 //
 //===----------------------------------------------------------------------===//
@@ -249,6 +250,62 @@ TEST_F(Hardening, BrokenManifestsAreOneLine) {
   Result truncated = apc::testing::runCommand(train + " " + tmp("a") + " --steps 1");
   EXPECT_EQ(truncated.code, 2) << truncated.err;
   EXPECT_NE(truncated.err.find("malformed JSON"), std::string::npos) << truncated.err;
+}
+
+// Issue 32: an edited plan (a node's output placement changed from P to R in the JSON) passed
+// `apc validate` and `apc lower` and trained to other losses. Plans are verified: placements
+// against each node's chosen strategy, the content against its content_hash.
+TEST_F(Hardening, EditedPlansAreRefused) {
+  ASSERT_EQ(apc("plan " + kMlp + " --mesh 2x2 -o " + tmp("p.json")).code, 0);
+  const std::string text = read(tmp("p.json"));
+  Result ok = apc("validate " + tmp("p.json") + " " + kMlp);
+  ASSERT_EQ(ok.code, 0) << ok.err;
+  Result lowered = apc("lower " + tmp("p.json") + " -o " + tmp("art"));
+  ASSERT_EQ(lowered.code, 0) << lowered.err;
+  const nlohmann::json plan = nlohmann::json::parse(text);
+  // The first op whose output is Partial: flipped to R on that mesh dim.
+  nlohmann::json flipped = plan;
+  std::string name;
+  size_t index = 0;
+  for (size_t i = 0; i < flipped["nodes"].size() && name.empty(); ++i) {
+    nlohmann::json& n = flipped["nodes"][i];
+    if (n["kind"] != "op") continue;
+    for (auto& p : n["output_placements"])
+      if (p == "P") {
+        p = "R";
+        name = n["name"];
+        index = i;
+      }
+    if (!name.empty() && n.contains("outputs")) n["outputs"][0] = n["output_placements"];
+  }
+  ASSERT_FALSE(name.empty()) << "no Partial output in the plan";
+  write("flipped.json", flipped.dump(2));
+  const std::string where = "$.nodes[" + std::to_string(index) + "] '" + name + "' (aten::";
+  for (const std::string& cmd : {"validate " + tmp("flipped.json") + " " + kMlp,
+                                 "lower " + tmp("flipped.json") + " -o " + tmp("art_flipped")}) {
+    SCOPED_TRACE(cmd);
+    Result r = apc(cmd);
+    expectOneLineError(r, where);
+    EXPECT_NE(r.err.find("): outputs placed "), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("but its strategy "), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(tmp("art_flipped")));
+  // The hash changed, or a strategy index changed without it: refused by every reader.
+  nlohmann::json rehashed = plan;
+  rehashed["content_hash"] = std::string(64, 'f');
+  write("hash.json", rehashed.dump(2));
+  nlohmann::json chosen = plan;
+  for (auto& n : chosen["nodes"])
+    if (n["kind"] == "op" && n["num_strategies"].get<int>() > 1) {
+      n["strategy_index"] = (n["strategy_index"].get<int>() + 1) % n["num_strategies"].get<int>();
+      break;
+    }
+  write("chosen.json", chosen.dump(2));
+  for (const std::string& file : {tmp("hash.json"), tmp("chosen.json")})
+    for (const std::string& cmd : {"validate " + file + " " + kMlp,
+                                   "lower " + file + " -o " + tmp("art_hash"), "explain " + file})
+      expectOneLineError(apc(cmd), "$.content_hash: the plan's content hashes to ");
+  EXPECT_FALSE(fs::exists(tmp("art_hash")));
 }
 
 }  // namespace

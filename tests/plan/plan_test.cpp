@@ -17,6 +17,7 @@
 #include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
 #include "apc/plan/report.h"
+#include "apc/plan/verify.h"
 #include "apc/support/hash.h"
 #include "plan_fixtures.h"
 
@@ -317,6 +318,133 @@ TEST(ContentHash, IgnoresThreadsAndTimeLimit) {
   other.solver.threads = 2;
   other.solver.time_limit_s = 7;
   EXPECT_EQ(contentHash(src, spec, other), contentHash(src, spec, o));
+}
+
+// Issue 32: plans are verified, not trusted. The reader recomputes content_hash as makePlan made
+// it (planContentHash, under the apc version the plan records) and checks each parameter against
+// its node; verifyPlan checks every node's placements against its chosen strategy.
+TEST(ContentHash, TheReaderChecksTheHashMakePlanMade) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  Plan plan = planOf(g, toySpec2x4()).result.plan;
+  EXPECT_EQ(plan.content_hash, planContentHash(plan));
+  const nlohmann::json good = toJson(plan);
+  ASSERT_TRUE(planFromJson(good).ok());
+  auto expectError = [&](auto mutate, const std::string& prefix) {
+    nlohmann::json j = good;
+    mutate(j);
+    auto p = planFromJson(j);
+    ASSERT_FALSE(p.ok()) << prefix;
+    EXPECT_EQ(p.error().message().rfind(prefix, 0), 0u) << p.error().message();
+    EXPECT_EQ(p.error().message().find('\n'), std::string::npos);
+  };
+  const std::string changed = "$.content_hash: the plan's content hashes to ";
+  expectError([](nlohmann::json& j) { j["content_hash"] = std::string(64, '0'); }, changed);
+  expectError(
+      [](nlohmann::json& j) {
+        for (auto& n : j["nodes"])
+          if (n["num_strategies"].get<int>() > 1) {
+            n["strategy_index"] =
+                (n["strategy_index"].get<int>() + 1) % n["num_strategies"].get<int>();
+            break;
+          }
+      },
+      changed);
+  expectError(
+      [](nlohmann::json& j) {
+        j["spec"]["memory_budget"] = {{"low", 0.5}, {"high", 1.0}};
+      },
+      changed);
+  expectError([](nlohmann::json& j) { j["model"]["sha256"] = std::string(64, 'a'); }, changed);
+  expectError([](nlohmann::json& j) { j["apc_version"] = "0.0.1"; }, changed);
+  ASSERT_FALSE(plan.parameters.empty());
+  expectError(
+      [&](nlohmann::json& j) {
+        j["parameters"][0]["placement"] = mesh::toJson(
+            plan.parameters[0].placement == mesh::replicated(2)
+                ? PlacementTuple{mesh::Placement::shard(0), mesh::Placement::replicate()}
+                : mesh::replicated(2));
+      },
+      "$.parameters[0].placement: parameter '" + plan.parameters[0].name + "' is placed ");
+  // The hash is of the version the plan records: a plan another apc wrote reads back.
+  Plan older = plan;
+  older.apc_version = "0.0.1";
+  older.content_hash = planContentHash(older);
+  EXPECT_NE(older.content_hash, plan.content_hash);
+  auto back = planFromJson(toJson(older));
+  ASSERT_TRUE(back.ok()) << back.error().message();
+}
+
+TEST(PlanVerify, PlacementsFollowFromTheChosenStrategies) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  for (const mesh::Spec& spec : {toySpec2x4(), toySpec8()}) {
+    SCOPED_TRACE(spec.mesh.toString());
+    const Plan plan = planOf(g, spec).result.plan;
+    ASSERT_TRUE(verifyPlan(g, plan).ok()) << verifyPlan(g, plan).error().message();
+    const size_t ndim = spec.mesh.ndim();
+    // Another placement than `t` on mesh dim 0: R <-> P for an output, R <-> S(0) for an input.
+    auto other = [](PlacementTuple t, bool output) {
+      t[0] = !t[0].isReplicate() ? mesh::Placement::replicate()
+             : output            ? mesh::Placement::partial()
+                                 : mesh::Placement::shard(0);
+      return t;
+    };
+    auto expectRefused = [&](const Plan& edited, size_t i, const std::string& what) {
+      Status st = verifyPlan(g, edited);
+      ASSERT_FALSE(st.ok()) << "node " << i << " " << what;
+      const std::string& m = st.error().message();
+      EXPECT_EQ(st.error().code(), ErrorCode::kInvalidArgument);
+      EXPECT_EQ(m.rfind("$.nodes[" + std::to_string(i) + "] '" + plan.nodes[i].name + "' (" +
+                            plan.nodes[i].op + "): " + what,
+                        0),
+                0u)
+          << m;
+      EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    };
+    int ops = 0;
+    for (size_t i = 0; i < plan.nodes.size(); ++i) {
+      const PlanNode& n = plan.nodes[i];
+      if (!n.graph_node || n.outputs.empty() || !n.outputs[0]) continue;
+      ASSERT_EQ(n.outputs[0]->size(), ndim);
+      Plan edited = plan;  // an output's placement flipped (the issue's P -> R)
+      edited.nodes[i].outputs[0] = other(*n.outputs[0], true);
+      expectRefused(edited, i, "outputs placed ");
+      if (n.kind != "op") continue;
+      ++ops;
+      for (size_t k = 0; k < n.input_placements.size(); ++k) {
+        if (!n.input_placements[k]) continue;
+        edited = plan;
+        edited.nodes[i].input_placements[k] = other(*n.input_placements[k], false);
+        expectRefused(edited, i, "inputs placed ");
+        break;
+      }
+      edited = plan;  // another strategy chosen, the placements left as they were
+      if (n.num_strategies > 1) {
+        edited.nodes[i].strategy_index = (n.strategy_index + 1) % n.num_strategies;
+        EXPECT_FALSE(verifyPlan(g, edited).ok()) << i;
+      }
+      edited = plan;
+      edited.nodes[i].num_strategies = n.num_strategies + 1;
+      expectRefused(edited, i, "strategy ");
+      edited = plan;
+      edited.nodes[i].strategy = "RR -> RR (edited)";
+      expectRefused(edited, i, "strategy text ");
+    }
+    EXPECT_GE(ops, 3);
+    // A node left out, or pointing at a node of another kind.
+    Plan edited = plan;
+    size_t op = 0;
+    while (plan.nodes[op].kind != "op") ++op;
+    edited.nodes.erase(edited.nodes.begin() + static_cast<std::ptrdiff_t>(op));
+    Status st = verifyPlan(g, edited);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message().find("the plan has no node for graph node " +
+                                        std::to_string(*plan.nodes[op].graph_node)),
+              std::string::npos)
+        << st.error().message();
+    edited = plan;
+    edited.nodes[op].graph_node = plan.nodes[0].graph_node;
+    expectRefused(edited, op, "graph node ");
+  }
 }
 
 TEST(Pipeline, InputShapesInTheInputFlagSyntax) {

@@ -14,6 +14,7 @@
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
 #include "apc/lower/lower.h"
+#include "apc/plan/verify.h"
 #include "apc/support/hash.h"
 #include "commands.h"
 
@@ -84,6 +85,7 @@ int runLower(const LowerFlags& f) {
   if (!p.ok()) return report(p.error());
   auto g = graphForPlan(*p, f.model);
   if (!g.ok()) return report(g.error());
+  if (Status v = plan::verifyPlan(*g, *p); !v.ok()) return report(v.error().withContext(f.plan));
   Status s = writeArtifactFor(*g, *p, f.output);
   if (!s.ok()) return report(s.error());
   return 0;

@@ -1,9 +1,11 @@
 //===- tools/apc/validate.cpp - `apc validate` -----------------------------===//
 //
 // `apc validate PLAN [MODEL] [--spec SPEC]`: the checks `apc lower` makes before it writes
-// anything, without writing: the plan parses, MODEL (default: the plan's path) is the file the
-// plan was made from (SHA-256), it imports at the plan's input shapes, the plan's spec fits the
-// model (mesh::validateSpecAgainstGraph), and rank 0's program can be made (node count and kinds,
+// anything, without writing: the plan parses (its content hashes to its content_hash), MODEL
+// (default: the plan's path) is the file the plan was made from (SHA-256), it imports at the
+// plan's input shapes, the plan's spec fits the model (mesh::validateSpecAgainstGraph), every
+// node's placements are those of its chosen strategy (plan::verifyPlan), and rank 0's program can
+// be made (node count and kinds,
 // every redistribution possible, op constants rewritable). With --spec the plan's effective spec
 // must equal that spec's (with --mesh / --mesh-names applied as `apc plan` applies them). Prints
 // one line "ok: ..." and exits 0, else one line on stderr and exit 2.
@@ -17,6 +19,7 @@
 #include "apc/lower/lower.h"
 #include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
+#include "apc/plan/verify.h"
 #include "commands.h"
 #include "common.h"
 
@@ -47,6 +50,7 @@ int runValidate(const ValidateFlags& f) {
   if (!g.ok()) return report(g.error().withContext(f.plan));
   if (Status s = mesh::validateSpecAgainstGraph(p->spec, *g); !s.ok())
     return report(s.error().withContext(f.plan + ": the plan's spec"));
+  if (Status s = plan::verifyPlan(*g, *p); !s.ok()) return report(s.error().withContext(f.plan));
   if (f.mesh.given()) {
     auto spec = f.mesh.resolve(&*g);
     if (!spec.ok()) return report(spec.error());
@@ -78,8 +82,9 @@ Runner addValidateCommand(CLI::App& app) {
   app.add_option("model", f->model, "The model the plan was made from (default: the plan's path)");
   f->mesh.add(app);
   app.footer(
-      "Checks what apc lower checks before writing (model hash, input shapes, the plan's spec "
-      "against the model, rank 0's program) and writes nothing. Exit 0 when the plan fits, 2 "
+      "Checks what apc lower checks before writing (content hash, model hash, input shapes, the "
+      "plan's spec against the model, every placement against its node's strategy, rank 0's "
+      "program) and writes nothing. Exit 0 when the plan fits, 2 "
       "when it does not (one line naming why).");
   return [f] { return runValidate(*f); };
 }

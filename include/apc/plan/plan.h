@@ -194,6 +194,11 @@ struct SolveRecord {
 std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
                         const solver::SolveGraphOptions& options, std::string_view baseline = {});
 
+/// A plan's content_hash, the one computation makePlan makes and planFromJson checks: contentHash
+/// of p.model, p.spec, p.solver.reduce and p.solver.baseline under the apc version the plan
+/// records (p.apc_version), hashed together with every node's strategy_index in order.
+std::string planContentHash(const Plan& p);
+
 /// Makes the plan of a solved problem. `solution.choice` must have one entry per node of
 /// `gp.problem` (solveGraphProblem expands reduced solutions); errors otherwise.
 Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
