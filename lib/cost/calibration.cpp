@@ -118,22 +118,31 @@ Expected<DeviceFit> fitDevice(const std::vector<KernelSample>& samples, double f
     return invalidArgument("the kernel floor must be non-negative and finite");
   DeviceFit fit;
   fit.kernel_floor_us = floor_us;
+  // Per dtype (and for the memory-bound kernels) the sums of r and r^2, r the measured rate: the
+  // rate R minimising sum_i (w_i / R - t_i)^2 / t_i^2 over samples of work w_i is
+  // sum r_i^2 / sum r_i.
+  std::map<ir::DType, std::pair<double, double>> flop_sums;
+  std::pair<double, double> byte_sums{0, 0};
   for (size_t i = 0; i < samples.size(); ++i) {
     const KernelSample& s = samples[i];
     if (!(s.us > 0) || !std::isfinite(s.us))
       return invalidArgument("kernel sample " + std::to_string(i) +
                              ": time must be positive and finite");
     if (s.flops > 0) {
-      const double tflops = s.flops / (s.us * 1e6);  // flop/us -> TFLOP/s
-      double& best = fit.peak_tflops[s.dtype];
-      best = std::max(best, tflops);
+      const double r = s.flops / (s.us * 1e6);  // flop/us -> TFLOP/s
+      flop_sums[s.dtype].first += r;
+      flop_sums[s.dtype].second += r * r;
     } else if (s.bytes > 0) {
-      fit.memory_gbps = std::max(fit.memory_gbps, s.bytes / (s.us * 1e3));  // B/us -> GB/s
+      const double r = s.bytes / (s.us * 1e3);  // B/us -> GB/s
+      byte_sums.first += r;
+      byte_sums.second += r * r;
     }
   }
+  for (const auto& [dtype, sums] : flop_sums) fit.peak_tflops[dtype] = sums.second / sums.first;
   if (fit.peak_tflops.empty()) return invalidArgument("no timed matmul to fit a peak to");
-  if (!(fit.memory_gbps > 0))
+  if (!(byte_sums.first > 0))
     return invalidArgument("no timed memory-bound kernel to fit a bandwidth to");
+  fit.memory_gbps = byte_sums.second / byte_sums.first;
   return fit;
 }
 

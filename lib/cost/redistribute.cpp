@@ -86,6 +86,15 @@ bool impossible(const PlacementTuple& from, const PlacementTuple& to, std::strin
 }
 
 // One step between two placements of a mesh dim, before the nesting check.
+/// The model prices this mesh: one set of links per mesh dim.
+Status checkModel(const mesh::DeviceMesh& mesh, const CostModel& model) {
+  if (model.ndim() != mesh.ndim())
+    return invalidArgument("the cost model has " + std::to_string(model.ndim()) +
+                           " mesh dims but the mesh " + mesh.toString() + " has " +
+                           std::to_string(mesh.ndim()));
+  return Status::success();
+}
+
 struct Move {
   bool possible = false;
   StepKind kind = StepKind::kAllGather;
@@ -138,8 +147,8 @@ struct StepPrice {
 class Search {
  public:
   Search(const ir::TensorMeta& global, const PlacementTuple& from, const PlacementTuple& to,
-         const mesh::DeviceMesh& mesh)
-      : global_(global), mesh_(mesh), ndim_(mesh.ndim()) {
+         const mesh::DeviceMesh& mesh, const CostModel& model)
+      : global_(global), mesh_(mesh), model_(model), ndim_(mesh.ndim()) {
     grad_ = global.requires_grad;
     elem_bytes_ = ir::dtypeBytes(global.dtype);
     int rank = static_cast<int>(global.shape.size());
@@ -331,12 +340,11 @@ class Search {
         if (j != m && pl[j]->isShard(static_cast<int>(d))) f *= mesh_.size(j);
       n *= static_cast<double>((global_.shape[d].size + f - 1) / f);
     }
-    const mesh::LinkParams& link = mesh_.link(m);
     int64_t p = mesh_.size(m);
     StepPrice out;
     out.full_bytes = n;
-    out.forward_us = collectiveUs(forwardCollective(mv.kind), link, p, n);
-    if (grad_) out.backward_us = collectiveUs(backwardCollective(mv.kind), link, p, n);
+    out.forward_us = model_.collectiveUs(forwardCollective(mv.kind), m, p, n);
+    if (grad_) out.backward_us = model_.collectiveUs(backwardCollective(mv.kind), m, p, n);
     return out;
   }
 
@@ -389,6 +397,7 @@ class Search {
 
   const ir::TensorMeta& global_;
   const mesh::DeviceMesh& mesh_;
+  const CostModel& model_;
   size_t ndim_;
   bool grad_ = false;
   int elem_bytes_ = 0;
@@ -462,6 +471,14 @@ Expected<RedistributionPlan> planRedistribution(const ir::TensorMeta& global,
                                                 const PlacementTuple& from,
                                                 const PlacementTuple& to,
                                                 const mesh::DeviceMesh& mesh) {
+  return planRedistribution(global, from, to, mesh, CostModel(DeviceSpec{}, mesh));
+}
+
+Expected<RedistributionPlan> planRedistribution(const ir::TensorMeta& global,
+                                                const PlacementTuple& from,
+                                                const PlacementTuple& to,
+                                                const mesh::DeviceMesh& mesh,
+                                                const CostModel& model) {
   APC_RETURN_IF_ERROR(checkArgs(global, from, to, mesh));
   RedistributionPlan plan;
   plan.from = from;
@@ -472,7 +489,8 @@ Expected<RedistributionPlan> planRedistribution(const ir::TensorMeta& global,
     return plan;
   }
   if (from == to) return plan;
-  Search search(global, from, to, mesh);
+  APC_RETURN_IF_ERROR(checkModel(mesh, model));
+  Search search(global, from, to, mesh, model);
   if (!search.run())
     return internalError("no redistribution found from " + mesh::toString(from) + " to " +
                          mesh::toString(to));
@@ -485,6 +503,12 @@ Expected<RedistributionPlan> planRedistribution(const ir::TensorMeta& global,
 
 Expected<RedistCost> redistributionCost(const ir::TensorMeta& global, const PlacementTuple& from,
                                         const PlacementTuple& to, const mesh::DeviceMesh& mesh) {
+  return redistributionCost(global, from, to, mesh, CostModel(DeviceSpec{}, mesh));
+}
+
+Expected<RedistCost> redistributionCost(const ir::TensorMeta& global, const PlacementTuple& from,
+                                        const PlacementTuple& to, const mesh::DeviceMesh& mesh,
+                                        const CostModel& model) {
   APC_RETURN_IF_ERROR(checkArgs(global, from, to, mesh));
   RedistCost c;
   if (impossible(from, to, nullptr)) {
@@ -492,7 +516,8 @@ Expected<RedistCost> redistributionCost(const ir::TensorMeta& global, const Plac
     return c;
   }
   if (from == to) return c;
-  Search search(global, from, to, mesh);
+  APC_RETURN_IF_ERROR(checkModel(mesh, model));
+  Search search(global, from, to, mesh, model);
   if (!search.run())
     return internalError("no redistribution found from " + mesh::toString(from) + " to " +
                          mesh::toString(to));
@@ -503,6 +528,15 @@ Expected<std::vector<RedistCost>> redistributionCosts(const ir::TensorMeta& glob
                                                       const PlacementTuple& from,
                                                       const std::vector<PlacementTuple>& tos,
                                                       const mesh::DeviceMesh& mesh) {
+  return redistributionCosts(global, from, tos, mesh, CostModel(DeviceSpec{}, mesh));
+}
+
+Expected<std::vector<RedistCost>> redistributionCosts(const ir::TensorMeta& global,
+                                                      const PlacementTuple& from,
+                                                      const std::vector<PlacementTuple>& tos,
+                                                      const mesh::DeviceMesh& mesh,
+                                                      const CostModel& model) {
+  APC_RETURN_IF_ERROR(checkModel(mesh, model));
   std::vector<RedistCost> out(tos.size());
   std::optional<Search> all;  // one search from `from` over the shared space, made on first use
   for (size_t i = 0; i < tos.size(); ++i) {
@@ -517,14 +551,14 @@ Expected<std::vector<RedistCost>> redistributionCosts(const ir::TensorMeta& glob
     for (const Placement& p : to) partial = partial || p.isPartial();
     if (!partial) {
       if (!all) {
-        all.emplace(global, from, mesh::replicated(mesh.ndim()), mesh);
+        all.emplace(global, from, mesh::replicated(mesh.ndim()), mesh, model);
         if (all->fullOptions()) all->runAll();
       }
       // The target's own search would see this very space, numbered alike (Search::build), and
       // stop where runAll() finalized the target: the same costs, bit for bit.
       if (all->fullOptions() && all->costTo(to, &out[i])) continue;
     }
-    APC_ASSIGN_OR_RETURN(out[i], redistributionCost(global, from, to, mesh));
+    APC_ASSIGN_OR_RETURN(out[i], redistributionCost(global, from, to, mesh, model));
   }
   return out;
 }

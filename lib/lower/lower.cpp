@@ -16,6 +16,7 @@
 
 #include "apc/artifact/typed_proto.h"
 #include "apc/cost/compute.h"
+#include "apc/cost/cost_model.h"
 #include "apc/cost/device.h"
 #include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
@@ -23,7 +24,6 @@
 #include "apc/layout/layout.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/mesh/placement.h"
-#include "apc/plan/pipeline.h"
 #include "apc/strategy/sync_norm.h"
 #include "apc/support/strings.h"
 
@@ -94,8 +94,9 @@ Status collectLeaves(const ir::OutputTree& gt, const mesh::OutputPlacementTree* 
 
 class Lowerer {
  public:
-  Lowerer(const ir::Graph& g, const plan::Plan& p, int64_t rank, const LowerOptions& options)
-      : g_(g), p_(p), mesh_(p.spec.mesh), rank_(rank), options_(options) {}
+  Lowerer(const ir::Graph& g, const plan::Plan& p, const cost::CostModel& model, int64_t rank,
+          const LowerOptions& options)
+      : g_(g), p_(p), mesh_(p.spec.mesh), model_(model), rank_(rank), options_(options) {}
 
   Expected<proto::Program> run();
 
@@ -136,6 +137,7 @@ class Lowerer {
   const ir::Graph& g_;
   const plan::Plan& p_;
   const mesh::DeviceMesh& mesh_;
+  const cost::CostModel& model_;  // the plan's: lowered edges carry the prices it solved with
   int64_t rank_;
   LowerOptions options_;
   std::vector<int64_t> coord_;
@@ -362,7 +364,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   proto::Redistribution r;
   artifact::toProto(src, r.mutable_from());
   artifact::toProto(dst, r.mutable_to());
-  auto fwd = cost::planRedistribution(meta, src, dst, mesh_);
+  auto fwd = cost::planRedistribution(meta, src, dst, mesh_, model_);
   if (!fwd.ok()) return fwd.error().withContext(name);
   if (!fwd->feasible)
     return unsupported(name + ": " + mesh::toString(src) + " -> " + mesh::toString(dst) +
@@ -372,7 +374,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   if (grad) {
     artifact::toProto(grad_from, r.mutable_grad_from());
     artifact::toProto(grad_to, r.mutable_grad_to());
-    auto bwd = cost::planRedistribution(meta, grad_from, grad_to, mesh_);
+    auto bwd = cost::planRedistribution(meta, grad_from, grad_to, mesh_, model_);
     if (!bwd.ok()) return bwd.error().withContext(name + " (gradient)");
     if (!bwd->feasible)
       return unsupported(name + ": gradient " + mesh::toString(grad_from) + " -> " +
@@ -672,13 +674,9 @@ void Lowerer::recordDivisibility() {
 }
 
 Status Lowerer::recordPrediction() {
-  APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, plan::deviceFor(p_.spec));
+  const cost::DeviceSpec& device = model_.device();
   proto::Prediction* pr = program_.mutable_prediction();
-  std::string model = cost::toString(device);
-  for (size_t m = 0; m < mesh_.ndim(); ++m)
-    model += "; mesh dim " + std::to_string(m) + " " + formatNumber(mesh_.link(m).bandwidth_gbps) +
-             " GB/s, " + formatNumber(mesh_.link(m).latency_us) + " us";
-  pr->set_cost_model(model);
+  pr->set_cost_model(model_.describe());
   pr->set_step_us(p_.totals.total_us);
   pr->set_compute_us(p_.totals.compute_us);
   pr->set_comm_us(p_.totals.comm_us);
@@ -770,7 +768,8 @@ Expected<proto::Program> Lowerer::run() {
 
 Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int64_t rank,
                                    const LowerOptions& options) {
-  Lowerer l(g, p, rank, options);
+  APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(p.spec));
+  Lowerer l(g, p, model, rank, options);
   return l.run();
 }
 

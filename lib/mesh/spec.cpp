@@ -35,6 +35,13 @@ bool MixedPrecision::operator==(const MixedPrecision&) const = default;
 bool DynamicDim::operator==(const DynamicDim&) const = default;
 bool Pin::operator==(const Pin&) const = default;
 bool Spec::operator==(const Spec&) const = default;
+bool MeshDimNetwork::operator==(const MeshDimNetwork&) const = default;
+
+bool MeshDimNetwork::empty() const {
+  for (const auto& l : by_kind)
+    if (l) return false;
+  return ranks_per_node == 0 && !inter_node;
+}
 bool InputShardings::operator==(const InputShardings&) const = default;
 // Spelled out: clang 14 crashes instantiating a defaulted == of this recursive type (the fuzz
 // build compiles with clang).
@@ -115,6 +122,73 @@ Expected<DeviceMesh> readMesh(const json& j, const std::string& path) {
   }
   for (size_t i = 0; i < ndim; ++i) mesh->setLink(i, links[i]);
   return std::move(mesh).value();
+}
+
+Expected<LinkParams> readLink(const json& j, const std::string& path) {
+  APC_RETURN_IF_ERROR(
+      expectObject(j, path, "a link {\"bandwidth_gbps\": ..., \"latency_us\": ...}"));
+  APC_RETURN_IF_ERROR(checkKeys(j, path, {"bandwidth_gbps", "latency_us"}));
+  const json* bw = find(j, "bandwidth_gbps");
+  const json* lat = find(j, "latency_us");
+  if (!bw || !lat) return at(path, "a link needs both 'bandwidth_gbps' and 'latency_us'");
+  LinkParams link;
+  APC_ASSIGN_OR_RETURN(link.bandwidth_gbps,
+                       readInRange(*bw, path + ".bandwidth_gbps", "bandwidth (GB/s)",
+                                   kMinBandwidthGbps, kMaxBandwidthGbps));
+  APC_ASSIGN_OR_RETURN(link.latency_us,
+                       readInRange(*lat, path + ".latency_us", "latency (us)", 0, kMaxLatencyUs));
+  return link;
+}
+
+json linkToJson(const LinkParams& l) {
+  return {{"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}};
+}
+
+/// A list of MeshDimNetwork objects, `ndim` of them.
+Expected<std::vector<MeshDimNetwork>> readNetwork(const json& j, const std::string& path,
+                                                  size_t ndim) {
+  if (!j.is_array() || j.size() != ndim)
+    return at(path, "expected a list of " + std::to_string(ndim) +
+                        " objects (one per mesh dim) of links per collective kind, got " +
+                        describe(j));
+  std::vector<MeshDimNetwork> out(ndim);
+  for (size_t m = 0; m < ndim; ++m) {
+    const std::string p = indexPath(path, m);
+    const json& d = j[m];
+    APC_RETURN_IF_ERROR(expectObject(d, p, "an object like {\"all-gather\": {...}}"));
+    APC_RETURN_IF_ERROR(checkKeys(d, p,
+                                  {kNetworkKindKeys[0], kNetworkKindKeys[1], kNetworkKindKeys[2],
+                                   kNetworkKindKeys[3], "ranks_per_node", "inter_node"}));
+    for (size_t k = 0; k < 4; ++k)
+      if (const json* l = find(d, kNetworkKindKeys[k])) {
+        APC_ASSIGN_OR_RETURN(out[m].by_kind[k], readLink(*l, keyPath(p, kNetworkKindKeys[k])));
+      }
+    if (const json* q = find(d, "ranks_per_node")) {
+      APC_ASSIGN_OR_RETURN(double v, readInRange(*q, p + ".ranks_per_node", "ranks per node", 1,
+                                                 static_cast<double>(kMaxWorldSize)));
+      if (v != std::floor(v)) return at(p + ".ranks_per_node", "expected an integer");
+      out[m].ranks_per_node = static_cast<int64_t>(v);
+    }
+    if (const json* l = find(d, "inter_node")) {
+      APC_ASSIGN_OR_RETURN(out[m].inter_node, readLink(*l, p + ".inter_node"));
+    }
+    if (out[m].ranks_per_node > 0 && !out[m].inter_node)
+      return at(p, "ranks_per_node needs an 'inter_node' link (the link between nodes)");
+  }
+  return out;
+}
+
+json networkToJson(const std::vector<MeshDimNetwork>& network) {
+  json arr = json::array();
+  for (const MeshDimNetwork& d : network) {
+    json o = json::object();
+    for (size_t k = 0; k < 4; ++k)
+      if (d.by_kind[k]) o[kNetworkKindKeys[k]] = linkToJson(*d.by_kind[k]);
+    if (d.ranks_per_node > 0) o["ranks_per_node"] = d.ranks_per_node;
+    if (d.inter_node) o["inter_node"] = linkToJson(*d.inter_node);
+    arr.push_back(o);
+  }
+  return arr;
 }
 
 Status readDevice(const json& j, const std::string& path, Spec& s) {
@@ -453,10 +527,10 @@ Expected<json> readJsonFile(const std::string& path) {
 
 Expected<Spec> parseSpec(const json& j) {
   APC_RETURN_IF_ERROR(expectObject(j, "$", "a spec object like {\"mesh\": {\"shape\": [2, 4]}}"));
-  APC_RETURN_IF_ERROR(
-      checkKeys(j, "$",
-                {"mesh", "device", "world_size", "inputs", "outputs", "memory_budget",
-                 "mixed_precision", "dynamic_batch", "dynamic", "pins", "prefetch_discount"}));
+  APC_RETURN_IF_ERROR(checkKeys(
+      j, "$",
+      {"mesh", "device", "world_size", "inputs", "outputs", "memory_budget", "mixed_precision",
+       "dynamic_batch", "dynamic", "pins", "prefetch_discount", "network"}));
   Spec s;
   const json* mesh = find(j, "mesh");
   if (!mesh) return at("$", "missing required key 'mesh'");
@@ -506,6 +580,9 @@ Expected<Spec> parseSpec(const json& j) {
     APC_ASSIGN_OR_RETURN(s.prefetch_discount,
                          readInRange(*pd, "$.prefetch_discount", "the prefetch discount", 0, 1));
   }
+  if (const json* net = find(j, "network")) {
+    APC_ASSIGN_OR_RETURN(s.network, readNetwork(*net, "$.network", ndim));
+  }
   return s;
 }
 
@@ -524,10 +601,11 @@ Expected<Spec> parseSpecFile(const std::string& path) {
 Expected<ClusterProfile> parseClusterProfile(const json& j) {
   APC_RETURN_IF_ERROR(expectObject(
       j, "$", "a cluster profile object {\"apc_cluster_profile\": 1, \"device\": ..., ...}"));
-  APC_RETURN_IF_ERROR(checkKeys(j, "$", {"apc_cluster_profile", "device", "links", "calibration"}));
   const json* version = find(j, "apc_cluster_profile");
   if (!version)
     return at("$", "missing required key 'apc_cluster_profile' (not a file of apc calibrate?)");
+  APC_RETURN_IF_ERROR(
+      checkKeys(j, "$", {"apc_cluster_profile", "device", "links", "network", "calibration"}));
   APC_ASSIGN_OR_RETURN(
       double v, readInRange(*version, "$.apc_cluster_profile", "cluster profile version", 1, 1e6));
   if (v != kClusterProfileVersion)
@@ -548,21 +626,11 @@ Expected<ClusterProfile> parseClusterProfile(const json& j) {
                              " links {\"bandwidth_gbps\": ..., \"latency_us\": ...}, got " +
                              describe(*links));
   for (size_t i = 0; i < links->size(); ++i) {
-    const std::string lp = indexPath("$.links", i);
-    const json& l = (*links)[i];
-    APC_RETURN_IF_ERROR(
-        expectObject(l, lp, "a link {\"bandwidth_gbps\": ..., \"latency_us\": ...}"));
-    APC_RETURN_IF_ERROR(checkKeys(l, lp, {"bandwidth_gbps", "latency_us"}));
-    const json* bw = find(l, "bandwidth_gbps");
-    const json* lat = find(l, "latency_us");
-    if (!bw || !lat) return at(lp, "a link needs both 'bandwidth_gbps' and 'latency_us'");
-    LinkParams link;
-    APC_ASSIGN_OR_RETURN(link.bandwidth_gbps,
-                         readInRange(*bw, lp + ".bandwidth_gbps", "bandwidth (GB/s)",
-                                     kMinBandwidthGbps, kMaxBandwidthGbps));
-    APC_ASSIGN_OR_RETURN(link.latency_us,
-                         readInRange(*lat, lp + ".latency_us", "latency (us)", 0, kMaxLatencyUs));
+    APC_ASSIGN_OR_RETURN(LinkParams link, readLink((*links)[i], indexPath("$.links", i)));
     p.links.push_back(link);
+  }
+  if (const json* net = find(j, "network")) {
+    APC_ASSIGN_OR_RETURN(p.network, readNetwork(*net, "$.network", p.links.size()));
   }
   if (const json* c = find(j, "calibration")) {
     if (!c->is_object()) return at("$.calibration", "expected an object, got " + describe(*c));
@@ -587,9 +655,9 @@ json toJson(const ClusterProfile& p) {
   json device = toJson(holder)["device"];
   j["device"] = device;
   json links = json::array();
-  for (const LinkParams& l : p.links)
-    links.push_back({{"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}});
+  for (const LinkParams& l : p.links) links.push_back(linkToJson(l));
   j["links"] = links;
+  if (!p.network.empty()) j["network"] = networkToJson(p.network);
   if (!p.calibration.empty()) j["calibration"] = json::parse(p.calibration);
   return j;
 }
@@ -604,7 +672,12 @@ Status applyClusterProfile(const ClusterProfile& p, Spec& spec) {
                            "1-d mesh for one link on every dim");
   spec.device = p.device;
   spec.device_overrides = p.device_overrides;
-  for (size_t m = 0; m < ndim; ++m) spec.mesh.setLink(m, p.links[p.links.size() == 1 ? 0 : m]);
+  spec.network.clear();
+  for (size_t m = 0; m < ndim; ++m) {
+    const size_t from = p.links.size() == 1 ? 0 : m;
+    spec.mesh.setLink(m, p.links[from]);
+    if (!p.network.empty()) spec.network.push_back(p.network[from]);
+  }
   return Status::success();
 }
 
@@ -722,6 +795,9 @@ json toJson(const Spec& s) {
     j["pins"] = arr;
   }
   if (s.prefetch_discount != 1.0) j["prefetch_discount"] = s.prefetch_discount;
+  bool has_network = false;
+  for (const MeshDimNetwork& d : s.network) has_network |= !d.empty();
+  if (has_network) j["network"] = networkToJson(s.network);
   return j;
 }
 

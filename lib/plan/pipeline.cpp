@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "apc/plan/pipeline.h"
 
+#include "apc/cost/cost_model.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -35,16 +37,7 @@ std::string fmt(double v) {
 }  // namespace
 
 Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec) {
-  APC_ASSIGN_OR_RETURN(cost::DeviceSpec d, cost::deviceByName(spec.device));
-  for (const auto& [dtype, tflops] : spec.device_overrides.peak_tflops)
-    APC_RETURN_IF_ERROR(cost::setPeakTflops(d, ir::dtypeName(dtype), tflops));
-  cost::DeviceOverrides o;
-  o.hbm_gbps = spec.device_overrides.hbm_bandwidth_gbps;
-  o.compute_efficiency = spec.device_overrides.compute_efficiency;
-  o.memory_efficiency = spec.device_overrides.memory_efficiency;
-  o.kernel_floor_us = spec.device_overrides.kernel_floor_us;
-  APC_ASSIGN_OR_RETURN(d, cost::applyOverrides(d, o));
-  return d;
+  return cost::deviceForSpec(spec);
 }
 
 Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec) {
@@ -110,10 +103,10 @@ Expected<BuiltProblem> buildProblem(
   if (!(spec.prefetch_discount >= 0 && spec.prefetch_discount <= 1))
     return invalidArgument("the prefetch discount must be in [0, 1], got " +
                            fmt(spec.prefetch_discount));
-  APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, deviceFor(spec));
+  APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(spec));
   BuiltProblem out;
   strategy::EnumerateOptions options;
-  options.device = device;
+  options.cost_model = &model;
   auto t0 = Clock::now();
   std::vector<strategy::NodeStrategies> strategies;  // their lists are shared with gp.strategies
   if (spec.mixed_precision.param_dtype) {

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "apc/cost/compute.h"
+#include "apc/cost/cost_model.h"
 #include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
 #include "apc/support/parallel.h"
@@ -65,7 +66,7 @@ struct IdsHash {
 /// (the first version) cost more than the pricing it saved.
 class EdgePricer {
  public:
-  explicit EdgePricer(const mesh::DeviceMesh& m) : mesh_(m) {}
+  EdgePricer(const mesh::DeviceMesh& m, const cost::CostModel& model) : mesh_(m), model_(model) {}
 
   /// Forward redistribution from -> to, plus the gradient's way back when `grad` is set, plus the
   /// forward redistribution once more when `regather` is set (see buildGraphProblem).
@@ -92,7 +93,8 @@ class EdgePricer {
                                  const std::vector<uint32_t>& to_ids) {
     auto [it, fresh] = rows_.try_emplace(rowKey(t, from, to_ids));
     if (fresh)
-      fill(it->second, cost::redistributionCosts(t, from, tos, mesh_), t, from, tos, to_ids);
+      fill(it->second, cost::redistributionCosts(t, from, tos, mesh_, model_), t, from, tos,
+           to_ids);
     return it->second;
   }
 
@@ -124,8 +126,8 @@ class EdgePricer {
     std::vector<std::optional<Expected<std::vector<cost::RedistCost>>>> priced(missing.size());
     parallelFor(missing.size(), [&](size_t j) {
       if (deadline && std::chrono::steady_clock::now() > *deadline) return;
-      priced[j].emplace(
-          cost::redistributionCosts(*missing[j]->t, *missing[j]->from, *missing[j]->tos, mesh_));
+      priced[j].emplace(cost::redistributionCosts(*missing[j]->t, *missing[j]->from,
+                                                  *missing[j]->tos, mesh_, model_));
     });
     bool complete = true;
     for (size_t j = 0; j < missing.size(); ++j) {
@@ -208,13 +210,14 @@ class EdgePricer {
     Key key{meta, from_id, to_id, 0, false};
     auto it = forward_memo_.find(key);
     if (it != forward_memo_.end()) return it->second;
-    auto c = cost::redistributionCost(t, from, to, mesh_);
+    auto c = cost::redistributionCost(t, from, to, mesh_, model_);
     double cost = !c.ok() || !c->feasible ? kInfinity : c->forward_us;
     forward_memo_.emplace(key, cost);
     return cost;
   }
 
   const mesh::DeviceMesh& mesh_;
+  const cost::CostModel& model_;
   std::unordered_map<ir::TensorMeta, uint32_t, MetaHash> metas_;
   std::map<PlacementTuple, uint32_t> tuples_;
   std::unordered_map<Key, double, KeyHash> memo_;
@@ -315,8 +318,8 @@ namespace {
 /// row.
 struct GraphProblemBuilder {
   GraphProblemBuilder(const ir::Graph& graph, const std::vector<strategy::NodeStrategies>& all,
-                      const mesh::Spec& s)
-      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh) {
+                      const mesh::Spec& s, const cost::CostModel& model)
+      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh, model) {
     for (const auto& ns : all) op_strategies[ns.node.v] = &ns;
   }
 
@@ -737,7 +740,8 @@ void GraphProblemBuilder::addMemoryRow() {
 Expected<GraphProblem> buildGraphProblem(
     const ir::Graph& g, const std::vector<strategy::NodeStrategies>& strategies,
     const mesh::Spec& spec, const std::optional<std::chrono::steady_clock::time_point>& deadline) {
-  GraphProblemBuilder b(g, strategies, spec);
+  APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(spec));
+  GraphProblemBuilder b(g, strategies, spec, model);
   APC_ASSIGN_OR_RETURN(b.pins, resolvePins(g, spec));
   APC_RETURN_IF_ERROR(b.addNodes());
   if (!b.addEdges(deadline))

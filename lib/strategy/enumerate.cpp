@@ -229,7 +229,7 @@ struct Pricer {
   const RuleContext& c;
   const NodeShapes& shapes;
   const mesh::DeviceMesh& mesh;
-  const cost::DeviceSpec& device;
+  const cost::CostModel& model;
   cost::OpFamily family;
   const WorkFn* work;
   ir::DType dtype;
@@ -250,8 +250,8 @@ struct Pricer {
     localOf(false, s.inputs, local.inputs);
     localOf(true, s.outputs, local.outputs);
     Work w = (work && *work) ? (*work)(c, local) : defaultWork(c, local);
-    double fwd = cost::computeCostUs(device, w.flops, w.bytes, dtype);
-    return fwd + (backward ? cost::backwardComputeUs(family, fwd) : 0.0);
+    double fwd = model.computeUs(w.flops, w.bytes, dtype);
+    return fwd + (backward ? model.backwardUs(family, fwd) : 0.0);
   }
 };
 
@@ -262,7 +262,7 @@ struct Entry {
 };
 
 Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Registry& registry,
-                   const cost::DeviceSpec& device) {
+                   const cost::CostModel& model) {
   Entry entry;
   const OpRule* rule = registry.findEntry(c.node);
   std::vector<DimStrategy> dims;
@@ -286,7 +286,7 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
   Pricer pricer{c,
                 shapes,
                 mesh,
-                device,
+                model,
                 entry.fallback || !rule ? cost::OpFamily::kOther : rule->family,
                 entry.fallback || !rule ? nullptr : &rule->work,
                 workDType(c),
@@ -344,7 +344,7 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
           const ir::TensorMeta& x = *shapes.input_metas[0].at(0);
           int64_t channels = layout::maxLocalSizes(x, *s.inputs[0], mesh).at(1);
           s.compute_us +=
-              syncNormUs(mesh, sync, channels, ir::dtypeBytes(x.dtype), takesGradient(c));
+              syncNormUs(model, mesh, sync, channels, ir::dtypeBytes(x.dtype), takesGradient(c));
         }
       }
       entry.strategies.push_back(std::move(s));
@@ -381,7 +381,10 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
 
 std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh& mesh,
                                       const Registry& registry, const EnumerateOptions& options) {
-  cost::DeviceSpec device = options.device ? *options.device : cost::deviceByName("h100").value();
+  std::optional<cost::CostModel> own;
+  if (!options.cost_model)
+    own.emplace(options.device ? *options.device : cost::deviceByName("h100").value(), mesh);
+  const cost::CostModel& model = options.cost_model ? *options.cost_model : *own;
   std::unordered_map<std::string, Entry> cache;  // looked up only, never iterated
   std::vector<NodeStrategies> out;
   for (const ir::Node& n : g.nodes()) {
@@ -394,14 +397,14 @@ std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh
       std::string key = cacheKey(g, n);
       auto it = cache.find(key);
       if (it == cache.end()) {
-        Entry e = computeEntry(c, mesh, registry, device);
+        Entry e = computeEntry(c, mesh, registry, model);
         e.shared = StrategyList(std::move(e.strategies));
         it = cache.emplace(std::move(key), std::move(e)).first;
       }
       ns.strategies = it->second.shared;
       ns.fallback = it->second.fallback;
     } else {
-      Entry e = computeEntry(c, mesh, registry, device);
+      Entry e = computeEntry(c, mesh, registry, model);
       ns.strategies = std::move(e.strategies);
       ns.fallback = e.fallback;
     }

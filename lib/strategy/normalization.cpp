@@ -98,12 +98,14 @@ std::vector<size_t> syncNormMeshDims(const mesh::PlacementTuple& input) {
   return dims;
 }
 
-double syncNormUs(const mesh::DeviceMesh& mesh, const std::vector<size_t>& dims, int64_t channels,
-                  int64_t elem_bytes, bool backward) {
+double syncNormUs(const cost::CostModel& model, const mesh::DeviceMesh& mesh,
+                  const std::vector<size_t>& dims, int64_t channels, int64_t elem_bytes,
+                  bool backward) {
   double us = 0;
   const double bytes = static_cast<double>(channels * elem_bytes);
   for (size_t m : dims)
-    us += (backward ? 4 : 2) * cost::allReduceUs(mesh.link(m), mesh.size(m), bytes);
+    us += (backward ? 4 : 2) *
+          model.collectiveUs(cost::CollectiveKind::kAllReduce, m, mesh.size(m), bytes);
   return us;
 }
 

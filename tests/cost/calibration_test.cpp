@@ -79,23 +79,47 @@ TEST(Calibration, BadSamplesAreErrors) {
   EXPECT_NE(one.error().message().find("two sizes"), std::string::npos);
 }
 
-TEST(Calibration, DeviceFitTakesTheBestThroughputAndBandwidth) {
-  std::vector<KernelSample> s = {
-      {2.0 * 256 * 256 * 256, 3.0 * 256 * 256 * 4, ir::DType::kF32, 400.0},     // 0.0839 TFLOP/s
-      {2.0 * 1024 * 1024 * 1024, 3.0 * 1024 * 1024 * 4, ir::DType::kF32, 2e4},  // 0.107 TFLOP/s
-      {2.0 * 512 * 512 * 512, 0, ir::DType::kBF16, 1e4},                        // 0.0268
-      {0, 12e6, ir::DType::kF32, 1000.0},                                       // 12 GB/s
-      {0, 48e6, ir::DType::kF32, 3000.0},                                       // 16 GB/s
-  };
+TEST(Calibration, DeviceFitRecoversExactRates) {
+  // Kernels timed exactly at 0.05 TFLOP/s (f32), 0.1 (bf16) and 20 GB/s.
+  std::vector<KernelSample> s;
+  for (double n : {128.0, 256.0, 512.0, 1024.0}) {
+    const double flops = 2 * n * n * n;
+    s.push_back({flops, 0, ir::DType::kF32, flops / 0.05e6});
+    s.push_back({flops, 0, ir::DType::kBF16, flops / 0.1e6});
+    s.push_back({0, 12 * n * n, ir::DType::kF32, 12 * n * n / 20e3});
+  }
   auto fit = fitDevice(s, 3.5);
   ASSERT_TRUE(fit.ok()) << fit.error().message();
-  EXPECT_NEAR(fit->peak_tflops.at(ir::DType::kF32), 2.0 * 1024 * 1024 * 1024 / 2e4 / 1e6, 1e-12);
-  EXPECT_NEAR(fit->peak_tflops.at(ir::DType::kBF16), 2.0 * 512 * 512 * 512 / 1e4 / 1e6, 1e-12);
-  EXPECT_DOUBLE_EQ(fit->memory_gbps, 16.0);
+  EXPECT_NEAR(fit->peak_tflops.at(ir::DType::kF32), 0.05, 1e-12);
+  EXPECT_NEAR(fit->peak_tflops.at(ir::DType::kBF16), 0.1, 1e-12);
+  EXPECT_NEAR(fit->memory_gbps, 20.0, 1e-9);
   EXPECT_EQ(fit->kernel_floor_us, 3.5);
+}
+
+TEST(Calibration, DeviceFitMinimisesTheRelativeError) {
+  // Two matmuls at rates 1 and 3 (TFLOP/s): the rate R minimising (1/R - 1)^2 + (3/R - 1)^2 (each
+  // time relative to its own) is (1 + 9) / (1 + 3) = 2.5, not the best (3) nor the mean (2).
+  std::vector<KernelSample> s = {{1e6, 0, ir::DType::kF32, 1.0},
+                                 {3e6, 0, ir::DType::kF32, 1.0},
+                                 {0, 1e3, ir::DType::kF32, 1.0}};
+  auto fit = fitDevice(s, 0);
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_NEAR(fit->peak_tflops.at(ir::DType::kF32), 2.5, 1e-12);
+  double best = 0;
+  for (double r = 1; r <= 3; r += 0.01) {
+    auto err = [&](double rate) { return std::pow(1 / rate - 1, 2) + std::pow(3 / rate - 1, 2); };
+    if (best == 0 || err(r) < err(best)) best = r;
+  }
+  EXPECT_NEAR(best, 2.5, 0.01);
+}
+
+TEST(Calibration, DeviceFitErrors) {
+  std::vector<KernelSample> s = {{1e6, 0, ir::DType::kF32, 10}, {0, 1e6, ir::DType::kF32, 10}};
+  EXPECT_TRUE(fitDevice(s, 1).ok());
   EXPECT_FALSE(fitDevice({{0, 1e6, ir::DType::kF32, 10}}, 1).ok());  // no matmul
   EXPECT_FALSE(fitDevice({{1e6, 0, ir::DType::kF32, 10}}, 1).ok());  // no memory-bound kernel
   EXPECT_FALSE(fitDevice(s, -1).ok());
+  EXPECT_FALSE(fitDevice({{1e6, 0, ir::DType::kF32, 0}, {0, 1e6, ir::DType::kF32, 10}}, 1).ok());
 }
 
 }  // namespace

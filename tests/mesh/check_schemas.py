@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """tests/mesh/check_schemas.py - the JSON Schemas in schemas/ against the spec parser's cases.
 
-Checks that schemas/spec.schema.json and schemas/out_shardings.schema.json are valid draft-07 schemas,
-that their shared definitions (placement, placement_list, output_tree, output_subtree) are identical,
+Checks that schemas/spec.schema.json, schemas/out_shardings.schema.json and schemas/cluster.schema.json
+are valid draft-07 schemas, that their shared definitions (placement, placement_list, output_tree,
+output_subtree; the cluster profile's device and links) are identical,
 that every sample spec under sample_models/specs/ is valid, and that for every case in
 tests/mesh/spec_cases.json the schema decides as the case's `schema_valid` says. The same cases run
 through the C++ parser in mesh_test, which checks `parser_error`; here we also check that the two agree
@@ -29,7 +30,9 @@ def main():
     failures = []
     spec_schema = load("schemas/spec.schema.json")
     out_schema = load("schemas/out_shardings.schema.json")
-    for name, schema in [("spec", spec_schema), ("out_shardings", out_schema)]:
+    cluster_schema = load("schemas/cluster.schema.json")
+    for name, schema in [("spec", spec_schema), ("out_shardings", out_schema),
+                         ("cluster", cluster_schema)]:
         try:
             jsonschema.Draft7Validator.check_schema(schema)
         except jsonschema.SchemaError as e:
@@ -37,11 +40,18 @@ def main():
     for d in SHARED_DEFINITIONS:
         if spec_schema["definitions"].get(d) != out_schema["definitions"].get(d):
             failures.append(f"definition '{d}' differs between the two schemas")
+    # The cluster profile takes the spec's device and links.
+    for d in ["device_kind", "link", "mesh_dim_network"]:
+        if spec_schema["definitions"].get(d) != cluster_schema["definitions"].get(d):
+            failures.append(f"definition '{d}' differs between the spec and cluster schemas")
+    if spec_schema["properties"]["device"] != cluster_schema["properties"]["device"]:
+        failures.append("'device' differs between the spec and cluster schemas")
     if failures:
         print("\n".join(failures))
         return 1
     validators = {"spec": jsonschema.Draft7Validator(spec_schema),
-                  "out_shardings": jsonschema.Draft7Validator(out_schema)}
+                  "out_shardings": jsonschema.Draft7Validator(out_schema),
+                  "cluster": jsonschema.Draft7Validator(cluster_schema)}
 
     samples = sorted(glob.glob(os.path.join(ROOT, "sample_models", "specs", "*.json")))
     if not samples:
@@ -55,7 +65,7 @@ def main():
 
     cases = load("tests/mesh/spec_cases.json")
     count = 0
-    for kind in ["spec", "out_shardings"]:
+    for kind in ["spec", "out_shardings", "cluster"]:
         for case in cases[kind]:
             count += 1
             name = f"{kind} case '{case['name']}'"
@@ -72,7 +82,7 @@ def main():
         print("\n".join(failures))
         print(f"{len(failures)} failure(s)")
         return 1
-    print(f"ok: 2 schemas, {len(samples)} sample specs, {count} cases")
+    print(f"ok: 3 schemas, {len(samples)} sample specs, {count} cases")
     return 0
 
 

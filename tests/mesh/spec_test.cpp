@@ -85,7 +85,76 @@ TEST(SpecCases, GoodSpecsRoundTrip) {
                                << "\n  want: " << c["doc"].dump();
     }
   }
-  EXPECT_EQ(canonical, 2);
+  EXPECT_EQ(canonical, 3);
+}
+
+TEST(SpecCases, ClusterProfilesAgreeWithEveryCase) {
+  json cases = loadCases();
+  ASSERT_GE(cases["cluster"].size(), 8u);
+  for (const json& c : cases["cluster"]) {
+    std::string name = c["name"];
+    auto p = parseClusterProfile(c["doc"]);
+    if (c["parser_error"].is_null()) {
+      ASSERT_TRUE(p.ok()) << name << ": " << p.error().message();
+      EXPECT_TRUE(c["schema_valid"].get<bool>()) << name;
+      // Round trip: what toJson writes reads back to the same profile.
+      auto back = parseClusterProfile(toJson(*p));
+      ASSERT_TRUE(back.ok()) << name << ": " << back.error().message();
+      EXPECT_EQ(back->device, p->device);
+      EXPECT_EQ(back->device_overrides, p->device_overrides);
+      EXPECT_EQ(back->links, p->links);
+      EXPECT_EQ(back->network, p->network);
+      EXPECT_EQ(toJson(*back), c["doc"]) << name;
+    } else {
+      ASSERT_FALSE(p.ok()) << name << ": parsed but expected " << c["parser_error"];
+      std::string want = c["parser_error"];
+      EXPECT_NE(p.error().message().find(want), std::string::npos)
+          << name << "\n  got:  " << p.error().message() << "\n  want: " << want;
+      EXPECT_EQ(p.error().message().find('\n'), std::string::npos) << name << ": one line";
+    }
+  }
+}
+
+TEST(ClusterProfile, AppliesOneLinkToEveryDimOrOnePerDim) {
+  auto p = parseClusterProfile(json::parse(R"({"apc_cluster_profile": 1, "device": {"kind": "cpu",
+      "peak_tflops": {"f32": 0.04}, "kernel_floor_us": 2},
+      "links": [{"bandwidth_gbps": 0.8, "latency_us": 180}],
+      "network": [{"all-gather": {"bandwidth_gbps": 0.3, "latency_us": 250}}]})"));
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  Spec s = parseSpecOk(R"({"mesh": {"shape": [2, 2]}, "device": "h100"})");
+  ASSERT_TRUE(applyClusterProfile(*p, s).ok());
+  EXPECT_EQ(s.device, "cpu");
+  EXPECT_EQ(s.device_overrides.kernel_floor_us, 2.0);
+  for (size_t m = 0; m < 2; ++m) {
+    EXPECT_EQ(s.mesh.link(m).bandwidth_gbps, 0.8);
+    EXPECT_EQ(s.mesh.link(m).latency_us, 180.0);
+  }
+  ASSERT_EQ(s.network.size(), 2u);
+  EXPECT_EQ(s.network[1].by_kind[0]->bandwidth_gbps, 0.3);
+  // The spec with the profile applied round-trips (a plan records it).
+  auto back = parseSpec(toJson(s));
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(*back, s);
+
+  p->links.push_back({1.0, 1.0});
+  p->network.push_back({});
+  Spec three = parseSpecOk(R"({"mesh": {"shape": [2, 2, 2]}})");
+  auto st = applyClusterProfile(*p, three);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message().find("2 links but the mesh"), std::string::npos)
+      << st.error().message();
+}
+
+TEST(ClusterProfile, FilesAreRead) {
+  auto missing = readClusterProfile("/nonexistent/cluster.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message().find("/nonexistent/cluster.json"), std::string::npos);
+  const std::string path = ::testing::TempDir() + "/truncated_cluster.json";
+  std::ofstream(path) << R"({"apc_cluster_profile": 1, "device": )";
+  auto truncated = readClusterProfile(path);
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.error().message().find(path), std::string::npos);
+  EXPECT_EQ(truncated.error().message().find('\n'), std::string::npos);
 }
 
 TEST(SpecCases, OutShardingsAgreeWithEveryCase) {

@@ -162,8 +162,9 @@ TEST(BatchNorm, BatchShardedTrainingPaysItsStatisticsAllReduces) {
   const std::string batch = "S(0),R,R,R,R -> S(0)", channels = "S(1),S(0),S(0),S(0),S(0) -> S(1)";
   mesh::DeviceMesh m = *mesh::DeviceMesh::parse("4");
   // The parameters take gradients: two all-reduces forward, two backward.
-  EXPECT_NEAR(train.at(batch) - eval.at(batch), syncNormUs(m, {0}, 64, 4, true), 1e-9);
-  EXPECT_GT(syncNormUs(m, {0}, 64, 4, false), 0);
+  EXPECT_NEAR(train.at(batch) - eval.at(batch),
+              syncNormUs(cost::CostModel(cost::DeviceSpec{}, m), m, {0}, 64, 4, true), 1e-9);
+  EXPECT_GT(syncNormUs(cost::CostModel(cost::DeviceSpec{}, m), m, {0}, 64, 4, false), 0);
   EXPECT_DOUBLE_EQ(train.at(channels), eval.at(channels));  // each rank has whole channels
   EXPECT_EQ(syncNormMeshDims({mesh::Placement::shard(0), mesh::Placement::shard(1)}),
             std::vector<size_t>{0});

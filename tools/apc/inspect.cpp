@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "apc/cost/cost_model.h"
 #include "apc/cost/device.h"
 #include "apc/ir/printer.h"
 #include "apc/strategy/strategy.h"
@@ -42,10 +43,10 @@ std::vector<const strategy::Strategy*> cheapestFirst(const strategy::NodeStrateg
 }
 
 int runStrategies(const InspectFlags& f, const ir::Graph& g, const mesh::Spec& spec, bool json) {
-  auto device = cost::deviceByName(spec.device);
-  if (!device.ok()) return report(device.error());
+  auto model = cost::costModelFor(spec);
+  if (!model.ok()) return report(model.error());
   strategy::EnumerateOptions options;
-  options.device = *device;
+  options.cost_model = &*model;
   auto t0 = std::chrono::steady_clock::now();
   std::vector<strategy::NodeStrategies> all =
       strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);

@@ -11,9 +11,10 @@
 // 1/t (the fit minimises relative errors, so 4 KiB messages count as much as 256 MiB ones), and
 // both parameters are kept non-negative (a negative one is fixed at 0 and the other refitted).
 //
-// Compute: the roofline of apc/cost/compute.h, fitted as measured peaks: the best matmul
-// throughput per dtype is the peak (compute efficiency 1), the best elementwise bandwidth the
-// memory bandwidth (memory efficiency 1), the median time of a minimal op the kernel floor.
+// Compute: the roofline of apc/cost/compute.h with measured rates (efficiencies 1): per dtype the
+// matmul throughput, and the elementwise bandwidth, that minimise the relative error of
+// t = work / rate over the timed sizes (sum r^2 / sum r over the measured rates r); the time of a
+// minimal op is the kernel floor.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -69,8 +70,8 @@ struct KernelSample {
 };
 
 struct DeviceFit {
-  std::map<ir::DType, double> peak_tflops;  // best measured throughput per dtype of flops > 0
-  double memory_gbps = 0;                   // best measured bandwidth of memory-bound kernels
+  std::map<ir::DType, double> peak_tflops;  // fitted throughput per dtype of flops > 0
+  double memory_gbps = 0;                   // fitted bandwidth of memory-bound kernels
   double kernel_floor_us = 0;               // the floor given to fitDevice
 };
 

@@ -79,6 +79,7 @@
 #include <vector>
 
 #include "apc/cost/collectives.h"
+#include "apc/cost/cost_model.h"
 #include "apc/ir/types.h"
 #include "apc/layout/layout.h"
 #include "apc/mesh/device_mesh.h"
@@ -141,9 +142,17 @@ struct RedistCost {
   double totalUs() const;
 };
 
-/// Plans the redistribution of a tensor of global metadata `global` from `from` to `to` on `mesh`.
-/// Errors (kInvalidArgument, kUnsupported) only for malformed arguments; an impossible transition
-/// is a plan with feasible == false.
+/// Plans the redistribution of a tensor of global metadata `global` from `from` to `to` on `mesh`,
+/// each step priced by `model` (CostModel::collectiveUs; a model of another mesh rank is an
+/// error). Errors (kInvalidArgument, kUnsupported) only for malformed arguments; an impossible
+/// transition is a plan with feasible == false.
+Expected<RedistributionPlan> planRedistribution(const ir::TensorMeta& global,
+                                                const mesh::PlacementTuple& from,
+                                                const mesh::PlacementTuple& to,
+                                                const mesh::DeviceMesh& mesh,
+                                                const CostModel& model);
+/// The same priced over the mesh's own links (CostModel(DeviceSpec{}, mesh)); so are the other
+/// functions below without a model.
 Expected<RedistributionPlan> planRedistribution(const ir::TensorMeta& global,
                                                 const mesh::PlacementTuple& from,
                                                 const mesh::PlacementTuple& to,
@@ -154,6 +163,10 @@ Expected<RedistributionPlan> planRedistribution(const ir::TensorMeta& global,
 Expected<RedistCost> redistributionCost(const ir::TensorMeta& global,
                                         const mesh::PlacementTuple& from,
                                         const mesh::PlacementTuple& to,
+                                        const mesh::DeviceMesh& mesh, const CostModel& model);
+Expected<RedistCost> redistributionCost(const ir::TensorMeta& global,
+                                        const mesh::PlacementTuple& from,
+                                        const mesh::PlacementTuple& to,
                                         const mesh::DeviceMesh& mesh);
 
 /// redistributionCost(global, from, to, mesh) for every `to` of `tos`, with one search from `from`
@@ -161,6 +174,11 @@ Expected<RedistCost> redistributionCost(const ir::TensorMeta& global,
 /// planner's pricing asks for every (producer placement, consumer placement) pair of an edge, and
 /// on 3-d meshes one search per pair was most of the construction time. Equal to the pairwise
 /// results bit for bit (forward, backward, steps).
+Expected<std::vector<RedistCost>> redistributionCosts(const ir::TensorMeta& global,
+                                                      const mesh::PlacementTuple& from,
+                                                      const std::vector<mesh::PlacementTuple>& tos,
+                                                      const mesh::DeviceMesh& mesh,
+                                                      const CostModel& model);
 Expected<std::vector<RedistCost>> redistributionCosts(const ir::TensorMeta& global,
                                                       const mesh::PlacementTuple& from,
                                                       const std::vector<mesh::PlacementTuple>& tos,

@@ -35,6 +35,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -73,6 +74,29 @@ struct DeviceOverrides {
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
+
+/// Refinements of one mesh dim's link (Spec::network): measured links per collective kind (apc
+/// calibrate: Gloo's all-gather is not half an all-reduce), and the topology of a mesh dim whose
+/// groups span nodes. In JSON, one object per mesh dim:
+///   {"all-gather": {"bandwidth_gbps": 2.1, "latency_us": 150}, "reduce-scatter": {...},
+///    "all-reduce": {...}, "all-to-all": {...},
+///    "ranks_per_node": 8, "inter_node": {"bandwidth_gbps": 50, "latency_us": 10}}
+/// every key optional. A collective kind without a link uses the mesh dim's link. With
+/// ranks_per_node q below the group size, the groups span nodes: collectives are priced
+/// hierarchically, the kind's link inside a node and inter_node between nodes (see
+/// apc/cost/cost_model.h).
+struct MeshDimNetwork {
+  /// Per collective kind, in the order all-gather, reduce-scatter, all-reduce, all-to-all.
+  std::array<std::optional<LinkParams>, 4> by_kind;
+  int64_t ranks_per_node = 0;  // 0: every group within one node
+  std::optional<LinkParams> inter_node;
+
+  bool empty() const;
+  bool operator==(const MeshDimNetwork&) const;  // defaulted in the .cpp (C++17 users)
+};
+/// "all-gather", "reduce-scatter", "all-reduce", "all-to-all": the keys of MeshDimNetwork.
+inline constexpr const char* kNetworkKindKeys[4] = {"all-gather", "reduce-scatter", "all-reduce",
+                                                    "all-to-all"};
 
 /// Required placements of the forward's outputs, in the outputs' structure. In JSON:
 ///   null                      kFree: no constraint on this part
@@ -171,6 +195,8 @@ struct Spec {
   /// re-gathers and gradient reductions can overlap other layers' compute): 0 fully overlapped, 1
   /// (the default, not written) no discount. See plan::buildProblem.
   double prefetch_discount = 1.0;
+  /// Per mesh dim (empty, or one entry per mesh dim): links per collective kind and topology.
+  std::vector<MeshDimNetwork> network;
 
   bool operator==(const Spec&) const;  // defaulted in the .cpp (C++17 users)
 };
@@ -193,13 +219,15 @@ struct InputShardings {
 ///    "device": {"kind": "cpu", "peak_tflops": {...}, "hbm_bandwidth_gbps": ...,
 ///               "compute_efficiency": 1, "memory_efficiency": 1, "kernel_floor_us": ...},
 ///    "links": [{"bandwidth_gbps": ..., "latency_us": ...}, ...],   one per calibrated mesh dim
+///    "network": [{"all-gather": {...}, ...}, ...],                  optional, one per link
 ///    "calibration": {...}}                                          the raw measurements, kept
 /// "device" has the spec's device syntax.
 struct ClusterProfile {
   std::string device = kDefaultDeviceKind;
   DeviceOverrides device_overrides;
-  std::vector<LinkParams> links;  // at least one
-  std::string calibration;        // what was measured, as JSON text (not used for pricing)
+  std::vector<LinkParams> links;        // at least one
+  std::vector<MeshDimNetwork> network;  // empty, or one per link: the links per collective kind
+  std::string calibration;              // what was measured, as JSON text (not used for pricing)
 };
 inline constexpr int kClusterProfileVersion = 1;
 

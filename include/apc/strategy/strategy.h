@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "apc/cost/compute.h"
+#include "apc/cost/cost_model.h"
 #include "apc/cost/device.h"
 #include "apc/ir/graph.h"
 #include "apc/mesh/device_mesh.h"
@@ -234,7 +235,10 @@ struct EnumerateOptions {
   /// across different placements depends on the neighbours' redistribution costs and is left to
   /// the solver.) Exact duplicates are always dropped.
   bool prune_dominated = true;
-  /// Device for the compute costs; unset: the built-in "h100".
+  /// The cost model that prices compute and the collectives inside ops (it must describe the
+  /// mesh enumerated on); unset: the analytical model of `device` over the mesh's links.
+  const cost::CostModel* cost_model = nullptr;
+  /// Device for the compute costs without a cost model; unset: the built-in "h100".
   std::optional<cost::DeviceSpec> device;
   /// Options passed to the rules.
   RuleOptions rules;

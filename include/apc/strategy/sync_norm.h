@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "apc/cost/cost_model.h"
 #include "apc/ir/graph.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
@@ -36,7 +37,8 @@ std::vector<size_t> syncNormMeshDims(const mesh::PlacementTuple& input);
 
 /// The time of those reductions for `channels` statistics of `elem_bytes` each: two all-reduces
 /// forward and, with `backward`, two more, on each mesh dim of `dims`.
-double syncNormUs(const mesh::DeviceMesh& mesh, const std::vector<size_t>& dims, int64_t channels,
-                  int64_t elem_bytes, bool backward);
+double syncNormUs(const cost::CostModel& model, const mesh::DeviceMesh& mesh,
+                  const std::vector<size_t>& dims, int64_t channels, int64_t elem_bytes,
+                  bool backward);
 
 }  // namespace apc::strategy

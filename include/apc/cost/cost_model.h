@@ -1,0 +1,88 @@
+//===- apc/cost/cost_model.h - The one seam through which plans are priced --===//
+//
+// CostModel prices what a plan runs, for every client: strategy enumeration (compute of each op
+// and the collectives inside an op), the problem builder and lowering (redistributions), explain
+// and the artifact's predictions. It is built from a spec (costModelFor): the device's roofline
+// (apc/cost/compute.h) and, per mesh dim, the alpha-beta link of apc/cost/collectives.h with the
+// spec's refinements (mesh::MeshDimNetwork):
+//   - a link per collective kind (apc calibrate measures each: on Gloo an all-gather is not half an
+//     all-reduce), else the mesh dim's link;
+//   - topology: when a mesh dim's groups span nodes (ranks_per_node q < group size p, q dividing
+//     p), collectives are hierarchical, inside a node on the kind's link, between nodes on
+//     inter_node (r = p / q nodes):
+//       all-gather(n)      inter all-gather(r, n/q), then intra all-gather(q, n)
+//       reduce-scatter(n)  intra reduce-scatter(q, n), then inter reduce-scatter(r, n/q)
+//       all-reduce(n)      intra reduce-scatter(q, n), inter all-reduce(r, n/q), intra all-gather
+//       all-to-all(n)      (q-1) intra steps of n/p^2 and (p-q) inter steps of n/p^2
+//     A q that does not divide p prices the whole group on inter_node.
+// Without refinements every price is exactly the free functions' (collectiveUs over the mesh
+// dim's link, computeCostUs over the device): plans made through the seam are byte-identical to
+// plans made before it.
+//
+// No LibTorch: the planner core prices through this; the runtime only reads prices from artifacts.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apc/cost/collectives.h"
+#include "apc/cost/compute.h"
+#include "apc/cost/device.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/mesh/spec.h"
+#include "apc/support/error.h"
+
+namespace apc::cost {
+
+class CostModel {
+ public:
+  /// The analytical model over the mesh's own links (no refinements) and `device`.
+  CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh);
+  /// With per mesh dim refinements: `network` is empty or has one entry per mesh dim.
+  CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh,
+            std::vector<mesh::MeshDimNetwork> network);
+
+  const DeviceSpec& device() const { return device_; }
+  size_t ndim() const { return links_.size(); }
+
+  /// Roofline time of one kernel (computeCostUs).
+  double computeUs(double flops, double bytes, ir::DType dtype) const {
+    return computeCostUs(device_, flops, bytes, dtype);
+  }
+  /// The backward of a node of `family` whose forward takes `forward_us`.
+  double backwardUs(OpFamily family, double forward_us) const {
+    return backwardComputeUs(family, forward_us);
+  }
+  /// One collective of `kind` on a group of `group_size` ranks along `mesh_dim`, with the full
+  /// bytes of collectives.h. kNone and groups of one cost 0.
+  double collectiveUs(CollectiveKind kind, size_t mesh_dim, int64_t group_size,
+                      double full_bytes) const;
+  /// The link a collective of `kind` uses within a node of `mesh_dim`.
+  const mesh::LinkParams& link(CollectiveKind kind, size_t mesh_dim) const;
+
+  /// "cpu: bf16 0.1 TFLOPS, ...; mesh dim 0 0.823 GB/s, 183.6 us", a refined dim with its link per
+  /// kind ("mesh dim 0 all-gather 0.3 GB/s, 250 us, reduce-scatter ...") and its topology.
+  std::string describe() const;
+
+ private:
+  struct Dim {
+    std::array<mesh::LinkParams, 4> by_kind;  // all-gather, reduce-scatter, all-reduce, all-to-all
+    bool refined = false;                     // some kind has a link of its own
+    int64_t ranks_per_node = 0;
+    mesh::LinkParams inter_node;
+  };
+  DeviceSpec device_;
+  std::vector<Dim> links_;
+};
+
+/// The spec's device (built-in kind with its overrides) as the cost model takes it.
+Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec);
+/// The cost model of a spec: its device, mesh links and network. Errors: an unknown device kind,
+/// a bad override, a network whose length is not the mesh's number of dims.
+Expected<CostModel> costModelFor(const mesh::Spec& spec);
+
+}  // namespace apc::cost

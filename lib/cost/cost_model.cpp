@@ -1,0 +1,140 @@
+//===- lib/cost/cost_model.cpp - The one seam through which plans are priced --===//
+//
+// See apc/cost/cost_model.h.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/cost/cost_model.h"
+
+#include "apc/support/strings.h"
+
+namespace apc::cost {
+
+namespace {
+
+int kindIndex(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return 0;
+    case CollectiveKind::kReduceScatter:
+      return 1;
+    case CollectiveKind::kAllReduce:
+      return 2;
+    case CollectiveKind::kAllToAll:
+      return 3;
+    case CollectiveKind::kNone:
+      break;
+  }
+  return -1;
+}
+
+}  // namespace
+
+CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh)
+    : CostModel(std::move(device), mesh, {}) {}
+
+CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh,
+                     std::vector<mesh::MeshDimNetwork> network)
+    : device_(std::move(device)) {
+  links_.resize(mesh.ndim());
+  for (size_t m = 0; m < mesh.ndim(); ++m) {
+    Dim& d = links_[m];
+    d.by_kind.fill(mesh.link(m));
+    if (m >= network.size()) continue;
+    const mesh::MeshDimNetwork& n = network[m];
+    for (size_t k = 0; k < 4; ++k)
+      if (n.by_kind[k]) {
+        d.by_kind[k] = *n.by_kind[k];
+        d.refined = true;
+      }
+    if (n.ranks_per_node > 0 && n.inter_node) {
+      d.ranks_per_node = n.ranks_per_node;
+      d.inter_node = *n.inter_node;
+    }
+  }
+}
+
+const mesh::LinkParams& CostModel::link(CollectiveKind kind, size_t mesh_dim) const {
+  const int k = kindIndex(kind);
+  return links_.at(mesh_dim).by_kind[static_cast<size_t>(k < 0 ? 0 : k)];
+}
+
+double CostModel::collectiveUs(CollectiveKind kind, size_t mesh_dim, int64_t p,
+                               double full_bytes) const {
+  if (kind == CollectiveKind::kNone || p <= 1) return 0.0;
+  const Dim& d = links_[mesh_dim];
+  const mesh::LinkParams& intra = d.by_kind[static_cast<size_t>(kindIndex(kind))];
+  const int64_t q = d.ranks_per_node;
+  if (q <= 0 || q >= p) return cost::collectiveUs(kind, intra, p, full_bytes);
+  if (p % q != 0) return cost::collectiveUs(kind, d.inter_node, p, full_bytes);
+  const int64_t r = p / q;
+  const double qd = static_cast<double>(q);
+  const mesh::LinkParams& inter = d.inter_node;
+  switch (kind) {
+    case CollectiveKind::kAllGather:
+      return allGatherUs(inter, r, full_bytes / qd) + allGatherUs(intra, q, full_bytes);
+    case CollectiveKind::kReduceScatter:
+      return reduceScatterUs(intra, q, full_bytes) + reduceScatterUs(inter, r, full_bytes / qd);
+    case CollectiveKind::kAllReduce:
+      return reduceScatterUs(links_[mesh_dim].by_kind[1], q, full_bytes) +
+             allReduceUs(inter, r, full_bytes / qd) +
+             allGatherUs(links_[mesh_dim].by_kind[0], q, full_bytes);
+    case CollectiveKind::kAllToAll: {
+      // Every rank sends n/p^2 to each of the p-1 others: q-1 of them in its node.
+      const double pd = static_cast<double>(p), piece = full_bytes / (pd * pd);
+      if (!(intra.bandwidth_gbps > 0) || !(inter.bandwidth_gbps > 0))
+        return cost::collectiveUs(kind, intra, p, full_bytes);
+      return (qd - 1) * (intra.latency_us + piece / (intra.bandwidth_gbps * 1e3)) +
+             (pd - qd) * (inter.latency_us + piece / (inter.bandwidth_gbps * 1e3));
+    }
+    case CollectiveKind::kNone:
+      break;
+  }
+  return 0.0;
+}
+
+std::string CostModel::describe() const {
+  std::string s = toString(device_);
+  auto link = [](const mesh::LinkParams& l) {
+    return formatNumber(l.bandwidth_gbps) + " GB/s, " + formatNumber(l.latency_us) + " us";
+  };
+  static constexpr CollectiveKind kKinds[4] = {
+      CollectiveKind::kAllGather, CollectiveKind::kReduceScatter, CollectiveKind::kAllReduce,
+      CollectiveKind::kAllToAll};
+  for (size_t m = 0; m < links_.size(); ++m) {
+    const Dim& d = links_[m];
+    s += "; mesh dim " + std::to_string(m) + " ";
+    if (!d.refined) {
+      s += link(d.by_kind[0]);
+    } else {
+      for (size_t k = 0; k < 4; ++k)
+        s += std::string(k ? ", " : "") + collectiveName(kKinds[k]) + " " + link(d.by_kind[k]);
+    }
+    if (d.ranks_per_node > 0)
+      s += " (" + std::to_string(d.ranks_per_node) + " ranks per node, between nodes " +
+           link(d.inter_node) + ")";
+  }
+  return s;
+}
+
+Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec) {
+  APC_ASSIGN_OR_RETURN(DeviceSpec d, deviceByName(spec.device));
+  for (const auto& [dtype, tflops] : spec.device_overrides.peak_tflops)
+    APC_RETURN_IF_ERROR(setPeakTflops(d, ir::dtypeName(dtype), tflops));
+  DeviceOverrides o;
+  o.hbm_gbps = spec.device_overrides.hbm_bandwidth_gbps;
+  o.compute_efficiency = spec.device_overrides.compute_efficiency;
+  o.memory_efficiency = spec.device_overrides.memory_efficiency;
+  o.kernel_floor_us = spec.device_overrides.kernel_floor_us;
+  return applyOverrides(std::move(d), o);
+}
+
+Expected<CostModel> costModelFor(const mesh::Spec& spec) {
+  APC_ASSIGN_OR_RETURN(DeviceSpec device, deviceForSpec(spec));
+  if (!spec.network.empty() && spec.network.size() != spec.mesh.ndim())
+    return invalidArgument("the spec's network has " + std::to_string(spec.network.size()) +
+                           " entries but the mesh " + spec.mesh.toString() + " has " +
+                           std::to_string(spec.mesh.ndim()) + " dims");
+  return CostModel(std::move(device), spec.mesh, spec.network);
+}
+
+}  // namespace apc::cost

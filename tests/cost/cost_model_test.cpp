@@ -1,0 +1,134 @@
+// The cost-model seam (apc/cost/cost_model.h): without refinements it prices exactly as the free
+// functions (so plans made through it are today's); a link per collective kind prices that kind
+// only; groups that span nodes are priced hierarchically; redistributions price through it.
+#include "apc/cost/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include "apc/cost/redistribute.h"
+
+namespace apc::cost {
+namespace {
+
+constexpr CollectiveKind kKinds[] = {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+                                     CollectiveKind::kAllReduce, CollectiveKind::kAllToAll};
+
+mesh::DeviceMesh meshOf(std::vector<int64_t> shape) {
+  auto m = mesh::DeviceMesh::create(shape);
+  EXPECT_TRUE(m.ok());
+  return *m;
+}
+
+TEST(CostModel, WithoutRefinementsItIsTheFreeFunctions) {
+  mesh::DeviceMesh m = meshOf({4, 8});
+  m.setLink(0, {25.0, 12.0});
+  DeviceSpec h100 = deviceByName("h100").value();
+  CostModel model(h100, m);
+  for (size_t d = 0; d < 2; ++d)
+    for (CollectiveKind k : kKinds)
+      for (double n : {0.0, 1.0, 4096.0, 3e8})
+        EXPECT_EQ(model.collectiveUs(k, d, m.size(d), n), collectiveUs(k, m.link(d), m.size(d), n));
+  EXPECT_EQ(model.computeUs(1e12, 1e6, ir::DType::kBF16),
+            computeCostUs(h100, 1e12, 1e6, ir::DType::kBF16));
+  EXPECT_EQ(model.backwardUs(OpFamily::kContraction, 7.0), 14.0);
+  EXPECT_EQ(model.collectiveUs(CollectiveKind::kNone, 0, 4, 1e6), 0.0);
+  EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllReduce, 0, 1, 1e6), 0.0);
+}
+
+TEST(CostModel, ALinkPerKindPricesThatKindOnly) {
+  mesh::DeviceMesh m = meshOf({2});
+  m.setLink(0, {10.0, 5.0});
+  mesh::MeshDimNetwork net;
+  net.by_kind[0] = mesh::LinkParams{2.0, 50.0};  // all-gather
+  CostModel model(DeviceSpec{}, m, {net});
+  EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllGather, 0, 2, 1e6),
+            allGatherUs({2.0, 50.0}, 2, 1e6));
+  EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllReduce, 0, 2, 1e6),
+            allReduceUs({10.0, 5.0}, 2, 1e6));
+  EXPECT_NE(model.describe().find("all-gather 2 GB/s, 50 us"), std::string::npos)
+      << model.describe();
+}
+
+TEST(CostModel, GroupsThatSpanNodesArePricedHierarchically) {
+  mesh::DeviceMesh m = meshOf({16});
+  const mesh::LinkParams nvlink{450.0, 2.0}, ib{50.0, 10.0};
+  m.setLink(0, nvlink);
+  mesh::MeshDimNetwork net;
+  net.ranks_per_node = 8;
+  net.inter_node = ib;
+  CostModel model(DeviceSpec{}, m, {net});
+  const double n = 64e6;
+  EXPECT_DOUBLE_EQ(model.collectiveUs(CollectiveKind::kAllGather, 0, 16, n),
+                   allGatherUs(ib, 2, n / 8) + allGatherUs(nvlink, 8, n));
+  EXPECT_DOUBLE_EQ(model.collectiveUs(CollectiveKind::kReduceScatter, 0, 16, n),
+                   reduceScatterUs(nvlink, 8, n) + reduceScatterUs(ib, 2, n / 8));
+  EXPECT_DOUBLE_EQ(
+      model.collectiveUs(CollectiveKind::kAllReduce, 0, 16, n),
+      reduceScatterUs(nvlink, 8, n) + allReduceUs(ib, 2, n / 8) + allGatherUs(nvlink, 8, n));
+  const double piece = n / 256;
+  EXPECT_DOUBLE_EQ(model.collectiveUs(CollectiveKind::kAllToAll, 0, 16, n),
+                   7 * (2.0 + piece / 450e3) + 8 * (10.0 + piece / 50e3));
+  // The hierarchy is cheaper than a flat ring over the slow link and dearer than one over the
+  // fast link: a ring of 16 over nodes is bounded by its slowest hop.
+  EXPECT_LT(model.collectiveUs(CollectiveKind::kAllReduce, 0, 16, n), allReduceUs(ib, 16, n));
+  EXPECT_GT(model.collectiveUs(CollectiveKind::kAllReduce, 0, 16, n), allReduceUs(nvlink, 16, n));
+  // A group within one node, and a node size that does not divide the group.
+  EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllReduce, 0, 8, n), allReduceUs(nvlink, 8, n));
+  EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllReduce, 0, 12, n), allReduceUs(ib, 12, n));
+}
+
+TEST(CostModel, RedistributionsPriceThroughTheModel) {
+  mesh::DeviceMesh m = meshOf({4});
+  m.setLink(0, {100.0, 1.0});
+  mesh::MeshDimNetwork net;
+  net.by_kind[0] = mesh::LinkParams{1.0, 100.0};  // a slow all-gather
+  CostModel model(DeviceSpec{}, m, {net});
+  ir::TensorMeta t;
+  t.dtype = ir::DType::kF32;
+  t.shape = {ir::Dim::fixed(1024), ir::Dim::fixed(1024)};
+  t.requires_grad = true;
+  const mesh::PlacementTuple from = {mesh::Placement::shard(0)},
+                             to = {mesh::Placement::replicate()};
+  auto plain = planRedistribution(t, from, to, m);
+  auto priced = planRedistribution(t, from, to, m, model);
+  ASSERT_TRUE(plain.ok() && priced.ok());
+  ASSERT_EQ(priced->steps.size(), 1u);
+  const double n = 1024.0 * 1024 * 4;
+  EXPECT_DOUBLE_EQ(priced->forward_us, allGatherUs({1.0, 100.0}, 4, n));
+  EXPECT_DOUBLE_EQ(priced->backward_us, reduceScatterUs({100.0, 1.0}, 4, n));
+  EXPECT_DOUBLE_EQ(plain->forward_us, allGatherUs({100.0, 1.0}, 4, n));
+  auto cost = redistributionCost(t, from, to, m, model);
+  ASSERT_TRUE(cost.ok());
+  EXPECT_EQ(cost->forward_us, priced->forward_us);
+  auto costs = redistributionCosts(t, from, {to}, m, model);
+  ASSERT_TRUE(costs.ok());
+  EXPECT_EQ((*costs)[0].forward_us, priced->forward_us);
+  // A model of another mesh is an error, not a wrong price.
+  CostModel two_dims(DeviceSpec{}, meshOf({2, 2}));
+  EXPECT_FALSE(planRedistribution(t, from, to, m, two_dims).ok());
+}
+
+TEST(CostModel, FromASpec) {
+  auto spec = mesh::parseSpecText(R"({"mesh": {"shape": [2, 2]}, "device": {"kind": "cpu",
+      "peak_tflops": {"f32": 0.04}, "compute_efficiency": 1, "kernel_floor_us": 3},
+      "network": [{}, {"all-reduce": {"bandwidth_gbps": 2, "latency_us": 9}}]})");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto model = costModelFor(*spec);
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  EXPECT_EQ(model->device().name, "cpu");
+  EXPECT_EQ(model->device().kernel_floor_us, 3.0);
+  EXPECT_EQ(model->device().compute_efficiency, 1.0);
+  EXPECT_EQ(model->link(CollectiveKind::kAllReduce, 1).bandwidth_gbps, 2.0);
+  EXPECT_EQ(model->link(CollectiveKind::kAllGather, 1), spec->mesh.link(1));
+  mesh::Spec bad = *spec;
+  bad.network.pop_back();
+  auto err = costModelFor(bad);
+  ASSERT_FALSE(err.ok());
+  EXPECT_NE(err.error().message().find("network has 1 entries"), std::string::npos);
+  bad = *spec;
+  bad.device = "tpu";
+  EXPECT_FALSE(costModelFor(bad).ok());
+}
+
+}  // namespace
+}  // namespace apc::cost
