@@ -302,8 +302,9 @@ struct UserInput {
 
 class ExportedImporter {
  public:
-  ExportedImporter(const json& program, const json& weights, std::string path)
-      : program_(program), weights_(weights), path_(std::move(path)) {}
+  ExportedImporter(const json& program, const json& weights, const json& constants,
+                   std::string path)
+      : program_(program), weights_(weights), constants_(constants), path_(std::move(path)) {}
 
   /// Checks the version and reads the symbols and user inputs.
   Status prepare() {
@@ -370,6 +371,135 @@ class ExportedImporter {
         for (const std::string& sym : freeSymbols(*x))
           symbols_.order.emplace(sym, symbols_.order.size());
       }
+    return checkSignature();
+  }
+
+  // --- torch.export's own invariants ----------------------------------------------------------
+  // What torch's deserializer and verifier (torch/_export/serde/serialize.py,
+  // torch/_export/verifier.py) refuse is refused here too, each with one line: a name defined
+  // twice ("has already been deserialized"), a signature whose inputs or outputs are not the
+  // graph's, a parameter, buffer or constant named twice or tied to a tensor of another shape or
+  // dtype than the state dict's. A value read before its definition is lookup's error.
+
+  /// Records that `what` defines `name`; an error when the name is already defined.
+  Status define(const std::string& name, const std::string& what) {
+    auto [it, fresh] = defined_by_.try_emplace(name, what);
+    if (fresh) return Status::success();
+    return parseError("'" + path_ + "': " + what + " defines %" + printable(name) + ", which " +
+                      it->second +
+                      " already defines (torch.export refuses such a program: it has already "
+                      "been deserialized)");
+  }
+
+  /// The placeholder an input spec names ("" for kinds without one).
+  static std::string placeholderOf(const std::string& kind, const json& body) {
+    if (kind == "user_input") return str(member(member(member(body, "arg"), "as_tensor"), "name"));
+    if (kind == "constant_input") return str(member(body, "name"));
+    return str(member(member(body, "arg"), "name"));
+  }
+
+  /// The as_int sizes of a serialized tensor meta; nullopt when one is symbolic or malformed.
+  static std::optional<std::vector<int64_t>> staticSizes(const json& sizes) {
+    if (!sizes.is_array()) return std::nullopt;
+    std::vector<int64_t> out;
+    for (const json& s : sizes) {
+      const json& i = member(s, "as_int");
+      if (!i.is_number_integer()) return std::nullopt;
+      out.push_back(i.get<int64_t>());
+    }
+    return out;
+  }
+
+  /// The state dict's tensor meta of a parameter, buffer or constant tied to `placeholder`
+  /// (where the archive records it) has the placeholder's sizes and dtype.
+  Status checkStateShape(const std::string& kind, const std::string& fqn,
+                         const std::string& placeholder) {
+    const json& config = kind == "tensor_constant" ? constants_ : weights_;
+    const json& entry = member(member(config, "config"), fqn);
+    if (!entry.is_object()) return Status::success();
+    const json& state = member(entry, "tensor_meta");
+    const json& graph = member(*tensor_values_, placeholder);
+    if (!graph.is_object())
+      return parseError("'" + path_ + "': the signature's " + kind + " '" + printable(fqn) +
+                        "' is %" + printable(placeholder) + ", which has no tensor_values");
+    auto have = staticSizes(member(graph, "sizes")), want = staticSizes(member(state, "sizes"));
+    auto text = [](const std::vector<int64_t>& v) {
+      return "[" + joinMap(v, ", ", [](int64_t x) { return std::to_string(x); }) + "]";
+    };
+    if (have && want && *have != *want)
+      return parseError("'" + path_ + "': the signature ties " + kind + " '" + printable(fqn) +
+                        "' to %" + printable(placeholder) + " of shape " + text(*have) +
+                        ", but the state dict's '" + printable(fqn) + "' has shape " + text(*want));
+    const json& a = member(graph, "dtype");
+    const json& b = member(state, "dtype");
+    if (a.is_number_integer() && b.is_number_integer() && a != b) {
+      auto name = [](const json& d) {
+        auto st = scalarTypeFromSerde(d.get<int64_t>());
+        return st ? std::string(ir::dtypeName(dtypeOf(*st))) : "dtype " + d.dump();
+      };
+      return parseError("'" + path_ + "': the signature ties " + kind + " '" + printable(fqn) +
+                        "' to %" + printable(placeholder) + " of dtype " + name(a) +
+                        ", but the state dict's '" + printable(fqn) + "' is " + name(b));
+    }
+    return Status::success();
+  }
+
+  Status checkSignature() {
+    const json& specs = member(*signature_, "input_specs");
+    const json& graph_inputs = member(*graph_, "inputs");
+    if (specs.is_array() && graph_inputs.is_array() && specs.size() != graph_inputs.size())
+      return parseError("'" + path_ + "': the graph has " + std::to_string(graph_inputs.size()) +
+                        " inputs but its signature " + std::to_string(specs.size()) +
+                        " input specs");
+    std::map<std::string, size_t> state_names;  // fqn -> the input spec naming it
+    size_t i = 0;
+    for (const json& spec : specs) {
+      const std::string what = "the signature's input " + std::to_string(i);
+      APC_ASSIGN_OR_RETURN(auto u, unionOf(spec, "an input spec"));
+      const auto& [kind, body] = u;
+      std::string placeholder = placeholderOf(kind, *body);
+      if (!placeholder.empty()) {
+        APC_RETURN_IF_ERROR(define(placeholder, what));
+        const json& g = graph_inputs.is_array() ? graph_inputs[i] : json();
+        std::string graph_name = str(member(member(g, "as_tensor"), "name"));
+        if (!graph_name.empty() && kind != "constant_input" && graph_name != placeholder)
+          return parseError("'" + path_ + "': " + what + " is %" + printable(placeholder) +
+                            " but the graph's input " + std::to_string(i) + " is %" +
+                            printable(graph_name));
+      }
+      std::string fqn;
+      if (kind == "parameter") fqn = str(member(*body, "parameter_name"));
+      if (kind == "buffer") fqn = str(member(*body, "buffer_name"));
+      if (kind == "tensor_constant") fqn = str(member(*body, "tensor_constant_name"));
+      if (!fqn.empty()) {
+        auto [prev, fresh] = state_names.try_emplace(kind + " " + fqn, i);
+        if (!fresh)
+          return parseError("'" + path_ + "': the signature names " + kind + " '" + printable(fqn) +
+                            "' twice (inputs " + std::to_string(prev->second) + " and " +
+                            std::to_string(i) + ")");
+        APC_RETURN_IF_ERROR(checkStateShape(kind, fqn, placeholder));
+      }
+      ++i;
+    }
+    const json& outs = member(*signature_, "output_specs");
+    const json& graph_outputs = member(*graph_, "outputs");
+    if (outs.is_array() && graph_outputs.is_array()) {
+      if (outs.size() != graph_outputs.size())
+        return parseError("'" + path_ + "': the graph has " + std::to_string(graph_outputs.size()) +
+                          " outputs but its signature " + std::to_string(outs.size()) +
+                          " output specs");
+      for (size_t k = 0; k < outs.size(); ++k) {
+        if (!outs[k].is_object() || outs[k].size() != 1) continue;  // addOutputs' error
+        const json& arg = member(outs[k].begin().value(), "arg");
+        std::string spec_name = str(member(arg, "name"));
+        if (spec_name.empty()) spec_name = str(member(member(arg, "as_tensor"), "name"));
+        std::string graph_name = str(member(member(graph_outputs[k], "as_tensor"), "name"));
+        if (!spec_name.empty() && !graph_name.empty() && spec_name != graph_name)
+          return parseError("'" + path_ + "': the signature's output " + std::to_string(k) +
+                            " is %" + printable(spec_name) + " but the graph's output " +
+                            std::to_string(k) + " is %" + printable(graph_name));
+      }
+    }
     return Status::success();
   }
 
@@ -471,7 +601,10 @@ class ExportedImporter {
     notes_ = notes;
     countUses();
     APC_RETURN_IF_ERROR(addPlaceholders());
-    for (const json& n : member(*graph_, "nodes")) APC_RETURN_IF_ERROR(addOpNode(n));
+    for (const json& n : member(*graph_, "nodes")) {
+      APC_RETURN_IF_ERROR(addOpNode(n));
+      ++node_index_;
+    }
     APC_RETURN_IF_ERROR(addOutputs());
     APC_RETURN_IF_ERROR(out_.verify());
     return std::move(out_);
@@ -699,6 +832,11 @@ class ExportedImporter {
     std::string source;
     std::string where() const { return " at node " + name; }
   };
+
+  /// "node 3 (torch.ops.aten.add.Tensor)": the node being read, by position and target.
+  std::string nodeLabel(const NodeCtx& ctx) const {
+    return "node " + std::to_string(node_index_) + " (" + printable(ctx.target) + ")";
+  }
 
   ir::Node opNode(const NodeCtx& ctx, std::string op) {
     ir::Node n;
@@ -981,6 +1119,7 @@ class ExportedImporter {
         value.type = ir::ValueType::kTensorList;
         for (const json& t : *v) {
           names.push_back(str(member(t, "name")));
+          APC_RETURN_IF_ERROR(define(names.back(), nodeLabel(ctx)));
           APC_ASSIGN_OR_RETURN(ir::TensorMeta m, metaOf(names.back()));
           m.requires_grad = grad && ir::isFloating(m.dtype);
           value.elements.push_back(m);
@@ -1014,7 +1153,10 @@ class ExportedImporter {
       value.debug_name = name;
       ir::ValueId id = out_.addValue(std::move(value));
       node.outputs.push_back(id);
-      if (!name.empty()) values_[name] = id;
+      if (!name.empty()) {
+        APC_RETURN_IF_ERROR(define(name, nodeLabel(ctx)));
+        values_[name] = id;
+      }
     }
     out_.addNode(std::move(node));
     for (auto& [list, names] : unpack) {
@@ -1128,6 +1270,7 @@ class ExportedImporter {
 
   const json& program_;
   const json& weights_;
+  const json& constants_;
   std::string path_;
   const json* graph_ = nullptr;
   const json* signature_ = nullptr;
@@ -1142,12 +1285,16 @@ class ExportedImporter {
   ImportNotes* notes_ = nullptr;
   ir::Graph out_;
   std::unordered_map<std::string, ir::ValueId> values_;
+  // Every name the program defines (signature inputs, node outputs) -> what defines it.
+  std::unordered_map<std::string, std::string> defined_by_;
+  size_t node_index_ = 0;  // the position of the node addOpNode reads
   std::unordered_map<std::string, std::shared_ptr<torch::jit::Operator>> schemas_;
 };
 
 struct Program {
-  json program;  // models/model.json
-  json weights;  // data/weights/model_weights_config.json, or an empty object
+  json program;    // models/model.json
+  json weights;    // data/weights/model_weights_config.json, or an empty object
+  json constants;  // data/constants/model_constants_config.json, or an empty object
 };
 
 Expected<Program> readProgram(const std::string& path) {
@@ -1161,6 +1308,10 @@ Expected<Program> readProgram(const std::string& path) {
   if (archive.has(kWeightsConfigRecord)) {
     APC_ASSIGN_OR_RETURN(p.weights, archive.json(kWeightsConfigRecord));
   }
+  p.constants = json::object();
+  if (archive.has(kConstantsConfigRecord)) {
+    APC_ASSIGN_OR_RETURN(p.constants, archive.json(kConstantsConfigRecord));
+  }
   return p;
 }
 
@@ -1168,7 +1319,7 @@ Expected<Program> readProgram(const std::string& path) {
 
 Expected<std::vector<InputSpec>> recordedExportedInputs(const std::string& path) {
   APC_ASSIGN_OR_RETURN(Program p, readProgram(path));
-  ExportedImporter importer(p.program, p.weights, path);
+  ExportedImporter importer(p.program, p.weights, p.constants, path);
   try {
     APC_RETURN_IF_ERROR(importer.prepare());
     return importer.recordedInputs();
@@ -1186,7 +1337,7 @@ Expected<ir::Graph> importExportedProgram(const std::string& path, const ImportO
     timings->inline_s = 0;
   }
   auto t1 = std::chrono::steady_clock::now();
-  ExportedImporter importer(p.program, p.weights, path);
+  ExportedImporter importer(p.program, p.weights, p.constants, path);
   Expected<ir::Graph> g = [&]() -> Expected<ir::Graph> {
     try {
       APC_RETURN_IF_ERROR(importer.prepare());

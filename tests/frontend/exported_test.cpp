@@ -1102,5 +1102,92 @@ TEST(ExportedFixtures, InPlaceWritesThroughViewsComputeWhatTorchComputes) {
   EXPECT_NE(refused.error().message().find("not aten::view"), std::string::npos);
 }
 
+// Issue 32: .pt2 metadata torch itself rejects was accepted and planned. The reader enforces
+// torch.export's invariants, each a one-line error: one definition per name (torch: "has already
+// been deserialized"), the signature's inputs and outputs are the graph's, a parameter, buffer or
+// constant named once and tied to a tensor of the state dict's shape and dtype, every reference
+// defined before it is read. Each case is a damaged copy of the constant.pt2 fixture (nodes:
+// linear, add; inputs p_lin_weight [6,6], p_lin_bias [6], c_table [6] (a constant), x).
+TEST_F(ExportedErrors, TorchExportInvariantsAreOneLineErrors) {
+  REQUIRE_FIXTURES();
+  const std::string src = (fixtures() / "constant.pt2").string();
+  ASSERT_TRUE(importModel(src).ok());
+  struct Case {
+    std::string name;
+    std::function<void(json&)> edit;
+    std::string needle;
+  };
+  auto nodes = [](json& j) -> json& { return j["graph_module"]["graph"]["nodes"]; };
+  auto specs = [](json& j) -> json& { return j["graph_module"]["signature"]["input_specs"]; };
+  auto values = [](json& j) -> json& { return j["graph_module"]["graph"]["tensor_values"]; };
+  const std::string twice =
+      "(torch.export refuses such a program: it has already been "
+      "deserialized)";
+  const std::vector<Case> cases = {
+      {"node_redefines_node",
+       [&](json& j) { nodes(j)[1]["outputs"][0]["as_tensor"]["name"] = "linear"; },
+       "node 1 (torch.ops.aten.add.Tensor) defines %linear, which node 0 "
+       "(torch.ops.aten.linear.default) already defines " +
+           twice},
+      {"node_redefines_input",
+       [&](json& j) { nodes(j)[0]["outputs"][0]["as_tensor"]["name"] = "x"; },
+       "node 0 (torch.ops.aten.linear.default) defines %x, which the signature's input 3 already "
+       "defines"},
+      {"input_defined_twice",
+       [&](json& j) {
+         specs(j)[1]["parameter"]["arg"]["name"] = "p_lin_weight";
+         j["graph_module"]["graph"]["inputs"][1]["as_tensor"]["name"] = "p_lin_weight";
+       },
+       "the signature's input 1 defines %p_lin_weight, which the signature's input 0 already "
+       "defines"},
+      {"parameter_of_another_shape",
+       [&](json& j) {
+         specs(j)[0]["parameter"]["parameter_name"] = "lin.bias";
+         specs(j)[1]["parameter"]["parameter_name"] = "lin.weight";
+       },
+       "the signature ties parameter 'lin.bias' to %p_lin_weight of shape [6, 6], but the state "
+       "dict's 'lin.bias' has shape [6]"},
+      {"placeholder_of_another_shape",
+       [&](json& j) {
+         values(j)["c_table"]["sizes"] = json::array({{{"as_int", 7}}});
+       },
+       "the signature ties tensor_constant 'table' to %c_table of shape [7], but the state "
+       "dict's 'table' has shape [6]"},
+      {"placeholder_of_another_dtype",
+       [&](json& j) {
+         json& dt = values(j)["p_lin_bias"]["dtype"];
+         dt = dt.get<int>() == 8 ? 7 : 8;
+       },
+       "the signature ties parameter 'lin.bias' to %p_lin_bias of dtype "},
+      {"parameter_named_twice",
+       [&](json& j) { specs(j)[1]["parameter"]["parameter_name"] = "lin.weight"; },
+       "the signature names parameter 'lin.weight' twice (inputs 0 and 1)"},
+      {"signature_is_not_the_graph",
+       [&](json& j) { j["graph_module"]["graph"]["inputs"][0]["as_tensor"]["name"] = "w"; },
+       "the signature's input 0 is %p_lin_weight but the graph's input 0 is %w"},
+      {"inputs_left_out", [&](json& j) { j["graph_module"]["graph"]["inputs"].erase(0); },
+       "the graph has 3 inputs but its signature 4 input specs"},
+      {"output_is_not_the_graph's",
+       [&](json& j) {
+         j["graph_module"]["signature"]["output_specs"][0]["user_output"]["arg"]["as_tensor"]
+          ["name"] = "linear";
+       },
+       "the signature's output 0 is %linear but the graph's output 0 is %add"},
+      {"read_before_defined", [&](json& j) { std::swap(nodes(j)[0], nodes(j)[1]); },
+       "value %linear is used before it is defined"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    fs::path p = dir_ / (c.name + ".pt2");
+    rewriteProgram(src, p, c.edit);
+    auto g = importModel(p.string());
+    if (g.ok()) {
+      ADD_FAILURE() << "imported";
+      continue;
+    }
+    expectOneLine(g.error(), ErrorCode::kParse, c.needle);
+  }
+}
+
 }  // namespace
 }  // namespace apc::frontend
