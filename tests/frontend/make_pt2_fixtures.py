@@ -17,8 +17,8 @@ Writes, into OUT_DIR, programs whose features the sample models do not have:
   scripted_data_loop.pt   a loop whose trip count is read from the input's values (an error)
   scripted_optional.pt    optional forward inputs left at their defaults (None, a float), a
                    tuple built and unpacked inside the forward (scripted TransformerEncoder's form)
-  inplace_*.pt     in-place writes through views (scripted, and traced where tracing keeps
-                   them): repeated writes through one view, the chain v.mul_(2).add_(100.),
+  inplace_*.pt     in-place writes through views (scripted, traced where tracing keeps them,
+                   and exported as inplace_*.pt2, the same module and weights): repeated writes through one view, the chain v.mul_(2).add_(100.),
                    reads interleaved with the writes, writes through the base and through nested
                    slices and selects, views taken before a write and read after it;
                    inplace_refused_view.pt writes through a view() whose base is read later
@@ -229,6 +229,9 @@ def main(out):
         if name in ("repeated", "chain", "base_and_views"):
             traced = torch.jit.trace(model, (x,), check_trace=False)
             traced.save(os.path.join(out, "inplace_" + name + "_traced.pt"))
+        if name != "refused_view":  # the training IR keeps the in-place ops on views too
+            ep = torch.export.export(model, (x,))
+            torch.export.save(ep, os.path.join(out, "inplace_" + name + ".pt2"))
     print("wrote", ", ".join(programs), "(and bn_train_functional, scripted_loops,",
           "scripted_data_loop, scripted_optional, inplace_*) to", out)
 
