@@ -58,6 +58,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/run_command.h"
+#include "apc/plan/plan.h"
 #include "apc/runtime/parallel_module.h"
 #include "rank_harness.h"
 
@@ -313,12 +314,15 @@ TEST_P(MixedPrecisionComm, MovesThePricedBytesInParamAndReduceDtypes) {
   std::string err = makeArtifact(m, {2, 2}, cc.strategy, true, mixed_dir.string(), pins);
   ASSERT_TRUE(err.empty()) << err;
   {
-    std::ifstream in(mixed_dir.string() + ".plan.json");
-    nlohmann::json plan = nlohmann::json::parse(in);
-    ASSERT_TRUE(plan["spec"].contains("mixed_precision"));
-    plan["spec"].erase("mixed_precision");
-    std::ofstream out(f32_dir.string() + ".plan.json");
-    out << plan.dump(1) << "\n";
+    // The same plan without mixed precision: an edited plan, so it is hashed again (the readers
+    // refuse a plan whose content does not hash to its content_hash).
+    auto plan = plan::readPlanFile(mixed_dir.string() + ".plan.json");
+    ASSERT_TRUE(plan.ok()) << plan.error().message();
+    ASSERT_TRUE(plan->spec.mixed_precision.param_dtype);
+    plan->spec.mixed_precision = {};
+    plan->content_hash = plan::planContentHash(*plan);
+    Status written = plan::writePlanFile(*plan, f32_dir.string() + ".plan.json");
+    ASSERT_TRUE(written.ok()) << written.error().message();
   }
   apc::testing::CommandResult r =
       apc::testing::runCommand(testing::apcBinary() + " lower " + f32_dir.string() + ".plan.json " +
