@@ -7,6 +7,8 @@
 
 #include "apc/support/strings.h"
 
+#include <cmath>
+
 namespace apc::cost {
 
 namespace {
@@ -27,6 +29,19 @@ int kindIndex(CollectiveKind kind) {
   return -1;
 }
 
+/// The measured time at `n` bytes: log-log interpolation between the measured sizes, the first
+/// time below the smallest, proportional to the bytes above the largest.
+double interpolate(const mesh::CollectiveTable& t, double n) {
+  const size_t last = t.bytes.size() - 1;
+  if (!(n > t.bytes[0])) return t.us[0];
+  if (n >= t.bytes[last]) return t.us[last] * (n / t.bytes[last]);
+  size_t i = 0;
+  while (i + 1 < last && n >= t.bytes[i + 1]) ++i;
+  const double x =
+      (std::log(n) - std::log(t.bytes[i])) / (std::log(t.bytes[i + 1]) - std::log(t.bytes[i]));
+  return std::exp(std::log(t.us[i]) + x * (std::log(t.us[i + 1]) - std::log(t.us[i])));
+}
+
 }  // namespace
 
 CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh)
@@ -41,11 +56,15 @@ CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh,
     d.by_kind.fill(mesh.link(m));
     if (m >= network.size()) continue;
     const mesh::MeshDimNetwork& n = network[m];
-    for (size_t k = 0; k < 4; ++k)
+    for (size_t k = 0; k < 4; ++k) {
       if (n.by_kind[k]) {
         d.by_kind[k] = *n.by_kind[k];
         d.refined = true;
       }
+      if (n.tables[k] && n.tables[k]->bytes.size() >= 2 &&
+          n.tables[k]->bytes.size() == n.tables[k]->us.size())
+        d.tables[k] = n.tables[k];
+    }
     if (n.ranks_per_node > 0 && n.inter_node) {
       d.ranks_per_node = n.ranks_per_node;
       d.inter_node = *n.inter_node;
@@ -64,7 +83,11 @@ double CostModel::collectiveUs(CollectiveKind kind, size_t mesh_dim, int64_t p,
   const Dim& d = links_[mesh_dim];
   const mesh::LinkParams& intra = d.by_kind[static_cast<size_t>(kindIndex(kind))];
   const int64_t q = d.ranks_per_node;
-  if (q <= 0 || q >= p) return cost::collectiveUs(kind, intra, p, full_bytes);
+  if (q <= 0 || q >= p) {
+    const auto& table = d.tables[static_cast<size_t>(kindIndex(kind))];
+    if (table && table->group_size == p) return interpolate(*table, full_bytes);
+    return cost::collectiveUs(kind, intra, p, full_bytes);
+  }
   if (p % q != 0) return cost::collectiveUs(kind, d.inter_node, p, full_bytes);
   const int64_t r = p / q;
   const double qd = static_cast<double>(q);
@@ -103,11 +126,16 @@ std::string CostModel::describe() const {
   for (size_t m = 0; m < links_.size(); ++m) {
     const Dim& d = links_[m];
     s += "; mesh dim " + std::to_string(m) + " ";
-    if (!d.refined) {
+    bool measured = false;
+    for (const auto& t : d.tables) measured |= t.has_value();
+    if (!d.refined && !measured) {
       s += link(d.by_kind[0]);
     } else {
       for (size_t k = 0; k < 4; ++k)
-        s += std::string(k ? ", " : "") + collectiveName(kKinds[k]) + " " + link(d.by_kind[k]);
+        s += std::string(k ? ", " : "") + collectiveName(kKinds[k]) + " " +
+             (d.tables[k] ? "measured (" + std::to_string(d.tables[k]->bytes.size()) + " sizes, " +
+                                std::to_string(d.tables[k]->group_size) + " ranks)"
+                          : link(d.by_kind[k]));
     }
     if (d.ranks_per_node > 0)
       s += " (" + std::to_string(d.ranks_per_node) + " ranks per node, between nodes " +

@@ -36,10 +36,13 @@ bool DynamicDim::operator==(const DynamicDim&) const = default;
 bool Pin::operator==(const Pin&) const = default;
 bool Spec::operator==(const Spec&) const = default;
 bool MeshDimNetwork::operator==(const MeshDimNetwork&) const = default;
+bool CollectiveTable::operator==(const CollectiveTable&) const = default;
 
 bool MeshDimNetwork::empty() const {
   for (const auto& l : by_kind)
     if (l) return false;
+  for (const auto& t : tables)
+    if (t) return false;
   return ranks_per_node == 0 && !inter_node;
 }
 bool InputShardings::operator==(const InputShardings&) const = default;
@@ -144,6 +147,36 @@ json linkToJson(const LinkParams& l) {
   return {{"bandwidth_gbps", l.bandwidth_gbps}, {"latency_us", l.latency_us}};
 }
 
+/// {"group_size": p, "bytes": [...], "us": [...]}: at least two sizes, ascending, times > 0.
+Expected<CollectiveTable> readTable(const json& j, const std::string& path) {
+  APC_RETURN_IF_ERROR(
+      expectObject(j, path, "measured times {\"group_size\": 2, \"bytes\": [...], \"us\": [...]}"));
+  APC_RETURN_IF_ERROR(checkKeys(j, path, {"group_size", "bytes", "us"}));
+  CollectiveTable t;
+  const json* p = find(j, "group_size");
+  const json* bytes = find(j, "bytes");
+  const json* us = find(j, "us");
+  if (!p || !bytes || !us) return at(path, "needs 'group_size', 'bytes' and 'us'");
+  APC_ASSIGN_OR_RETURN(double g, readInRange(*p, path + ".group_size", "group size", 2,
+                                             static_cast<double>(kMaxWorldSize)));
+  if (g != std::floor(g)) return at(path + ".group_size", "expected an integer");
+  t.group_size = static_cast<int64_t>(g);
+  if (!bytes->is_array() || !us->is_array() || bytes->size() != us->size() || bytes->size() < 2 ||
+      bytes->size() > 64)
+    return at(path, "'bytes' and 'us' must be lists of the same length, 2 to 64 entries");
+  for (size_t i = 0; i < bytes->size(); ++i) {
+    APC_ASSIGN_OR_RETURN(double b,
+                         readInRange((*bytes)[i], indexPath(path + ".bytes", i), "bytes", 1, 1e15));
+    APC_ASSIGN_OR_RETURN(
+        double u, readInRange((*us)[i], indexPath(path + ".us", i), "time (us)", 1e-6, 1e12));
+    if (i > 0 && !(b > t.bytes.back()))
+      return at(indexPath(path + ".bytes", i), "sizes must ascend");
+    t.bytes.push_back(b);
+    t.us.push_back(u);
+  }
+  return t;
+}
+
 /// A list of MeshDimNetwork objects, `ndim` of them.
 Expected<std::vector<MeshDimNetwork>> readNetwork(const json& j, const std::string& path,
                                                   size_t ndim) {
@@ -161,7 +194,13 @@ Expected<std::vector<MeshDimNetwork>> readNetwork(const json& j, const std::stri
                                    kNetworkKindKeys[3], "ranks_per_node", "inter_node"}));
     for (size_t k = 0; k < 4; ++k)
       if (const json* l = find(d, kNetworkKindKeys[k])) {
-        APC_ASSIGN_OR_RETURN(out[m].by_kind[k], readLink(*l, keyPath(p, kNetworkKindKeys[k])));
+        const std::string kp = keyPath(p, kNetworkKindKeys[k]);
+        json link = *l;
+        if (l->is_object() && l->contains("measured")) {
+          APC_ASSIGN_OR_RETURN(out[m].tables[k], readTable((*l)["measured"], kp + ".measured"));
+          link.erase("measured");
+        }
+        APC_ASSIGN_OR_RETURN(out[m].by_kind[k], readLink(link, kp));
       }
     if (const json* q = find(d, "ranks_per_node")) {
       APC_ASSIGN_OR_RETURN(double v, readInRange(*q, p + ".ranks_per_node", "ranks per node", 1,
@@ -183,7 +222,12 @@ json networkToJson(const std::vector<MeshDimNetwork>& network) {
   for (const MeshDimNetwork& d : network) {
     json o = json::object();
     for (size_t k = 0; k < 4; ++k)
-      if (d.by_kind[k]) o[kNetworkKindKeys[k]] = linkToJson(*d.by_kind[k]);
+      if (d.by_kind[k]) {
+        json l = linkToJson(*d.by_kind[k]);
+        if (const auto& t = d.tables[k])
+          l["measured"] = {{"group_size", t->group_size}, {"bytes", t->bytes}, {"us", t->us}};
+        o[kNetworkKindKeys[k]] = l;
+      }
     if (d.ranks_per_node > 0) o["ranks_per_node"] = d.ranks_per_node;
     if (d.inter_node) o["inter_node"] = linkToJson(*d.inter_node);
     arr.push_back(o);

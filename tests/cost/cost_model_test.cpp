@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "apc/cost/redistribute.h"
 
 namespace apc::cost {
@@ -46,6 +48,28 @@ TEST(CostModel, ALinkPerKindPricesThatKindOnly) {
   EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllReduce, 0, 2, 1e6),
             allReduceUs({10.0, 5.0}, 2, 1e6));
   EXPECT_NE(model.describe().find("all-gather 2 GB/s, 50 us"), std::string::npos)
+      << model.describe();
+}
+
+TEST(CostModel, MeasuredTimesAreInterpolated) {
+  mesh::DeviceMesh m = meshOf({2, 4});
+  mesh::MeshDimNetwork net;
+  net.by_kind[2] = mesh::LinkParams{1.0, 100.0};
+  net.tables[2] = mesh::CollectiveTable{2, {1000, 4000, 16000}, {10, 20, 80}};
+  CostModel model(DeviceSpec{}, m, {net, {}});
+  const auto ar = CollectiveKind::kAllReduce;
+  EXPECT_DOUBLE_EQ(model.collectiveUs(ar, 0, 2, 1000), 10.0);
+  EXPECT_DOUBLE_EQ(model.collectiveUs(ar, 0, 2, 4000), 20.0);
+  EXPECT_NEAR(model.collectiveUs(ar, 0, 2, 2000), 10.0 * std::sqrt(2.0), 1e-9);  // log-log
+  EXPECT_NEAR(model.collectiveUs(ar, 0, 2, 8000), 40.0, 1e-9);
+  EXPECT_DOUBLE_EQ(model.collectiveUs(ar, 0, 2, 10), 10.0);      // below: the first time
+  EXPECT_DOUBLE_EQ(model.collectiveUs(ar, 0, 2, 32000), 160.0);  // above: bandwidth-bound
+  // Other kinds, other group sizes and other mesh dims are not what was measured.
+  EXPECT_EQ(model.collectiveUs(ar, 0, 4, 4000), allReduceUs({1.0, 100.0}, 4, 4000));
+  EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllGather, 0, 2, 4000),
+            allGatherUs(m.link(0), 2, 4000));
+  EXPECT_EQ(model.collectiveUs(ar, 1, 2, 4000), allReduceUs(m.link(1), 2, 4000));
+  EXPECT_NE(model.describe().find("all-reduce measured (3 sizes, 2 ranks)"), std::string::npos)
       << model.describe();
 }
 

@@ -41,7 +41,7 @@ def main():
         if spec_schema["definitions"].get(d) != out_schema["definitions"].get(d):
             failures.append(f"definition '{d}' differs between the two schemas")
     # The cluster profile takes the spec's device and links.
-    for d in ["device_kind", "link", "mesh_dim_network"]:
+    for d in ["device_kind", "link", "kind_link", "mesh_dim_network"]:
         if spec_schema["definitions"].get(d) != cluster_schema["definitions"].get(d):
             failures.append(f"definition '{d}' differs between the spec and cluster schemas")
     if spec_schema["properties"]["device"] != cluster_schema["properties"]["device"]:

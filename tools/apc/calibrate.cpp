@@ -5,12 +5,14 @@
 // under torchrun (RANK and WORLD_SIZE set, no --nproc) each process is a rank already. On the
 // ranks' device, all ranks at once (as they will train), it times:
 //   - matmuls (f32 and bf16) at several sizes, a convolution (recorded, not fitted), elementwise
-//     adds of several sizes, and a minimal op with autograd recording (the per-op floor);
+//     adds of several sizes, and a chain of minimal ops called as the runtime's interpreter calls
+//     them, forward and backward (the per-op floor);
 //   - for every mesh dim, all-gather, reduce-scatter, all-reduce and all-to-all on the groups of
 //     that dim (all groups at once) over message sizes from 4 KiB to --max-mib.
-// Each time is the slowest rank's. lib/cost/calibration fits the roofline's peaks and each mesh
-// dim's alpha-beta link; rank 0 writes the cluster profile (schemas/cluster.schema.json) that
-// `apc plan --cluster` takes, with the raw measurements and each fit's error.
+// Each time is the slowest rank's. lib/cost/calibration fits the roofline's rates and each mesh
+// dim's alpha-beta link, one for all kinds and one per kind; rank 0 writes the cluster profile
+// (schemas/cluster.schema.json) that `apc plan --cluster` takes: the device, the links, per mesh
+// dim and kind the measured times (which the cost model interpolates) and each fit's error.
 //
 //===----------------------------------------------------------------------===//
 #include <sys/wait.h>
@@ -19,6 +21,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -46,7 +49,8 @@ struct CalibrateOptions {
   MeshFlags mesh;
   int threads = 1;
   std::string device = "cpu";
-  double max_mib = 256;
+  double max_mib =
+      0;  // 0: 64 MiB on CPU (larger Gloo messages only measure page faults), 256 on CUDA
   double min_seconds = 0.05;  // least measured time per size (more repetitions below it)
   double timeout_s = 900;
   bool worker = false;
@@ -171,16 +175,35 @@ int runWorker(const CalibrateOptions& o) {
                        {"us", s * 1e6},
                        {"gbps", bytes / s / 1e9}});
   }
+  // The per-op floor as the runtime pays it: ops called through the JIT operator registry (the
+  // interpreter's path, apc/runtime/interpreter.cpp) on tiny tensors with autograd recording, and
+  // their backward; per op, forward and backward each count once (pointwise backward multiplier 1).
   double floor_us = 0;
   {
-    at::Tensor a = at::randn({8}, f32).requires_grad_(), b = at::randn({8}, f32);
+    std::shared_ptr<torch::jit::Operator> add =
+        torch::jit::findOperatorFor(c10::OperatorName("aten::add", "Tensor"));
+    if (!add) return report(internalError("aten::add.Tensor is not registered"));
+    torch::jit::Operation op = add->getOperation();
+    at::Tensor w = at::randn({8}, f32).requires_grad_(), b = at::randn({8}, f32);
+    constexpr int kChain = 32;
+    auto chain = [&] {
+      at::Tensor y = w;
+      std::vector<c10::IValue> stack;
+      for (int i = 0; i < kChain; ++i) {
+        stack = {y, b, c10::Scalar(1)};
+        op(stack);
+        y = stack.back().toTensor();
+      }
+      y.sum().backward();
+    };
     world.all().barrier();
-    const double s = slowest(world, timeIt([&] { (void)at::add(a, b); }, device, o.min_seconds));
-    floor_us = s * 1e6;
-    compute.push_back({{"op", "add (floor, autograd recording)"},
+    const double s = slowest(world, timeIt(chain, device, o.min_seconds));
+    floor_us = s * 1e6 / (2 * kChain);
+    compute.push_back({{"op", "aten::add through the operator registry, forward and backward"},
                        {"dtype", "f32"},
                        {"size", {8}},
-                       {"us", floor_us}});
+                       {"chain", kChain},
+                       {"us_per_op", floor_us}});
   }
   auto device_fit = cost::fitDevice(kernels, floor_us);
   if (!device_fit.ok()) return report(device_fit.error());
@@ -189,7 +212,7 @@ int runWorker(const CalibrateOptions& o) {
   nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
   nlohmann::ordered_json fits = nlohmann::ordered_json::array();
   mesh::ClusterProfile profile;
-  const double max_bytes = o.max_mib * 1024 * 1024;
+  const double max_bytes = (o.max_mib > 0 ? o.max_mib : device.is_cuda() ? 256 : 64) * 1024 * 1024;
   for (size_t m = 0; m < dmesh.ndim(); ++m) {
     runtime::Communicator& c = world.dim(m);
     const int64_t p = c.size();
@@ -229,14 +252,20 @@ int runWorker(const CalibrateOptions& o) {
             break;
         }
         world.all().barrier();
-        // Every member must run the same number of calls: a fixed count from rank 0's estimate.
+        // Every member must run the same number of calls: a count from the slowest first call.
+        // Each call is timed alone and the median kept (a loaded machine's stalls are outliers,
+        // not the link), then the slowest rank's median.
         const double first = slowest(world, timeIt(fn, device, 0, 2));
-        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 2.0, 50.0));
-        world.all().barrier();
-        const auto t0 = Clock::now();
-        for (int r = 0; r < reps; ++r) fn();
-        if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
-        const double s = slowest(world, seconds(t0, Clock::now()) / reps);
+        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 5.0, 50.0));
+        std::vector<double> times;
+        for (int r = 0; r < reps; ++r) {
+          const auto t0 = Clock::now();
+          fn();
+          if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+          times.push_back(seconds(t0, Clock::now()));
+        }
+        std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
+        const double s = slowest(world, times[static_cast<size_t>(reps / 2)]);
         samples.push_back({kind, p, full, s * 1e6});
         collectives.push_back({{"mesh_dim", m},
                                {"kind", cost::collectiveName(kind)},
@@ -264,6 +293,13 @@ int runWorker(const CalibrateOptions& o) {
         return report(kf.error().withContext("mesh dim " + std::to_string(m) + " " +
                                              mesh::kNetworkKindKeys[k]));
       net.by_kind[k] = kf->link;
+      mesh::CollectiveTable table;
+      table.group_size = p;
+      for (const cost::CollectiveSample& cs : mine) {
+        table.bytes.push_back(cs.full_bytes);
+        table.us.push_back(cs.us);
+      }
+      net.tables[k] = std::move(table);
       for (size_t i = 0; i < mine.size(); ++i) {
         collectives[rows[i]]["fit_us"] = cost::fittedUs(*kf, mine[i]);
         collectives[rows[i]]["one_link_fit_us"] = cost::fittedUs(*fit, mine[i]);
@@ -390,7 +426,8 @@ Runner addCalibrateCommand(CLI::App& app) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL, device LOCAL_RANK)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--max-mib", o->max_mib, "Largest collective message in MiB (default 256)")
+  app.add_option("--max-mib", o->max_mib,
+                 "Largest collective message in MiB (default 64 on CPU, 256 on CUDA)")
       ->check(CLI::Range(0.004, 65536.0));
   app.add_option("--min-seconds", o->min_seconds,
                  "Least time measured per kernel or message size (default 0.05)")
@@ -398,7 +435,7 @@ Runner addCalibrateCommand(CLI::App& app) {
   app.add_option("--timeout", o->timeout_s, "Stop the ranks after this many seconds (default 900)")
       ->check(CLI::Range(1.0, 604800.0));
   app.add_flag("--worker", o->worker, "(internal) run as one rank")->group("");
-  return [o, &app] {
+  return [o] {
     const bool under_torchrun = std::getenv("RANK") && std::getenv("WORLD_SIZE");
     if (o->worker || (o->nproc == 0 && under_torchrun)) return runWorker(*o);
     if (o->nproc == 0)
@@ -413,14 +450,12 @@ Runner addCalibrateCommand(CLI::App& app) {
                                      std::to_string(o->threads),
                                      "--device",
                                      o->device,
-                                     "--max-mib",
-                                     formatNumber(o->max_mib, 17),
                                      "--min-seconds",
                                      formatNumber(o->min_seconds, 17)};
+    if (o->max_mib > 0) args.insert(args.end(), {"--max-mib", formatNumber(o->max_mib, 17)});
     if (!o->mesh.mesh.empty()) args.insert(args.end(), {"--mesh", o->mesh.mesh});
     if (!o->mesh.mesh_names.empty()) args.insert(args.end(), {"--mesh-names", o->mesh.mesh_names});
     if (!o->mesh.spec.empty()) args.insert(args.end(), {"--spec", o->mesh.spec});
-    (void)app;
     return runLauncherFor(*o, args);
   };
 }

@@ -5,8 +5,11 @@
 // and the artifact's predictions. It is built from a spec (costModelFor): the device's roofline
 // (apc/cost/compute.h) and, per mesh dim, the alpha-beta link of apc/cost/collectives.h with the
 // spec's refinements (mesh::MeshDimNetwork):
-//   - a link per collective kind (apc calibrate measures each: on Gloo an all-gather is not half an
-//     all-reduce), else the mesh dim's link;
+//   - measured times per collective kind (apc calibrate's tables) for groups of the measured size:
+//     interpolated in log-log between measured sizes, the first time below the smallest, and
+//     proportionally to the bytes above the largest (bandwidth-bound);
+//   - else a link per collective kind (apc calibrate fits each: on Gloo an all-gather is not half
+//     an all-reduce), else the mesh dim's link;
 //   - topology: when a mesh dim's groups span nodes (ranks_per_node q < group size p, q dividing
 //     p), collectives are hierarchical, inside a node on the kind's link, between nodes on
 //     inter_node (r = p / q nodes):
@@ -26,6 +29,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,7 +75,8 @@ class CostModel {
  private:
   struct Dim {
     std::array<mesh::LinkParams, 4> by_kind;  // all-gather, reduce-scatter, all-reduce, all-to-all
-    bool refined = false;                     // some kind has a link of its own
+    std::array<std::optional<mesh::CollectiveTable>, 4> tables;
+    bool refined = false;  // some kind has a link of its own
     int64_t ranks_per_node = 0;
     mesh::LinkParams inter_node;
   };

@@ -78,16 +78,31 @@ struct DeviceOverrides {
 /// Refinements of one mesh dim's link (Spec::network): measured links per collective kind (apc
 /// calibrate: Gloo's all-gather is not half an all-reduce), and the topology of a mesh dim whose
 /// groups span nodes. In JSON, one object per mesh dim:
-///   {"all-gather": {"bandwidth_gbps": 2.1, "latency_us": 150}, "reduce-scatter": {...},
+///   {"all-gather": {"bandwidth_gbps": 2.1, "latency_us": 150,
+///                   "measured": {"group_size": 2, "bytes": [4096, ...], "us": [340, ...]}},
+///    "reduce-scatter": {...},
 ///    "all-reduce": {...}, "all-to-all": {...},
 ///    "ranks_per_node": 8, "inter_node": {"bandwidth_gbps": 50, "latency_us": 10}}
-/// every key optional. A collective kind without a link uses the mesh dim's link. With
+/// every key optional. A collective kind without a link uses the mesh dim's link; one with
+/// measured times is priced by them on groups of their size (see apc/cost/cost_model.h). With
 /// ranks_per_node q below the group size, the groups span nodes: collectives are priced
 /// hierarchically, the kind's link inside a node and inter_node between nodes (see
 /// apc/cost/cost_model.h).
+/// Times a collective kind took on groups of `group_size` ranks, by full bytes (ascending, at
+/// least two sizes): apc calibrate's measurements, which the cost model interpolates.
+struct CollectiveTable {
+  int64_t group_size = 0;
+  std::vector<double> bytes;
+  std::vector<double> us;
+
+  bool operator==(const CollectiveTable&) const;  // defaulted in the .cpp (C++17 users)
+};
+
 struct MeshDimNetwork {
   /// Per collective kind, in the order all-gather, reduce-scatter, all-reduce, all-to-all.
   std::array<std::optional<LinkParams>, 4> by_kind;
+  /// Per collective kind, measured times ("measured" beside the kind's link in JSON).
+  std::array<std::optional<CollectiveTable>, 4> tables;
   int64_t ranks_per_node = 0;  // 0: every group within one node
   std::optional<LinkParams> inter_node;
 
