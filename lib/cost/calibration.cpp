@@ -100,12 +100,13 @@ Expected<LinkFit> fitLink(const std::vector<CollectiveSample>& samples) {
       ok = solve2(samples, false, true, a, b);
     }
   }
-  if (!ok || !(b > 0))
-    return invalidArgument(
-        "cannot fit a bandwidth: the collectives need samples of at least two sizes");
+  if (!ok) return invalidArgument("cannot fit a link: the samples are degenerate");
   LinkFit fit;
   fit.link.latency_us = std::max(a, 0.0);
-  fit.link.bandwidth_gbps = 1.0 / (b * 1e3);  // b is microseconds per byte
+  // b is microseconds per byte; none left (times that do not grow with the bytes over the
+  // measured sizes): latency-bound, the fastest link a spec may name.
+  fit.link.bandwidth_gbps =
+      b > 0 ? std::min(1.0 / (b * 1e3), mesh::kMaxBandwidthGbps) : mesh::kMaxBandwidthGbps;
   fit.samples = samples.size();
   double err = 0;
   for (const CollectiveSample& s : samples) err += std::fabs(fittedUs(fit, s) - s.us) / s.us;

@@ -59,6 +59,17 @@ TEST(Calibration, ANegativeLatencyIsClampedAndBandwidthRefitted) {
   EXPECT_NEAR(fit->link.bandwidth_gbps, 10.0, 0.1);  // all-reduce of n moves n per rank here
 }
 
+TEST(Calibration, TimesThatDoNotGrowWithTheBytesFitLatencyOnly) {
+  std::vector<CollectiveSample> s = {{CollectiveKind::kReduceScatter, 2, 4096, 300.0},
+                                     {CollectiveKind::kReduceScatter, 2, 16384, 280.0},
+                                     {CollectiveKind::kReduceScatter, 2, 65536, 260.0}};
+  auto fit = fitLink(s);
+  ASSERT_TRUE(fit.ok()) << fit.error().message();
+  EXPECT_EQ(fit->link.bandwidth_gbps, mesh::kMaxBandwidthGbps);
+  EXPECT_GT(fit->link.latency_us, 260.0);  // one step of latency per call at p = 2
+  EXPECT_LT(fit->link.latency_us, 300.0);
+}
+
 TEST(Calibration, BadSamplesAreErrors) {
   EXPECT_FALSE(fitLink({}).ok());
   EXPECT_FALSE(fitLink({{CollectiveKind::kAllGather, 2, 1e6, 10}}).ok());

@@ -18,6 +18,7 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,10 +26,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 
 #include "../common/run_command.h"
+#include "apc/mesh/spec.h"
+#include "apc/plan/plan.h"
 #include "apc/runtime/parallel_module.h"
 #include "rank_harness.h"
 
@@ -282,6 +287,149 @@ TEST(ApcTrain, StubWeightModelMatchesSingle) {
 
 TEST(ApcTrain, HuggingFaceExportedProgramTrainsFromItsWeights) {
   expectTrainMatchesSingle("hf_llama_tiny.pt2", "2x2", 4, "--optimizer adamw --lr 0.01");
+}
+
+// --- measured runs: apc-train --profile, apc calibrate, apc plan --cluster
+// -------------------------
+
+/// The last line of `out` parsed as JSON (null when it is not JSON).
+nlohmann::json lastJsonLine(const std::string& out) {
+  std::string last, line;
+  std::istringstream in(out);
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
+}
+
+TEST(ApcTrain, ProfilePrintsMeasuredBesidePredictedAndThePlannedBytes) {
+  const ModelCase& m = models().at("mlp_stack");
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir("profile_fsdp");
+  std::string err = testing::makeArtifact(m, "2x2", "fsdp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  apc::testing::CommandResult r = apc::testing::runCommand(
+      testing::apcBinary() + " run " + dir.string() + " --nproc 4 --timeout 300 -- " + train + " " +
+      dir.string() + " --steps 3 --warmup 1 --optimizer adamw --profile --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("step 0 loss"), std::string::npos) << "--json prints no step lines";
+  nlohmann::json j = lastJsonLine(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  EXPECT_GT(j["measured_step_ms"].get<double>(), 0.0);
+  EXPECT_EQ(j["steps"].get<int>(), 3);
+  EXPECT_EQ(j["warmup"].get<int>(), 1);
+  // The prediction is the plan's: its objective plus the optimizer over the local shards.
+  const double predicted = j["predicted_step_ms"].get<double>();
+  EXPECT_GT(j["predicted_ms"]["comm"].get<double>(), 0.0) << "fsdp communicates";
+  EXPECT_GT(j["predicted_ms"]["optimizer"].get<double>(), 0.0);
+  EXPECT_NEAR(predicted,
+              j["predicted_ms"]["compute"].get<double>() + j["predicted_ms"]["comm"].get<double>() +
+                  j["predicted_ms"]["optimizer"].get<double>(),
+              1e-6 * predicted);
+  // The phases add up to the step (medians of each, so not exactly; within the spread).
+  const double phases = j["measured_ms"]["forward"].get<double>() +
+                        j["measured_ms"]["backward"].get<double>() +
+                        j["measured_ms"]["optimizer"].get<double>();
+  EXPECT_GT(phases, 0.5 * j["step_ms"]["min"].get<double>());
+  EXPECT_LT(phases, 2.0 * j["step_ms"]["max"].get<double>());
+  // Measured bytes per step equal the planned bytes (mlp_stack's dims split evenly on 2x2).
+  double sent = 0;
+  std::set<std::string> kinds;
+  for (const auto& c : j["collectives_per_step"]) {
+    sent += c["bytes_sent"].get<double>();
+    kinds.insert(c["kind"].get<std::string>());
+    EXPECT_GE(c["ms"].get<double>(), 0.0);
+  }
+  EXPECT_GT(sent, 0.0);
+  EXPECT_EQ(sent, j["planned_wire_bytes"].get<double>()) << j.dump();
+  EXPECT_TRUE(kinds.count("all-gather")) << j.dump();
+  EXPECT_GT(j["peak_memory_bytes"].get<double>(), 1e6);
+  EXPECT_NE(j["peak_memory_kind"].get<std::string>().find("resident"), std::string::npos);
+
+  // Text form on rank 0, and --json alone is a usage error.
+  r = apc::testing::runCommand(testing::apcBinary() + " run " + dir.string() +
+                               " --nproc 4 --timeout 300 -- " + train + " " + dir.string() +
+                               " --steps 1 --warmup 0 --profile");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("step (median, slowest rank)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("predicted"), std::string::npos) << r.out;
+  r = apc::testing::runCommand(train + " " + dir.string() + " --json");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--json needs --profile"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
+  const ModelCase& m = models().at("mlp_stack");
+  const std::string model = testing::samplePath(m.model, "pt2");
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir("calibrate");
+  std::filesystem::create_directories(dir);
+  const std::string profile = (dir / "cluster.json").string();
+  // A quick calibration: messages up to 64 KiB, each size timed a few times.
+  apc::testing::CommandResult r =
+      apc::testing::runCommand(testing::apcBinary() + " calibrate --nproc 2 --max-mib 0.0625 " +
+                               "--min-seconds 0.001 -o " + profile);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto p = mesh::readClusterProfile(profile);
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  EXPECT_EQ(p->device, "cpu");
+  ASSERT_EQ(p->links.size(), 1u);
+  EXPECT_GT(p->links[0].bandwidth_gbps, 0.0);
+  ASSERT_EQ(p->network.size(), 1u);
+  for (size_t k = 0; k < 4; ++k) {
+    ASSERT_TRUE(p->network[0].by_kind[k].has_value()) << k;
+    ASSERT_TRUE(p->network[0].tables[k].has_value()) << k;
+    EXPECT_EQ(p->network[0].tables[k]->group_size, 2);
+    EXPECT_EQ(p->network[0].tables[k]->bytes.size(), 3u);  // 4, 16 and 64 KiB
+  }
+  EXPECT_GT(p->device_overrides.peak_tflops.at(ir::DType::kF32), 0.0);
+  ASSERT_TRUE(p->device_overrides.kernel_floor_us.has_value());
+
+  // The plan is priced with it, records it, and its artifact carries the measured cost model.
+  const std::string plan = (dir / "plan.json").string(), art = (dir / "art").string();
+  r = apc::testing::runCommand(testing::apcBinary() + " plan " + model + " --mesh 2 --cluster " +
+                               profile + " -o " + plan + " --artifact " + art + " --quiet");
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto planned = plan::readPlanFile(plan);
+  ASSERT_TRUE(planned.ok()) << planned.error().message();
+  EXPECT_EQ(planned->spec.device, "cpu");
+  ASSERT_EQ(planned->spec.network.size(), 1u);
+  EXPECT_EQ(planned->spec.network[0], p->network[0]);
+  // The seam: a profile holding today's numbers (the default device and link, given once for
+  // the mesh dim and once per collective kind) prices every node and edge as the plan without it.
+  const std::string today = (dir / "today.json").string();
+  std::ofstream(today) << R"({"apc_cluster_profile": 1, "device": "h100",
+      "links": [{"bandwidth_gbps": 450, "latency_us": 2}],
+      "network": [{"all-gather": {"bandwidth_gbps": 450, "latency_us": 2},
+                   "reduce-scatter": {"bandwidth_gbps": 450, "latency_us": 2},
+                   "all-reduce": {"bandwidth_gbps": 450, "latency_us": 2},
+                   "all-to-all": {"bandwidth_gbps": 450, "latency_us": 2}}]})";
+  const std::string plain = (dir / "plain.json").string(), seam = (dir / "seam.json").string();
+  for (const auto& [out, extra] :
+       {std::pair{plain, std::string()}, std::pair{seam, " --cluster " + today}}) {
+    r = apc::testing::runCommand(testing::apcBinary() + " plan " + model + " --mesh 2 -o " + out +
+                                 " --quiet" + extra);
+    ASSERT_EQ(r.code, 0) << r.err;
+  }
+  auto a = plan::readPlanFile(plain), b = plan::readPlanFile(seam);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->nodes, b->nodes);
+  EXPECT_EQ(a->totals, b->totals);
+  EXPECT_EQ(b->spec.network.size(), 1u);
+  // A profile that is not one: one line, exit 2.
+  std::ofstream(dir / "bad.json") << R"({"mesh": {"shape": [2]}})";
+  r = apc::testing::runCommand(testing::apcBinary() + " plan " + model + " --mesh 2 --cluster " +
+                               (dir / "bad.json").string() + " -o " + plan);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("apc_cluster_profile"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // Without --nproc and outside torchrun: a usage error.
+  r = apc::testing::runCommand(testing::apcBinary() + " calibrate -o " + profile);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--nproc"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
 }
 
 // --- a rank dies mid-step ----------------------------------------------------------------------

@@ -287,6 +287,9 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
                       {"ms", secs / dn * 1e3}});
     }
   j["collectives_per_step"] = coll;
+  // What the plan's collectives put on the wire per step by the alpha-beta formulas (rank 0's):
+  // equal to the measured bytes_sent summed over collectives_per_step for even pieces.
+  j["planned_wire_bytes"] = pm.pricedComm().wire_bytes;
   j["peak_memory_bytes"] = static_cast<int64_t>(agg[9]);
   j["peak_memory_kind"] = memory_kind;
   if (f.json) {

@@ -10,6 +10,8 @@
 // so (alpha, 1/beta) is a linear least-squares fit over all kinds at once. Each row is weighted by
 // 1/t (the fit minimises relative errors, so 4 KiB messages count as much as 256 MiB ones), and
 // both parameters are kept non-negative (a negative one is fixed at 0 and the other refitted).
+// Times that do not grow with the bytes over the measured sizes give a latency-only link whose
+// bandwidth is mesh::kMaxBandwidthGbps.
 //
 // Compute: the roofline of apc/cost/compute.h with measured rates (efficiencies 1): per dtype the
 // matmul throughput, and the elementwise bandwidth, that minimise the relative error of
