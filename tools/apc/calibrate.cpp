@@ -58,6 +58,9 @@ struct CalibrateOptions {
 
 using Clock = std::chrono::steady_clock;
 
+/// The ranks' device (CUDA LOCAL_RANK with --device cuda).
+c10::Device g_device = c10::kCPU;
+
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -85,8 +88,10 @@ double timeIt(Fn&& fn, const c10::Device& device, double min_s, int max_reps = 1
 
 /// The largest of every rank's value (the step waits for the slowest rank).
 double slowest(runtime::World& world, double v) {
-  at::Tensor t = at::tensor({v}, at::kDouble);
-  if (world.worldSize() > 1) world.all().allReduce(t, mesh::ReduceOp::kMax);
+  if (world.worldSize() == 1) return v;
+  // On the ranks' device: NCCL reduces CUDA tensors only.
+  at::Tensor t = at::tensor({v}, at::kDouble).to(g_device);
+  world.all().allReduce(t, mesh::ReduceOp::kMax);
   return t.item<double>();
 }
 
@@ -116,6 +121,7 @@ int runWorker(const CalibrateOptions& o) {
     wo.backend = runtime::Backend::kNccl;
     device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
   }
+  g_device = device;
   auto world_or = runtime::World::create(*env, dmesh, wo);
   if (!world_or.ok()) return report(world_or.error());
   runtime::World& world = **world_or;
