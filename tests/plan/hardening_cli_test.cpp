@@ -20,6 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/run_command.h"
+#include "apc/ir/proto_io.h"
+#include "apc/support/base64.h"
 
 namespace {
 
@@ -306,6 +308,26 @@ TEST_F(Hardening, EditedPlansAreRefused) {
                                    "lower " + file + " -o " + tmp("art_hash"), "explain " + file})
       expectOneLineError(apc(cmd), "$.content_hash: the plan's content hashes to ");
   EXPECT_FALSE(fs::exists(tmp("art_hash")));
+  // The graph the plan carries (which apc lower lowers; the hash does not cover it) must be the
+  // model's import: a relu turned into a gelu is refused by apc validate.
+  auto bytes = apc::base64Decode(plan["graph"].get<std::string>());
+  ASSERT_TRUE(bytes.ok());
+  auto graph = apc::ir::deserializeGraph(*bytes);
+  ASSERT_TRUE(graph.ok());
+  bool changed = false;
+  for (const apc::ir::Node& n : graph->nodes())
+    if (!changed && n.op == "aten::relu") {
+      graph->node(n.id).op = "aten::gelu";
+      changed = true;
+    }
+  ASSERT_TRUE(changed);
+  nlohmann::json regraphed = plan;
+  regraphed["graph"] = apc::base64Encode(apc::ir::serializeGraph(*graph));
+  write("graph.json", regraphed.dump(2));
+  expectOneLineError(apc("validate " + tmp("graph.json") + " " + kMlp),
+                     "the graph the plan carries is not " + kMlp +
+                         " imported at the plan's input "
+                         "shapes");
 }
 
 }  // namespace

@@ -3,12 +3,12 @@
 // `apc validate PLAN [MODEL] [--spec SPEC]`: the checks `apc lower` makes before it writes
 // anything, without writing: the plan parses (its content hashes to its content_hash), MODEL
 // (default: the plan's path) is the file the plan was made from (SHA-256), it imports at the
-// plan's input shapes, the plan's spec fits the model (mesh::validateSpecAgainstGraph), every
-// node's placements are those of its chosen strategy (plan::verifyPlan), and rank 0's program can
-// be made (node count and kinds,
-// every redistribution possible, op constants rewritable). With --spec the plan's effective spec
-// must equal that spec's (with --mesh / --mesh-names applied as `apc plan` applies them). Prints
-// one line "ok: ..." and exits 0, else one line on stderr and exit 2.
+// plan's input shapes, the graph the plan carries (what apc lower lowers) is that import, the
+// plan's spec fits the model (mesh::validateSpecAgainstGraph), every node's placements are those
+// of its chosen strategy (plan::verifyPlan), and rank 0's program can be made (node count and
+// kinds, every redistribution possible, op constants rewritable). With --spec the plan's effective
+// spec must equal that spec's (with --mesh / --mesh-names applied as `apc plan` applies them).
+// Prints one line "ok: ..." and exits 0, else one line on stderr and exit 2.
 //
 //===----------------------------------------------------------------------===//
 #include <iostream>
@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "apc/ir/proto_io.h"
 #include "apc/lower/lower.h"
 #include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
@@ -51,6 +52,19 @@ int runValidate(const ValidateFlags& f) {
   if (Status s = mesh::validateSpecAgainstGraph(p->spec, *g); !s.ok())
     return report(s.error().withContext(f.plan + ": the plan's spec"));
   if (Status s = plan::verifyPlan(*g, *p); !s.ok()) return report(s.error().withContext(f.plan));
+  if (!p->graph_bytes.empty()) {
+    // apc lower lowers the graph the plan carries: it must be the model's import (the content
+    // hash does not cover it). Compared as bytes, under the planned graph's name (the file stem
+    // at planning time: a moved model keeps its graph).
+    auto carried = plan::plannedGraph(*p);
+    if (!carried.ok()) return report(carried.error().withContext(f.plan));
+    ir::Graph imported = *g;
+    imported.name = carried->name;
+    if (ir::serializeGraph(imported) != p->graph_bytes)
+      return report(invalidArgument(
+          f.plan + ": the graph the plan carries is not " + model +
+          " imported at the plan's input shapes (was the plan edited, or made by another apc?)"));
+  }
   if (f.mesh.given()) {
     auto spec = f.mesh.resolve(&*g);
     if (!spec.ok()) return report(spec.error());
