@@ -21,9 +21,12 @@
 // SHA-256 of the apc version, the model file's SHA-256, the input shapes, the canonical JSON of
 // the effective spec, the reduce option (contentHash) and the chosen strategies; two plans with
 // the same hash were made from the same inputs and place every node alike (--threads or
-// --time-limit change the hash only when they change a placement). Byte identity also needs a
-// deterministic solve: the default single-thread CBC run is; with --threads > 1 CBC may return a
-// different optimum of equal cost.
+// --time-limit change the hash only when they change a placement). planFromJson recomputes it
+// (planContentHash) and refuses a file whose content does not hash to it; what the hash does not
+// cover (placements, the carried graph) is checked against the graph by verifyPlan
+// (apc/plan/verify.h) and `apc validate`. Byte identity also needs a deterministic solve: the
+// default single-thread CBC run is; with --threads > 1 CBC may return a different optimum of
+// equal cost.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
