@@ -153,6 +153,7 @@ Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec) {
   o.compute_efficiency = spec.device_overrides.compute_efficiency;
   o.memory_efficiency = spec.device_overrides.memory_efficiency;
   o.kernel_floor_us = spec.device_overrides.kernel_floor_us;
+  o.dispatch_us = spec.device_overrides.dispatch_us;
   return applyOverrides(std::move(d), o);
 }
 

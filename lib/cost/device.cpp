@@ -156,6 +156,12 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
       return invalidArgument("device override kernel_floor_us must be >= 0, got " + fmt(v));
     spec.kernel_floor_us = v;
   }
+  if (o.dispatch_us) {
+    double v = *o.dispatch_us;
+    if (!(v >= 0) || !std::isfinite(v))
+      return invalidArgument("device override dispatch_us must be >= 0, got " + fmt(v));
+    spec.dispatch_us = v;
+  }
   if (o.f32_uses_tf32) spec.f32_uses_tf32 = *o.f32_uses_tf32;
   return spec;
 }
@@ -178,7 +184,12 @@ std::string toString(const DeviceSpec& s) {
                 s.name.c_str(), s.peak.bf16, s.peakTflops(ir::DType::kF32),
                 s.f32_uses_tf32 ? " (tf32)" : "", s.hbm_gbps, s.compute_efficiency,
                 s.memory_efficiency, s.kernel_floor_us);
-  return buf;
+  std::string out = buf;
+  if (s.dispatch_us > 0) {
+    std::snprintf(buf, sizeof buf, ", dispatch %.1f us", s.dispatch_us);
+    out += buf;
+  }
+  return out;
 }
 
 }  // namespace apc::cost

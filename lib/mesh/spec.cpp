@@ -250,7 +250,7 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
                         describe(j));
   APC_RETURN_IF_ERROR(checkKeys(j, path,
                                 {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
-                                 "memory_efficiency", "kernel_floor_us"}));
+                                 "memory_efficiency", "kernel_floor_us", "dispatch_us"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -285,6 +285,10 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* e = find(j, "kernel_floor_us")) {
     APC_ASSIGN_OR_RETURN(s.device_overrides.kernel_floor_us,
                          readInRange(*e, path + ".kernel_floor_us", "kernel floor (us)", 0, 1e6));
+  }
+  if (const json* e = find(j, "dispatch_us")) {
+    APC_ASSIGN_OR_RETURN(s.device_overrides.dispatch_us,
+                         readInRange(*e, path + ".dispatch_us", "dispatch time (us)", 0, 1e6));
   }
   return Status::success();
 }
@@ -793,6 +797,7 @@ json toJson(const Spec& s) {
       dev["memory_efficiency"] = *s.device_overrides.memory_efficiency;
     if (s.device_overrides.kernel_floor_us)
       dev["kernel_floor_us"] = *s.device_overrides.kernel_floor_us;
+    if (s.device_overrides.dispatch_us) dev["dispatch_us"] = *s.device_overrides.dispatch_us;
     j["device"] = dev;
   }
   if (s.world_size) j["world_size"] = *s.world_size;

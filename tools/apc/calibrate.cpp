@@ -99,6 +99,13 @@ ir::DType irDType(at::ScalarType t) {
   return t == at::kBFloat16 ? ir::DType::kBF16 : ir::DType::kF32;
 }
 
+/// APC_ASSIGN_OR_RETURN for a command: reports the error and returns its exit code.
+#define APC_ASSIGN_OR_RETURN_TOOL(lhs, expr)                \
+  auto APC_CONCAT(tool_exp_, __LINE__) = (expr);            \
+  if (!APC_CONCAT(tool_exp_, __LINE__).ok())                \
+    return report(APC_CONCAT(tool_exp_, __LINE__).error()); \
+  lhs = std::move(APC_CONCAT(tool_exp_, __LINE__)).value()
+
 int runWorker(const CalibrateOptions& o) {
   const auto start = Clock::now();
   auto env = runtime::launchEnvFromEnvironment();
@@ -181,22 +188,24 @@ int runWorker(const CalibrateOptions& o) {
                        {"us", s * 1e6},
                        {"gbps", bytes / s / 1e9}});
   }
-  // The per-op floor as the runtime pays it: ops called through the JIT operator registry (the
+  // Per op, as the runtime pays it: ops called through the JIT operator registry (the
   // interpreter's path, apc/runtime/interpreter.cpp) on tiny tensors with autograd recording, and
-  // their backward; per op, forward and backward each count once (pointwise backward multiplier 1).
-  double floor_us = 0;
-  {
-    std::shared_ptr<torch::jit::Operator> add =
-        torch::jit::findOperatorFor(c10::OperatorName("aten::add", "Tensor"));
-    if (!add) return report(internalError("aten::add.Tensor is not registered"));
-    torch::jit::Operation op = add->getOperation();
-    at::Tensor w = at::randn({8}, f32).requires_grad_(), b = at::randn({8}, f32);
+  // their backward, in chains; forward and backward count once each. A view (aten::t) costs the
+  // dispatch alone (the cost model's dispatch_us, paid by every op node); a tiny add costs the
+  // dispatch plus the least kernel (the kernel floor).
+  auto perOp = [&](const char* name, const char* overload, at::Tensor start,
+                   std::vector<c10::IValue> extra) -> Expected<double> {
+    std::shared_ptr<torch::jit::Operator> found =
+        torch::jit::findOperatorFor(c10::OperatorName(name, overload));
+    if (!found) return internalError(std::string(name) + " is not registered");
+    torch::jit::Operation op = found->getOperation();
     constexpr int kChain = 32;
     auto chain = [&] {
-      at::Tensor y = w;
+      at::Tensor y = start;
       std::vector<c10::IValue> stack;
       for (int i = 0; i < kChain; ++i) {
-        stack = {y, b, c10::Scalar(1)};
+        stack = {y};
+        stack.insert(stack.end(), extra.begin(), extra.end());
         op(stack);
         y = stack.back().toTensor();
       }
@@ -204,13 +213,19 @@ int runWorker(const CalibrateOptions& o) {
     };
     world.all().barrier();
     const double s = slowest(world, timeIt(chain, device, o.min_seconds));
-    floor_us = s * 1e6 / (2 * kChain);
-    compute.push_back({{"op", "aten::add through the operator registry, forward and backward"},
-                       {"dtype", "f32"},
-                       {"size", {8}},
-                       {"chain", kChain},
-                       {"us_per_op", floor_us}});
-  }
+    return s * 1e6 / (2 * kChain);
+  };
+  at::Tensor w = at::randn({8}, f32).requires_grad_(), b = at::randn({8}, f32);
+  at::Tensor w2 = at::randn({4, 2}, f32).requires_grad_();
+  APC_ASSIGN_OR_RETURN_TOOL(const double add_us,
+                            perOp("aten::add", "Tensor", w, {b, c10::Scalar(1)}));
+  APC_ASSIGN_OR_RETURN_TOOL(const double view_us, perOp("aten::t", "", w2, {}));
+  const double dispatch_us = view_us;
+  const double floor_us = std::max(add_us - view_us, 0.0);
+  compute.push_back({{"op", "aten::add (8 elements) through the operator registry, fwd + bwd"},
+                     {"us_per_op", add_us}});
+  compute.push_back({{"op", "aten::t (a view) through the operator registry, fwd + bwd"},
+                     {"us_per_op", view_us}});
   auto device_fit = cost::fitDevice(kernels, floor_us);
   if (!device_fit.ok()) return report(device_fit.error());
 
@@ -343,6 +358,7 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.compute_efficiency = 1.0;
   profile.device_overrides.memory_efficiency = 1.0;
   profile.device_overrides.kernel_floor_us = std::max(device_fit->kernel_floor_us, 0.0);
+  profile.device_overrides.dispatch_us = dispatch_us;
   nlohmann::ordered_json cal;
   cal["world_size"] = world.worldSize();
   cal["mesh"] = dmesh.shape();
@@ -362,8 +378,9 @@ int runWorker(const CalibrateOptions& o) {
               o.threads == 1 ? "" : "s", seconds(start, Clock::now()));
   for (const auto& [dt, tf] : device_fit->peak_tflops)
     std::printf("  matmul %s: %s TFLOP/s\n", ir::dtypeName(dt), formatNumber(tf, 4).c_str());
-  std::printf("  memory: %s GB/s, per-op floor %s us\n",
-              formatNumber(device_fit->memory_gbps, 4).c_str(), formatNumber(floor_us, 4).c_str());
+  std::printf("  memory: %s GB/s, kernel floor %s us, dispatch %s us per op\n",
+              formatNumber(device_fit->memory_gbps, 4).c_str(), formatNumber(floor_us, 4).c_str(),
+              formatNumber(dispatch_us, 4).c_str());
   for (const auto& f : fits) {
     if (!f.contains("bandwidth_gbps")) continue;
     std::printf("  mesh dim %d: %s GB/s, %s us latency (one link for all kinds, fit error %s%%)\n",

@@ -38,7 +38,12 @@ struct DeviceSpec {
   double compute_efficiency = 0.7;  // fraction of peak FLOPS reached by real kernels, in (0, 1]
   double memory_efficiency = 0.8;   // fraction of HBM bandwidth reached by real kernels, in (0, 1]
   double kernel_floor_us = 2.0;     // least time of any kernel that does work (launch, tail)
-  bool f32_uses_tf32 = false;       // price f32 work at the TF32 peak (torch allow_tf32)
+  /// Host time to dispatch one op node (the runtime's interpreter, the dispatcher, autograd),
+  /// paid by every op, views included, forward and again backward when it takes a gradient.
+  /// The same for every strategy of a node, so it moves predictions, not choices. 0 in the
+  /// built-in devices; apc calibrate measures it.
+  double dispatch_us = 0.0;
+  bool f32_uses_tf32 = false;  // price f32 work at the TF32 peak (torch allow_tf32)
 
   /// Peak TFLOPS used for work in `dtype`: f64, f32 (or tf32), bf16, f16 as named; i8/u8 at the
   /// INT8 peak; other integer types, bool and unknown at the f32 peak.
@@ -58,6 +63,7 @@ struct DeviceOverrides {
   std::optional<double> hbm_gbps;                                                     // > 0
   std::optional<double> compute_efficiency, memory_efficiency;                        // (0, 1]
   std::optional<double> kernel_floor_us;                                              // >= 0
+  std::optional<double> dispatch_us;                                                  // >= 0
   std::optional<bool> f32_uses_tf32;
 };
 

@@ -67,10 +67,11 @@ struct DeviceOverrides {
   std::optional<double> compute_efficiency;  // (0, 1]: a calibrated device has measured peaks, 1
   std::optional<double> memory_efficiency;   // (0, 1]
   std::optional<double> kernel_floor_us;     // >= 0: the least time of any kernel
+  std::optional<double> dispatch_us;         // >= 0: host time per op node (cost::DeviceSpec)
 
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
-           !memory_efficiency && !kernel_floor_us;
+           !memory_efficiency && !kernel_floor_us && !dispatch_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
