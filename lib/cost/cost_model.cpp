@@ -29,17 +29,16 @@ int kindIndex(CollectiveKind kind) {
   return -1;
 }
 
-/// The measured time at `n` bytes: log-log interpolation between the measured sizes, the first
-/// time below the smallest, proportional to the bytes above the largest.
-double interpolate(const mesh::CollectiveTable& t, double n) {
-  const size_t last = t.bytes.size() - 1;
-  if (!(n > t.bytes[0])) return t.us[0];
-  if (n >= t.bytes[last]) return t.us[last] * (n / t.bytes[last]);
+/// The measured time at `v` (x ascending, at least two points): log-log interpolation between
+/// the measured points, the first time below the smallest, proportional above the largest.
+double interpolate(const std::vector<double>& x, const std::vector<double>& us, double v) {
+  const size_t last = x.size() - 1;
+  if (!(v > x[0])) return us[0];
+  if (v >= x[last]) return us[last] * (v / x[last]);
   size_t i = 0;
-  while (i + 1 < last && n >= t.bytes[i + 1]) ++i;
-  const double x =
-      (std::log(n) - std::log(t.bytes[i])) / (std::log(t.bytes[i + 1]) - std::log(t.bytes[i]));
-  return std::exp(std::log(t.us[i]) + x * (std::log(t.us[i + 1]) - std::log(t.us[i])));
+  while (i + 1 < last && v >= x[i + 1]) ++i;
+  const double f = (std::log(v) - std::log(x[i])) / (std::log(x[i + 1]) - std::log(x[i]));
+  return std::exp(std::log(us[i]) + f * (std::log(us[i + 1]) - std::log(us[i])));
 }
 
 }  // namespace
@@ -72,6 +71,20 @@ CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh,
   }
 }
 
+double CostModel::computeUs(OpFamily family, double flops, double bytes, ir::DType dtype) const {
+  if (flops <= 0 && bytes <= 0) return 0.0;
+  const bool contraction = family == OpFamily::kContraction || family == OpFamily::kAttention;
+  if (contraction && flops > 0) {
+    auto it = device_.matmul_curve.find(dtype);
+    if (it != device_.matmul_curve.end() && !it->second.empty())
+      return std::max(interpolate(it->second.x, it->second.us, flops), device_.kernel_floor_us);
+  } else if (!contraction && bytes > 0 && !device_.elementwise_curve.empty()) {
+    return std::max(interpolate(device_.elementwise_curve.x, device_.elementwise_curve.us, bytes),
+                    device_.kernel_floor_us);
+  }
+  return computeCostUs(device_, flops, bytes, dtype);
+}
+
 const mesh::LinkParams& CostModel::link(CollectiveKind kind, size_t mesh_dim) const {
   const int k = kindIndex(kind);
   return links_.at(mesh_dim).by_kind[static_cast<size_t>(k < 0 ? 0 : k)];
@@ -85,7 +98,7 @@ double CostModel::collectiveUs(CollectiveKind kind, size_t mesh_dim, int64_t p,
   const int64_t q = d.ranks_per_node;
   if (q <= 0 || q >= p) {
     const auto& table = d.tables[static_cast<size_t>(kindIndex(kind))];
-    if (table && table->group_size == p) return interpolate(*table, full_bytes);
+    if (table && table->group_size == p) return interpolate(table->bytes, table->us, full_bytes);
     return cost::collectiveUs(kind, intra, p, full_bytes);
   }
   if (p % q != 0) return cost::collectiveUs(kind, d.inter_node, p, full_bytes);
@@ -154,7 +167,12 @@ Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec) {
   o.memory_efficiency = spec.device_overrides.memory_efficiency;
   o.kernel_floor_us = spec.device_overrides.kernel_floor_us;
   o.dispatch_us = spec.device_overrides.dispatch_us;
-  return applyOverrides(std::move(d), o);
+  APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
+  for (const auto& [dtype, t] : spec.device_overrides.matmul_us)
+    d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
+  if (const auto& t = spec.device_overrides.elementwise_us)
+    d.elementwise_curve = KernelCurve{t->work, t->us};
+  return d;
 }
 
 Expected<CostModel> costModelFor(const mesh::Spec& spec) {

@@ -37,6 +37,7 @@ bool Pin::operator==(const Pin&) const = default;
 bool Spec::operator==(const Spec&) const = default;
 bool MeshDimNetwork::operator==(const MeshDimNetwork&) const = default;
 bool CollectiveTable::operator==(const CollectiveTable&) const = default;
+bool KernelTable::operator==(const KernelTable&) const = default;
 
 bool MeshDimNetwork::empty() const {
   for (const auto& l : by_kind)
@@ -235,6 +236,31 @@ json networkToJson(const std::vector<MeshDimNetwork>& network) {
   return arr;
 }
 
+/// {"<work>": [...], "us": [...]}: 2 to 64 points, work ascending and positive, times positive.
+Expected<KernelTable> readKernelTable(const json& j, const std::string& path, const char* work) {
+  APC_RETURN_IF_ERROR(
+      expectObject(j, path, "a table {\"" + std::string(work) + "\": [...], \"us\": [...]}"));
+  APC_RETURN_IF_ERROR(checkKeys(j, path, {work, "us"}));
+  const json* w = find(j, work);
+  const json* us = find(j, "us");
+  if (!w || !us) return at(path, "needs '" + std::string(work) + "' and 'us'");
+  if (!w->is_array() || !us->is_array() || w->size() != us->size() || w->size() < 2 ||
+      w->size() > 64)
+    return at(path, "'" + std::string(work) +
+                        "' and 'us' must be lists of the same length, 2 to 64 entries");
+  KernelTable t;
+  for (size_t i = 0; i < w->size(); ++i) {
+    const std::string wp = indexPath(path + "." + work, i);
+    APC_ASSIGN_OR_RETURN(double x, readInRange((*w)[i], wp, work, 1, 1e21));
+    APC_ASSIGN_OR_RETURN(
+        double u, readInRange((*us)[i], indexPath(path + ".us", i), "time (us)", 1e-6, 1e12));
+    if (i > 0 && !(x > t.work.back())) return at(wp, "values must ascend");
+    t.work.push_back(x);
+    t.us.push_back(u);
+  }
+  return t;
+}
+
 Status readDevice(const json& j, const std::string& path, Spec& s) {
   auto readKind = [&](const json& k, const std::string& p) -> Status {
     APC_ASSIGN_OR_RETURN(std::string kind, readString(k, p));
@@ -248,9 +274,10 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (!j.is_object())
     return at(path, "expected a device kind like \"h100\" or an object {\"kind\": ...}, got " +
                         describe(j));
-  APC_RETURN_IF_ERROR(checkKeys(j, path,
-                                {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
-                                 "memory_efficiency", "kernel_floor_us", "dispatch_us"}));
+  APC_RETURN_IF_ERROR(
+      checkKeys(j, path,
+                {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
+                 "memory_efficiency", "kernel_floor_us", "dispatch_us", "measured"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -289,6 +316,25 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* e = find(j, "dispatch_us")) {
     APC_ASSIGN_OR_RETURN(s.device_overrides.dispatch_us,
                          readInRange(*e, path + ".dispatch_us", "dispatch time (us)", 0, 1e6));
+  }
+  if (const json* m = find(j, "measured")) {
+    const std::string mp = path + ".measured";
+    APC_RETURN_IF_ERROR(expectObject(*m, mp, "an object {\"matmul\": ..., \"elementwise\": ...}"));
+    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "elementwise"}));
+    if (const json* mm = find(*m, "matmul")) {
+      APC_RETURN_IF_ERROR(expectObject(*mm, mp + ".matmul", "an object of tables by dtype"));
+      for (const auto& [key, value] : mm->items()) {
+        const std::string kp = keyPath(mp + ".matmul", key);
+        APC_ASSIGN_OR_RETURN(ir::DType d, readDType(json(key), kp, /*floating_only=*/true));
+        APC_ASSIGN_OR_RETURN(KernelTable t, readKernelTable(value, kp, "flops"));
+        if (!s.device_overrides.matmul_us.emplace(d, std::move(t)).second)
+          return at(kp, "dtype " + std::string(ir::dtypeName(d)) + " is given twice");
+      }
+    }
+    if (const json* ew = find(*m, "elementwise")) {
+      APC_ASSIGN_OR_RETURN(s.device_overrides.elementwise_us,
+                           readKernelTable(*ew, mp + ".elementwise", "bytes"));
+    }
   }
   return Status::success();
 }
@@ -798,6 +844,18 @@ json toJson(const Spec& s) {
     if (s.device_overrides.kernel_floor_us)
       dev["kernel_floor_us"] = *s.device_overrides.kernel_floor_us;
     if (s.device_overrides.dispatch_us) dev["dispatch_us"] = *s.device_overrides.dispatch_us;
+    if (!s.device_overrides.matmul_us.empty() || s.device_overrides.elementwise_us) {
+      json measured = json::object();
+      if (!s.device_overrides.matmul_us.empty()) {
+        json mm = json::object();
+        for (const auto& [d, t] : s.device_overrides.matmul_us)
+          mm[ir::dtypeName(d)] = {{"flops", t.work}, {"us", t.us}};
+        measured["matmul"] = mm;
+      }
+      if (const auto& t = s.device_overrides.elementwise_us)
+        measured["elementwise"] = {{"bytes", t->work}, {"us", t->us}};
+      dev["measured"] = measured;
+    }
     j["device"] = dev;
   }
   if (s.world_size) j["world_size"] = *s.world_size;

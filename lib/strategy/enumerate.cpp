@@ -252,7 +252,7 @@ struct Pricer {
     localOf(false, s.inputs, local.inputs);
     localOf(true, s.outputs, local.outputs);
     Work w = (work && *work) ? (*work)(c, local) : defaultWork(c, local);
-    double fwd = model.computeUs(w.flops, w.bytes, dtype);
+    double fwd = model.computeUs(family, w.flops, w.bytes, dtype);
     return fwd + (backward ? model.backwardUs(family, fwd) : 0.0) + dispatch;
   }
 };

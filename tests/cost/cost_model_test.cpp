@@ -73,6 +73,36 @@ TEST(CostModel, MeasuredTimesAreInterpolated) {
       << model.describe();
 }
 
+TEST(CostModel, MeasuredKernelCurvesReplaceTheRoofline) {
+  DeviceSpec cpu = deviceByName("cpu").value();
+  cpu.kernel_floor_us = 1.0;
+  cpu.matmul_curve[ir::DType::kF32] = KernelCurve{{1e3, 1e6}, {2.0, 200.0}};
+  cpu.elementwise_curve = KernelCurve{{1e3, 1e5}, {1.5, 15.0}};
+  CostModel model(cpu, meshOf({2}));
+  // Contractions by flops in their dtype's curve; log-log between points, proportional above.
+  EXPECT_NEAR(model.computeUs(OpFamily::kContraction, 1e3, 5e3, ir::DType::kF32), 2.0, 1e-12);
+  EXPECT_NEAR(model.computeUs(OpFamily::kContraction, std::sqrt(1e9), 0, ir::DType::kF32),
+              std::sqrt(2.0 * 200.0), 1e-9);
+  EXPECT_NEAR(model.computeUs(OpFamily::kAttention, 2e6, 0, ir::DType::kF32), 400.0, 1e-9);
+  // Another dtype has no curve: the roofline.
+  EXPECT_EQ(model.computeUs(OpFamily::kContraction, 1e6, 1e3, ir::DType::kBF16),
+            computeCostUs(cpu, 1e6, 1e3, ir::DType::kBF16));
+  // Everything else by bytes in the elementwise curve, never below the floor.
+  EXPECT_NEAR(model.computeUs(OpFamily::kPointwise, 10, 1e4, ir::DType::kF32),
+              std::sqrt(1.5 * 15.0), 1e-9);
+  EXPECT_EQ(model.computeUs(OpFamily::kNormalization, 10, 10, ir::DType::kF32), 1.5);
+  cpu.elementwise_curve = KernelCurve{{1e3, 1e5}, {0.1, 15.0}};
+  EXPECT_EQ(CostModel(cpu, meshOf({2})).computeUs(OpFamily::kSoftmax, 0, 500, ir::DType::kF32),
+            1.0);
+  EXPECT_EQ(model.computeUs(OpFamily::kView, 0, 0, ir::DType::kF32), 0.0);
+  // Without curves: the roofline, bit for bit.
+  DeviceSpec plain = deviceByName("cpu").value();
+  CostModel roofline(plain, meshOf({2}));
+  for (OpFamily f : {OpFamily::kContraction, OpFamily::kPointwise, OpFamily::kReduction})
+    EXPECT_EQ(roofline.computeUs(f, 3e7, 4e5, ir::DType::kF32),
+              computeCostUs(plain, 3e7, 4e5, ir::DType::kF32));
+}
+
 TEST(CostModel, GroupsThatSpanNodesArePricedHierarchically) {
   mesh::DeviceMesh m = meshOf({16});
   const mesh::LinkParams nvlink{450.0, 2.0}, ib{50.0, 10.0};

@@ -34,7 +34,9 @@
 #include <vector>
 
 #include "apc/cost/calibration.h"
+#include "apc/ir/graph.h"
 #include "apc/runtime/comm.h"
+#include "apc/runtime/interpreter.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "commands.h"
@@ -54,6 +56,7 @@ struct CalibrateOptions {
   double min_seconds = 0.05;  // least measured time per size (more repetitions below it)
   double timeout_s = 900;
   bool worker = false;
+  double gap_us = -1;  // -1: 500 us on CPU, 0 on CUDA
 };
 
 using Clock = std::chrono::steady_clock;
@@ -145,8 +148,9 @@ int runWorker(const CalibrateOptions& o) {
   // --- compute ---------------------------------------------------------------------------------
   progress("timing kernels");
   const std::vector<int64_t> mm_sizes = device.is_cuda()
-                                            ? std::vector<int64_t>{1024, 2048, 4096, 8192}
-                                            : std::vector<int64_t>{128, 256, 512, 1024};
+                                            ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
+                                            : std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024};
+  mesh::DeviceOverrides measured;  // the curves the cost model interpolates
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
     for (int64_t n : mm_sizes) {
       at::Tensor a = at::randn({n, n}, f32).to(dt), b = at::randn({n, n}, f32).to(dt);
@@ -155,6 +159,9 @@ int runWorker(const CalibrateOptions& o) {
       const double flops = 2.0 * static_cast<double>(n * n * n);
       const double bytes = 3.0 * static_cast<double>(n * n) * static_cast<double>(a.element_size());
       kernels.push_back({flops, bytes, irDType(dt), s * 1e6});
+      mesh::KernelTable& table = measured.matmul_us[irDType(dt)];
+      table.work.push_back(flops);
+      table.us.push_back(s * 1e6);
       compute.push_back({{"op", "mm"},
                          {"dtype", dt == at::kFloat ? "f32" : "bf16"},
                          {"size", {n, n, n}},
@@ -173,56 +180,88 @@ int runWorker(const CalibrateOptions& o) {
                        {"us", s * 1e6},
                        {"tflops", flops / s / 1e12}});
   }
-  const std::vector<int64_t> ew_sizes = device.is_cuda()
-                                            ? std::vector<int64_t>{1 << 24, 1 << 26, 1 << 28}
-                                            : std::vector<int64_t>{1 << 18, 1 << 20, 1 << 22};
+  const std::vector<int64_t> ew_sizes =
+      device.is_cuda() ? std::vector<int64_t>{1 << 16, 1 << 20, 1 << 24, 1 << 26, 1 << 28}
+                       : std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22};
+  measured.elementwise_us.emplace();
   for (int64_t n : ew_sizes) {
     at::Tensor a = at::randn({n}, f32), b = at::randn({n}, f32), c = at::empty({n}, f32);
     world.all().barrier();
     const double s = slowest(world, timeIt([&] { at::add_out(c, a, b); }, device, o.min_seconds));
     const double bytes = 3.0 * static_cast<double>(n) * 4;
     kernels.push_back({0, bytes, ir::DType::kF32, s * 1e6});
+    measured.elementwise_us->work.push_back(bytes);
+    measured.elementwise_us->us.push_back(s * 1e6);
     compute.push_back({{"op", "add"},
                        {"dtype", "f32"},
                        {"size", {n}},
                        {"us", s * 1e6},
                        {"gbps", bytes / s / 1e9}});
   }
-  // Per op, as the runtime pays it: ops called through the JIT operator registry (the
-  // interpreter's path, apc/runtime/interpreter.cpp) on tiny tensors with autograd recording, and
-  // their backward, in chains; forward and backward count once each. A view (aten::t) costs the
+  // Per op, as the runtime pays it: chains of ops on tiny tensors run by the runtime's
+  // interpreter (apc/runtime/interpreter.h) with autograd recording, and their backward; forward
+  // and backward count once each. A view (aten::t) costs the
   // dispatch alone (the cost model's dispatch_us, paid by every op node); a tiny add costs the
   // dispatch plus the least kernel (the kernel floor).
+  // A chain of kChain ops of one kind on a tiny tensor, run by the runtime's own interpreter,
+  // then its backward.
   auto perOp = [&](const char* name, const char* overload, at::Tensor start,
-                   std::vector<c10::IValue> extra) -> Expected<double> {
-    std::shared_ptr<torch::jit::Operator> found =
-        torch::jit::findOperatorFor(c10::OperatorName(name, overload));
-    if (!found) return internalError(std::string(name) + " is not registered");
-    torch::jit::Operation op = found->getOperation();
+                   bool binary) -> Expected<double> {
     constexpr int kChain = 32;
+    auto g = std::make_shared<ir::Graph>();
+    auto tensorValue = [&](const char* debug) {
+      ir::Value v;
+      v.type = ir::ValueType::kTensor;
+      v.debug_name = debug;
+      v.tensor = ir::TensorMeta{};
+      return g->addValue(std::move(v));
+    };
+    ir::Node in;
+    in.kind = ir::NodeKind::kInput;
+    in.op = "input";
+    in.name = "x";
+    in.outputs = {tensorValue("x")};
+    ir::ValueId y = in.outputs[0];
+    g->addNode(std::move(in));
+    ir::ValueId one;
+    if (binary) one = g->addConstant(ir::ValueType::kInt, ir::Constant(int64_t{1}), "one");
+    for (int i = 0; i < kChain; ++i) {
+      ir::Node n;
+      n.op = name;
+      n.overload = overload;
+      n.inputs = {y};
+      if (binary) n.inputs.insert(n.inputs.end(), {y, one});
+      n.outputs = {tensorValue("y")};
+      y = n.outputs[0];
+      g->addNode(std::move(n));
+    }
+    g->setOutputs(ir::OutputTree::makeLeaf(y));
+    runtime::InterpreterOptions io;
+    io.device = device;
+    APC_ASSIGN_OR_RETURN(runtime::Interpreter interp, runtime::Interpreter::create(g, io));
+    std::string failure;
     auto chain = [&] {
-      at::Tensor y = start;
-      std::vector<c10::IValue> stack;
-      for (int i = 0; i < kChain; ++i) {
-        stack = {y};
-        stack.insert(stack.end(), extra.begin(), extra.end());
-        op(stack);
-        y = stack.back().toTensor();
+      auto out = interp.run([&](const ir::Node&, std::vector<c10::IValue>&) {
+        return std::vector<c10::IValue>{start};
+      });
+      if (!out.ok()) {
+        failure = out.error().message();
+        return;
       }
-      y.sum().backward();
+      (*out)[0].toTensor().sum().backward();
     };
     world.all().barrier();
     const double s = slowest(world, timeIt(chain, device, o.min_seconds));
+    if (!failure.empty()) return internalError("timing " + std::string(name) + ": " + failure);
     return s * 1e6 / (2 * kChain);
   };
-  at::Tensor w = at::randn({8}, f32).requires_grad_(), b = at::randn({8}, f32);
+  at::Tensor w = at::randn({8}, f32).requires_grad_();
   at::Tensor w2 = at::randn({4, 2}, f32).requires_grad_();
-  APC_ASSIGN_OR_RETURN_TOOL(const double add_us,
-                            perOp("aten::add", "Tensor", w, {b, c10::Scalar(1)}));
-  APC_ASSIGN_OR_RETURN_TOOL(const double view_us, perOp("aten::t", "", w2, {}));
+  APC_ASSIGN_OR_RETURN_TOOL(const double add_us, perOp("aten::add", "Tensor", w, true));
+  APC_ASSIGN_OR_RETURN_TOOL(const double view_us, perOp("aten::t", "", w2, false));
   const double dispatch_us = view_us;
   const double floor_us = std::max(add_us - view_us, 0.0);
-  compute.push_back({{"op", "aten::add (8 elements) through the operator registry, fwd + bwd"},
+  compute.push_back({{"op", "aten::add (8 elements) run by the runtime's interpreter, fwd + bwd"},
                      {"us_per_op", add_us}});
   compute.push_back({{"op", "aten::t (a view) through the operator registry, fwd + bwd"},
                      {"us_per_op", view_us}});
@@ -233,6 +272,12 @@ int runWorker(const CalibrateOptions& o) {
   nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
   nlohmann::ordered_json fits = nlohmann::ordered_json::array();
   mesh::ClusterProfile profile;
+  // A collective in a training step follows compute: its peers arrive with the jitter of that
+  // compute, and Gloo's threads wake from idle. Measured back to back, CPU collectives of a few
+  // KiB take 2-6 times less than in a step (docs/TOOLCHAIN.md), so each timed call follows
+  // --gap-us of compute (default 500 us on CPU; none on CUDA, where NCCL runs on its stream).
+  const double gap_us = o.gap_us >= 0 ? o.gap_us : device.is_cuda() ? 0 : 500;
+  at::Tensor gap_a = at::randn({32, 32}, f32);
   const double max_bytes = (o.max_mib > 0 ? o.max_mib : device.is_cuda() ? 256 : 64) * 1024 * 1024;
   for (size_t m = 0; m < dmesh.ndim(); ++m) {
     runtime::Communicator& c = world.dim(m);
@@ -277,9 +322,13 @@ int runWorker(const CalibrateOptions& o) {
         // Each call is timed alone and the median kept (a loaded machine's stalls are outliers,
         // not the link), then the slowest rank's median.
         const double first = slowest(world, timeIt(fn, device, 0, 2));
-        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 5.0, 50.0));
+        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 9.0, 50.0));
         std::vector<double> times;
         for (int r = 0; r < reps; ++r) {
+          if (gap_us > 0) {  // compute between calls, as in a training step
+            const auto g0 = Clock::now();
+            while (seconds(g0, Clock::now()) * 1e6 < gap_us) (void)at::mm(gap_a, gap_a);
+          }
           const auto t0 = Clock::now();
           fn();
           if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
@@ -359,6 +408,8 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.memory_efficiency = 1.0;
   profile.device_overrides.kernel_floor_us = std::max(device_fit->kernel_floor_us, 0.0);
   profile.device_overrides.dispatch_us = dispatch_us;
+  profile.device_overrides.matmul_us = measured.matmul_us;
+  profile.device_overrides.elementwise_us = measured.elementwise_us;
   nlohmann::ordered_json cal;
   cal["world_size"] = world.worldSize();
   cal["mesh"] = dmesh.shape();
@@ -366,6 +417,7 @@ int runWorker(const CalibrateOptions& o) {
   cal["device"] = device.str();
   cal["backend"] = device.is_cuda() ? "nccl" : "gloo";
   cal["libtorch"] = TORCH_VERSION;
+  cal["gap_us"] = gap_us;
   cal["seconds"] = seconds(start, Clock::now());
   cal["compute"] = compute;
   cal["collectives"] = collectives;
@@ -458,6 +510,10 @@ Runner addCalibrateCommand(CLI::App& app) {
   app.add_option("--timeout", o->timeout_s, "Stop the ranks after this many seconds (default 900)")
       ->check(CLI::Range(1.0, 604800.0));
   app.add_flag("--worker", o->worker, "(internal) run as one rank")->group("");
+  app.add_option("--gap-us", o->gap_us,
+                 "Microseconds of compute before each timed collective, as in a training step "
+                 "(default 500 on CPU, 0 on CUDA)")
+      ->check(CLI::Range(0.0, 1e6));
   return [o] {
     const bool under_torchrun = std::getenv("RANK") && std::getenv("WORLD_SIZE");
     if (o->worker || (o->nproc == 0 && under_torchrun)) return runWorker(*o);
@@ -476,6 +532,7 @@ Runner addCalibrateCommand(CLI::App& app) {
                                      "--min-seconds",
                                      formatNumber(o->min_seconds, 17)};
     if (o->max_mib > 0) args.insert(args.end(), {"--max-mib", formatNumber(o->max_mib, 17)});
+    if (o->gap_us >= 0) args.insert(args.end(), {"--gap-us", formatNumber(o->gap_us, 17)});
     if (!o->mesh.mesh.empty()) args.insert(args.end(), {"--mesh", o->mesh.mesh});
     if (!o->mesh.mesh_names.empty()) args.insert(args.end(), {"--mesh-names", o->mesh.mesh_names});
     if (!o->mesh.spec.empty()) args.insert(args.end(), {"--spec", o->mesh.spec});

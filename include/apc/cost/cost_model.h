@@ -10,6 +10,8 @@
 //     proportionally to the bytes above the largest (bandwidth-bound);
 //   - else a link per collective kind (apc calibrate fits each: on Gloo an all-gather is not half
 //     an all-reduce), else the mesh dim's link;
+//   - (compute) the device's measured curves, when it has them: matmul time by flops per dtype
+//     for contractions, elementwise time by bytes for the rest, interpolated as the tables;
 //   - topology: when a mesh dim's groups span nodes (ranks_per_node q < group size p, q dividing
 //     p), collectives are hierarchical, inside a node on the kind's link, between nodes on
 //     inter_node (r = p / q nodes):
@@ -57,6 +59,10 @@ class CostModel {
   double computeUs(double flops, double bytes, ir::DType dtype) const {
     return computeCostUs(device_, flops, bytes, dtype);
   }
+  /// The time of one kernel of `family`: the device's measured curves where it has them (a
+  /// contraction by its flops in the matmul curve of its dtype, any other kernel by its bytes in
+  /// the elementwise curve; interpolated, never below the kernel floor), else the roofline.
+  double computeUs(OpFamily family, double flops, double bytes, ir::DType dtype) const;
   /// The backward of a node of `family` whose forward takes `forward_us`.
   double backwardUs(OpFamily family, double forward_us) const {
     return backwardComputeUs(family, forward_us);

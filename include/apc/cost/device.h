@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -30,6 +31,13 @@ struct PeakTflops {
   double i8 = 0;    // INT8 tensor cores (TOPS)
 };
 
+/// Measured kernel times by work (ascending): x is flops (matmul) or bytes (elementwise).
+struct KernelCurve {
+  std::vector<double> x;
+  std::vector<double> us;
+  bool empty() const { return x.size() < 2 || x.size() != us.size(); }
+};
+
 struct DeviceSpec {
   std::string name;                 // "h100", ...
   PeakTflops peak;                  // dense peaks
@@ -43,6 +51,11 @@ struct DeviceSpec {
   /// The same for every strategy of a node, so it moves predictions, not choices. 0 in the
   /// built-in devices; apc calibrate measures it.
   double dispatch_us = 0.0;
+  /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
+  /// dtype the matmul time by flops, for contractions and attention; the elementwise time by
+  /// bytes, for every other kernel that moves memory.
+  std::map<ir::DType, KernelCurve> matmul_curve;
+  KernelCurve elementwise_curve;
   bool f32_uses_tf32 = false;  // price f32 work at the TF32 peak (torch allow_tf32)
 
   /// Peak TFLOPS used for work in `dtype`: f64, f32 (or tf32), bf16, f16 as named; i8/u8 at the

@@ -61,6 +61,15 @@ inline constexpr const char* kDefaultDeviceKind = "h100";
 
 /// Overrides of the device table's entry for the spec's device kind; absent fields keep the
 /// table's.
+/// Measured kernel times by work (flops for matmuls, bytes for elementwise kernels), ascending,
+/// at least two points: apc calibrate's tables, which the cost model interpolates.
+struct KernelTable {
+  std::vector<double> work;
+  std::vector<double> us;
+
+  bool operator==(const KernelTable&) const;  // defaulted in the .cpp (C++17 users)
+};
+
 struct DeviceOverrides {
   std::map<ir::DType, double> peak_tflops;   // dense peak per dtype, TFLOP/s (> 0)
   std::optional<double> hbm_bandwidth_gbps;  // GB/s (> 0)
@@ -68,10 +77,15 @@ struct DeviceOverrides {
   std::optional<double> memory_efficiency;   // (0, 1]
   std::optional<double> kernel_floor_us;     // >= 0: the least time of any kernel
   std::optional<double> dispatch_us;         // >= 0: host time per op node (cost::DeviceSpec)
+  /// "measured": {"matmul": {"f32": {"flops": [...], "us": [...]}, ...},
+  ///              "elementwise": {"bytes": [...], "us": [...]}}
+  std::map<ir::DType, KernelTable> matmul_us;
+  std::optional<KernelTable> elementwise_us;
 
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
-           !memory_efficiency && !kernel_floor_us && !dispatch_us;
+           !memory_efficiency && !kernel_floor_us && !dispatch_us && matmul_us.empty() &&
+           !elementwise_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
