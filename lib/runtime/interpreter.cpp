@@ -116,9 +116,15 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node) {
     op.kind_ = Kind::kTupleUnpack;
     return op;
   }
+  // aten::view runs as aten::reshape (same arguments; a view whenever one exists): a local
+  // piece can have strides the global tensor did not (a slice of a sharded dim, an op's local
+  // output), so a view the model takes globally may need a copy locally. Writes through views
+  // are functionalized at import, so nothing depends on the alias.
+  const bool view_as_reshape = node.op == "aten::view" && node.overload.empty();
   std::shared_ptr<torch::jit::Operator> found;
   try {
-    found = torch::jit::findOperatorFor(c10::OperatorName(node.op, node.overload));
+    found = torch::jit::findOperatorFor(
+        c10::OperatorName(view_as_reshape ? "aten::reshape" : node.op, node.overload));
   } catch (const std::exception& e) {
     return notFound("operator " + node.qualifiedOp() + ": " + firstLine(e.what()));
   }

@@ -194,6 +194,47 @@ TEST(Interpreter, UnknownOperatorIsAnErrorNamingTheNode) {
       << interp.error().message();
 }
 
+// A local piece can have strides its global tensor did not (seen: gpt2_small planned with a
+// measured cluster profile, whose attention reshape then met a non-contiguous local input and
+// failed with "view size is not compatible with input tensor's size and stride"). aten::view
+// runs as aten::reshape: the same values, a copy only where no view exists; gradients flow.
+TEST(Interpreter, AViewOfANonContiguousLocalPieceRuns) {
+  ir::Graph g;
+  ir::Value v;
+  v.type = ir::ValueType::kTensor;
+  v.tensor = ir::TensorMeta{ir::makeShape({3, 4}), ir::DType::kF32, true};
+  ir::ValueId in = g.addValue(v);
+  v.tensor = ir::TensorMeta{ir::makeShape({12}), ir::DType::kF32, true};
+  ir::ValueId out = g.addValue(v);
+  ir::ValueId shape =
+      g.addConstant(ir::ValueType::kIntList, ir::Constant(std::vector<int64_t>{12}));
+  ir::Node pi;
+  pi.kind = ir::NodeKind::kInput;
+  pi.op = "input";
+  pi.name = "x";
+  pi.outputs = {in};
+  g.addNode(pi);
+  ir::Node view;
+  view.op = "aten::view";
+  view.inputs = {in, shape};
+  view.outputs = {out};
+  g.addNode(view);
+  g.setOutputs(ir::OutputTree::makeLeaf(out));
+  auto interp = Interpreter::create(std::make_shared<const ir::Graph>(std::move(g)));
+  ASSERT_TRUE(interp.ok()) << interp.error().message();
+  at::Tensor base = at::arange(12, at::kFloat).reshape({4, 3}).requires_grad_();
+  at::Tensor x = base.t();  // [3, 4], not contiguous: x.view({12}) throws
+  ASSERT_FALSE(x.is_contiguous());
+  EXPECT_ANY_THROW((void)x.view({12}));
+  auto outs = interp->run(
+      [&](const ir::Node&, std::vector<c10::IValue>&) { return std::vector<c10::IValue>{x}; });
+  ASSERT_TRUE(outs.ok()) << outs.error().message();
+  at::Tensor y = (*outs)[0].toTensor();
+  EXPECT_TRUE(at::equal(y, x.reshape({12})));
+  (y * at::arange(12, at::kFloat)).sum().backward();
+  EXPECT_TRUE(at::equal(base.grad(), at::arange(12, at::kFloat).reshape({3, 4}).t()));
+}
+
 TEST(Interpreter, PacksOutputTrees) {
   ir::OutputTree t;
   t.kind = ir::OutputTree::Kind::kTuple;

@@ -99,7 +99,9 @@ double slowest(runtime::World& world, double v) {
 }
 
 ir::DType irDType(at::ScalarType t) {
-  return t == at::kBFloat16 ? ir::DType::kBF16 : ir::DType::kF32;
+  return t == at::kBFloat16 ? ir::DType::kBF16
+         : t == at::kDouble ? ir::DType::kF64
+                            : ir::DType::kF32;
 }
 
 /// APC_ASSIGN_OR_RETURN for a command: reports the error and returns its exit code.
@@ -151,7 +153,7 @@ int runWorker(const CalibrateOptions& o) {
                                             ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                                             : std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024};
   mesh::DeviceOverrides measured;  // the curves the cost model interpolates
-  for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+  for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kDouble})
     for (int64_t n : mm_sizes) {
       at::Tensor a = at::randn({n, n}, f32).to(dt), b = at::randn({n, n}, f32).to(dt);
       world.all().barrier();
@@ -163,7 +165,7 @@ int runWorker(const CalibrateOptions& o) {
       table.work.push_back(flops);
       table.us.push_back(s * 1e6);
       compute.push_back({{"op", "mm"},
-                         {"dtype", dt == at::kFloat ? "f32" : "bf16"},
+                         {"dtype", ir::dtypeName(irDType(dt))},
                          {"size", {n, n, n}},
                          {"us", s * 1e6},
                          {"tflops", flops / s / 1e12}});
