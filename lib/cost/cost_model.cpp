@@ -111,9 +111,9 @@ double CostModel::collectiveUs(CollectiveKind kind, size_t mesh_dim, int64_t p,
     case CollectiveKind::kReduceScatter:
       return reduceScatterUs(intra, q, full_bytes) + reduceScatterUs(inter, r, full_bytes / qd);
     case CollectiveKind::kAllReduce:
-      return reduceScatterUs(links_[mesh_dim].by_kind[1], q, full_bytes) +
-             allReduceUs(inter, r, full_bytes / qd) +
-             allGatherUs(links_[mesh_dim].by_kind[0], q, full_bytes);
+      // Its intra-node halves on the reduce-scatter and all-gather links.
+      return reduceScatterUs(d.by_kind[1], q, full_bytes) + allReduceUs(inter, r, full_bytes / qd) +
+             allGatherUs(d.by_kind[0], q, full_bytes);
     case CollectiveKind::kAllToAll: {
       // Every rank sends n/p^2 to each of the p-1 others: q-1 of them in its node.
       const double pd = static_cast<double>(p), piece = full_bytes / (pd * pd);

@@ -775,9 +775,11 @@ Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int6
 
 Expected<std::vector<proto::Program>> lowerPlan(const ir::Graph& g, const plan::Plan& p,
                                                 const LowerOptions& options) {
+  APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(p.spec));  // once for all ranks
   std::vector<proto::Program> out;
   for (int64_t r = 0; r < p.spec.mesh.worldSize(); ++r) {
-    APC_ASSIGN_OR_RETURN(proto::Program prog, lowerRank(g, p, r, options));
+    Lowerer l(g, p, model, r, options);
+    APC_ASSIGN_OR_RETURN(proto::Program prog, l.run());
     out.push_back(std::move(prog));
   }
   return out;

@@ -36,8 +36,16 @@ std::string fmt(double v) {
 
 }  // namespace
 
-Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec) {
-  return cost::deviceForSpec(spec);
+Expected<std::vector<strategy::NodeStrategies>> enumerateForSpec(const ir::Graph& g,
+                                                                 const mesh::Spec& spec) {
+  APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(spec));
+  strategy::EnumerateOptions options;
+  options.cost_model = &model;
+  if (!spec.mixed_precision.param_dtype)
+    return strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);
+  // Compute costs in param_dtype; the problem is built on the stored graph.
+  return strategy::enumerate(solver::computeGraph(g, spec.mixed_precision), spec.mesh,
+                             strategy::defaultRegistry(), options);
 }
 
 Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec) {
@@ -103,20 +111,10 @@ Expected<BuiltProblem> buildProblem(
   if (!(spec.prefetch_discount >= 0 && spec.prefetch_discount <= 1))
     return invalidArgument("the prefetch discount must be in [0, 1], got " +
                            fmt(spec.prefetch_discount));
-  APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(spec));
   BuiltProblem out;
-  strategy::EnumerateOptions options;
-  options.cost_model = &model;
   auto t0 = Clock::now();
-  std::vector<strategy::NodeStrategies> strategies;  // their lists are shared with gp.strategies
-  if (spec.mixed_precision.param_dtype) {
-    // Compute costs in param_dtype (solver::computeGraph); the problem is built on the stored
-    // graph.
-    ir::Graph compute = solver::computeGraph(g, spec.mixed_precision);
-    strategies = strategy::enumerate(compute, spec.mesh, strategy::defaultRegistry(), options);
-  } else {
-    strategies = strategy::enumerate(g, spec.mesh, strategy::defaultRegistry(), options);
-  }
+  // Their lists are shared with gp.strategies.
+  APC_ASSIGN_OR_RETURN(std::vector<strategy::NodeStrategies> strategies, enumerateForSpec(g, spec));
   out.fallback_ops = strategy::fallbackOps(g, strategies);
   if (timings) timings->enumerate_s = secondsSince(t0);
   t0 = Clock::now();

@@ -33,14 +33,8 @@ std::string placementsText(const std::vector<std::optional<PlacementTuple>>& ts)
 }  // namespace
 
 Status verifyPlan(const ir::Graph& g, const Plan& p) {
-  APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, deviceFor(p.spec));
-  strategy::EnumerateOptions options;
-  options.device = device;
-  std::vector<strategy::NodeStrategies> enumerated =
-      p.spec.mixed_precision.param_dtype
-          ? strategy::enumerate(solver::computeGraph(g, p.spec.mixed_precision), p.spec.mesh,
-                                strategy::defaultRegistry(), options)
-          : strategy::enumerate(g, p.spec.mesh, strategy::defaultRegistry(), options);
+  APC_ASSIGN_OR_RETURN(std::vector<strategy::NodeStrategies> enumerated,
+                       enumerateForSpec(g, p.spec));
   std::map<uint32_t, const strategy::StrategyList*> op_lists;
   for (const strategy::NodeStrategies& ns : enumerated)
     if (!ns.strategies.empty()) op_lists[ns.node.v] = &ns.strategies;

@@ -38,9 +38,11 @@ struct PhaseTimings {
   double solver_s = 0;     // the ILP alone, as the solver reports it (part of solve_s)
 };
 
-/// The cost model's device for a spec: the built-in entry for spec.device with the spec's
-/// overrides (peak TFLOPS per dtype, HBM bandwidth) applied.
-Expected<cost::DeviceSpec> deviceFor(const mesh::Spec& spec);
+/// The strategies of every op of `g` priced by the spec's cost model (cost::costModelFor): on
+/// solver::computeGraph(g, ...) under mixed precision, on `g` otherwise. The one enumeration of
+/// planning and of plan verification, so both see the same lists (pruning depends on prices).
+Expected<std::vector<strategy::NodeStrategies>> enumerateForSpec(const ir::Graph& g,
+                                                                 const mesh::Spec& spec);
 
 /// The memory budget a spec means, as fractions of the parameter bytes: (low, high) with high
 /// defaulting to 1 / world size. low > high is a kInvalidArgument error that names both.
