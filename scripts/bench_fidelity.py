@@ -96,6 +96,8 @@ def main():
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--min-seconds", type=float, default=2.0,
+                    help="measure at least this many seconds of (predicted) steps per case")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--random", type=int, default=3, help="random feasible plans per model")
     ap.add_argument("--models", default="", help="comma-separated subset of the model names")
@@ -159,8 +161,14 @@ def main():
                     print(f"{name:<18} {plan_name:<12} not planned: "
                           f"{p.stderr.strip().splitlines()[-1] if p.stderr.strip() else p.returncode}")
                     continue
+            # Small models get more steps (the median of a few steps of a few ms is noise): as many
+            # as --min-seconds of predicted steps take, at most 300, warm-up a fifth of them.
+            with open(art + ".plan.json") as f:
+                predicted_ms = json.load(f)["totals"]["total_us"] / 1000
+            steps = max(args.steps, min(300, int(args.min_seconds * 1000 / max(predicted_ms, 1e-3))))
+            warmup = max(args.warmup, min(20, steps // 5))
             p = run([apc, "run", art, "--nproc", str(args.nproc), "--timeout", "1200", "--", train,
-                     art, "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
+                     art, "--steps", str(steps), "--warmup", str(warmup), "--threads",
                      str(args.threads), "--profile", "--json"], check=False)
             if p.returncode != 0:
                 print(f"{name:<18} {plan_name:<12} run failed: {p.stderr.strip()[-300:]}")

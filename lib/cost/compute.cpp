@@ -17,6 +17,8 @@ const char* opFamilyName(OpFamily family) {
   switch (family) {
     case OpFamily::kContraction:
       return "contraction";
+    case OpFamily::kConvolution:
+      return "convolution";
     case OpFamily::kAttention:
       return "attention";
     case OpFamily::kPointwise:
@@ -46,6 +48,7 @@ const char* opFamilyName(OpFamily family) {
 double backwardMultiplier(OpFamily family) {
   switch (family) {
     case OpFamily::kContraction:
+    case OpFamily::kConvolution:
       return 2.0;
     case OpFamily::kAttention:
       return 2.5;

@@ -73,7 +73,13 @@ CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh,
 
 double CostModel::computeUs(OpFamily family, double flops, double bytes, ir::DType dtype) const {
   if (flops <= 0 && bytes <= 0) return 0.0;
-  const bool contraction = family == OpFamily::kContraction || family == OpFamily::kAttention;
+  const bool contraction = family == OpFamily::kContraction || family == OpFamily::kAttention ||
+                           family == OpFamily::kConvolution;
+  if (family == OpFamily::kConvolution && flops > 0) {
+    auto it = device_.conv_curve.find(dtype);
+    if (it != device_.conv_curve.end() && !it->second.empty())
+      return std::max(interpolate(it->second.x, it->second.us, flops), device_.kernel_floor_us);
+  }
   if (contraction && flops > 0) {
     auto it = device_.matmul_curve.find(dtype);
     if (it != device_.matmul_curve.end() && !it->second.empty())
@@ -170,6 +176,8 @@ Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec) {
   APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
   for (const auto& [dtype, t] : spec.device_overrides.matmul_us)
     d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
+  for (const auto& [dtype, t] : spec.device_overrides.conv_us)
+    d.conv_curve[dtype] = KernelCurve{t.work, t.us};
   if (const auto& t = spec.device_overrides.elementwise_us)
     d.elementwise_curve = KernelCurve{t->work, t->us};
   return d;

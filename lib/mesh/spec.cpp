@@ -320,17 +320,23 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
     APC_RETURN_IF_ERROR(expectObject(*m, mp, "an object {\"matmul\": ..., \"elementwise\": ...}"));
-    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "elementwise"}));
-    if (const json* mm = find(*m, "matmul")) {
-      APC_RETURN_IF_ERROR(expectObject(*mm, mp + ".matmul", "an object of tables by dtype"));
-      for (const auto& [key, value] : mm->items()) {
-        const std::string kp = keyPath(mp + ".matmul", key);
-        APC_ASSIGN_OR_RETURN(ir::DType d, readDType(json(key), kp, /*floating_only=*/true));
+    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "conv", "elementwise"}));
+    auto byDType = [&](const char* key, std::map<ir::DType, KernelTable>& out) -> Status {
+      const json* mm = find(*m, key);
+      if (!mm) return Status::success();
+      const std::string tp = mp + "." + key;
+      APC_RETURN_IF_ERROR(expectObject(*mm, tp, "an object of tables by dtype"));
+      for (const auto& [name, value] : mm->items()) {
+        const std::string kp = keyPath(tp, name);
+        APC_ASSIGN_OR_RETURN(ir::DType d, readDType(json(name), kp, /*floating_only=*/true));
         APC_ASSIGN_OR_RETURN(KernelTable t, readKernelTable(value, kp, "flops"));
-        if (!s.device_overrides.matmul_us.emplace(d, std::move(t)).second)
+        if (!out.emplace(d, std::move(t)).second)
           return at(kp, "dtype " + std::string(ir::dtypeName(d)) + " is given twice");
       }
-    }
+      return Status::success();
+    };
+    APC_RETURN_IF_ERROR(byDType("matmul", s.device_overrides.matmul_us));
+    APC_RETURN_IF_ERROR(byDType("conv", s.device_overrides.conv_us));
     if (const json* ew = find(*m, "elementwise")) {
       APC_ASSIGN_OR_RETURN(s.device_overrides.elementwise_us,
                            readKernelTable(*ew, mp + ".elementwise", "bytes"));
@@ -844,14 +850,17 @@ json toJson(const Spec& s) {
     if (s.device_overrides.kernel_floor_us)
       dev["kernel_floor_us"] = *s.device_overrides.kernel_floor_us;
     if (s.device_overrides.dispatch_us) dev["dispatch_us"] = *s.device_overrides.dispatch_us;
-    if (!s.device_overrides.matmul_us.empty() || s.device_overrides.elementwise_us) {
+    if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
+        s.device_overrides.elementwise_us) {
       json measured = json::object();
-      if (!s.device_overrides.matmul_us.empty()) {
+      auto byDType = [&](const char* key, const std::map<ir::DType, KernelTable>& tables) {
+        if (tables.empty()) return;
         json mm = json::object();
-        for (const auto& [d, t] : s.device_overrides.matmul_us)
-          mm[ir::dtypeName(d)] = {{"flops", t.work}, {"us", t.us}};
-        measured["matmul"] = mm;
-      }
+        for (const auto& [d, t] : tables) mm[ir::dtypeName(d)] = {{"flops", t.work}, {"us", t.us}};
+        measured[key] = mm;
+      };
+      byDType("matmul", s.device_overrides.matmul_us);
+      byDType("conv", s.device_overrides.conv_us);
       if (const auto& t = s.device_overrides.elementwise_us)
         measured["elementwise"] = {{"bytes", t->work}, {"us", t->us}};
       dev["measured"] = measured;

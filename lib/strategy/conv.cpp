@@ -115,10 +115,10 @@ void registerConvRules(Registry& r) {
   const ConvArgs full{6, 8};   // _convolution / convolution(input, weight, bias, stride, padding,
                                // dilation, transposed, output_padding, groups, ...)
   const ConvArgs plain{0, 6};  // convNd(input, weight, bias, stride, padding, dilation, groups)
-  r.add("aten::_convolution", convRuleWith(full), OpFamily::kContraction, convWorkWith(full));
-  r.add("aten::convolution", convRuleWith(full), OpFamily::kContraction, convWorkWith(full));
+  r.add("aten::_convolution", convRuleWith(full), OpFamily::kConvolution, convWorkWith(full));
+  r.add("aten::convolution", convRuleWith(full), OpFamily::kConvolution, convWorkWith(full));
   for (const char* op : {"aten::conv1d", "aten::conv2d", "aten::conv3d"})
-    r.add(op, convRuleWith(plain), OpFamily::kContraction, convWorkWith(plain));
+    r.add(op, convRuleWith(plain), OpFamily::kConvolution, convWorkWith(plain));
 
   for (int64_t k = 1; k <= 3; ++k) {
     std::string n = std::to_string(k) + "d";

@@ -95,6 +95,15 @@ TEST(CostModel, MeasuredKernelCurvesReplaceTheRoofline) {
   EXPECT_EQ(CostModel(cpu, meshOf({2})).computeUs(OpFamily::kSoftmax, 0, 500, ir::DType::kF32),
             1.0);
   EXPECT_EQ(model.computeUs(OpFamily::kView, 0, 0, ir::DType::kF32), 0.0);
+  // Convolutions: the matmul curve until a convolution curve of their dtype exists.
+  EXPECT_NEAR(model.computeUs(OpFamily::kConvolution, 1e3, 5e3, ir::DType::kF32), 2.0, 1e-12);
+  DeviceSpec conv = cpu;
+  conv.conv_curve[ir::DType::kF32] = KernelCurve{{1e3, 1e6}, {6.0, 900.0}};
+  CostModel with_conv(conv, meshOf({2}));
+  EXPECT_NEAR(with_conv.computeUs(OpFamily::kConvolution, 1e3, 5e3, ir::DType::kF32), 6.0, 1e-12);
+  EXPECT_NEAR(with_conv.computeUs(OpFamily::kConvolution, 2e6, 0, ir::DType::kF32), 1800.0, 1e-9);
+  EXPECT_NEAR(with_conv.computeUs(OpFamily::kContraction, 1e3, 5e3, ir::DType::kF32), 2.0, 1e-12);
+  EXPECT_EQ(with_conv.backwardUs(OpFamily::kConvolution, 7.0), 14.0);
   // Without curves: the roofline, bit for bit.
   DeviceSpec plain = deviceByName("cpu").value();
   CostModel roofline(plain, meshOf({2}));

@@ -26,7 +26,8 @@
 // step time (forward + backward + optimizer; the trainer's output gather and loss are reported
 // apart, as they are not the program's), its spread, the time blocked in the program's
 // collectives, the collectives per mesh dim and kind (calls, bytes, time), the peak memory per
-// rank (CUDA: the caching allocator's peak; CPU: the process's peak resident set), each the
+// rank (CUDA: the caching allocator's peak; CPU: apc's caching allocator's peak of tensor bytes, or
+// without it the process's peak resident set), each the
 // slowest rank's, beside what the plan predicted (proto::Prediction). --json prints one object
 // instead (measured_step_ms, predicted_step_ms, ...) and no step lines.
 //
@@ -57,6 +58,7 @@
 #include <vector>
 
 #include "apc/frontend/weights.h"
+#include "apc/runtime/host_allocator.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/parallel_module.h"
 #include "apc/support/strings.h"
@@ -79,6 +81,7 @@ struct Flags {
   std::string device = "cpu";
   double timeout_s = 0;  // 0: APC_TIMEOUT_S, else the runtime's default (300 s)
   bool profile = false;
+  bool host_cache = true;  // apc/runtime/host_allocator.h (--no-host-cache)
   bool json = false;
   int warmup = -1;  // -1: 2 under --profile, else 0
 };
@@ -232,6 +235,9 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
   if (device.is_cuda()) {
     peak = at::accelerator::getDeviceStats(device.index()).allocated_bytes[0].peak;
     memory_kind = "cuda caching allocator peak allocated bytes";
+  } else if (apc::runtime::cachingHostAllocatorInstalled()) {
+    peak = apc::runtime::hostAllocatorStats().peak_allocated_bytes;
+    memory_kind = "apc host caching allocator peak allocated bytes";
   } else {
     peak = peakRssBytes();
     memory_kind = "process peak resident set (getrusage ru_maxrss)";
@@ -322,6 +328,9 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
 
 int run(Flags f) {
   at::set_num_threads(f.threads);
+  // Before any tensor: CPU activations and gradients reuse their blocks from step to step
+  // instead of faulting fresh pages in every step (apc/runtime/host_allocator.h).
+  if (f.host_cache) apc::runtime::useCachingHostAllocator();
   if (f.warmup < 0) f.warmup = f.profile ? 2 : 0;
   if (f.json && !f.profile) return fail("--json needs --profile");
   // oneDNN's float32 convolution does not round as ATen's own kernels do: on an AVX-512 CPU the
@@ -567,6 +576,9 @@ int main(int argc, char** argv) {
   app.add_option("--clip", f.clip, "Clip the global gradient norm to this value");
   app.add_flag("--report-comm", f.report_comm,
                "Print per rank and step the bytes its collectives sent next to the priced bytes");
+  app.add_flag("!--no-host-cache", f.host_cache,
+               "Allocate CPU tensors with malloc directly, not through apc's caching allocator "
+               "(every step then pays fresh pages for its activations)");
   app.add_option("--threads", f.threads, "Intra-op threads per rank")->check(CLI::PositiveNumber);
   app.add_option("--onednn", f.onednn,
                  "on, off or auto (default): oneDNN kernels off under --compare-single only")

@@ -22,6 +22,8 @@ namespace apc::cost {
 /// Op families as far as the cost model distinguishes them.
 enum class OpFamily : uint8_t {
   kContraction,    // matmul, mm, bmm, linear, addmm, baddbmm, einsum
+  kConvolution,    // conv1d/2d/3d, convolution, their transposes (priced as contractions unless
+                   // a measured convolution curve exists)
   kAttention,      // scaled_dot_product_attention (fused)
   kPointwise,      // unary / binary elementwise, activations, dropout, casts
   kReduction,      // sum, mean, amax over dims

@@ -78,14 +78,16 @@ struct DeviceOverrides {
   std::optional<double> kernel_floor_us;     // >= 0: the least time of any kernel
   std::optional<double> dispatch_us;         // >= 0: host time per op node (cost::DeviceSpec)
   /// "measured": {"matmul": {"f32": {"flops": [...], "us": [...]}, ...},
+  ///              "conv": {"f32": {"flops": [...], "us": [...]}, ...},
   ///              "elementwise": {"bytes": [...], "us": [...]}}
   std::map<ir::DType, KernelTable> matmul_us;
+  std::map<ir::DType, KernelTable> conv_us;
   std::optional<KernelTable> elementwise_us;
 
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
            !memory_efficiency && !kernel_floor_us && !dispatch_us && matmul_us.empty() &&
-           !elementwise_us;
+           conv_us.empty() && !elementwise_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
