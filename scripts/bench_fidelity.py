@@ -96,6 +96,8 @@ def main():
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="rounds over each model's plans (interleaved); the median is kept")
     ap.add_argument("--min-seconds", type=float, default=2.0,
                     help="measure at least this many seconds of (predicted) steps per case")
     ap.add_argument("--threads", type=int, default=1)
@@ -135,7 +137,7 @@ def main():
         params = parameters(apc, model)
         for r in range(args.random):
             plans.append((f"random{r}", None))
-        rows = []
+        planned = []  # (plan name, artifact, steps, warm-up)
         for plan_name, flags in plans:
             art = os.path.join(work, f"{name}_{plan_name}")
             cmd = [apc, "plan", model, "--mesh", mesh, "--cluster", cluster, "--quiet",
@@ -167,20 +169,35 @@ def main():
                 predicted_ms = json.load(f)["totals"]["total_us"] / 1000
             steps = max(args.steps, min(300, int(args.min_seconds * 1000 / max(predicted_ms, 1e-3))))
             warmup = max(args.warmup, min(20, steps // 5))
-            p = run([apc, "run", art, "--nproc", str(args.nproc), "--timeout", "1200", "--", train,
-                     art, "--steps", str(steps), "--warmup", str(warmup), "--threads",
-                     str(args.threads), "--profile", "--json"], check=False)
-            if p.returncode != 0:
-                print(f"{name:<18} {plan_name:<12} run failed: {p.stderr.strip()[-300:]}")
+            planned.append((plan_name, art, steps, warmup))
+        # --repeats rounds over the model's plans, interleaved (a drift of the machine then moves
+        # every plan alike); each case's measured step is the median of its rounds' medians.
+        profiles = {plan_name: [] for plan_name, _, _, _ in planned}
+        for _ in range(args.repeats):
+            for plan_name, art, steps, warmup in planned:
+                p = run([apc, "run", art, "--nproc", str(args.nproc), "--timeout", "1200", "--",
+                         train, art, "--steps", str(steps), "--warmup", str(warmup), "--threads",
+                         str(args.threads), "--profile", "--json"], check=False)
+                if p.returncode != 0:
+                    print(f"{name:<18} {plan_name:<12} run failed: {p.stderr.strip()[-300:]}")
+                    continue
+                profiles[plan_name].append(json.loads(p.stdout.strip().splitlines()[-1]))
+        rows = []
+        for plan_name, _, _, _ in planned:
+            runs = sorted(profiles[plan_name], key=lambda q: q["measured_step_ms"])
+            if not runs:
                 continue
-            prof = json.loads(p.stdout.strip().splitlines()[-1])
+            prof = runs[(len(runs) - 1) // 2]  # the lower median
             pred, meas = prof["predicted_step_ms"], prof["measured_step_ms"]
             comm_meas = prof["measured_ms"]["forward_comm"] + prof["measured_ms"]["backward_comm"]
             err = (pred - meas) / meas * 100
+            spread = (f"  rounds {min(q['measured_step_ms'] for q in runs):.1f}-"
+                      f"{max(q['measured_step_ms'] for q in runs):.1f}" if len(runs) > 1 else "")
             print(f"{name:<18} {plan_name:<12} {pred:13.1f} {meas:12.1f} {err:7.1f}%"
-                  f"  {prof['predicted_ms']['comm']:9.1f}/{comm_meas:<9.1f}", flush=True)
+                  f"  {prof['predicted_ms']['comm']:9.1f}/{comm_meas:<9.1f}{spread}", flush=True)
             row = {"model": name, "plan": plan_name, "predicted_ms": pred, "measured_ms": meas,
-                   "error_pct": err, "profile": prof}
+                   "error_pct": err, "rounds_ms": [q["measured_step_ms"] for q in runs],
+                   "profile": prof}
             rows.append(row)
             cases.append(row)
         if len(rows) >= 2:

@@ -147,4 +147,24 @@ Expected<DeviceFit> fitDevice(const std::vector<KernelSample>& samples, double f
   return fit;
 }
 
+std::vector<double> monotoneUs(const std::vector<double>& us) {
+  // Blocks of pooled values: (mean, count); merge while a block's mean exceeds the next one's.
+  std::vector<std::pair<double, size_t>> blocks;
+  for (double v : us) {
+    blocks.push_back({v, 1});
+    while (blocks.size() >= 2 && blocks[blocks.size() - 2].first > blocks.back().first) {
+      auto [m2, n2] = blocks.back();
+      blocks.pop_back();
+      auto& [m1, n1] = blocks.back();
+      m1 = (m1 * static_cast<double>(n1) + m2 * static_cast<double>(n2)) /
+           static_cast<double>(n1 + n2);
+      n1 += n2;
+    }
+  }
+  std::vector<double> out;
+  out.reserve(us.size());
+  for (const auto& [m, n] : blocks) out.insert(out.end(), n, m);
+  return out;
+}
+
 }  // namespace apc::cost

@@ -701,8 +701,13 @@ Status Lowerer::recordPrediction() {
     const std::string& stored = t.storage_dtype().empty() ? t.dtype() : t.storage_dtype();
     const ir::DType dtype = ir::parseDType(stored).value_or(ir::DType::kF32);
     const double bytes = numel * static_cast<double>(ir::dtypeBytes(dtype));
-    for (double k : kSgd) sgd += cost::computeCostUs(device, 0, k * bytes, dtype);
-    for (double k : kAdamW) adamw += cost::computeCostUs(device, 0, k * bytes, dtype);
+    // Each kernel as the cost model prices a memory-bound op (the measured elementwise curve
+    // where calibrated), plus its host dispatch.
+    auto kernelUs = [&](double k) {
+      return model_.computeUs(cost::OpFamily::kPointwise, 0, k * bytes, dtype) + device.dispatch_us;
+    };
+    for (double k : kSgd) sgd += kernelUs(k);
+    for (double k : kAdamW) adamw += kernelUs(k);
   }
   pr->set_optimizer_sgd_us(sgd);
   pr->set_optimizer_adamw_us(adamw);

@@ -135,3 +135,33 @@ TEST(Calibration, DeviceFitErrors) {
 
 }  // namespace
 }  // namespace apc::cost
+
+namespace apc::cost {
+namespace {
+
+TEST(Calibration, MonotoneTablesPoolTheViolatorsAndKeepTheRest) {
+  // Already non-decreasing: unchanged.
+  EXPECT_EQ(monotoneUs({1, 2, 2, 5}), (std::vector<double>{1, 2, 2, 5}));
+  // A spike at the smallest size is pooled with the sizes it exceeds, then the rest follows.
+  const std::vector<double> spike = monotoneUs({2480, 472, 902, 1468, 1385, 3801});
+  const std::vector<double> want = {3854.0 / 3, 3854.0 / 3, 3854.0 / 3, 1426.5, 1426.5, 3801};
+  ASSERT_EQ(spike.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(spike[i], want[i], 1e-9) << i;
+  // Pools keep the total (least squares with equal weights).
+  const std::vector<double> in = {5, 1, 4, 2, 8, 7, 9};
+  const std::vector<double> out = monotoneUs(in);
+  ASSERT_EQ(out.size(), in.size());
+  double a = 0, b = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    a += in[i];
+    b += out[i];
+    if (i > 0) {
+      EXPECT_LE(out[i - 1], out[i]);
+    }
+  }
+  EXPECT_NEAR(a, b, 1e-12);
+  EXPECT_TRUE(monotoneUs({}).empty());
+}
+
+}  // namespace
+}  // namespace apc::cost

@@ -404,7 +404,7 @@ int runWorker(const CalibrateOptions& o) {
         // Each call is timed alone and the median kept (a loaded machine's stalls are outliers,
         // not the link), then the slowest rank's median.
         const double first = slowest(world, timeIt(fn, device, 0, 2));
-        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 9.0, 50.0));
+        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 15.0, 60.0));
         std::vector<double> times;
         for (int r = 0; r < reps; ++r) {
           if (gap_us > 0) {  // compute between calls, as in a training step
@@ -451,6 +451,10 @@ int runWorker(const CalibrateOptions& o) {
         table.bytes.push_back(cs.full_bytes);
         table.us.push_back(cs.us);
       }
+      // The table the cost model interpolates is made non-decreasing in size (the raw medians
+      // stay under "calibration"): a size that landed in a slow band is pooled with its
+      // neighbours rather than priced as a spike.
+      table.us = cost::monotoneUs(table.us);
       net.tables[k] = std::move(table);
       for (size_t i = 0; i < mine.size(); ++i) {
         collectives[rows[i]]["fit_us"] = cost::fittedUs(*kf, mine[i]);
@@ -490,6 +494,11 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.memory_efficiency = 1.0;
   profile.device_overrides.kernel_floor_us = std::max(device_fit->kernel_floor_us, 0.0);
   profile.device_overrides.dispatch_us = dispatch_us;
+  // The curves likewise made non-decreasing in work (raw times under "calibration").
+  for (auto* tables : {&measured.matmul_us, &measured.conv_us})
+    for (auto& [dtype, t] : *tables) t.us = cost::monotoneUs(t.us);
+  if (measured.elementwise_us)
+    measured.elementwise_us->us = cost::monotoneUs(measured.elementwise_us->us);
   profile.device_overrides.matmul_us = measured.matmul_us;
   profile.device_overrides.conv_us = measured.conv_us;
   profile.device_overrides.elementwise_us = measured.elementwise_us;

@@ -81,4 +81,11 @@ struct DeviceFit {
 /// Errors: no compute sample, no memory-bound sample, a non-positive time, a negative floor.
 Expected<DeviceFit> fitDevice(const std::vector<KernelSample>& samples, double floor_us);
 
+/// The least-squares non-decreasing sequence closest to `us` (pool-adjacent-violators): the
+/// times of a measured table in ascending order of size, made monotone. A larger message or
+/// kernel never takes less time; on a shared machine single sizes land in slow or fast bands (a
+/// 4 KiB all-reduce measured 341 us in one calibration and 2480 us in the next), and pooling the
+/// violators averages them with their neighbours instead of interpolating through the spike.
+std::vector<double> monotoneUs(const std::vector<double>& us);
+
 }  // namespace apc::cost
