@@ -6,6 +6,9 @@
 //===----------------------------------------------------------------------===//
 #include "apc/artifact/artifact.h"
 
+#include <algorithm>
+#include <map>
+
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
@@ -209,6 +212,27 @@ Expected<proto::Program> readProgram(const std::string& dir, const Manifest& m, 
 Expected<proto::Program> readProgram(const std::string& dir, int64_t rank) {
   APC_ASSIGN_OR_RETURN(Manifest m, readManifest(dir));
   return readProgram(dir, m, rank);
+}
+
+std::vector<int> deferredGradParameters(const proto::Program& program) {
+  std::vector<int> out(static_cast<size_t>(program.redistributions_size()), -1);
+  std::map<uint32_t, int> param_of_value;
+  for (int i = 0; i < program.parameters_size(); ++i)
+    if (program.parameters(i).requires_grad()) param_of_value[program.parameters(i).value()] = i;
+  const proto::Graph& g = program.graph();
+  const int n = std::min(program.node_redistribution_size(), g.nodes_size());
+  for (int i = 0; i < n; ++i) {
+    const uint32_t r = program.node_redistribution(i);
+    if (r == 0 || r > out.size() || g.nodes(i).inputs_size() < 1) continue;
+    auto param = param_of_value.find(g.nodes(i).inputs(0));
+    if (param == param_of_value.end()) continue;
+    const proto::Redistribution& red = program.redistributions(static_cast<int>(r - 1));
+    if (!red.requires_grad() || red.regather() || red.forward_size() != 0 ||
+        red.backward_size() != 1 || red.backward(0).kind() != proto::ALL_REDUCE)
+      continue;
+    out[r - 1] = param->second;
+  }
+  return out;
 }
 
 }  // namespace apc::artifact

@@ -14,6 +14,7 @@
 #include <set>
 #include <tuple>
 
+#include "apc/artifact/artifact.h"
 #include "apc/artifact/typed_proto.h"
 #include "apc/cost/compute.h"
 #include "apc/cost/cost_model.h"
@@ -371,6 +372,9 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
                        " is impossible (" + fwd->infeasible_reason + ")");
   APC_RETURN_IF_ERROR(fillSteps(*fwd, meta, std::nullopt, r.mutable_forward()));
   r.set_requires_grad(grad);
+  // As the planner priced the edge (solver::buildGraphProblem): the gradient's own
+  // redistribution, and the forward once more where backward regathers.
+  double backward_us = 0;
   if (grad) {
     artifact::toProto(grad_from, r.mutable_grad_from());
     artifact::toProto(grad_to, r.mutable_grad_to());
@@ -381,13 +385,15 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
                          mesh::toString(grad_to) + " is impossible (" + bwd->infeasible_reason +
                          ")");
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
+    backward_us = bwd->forward_us;
     if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
   if (grad && regathered)
     for (const proto::RedistStep& s : r.forward())
       if (s.kind() != proto::LOCAL_SLICE) r.set_regather(true);
+  if (r.regather()) backward_us += fwd->forward_us;
   r.set_priced_forward_us(fwd->forward_us);
-  r.set_priced_backward_us(fwd->backward_us);
+  r.set_priced_backward_us(backward_us);
   r.set_edge(name);
   *program_.add_redistributions() = std::move(r);
 
@@ -687,6 +693,46 @@ Status Lowerer::recordPrediction() {
   }
   pr->set_forward_comm_us(fwd);
   pr->set_backward_comm_us(bwd);
+  // Gradient buckets (artifact::deferredGradParameters: the runtime reduces those gradients in
+  // flat buckets of kDefaultGradBucketBytes at the end of backward): per (mesh dim, op, reduce
+  // dtype), each parameter once, in parameter order, priced as one all-reduce per bucket; the
+  // saving against the edges' own prices is recorded, the plan's figures stay as solved.
+  {
+    const std::vector<int> deferred = artifact::deferredGradParameters(program_);
+    using Key = std::tuple<uint32_t, int, std::string>;
+    std::map<Key, std::map<int, double>> bytes_by_param;  // key -> parameter -> priced bytes
+    double separate = 0;
+    for (size_t r = 0; r < deferred.size(); ++r) {
+      if (deferred[r] < 0) continue;
+      const proto::Redistribution& red = program_.redistributions(static_cast<int>(r));
+      const proto::RedistStep& st = red.backward(0);
+      separate += red.priced_backward_us();
+      double& b = bytes_by_param[{st.mesh_dim(), static_cast<int>(st.reduce_op()),
+                                  red.reduce_dtype()}][deferred[r]];
+      b = std::max(b, static_cast<double>(st.priced_bytes()));
+    }
+    if (!bytes_by_param.empty()) {
+      const double cap = static_cast<double>(artifact::kDefaultGradBucketBytes);
+      double bucketed = 0;
+      for (const auto& [key, params] : bytes_by_param) {
+        const size_t m = std::get<0>(key);
+        const int64_t p = mesh_.size(m);
+        double bucket = 0;
+        auto close = [&] {
+          if (bucket > 0)
+            bucketed += model_.collectiveUs(cost::CollectiveKind::kAllReduce, m, p, bucket);
+          bucket = 0;
+        };
+        for (const auto& [param, b] : params) {
+          if (bucket > 0 && bucket + b > cap) close();
+          bucket += b;
+        }
+        close();
+      }
+      pr->set_grad_bucket_bytes(artifact::kDefaultGradBucketBytes);
+      pr->set_grad_bucket_saving_us(std::max(separate - bucketed, 0.0));
+    }
+  }
   // The optimizers of apc-train, kernel by kernel over each local shard (bytes read + written per
   // element, in units of the shard's size): SGD p -= lr g is a scaled copy of g (2) and a
   // subtraction (3); AdamW is a decay of p (2), m = b1 m + (1-b1) g (2 + 3), v = b2 v + (1-b2) g^2

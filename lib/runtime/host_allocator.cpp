@@ -6,6 +6,7 @@
 #include "apc/runtime/host_allocator.h"
 
 #include <algorithm>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -76,6 +77,7 @@ class CachingHostAllocator final : public c10::Allocator {
     const size_t size = blockSize(n);
     if (size == 0) return nullptr;
     const bool cached = size >= static_cast<size_t>(kCachedMinBytes);
+    std::vector<void*> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (cached) {
@@ -90,7 +92,25 @@ class CachingHostAllocator final : public c10::Allocator {
         }
         ++stats_.misses;
       }
+      // Live and cached bytes together stay within the peak of live bytes: a miss evicts
+      // cached blocks (sizes a step no longer asks for: a new sequence length, another batch)
+      // until the new block fits under that peak, so the cache never grows past the working set.
+      const int64_t need = static_cast<int64_t>(size);
+      auto over = [&] {
+        return stats_.cached_bytes > 0 &&
+               stats_.allocated_bytes + stats_.cached_bytes + need >
+                   std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes + need);
+      };
+      for (auto it = free_.begin(); cached && it != free_.end() && over();) {
+        while (!it->second.empty() && over()) {
+          evicted.push_back(it->second.back());
+          it->second.pop_back();
+          stats_.cached_bytes -= static_cast<int64_t>(it->first);
+        }
+        it = it->second.empty() ? free_.erase(it) : std::next(it);
+      }
     }
+    for (void* e : evicted) c10::free_cpu(e);
     void* p = nullptr;
     try {
       p = c10::alloc_cpu(size);

@@ -14,10 +14,13 @@
 #include <set>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 
 #include "apc.pb.h"
+#include "apc/artifact/artifact.h"
 #include "apc/artifact/typed_proto.h"
 #include "apc/ir/proto_io.h"
 #include "apc/ir/torch_dtype.h"
@@ -131,6 +134,131 @@ int64_t wireBytes(const RedistStepSpec& s, const mesh::DeviceMesh& mesh) {
   return 0;
 }
 
+static_assert(kDefaultGradBucketBytes == artifact::kDefaultGradBucketBytes,
+              "the runtime's default bucket is the one lowering's prediction assumes");
+
+}  // namespace
+
+/// The gradient buckets of ParallelModuleOptions::grad_bucket_bytes. A deferred edge's backward
+/// hands its gradient here instead of reducing it (and feeds autograd nothing); the first one of a
+/// backward queues flush() on the autograd engine, which runs when the backward's graph has been
+/// executed: gradients of the same (mesh dim, op, dtypes) are summed per parameter, concatenated
+/// in parameter order into buckets of at most `bucket_bytes`, all-reduced once per bucket, and
+/// added to the parameters' grads. Every rank runs the same program, so the buckets match.
+class GradBuckets {
+ public:
+  GradBuckets(World& world, std::vector<at::Tensor>& params, const std::vector<RedistSpec>& redists,
+              int64_t bucket_bytes)
+      : world_(world), params_(params), redists_(redists), bucket_bytes_(bucket_bytes) {}
+
+  void defer(size_t param, size_t redist, const at::Tensor& grad) {
+    if (!grad.defined()) return;
+    pending_.push_back({param, redist, grad});
+    if (!queued_) {
+      queued_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
+    }
+  }
+
+  /// Drops what an interrupted backward left (called before every forward).
+  void reset() {
+    pending_.clear();
+    queued_ = false;
+  }
+
+ private:
+  struct Pending {
+    size_t param;
+    size_t redist;
+    at::Tensor grad;
+  };
+
+  void flush() {
+    queued_ = false;
+    std::vector<Pending> items = std::move(pending_);
+    pending_.clear();
+    at::NoGradGuard no_grad;
+    // One entry per (parameter, reduction): the summands of several edges with the same
+    // reduction are added first (the all-reduce is linear).
+    using Key = std::tuple<size_t, int, int, int>;  // mesh dim, op, reduce dtype, grad dtype
+    auto keyOf = [&](const Pending& p) {
+      const RedistSpec& r = redists_[p.redist];
+      const RedistStepSpec& st = r.backward.front();
+      const at::ScalarType rd = r.reduce_dtype.value_or(p.grad.scalar_type());
+      return Key{st.mesh_dim, static_cast<int>(st.reduce_op), static_cast<int>(rd),
+                 static_cast<int>(p.grad.scalar_type())};
+    };
+    std::map<std::pair<Key, size_t>, at::Tensor> summed;  // (key, param) -> gradient
+    for (const Pending& p : items) {
+      at::Tensor& g = summed[{keyOf(p), p.param}];
+      g = g.defined() ? g + p.grad : p.grad;
+    }
+    // Buckets per key, parameters in program order (the map's order).
+    std::map<Key, std::vector<std::pair<size_t, at::Tensor>>> by_key;
+    for (auto& [kp, g] : summed) by_key[kp.first].push_back({kp.second, g});
+    for (auto& [key, grads] : by_key) {
+      const auto [mesh_dim, op, rd, gd] = key;
+      const auto reduce = static_cast<at::ScalarType>(rd);
+      const int64_t elem = static_cast<int64_t>(c10::elementSize(reduce));
+      size_t begin = 0;
+      while (begin < grads.size()) {
+        size_t end = begin;
+        int64_t bytes = 0;
+        while (end < grads.size() &&
+               (end == begin || bytes + grads[end].second.numel() * elem <= bucket_bytes_)) {
+          bytes += grads[end].second.numel() * elem;
+          ++end;
+        }
+        std::vector<at::Tensor> flat;
+        for (size_t i = begin; i < end; ++i)
+          flat.push_back(grads[i].second.to(reduce).contiguous().reshape({-1}));
+        at::Tensor bucket = flat.size() == 1 ? flat[0].clone() : at::cat(flat);
+        world_.dim(mesh_dim).allReduce(bucket, static_cast<mesh::ReduceOp>(op));
+        int64_t offset = 0;
+        for (size_t i = begin; i < end; ++i) {
+          const at::Tensor& g = grads[i].second;
+          at::Tensor r = bucket.narrow(0, offset, g.numel()).view(g.sizes());
+          offset += g.numel();
+          r = r.scalar_type() == g.scalar_type() ? r.clone() : r.to(g.scalar_type());
+          at::Tensor& grad = params_[grads[i].first].mutable_grad();
+          if (grad.defined())
+            grad.add_(r);
+          else
+            grad = r;
+        }
+        begin = end;
+      }
+    }
+  }
+
+  World& world_;
+  std::vector<at::Tensor>& params_;
+  const std::vector<RedistSpec>& redists_;
+  int64_t bucket_bytes_;
+  std::vector<Pending> pending_;
+  bool queued_ = false;
+};
+
+namespace {
+
+/// A deferred parameter edge: the identity forward; backward hands the gradient to the buckets.
+struct DeferredGradFunction : public torch::autograd::Function<DeferredGradFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            GradBuckets* buckets, int64_t param, int64_t redist) {
+    ctx->saved_data["buckets"] = reinterpret_cast<int64_t>(buckets);
+    ctx->saved_data["param"] = param;
+    ctx->saved_data["redist"] = redist;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* buckets = reinterpret_cast<GradBuckets*>(ctx->saved_data["buckets"].toInt());
+    buckets->defer(static_cast<size_t>(ctx->saved_data["param"].toInt()),
+                   static_cast<size_t>(ctx->saved_data["redist"].toInt()), grads.at(0));
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
 
 struct ParallelModule::Impl {
@@ -150,6 +278,9 @@ struct ParallelModule::Impl {
   c10::Device device = c10::kCPU;
   std::vector<at::Tensor> param_tensors, buffer_tensors;
   bool allocated = false;
+  /// Per redistribution: the parameter whose gradient it defers to the buckets, -1 none.
+  std::vector<int> deferred_param;
+  std::unique_ptr<GradBuckets> buckets;
 
   Status buildInterpreter() {
     InterpreterOptions io;
@@ -276,6 +407,10 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   auto world = World::create(env, impl->mesh, world_options);
   if (!world.ok()) return world.error();
   impl->world = std::move(world).value();
+  impl->deferred_param = artifact::deferredGradParameters(prog);
+  if (options.grad_bucket_bytes > 0)
+    impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
+                                                  options.grad_bucket_bytes);
   return std::shared_ptr<ParallelModule>(new ParallelModule(std::move(impl)));
 }
 
@@ -677,6 +812,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   APC_RETURN_IF_ERROR(checkPlannedShapes(inputs));
   APC_RETURN_IF_ERROR(checkDivisible(inputs));
   Regatherer regather(*im.world);
+  if (im.buckets) im.buckets->reset();
   const ir::Graph& g = *im.graph;
   auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
     std::vector<c10::IValue> out;
@@ -704,10 +840,18 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
           out.push_back(syncBatchNorm(args, sync->second, *im.world));
           break;
         }
-        const RedistSpec& spec = im.redists.at(static_cast<size_t>(im.node_redist.at(n.id.v)));
+        const size_t rid = static_cast<size_t>(im.node_redist.at(n.id.v));
+        const RedistSpec& spec = im.redists.at(rid);
         TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
                     " needs one tensor input");
-        at::Tensor y = redistribute(args[0].toTensor(), spec, *im.world);
+        const at::Tensor& x = args[0].toTensor();
+        at::Tensor y;
+        if (im.buckets && rid < im.deferred_param.size() && im.deferred_param[rid] >= 0 &&
+            x.requires_grad() && at::GradMode::is_enabled())
+          y = DeferredGradFunction::apply(x, im.buckets.get(), im.deferred_param[rid],
+                                          static_cast<int64_t>(rid));
+        else
+          y = redistribute(x, spec, *im.world);
         if (spec.regather) regather.track(args[0].toTensor(), y, spec);
         out.push_back(y);
         break;
@@ -838,6 +982,13 @@ PredictedStep ParallelModule::predictedStep() const {
   p.backward_comm_us = pr.backward_comm_us();
   p.optimizer_sgd_us = pr.optimizer_sgd_us();
   p.optimizer_adamw_us = pr.optimizer_adamw_us();
+  // The gradient buckets' saving, when this module buckets (lowering priced the default size).
+  if (impl_->buckets && pr.grad_bucket_saving_us() > 0) {
+    p.grad_bucket_saving_us = pr.grad_bucket_saving_us();
+    p.step_us -= p.grad_bucket_saving_us;
+    p.comm_us -= p.grad_bucket_saving_us;
+    p.backward_comm_us -= p.grad_bucket_saving_us;
+  }
   p.present = true;
   return p;
 }

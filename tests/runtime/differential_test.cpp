@@ -301,6 +301,58 @@ nlohmann::json lastJsonLine(const std::string& out) {
   return nlohmann::json::parse(last, nullptr, /*allow_exceptions=*/false);
 }
 
+/// The lines of `out` that start with `prefix`.
+std::vector<std::string> linesStartingWith(const std::string& out, const std::string& prefix) {
+  std::vector<std::string> lines;
+  std::string line;
+  std::istringstream in(out);
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) lines.push_back(line);
+  return lines;
+}
+
+TEST(ApcTrain, GradientBucketsReduceInOneCallWithTheSameLossesAndTheirPrediction) {
+  const ModelCase& m = models().at("mlp_stack");
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir("buckets_ddp");
+  std::string err = testing::makeArtifact(m, "2", "ddp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  auto runWith = [&](const std::string& mib, bool json) {
+    return apc::testing::runCommand(testing::apcBinary() + " run " + dir.string() +
+                                    " --nproc 2 --timeout 300 -- " + train + " " + dir.string() +
+                                    " --steps 3 --warmup 1 --grad-bucket-mib " + mib +
+                                    (json ? " --profile --json" : ""));
+  };
+  // Losses: bucketed and one by one alike (a 2-rank sum is the same in any order).
+  apc::testing::CommandResult bucketed = runWith("25", false), single = runWith("0", false);
+  ASSERT_EQ(bucketed.code, 0) << bucketed.err;
+  ASSERT_EQ(single.code, 0) << single.err;
+  const std::vector<std::string> losses = linesStartingWith(bucketed.out, "step ");
+  ASSERT_EQ(losses.size(), 4u) << bucketed.out;
+  EXPECT_EQ(losses, linesStartingWith(single.out, "step "));
+  // Calls: one all-reduce per step for every parameter gradient, against one per parameter; the
+  // same bytes; the prediction takes off what the buckets save.
+  apc::testing::CommandResult jb = runWith("25", true), js = runWith("0", true);
+  ASSERT_EQ(jb.code, 0) << jb.err;
+  ASSERT_EQ(js.code, 0) << js.err;
+  nlohmann::json b = lastJsonLine(jb.out), o = lastJsonLine(js.out);
+  ASSERT_TRUE(b.is_object() && o.is_object()) << jb.out << js.out;
+  auto allReduce = [](const nlohmann::json& j, const char* key) {
+    double v = 0;
+    for (const auto& c : j["collectives_per_step"])
+      if (c["kind"] == "all-reduce") v += c[key].get<double>();
+    return v;
+  };
+  EXPECT_EQ(allReduce(b, "calls"), 1.0) << b.dump();
+  EXPECT_GT(allReduce(o, "calls"), 4.0) << o.dump();  // mlp_stack has 13 parameters
+  EXPECT_EQ(allReduce(b, "bytes_sent"), allReduce(o, "bytes_sent"));
+  EXPECT_EQ(allReduce(b, "bytes_sent"), b["planned_wire_bytes"].get<double>());
+  EXPECT_LT(b["predicted_step_ms"].get<double>(), o["predicted_step_ms"].get<double>());
+  EXPECT_EQ(b["predicted_ms"]["compute"], o["predicted_ms"]["compute"]);
+}
+
 TEST(ApcTrain, ProfilePrintsMeasuredBesidePredictedAndThePlannedBytes) {
   const ModelCase& m = models().at("mlp_stack");
   if (!std::filesystem::exists(testing::samplePath(m.model)))

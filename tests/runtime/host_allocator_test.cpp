@@ -55,6 +55,23 @@ TEST(HostAllocator, SmallBlocksAreNotCachedAndReleaseEmptiesTheCache) {
   EXPECT_EQ(hostAllocatorStats().cached_bytes, 0);
 }
 
+TEST(HostAllocator, SizesThatChangeEveryStepDoNotGrowTheCache) {
+  ASSERT_TRUE(useCachingHostAllocator());
+  releaseCachedHostMemory();
+  resetHostAllocatorPeak();
+  const int64_t base = hostAllocatorStats().allocated_bytes;
+  // A "step" of one activation whose length changes every step (a new sequence length).
+  for (int64_t step = 0; step < 50; ++step) {
+    at::Tensor t = at::empty({(1 << 18) + step * 1024}, at::kFloat);  // ~1 MiB, never the same
+    t.fill_(1.0f);
+  }
+  const HostAllocatorStats s = hostAllocatorStats();
+  EXPECT_EQ(s.allocated_bytes, base);
+  // Without eviction the cache would hold all 50 blocks (~60 MiB); it holds one step's worth.
+  EXPECT_LE(s.allocated_bytes + s.cached_bytes, s.peak_allocated_bytes);
+  EXPECT_LE(s.cached_bytes, ((1 << 18) + 49 * 1024) * 4 + 4096);
+}
+
 TEST(HostAllocator, RawAllocationsAndComputationsThroughIt) {
   ASSERT_TRUE(useCachingHostAllocator());
   c10::Allocator* a = c10::GetAllocator(c10::DeviceType::CPU);

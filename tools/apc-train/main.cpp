@@ -81,7 +81,8 @@ struct Flags {
   std::string device = "cpu";
   double timeout_s = 0;  // 0: APC_TIMEOUT_S, else the runtime's default (300 s)
   bool profile = false;
-  bool host_cache = true;  // apc/runtime/host_allocator.h (--no-host-cache)
+  bool host_cache = true;       // apc/runtime/host_allocator.h (--no-host-cache)
+  double grad_bucket_mib = 25;  // ParallelModuleOptions::grad_bucket_bytes, in MiB
   bool json = false;
   int warmup = -1;  // -1: 2 under --profile, else 0
 };
@@ -229,6 +230,7 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
       quantile(column([](const StepSample& s) { return s.forward_comm; }), 0.5),
       quantile(column([](const StepSample& s) { return s.backward_comm; }), 0.5),
       0.0,  // peak memory, filled below
+      static_cast<double>(peakRssBytes()),
   };
   int64_t peak = 0;
   std::string memory_kind;
@@ -242,7 +244,7 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
     peak = peakRssBytes();
     memory_kind = "process peak resident set (getrusage ru_maxrss)";
   }
-  local.back() = static_cast<double>(peak);
+  local[9] = static_cast<double>(peak);
   at::Tensor t = at::tensor(local, at::kDouble);
   if (pm.worldSize() > 1) pm.world().all().allReduce(t, apc::mesh::ReduceOp::kMax);
   std::vector<double> agg(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
@@ -297,6 +299,7 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
   // equal to the measured bytes_sent summed over collectives_per_step for even pieces.
   j["planned_wire_bytes"] = pm.pricedComm().wire_bytes;
   j["peak_memory_bytes"] = static_cast<int64_t>(agg[9]);
+  j["peak_rss_bytes"] = static_cast<int64_t>(agg[10]);  // the process's, whatever the kind
   j["peak_memory_kind"] = memory_kind;
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
@@ -345,6 +348,7 @@ int run(Flags f) {
   if (f.device != "cpu" && f.device != "cuda")
     return fail("--device must be cpu or cuda, got '" + f.device + "'");
   apc::runtime::ParallelModuleOptions options;
+  options.grad_bucket_bytes = static_cast<int64_t>(f.grad_bucket_mib * 1024 * 1024);
   if (f.device == "cuda") {
     // isBuilt: libtorch_cuda is linked in; hasCUDA: a driver and at least one device answer.
     if (!at::detail::getCUDAHooks().isBuilt())
@@ -576,6 +580,11 @@ int main(int argc, char** argv) {
   app.add_option("--clip", f.clip, "Clip the global gradient norm to this value");
   app.add_flag("--report-comm", f.report_comm,
                "Print per rank and step the bytes its collectives sent next to the priced bytes");
+  app.add_option("--grad-bucket-mib", f.grad_bucket_mib,
+                 "Reduce replicated parameters' gradients together in buckets of at most this "
+                 "many MiB at the end of backward, as DDP does (default 25); 0 reduces each "
+                 "gradient on its own, as the plan priced it")
+      ->check(CLI::Range(0.0, 1024.0 * 1024.0));
   app.add_flag("!--no-host-cache", f.host_cache,
                "Allocate CPU tensors with malloc directly, not through apc's caching allocator "
                "(every step then pays fresh pages for its activations)");

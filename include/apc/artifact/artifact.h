@@ -34,6 +34,10 @@ inline constexpr int kManifestFormatVersion = 1;
 /// and reduce ops as enums (proto::Placement, proto::StepKind, proto::ReduceOp), not text.
 inline constexpr uint32_t kProgramFormatVersion = 4;
 
+/// The runtime's default gradient bucket (ParallelModuleOptions::grad_bucket_bytes) and the one
+/// lowering's prediction assumes: DDP's 25 MiB.
+inline constexpr int64_t kDefaultGradBucketBytes = 25 * 1024 * 1024;
+
 struct Manifest {
   int format_version = kManifestFormatVersion;
   std::string model_name;
@@ -62,6 +66,14 @@ Expected<Manifest> readManifest(const std::string& dir);
 
 /// Reads rank `rank`'s program: checks its SHA-256 against the manifest, parses it, checks its
 /// format version, rank, world size, model and plan hash.
+/// Per redistribution of `program`: the index (into program.parameters()) of the parameter whose
+/// gradient the runtime buckets on that edge, -1 for none. An edge qualifies when its input is a
+/// parameter that takes a gradient, it moves nothing forward, its backward is exactly one
+/// all-reduce, and it is not re-gathered: a replicated parameter read by a data-parallel op, whose
+/// gradient reduction DDP buckets. Lowering prices the buckets and the runtime executes them from
+/// this one rule.
+std::vector<int> deferredGradParameters(const proto::Program& program);
+
 Expected<proto::Program> readProgram(const std::string& dir, int64_t rank);
 /// The same with a manifest already read.
 Expected<proto::Program> readProgram(const std::string& dir, const Manifest& manifest,

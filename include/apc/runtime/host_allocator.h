@@ -9,6 +9,9 @@
 // deliberately simple: blocks of at least kCachedMinBytes are kept after their tensor dies, keyed
 // by their size rounded up to whole pages, and handed out again for the next request of that
 // size (a training step's sizes repeat, so after the first step almost every request hits).
+// Live and cached bytes together never exceed the peak of live bytes: a request that misses
+// evicts cached blocks of other sizes until it fits (a varying sequence length cannot grow the
+// cache without bound).
 // Smaller blocks go straight to c10::alloc_cpu / free_cpu. An allocation that fails releases
 // the cache and tries once more.
 //

@@ -59,9 +59,20 @@ struct PlacedTensor {
   std::vector<int64_t> localShape() const;
 };
 
+/// DDP's default gradient bucket, 25 MiB (ParallelModuleOptions::grad_bucket_bytes).
+inline constexpr int64_t kDefaultGradBucketBytes = 25 * 1024 * 1024;
+
 struct ParallelModuleOptions {
   WorldOptions world;              // backend, collective timeout
   c10::Device device = c10::kCPU;  // where to_empty / load_full_state_dict allocate
+  /// Gradient buckets, as DDP's: a parameter edge whose backward is one all-reduce (a replicated
+  /// parameter read by a data-parallel op) does not reduce its gradient when autograd reaches
+  /// it; the gradient waits, and at the end of the backward (an autograd engine callback) the
+  /// waiting gradients are all-reduced together in flat buckets of at most this many bytes, in
+  /// program order, then added to the parameters' grads. One call per bucket instead of one per
+  /// parameter: the same bytes, a fraction of the latency. 0: every gradient reduced on its own,
+  /// as the plan priced it. The artifact's prediction assumes the default (25 MiB, DDP's).
+  int64_t grad_bucket_bytes = kDefaultGradBucketBytes;
 };
 
 /// Bytes the program's collectives move per training step (one forward + backward), as priced.
@@ -78,13 +89,16 @@ struct PricedComm {
 /// microseconds; all zero for an artifact lowered before predictions were recorded.
 struct PredictedStep {
   std::string cost_model;  // the device and links the plan was priced with
-  double step_us = 0;      // the plan's objective: compute_us + comm_us
+  double step_us = 0;      // the plan's objective (compute_us + comm_us), less bucket savings
   double compute_us = 0;
   double comm_us = 0;
   double forward_comm_us = 0;  // this rank's priced forward collectives
   double backward_comm_us = 0;
   double optimizer_sgd_us = 0;  // this rank's optimizer step over its shards
   double optimizer_adamw_us = 0;
+  /// What gradient buckets save (ParallelModuleOptions::grad_bucket_bytes), already taken off
+  /// step_us, comm_us and backward_comm_us; 0 when this module reduces gradients one by one.
+  double grad_bucket_saving_us = 0;
   bool present = false;  // the artifact carries a prediction
 };
 

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""bench_vs_torch.py: apc's plans beside what a user would run instead, PyTorch's DDP and FSDP2.
+
+Per model (sample models with real weights: ours and a Hugging Face decoder), on the same CPU ranks
+(Gloo, one intra-op thread each): torch DDP and torch FSDP2 (scripts/bench_vs_torch_worker.py under
+torchrun), and apc's ddp, fsdp and optimizer's plans (apc plan, then apc-train --profile --json).
+Prints per case the median step and the peak resident set per rank, and the ratios apc/torch.
+
+A step is forward + loss + backward + optimizer (SGD) for both. apc-train computes the loss on the
+gathered full output on every rank (its forward outputs are gathered first); torch's DDP and FSDP2
+on the local batch: apc's step is shown both ways (program = forward + backward + optimizer, and
+with the trainer's gather and loss). Rounds are interleaved (--repeats), the median kept.
+
+Run by scripts/bench_vs_torch.sh (which builds first); figures only, no pass/fail.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODELS = ["mlp_stack", "cnn_small", "hf_llama_tiny", "gpt2_tiny"]
+
+
+def run(cmd, timeout=1800):
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}): {p.stderr.strip()[-400:]}")
+    return p
+
+
+def last_json(text):
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--cluster", default="", help="a cluster profile for apc plan (else calibrate)")
+    ap.add_argument("--json", default="", help="also write every case here")
+    args = ap.parse_args()
+    apc = os.path.join(args.build, "tools", "apc")
+    train = os.path.join(args.build, "tools", "apc-train")
+    python = os.path.join(ROOT, ".venv", "bin", "python3")
+    torchrun = os.path.join(ROOT, ".venv", "bin", "torchrun")
+    work = tempfile.mkdtemp(prefix="apc-vs-torch-")
+    cluster = args.cluster
+    if not cluster:
+        cluster = os.path.join(work, "cluster.json")
+        run([apc, "calibrate", "--nproc", str(args.nproc), "--threads", str(args.threads),
+             "-o", cluster])
+    print(f"# {args.nproc} CPU ranks, {args.threads} thread(s) each, {args.steps} steps after "
+          f"{args.warmup} warm-up, median of {args.repeats} interleaved rounds; apc plans priced "
+          f"with {cluster}")
+    print(f"{'model':<15} {'run':<12} {'step ms':>9} {'with loss':>10} {'peak RSS MiB':>13}"
+          f"  {'vs torch ddp':>12} {'vs torch fsdp2':>14}")
+    cases = []
+    for name in filter(None, args.models.split(",")):
+        model = os.path.join(ROOT, "sample_models", "out", name + ".pt2")
+        runs = {}
+        apc_plans = [("apc ddp", ["--strategy", "ddp"]), ("apc fsdp", ["--strategy", "fsdp"]),
+                     ("apc auto", ["--memory-budget", "0,1"])]
+        for label, flags in apc_plans:
+            art = os.path.join(work, f"{name}_{label.split()[1]}")
+            run([apc, "plan", model, "--mesh", str(args.nproc), "--cluster", cluster, "--quiet",
+                 "-o", art + ".plan.json", "--artifact", art] + flags)
+            runs[label] = ("apc", art)
+        runs["torch ddp"] = ("torch", "ddp")
+        runs["torch fsdp2"] = ("torch", "fsdp2")
+        results = {label: [] for label in runs}
+        for _ in range(args.repeats):
+            for label, (kind, what) in runs.items():
+                try:
+                    if kind == "apc":
+                        p = run([apc, "run", what, "--nproc", str(args.nproc), "--", train, what,
+                                 "--steps", str(args.steps), "--warmup", str(args.warmup),
+                                 "--threads", str(args.threads), "--profile", "--json"])
+                        j = last_json(p.stdout)
+                        results[label].append({
+                            "step_ms": j["measured_step_ms"],
+                            "with_loss_ms": j["measured_step_ms"] +
+                            j["measured_ms"]["loss_outside_program"],
+                            "peak_rss_bytes": j["peak_rss_bytes"],
+                            "predicted_step_ms": j["predicted_step_ms"]})
+                    else:
+                        p = run([torchrun, "--standalone", "--nproc-per-node", str(args.nproc),
+                                 os.path.join(ROOT, "scripts", "bench_vs_torch_worker.py"),
+                                 "--model", name, "--mode", what, "--steps", str(args.steps),
+                                 "--warmup", str(args.warmup), "--threads", str(args.threads)])
+                        j = last_json(p.stdout)
+                        results[label].append({"step_ms": j["measured_step_ms"],
+                                               "with_loss_ms": j["measured_step_ms"],
+                                               "peak_rss_bytes": j["peak_rss_bytes"]})
+                except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
+                    print(f"{name:<15} {label:<12} failed: {str(e)[-300:]}", flush=True)
+        med = {}
+        for label, rs in results.items():
+            if rs:
+                med[label] = {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        for label, m in med.items():
+            def ratio(base):
+                return (f"{m['with_loss_ms'] / med[base]['with_loss_ms']:.2f}x"
+                        if base in med and label.startswith("apc") else "")
+            print(f"{name:<15} {label:<12} {m['step_ms']:9.1f} {m['with_loss_ms']:10.1f} "
+                  f"{m['peak_rss_bytes'] / 2**20:13.1f}  {ratio('torch ddp'):>12} "
+                  f"{ratio('torch fsdp2'):>14}", flush=True)
+            cases.append({"model": name, "run": label, **m,
+                          "rounds": results[label]})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(cases, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
