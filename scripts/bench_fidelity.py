@@ -104,6 +104,9 @@ def main():
     ap.add_argument("--random", type=int, default=3, help="random feasible plans per model")
     ap.add_argument("--models", default="", help="comma-separated subset of the model names")
     ap.add_argument("--cluster", default="", help="a cluster profile to reuse (else calibrate)")
+    ap.add_argument("--calibrate-per-model", action="store_true",
+                    help="calibrate again before each model (a shared machine drifts by tens of "
+                         "percent over the half hour a whole run takes)")
     ap.add_argument("--json", default="", help="also write every case here")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -112,15 +115,18 @@ def main():
     work = tempfile.mkdtemp(prefix="apc-fidelity-")
     rng = random.Random(args.seed)
 
+    def calibrate(path):
+        t0 = time.time()
+        p = run([apc, "calibrate", "--nproc", str(args.nproc), "--threads", str(args.threads),
+                 "-o", path])
+        print(f"# calibrated {args.nproc} ranks in {time.time() - t0:.1f} s "
+              f"({apc} calibrate --nproc {args.nproc} --threads {args.threads} -o {path})")
+        print("\n".join("#   " + line for line in p.stdout.strip().splitlines()), flush=True)
+
     cluster = args.cluster
     if not cluster:
         cluster = os.path.join(work, "cluster.json")
-        t0 = time.time()
-        p = run([apc, "calibrate", "--nproc", str(args.nproc), "--threads", str(args.threads),
-                 "-o", cluster])
-        print(f"# calibrated {args.nproc} ranks in {time.time() - t0:.1f} s "
-              f"({apc} calibrate --nproc {args.nproc} --threads {args.threads} -o {cluster})")
-        print("\n".join("#   " + line for line in p.stdout.strip().splitlines()))
+        calibrate(cluster)
     wanted = set(filter(None, args.models.split(",")))
     mesh = str(args.nproc)
     cases = []
@@ -131,6 +137,8 @@ def main():
         if wanted and name not in wanted:
             continue
         model = os.path.join(ROOT, "sample_models", "out", file)
+        if args.calibrate_per_model and not args.cluster:
+            calibrate(cluster)
         plans = [("auto", ["--memory-budget", "0,1"]), ("auto-budget", []),
                  ("ddp", ["--strategy", "ddp"]), ("fsdp", ["--strategy", "fsdp"]),
                  ("tp", ["--strategy", "tp"])]

@@ -5,6 +5,10 @@
 //===----------------------------------------------------------------------===//
 #include "apc/cost/edge.h"
 
+#include <algorithm>
+
+#include "apc/cost/cost_model.h"
+
 namespace apc::cost {
 
 using mesh::Placement;
@@ -53,6 +57,19 @@ ir::DType Precision::reduceDtype(const ir::TensorMeta& stored) const {
 
 bool regatheredInBackward(const ir::Node& producer) {
   return producer.kind == ir::NodeKind::kParameter;
+}
+
+std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
+                                         const CostModel& model) {
+  if (!grad_plan.feasible || grad_plan.steps.size() != 1 ||
+      grad_plan.steps[0].kind != StepKind::kAllReduce)
+    return std::nullopt;
+  const RedistributionStep& s = grad_plan.steps[0];
+  const double full = model.collectiveUs(CollectiveKind::kAllReduce, s.mesh_dim, s.group_size,
+                                         static_cast<double>(s.full_bytes));
+  const double latency =
+      model.collectiveUs(CollectiveKind::kAllReduce, s.mesh_dim, s.group_size, 0.0);
+  return std::max(full - latency, 0.0);
 }
 
 }  // namespace apc::cost

@@ -386,6 +386,10 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
                          ")");
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
     backward_us = bwd->forward_us;
+    // A parameter read where it lies whose gradient is one all-reduce: the runtime buckets it,
+    // and the planner priced its marginal cost (cost::bucketedGradientUs).
+    if (regathered && src == dst)
+      if (auto b = cost::bucketedGradientUs(*bwd, model_)) backward_us = *b;
     if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
   if (grad && regathered)
@@ -695,18 +699,24 @@ Status Lowerer::recordPrediction() {
   pr->set_backward_comm_us(bwd);
   // Gradient buckets (artifact::deferredGradParameters: the runtime reduces those gradients in
   // flat buckets of kDefaultGradBucketBytes at the end of backward): per (mesh dim, op, reduce
-  // dtype), each parameter once, in parameter order, priced as one all-reduce per bucket; the
-  // saving against the edges' own prices is recorded, the plan's figures stay as solved.
+  // dtype), each parameter once, in parameter order, priced as one all-reduce per bucket. The
+  // plan priced each at its marginal cost (cost::bucketedGradientUs); recorded: what the buckets
+  // save against that (negative: the latency each bucket pays), and what reducing them one by
+  // one would add (their latencies).
   {
     const std::vector<int> deferred = artifact::deferredGradParameters(program_);
     using Key = std::tuple<uint32_t, int, std::string>;
     std::map<Key, std::map<int, double>> bytes_by_param;  // key -> parameter -> priced bytes
-    double separate = 0;
+    double separate = 0, latencies = 0;
     for (size_t r = 0; r < deferred.size(); ++r) {
       if (deferred[r] < 0) continue;
       const proto::Redistribution& red = program_.redistributions(static_cast<int>(r));
       const proto::RedistStep& st = red.backward(0);
       separate += red.priced_backward_us();
+      latencies +=
+          model_.collectiveUs(cost::CollectiveKind::kAllReduce, st.mesh_dim(),
+                              mesh_.size(st.mesh_dim()), static_cast<double>(st.priced_bytes())) -
+          red.priced_backward_us();
       double& b = bytes_by_param[{st.mesh_dim(), static_cast<int>(st.reduce_op()),
                                   red.reduce_dtype()}][deferred[r]];
       b = std::max(b, static_cast<double>(st.priced_bytes()));
@@ -730,7 +740,8 @@ Status Lowerer::recordPrediction() {
         close();
       }
       pr->set_grad_bucket_bytes(artifact::kDefaultGradBucketBytes);
-      pr->set_grad_bucket_saving_us(std::max(separate - bucketed, 0.0));
+      pr->set_grad_bucket_saving_us(separate - bucketed);
+      pr->set_grad_unbucketed_extra_us(latencies);
     }
   }
   // The optimizers of apc-train, kernel by kernel over each local shard (bytes read + written per

@@ -982,13 +982,14 @@ PredictedStep ParallelModule::predictedStep() const {
   p.backward_comm_us = pr.backward_comm_us();
   p.optimizer_sgd_us = pr.optimizer_sgd_us();
   p.optimizer_adamw_us = pr.optimizer_adamw_us();
-  // The gradient buckets' saving, when this module buckets (lowering priced the default size).
-  if (impl_->buckets && pr.grad_bucket_saving_us() > 0) {
-    p.grad_bucket_saving_us = pr.grad_bucket_saving_us();
-    p.step_us -= p.grad_bucket_saving_us;
-    p.comm_us -= p.grad_bucket_saving_us;
-    p.backward_comm_us -= p.grad_bucket_saving_us;
-  }
+  // The plan priced bucketed gradients at their marginal cost: add each bucket's latency when
+  // this module buckets (lowering assumed the default size), every gradient's when it does not.
+  const double adjust =
+      impl_->buckets ? -pr.grad_bucket_saving_us() : pr.grad_unbucketed_extra_us();
+  p.grad_bucket_saving_us = -adjust;
+  p.step_us += adjust;
+  p.comm_us += adjust;
+  p.backward_comm_us += adjust;
   p.present = true;
   return p;
 }

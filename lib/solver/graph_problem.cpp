@@ -68,6 +68,8 @@ class EdgePricer {
  public:
   EdgePricer(const mesh::DeviceMesh& m, const cost::CostModel& model) : mesh_(m), model_(model) {}
 
+  const cost::CostModel& model() const { return model_; }
+
   /// Forward redistribution from -> to, plus the gradient's way back when `grad` is set, plus the
   /// forward redistribution once more when `regather` is set (see buildGraphProblem).
   double price(const ir::TensorMeta& t, const PlacementTuple& from, const PlacementTuple& to,
@@ -580,6 +582,21 @@ bool GraphProblemBuilder::addEdges(
           if (t.requires_grad)
             for (size_t k = 0; k < grad_list.size(); ++k)
               back[k] = &pricer.row(g, grad_list[k], back_list, back_ids);
+          // A parameter read where it lies whose gradient comes back through one all-reduce: the
+          // runtime buckets that all-reduce (cost::bucketedGradientUs), priced per (gradient,
+          // producer) placement pair once.
+          std::map<std::pair<uint32_t, uint32_t>, std::optional<double>> bucketed;
+          auto backUs = [&](size_t a, size_t b) {
+            const double plain = (*back[grad_index[b]])[back_index[a]];
+            if (!regather || !(**froms[a] == **tos[b].first)) return plain;
+            auto [it, fresh] = bucketed.try_emplace({grad_index[b], back_index[a]});
+            if (fresh) {
+              auto plan = cost::planRedistribution(g, grad_list[grad_index[b]],
+                                                   back_list[back_index[a]], m, pricer.model());
+              if (plan.ok()) it->second = cost::bucketedGradientUs(*plan, pricer.model());
+            }
+            return it->second ? *it->second : plain;
+          };
           for (size_t a = 0; a < froms.size(); ++a) {
             if (!*froms[a]) continue;
             const std::vector<double>& fwd = pricer.row(t, **froms[a], to_list, to_ids);
@@ -588,7 +605,7 @@ bool GraphProblemBuilder::addEdges(
               double c = fwd[to_index[b]];
               if (t.requires_grad) {
                 if (regather) c *= 2;
-                if (std::isfinite(c)) c += (*back[grad_index[b]])[back_index[a]];
+                if (std::isfinite(c)) c += backUs(a, b);
               }
               class_cost[a * tos.size() + b] += c;
             }

@@ -113,9 +113,11 @@ TEST(Reduction, SameOptimumOnLlamaSmall4And8Layers) {
   expectSameOptimum("llama_small_4l", "4", std::nullopt, chain, "re-solved without clustering");
   expectSameOptimum("llama_small", "4", std::nullopt, chain,
                     "boundary layers re-solved, verified by the folded LP bound");
-  expectSameOptimum("llama_small_4l", "4", 1.0, chain, "clustered solution verified by LP bound");
+  // Since parameter gradients that the runtime buckets are priced at their marginal cost
+  // (cost::bucketedGradientUs), the unconstrained budget takes the same checks as the default one.
+  expectSameOptimum("llama_small_4l", "4", 1.0, chain, "re-solved without clustering");
   expectSameOptimum("llama_small", "4", 1.0, chain,
-                    "clustered solution verified by the folded LP bound");
+                    "boundary layers re-solved, verified by the folded LP bound");
 }
 // Tight budgets where clustering alone was measured dearer (5% and 3%).
 TEST(Reduction, SameOptimumUnderTightBudgets) {

@@ -157,6 +157,10 @@ int runWorker(const CalibrateOptions& o) {
                                             ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                                             : std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024};
   mesh::DeviceOverrides measured;  // the curves the cost model interpolates
+  // Kernels are timed over a longer window than collectives' calls: a step runs for seconds on
+  // a machine whose other tenants come and go, and a 50 ms window caught the 512^3 f32 matmul at
+  // 2.7 ms in one calibration and 6.0 ms in another; the mean over 200 ms follows the average.
+  const double kernel_s = 4 * o.min_seconds;
   // A contraction's curve is the forward's share of forward and backward, as a linear layer
   // pays them: Y = X W^T, dX = dY W, dW = dY^T X (transposed operands included), over 3.
   for (at::ScalarType dt : {at::kFloat, at::kBFloat16, at::kDouble})
@@ -170,7 +174,7 @@ int runWorker(const CalibrateOptions& o) {
                                             (void)at::mm(g, w);
                                             (void)at::mm(g.t(), x);
                                           },
-                                          device, o.min_seconds)) /
+                                          device, kernel_s)) /
                        3;
       const double flops = 2.0 * static_cast<double>(n * n * n);
       const double bytes = 3.0 * static_cast<double>(n * n) * static_cast<double>(x.element_size());
@@ -205,7 +209,7 @@ int runWorker(const CalibrateOptions& o) {
                                                   gy, x, w, std::nullopt, {1, 1}, {1, 1}, {1, 1},
                                                   false, {0, 0}, 1, {true, true, false});
                                             },
-                                            device, o.min_seconds)) /
+                                            device, kernel_s)) /
                          3;
         const double flops = 2.0 * static_cast<double>(batch * c * hw * hw * c * 9);
         mesh::KernelTable& table = measured.conv_us[irDType(dt)];
@@ -225,7 +229,7 @@ int runWorker(const CalibrateOptions& o) {
   for (int64_t n : ew_sizes) {
     at::Tensor a = at::randn({n}, f32), b = at::randn({n}, f32), c = at::empty({n}, f32);
     world.all().barrier();
-    const double s = slowest(world, timeIt([&] { at::add_out(c, a, b); }, device, o.min_seconds));
+    const double s = slowest(world, timeIt([&] { at::add_out(c, a, b); }, device, kernel_s));
     const double bytes = 3.0 * static_cast<double>(n) * 4;
     kernels.push_back({0, bytes, ir::DType::kF32, s * 1e6});
     measured.elementwise_us->work.push_back(bytes);

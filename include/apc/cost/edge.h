@@ -21,6 +21,7 @@
 #include <optional>
 #include <vector>
 
+#include "apc/cost/redistribute.h"
 #include "apc/ir/graph.h"
 #include "apc/ir/types.h"
 #include "apc/mesh/placement.h"
@@ -62,5 +63,14 @@ class Precision {
 
 /// Whether a value made by `producer` is regathered in backward instead of kept (a parameter).
 bool regatheredInBackward(const ir::Node& producer);
+
+/// Gradient buckets (the runtime's ParallelModuleOptions::grad_bucket_bytes): a parameter's edge
+/// that moves nothing forward (from == to) and whose gradient's way back `grad_plan` is exactly
+/// one all-reduce has that all-reduce batched with the others of its mesh dim in a flat bucket,
+/// which pays the collective's latency once. Such an edge's backward is priced at its marginal
+/// cost, collectiveUs(n) - collectiveUs(0) on its mesh dim (never below 0), by the planner and by
+/// lowering alike; nullopt for any other gradient plan.
+std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
+                                         const CostModel& model);
 
 }  // namespace apc::cost

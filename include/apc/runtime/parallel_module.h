@@ -89,15 +89,16 @@ struct PricedComm {
 /// microseconds; all zero for an artifact lowered before predictions were recorded.
 struct PredictedStep {
   std::string cost_model;  // the device and links the plan was priced with
-  double step_us = 0;      // the plan's objective (compute_us + comm_us), less bucket savings
+  double step_us = 0;      // the plan's objective (compute_us + comm_us), bucket-adjusted
   double compute_us = 0;
   double comm_us = 0;
   double forward_comm_us = 0;  // this rank's priced forward collectives
   double backward_comm_us = 0;
   double optimizer_sgd_us = 0;  // this rank's optimizer step over its shards
   double optimizer_adamw_us = 0;
-  /// What gradient buckets save (ParallelModuleOptions::grad_bucket_bytes), already taken off
-  /// step_us, comm_us and backward_comm_us; 0 when this module reduces gradients one by one.
+  /// What this module's way of reducing bucketable gradients (ParallelModuleOptions::
+  /// grad_bucket_bytes: in buckets, or one by one) saves against the plan's marginal prices of
+  /// them (negative: what it costs), already taken off step_us, comm_us and backward_comm_us.
   double grad_bucket_saving_us = 0;
   bool present = false;  // the artifact carries a prediction
 };
