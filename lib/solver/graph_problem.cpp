@@ -523,9 +523,12 @@ bool GraphProblemBuilder::addEdges(
       const auto& tos = cls.tos;
       // Repeated layers have equal edges: the class costs are memoized by everything they
       // depend on (tensors, regather, the placements of each class).
+      // A tensor list is not redistributed (lowering passes it as its producer placed it): its
+      // consumer must read it at that placement.
+      const bool list = v.type == ir::ValueType::kTensorList;
       std::vector<uint32_t> key;
       for (const ir::TensorMeta* meta : metas) key.push_back(pricer.metaId(*meta));
-      key.push_back(regather ? 1 : 0);
+      key.push_back((regather ? 1 : 0) | (list ? 2 : 0));
       key.push_back(cls.key_id);
       auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
       if (fresh) {
@@ -613,7 +616,8 @@ bool GraphProblemBuilder::addEdges(
         }
         for (size_t a = 0; a < froms.size(); ++a)
           for (size_t b = 0; b < tos.size(); ++b)
-            if (!*froms[a] || !*tos[b].first) class_cost[a * tos.size() + b] = kInfinity;
+            if (!*froms[a] || !*tos[b].first || (list && !(**froms[a] == **tos[b].first)))
+              class_cost[a * tos.size() + b] = kInfinity;
       }
       // Factorized (see ProblemEdge): the table over classes, never |S_src| x |S_dst|.
       e.costs = memo_it->second;
