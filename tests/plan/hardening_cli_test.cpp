@@ -4,7 +4,8 @@
 // oversized meshes, outputs that would overwrite an input, -o with --artifact, long dynamic lists,
 // trailing garbage, bad flag values, conflicting pins, Partial inputs, broken manifests; and of
 // issue 32, plans edited after apc plan wrote them (a placement flipped, the hash changed) and
-// inputs that are FIFOs, devices, directories or over the 1 GiB read cap. Every
+// inputs that are FIFOs, devices, directories or over the 1 GiB read cap, and running out of
+// memory. Every
 // one is one line on stderr and exit 2, and nothing is written over an input.
 // Skipped when the tool is not built (APC_WITH_TORCH=OFF).
 //
@@ -381,6 +382,24 @@ TEST_F(Hardening, InputsThatAreNotRegularFilesAreRefused) {
       "cannot read '" + huge + "': is 1073741825 bytes, more than the 1 GiB apc reads");
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
   EXPECT_FALSE(fs::exists(tmp("art")));
+}
+
+// Issue 32: running out of memory ended as "apc: internal error: std::bad_alloc" (exit 1) or as
+// an abort ("terminate called after throwing an instance of 'std::bad_alloc'": nlohmann::json's
+// destructor allocates while unwinding from the first bad_alloc). It is one line naming what apc
+// was doing, exit 2. Here: a spec of 40 million numbers under a 1 GB address-space limit.
+TEST_F(Hardening, OutOfMemoryIsOneLine) {
+  std::string text = "{\"mesh\": {\"shape\": [2]}, \"x\": [";
+  text.reserve(80'000'100);
+  for (int i = 0; i < 40'000'000; ++i) text += "0,";
+  text += "0]}";
+  std::string spec = write("big.json", text);
+  text.clear();
+  text.shrink_to_fit();
+  Result r = apc::testing::runCommand("ulimit -v 1000000; " + kApc + " plan " + kMlp + " --spec " +
+                                      spec + " -o " + tmp("p.json"));
+  expectOneLineError(r, "apc: error: out of memory while reading the spec " + spec);
+  EXPECT_FALSE(fs::exists(tmp("p.json")));
 }
 
 }  // namespace
