@@ -49,14 +49,7 @@ Status writeFile(const fs::path& path, const std::string& bytes) {
 }
 
 Expected<std::string> readFile(const fs::path& path) {
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return notFound(path.string() + ": no such file");
-  if (fs::is_directory(path, ec)) return ioError(path.string() + ": is a directory");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return ioError(path.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
+  return readInputFile(path.string());
 }
 
 }  // namespace

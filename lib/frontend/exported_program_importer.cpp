@@ -1204,7 +1204,10 @@ class ExportedImporter {
     if (!children.is_array()) return parseError("out_spec node without children_spec");
     ir::OutputTree t;
     std::string ty = str(type);
-    json context = json::parse(str(member(spec, "context")), nullptr, false);
+    const std::string context_text = str(member(spec, "context"));
+    if (Status s = checkJsonText(context_text); !s.ok())
+      return s.error().withContext("'" + path_ + "': an out_spec context");
+    json context = json::parse(context_text, nullptr, false);
     bool keyed = ty == "builtins.dict" || ty == "collections.OrderedDict" ||
                  ty == "collections.defaultdict" ||
                  ty == "torch.fx.immutable_collections.immutable_dict";
@@ -1250,6 +1253,8 @@ class ExportedImporter {
       }
     }
     ir::OutputTree t;
+    if (Status s = checkJsonText(out_spec_); !s.ok())
+      return s.error().withContext("'" + path_ + "': the signature's out_spec");
     json spec = json::parse(out_spec_, nullptr, false);
     if (spec.is_array() && spec.size() == 2 && spec[1].is_object()) {
       size_t next = 0;

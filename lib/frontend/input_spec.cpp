@@ -66,6 +66,7 @@ Expected<std::vector<std::optional<InputSpec>>> parseRecordedInputs(
   auto malformed = [&](const std::string& why) {
     return parseError("'" + source + "' has a malformed extra/apc_inputs.json (" + why + ")");
   };
+  if (Status s = checkJsonText(json_text); !s.ok()) return malformed(s.error().message());
   auto doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return malformed("not valid JSON");
   if (!doc.is_object()) return malformed("not a JSON object");

@@ -5,6 +5,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "torch_types.h"
 
@@ -34,13 +35,16 @@ Status checkModelPath(const std::string& path) {
     return notFound("model file '" + path + "' does not exist");
   if (std::filesystem::is_directory(path, ec))
     return invalidArgument("model path '" + path + "' is a directory, not a model archive");
-  return Status::success();
+  return checkRegularFile(path);  // a FIFO or a device: the zip reader would block or misread
 }
 
 Expected<Pt2Archive> Pt2Archive::open(const std::string& path) {
   APC_RETURN_IF_ERROR(checkModelPath(path));
   Pt2Archive a;
   a.path_ = path;
+  std::error_code ec;
+  a.file_size_ = std::filesystem::file_size(path, ec);
+  if (ec) return ioError("cannot read '" + path + "': " + ec.message());
   try {
     a.reader_ = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception& e) {
@@ -65,9 +69,22 @@ bool Pt2Archive::isExportedProgram() const {
   return has(kModelJsonRecord);
 }
 
-Expected<std::pair<at::DataPtr, size_t>> Pt2Archive::bytes(const std::string& record) const {
+Expected<std::pair<at::DataPtr, size_t>> Pt2Archive::bytes(const std::string& record,
+                                                           uint64_t max_bytes) const {
   if (!has(record)) return parseError("'" + path_ + "' has no record " + record);
   try {
+    // getRecord allocates the declared size before inflating: check it first.
+    const uint64_t declared = reader_->getRecordSize(record);
+    const uint64_t deflate_bound =
+        file_size_ > UINT64_MAX / kMaxDeflateRatio ? UINT64_MAX : file_size_ * kMaxDeflateRatio;
+    if (declared > max_bytes)
+      return invalidArgument("'" + path_ + "': " + record + " declares " +
+                             std::to_string(declared) + " bytes, more than the " +
+                             byteSizeText(max_bytes) + " apc reads of such a record");
+    if (declared > deflate_bound)
+      return invalidArgument("'" + path_ + "': " + record + " declares " +
+                             std::to_string(declared) + " bytes, more than deflate can expand a " +
+                             std::to_string(file_size_) + "-byte archive to");
     auto [data, size] = reader_->getRecord(record);
     return std::make_pair(std::move(data), size);
   } catch (const std::exception& e) {
@@ -76,12 +93,15 @@ Expected<std::pair<at::DataPtr, size_t>> Pt2Archive::bytes(const std::string& re
 }
 
 Expected<std::string> Pt2Archive::text(const std::string& record) const {
-  APC_ASSIGN_OR_RETURN(auto b, bytes(record));
+  APC_ASSIGN_OR_RETURN(auto b, bytes(record, kMaxInputFileBytes));
   return std::string(static_cast<const char*>(b.first.get()), b.second);
 }
 
 Expected<nlohmann::json> Pt2Archive::json(const std::string& record) const {
   APC_ASSIGN_OR_RETURN(std::string t, text(record));
+  // Nesting is checked before parsing: the importer walks the records recursively.
+  if (Status s = checkJsonText(t); !s.ok())
+    return s.error().withContext("'" + path_ + "': " + record);
   nlohmann::json j = nlohmann::json::parse(t, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return parseError("'" + path_ + "': " + record + " is not valid JSON");
   return j;

@@ -4,9 +4,15 @@
 // the layout torch.export.save writes and strips its top folder) that turns its exceptions into
 // one-line errors, plus the names of the records apc reads. Private to lib/frontend.
 //
+// Records are bounded before they are inflated: the reader allocates a record's declared size at
+// once, so a size is checked first (JSON and text records at most kMaxInputFileBytes, any record
+// at most what deflate can expand the archive's bytes to), and JSON records get the pre-scan of
+// every apc JSON reader (checkJsonText: no NUL byte, at most 64 levels of nesting).
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -40,8 +46,13 @@ const nlohmann::json& member(const nlohmann::json& j, const std::string& key);
 /// have the same identity. Empty for pickled or malformed entries.
 std::string payloadIdentity(const nlohmann::json& payload_meta);
 
-/// "'path' does not exist" (kNotFound) / "is a directory" (kInvalidArgument), or success.
+/// "'path' does not exist" (kNotFound) / "is a directory" (kInvalidArgument) / checkRegularFile's
+/// error for a FIFO, socket or device, or success.
 Status checkModelPath(const std::string& path);
+
+/// The most a deflated record can expand its stored bytes (deflate's limit is 1032:1): a record
+/// that declares more inflated bytes than this times the archive's size is not a real record.
+inline constexpr uint64_t kMaxDeflateRatio = 1032;
 
 class Pt2Archive {
  public:
@@ -53,14 +64,19 @@ class Pt2Archive {
   bool has(const std::string& record) const;
   /// True when the `archive_format` record reads "pt2" or the archive has models/model.json.
   bool isExportedProgram() const;
-  /// A record's bytes (kParse when missing, corrupt, or unreadable).
-  Expected<std::pair<at::DataPtr, size_t>> bytes(const std::string& record) const;
+  /// A record's bytes (kParse when missing, corrupt, or unreadable; kInvalidArgument when its
+  /// declared size is over `max_bytes` or over kMaxDeflateRatio times the archive's size).
+  Expected<std::pair<at::DataPtr, size_t>> bytes(const std::string& record,
+                                                 uint64_t max_bytes = UINT64_MAX) const;
+  /// A text record, at most kMaxInputFileBytes.
   Expected<std::string> text(const std::string& record) const;
-  /// A JSON record (kParse when malformed, naming the record).
+  /// A JSON record, at most kMaxInputFileBytes (kParse when malformed, nested deeper than
+  /// kMaxJsonDepth or holding a NUL byte, naming the record).
   Expected<nlohmann::json> json(const std::string& record) const;
 
  private:
   std::string path_;
+  uint64_t file_size_ = 0;
   std::shared_ptr<caffe2::serialize::PyTorchStreamReader> reader_;
 };
 

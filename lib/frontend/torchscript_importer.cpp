@@ -922,6 +922,7 @@ Expected<Loaded> loadArchive(const std::string& path) {
     return notFound("model file '" + path + "' does not exist");
   if (std::filesystem::is_directory(path, ec))
     return invalidArgument("model path '" + path + "' is a directory, not a TorchScript archive");
+  APC_RETURN_IF_ERROR(checkRegularFile(path));  // a FIFO or a device: the loader would block
   Loaded l;
   tj::ExtraFilesMap extra{{"apc_inputs.json", ""}};
   try {

@@ -260,11 +260,8 @@ Status writeGraphFile(const Graph& g, const std::string& path) {
 }
 
 Expected<Graph> readGraphFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return ioError("cannot open '" + path + "'");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  auto g = deserializeGraph(ss.str());
+  APC_ASSIGN_OR_RETURN(std::string bytes, readInputFile(path));
+  auto g = deserializeGraph(bytes);
   if (!g.ok()) return g.error().withContext(path);
   return g;
 }

@@ -613,12 +613,14 @@ Expected<json> parseJsonText(std::string_view text) {
 }
 
 Expected<json> readJsonFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ioError("cannot read '" + path + "': " + std::strerror(errno));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return ioError("cannot read '" + path + "'");
-  auto j = parseJsonText(ss.str());
+  auto read = readInputFile(path);
+  if (!read.ok()) {
+    // A missing file stays an I/O error of this reader (kIo, as before the shared reader).
+    if (read.error().code() == ErrorCode::kNotFound) return ioError(read.error().message());
+    return read.error();
+  }
+  const std::string& text = *read;
+  auto j = parseJsonText(text);
   if (!j.ok()) return j.error().withContext(path);
   return j;
 }

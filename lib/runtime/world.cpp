@@ -17,6 +17,13 @@
 // until every rank has arrived, printing a line every progress interval that names the missing
 // ranks, the store's address and the job.
 //
+// Artifacts: rank 0 writes its WorldOptions::artifact_hash (the plan hash of the artifact it
+// loaded) under "artifact" before the owner; every other rank compares its own with it right
+// after the owner check. A rank with another hash writes the mismatch under "mismatch" and fails;
+// the waiting ranks look for that key at every poll and fail too (rank 0, serving the store,
+// last), naming both hashes, instead of waiting for a rank that never arrives (or, under one job
+// id, running collectives of different programs until the timeout).
+//
 // The process ignores SIGPIPE (when it was left at the default action): Gloo writes to sockets
 // whose peer may have died, and the error must become a CommError rather than kill the process.
 //
@@ -112,6 +119,34 @@ std::vector<uint8_t> bytes(const std::string& s) {
   return std::vector<uint8_t>(s.begin(), s.end());
 }
 
+/// What the "mismatch" key holds: rank `rank` loaded an artifact of plan hash `hash` where rank 0
+/// loaded one of `rank0_hash`. Every rank's message starts "rank <its rank>: " and goes on so.
+std::string artifactMismatch(int rank, const std::string& hash, const std::string& rank0_hash,
+                             const std::string& job_text) {
+  return "rank " + std::to_string(rank) + " loaded an artifact of plan hash " + printable(hash) +
+         ", rank 0 one of plan hash " + printable(rank0_hash) + " (" + job_text +
+         "): every rank must load the same artifact";
+}
+
+/// After an artifact mismatch every rank counts itself out under "mismatch/left"; rank 0, which
+/// serves the store, returns only when all others have (at most 10 s), so that no rank loses the
+/// store before it has read the mismatch.
+void leaveAfterMismatch(c10d::Store& store, const std::string& prefix, const LaunchEnv& env,
+                        const WorldOptions& options) {
+  try {
+    int64_t left = store.add(prefix + "mismatch/left", 1);
+    if (env.rank != 0) return;
+    const auto deadline =
+        Clock::now() + std::min(options.setup_timeout, std::chrono::milliseconds(10'000));
+    while (left < env.world_size && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      left = store.add(prefix + "mismatch/left", 0);
+    }
+  } catch (const std::exception&) {
+    // The mismatch is the error to report; a store that went away meanwhile changes nothing.
+  }
+}
+
 /// The store of `env`: served by rank 0, connected to by the others, retried with a progress line
 /// every `options.progress_interval` until `options.setup_timeout`. Then the owner check.
 Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, const std::string& job,
@@ -129,6 +164,7 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
     try {
       store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
       store->set("apc/" + job + "/world_size", bytes(std::to_string(env.world_size)));
+      store->set("apc/" + job + "/artifact", bytes(options.artifact_hash));
       store->set("apc/owner", bytes(job));
     } catch (const std::exception& e) {
       std::string why = detail::firstLine(e.what());
@@ -188,6 +224,17 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
       return ioError("rank " + std::to_string(env.rank) +
                      ": WORLD_SIZE=" + std::to_string(env.world_size) + " but rank 0 of " +
                      job_text + " at " + where + " has WORLD_SIZE=" + printable(world));
+    // Rank 0 wrote its artifact's hash before the owner. A rank of another artifact tells the
+    // waiting ranks (it never arrives) and fails.
+    std::string rank0_hash = text(store->get("apc/" + job + "/artifact"));
+    if (!options.artifact_hash.empty() && !rank0_hash.empty() &&
+        rank0_hash != options.artifact_hash) {
+      std::string mismatch =
+          artifactMismatch(env.rank, options.artifact_hash, rank0_hash, job_text);
+      store->set("apc/" + job + "/mismatch", bytes(mismatch));
+      leaveAfterMismatch(*store, "apc/" + job + "/", env, options);
+      return invalidArgument("rank " + std::to_string(env.rank) + ": " + mismatch);
+    }
   } catch (const c10::Error& e) {
     return ioError(
         "rank " + std::to_string(env.rank) + ": the store at " + where +
@@ -235,6 +282,12 @@ Status awaitAllRanks(c10d::Store& store, const LaunchEnv& env, const std::string
     const auto start = Clock::now();
     auto next_note = start + options.progress_interval;
     while (store.add(prefix + "arrived", 0) < env.world_size) {
+      // A rank of another artifact never arrives: fail with what it found.
+      if (store.check({prefix + "mismatch"})) {
+        std::string mismatch = text(store.get(prefix + "mismatch"));
+        leaveAfterMismatch(store, prefix, env, options);
+        return invalidArgument("rank " + std::to_string(env.rank) + ": " + mismatch);
+      }
       auto now = Clock::now();
       if (now - start >= options.setup_timeout) {
         std::string who;

@@ -42,7 +42,81 @@ fs::path normalizedTarget(const std::string& path) {
   return p;
 }
 
+/// What a path that is not a regular file is, for "is a FIFO, not a regular file".
+const char* fileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "a special file";
+}
+
+Error cannotRead(ErrorCode code, const std::string& path, const std::string& why) {
+  return {code, "cannot read '" + printable(path) + "': " + why};
+}
+
+Status checkRegular(const std::string& path, const struct stat& st) {
+  if (S_ISREG(st.st_mode)) return Status::success();
+  return cannotRead(ErrorCode::kInvalidArgument, path,
+                    std::string("is ") + fileKind(st.st_mode) + ", not a regular file");
+}
+
+Error tooLarge(const std::string& path, const std::string& size, uint64_t max_bytes) {
+  return cannotRead(ErrorCode::kInvalidArgument, path,
+                    "is " + size + ", more than the " + byteSizeText(max_bytes) + " apc reads");
+}
+
 }  // namespace
+
+std::string byteSizeText(uint64_t bytes) {
+  if (bytes != 0 && bytes % (uint64_t{1} << 30) == 0) return std::to_string(bytes >> 30) + " GiB";
+  if (bytes != 0 && bytes % (uint64_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes != 0 && bytes % (uint64_t{1} << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+Status checkRegularFile(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    return cannotRead(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, path, errnoText(err));
+  }
+  return checkRegular(path, st);
+}
+
+Expected<std::string> readInputFile(const std::string& path, uint64_t max_bytes) {
+  APC_RETURN_IF_ERROR(checkRegularFile(path));
+  // O_NONBLOCK: were the path swapped for a FIFO since the check, opening it must not wait for a
+  // writer (fstat below then refuses it). Reads of a regular file ignore the flag.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
+    int err = errno;
+    return cannotRead(err == ENOENT ? ErrorCode::kNotFound : ErrorCode::kIo, path, errnoText(err));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return cannotRead(ErrorCode::kIo, path, errnoText(errno));
+  APC_RETURN_IF_ERROR(checkRegular(path, st));
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) return tooLarge(path, std::to_string(size) + " bytes", max_bytes);
+  std::string out;
+  out.reserve(static_cast<size_t>(size));
+  std::string buf(size_t{1} << 16, '\0');
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return cannotRead(ErrorCode::kIo, path, errnoText(errno));
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes)  // grew while being read
+      return tooLarge(path, "over " + std::to_string(max_bytes) + " bytes", max_bytes);
+    out.append(buf.data(), static_cast<size_t>(n));
+  }
+  return out;
+}
 
 Status checkJsonText(std::string_view text, size_t max_depth) {
   size_t depth = 0;

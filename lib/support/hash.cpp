@@ -14,6 +14,8 @@
 #include <fstream>
 #include <memory>
 
+#include "apc/support/file_io.h"
+
 namespace apc {
 
 namespace {
@@ -56,8 +58,7 @@ std::string sha256Hex(std::string_view bytes) {
 }
 
 Expected<std::string> sha256File(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return notFound(path + ": no such file");
+  APC_RETURN_IF_ERROR(checkRegularFile(path));  // a FIFO would block, /dev/zero never end
   std::ifstream in(path, std::ios::binary);
   if (!in) return ioError(path + ": cannot open for reading");
   MdCtx ctx = newSha256();

@@ -14,7 +14,8 @@
 // - the interpreter (lib/runtime) runs the .pt2 graph and its core ATen form on the .pt2's weights
 //   at a batch other than the hint and matches the TorchScript module's forward.
 // Then programs the samples do not cover (tests/frontend/make_pt2_fixtures.py, run once with the
-// project venv; skipped without it) and corrupted archives made here from a sample.
+// project venv; skipped without it) and corrupted archives made here from a sample (deeply nested
+// records, records declaring more bytes than they may inflate to).
 // APC_SAMPLES_DIR overrides the sample directory (default sample_models/out).
 //
 //===----------------------------------------------------------------------===//
@@ -34,6 +35,7 @@
 #include <torch/script.h>
 #include <nlohmann/json.hpp>
 
+#include "../common/run_command.h"
 #include "../common/samples.h"
 #include "apc/frontend/model.h"
 #include "apc/frontend/weights.h"
@@ -42,6 +44,7 @@
 #include "apc/plan/pipeline.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/strategy/strategy.h"
+#include "pt2_archive.h"
 
 namespace apc::frontend {
 namespace {
@@ -734,6 +737,122 @@ TEST_F(ExportedErrors, MissingModelJson) {
   auto g = importModel(p.string());
   ASSERT_FALSE(g.ok());
   expectOneLine(g.error(), ErrorCode::kParse, "models/model.json");
+}
+
+/// `n` nested lists around null, as text (a json value that deep would overflow the stack of
+/// the test's own recursive dump).
+std::string deepJson(size_t n) {
+  return std::string(n, '[') + "null" + std::string(n, ']');
+}
+
+// Issue 32: the 64-level nesting limit of apc's JSON readers applies to the JSON records inside a
+// .pt2 archive too (before, a deeply nested record went to the parser and the importer).
+TEST_F(ExportedErrors, DeeplyNestedRecordsAreOneLineErrors) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  for (const std::string record : {"models/model.json", "data/weights/model_weights_config.json"}) {
+    fs::path p = dir_ / ("deep_" + fs::path(record).stem().string() + ".pt2");
+    rewrite(pathOf(*s), p,
+            [&](const std::string& name, std::string b) -> std::optional<std::string> {
+              if (name != record) return b;
+              size_t brace = b.find('{');
+              return b.insert(brace + 1, "\"deep\": " + deepJson(200000) + ", ");
+            });
+    auto g = importModel(p.string());
+    auto state = loadModelState(p.string());
+    ASSERT_FALSE(g.ok() && state.ok()) << p;
+    const Error& e = g.ok() ? state.error() : g.error();
+    expectOneLine(
+        e, ErrorCode::kParse,
+        "'" + p.string() + "': " + record + ": JSON nested deeper than 64 levels at byte ");
+    apc::testing::expectOneLineError(
+        apc::testing::runCommand(apc::testing::kApc + " inspect " + p.string()),
+        "JSON nested deeper than 64 levels");
+  }
+  // The output structure is JSON inside a string of models/model.json.
+  fs::path p = dir_ / "deep_out_spec.pt2";
+  rewriteProgram(pathOf(*s), p, [&](json& j) {
+    for (json& entry : j["graph_module"]["module_call_graph"])
+      if (entry["fqn"] == "") entry["signature"]["out_spec"] = "[1, " + deepJson(200000) + "]";
+  });
+  auto g = importModel(p.string());
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kParse,
+                "the signature's out_spec: JSON nested deeper than 64 levels");
+}
+
+/// Declares `size` inflated bytes for `record` in the central directory of the zip at `archive`
+/// (deflated, as a zip bomb declares it); the stored bytes stay as they are.
+void declareInflatedSize(const fs::path& archive, const std::string& record, uint32_t size) {
+  std::string bytes;
+  {
+    std::ifstream in(archive, std::ios::binary);
+    bytes.assign((std::istreambuf_iterator<char>(in)), {});
+  }
+  auto put16 = [&](size_t at, uint16_t v) {
+    for (int i = 0; i < 2; ++i) bytes[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) bytes[at + i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  auto get16 = [&](size_t at) {
+    return static_cast<size_t>(static_cast<unsigned char>(bytes[at])) |
+           static_cast<size_t>(static_cast<unsigned char>(bytes[at + 1])) << 8;
+  };
+  const std::string header("PK\x01\x02", 4);  // a central directory entry
+  int found = 0;
+  for (size_t at = bytes.find(header); at != std::string::npos; at = bytes.find(header, at + 4)) {
+    if (at + 46 > bytes.size()) break;
+    const std::string name = bytes.substr(at + 46, get16(at + 28));
+    if (name.size() < record.size() + 1 ||
+        name.compare(name.size() - record.size() - 1, std::string::npos, "/" + record) != 0)
+      continue;
+    put16(at + 10, 8);     // compression method: deflate
+    put32(at + 24, size);  // uncompressed size
+    ++found;
+  }
+  ASSERT_EQ(found, 1) << record;
+  std::ofstream(archive, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// Issue 32: LibTorch's zip reader allocates a record's declared inflated size before inflating
+// it, so a small archive declaring gigabytes made apc allocate them. Sizes are checked first: a
+// JSON record at most 1 GiB, any record at most what deflate can expand the archive to.
+TEST_F(ExportedErrors, RecordSizesAreCheckedBeforeInflating) {
+  const json* s = smallSample();
+  if (!s) GTEST_SKIP() << "no exported sample";
+  const uint32_t declared = 0xF0000000u;  // 3.75 GiB
+  ASSERT_LT(fs::file_size(pathOf(*s)), declared / kMaxDeflateRatio);
+  fs::path bomb = dir_ / "json_bomb.pt2";
+  fs::copy_file(pathOf(*s), bomb);
+  declareInflatedSize(bomb, "models/model.json", declared);
+  auto g = importModel(bomb.string());
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kInvalidArgument,
+                "models/model.json declares 4026531840 bytes, more than the 1 GiB apc reads of "
+                "such a record");
+  apc::testing::expectOneLineError(
+      apc::testing::runCommand(apc::testing::kApc + " inspect " + bomb.string()),
+      "models/model.json declares 4026531840 bytes");
+  // A weight record: no cap of its own, but not more than deflate's 1032:1 of the archive.
+  std::string weight;
+  {
+    caffe2::serialize::PyTorchStreamReader reader(pathOf(*s));
+    for (const std::string& name : reader.getAllRecords())
+      if (name.rfind("data/weights/", 0) == 0 && fs::path(name).extension() != ".json") {
+        weight = name;
+        break;
+      }
+  }
+  ASSERT_FALSE(weight.empty());
+  fs::path wbomb = dir_ / "weight_bomb.pt2";
+  fs::copy_file(pathOf(*s), wbomb);
+  declareInflatedSize(wbomb, weight, declared);
+  auto state = loadModelState(wbomb.string());
+  ASSERT_FALSE(state.ok());
+  expectOneLine(state.error(), ErrorCode::kInvalidArgument,
+                weight + " declares 4026531840 bytes, more than deflate can expand a " +
+                    std::to_string(fs::file_size(wbomb)) + "-byte archive to");
 }
 
 TEST_F(ExportedErrors, UnknownSchemaMajorVersion) {

@@ -3,12 +3,15 @@
 // Each case of issue 13 through the real binary: deeply nested JSON, huge or tiny link numbers,
 // oversized meshes, outputs that would overwrite an input, -o with --artifact, long dynamic lists,
 // trailing garbage, bad flag values, conflicting pins, Partial inputs, broken manifests; and of
-// issue 32, plans edited after apc plan wrote them (a placement flipped, the hash changed). Every
+// issue 32, plans edited after apc plan wrote them (a placement flipped, the hash changed) and
+// inputs that are FIFOs, devices, directories or over the 1 GiB read cap, and running out of
+// memory. Every
 // one is one line on stderr and exit 2, and nothing is written over an input.
 // Skipped when the tool is not built (APC_WITH_TORCH=OFF).
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -328,6 +331,75 @@ TEST_F(Hardening, EditedPlansAreRefused) {
                      "the graph the plan carries is not " + kMlp +
                          " imported at the plan's input "
                          "shapes");
+}
+
+// Issue 32: an input path naming a FIFO blocked apc until a writer came (forever, in a script),
+// /dev/zero grew the reader's buffer until memory ran out, and a file of gigabytes was read
+// whole. Every JSON input, plan, manifest and model is read only when it is a regular file, and
+// at most 1 GiB. `timeout` turns a hang into a failure.
+TEST_F(Hardening, InputsThatAreNotRegularFilesAreRefused) {
+  ASSERT_EQ(::mkfifo(tmp("fifo").c_str(), 0600), 0);
+  const std::string fifo = tmp("fifo");
+  const std::string is_fifo = "cannot read '" + fifo + "': is a FIFO, not a regular file";
+  const std::string is_zero = "cannot read '/dev/zero': is a character device, not a regular file";
+  auto timed = [](const std::string& args) {
+    return apc::testing::runCommand("timeout 60 " + kApc + " " + args);
+  };
+  ASSERT_EQ(apc("plan " + kMlp + " --mesh 2 -o " + tmp("p.json") + " --artifact " + tmp("a")).code,
+            0);
+  for (const std::string& input : {fifo, std::string("/dev/zero")}) {
+    SCOPED_TRACE(input);
+    const std::string& message = input == fifo ? is_fifo : is_zero;
+    expectOneLineError(timed("plan " + kMlp + " --spec " + input), message);
+    expectOneLineError(timed("plan " + kMlp + " --mesh 2 --cluster " + input), message);
+    expectOneLineError(timed("plan " + kMlp + " --mesh 2 --in-shardings " + input), message);
+    expectOneLineError(timed("plan " + kMlp + " --mesh 2 --out-shardings " + input), message);
+    expectOneLineError(timed("explain " + input), message);
+    expectOneLineError(timed("diff " + tmp("p.json") + " " + input), message);
+    expectOneLineError(timed("lower " + input + " " + kMlp + " -o " + tmp("art")), message);
+    expectOneLineError(timed("validate " + input + " " + kMlp), message);
+    expectOneLineError(timed("inspect " + input), message);
+  }
+  expectOneLineError(timed("explain " + dir_.string()),
+                     "cannot read '" + dir_.string() + "': is a directory, not a regular file");
+  // An artifact whose manifest is a FIFO: apc-train refuses it at once.
+  fs::remove(tmp("a/manifest.json"));
+  ASSERT_EQ(::mkfifo(tmp("a/manifest.json").c_str(), 0600), 0);
+  Result train = apc::testing::runCommand("timeout 60 " + apc::testing::kApcTrain + " " + tmp("a") +
+                                          " --steps 1");
+  EXPECT_EQ(train.code, 2) << train.err;
+  EXPECT_NE(
+      train.err.find("cannot read '" + tmp("a/manifest.json") + "': is a FIFO, not a regular file"),
+      std::string::npos)
+      << train.err;
+  // A regular file over the 1 GiB cap (sparse: no disk used) is refused before it is read.
+  std::string huge = tmp("huge.json");
+  write("huge.json", "{");
+  fs::resize_file(huge, (uint64_t{1} << 30) + 1);
+  auto t0 = std::chrono::steady_clock::now();
+  expectOneLineError(
+      apc("plan " + kMlp + " --spec " + huge),
+      "cannot read '" + huge + "': is 1073741825 bytes, more than the 1 GiB apc reads");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+  EXPECT_FALSE(fs::exists(tmp("art")));
+}
+
+// Issue 32: running out of memory ended as "apc: internal error: std::bad_alloc" (exit 1) or as
+// an abort ("terminate called after throwing an instance of 'std::bad_alloc'": nlohmann::json's
+// destructor allocates while unwinding from the first bad_alloc). It is one line naming what apc
+// was doing, exit 2. Here: a spec of 40 million numbers under a 1 GB address-space limit.
+TEST_F(Hardening, OutOfMemoryIsOneLine) {
+  std::string text = "{\"mesh\": {\"shape\": [2]}, \"x\": [";
+  text.reserve(80'000'100);
+  for (int i = 0; i < 40'000'000; ++i) text += "0,";
+  text += "0]}";
+  std::string spec = write("big.json", text);
+  text.clear();
+  text.shrink_to_fit();
+  Result r = apc::testing::runCommand("ulimit -v 1000000; " + kApc + " plan " + kMlp + " --spec " +
+                                      spec + " -o " + tmp("p.json"));
+  expectOneLineError(r, "apc: error: out of memory while reading the spec " + spec);
+  EXPECT_FALSE(fs::exists(tmp("p.json")));
 }
 
 }  // namespace

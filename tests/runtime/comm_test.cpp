@@ -472,6 +472,49 @@ TEST(RendezvousTest, RanksOfAnotherJobAreTurnedAway) {
   expectAllPassed(outcomes);
 }
 
+// Issue 32: ranks started on artifacts of different plans under one job id (as `apc run` sets it)
+// met at the rendezvous and blocked in collectives until the timeout. Ranks compare their
+// artifact's plan hash there: every rank fails at once with one line naming both hashes.
+TEST(RendezvousTest, RanksOfDifferentArtifactsFailAtOnce) {
+  auto mesh = mesh::DeviceMesh::create({4});
+  ASSERT_TRUE(mesh.ok());
+  auto outcomes = runRanks(4, std::chrono::seconds(60), [&](const LaunchEnv& given) {
+    LaunchEnv env = given;
+    env.job_id = "j";
+    WorldOptions options;
+    options.setup_timeout = std::chrono::milliseconds(20'000);
+    options.timeout = std::chrono::milliseconds(20'000);
+    options.artifact_hash = given.rank == 2 ? "bbbb" : "aaaa";
+    if (given.rank == 2)  // the others are waiting when it comes
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    auto start = Clock::now();
+    auto world = World::create(env, *mesh, options);
+    ASSERT_FALSE(world.ok());
+    EXPECT_EQ(world.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(world.error().message(),
+              "rank " + std::to_string(given.rank) +
+                  ": rank 2 loaded an artifact of plan hash bbbb, rank 0 one of plan hash aaaa "
+                  "(job 'j'): every rank must load the same artifact");
+    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(5000));
+  });
+  expectAllPassed(outcomes);
+  // One artifact: the ranks set up as before.
+  outcomes = runRanks(2, std::chrono::seconds(60), [&](const LaunchEnv& given) {
+    LaunchEnv env = given;
+    env.world_size = 2;
+    env.job_id = "k";
+    WorldOptions options;
+    options.setup_timeout = std::chrono::milliseconds(20'000);
+    options.artifact_hash = "aaaa";
+    auto two = mesh::DeviceMesh::create({2});
+    ASSERT_TRUE(two.ok());
+    auto world = World::create(env, *two, options);
+    ASSERT_TRUE(world.ok()) << world.error().message();
+    (*world)->all().barrier();
+  });
+  expectAllPassed(outcomes);
+}
+
 TEST(RendezvousTest, PortClashAndDuplicateRanksFailFast) {
   auto mesh = mesh::DeviceMesh::create({2});
   ASSERT_TRUE(mesh.ok());

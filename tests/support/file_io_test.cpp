@@ -8,9 +8,14 @@
 #include "apc/support/file_io.h"
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -164,6 +169,66 @@ TEST_F(FileIo, StagedDirectoryRefusesFilesAndForeignDirectories) {
   EXPECT_EQ(read(path("home/notes.txt")), "mine");
   fs::create_directories(path("empty"));
   EXPECT_TRUE(StagedDirectory::create(path("empty"), "manifest.json").ok());
+}
+
+// Issue 32: a spec, plan or manifest path naming a FIFO blocked the reader until a writer came;
+// /dev/zero grew its buffer until memory ran out. Only regular files are read, and at most a cap.
+TEST_F(FileIo, ReadInputFileReadsOnlyBoundedRegularFiles) {
+  std::string p = path("spec.json");
+  write(p, "{\"mesh\": {}}");
+  auto ok = readInputFile(p);
+  ASSERT_TRUE(ok.ok()) << ok.error().message();
+  EXPECT_EQ(*ok, "{\"mesh\": {}}");
+  // Through a symlink: the file it names.
+  fs::create_symlink(p, path("link.json"));
+  EXPECT_TRUE(readInputFile(path("link.json")).ok());
+
+  auto expectRefused = [](const std::string& file, ErrorCode code, const std::string& message) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = readInputFile(file);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+    ASSERT_FALSE(r.ok()) << file;
+    EXPECT_EQ(r.error().code(), code) << r.error().message();
+    EXPECT_EQ(r.error().message(), message);
+    if (message.find("more than") == std::string::npos) {
+      EXPECT_FALSE(checkRegularFile(file).ok()) << file;
+    }
+  };
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0) << std::strerror(errno);
+  expectRefused(path("fifo"), ErrorCode::kInvalidArgument,
+                "cannot read '" + path("fifo") + "': is a FIFO, not a regular file");
+  fs::create_symlink(path("fifo"), path("fifo_link"));
+  expectRefused(path("fifo_link"), ErrorCode::kInvalidArgument,
+                "cannot read '" + path("fifo_link") + "': is a FIFO, not a regular file");
+  expectRefused("/dev/zero", ErrorCode::kInvalidArgument,
+                "cannot read '/dev/zero': is a character device, not a regular file");
+  fs::create_directories(path("dir"));
+  expectRefused(path("dir"), ErrorCode::kInvalidArgument,
+                "cannot read '" + path("dir") + "': is a directory, not a regular file");
+  expectRefused(path("nope.json"), ErrorCode::kNotFound,
+                "cannot read '" + path("nope.json") + "': No such file or directory");
+  int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sock, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::string sock_path = path("sock");
+  ASSERT_LT(sock_path.size(), sizeof addr.sun_path);
+  std::memcpy(addr.sun_path, sock_path.c_str(), sock_path.size() + 1);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  expectRefused(sock_path, ErrorCode::kInvalidArgument,
+                "cannot read '" + sock_path + "': is a socket, not a regular file");
+  ::close(sock);
+
+  // The cap: a file of 11 bytes read with a cap of 10.
+  write(path("big.json"), "01234567890");
+  auto big = readInputFile(path("big.json"), 10);
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(big.error().message(), "cannot read '" + path("big.json") +
+                                       "': is 11 bytes, more than the 10 bytes apc reads");
+  EXPECT_TRUE(readInputFile(path("big.json"), 11).ok());
+  EXPECT_EQ(byteSizeText(kMaxInputFileBytes), "1 GiB");
+  EXPECT_EQ(byteSizeText(64 << 10), "64 KiB");
 }
 
 }  // namespace

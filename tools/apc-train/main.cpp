@@ -61,6 +61,8 @@
 #include "apc/runtime/host_allocator.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/parallel_module.h"
+#include "apc/support/activity.h"
+#include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 
 namespace {
@@ -373,6 +375,7 @@ int run(Flags f) {
     options.world.timeouts_from_environment = false;
   }
   const c10::Device device = options.device;
+  apc::setActivity("loading the artifact " + apc::printable(f.dir));
   auto loaded = apc::runtime::ParallelModule::load(f.dir, options);
   if (!loaded.ok()) {
     // The rendezvous failed (peers missing, a port clash, another job's store): a failed
@@ -402,6 +405,7 @@ int run(Flags f) {
       if (!b.is_contiguous()) b.set_data(b.contiguous());
   }
   if (!model_path.empty()) {
+    apc::setActivity("loading the weights of " + apc::printable(model_path));
     auto state = apc::frontend::loadModelState(model_path);
     if (!state.ok()) return fail(model_path + ": " + state.error().message());
     std::map<std::string, at::Tensor> full;
@@ -455,6 +459,7 @@ int run(Flags f) {
   }
   std::vector<StepSample> samples;
   const int total_steps = f.steps + f.warmup;
+  apc::setActivity("training");
   for (int step = 0; step < total_steps; ++step) {
     // Full inputs, the same on every rank.
     std::vector<at::Tensor> full_inputs;
@@ -560,6 +565,8 @@ int run(Flags f) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  apc::installOutOfMemoryHandler("apc-train");
+  apc::setActivity("reading the command line");
   CLI::App app{"apc-train: trains an apc artifact on synthetic data (one process per rank)",
                "apc-train"};
   Flags f;
@@ -626,6 +633,7 @@ int main(int argc, char** argv) {
   try {
     return run(f);
   } catch (const std::exception& e) {
+    if (apc::isOutOfMemory(e)) return apc::reportOutOfMemory("apc-train");
     std::cerr << "apc-train: error: " << apc::runtime::firstLine(e.what()) << "\n";
     return 1;
   }

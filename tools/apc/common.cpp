@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 
@@ -38,6 +39,7 @@ void ModelFlags::add(CLI::App& app) {
 }
 
 Expected<ir::Graph> ModelFlags::load(frontend::ImportTimings* timings) const {
+  setActivity("importing " + printable(model));
   frontend::ImportOptions options;
   options.disable_free = kFastExit;
   std::optional<std::vector<frontend::InputSpec>> recorded;  // read for nameless --input only
@@ -96,6 +98,7 @@ Expected<mesh::Spec> MeshFlags::resolve(const ir::Graph* graph, const mesh::Spec
   mesh::Spec s;
   const bool have_spec = !spec.empty() || base;
   if (!spec.empty()) {
+    setActivity("reading the spec " + printable(spec));
     APC_ASSIGN_OR_RETURN(s, mesh::parseSpecFile(spec));
   } else if (base) {
     s = *base;
@@ -196,6 +199,7 @@ Progress::~Progress() {
 }
 
 void Progress::phase(const std::string& name) {
+  setActivity(name);  // for "out of memory while <phase>", with or without --quiet
   if (!state_->enabled) return;
   {
     std::lock_guard<std::mutex> lock(state_->mu);

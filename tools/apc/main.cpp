@@ -3,7 +3,7 @@
 // `apc <command> [flags]`. Commands: inspect (import a model and print its graph), plan, explain,
 // diff, lower, run, calibrate and validate (tools/apc/plan.cpp, explain.cpp, diff.cpp, lower.cpp,
 // run.cpp, calibrate.cpp, validate.cpp). Every failure on user input is one line on stderr and
-// exit 2.
+// exit 2; so is running out of memory ("out of memory while <activity>", apc/support/activity.h).
 //
 //===----------------------------------------------------------------------===//
 #include <exception>
@@ -15,10 +15,13 @@
 #include <torch/version.h>
 
 #include "apc/plan/plan.h"
+#include "apc/support/activity.h"
 #include "commands.h"
 #include "common.h"
 
 int main(int argc, char** argv) {
+  apc::installOutOfMemoryHandler("apc");
+  apc::setActivity("reading the command line");
   CLI::App app{"apc: ahead-of-time auto-sharding compiler for PyTorch models", "apc"};
   app.require_subcommand(1);
   app.set_version_flag(
@@ -59,11 +62,17 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::cerr << "apc: error: " << e.what() << " (see apc --help)\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    return apc::reportOutOfMemory("apc");
   }
   try {
     for (auto& [cmd, run] : runners)
-      if (cmd->parsed()) return apc::tool::exitProcess(run());
+      if (cmd->parsed()) {
+        apc::setActivity("running apc " + cmd->get_name());
+        return apc::tool::exitProcess(run());
+      }
   } catch (const std::exception& e) {
+    if (apc::isOutOfMemory(e)) return apc::tool::exitProcess(apc::reportOutOfMemory("apc"));
     std::cerr << "apc: internal error: " << e.what() << "\n";
     return 1;
   }

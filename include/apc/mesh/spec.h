@@ -278,7 +278,8 @@ Status applyClusterProfile(const ClusterProfile& p, Spec& spec);
 /// that appears twice in one object is an error naming its path (JSON parsers silently keep the
 /// last one).
 Expected<nlohmann::json> parseJsonText(std::string_view text);
-/// Reads and parses a JSON file; errors are prefixed by the path.
+/// Reads and parses a JSON file (readInputFile: a regular file of at most 1 GiB; a missing or
+/// unreadable file is kIo); errors are prefixed by the path.
 Expected<nlohmann::json> readJsonFile(const std::string& path);
 
 // --- specs ---------------------------------------------------------------------------------------

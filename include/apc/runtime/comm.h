@@ -166,6 +166,10 @@ struct WorldOptions {
   /// The job id when the environment names none (LaunchEnv::job_id); ParallelModule::load uses
   /// the plan's hash. Empty: "default".
   std::string job_id;
+  /// What every rank must have loaded (ParallelModule::load: the artifact's plan hash); empty: not
+  /// checked. A rank whose hash is not rank 0's fails at the rendezvous, and so does every rank
+  /// waiting for it: one line naming both hashes (kInvalidArgument), at once, not at the timeout.
+  std::string artifact_hash;
   /// While waiting for peers, a line on stderr this often names the missing ranks and the store.
   std::chrono::milliseconds progress_interval{10'000};
 };
@@ -176,7 +180,8 @@ struct WorldOptions {
 /// nothing. Set-up waits at most options.setup_timeout for the other ranks, printing a line every
 /// progress_interval that names the missing ranks and the store's address. Every key lives under
 /// the job id; a store of another job (its id differs), a rank that joins twice and a port that
-/// another process holds are errors at once, on every rank that meets them.
+/// another process holds are errors at once, on every rank that meets them; ranks of different
+/// artifacts (WorldOptions::artifact_hash) are errors at once on every rank.
 class World {
  public:
   /// Errors: env.world_size != mesh.worldSize(), a non-positive timeout, kNccl without CUDA or

@@ -6,6 +6,9 @@
 //    JSON parser would stop at one and ignore what follows) and nesting deeper than a limit (a
 //    deep tree overflows the stack of every recursive walker and destructor; nlohmann's parser
 //    itself is iterative).
+//  - readInputFile / checkRegularFile: an input file is read only when it is a regular file (a
+//    FIFO would block the reader, /dev/zero would grow its buffer without end) and at most
+//    kMaxInputFileBytes long.
 //  - printable: a user-given string as it may appear in a one-line message (control characters
 //    escaped, long strings shortened).
 //  - checkNotInput: an output path is none of the command's input files.
@@ -19,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +39,27 @@ inline constexpr size_t kMaxJsonDepth = 64;
 /// Checks JSON text before parsing: no NUL byte, nesting at most `max_depth`. The error names the
 /// byte offset. Does not check the syntax otherwise (the parser does).
 Status checkJsonText(std::string_view text, size_t max_depth = kMaxJsonDepth);
+
+/// Largest input file apc reads whole into memory: specs, sharding files, cluster profiles, plans,
+/// manifests, rank programs, graph files, and each JSON record of a .pt2 archive. 1 GiB; the plan
+/// of an 8-billion-parameter model is a few MB.
+inline constexpr uint64_t kMaxInputFileBytes = uint64_t{1} << 30;
+
+/// Fails unless `path` (symlinks followed) is an existing regular file. Errors read "cannot read
+/// 'PATH': WHY": kNotFound for a missing file ("No such file or directory"), kInvalidArgument
+/// for a directory, a FIFO, a socket, a character or block device ("is a FIFO, not a regular
+/// file"), kIo when it cannot be examined (permissions).
+Status checkRegularFile(const std::string& path);
+
+/// The whole content of the regular file `path` (checkRegularFile's errors), at most `max_bytes`:
+/// a longer file is refused (kInvalidArgument, "is N bytes, more than the 1 GiB apc reads")
+/// before anything is read, and a file that grows past the cap while it is read is refused too.
+/// The file is opened without blocking, so a FIFO swapped in after the check cannot hang it.
+Expected<std::string> readInputFile(const std::string& path,
+                                    uint64_t max_bytes = kMaxInputFileBytes);
+
+/// "1 GiB", "64 MiB", "4096 bytes": a byte cap as messages name it.
+std::string byteSizeText(uint64_t bytes);
 
 /// `s` for a one-line message: control characters and backslashes escaped (\n, \t, \x01), cut to
 /// `max_chars` with "..." when longer.
