@@ -31,7 +31,7 @@ if ldd "$TRAIN" | grep -q "not found"; then
   torch_lib=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')
   export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-GPUS=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$GPUS" -lt 1 ]; then say "no GPU (nvidia-smi lists none)"; exit 3; fi
 NPROC=${APC_GPU_NPROC:-$GPUS}
 mkdir -p "$WORK"

@@ -684,7 +684,6 @@ void Lowerer::recordDivisibility() {
 }
 
 Status Lowerer::recordPrediction() {
-  const cost::DeviceSpec& device = model_.device();
   proto::Prediction* pr = program_.mutable_prediction();
   pr->set_cost_model(model_.describe());
   pr->set_step_us(p_.totals.total_us);
@@ -759,9 +758,10 @@ Status Lowerer::recordPrediction() {
     const ir::DType dtype = ir::parseDType(stored).value_or(ir::DType::kF32);
     const double bytes = numel * static_cast<double>(ir::dtypeBytes(dtype));
     // Each kernel as the cost model prices a memory-bound op (the measured elementwise curve
-    // where calibrated), plus its host dispatch.
+    // where calibrated), called directly (CostModel::directKernelUs).
     auto kernelUs = [&](double k) {
-      return model_.computeUs(cost::OpFamily::kPointwise, 0, k * bytes, dtype) + device.dispatch_us;
+      return model_.directKernelUs(
+          model_.computeUs(cost::OpFamily::kPointwise, 0, k * bytes, dtype));
     };
     for (double k : kSgd) sgd += kernelUs(k);
     for (double k : kAdamW) adamw += kernelUs(k);
