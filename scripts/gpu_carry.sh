@@ -15,7 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${APC_CUDA_BUILD_DIR:-build-cuda}
 SAMPLES=${APC_GPU_SAMPLES:-"mlp_stack.pt mlp_stack.pt2 llama_small.pt2 gpt2_small.pt2 cnn_small.pt2
-  cnn_small.pt gpt2_tiny.pt llama_tiny.pt hf_llama_tiny.pt2 hf_gpt2_tiny.pt2"}
+  llama_small.pt gpt2_small.pt
+  cnn_small.pt llama_tiny.pt hf_llama_tiny.pt2 hf_gpt2_tiny.pt2"}
 
 die() { echo "gpu_carry: $*" >&2; exit 1; }
 cmake --build "$BUILD_DIR" --target apc apc-train apc-bench-runtime >/dev/null ||
