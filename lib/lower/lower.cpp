@@ -386,10 +386,13 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
                          ")");
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
     backward_us = bwd->forward_us;
-    // A parameter read where it lies whose gradient is one all-reduce: the runtime buckets it,
-    // and the planner priced its marginal cost (cost::bucketedGradientUs).
+    // A parameter read where it lies whose gradient is one all-reduce: the planner priced its
+    // marginal cost (cost::bucketedGradientUs), and the runtime buckets it (the flag).
     if (regathered && src == dst)
-      if (auto b = cost::bucketedGradientUs(*bwd, model_)) backward_us = *b;
+      if (auto b = cost::bucketedGradientUs(*bwd, model_)) {
+        backward_us = *b;
+        r.set_bucketed_gradient(true);
+      }
     if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
   if (grad && regathered)
