@@ -120,6 +120,26 @@ TEST_F(PlanCli, TimeLimitShorterThanConstructionGivesTheRestrictedPlan) {
   EXPECT_LE(plan["solver"]["bound"].get<double>(), plan["solver"]["objective"].get<double>());
 }
 
+// Issue 31: a classic data-parallel plan on more ranks than the batch has rows replicates the
+// batch's compute on that mesh dim; apc plan says so instead of calling it ddp silently.
+TEST_F(PlanCli, ABatchTooSmallForTheDataParallelRanksIsSaid) {
+  Result small = runApc("plan " + kSamples + "mlp_stack.pt --input 'x:f32[4,16,128]' --mesh 8 " +
+                        "--strategy ddp --quiet -o " + tmp("ddp8.json"));
+  ASSERT_EQ(small.code, 0) << small.err;
+  EXPECT_NE(small.err.find("apc: note: ddp: input 'x' (batch 4) is not cut on mesh dim 0 (8 "
+                           "ranks): every rank there computes the whole batch"),
+            std::string::npos)
+      << small.err;
+  Result two = runApc("plan " + kSamples + "mlp_stack.pt --input 'x:f32[4,16,128]' --mesh 2x4 " +
+                      "--strategy fsdp --quiet -o " + tmp("fsdp24.json"));
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_NE(two.err.find("is not cut on mesh dim 1 (4 ranks)"), std::string::npos) << two.err;
+  Result fits = runApc("plan " + kSamples + "mlp_stack.pt --input 'x:f32[8,16,128]' --mesh 8 " +
+                       "--strategy ddp --quiet -o " + tmp("ddp8b.json"));
+  ASSERT_EQ(fits.code, 0) << fits.err;
+  EXPECT_EQ(fits.err.find("is not cut"), std::string::npos) << fits.err;
+}
+
 TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
   Result first = planToy(tmp("a.json"));
   ASSERT_EQ(first.code, 0);
