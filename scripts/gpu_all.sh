@@ -15,6 +15,8 @@
 #     (two also against TorchScript's optimizing executor, --jit-optimize).
 #  4. scripts/gpu_bench.sh: apc calibrate --device cuda, then per model the plan's predicted step
 #     beside apc-train --profile's measured one (mesh 1; with 2+ GPUs also ddp/fsdp/auto on N).
+#  5. scripts/bench_eager.py: the same models and batches trained in eager PyTorch (the machine's
+#     torch, SGD), beside apc-train's measured step.
 #
 # Each part has its own time limit and a failed part does not stop the next. Logs, the calibrated
 # cluster profile and the fidelity table go to OUTDIR (default out/gpu_all).
@@ -75,4 +77,22 @@ APC_GPU_MODELS=${APC_GPU_MODELS:-"mlp_stack llama_small gpt2_small cnn_small hf_
 say "gpu_bench exit $?"
 tail -30 "$OUTDIR/gpu_bench.log"
 cp out/gpu_bench/cluster1.json "$OUTDIR/" 2>/dev/null || true
+
+# 5. apc-train's step beside eager PyTorch's on the same model, batch and device.
+say "apc-train against eager PyTorch on cuda:0"
+eager() {  # profile-label model [--shape S]
+  local prof="out/gpu_bench/$1_1_auto.profile.json" m=$2
+  shift 2
+  [ -s "$prof" ] || { say "no $prof"; return; }
+  timeout 120 "$PY" scripts/bench_eager.py "$m" --device cuda --apc-profile "$prof" "$@" 2>&1 | tail -1
+}
+{
+  eager mlp_stack mlp_stack
+  eager cnn_small cnn_small
+  eager llama_small llama_small
+  eager gpt2_small gpt2_small
+  eager cnn_small_b256 cnn_small --shape 256,3,32,32
+  eager llama_small_b64 llama_small --shape 64,128
+  eager gpt2_small_b32 gpt2_small --shape 32,128
+} | tee "$OUTDIR/eager.log"
 tar czf "$OUTDIR/profiles.tar.gz" -C out/gpu_bench $(cd out/gpu_bench && ls ./*.profile.json ./*.plan.json 2>/dev/null) 2>/dev/null || true
