@@ -163,6 +163,12 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
     spec.dispatch_us = v;
   }
   if (o.dispatch_overlaps) spec.dispatch_overlaps = *o.dispatch_overlaps;
+  if (o.view_dispatch_us) {
+    double v = *o.view_dispatch_us;
+    if (!(v >= 0) || !std::isfinite(v))
+      return invalidArgument("device override view_dispatch_us must be >= 0, got " + fmt(v));
+    spec.view_dispatch_us = v;
+  }
   if (o.f32_uses_tf32) spec.f32_uses_tf32 = *o.f32_uses_tf32;
   return spec;
 }
@@ -189,6 +195,10 @@ std::string toString(const DeviceSpec& s) {
   if (s.dispatch_us > 0) {
     std::snprintf(buf, sizeof buf, ", dispatch %.1f us%s", s.dispatch_us,
                   s.dispatch_overlaps ? " (overlapping kernels)" : "");
+    out += buf;
+  }
+  if (s.view_dispatch_us) {
+    std::snprintf(buf, sizeof buf, ", views %.1f us", *s.view_dispatch_us);
     out += buf;
   }
   return out;

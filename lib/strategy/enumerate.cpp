@@ -238,7 +238,7 @@ struct Pricer {
   double price(const Strategy& s) const {
     // Host dispatch of the node (0 unless calibrated) with its kernels (CostModel::passUs):
     // forward, and backward with a gradient.
-    if (family == cost::OpFamily::kView) return model.nodeUs(0, 0, backward);
+    if (family == cost::OpFamily::kView) return model.viewNodeUs(backward);
     LocalShapes local;
     auto localOf = [&](bool output, const std::vector<std::optional<PlacementTuple>>& list,
                        std::vector<std::vector<std::vector<int64_t>>>& out) {

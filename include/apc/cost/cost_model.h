@@ -83,6 +83,12 @@ class CostModel {
   double directKernelUs(double kernel_us) const {
     return device_.dispatch_overlaps ? kernel_us : kernel_us + device_.dispatch_us;
   }
+  /// A node whose op runs no kernel (OpFamily::kView): its dispatch, forward and again backward
+  /// when `backward` (DeviceSpec::view_dispatch_us, else dispatch_us).
+  double viewNodeUs(bool backward) const {
+    return device_.view_dispatch_us ? *device_.view_dispatch_us * (backward ? 2 : 1)
+                                    : nodeUs(0, 0, backward);
+  }
   /// An op node's forward pass, and its backward pass when `backward` (passUs of each).
   double nodeUs(double forward_kernel_us, double backward_kernel_us, bool backward) const {
     if (device_.dispatch_overlaps)

@@ -56,6 +56,10 @@ struct DeviceSpec {
   /// its kernels, not their sum (CostModel::passUs). False on the CPU, where the dispatching
   /// thread runs the kernels.
   bool dispatch_overlaps = false;
+  /// Host time of a node whose op runs no kernel (views, list construction) per pass; unset:
+  /// dispatch_us. apc calibrate measures it (a chain of views); on an H200 host 5 us against a
+  /// mixed op's 17, and views are a third of a transformer's nodes.
+  std::optional<double> view_dispatch_us;
   /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
   /// dtype the matmul time by flops, for contractions and attention; the convolution time by
   /// flops, for convolutions (else the matmul curve); the elementwise time by bytes, for every
@@ -86,6 +90,7 @@ struct DeviceOverrides {
   std::optional<double> kernel_floor_us;                                              // >= 0
   std::optional<double> dispatch_us;                                                  // >= 0
   std::optional<bool> dispatch_overlaps;
+  std::optional<double> view_dispatch_us;  // >= 0
   std::optional<bool> f32_uses_tf32;
 };
 
