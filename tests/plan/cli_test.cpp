@@ -140,6 +140,27 @@ TEST_F(PlanCli, ABatchTooSmallForTheDataParallelRanksIsSaid) {
   EXPECT_EQ(fits.err.find("is not cut"), std::string::npos) << fits.err;
 }
 
+// explain names what an edge's backward price holds: a bucketed gradient is priced without its
+// latency, and says so, in text and JSON.
+TEST_F(PlanCli, ExplainSaysWhichGradientsAreBucketed) {
+  ASSERT_EQ(runApc("plan " + kSamples + "mlp_stack.pt --mesh 2 --strategy ddp --quiet -o " +
+                   tmp("ddp2.json"))
+                .code,
+            0);
+  Result r = runApc("explain " + tmp("ddp2.json") + " --top 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| bwd all-reduce(d0, 256.00 KiB) (bucketed: priced without its latency)"),
+            std::string::npos)
+      << r.out;
+  Result fsdp = runApc("plan " + kSamples + "mlp_stack.pt --mesh 2 --strategy fsdp --quiet -o " +
+                       tmp("fsdp2.json"));
+  ASSERT_EQ(fsdp.code, 0) << fsdp.err;
+  r = runApc("explain " + tmp("fsdp2.json") + " --top 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("(bucketed"), std::string::npos) << r.out;  // reduce-scatters
+  EXPECT_NE(r.out.find("(again in backward)"), std::string::npos) << r.out;
+}
+
 TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
   Result first = planToy(tmp("a.json"));
   ASSERT_EQ(first.code, 0);
