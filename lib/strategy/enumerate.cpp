@@ -234,6 +234,7 @@ struct Pricer {
   const WorkFn* work;
   ir::DType dtype;
   bool backward;
+  double backward_multiplier;  // < 0: the family's
 
   double price(const Strategy& s) const {
     // Host dispatch of the node (0 unless calibrated) with its kernels (CostModel::passUs):
@@ -253,7 +254,10 @@ struct Pricer {
     localOf(true, s.outputs, local.outputs);
     Work w = (work && *work) ? (*work)(c, local) : defaultWork(c, local);
     double fwd = model.computeUs(family, w.flops, w.bytes, dtype);
-    return model.nodeUs(fwd, backward ? model.backwardUs(family, fwd) : 0.0, backward);
+    const double bwd = !backward                  ? 0.0
+                       : backward_multiplier >= 0 ? backward_multiplier * fwd
+                                                  : model.backwardUs(family, fwd);
+    return model.nodeUs(fwd, bwd, backward);
   }
 };
 
@@ -292,7 +296,8 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
                 entry.fallback || !rule ? cost::OpFamily::kOther : rule->family,
                 entry.fallback || !rule ? nullptr : &rule->work,
                 workDType(c),
-                takesGradient(c)};
+                takesGradient(c),
+                entry.fallback || !rule ? -1.0 : rule->backward_multiplier};
 
   const bool sync_norm = isTrainingBatchNorm(c.graph, c.node) && !shapes.input_metas.empty() &&
                          !shapes.input_metas[0].empty() && shapes.input_metas[0][0]->rank() >= 2;

@@ -195,6 +195,13 @@ void Registry::add(const std::string& qualified_op, Rule rule, cost::OpFamily fa
   rules_[qualified_op] = OpRule{std::move(rule), family, std::move(work)};
 }
 
+bool Registry::setBackwardMultiplier(const std::string& qualified_op, double multiplier) {
+  auto it = rules_.find(qualified_op);
+  if (it == rules_.end()) return false;
+  it->second.backward_multiplier = multiplier;
+  return true;
+}
+
 const OpRule* Registry::findEntry(const ir::Node& node) const {
   if (!node.overload.empty()) {
     auto it = rules_.find(node.op + "." + node.overload);

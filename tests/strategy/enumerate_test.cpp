@@ -234,6 +234,30 @@ TEST(Cost, ShardedContractionIsCheaperAndViewsAreFree) {
   for (const auto& s : all[1].strategies) EXPECT_EQ(s.compute_us, 0.0);
 }
 
+// An op's backward is priced from what its autograd formula runs (OpRule::backward_multiplier):
+// of two binary ops moving the same bytes forward, mul (two products backward) costs three times
+// add (the gradient passes through); of two unary ones, relu (a kernel reading the gradient and the
+// result) 1.25 times neg (one pass over the gradient).
+TEST(Cost, BackwardIsPricedFromTheOpsAutogradFormula) {
+  Builder b;
+  ValueId x = b.param("x", {8, 128, 1024});
+  ValueId y = b.param("y", {8, 128, 1024});
+  b.op("aten::mul", {x, y}, {8, 128, 1024});
+  b.op("aten::add", {x, y, b.i(1)}, {8, 128, 1024});
+  b.op("aten::relu", {x}, {8, 128, 1024});
+  b.op("aten::neg", {x}, {8, 128, 1024});
+  auto all = enumerate(b.g, meshOf("2"));
+  std::map<std::string, double> replicated;
+  for (const auto& ns : all) {
+    const ir::Node& n = b.g.node(ns.node);
+    if (n.kind == ir::NodeKind::kOp) replicated[n.op] = ns.strategies.at(0).compute_us;
+  }
+  ASSERT_EQ(replicated.size(), 4u);
+  EXPECT_GT(replicated["aten::add"], 0.0);
+  EXPECT_NEAR(replicated["aten::mul"], 3.0 * replicated["aten::add"], 1e-9);
+  EXPECT_NEAR(replicated["aten::relu"], 1.25 * replicated["aten::neg"], 1e-9);
+}
+
 /// Every node of a graph: enumerated without fallback, all-R first, every rule output well
 /// formed; returns the number of enumerated nodes.
 size_t checkGraph(const Graph& g, const char* mesh_text) {

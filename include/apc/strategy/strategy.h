@@ -201,6 +201,9 @@ struct OpRule {
   Rule rule;
   cost::OpFamily family = cost::OpFamily::kOther;
   WorkFn work;  // empty: defaultWork
+  /// >= 0: this op's backward time as a multiple of its forward's (what its autograd formula
+  /// runs); < 0: its family's (cost::backwardMultiplier).
+  double backward_multiplier = -1;
 };
 
 /// Rules keyed by qualified op name ("aten::add.Tensor"; a bare "aten::relu" matches every overload
@@ -210,6 +213,9 @@ class Registry {
   /// Registers (or replaces) the rule of `qualified_op`.
   void add(const std::string& qualified_op, Rule rule,
            cost::OpFamily family = cost::OpFamily::kOther, WorkFn work = {});
+  /// Sets the backward multiplier of the registered `qualified_op` (OpRule::backward_multiplier);
+  /// false when it is not registered.
+  bool setBackwardMultiplier(const std::string& qualified_op, double multiplier);
   /// The rule for a node's op: exact "op.overload" first, then "op".
   const Rule* find(const ir::Node& node) const;
   /// The whole entry for a node's op, by the same lookup as find.
