@@ -775,20 +775,13 @@ Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const
       return j[key].get<std::string>();
     };
     APC_ASSIGN_OR_RETURN(std::string model_hash, stringField("model_hash"));
-    APC_ASSIGN_OR_RETURN(std::string plan_hash, stringField("plan_hash"));
+    APC_ASSIGN_OR_RETURN(state.plan_hash, stringField("plan_hash"));
     if (model_hash != pm.modelHash())
       return invalidArgument(printable(mpath) + ": a checkpoint of another model (model hash " +
                              model_hash.substr(0, 16) + ", this artifact's is " +
                              pm.modelHash().substr(0, 16) + ")");
-    if (plan_hash != pm.planHash())
-      return invalidArgument(printable(mpath) + ": saved under plan hash " +
-                             plan_hash.substr(0, 16) + ", this artifact's is " +
-                             pm.planHash().substr(0, 16) +
-                             " (loading into another plan is not supported yet)");
-    APC_ASSIGN_OR_RETURN(int64_t world, ckpt::intField(j, "world_size", mpath));
-    if (world != pm.worldSize())
-      return invalidArgument(printable(mpath) + ": saved by " + std::to_string(world) +
-                             " ranks, this run has " + std::to_string(pm.worldSize()));
+    // Another plan or mesh of the same model reshards: every shard is filled from the saved
+    // pieces that overlap it, whatever placements wrote them.
     APC_ASSIGN_OR_RETURN(state.step, ckpt::intField(j, "step", mpath));
     if (state.step < 0) return parseError(printable(mpath) + ": \"step\" is negative");
     if (j.contains("trainer")) {

@@ -6,6 +6,9 @@
 //    byte-identical files (weights, optimizer state, manifest). SGD with momentum and AdamW, on
 //    mlp_stack and llama_tiny, under ddp and fsdp.
 //  - a damaged or mismatched checkpoint is a one-line error per rank naming the file;
+//  - resharding: a checkpoint of one plan or mesh resumed under another (fsdp on [4] into the
+//    optimizer's plan on 2x2, 2x2 into ddp on [2], tp on [2] into fsdp+tp on 2x2) continues the
+//    run: the same loss, and the same full weights and momentum after one more step;
 //  - a save killed part way (a step directory without manifest.json) is passed over;
 //  - Python reads the checkpoints with safetensors, and with torch and json alone
 //    (read_checkpoint.py): the full tensors of a ddp and an fsdp run of the same training are
@@ -14,8 +17,11 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -41,10 +47,11 @@ std::string trainBinary() {
 }
 
 /// apc-train on the artifact's ranks with `flags`.
-apc::testing::CommandResult train(const fs::path& artifact, const std::string& flags) {
-  return apc::testing::runCommand(testing::apcBinary() + " run " + artifact.string() +
-                                  " --nproc 2 --timeout 300 -- " + trainBinary() + " " +
-                                  artifact.string() + " " + flags);
+apc::testing::CommandResult train(const fs::path& artifact, const std::string& flags,
+                                  int nproc = 2) {
+  return apc::testing::runCommand(testing::apcBinary() + " run " + artifact.string() + " --nproc " +
+                                  std::to_string(nproc) + " --timeout 300 -- " + trainBinary() +
+                                  " " + artifact.string() + " " + flags);
 }
 
 std::vector<std::string> stepLines(const std::string& out) {
@@ -81,6 +88,10 @@ struct ResumeCase {
   std::string strategy;
   std::string flags;
 };
+
+void PrintTo(const ResumeCase& c, std::ostream* os) {
+  *os << c.name;
+}
 
 class ExactResume : public ::testing::TestWithParam<ResumeCase> {};
 
@@ -206,13 +217,14 @@ TEST_F(CheckpointErrors, AnotherOptimizerIsRefused) {
   expectOneLineError((dir_ / "manifest.json").string(), "holds optimizer state", "");
 }
 
-TEST_F(CheckpointErrors, AnotherPlanIsRefused) {
-  const fs::path ddp = scratch("err_art_ddp");
-  std::string err = testing::makeArtifact(kMlp, "2", "ddp", ddp.string());
+TEST_F(CheckpointErrors, AnotherModelIsRefused) {
+  if (!haveSample(kLlama)) GTEST_SKIP() << "run sample_models/generate.py";
+  const fs::path llama = scratch("err_art_llama");
+  std::string err = testing::makeArtifact(kLlama, "2", "fsdp", llama.string());
   ASSERT_TRUE(err.empty()) << err;
-  expectOneLineError((dir_ / "manifest.json").string(), "saved under plan hash", "--momentum 0.9",
-                     ddp);
-  fs::remove_all(ddp);
+  expectOneLineError((dir_ / "manifest.json").string(), "a checkpoint of another model",
+                     "--momentum 0.9", llama);
+  fs::remove_all(llama);
 }
 
 // A save killed part way leaves a step directory without manifest.json (the manifest is written
@@ -234,6 +246,79 @@ TEST_F(CheckpointErrors, APartialSaveIsPassedOver) {
   EXPECT_FALSE(fs::exists(partial / ".rank_1.safetensors.tmp"));
   EXPECT_TRUE(fs::exists(root_ / "step_00000004" / "manifest.json"));
 }
+
+// --- resharding: a checkpoint of one plan or mesh resumed under another -------------------------
+
+struct ReshardCase {
+  std::string name;
+  std::string from_strategy, from_mesh;
+  int from_ranks;
+  std::string to_strategy, to_mesh;
+  int to_ranks;
+};
+
+void PrintTo(const ReshardCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+/// The loss of `step` in apc-train's output, or NaN.
+double lossAt(const std::string& out, int step) {
+  for (const std::string& l : stepLines(out)) {
+    int s = -1;
+    double x = 0;
+    if (std::sscanf(l.c_str(), "step %d loss %lf", &s, &x) == 2 && s == step) return x;
+  }
+  return std::nan("");
+}
+
+class Reshard : public ::testing::TestWithParam<ReshardCase> {};
+
+// Plan A trains 3 steps (checkpoints after 2 and 3); plan B resumes A's step-2 checkpoint and runs
+// step 2. Step 2's loss under B (the forward of the resharded weights) equals A's, and the full
+// weights and momentum buffers after step 3 (read by Python from both checkpoints) agree: the
+// resharded shards and optimizer state are A's.
+TEST_P(Reshard, ResumeUnderAnotherPlanContinuesTheRun) {
+  const ReshardCase& c = GetParam();
+  if (!haveSample(kMlp)) GTEST_SKIP() << "run sample_models/generate.py";
+  const std::string python = APC_PYTHON;
+  const bool have_python =
+      apc::testing::runCommand(python + " -c 'import safetensors, torch'").code == 0;
+  const fs::path art_a = scratch(c.name + "_art_a"), art_b = scratch(c.name + "_art_b"),
+                 a = scratch(c.name + "_a"), b = scratch(c.name + "_b");
+  std::string err = testing::makeArtifact(kMlp, c.from_mesh, c.from_strategy, art_a.string());
+  ASSERT_TRUE(err.empty()) << err;
+  err = testing::makeArtifact(kMlp, c.to_mesh, c.to_strategy, art_b.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const std::string flags = " --lr 0.1 --momentum 0.9 --model " + testing::samplePath(kMlp.model);
+  auto ra =
+      train(art_a, "--steps 3 --save " + a.string() + " --save-every 2" + flags, c.from_ranks);
+  ASSERT_EQ(ra.code, 0) << ra.err;
+  auto rb = train(
+      art_b,
+      "--steps 3 --resume " + (a / "step_00000002").string() + " --save " + b.string() + flags,
+      c.to_ranks);
+  ASSERT_EQ(rb.code, 0) << rb.err;
+  EXPECT_NE(rb.err.find("resharded from plan"), std::string::npos) << rb.err;
+  ASSERT_EQ(stepLines(rb.out).size(), 1u) << rb.out;
+  const double want = lossAt(ra.out, 2), got = lossAt(rb.out, 2);
+  EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << ra.out << rb.out;
+  if (have_python) {
+    auto r = apc::testing::runCommand(
+        python + " " + APC_SOURCE_DIR + "/tests/runtime/read_checkpoint.py " +
+        (a / "step_00000003").string() + " " + (b / "step_00000003").string() + " " +
+        testing::samplePath(kMlp.model));
+    EXPECT_EQ(r.code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("ok:"), std::string::npos) << r.out << r.err;
+  }
+  for (const fs::path& d : {art_a, art_b, a, b}) fs::remove_all(d);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Checkpoint, Reshard,
+    ::testing::Values(ReshardCase{"fsdp4_to_opt2x2", "fsdp", "4", 4, "", "2x2", 4},
+                      ReshardCase{"opt2x2_to_ddp2", "", "2x2", 4, "ddp", "2", 2},
+                      ReshardCase{"tp2_to_fsdptp2x2", "tp", "2", 2, "fsdp+tp", "2x2", 4}),
+    [](const ::testing::TestParamInfo<ReshardCase>& info) { return info.param.name; });
 
 // Python reads what C++ wrote with safetensors alone: read_checkpoint.py puts every tensor's
 // pieces together and compares the full weights of a ddp and an fsdp run of the same training

@@ -2,8 +2,9 @@
 
 read_checkpoint.py CKPT_A CKPT_B MODEL.pt: puts the full tensors of two checkpoints of the same
 training under different plans together, with safetensors and with torch + json alone (the two
-readers must agree), and checks that the full parameters of A and B are equal, carry the model's
-own state_dict names and shapes, and moved away from MODEL.pt's initial weights. Prints "ok: ..."
+readers must agree), and checks that the full parameters and optimizer state of A and B are equal
+(to rtol 1e-4), that the parameters carry the model's own state_dict names and shapes, and that
+they moved away from MODEL.pt's initial weights. Prints "ok: ..."
 and exits 0, else raises.
 """
 import json
@@ -82,6 +83,8 @@ def main():
         moved += int(not torch.equal(a[k], init[k].to(a[k].dtype)))
     assert moved == len(params), f"only {moved} of {len(params)} parameters moved"
     state = [k for k, t in ma["tensors"].items() if t["kind"] == "optimizer"]
+    for k in state:
+        torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6, msg=lambda m: f"{k}: {m}")
     print(f"ok: {len(params)} parameters, {len(state)} optimizer tensors, "
           f"step {ma['step']}, {sum(f['bytes'] for f in ma['files'].values())} bytes")
 

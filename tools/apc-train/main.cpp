@@ -468,8 +468,11 @@ int run(Flags f) {
                   " (the data would differ from the run it resumes)");
     first_step = static_cast<int>(std::min<int64_t>(state->step, f.steps + f.warmup));
     if (rank0)
-      std::fprintf(stderr, "apc-train: resumed from %s at step %d (%.3f s)\n", found->c_str(),
-                   first_step, now(device) - t0);
+      std::fprintf(stderr, "apc-train: resumed from %s at step %d (%.3f s)%s\n", found->c_str(),
+                   first_step, now(device) - t0,
+                   state->plan_hash == pm.planHash()
+                       ? ""
+                       : (", resharded from plan " + state->plan_hash.substr(0, 16)).c_str());
   }
   const auto& specs = pm.inputSpecs();
   if (f.profile) {

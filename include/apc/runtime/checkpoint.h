@@ -35,7 +35,8 @@
 // Loading checks everything it reads against the manifest (format, the model's and the plan's
 // hash, each tensor's global shape and dtype, each file's size and SHA-256, each piece's header
 // entry); an error is one line naming the file. A rank reads the pieces that overlap its own
-// shard, whichever rank wrote them.
+// shard, whichever rank wrote them: a checkpoint of one plan or mesh loads into another plan or
+// mesh of the same model (resharding), parameters and optimizer state alike.
 //
 // save and load are collective: every rank calls them (they agree on success over the world
 // group, so that a rank's failure is every rank's error, not a hang in the next collective).
@@ -58,6 +59,9 @@ struct TrainingState {
   int64_t step = 0;  // steps done: a resumed run starts at this step
   /// The trainer's own values (a data seed, a position in a data file), saved as given.
   std::map<std::string, std::string> trainer;
+  /// Set by loadCheckpoint: the plan the checkpoint was saved under (another than the module's
+  /// when it was resharded).
+  std::string plan_hash;
 };
 
 struct CheckpointOptions {
@@ -83,8 +87,8 @@ Expected<std::string> findCheckpoint(const std::string& path);
 
 /// Loads the checkpoint in `dir` (a directory findCheckpoint returns) into this rank's shards
 /// and, when `opt` is given, the optimizer (whose kind must be the checkpoint's); returns the
-/// trainer's position. Collective. The checkpoint must be of this model (its model hash) and
-/// plan (its plan hash).
+/// trainer's position. Collective. The checkpoint must be of this model (its model hash); it may
+/// be of another plan or mesh (every tensor's global shape and dtype must then agree).
 Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const std::string& dir);
 
 }  // namespace apc::runtime
