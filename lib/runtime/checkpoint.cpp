@@ -247,6 +247,8 @@ class Fd {
   int fd_;
 };
 
+/// Opens a safetensors file; `want_bytes` >= 0 and a non-empty `want_sha` (a checkpoint's
+/// manifest) are checked first.
 Expected<StFile> openSafetensors(const std::string& path, int64_t want_bytes,
                                  const std::string& want_sha) {
   APC_RETURN_IF_ERROR(checkRegularFile(path));
@@ -256,23 +258,25 @@ Expected<StFile> openSafetensors(const std::string& path, int64_t want_bytes,
   if (::fstat(fd.get(), &st) != 0)
     return ioError("cannot read '" + printable(path) + "': " + errnoText(errno));
   const int64_t size = static_cast<int64_t>(st.st_size);
-  if (size != want_bytes)
+  if (want_bytes >= 0 && size != want_bytes)
     return parseError(printable(path) + ": " + std::to_string(size) +
                       " bytes, but the checkpoint's manifest.json says " +
                       std::to_string(want_bytes) + " (truncated or replaced)");
   // The whole file against the manifest's SHA-256: a flipped bit anywhere is an error.
   Sha256Stream hash;
-  std::vector<char> buf(size_t{1} << 20);
-  for (int64_t off = 0; off < size;) {
-    const size_t n = static_cast<size_t>(std::min<int64_t>(size - off, buf.size()));
-    APC_RETURN_IF_ERROR(preadAll(fd.get(), buf.data(), n, off, path));
-    hash.update(std::string_view(buf.data(), n));
-    off += static_cast<int64_t>(n);
+  if (!want_sha.empty()) {
+    std::vector<char> buf(size_t{1} << 20);
+    for (int64_t off = 0; off < size;) {
+      const size_t n = static_cast<size_t>(std::min<int64_t>(size - off, buf.size()));
+      APC_RETURN_IF_ERROR(preadAll(fd.get(), buf.data(), n, off, path));
+      hash.update(std::string_view(buf.data(), n));
+      off += static_cast<int64_t>(n);
+    }
+    if (hash.hexDigest() != want_sha)
+      return parseError(printable(path) +
+                        ": content differs from the SHA-256 in the checkpoint's manifest.json "
+                        "(damaged or replaced)");
   }
-  if (hash.hexDigest() != want_sha)
-    return parseError(printable(path) +
-                      ": content differs from the SHA-256 in the checkpoint's manifest.json "
-                      "(damaged or replaced)");
   unsigned char len[8];
   if (size < 8) return parseError(printable(path) + ": not a safetensors file (too short)");
   APC_RETURN_IF_ERROR(preadAll(fd.get(), len, 8, 0, path));
@@ -515,6 +519,39 @@ Expected<int64_t> intField(const ordered_json& j, const char* key, const std::st
   if (!j.contains(key) || !j[key].is_number_integer())
     return parseError(printable(path) + ": \"" + key + "\" must be an integer");
   return j[key].get<int64_t>();
+}
+
+/// The safetensors files of a checkpoint, each opened (size, SHA-256 and header checked against
+/// the manifest's "files") on first use.
+class FileCache {
+ public:
+  FileCache(std::string dir, const ordered_json& files) : dir_(std::move(dir)), files_(files) {}
+  Expected<const StFile*> get(const std::string& name) {
+    if (auto it = open_.find(name); it != open_.end()) return &it->second;
+    const std::string mpath = (fs::path(dir_) / kManifest).string();
+    if (!files_.contains(name) || !files_[name].is_object() || !files_[name].contains("bytes") ||
+        !files_[name]["bytes"].is_number_integer() || !files_[name].contains("sha256") ||
+        !files_[name]["sha256"].is_string())
+      return parseError(printable(mpath) + ": \"files\" has no bytes and sha256 of " +
+                        printable(name));
+    APC_ASSIGN_OR_RETURN(StFile f, openSafetensors((fs::path(dir_) / name).string(),
+                                                   files_[name]["bytes"].get<int64_t>(),
+                                                   files_[name]["sha256"].get<std::string>()));
+    return &open_.emplace(name, std::move(f)).first->second;
+  }
+
+ private:
+  std::string dir_;
+  const ordered_json& files_;
+  std::map<std::string, StFile> open_;
+};
+
+/// The manifest's "files" and "tensors" objects, or an error naming it.
+Status checkManifestTables(const ordered_json& j, const std::string& mpath) {
+  if (!j.contains("files") || !j["files"].is_object() || !j.contains("tensors") ||
+      !j["tensors"].is_object())
+    return parseError(printable(mpath) + ": needs \"files\" and \"tensors\" objects");
+  return Status::success();
 }
 
 /// Fills `dst` (this rank's piece `region` of the manifest tensor `mt`) from the saved pieces that
@@ -766,7 +803,6 @@ Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const
   if (pm.parameters().size() != pm.parameterSpecs().size())
     pm.init_weights([](const PlacedTensor&, at::Tensor&) {});
   TrainingState state;
-  std::map<std::string, ckpt::StFile> files;
   Status loaded = [&]() -> Status {
     APC_ASSIGN_OR_RETURN(ordered_json j, ckpt::readManifestJson(dir));
     auto stringField = [&](const char* key) -> Expected<std::string> {
@@ -793,24 +829,10 @@ Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const
         state.trainer[k] = v.get<std::string>();
       }
     }
-    if (!j.contains("files") || !j["files"].is_object() || !j.contains("tensors") ||
-        !j["tensors"].is_object())
-      return parseError(printable(mpath) + ": needs \"files\" and \"tensors\" objects");
-    const ordered_json& jfiles = j["files"];
+    APC_RETURN_IF_ERROR(ckpt::checkManifestTables(j, mpath));
     const ordered_json& jtensors = j["tensors"];
-    auto file = [&](const std::string& name) -> Expected<const ckpt::StFile*> {
-      if (auto it = files.find(name); it != files.end()) return &it->second;
-      if (!jfiles.contains(name) || !jfiles[name].is_object() || !jfiles[name].contains("bytes") ||
-          !jfiles[name]["bytes"].is_number_integer() || !jfiles[name].contains("sha256") ||
-          !jfiles[name]["sha256"].is_string())
-        return parseError(printable(mpath) + ": \"files\" has no bytes and sha256 of " +
-                          printable(name));
-      APC_ASSIGN_OR_RETURN(ckpt::StFile f,
-                           ckpt::openSafetensors((fs::path(dir) / name).string(),
-                                                 jfiles[name]["bytes"].get<int64_t>(),
-                                                 jfiles[name]["sha256"].get<std::string>()));
-      return &files.emplace(name, std::move(f)).first->second;
-    };
+    ckpt::FileCache cache(dir, j["files"]);
+    auto file = [&](const std::string& name) { return cache.get(name); };
     // One tensor of the manifest into `dst`, this rank's piece of the spec.
     auto load = [&](const std::string& name, const char* kind, const PlacedTensor& spec,
                     at::Tensor dst) -> Status {
@@ -882,6 +904,57 @@ Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const
   }();
   APC_RETURN_IF_ERROR(ckpt::agree(pm, loaded, what));
   return state;
+}
+
+Status exportCheckpoint(const std::string& dir, const std::string& out) {
+  namespace fs = std::filesystem;
+  using ckpt::ordered_json;
+  const std::string mpath = (fs::path(dir) / ckpt::kManifest).string();
+  APC_ASSIGN_OR_RETURN(ordered_json j, ckpt::readManifestJson(dir));
+  APC_RETURN_IF_ERROR(ckpt::checkManifestTables(j, mpath));
+  ckpt::FileCache cache(dir, j["files"]);
+  auto file = [&](const std::string& name) { return cache.get(name); };
+  std::vector<ckpt::Entry> entries;
+  for (const auto& [name, mt] : j["tensors"].items()) {
+    const std::string kind = mt.is_object() ? mt.value("kind", "") : "";
+    if (kind != "parameter" && kind != "buffer") continue;
+    std::optional<at::ScalarType> dtype;
+    if (mt.contains("dtype") && mt["dtype"].is_string())
+      dtype = ckpt::dtypeOf(mt["dtype"].get<std::string>());
+    if (!dtype || !mt.contains("shape") || !mt["shape"].is_array() || !mt.contains("pieces") ||
+        !mt["pieces"].is_array())
+      return parseError(printable(mpath) + ": tensor " + name +
+                        " needs a known dtype, a shape and pieces");
+    std::vector<layout::DimPiece> whole;
+    std::vector<int64_t> shape;
+    for (const auto& d : mt["shape"]) {
+      if (!d.is_number_integer() || d.get<int64_t>() < 0)
+        return parseError(printable(mpath) + ": tensor " + name + ": bad shape");
+      shape.push_back(d.get<int64_t>());
+      whole.push_back({0, d.get<int64_t>()});
+    }
+    at::Tensor full = at::empty(shape, at::TensorOptions().dtype(*dtype));
+    APC_RETURN_IF_ERROR(ckpt::fillRegion(dir, name, mt, whole, full, file));
+    entries.push_back({name, full});
+  }
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  for (const char* key : {"model_name", "model_hash", "plan_hash"})
+    if (j.contains(key) && j[key].is_string()) metadata[std::string("apc_") + key] = j[key];
+  if (j.contains("step") && j["step"].is_number_integer())
+    metadata["apc_step"] = std::to_string(j["step"].get<int64_t>());
+  APC_ASSIGN_OR_RETURN(auto written, ckpt::writeSafetensors(out, entries, metadata));
+  (void)written;
+  return Status::success();
+}
+
+Expected<std::map<std::string, at::Tensor>> readSafetensors(const std::string& path) {
+  APC_ASSIGN_OR_RETURN(ckpt::StFile f, ckpt::openSafetensors(path, -1, ""));
+  std::map<std::string, at::Tensor> out;
+  for (const auto& [key, t] : f.tensors) {
+    APC_ASSIGN_OR_RETURN(at::Tensor x, ckpt::readTensor(f, key));
+    out[key] = std::move(x);
+  }
+  return out;
 }
 
 }  // namespace apc::runtime

@@ -12,11 +12,13 @@
 //  - a save killed part way (a step directory without manifest.json) is passed over;
 //  - Python reads the checkpoints with safetensors, and with torch and json alone
 //    (read_checkpoint.py): the full tensors of a ddp and an fsdp run of the same training are
-//    equal, under the model's own names and shapes.
+//    equal, under the model's own names and shapes, and equal to what `apc export` writes; a
+//    state dict Python saved with safetensors initializes the shards like the model file.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -193,6 +195,14 @@ TEST_F(CheckpointErrors, AFlippedByteIsAHashMismatchNamingTheFile) {
   bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x10);
   std::ofstream(f, std::ios::binary) << bytes;
   expectOneLineError(f.string(), "differs from the SHA-256");
+  // apc export reads every file: the same line, exit 2.
+  auto r = apc::testing::runCommand(testing::apcBinary() + " export " + root_.string() + " -o " +
+                                    (root_ / "full.safetensors").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(f.string() + ": content differs from the SHA-256"), std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(root_ / "full.safetensors"));
 }
 
 TEST_F(CheckpointErrors, ATruncatedFileNamesItsSize) {
@@ -322,13 +332,16 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Python reads what C++ wrote with safetensors alone: read_checkpoint.py puts every tensor's
 // pieces together and compares the full weights of a ddp and an fsdp run of the same training
-// (2 SGD steps from the model's own weights), and checks they moved from the initial weights.
-TEST(CheckpointPython, SafetensorsReadsTheFullTensors) {
+// (2 SGD steps from the model's own weights), and checks they moved from the initial weights; the
+// file `apc export` writes of the fsdp checkpoint holds exactly those full tensors. The reverse: a
+// state dict Python saved with safetensors initializes the shards as the model file does (the
+// same losses).
+TEST(CheckpointPython, SafetensorsReadsTheFullTensorsAndWritesInitialWeights) {
   if (!haveSample(kMlp)) GTEST_SKIP() << "run sample_models/generate.py";
   const std::string python = APC_PYTHON;
   if (apc::testing::runCommand(python + " -c 'import safetensors, torch'").code != 0)
     GTEST_SKIP() << python << " cannot import safetensors and torch";
-  std::vector<fs::path> roots;
+  std::vector<fs::path> roots, arts;
   for (const char* strategy : {"ddp", "fsdp"}) {
     const fs::path art = scratch(std::string("py_art_") + strategy),
                    root = scratch(std::string("py_ckpt_") + strategy);
@@ -338,14 +351,38 @@ TEST(CheckpointPython, SafetensorsReadsTheFullTensors) {
                             " --save " + root.string());
     ASSERT_EQ(r.code, 0) << r.err;
     roots.push_back(root / "step_00000002");
-    fs::remove_all(art);
+    arts.push_back(art);
   }
-  auto r = apc::testing::runCommand(python + " " + APC_SOURCE_DIR +
-                                    "/tests/runtime/read_checkpoint.py " + roots[0].string() + " " +
-                                    roots[1].string() + " " + testing::samplePath(kMlp.model));
+  const fs::path exported = scratch("py_exported.safetensors");
+  auto e = apc::testing::runCommand(testing::apcBinary() + " export " +
+                                    roots[1].parent_path().string() + " -o " + exported.string());
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("wrote " + exported.string()), std::string::npos) << e.out;
+  auto r = apc::testing::runCommand(
+      python + " " + APC_SOURCE_DIR + "/tests/runtime/read_checkpoint.py " + roots[0].string() +
+      " " + roots[1].string() + " " + testing::samplePath(kMlp.model) + " " + exported.string());
   EXPECT_EQ(r.code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("ok:"), std::string::npos) << r.out << r.err;
+
+  // Python -> C++: the model's state dict saved by safetensors.torch.save_file.
+  const fs::path saved = scratch("py_state_dict.safetensors");
+  auto w = apc::testing::runCommand(
+      python +
+      " -c 'import sys, torch; from safetensors.torch import save_file; "
+      "save_file({k: v.contiguous() for k, v in torch.jit.load(sys.argv[1])"
+      ".state_dict().items()}, sys.argv[2])' " +
+      testing::samplePath(kMlp.model) + " " + saved.string());
+  ASSERT_EQ(w.code, 0) << w.err;
+  auto from_pt = train(arts[1], "--steps 2 --lr 0.1 --model " + testing::samplePath(kMlp.model));
+  auto from_st = train(arts[1], "--steps 2 --lr 0.1 --model " + saved.string());
+  ASSERT_EQ(from_pt.code, 0) << from_pt.err;
+  ASSERT_EQ(from_st.code, 0) << from_st.err;
+  EXPECT_EQ(stepLines(from_st.out), stepLines(from_pt.out));
+  EXPECT_EQ(stepLines(from_st.out).size(), 2u) << from_st.out;
   for (const fs::path& p : roots) fs::remove_all(p.parent_path());
+  for (const fs::path& p : arts) fs::remove_all(p);
+  fs::remove(exported);
+  fs::remove(saved);
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 """Reads apc checkpoints (apc/runtime/checkpoint.h) from Python, as a user would.
 
-read_checkpoint.py CKPT_A CKPT_B MODEL.pt: puts the full tensors of two checkpoints of the same
+read_checkpoint.py CKPT_A CKPT_B MODEL.pt [EXPORTED.safetensors]: puts the full tensors of two checkpoints of the same
 training under different plans together, with safetensors and with torch + json alone (the two
 readers must agree), and checks that the full parameters and optimizer state of A and B are equal
 (to rtol 1e-4), that the parameters carry the model's own state_dict names and shapes, and that
-they moved away from MODEL.pt's initial weights. Prints "ok: ..."
+they moved away from MODEL.pt's initial weights. EXPORTED (what `apc export CKPT_B` wrote) must
+hold exactly B's full parameters and buffers. Prints "ok: ..."
 and exits 0, else raises.
 """
 import json
@@ -65,6 +66,7 @@ def with_safetensors(path):
 
 def main():
     a_dir, b_dir, model = sys.argv[1:4]
+    exported = sys.argv[4] if len(sys.argv) > 4 else None
     ma, a = full_tensors(a_dir, with_safetensors)
     _, a_plain = full_tensors(a_dir, read_plain)
     mb, b = full_tensors(b_dir, with_safetensors)
@@ -85,6 +87,13 @@ def main():
     state = [k for k, t in ma["tensors"].items() if t["kind"] == "optimizer"]
     for k in state:
         torch.testing.assert_close(a[k], b[k], rtol=1e-4, atol=1e-6, msg=lambda m: f"{k}: {m}")
+    if exported:
+        from safetensors.torch import load_file
+        e = load_file(exported)
+        want = {k for k, t in mb["tensors"].items() if t["kind"] in ("parameter", "buffer")}
+        assert set(e) == want, sorted(set(e) ^ want)
+        for k in want:
+            assert torch.equal(e[k], b[k]), f"{k}: the exported tensor differs"
     print(f"ok: {len(params)} parameters, {len(state)} optimizer tensors, "
           f"step {ma['step']}, {sum(f['bytes'] for f in ma['files'].values())} bytes")
 

@@ -18,7 +18,8 @@
 // and cuts this rank's piece. The loss is computed on the gathered full output, identically on
 // every rank: the output itself when it is a scalar, else cross-entropy over the last dim of the
 // (first) output with random targets, else the mean square. Initial weights come from --model (a
-// TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState; else
+// TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState, or a .safetensors
+// full state dict, as Python's safetensors or `apc export` write it; else
 // --compare-single): load_full_state_dict of the model's parameters and buffers, so that sharded
 // and single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
 // The single-device reference runs the TorchScript module (LibTorch cannot run an exported
@@ -403,10 +404,19 @@ int run(Flags f) {
     pm.to_empty(device);  // the checkpoint fills the shards below
   } else if (!model_path.empty()) {
     apc::setActivity("loading the weights of " + apc::printable(model_path));
-    auto state = apc::frontend::loadModelState(model_path);
-    if (!state.ok()) return fail(model_path + ": " + state.error().message());
     std::map<std::string, at::Tensor> full;
-    for (const auto& [name, t] : *state) full[name] = t.detach();
+    const std::string ext = ".safetensors";
+    if (model_path.size() > ext.size() &&
+        model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0) {
+      // A full state dict saved by Python (safetensors.torch.save_file) or by `apc export`.
+      auto state = apc::runtime::readSafetensors(model_path);
+      if (!state.ok()) return fail(state.error().message());
+      full = std::move(state).value();
+    } else {
+      auto state = apc::frontend::loadModelState(model_path);
+      if (!state.ok()) return fail(model_path + ": " + state.error().message());
+      for (const auto& [name, t] : *state) full[name] = t.detach();
+    }
     apc::Status s = pm.load_full_state_dict(full);
     if (!s.ok()) return fail(model_path + ": " + s.error().message());
     if (single && model_path != f.compare_single) {
@@ -635,7 +645,8 @@ int main(int argc, char** argv) {
   app.add_option("--batch", f.batch, "Batch size (dim 0 of every input); default: the artifact's")
       ->check(CLI::PositiveNumber);
   app.add_option("--model", f.model,
-                 "Model (TorchScript .pt or exported .pt2) whose weights initialize the shards");
+                 "Model (TorchScript .pt or exported .pt2) or full state dict (.safetensors) "
+                 "whose weights initialize the shards");
   app.add_option("--compare-single", f.compare_single,
                  "Also train this unsharded TorchScript model on rank 0 and print its loss");
   app.add_option("--clip", f.clip, "Clip the global gradient norm to this value");

@@ -91,4 +91,15 @@ Expected<std::string> findCheckpoint(const std::string& path);
 /// be of another plan or mesh (every tensor's global shape and dtype must then agree).
 Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const std::string& dir);
 
+/// Writes the full parameters and buffers of the checkpoint in `dir` (no optimizer state) to one
+/// safetensors file `out`, under the model's names (as named_parameters and the model's
+/// state_dict give them), for inference or Python. Not collective: one process reads every
+/// file. The checks are loadCheckpoint's; the file is written atomically.
+Status exportCheckpoint(const std::string& dir, const std::string& out);
+
+/// The tensors of one safetensors file by name (what safetensors.torch.save_file writes of a
+/// state dict, or exportCheckpoint), on the CPU. Every header entry is checked (known dtype,
+/// shape, byte range inside the file); an error is one line naming the file. Not collective.
+Expected<std::map<std::string, at::Tensor>> readSafetensors(const std::string& path);
+
 }  // namespace apc::runtime
