@@ -38,6 +38,9 @@
 // shard, whichever rank wrote them: a checkpoint of one plan or mesh loads into another plan or
 // mesh of the same model (resharding), parameters and optimizer state alike.
 //
+// The ranks must see one file system under the root (one machine, or a shared one): rank 0
+// makes the directory and writes the manifest, and a rank may read another rank's file.
+//
 // save and load are collective: every rank calls them (they agree on success over the world
 // group, so that a rank's failure is every rank's error, not a hang in the next collective).
 //
