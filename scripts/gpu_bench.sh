@@ -7,7 +7,8 @@
 #     bandwidth, the per-op floor); with 2+ GPUs (APC_GPU_NPROC, default all) also the NCCL
 #     collectives of a 1-d mesh over them.
 #  3. Per model (sample_models/out: mlp_stack, llama_small, gpt2_small, cnn_small by default;
-#     APC_GPU_MODELS), plans priced with that profile on a mesh of 1 (and of N with 2+ GPUs:
+#     APC_GPU_MODELS; then larger batches of three, APC_GPU_LARGE), plans priced with that profile
+#     on a mesh of 1 (and of N with 2+ GPUs:
 #     the optimizer's plan, ddp, fsdp), lowered, trained with apc-train --device cuda --profile
 #     --json; prints predicted beside measured step time and the error, then the mean absolute
 #     percentage error.
@@ -31,7 +32,7 @@ if ldd "$TRAIN" | grep -q "not found"; then
   torch_lib=$("$PY" -c 'import os, torch; print(os.path.dirname(torch.__file__) + "/lib")')
   export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-GPUS=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0)
+GPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "$GPUS" -lt 1 ]; then say "no GPU (nvidia-smi lists none)"; exit 3; fi
 NPROC=${APC_GPU_NPROC:-$GPUS}
 mkdir -p "$WORK"
@@ -47,10 +48,12 @@ fi
 MODELS=${APC_GPU_MODELS:-mlp_stack llama_small gpt2_small cnn_small}
 printf '%-14s %-6s %-6s %13s %12s %8s\n' model ranks plan "predicted ms" "measured ms" error
 errs=()
-run_case() {  # model ranks plan [flags...]
-  local m=$1 n=$2 plan=$3; shift 3
+run_case() {  # model[:file] ranks plan [flags...]  (file: default MODEL.pt2 in sample_models/out)
+  local m=${1%%:*} file=${1#*:} n=$2 plan=$3
+  [ "$file" != "$1" ] || file=$m.pt2
+  shift 3
   local art="$WORK/${m}_${n}_${plan}"
-  "$APC" plan "sample_models/out/$m.pt2" --mesh "$n" --cluster "$WORK/cluster$n.json" --quiet \
+  "$APC" plan "sample_models/out/$file" --mesh "$n" --cluster "$WORK/cluster$n.json" --quiet \
     -o "$art.plan.json" --artifact "$art" "$@" || { say "$m $plan: not planned"; return; }
   "$APC" run "$art" --nproc "$n" --timeout 900 -- "$TRAIN" "$art" --device cuda --steps "$STEPS" \
     --profile --json > "$art.profile.json" || { say "$m $plan: run failed"; return; }
@@ -70,6 +73,17 @@ for m in $MODELS; do
     run_case "$m" "$NPROC" fsdp --strategy fsdp
   fi
 done | tee "$WORK/table.txt"
+# Larger batches (TorchScript samples, whose inputs any shape re-traces): compute-bound steps,
+# where the measured kernel curves matter more than the per-op dispatch.
+# APC_GPU_LARGE: "label:file:input ..." (empty: none).
+LARGE=${APC_GPU_LARGE-"llama_small_b64:llama_small.pt:tokens:i64[64,128] \
+gpt2_small_b32:gpt2_small.pt:idx:i64[32,128] cnn_small_b256:cnn_small.pt:x:f32[256,3,32,32]"}
+for c in $LARGE; do
+  label=${c%%:*} rest=${c#*:}
+  file=${rest%%:*} input=${rest#*:}
+  [ -f "sample_models/out/$file" ] || { say "no sample_models/out/$file"; continue; }
+  run_case "$label:$file" 1 auto --input "$input"
+done | tee -a "$WORK/table.txt"
 "$PY" - "$WORK/table.txt" <<'PYEOF'
 import sys
 errs = [abs(float(l.split()[-1].rstrip('%'))) for l in open(sys.argv[1]) if l.strip().endswith('%')]

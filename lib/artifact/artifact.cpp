@@ -219,11 +219,8 @@ std::vector<int> deferredGradParameters(const proto::Program& program) {
     if (r == 0 || r > out.size() || g.nodes(i).inputs_size() < 1) continue;
     auto param = param_of_value.find(g.nodes(i).inputs(0));
     if (param == param_of_value.end()) continue;
-    const proto::Redistribution& red = program.redistributions(static_cast<int>(r - 1));
-    if (!red.requires_grad() || red.regather() || red.forward_size() != 0 ||
-        red.backward_size() != 1 || red.backward(0).kind() != proto::ALL_REDUCE)
-      continue;
-    out[r - 1] = param->second;
+    if (program.redistributions(static_cast<int>(r - 1)).bucketed_gradient())
+      out[r - 1] = param->second;
   }
   return out;
 }

@@ -176,6 +176,12 @@ Status checkProgramEnums(const proto::Program& p) {
       APC_RETURN_IF_ERROR(checkTuple(r.grad_to(), ndim, edge + " (gradient to)"));
     }
     APC_RETURN_IF_ERROR(checkSteps(r.backward(), ndim, edge + " backward"));
+    if (r.bucketed_gradient() &&
+        (!r.requires_grad() || r.regather() || r.forward_size() != 0 || r.backward_size() != 1 ||
+         r.backward(0).kind() != proto::ALL_REDUCE))
+      return parseError(edge +
+                        ": marked bucketed_gradient, but a bucketed gradient's edge moves nothing "
+                        "forward and reduces its gradient with exactly one all-reduce");
   }
   return Status::success();
 }

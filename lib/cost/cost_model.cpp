@@ -173,6 +173,8 @@ Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec) {
   o.memory_efficiency = spec.device_overrides.memory_efficiency;
   o.kernel_floor_us = spec.device_overrides.kernel_floor_us;
   o.dispatch_us = spec.device_overrides.dispatch_us;
+  o.dispatch_overlaps = spec.device_overrides.dispatch_overlaps;
+  o.view_dispatch_us = spec.device_overrides.view_dispatch_us;
   APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
   for (const auto& [dtype, t] : spec.device_overrides.matmul_us)
     d.matmul_curve[dtype] = KernelCurve{t.work, t.us};

@@ -162,6 +162,13 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
       return invalidArgument("device override dispatch_us must be >= 0, got " + fmt(v));
     spec.dispatch_us = v;
   }
+  if (o.dispatch_overlaps) spec.dispatch_overlaps = *o.dispatch_overlaps;
+  if (o.view_dispatch_us) {
+    double v = *o.view_dispatch_us;
+    if (!(v >= 0) || !std::isfinite(v))
+      return invalidArgument("device override view_dispatch_us must be >= 0, got " + fmt(v));
+    spec.view_dispatch_us = v;
+  }
   if (o.f32_uses_tf32) spec.f32_uses_tf32 = *o.f32_uses_tf32;
   return spec;
 }
@@ -186,7 +193,12 @@ std::string toString(const DeviceSpec& s) {
                 s.memory_efficiency, s.kernel_floor_us);
   std::string out = buf;
   if (s.dispatch_us > 0) {
-    std::snprintf(buf, sizeof buf, ", dispatch %.1f us", s.dispatch_us);
+    std::snprintf(buf, sizeof buf, ", dispatch %.1f us%s", s.dispatch_us,
+                  s.dispatch_overlaps ? " (overlapping kernels)" : "");
+    out += buf;
+  }
+  if (s.view_dispatch_us) {
+    std::snprintf(buf, sizeof buf, ", views %.1f us", *s.view_dispatch_us);
     out += buf;
   }
   return out;

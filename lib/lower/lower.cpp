@@ -386,10 +386,13 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
                          ")");
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
     backward_us = bwd->forward_us;
-    // A parameter read where it lies whose gradient is one all-reduce: the runtime buckets it,
-    // and the planner priced its marginal cost (cost::bucketedGradientUs).
+    // A parameter read where it lies whose gradient is one all-reduce: the planner priced its
+    // marginal cost (cost::bucketedGradientUs), and the runtime buckets it (the flag).
     if (regathered && src == dst)
-      if (auto b = cost::bucketedGradientUs(*bwd, model_)) backward_us = *b;
+      if (auto b = cost::bucketedGradientUs(*bwd, model_)) {
+        backward_us = *b;
+        r.set_bucketed_gradient(true);
+      }
     if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
   if (grad && regathered)
@@ -684,7 +687,6 @@ void Lowerer::recordDivisibility() {
 }
 
 Status Lowerer::recordPrediction() {
-  const cost::DeviceSpec& device = model_.device();
   proto::Prediction* pr = program_.mutable_prediction();
   pr->set_cost_model(model_.describe());
   pr->set_step_us(p_.totals.total_us);
@@ -759,9 +761,10 @@ Status Lowerer::recordPrediction() {
     const ir::DType dtype = ir::parseDType(stored).value_or(ir::DType::kF32);
     const double bytes = numel * static_cast<double>(ir::dtypeBytes(dtype));
     // Each kernel as the cost model prices a memory-bound op (the measured elementwise curve
-    // where calibrated), plus its host dispatch.
+    // where calibrated), called directly (CostModel::directKernelUs).
     auto kernelUs = [&](double k) {
-      return model_.computeUs(cost::OpFamily::kPointwise, 0, k * bytes, dtype) + device.dispatch_us;
+      return model_.directKernelUs(
+          model_.computeUs(cost::OpFamily::kPointwise, 0, k * bytes, dtype));
     };
     for (double k : kSgd) sgd += kernelUs(k);
     for (double k : kAdamW) adamw += kernelUs(k);

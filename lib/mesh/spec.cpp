@@ -274,10 +274,10 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (!j.is_object())
     return at(path, "expected a device kind like \"h100\" or an object {\"kind\": ...}, got " +
                         describe(j));
-  APC_RETURN_IF_ERROR(
-      checkKeys(j, path,
-                {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
-                 "memory_efficiency", "kernel_floor_us", "dispatch_us", "measured"}));
+  APC_RETURN_IF_ERROR(checkKeys(
+      j, path,
+      {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency", "memory_efficiency",
+       "kernel_floor_us", "dispatch_us", "dispatch_overlaps", "view_dispatch_us", "measured"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -316,6 +316,16 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* e = find(j, "dispatch_us")) {
     APC_ASSIGN_OR_RETURN(s.device_overrides.dispatch_us,
                          readInRange(*e, path + ".dispatch_us", "dispatch time (us)", 0, 1e6));
+  }
+  if (const json* e = find(j, "dispatch_overlaps")) {
+    if (!e->is_boolean())
+      return at(path + ".dispatch_overlaps", "expected true or false, got " + describe(*e));
+    s.device_overrides.dispatch_overlaps = e->get<bool>();
+  }
+  if (const json* e = find(j, "view_dispatch_us")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.view_dispatch_us,
+        readInRange(*e, path + ".view_dispatch_us", "view dispatch time (us)", 0, 1e6));
   }
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
@@ -852,6 +862,10 @@ json toJson(const Spec& s) {
     if (s.device_overrides.kernel_floor_us)
       dev["kernel_floor_us"] = *s.device_overrides.kernel_floor_us;
     if (s.device_overrides.dispatch_us) dev["dispatch_us"] = *s.device_overrides.dispatch_us;
+    if (s.device_overrides.dispatch_overlaps)
+      dev["dispatch_overlaps"] = *s.device_overrides.dispatch_overlaps;
+    if (s.device_overrides.view_dispatch_us)
+      dev["view_dispatch_us"] = *s.device_overrides.view_dispatch_us;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
         s.device_overrides.elementwise_us) {
       json measured = json::object();

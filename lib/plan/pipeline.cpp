@@ -289,6 +289,33 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
                        solver::applyBaseline(built.gp, g, baseline, spec.mesh));
   APC_ASSIGN_OR_RETURN(r.solution, solver::solveGraphProblem(pinned, options, &r.sizes));
   r.solution.status = std::string("baseline ") + solver::baselineName(baseline);
+  // A batch too small for every data-parallel mesh dim is left whole on some: said, not silent.
+  const size_t dp_dims = solver::dataParallelMeshDims(baseline, spec.mesh.ndim());
+  for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
+    const ir::Node& n = g.node(id);
+    const ir::Value& v = g.value(n.outputs.at(0));
+    if (!v.tensor || v.tensor->rank() < 1 || v.tensor->shape[0].size <= 0) continue;
+    auto placed = spec.inputs.find(n.name);
+    std::vector<std::string> whole;
+    int64_t ranks = 1;
+    for (size_t j = 0; j < dp_dims; ++j) {
+      ranks *= spec.mesh.size(j);
+      if (placed == spec.inputs.end() || j >= placed->second.size() ||
+          !placed->second[j].isShard(0))
+        whole.push_back(std::to_string(j) + " (" + std::to_string(spec.mesh.size(j)) + " ranks)");
+    }
+    if (!whole.empty()) {
+      std::string dims;
+      for (const std::string& w : whole) dims += (dims.empty() ? "" : ", ") + w;
+      r.note = std::string(solver::baselineName(baseline)) + ": input '" + n.name + "' (batch " +
+               std::to_string(v.tensor->shape[0].size) + ") is not cut on mesh dim" +
+               (whole.size() == 1 ? " " : "s ") + dims +
+               ": every rank there computes the whole batch (not data-parallel); a batch of at "
+               "least " +
+               std::to_string(ranks) + " cuts on every data-parallel mesh dim";
+    }
+    break;  // the first input with a batch, as the baselines read it
+  }
   if (timings) {
     timings->solve_s = secondsSince(t0);
     timings->solver_s = r.solution.seconds;

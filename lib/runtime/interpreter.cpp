@@ -75,8 +75,11 @@ Expected<c10::IValue> constantToIValue(const ir::Constant& c, const c10::Argumen
   if (const auto* s = std::get_if<std::string>(&c)) {
     if (kind == c10::TypeKind::DeviceObjType) {
       // The importer interprets on meta tensors, so a device taken from a tensor (prim::device in
-      // scripted models) is recorded as "meta"; it runs where the module's tensors live.
-      if (*s == "meta") return c10::IValue(options.device);
+      // scripted models) is recorded as "meta"; it runs where the module's tensors live. A model
+      // traced or exported on the CPU records "cpu" for `device=x.device` factories (arange of
+      // positions, causal masks): those too run on the module's device, or a CUDA run would mix
+      // devices in the first op that meets them.
+      if (*s == "meta" || *s == "cpu") return c10::IValue(options.device);
       try {
         return c10::IValue(c10::Device(*s));
       } catch (const std::exception& e) {

@@ -281,6 +281,7 @@ struct ParallelModule::Impl {
   /// Per redistribution: the parameter whose gradient it defers to the buckets, -1 none.
   std::vector<int> deferred_param;
   std::unique_ptr<GradBuckets> buckets;
+  Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
 
   Status buildInterpreter() {
     InterpreterOptions io;
@@ -871,7 +872,23 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
     return out;
   };
   (void)g;
-  auto leaves = im.interp->run(external, &regather);
+  // The caller's observer (setObserver) watches beside the re-gatherer.
+  struct Tee : Interpreter::Observer {
+    Interpreter::Observer* a;
+    Interpreter::Observer* b;
+    Tee(Interpreter::Observer* a, Interpreter::Observer* b) : a(a), b(b) {}
+    void before(const ir::Node& n, const std::vector<c10::IValue>& args) override {
+      a->before(n, args);
+      b->before(n, args);
+    }
+    void after(const ir::Node& n, const std::vector<c10::IValue>& outputs,
+               const std::vector<c10::IValue>& live) override {
+      a->after(n, outputs, live);
+      b->after(n, outputs, live);
+    }
+  } tee(&regather, im.observer);
+  auto leaves =
+      im.interp->run(external, im.observer ? static_cast<Interpreter::Observer*>(&tee) : &regather);
   regather.finish();
   return leaves;
 }
@@ -981,6 +998,10 @@ PricedComm ParallelModule::pricedComm() const {
   return c;
 }
 
+void ParallelModule::setObserver(Interpreter::Observer* observer) {
+  impl_->observer = observer;
+}
+
 PredictedStep ParallelModule::predictedStep() const {
   PredictedStep p;
   if (!impl_->program.has_prediction()) return p;
@@ -998,6 +1019,7 @@ PredictedStep ParallelModule::predictedStep() const {
   const double adjust =
       impl_->buckets ? -pr.grad_bucket_saving_us() : pr.grad_unbucketed_extra_us();
   p.grad_bucket_saving_us = -adjust;
+  p.node_compute_us.assign(pr.node_compute_us().begin(), pr.node_compute_us().end());
   p.step_us += adjust;
   p.comm_us += adjust;
   p.backward_comm_us += adjust;

@@ -236,9 +236,9 @@ struct Pricer {
   bool backward;
 
   double price(const Strategy& s) const {
-    // Host dispatch of the node (0 unless calibrated): forward, and backward with a gradient.
-    const double dispatch = model.device().dispatch_us * (backward ? 2 : 1);
-    if (family == cost::OpFamily::kView) return dispatch;
+    // Host dispatch of the node (0 unless calibrated) with its kernels (CostModel::passUs):
+    // forward, and backward with a gradient.
+    if (family == cost::OpFamily::kView) return model.viewNodeUs(backward);
     LocalShapes local;
     auto localOf = [&](bool output, const std::vector<std::optional<PlacementTuple>>& list,
                        std::vector<std::vector<std::vector<int64_t>>>& out) {
@@ -253,7 +253,7 @@ struct Pricer {
     localOf(true, s.outputs, local.outputs);
     Work w = (work && *work) ? (*work)(c, local) : defaultWork(c, local);
     double fwd = model.computeUs(family, w.flops, w.bytes, dtype);
-    return fwd + (backward ? model.backwardUs(family, fwd) : 0.0) + dispatch;
+    return model.nodeUs(fwd, backward ? model.backwardUs(family, fwd) : 0.0, backward);
   }
 };
 

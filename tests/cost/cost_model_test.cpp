@@ -193,5 +193,38 @@ TEST(CostModel, FromASpec) {
   EXPECT_FALSE(costModelFor(bad).ok());
 }
 
+// A node pass with its host dispatch: the sum where the dispatching thread runs the kernels (the
+// CPU), the larger of the two where the host runs ahead of a queue (CUDA), both read from a spec.
+TEST(CostModel, DispatchAddsToKernelsOrOverlapsThem) {
+  for (bool overlaps : {false, true}) {
+    auto spec = mesh::parseSpecText(std::string(R"({"mesh": {"shape": [2]}, "device": {"kind":
+        "cpu", "dispatch_us": 20)") +
+                                    (overlaps ? R"(, "dispatch_overlaps": true)" : "") + "}}");
+    ASSERT_TRUE(spec.ok()) << spec.error().message();
+    auto model = costModelFor(*spec);
+    ASSERT_TRUE(model.ok()) << model.error().message();
+    EXPECT_EQ(model->device().dispatch_overlaps, overlaps);
+    EXPECT_EQ(model->passUs(0), 20.0);
+    EXPECT_EQ(model->passUs(5), overlaps ? 20.0 : 25.0);
+    EXPECT_EQ(model->passUs(300), overlaps ? 300.0 : 320.0);
+    EXPECT_EQ(model->nodeUs(5, 300, true), overlaps ? 320.0 : 345.0);
+    EXPECT_EQ(model->nodeUs(5, 300, false), overlaps ? 20.0 : 25.0);
+    EXPECT_EQ(model->directKernelUs(5), overlaps ? 5.0 : 25.0);
+    EXPECT_EQ(model->viewNodeUs(true), 40.0);  // no view_dispatch_us: a node's dispatch
+  }
+}
+
+// Ops that run no kernel (views) pay the calibrated view dispatch, not a kernel op's.
+TEST(CostModel, ViewsPayTheirOwnDispatch) {
+  auto spec = mesh::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+      "dispatch_us": 20, "view_dispatch_us": 4}})");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto model = costModelFor(*spec);
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  EXPECT_EQ(model->viewNodeUs(false), 4.0);
+  EXPECT_EQ(model->viewNodeUs(true), 8.0);
+  EXPECT_EQ(model->nodeUs(0, 0, true), 40.0);
+}
+
 }  // namespace
 }  // namespace apc::cost

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -266,6 +267,43 @@ TEST(Lower, GatheredParametersAreMarkedForRegather) {
     }
   }
   EXPECT_GE(marked, 2 * 4) << "up.weight and down.weight are gathered on every rank";
+}
+
+// DDP-like placements (parameters replicated, the batch sharded): every parameter edge that reads
+// the parameter where it lies and reduces its gradient with one all-reduce is marked for the
+// runtime's gradient buckets, and deferredGradParameters names its parameter; no other edge is.
+TEST(Lower, ReplicatedParametersGradientsAreMarkedForBuckets) {
+  ir::Graph g = toyBlock(8);
+  mesh::Spec spec = specFor({4}, {});
+  spec.memory_budget.high = 1.0;  // replicated parameters
+  spec.inputs["x"] = {mesh::Placement::shard(0)};
+  for (const char* w : {"up.weight", "down.weight"})
+    spec.pins.push_back({mesh::Pin::Target::kNode, w, {mesh::Placement::replicate()}});
+  for (const char* m : {"up", "down"})
+    spec.pins.push_back({mesh::Pin::Target::kModule, m, {mesh::Placement::shard(0)}});
+  auto planned = planOf(g, spec);
+  auto programs = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  testing::checkPrograms(g, planned.result.plan, *programs);
+  int marked = 0;
+  for (const proto::Program& p : *programs) {
+    std::map<uint32_t, int> params;
+    for (int i = 0; i < p.parameters_size(); ++i) params[p.parameters(i).value()] = i;
+    const std::vector<int> deferred = artifact::deferredGradParameters(p);
+    for (int i = 0; i < p.graph().nodes_size(); ++i) {
+      const proto::Node& n = p.graph().nodes(i);
+      if (n.kind() != "redistribute") continue;
+      const uint32_t ri = p.node_redistribution(i) - 1;
+      const proto::Redistribution& r = p.redistributions(static_cast<int>(ri));
+      const bool shape = params.count(n.inputs(0)) > 0 && r.requires_grad() &&
+                         r.forward_size() == 0 && r.backward_size() == 1 &&
+                         r.backward(0).kind() == proto::ALL_REDUCE;
+      EXPECT_EQ(r.bucketed_gradient(), shape) << r.edge();
+      EXPECT_EQ(deferred.at(ri), shape ? params.at(n.inputs(0)) : -1) << r.edge();
+      marked += r.bucketed_gradient() ? 1 : 0;
+    }
+  }
+  EXPECT_GE(marked, 2 * 4) << "up.weight and down.weight are all-reduced on every rank";
 }
 
 TEST(Lower, MixedPrecisionCastsParametersBeforeTheirCollectives) {
@@ -553,6 +591,16 @@ TEST_F(Artifact, ADamagedEnumIsRefusedAtReadNamingTheEdge) {
       "to",
       [&](proto::Program& p) { p.mutable_redistributions(with_steps)->mutable_to()->RemoveLast(); },
       "(to): 1 placements on a 2-dim mesh");
+  // The runtime buckets a marked edge's gradient as one all-reduce: a marked edge that moves
+  // anything forward is refused.
+  damaged(
+      "bucketed",
+      [&](proto::Program& p) {
+        p.mutable_redistributions(with_steps)->set_bucketed_gradient(true);
+      },
+      "edge '" + edge +
+          "': marked bucketed_gradient, but a bucketed gradient's edge moves nothing "
+          "forward");
   ASSERT_GT(programs_[0].parameters_size(), 0);
   const std::string param = programs_[0].parameters(0).name();
   damaged(

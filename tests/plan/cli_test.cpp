@@ -106,6 +106,11 @@ TEST_F(PlanCli, TimeLimitShorterThanConstructionGivesTheRestrictedPlan) {
                     tmp("limited.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.err.find("apc: note: the time limit passed"), std::string::npos) << r.err;
+  // Issue 35: an unproven plan is said on stderr, with its status and gap.
+  EXPECT_NE(r.err.find("apc: warning: the plan is not proven optimal (solver status time_limit, "
+                       "proven gap "),
+            std::string::npos)
+      << r.err;
   auto summary = nlohmann::json::parse(r.out);
   EXPECT_NE(summary["note"].get<std::string>().find("cheapest strategies"), std::string::npos);
   auto plan = nlohmann::json::parse(readFile(tmp("limited.json")));
@@ -115,8 +120,51 @@ TEST_F(PlanCli, TimeLimitShorterThanConstructionGivesTheRestrictedPlan) {
   EXPECT_LE(plan["solver"]["bound"].get<double>(), plan["solver"]["objective"].get<double>());
 }
 
+// Issue 31: a classic data-parallel plan on more ranks than the batch has rows replicates the
+// batch's compute on that mesh dim; apc plan says so instead of calling it ddp silently.
+TEST_F(PlanCli, ABatchTooSmallForTheDataParallelRanksIsSaid) {
+  Result small = runApc("plan " + kSamples + "mlp_stack.pt --input 'x:f32[4,16,128]' --mesh 8 " +
+                        "--strategy ddp --quiet -o " + tmp("ddp8.json"));
+  ASSERT_EQ(small.code, 0) << small.err;
+  EXPECT_NE(small.err.find("apc: note: ddp: input 'x' (batch 4) is not cut on mesh dim 0 (8 "
+                           "ranks): every rank there computes the whole batch"),
+            std::string::npos)
+      << small.err;
+  Result two = runApc("plan " + kSamples + "mlp_stack.pt --input 'x:f32[4,16,128]' --mesh 2x4 " +
+                      "--strategy fsdp --quiet -o " + tmp("fsdp24.json"));
+  ASSERT_EQ(two.code, 0) << two.err;
+  EXPECT_NE(two.err.find("is not cut on mesh dim 1 (4 ranks)"), std::string::npos) << two.err;
+  Result fits = runApc("plan " + kSamples + "mlp_stack.pt --input 'x:f32[8,16,128]' --mesh 8 " +
+                       "--strategy ddp --quiet -o " + tmp("ddp8b.json"));
+  ASSERT_EQ(fits.code, 0) << fits.err;
+  EXPECT_EQ(fits.err.find("is not cut"), std::string::npos) << fits.err;
+}
+
+// explain names what an edge's backward price holds: a bucketed gradient is priced without its
+// latency, and says so, in text and JSON.
+TEST_F(PlanCli, ExplainSaysWhichGradientsAreBucketed) {
+  ASSERT_EQ(runApc("plan " + kSamples + "mlp_stack.pt --mesh 2 --strategy ddp --quiet -o " +
+                   tmp("ddp2.json"))
+                .code,
+            0);
+  Result r = runApc("explain " + tmp("ddp2.json") + " --top 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("| bwd all-reduce(d0, 256.00 KiB) (bucketed: priced without its latency)"),
+            std::string::npos)
+      << r.out;
+  Result fsdp = runApc("plan " + kSamples + "mlp_stack.pt --mesh 2 --strategy fsdp --quiet -o " +
+                       tmp("fsdp2.json"));
+  ASSERT_EQ(fsdp.code, 0) << fsdp.err;
+  r = runApc("explain " + tmp("fsdp2.json") + " --top 3");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out.find("(bucketed"), std::string::npos) << r.out;  // reduce-scatters
+  EXPECT_NE(r.out.find("(again in backward)"), std::string::npos) << r.out;
+}
+
 TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
-  ASSERT_EQ(planToy(tmp("a.json")).code, 0);
+  Result first = planToy(tmp("a.json"));
+  ASSERT_EQ(first.code, 0);
+  EXPECT_EQ(first.err.find("warning"), std::string::npos) << first.err;  // proven optimal
   ASSERT_EQ(planToy(tmp("b.json")).code, 0);
   EXPECT_EQ(readFile(tmp("a.json")), readFile(tmp("b.json")));
   // A different budget is a different content hash.

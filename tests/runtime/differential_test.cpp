@@ -353,6 +353,46 @@ TEST(ApcTrain, GradientBucketsReduceInOneCallWithTheSameLossesAndTheirPrediction
   EXPECT_EQ(b["predicted_ms"]["compute"], o["predicted_ms"]["compute"]);
 }
 
+// --profile-nodes: every op of the program timed forward and backward, beside the plan's price of
+// its nodes; the prices add up to the prediction's compute.
+TEST(ApcTrain, ProfileNodesTimesEveryOpBesideItsPrice) {
+  const ModelCase& m = models().at("mlp_stack");
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir("profile_nodes");
+  std::string err = testing::makeArtifact(m, "2", "ddp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  apc::testing::CommandResult r = apc::testing::runCommand(
+      testing::apcBinary() + " run " + dir.string() + " --nproc 2 --timeout 300 -- " + train + " " +
+      dir.string() + " --steps 2 --warmup 1 --profile --profile-nodes --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const std::vector<std::string> lines = linesStartingWith(r.out, "{\"nodes\"");
+  ASSERT_EQ(lines.size(), 1u) << r.out;
+  nlohmann::json nodes = nlohmann::json::parse(lines[0])["nodes"];
+  nlohmann::json profile = lastJsonLine(r.out);
+  ASSERT_TRUE(profile.is_object()) << r.out;
+  double predicted = 0;
+  std::map<std::string, nlohmann::json> by_op;
+  for (const auto& o : nodes) {
+    by_op[o["op"].get<std::string>()] = o;
+    EXPECT_GE(o["forward_ms"].get<double>(), 0.0) << o.dump();
+    EXPECT_GE(o["backward_ms"].get<double>(), 0.0) << o.dump();
+    predicted += o["predicted_ms"].get<double>();
+  }
+  ASSERT_TRUE(by_op.count("aten::linear")) << nodes.dump();
+  EXPECT_EQ(by_op["aten::linear"]["nodes"].get<int>(), 8);  // 4 blocks of up and down
+  EXPECT_GT(by_op["aten::linear"]["forward_ms"].get<double>(), 0.0);
+  EXPECT_GT(by_op["aten::linear"]["backward_ms"].get<double>(), 0.0);
+  const double compute = profile["predicted_ms"]["compute"].get<double>();
+  EXPECT_NEAR(predicted, compute, 1e-6 * compute) << nodes.dump();
+  // Without --profile it is a usage error.
+  r = apc::testing::runCommand(train + " " + dir.string() + " --profile-nodes");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--profile-nodes needs --profile"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ApcTrain, ProfilePrintsMeasuredBesidePredictedAndThePlannedBytes) {
   const ModelCase& m = models().at("mlp_stack");
   if (!std::filesystem::exists(testing::samplePath(m.model)))

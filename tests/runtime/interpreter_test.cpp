@@ -235,6 +235,44 @@ TEST(Interpreter, AViewOfANonContiguousLocalPieceRuns) {
   EXPECT_TRUE(at::equal(base.grad(), at::arange(12, at::kFloat).reshape({3, 4}).t()));
 }
 
+// A model traced or exported on the CPU names "cpu" as its factories' device (`device=x.device`);
+// run with its tensors elsewhere (CUDA), those factories must follow the tensors, and "meta" (a
+// device the importer read off a tensor) likewise. The meta device stands in for CUDA here.
+TEST(Interpreter, CpuAndMetaDeviceConstantsRunOnTheModulesDevice) {
+  for (const char* recorded : {"cpu", "meta"}) {
+    ir::Graph g;
+    ir::Value v;
+    v.type = ir::ValueType::kTensor;
+    v.tensor = ir::TensorMeta{ir::makeShape({2, 3}), ir::DType::kF32, false};
+    ir::ValueId out = g.addValue(v);
+    ir::Node ones;
+    ones.op = "aten::ones";
+    ones.inputs = {g.addConstant(ir::ValueType::kIntList, ir::Constant(std::vector<int64_t>{2, 3})),
+                   g.addConstant(ir::ValueType::kNone, ir::Constant(ir::None{})),
+                   g.addConstant(ir::ValueType::kNone, ir::Constant(ir::None{})),
+                   g.addConstant(ir::ValueType::kDevice, ir::Constant(std::string(recorded))),
+                   g.addConstant(ir::ValueType::kNone, ir::Constant(ir::None{}))};
+    ones.outputs = {out};
+    g.addNode(ones);
+    g.setOutputs(ir::OutputTree::makeLeaf(out));
+    auto shared = std::make_shared<const ir::Graph>(std::move(g));
+    for (c10::Device device : {c10::Device(c10::kCPU), c10::Device(c10::kMeta)}) {
+      InterpreterOptions options;
+      options.device = device;
+      auto interp = Interpreter::create(shared, options);
+      ASSERT_TRUE(interp.ok()) << interp.error().message();
+      auto outs =
+          interp->run([](const ir::Node& n, std::vector<c10::IValue>&) -> std::vector<c10::IValue> {
+            throw std::runtime_error("no external node expected, got " + n.name);
+          });
+      ASSERT_TRUE(outs.ok()) << outs.error().message();
+      at::Tensor y = (*outs)[0].toTensor();
+      EXPECT_EQ(y.device(), device) << "recorded " << recorded;
+      EXPECT_EQ(y.sizes(), at::IntArrayRef({2, 3}));
+    }
+  }
+}
+
 TEST(Interpreter, PacksOutputTrees) {
   ir::OutputTree t;
   t.kind = ir::OutputTree::Kind::kTuple;

@@ -76,6 +76,7 @@
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
+#include "node_profile.h"
 
 namespace {
 
@@ -96,6 +97,7 @@ struct Flags {
   std::string device = "cpu";
   double timeout_s = 0;  // 0: APC_TIMEOUT_S, else the runtime's default (300 s)
   bool profile = false;
+  bool profile_nodes = false;
   bool host_cache = true;       // apc/runtime/host_allocator.h (--no-host-cache)
   double grad_bucket_mib = 25;  // ParallelModuleOptions::grad_bucket_bytes, in MiB
   bool json = false;
@@ -194,6 +196,42 @@ int64_t peakRssBytes() {
   struct rusage u {};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<int64_t>(u.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+/// --profile-nodes, rank 0: per op, its nodes' measured forward and backward time per step beside
+/// the plan's price for them; text, or with --json one JSON object line ({"nodes": [...]}) before
+/// the profile's.
+void reportNodes(const apc::train::NodeProfiler& np, apc::runtime::ParallelModule& pm,
+                 const Flags& f) {
+  const auto totals = np.totals(f.steps, pm.predictedStep().node_compute_us);
+  if (f.json) {
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+    for (const auto& o : totals)
+      rows.push_back({{"op", o.op},
+                      {"nodes", o.nodes},
+                      {"forward_ms", o.forward_ms},
+                      {"backward_ms", o.backward_ms},
+                      {"predicted_ms", o.predicted_ms}});
+    std::printf("%s\n", nlohmann::ordered_json{{"nodes", rows}}.dump().c_str());
+    return;
+  }
+  double fwd = 0, bwd = 0, pred = 0;
+  std::printf("per op, per step (nodes timed one by one):\n");
+  std::printf("  %-40s %5s %11s %11s %11s %11s %9s\n", "op", "nodes", "forward ms", "backward ms",
+              "total ms", "predicted", "pred/meas");
+  for (const auto& o : totals) {
+    const double total = o.forward_ms + o.backward_ms;
+    fwd += o.forward_ms;
+    bwd += o.backward_ms;
+    pred += o.predicted_ms;
+    char ratio[32] = "-";
+    if (o.predicted_ms > 0 && total > 0)
+      std::snprintf(ratio, sizeof ratio, "%.2f", o.predicted_ms / total);
+    std::printf("  %-40s %5lld %11.3f %11.3f %11.3f %11.3f %9s\n", o.op.c_str(),
+                static_cast<long long>(o.nodes), o.forward_ms, o.backward_ms, total, o.predicted_ms,
+                ratio);
+  }
+  std::printf("  %-40s %5s %11.3f %11.3f %11.3f %11.3f\n", "all", "", fwd, bwd, fwd + bwd, pred);
 }
 
 /// The profile of the measured steps: rank 0 prints it on stdout (text, or one JSON object with
@@ -328,6 +366,7 @@ int run(Flags f) {
   if (f.host_cache) apc::runtime::useCachingHostAllocator();
   if (f.warmup < 0) f.warmup = f.profile ? 2 : 0;
   if (f.json && !f.profile) return fail("--json needs --profile");
+  if (f.profile_nodes && !f.profile) return fail("--profile-nodes needs --profile");
   // oneDNN's float32 convolution does not round as ATen's own kernels do: on an AVX-512 CPU the
   // float32 losses of a batch-8 resnet18 drift 8.7e-4 from float64 by step 2 with it, 7e-8
   // without (docs/TOOLCHAIN.md), and ATen picks oneDNN or its own kernel by shape. Sharded and
@@ -462,6 +501,12 @@ int run(Flags f) {
       }
   }
 
+  std::optional<apc::train::NodeProfiler> node_profile;
+  if (f.profile && f.profile_nodes) {
+    node_profile.emplace(pm.graph(), device);
+    pm.setObserver(&*node_profile);
+  }
+
   // Resume: the shards, the optimizer's state and the step from the checkpoint; the data of a step
   // depends on the seed and the step only, so the resumed steps see a straight run's data.
   int first_step = 0;
@@ -512,6 +557,7 @@ int run(Flags f) {
     std::vector<c10::IValue> local_inputs;
     for (size_t i = 0; i < specs.size(); ++i)
       local_inputs.emplace_back(pm.shardInput(i, full_inputs[i]));
+    if (node_profile) node_profile->setActive(step >= f.warmup);
     const double t0 = f.profile ? now(device) : 0;
     auto leaves = pm.forwardLeaves(local_inputs);
     if (!leaves.ok()) return fail("step " + std::to_string(step) + ": " + leaves.error().message());
@@ -524,7 +570,9 @@ int run(Flags f) {
     at::Tensor loss = lossOf(outs, loss_gen);
     const double t2 = f.profile ? now(device) : 0;
     const std::vector<apc::runtime::CommStats> after_gather = pm.commStatsByMeshDim();
+    if (node_profile) node_profile->backwardStarts();
     loss.backward();
+    if (node_profile) node_profile->backwardEnds();
     const double t3 = f.profile ? now(device) : 0;
     // The program's collectives only: not the trainer's output gather, not clipping.
     std::vector<apc::runtime::CommStats> by_dim = pm.commStatsByMeshDim();
@@ -609,6 +657,7 @@ int run(Flags f) {
       apc::setActivity("training");
     }
   }
+  if (node_profile && rank0) reportNodes(*node_profile, pm, f);
   if (f.profile) reportProfile(pm, f, samples, device);
   return 0;
 }
@@ -673,6 +722,10 @@ int main(int argc, char** argv) {
                "into forward, backward, optimizer and time blocked in collectives), the "
                "collectives per mesh dim and kind, and the peak memory, beside the plan's "
                "prediction");
+  app.add_flag("--profile-nodes", f.profile_nodes,
+               "With --profile: also time every node of the program, forward and backward, and "
+               "print per op its nodes' time beside the plan's price for them (on CUDA each node "
+               "synchronizes the device: the step times of such a run are not overlapped ones)");
   app.add_flag("--json", f.json,
                "With --profile: print only one JSON object (rank 0's stdout), no step lines");
   app.add_option("--warmup", f.warmup,

@@ -72,6 +72,7 @@ Expected<std::vector<EdgeComm>> edgeComms(const ir::Graph& g, const plan::Plan& 
     e.forward_us = r.priced_forward_us();
     e.backward_us = r.priced_backward_us();
     e.regather = r.regather();
+    e.bucketed = r.bucketed_gradient();
     // "%v -> aten::op #<graph node> (input <i>)"
     if (size_t hash = e.edge.rfind(" #"); hash != std::string::npos) {
       e.graph_node = static_cast<uint32_t>(std::strtoul(e.edge.c_str() + hash + 2, nullptr, 10));
@@ -103,9 +104,12 @@ std::string stepsText(const std::vector<CommStep>& steps, const mesh::DeviceMesh
 }
 
 std::string edgeCommText(const EdgeComm& e, const mesh::DeviceMesh& mesh) {
+  // The backward's price holds what backward runs for the edge: the gradient's steps, at their
+  // marginal price when bucketed, and the forward's again when re-gathered.
   return e.edge + " " + e.from + " -> " + e.to + ": fwd " + stepsText(e.forward, mesh) +
          (e.regather ? " (again in backward)" : "") + " | bwd " + stepsText(e.backward, mesh) +
-         " [" + plan::formatMicros(e.forward_us) + " + " + plan::formatMicros(e.backward_us) + "]";
+         (e.bucketed ? " (bucketed: priced without its latency)" : "") + " [" +
+         plan::formatMicros(e.forward_us) + " + " + plan::formatMicros(e.backward_us) + "]";
 }
 
 nlohmann::json toJson(const EdgeComm& e, const mesh::DeviceMesh& mesh) {
@@ -127,7 +131,8 @@ nlohmann::json toJson(const EdgeComm& e, const mesh::DeviceMesh& mesh) {
           {"backward", steps(e.backward)},
           {"forward_us", e.forward_us},
           {"backward_us", e.backward_us},
-          {"regather", e.regather}};
+          {"regather", e.regather},
+          {"bucketed_gradient", e.bucketed}};
 }
 
 namespace {

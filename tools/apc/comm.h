@@ -42,6 +42,9 @@ struct EdgeComm {
   std::vector<CommStep> forward, backward;
   double forward_us = 0, backward_us = 0;  // as priced
   bool regather = false;                   // a parameter gathered again in backward
+  /// Its gradient's all-reduce runs in the runtime's buckets: backward_us is its marginal price
+  /// (bandwidth), the buckets pay the latency once (cost::bucketedGradientUs).
+  bool bucketed = false;
 };
 
 /// The communicating edges of `p` over `g` (rank 0's lowered program), in program order.

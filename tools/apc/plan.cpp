@@ -35,6 +35,26 @@ namespace apc::tool {
 
 namespace {
 
+/// A warning for stderr when the written plan is not proven optimal (a time limit, a feasible
+/// solve without proof): the status and the proven gap, and what to do; empty for optimal plans
+/// and classic baselines (priced, not solved).
+std::string unprovenWarning(const plan::Plan& p, double time_limit_s) {
+  const std::string& status = p.solver.status;
+  if (status == "optimal" || status.rfind("baseline", 0) == 0) return {};
+  std::string gap = "no proven bound";
+  if (p.solver.bound && p.solver.objective > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "proven gap %.3g%%",
+                  100.0 * (p.solver.objective - *p.solver.bound) / p.solver.objective);
+    gap = buf;
+  }
+  char limit[64];
+  std::snprintf(limit, sizeof limit, "%g", time_limit_s);
+  return "apc: warning: the plan is not proven optimal (solver status " + status + ", " + gap +
+         "): it is the best found within --time-limit " + limit +
+         " s; a longer limit may find a faster plan or prove this one\n";
+}
+
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
@@ -328,6 +348,8 @@ int runPlan(const PlanFlags& flags) {
   if (Status s = plan::solvePlanProblem(*graph, source, request, *result, &t); !s.ok())
     return report(s.error());
   if (!result->result.note.empty()) std::cerr << "apc: note: " << result->result.note << "\n";
+  if (const std::string w = unprovenWarning(result->result.plan, f.time_limit_s); !w.empty())
+    std::cerr << w;
 
   auto tw = Clock::now();
   std::string artifact_summary;

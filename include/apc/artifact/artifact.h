@@ -67,11 +67,10 @@ Expected<Manifest> readManifest(const std::string& dir);
 /// Reads rank `rank`'s program: checks its SHA-256 against the manifest, parses it, checks its
 /// format version, rank, world size, model and plan hash.
 /// Per redistribution of `program`: the index (into program.parameters()) of the parameter whose
-/// gradient the runtime buckets on that edge, -1 for none. An edge qualifies when its input is a
-/// parameter that takes a gradient, it moves nothing forward, its backward is exactly one
-/// all-reduce, and it is not re-gathered: a replicated parameter read by a data-parallel op, whose
-/// gradient reduction DDP buckets. Lowering prices the buckets and the runtime executes them from
-/// this one rule.
+/// gradient the runtime buckets on that edge, -1 for none: the edges lowering marked
+/// bucketed_gradient (a parameter read where it lies whose gradient returns through one
+/// all-reduce, as the planner priced it) whose input is a parameter that takes a gradient.
+/// readProgram checks that every marked edge has that shape.
 std::vector<int> deferredGradParameters(const proto::Program& program);
 
 Expected<proto::Program> readProgram(const std::string& dir, int64_t rank);

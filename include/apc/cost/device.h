@@ -51,6 +51,15 @@ struct DeviceSpec {
   /// The same for every strategy of a node, so it moves predictions, not choices. 0 in the
   /// built-in devices; apc calibrate measures it.
   double dispatch_us = 0.0;
+  /// Whether the host dispatches ahead of the device (CUDA: kernels queue on a stream and run while
+  /// the host dispatches the next ops), so that an op pass costs the larger of its dispatch and
+  /// its kernels, not their sum (CostModel::passUs). False on the CPU, where the dispatching
+  /// thread runs the kernels.
+  bool dispatch_overlaps = false;
+  /// Host time of a node whose op runs no kernel (views, list construction) per pass; unset:
+  /// dispatch_us. apc calibrate measures it (a chain of views); on an H200 host 5 us against a
+  /// mixed op's 17, and views are a third of a transformer's nodes.
+  std::optional<double> view_dispatch_us;
   /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
   /// dtype the matmul time by flops, for contractions and attention; the convolution time by
   /// flops, for convolutions (else the matmul curve); the elementwise time by bytes, for every
@@ -80,6 +89,8 @@ struct DeviceOverrides {
   std::optional<double> compute_efficiency, memory_efficiency;                        // (0, 1]
   std::optional<double> kernel_floor_us;                                              // >= 0
   std::optional<double> dispatch_us;                                                  // >= 0
+  std::optional<bool> dispatch_overlaps;
+  std::optional<double> view_dispatch_us;  // >= 0
   std::optional<bool> f32_uses_tf32;
 };
 

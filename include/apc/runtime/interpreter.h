@@ -10,7 +10,8 @@
 //   prim::ListUnpack, prim::TupleConstruct, prim::TupleUnpack) are implemented here.
 // - Non-tensor constants (graph-level values) become IValues once, against the schema argument
 //   that consumes them (ints widened to float for float arguments; "meta" devices, which the
-//   importer records for devices read off tensors, become InterpreterOptions::device;
+//   importer records for devices read off tensors, and "cpu" ones, which a model captured on the
+//   CPU records, become InterpreterOptions::device;
 //   optionally floating ScalarType codes widened to f64, for the strategy validator).
 // - Input, parameter and buffer nodes, and op nodes marked external (the runtime's redistribute
 //   nodes), get their outputs from a caller callback.
@@ -38,7 +39,8 @@
 namespace apc::runtime {
 
 struct InterpreterOptions {
-  /// Where "meta" device constants run (the device of the module's tensors).
+  /// Where "meta" and "cpu" device constants run (the device of the module's tensors; a model
+  /// captured on the CPU names "cpu" for its factories' devices).
   c10::Device device = c10::kCPU;
   /// Replace floating ScalarType codes (f16, bf16, f32) by f64 (the validator compares in f64).
   bool widen_floats = false;

@@ -39,6 +39,7 @@
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
 #include "apc/runtime/comm.h"
+#include "apc/runtime/interpreter.h"
 #include "apc/support/error.h"
 
 namespace apc::runtime {
@@ -100,6 +101,9 @@ struct PredictedStep {
   /// grad_bucket_bytes: in buckets, or one by one) saves against the plan's marginal prices of
   /// them (negative: what it costs), already taken off step_us, comm_us and backward_comm_us.
   double grad_bucket_saving_us = 0;
+  /// Per node of graph(): the plan's compute (forward and backward, with dispatch) of the plan
+  /// node it comes from; 0 for nodes lowering added (redistributions).
+  std::vector<double> node_compute_us;
   bool present = false;  // the artifact carries a prediction
 };
 
@@ -175,6 +179,10 @@ class ParallelModule {
   at::Tensor shardInput(size_t i, const at::Tensor& full) const;
   /// The full tensor of output leaf `leaf` from its local piece; autograd-aware.
   at::Tensor gatherOutput(size_t leaf, const at::Tensor& local);
+
+  /// Also watches every later forward node by node (a profiler: apc-train --profile-nodes);
+  /// nullptr stops. The observer must outlive the forwards it watches.
+  void setObserver(Interpreter::Observer* observer);
 
   /// The collectives the plan priced for one forward + backward.
   PricedComm pricedComm() const;
