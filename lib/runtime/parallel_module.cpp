@@ -432,6 +432,15 @@ const mesh::DeviceMesh& ParallelModule::mesh() const {
 const ir::Graph& ParallelModule::graph() const {
   return *impl_->graph;
 }
+const std::string& ParallelModule::modelName() const {
+  return impl_->program.model_name();
+}
+const std::string& ParallelModule::modelHash() const {
+  return impl_->program.model_hash();
+}
+const std::string& ParallelModule::planHash() const {
+  return impl_->program.plan_hash();
+}
 const std::vector<PlacedTensor>& ParallelModule::inputSpecs() const {
   return impl_->inputs;
 }

@@ -76,4 +76,27 @@ Expected<std::string> sha256File(const std::string& path) {
   return digest;
 }
 
+struct Sha256Stream::Impl {
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx{nullptr, EVP_MD_CTX_free};
+  bool failed = false;
+};
+
+Sha256Stream::Sha256Stream() : impl_(std::make_unique<Impl>()) {
+  impl_->ctx.reset(newSha256().release());
+  if (!impl_->ctx) impl_->failed = true;
+}
+Sha256Stream::~Sha256Stream() = default;
+Sha256Stream::Sha256Stream(Sha256Stream&&) noexcept = default;
+Sha256Stream& Sha256Stream::operator=(Sha256Stream&&) noexcept = default;
+
+void Sha256Stream::update(std::string_view bytes) {
+  if (impl_->failed || bytes.empty()) return;
+  if (EVP_DigestUpdate(impl_->ctx.get(), bytes.data(), bytes.size()) != 1) impl_->failed = true;
+}
+
+std::string Sha256Stream::hexDigest() {
+  if (impl_->failed) return {};
+  return finish(impl_->ctx.get());
+}
+
 }  // namespace apc

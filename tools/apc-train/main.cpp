@@ -2,7 +2,8 @@
 //
 // `apc-train [DIR] --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
 //            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL.pt] [--clip X] [--threads T]
-//            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]`
+//            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]
+//            [--momentum M] [--save DIR [--save-every N] [--keep K]] [--resume DIR]`
 //
 // Launched once per rank under torchrun-style variables (torchrun --no-python, or `apc run`, whose
 // APC_ARTIFACT names DIR when it is left out), it
@@ -11,12 +12,14 @@
 // single <y>` where y is the loss of the unsharded TorchScript model trained in rank 0 from the
 // same initial weights and data.
 //
-// No per-model code: every step draws full inputs from a generator seeded with --seed (the same on
-// every rank), floating inputs normal, integer inputs below the rows of the embedding they index,
+// No per-model code: every step draws full inputs from a generator seeded with --seed and the
+// step's number (the same on every rank, and the same whether the run was resumed), floating
+// inputs normal, integer inputs below the rows of the embedding they index,
 // and cuts this rank's piece. The loss is computed on the gathered full output, identically on
 // every rank: the output itself when it is a scalar, else cross-entropy over the last dim of the
 // (first) output with random targets, else the mean square. Initial weights come from --model (a
-// TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState; else
+// TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState, or a .safetensors
+// full state dict, as Python's safetensors or `apc export` write it; else
 // --compare-single): load_full_state_dict of the model's parameters and buffers, so that sharded
 // and single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
 // The single-device reference runs the TorchScript module (LibTorch cannot run an exported
@@ -30,6 +33,12 @@
 // without it the process's peak resident set), each the
 // slowest rank's, beside what the plan predicted (proto::Prediction). --json prints one object
 // instead (measured_step_ms, predicted_step_ms, ...) and no step lines.
+//
+// --save DIR writes a checkpoint (apc/runtime/checkpoint.h: shards, optimizer state, step) to
+// DIR/step_<n> after the last step and every --save-every steps; --resume DIR loads one (DIR's
+// newest complete checkpoint) and continues at its step: `--steps` is the total, so a run resumed
+// at step k prints steps k..N-1 exactly as the straight run does (same losses, bit for bit on CPU
+// with the same --threads). Rank 0 notes each save and load on stderr with its size and time.
 //
 // --device cuda puts the shards, the inputs and the reference on CUDA device LOCAL_RANK and runs
 // the collectives over NCCL (c10d's ProcessGroupNCCL); it needs a build against a CUDA LibTorch.
@@ -49,6 +58,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -58,8 +68,10 @@
 #include <vector>
 
 #include "apc/frontend/weights.h"
+#include "apc/runtime/checkpoint.h"
 #include "apc/runtime/host_allocator.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/optimizer.h"
 #include "apc/runtime/parallel_module.h"
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
@@ -73,6 +85,7 @@ struct Flags {
   int steps = 10;
   double lr = 0.01;
   std::string optimizer = "sgd";
+  double momentum = 0;  // SGD's
   uint64_t seed = 0;
   int64_t batch = 0;  // 0: the artifact's batch
   std::string model;
@@ -88,8 +101,29 @@ struct Flags {
   bool host_cache = true;       // apc/runtime/host_allocator.h (--no-host-cache)
   double grad_bucket_mib = 25;  // ParallelModuleOptions::grad_bucket_bytes, in MiB
   bool json = false;
-  int warmup = -1;  // -1: 2 under --profile, else 0
+  int warmup = -1;     // -1: 2 under --profile, else 0
+  std::string save;    // checkpoint root (apc/runtime/checkpoint.h)
+  int save_every = 0;  // 0: only after the last step
+  int keep = 0;        // checkpoints kept under --save (0: all)
+  std::string resume;  // a checkpoint, or a root whose newest complete one is taken
 };
+
+/// splitmix64's finalizer: seeds of independent streams from (seed, step, stream).
+uint64_t mixSeed(uint64_t seed, uint64_t step, uint64_t stream) {
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + step * 0xBF58476D1CE4E5B9ull + stream;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// Bytes of the regular files in `dir` (a checkpoint's size).
+int64_t directoryBytes(const std::string& dir) {
+  int64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec)) n += static_cast<int64_t>(e.file_size(ec));
+  return n;
+}
 
 /// Nine significant digits: enough to compare sharded and single losses in tests.
 std::string number(double x) {
@@ -102,50 +136,6 @@ int fail(const std::string& msg) {
   std::cerr << "apc-train: error: " << msg << "\n";
   return 2;
 }
-
-/// Elementwise optimizers over a list of tensors; element for element the same on a shard and on
-/// the full tensor, so sharded and single training agree.
-class Optimizer {
- public:
-  Optimizer(std::string kind, double lr, std::vector<at::Tensor> params)
-      : kind_(std::move(kind)), lr_(lr), params_(std::move(params)) {}
-  void zeroGrad() {
-    for (at::Tensor& p : params_) p.mutable_grad() = at::Tensor();
-  }
-  void step() {
-    at::NoGradGuard no_grad;
-    ++t_;
-    if (m_.empty())
-      for (const at::Tensor& p : params_) {
-        m_.push_back(at::zeros_like(p));
-        v_.push_back(at::zeros_like(p));
-      }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      at::Tensor& p = params_[i];
-      at::Tensor g = p.grad();
-      if (!g.defined()) continue;
-      if (kind_ == "sgd") {
-        p.sub_(g * lr_);
-        continue;
-      }
-      // AdamW (decoupled weight decay), PyTorch's defaults.
-      const double b1 = 0.9, b2 = 0.999, eps = 1e-8, wd = 0.01;
-      p.mul_(1 - lr_ * wd);
-      m_[i].mul_(b1).add_(g, 1 - b1);
-      v_[i].mul_(b2).addcmul_(g, g, 1 - b2);
-      const double c1 = 1 - std::pow(b1, t_), c2 = 1 - std::pow(b2, t_);
-      at::Tensor denom = (v_[i] / c2).sqrt_().add_(eps);
-      p.addcdiv_(m_[i], denom, -lr_ / c1);
-    }
-  }
-
- private:
-  std::string kind_;
-  double lr_;
-  std::vector<at::Tensor> params_;
-  std::vector<at::Tensor> m_, v_;
-  int t_ = 0;
-};
 
 /// The loss of full output leaves (see the file comment); `targets` caches the random targets.
 at::Tensor lossOf(const std::vector<at::Tensor>& outs, at::Generator& gen) {
@@ -384,8 +374,14 @@ int run(Flags f) {
   // the plan: with --compare-single both sides run ATen's kernels unless --onednn on.
   if (f.onednn == "off" || (f.onednn == "auto" && !f.compare_single.empty()))
     at::globalContext().setUserEnabledMkldnn(false);
-  if (f.optimizer != "sgd" && f.optimizer != "adamw")
+  if (!apc::runtime::isKnownOptimizer(f.optimizer))
     return fail("--optimizer must be sgd or adamw, got '" + f.optimizer + "'");
+  if (f.momentum != 0 && f.optimizer != "sgd") return fail("--momentum is SGD's (--optimizer sgd)");
+  if (!f.resume.empty() && !f.compare_single.empty())
+    return fail(
+        "--resume cannot be combined with --compare-single (the checkpoint holds the sharded "
+        "run's state, not the reference's)");
+  if (f.save_every > 0 && f.save.empty()) return fail("--save-every needs --save DIR");
   if (f.device != "cpu" && f.device != "cuda")
     return fail("--device must be cpu or cuda, got '" + f.device + "'");
   apc::runtime::ParallelModuleOptions options;
@@ -443,12 +439,23 @@ int run(Flags f) {
     for (at::Tensor b : single->buffers())
       if (!b.is_contiguous()) b.set_data(b.contiguous());
   }
-  if (!model_path.empty()) {
+  if (!f.resume.empty()) {
+    pm.to_empty(device);  // the checkpoint fills the shards below
+  } else if (!model_path.empty()) {
     apc::setActivity("loading the weights of " + apc::printable(model_path));
-    auto state = apc::frontend::loadModelState(model_path);
-    if (!state.ok()) return fail(model_path + ": " + state.error().message());
     std::map<std::string, at::Tensor> full;
-    for (const auto& [name, t] : *state) full[name] = t.detach();
+    const std::string ext = ".safetensors";
+    if (model_path.size() > ext.size() &&
+        model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0) {
+      // A full state dict saved by Python (safetensors.torch.save_file) or by `apc export`.
+      auto state = apc::runtime::readSafetensors(model_path);
+      if (!state.ok()) return fail(state.error().message());
+      full = std::move(state).value();
+    } else {
+      auto state = apc::frontend::loadModelState(model_path);
+      if (!state.ok()) return fail(model_path + ": " + state.error().message());
+      for (const auto& [name, t] : *state) full[name] = t.detach();
+    }
     apc::Status s = pm.load_full_state_dict(full);
     if (!s.ok()) return fail(model_path + ": " + s.error().message());
     if (single && model_path != f.compare_single) {
@@ -470,8 +477,12 @@ int run(Flags f) {
     });
   }
 
-  Optimizer opt(f.optimizer, f.lr, pm.parameters());
-  std::optional<Optimizer> single_opt;
+  apc::runtime::OptimizerOptions opt_options;
+  opt_options.kind = f.optimizer;
+  opt_options.lr = f.lr;
+  opt_options.momentum = f.momentum;
+  apc::runtime::Optimizer opt(opt_options, pm.parameters());
+  std::optional<apc::runtime::Optimizer> single_opt;
   std::vector<at::Tensor> single_params;
   std::optional<at::ScalarType> single_dtype;  // the reference's floating dtype
   if (single) {
@@ -482,7 +493,7 @@ int run(Flags f) {
       seen.push_back(impl);
       single_params.push_back(p);
     }
-    single_opt.emplace(f.optimizer, f.lr, single_params);
+    single_opt.emplace(opt_options, single_params);
     for (const at::Tensor& p : single_params)
       if (p.is_floating_point()) {
         single_dtype = p.scalar_type();
@@ -496,7 +507,28 @@ int run(Flags f) {
     pm.setObserver(&*node_profile);
   }
 
-  at::Generator data = at::detail::createCPUGenerator(f.seed);
+  // Resume: the shards, the optimizer's state and the step from the checkpoint; the data of a step
+  // depends on the seed and the step only, so the resumed steps see a straight run's data.
+  int first_step = 0;
+  if (!f.resume.empty()) {
+    apc::setActivity("loading the checkpoint " + apc::printable(f.resume));
+    auto found = apc::runtime::findCheckpoint(f.resume);
+    if (!found.ok()) return fail("--resume: " + found.error().message());
+    const double t0 = now(device);
+    auto state = apc::runtime::loadCheckpoint(pm, &opt, *found);
+    if (!state.ok()) return fail(state.error().message());
+    const std::string seed = std::to_string(f.seed);
+    if (auto it = state->trainer.find("seed"); it != state->trainer.end() && it->second != seed)
+      return fail(*found + ": trained with --seed " + it->second + ", this run has --seed " + seed +
+                  " (the data would differ from the run it resumes)");
+    first_step = static_cast<int>(std::min<int64_t>(state->step, f.steps + f.warmup));
+    if (rank0)
+      std::fprintf(stderr, "apc-train: resumed from %s at step %d (%.3f s)%s\n", found->c_str(),
+                   first_step, now(device) - t0,
+                   state->plan_hash == pm.planHash()
+                       ? ""
+                       : (", resharded from plan " + state->plan_hash.substr(0, 16)).c_str());
+  }
   const auto& specs = pm.inputSpecs();
   if (f.profile) {
     apc::runtime::setSynchronizedCommTiming(true);
@@ -505,8 +537,9 @@ int run(Flags f) {
   std::vector<StepSample> samples;
   const int total_steps = f.steps + f.warmup;
   apc::setActivity("training");
-  for (int step = 0; step < total_steps; ++step) {
-    // Full inputs, the same on every rank.
+  for (int step = first_step; step < total_steps; ++step) {
+    // Full inputs, the same on every rank, drawn from a generator of this step.
+    at::Generator data = at::detail::createCPUGenerator(mixSeed(f.seed, step, 1));
     std::vector<at::Tensor> full_inputs;
     for (size_t i = 0; i < specs.size(); ++i) {
       std::vector<int64_t> shape = specs[i].global_shape;
@@ -519,7 +552,7 @@ int run(Flags f) {
     }
     const uint64_t loss_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
 
-    opt.zeroGrad();
+    opt.zero_grad();
     pm.resetCommStats();
     std::vector<c10::IValue> local_inputs;
     for (size_t i = 0; i < specs.size(); ++i)
@@ -580,7 +613,7 @@ int run(Flags f) {
 
     std::string line = "step " + std::to_string(step) + " loss " + number(loss.item<double>());
     if (single) {
-      single_opt->zeroGrad();
+      single_opt->zero_grad();
       // The reference runs in its own dtypes: under mixed precision the artifact's floating
       // inputs may be bf16 while the unsharded model computes in its parameters' dtype.
       std::vector<c10::IValue> args;
@@ -605,6 +638,24 @@ int run(Flags f) {
     }
     if (rank0 && !f.json) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
+    const int done = step + 1;
+    if (!f.save.empty() &&
+        (done == total_steps || (f.save_every > 0 && done % f.save_every == 0))) {
+      apc::setActivity("saving a checkpoint under " + apc::printable(f.save));
+      const double t0 = now(device);
+      apc::runtime::TrainingState state;
+      state.step = done;
+      state.trainer = {{"seed", std::to_string(f.seed)}, {"data", "synthetic"}};
+      apc::runtime::CheckpointOptions copts;
+      copts.keep_last = f.keep;
+      auto saved = apc::runtime::saveCheckpoint(pm, &opt, state, f.save, copts);
+      if (!saved.ok()) return fail(saved.error().message());
+      if (rank0)
+        std::fprintf(stderr, "apc-train: saved %s (%s, %.3f s)\n", saved->c_str(),
+                     apc::humanBytes(static_cast<double>(directoryBytes(*saved))).c_str(),
+                     now(device) - t0);
+      apc::setActivity("training");
+    }
   }
   if (node_profile && rank0) reportNodes(*node_profile, pm, f);
   if (f.profile) reportProfile(pm, f, samples, device);
@@ -625,12 +676,26 @@ int main(int argc, char** argv) {
   app.add_option("--steps", f.steps, "Training steps")->check(CLI::NonNegativeNumber);
   app.add_option("--lr", f.lr, "Learning rate");
   app.add_option("--optimizer", f.optimizer, "sgd or adamw");
+  app.add_option("--momentum", f.momentum, "SGD's momentum (torch.optim.SGD's; default 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--save", f.save,
+                 "Save checkpoints under this directory (DIR/step_<n>: one safetensors file per "
+                 "rank and manifest.json), after the last step and every --save-every steps");
+  app.add_option("--save-every", f.save_every, "Save a checkpoint every N steps (with --save)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--keep", f.keep, "Keep only the newest N checkpoints under --save (default: all)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", f.resume,
+                 "Resume from a checkpoint (its directory, or a --save directory: its newest "
+                 "complete checkpoint); --steps stays the total, the run continues at the "
+                 "checkpoint's step");
   app.add_option("--seed", f.seed,
                  "Seed of the synthetic data (and of the weights without --model)");
   app.add_option("--batch", f.batch, "Batch size (dim 0 of every input); default: the artifact's")
       ->check(CLI::PositiveNumber);
   app.add_option("--model", f.model,
-                 "Model (TorchScript .pt or exported .pt2) whose weights initialize the shards");
+                 "Model (TorchScript .pt or exported .pt2) or full state dict (.safetensors) "
+                 "whose weights initialize the shards");
   app.add_option("--compare-single", f.compare_single,
                  "Also train this unsharded TorchScript model on rank 0 and print its loss");
   app.add_option("--clip", f.clip, "Clip the global gradient norm to this value");

@@ -54,6 +54,9 @@ Expected<ir::Graph> importForPlan(const plan::Plan& p, const std::string& path);
 Expected<ir::Graph> graphForPlan(const plan::Plan& p, const std::string& model);
 /// `apc validate`: check a plan against a model and spec without writing (tools/apc/validate.cpp).
 Runner addValidateCommand(CLI::App& app);
+/// `apc export`: the full weights of a sharded checkpoint as one safetensors file
+/// (tools/apc/export.cpp).
+Runner addExportCommand(CLI::App& app);
 /// stageArtifactFor, commit, print the summary (apc lower).
 Status writeArtifactFor(const ir::Graph& g, const plan::Plan& p, const std::string& dir);
 

@@ -1,9 +1,10 @@
 //===- tools/apc/main.cpp - The apc command-line driver --------------------===//
 //
 // `apc <command> [flags]`. Commands: inspect (import a model and print its graph), plan, explain,
-// diff, lower, run, calibrate and validate (tools/apc/plan.cpp, explain.cpp, diff.cpp, lower.cpp,
-// run.cpp, calibrate.cpp, validate.cpp). Every failure on user input is one line on stderr and
-// exit 2; so is running out of memory ("out of memory while <activity>", apc/support/activity.h).
+// diff, lower, run, calibrate, validate and export (tools/apc/plan.cpp, explain.cpp, diff.cpp,
+// lower.cpp, run.cpp, calibrate.cpp, validate.cpp, export.cpp). Every failure on user input is one
+// line on stderr and exit 2; so is running out of memory ("out of memory while <activity>",
+// apc/support/activity.h).
 //
 //===----------------------------------------------------------------------===//
 #include <exception>
@@ -51,6 +52,9 @@ int main(int argc, char** argv) {
       "validate",
       "Check a plan against its model and spec (what apc lower checks), writing nothing");
   runners[validate] = apc::tool::addValidateCommand(*validate);
+  CLI::App* export_cmd = app.add_subcommand(
+      "export", "Write the full weights of a sharded training checkpoint as one safetensors file");
+  runners[export_cmd] = apc::tool::addExportCommand(*export_cmd);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

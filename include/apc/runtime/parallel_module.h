@@ -127,6 +127,11 @@ class ParallelModule {
   World& world();
   const mesh::DeviceMesh& mesh() const;
   const ir::Graph& graph() const;
+  /// The artifact's model (its name and the SHA-256 of the model file) and the plan's
+  /// content_hash, as the program records them (checkpoints name them).
+  const std::string& modelName() const;
+  const std::string& modelHash() const;
+  const std::string& planHash() const;
 
   const std::vector<PlacedTensor>& inputSpecs() const;
   const std::vector<PlacedTensor>& parameterSpecs() const;
