@@ -505,6 +505,7 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.kernel_floor_us = std::max(device_fit->kernel_floor_us, 0.0);
   profile.device_overrides.dispatch_us = dispatch_us;
   if (overlaps) profile.device_overrides.dispatch_overlaps = true;
+  profile.device_overrides.view_dispatch_us = view_us;
   // The curves likewise made non-decreasing in work (raw times under "calibration").
   for (auto* tables : {&measured.matmul_us, &measured.conv_us})
     for (auto& [dtype, t] : *tables) t.us = cost::monotoneUs(t.us);
