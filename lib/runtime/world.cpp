@@ -32,9 +32,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <ATen/Context.h>
@@ -147,10 +150,63 @@ void leaveAfterMismatch(c10d::Store& store, const std::string& prefix, const Lau
   }
 }
 
+Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
+                                                        const std::string& job,
+                                                        const WorldOptions& options);
+
 /// The store of `env`: served by rank 0, connected to by the others, retried with a progress line
 /// every `options.progress_interval` until `options.setup_timeout`. Then the owner check.
+///
+/// A client's connection runs on a helper thread, waited for at most the set-up timeout (and a
+/// few seconds' grace): c10d's TCPStore client blocks without a bound in its handshake (ping) when
+/// the address accepts the connection but never answers (rank 0 stopped after it started serving,
+/// or another program on the port). Past the bound the rank fails with one line; the helper is
+/// left blocked, detached, and ends with the process.
 Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, const std::string& job,
                                                        const WorldOptions& options) {
+  if (env.rank == 0) return connectClient(env, job, options);
+  struct Attempt {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Expected<c10::intrusive_ptr<c10d::Store>>> result;
+  };
+  auto attempt = std::make_shared<Attempt>();
+  std::thread([attempt, env, job, options] {
+    Expected<c10::intrusive_ptr<c10d::Store>> r = ioError("no store");
+    try {
+      r = connectClient(env, job, options);
+    } catch (const std::exception& e) {
+      r = ioError("rank " + std::to_string(env.rank) +
+                  ": cannot connect to the rendezvous store: " + detail::firstLine(e.what()));
+    }
+    std::lock_guard<std::mutex> lock(attempt->mu);
+    attempt->result.emplace(std::move(r));
+    attempt->cv.notify_all();
+  }).detach();
+  const auto start = Clock::now();
+  const auto deadline = start + options.setup_timeout + std::chrono::seconds(5);
+  std::unique_lock<std::mutex> lock(attempt->mu);
+  while (!attempt->result) {
+    const auto next = std::min(deadline, Clock::now() + options.progress_interval);
+    if (attempt->cv.wait_until(lock, next, [&] { return attempt->result.has_value(); })) break;
+    if (Clock::now() >= deadline)
+      return ioError("rank " + std::to_string(env.rank) + ": the rendezvous store at " +
+                     env.master_addr + ":" + std::to_string(env.master_port) +
+                     " did not answer within " + seconds(options.setup_timeout) + " (job '" +
+                     printable(job) +
+                     "'; is rank 0 stopped, or another program listening on MASTER_PORT?)");
+    note(env.rank, "waiting for an answer from rank 0's rendezvous store at " + env.master_addr +
+                       ":" + std::to_string(env.master_port) + " (job '" + printable(job) + "', " +
+                       seconds(Clock::now() - start) + " of " + seconds(options.setup_timeout) +
+                       ")");
+  }
+  return std::move(*attempt->result);
+}
+
+/// connectStore's work: rank 0 serves, the others connect (retried) and check the owner.
+Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
+                                                        const std::string& job,
+                                                        const WorldOptions& options) {
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string job_text = "job '" + printable(job) + "'";
   c10d::TCPStoreOptions store_options;

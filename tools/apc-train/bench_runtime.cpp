@@ -21,6 +21,7 @@
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/runtime/interpreter.h"
+#include "cli_checks.h"
 
 namespace {
 
@@ -50,8 +51,8 @@ int main(int argc, char** argv) {
   int threads = 1;
   app.add_option("model", model, "TorchScript model")->required();
   app.add_option("--input", input_texts, "Input shape, name:dtype[d0,d1,...]; repeatable");
-  app.add_option("--iters", iters, "Timed iterations")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "Intra-op threads")->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "Timed iterations")->check(apc::tool::integerIn(1, 1 << 30));
+  app.add_option("--threads", threads, "Intra-op threads")->check(apc::tool::integerIn(1, 1024));
   CLI11_PARSE(app, argc, argv);
   at::set_num_threads(threads);
 

@@ -80,9 +80,13 @@ struct LowerFlags {
 
 int runLower(const LowerFlags& f) {
   Status outputs = checkNotInput(f.output, "-o", {f.plan, f.model});
+  if (outputs.ok()) outputs = checkNoInputWithin(f.output, "-o", {f.plan, f.model});
   if (!outputs.ok()) return report(outputs.error());
   auto p = plan::readPlanFile(f.plan);
   if (!p.ok()) return report(p.error());
+  if (f.model.empty() && p->graph_bytes.empty())  // the plan's model is read too
+    if (Status s = checkNoInputWithin(f.output, "-o", {p->model.model_path}); !s.ok())
+      return report(s.error());
   auto g = graphForPlan(*p, f.model);
   if (!g.ok()) return report(g.error());
   if (Status v = plan::verifyPlan(*g, *p); !v.ok()) return report(v.error().withContext(f.plan));
@@ -95,11 +99,15 @@ int runLower(const LowerFlags& f) {
 
 Runner addLowerCommand(CLI::App& app) {
   auto f = std::make_shared<LowerFlags>();
-  app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
+  app.add_option("plan", f->plan, "Plan JSON written by apc plan")
+      ->required()
+      ->check(nonEmptyPath());
   app.add_option("model", f->model,
                  "The model the plan was made from: needed only for a plan that carries no graph "
                  "(default: the plan's path); when given, checked against the plan's SHA-256");
-  app.add_option("-o,--output", f->output, "Artifact directory to write")->required();
+  app.add_option("-o,--output", f->output, "Artifact directory to write")
+      ->required()
+      ->check(nonEmptyPath());
   return [f] { return runLower(*f); };
 }
 
