@@ -41,6 +41,7 @@
 #include <thread>
 
 #include <ATen/Context.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -154,6 +155,30 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
                                                         const std::string& job,
                                                         const WorldOptions& options);
 
+/// While alive, c10d's own log lines below FATAL are off (FLAGS_caffe2_log_level), unless the user
+/// set TORCH_CPP_LOG_LEVEL: a client retrying a store that is not there yet printed a warning and
+/// an error with a stack trace per attempt (hundreds over a long timeout, for one nonsense
+/// MASTER_ADDR), where the rank's own progress lines and its one-line error say what happened.
+class QuietC10dLog {
+ public:
+  QuietC10dLog() {
+    const char* env = std::getenv("TORCH_CPP_LOG_LEVEL");
+    if (env && *env) return;
+    saved_ = FLAGS_caffe2_log_level;
+    FLAGS_caffe2_log_level = std::max(saved_, 3);  // 3: FATAL only
+    active_ = true;
+  }
+  ~QuietC10dLog() {
+    if (active_) FLAGS_caffe2_log_level = saved_;
+  }
+  QuietC10dLog(const QuietC10dLog&) = delete;
+  QuietC10dLog& operator=(const QuietC10dLog&) = delete;
+
+ private:
+  int saved_ = 0;
+  bool active_ = false;
+};
+
 /// The store of `env`: served by rank 0, connected to by the others, retried with a progress line
 /// every `options.progress_interval` until `options.setup_timeout`. Then the owner check.
 ///
@@ -190,11 +215,11 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
     const auto next = std::min(deadline, Clock::now() + options.progress_interval);
     if (attempt->cv.wait_until(lock, next, [&] { return attempt->result.has_value(); })) break;
     if (Clock::now() >= deadline)
-      return ioError("rank " + std::to_string(env.rank) + ": the rendezvous store at " +
-                     env.master_addr + ":" + std::to_string(env.master_port) +
-                     " did not answer within " + seconds(options.setup_timeout) + " (job '" +
-                     printable(job) +
-                     "'; is rank 0 stopped, or another program listening on MASTER_PORT?)");
+      return ioError("rank " + std::to_string(env.rank) +
+                     ": no answer from the rendezvous store at " + env.master_addr + ":" +
+                     std::to_string(env.master_port) + " within " + seconds(options.setup_timeout) +
+                     " (job '" + printable(job) +
+                     "'; is MASTER_ADDR right, and rank 0 running, not stopped, on MASTER_PORT?)");
     note(env.rank, "waiting for an answer from rank 0's rendezvous store at " + env.master_addr +
                        ":" + std::to_string(env.master_port) + " (job '" + printable(job) + "', " +
                        seconds(Clock::now() - start) + " of " + seconds(options.setup_timeout) +
@@ -237,6 +262,7 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
   }
   const auto start = Clock::now();
   bool first_failure = true;
+  QuietC10dLog quiet;  // this loop says what it waits for; c10d's retries are not the user's news
   while (true) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.setup_timeout -
                                                                       (Clock::now() - start));

@@ -634,7 +634,8 @@ TEST_F(Hardening, TaggedOutputWithoutNewlinesIsPassedOnInPieces) {
 
 // Issue 32: a rank whose MASTER_ADDR:PORT accepted the connection but never answered (rank 0
 // stopped after starting its store) waited forever, silently, whatever APC_TIMEOUT_S said:
-// c10d's client handshake has no bound. Here the port is a socket that listens and never accepts.
+// c10d's client handshake has no bound. Here the port is a socket that listens and never accepts;
+// then, closed, a port where nobody listens (c10d printed a warning with a stack trace per retry).
 TEST_F(Hardening, AStoreThatNeverAnswersFailsTheRankAfterTheTimeout) {
   ASSERT_EQ(apc("plan " + kMlp + " --mesh 2 -o " + tmp("p.json") + " --artifact " + tmp("a")).code,
             0);
@@ -658,10 +659,23 @@ TEST_F(Hardening, AStoreThatNeverAnswersFailsTheRankAfterTheTimeout) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.code, 124) << "apc-train hung: " << r.err;
   EXPECT_LT(took, 30.0);
-  EXPECT_NE(r.err.find("apc-train: error: rank 1: the rendezvous store at 127.0.0.1:" + port +
-                       " did not answer within 3 s (job 'silent'"),
+  EXPECT_NE(r.err.find("apc-train: error: rank 1: no answer from the rendezvous store at "
+                       "127.0.0.1:" +
+                       port + " within 3 s (job 'silent'"),
             std::string::npos)
       << r.err;
+  // Nobody on the port: the rank's own lines only, not c10d's warning and stack trace per retry.
+  Result refused = apc::testing::runCommand(
+      "env -u TORCH_CPP_LOG_LEVEL RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+      " APC_JOB_ID=silent APC_TIMEOUT_S=3 timeout 60 " + apc::testing::kApcTrain + " " + tmp("a") +
+      " --steps 1");
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.err.find("apc-train: error: rank 1: no rendezvous store at 127.0.0.1:" + port +
+                             " after 3 s"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(refused.err.find("[c10d]"), std::string::npos) << refused.err;
+  EXPECT_EQ(refused.err.find("frame #"), std::string::npos) << refused.err;
 }
 
 }  // namespace
