@@ -41,9 +41,9 @@ inline std::string boundText(double v) {
   return buf;
 }
 
-inline CLI::Validator rangeValidator(double lo, double hi, bool lo_open, bool integer) {
-  const std::string range = std::string(lo_open ? "(" : "[") + boundText(lo) + ", " +
-                            boundText(hi) + (std::isinf(hi) ? ")" : "]");
+/// `range`: the bounds as messages show them, like "[0, 1]" or "(0, 10000000]".
+inline CLI::Validator rangeValidator(double lo, double hi, bool lo_open, bool integer,
+                                     const std::string& range) {
   const std::string what = integer ? "an integer" : "a finite number";
   auto check = [=](const std::string& text) -> std::string {
     // The value as it may appear in the one-line message.
@@ -62,22 +62,25 @@ inline CLI::Validator rangeValidator(double lo, double hi, bool lo_open, bool in
     if (v < lo || v > hi || (lo_open && v == lo)) return fail;
     return {};
   };
-  return CLI::Validator(check, (integer ? "INT in " : "NUMBER in ") + range, kNumberCheckName);
+  return CLI::Validator(check, "range " + range, kNumberCheckName);
 }
 
 }  // namespace detail
 
 /// A finite number in [lo, hi] (hi may be infinity: no upper bound, still finite).
 inline CLI::Validator numberIn(double lo, double hi) {
-  return detail::rangeValidator(lo, hi, false, false);
+  return detail::rangeValidator(lo, hi, false, false,
+                                "[" + detail::boundText(lo) + ", " + detail::boundText(hi) + "]");
 }
 /// A finite number greater than lo and at most hi.
 inline CLI::Validator numberAbove(double lo, double hi) {
-  return detail::rangeValidator(lo, hi, true, false);
+  return detail::rangeValidator(lo, hi, true, false,
+                                "(" + detail::boundText(lo) + ", " + detail::boundText(hi) + "]");
 }
 /// An integer (decimal digits, optional sign) in [lo, hi].
 inline CLI::Validator integerIn(int64_t lo, int64_t hi) {
-  return detail::rangeValidator(static_cast<double>(lo), static_cast<double>(hi), false, true);
+  return detail::rangeValidator(static_cast<double>(lo), static_cast<double>(hi), false, true,
+                                "[" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
 /// A path that is not the empty string.
