@@ -678,4 +678,36 @@ TEST_F(Hardening, AStoreThatNeverAnswersFailsTheRankAfterTheTimeout) {
   EXPECT_EQ(refused.err.find("frame #"), std::string::npos) << refused.err;
 }
 
+// Issue 32: `apc run` named a victim: the first rank to fail, not the one that exited early (its
+// peers then failed in a collective) or that was stopped. Those are named beside it.
+TEST_F(Hardening, LauncherNamesTheRankThatLeftOrStopped) {
+  Result left = apc("run " + dir_.string() +
+                    " --nproc 2 -- sh -c 'if [ $RANK = 1 ]; then exit 0; fi; sleep 1; exit 1'");
+  EXPECT_EQ(left.code, 1) << left.err;
+  EXPECT_NE(left.err.find("apc run: rank 0 exited with status 1 (rank 1 had exited with status 0 "),
+            std::string::npos)
+      << left.err;
+  Result stopped = apc("run " + dir_.string() +
+                       " --nproc 3 -- sh -c 'if [ $RANK = 2 ]; then kill -STOP $$; fi; sleep 1; "
+                       "exit 3'");
+  EXPECT_EQ(stopped.code, 1) << stopped.err;
+  EXPECT_NE(stopped.err.find("apc run: rank 2 was stopped by signal " + std::to_string(SIGSTOP)),
+            std::string::npos)
+      << stopped.err;
+  EXPECT_NE(stopped.err.find("apc run: rank 0 exited with status 3 (rank 2 is stopped (signal " +
+                             std::to_string(SIGSTOP) + "))"),
+            std::string::npos)
+      << stopped.err;
+  // A stopped rank also makes a timeout, and is stopped itself (SIGTERM, then SIGCONT).
+  auto t0 = std::chrono::steady_clock::now();
+  Result timed = apc("run " + dir_.string() +
+                     " --nproc 2 --timeout 2 -- sh -c 'if [ $RANK = 1 ]; then kill -STOP $$; fi; "
+                     "sleep 100'");
+  EXPECT_EQ(timed.code, 1) << timed.err;
+  EXPECT_NE(timed.err.find("apc run: timed out after 2 s (rank 1 is stopped (signal "),
+            std::string::npos)
+      << timed.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+}
+
 }  // namespace

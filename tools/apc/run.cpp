@@ -11,7 +11,10 @@
 // passes through, or with
 // --tag-output each line is prefixed "[rank r] ". When a rank exits non-zero or is killed, the
 // others are stopped (SIGTERM, SIGKILL 3 s later) and the first failure is reported, as
-// "apc run: rank 2 exited with status 1" or "apc run: rank 2 killed by signal 9 (Killed)", exit 1.
+// "apc run: rank 2 exited with status 1" or "apc run: rank 2 killed by signal 9 (Killed)", exit 1;
+// a rank that exited 0 while its peers ran on, and ranks stopped (SIGSTOP: each reported as it
+// stops), are named beside it ("(rank 1 had exited with status 0 2.0 s before)"), since the
+// first rank to fail is then a victim, not the cause.
 // --timeout S stops everything after S seconds ("apc run: timed out after S s"), exit 1. SIGINT
 // and SIGTERM of the launcher stop the ranks too. Each rank runs in its own process group, so
 // stopping a rank stops what it started. A launcher killed outright (SIGKILL, the OOM killer)
@@ -350,7 +353,29 @@ int runLauncher(const RunOptions& o) {
   bool killed = false;
   auto stopAll = [&](int sig) {
     for (int r = 0; r < n; ++r)
-      if (running[r]) ::kill(-pids[r], sig);
+      if (running[r]) {
+        ::kill(-pids[r], sig);
+        if (sig == SIGTERM) ::kill(-pids[r], SIGCONT);  // a stopped rank acts on it only then
+      }
+  };
+  // What may have made a rank fail, named beside it: a rank that left early (exit 0 while its
+  // peers ran on, so they lost it in a collective) and ranks stopped (SIGSTOP, a debugger).
+  std::optional<std::pair<int, Clock::time_point>> first_left;
+  std::vector<int> stopped_by(n, 0);
+  auto culprits = [&](int failed_rank) {
+    std::string why;
+    if (first_left && first_left->first != failed_rank) {
+      char text[128];
+      std::snprintf(text, sizeof text, "rank %d had exited with status 0 %.1f s before",
+                    first_left->first,
+                    std::chrono::duration<double>(Clock::now() - first_left->second).count());
+      why += text;
+    }
+    for (int r = 0; r < n; ++r)
+      if (stopped_by[r] && r != failed_rank)
+        why += (why.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is stopped (signal " +
+                                            std::to_string(stopped_by[r]) + ")");
+    return why.empty() ? why : " (" + why + ")";
   };
   std::vector<bool> connected(n, false);
   int num_connected = 0;
@@ -391,17 +416,30 @@ int runLauncher(const RunOptions& o) {
       }
     }
     std::erase_if(streams, [](const TaggedStream& s) { return s.fd < 0; });
-    // Exits.
+    // Exits, stops and continues.
     int status = 0;
     pid_t pid;
-    while (left > 0 && (pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    while (left > 0 && (pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
       for (int r = 0; r < n; ++r) {
         if (pids[r] != pid || !running[r]) continue;
+        if (WIFSTOPPED(status)) {
+          stopped_by[r] = WSTOPSIG(status);
+          std::fprintf(stderr, "apc run: rank %d was stopped by signal %d (%s)\n", r, stopped_by[r],
+                       ::strsignal(stopped_by[r]));
+          std::fflush(stderr);
+          continue;
+        }
+        if (WIFCONTINUED(status)) {
+          stopped_by[r] = 0;
+          continue;
+        }
         running[r] = false;
         --left;
         bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (!failed && !first_left && left > 0)  // its peers run on without it
+          first_left = std::pair{r, Clock::now()};
         if (failed && !failure && !stopping)
-          failure = "rank " + std::to_string(r) + " " + describeStatus(status);
+          failure = "rank " + std::to_string(r) + " " + describeStatus(status) + culprits(r);
       }
     }
     if (left == 0) {
@@ -416,7 +454,7 @@ int runLauncher(const RunOptions& o) {
         Clock::now() - start > std::chrono::duration<double>(o.timeout_s)) {
       char text[64];
       std::snprintf(text, sizeof text, "timed out after %g s", o.timeout_s);
-      failure = text;
+      failure = text + culprits(-1);
     }
     if (failure && !stopping) {
       stopping = Clock::now();
