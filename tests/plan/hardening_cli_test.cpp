@@ -710,4 +710,21 @@ TEST_F(Hardening, LauncherNamesTheRankThatLeftOrStopped) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
 }
 
+// Issue 32: lowering built every rank's program in memory before writing any (past 18 GB for
+// 65,536 ranks). Programs are written as they are lowered: 4,096 ranks of mlp_stack lower under a
+// 1 GB address-space limit (apc's peak RSS 123 MB; 781 MB before, which ran out of memory there).
+TEST_F(Hardening, LoweringHoldsOneRankProgramAtATime) {
+  Result plan = apc("plan " + kMlp + " --mesh 64x64 --quiet -o " + tmp("p.json"));
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  Result r = apc::testing::runCommand("ulimit -v 1000000; " + kApc + " lower " + tmp("p.json") +
+                                      " -o " + tmp("a"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote artifact " + tmp("a") + ": 4096 rank programs"), std::string::npos)
+      << r.out;
+  auto manifest = nlohmann::json::parse(read(tmp("a/manifest.json")));
+  EXPECT_EQ(manifest["world_size"], 4096);
+  EXPECT_EQ(manifest["files"].size(), 4096u);
+  EXPECT_TRUE(fs::exists(tmp("a/rank_4095.apcp")));
+}
+
 }  // namespace

@@ -22,13 +22,18 @@ namespace apc::tool {
 
 Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan& p,
                                            const std::string& dir, std::string* summary) {
-  APC_ASSIGN_OR_RETURN(std::vector<proto::Program> programs, lower::lowerPlan(g, p));
-  APC_ASSIGN_OR_RETURN(StagedDirectory staged, artifact::stageArtifact(dir, programs));
+  // One rank's program in memory at a time: each is written to the staging directory as soon as
+  // it is lowered (every rank's at once grew past 18 GB for 65,536 ranks).
+  APC_ASSIGN_OR_RETURN(artifact::ArtifactWriter writer,
+                       artifact::ArtifactWriter::create(dir, p.spec.mesh.worldSize()));
   size_t redistributions = 0;
-  for (const proto::Program& prog : programs)
+  APC_RETURN_IF_ERROR(lower::lowerEachRank(g, p, [&](const proto::Program& prog) {
     redistributions += static_cast<size_t>(prog.redistributions_size());
+    return writer.add(prog);
+  }));
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, writer.finish());
   if (summary)
-    *summary = "wrote artifact " + dir + ": " + std::to_string(programs.size()) +
+    *summary = "wrote artifact " + dir + ": " + std::to_string(p.spec.mesh.worldSize()) +
                " rank programs, " + std::to_string(redistributions) + " redistributions in all\n";
   return staged;
 }
