@@ -485,6 +485,7 @@ TEST_F(Hardening, OutputsNeverReplaceDevicesOrInputs) {
   expectOneLineError(
       apc("plan " + kMlp + " --mesh 2 -o " + tmp("p.json") + " --timings-json /dev/null"),
       "/dev/null: is a character device");
+  EXPECT_FALSE(fs::exists(tmp("p.json")));  // refused before the plan was written
   struct stat st;
   ASSERT_EQ(::stat("/dev/null", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));

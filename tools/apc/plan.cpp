@@ -80,6 +80,10 @@ Status checkOutputs(const PlanFlags& f) {
       return invalidArgument(std::string(flag) + " " + printable(path, 1024) +
                              " is inside --artifact " + printable(f.artifact, 1024) +
                              ", which is replaced as a whole; write it elsewhere");
+  // The side outputs are written after the plan: their destinations are checked now (a device, a
+  // directory, a missing directory), so that a bad one fails before the plan is written, not after.
+  for (const std::string* side : {&f.dump_problem, &f.timings_json})
+    if (!side->empty()) APC_RETURN_IF_ERROR(StagedFile::create(*side));
   return Status::success();
 }
 
