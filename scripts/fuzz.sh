@@ -5,7 +5,8 @@
 # crashing input is kept in build-fuzz/crashes/<target>/.
 #
 # Targets: fuzz_spec (spec files), fuzz_shardings (--in/--out-shardings files), fuzz_plan (the plan
-# reader with what explain and diff do), fuzz_artifact (manifest.json and rank programs; the
+# reader with what explain and diff do), fuzz_plan_edit (structured edits of a valid plan, rehashed,
+# through verifyPlan and lowering), fuzz_artifact (manifest.json and rank programs; the
 # runtime reads artifacts through the same reader), fuzz_inputs (the --input shape text and the
 # exported program's symbolic expressions), and, when LibTorch is available (the project venv, or
 # APC_FUZZ_TORCH=1), the model loaders: fuzz_pt2 (the .pt2 zip, models/model.json and the weight
@@ -42,7 +43,7 @@ elif [ -n "${1:-}" ]; then
 fi
 BUILD=${APC_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${APC_JOBS:-$(nproc)}
-TARGETS=(fuzz_spec fuzz_shardings fuzz_plan fuzz_artifact fuzz_inputs)
+TARGETS=(fuzz_spec fuzz_shardings fuzz_plan fuzz_plan_edit fuzz_artifact fuzz_inputs)
 TORCH=${APC_FUZZ_TORCH:-}
 if [ -z "$TORCH" ]; then
   TORCH=0
@@ -90,7 +91,7 @@ cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}"
 # --- seed corpora --------------------------------------------------------------------------------
 SEEDS="$BUILD/seeds"
 rm -rf "$SEEDS"
-for t in fuzz_spec fuzz_shardings fuzz_plan fuzz_artifact fuzz_inputs fuzz_pt2 fuzz_pt; do
+for t in fuzz_spec fuzz_shardings fuzz_plan fuzz_plan_edit fuzz_artifact fuzz_inputs fuzz_pt2 fuzz_pt; do
   mkdir -p "$SEEDS/$t" "$BUILD/corpus/$t" "$BUILD/crashes/$t"
 done
 cp sample_models/specs/*.json "$SEEDS/fuzz_spec/"
@@ -140,6 +141,11 @@ for f in sorted(glob.glob("tests/fuzz/seeds/pt_inputs/*")):
     text = open(f, "rb").read()
     open(f"{seeds}/fuzz_pt/inputs_{os.path.basename(f)}", "wb").write(b"\x00" + text)
     open(f"{seeds}/fuzz_inputs/apc_inputs_{os.path.basename(f)}", "wb").write(text)
+# fuzz_plan_edit: lists of 4-byte edits [what, node, b, c] of toy_block_2x2_graph.json (none; an
+# output placement; another strategy; an input placement; a parameter's placement; a mesh dim).
+for i, edits in enumerate([[], [(1, 3, 0, 0)], [(0, 3, 5, 0)], [(2, 4, 1, 0x11)], [(7, 0, 0, 0)],
+                           [(8, 0, 1, 4), (0, 5, 2, 0)]]):
+    open(f"{seeds}/fuzz_plan_edit/edits_{i}", "wb").write(bytes(b for e in edits for b in e))
 for f in sorted(glob.glob("tests/fuzz/seeds/pt2_json/*")):
     text = open(f, "rb").read()
     open(f"{seeds}/fuzz_pt2/json_{os.path.basename(f)}", "wb").write(b"\x00" + text)

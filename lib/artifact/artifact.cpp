@@ -58,39 +58,65 @@ std::string programFileName(int64_t rank) {
   return "rank_" + std::to_string(rank) + ".apcp";
 }
 
-Expected<StagedDirectory> stageArtifact(const std::string& dir,
-                                        const std::vector<proto::Program>& programs) {
-  if (programs.empty()) return invalidArgument("no programs to write");
-  const proto::Program& first = programs.front();
-  for (size_t r = 0; r < programs.size(); ++r)
-    if (programs[r].rank() != r || programs[r].world_size() != programs.size())
-      return invalidArgument("program " + std::to_string(r) + " has rank " +
-                             std::to_string(programs[r].rank()) + " of world size " +
-                             std::to_string(programs[r].world_size()) + ", expected rank " +
-                             std::to_string(r) + " of " + std::to_string(programs.size()));
+Expected<ArtifactWriter> ArtifactWriter::create(const std::string& dir, int64_t world_size) {
+  if (world_size < 1) return invalidArgument("no programs to write");
   // Written beside `dir` and swapped in as a whole: a reader sees the old artifact or the new one,
   // never new rank files beside old ones.
   APC_ASSIGN_OR_RETURN(StagedDirectory staged, StagedDirectory::create(dir, "manifest.json"));
-  const fs::path out = staged.path();
-  nlohmann::json files = nlohmann::json::object();
-  for (const proto::Program& p : programs) {
-    std::string bytes = serializeDeterministic(p);
-    std::string name = programFileName(p.rank());
-    APC_RETURN_IF_ERROR(writeFile(out / name, bytes));
-    files[name] = sha256Hex(bytes);
+  ArtifactWriter w;
+  w.staged_.emplace(std::move(staged));
+  w.world_size_ = world_size;
+  return w;
+}
+
+Status ArtifactWriter::add(const proto::Program& p) {
+  const int64_t r = next_rank_;
+  if (r >= world_size_ || p.rank() != r || p.world_size() != world_size_)
+    return invalidArgument("program " + std::to_string(r) + " has rank " +
+                           std::to_string(p.rank()) + " of world size " +
+                           std::to_string(p.world_size()) + ", expected rank " + std::to_string(r) +
+                           " of " + std::to_string(world_size_));
+  if (r == 0) {
+    model_name_ = p.model_name();
+    model_hash_ = p.model_hash();
+    plan_hash_ = p.plan_hash();
+    mesh_shape_.assign(p.mesh_shape().begin(), p.mesh_shape().end());
+    mesh_names_.assign(p.mesh_names().begin(), p.mesh_names().end());
   }
-  nlohmann::json j = {
-      {"format_version", kManifestFormatVersion},
-      {"model_name", first.model_name()},
-      {"model_hash", first.model_hash()},
-      {"plan_hash", first.plan_hash()},
-      {"mesh",
-       {{"shape", std::vector<int64_t>(first.mesh_shape().begin(), first.mesh_shape().end())},
-        {"names", std::vector<std::string>(first.mesh_names().begin(), first.mesh_names().end())}}},
-      {"world_size", first.world_size()},
-      {"files", files}};
-  APC_RETURN_IF_ERROR(writeFile(out / "manifest.json", j.dump(2) + "\n"));
-  return staged;
+  std::string bytes = serializeDeterministic(p);
+  std::string name = programFileName(p.rank());
+  APC_RETURN_IF_ERROR(writeFile(fs::path(staged_->path()) / name, bytes));
+  files_[name] = sha256Hex(bytes);
+  ++next_rank_;
+  return Status::success();
+}
+
+Expected<StagedDirectory> ArtifactWriter::finish() {
+  if (next_rank_ != world_size_)
+    return invalidArgument("an artifact of " + std::to_string(world_size_) + " ranks got " +
+                           std::to_string(next_rank_) + " programs");
+  nlohmann::json files = nlohmann::json::object();
+  for (const auto& [name, sha] : files_) files[name] = sha;
+  nlohmann::json j = {{"format_version", kManifestFormatVersion},
+                      {"model_name", model_name_},
+                      {"model_hash", model_hash_},
+                      {"plan_hash", plan_hash_},
+                      {"mesh", {{"shape", mesh_shape_}, {"names", mesh_names_}}},
+                      {"world_size", world_size_},
+                      {"files", files}};
+  APC_RETURN_IF_ERROR(writeFile(fs::path(staged_->path()) / "manifest.json", j.dump(2) + "\n"));
+  StagedDirectory done = std::move(*staged_);
+  staged_.reset();
+  return done;
+}
+
+Expected<StagedDirectory> stageArtifact(const std::string& dir,
+                                        const std::vector<proto::Program>& programs) {
+  if (programs.empty()) return invalidArgument("no programs to write");
+  APC_ASSIGN_OR_RETURN(ArtifactWriter w,
+                       ArtifactWriter::create(dir, static_cast<int64_t>(programs.size())));
+  for (const proto::Program& p : programs) APC_RETURN_IF_ERROR(w.add(p));
+  return w.finish();
 }
 
 Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs) {

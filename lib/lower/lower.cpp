@@ -838,6 +838,18 @@ Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int6
   return l.run();
 }
 
+Status lowerEachRank(const ir::Graph& g, const plan::Plan& p,
+                     const std::function<Status(const proto::Program&)>& sink,
+                     const LowerOptions& options) {
+  APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(p.spec));  // once for all ranks
+  for (int64_t r = 0; r < p.spec.mesh.worldSize(); ++r) {
+    Lowerer l(g, p, model, r, options);
+    APC_ASSIGN_OR_RETURN(proto::Program prog, l.run());
+    APC_RETURN_IF_ERROR(sink(prog));
+  }
+  return Status::success();
+}
+
 Expected<std::vector<proto::Program>> lowerPlan(const ir::Graph& g, const plan::Plan& p,
                                                 const LowerOptions& options) {
   APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(p.spec));  // once for all ranks

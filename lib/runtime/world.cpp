@@ -32,12 +32,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include <ATen/Context.h>
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -147,10 +151,87 @@ void leaveAfterMismatch(c10d::Store& store, const std::string& prefix, const Lau
   }
 }
 
+Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
+                                                        const std::string& job,
+                                                        const WorldOptions& options);
+
+/// While alive, c10d's own log lines below FATAL are off (FLAGS_caffe2_log_level), unless the user
+/// set TORCH_CPP_LOG_LEVEL: a client retrying a store that is not there yet printed a warning and
+/// an error with a stack trace per attempt (hundreds over a long timeout, for one nonsense
+/// MASTER_ADDR), where the rank's own progress lines and its one-line error say what happened.
+class QuietC10dLog {
+ public:
+  QuietC10dLog() {
+    const char* env = std::getenv("TORCH_CPP_LOG_LEVEL");
+    if (env && *env) return;
+    saved_ = FLAGS_caffe2_log_level;
+    FLAGS_caffe2_log_level = std::max(saved_, 3);  // 3: FATAL only
+    active_ = true;
+  }
+  ~QuietC10dLog() {
+    if (active_) FLAGS_caffe2_log_level = saved_;
+  }
+  QuietC10dLog(const QuietC10dLog&) = delete;
+  QuietC10dLog& operator=(const QuietC10dLog&) = delete;
+
+ private:
+  int saved_ = 0;
+  bool active_ = false;
+};
+
 /// The store of `env`: served by rank 0, connected to by the others, retried with a progress line
 /// every `options.progress_interval` until `options.setup_timeout`. Then the owner check.
+///
+/// A client's connection runs on a helper thread, waited for at most the set-up timeout (and a
+/// few seconds' grace): c10d's TCPStore client blocks without a bound in its handshake (ping) when
+/// the address accepts the connection but never answers (rank 0 stopped after it started serving,
+/// or another program on the port). Past the bound the rank fails with one line; the helper is
+/// left blocked, detached, and ends with the process.
 Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, const std::string& job,
                                                        const WorldOptions& options) {
+  if (env.rank == 0) return connectClient(env, job, options);
+  struct Attempt {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Expected<c10::intrusive_ptr<c10d::Store>>> result;
+  };
+  auto attempt = std::make_shared<Attempt>();
+  std::thread([attempt, env, job, options] {
+    Expected<c10::intrusive_ptr<c10d::Store>> r = ioError("no store");
+    try {
+      r = connectClient(env, job, options);
+    } catch (const std::exception& e) {
+      r = ioError("rank " + std::to_string(env.rank) +
+                  ": cannot connect to the rendezvous store: " + detail::firstLine(e.what()));
+    }
+    std::lock_guard<std::mutex> lock(attempt->mu);
+    attempt->result.emplace(std::move(r));
+    attempt->cv.notify_all();
+  }).detach();
+  const auto start = Clock::now();
+  const auto deadline = start + options.setup_timeout + std::chrono::seconds(5);
+  std::unique_lock<std::mutex> lock(attempt->mu);
+  while (!attempt->result) {
+    const auto next = std::min(deadline, Clock::now() + options.progress_interval);
+    if (attempt->cv.wait_until(lock, next, [&] { return attempt->result.has_value(); })) break;
+    if (Clock::now() >= deadline)
+      return ioError("rank " + std::to_string(env.rank) +
+                     ": no answer from the rendezvous store at " + env.master_addr + ":" +
+                     std::to_string(env.master_port) + " within " + seconds(options.setup_timeout) +
+                     " (job '" + printable(job) +
+                     "'; is MASTER_ADDR right, and rank 0 running, not stopped, on MASTER_PORT?)");
+    note(env.rank, "waiting for an answer from rank 0's rendezvous store at " + env.master_addr +
+                       ":" + std::to_string(env.master_port) + " (job '" + printable(job) + "', " +
+                       seconds(Clock::now() - start) + " of " + seconds(options.setup_timeout) +
+                       ")");
+  }
+  return std::move(*attempt->result);
+}
+
+/// connectStore's work: rank 0 serves, the others connect (retried) and check the owner.
+Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
+                                                        const std::string& job,
+                                                        const WorldOptions& options) {
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string job_text = "job '" + printable(job) + "'";
   c10d::TCPStoreOptions store_options;
@@ -181,6 +262,7 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
   }
   const auto start = Clock::now();
   bool first_failure = true;
+  QuietC10dLog quiet;  // this loop says what it waits for; c10d's retries are not the user's news
   while (true) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(options.setup_timeout -
                                                                       (Clock::now() - start));

@@ -1,20 +1,28 @@
 //===- lib/support/file_io.cpp - Safe reading and writing of user files ----===//
 //
 // Temporaries are hidden siblings of their target (".NAME.apc-tmp-PID-N"), so that the final
-// rename stays within one file system and is atomic.
+// rename stays within one file system and is atomic. Uncommitted temporaries are listed in a fixed
+// table that the signal handler of removeTemporariesOnSignal walks with async-signal-safe calls
+// only (unlink, openat, getdents64, unlinkat).
 //
 //===----------------------------------------------------------------------===//
 #include "apc/support/file_io.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 
 namespace apc {
 
@@ -24,6 +32,94 @@ namespace {
 
 std::string errnoText(int err) {
   return std::strerror(err);
+}
+
+/// A path as messages name it: escaped, and shortened only past 1024 characters (a path cut at
+/// 80 no longer says which file).
+std::string pathText(std::string_view path) {
+  return printable(path, 1024);
+}
+
+// --- Temporaries the signal handler removes ------------------------------------------------------
+
+enum TempKind : int { kNoTemp = 0, kTempFile = 1, kTempDirectory = 2 };
+
+/// One uncommitted temporary: `kind` is set (release) after `path` is written, and cleared before
+/// the slot is reused, so the handler reads only whole paths.
+struct TempSlot {
+  std::atomic<int> kind{kNoTemp};
+  char path[PATH_MAX];
+};
+constexpr int kTempSlots = 64;
+std::array<TempSlot, kTempSlots> g_temps;
+std::mutex g_temps_mu;  // registration (not the handler)
+
+/// Lists `path` (made absolute) for the handler; -1 when the table is full or the path too long
+/// (the temporary is then removed by its owner only).
+int registerTemp(const fs::path& path, TempKind kind) {
+  std::error_code ec;
+  std::string abs = fs::absolute(path, ec).string();
+  if (ec || abs.size() >= PATH_MAX) return -1;
+  std::lock_guard<std::mutex> lock(g_temps_mu);
+  for (int i = 0; i < kTempSlots; ++i) {
+    TempSlot& s = g_temps[static_cast<size_t>(i)];
+    if (s.kind.load(std::memory_order_acquire) != kNoTemp) continue;
+    std::memcpy(s.path, abs.c_str(), abs.size() + 1);
+    s.kind.store(kind, std::memory_order_release);
+    return i;
+  }
+  return -1;
+}
+
+void unregisterTemp(int& slot) {
+  if (slot >= 0) g_temps[static_cast<size_t>(slot)].kind.store(kNoTemp, std::memory_order_release);
+  slot = -1;
+}
+
+/// Removes the directory `name` under `parent_fd` (AT_FDCWD: `name` is a path) and what it holds,
+/// at most `depth` levels deep, with async-signal-safe calls only.
+void removeTreeSignalSafe(int parent_fd, const char* name, int depth) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    if (::unlinkat(parent_fd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) return;
+    if (depth <= 0) return;
+    int fd = ::openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    alignas(8) char buf[4096];
+    for (;;) {
+      long n = ::syscall(SYS_getdents64, fd, buf, sizeof buf);
+      if (n <= 0) break;
+      for (long off = 0; off < n;) {
+        // struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name.
+        unsigned short reclen;
+        std::memcpy(&reclen, buf + off + 16, sizeof reclen);
+        const unsigned char type = static_cast<unsigned char>(buf[off + 18]);
+        const char* entry = buf + off + 19;
+        off += reclen;
+        if (std::strcmp(entry, ".") == 0 || std::strcmp(entry, "..") == 0) continue;
+        if (type == DT_DIR)
+          removeTreeSignalSafe(fd, entry, depth - 1);
+        else if (::unlinkat(fd, entry, 0) != 0 && errno == EISDIR)
+          removeTreeSignalSafe(fd, entry, depth - 1);
+      }
+    }
+    ::close(fd);
+  }
+}
+
+void removeTemporariesAndDie(int sig) {
+  const int saved = errno;
+  for (TempSlot& s : g_temps) {
+    const int kind = s.kind.load(std::memory_order_acquire);
+    if (kind == kTempFile) ::unlink(s.path);
+    if (kind == kTempDirectory) removeTreeSignalSafe(AT_FDCWD, s.path, 8);
+  }
+  // The default action, once this handler returns (the signal is blocked until then).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ::sigaction(sig, &dfl, nullptr);
+  ::raise(sig);
+  errno = saved;
 }
 
 /// A fresh name for a hidden sibling of `target`: ".NAME.apc-KIND-PID-N".
@@ -207,6 +303,61 @@ Status checkNotInput(const std::string& output, const std::string& flag,
   return Status::success();
 }
 
+namespace {
+
+/// `path` resolved as far as it exists (symlinks followed), the rest appended as written.
+fs::path resolved(const std::string& path) {
+  std::error_code ec;
+  fs::path abs = fs::absolute(fs::path(path), ec);
+  if (ec) abs = fs::path(path);
+  fs::path r = fs::weakly_canonical(abs, ec);
+  return ec ? abs.lexically_normal() : r;
+}
+
+}  // namespace
+
+bool isWithinDirectory(const std::string& path, const std::string& dir) {
+  if (path.empty() || dir.empty()) return false;
+  const fs::path p = resolved(path), d = resolved(dir);
+  auto pi = p.begin();
+  for (auto di = d.begin(); di != d.end(); ++di, ++pi) {
+    if (di->empty()) continue;  // a trailing separator
+    if (pi == p.end() || *pi != *di) return false;
+  }
+  return true;
+}
+
+Status checkNoInputWithin(const std::string& output_dir, const std::string& flag,
+                          const std::vector<std::string>& inputs) {
+  if (output_dir.empty()) return Status::success();
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (in.empty() || !fs::exists(in, ec)) continue;
+    if (isWithinDirectory(in, output_dir))
+      return invalidArgument(flag + " " + pathText(output_dir) + " holds the input " +
+                             pathText(in) +
+                             ", and is replaced as a whole; refusing to delete an input (write "
+                             "the output elsewhere)");
+  }
+  return Status::success();
+}
+
+void removeTemporariesOnSignal() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN) continue;
+      struct sigaction sa {};
+      sa.sa_handler = removeTemporariesAndDie;
+      sigemptyset(&sa.sa_mask);
+      // Every stop signal blocked while one handler runs: one pass over the table.
+      for (int s : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&sa.sa_mask, s);
+      ::sigaction(sig, &sa, nullptr);
+    }
+  });
+}
+
 // --- StagedFile ----------------------------------------------------------------------------------
 
 Expected<StagedFile> StagedFile::create(const std::string& path) {
@@ -214,7 +365,13 @@ Expected<StagedFile> StagedFile::create(const std::string& path) {
   fs::path target = normalizedTarget(path);
   std::error_code ec;
   if (fs::is_directory(target, ec))
-    return ioError(printable(path) + ": is a directory, cannot write a file there");
+    return ioError(pathText(path) + ": is a directory, cannot write a file there");
+  // rename() would replace a device node, a FIFO or a socket by a regular file (as root, -o
+  // /dev/null would replace the machine's /dev/null).
+  struct stat st;
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return invalidArgument(pathText(path) + ": is " + fileKind(st.st_mode) +
+                           "; apc writes only regular files (refusing to replace it)");
   fs::path parent = target.parent_path();
   if (!parent.empty() && !fs::is_directory(parent, ec))
     return ioError(printable(path) + ": cannot write: directory " + printable(parent.string()) +
@@ -227,17 +384,21 @@ Expected<StagedFile> StagedFile::create(const std::string& path) {
     return ioError(printable(path) + ": cannot open for writing (" + errnoText(errno) + ")");
   ::close(fd);
   f.temp_ = temp.string();
+  f.slot_ = registerTemp(temp, kTempFile);
   return f;
 }
 
 StagedFile::StagedFile(StagedFile&& other) noexcept
-    : target_(std::move(other.target_)), temp_(std::exchange(other.temp_, {})) {}
+    : target_(std::move(other.target_)),
+      temp_(std::exchange(other.temp_, {})),
+      slot_(std::exchange(other.slot_, -1)) {}
 
 StagedFile& StagedFile::operator=(StagedFile&& other) noexcept {
   if (this != &other) {
     discard();
     target_ = std::move(other.target_);
     temp_ = std::exchange(other.temp_, {});
+    slot_ = std::exchange(other.slot_, -1);
   }
   return *this;
 }
@@ -249,6 +410,7 @@ StagedFile::~StagedFile() {
 void StagedFile::discard() {
   if (!temp_.empty()) ::unlink(temp_.c_str());
   temp_.clear();
+  unregisterTemp(slot_);
 }
 
 Status StagedFile::write(std::string_view bytes) {
@@ -281,6 +443,7 @@ Status StagedFile::commit() {
   if (::rename(temp_.c_str(), target_.c_str()) != 0)
     return ioError(printable(target_) + ": cannot replace (" + errnoText(errno) + ")");
   temp_.clear();
+  unregisterTemp(slot_);  // (a signal before this line unlinks a name that is gone: harmless)
   return Status::success();
 }
 
@@ -320,17 +483,21 @@ Expected<StagedDirectory> StagedDirectory::create(const std::string& dir,
     return ioError(printable(dir) + ": cannot create a directory beside it (" + errnoText(errno) +
                    ")");
   d.staging_ = staging.string();
+  d.slot_ = registerTemp(staging, kTempDirectory);
   return d;
 }
 
 StagedDirectory::StagedDirectory(StagedDirectory&& other) noexcept
-    : target_(std::move(other.target_)), staging_(std::exchange(other.staging_, {})) {}
+    : target_(std::move(other.target_)),
+      staging_(std::exchange(other.staging_, {})),
+      slot_(std::exchange(other.slot_, -1)) {}
 
 StagedDirectory& StagedDirectory::operator=(StagedDirectory&& other) noexcept {
   if (this != &other) {
     discard();
     target_ = std::move(other.target_);
     staging_ = std::exchange(other.staging_, {});
+    slot_ = std::exchange(other.slot_, -1);
   }
   return *this;
 }
@@ -344,6 +511,7 @@ void StagedDirectory::discard() {
   std::error_code ec;
   fs::remove_all(staging_, ec);
   staging_.clear();
+  unregisterTemp(slot_);
 }
 
 Status StagedDirectory::commit() {
@@ -353,6 +521,7 @@ Status StagedDirectory::commit() {
     if (::rename(staging_.c_str(), target_.c_str()) != 0)
       return ioError(printable(target_) + ": cannot create (" + errnoText(errno) + ")");
     staging_.clear();
+    unregisterTemp(slot_);
     return Status::success();
   }
 #ifdef RENAME_EXCHANGE
@@ -373,6 +542,7 @@ Status StagedDirectory::commit() {
     return ioError(printable(target_) + ": cannot replace (" + errnoText(err) + ")");
   }
   staging_.clear();
+  unregisterTemp(slot_);
   fs::remove_all(old, ec);
   return Status::success();
 }

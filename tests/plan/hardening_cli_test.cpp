@@ -4,14 +4,19 @@
 // oversized meshes, outputs that would overwrite an input, -o with --artifact, long dynamic lists,
 // trailing garbage, bad flag values, conflicting pins, Partial inputs, broken manifests; and of
 // issue 32, plans edited after apc plan wrote them (a placement flipped, the hash changed) and
-// inputs that are FIFOs, devices, directories or over the 1 GiB read cap, and running out of
-// memory. Every
-// one is one line on stderr and exit 2, and nothing is written over an input.
+// inputs that are FIFOs, devices, directories or over the 1 GiB read cap, running out of memory,
+// numeric flags out of range (nan, inf, negative), outputs onto devices or onto directories that
+// hold an input, interrupted writes, `apc run` killed outright, and --tag-output without newlines.
+// Every bad input is one line on stderr and exit 2, and nothing is written over an input.
 // Skipped when the tool is not built (APC_WITH_TORCH=OFF).
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -400,6 +405,328 @@ TEST_F(Hardening, OutOfMemoryIsOneLine) {
                                       spec + " -o " + tmp("p.json"));
   expectOneLineError(r, "apc: error: out of memory while reading the spec " + spec);
   EXPECT_FALSE(fs::exists(tmp("p.json")));
+}
+
+// Issue 32: `--time-limit nan` wrote a plan apc could not read back, and `--lr nan`, `--clip -5`
+// and `-o ""` were accepted. Every flag that takes a number is a finite number in its range (one
+// validator, tools/common/cli_checks.h; a numeric flag without it stops the tool at start), and a
+// path flag is not empty: one line naming the flag and the value, exit 2.
+TEST_F(Hardening, NumericFlagsAreRangeChecked) {
+  ASSERT_EQ(apc("plan " + kMlp + " --mesh 2 -o " + tmp("p.json")).code, 0);
+  const std::string plan = "plan " + kMlp + " --mesh 2 -o " + tmp("x.json") + " ";
+  const std::pair<std::string, std::string> cases[] = {
+      {plan + "--time-limit nan",
+       "--time-limit: must be a finite number in (0, 10000000], got 'nan'"},
+      {plan + "--time-limit inf",
+       "--time-limit: must be a finite number in (0, 10000000], got 'inf'"},
+      {plan + "--time-limit -5", "got '-5'"},
+      {plan + "--time-limit 0", "got '0'"},
+      {plan + "--time-limit 1e400", "got '1e400'"},
+      {plan + "--time-limit 5s", "got '5s'"},
+      {plan + "--threads 0", "--threads: must be an integer in [1, 1024], got '0'"},
+      {plan + "--threads 1.5", "--threads: must be an integer in [1, 1024], got '1.5'"},
+      {plan + "--threads 1e30", "got '1e30'"},
+      {plan + "--prefetch-discount nan", "--prefetch-discount: must be a finite number in [0, 1]"},
+      {plan + "--world-size 1e30", "--world-size: must be an integer in [1, 65536], got '1e30'"},
+      {"plan " + kMlp + " --mesh 2 -o ''", "--output: must name a path, got ''"},
+      {"plan " + kMlp + " --mesh 2 --artifact ''", "--artifact: must name a path, got ''"},
+      {"plan " + kMlp + " --spec ''", "--spec: must name a path, got ''"},
+      {"explain " + tmp("p.json") + " --top nan", "--top: must be an integer in [0, 1073741824]"},
+      {"explain " + tmp("p.json") + " --collapse-depth -1", "--collapse-depth: must be an integer"},
+      {"inspect " + kMlp + " --top 0", "--top: must be an integer in [1, 1073741824], got '0'"},
+      {"lower " + tmp("p.json") + " -o ''", "--output: must name a path, got ''"},
+      {"run " + dir_.string() + " --timeout nan -- true", "--timeout: must be a finite number"},
+      {"run " + dir_.string() + " --nproc -2 -- true", "--nproc: must be an integer in [1, 1024]"},
+      {"calibrate -o ''", "--output: must name a path, got ''"},
+      {"calibrate -o " + tmp("c.json") + " --max-mib inf", "--max-mib: must be a finite number"},
+  };
+  for (const auto& [args, message] : cases) {
+    SCOPED_TRACE(args);
+    expectOneLineError(apc(args), message);
+  }
+  EXPECT_FALSE(fs::exists(tmp("x.json")));
+  // The same checks in apc-train (before it reads the artifact).
+  const std::pair<std::string, std::string> train_cases[] = {
+      {"--lr nan", "--lr: must be a finite number in [0, 1000000], got 'nan'"},
+      {"--lr -0.1", "--lr: must be a finite number in [0, 1000000], got '-0.1'"},
+      {"--clip -5", "--clip: must be a finite number in [0, 1e+30], got '-5'"},
+      {"--clip inf", "--clip: must be a finite number in [0, 1e+30], got 'inf'"},
+      {"--steps -1", "--steps: must be an integer in [0, 1073741824], got '-1'"},
+      {"--seed -1", "--seed: must be an integer"},
+      {"--batch 0.5", "--batch: must be an integer in [1, 2147483648], got '0.5'"},
+      {"--timeout nan", "--timeout: must be a finite number in [0.001, 604800], got 'nan'"},
+      {"--grad-bucket-mib -1", "--grad-bucket-mib: must be a finite number"},
+      {"--warmup 1e9999", "--warmup: must be an integer"},
+      {"--model ''", "--model: must name a path, got ''"},
+  };
+  for (const auto& [args, message] : train_cases) {
+    SCOPED_TRACE(args);
+    Result r = apc::testing::runCommand(apc::testing::kApcTrain + " " + dir_.string() + " " + args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("apc-train: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+  // Values at the ends of the ranges are taken.
+  Result ok = apc(plan + "--time-limit 1e7 --threads 1024 --prefetch-discount 0 --quiet");
+  EXPECT_EQ(ok.code, 0) << ok.err;
+}
+
+// Issue 32: `-o` onto a device node replaced it with a regular file (as root, -o /dev/null would
+// have replaced the machine's /dev/null), and an --artifact (or apc lower -o) directory that held
+// the command's own input was replaced whole, deleting the input with exit 0.
+TEST_F(Hardening, OutputsNeverReplaceDevicesOrInputs) {
+  ASSERT_EQ(::mkfifo(tmp("fifo").c_str(), 0600), 0);
+  expectOneLineError(apc("plan " + kMlp + " --mesh 2 -o /dev/null"),
+                     "/dev/null: is a character device; apc writes only regular files "
+                     "(refusing to replace it)");
+  expectOneLineError(apc("plan " + kMlp + " --mesh 2 -o " + tmp("fifo")),
+                     tmp("fifo") + ": is a FIFO; apc writes only regular files");
+  expectOneLineError(
+      apc("plan " + kMlp + " --mesh 2 -o " + tmp("p.json") + " --timings-json /dev/null"),
+      "/dev/null: is a character device");
+  EXPECT_FALSE(fs::exists(tmp("p.json")));  // refused before the plan was written
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  fs::create_directories(tmp("d"));
+  expectOneLineError(apc("plan " + kMlp + " --mesh 2 -o " + tmp("d")),
+                     tmp("d") + ": is a directory, cannot write a file there");
+  // An artifact directory that holds the model, the spec, or the plan being lowered.
+  ASSERT_EQ(apc("plan " + kMlp + " --mesh 2 -o " + tmp("p.json") + " --artifact " + tmp("a")).code,
+            0);
+  fs::copy_file(kMlp, tmp("a/m.pt"));
+  write("a/spec.json", R"j({"mesh": {"shape": [2]}})j");
+  fs::copy_file(tmp("p.json"), tmp("a/p.json"));
+  const std::string model = read(tmp("a/m.pt"));
+  expectOneLineError(
+      apc("plan " + tmp("a/m.pt") + " --mesh 2 -o " + tmp("q.json") + " --artifact " + tmp("a")),
+      "--artifact " + tmp("a") + " holds the input " + tmp("a/m.pt") +
+          ", and is replaced as a whole; refusing to delete an input");
+  expectOneLineError(apc("plan " + kMlp + " --spec " + tmp("a/spec.json") + " -o " + tmp("q.json") +
+                         " --artifact " + tmp("a") + "/"),
+                     "holds the input " + tmp("a/spec.json"));
+  expectOneLineError(apc("plan " + tmp("a/m.pt") + " --mesh 2 -o " + tmp("q.json") +
+                         " --artifact " + dir_.string()),
+                     "holds the input " + tmp("a/m.pt"));
+  expectOneLineError(apc("lower " + tmp("a/p.json") + " -o " + tmp("a")),
+                     "-o " + tmp("a") + " holds the input " + tmp("a/p.json"));
+  // -o inside the artifact directory would be deleted with the old artifact.
+  expectOneLineError(
+      apc("plan " + kMlp + " --mesh 2 -o " + tmp("a/new.json") + " --artifact " + tmp("a")),
+      "-o " + tmp("a/new.json") + " is inside --artifact " + tmp("a"));
+  EXPECT_EQ(read(tmp("a/m.pt")), model);
+  EXPECT_EQ(entries(tmp("a")),
+            (std::vector<std::string>{"m.pt", "manifest.json", "p.json", "rank_0.apcp",
+                                      "rank_1.apcp", "spec.json"}));
+  EXPECT_FALSE(fs::exists(tmp("q.json")));
+}
+
+// Issue 32: SIGINT or SIGTERM during `apc plan` left the hidden temporary of -o, and during an
+// artifact write a staging directory with every rank file. Interrupted at many moments (import,
+// solve, lowering, writing), apc ends by the signal or finishes, and leaves no hidden entry.
+TEST_F(Hardening, InterruptedPlansLeaveNoTemporaries) {
+  const std::string model = apc::testing::kSamples + "llama3_8b.pt2";
+  const std::string out = tmp("out");
+  fs::create_directories(out);
+  int interrupted = 0;
+  for (int i = 0; i < 8; ++i) {
+    const double delay = 0.3 + 0.4 * i;
+    const int sig = i % 2 ? SIGTERM : SIGINT;
+    SCOPED_TRACE("signal " + std::to_string(sig) + " after " + std::to_string(delay) + " s");
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Default actions, whatever this test inherited (a background job ignores SIGINT).
+      ::signal(SIGINT, SIG_DFL);
+      ::signal(SIGTERM, SIG_DFL);
+      const std::string plan = out + "/p.json", art = out + "/art";
+      ::execl(kApc.c_str(), kApc.c_str(), "plan", model.c_str(), "--mesh", "8x8", "--quiet", "-o",
+              plan.c_str(), "--artifact", art.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::usleep(static_cast<useconds_t>(delay * 1e6));
+    ::kill(pid, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status)) {
+      EXPECT_EQ(WTERMSIG(status), sig);
+      ++interrupted;
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    }
+    for (const std::string& name : entries(out)) {
+      EXPECT_NE(name.front(), '.') << name;
+    }
+    if (fs::exists(out + "/art")) {
+      for (const std::string& name : entries(out + "/art")) {
+        EXPECT_NE(name.front(), '.') << name;
+      }
+    }
+  }
+  EXPECT_GT(interrupted, 0);
+}
+
+// Issue 32: `apc run` killed with SIGKILL (or by the OOM killer) left its ranks' children running
+// when the rank command was a wrapper that does not exec: PR_SET_PDEATHSIG reaches the direct
+// child only. The launcher's guard kills every rank's process group.
+TEST_F(Hardening, KilledLauncherTakesItsRanksChildrenAlong) {
+  const std::string d = dir_.string();
+  pid_t launcher = ::fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    // Each rank: a shell that starts a long sleep and waits for it (no exec).
+    const std::string rank = "sleep 300 & echo $! > " + d + "/child_$RANK; wait";
+    ::execl(kApc.c_str(), kApc.c_str(), "run", d.c_str(), "--nproc", "2", "--", "sh", "-c",
+            rank.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  std::vector<pid_t> children;
+  for (int i = 0; i < 300 && children.size() < 2; ++i) {
+    ::usleep(100000);
+    children.clear();
+    for (int r = 0; r < 2; ++r) {
+      std::string text = read(tmp("child_" + std::to_string(r)));
+      if (!text.empty() && text.back() == '\n') children.push_back(std::stoi(text));
+    }
+  }
+  ASSERT_EQ(children.size(), 2u) << "the ranks did not start";
+  ASSERT_EQ(::kill(launcher, SIGKILL), 0);
+  int status = 0;
+  ASSERT_EQ(::waitpid(launcher, &status, 0), launcher);
+  // Gone (or a zombie waiting for its reaper) within 10 s.
+  auto alive = [](pid_t pid) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return false;
+    size_t paren = line.rfind(')');
+    return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z';
+  };
+  for (pid_t child : children) {
+    bool gone = false;
+    for (int i = 0; i < 100 && !gone; ++i) {
+      gone = !alive(child);
+      if (!gone) ::usleep(100000);
+    }
+    EXPECT_TRUE(gone) << "rank child " << child << " still runs";
+    if (!gone) ::kill(child, SIGKILL);
+  }
+}
+
+// Issue 32: `apc run --tag-output` kept a rank's output without newlines in memory until the
+// newline came. A line is passed on in tagged pieces of at most 64 KiB.
+TEST_F(Hardening, TaggedOutputWithoutNewlinesIsPassedOnInPieces) {
+  Result r = apc::testing::runCommand(kApc + " run " + dir_.string() +
+                                      " --nproc 1 --tag-output -- sh -c "
+                                      "'head -c 300000 /dev/zero | tr \"\\\\0\" x'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  size_t count = 0, bytes = 0;
+  while (std::getline(lines, line)) {
+    ++count;
+    ASSERT_EQ(line.rfind("[rank 0] ", 0), 0u) << line.substr(0, 40);
+    EXPECT_LE(line.size(), 9u + 64 * 1024);
+    bytes += line.size() - 9;
+  }
+  EXPECT_EQ(count, 5u);  // 4 pieces of 64 KiB and the rest
+  EXPECT_EQ(bytes, 300000u);
+}
+
+// Issue 32: a rank whose MASTER_ADDR:PORT accepted the connection but never answered (rank 0
+// stopped after starting its store) waited forever, silently, whatever APC_TIMEOUT_S said:
+// c10d's client handshake has no bound. Here the port is a socket that listens and never accepts;
+// then, closed, a port where nobody listens (c10d printed a warning with a stack trace per retry).
+TEST_F(Hardening, AStoreThatNeverAnswersFailsTheRankAfterTheTimeout) {
+  ASSERT_EQ(apc("plan " + kMlp + " --mesh 2 -o " + tmp("p.json") + " --artifact " + tmp("a")).code,
+            0);
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string port = std::to_string(ntohs(addr.sin_port));
+  auto t0 = std::chrono::steady_clock::now();
+  Result r =
+      apc::testing::runCommand("RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+                               " APC_JOB_ID=silent APC_TIMEOUT_S=3 timeout 60 " +
+                               apc::testing::kApcTrain + " " + tmp("a") + " --steps 1");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ::close(fd);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.code, 124) << "apc-train hung: " << r.err;
+  EXPECT_LT(took, 30.0);
+  EXPECT_NE(r.err.find("apc-train: error: rank 1: no answer from the rendezvous store at "
+                       "127.0.0.1:" +
+                       port + " within 3 s (job 'silent'"),
+            std::string::npos)
+      << r.err;
+  // Nobody on the port: the rank's own lines only, not c10d's warning and stack trace per retry.
+  Result refused = apc::testing::runCommand(
+      "env -u TORCH_CPP_LOG_LEVEL RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port +
+      " APC_JOB_ID=silent APC_TIMEOUT_S=3 timeout 60 " + apc::testing::kApcTrain + " " + tmp("a") +
+      " --steps 1");
+  EXPECT_NE(refused.code, 0);
+  EXPECT_NE(refused.err.find("apc-train: error: rank 1: no rendezvous store at 127.0.0.1:" + port +
+                             " after 3 s"),
+            std::string::npos)
+      << refused.err;
+  EXPECT_EQ(refused.err.find("[c10d]"), std::string::npos) << refused.err;
+  EXPECT_EQ(refused.err.find("frame #"), std::string::npos) << refused.err;
+}
+
+// Issue 32: `apc run` named a victim: the first rank to fail, not the one that exited early (its
+// peers then failed in a collective) or that was stopped. Those are named beside it.
+TEST_F(Hardening, LauncherNamesTheRankThatLeftOrStopped) {
+  Result left = apc("run " + dir_.string() +
+                    " --nproc 2 -- sh -c 'if [ $RANK = 1 ]; then exit 0; fi; sleep 2; exit 1'");
+  EXPECT_EQ(left.code, 1) << left.err;
+  EXPECT_NE(left.err.find("apc run: rank 0 exited with status 1 (rank 1 had exited with status 0 "),
+            std::string::npos)
+      << left.err;
+  Result stopped = apc("run " + dir_.string() +
+                       " --nproc 3 -- sh -c 'if [ $RANK = 2 ]; then kill -STOP $$; fi; sleep 1; "
+                       "exit 3'");
+  EXPECT_EQ(stopped.code, 1) << stopped.err;
+  EXPECT_NE(stopped.err.find("apc run: rank 2 was stopped by signal " + std::to_string(SIGSTOP)),
+            std::string::npos)
+      << stopped.err;
+  // Rank 0 or rank 1 fails first; either names the stopped rank 2.
+  EXPECT_NE(stopped.err.find(" exited with status 3 (rank 2 is stopped (signal " +
+                             std::to_string(SIGSTOP) + "))"),
+            std::string::npos)
+      << stopped.err;
+  // A stopped rank also makes a timeout, and is stopped itself (SIGTERM, then SIGCONT).
+  auto t0 = std::chrono::steady_clock::now();
+  Result timed = apc("run " + dir_.string() +
+                     " --nproc 2 --timeout 2 -- sh -c 'if [ $RANK = 1 ]; then kill -STOP $$; fi; "
+                     "sleep 100'");
+  EXPECT_EQ(timed.code, 1) << timed.err;
+  EXPECT_NE(timed.err.find("apc run: timed out after 2 s (rank 1 is stopped (signal "),
+            std::string::npos)
+      << timed.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
+}
+
+// Issue 32: lowering built every rank's program in memory before writing any (past 18 GB for
+// 65,536 ranks). Programs are written as they are lowered: 4,096 ranks of mlp_stack lower under a
+// 1 GB address-space limit (apc's peak RSS 123 MB; 781 MB before, which ran out of memory there).
+TEST_F(Hardening, LoweringHoldsOneRankProgramAtATime) {
+  Result plan = apc("plan " + kMlp + " --mesh 64x64 --quiet -o " + tmp("p.json"));
+  ASSERT_EQ(plan.code, 0) << plan.err;
+  Result r = apc::testing::runCommand("ulimit -v 1000000; " + kApc + " lower " + tmp("p.json") +
+                                      " -o " + tmp("a"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("wrote artifact " + tmp("a") + ": 4096 rank programs"), std::string::npos)
+      << r.out;
+  auto manifest = nlohmann::json::parse(read(tmp("a/manifest.json")));
+  EXPECT_EQ(manifest["world_size"], 4096);
+  EXPECT_EQ(manifest["files"].size(), 4096u);
+  EXPECT_TRUE(fs::exists(tmp("a/rank_4095.apcp")));
 }
 
 }  // namespace

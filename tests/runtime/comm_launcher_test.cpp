@@ -107,7 +107,7 @@ TEST(ApcRunTest, UsageErrors) {
   expectOneLineError(runCommand(kApc + " run /nonexistent/dir --nproc 2 -- true"),
                      "artifact directory '/nonexistent/dir' does not exist");
   expectOneLineError(runCommand(kApc + " run " + artifactDir() + " --nproc 0 -- true"),
-                     "--nproc: Value 0 not in range 1 to 1024");
+                     "--nproc: must be an integer in [1, 1024], got '0'");
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 //===- tests/support/file_io_test.cpp - JSON pre-scan, atomic writes --------===//
 //
 // checkJsonText (NUL bytes, nesting), printable, checkNotInput, StagedFile (temporary beside the
-// target, renamed over it; nothing left behind on failure) and StagedDirectory (swapped in as a
-// whole; refuses to replace a non-empty directory without the marker).
+// target, renamed over it; nothing left behind on failure or on SIGINT/SIGTERM; never over a
+// device or FIFO) and StagedDirectory (swapped in as a whole; refuses to replace a non-empty
+// directory without the marker), checkNoInputWithin and isWithinDirectory.
 //
 //===----------------------------------------------------------------------===//
 #include "apc/support/file_io.h"
@@ -11,7 +12,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <chrono>
@@ -229,6 +233,99 @@ TEST_F(FileIo, ReadInputFileReadsOnlyBoundedRegularFiles) {
   EXPECT_TRUE(readInputFile(path("big.json"), 11).ok());
   EXPECT_EQ(byteSizeText(kMaxInputFileBytes), "1 GiB");
   EXPECT_EQ(byteSizeText(64 << 10), "64 KiB");
+}
+
+// Issue 32: -o onto a device node replaced the node with a regular file (as root, -o /dev/null
+// would replace the machine's /dev/null). Only regular files are replaced.
+TEST_F(FileIo, StagedFilesReplaceOnlyRegularFiles) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0600), 0);
+  for (const std::string& target : {path("fifo"), std::string("/dev/null")}) {
+    SCOPED_TRACE(target);
+    auto f = StagedFile::create(target);
+    ASSERT_FALSE(f.ok());
+    EXPECT_EQ(f.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(f.error().message().find("apc writes only regular files (refusing to replace it)"),
+              std::string::npos)
+        << f.error().message();
+  }
+  struct stat st;
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+  EXPECT_EQ(entries(dir_), std::vector<std::string>{"fifo"});
+  // A symlink to a regular file is written through the rename (the link is replaced).
+  write(path("plan.json"), "old");
+  fs::create_symlink(path("plan.json"), path("link.json"));
+  EXPECT_TRUE(writeFileAtomic(path("link.json"), "new").ok());
+}
+
+TEST_F(FileIo, DirectoriesThatHoldAnInputAreNotReplaced) {
+  fs::create_directories(path("art/sub"));
+  write(path("art/model.pt"), "m");
+  write(path("art/sub/spec.json"), "{}");
+  write(path("other.json"), "{}");
+  EXPECT_TRUE(isWithinDirectory(path("art/model.pt"), path("art")));
+  EXPECT_TRUE(isWithinDirectory(path("art"), path("art/")));
+  EXPECT_TRUE(isWithinDirectory(path("art/sub/../model.pt"), path("./art")));
+  EXPECT_FALSE(isWithinDirectory(path("artifact/x"), path("art")));
+  EXPECT_FALSE(isWithinDirectory(path("other.json"), path("art")));
+  fs::create_directory_symlink(path("art"), path("alias"));
+  EXPECT_TRUE(isWithinDirectory(path("alias/model.pt"), path("art")));
+  Status s = checkNoInputWithin(path("art"), "--artifact",
+                                {path("other.json"), path("alias/sub/spec.json")});
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().code(), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(s.error().message(), "--artifact " + path("art") + " holds the input " +
+                                     path("alias/sub/spec.json") +
+                                     ", and is replaced as a whole; refusing to delete an input "
+                                     "(write the output elsewhere)");
+  EXPECT_FALSE(checkNoInputWithin(path("art"), "-o", {path("art")}).ok());
+  EXPECT_TRUE(checkNoInputWithin(path("new"), "-o", {path("other.json"), ""}).ok());
+  EXPECT_TRUE(checkNoInputWithin("", "-o", {path("art/model.pt")}).ok());
+}
+
+// Issue 32: SIGINT or SIGTERM while an output was written left the hidden temporary of -o, and
+// during an artifact write a staging directory with every rank file. A child process stages a
+// file and a directory (with a subdirectory), then gets the signal: it ends by that signal and
+// leaves nothing but the untouched old target.
+TEST_F(FileIo, SignalsRemoveTemporaries) {
+  write(path("plan.json"), "old");
+  for (int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig);
+    pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      removeTemporariesOnSignal();
+      auto f = StagedFile::create(path("plan.json"));
+      auto d = StagedDirectory::create(path("art"), "manifest.json");
+      if (!f.ok() || !d.ok() || !f->write("half").ok()) ::_exit(3);
+      fs::create_directories(fs::path(d->path()) / "sub" / "deeper");
+      write((fs::path(d->path()) / "rank_0.apcp").string(), "r0");
+      write((fs::path(d->path()) / "sub" / "deeper" / "x").string(), "x");
+      // A committed file is kept.
+      if (!writeFileAtomic(path("kept.json"), "k").ok()) ::_exit(4);
+      ::raise(sig);
+      ::_exit(5);  // not reached: the handler ends the process by the signal
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "status " << status;
+    EXPECT_EQ(WTERMSIG(status), sig);
+    EXPECT_EQ(entries(dir_), (std::vector<std::string>{"kept.json", "plan.json"}));
+    EXPECT_EQ(read(path("plan.json")), "old");
+    fs::remove(path("kept.json"));
+  }
+  // An ignored signal stays ignored (a background job's SIGINT).
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGINT, SIG_IGN);
+    removeTemporariesOnSignal();
+    ::raise(SIGINT);
+    ::_exit(7);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 7) << status;
 }
 
 }  // namespace

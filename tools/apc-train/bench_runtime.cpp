@@ -31,6 +31,7 @@
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/runtime/interpreter.h"
+#include "cli_checks.h"
 
 namespace {
 
@@ -62,8 +63,8 @@ int main(int argc, char** argv) {
   bool jit_optimize = false;
   app.add_option("model", model, "TorchScript model")->required();
   app.add_option("--input", input_texts, "Input shape, name:dtype[d0,d1,...]; repeatable");
-  app.add_option("--iters", iters, "Timed iterations")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "Intra-op threads")->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "Timed iterations")->check(apc::tool::integerIn(1, 1 << 30));
+  app.add_option("--threads", threads, "Intra-op threads")->check(apc::tool::integerIn(1, 1024));
   app.add_option("--device", device_name, "cpu, or cuda (device 0; needs a CUDA LibTorch)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--jit-optimize", jit_optimize,

@@ -61,6 +61,7 @@
 #include <filesystem>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -76,6 +77,7 @@
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
+#include "cli_checks.h"
 #include "node_profile.h"
 
 namespace {
@@ -670,53 +672,61 @@ int main(int argc, char** argv) {
   CLI::App app{"apc-train: trains an apc artifact on synthetic data (one process per rank)",
                "apc-train"};
   Flags f;
+  using apc::tool::integerIn;
+  using apc::tool::nonEmptyPath;
+  using apc::tool::numberIn;
   app.add_option("dir", f.dir,
                  "Artifact directory (manifest.json, rank_<r>.apcp); default: $APC_ARTIFACT, "
-                 "which `apc run` sets");
-  app.add_option("--steps", f.steps, "Training steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", f.lr, "Learning rate");
+                 "which `apc run` sets")
+      ->check(nonEmptyPath());
+  app.add_option("--steps", f.steps, "Training steps")->check(integerIn(0, 1 << 30));
+  app.add_option("--lr", f.lr, "Learning rate")->check(numberIn(0.0, 1e6));
   app.add_option("--optimizer", f.optimizer, "sgd or adamw");
   app.add_option("--momentum", f.momentum, "SGD's momentum (torch.optim.SGD's; default 0)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(numberIn(0.0, 1.0));
   app.add_option("--save", f.save,
                  "Save checkpoints under this directory (DIR/step_<n>: one safetensors file per "
                  "rank and manifest.json), after the last step and every --save-every steps");
   app.add_option("--save-every", f.save_every, "Save a checkpoint every N steps (with --save)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integerIn(0, 1 << 30));
   app.add_option("--keep", f.keep, "Keep only the newest N checkpoints under --save (default: all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integerIn(0, 1 << 30));
   app.add_option("--resume", f.resume,
                  "Resume from a checkpoint (its directory, or a --save directory: its newest "
                  "complete checkpoint); --steps stays the total, the run continues at the "
                  "checkpoint's step");
   app.add_option("--seed", f.seed,
-                 "Seed of the synthetic data (and of the weights without --model)");
+                 "Seed of the synthetic data (and of the weights without --model)")
+      ->check(integerIn(0, std::numeric_limits<int64_t>::max()));
   app.add_option("--batch", f.batch, "Batch size (dim 0 of every input); default: the artifact's")
-      ->check(CLI::PositiveNumber);
+      ->check(integerIn(1, int64_t{1} << 31));
   app.add_option("--model", f.model,
                  "Model (TorchScript .pt or exported .pt2) or full state dict (.safetensors) "
-                 "whose weights initialize the shards");
+                 "whose weights initialize the shards")
+      ->check(nonEmptyPath());
   app.add_option("--compare-single", f.compare_single,
-                 "Also train this unsharded TorchScript model on rank 0 and print its loss");
-  app.add_option("--clip", f.clip, "Clip the global gradient norm to this value");
+                 "Also train this unsharded TorchScript model on rank 0 and print its loss")
+      ->check(nonEmptyPath());
+  app.add_option("--clip", f.clip, "Clip the global gradient norm to this value (0: no clipping)")
+      ->check(numberIn(0.0, 1e30));
   app.add_flag("--report-comm", f.report_comm,
                "Print per rank and step the bytes its collectives sent next to the priced bytes");
   app.add_option("--grad-bucket-mib", f.grad_bucket_mib,
                  "Reduce replicated parameters' gradients together in buckets of at most this "
                  "many MiB at the end of backward, as DDP does (default 25); 0 reduces each "
                  "gradient on its own, as the plan priced it")
-      ->check(CLI::Range(0.0, 1024.0 * 1024.0));
+      ->check(numberIn(0.0, 1024.0 * 1024.0));
   app.add_flag("!--no-host-cache", f.host_cache,
                "Allocate CPU tensors with malloc directly, not through apc's caching allocator "
                "(every step then pays fresh pages for its activations)");
-  app.add_option("--threads", f.threads, "Intra-op threads per rank")->check(CLI::PositiveNumber);
+  app.add_option("--threads", f.threads, "Intra-op threads per rank")->check(integerIn(1, 1024));
   app.add_option("--onednn", f.onednn,
                  "on, off or auto (default): oneDNN kernels off under --compare-single only")
       ->check(CLI::IsMember({"on", "off", "auto"}));
   app.add_option("--timeout", f.timeout_s,
                  "Seconds the set-up waits for the other ranks and any collective for its peers "
                  "(default: APC_TIMEOUT_S, else 300)")
-      ->check(CLI::Range(0.001, 604800.0));
+      ->check(numberIn(0.001, 604800.0));
   app.add_flag("--profile", f.profile,
                "After --warmup steps, measure --steps steps and print the median step time (split "
                "into forward, backward, optimizer and time blocked in collectives), the "
@@ -730,9 +740,15 @@ int main(int argc, char** argv) {
                "With --profile: print only one JSON object (rank 0's stdout), no step lines");
   app.add_option("--warmup", f.warmup,
                  "Steps run before the measured ones (default 2 with --profile)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integerIn(0, 1 << 30));
   app.add_option("--device", f.device,
                  "cpu (Gloo) or cuda (NCCL, device LOCAL_RANK; needs a CUDA LibTorch build)");
+  // Every flag that takes a number checks its range (tools/common/cli_checks.h).
+  if (auto unchecked = apc::tool::uncheckedNumericFlags(app, "apc-train"); !unchecked.empty()) {
+    std::cerr << "apc-train: internal error: " << unchecked.front()
+              << " takes a number but has no range check\n";
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

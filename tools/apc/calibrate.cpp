@@ -598,26 +598,28 @@ Runner addCalibrateCommand(CLI::App& app) {
   app.add_option("--nproc", o->nproc,
                  "Start this many local ranks (through apc run); without it, under torchrun, each "
                  "process is a rank")
-      ->check(CLI::Range(1, 1024));
-  app.add_option("-o,--output", o->output, "Cluster profile to write (JSON)")->required();
+      ->check(integerIn(1, 1024));
+  app.add_option("-o,--output", o->output, "Cluster profile to write (JSON)")
+      ->required()
+      ->check(nonEmptyPath());
   o->mesh.add(app);
   app.add_option("--threads", o->threads, "Intra-op threads per rank (as apc-train --threads)")
-      ->check(CLI::Range(1, 1024));
+      ->check(integerIn(1, 1024));
   app.add_option("--device", o->device, "cpu (Gloo) or cuda (NCCL, device LOCAL_RANK)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--max-mib", o->max_mib,
                  "Largest collective message in MiB (default 64 on CPU, 256 on CUDA)")
-      ->check(CLI::Range(0.004, 65536.0));
+      ->check(numberIn(0.004, 65536.0));
   app.add_option("--min-seconds", o->min_seconds,
                  "Least time measured per kernel or message size (default 0.05)")
-      ->check(CLI::Range(0.0, 60.0));
+      ->check(numberIn(0.0, 60.0));
   app.add_option("--timeout", o->timeout_s, "Stop the ranks after this many seconds (default 900)")
-      ->check(CLI::Range(1.0, 604800.0));
+      ->check(numberIn(1.0, 604800.0));
   app.add_flag("--worker", o->worker, "(internal) run as one rank")->group("");
   app.add_option("--gap-us", o->gap_us,
                  "Microseconds of compute before each timed collective, as in a training step "
                  "(default 500 on CPU, 0 on CUDA)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(numberIn(0.0, 1e6));
   return [o] {
     const bool under_torchrun = std::getenv("RANK") && std::getenv("WORLD_SIZE");
     if (o->worker || (o->nproc == 0 && under_torchrun)) return runWorker(*o);

@@ -16,6 +16,7 @@
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
 #include "apc/support/file_io.h"
+#include "cli_checks.h"
 
 namespace apc::tool {
 

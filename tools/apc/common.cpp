@@ -14,6 +14,7 @@
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
+#include "cli_checks.h"
 
 namespace apc::tool {
 
@@ -29,7 +30,8 @@ void ModelFlags::add(CLI::App& app) {
   app.add_option("model", model,
                  "Model file: a TorchScript archive (.pt, torch.jit.save) or an exported program "
                  "(.pt2, torch.export.save)")
-      ->required();
+      ->required()
+      ->check(nonEmptyPath());
   app.add_option(
       "--input", inputs,
       "Input shape override, name:dtype[d0,d1,...] (e.g. tokens:i64[8,128]; a symbolic dim "
@@ -88,10 +90,11 @@ void MeshFlags::add(CLI::App& app) {
   app.add_option("--mesh-names", mesh_names,
                  "Names of the mesh dims, comma separated (e.g. dp,tp)");
   app.add_option("--spec", spec,
-                 "Mesh/constraint spec file (JSON; schema in schemas/spec.schema.json)");
+                 "Mesh/constraint spec file (JSON; schema in schemas/spec.schema.json)")
+      ->check(nonEmptyPath());
   app.add_option("--world-size", world_size,
                  "Expected number of ranks; must equal the mesh's product")
-      ->check(CLI::Range(int64_t{1}, mesh::kMaxWorldSize));
+      ->check(integerIn(1, mesh::kMaxWorldSize));
 }
 
 Expected<mesh::Spec> MeshFlags::resolve(const ir::Graph* graph, const mesh::Spec* base) const {

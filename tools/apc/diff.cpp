@@ -41,8 +41,8 @@ int runDiff(const DiffFlags& f) {
 
 Runner addDiffCommand(CLI::App& app) {
   auto f = std::make_shared<DiffFlags>();
-  app.add_option("a", f->a, "First plan JSON")->required();
-  app.add_option("b", f->b, "Second plan JSON")->required();
+  app.add_option("a", f->a, "First plan JSON")->required()->check(nonEmptyPath());
+  app.add_option("b", f->b, "Second plan JSON")->required()->check(nonEmptyPath());
   app.add_option("--format", f->format, "text or json");
   app.footer(
       "Exit status (as git diff --exit-code): 0 when the placements are equal, 1 when a node's or "

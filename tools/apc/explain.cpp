@@ -138,11 +138,13 @@ int runExplain(const ExplainFlags& f) {
 
 Runner addExplainCommand(CLI::App& app) {
   auto f = std::make_shared<ExplainFlags>();
-  app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
+  app.add_option("plan", f->plan, "Plan JSON written by apc plan")
+      ->required()
+      ->check(nonEmptyPath());
   CLI::Option* top = app.add_option("--top", f->top,
                                     "How many of the costliest nodes to list (default 20; with "
                                     "--node or --module the table is printed only when given)")
-                         ->check(CLI::Range(size_t{0}, size_t{1} << 30));
+                         ->check(integerIn(0, int64_t{1} << 30));
   app.add_option("--node", f->node,
                  "Explain this node: every alternative strategy with its cost and status (names "
                  "as in the plan: input/parameter names, op output values like linear_1)");
@@ -155,11 +157,13 @@ Runner addExplainCommand(CLI::App& app) {
                  "html (the same with collapsible modules)");
   app.add_option("--collapse-depth", f->collapse_depth,
                  "dot: draw every module deeper than this many path components as one box (its "
-                 "op count and cost), e.g. 2 for layers.0, layers.1, ...");
+                 "op count and cost), e.g. 2 for layers.0, layers.1, ...")
+      ->check(integerIn(0, 1024));
   app.add_flag("--no-parameters", f->no_parameters, "dot: leave parameters and buffers out");
   app.add_option("--model", f->model,
                  "The model file, for a plan that carries no graph and whose model moved since "
-                 "planning (must have the same SHA-256); checked, not imported, otherwise");
+                 "planning (must have the same SHA-256); checked, not imported, otherwise")
+      ->check(nonEmptyPath());
   return [f, top]() {
     f->top_given = top->count() > 0;
     return runExplain(*f);

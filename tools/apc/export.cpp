@@ -46,8 +46,11 @@ Runner addExportCommand(CLI::App& app) {
   app.add_option("checkpoint", f->checkpoint,
                  "Checkpoint directory (apc-train --save; a directory of step_<n> checkpoints "
                  "means its newest complete one)")
-      ->required();
-  app.add_option("-o,--output", f->output, "The safetensors file to write")->required();
+      ->required()
+      ->check(nonEmptyPath());
+  app.add_option("-o,--output", f->output, "The safetensors file to write")
+      ->required()
+      ->check(nonEmptyPath());
   return [f] { return runExport(*f); };
 }
 

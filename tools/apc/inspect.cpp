@@ -151,7 +151,7 @@ Runner addInspectCommand(CLI::App& app) {
                "Enumerate the sharding strategies of every node on the mesh and list the cheapest");
   app.add_option("--top", f->top,
                  "With --strategies: how many of the cheapest strategies to list per node")
-      ->check(CLI::PositiveNumber);
+      ->check(integerIn(1, int64_t{1} << 30));
   return [f]() { return runInspect(*f); };
 }
 

@@ -22,13 +22,18 @@ namespace apc::tool {
 
 Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan& p,
                                            const std::string& dir, std::string* summary) {
-  APC_ASSIGN_OR_RETURN(std::vector<proto::Program> programs, lower::lowerPlan(g, p));
-  APC_ASSIGN_OR_RETURN(StagedDirectory staged, artifact::stageArtifact(dir, programs));
+  // One rank's program in memory at a time: each is written to the staging directory as soon as
+  // it is lowered (every rank's at once grew past 18 GB for 65,536 ranks).
+  APC_ASSIGN_OR_RETURN(artifact::ArtifactWriter writer,
+                       artifact::ArtifactWriter::create(dir, p.spec.mesh.worldSize()));
   size_t redistributions = 0;
-  for (const proto::Program& prog : programs)
+  APC_RETURN_IF_ERROR(lower::lowerEachRank(g, p, [&](const proto::Program& prog) {
     redistributions += static_cast<size_t>(prog.redistributions_size());
+    return writer.add(prog);
+  }));
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, writer.finish());
   if (summary)
-    *summary = "wrote artifact " + dir + ": " + std::to_string(programs.size()) +
+    *summary = "wrote artifact " + dir + ": " + std::to_string(p.spec.mesh.worldSize()) +
                " rank programs, " + std::to_string(redistributions) + " redistributions in all\n";
   return staged;
 }
@@ -80,9 +85,13 @@ struct LowerFlags {
 
 int runLower(const LowerFlags& f) {
   Status outputs = checkNotInput(f.output, "-o", {f.plan, f.model});
+  if (outputs.ok()) outputs = checkNoInputWithin(f.output, "-o", {f.plan, f.model});
   if (!outputs.ok()) return report(outputs.error());
   auto p = plan::readPlanFile(f.plan);
   if (!p.ok()) return report(p.error());
+  if (f.model.empty() && p->graph_bytes.empty())  // the plan's model is read too
+    if (Status s = checkNoInputWithin(f.output, "-o", {p->model.model_path}); !s.ok())
+      return report(s.error());
   auto g = graphForPlan(*p, f.model);
   if (!g.ok()) return report(g.error());
   if (Status v = plan::verifyPlan(*g, *p); !v.ok()) return report(v.error().withContext(f.plan));
@@ -95,11 +104,15 @@ int runLower(const LowerFlags& f) {
 
 Runner addLowerCommand(CLI::App& app) {
   auto f = std::make_shared<LowerFlags>();
-  app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
+  app.add_option("plan", f->plan, "Plan JSON written by apc plan")
+      ->required()
+      ->check(nonEmptyPath());
   app.add_option("model", f->model,
                  "The model the plan was made from: needed only for a plan that carries no graph "
                  "(default: the plan's path); when given, checked against the plan's SHA-256");
-  app.add_option("-o,--output", f->output, "Artifact directory to write")->required();
+  app.add_option("-o,--output", f->output, "Artifact directory to write")
+      ->required()
+      ->check(nonEmptyPath());
   return [f] { return runLower(*f); };
 }
 

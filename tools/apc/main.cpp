@@ -17,11 +17,14 @@
 
 #include "apc/plan/plan.h"
 #include "apc/support/activity.h"
+#include "apc/support/file_io.h"
 #include "commands.h"
 #include "common.h"
 
 int main(int argc, char** argv) {
   apc::installOutOfMemoryHandler("apc");
+  // Ctrl-C or a kill while -o or --artifact is written leaves no temporaries behind.
+  apc::removeTemporariesOnSignal();
   apc::setActivity("reading the command line");
   CLI::App app{"apc: ahead-of-time auto-sharding compiler for PyTorch models", "apc"};
   app.require_subcommand(1);
@@ -55,6 +58,12 @@ int main(int argc, char** argv) {
   CLI::App* export_cmd = app.add_subcommand(
       "export", "Write the full weights of a sharded training checkpoint as one safetensors file");
   runners[export_cmd] = apc::tool::addExportCommand(*export_cmd);
+  // Every flag that takes a number checks its range (tools/common/cli_checks.h).
+  if (auto unchecked = apc::tool::uncheckedNumericFlags(app, "apc"); !unchecked.empty()) {
+    std::cerr << "apc: internal error: " << unchecked.front()
+              << " takes a number but has no range check\n";
+    return 1;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -80,9 +80,11 @@ struct PlanFlags {
   std::optional<double> prefetch_discount;  // --prefetch-discount: the spec's prefetch_discount
 };
 
-/// No output of the command is one of its input files.
+/// No output of the command is one of its input files, the artifact directory (replaced as a
+/// whole) holds no input, and no other output lies in it.
 Status checkOutputs(const PlanFlags& f) {
-  std::vector<std::string> inputs = {f.model.model, f.mesh.spec, f.in_shardings, f.out_shardings};
+  std::vector<std::string> inputs = {f.model.model, f.mesh.spec, f.in_shardings, f.out_shardings,
+                                     f.cluster};
   APC_RETURN_IF_ERROR(checkNotInput(f.output, "-o", inputs));
   APC_RETURN_IF_ERROR(checkNotInput(f.dump_problem, "--dump-problem", inputs));
   APC_RETURN_IF_ERROR(checkNotInput(f.timings_json, "--timings-json", inputs));
@@ -90,6 +92,18 @@ Status checkOutputs(const PlanFlags& f) {
   if (!f.output.empty() && !f.artifact.empty() &&
       fs::path(f.output).lexically_normal() == fs::path(f.artifact).lexically_normal())
     return invalidArgument("-o and --artifact name the same path " + printable(f.output));
+  APC_RETURN_IF_ERROR(checkNoInputWithin(f.artifact, "--artifact", inputs));
+  for (const auto& [flag, path] : {std::pair<const char*, const std::string&>{"-o", f.output},
+                                   {"--dump-problem", f.dump_problem},
+                                   {"--timings-json", f.timings_json}})
+    if (isWithinDirectory(path, f.artifact))
+      return invalidArgument(std::string(flag) + " " + printable(path, 1024) +
+                             " is inside --artifact " + printable(f.artifact, 1024) +
+                             ", which is replaced as a whole; write it elsewhere");
+  // The side outputs are written after the plan: their destinations are checked now (a device, a
+  // directory, a missing directory), so that a bad one fails before the plan is written, not after.
+  for (const std::string* side : {&f.dump_problem, &f.timings_json})
+    if (!side->empty()) APC_RETURN_IF_ERROR(StagedFile::create(*side));
   return Status::success();
 }
 
@@ -419,11 +433,13 @@ Runner addPlanCommand(CLI::App& app) {
                  "spec's outputs");
   app.add_option("-o,--output", f->output,
                  "Write the plan JSON here (default: <model stem>.plan.json in the current "
-                 "directory; the summary's last line names the file)");
+                 "directory; the summary's last line names the file)")
+      ->check(nonEmptyPath());
   app.add_option("--artifact", f->artifact,
                  "Also lower the plan: write per-rank programs and manifest.json to this directory "
                  "(an existing artifact there is replaced as a whole; -o and --artifact are "
-                 "written both or neither)");
+                 "written both or neither)")
+      ->check(nonEmptyPath());
   app.add_option("--memory-budget", f->memory_budget,
                  "Parameter memory per rank as LOW,HIGH fractions of all parameter bytes "
                  "(default 0,1/world size; HIGH = 1 allows full replication)");
@@ -432,13 +448,14 @@ Runner addPlanCommand(CLI::App& app) {
                  "cpu); overrides the spec's");
   app.add_option("--cluster", f->cluster,
                  "Cluster profile of apc calibrate: its measured device and links price the "
-                 "plan (they replace the spec's device and mesh links)");
+                 "plan (they replace the spec's device and mesh links)")
+      ->check(nonEmptyPath());
   app.add_option(
          "--time-limit", f->time_limit_s,
          "Time limit in seconds after import (enumeration, construction and solve); "
          "reached, the best plan found is written with status time_limit and its proven gap")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--threads", f->threads, "Solver threads")->check(CLI::PositiveNumber);
+      ->check(numberAbove(0.0, 1e7));
+  app.add_option("--threads", f->threads, "Solver threads")->check(integerIn(1, 1024));
   app.add_flag("--verbose", f->verbose,
                "Print the optimizer log: every node's placement and (comm, compute) cost");
   app.add_flag("--quiet,-q", f->quiet,
@@ -449,7 +466,8 @@ Runner addPlanCommand(CLI::App& app) {
   app.add_flag("--no-reduce", f->no_reduce,
                "Solve the full problem (no follow-merging or repeated-layer clustering)");
   app.add_option("--dump-problem", f->dump_problem,
-                 "Write the solver's problem (JSON, before reduction) here");
+                 "Write the solver's problem (JSON, before reduction) here")
+      ->check(nonEmptyPath());
   app.add_option("--strategy", f->strategy,
                  "Make a classic plan instead of optimizing: ddp, fsdp, tp (Megatron on the last "
                  "mesh dim) or fsdp+tp (2-d meshes), priced by the same cost model; inputs the "
@@ -458,9 +476,10 @@ Runner addPlanCommand(CLI::App& app) {
                  "Scale in [0, 1] of the priced communication of parameters (all-gathers, "
                  "re-gathers, gradient reductions), which can overlap other layers' compute: 0 "
                  "fully overlapped, 1 no discount (default: the spec's prefetch_discount, else 1)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(numberIn(0.0, 1.0));
   app.add_option("--timings-json", f->timings_json,
-                 "Write the wall time of each phase here (JSON; not part of the plan)");
+                 "Write the wall time of each phase here (JSON; not part of the plan)")
+      ->check(nonEmptyPath());
   return [f]() { return runPlan(*f); };
 }
 

@@ -11,11 +11,18 @@
 // passes through, or with
 // --tag-output each line is prefixed "[rank r] ". When a rank exits non-zero or is killed, the
 // others are stopped (SIGTERM, SIGKILL 3 s later) and the first failure is reported, as
-// "apc run: rank 2 exited with status 1" or "apc run: rank 2 killed by signal 9 (Killed)", exit 1.
+// "apc run: rank 2 exited with status 1" or "apc run: rank 2 killed by signal 9 (Killed)", exit 1;
+// a rank that exited 0 while its peers ran on, and ranks stopped (SIGSTOP: each reported as it
+// stops), are named beside it ("(rank 1 had exited with status 0 2.0 s before)"), since the
+// first rank to fail is then a victim, not the cause.
 // --timeout S stops everything after S seconds ("apc run: timed out after S s"), exit 1. SIGINT
-// and SIGTERM of the launcher stop the ranks too, and a launcher killed outright takes its ranks
-// with it (PR_SET_PDEATHSIG). Each rank runs in its own process group, so stopping a rank stops
-// what it started. Usage errors are one line and exit 2.
+// and SIGTERM of the launcher stop the ranks too. Each rank runs in its own process group, so
+// stopping a rank stops what it started. A launcher killed outright (SIGKILL, the OOM killer)
+// takes its ranks with it twice over: each rank gets SIGKILL from the kernel (PR_SET_PDEATHSIG),
+// and a guard process (forked first, in its own session, deaf to SIGINT/SIGTERM/SIGHUP) that
+// learns every rank's process group through a socket kills those groups when it closes
+// without the launcher's "done": so a rank command that is a wrapper (a shell that does not exec)
+// leaves no children training on. Usage errors are one line and exit 2.
 //
 // For tests and demos on one machine; real clusters use torchrun, which sets the same variables.
 //
@@ -68,6 +75,60 @@ int freePort() {
   return port;
 }
 
+/// The guard of the ranks' process groups: a process forked before the ranks that reads their pids
+/// (one int32 each) from `watch_fd`, its end of a socket pair only the launcher writes to. On end
+/// of file without a 0 record before it (the launcher died without finishing), it SIGKILLs every
+/// group; after a 0 (the launcher is done) it exits quietly. Runs between fork and _exit with
+/// async-signal-safe calls only (the launcher may have threads).
+[[noreturn]] void guardRankGroups(int watch_fd) {
+  ::setsid();  // out of the launcher's process group and session: `kill -9 -PGID` misses it
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) ::sigaction(sig, &ignore, nullptr);
+  int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null_fd >= 0)
+    for (int fd : {STDIN_FILENO, STDOUT_FILENO, STDERR_FILENO}) ::dup2(null_fd, fd);
+  constexpr int kMaxPids = 1024;
+  int32_t pids[kMaxPids];
+  int count = 0;
+  bool done = false;
+  unsigned char record[sizeof(int32_t)];
+  size_t have = 0;
+  for (;;) {
+    ssize_t got = ::read(watch_fd, record + have, sizeof record - have);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) break;
+    have += static_cast<size_t>(got);
+    if (have < sizeof record) continue;
+    have = 0;
+    int32_t pid;
+    std::memcpy(&pid, record, sizeof pid);
+    if (pid == 0)
+      done = true;
+    else if (pid > 0 && count < kMaxPids)
+      pids[count++] = pid;
+  }
+  if (!done)
+    for (int i = 0; i < count; ++i) ::kill(-pids[i], SIGKILL);
+  ::_exit(0);
+}
+
+/// Tells the guard one record (a rank's pid, or 0: done). A guard that is gone is no error (the
+/// socket's MSG_NOSIGNAL: no SIGPIPE).
+void tellGuard(int fd, int32_t value) {
+  if (fd < 0) return;
+  const char* p = reinterpret_cast<const char*>(&value);
+  size_t left = sizeof value;
+  while (left > 0) {
+    ssize_t n = ::send(fd, p, left, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+}
+
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
@@ -77,6 +138,10 @@ std::string describeStatus(int status) {
   }
   return "ended with wait status " + std::to_string(status);
 }
+
+/// Longest line --tag-output holds back waiting for its newline: output without newlines is
+/// passed on in pieces of this size, each tagged as a line, so the launcher's memory stays bounded.
+constexpr size_t kMaxTaggedLine = 64 * 1024;
 
 /// One rank's output stream when tagging: the pipe's read end and the unfinished line.
 struct TaggedStream {
@@ -92,6 +157,12 @@ void flushLines(TaggedStream& s, bool all) {
     std::fprintf(s.to, "[rank %d] %.*s\n", s.rank, static_cast<int>(nl - start),
                  s.partial.data() + start);
     start = nl + 1;
+  }
+  // A line longer than kMaxTaggedLine goes out in tagged pieces.
+  while (s.partial.size() - start >= kMaxTaggedLine) {
+    std::fprintf(s.to, "[rank %d] %.*s\n", s.rank, static_cast<int>(kMaxTaggedLine),
+                 s.partial.data() + start);
+    start += kMaxTaggedLine;
   }
   s.partial.erase(0, start);
   if (all && !s.partial.empty()) {
@@ -181,6 +252,39 @@ int runLauncher(const RunOptions& o) {
     }
   } remove_status_dir{status_dir};
 
+  // The guard, forked before any rank, so that it holds no rank's pipe. Its connection is a socket
+  // pair (a pipe that only the launcher writes); the launcher's end is close-on-exec, so only the
+  // launcher holds it and its death closes it.
+  int guard_fd = -1;
+  pid_t guard = -1;
+  {
+    int watch[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, watch) != 0)
+      return report(ioError(std::string("socketpair: ") + std::strerror(errno)));
+    guard = ::fork();
+    if (guard == 0) {
+      ::close(watch[1]);
+      guardRankGroups(watch[0]);
+    }
+    ::close(watch[0]);
+    if (guard < 0) {
+      ::close(watch[1]);
+      return report(ioError(std::string("fork: ") + std::strerror(errno)));
+    }
+    guard_fd = watch[1];
+  }
+  struct EndGuard {
+    int fd;
+    pid_t pid;
+    ~EndGuard() {
+      tellGuard(fd, 0);  // every path out of runLauncher: the ranks are stopped or done
+      ::close(fd);
+      int status;
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+    }
+  } end_guard{guard_fd, guard};
+
   const int n = nproc;
   const pid_t launcher = ::getpid();
   std::vector<pid_t> pids(n, -1);
@@ -231,6 +335,7 @@ int runLauncher(const RunOptions& o) {
     }
     ::setpgid(pid, pid);  // also here, so the group exists before any kill(-pid)
     pids[r] = pid;
+    tellGuard(guard_fd, static_cast<int32_t>(pid));
     if (o.tag_output) {
       ::close(out_pipe[1]);
       ::close(err_pipe[1]);
@@ -248,7 +353,29 @@ int runLauncher(const RunOptions& o) {
   bool killed = false;
   auto stopAll = [&](int sig) {
     for (int r = 0; r < n; ++r)
-      if (running[r]) ::kill(-pids[r], sig);
+      if (running[r]) {
+        ::kill(-pids[r], sig);
+        if (sig == SIGTERM) ::kill(-pids[r], SIGCONT);  // a stopped rank acts on it only then
+      }
+  };
+  // What may have made a rank fail, named beside it: a rank that left early (exit 0 while its
+  // peers ran on, so they lost it in a collective) and ranks stopped (SIGSTOP, a debugger).
+  std::optional<std::pair<int, Clock::time_point>> first_left;
+  std::vector<int> stopped_by(n, 0);
+  auto culprits = [&](int failed_rank) {
+    std::string why;
+    if (first_left && first_left->first != failed_rank) {
+      char text[128];
+      std::snprintf(text, sizeof text, "rank %d had exited with status 0 %.1f s before",
+                    first_left->first,
+                    std::chrono::duration<double>(Clock::now() - first_left->second).count());
+      why += text;
+    }
+    for (int r = 0; r < n; ++r)
+      if (stopped_by[r] && r != failed_rank)
+        why += (why.empty() ? "" : ", ") + ("rank " + std::to_string(r) + " is stopped (signal " +
+                                            std::to_string(stopped_by[r]) + ")");
+    return why.empty() ? why : " (" + why + ")";
   };
   std::vector<bool> connected(n, false);
   int num_connected = 0;
@@ -289,17 +416,30 @@ int runLauncher(const RunOptions& o) {
       }
     }
     std::erase_if(streams, [](const TaggedStream& s) { return s.fd < 0; });
-    // Exits.
+    // Exits, stops and continues.
     int status = 0;
     pid_t pid;
-    while (left > 0 && (pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+    while (left > 0 && (pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED)) > 0) {
       for (int r = 0; r < n; ++r) {
         if (pids[r] != pid || !running[r]) continue;
+        if (WIFSTOPPED(status)) {
+          stopped_by[r] = WSTOPSIG(status);
+          std::fprintf(stderr, "apc run: rank %d was stopped by signal %d (%s)\n", r, stopped_by[r],
+                       ::strsignal(stopped_by[r]));
+          std::fflush(stderr);
+          continue;
+        }
+        if (WIFCONTINUED(status)) {
+          stopped_by[r] = 0;
+          continue;
+        }
         running[r] = false;
         --left;
         bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (!failed && !first_left && left > 0)  // its peers run on without it
+          first_left = std::pair{r, Clock::now()};
         if (failed && !failure && !stopping)
-          failure = "rank " + std::to_string(r) + " " + describeStatus(status);
+          failure = "rank " + std::to_string(r) + " " + describeStatus(status) + culprits(r);
       }
     }
     if (left == 0) {
@@ -314,7 +454,7 @@ int runLauncher(const RunOptions& o) {
         Clock::now() - start > std::chrono::duration<double>(o.timeout_s)) {
       char text[64];
       std::snprintf(text, sizeof text, "timed out after %g s", o.timeout_s);
-      failure = text;
+      failure = text + culprits(-1);
     }
     if (failure && !stopping) {
       stopping = Clock::now();
@@ -344,13 +484,14 @@ int runLauncher(const RunOptions& o) {
 Runner addRunCommand(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   app.add_option("dir", o->dir, "Artifact directory (passed to the ranks as APC_ARTIFACT)")
-      ->required();
+      ->required()
+      ->check(nonEmptyPath());
   app.add_option("--nproc", o->nproc,
                  "Number of ranks to start (at most 1024); default: the world size in the "
                  "artifact's manifest.json")
-      ->check(CLI::Range(1, 1024));
+      ->check(integerIn(1, 1024));
   app.add_option("--timeout", o->timeout_s, "Stop every rank after this many seconds (0: never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(numberIn(0.0, 1e7));
   app.add_flag("--tag-output", o->tag_output, "Prefix each output line with [rank r]");
   app.add_option("command", o->command,
                  "The command of every rank, after --; an argument {artifact} becomes the "

@@ -92,7 +92,9 @@ int runValidate(const ValidateFlags& f) {
 
 Runner addValidateCommand(CLI::App& app) {
   auto f = std::make_shared<ValidateFlags>();
-  app.add_option("plan", f->plan, "Plan JSON written by apc plan")->required();
+  app.add_option("plan", f->plan, "Plan JSON written by apc plan")
+      ->required()
+      ->check(nonEmptyPath());
   app.add_option("model", f->model, "The model the plan was made from (default: the plan's path)");
   f->mesh.add(app);
   app.footer(

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,30 @@ struct Manifest {
 
 /// "rank_3.apcp".
 std::string programFileName(int64_t rank);
+
+/// An artifact written one rank program at a time into a staging directory beside `dir`, so that
+/// lowering needs one program in memory, not every rank's (65,536 ranks of a large model are tens
+/// of GB). add() the programs in rank order (rank 0 first, each of world size `world_size`, the
+/// same model and plan as rank 0's); finish() writes manifest.json once all have come and returns
+/// the staged directory, whose commit() swaps it in for `dir`. Fails as stageArtifact does.
+class ArtifactWriter {
+ public:
+  static Expected<ArtifactWriter> create(const std::string& dir, int64_t world_size);
+  /// Serializes and writes `program` (rank_<r>.apcp) and forgets it.
+  Status add(const proto::Program& program);
+  /// manifest.json; an error unless every rank was added.
+  Expected<StagedDirectory> finish();
+
+ private:
+  ArtifactWriter() = default;
+  std::optional<StagedDirectory> staged_;
+  int64_t world_size_ = 0;
+  int64_t next_rank_ = 0;
+  std::string model_name_, model_hash_, plan_hash_;
+  std::vector<int64_t> mesh_shape_;
+  std::vector<std::string> mesh_names_;
+  std::map<std::string, std::string> files_;  // file name -> SHA-256
+};
 
 /// Writes manifest.json and rank_<r>.apcp for every program (programs[r].rank() == r, all with
 /// the same world size == programs.size()) into a staging directory beside `dir`; the result's

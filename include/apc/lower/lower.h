@@ -62,12 +62,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "apc.pb.h"
-#include "apc/ir/graph.h"
 #include "apc/artifact/artifact.h"  // kProgramFormatVersion
+#include "apc/ir/graph.h"
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
 
@@ -87,6 +88,13 @@ struct LowerOptions {
 /// constants cannot be rewritten. The error names the node.
 Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int64_t rank,
                                    const LowerOptions& options = {});
+
+/// lowerRank for every rank in rank order, each program handed to `sink` (then dropped) as soon as
+/// it is made: memory for one program at a time (apc lower and apc plan --artifact write each to
+/// disk). Stops at the first error of lowering or of `sink`.
+Status lowerEachRank(const ir::Graph& g, const plan::Plan& p,
+                     const std::function<Status(const proto::Program&)>& sink,
+                     const LowerOptions& options = {});
 
 /// lowerRank for every rank, in rank order.
 Expected<std::vector<proto::Program>> lowerPlan(const ir::Graph& g, const plan::Plan& p,

@@ -11,12 +11,16 @@
 //    kMaxInputFileBytes long.
 //  - printable: a user-given string as it may appear in a one-line message (control characters
 //    escaped, long strings shortened).
-//  - checkNotInput: an output path is none of the command's input files.
+//  - checkNotInput / checkNoInputWithin: an output path is none of the command's input files, and
+//    a directory to be replaced as a whole holds none of them.
 //  - StagedFile / writeFileAtomic: a file is written to a temporary beside it and renamed over the
-//    target, so readers see the old or the new content, never a mix or a truncated file.
+//    target, so readers see the old or the new content, never a mix or a truncated file. Only a
+//    regular file (or nothing) is replaced: never a device, a FIFO or a socket.
 //  - StagedDirectory: a directory (an artifact) is built beside its target and swapped in as a
 //    whole; a directory is only replaced when it is empty or carries a marker file (so that a
 //    mistyped path never deletes someone's folder).
+//  - removeTemporariesOnSignal: SIGINT, SIGTERM or SIGHUP while a StagedFile or StagedDirectory
+//    is uncommitted removes its temporary before the process ends.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -70,12 +74,30 @@ std::string printable(std::string_view s, size_t max_chars = 80);
 Status checkNotInput(const std::string& output, const std::string& flag,
                      const std::vector<std::string>& inputs);
 
+/// Fails when the directory `output_dir` (about to be replaced as a whole, named `flag` in the
+/// message, like "--artifact") is one of `inputs` or holds one at any depth, symlinks resolved:
+/// replacing it would delete the input. Empty paths and inputs that do not exist are skipped.
+Status checkNoInputWithin(const std::string& output_dir, const std::string& flag,
+                          const std::vector<std::string>& inputs);
+
+/// Whether `path` is `dir` or lies under it, both resolved (symlinks followed; a part that does
+/// not exist yet compared as written).
+bool isWithinDirectory(const std::string& path, const std::string& dir);
+
+/// Installs handlers of SIGINT, SIGTERM and SIGHUP that remove the temporaries of every
+/// uncommitted StagedFile and StagedDirectory of the process, then end it by that signal as the
+/// default action would (exit status 128 + signal in a shell). A signal that is ignored when this
+/// is called (a background job's SIGINT) stays ignored. Idempotent; for tools, called once at the
+/// start of main. Later handlers (apc run's) replace these while they are installed.
+void removeTemporariesOnSignal();
+
 /// A file being written: bytes go to a temporary in the target's directory; commit() renames it
-/// over the target (atomic on POSIX). Destroying an uncommitted StagedFile removes the temporary.
+/// over the target (atomic on POSIX). Destroying an uncommitted StagedFile removes the temporary,
+/// and so does a signal once removeTemporariesOnSignal() is installed.
 class StagedFile {
  public:
-  /// Opens the temporary for `path`; fails when `path` is an existing directory or its directory
-  /// does not exist.
+  /// Opens the temporary for `path`; fails when `path` is an existing directory, a device, a FIFO
+  /// or a socket (only regular files are replaced), or its directory does not exist.
   static Expected<StagedFile> create(const std::string& path);
   StagedFile(StagedFile&& other) noexcept;
   StagedFile& operator=(StagedFile&& other) noexcept;
@@ -94,13 +116,15 @@ class StagedFile {
   void discard();
   std::string target_;
   std::string temp_;
+  int slot_ = -1;  // its entry in the signal handler's list of temporaries
 };
 
 /// Writes `bytes` to `path` through a StagedFile.
 Status writeFileAtomic(const std::string& path, std::string_view bytes);
 
 /// A directory being built beside its target `dir` (a hidden sibling); commit() swaps it in for
-/// `dir` as a whole. Destroying an uncommitted StagedDirectory removes the staging directory.
+/// `dir` as a whole. Destroying an uncommitted StagedDirectory removes the staging directory, and
+/// so does a signal once removeTemporariesOnSignal() is installed.
 class StagedDirectory {
  public:
   /// Fails when `dir` exists and is not a directory, or is a non-empty directory without the file
@@ -124,6 +148,7 @@ class StagedDirectory {
   void discard();
   std::string target_;
   std::string staging_;
+  int slot_ = -1;  // its entry in the signal handler's list of temporaries
 };
 
 }  // namespace apc
