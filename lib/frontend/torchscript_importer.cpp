@@ -81,10 +81,12 @@ class Importer {
   /// `defaults[i]`, when set, binds forward input i to that value (its declared default) instead
   /// of an input node.
   Importer(tj::Module module, std::vector<InputSpec> inputs,
-           std::vector<std::optional<c10::IValue>> defaults, bool memoize_meta)
+           std::vector<std::optional<c10::IValue>> defaults, bool memoize_meta,
+           int64_t max_interpreted_nodes)
       : module_(std::move(module)),
         inputs_(std::move(inputs)),
         defaults_(std::move(defaults)),
+        max_interpreted_nodes_(max_interpreted_nodes),
         memoize_meta_(memoize_meta) {}
 
   Expected<ir::Graph> run(const std::shared_ptr<tj::Graph>& graph) {
@@ -357,6 +359,14 @@ class Importer {
   Status interpretBlock(tj::Block* block) {
     for (tj::Node* node : block->nodes()) {
       if (structural_.count(node)) continue;  // becomes the OutputTree
+      // Unrolling is bounded as a whole, not only per loop: nested loops whose trip counts come
+      // from the input shapes multiply (a 2 KB model unrolled without bound before).
+      if (++interpreted_ > max_interpreted_nodes_)
+        return unsupported("the model unrolls to more than " +
+                           std::to_string(max_interpreted_nodes_) +
+                           " nodes at import (apc unrolls loops; nested loops multiply their trip "
+                           "counts)" +
+                           where(node));
       auto k = node->kind();
       if (k == c10::prim::Constant) {
         APC_RETURN_IF_ERROR(interpretConstant(node));
@@ -882,6 +892,10 @@ class Importer {
   std::vector<std::optional<c10::IValue>> defaults_;
   std::shared_ptr<tj::Graph> graph_;
   ir::Graph out_;
+  /// TorchScript nodes interpreted so far (loop bodies once per trip), at most
+  /// ImportOptions::max_interpreted_nodes.
+  int64_t max_interpreted_nodes_;
+  int64_t interpreted_ = 0;
   std::unordered_map<const tj::Value*, Slot> slots_;
   std::map<std::string, ir::ValueId> tensor_nodes_;
   std::unordered_set<const tj::Node*> structural_;
@@ -1069,7 +1083,8 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
 
   auto t2 = std::chrono::steady_clock::now();
   auto interpret = [&](const std::vector<InputSpec>& specs) -> Expected<ir::Graph> {
-    auto importer = std::make_unique<Importer>(l.module, specs, defaults, options.memoize_meta);
+    auto importer = std::make_unique<Importer>(l.module, specs, defaults, options.memoize_meta,
+                                               options.max_interpreted_nodes);
     Expected<ir::Graph> result = [&]() -> Expected<ir::Graph> {
       try {
         return importer->run(graph);

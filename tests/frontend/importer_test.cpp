@@ -508,6 +508,35 @@ TEST_F(ImporterErrors, TruncatedArchive) {
   EXPECT_EQ(g.error().code(), ErrorCode::kParse);
 }
 
+// Issue 32: nested loops whose trip counts come from the input's shape multiply when unrolled; the
+// import is bounded as a whole (ImportOptions::max_interpreted_nodes), with one line.
+TEST_F(ImporterErrors, UnrollingIsBoundedAsAWhole) {
+  torch::jit::Module m("Loops");
+  m.define(R"(
+def forward(self, x):
+    for i in range(x.size(0)):
+        for j in range(x.size(1)):
+            x = x + 1.0
+    return x
+)");
+  const fs::path p = dir_ / "loops.pt";
+  m.save(p.string());
+  ImportOptions small;
+  small.inputs = {InputSpec{"x", ir::DType::kF32, ir::makeShape({5, 5})}};
+  small.max_interpreted_nodes = 500;
+  auto ok = importTorchScript(p.string(), small);
+  ASSERT_TRUE(ok.ok()) << ok.error().message();
+  ImportOptions big = small;
+  big.inputs = {InputSpec{"x", ir::DType::kF32, ir::makeShape({40, 40})}};  // 1,600 adds
+  auto g = importTorchScript(p.string(), big);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code(), ErrorCode::kUnsupported);
+  EXPECT_NE(g.error().message().find("the model unrolls to more than 500 nodes at import"),
+            std::string::npos)
+      << g.error().message();
+  EXPECT_EQ(g.error().message().find('\n'), std::string::npos);
+}
+
 TEST_F(ImporterErrors, UnknownInputName) {
   auto g = importTorchScript((kSamples / "toy_block.pt").string(),
                              {{InputSpec{"y", ir::DType::kF32, ir::makeShape({8, 128, 1024})}}});

@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <cstdint>
+
 #include "apc/frontend/input_spec.h"
 #include "apc/ir/graph.h"
 
@@ -29,6 +31,11 @@ struct ImportOptions {
   /// equal arguments (a deep model's layers repeat them), when the graph has no in-place op. The
   /// imported graph is the same either way (tests/frontend compares them); off only to check that.
   bool memoize_meta = true;
+  /// TorchScript: the most nodes the import interprets, loop bodies once per trip (loops are
+  /// unrolled at import, and nested loops whose trip counts come from the input shapes multiply);
+  /// past it the import fails with one line. A million takes the meta interpretation tens of
+  /// seconds; a 126-layer scripted LLaMA stays far below it.
+  int64_t max_interpreted_nodes = 1'000'000;
 };
 
 struct ImportTimings {
