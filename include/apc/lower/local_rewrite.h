@@ -48,17 +48,17 @@
 #include <utility>
 #include <vector>
 
-#include "apc/layout/layout.h"
 #include "apc/ir/graph.h"
+#include "apc/layout/layout.h"
 #include "apc/support/error.h"
 
 namespace apc::lower {
 
 /// The part of one tensor that a rank holds.
 struct TensorPiece {
-  std::vector<int64_t> global;        // global sizes (hints for symbolic dims)
+  std::vector<int64_t> global;          // global sizes (hints for symbolic dims)
   std::vector<layout::DimPiece> local;  // the rank's piece of each dim (layout::localPiece)
-  std::vector<bool> symbolic;         // per dim: dynamic (a symbol); empty: all static
+  std::vector<bool> symbolic;           // per dim: dynamic (a symbol); empty: all static
 
   std::vector<int64_t> localSizes() const;
   /// True when the rank holds the whole of dim d.
