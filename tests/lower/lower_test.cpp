@@ -238,20 +238,30 @@ TEST(Lower, PartialOutputIsReducedAtTheEnd) {
 // FSDP-like placements (parameters and activations sharded on the batch's mesh dim): every
 // parameter edge whose forward communicates is marked for a re-gather in backward (the runtime's
 // reshard after forward, priced so by the planner); no other edge is.
-TEST(Lower, GatheredParametersAreMarkedForRegather) {
+/// The toy block on [4] with its input and both modules batch-sharded and both weights placed
+/// `weight` (FSDP-like: S(0); DDP-like: R), lowered and checked.
+std::vector<proto::Program> toyBlockPrograms(mesh::Placement weight) {
   ir::Graph g = toyBlock(8);
   mesh::Spec spec = specFor({4}, {});
+  if (weight.isReplicate()) spec.memory_budget.high = 1.0;  // replicated parameters
   spec.inputs["x"] = {mesh::Placement::shard(0)};
   for (const char* w : {"up.weight", "down.weight"})
-    spec.pins.push_back({mesh::Pin::Target::kNode, w, {mesh::Placement::shard(0)}});
+    spec.pins.push_back({mesh::Pin::Target::kNode, w, {weight}});
   for (const char* m : {"up", "down"})
     spec.pins.push_back({mesh::Pin::Target::kModule, m, {mesh::Placement::shard(0)}});
   auto planned = planOf(g, spec);
   auto programs = lowerPlan(g, planned.result.plan);
-  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  EXPECT_TRUE(programs.ok()) << programs.error().message();
+  if (!programs.ok()) return {};
   testing::checkPrograms(g, planned.result.plan, *programs);
+  return *programs;
+}
+
+TEST(Lower, GatheredParametersAreMarkedForRegather) {
+  const std::vector<proto::Program> programs = toyBlockPrograms(mesh::Placement::shard(0));
+  ASSERT_FALSE(programs.empty());
   int marked = 0;
-  for (const proto::Program& p : *programs) {
+  for (const proto::Program& p : programs) {
     std::set<uint32_t> params;
     for (const proto::ProgramTensor& t : p.parameters()) params.insert(t.value());
     for (int i = 0; i < p.graph().nodes_size(); ++i) {
@@ -273,20 +283,10 @@ TEST(Lower, GatheredParametersAreMarkedForRegather) {
 // the parameter where it lies and reduces its gradient with one all-reduce is marked for the
 // runtime's gradient buckets, and deferredGradParameters names its parameter; no other edge is.
 TEST(Lower, ReplicatedParametersGradientsAreMarkedForBuckets) {
-  ir::Graph g = toyBlock(8);
-  mesh::Spec spec = specFor({4}, {});
-  spec.memory_budget.high = 1.0;  // replicated parameters
-  spec.inputs["x"] = {mesh::Placement::shard(0)};
-  for (const char* w : {"up.weight", "down.weight"})
-    spec.pins.push_back({mesh::Pin::Target::kNode, w, {mesh::Placement::replicate()}});
-  for (const char* m : {"up", "down"})
-    spec.pins.push_back({mesh::Pin::Target::kModule, m, {mesh::Placement::shard(0)}});
-  auto planned = planOf(g, spec);
-  auto programs = lowerPlan(g, planned.result.plan);
-  ASSERT_TRUE(programs.ok()) << programs.error().message();
-  testing::checkPrograms(g, planned.result.plan, *programs);
+  const std::vector<proto::Program> programs = toyBlockPrograms(mesh::Placement::replicate());
+  ASSERT_FALSE(programs.empty());
   int marked = 0;
-  for (const proto::Program& p : *programs) {
+  for (const proto::Program& p : programs) {
     std::map<uint32_t, int> params;
     for (int i = 0; i < p.parameters_size(); ++i) params[p.parameters(i).value()] = i;
     const std::vector<int> deferred = artifact::deferredGradParameters(p);

@@ -7,7 +7,9 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <set>
 
 namespace apc::train {

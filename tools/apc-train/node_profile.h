@@ -17,10 +17,7 @@
 
 #include <c10/core/Device.h>
 
-#include <chrono>
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <set>
 #include <string>
 #include <vector>
