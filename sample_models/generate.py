@@ -284,6 +284,15 @@ def sample_table():
         trace_shapes=[[8, 3, 40, 40]], tracer_warnings_ok=True, cost=3))
 
     S.append(Sample(
+        "batch_sized", "traced",
+        "sizes computed from the batch: class token cls.expand(B, -1, -1) concatenated before "
+        "Linear(16,32)(x), an RNN cell tanh(Linear(h_t) + Linear(s)) over the 7 positions from "
+        "s = zeros(B, 32), s + arange(B) * 0.01, cat of two Linear(32,16) branches, Linear(32,10)",
+        _seeded(lambda: M.BatchSizedPatterns()), {"d_in": 16, "d_model": 32, "n_classes": 10},
+        [InputSpec("x", "f32", [8, 6, 16])], [8, 10],
+        output_desc="tensor f32 [8,10]",
+        trace_shapes=[[2, 6, 16]], cost=2))
+    S.append(Sample(
         "multi_output", "scripted",
         "proj=Linear(32,32), head=Linear(32,10); forward returns (relu(h), {'logits': head(h), 'hidden': h})",
         _seeded(lambda: M.MultiOutput()), {"d_model": 32, "n_classes": 10},

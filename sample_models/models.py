@@ -619,6 +619,35 @@ class MultiOutput(nn.Module):
         return torch.relu(h), {"logits": self.head(h), "hidden": h}
 
 
+class BatchSizedPatterns(nn.Module):
+    """Sizes computed from the batch inside the model, as real models have them: a ViT class token
+    expanded to the batch (``cls.expand(B, -1, -1)``), an RNN whose initial state is
+    ``zeros(B, H)``, per-sample positions from ``arange(B)``, and the concatenation of two branch
+    outputs (inception / shufflenet). With a dynamic batch each of these must follow the run-time
+    batch, not the one the model was exported at."""
+
+    def __init__(self, d_in: int = 16, d_model: int = 32, n_classes: int = 10):
+        super().__init__()
+        self.inp = nn.Linear(d_in, d_model)
+        self.cls = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)
+        self.cell_x = nn.Linear(d_model, d_model)
+        self.cell_h = nn.Linear(d_model, d_model, bias=False)
+        self.branch_a = nn.Linear(d_model, d_model // 2)
+        self.branch_b = nn.Linear(d_model, d_model // 2)
+        self.head = nn.Linear(d_model, n_classes)
+        self.d_model = d_model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        h = torch.cat([self.cls.expand(b, -1, -1), self.inp(x)], dim=1)
+        s = torch.zeros(b, self.d_model, dtype=x.dtype, device=x.device)
+        for t in range(h.shape[1]):
+            s = torch.tanh(self.cell_x(h[:, t]) + self.cell_h(s))
+        s = s + torch.arange(b, dtype=x.dtype, device=x.device)[:, None] * 0.01
+        y = torch.cat([torch.relu(self.branch_a(s)), torch.sigmoid(self.branch_b(s))], dim=-1)
+        return self.head(y)
+
+
 class DataDependentBranch(nn.Module):
     """A branch on a tensor's value: control flow the importer cannot flatten (an error case)."""
 

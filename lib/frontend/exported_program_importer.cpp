@@ -212,7 +212,21 @@ class Symbols {
     };
     std::stable_sort(free.begin(), free.end(),
                      [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
-    return ir::Dim::symbolic(nameOf(free.front()), v);
+    return ir::Dim::symbolic(nameOf(free.front()), v, perSymbol(*x));
+  }
+
+  /// ir::Dim::per_symbol of an expression: 1 for a bare symbol, k for Mul(Integer(k), Symbol) in
+  /// either order, else 0 (B+1, B//2, B*T: lowering then cannot recompute the size at run time).
+  static int64_t perSymbol(const SymExpr& x) {
+    using K = SymExpr::Kind;
+    if (x.kind == K::kSymbol) return 1;
+    if (x.kind != K::kMul || x.args.size() != 2) return 0;
+    for (size_t i = 0; i < 2; ++i) {
+      const SymExpr& k = x.args[i];
+      const SymExpr& s = x.args[1 - i];
+      if (k.kind == K::kInteger && k.num > 0 && s.kind == K::kSymbol) return k.num;
+    }
+    return 0;
   }
 
   std::string nameOf(const std::string& s) const {

@@ -49,7 +49,7 @@ Expected<InputSpec> parseInputSpec(std::string_view text) {
       }
       auto n = parseInt(num);
       if (!n || *n <= 0) return bad("dim '" + std::string(p) + "' is not a positive size");
-      spec.shape.push_back(ir::Dim{*n, symbol});
+      spec.shape.push_back(ir::Dim{*n, symbol, 1});
     }
   }
   return spec;

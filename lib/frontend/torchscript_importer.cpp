@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <ATen/ExpandUtils.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 #include <torch/csrc/jit/passes/inliner.h>
 #include <torch/csrc/jit/runtime/interpreter.h>
@@ -633,13 +634,62 @@ class Importer {
     if (runHandShapeRule(node, stack)) return Status::success();
     APC_ASSIGN_OR_RETURN(bool ok, runShapeFunction(node, stack));
     if (ok) return Status::success();
+    const std::string op = node->kind().toQualString();
+    if (isDataDependent(op))
+      return unsupported("shape inference failed" + where(node) + ": " + op +
+                         "'s output size depends on its input's values, which apc does not know "
+                         "when it plans (static shapes only; compute it outside the model or "
+                         "with a fixed size, e.g. nonzero_static)");
+    // LibTorch's message for an op whose meta kernel is written in Python ends in a paragraph and
+    // a link to torch.compile's documentation: one plain line instead.
+    if (first_error.find("no fake impl or Meta kernel registered") != std::string::npos)
+      first_error = op +
+                    " has no shape rule in LibTorch (its meta kernel exists in Python only) nor in "
+                    "apc";
     return unsupported("shape inference failed" + where(node) + ": " + first_error);
+  }
+
+  /// Ops whose output size depends on the values of their inputs (no shape rule can exist).
+  static bool isDataDependent(const std::string& op) {
+    return op == "aten::nonzero" || op == "aten::masked_select" || op == "aten::unique" ||
+           op == "aten::_unique" || op == "aten::_unique2" || op == "aten::unique_consecutive" ||
+           op == "aten::unique_dim" || op == "aten::nonzero_numpy" || op == "aten::argwhere" ||
+           op == "aten::repeat_interleave";  // with repeats computed in the model
   }
 
   /// Shape rules for the few ops that have neither a C++ meta kernel nor a registered shape
   /// function in LibTorch 2.13. Returns false when the node is not one of them.
   static bool runHandShapeRule(tj::Node* node, tj::Stack& stack) {
     std::string op = node->kind().toQualString();
+    if ((op == "aten::max" || op == "aten::min") && node->inputs().size() == 1) {
+      // max(Tensor) / min(Tensor): the reduction of every element, a 0-dim tensor of self's dtype.
+      const c10::IValue& self = stack.back();
+      if (!self.isTensor()) return false;
+      at::ScalarType dtype = self.toTensor().scalar_type();
+      stack.pop_back();
+      stack.emplace_back(at::empty({}, at::TensorOptions().device(at::kMeta).dtype(dtype)));
+      return true;
+    }
+    if (op == "aten::floor_divide" && node->inputs().size() == 2) {
+      // floor_divide(Tensor, Tensor | Scalar): broadcast shape, promoted dtype.
+      tj::Stack args(stack.end() - 2, stack.end());
+      if (!args[0].isTensor()) return false;
+      const at::Tensor& a = args[0].toTensor();
+      std::vector<int64_t> out = a.sizes().vec();
+      at::ScalarType dtype;
+      if (args[1].isTensor()) {
+        const at::Tensor& b = args[1].toTensor();
+        out = at::infer_size(a.sizes(), b.sizes());
+        dtype = at::result_type(a, b);
+      } else if (args[1].isScalar()) {
+        dtype = at::result_type(a, args[1].toScalar());
+      } else {
+        return false;
+      }
+      stack.resize(stack.size() - 2);
+      stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(dtype)));
+      return true;
+    }
     if (op == "aten::scaled_dot_product_attention") {
       // (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> query's shape
       // with value's last dim, query's dtype.
@@ -981,10 +1031,11 @@ Expected<Loaded> loadArchive(const std::string& path) {
 /// Symbolic propagation (only when some input has a symbolic dim; static imports are untouched).
 /// For each symbol, the graph is interpreted a second time with that symbol's hint doubled; every
 /// tensor dim (of a value or of a tensor-list element) whose size differs between the two runs
-/// becomes that symbol, with the first run's size as hint. Int constants that differ (aten::size of
-/// a dynamic dim and arithmetic on it) keep the hint as their constant: lowering expresses the one
-/// dynamic dim of a view / reshape output as -1 (apc/lower/local_rewrite.h), which covers the size
-/// lists such ints build in the sample models; other consumers of such ints stay at the hint.
+/// becomes that symbol, with the first run's size as hint (ir::Dim::per_symbol: size / hint of the
+/// symbol when the size doubled with it, else 0). Int constants that differ (aten::size of
+/// a dynamic dim and arithmetic on it) keep the hint as their constant: lowering recomputes the
+/// size lists and arange bounds such ints build from the output's symbolic dims at run time
+/// (apc/lower/local_rewrite.h); other consumers of such ints stay at the hint.
 /// Both runs must give graphs of the same structure, else the dims stay static.
 template <typename Interpret>
 Status propagateSymbols(ir::Graph& g, const std::vector<InputSpec>& inputs, Interpret&& interpret) {
@@ -994,6 +1045,10 @@ Status propagateSymbols(ir::Graph& g, const std::vector<InputSpec>& inputs, Inte
       if (d.isSymbolic() && std::find(symbols.begin(), symbols.end(), d.symbol) == symbols.end())
         symbols.push_back(d.symbol);
   for (const std::string& sym : symbols) {
+    int64_t hint = 0;  // the symbol's value in the first run
+    for (const InputSpec& s : inputs)
+      for (const ir::Dim& d : s.shape)
+        if (d.symbol == sym && hint == 0) hint = d.size;
     std::vector<InputSpec> changed = inputs;
     for (InputSpec& s : changed)
       for (ir::Dim& d : s.shape)
@@ -1003,8 +1058,13 @@ Status propagateSymbols(ir::Graph& g, const std::vector<InputSpec>& inputs, Inte
     auto mark = [&](ir::TensorMeta& a, const ir::TensorMeta& b) {
       if (a.shape.size() != b.shape.size()) return;
       for (size_t d = 0; d < a.shape.size(); ++d)
-        if (!a.shape[d].isSymbolic() && a.shape[d].size != b.shape[d].size)
-          a.shape[d] = ir::Dim::symbolic(sym, a.shape[d].size);
+        if (!a.shape[d].isSymbolic() && a.shape[d].size != b.shape[d].size) {
+          // Proportional to the symbol when doubling it doubled the size (B, B*T with T
+          // static); else another function of it (B+1).
+          const int64_t n = a.shape[d].size;
+          const bool proportional = hint > 0 && b.shape[d].size == 2 * n && n % hint == 0;
+          a.shape[d] = ir::Dim::symbolic(sym, n, proportional ? n / hint : 0);
+        }
     };
     for (size_t i = 0; i < g.numValues(); ++i) {
       ir::Value& a = g.value(ir::ValueId(static_cast<uint32_t>(i)));

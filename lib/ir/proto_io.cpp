@@ -53,6 +53,9 @@ void toProto(const TensorMeta& t, proto::TensorMeta* p) {
     proto::Dim* pd = p->add_shape();
     pd->set_size(d.size);
     pd->set_symbol(d.symbol);
+    // Written only where it says more than the default (a bare symbol), so that graphs without
+    // such dims serialize as before.
+    if (d.isSymbolic() && d.per_symbol != 1) pd->set_per_symbol(d.per_symbol);
   }
   p->set_dtype(dtypeName(t.dtype));
   p->set_requires_grad(t.requires_grad);
@@ -60,7 +63,8 @@ void toProto(const TensorMeta& t, proto::TensorMeta* p) {
 
 Expected<TensorMeta> fromProto(const proto::TensorMeta& p) {
   TensorMeta t;
-  for (const auto& d : p.shape()) t.shape.push_back(Dim{d.size(), d.symbol()});
+  for (const auto& d : p.shape())
+    t.shape.push_back(Dim{d.size(), d.symbol(), d.has_per_symbol() ? d.per_symbol() : 1});
   if (p.dtype() == "?") {
     t.dtype = DType::kUnknown;
   } else {

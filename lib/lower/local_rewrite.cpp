@@ -46,6 +46,27 @@ const TensorPiece* firstOutput(const RankPieces& p) {
   return &p.outputs[0][0];
 }
 
+/// The SymbolicSize of dim `d` of `t` at argument `input` (element `element`), or nullopt when the
+/// dim is static or not proportional to its symbol (it then keeps its hint).
+std::optional<SymbolicSize> symbolicOf(const TensorPiece& t, size_t d, size_t input,
+                                       int64_t element, SymbolicSize::Part part, int64_t scale = 1,
+                                       int64_t shift = 0) {
+  if (d >= t.dims.size() || !t.dims[d].isSymbolic() || t.dims[d].per_symbol <= 0)
+    return std::nullopt;
+  SymbolicSize s;
+  s.input = input;
+  s.element = element;
+  s.symbol = t.dims[d].symbol;
+  s.per_symbol = t.dims[d].per_symbol;
+  s.placement = t.placement;
+  s.rank = t.dims.size();
+  s.dim = d;
+  s.part = part;
+  s.scale = scale;
+  s.shift = shift;
+  return s;
+}
+
 /// How a size list may say "the run-time size" of a symbolic dim (see the header).
 enum class DynamicSizes {
   kNone,    // factories: a size list of numbers only
@@ -87,6 +108,20 @@ Status rewriteSizeList(size_t pos, const std::vector<std::optional<ir::Constant>
         cut = true;
       }
   }
+  // The other symbolic dims are recomputed at run time (expand from size 1, factories).
+  size_t symbolic = 0;
+  if (local.size() == sizes->size())
+    for (size_t d = 0; d < local.size(); ++d) {
+      if (local[d] == -1) continue;
+      auto e = symbolicOf(*out, d, pos, static_cast<int64_t>(d), SymbolicSize::Part::kSize);
+      if (!e) continue;
+      r.symbolic.push_back(std::move(*e));
+      ++symbolic;
+    }
+  if (symbolic > 0) {
+    r.notes.push_back(std::to_string(symbolic) + " size(s) from symbols at run time");
+    cut = true;
+  }
   if (!cut || *sizes == local) return Status::success();  // keeps -1 entries when nothing is cut
   r.notes.push_back("size := " + listText(local));
   r.replace.emplace_back(pos, local);
@@ -110,6 +145,12 @@ Status rewriteUnflatten(const std::vector<std::optional<ir::Constant>>& c, const
   bool cut = false;
   for (int64_t d = dim; d < dim + n; ++d) cut = cut || !outp->whole(static_cast<size_t>(d));
   std::vector<int64_t> local(out.begin() + dim, out.begin() + dim + n);
+  for (int64_t d = dim; d < dim + n; ++d) {
+    auto e = symbolicOf(*outp, static_cast<size_t>(d), 2, d - dim, SymbolicSize::Part::kSize);
+    if (!e) continue;
+    r.symbolic.push_back(std::move(*e));
+    cut = true;
+  }
   if (!cut || local == *sizes) return Status::success();
   r.notes.push_back("sizes := " + listText(local));
   r.replace.emplace_back(2, local);
@@ -129,8 +170,25 @@ Status rewriteArange(const ir::Node& node, const std::vector<std::optional<ir::C
                      const RankPieces& pieces, NodeRewrite& r) {
   const TensorPiece* out = firstOutput(pieces);
   if (!out || out->global.size() != 1) return invalidArgument("arange without a 1-d output");
-  if (out->whole(0)) return Status::success();
   const bool has_start = node.overload == "start" || node.overload == "start_step";
+  const bool symbolic = out->dims.size() == 1 && out->dims[0].isSymbolic();
+  if (out->whole(0) && !symbolic) return Status::success();
+  if (out->whole(0)) {
+    // arange(B) on a whole dim: its end follows the symbol (integral bounds only).
+    if (!has_start && !node.overload.empty()) return Status::success();
+    auto start = has_start ? scalarOf(c.size() > 0 ? c[0] : std::nullopt)
+                           : std::make_optional(std::make_pair(0.0, true));
+    auto step = node.overload == "start_step" ? scalarOf(c.size() > 2 ? c[2] : std::nullopt)
+                                              : std::make_optional(std::make_pair(1.0, true));
+    if (!start || !step || !start->second || !step->second) return Status::success();
+    auto e = symbolicOf(*out, 0, has_start ? 1 : 0, -1, SymbolicSize::Part::kEnd,
+                        static_cast<int64_t>(step->first), static_cast<int64_t>(start->first));
+    if (e) {
+      r.symbolic.push_back(std::move(*e));
+      r.notes.push_back("arange end from a symbol at run time");
+    }
+    return Status::success();
+  }
   if (!has_start && !node.overload.empty())
     return unsupported("arange." + node.overload + " with a cut output");
   const size_t end_pos = has_start ? 1 : 0;
@@ -147,6 +205,11 @@ Status rewriteArange(const ir::Node& node, const std::vector<std::optional<ir::C
     auto s = static_cast<int64_t>(start->first), st = static_cast<int64_t>(step->first);
     new_start = s + off * st;
     new_end = s + off * st + len * st;
+    // A symbolic dim: both bounds of the piece follow the symbol (start is input 0, end input 1,
+    // also after arange(end) becomes arange.start below).
+    for (auto [pos, part] : {std::make_pair(size_t{0}, SymbolicSize::Part::kOffset),
+                             std::make_pair(size_t{1}, SymbolicSize::Part::kEnd)})
+      if (auto e = symbolicOf(*out, 0, pos, -1, part, st, s)) r.symbolic.push_back(std::move(*e));
   } else {
     double s = start->first + static_cast<double>(off) * step->first;
     new_start = s;

@@ -119,6 +119,17 @@ class Lowerer {
                    google::protobuf::RepeatedPtrField<proto::RedistStep>* out) const;
   Status emitLeafNode(const ir::Node& n);
   Status emitOp(const ir::Node& n);
+  /// Whether a graph input has a dim of symbol `symbol` (the runtime binds symbols from inputs).
+  bool inputSymbol(const std::string& symbol) const {
+    for (const ir::Node& n : g_.nodes()) {
+      if (n.kind != ir::NodeKind::kInput) continue;
+      for (ir::ValueId v : n.outputs)
+        if (const auto& t = g_.value(v).tensor)
+          for (const ir::Dim& d : t->shape)
+            if (d.symbol == symbol) return true;
+    }
+    return false;
+  }
   Status emitOutputs();
   ir::ValueId castTo(ir::ValueId local, ir::DType dtype, const std::string& module_path,
                      int32_t source);
@@ -240,7 +251,7 @@ std::vector<layout::DimPiece> Lowerer::pieces(const ir::TensorMeta& global,
 }
 
 TensorPiece Lowerer::pieceOf(const ir::TensorMeta& global, const PlacementTuple& t) const {
-  TensorPiece tp{ir::hintSizes(global.shape), pieces(global, t), {}};
+  TensorPiece tp{ir::hintSizes(global.shape), pieces(global, t), {}, global.shape, t};
   for (const ir::Dim& d : global.shape) tp.symbolic.push_back(d.isSymbolic());
   return tp;
 }
@@ -573,6 +584,25 @@ Status Lowerer::emitOp(const ir::Node& n) {
       sn->set_node(id.v);
       for (size_t m : dims) sn->add_mesh_dims(static_cast<uint32_t>(m));
     }
+  }
+  for (const SymbolicSize& e : rewrite->symbolic) {
+    // Only symbols an input carries have a value at run time (a data-dependent size keeps its
+    // hint, as before).
+    if (!inputSymbol(e.symbol)) continue;
+    proto::SymbolicArg* a = program_.add_symbolic_args();
+    a->set_node(id.v);
+    a->set_input(static_cast<uint32_t>(e.input));
+    a->set_element(static_cast<int32_t>(e.element));
+    a->set_symbol(e.symbol);
+    a->set_per_symbol(e.per_symbol);
+    artifact::toProto(e.placement, a->mutable_placement());
+    a->set_rank(static_cast<uint32_t>(e.rank));
+    a->set_dim(static_cast<uint32_t>(e.dim));
+    a->set_part(e.part == SymbolicSize::Part::kSize     ? proto::SymbolicArg::SIZE
+                : e.part == SymbolicSize::Part::kOffset ? proto::SymbolicArg::OFFSET
+                                                        : proto::SymbolicArg::END);
+    a->set_scale(e.scale);
+    a->set_shift(e.shift);
   }
   if (rewrite->vocab) {
     proto::VocabMask* m = program_.add_vocab_masks();

@@ -61,6 +61,14 @@ std::string describeFailure(const std::string& group, const char* op, std::strin
       line.find("imed out") != std::string::npos || line.find("imeout") != std::string::npos;
   if (timed_out)
     return group + ": " + op + " timed out after " + std::to_string(timeout.count()) + " ms";
+  // A peer that exited (its own error says why) shows up as a closed connection, with Gloo's
+  // advice and an emoji: one plain line instead, so that the first failing rank's cause stands
+  // out among the others' lines.
+  for (const char* closed :
+       {"Connection closed by peer", "Connection reset by peer", "Broken pipe"})
+    if (line.find(closed) != std::string::npos)
+      return group + ": " + op +
+             " failed: a peer rank closed its connection (it exited: its own error is the cause)";
   return group + ": " + op + " failed: " + line;
 }
 

@@ -100,11 +100,12 @@ Expected<c10::IValue> constantToIValue(const ir::Constant& c, const c10::Argumen
 
 // --- OpKernel --------------------------------------------------------------------------------
 
-Expected<OpKernel> OpKernel::resolve(const ir::Node& node) {
+Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_type) {
   OpKernel op;
   op.name_ = node.op;
   if (node.op == "prim::ListConstruct") {
     op.kind_ = Kind::kListConstruct;
+    op.list_type_ = output_type;
     return op;
   }
   if (node.op == "prim::ListUnpack") {
@@ -151,8 +152,14 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node) {
 
 namespace {
 
-/// A list IValue of the element kind of `args` (tensors, ints, floats, bools).
-c10::IValue makeList(std::vector<c10::IValue>& args) {
+/// A list IValue of the element kind of `args` (tensors, ints, floats, bools); an empty one of
+/// the element kind of `type` (the node's output type), else of tensors.
+c10::IValue makeList(std::vector<c10::IValue>& args, ir::ValueType type) {
+  if (args.empty()) {
+    if (type == ir::ValueType::kIntList) return c10::List<int64_t>();
+    if (type == ir::ValueType::kFloatList) return c10::List<double>();
+    if (type == ir::ValueType::kBoolList) return c10::List<bool>();
+  }
   if (args.empty() || args.front().isTensor()) {
     c10::List<at::Tensor> list;
     for (c10::IValue& a : args) list.push_back(std::move(a).toTensor());
@@ -185,7 +192,7 @@ std::vector<c10::IValue> OpKernel::call(std::vector<c10::IValue> args) const {
   std::vector<c10::IValue> out;
   switch (kind_) {
     case Kind::kListConstruct:
-      out.push_back(makeList(args));
+      out.push_back(makeList(args, list_type_));
       break;
     case Kind::kListUnpack:
       TORCH_CHECK(args.size() == 1 && args[0].isList(), "prim::ListUnpack of a non-list");
@@ -243,11 +250,13 @@ std::string nodeLabel(const ir::Node& n) {
 Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph,
                                           const InterpreterOptions& options,
                                           std::vector<bool> external,
-                                          std::vector<VocabMaskSpec> vocab_masks) {
+                                          std::vector<VocabMaskSpec> vocab_masks,
+                                          std::vector<SymbolicArgSpec> symbolic_args) {
   Interpreter in;
   in.graph_ = std::move(graph);
   in.options_ = options;
   in.masks_ = std::move(vocab_masks);
+  in.symbolic_ = std::move(symbolic_args);
   const ir::Graph& g = *in.graph_;
   external.resize(g.numNodes(), false);
   std::vector<int> mask_of(g.numNodes(), -1);
@@ -268,13 +277,33 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
     in.output_values_.push_back(v.v);
   }
 
+  std::vector<std::vector<size_t>> symbolic_of(g.numNodes());
+  for (size_t i = 0; i < in.symbolic_.size(); ++i) {
+    const SymbolicArgSpec& a = in.symbolic_[i];
+    if (!a.node.valid() || a.node.v >= g.numNodes() || a.input >= g.node(a.node).inputs.size())
+      return invalidArgument("symbolic argument " + std::to_string(i) + " names node " +
+                             std::to_string(a.node.v) + " input " + std::to_string(a.input) +
+                             ", which the program does not have");
+    const ir::Value& v = g.value(g.node(a.node).inputs[a.input]);
+    const auto* list = v.constant ? std::get_if<std::vector<int64_t>>(&*v.constant) : nullptr;
+    const bool fits = v.constant && !v.producer.valid() &&
+                      (a.element < 0 ? std::holds_alternative<int64_t>(*v.constant)
+                                     : list && a.element < static_cast<int64_t>(list->size()));
+    if (!fits)
+      return invalidArgument(nodeLabel(g.node(a.node)) + ": symbolic argument " +
+                             std::to_string(a.input) + " is not an int constant or int[] element");
+    symbolic_of[a.node.v].push_back(i);
+  }
+
   for (const ir::Node& n : g.nodes()) {
     Step s;
     s.node = n.id;
+    s.symbolic = symbolic_of[n.id.v];
     s.external = n.kind != ir::NodeKind::kOp || external[n.id.v];
     s.mask = mask_of[n.id.v];
     if (!s.external) {
-      auto kernel = OpKernel::resolve(n);
+      auto kernel = OpKernel::resolve(
+          n, n.outputs.empty() ? ir::ValueType::kOther : g.value(n.outputs[0]).type);
       if (!kernel.ok()) return kernel.error().withContext(nodeLabel(n));
       s.kernel = std::move(kernel).value();
     }
@@ -323,9 +352,14 @@ std::vector<c10::IValue> callMaskedEmbedding(const OpKernel& kernel, std::vector
   return out;
 }
 
-Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external,
-                                                    Observer* observer) const {
+Expected<std::vector<c10::IValue>> Interpreter::run(
+    const ExternalFn& external, Observer* observer,
+    const std::vector<int64_t>& symbolic_values) const {
   const ir::Graph& g = *graph_;
+  if (symbolic_values.size() != symbolic_.size())
+    return internalError("the program has " + std::to_string(symbolic_.size()) +
+                         " symbolic arguments, the run was given " +
+                         std::to_string(symbolic_values.size()) + " values");
   std::vector<c10::IValue> env(g.numValues());
   for (const Step& s : steps_) {
     const ir::Node& n = g.node(s.node);
@@ -333,6 +367,17 @@ Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external,
     args.reserve(n.inputs.size());
     for (size_t i = 0; i < n.inputs.size(); ++i)
       args.push_back(s.is_constant[i] ? s.constant_args[i] : env[n.inputs[i].v]);
+    for (size_t k : s.symbolic) {
+      const SymbolicArgSpec& a = symbolic_[k];
+      c10::IValue& arg = args[a.input];
+      if (a.element < 0) {
+        arg = c10::IValue(symbolic_values[k]);
+      } else {
+        std::vector<int64_t> list = arg.toIntVector();
+        list[static_cast<size_t>(a.element)] = symbolic_values[k];
+        arg = c10::IValue(list);
+      }
+    }
     std::vector<c10::IValue> out;
     try {
       if (observer) observer->before(n, args);

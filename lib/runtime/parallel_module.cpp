@@ -24,6 +24,7 @@
 #include "apc/artifact/typed_proto.h"
 #include "apc/ir/proto_io.h"
 #include "apc/ir/torch_dtype.h"
+#include "apc/layout/layout.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/redistribute.h"
 #include "parallel_module_reader.h"
@@ -282,6 +283,56 @@ struct ParallelModule::Impl {
   std::vector<int> deferred_param;
   std::unique_ptr<GradBuckets> buckets;
   Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
+  /// Sizes that follow a symbolic dim (proto::SymbolicArg), in the interpreter's order.
+  struct SymbolicArg {
+    std::string symbol;
+    int64_t per_symbol = 1;
+    mesh::PlacementTuple placement;
+    size_t rank = 0, dim = 0;
+    proto::SymbolicArg::Part part = proto::SymbolicArg::SIZE;
+    int64_t scale = 1, shift = 0;
+  };
+  std::vector<SymbolicArg> symbolic;
+  std::vector<SymbolicArgSpec> symbolic_specs;
+  /// Where each symbol's value comes from: a dim of a program input (its global size over
+  /// per_symbol).
+  struct SymbolSource {
+    size_t input = 0;
+    int64_t dim = 0;
+    int64_t per_symbol = 1;
+  };
+  std::map<std::string, SymbolSource> symbol_sources;
+
+  Status readSymbolicArgs(const std::string& where) {
+    for (int i = 0; i < program.inputs_size(); ++i) {
+      const proto::ProgramTensor& t = program.inputs(i);
+      for (int d = 0; d < t.global_shape_size(); ++d) {
+        const proto::Dim& dim = t.global_shape(d);
+        if (dim.symbol().empty() || symbol_sources.count(dim.symbol())) continue;
+        const int64_t k = dim.has_per_symbol() ? dim.per_symbol() : 1;
+        if (k <= 0) continue;
+        symbol_sources[dim.symbol()] = {static_cast<size_t>(i), d, k};
+      }
+    }
+    for (const proto::SymbolicArg& a : program.symbolic_args()) {
+      const std::string what =
+          where + ": symbolic argument of node " + std::to_string(a.node()) + " ";
+      if (!symbol_sources.count(a.symbol()))
+        return parseError(what + "names symbol '" + a.symbol() + "', which no input carries");
+      if (a.per_symbol() <= 0 || a.dim() >= a.rank() || a.part() == proto::SymbolicArg::PART_UNSET)
+        return parseError(what + "is malformed (per_symbol " + std::to_string(a.per_symbol()) +
+                          ", dim " + std::to_string(a.dim()) + " of rank " +
+                          std::to_string(a.rank()) + ")");
+      auto t = artifact::placementFromProto(a.placement());
+      if (!t.ok()) return t.error().withContext(what);
+      APC_RETURN_IF_ERROR(
+          mesh::checkPlacementTuple(*t, static_cast<int64_t>(a.rank()), mesh.ndim()));
+      symbolic.push_back({a.symbol(), a.per_symbol(), std::move(t).value(), a.rank(), a.dim(),
+                          a.part(), a.scale(), a.shift()});
+      symbolic_specs.push_back({ir::NodeId(a.node()), a.input(), a.element()});
+    }
+    return Status::success();
+  }
 
   Status buildInterpreter() {
     InterpreterOptions io;
@@ -294,7 +345,8 @@ struct ParallelModule::Impl {
                                ", which is not an aten::batch_norm");
       external[node] = true;
     }
-    APC_ASSIGN_OR_RETURN(Interpreter in, Interpreter::create(graph, io, external, masks));
+    APC_ASSIGN_OR_RETURN(Interpreter in,
+                         Interpreter::create(graph, io, external, masks, symbolic_specs));
     interp = std::make_unique<Interpreter>(std::move(in));
     return Status::success();
   }
@@ -401,6 +453,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
       label += " (" + impl->graph->node(ir::NodeId(sn.node())).module_path + ")";
     impl->sync_norms[sn.node()] = syncNormSpec(dims, label);
   }
+  APC_RETURN_IF_ERROR(impl->readSymbolicArgs(dir));
   APC_RETURN_IF_ERROR(impl->buildInterpreter());
   WorldOptions world_options = options.world;
   // Without a job id in the environment, ranks of one artifact rendezvous under its plan hash.
@@ -763,6 +816,59 @@ Status ParallelModule::checkDivisible(const std::vector<c10::IValue>& inputs) {
   return Status::success();
 }
 
+Expected<std::vector<int64_t>> ParallelModule::symbolicValues(
+    const std::vector<c10::IValue>& inputs) {
+  Impl& im = *impl_;
+  std::vector<int64_t> values;
+  if (im.symbolic.empty()) return values;
+  // Each symbol's run-time value: the global size of an input dim that carries it, the local
+  // size summed over the mesh dims that shard it (a collective not counted in commStats: it is
+  // the runtime's, not the plan's), on every rank alike.
+  std::map<std::string, int64_t> bound;
+  for (const auto& [symbol, src] : im.symbol_sources) {
+    bool used = false;
+    for (const Impl::SymbolicArg& a : im.symbolic) used = used || a.symbol == symbol;
+    if (!used) continue;
+    if (src.input >= inputs.size() || !inputs[src.input].isTensor())
+      return invalidArgument("input " + std::to_string(src.input) + " must be a tensor");
+    const at::Tensor& local = inputs[src.input].toTensor();
+    if (src.dim >= local.dim())
+      return invalidArgument("input " + im.inputs.at(src.input).name + " has rank " +
+                             std::to_string(local.dim()));
+    int64_t size = local.size(src.dim);
+    const mesh::PlacementTuple& t = im.inputs.at(src.input).placement;
+    at::Tensor n = at::full({1}, size, at::TensorOptions().dtype(at::kLong));
+    bool sharded = false;
+    for (size_t m = 0; m < t.size(); ++m) {
+      if (!t[m].isShard(static_cast<int>(src.dim))) continue;
+      Communicator& c = im.world->dim(m);
+      const CommStats before = c.stats();
+      c.allReduce(n, mesh::ReduceOp::kSum);
+      c.restoreStats(before);
+      sharded = true;
+    }
+    if (sharded) size = n.item<int64_t>();
+    if (size % src.per_symbol != 0)
+      return invalidArgument(
+          "input " + im.inputs.at(src.input).name + " dim " + std::to_string(src.dim) + " = " +
+          std::to_string(size) + " is not a multiple of " + std::to_string(src.per_symbol) +
+          " (it was exported as " + std::to_string(src.per_symbol) + " x " + symbol + ")");
+    bound[symbol] = size / src.per_symbol;
+  }
+  std::vector<int64_t> coord(im.program.coordinate().begin(), im.program.coordinate().end());
+  values.reserve(im.symbolic.size());
+  for (const Impl::SymbolicArg& a : im.symbolic) {
+    std::vector<int64_t> sizes(a.rank, 1);
+    sizes[a.dim] = a.per_symbol * bound.at(a.symbol);
+    const layout::DimPiece p = layout::localPiece(sizes, a.placement, im.mesh, coord)[a.dim];
+    const int64_t part = a.part == proto::SymbolicArg::SIZE     ? p.size
+                         : a.part == proto::SymbolicArg::OFFSET ? p.offset
+                                                                : p.offset + p.size;
+    values.push_back(a.shift + a.scale * part);
+  }
+  return values;
+}
+
 Status ParallelModule::checkPlannedShapes(const std::vector<c10::IValue>& inputs) {
   Impl& im = *impl_;
   for (size_t i = 0; i < im.inputs.size() && i < inputs.size(); ++i) {
@@ -823,6 +929,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
                            std::to_string(inputs.size()));
   APC_RETURN_IF_ERROR(checkPlannedShapes(inputs));
   APC_RETURN_IF_ERROR(checkDivisible(inputs));
+  APC_ASSIGN_OR_RETURN(std::vector<int64_t> symbolic_values, symbolicValues(inputs));
   Regatherer regather(*im.world);
   if (im.buckets) im.buckets->reset();
   const ir::Graph& g = *im.graph;
@@ -888,7 +995,8 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
     }
   } tee(&regather, im.observer);
   auto leaves =
-      im.interp->run(external, im.observer ? static_cast<Interpreter::Observer*>(&tee) : &regather);
+      im.interp->run(external, im.observer ? static_cast<Interpreter::Observer*>(&tee) : &regather,
+                     symbolic_values);
   regather.finish();
   return leaves;
 }

@@ -37,6 +37,7 @@
 
 #include "../common/run_command.h"
 #include "../common/samples.h"
+#include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
 #include "apc/frontend/weights.h"
 #include "apc/ir/printer.h"
@@ -1093,6 +1094,44 @@ TEST(ExportedFixtures, BufferMutationsAreNotOutputs) {
   EXPECT_TRUE(add_);
 }
 
+// ir::Dim::per_symbol, the same from both importers: the .pt2 reads it off the size expression
+// (Mul(Integer(64), Symbol) for the flattened [B*T] rows of gpt2_tiny_loss's cross-entropy), the
+// TorchScript importer off its second, doubled-batch interpretation. Every symbolic dim is either
+// exactly per_symbol x B at the hint, or marked 0; and both importers mark the same dims.
+TEST(ExportedSamples, PerSymbolAgreesBetweenImporters) {
+  const fs::path pt2 = samplesDir() / "gpt2_tiny_loss.pt2";
+  const fs::path pt = samplesDir() / "gpt2_tiny_loss.pt";
+  if (!fs::exists(pt2) || !fs::exists(pt)) GTEST_SKIP() << "run sample_models/generate.py";
+  ImportOptions o;
+  for (const char* text : {"idx:i64[B=8,64]", "targets:i64[B=8,64]"}) {
+    auto spec = parseInputSpec(text);
+    ASSERT_TRUE(spec.ok());
+    o.inputs.push_back(*spec);
+  }
+  auto from_pt = importModel(pt.string(), o);
+  ASSERT_TRUE(from_pt.ok()) << from_pt.error().message();
+  auto from_pt2 = importModel(pt2.string());
+  ASSERT_TRUE(from_pt2.ok()) << from_pt2.error().message();
+  auto census = [](const ir::Graph& g) {
+    std::set<std::pair<int64_t, int64_t>> dims;  // (hint, per_symbol) of symbolic dims
+    for (size_t i = 0; i < g.numValues(); ++i) {
+      const ir::Value& v = g.value(ir::ValueId(static_cast<uint32_t>(i)));
+      if (!v.tensor) continue;
+      for (const ir::Dim& d : v.tensor->shape) {
+        if (!d.isSymbolic()) continue;
+        dims.emplace(d.size, d.per_symbol);
+        if (d.per_symbol > 0) {
+          EXPECT_EQ(d.size, d.per_symbol * 8) << v.debug_name;
+        }
+      }
+    }
+    return dims;
+  };
+  std::set<std::pair<int64_t, int64_t>> a = census(*from_pt), b = census(*from_pt2);
+  EXPECT_TRUE(b.count({8 * 64, 64})) << "no flattened [B*T] rows";
+  EXPECT_EQ(a, b);
+}
+
 TEST(ExportedFixtures, TwoDynamicDimsAndSizeArithmetic) {
   REQUIRE_FIXTURES();
   std::string path = (fixtures() / "two_dims.pt2").string();
@@ -1121,7 +1160,8 @@ TEST(ExportedFixtures, TwoDynamicDimsAndSizeArithmetic) {
       const ir::Value& val = g->value(v);
       if (val.tensor && val.tensor->rank() == 2 && val.tensor->shape[0].size == 42) {
         flat = true;
-        EXPECT_EQ(val.tensor->shape[0], ir::Dim::symbolic("B", 42));
+        // B*T is not a multiple of B alone: per_symbol 0 (its size cannot follow B by itself).
+        EXPECT_EQ(val.tensor->shape[0], ir::Dim::symbolic("B", 42, 0));
       }
     }
   }

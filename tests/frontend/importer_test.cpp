@@ -537,6 +537,64 @@ def forward(self, x):
   EXPECT_EQ(g.error().message().find('\n'), std::string::npos);
 }
 
+// Ops whose meta kernels LibTorch has only in Python (issue 31): max() and min() over every
+// element, floor_divide by a tensor and by a scalar get apc's shape rules; each output's shape
+// and dtype are those torch computes on real inputs.
+TEST_F(ImporterErrors, OpsWithPythonOnlyMetaKernelsImport) {
+  torch::jit::Module m("PyMeta");
+  m.define(R"(
+def forward(self, x, k):
+    a = x.max() - x.min()
+    b = torch.floor_divide(x, 0.5)
+    c = torch.floor_divide(k, 3)
+    d = torch.floor_divide(x, x.abs() + 1.0)
+    return a, b, c, d
+)");
+  const fs::path p = dir_ / "pymeta.pt";
+  m.save(p.string());
+  ImportOptions o;
+  o.inputs = {InputSpec{"x", ir::DType::kF32, ir::makeShape({4, 6})},
+              InputSpec{"k", ir::DType::kI64, ir::makeShape({4, 6})}};
+  auto g = importTorchScript(p.string(), o);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  std::vector<c10::IValue> args = {at::randn({4, 6}), at::randint(0, 100, {4, 6})};
+  c10::IValue real = m.forward(args);
+  const auto& elems = real.toTupleRef().elements();
+  std::vector<ir::ValueId> leaves = g->outputs().leaves();
+  ASSERT_EQ(leaves.size(), elems.size());
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    SCOPED_TRACE("output " + std::to_string(i));
+    const ir::TensorMeta& meta = *g->value(leaves[i]).tensor;
+    const at::Tensor& t = elems[i].toTensor();
+    EXPECT_EQ(ir::hintSizes(meta.shape), t.sizes().vec());
+    EXPECT_EQ(meta.dtype, apc::dtypeOf(t.scalar_type()));
+  }
+}
+
+// An op whose output size depends on its input's values cannot be planned: one line says so
+// (nonzero; repeat_interleave by repeats the model computes, as MoE routing does).
+TEST_F(ImporterErrors, DataDependentOutputSizeIsOneLine) {
+  for (const auto& [op, body] :
+       {std::pair<std::string, std::string>{"aten::nonzero", "return torch.nonzero(x > 0)"},
+        std::pair<std::string, std::string>{
+            "aten::repeat_interleave",
+            "return torch.repeat_interleave(x, (x[:, 0] > 0).long() + 1, dim=0)"}}) {
+    SCOPED_TRACE(op);
+    torch::jit::Module m("DataDependent");
+    m.define("def forward(self, x):\n    " + body + "\n");
+    const fs::path p = dir_ / "data_dependent.pt";
+    m.save(p.string());
+    auto g =
+        importTorchScript(p.string(), {{InputSpec{"x", ir::DType::kF32, ir::makeShape({4, 6})}}});
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.error().code(), ErrorCode::kUnsupported);
+    const std::string want = op + "'s output size depends on its input's values";
+    EXPECT_NE(g.error().message().find(want), std::string::npos) << g.error().message();
+    EXPECT_EQ(g.error().message().find("https://"), std::string::npos) << g.error().message();
+    EXPECT_EQ(g.error().message().find('\n'), std::string::npos);
+  }
+}
+
 TEST_F(ImporterErrors, UnknownInputName) {
   auto g = importTorchScript((kSamples / "toy_block.pt").string(),
                              {{InputSpec{"y", ir::DType::kF32, ir::makeShape({8, 128, 1024})}}});

@@ -34,7 +34,7 @@ using plan::testing::planOf;
 using plan::testing::specFor;
 
 TensorPiece piece(std::vector<int64_t> global, std::vector<layout::DimPiece> local) {
-  return {std::move(global), std::move(local), {}};
+  return {std::move(global), std::move(local), {}, {}, {}};
 }
 
 ir::Node opNamed(const std::string& op, const std::string& overload = "") {
@@ -115,6 +115,103 @@ TEST(LocalRewrite, ExpandKeepsTheRunTimeSizeOfASymbolicInputDim) {
   ASSERT_EQ(f->replace.size(), 1u);
   EXPECT_EQ(std::get<std::vector<int64_t>>(f->replace[0].second),
             (std::vector<int64_t>{3, -1, 2, 16}));
+}
+
+/// A piece whose dim 0 is the symbol B (per_symbol k), placed `t`.
+TensorPiece symbolicPiece(std::vector<int64_t> global, std::vector<layout::DimPiece> local,
+                          int64_t per_symbol, mesh::PlacementTuple t) {
+  TensorPiece p = piece(global, std::move(local));
+  p.symbolic.assign(global.size(), false);
+  p.symbolic[0] = true;
+  for (int64_t n : global) p.dims.push_back(ir::Dim::fixed(n));
+  p.dims[0] = ir::Dim::symbolic("B", global[0], per_symbol);
+  p.placement = std::move(t);
+  return p;
+}
+
+TEST(LocalRewrite, SymbolicSizesFromSizeOneAndFactoriesAreRecomputedAtRunTime) {
+  const mesh::PlacementTuple s0 = {mesh::Placement::shard(0)};
+  // A Hugging Face attention mask: mask[1, 1, T, T].expand(B, -1, T, T), batch-sharded on [2].
+  RankPieces rp;
+  rp.inputs = {{piece({1, 1, 4, 4}, {{0, 1}, {0, 1}, {0, 4}, {0, 4}})}, {}};
+  rp.outputs = {{symbolicPiece({8, 1, 4, 4}, {{4, 4}, {0, 1}, {0, 4}, {0, 4}}, 1, s0)}};
+  auto e = localizeNode(opNamed("aten::expand"),
+                        {std::nullopt, ir::Constant(std::vector<int64_t>{8, -1, 4, 4})}, rp);
+  ASSERT_TRUE(e.ok()) << e.error().message();
+  ASSERT_EQ(e->symbolic.size(), 1u);
+  const SymbolicSize& s = e->symbolic[0];
+  EXPECT_EQ(s.input, 1u);
+  EXPECT_EQ(s.element, 0);
+  EXPECT_EQ(s.symbol, "B");
+  EXPECT_EQ(s.part, SymbolicSize::Part::kSize);
+  EXPECT_EQ(s.dim, 0u);
+  EXPECT_EQ(s.rank, 4u);
+  EXPECT_EQ(s.placement, s0);
+  // The constant holds the local sizes at the hint; the runtime replaces element 0.
+  EXPECT_EQ(std::get<std::vector<int64_t>>(e->replace.at(0).second),
+            (std::vector<int64_t>{4, 1, 4, 4}));
+
+  // zeros(B*2, 16) (a flattened batch, per_symbol 2), replicated: the whole dim follows 2 x B.
+  RankPieces z;
+  z.inputs = {{}, {}, {}, {}, {}};
+  z.outputs = {{symbolicPiece({16, 16}, {{0, 16}, {0, 16}}, 2, {mesh::Placement::replicate()})}};
+  auto f = localizeNode(opNamed("aten::zeros"),
+                        {ir::Constant(std::vector<int64_t>{16, 16}), std::nullopt, std::nullopt,
+                         std::nullopt, std::nullopt},
+                        z);
+  ASSERT_TRUE(f.ok()) << f.error().message();
+  ASSERT_EQ(f->symbolic.size(), 1u);
+  EXPECT_EQ(f->symbolic[0].input, 0u);
+  EXPECT_EQ(f->symbolic[0].per_symbol, 2);
+
+  // A dim that is not proportional to its symbol (B+1) keeps its hint: nothing to recompute.
+  z.outputs = {{symbolicPiece({9, 16}, {{0, 9}, {0, 16}}, 0, {mesh::Placement::replicate()})}};
+  auto g = localizeNode(opNamed("aten::zeros"),
+                        {ir::Constant(std::vector<int64_t>{9, 16}), std::nullopt, std::nullopt,
+                         std::nullopt, std::nullopt},
+                        z);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(g->symbolic.empty());
+}
+
+TEST(LocalRewrite, ArangeOverASymbolicDimFollowsItsSymbol) {
+  // arange(B), whole: its end is B at run time.
+  RankPieces rp;
+  rp.inputs = {{}, {}, {}, {}, {}};
+  rp.outputs = {{symbolicPiece({8}, {{0, 8}}, 1, {mesh::Placement::replicate()})}};
+  auto w = localizeNode(
+      opNamed("aten::arange"),
+      {ir::Constant(int64_t{8}), std::nullopt, std::nullopt, std::nullopt, std::nullopt}, rp);
+  ASSERT_TRUE(w.ok()) << w.error().message();
+  ASSERT_EQ(w->symbolic.size(), 1u);
+  EXPECT_EQ(w->symbolic[0].input, 0u);
+  EXPECT_EQ(w->symbolic[0].element, -1);
+  EXPECT_EQ(w->symbolic[0].part, SymbolicSize::Part::kEnd);
+  EXPECT_FALSE(w->overload.has_value());
+  // arange.start_step(3, B, 2)... cut on [2]: both bounds of the piece follow B:
+  // start' = 3 + 2 x offset, end' = 3 + 2 x (offset + size).
+  rp.outputs = {{symbolicPiece({8}, {{4, 4}}, 1, {mesh::Placement::shard(0)})}};
+  auto c = localizeNode(
+      opNamed("aten::arange"),
+      {ir::Constant(int64_t{8}), std::nullopt, std::nullopt, std::nullopt, std::nullopt}, rp);
+  ASSERT_TRUE(c.ok()) << c.error().message();
+  EXPECT_EQ(c->overload, "start");  // arange(end) -> arange.start(start', end')
+  ASSERT_EQ(c->symbolic.size(), 2u);
+  EXPECT_EQ(c->symbolic[0].input, 0u);
+  EXPECT_EQ(c->symbolic[0].part, SymbolicSize::Part::kOffset);
+  EXPECT_EQ(c->symbolic[1].input, 1u);
+  EXPECT_EQ(c->symbolic[1].part, SymbolicSize::Part::kEnd);
+  auto st =
+      localizeNode(opNamed("aten::arange", "start_step"),
+                   {ir::Constant(int64_t{3}), ir::Constant(int64_t{19}), ir::Constant(int64_t{2}),
+                    std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+                   rp);
+  ASSERT_TRUE(st.ok()) << st.error().message();
+  ASSERT_EQ(st->symbolic.size(), 2u);
+  EXPECT_EQ(st->symbolic[0].scale, 2);
+  EXPECT_EQ(st->symbolic[0].shift, 3);
+  EXPECT_EQ(st->symbolic[1].scale, 2);
+  EXPECT_EQ(st->symbolic[1].shift, 3);
 }
 
 TEST(LocalRewrite, ArangeBoundsAndOverload) {

@@ -289,6 +289,45 @@ TEST(ApcTrain, HuggingFaceExportedProgramTrainsFromItsWeights) {
   expectTrainMatchesSingle("hf_llama_tiny.pt2", "2x2", 4, "--optimizer adamw --lr 0.01");
 }
 
+// --compare-single takes the exported program itself (issue 31): it runs through apc's
+// interpreter on one device, imported at the run's batch (6 here, the export's hint is 8; 6 rows
+// on 4 ranks are uneven pieces). Beside it, the same model in float64: each step line carries its
+// loss, and the summary on stderr sets the sharded difference against the float32 run's own
+// rounding.
+TEST(ApcTrain, CompareSingleTakesAnExportedProgramAtAnotherBatch) {
+  const std::string pt2 = testing::samplePath("hf_gpt2_tiny", "pt2");
+  if (!std::filesystem::exists(pt2)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir("train_compare_pt2");
+  std::string err = testing::makeArtifact({"hf_gpt2_tiny", {}, 256, "", "pt2"}, "2x2", "", dir);
+  ASSERT_TRUE(err.empty()) << err;
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  apc::testing::CommandResult r = apc::testing::runCommand(
+      testing::apcBinary() + " run " + dir.string() + " --nproc 4 --timeout 300 -- " + train + " " +
+      dir.string() + " --steps 3 --batch 6 --optimizer adamw --lr 0.01 --compare-single " + pt2);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto losses = parseLosses(r.out);
+  ASSERT_EQ(losses.size(), 3u) << r.out;
+  for (const auto& [x, y] : losses) EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::abs(y))) << r.out;
+  EXPECT_NE(losses.front().first, losses.back().first) << "the loss did not move: " << r.out;
+  // The float64 twin's loss on every step line, close to the float32 one (same model, weights
+  // and data; only rounding differs).
+  std::istringstream in(r.out);
+  std::string line;
+  int f64_lines = 0;
+  while (std::getline(in, line)) {
+    int step = 0;
+    double x = 0, y = 0, z = 0;
+    if (std::sscanf(line.c_str(), "step %d loss %lf single %lf f64 %lf", &step, &x, &y, &z) == 4) {
+      ++f64_lines;
+      EXPECT_NEAR(y, z, 1e-4 * std::abs(z)) << line;
+    }
+  }
+  EXPECT_EQ(f64_lines, 3) << r.out;
+  EXPECT_NE(r.err.find("sharded vs single: largest loss difference"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("within the single-device run's own rounding"), std::string::npos) << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 // --- measured runs: apc-train --profile, apc calibrate, apc plan --cluster
 // -------------------------
 

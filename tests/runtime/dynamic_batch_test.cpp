@@ -67,8 +67,12 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
 
 struct DynCase {
   std::string model;
-  std::vector<std::string> planned;  // {"x:f32[B=8,4,128]"}: the batch written "B=8"
+  // {"x:f32[B=8,4,128]"}: the batch written "B=8" (for "pt2", the reference's inputs only)
+  std::vector<std::string> planned;
   int64_t index_bound;
+  // "pt2": plan the exported program (its batch is dynamic from the export); the reference is
+  // still the TorchScript module of the same sample.
+  std::string format = "pt";
 };
 
 /// The input specs at batch `b` ("B=8" replaced by b).
@@ -84,9 +88,9 @@ std::vector<std::string> atBatch(const DynCase& c, int64_t b) {
 
 std::filesystem::path makeDynArtifact(const DynCase& c, const std::string& mesh,
                                       const std::string& strategy, const std::string& flags = "") {
-  ModelCase plan{c.model, c.planned, c.index_bound, flags};
-  std::filesystem::path dir =
-      scratchDir(c.model + "_" + mesh + "_" + (strategy.empty() ? "opt" : strategy));
+  ModelCase plan{c.model, c.planned, c.index_bound, flags, c.format};
+  std::filesystem::path dir = scratchDir(c.model + "_" + c.format + "_" + mesh + "_" +
+                                         (strategy.empty() ? "opt" : strategy));
   std::string err = testing::makeArtifact(plan, mesh, strategy, dir.string());
   EXPECT_TRUE(err.empty()) << err;
   return err.empty() ? dir : std::filesystem::path();
@@ -95,7 +99,8 @@ std::filesystem::path makeDynArtifact(const DynCase& c, const std::string& mesh,
 /// `strategy`: "ddp", or "" for the optimizer's plan.
 void planAndRun(const DynCase& c, const std::string& mesh, int world, const std::string& strategy,
                 const std::vector<int64_t>& batches) {
-  if (!std::filesystem::exists(testing::samplePath(c.model)))
+  if (!std::filesystem::exists(testing::samplePath(c.model)) ||
+      !std::filesystem::exists(testing::samplePath(c.model, c.format)))
     GTEST_SKIP() << "run sample_models/generate.py";
   std::filesystem::path dir = makeDynArtifact(c, mesh, strategy);
   if (dir.empty()) return;
@@ -113,6 +118,14 @@ const DynCase kMlp{"mlp_stack", {"x:f32[B=8,4,128]"}, 0};
 const DynCase kToy{"toy_block", {"x:f32[B=8,2,1024]"}, 0};
 const DynCase kLlama{"llama_tiny", {"tokens:i64[B=8,8]"}, 256};
 const DynCase kGpt2Loss{"gpt2_tiny_loss", {"idx:i64[B=8,8]", "targets:i64[B=8,8]"}, 50257};
+// Sizes computed from the batch inside the model (issue 31): a class token and an RNN state
+// expanded / created at the batch, arange(B), a concatenation of branches; and Hugging Face
+// decoders, whose attention mask is expanded from size 1 to the batch.
+const DynCase kBatchSized{"batch_sized", {"x:f32[B=8,6,16]"}, 0};
+const DynCase kBatchSizedPt2{"batch_sized", {"x:f32[B=8,6,16]"}, 0, "pt2"};
+const DynCase kHfLlamaPt2{"hf_llama_tiny", {"input_ids:i64[B=8,32]"}, 256, "pt2"};
+const DynCase kHfGpt2Pt2{"hf_gpt2_tiny", {"input_ids:i64[B=8,32]"}, 256, "pt2"};
+const DynCase kHfLlama{"hf_llama_tiny", {"input_ids:i64[B=8,32]"}, 256};
 
 struct RunCase {
   const DynCase* model;
@@ -136,12 +149,18 @@ INSTANTIATE_TEST_SUITE_P(Samples, DynamicBatchRun,
                                            RunCase{&kMlp, "2x2", 4, "", {6, 7, 10}},
                                            RunCase{&kToy, "2x2", 4, "", {6, 7, 10}},
                                            RunCase{&kLlama, "2", 2, "ddp", {6, 7, 10}},
-                                           RunCase{&kLlama, "2x2", 4, "", {6, 7, 10}}),
+                                           RunCase{&kLlama, "2x2", 4, "", {6, 7, 10}},
+                                           RunCase{&kBatchSized, "2", 2, "ddp", {6, 7, 10}},
+                                           RunCase{&kBatchSizedPt2, "2x2", 4, "", {6, 7, 10}},
+                                           RunCase{&kHfLlamaPt2, "2", 2, "", {6, 7, 10}},
+                                           RunCase{&kHfLlama, "2x2", 4, "ddp", {6, 7, 10}},
+                                           RunCase{&kHfGpt2Pt2, "2x2", 4, "", {6, 7, 10}}),
                          [](const ::testing::TestParamInfo<RunCase>& info) {
                            std::string mesh = info.param.mesh;
                            for (char& ch : mesh)
                              if (ch == 'x') ch = '_';
-                           return info.param.model->model + "_" + mesh + "_" +
+                           return info.param.model->model + "_" + info.param.model->format + "_" +
+                                  mesh + "_" +
                                   (info.param.strategy.empty() ? "opt" : info.param.strategy);
                          });
 

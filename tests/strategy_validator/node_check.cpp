@@ -347,7 +347,7 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       for (size_t e = 0; e < fulls.size(); ++e) {
         std::vector<int64_t> global = sizesOf(fulls[e]);
         pieces.inputs[i].push_back(
-            {global, layout::localPiece(global, *s.inputs[i], mesh, coord), {}});
+            {global, layout::localPiece(global, *s.inputs[i], mesh, coord), {}, {}, *s.inputs[i]});
       }
       if (full_inputs[i].isTensor()) {
         args[i] = in_locals[i][0][static_cast<size_t>(r)];
@@ -361,8 +361,11 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       if (!s.outputs[j]) continue;
       for (const at::Tensor& full : full_outs[j]) {
         std::vector<int64_t> global = sizesOf(full);
-        pieces.outputs[j].push_back(
-            {global, layout::localPiece(global, *s.outputs[j], mesh, coord), {}});
+        pieces.outputs[j].push_back({global,
+                                     layout::localPiece(global, *s.outputs[j], mesh, coord),
+                                     {},
+                                     {},
+                                     *s.outputs[j]});
       }
     }
     // The rank's call, localized by the rewrite lowering ships (apc/lower/local_rewrite.h).

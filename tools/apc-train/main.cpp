@@ -1,7 +1,8 @@
 //===- tools/apc-train/main.cpp - Example trainer over an apc artifact ------===//
 //
 // `apc-train [DIR] --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
-//            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL.pt] [--clip X] [--threads T]
+//            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL [--no-f64-reference]]
+//            [--clip X] [--threads T]
 //            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]
 //            [--momentum M] [--save DIR [--save-every N] [--keep K]] [--resume DIR]`
 //
@@ -9,8 +10,10 @@
 // APC_ARTIFACT names DIR when it is left out), it
 // loads the rank's program (apc::runtime::ParallelModule), trains it on synthetic data and prints,
 // on rank 0, one line per step: `step <n> loss <x>`, with --compare-single `step <n> loss <x>
-// single <y>` where y is the loss of the unsharded TorchScript model trained in rank 0 from the
-// same initial weights and data.
+// single <y> f64 <z>` where y is the loss of the unsharded model trained in rank 0 from the same
+// initial weights and data, and z that of the same unsharded model in float64: |y - z| is the
+// float32 run's own rounding, the yardstick for |x - y| (a summary line on stderr at the end
+// compares the two, so that a user can tell rounding from a sharding bug).
 //
 // No per-model code: every step draws full inputs from a generator seeded with --seed and the
 // step's number (the same on every rank, and the same whether the run was resumed), floating
@@ -22,8 +25,9 @@
 // full state dict, as Python's safetensors or `apc export` write it; else
 // --compare-single): load_full_state_dict of the model's parameters and buffers, so that sharded
 // and single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
-// The single-device reference runs the TorchScript module (LibTorch cannot run an exported
-// program's graph by itself), so --compare-single takes a .pt.
+// The single-device reference of a .pt runs the TorchScript module; that of a .pt2 (which LibTorch
+// cannot run) its graph through apc's interpreter on one device, imported at the run's sizes
+// (single_reference.h).
 //
 // --profile runs --warmup steps (default 2), then measures --steps steps: rank 0 prints the median
 // step time (forward + backward + optimizer; the trainer's output gather and loss are reported
@@ -79,6 +83,7 @@
 #include "apc/support/strings.h"
 #include "cli_checks.h"
 #include "node_profile.h"
+#include "single_reference.h"
 
 namespace {
 
@@ -92,6 +97,7 @@ struct Flags {
   int64_t batch = 0;  // 0: the artifact's batch
   std::string model;
   std::string compare_single;
+  bool no_f64_reference = false;
   double clip = 0;  // 0: no clipping
   int threads = 1;
   std::string onednn = "auto";
@@ -126,6 +132,14 @@ int64_t directoryBytes(const std::string& dir) {
     if (e.is_regular_file(ec)) n += static_cast<int64_t>(e.file_size(ec));
   return n;
 }
+
+/// --compare-single: one unsharded model trained beside the shards.
+struct Reference {
+  std::unique_ptr<apc::train::SingleReference> model;
+  std::vector<at::Tensor> params;
+  std::optional<apc::runtime::Optimizer> opt;
+  double last_loss = 0;
+};
 
 /// Nine significant digits: enough to compare sharded and single losses in tests.
 std::string number(double x) {
@@ -167,6 +181,50 @@ std::vector<at::Tensor> leavesOf(const c10::IValue& v) {
       for (at::Tensor& t : leavesOf(kv.value())) out.push_back(t);
   }
   return out;
+}
+
+/// One training step of a reference on the full inputs (cast to its floating dtype: under mixed
+/// precision the artifact's inputs may be bf16, and the float64 twin computes in f64), with the
+/// trainer's loss, clipping and optimizer; returns the loss.
+apc::Expected<double> referenceStep(Reference& r, const std::vector<at::Tensor>& full_inputs,
+                                    uint64_t loss_seed, double clip) {
+  r.opt->zero_grad();
+  const at::ScalarType dtype = r.model->floatingDtype();
+  std::vector<c10::IValue> args;
+  for (const at::Tensor& x : full_inputs)
+    args.emplace_back(x.is_floating_point() ? x.to(dtype) : x);
+  APC_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, r.model->forward(args));
+  at::Generator gen = at::detail::createCPUGenerator(loss_seed);
+  at::Tensor loss = lossOf(outs, gen);
+  loss.backward();
+  if (clip > 0) {
+    at::NoGradGuard no_grad;
+    double sq = 0;
+    for (const at::Tensor& p : r.params)
+      if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
+    const double coef = clip / (std::sqrt(sq) + 1e-6);
+    if (coef < 1)
+      for (const at::Tensor& p : r.params)
+        if (p.grad().defined()) p.grad().mul_(coef);
+  }
+  r.opt->step();
+  return loss.item<double>();
+}
+
+/// The summary of --compare-single: the sharded run's largest difference from the single-device
+/// one beside the single-device run's own float32 rounding (against its float64 twin).
+void reportRounding(double diff, double rounding) {
+  std::string verdict;
+  if (diff <= std::max(10 * rounding, 1e-6))
+    verdict = "within the single-device run's own rounding";
+  else
+    verdict =
+        "larger than the single-device run's own rounding: a sharding bug, or a network that "
+        "amplifies rounding (compare in float64 to tell)";
+  std::fprintf(stderr,
+               "apc-train: sharded vs single: largest loss difference %.3g; the single-device "
+               "float32 run vs float64: %.3g (%s)\n",
+               diff, rounding, verdict.c_str());
 }
 
 /// Seconds since the epoch of steady_clock, after the device finished its queued work (CUDA):
@@ -424,22 +482,39 @@ int run(Flags f) {
   const bool rank0 = pm.rank() == 0;
 
   const std::string model_path = !f.model.empty() ? f.model : f.compare_single;
-  std::optional<torch::jit::Module> single;
+  // --compare-single: the unsharded model, and its float64 twin (the yardstick of rounding).
+  std::vector<Reference> refs;
   if (!f.compare_single.empty() && rank0) {
-    try {
-      single = torch::jit::load(f.compare_single, device);
-    } catch (const std::exception& e) {
-      return fail(f.compare_single + ": cannot load as a TorchScript model (--compare-single " +
-                  "needs a .pt): " + apc::runtime::firstLine(e.what()));
+    apc::train::ReferenceOptions ro;
+    ro.device = device;
+    for (const apc::runtime::PlacedTensor& spec : pm.inputSpecs()) {
+      apc::frontend::InputSpec in;
+      in.name = spec.name;
+      in.dtype = apc::dtypeOf(spec.dtype);
+      for (size_t d = 0; d < spec.global_shape.size(); ++d) {
+        const int64_t size = d == 0 && f.batch > 0 ? f.batch : spec.global_shape[d];
+        const std::string& sym = d < spec.symbols.size() ? spec.symbols[d] : std::string();
+        in.shape.push_back(sym.empty() ? apc::ir::Dim::fixed(size)
+                                       : apc::ir::Dim::symbolic(sym, size));
+      }
+      ro.inputs.push_back(std::move(in));
     }
-    // Stub-weight samples store each weight as a zero-stride view of one element: the reference's
-    // in-place updates would write many elements through one location (an ATen error). Every
-    // parameter and buffer gets memory of its own (set_data keeps tied ones tied).
-    at::NoGradGuard no_grad;
-    for (at::Tensor p : single->parameters())
-      if (!p.is_contiguous()) p.set_data(p.contiguous());
-    for (at::Tensor b : single->buffers())
-      if (!b.is_contiguous()) b.set_data(b.contiguous());
+    apc::setActivity("loading the single-device model " + apc::printable(f.compare_single));
+    auto single = apc::train::loadSingleReference(f.compare_single, ro);
+    if (!single.ok()) return fail("--compare-single: " + single.error().message());
+    refs.emplace_back();
+    refs.back().model = std::move(single).value();
+    if (!f.no_f64_reference && refs.back().model->floatingDtype() != at::kDouble) {
+      ro.widen = true;
+      auto wide = apc::train::loadSingleReference(f.compare_single, ro);
+      if (wide.ok()) {
+        refs.emplace_back();
+        refs.back().model = std::move(wide).value();
+      } else {
+        std::fprintf(stderr, "apc-train: note: no float64 reference (%s)\n",
+                     wide.error().message().c_str());
+      }
+    }
   }
   if (!f.resume.empty()) {
     pm.to_empty(device);  // the checkpoint fills the shards below
@@ -460,13 +535,15 @@ int run(Flags f) {
     }
     apc::Status s = pm.load_full_state_dict(full);
     if (!s.ok()) return fail(model_path + ": " + s.error().message());
-    if (single && model_path != f.compare_single) {
-      // The reference starts from the same weights as the shards.
+    if (model_path != f.compare_single) {
+      // The references start from the same weights as the shards.
       at::NoGradGuard no_grad;
-      for (const auto& p : single->named_parameters())
-        if (auto it = full.find(p.name); it != full.end()) p.value.copy_(it->second);
-      for (const auto& b : single->named_buffers())
-        if (auto it = full.find(b.name); it != full.end()) b.value.copy_(it->second);
+      for (Reference& r : refs) {
+        for (const auto& [name, t] : r.model->namedParameters())
+          if (auto it = full.find(name); it != full.end()) t.copy_(it->second);
+        for (const auto& [name, t] : r.model->namedBuffers())
+          if (auto it = full.find(name); it != full.end()) t.copy_(it->second);
+      }
     }
   } else {
     pm.init_weights([&](const apc::runtime::PlacedTensor& spec, at::Tensor& local) {
@@ -484,24 +561,11 @@ int run(Flags f) {
   opt_options.lr = f.lr;
   opt_options.momentum = f.momentum;
   apc::runtime::Optimizer opt(opt_options, pm.parameters());
-  std::optional<apc::runtime::Optimizer> single_opt;
-  std::vector<at::Tensor> single_params;
-  std::optional<at::ScalarType> single_dtype;  // the reference's floating dtype
-  if (single) {
-    std::vector<const void*> seen;
-    for (const auto& p : single->parameters()) {
-      const void* impl = p.unsafeGetTensorImpl();
-      if (std::find(seen.begin(), seen.end(), impl) != seen.end()) continue;
-      seen.push_back(impl);
-      single_params.push_back(p);
-    }
-    single_opt.emplace(opt_options, single_params);
-    for (const at::Tensor& p : single_params)
-      if (p.is_floating_point()) {
-        single_dtype = p.scalar_type();
-        break;
-      }
+  for (Reference& r : refs) {
+    for (const auto& [name, t] : r.model->namedParameters()) r.params.push_back(t);
+    r.opt.emplace(opt_options, r.params);
   }
+  double max_single_diff = 0, max_rounding = 0;  // over the steps: |sharded - single|, |y - f64|
 
   std::optional<apc::train::NodeProfiler> node_profile;
   if (f.profile && f.profile_nodes) {
@@ -614,29 +678,16 @@ int run(Flags f) {
     }
 
     std::string line = "step " + std::to_string(step) + " loss " + number(loss.item<double>());
-    if (single) {
-      single_opt->zero_grad();
-      // The reference runs in its own dtypes: under mixed precision the artifact's floating
-      // inputs may be bf16 while the unsharded model computes in its parameters' dtype.
-      std::vector<c10::IValue> args;
-      for (const at::Tensor& x : full_inputs)
-        args.emplace_back(x.is_floating_point() && single_dtype ? x.to(*single_dtype) : x);
-      std::vector<at::Tensor> souts = leavesOf(single->forward(args));
-      at::Generator sgen = at::detail::createCPUGenerator(loss_seed);
-      at::Tensor sloss = lossOf(souts, sgen);
-      sloss.backward();
-      if (f.clip > 0) {
-        at::NoGradGuard no_grad;
-        double sq = 0;
-        for (const at::Tensor& p : single_params)
-          if (p.grad().defined()) sq += p.grad().to(at::kDouble).pow(2).sum().item<double>();
-        const double coef = f.clip / (std::sqrt(sq) + 1e-6);
-        if (coef < 1)
-          for (const at::Tensor& p : single_params)
-            if (p.grad().defined()) p.grad().mul_(coef);
+    for (size_t k = 0; k < refs.size(); ++k) {
+      auto sloss = referenceStep(refs[k], full_inputs, loss_seed, f.clip);
+      if (!sloss.ok()) return fail("step " + std::to_string(step) + ": " + sloss.error().message());
+      line += (k == 0 ? " single " : " f64 ") + number(*sloss);
+      if (k == 0) {
+        refs[0].last_loss = *sloss;
+        max_single_diff = std::max(max_single_diff, std::abs(loss.item<double>() - *sloss));
+      } else {
+        max_rounding = std::max(max_rounding, std::abs(refs[0].last_loss - *sloss));
       }
-      single_opt->step();
-      line += " single " + number(sloss.item<double>());
     }
     if (rank0 && !f.json) std::printf("%s\n", line.c_str());
     std::fflush(stdout);
@@ -659,6 +710,7 @@ int run(Flags f) {
       apc::setActivity("training");
     }
   }
+  if (refs.size() == 2) reportRounding(max_single_diff, max_rounding);
   if (node_profile && rank0) reportNodes(*node_profile, pm, f);
   if (f.profile) reportProfile(pm, f, samples, device);
   return 0;
@@ -705,8 +757,11 @@ int main(int argc, char** argv) {
                  "whose weights initialize the shards")
       ->check(nonEmptyPath());
   app.add_option("--compare-single", f.compare_single,
-                 "Also train this unsharded TorchScript model on rank 0 and print its loss")
+                 "Also train this unsharded model (.pt or .pt2) on rank 0 and print its loss, "
+                 "and its float64 twin's (the float32 run's own rounding)")
       ->check(nonEmptyPath());
+  app.add_flag("--no-f64-reference", f.no_f64_reference,
+               "With --compare-single: skip the float64 twin of the unsharded model");
   app.add_option("--clip", f.clip, "Clip the global gradient norm to this value (0: no clipping)")
       ->check(numberIn(0.0, 1e30));
   app.add_flag("--report-comm", f.report_comm,

@@ -30,9 +30,15 @@ bool isFloating(DType d);
 struct Dim {
   int64_t size = 0;    // the static size, or the hint when symbolic
   std::string symbol;  // empty when static
+  /// Symbolic dims: the size is per_symbol x the symbol's value (1: the symbol itself, 32: B*32
+  /// of a flattened batch), or 0 when it is some other function of it (B+1, B//2, B*T with T
+  /// dynamic too). Lowering recomputes sizes from it at run time (apc/lower/local_rewrite.h).
+  int64_t per_symbol = 1;
 
-  static Dim fixed(int64_t n) { return {n, {}}; }
-  static Dim symbolic(std::string sym, int64_t hint) { return {hint, std::move(sym)}; }
+  static Dim fixed(int64_t n) { return {n, {}, 1}; }
+  static Dim symbolic(std::string sym, int64_t hint, int64_t per_symbol = 1) {
+    return {hint, std::move(sym), per_symbol};
+  }
   bool isSymbolic() const { return !symbol.empty(); }
   bool operator==(const Dim&) const;  // defaulted in the .cpp (C++17 users)
 };

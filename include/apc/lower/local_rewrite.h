@@ -28,12 +28,18 @@
 //                                              0 and zeroes their output rows; padding_idx is
 //                                              shifted here, or -1 when the row is not local
 //
-// Dynamic dims: when the output of view / reshape / _unsafe_view has exactly one symbolic dim, its
-// entry of the rewritten size list is -1, so that the program runs at other sizes of that dim
-// (an entry of -1 already in the list is kept only when it is that dim). expand / broadcast_to
-// write -1 ("keep the input's size") for every symbolic output dim whose input dim, aligned from
-// the right, is symbolic too (LLaMA's repeat_kv: x[:, :, :, None, :].expand(B, T, ...) with B
-// folded to the hint). Factories (full, zeros, new_*, ...) keep hint sizes.
+// Dynamic dims (a dynamic batch): the importers fold sizes computed from a symbol to their value
+// at the hint, so every rewrite above also says how the program recomputes them at run time:
+// - view / reshape / _unsafe_view with exactly one symbolic output dim: its entry of the size list
+//   is -1 (an entry of -1 already in the list is kept only when it is that dim);
+// - expand / broadcast_to: -1 ("keep the input's size") for every symbolic output dim whose input
+//   dim, aligned from the right, is symbolic too (LLaMA's repeat_kv);
+// - every other symbolic output dim of a size list (expand from size 1 as in Hugging Face's
+//   attention masks and ViT's class token, factories such as zeros(B, ...), unflatten), and the
+//   bounds of an arange over a symbolic dim, become a SymbolicSize: the runtime computes the
+//   entry on every forward from the symbol's value (per_symbol x symbol is the dim's global
+//   size) and this rank's piece of the dim under the tensor's placement (layout::localPiece).
+//   A symbolic dim that is not proportional to its symbol (ir::Dim::per_symbol 0) keeps its hint.
 //
 // All other arguments keep their global values: dims, split sizes and slice bounds of dims that
 // the rules keep whole, reduction dims, scalars, and ints computed from sizes (aten::size gives
@@ -50,6 +56,7 @@
 
 #include "apc/ir/graph.h"
 #include "apc/layout/layout.h"
+#include "apc/mesh/placement.h"
 #include "apc/support/error.h"
 
 namespace apc::lower {
@@ -59,6 +66,8 @@ struct TensorPiece {
   std::vector<int64_t> global;          // global sizes (hints for symbolic dims)
   std::vector<layout::DimPiece> local;  // the rank's piece of each dim (layout::localPiece)
   std::vector<bool> symbolic;           // per dim: dynamic (a symbol); empty: all static
+  std::vector<ir::Dim> dims;            // the global dims (symbol and per_symbol)
+  mesh::PlacementTuple placement;       // how the tensor is placed (its pieces' rule)
 
   std::vector<int64_t> localSizes() const;
   /// True when the rank holds the whole of dim d.
@@ -70,6 +79,23 @@ struct TensorPiece {
 struct RankPieces {
   std::vector<std::vector<TensorPiece>> inputs;
   std::vector<std::vector<TensorPiece>> outputs;
+};
+
+/// One argument (or one element of an int[] argument) recomputed on every forward from a symbol's
+/// run-time value: shift + scale x (the size, offset or end of this rank's piece of dim `dim` of a
+/// tensor placed `placement`, whose global size there is per_symbol x the symbol).
+struct SymbolicSize {
+  enum class Part { kSize, kOffset, kEnd };
+  size_t input = 0;      // argument position in the node as emitted (after `prepend`)
+  int64_t element = -1;  // element of an int[] argument; -1: an int argument
+  std::string symbol;
+  int64_t per_symbol = 1;
+  mesh::PlacementTuple placement;
+  size_t rank = 0;
+  size_t dim = 0;
+  Part part = Part::kSize;
+  int64_t scale = 1;
+  int64_t shift = 0;
 };
 
 /// The rewrite of one rank's call of a node.
@@ -86,9 +112,11 @@ struct NodeRewrite {
     int64_t rows = 0;
   };
   std::optional<Vocab> vocab;
+  /// Arguments the runtime recomputes from symbols (a dynamic batch; see the file comment).
+  std::vector<SymbolicSize> symbolic;
   std::vector<std::string> notes;  // one line per rewrite applied ("size := [8, 64, 1, 12]")
 
-  bool empty() const { return replace.empty() && !overload && !vocab; }
+  bool empty() const { return replace.empty() && !overload && !vocab && symbolic.empty(); }
 };
 
 /// The rewrite of `node` for the rank whose pieces are `pieces`, per the table above.

@@ -18,6 +18,8 @@
 // - Vocab-parallel embeddings: an aten::embedding node with a VocabMaskSpec looks up indices
 //   shifted by -row_offset; indices outside [0, rows) are looked up as row 0 and their output rows
 //   zeroed (the other ranks' Partial summands supply them).
+// - Symbolic arguments (SymbolicArgSpec): a size constant that follows a dynamic dim is replaced
+//   on every run by the value the caller passes (ParallelModule computes it from the inputs).
 // - A value is dropped from the environment after its last use, so a forward holds only what
 //   autograd saved.
 //
@@ -67,8 +69,10 @@ Expected<c10::IValue> constantToIValue(const ir::Constant& c, const c10::Argumen
 class OpKernel {
  public:
   /// Resolves the operator of an op node. Errors: no operator with that name and overload, or one
-  /// that needs a graph node to run.
-  static Expected<OpKernel> resolve(const ir::Node& node);
+  /// that needs a graph node to run. `output_type`: the type of the node's first output, which
+  /// gives an empty prim::ListConstruct its element type (an int[] size list of a scalar).
+  static Expected<OpKernel> resolve(const ir::Node& node,
+                                    ir::ValueType output_type = ir::ValueType::kOther);
 
   /// The schema, or nullptr for the hand-written prim ops.
   const c10::FunctionSchema* schema() const { return schema_; }
@@ -84,6 +88,7 @@ class OpKernel {
  private:
   enum class Kind { kOperator, kListConstruct, kListUnpack, kTupleConstruct, kTupleUnpack };
   Kind kind_ = Kind::kOperator;
+  ir::ValueType list_type_ = ir::ValueType::kOther;  // prim::ListConstruct's output type
   std::string name_;
   const c10::FunctionSchema* schema_ = nullptr;
   std::function<void(std::vector<c10::IValue>&)> op_;
@@ -106,6 +111,14 @@ struct VocabMaskSpec {
 std::vector<c10::IValue> callMaskedEmbedding(const OpKernel& kernel, std::vector<c10::IValue> args,
                                              const VocabMaskSpec& mask);
 
+/// A constant argument of a node (or one element of an int[] one) that the caller computes on
+/// every run (a size that follows a symbolic dim: proto::SymbolicArg).
+struct SymbolicArgSpec {
+  ir::NodeId node;
+  uint32_t input = 0;
+  int64_t element = -1;  // element of an int[] argument; -1: an int argument
+};
+
 class Interpreter {
  public:
   /// Supplies the outputs of input / parameter / buffer nodes and of external op nodes; `args`
@@ -118,7 +131,8 @@ class Interpreter {
   static Expected<Interpreter> create(std::shared_ptr<const ir::Graph> graph,
                                       const InterpreterOptions& options = {},
                                       std::vector<bool> external = {},
-                                      std::vector<VocabMaskSpec> vocab_masks = {});
+                                      std::vector<VocabMaskSpec> vocab_masks = {},
+                                      std::vector<SymbolicArgSpec> symbolic_args = {});
 
   const ir::Graph& graph() const { return *graph_; }
 
@@ -135,9 +149,11 @@ class Interpreter {
   };
 
   /// Runs the graph; returns the output leaves in OutputTree order (graph().outputs().leaves()).
+  /// `symbolic_values` holds one value per SymbolicArgSpec given to create(), which replaces that
+  /// argument's constant (or its element) in this run.
   /// Errors: the first failing node, "node 12 aten::view (blocks.0.attn): <message>".
-  Expected<std::vector<c10::IValue>> run(const ExternalFn& external,
-                                         Observer* observer = nullptr) const;
+  Expected<std::vector<c10::IValue>> run(const ExternalFn& external, Observer* observer = nullptr,
+                                         const std::vector<int64_t>& symbolic_values = {}) const;
 
  private:
   struct Step {
@@ -148,11 +164,13 @@ class Interpreter {
     std::vector<c10::IValue> constant_args;  // per input; None-typed placeholder when not constant
     std::vector<bool> is_constant;
     std::vector<uint32_t> free_after;  // values whose last use is this node
+    std::vector<size_t> symbolic;      // indices into symbolic_ of this node's arguments
   };
   std::shared_ptr<const ir::Graph> graph_;
   InterpreterOptions options_;
   std::vector<Step> steps_;
   std::vector<VocabMaskSpec> masks_;
+  std::vector<SymbolicArgSpec> symbolic_;
   std::vector<uint32_t> output_values_;
 };
 

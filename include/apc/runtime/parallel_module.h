@@ -206,6 +206,10 @@ class ParallelModule {
   /// counted in commStats), so every rank fails alike, with one line naming the planned shape and
   /// how to plan a dynamic batch.
   Status checkPlannedShapes(const std::vector<c10::IValue>& inputs);
+  /// The run-time values of the program's symbolic arguments (proto::SymbolicArg) for these
+  /// inputs: each symbol's value from the global size of an input dim that carries it (collective
+  /// when that dim is sharded), then this rank's piece. Empty when the program has none.
+  Expected<std::vector<int64_t>> symbolicValues(const std::vector<c10::IValue>& inputs);
   std::unique_ptr<Impl> impl_;
 };
 
