@@ -287,7 +287,7 @@ def sample_table():
         "batch_sized", "traced",
         "sizes computed from the batch: class token cls.expand(B, -1, -1) concatenated before "
         "Linear(16,32)(x), an RNN cell tanh(Linear(h_t) + Linear(s)) over the 7 positions from "
-        "s = zeros(B, 32), s + arange(B) * 0.01, cat of two Linear(32,16) branches, Linear(32,10)",
+        "s = zeros(B, 32) + state0.repeat(B, 1), s + arange(B) * 0.01, cat of two Linear(32,16) branches, Linear(32,10)",
         _seeded(lambda: M.BatchSizedPatterns()), {"d_in": 16, "d_model": 32, "n_classes": 10},
         [InputSpec("x", "f32", [8, 6, 16])], [8, 10],
         output_desc="tensor f32 [8,10]",

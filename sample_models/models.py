@@ -622,7 +622,7 @@ class MultiOutput(nn.Module):
 class BatchSizedPatterns(nn.Module):
     """Sizes computed from the batch inside the model, as real models have them: a ViT class token
     expanded to the batch (``cls.expand(B, -1, -1)``), an RNN whose initial state is
-    ``zeros(B, H)``, per-sample positions from ``arange(B)``, and the concatenation of two branch
+    ``zeros(B, H) + state0.repeat(B, 1)``, per-sample positions from ``arange(B)``, and the concatenation of two branch
     outputs (inception / shufflenet). With a dynamic batch each of these must follow the run-time
     batch, not the one the model was exported at."""
 
@@ -632,6 +632,7 @@ class BatchSizedPatterns(nn.Module):
         self.cls = nn.Parameter(torch.randn(1, 1, d_model) * 0.02)
         self.cell_x = nn.Linear(d_model, d_model)
         self.cell_h = nn.Linear(d_model, d_model, bias=False)
+        self.state0 = nn.Parameter(torch.randn(1, d_model) * 0.02)
         self.branch_a = nn.Linear(d_model, d_model // 2)
         self.branch_b = nn.Linear(d_model, d_model // 2)
         self.head = nn.Linear(d_model, n_classes)
@@ -640,7 +641,7 @@ class BatchSizedPatterns(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b = x.shape[0]
         h = torch.cat([self.cls.expand(b, -1, -1), self.inp(x)], dim=1)
-        s = torch.zeros(b, self.d_model, dtype=x.dtype, device=x.device)
+        s = torch.zeros(b, self.d_model, dtype=x.dtype, device=x.device) + self.state0.repeat(b, 1)
         for t in range(h.shape[1]):
             s = torch.tanh(self.cell_x(h[:, t]) + self.cell_h(s))
         s = s + torch.arange(b, dtype=x.dtype, device=x.device)[:, None] * 0.01

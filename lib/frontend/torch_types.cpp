@@ -6,7 +6,22 @@
 namespace apc::frontend {
 
 std::string torchErrorLine(const std::string& what) {
-  std::string line = what.substr(0, what.find('\n'));
+  // The first line that says something: some of LibTorch's messages open with a newline.
+  std::string line;
+  for (const std::string& l : split(what, '\n'))
+    if (!trim(l).empty()) {
+      line = l;
+      break;
+    }
+  // An archive that calls an operator this LibTorch does not register (torchvision's nms, a
+  // custom extension's op): the loader's message goes on with a suggestion and a source excerpt.
+  if (size_t at = line.find("Unknown builtin op: "); at != std::string::npos) {
+    std::string op(trim(line.substr(at + 20)));
+    if (!op.empty() && op.back() == '.') op.pop_back();
+    return "it calls operator " + op +
+           ", which apc's LibTorch does not register (a library such as torchvision or a custom "
+           "extension defines it; export the model without it)";
+  }
   // An error inside TorchScript code opens with a fixed header and a traceback; its cause is the
   // last "SomethingError: message" line.
   if (line.rfind("The following operation failed in the TorchScript interpreter", 0) == 0) {

@@ -245,6 +245,31 @@ Status rewriteNarrow(const std::vector<std::optional<ir::Constant>>& c, const Ra
   return Status::success();
 }
 
+/// repeat(self, repeats): an output dim that follows a symbol while the input dim it repeats has
+/// size 1 (or is a new leading dim), as in `cls.repeat(B, 1, 1)`: its repeat count is the output
+/// piece's size at run time.
+Status rewriteRepeat(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                     NodeRewrite& r) {
+  const std::vector<int64_t>* repeats = intListAt(c, 1);
+  const TensorPiece* out = firstOutput(pieces);
+  if (!repeats || !out || pieces.inputs.empty() || pieces.inputs[0].empty())
+    return Status::success();
+  const TensorPiece& in = pieces.inputs[0][0];
+  if (repeats->size() != out->global.size() || in.global.size() > out->global.size())
+    return Status::success();
+  const size_t lead = out->global.size() - in.global.size();
+  for (size_t d = 0; d < out->global.size(); ++d) {
+    const bool unit = d < lead || (in.global[d - lead] == 1 &&
+                                   (d - lead >= in.dims.size() || !in.dims[d - lead].isSymbolic()));
+    if (!unit) continue;
+    auto e = symbolicOf(*out, d, 1, static_cast<int64_t>(d), SymbolicSize::Part::kSize);
+    if (!e) continue;
+    r.symbolic.push_back(std::move(*e));
+    r.notes.push_back("repeats[" + std::to_string(d) + "] from a symbol at run time");
+  }
+  return Status::success();
+}
+
 /// embedding(weight, indices, padding_idx, ...) with the weight's rows cut.
 Status rewriteEmbedding(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
                         NodeRewrite& r) {
@@ -289,6 +314,8 @@ Expected<NodeRewrite> localizeNode(const ir::Node& node,
     st = rewriteNarrow(constants, pieces, r);
   } else if (op == "aten::embedding") {
     st = rewriteEmbedding(constants, pieces, r);
+  } else if (op == "aten::repeat") {
+    st = rewriteRepeat(constants, pieces, r);
   }
   if (!st.ok()) return st.error().withContext(node.qualifiedOp());
   return r;

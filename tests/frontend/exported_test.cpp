@@ -1132,6 +1132,21 @@ TEST(ExportedSamples, PerSymbolAgreesBetweenImporters) {
   EXPECT_EQ(a, b);
 }
 
+// A TorchScript archive that calls an operator apc's LibTorch does not register (torchvision's
+// nms in a LibTorch without torchvision; here a Python custom op): one line naming the operator.
+// LibTorch's message opens with a newline, which used to leave "()" as the cause.
+TEST(ExportedFixtures, ArchiveWithAnUnknownOperatorNamesIt) {
+  REQUIRE_FIXTURES();
+  auto g = importModel((fixtures() / "custom_op.pt").string());
+  ASSERT_FALSE(g.ok());
+  const std::string m = g.error().message();
+  EXPECT_NE(m.find("it calls operator apc_test::scale, which apc's LibTorch does not register"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(m.find("()"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
 TEST(ExportedFixtures, TwoDynamicDimsAndSizeArithmetic) {
   REQUIRE_FIXTURES();
   std::string path = (fixtures() / "two_dims.pt2").string();

@@ -220,6 +220,9 @@ def main(out):
     torch.jit.script(ScriptedLoops().train()).save(os.path.join(out, "scripted_loops.pt"))
     torch.jit.script(ScriptedDataLoop()).save(os.path.join(out, "scripted_data_loop.pt"))
     torch.jit.script(ScriptedOptional()).save(os.path.join(out, "scripted_optional.pt"))
+    # A TorchScript archive calling an operator only Python registers (as torchvision's nms is
+    # for a LibTorch without torchvision): LibTorch cannot load it.
+    torch.jit.trace(Custom(), (torch.randn(3, 4),)).save(os.path.join(out, "custom_op.pt"))
     x = torch.randn(4, 16)
     inplace = {"repeated": InplaceRepeated(), "chain": InplaceChain(),
                "interleaved": InplaceInterleaved(), "base_and_views": InplaceBaseAndViews(),
@@ -232,7 +235,7 @@ def main(out):
         if name != "refused_view":  # the training IR keeps the in-place ops on views too
             ep = torch.export.export(model, (x,))
             torch.export.save(ep, os.path.join(out, "inplace_" + name + ".pt2"))
-    print("wrote", ", ".join(programs), "(and bn_train_functional, scripted_loops,",
+    print("wrote", ", ".join(programs), "(and bn_train_functional, custom_op.pt, scripted_loops,",
           "scripted_data_loop, scripted_optional, inplace_*) to", out)
 
 

@@ -174,6 +174,28 @@ TEST(LocalRewrite, SymbolicSizesFromSizeOneAndFactoriesAreRecomputedAtRunTime) {
   EXPECT_TRUE(g->symbolic.empty());
 }
 
+TEST(LocalRewrite, RepeatOfASizeOneDimToASymbolicOneFollowsTheSymbol) {
+  // state0[1, 32].repeat(B, 1): the count of dim 0 is B at run time; dim 1 keeps its constant.
+  RankPieces rp;
+  rp.inputs = {{piece({1, 32}, {{0, 1}, {0, 32}})}, {}};
+  rp.outputs = {{symbolicPiece({8, 32}, {{0, 8}, {0, 32}}, 1, {mesh::Placement::replicate()})}};
+  auto r = localizeNode(opNamed("aten::repeat"),
+                        {std::nullopt, ir::Constant(std::vector<int64_t>{8, 1})}, rp);
+  ASSERT_TRUE(r.ok()) << r.error().message();
+  ASSERT_EQ(r->symbolic.size(), 1u);
+  EXPECT_EQ(r->symbolic[0].input, 1u);
+  EXPECT_EQ(r->symbolic[0].element, 0);
+  EXPECT_EQ(r->symbolic[0].part, SymbolicSize::Part::kSize);
+  // x[B, 4].repeat(1, 2): the symbolic dim is the input's own, repeated once: nothing to do.
+  TensorPiece in = symbolicPiece({8, 4}, {{0, 8}, {0, 4}}, 1, {mesh::Placement::replicate()});
+  rp.inputs = {{in}, {}};
+  rp.outputs = {{symbolicPiece({8, 8}, {{0, 8}, {0, 8}}, 1, {mesh::Placement::replicate()})}};
+  auto k = localizeNode(opNamed("aten::repeat"),
+                        {std::nullopt, ir::Constant(std::vector<int64_t>{1, 2})}, rp);
+  ASSERT_TRUE(k.ok());
+  EXPECT_TRUE(k->symbolic.empty());
+}
+
 TEST(LocalRewrite, ArangeOverASymbolicDimFollowsItsSymbol) {
   // arange(B), whole: its end is B at run time.
   RankPieces rp;

@@ -16,6 +16,8 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -75,12 +77,16 @@ struct DynCase {
   std::string format = "pt";
 };
 
-/// The input specs at batch `b` ("B=8" replaced by b).
+/// The input specs at batch `b` ("B=<hint>" replaced by b).
 std::vector<std::string> atBatch(const DynCase& c, int64_t b) {
   std::vector<std::string> out;
   for (std::string s : c.planned) {
-    size_t at = s.find("B=8");
-    if (at != std::string::npos) s.replace(at, 3, std::to_string(b));
+    size_t at = s.find("B=");
+    if (at != std::string::npos) {
+      size_t end = at + 2;
+      while (end < s.size() && std::isdigit(static_cast<unsigned char>(s[end]))) ++end;
+      s.replace(at, end - at, std::to_string(b));
+    }
     out.push_back(s);
   }
   return out;
@@ -106,7 +112,8 @@ void planAndRun(const DynCase& c, const std::string& mesh, int world, const std:
   if (dir.empty()) return;
   for (int64_t b : batches) {
     SCOPED_TRACE("batch " + std::to_string(b));
-    Reference ref = testing::computeReference({c.model, atBatch(c, b), c.index_bound, ""}, 1, 0.0);
+    Reference ref =
+        testing::computeReference({c.model, atBatch(c, b), c.index_bound, "", c.format}, 1, 0.0);
     std::vector<std::string> failed =
         testing::runRanks(world, [&](int rank) { return runRank(rank, dir.string(), ref); });
     for (const std::string& f : failed) ADD_FAILURE() << f;
@@ -126,6 +133,12 @@ const DynCase kBatchSizedPt2{"batch_sized", {"x:f32[B=8,6,16]"}, 0, "pt2"};
 const DynCase kHfLlamaPt2{"hf_llama_tiny", {"input_ids:i64[B=8,32]"}, 256, "pt2"};
 const DynCase kHfGpt2Pt2{"hf_gpt2_tiny", {"input_ids:i64[B=8,32]"}, 256, "pt2"};
 const DynCase kHfLlama{"hf_llama_tiny", {"input_ids:i64[B=8,32]"}, 256};
+// The other exported samples: their batch is symbolic from the export.
+const DynCase kGpt2Pt2{"gpt2_tiny", {"idx:i64[B=8,64]"}, 50257, "pt2"};
+const DynCase kCnnPt2{"cnn_small", {"x:f32[B=8,3,32,32]"}, 0, "pt2"};
+const DynCase kSwinPt2{"swin_tiny", {"x:f32[B=8,3,40,40]"}, 0, "pt2"};
+const DynCase kResnetPt2{"resnet_bottleneck", {"x:f64[B=8,3,64,64]"}, 0, "pt2"};
+const DynCase kMultiPt2{"multi_output", {"x:f32[B=4,32]"}, 0, "pt2"};
 
 struct RunCase {
   const DynCase* model;
@@ -142,27 +155,28 @@ TEST_P(DynamicBatchRun, MatchesSingleModelAtEachBatch) {
   planAndRun(*c.model, c.mesh, c.world, c.strategy, c.batches);
 }
 
-INSTANTIATE_TEST_SUITE_P(Samples, DynamicBatchRun,
-                         ::testing::Values(RunCase{&kMlp, "2", 2, "ddp", {6, 7, 8, 10}},
-                                           RunCase{&kToy, "2", 2, "ddp", {6, 7, 10}},
-                                           RunCase{&kMlp, "2x2", 4, "ddp", {6, 7, 12}},
-                                           RunCase{&kMlp, "2x2", 4, "", {6, 7, 10}},
-                                           RunCase{&kToy, "2x2", 4, "", {6, 7, 10}},
-                                           RunCase{&kLlama, "2", 2, "ddp", {6, 7, 10}},
-                                           RunCase{&kLlama, "2x2", 4, "", {6, 7, 10}},
-                                           RunCase{&kBatchSized, "2", 2, "ddp", {6, 7, 10}},
-                                           RunCase{&kBatchSizedPt2, "2x2", 4, "", {6, 7, 10}},
-                                           RunCase{&kHfLlamaPt2, "2", 2, "", {6, 7, 10}},
-                                           RunCase{&kHfLlama, "2x2", 4, "ddp", {6, 7, 10}},
-                                           RunCase{&kHfGpt2Pt2, "2x2", 4, "", {6, 7, 10}}),
-                         [](const ::testing::TestParamInfo<RunCase>& info) {
-                           std::string mesh = info.param.mesh;
-                           for (char& ch : mesh)
-                             if (ch == 'x') ch = '_';
-                           return info.param.model->model + "_" + info.param.model->format + "_" +
-                                  mesh + "_" +
-                                  (info.param.strategy.empty() ? "opt" : info.param.strategy);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Samples, DynamicBatchRun,
+    ::testing::Values(
+        RunCase{&kMlp, "2", 2, "ddp", {6, 7, 8, 10}}, RunCase{&kToy, "2", 2, "ddp", {6, 7, 10}},
+        RunCase{&kMlp, "2x2", 4, "ddp", {6, 7, 12}}, RunCase{&kMlp, "2x2", 4, "", {6, 7, 10}},
+        RunCase{&kToy, "2x2", 4, "", {6, 7, 10}}, RunCase{&kLlama, "2", 2, "ddp", {6, 7, 10}},
+        RunCase{&kLlama, "2x2", 4, "", {6, 7, 10}},
+        RunCase{&kBatchSized, "2", 2, "ddp", {6, 7, 10}},
+        RunCase{&kBatchSizedPt2, "2x2", 4, "", {6, 7, 10}},
+        RunCase{&kHfLlamaPt2, "2", 2, "", {6, 7, 10}},
+        RunCase{&kHfLlama, "2x2", 4, "ddp", {6, 7, 10}},
+        RunCase{&kHfGpt2Pt2, "2x2", 4, "", {6, 7, 10}}, RunCase{&kGpt2Pt2, "2", 2, "", {6, 7, 10}},
+        RunCase{&kCnnPt2, "2x2", 4, "", {6, 7, 10}},
+        RunCase{&kSwinPt2, "2x2", 4, "ddp", {6, 7, 10}},
+        RunCase{&kResnetPt2, "2", 2, "", {6, 7, 10}}, RunCase{&kMultiPt2, "2", 2, "", {3, 5, 6}}),
+    [](const ::testing::TestParamInfo<RunCase>& info) {
+      std::string mesh = info.param.mesh;
+      for (char& ch : mesh)
+        if (ch == 'x') ch = '_';
+      return info.param.model->model + "_" + info.param.model->format + "_" + mesh + "_" +
+             (info.param.strategy.empty() ? "opt" : info.param.strategy);
+    });
 
 /// On every one of `world` ranks, loading the artifact in `dir` and running the forward on
 /// `ref`'s inputs fails with a message `named` accepts (printed to stderr).

@@ -27,6 +27,7 @@
 //                                              offset, looks up indices outside [0, rows) as row
 //                                              0 and zeroes their output rows; padding_idx is
 //                                              shifted here, or -1 when the row is not local
+//   repeat (repeats: 1)                        dynamic dims only (below)
 //
 // Dynamic dims (a dynamic batch): the importers fold sizes computed from a symbol to their value
 // at the hint, so every rewrite above also says how the program recomputes them at run time:
@@ -36,7 +37,8 @@
 //   dim, aligned from the right, is symbolic too (LLaMA's repeat_kv);
 // - every other symbolic output dim of a size list (expand from size 1 as in Hugging Face's
 //   attention masks and ViT's class token, factories such as zeros(B, ...), unflatten), and the
-//   bounds of an arange over a symbolic dim, become a SymbolicSize: the runtime computes the
+//   bounds of an arange over a symbolic dim, and repeat's count where it repeats a size-1 dim
+//   to a symbolic one (`cls.repeat(B, 1, 1)`), become a SymbolicSize: the runtime computes the
 //   entry on every forward from the symbol's value (per_symbol x symbol is the dim's global
 //   size) and this rank's piece of the dim under the tensor's placement (layout::localPiece).
 //   A symbolic dim that is not proportional to its symbol (ir::Dim::per_symbol 0) keeps its hint.
