@@ -22,12 +22,49 @@ Expected<ModelFormat> detectModelFormat(const std::string& path) {
   return archive->isExportedProgram() ? ModelFormat::kExportedProgram : ModelFormat::kTorchScript;
 }
 
+namespace {
+
+/// torch.cat skips operands that are 1-d and empty (its legacy rule for empty tensors), as in
+/// transformers' empty key/value caches: `cat([torch.tensor([]), k], dim=-2)`. They are dropped
+/// from the list here, so that the planner and lowering see the concatenation that runs (a 1-d
+/// operand beside 4-d ones fits no sharding rule, and its buffer no placement).
+void dropEmptyCatOperands(ir::Graph& g) {
+  std::vector<int> uses(g.numValues(), 0);
+  for (const ir::Node& n : g.nodes())
+    for (ir::ValueId v : n.inputs) ++uses[v.v];
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op != "aten::cat" || n.inputs.empty()) continue;
+    ir::Value& list = g.value(n.inputs[0]);
+    if (list.type != ir::ValueType::kTensorList || !list.producer.valid() || uses[list.id.v] != 1)
+      continue;
+    ir::Node& construct = g.node(list.producer);
+    if (construct.op != "prim::ListConstruct" || construct.inputs.size() != list.elements.size())
+      continue;
+    std::vector<ir::ValueId> kept_inputs;
+    std::vector<ir::TensorMeta> kept_elements;
+    for (size_t i = 0; i < construct.inputs.size(); ++i) {
+      const ir::TensorMeta& e = list.elements[i];
+      const bool empty_1d = e.shape.size() == 1 && !e.shape[0].isSymbolic() && e.shape[0].size == 0;
+      if (empty_1d) continue;
+      kept_inputs.push_back(construct.inputs[i]);
+      kept_elements.push_back(e);
+    }
+    if (kept_inputs.size() == construct.inputs.size() || kept_inputs.empty()) continue;
+    construct.inputs = std::move(kept_inputs);
+    list.elements = std::move(kept_elements);
+  }
+}
+
+}  // namespace
+
 Expected<ir::Graph> importModel(const std::string& path, const ImportOptions& options,
                                 ImportTimings* timings, ImportNotes* notes) {
   APC_ASSIGN_OR_RETURN(ModelFormat f, detectModelFormat(path));
-  if (f == ModelFormat::kExportedProgram)
-    return importExportedProgram(path, options, timings, notes);
-  return importTorchScript(path, options, timings);
+  Expected<ir::Graph> g = f == ModelFormat::kExportedProgram
+                              ? importExportedProgram(path, options, timings, notes)
+                              : importTorchScript(path, options, timings);
+  if (g.ok()) dropEmptyCatOperands(*g);
+  return g;
 }
 
 Expected<std::vector<InputSpec>> recordedModelInputs(const std::string& path) {

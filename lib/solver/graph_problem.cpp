@@ -32,8 +32,12 @@ std::vector<PlacementTuple> leafPlacements(const ir::TensorMeta& t, const mesh::
   while (true) {
     for (size_t d = 0; d < m.ndim(); ++d) cur[d] = options[idx[d]];
     bool ok = true;
-    for (int d = 0; d < static_cast<int>(t.rank()) && ok; ++d)
-      ok = mesh::shardFactor(cur, m.shape(), d) <= t.shape[d].size;
+    for (int d = 0; d < static_cast<int>(t.rank()) && ok; ++d) {
+      // An uncut dim always fits, even one of size 0 (an empty buffer: transformers' empty
+      // key/value caches); a cut one needs a piece per rank.
+      const int64_t factor = mesh::shardFactor(cur, m.shape(), d);
+      ok = factor == 1 || factor <= t.shape[d].size;
+    }
     if (ok) out.push_back(cur);
     size_t k = m.ndim();
     while (k-- > 0) {

@@ -222,6 +222,27 @@ std::vector<DimStrategy> indexRule(const RuleContext& c) {
   return res;
 }
 
+/// repeat(self, repeats): out dim j = self dim j - lead (lead = len(repeats) - rank) repeated
+/// repeats[j] times. A dim repeated once keeps self's cut (S(i) -> S(i + lead)); a tiled dim is
+/// whole (a piece of a tiling is no tiling of a piece). P(sum) passes through (linear).
+std::vector<DimStrategy> repeatRule(const RuleContext& c) {
+  int64_t r = c.inputRank(0);
+  auto repeats = c.intListArg(1);
+  if (r < 0 || !repeats || c.numOutputs() != 1) return {};
+  const auto o = static_cast<int64_t>(repeats->size());
+  if (o < r || c.outputRank(0) != o) return {};
+  auto make = [&](Placement self, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = self;
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res = {make(R(), R()), make(P(), P())};
+  for (int64_t i = 0; i < r; ++i)
+    if ((*repeats)[static_cast<size_t>(i + o - r)] == 1) res.push_back(make(S(i), S(i + o - r)));
+  return res;
+}
+
 /// pad(self, pad, mode, value) and constant_pad_nd(self, pad, value): `pad` has two entries per
 /// padded dim, from the last dim backwards; every other dim is free. Constant padding with 0 is
 /// linear: P(sum) passes through.
@@ -331,6 +352,7 @@ void registerTensorOpRules(Registry& r) {
   r.add("aten::slice_scatter", sliceScatterRule, OpFamily::kIndex);
   r.add("aten::select_scatter", selectScatterRule, OpFamily::kIndex);
   r.add("aten::index.Tensor", indexRule, OpFamily::kIndex);
+  r.add("aten::repeat", repeatRule, OpFamily::kIndex);
   r.add(
       "aten::pad", [](const RuleContext& c) { return padRule(c, true); }, OpFamily::kIndex);
   r.add(

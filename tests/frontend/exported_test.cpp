@@ -1147,6 +1147,33 @@ TEST(ExportedFixtures, ArchiveWithAnUnknownOperatorNamesIt) {
   EXPECT_EQ(m.find('\n'), std::string::npos) << m;
 }
 
+// torch.cat skips empty 1-d operands (transformers' empty key/value caches); the importer drops
+// them from the list, so the concatenation planned is the one that runs, and `apc plan` plans
+// the model (its empty lifted buffer is Replicate).
+TEST(ExportedFixtures, EmptyOperandsOfCatAreDropped) {
+  REQUIRE_FIXTURES();
+  const std::string path = (fixtures() / "empty_cache.pt2").string();
+  auto g = importModel(path);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  int cats = 0;
+  for (const ir::Node& n : g->nodes()) {
+    if (n.op != "aten::cat") continue;
+    ++cats;
+    const ir::Value& list = g->value(n.inputs[0]);
+    ASSERT_EQ(list.elements.size(), 1u);
+    EXPECT_EQ(list.elements[0].rank(), 3);
+    EXPECT_EQ(g->node(list.producer).inputs.size(), 1u);
+  }
+  EXPECT_EQ(cats, 1);
+  const fs::path plan =
+      fs::temp_directory_path() / ("apc_empty_cache_" + std::to_string(::getpid()) + ".json");
+  apc::testing::CommandResult r = apc::testing::runCommand(apc::testing::kApc + " plan " + path +
+                                                           " --mesh 2x2 -o " + plan.string());
+  fs::remove(plan);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err.find("no sharding rule for aten::cat"), std::string::npos) << r.err;
+}
+
 TEST(ExportedFixtures, TwoDynamicDimsAndSizeArithmetic) {
   REQUIRE_FIXTURES();
   std::string path = (fixtures() / "two_dims.pt2").string();

@@ -72,6 +72,19 @@ class Custom(torch.nn.Module):
         return scale(self.lin(x))
 
 
+class EmptyCache(torch.nn.Module):
+    """transformers' DynamicCache start: torch.cat of an empty 1-d tensor (lifted as an f32[0]
+    constant) and the keys, which torch's legacy rule for empty operands skips."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        k = self.lin(x)
+        return torch.cat([torch.tensor([]), k], dim=-2) * 2
+
+
 class TwoDims(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -209,6 +222,7 @@ def main(out):
         "bn_train": (BnTrain().train(), (torch.randn(4, 8),), ({0: batch},)),
         "cond": (Cond(), (torch.randn(3, 4),), None),
         "custom_op": (Custom(), (torch.randn(3, 4),), None),
+        "empty_cache": (EmptyCache(), (torch.randn(4, 5, 8),), ({0: batch},)),
         "two_dims": (TwoDims(), (torch.randn(4, 5, 16),), ({0: batch, 1: seq},)),
         "constant": (Constant(), (torch.randn(3, 6),), ({0: batch},)),
     }

@@ -146,6 +146,16 @@ TEST(GraphProblem, LeafPlacementsPruneSmallDims) {
   EXPECT_EQ(p[1], PlacementTuple{Placement::shard(1)});
 }
 
+TEST(GraphProblem, AnEmptyLeafIsReplicated) {
+  // transformers' empty key/value caches: a buffer f32[0]. Replicate fits (no piece to cut);
+  // no sharding does. (It used to get no placement at all: "has no strategies".)
+  ir::TensorMeta t{ir::makeShape({0}), ir::DType::kF32, false};
+  auto m = *mesh::DeviceMesh::create({2, 2});
+  auto p = leafPlacements(t, m);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], mesh::replicated(2));
+}
+
 TEST(GraphProblem, GradientOfReplicatedInputOfShardedOpIsPartial) {
   strategy::Strategy s;  // linear: x S(0), W R -> out S(0)
   s.inputs = {PlacementTuple{Placement::shard(0)}, PlacementTuple{Placement::replicate()},

@@ -81,6 +81,8 @@ const ExecutedSample kExecuted[] = {
     // Hugging Face transformers' LlamaForCausalLM and GPT2LMHeadModel (small configs), traced.
     {"hf_llama_tiny", {"input_ids:i64[2,8]"}},
     {"hf_gpt2_tiny", {"input_ids:i64[2,8]"}},
+    // Sizes from the batch: class token expand, zeros + repeat initial state, arange, branch cat.
+    {"batch_sized", {"x:f32[6,6,16]"}},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
