@@ -179,8 +179,12 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
                   100.0 * (p.solver.objective - *p.solver.bound) / p.solver.objective);
   out += "solver: " + p.solver.status + ", objective " + printf1("%.6g", p.solver.objective) +
          ", bound " + (p.solver.bound ? printf1("%.6g", *p.solver.bound) : std::string("none")) +
-         gap + ", " + withCommas(p.solver.variables) + " variables, " +
-         withCommas(p.solver.constraints) + " constraints";
+         gap + ", " +
+         // Reductions can decide every choice before the ILP: say so, not "0 variables".
+         (p.solver.variables == 0 && p.solver.reduce
+              ? std::string("no integer program left (the reductions decided every choice)")
+              : withCommas(p.solver.variables) + " variables, " + withCommas(p.solver.constraints) +
+                    " constraints");
   if (timings) out += ", " + printf1("%.3f s", timings->solver_s);
   out += "\n";
   if (timings) {

@@ -148,6 +148,21 @@ TEST_F(Usability, DefaultPlanFileAndNamelessInput) {
                      "has no name and is argument 1");
 }
 
+// Issue 35: a plan the reductions decided whole says so, instead of "0 variables, 0
+// constraints" (which reads as broken); one that needed the ILP still counts its variables.
+TEST_F(Usability, SolverLineSaysWhenReductionsDecidedEverything) {
+  Result r = apc("plan " + kSamples + "toy_block.pt --mesh 2 -o " + (dir_ / "t.json").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("no integer program left (the reductions decided every choice)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("0 variables, 0 constraints"), std::string::npos) << r.out;
+  Result ilp =
+      apc("plan " + kSamples + "hf_llama_tiny.pt2 --mesh 2 -o " + (dir_ / "l.json").string());
+  ASSERT_EQ(ilp.code, 0) << ilp.err;
+  EXPECT_NE(ilp.out.find(" variables, "), std::string::npos) << ilp.out;
+}
+
 // Finding 5: diff exits like `git diff --exit-code`; --threads leaves the hash alone.
 TEST_F(Usability, DiffExitCodeAndThreadsKeepTheHash) {
   std::string base = "plan " + kSamples + "toy_block.pt --mesh 2x4 --quiet -o ";
