@@ -291,10 +291,9 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
   r.solution.status = std::string("baseline ") + solver::baselineName(baseline);
   // A batch too small for every data-parallel mesh dim is left whole on some: said, not silent.
   const size_t dp_dims = solver::dataParallelMeshDims(baseline, spec.mesh.ndim());
-  for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
-    const ir::Node& n = g.node(id);
+  if (std::optional<ir::NodeId> first = solver::firstBatchInput(g)) {
+    const ir::Node& n = g.node(*first);
     const ir::Value& v = g.value(n.outputs.at(0));
-    if (!v.tensor || v.tensor->rank() < 1 || v.tensor->shape[0].size <= 0) continue;
     auto placed = spec.inputs.find(n.name);
     std::vector<std::string> whole;
     int64_t ranks = 1;
@@ -314,7 +313,6 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
                "least " +
                std::to_string(ranks) + " cuts on every data-parallel mesh dim";
     }
-    break;  // the first input with a batch, as the baselines read it
   }
   if (timings) {
     timings->solve_s = secondsSince(t0);

@@ -241,17 +241,19 @@ Expected<std::map<std::string, PlacementTuple>> baselineParameterPlacements(
   return out;
 }
 
-std::vector<bool> batchCarryingValues(const ir::Graph& g) {
-  std::vector<bool> carries(g.numValues(), false);
-  int64_t batch = 0;
+std::optional<ir::NodeId> firstBatchInput(const ir::Graph& g) {
   for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
     const ir::Value& v = g.value(g.node(id).outputs.at(0));
-    if (v.tensor && v.tensor->rank() >= 1 && v.tensor->shape[0].size > 0) {
-      batch = v.tensor->shape[0].size;
-      break;
-    }
+    if (v.tensor && v.tensor->rank() >= 1 && v.tensor->shape[0].size > 0) return id;
   }
-  if (batch <= 0) return carries;
+  return std::nullopt;
+}
+
+std::vector<bool> batchCarryingValues(const ir::Graph& g) {
+  std::vector<bool> carries(g.numValues(), false);
+  const std::optional<ir::NodeId> first = firstBatchInput(g);
+  if (!first) return carries;
+  const int64_t batch = g.value(g.node(*first).outputs.at(0)).tensor->shape[0].size;
   std::vector<bool> from_input(g.numValues(), false);
   for (const ir::Node& n : g.nodes()) {
     bool dep = n.kind == ir::NodeKind::kInput;

@@ -101,6 +101,10 @@ size_t dataParallelMeshDims(Baseline b, size_t mesh_ndim);
 /// of (and at least) the first input's dim 0. Indexed by value id.
 std::vector<bool> batchCarryingValues(const ir::Graph& g);
 
+/// The input node whose dim 0 the baselines read as the batch: the first input with a tensor of
+/// rank >= 1 and a positive dim 0 (nullopt when none has one).
+std::optional<ir::NodeId> firstBatchInput(const ir::Graph& g);
+
 /// The baseline as a problem: every parameter node of `gp` pinned (group "baseline") to the
 /// placement of baselineParameterPlacements (replacing any earlier pin on it), the memory bound
 /// removed. On the data-parallel mesh dims (ddp, fsdp: all; fsdp+tp: all but the last; tp: none)
