@@ -170,6 +170,40 @@ TEST(BatchNorm, BatchShardedTrainingPaysItsStatisticsAllReduces) {
             std::vector<size_t>{0});
 }
 
+TEST(BatchNorm, CoreAtenFormsShareTheRule) {
+  // _native_batch_norm_legit_functional(x, w, b, rm, rv, training, momentum, eps) -> (out,
+  // save_mean, save_rstd, rm_out, rv_out) and _no_training(x, w, b, rm, rv, momentum, eps) ->
+  // (out, save_mean, save_rstd): the channel dim shards every per-channel output S(0); eval's
+  // save_mean/save_rstd are empty ([0]) and stay R. Batch and spatial dims are free in eval only:
+  // the functional form in training has no synchronized statistics.
+  for (int mode : {0, 1, 2}) {  // functional eval, functional training, no_training
+    Builder b;
+    ValueId x = b.input("x", {8, 16, 4, 4});
+    ValueId w = b.param("w", {16}), bias = b.param("b", {16});
+    ValueId rm = b.buffer("rm", {16}), rv = b.buffer("rv", {16});
+    int64_t saved = mode == 1 ? 16 : 0;
+    if (mode == 2)
+      b.multiOp("aten::_native_batch_norm_legit_no_training",
+                {x, w, bias, rm, rv, b.f(0.1), b.f(1e-5)}, {{8, 16, 4, 4}, {0}, {0}});
+    else
+      b.multiOp("aten::_native_batch_norm_legit_functional",
+                {x, w, bias, rm, rv, b.b(mode == 1), b.f(0.1), b.f(1e-5)},
+                {{8, 16, 4, 4}, {saved}, {saved}, {16}, {16}});
+    std::string stats = mode == 2 ? "" : ",R,R";
+    std::string channel_stats = mode == 2 ? "" : ",S(0),S(0)";
+    std::string saved_channel = saved ? ",S(0),S(0)" : ",R,R";
+    Strings expected = {"R,R,R,R,R -> R,R,R" + stats};
+    for (int d : {0, 1, 2, 3}) {
+      if (d == 1)
+        expected.push_back("S(1),S(0),S(0),S(0),S(0) -> S(1)" + saved_channel + channel_stats);
+      else if (mode != 1)
+        expected.push_back("S(" + std::to_string(d) + "),R,R,R,R -> S(" + std::to_string(d) +
+                           "),R,R" + stats);
+    }
+    EXPECT_EQ(strategiesOf(b.g, b.last(), "2"), expected) << "mode " << mode;
+  }
+}
+
 TEST(Softmax, SoftmaxDimReplicate) {
   Builder b;
   ValueId x = b.input("x", {4, 8, 16});

@@ -15,7 +15,9 @@
 // op they use with strategies was validated on the tiny samples, and reports which of their (op,
 // tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh, must
 // also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must be
-// well formed with the all-Replicate strategy first.
+// well formed with the all-Replicate strategy first. Ops that real models use but no executed
+// sample has (the core-ATen BatchNorm forms) are validated the same way on nodes built by hand
+// (HandBuiltOpCasesMatchTheUnshardedOp).
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -43,6 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/known_fallbacks.h"
+#include "../strategy/builder.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
@@ -569,6 +572,75 @@ TEST(StrategyValidator, StubSamplesUseOnlyValidatedOps) {
     }
     std::cout << "\n";
   }
+}
+
+// --- ops no executed sample has, built by hand --------------------------------------------------
+
+/// One hand-built op node (tests/strategy/builder.h) for an op that real models use but no
+/// executed sample does (the core-ATen BatchNorm of .pt2 exports).
+struct OpCase {
+  const char* what;
+  std::function<void(strategy::testing::Builder&)> build;  // the node under test is built last
+};
+
+// Every strategy of each case, on every validator mesh, executed against the unsharded op; the
+// node must have a rule (no fallback) and more than the all-Replicate strategy. The shapes include
+// dims that split unevenly (3, 5 and 7 over 2 and 4 ranks).
+TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
+  using strategy::testing::Builder;
+  using strategy::testing::ValueId;
+  auto batchNorm = [](int mode) {  // 0, 1: functional eval, training; 2: no_training
+    return [mode](Builder& b) {
+      ValueId x = b.input("x", {7, 7, 3, 3});
+      ValueId w = b.param("w", {7}), bias = b.param("b", {7});
+      ValueId rm = b.buffer("rm", {7}), rv = b.buffer("rv", {7});
+      int64_t saved = mode == 1 ? 7 : 0;
+      if (mode == 2)
+        b.multiOp("aten::_native_batch_norm_legit_no_training",
+                  {x, w, bias, rm, rv, b.f(0.1), b.f(1e-5)}, {{7, 7, 3, 3}, {0}, {0}});
+      else
+        b.multiOp("aten::_native_batch_norm_legit_functional",
+                  {x, w, bias, rm, rv, b.b(mode == 1), b.f(0.1), b.f(1e-5)},
+                  {{7, 7, 3, 3}, {saved}, {saved}, {7}, {7}});
+    };
+  };
+  const OpCase cases[] = {
+      {"_native_batch_norm_legit_functional eval", batchNorm(0)},
+      {"_native_batch_norm_legit_functional training", batchNorm(1)},
+      {"_native_batch_norm_legit_no_training", batchNorm(2)},
+  };
+  std::vector<DeviceMesh> meshes;
+  for (const auto& shape : kMeshShapes) meshes.push_back(*DeviceMesh::create(shape));
+  DoubleDefaultDtype f64;
+  CheckStats stats;
+  int64_t total = 0;
+  for (const OpCase& oc : cases) {
+    Builder b;
+    oc.build(b);
+    const ir::Node& node = b.g.node(b.last());
+    std::vector<std::vector<Strategy>> per_mesh;
+    for (const DeviceMesh& mesh : meshes)
+      for (const strategy::NodeStrategies& ns : strategy::enumerate(b.g, mesh))
+        if (ns.node == node.id) {
+          EXPECT_FALSE(ns.fallback) << oc.what << ": no rule";
+          EXPECT_GT(ns.strategies.size(), 1u) << oc.what << " on " << mesh.toString();
+          per_mesh.push_back(ns.strategies.vector());
+        }
+    ASSERT_EQ(per_mesh.size(), meshes.size()) << oc.what;
+    int failures = 0;
+    NodeValidation v = validateNode(
+        b.g, node, meshes, per_mesh, fnv1a(oc.what), /*cap=*/false, oc.what, stats,
+        [&](const DeviceMesh* mesh, const Strategy* s, const std::string& what) {
+          if (failures++ < 10)
+            ADD_FAILURE() << "WRONG: " << oc.what << (mesh ? ", mesh " + mesh->toString() : "")
+                          << (s ? ", strategy " + s->toString() : "") << ": " << what;
+        });
+    int64_t n = std::accumulate(v.executed.begin(), v.executed.end(), int64_t{0});
+    total += n;
+    std::cout << "[strategy validator] " << oc.what << ": " << n << " strategies on "
+              << meshes.size() << " meshes, " << failures << " wrong\n";
+  }
+  std::cout << "[strategy validator] hand-built op cases: " << total << " strategies executed\n";
 }
 
 // --- the validator's own check: it must catch wrong rules ----------------------------------------

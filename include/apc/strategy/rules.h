@@ -23,8 +23,8 @@ void registerReductionRules(Registry& r);
 /// view, reshape, flatten, unflatten, squeeze, unsqueeze, transpose, t, permute, expand
 /// (lib/strategy/view.cpp).
 void registerViewRules(Registry& r);
-/// layer_norm, native_layer_norm, rms_norm, group_norm, batch_norm
-/// (lib/strategy/normalization.cpp).
+/// layer_norm, native_layer_norm, rms_norm, group_norm, batch_norm and its core-ATen forms
+/// _native_batch_norm_legit_functional / _no_training (lib/strategy/normalization.cpp).
 void registerNormalizationRules(Registry& r);
 /// softmax, log_softmax (lib/strategy/softmax.cpp).
 void registerSoftmaxRules(Registry& r);
