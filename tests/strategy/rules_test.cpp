@@ -204,6 +204,22 @@ TEST(BatchNorm, CoreAtenFormsShareTheRule) {
   }
 }
 
+TEST(Upsample, BatchAndChannelsFreeSpatialWhole) {
+  Builder b;
+  ValueId x = b.input("x", {8, 6, 5, 5});
+  b.op("aten::upsample_bilinear2d.vec",
+       {x, b.none(), b.b(false),
+        b.g.addConstant(ValueType::kFloatList, std::vector<double>{2.0, 2.0})},
+       {8, 6, 10, 10});
+  NodeId bilinear = b.last();
+  b.op("aten::upsample_nearest2d", {x, b.ints({7, 9}), b.none(), b.none()}, {8, 6, 7, 9});
+  NodeId nearest = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  Strings expected = {"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P"};
+  EXPECT_EQ(strategyStrings(all, bilinear), expected);
+  EXPECT_EQ(strategyStrings(all, nearest), expected);
+}
+
 TEST(Softmax, SoftmaxDimReplicate) {
   Builder b;
   ValueId x = b.input("x", {4, 8, 16});

@@ -16,8 +16,8 @@
 // tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh, must
 // also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must be
 // well formed with the all-Replicate strategy first. Ops that real models use but no executed
-// sample has (the core-ATen BatchNorm forms) are validated the same way on nodes built by hand
-// (HandBuiltOpCasesMatchTheUnshardedOp).
+// sample has (upsample_bilinear2d / nearest2d, the core-ATen BatchNorm forms) are validated the
+// same way on nodes built by hand (HandBuiltOpCasesMatchTheUnshardedOp).
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -577,7 +577,7 @@ TEST(StrategyValidator, StubSamplesUseOnlyValidatedOps) {
 // --- ops no executed sample has, built by hand --------------------------------------------------
 
 /// One hand-built op node (tests/strategy/builder.h) for an op that real models use but no
-/// executed sample does (the core-ATen BatchNorm of .pt2 exports).
+/// executed sample does (upsampling, the core-ATen BatchNorm of .pt2 exports).
 struct OpCase {
   const char* what;
   std::function<void(strategy::testing::Builder&)> build;  // the node under test is built last
@@ -604,7 +604,32 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
                   {{7, 7, 3, 3}, {saved}, {saved}, {7}, {7}});
     };
   };
+  auto floats = [](Builder& b, std::vector<double> v) {
+    return b.g.addConstant(ir::ValueType::kFloatList, std::move(v));
+  };
   const OpCase cases[] = {
+      {"upsample_bilinear2d.vec scales, align_corners",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_bilinear2d.vec", {x, b.none(), b.b(true), floats(b, {2.0, 1.5})},
+              {5, 6, 6, 6});
+       }},
+      {"upsample_bilinear2d output_size",
+       [](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_bilinear2d", {x, b.ints({7, 9}), b.b(false), b.none(), b.none()},
+              {5, 6, 7, 9});
+       }},
+      {"upsample_nearest2d.vec scales",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_nearest2d.vec", {x, b.none(), floats(b, {2.0, 2.0})}, {5, 6, 6, 8});
+       }},
+      {"upsample_nearest2d output_size",
+       [](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_nearest2d", {x, b.ints({7, 9}), b.none(), b.none()}, {5, 6, 7, 9});
+       }},
       {"_native_batch_norm_legit_functional eval", batchNorm(0)},
       {"_native_batch_norm_legit_functional training", batchNorm(1)},
       {"_native_batch_norm_legit_no_training", batchNorm(2)},

@@ -36,7 +36,8 @@ void registerLossRules(Registry& r);
 /// unpack, factory ops (full, ones, zeros, empty, arange, *_like, NumToTensor)
 /// (lib/strategy/tensor_ops.cpp).
 void registerTensorOpRules(Registry& r);
-/// convolution, max/avg pooling (lib/strategy/conv.cpp).
+/// convolution, max/avg pooling, upsample_bilinear2d / upsample_nearest2d
+/// (lib/strategy/conv.cpp).
 void registerConvRules(Registry& r);
 /// For every registered aten op `aten::f[.o]` without an in-place rule, `aten::f_[.o]`: the
 /// out-of-place strategies whose output 0 is placed as input 0 (call after the others).
