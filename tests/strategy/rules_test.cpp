@@ -204,6 +204,47 @@ TEST(BatchNorm, CoreAtenFormsShareTheRule) {
   }
 }
 
+TEST(Einsum, LabelsAtOneDimOfEveryOperandShardThroughTheList) {
+  auto einsum = [](const std::string& eq, const std::vector<std::vector<int64_t>>& shapes,
+                   std::vector<int64_t> out) {
+    Builder b;
+    std::vector<ValueId> xs;
+    for (size_t i = 0; i < shapes.size(); ++i)
+      xs.push_back(b.input("x" + std::to_string(i), shapes[i]));
+    ValueId list = b.listOp("prim::ListConstruct", xs, shapes);
+    b.op("aten::einsum", {b.str(eq), list, b.none()}, std::move(out));
+    auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+    for (const NodeStrategies& ns : all)
+      if (ns.node == b.last() && ns.fallback) return Strings{"fallback"};
+    return strategyStrings(all, b.last());
+  };
+  // maxvit's attention scores: b, h at dims 0, 1 of both operands and the output; d at dim 3 of
+  // both, contracted -> P; i and j share dim 2 but are different labels: R.
+  EXPECT_EQ(einsum("bhid,bhjd->bhij", {{2, 4, 8, 16}, {2, 4, 8, 16}}, {2, 4, 8, 8}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "S(3) -> P"}));
+  // The attention-weighted values: j is at dim 3 of one operand and dim 2 of the other.
+  EXPECT_EQ(einsum("bhij, bhjd -> bhid", {{2, 4, 8, 8}, {2, 4, 8, 16}}, {2, 4, 8, 16}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
+  // Implicit output: the letters used once, in order (ik; b and j are summed), and a broadcast
+  // (size-1) batch label.
+  EXPECT_EQ(einsum("bij,bjk", {{4, 2, 3}, {4, 3, 5}}, {2, 5}), (Strings{"R -> R", "S(0) -> P"}));
+  EXPECT_EQ(einsum("bij,bjk->bik", {{4, 2, 3}, {1, 3, 5}}, {4, 2, 5}), (Strings{"R -> R"}));
+  // Ellipsis dims are labels too (aligned from the right); j contracted at dim 3 of both.
+  EXPECT_EQ(einsum("...ij,...kj->...ik", {{2, 6, 4, 5}, {2, 6, 3, 5}}, {2, 6, 4, 3}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "S(3) -> P"}));
+  // One operand: a permutation maps each dim, a summed label gives P, and Partial passes.
+  EXPECT_EQ(einsum("bij->bji", {{2, 4, 6}}, {2, 6, 4}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(2)", "S(2) -> S(1)", "P -> P"}));
+  EXPECT_EQ(einsum("bij->b", {{2, 4, 6}}, {2}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> P", "S(2) -> P", "P -> P"}));
+  // A diagonal (a label twice in one operand) stays whole.
+  EXPECT_EQ(einsum("ii->i", {{4, 4}}, {4}), (Strings{"R -> R", "P -> P"}));
+  // Malformed or not understood: no rule.
+  EXPECT_EQ(einsum("ij,jk->il", {{2, 3}, {3, 4}}, {2, 4}), (Strings{"fallback"}));
+  EXPECT_EQ(einsum("ij,jk,kl->il", {{2, 3}, {3, 4}}, {2, 4}), (Strings{"fallback"}));
+  EXPECT_EQ(einsum("...ij->ij", {{5, 2, 3}}, {2, 3}), (Strings{"fallback"}));
+}
+
 TEST(Upsample, BatchAndChannelsFreeSpatialWhole) {
   Builder b;
   ValueId x = b.input("x", {8, 6, 5, 5});

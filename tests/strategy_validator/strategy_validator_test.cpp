@@ -16,8 +16,8 @@
 // tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh, must
 // also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must be
 // well formed with the all-Replicate strategy first. Ops that real models use but no executed
-// sample has (upsample_bilinear2d / nearest2d, the core-ATen BatchNorm forms) are validated the
-// same way on nodes built by hand (HandBuiltOpCasesMatchTheUnshardedOp).
+// sample has (einsum, upsample_bilinear2d / nearest2d, the core-ATen BatchNorm forms) are validated
+// the same way on nodes built by hand (HandBuiltOpCasesMatchTheUnshardedOp).
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -577,7 +577,7 @@ TEST(StrategyValidator, StubSamplesUseOnlyValidatedOps) {
 // --- ops no executed sample has, built by hand --------------------------------------------------
 
 /// One hand-built op node (tests/strategy/builder.h) for an op that real models use but no
-/// executed sample does (upsampling, the core-ATen BatchNorm of .pt2 exports).
+/// executed sample does (maxvit's einsum, upsampling, the core-ATen BatchNorm of .pt2 exports).
 struct OpCase {
   const char* what;
   std::function<void(strategy::testing::Builder&)> build;  // the node under test is built last
@@ -589,6 +589,16 @@ struct OpCase {
 TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
   using strategy::testing::Builder;
   using strategy::testing::ValueId;
+  auto einsum = [](const char* eq, std::vector<std::vector<int64_t>> shapes,
+                   std::vector<int64_t> out) {
+    return [eq, shapes, out](Builder& b) {
+      std::vector<ValueId> xs;
+      for (size_t i = 0; i < shapes.size(); ++i)
+        xs.push_back(b.input("x" + std::to_string(i), shapes[i]));
+      ValueId list = b.listOp("prim::ListConstruct", xs, shapes);
+      b.op("aten::einsum", {b.str(eq), list, b.none()}, out);
+    };
+  };
   auto batchNorm = [](int mode) {  // 0, 1: functional eval, training; 2: no_training
     return [mode](Builder& b) {
       ValueId x = b.input("x", {7, 7, 3, 3});
@@ -608,6 +618,15 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
     return b.g.addConstant(ir::ValueType::kFloatList, std::move(v));
   };
   const OpCase cases[] = {
+      {"einsum bhid,bhjd->bhij (maxvit scores)",
+       einsum("bhid,bhjd->bhij", {{3, 4, 5, 7}, {3, 4, 6, 7}}, {3, 4, 5, 6})},
+      {"einsum bhij,bhjd->bhid",
+       einsum("bhij,bhjd->bhid", {{3, 4, 5, 6}, {3, 4, 6, 7}}, {3, 4, 5, 7})},
+      {"einsum ...ij,...kj->...ik",
+       einsum("...ij,...kj->...ik", {{2, 5, 4, 7}, {2, 5, 3, 7}}, {2, 5, 4, 3})},
+      {"einsum bij,bjk (implicit)", einsum("bij,bjk", {{7, 2, 3}, {7, 3, 4}}, {2, 4})},
+      {"einsum bij->bji", einsum("bij->bji", {{5, 4, 7}}, {5, 7, 4})},
+      {"einsum bij->b", einsum("bij->b", {{5, 4, 7}}, {5})},
       {"upsample_bilinear2d.vec scales, align_corners",
        [&](Builder& b) {
          ValueId x = b.input("x", {5, 6, 3, 4});

@@ -16,7 +16,7 @@ namespace apc::strategy {
 /// masked_fill, where (lib/strategy/pointwise.cpp).
 void registerPointwiseRules(Registry& r);
 /// Contractions from einsum-style dim roles: linear, matmul, mm, bmm, addmm, baddbmm, mv, dot,
-/// scaled_dot_product_attention (lib/strategy/matrix.cpp).
+/// einsum, scaled_dot_product_attention (lib/strategy/matrix.cpp).
 void registerMatrixRules(Registry& r);
 /// sum, mean, amax, amin, max/min, var/std, logsumexp (lib/strategy/reduction.cpp).
 void registerReductionRules(Registry& r);
