@@ -17,6 +17,11 @@
 // Average pooling is linear (P(sum) passes); max pooling is not. The indices of max pooling are
 // positions within each (batch, channel) plane, so they stay correct under those shards.
 //
+// Upsampling (upsample_bilinear2d, upsample_nearest2d, their .vec overloads) on [N, C, H, W]:
+// each output plane is interpolated from its own input plane, so N and C are free (output S on
+// the same dim; output_size and the scales are spatial and need no local rewrite) and H, W stay R.
+// Interpolation is linear: P(sum) passes through.
+//
 //===----------------------------------------------------------------------===//
 #include <string>
 
@@ -108,6 +113,12 @@ Rule poolRule(int64_t spatial, const std::vector<ReduceOp>& partials) {
   };
 }
 
+/// upsample_*2d(input [N, C, H, W], ...) -> [N, C, H', W'].
+std::vector<DimStrategy> upsampleRule(const RuleContext& c) {
+  if (c.inputRank(0) != 4 || c.outputRank(0) != 4 || c.numOutputs() != 1) return {};
+  return uniformStrategies(c, {0, 1}, kSumOnly);
+}
+
 }  // namespace
 
 void registerConvRules(Registry& r) {
@@ -128,6 +139,8 @@ void registerConvRules(Registry& r) {
     r.add("aten::max_pool" + n, poolRule(k, kNoPartial), OpFamily::kPointwise);
     r.add("aten::max_pool" + n + "_with_indices", poolRule(k, kNoPartial), OpFamily::kPointwise);
   }
+  r.add("aten::upsample_bilinear2d", upsampleRule, OpFamily::kPointwise);
+  r.add("aten::upsample_nearest2d", upsampleRule, OpFamily::kPointwise);
 }
 
 }  // namespace apc::strategy

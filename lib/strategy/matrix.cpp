@@ -26,7 +26,22 @@
 // causal mask on a query slice would need the slice's offset). Dropout inside it has the same
 // RNG requirement as aten::dropout.
 //
+// einsum(equation, Tensor[] operands) parses its equation (explicit "->" or implicit output, with
+// "..." ellipsis dims aligned from the right as torch broadcasts them). Its operands are ONE
+// Tensor[] input, and a Tensor[] has one placement for all its elements (strategy.h), so a label
+// can be sharded through the list only when it sits at the same dim index d in every operand
+// (once each, with one size: no broadcast, no diagonal): the list S(d), and the output S(its
+// position) when the output has the label, P(sum) when the label is contracted (each rank sums its
+// slice). Labels missing from some operand, or at different dims (bij,bjk->bik's j), stay R. P(sum)
+// passes through a single-operand einsum (linear); with several operands the one list placement
+// would make every operand Partial, whose product is not the product of the sums.
+//
 //===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+
 #include "apc/strategy/rules.h"
 #include "rule_util.h"
 
@@ -209,6 +224,169 @@ Work sdpaWork(const RuleContext& c, const LocalShapes& l) {
   return w;
 }
 
+/// The labels of an einsum equation: one per dim of each operand and of the output. Letters are
+/// their character codes; ellipsis dims are kEllipsisLabel + their position in the broadcast
+/// ellipsis shape (operands with fewer ellipsis dims align from the right).
+struct EinsumLabels {
+  std::vector<std::vector<int>> operands;
+  std::vector<int> output;
+};
+
+constexpr int kEllipsisLabel = 1000;
+
+/// Parses `equation` for operands of ranks `ranks`; nullopt when it is malformed or does not fit.
+std::optional<EinsumLabels> parseEinsum(const std::string& equation,
+                                        const std::vector<int64_t>& ranks) {
+  std::string eq;
+  for (char ch : equation)
+    if (ch != ' ') eq += ch;
+  size_t arrow = eq.find("->");
+  std::string lhs = eq.substr(0, arrow);
+  std::optional<std::string> rhs;
+  if (arrow != std::string::npos) rhs = eq.substr(arrow + 2);
+  // A term: its letters and whether (and where among them) it has an ellipsis.
+  struct Term {
+    std::vector<int> letters;
+    std::optional<size_t> ellipsis;  // letters before the ellipsis
+  };
+  auto parseTerm = [](const std::string& t) -> std::optional<Term> {
+    Term term;
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (t.compare(i, 3, "...") == 0) {
+        if (term.ellipsis) return std::nullopt;
+        term.ellipsis = term.letters.size();
+        i += 2;
+      } else if ((t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z')) {
+        term.letters.push_back(t[i]);
+      } else {
+        return std::nullopt;
+      }
+    }
+    return term;
+  };
+  std::vector<Term> terms;
+  size_t start = 0;
+  while (true) {
+    size_t comma = lhs.find(',', start);
+    auto term = parseTerm(lhs.substr(start, comma - start));
+    if (!term) return std::nullopt;
+    terms.push_back(*term);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (terms.size() != ranks.size()) return std::nullopt;
+  // Ellipsis dims of each operand, and of the broadcast ellipsis shape.
+  std::vector<int64_t> ell(terms.size(), 0);
+  int64_t max_ell = 0;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    int64_t named = static_cast<int64_t>(terms[k].letters.size());
+    ell[k] = ranks[k] - named;
+    if (ell[k] < 0 || (!terms[k].ellipsis && ell[k] != 0)) return std::nullopt;
+    max_ell = std::max(max_ell, ell[k]);
+  }
+  auto expand = [&](const Term& t, int64_t n) {
+    std::vector<int> labels;
+    for (size_t i = 0; i <= t.letters.size(); ++i) {
+      if (t.ellipsis && *t.ellipsis == i)
+        for (int64_t j = 0; j < n; ++j)
+          labels.push_back(kEllipsisLabel + static_cast<int>(max_ell - n + j));
+      if (i < t.letters.size()) labels.push_back(t.letters[i]);
+    }
+    return labels;
+  };
+  EinsumLabels res;
+  std::map<int, int> count;
+  for (size_t k = 0; k < terms.size(); ++k) {
+    res.operands.push_back(expand(terms[k], ell[k]));
+    for (int l : terms[k].letters) ++count[l];
+  }
+  if (rhs) {
+    auto out = parseTerm(*rhs);
+    // Ellipsis dims the output drops would be summed; no rule for that.
+    if (!out || (max_ell > 0 && !out->ellipsis)) return std::nullopt;
+    res.output = expand(*out, max_ell);
+    std::set<int> seen;
+    for (int l : out->letters)
+      if (!count.count(l) || !seen.insert(l).second) return std::nullopt;
+  } else {
+    // Implicit: the ellipsis dims, then the letters used once, in character order.
+    for (int64_t j = 0; j < max_ell; ++j)
+      res.output.push_back(kEllipsisLabel + static_cast<int>(j));
+    for (const auto& [l, n] : count)
+      if (n == 1) res.output.push_back(l);
+  }
+  return res;
+}
+
+/// The einsum's labels for its node (equation input 0, operands Tensor[] input 1).
+std::optional<EinsumLabels> einsumLabels(const RuleContext& c) {
+  const auto& eq = c.input(0).constant;
+  const std::string* text = eq ? std::get_if<std::string>(&*eq) : nullptr;
+  if (!text || c.numInputs() < 2 || c.numOutputs() != 1 || !c.isTensorOutput(0)) return {};
+  std::vector<int64_t> ranks;
+  for (const ir::TensorMeta* m : c.inputMetas(1)) ranks.push_back(m->rank());
+  if (ranks.empty()) return {};
+  auto labels = parseEinsum(*text, ranks);
+  if (!labels || static_cast<int64_t>(labels->output.size()) != c.outputRank(0)) return {};
+  return labels;
+}
+
+std::vector<DimStrategy> einsumRule(const RuleContext& c) {
+  auto labels = einsumLabels(c);
+  if (!labels) return {};
+  std::vector<std::vector<int64_t>> sizes;
+  for (const ir::TensorMeta* m : c.inputMetas(1)) sizes.push_back(ir::hintSizes(m->shape));
+  std::vector<int64_t> out_sizes = c.outputSizes(0);
+  auto make = [&](Placement list, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[1] = list;
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R()));
+  // Label of dim d of operand 0 sharded when every operand has it there, once, with one size.
+  const std::vector<int>& first = labels->operands[0];
+  for (size_t d = 0; d < first.size(); ++d) {
+    int l = first[d];
+    int64_t n = sizes[0][d];
+    bool ok = true;
+    for (size_t k = 0; k < labels->operands.size() && ok; ++k) {
+      const std::vector<int>& ops = labels->operands[k];
+      ok = d < ops.size() && ops[d] == l && std::count(ops.begin(), ops.end(), l) == 1 &&
+           sizes[k][d] == n;
+    }
+    if (!ok) continue;
+    auto o = std::find(labels->output.begin(), labels->output.end(), l);
+    if (o == labels->output.end()) {
+      res.push_back(make(S(static_cast<int64_t>(d)), P()));
+    } else {
+      int64_t od = o - labels->output.begin();
+      if (out_sizes[static_cast<size_t>(od)] != n) continue;
+      res.push_back(make(S(static_cast<int64_t>(d)), S(od)));
+    }
+  }
+  if (labels->operands.size() == 1) res.push_back(make(P(), P()));
+  return res;
+}
+
+/// 2 (1 for one operand) * the product of every label's local size: the naive einsum loop.
+Work einsumWork(const RuleContext& c, const LocalShapes& l) {
+  Work w = defaultWork(c, l);
+  auto labels = einsumLabels(c);
+  if (!labels || l.inputs.size() < 2 || l.inputs[1].size() != labels->operands.size()) return w;
+  std::map<int, int64_t> size;
+  for (size_t k = 0; k < labels->operands.size(); ++k)
+    for (size_t d = 0; d < labels->operands[k].size() && d < l.inputs[1][k].size(); ++d) {
+      int64_t& s = size[labels->operands[k][d]];
+      s = std::max(s, l.inputs[1][k][d]);
+    }
+  double flops = labels->operands.size() > 1 ? 2 : 1;
+  for (const auto& [label, n] : size) flops *= static_cast<double>(n);
+  w.flops = flops;
+  return w;
+}
+
 WorkFn contractionOn(size_t lhs) {
   return [lhs](const RuleContext& c, const LocalShapes& l) {
     return contractionWork(c, l, lhs, {-1});
@@ -223,6 +401,7 @@ void registerMatrixRules(Registry& r) {
   r.add("aten::baddbmm", addmmRule, OpFamily::kContraction, contractionOn(1));
   r.add("aten::bmm", matmulRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::dot", matmulRule, OpFamily::kContraction, contractionOn(0));
+  r.add("aten::einsum", einsumRule, OpFamily::kContraction, einsumWork);
   r.add("aten::linear", linearRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::matmul", matmulRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::mm", matmulRule, OpFamily::kContraction, contractionOn(0));

@@ -13,6 +13,16 @@
 //       all-reduced across the mesh dims that cut them (SyncBatchNorm semantics, see
 //       apc/strategy/sync_norm.h, which prices and defines it). With `training` not a constant
 //       only the channel dim is free.
+//   _native_batch_norm_legit_functional(input, weight?, bias?, running_mean, running_var,
+//       training, momentum, eps) -> (out, save_mean, save_rstd, running_mean_out, running_var_out)
+//   _native_batch_norm_legit_no_training(input, weight?, bias?, running_mean, running_var,
+//       momentum, eps) -> (out, save_mean, save_rstd)
+//       the core-ATen forms (torch.export's run_decompositions) by the same rule: out as
+//       batch_norm's output; the per-channel outputs S(0) with the channel dim ([0]-sized ones,
+//       eval's empty save_mean/save_rstd, R) and R otherwise. no_training is eval: every dim free.
+//       The functional form in training (training == True) gets only the channel dim: its batch
+//       statistics and saved mean/rstd would need the synchronized reduction, which sync_norm.h,
+//       lowering and the runtime implement for aten::batch_norm only.
 // Normalization is not linear: no Partial.
 //
 //===----------------------------------------------------------------------===//
@@ -64,20 +74,47 @@ std::vector<DimStrategy> groupNormRule(const RuleContext& c) {
   return {normStrategy(c, R(), R()), normStrategy(c, S(0), R())};
 }
 
-/// batch_norm(input [N, C, *], weight?, bias?, running_mean?, running_var?, training, ...).
-std::vector<DimStrategy> batchNormRule(const RuleContext& c) {
+/// How a batch-norm form says whether it trains.
+enum class BatchNormMode {
+  kTrainingArg,        // argument 5 `training`; batch dims free when it is a constant (synchronized
+                       // statistics in training, sync_norm.h)
+  kTrainingArgNoSync,  // argument 5 `training`; batch dims free only when it is the constant false
+  kEval,               // always eval (_native_batch_norm_legit_no_training)
+};
+
+/// batch_norm(input [N, C, *], weight?, bias?, running_mean?, running_var?, training, ...) and the
+/// core-ATen forms with the same first five inputs and per-channel outputs after the first.
+std::vector<DimStrategy> batchNormRule(const RuleContext& c, BatchNormMode mode) {
   int64_t r = c.inputRank(0);
-  if (r < 2 || !outputsShareRank(c, r)) return {};
+  if (r < 2 || c.numOutputs() < 1 || c.outputRank(0) != r) return {};
   for (size_t i = 1; i < 5 && i < c.numInputs(); ++i)
     if (c.isTensorInput(i) && c.inputRank(i) != 1) return {};
+  int64_t channels = c.inputSizes(0)[1];
+  // Outputs after the first: per-channel vectors ([C]) or eval's empty save_mean/save_rstd ([0]).
+  std::vector<bool> per_channel(c.numOutputs(), false);
+  for (size_t j = 1; j < c.numOutputs(); ++j) {
+    if (!c.isTensorOutput(j)) continue;
+    if (c.outputRank(j) != 1) return {};
+    int64_t n = c.outputSizes(j)[0];
+    if (n != channels && n != 0) return {};
+    per_channel[j] = n == channels;
+  }
+  auto make = [&](Placement data, bool channel) {
+    DimStrategy s = normStrategy(c, data, channel ? S(0) : R());
+    for (size_t j = 1; j < c.numOutputs(); ++j)
+      if (c.isTensorOutput(j)) s.outputs[j] = channel && per_channel[j] ? S(0) : R();
+    return s;
+  };
+  bool batch_free = mode == BatchNormMode::kEval;
+  if (mode == BatchNormMode::kTrainingArg) batch_free = c.boolArg(5).has_value();
+  if (mode == BatchNormMode::kTrainingArgNoSync) batch_free = c.boolArg(5) == false;
   std::vector<DimStrategy> res;
-  res.push_back(normStrategy(c, R(), R()));
-  std::optional<bool> training = c.boolArg(5);
+  res.push_back(make(R(), false));
   for (int64_t d = 0; d < r; ++d) {
     if (d == 1)
-      res.push_back(normStrategy(c, S(1), S(0)));
-    else if (training.has_value())
-      res.push_back(normStrategy(c, S(d), R()));
+      res.push_back(make(S(1), true));
+    else if (batch_free)
+      res.push_back(make(S(d), false));
   }
   return res;
 }
@@ -111,7 +148,18 @@ double syncNormUs(const cost::CostModel& model, const mesh::DeviceMesh& mesh,
 
 void registerNormalizationRules(Registry& r) {
   using cost::OpFamily;
-  r.add("aten::batch_norm", batchNormRule, OpFamily::kNormalization);
+  r.add(
+      "aten::batch_norm",
+      [](const RuleContext& c) { return batchNormRule(c, BatchNormMode::kTrainingArg); },
+      OpFamily::kNormalization);
+  r.add(
+      "aten::_native_batch_norm_legit_functional",
+      [](const RuleContext& c) { return batchNormRule(c, BatchNormMode::kTrainingArgNoSync); },
+      OpFamily::kNormalization);
+  r.add(
+      "aten::_native_batch_norm_legit_no_training",
+      [](const RuleContext& c) { return batchNormRule(c, BatchNormMode::kEval); },
+      OpFamily::kNormalization);
   r.add("aten::group_norm", groupNormRule, OpFamily::kNormalization);
   r.add("aten::layer_norm", lastDimsNormRule, OpFamily::kNormalization);
   r.add("aten::native_layer_norm", lastDimsNormRule, OpFamily::kNormalization);

@@ -170,6 +170,97 @@ TEST(BatchNorm, BatchShardedTrainingPaysItsStatisticsAllReduces) {
             std::vector<size_t>{0});
 }
 
+TEST(BatchNorm, CoreAtenFormsShareTheRule) {
+  // _native_batch_norm_legit_functional(x, w, b, rm, rv, training, momentum, eps) -> (out,
+  // save_mean, save_rstd, rm_out, rv_out) and _no_training(x, w, b, rm, rv, momentum, eps) ->
+  // (out, save_mean, save_rstd): the channel dim shards every per-channel output S(0); eval's
+  // save_mean/save_rstd are empty ([0]) and stay R. Batch and spatial dims are free in eval only:
+  // the functional form in training has no synchronized statistics.
+  for (int mode : {0, 1, 2}) {  // functional eval, functional training, no_training
+    Builder b;
+    ValueId x = b.input("x", {8, 16, 4, 4});
+    ValueId w = b.param("w", {16}), bias = b.param("b", {16});
+    ValueId rm = b.buffer("rm", {16}), rv = b.buffer("rv", {16});
+    int64_t saved = mode == 1 ? 16 : 0;
+    if (mode == 2)
+      b.multiOp("aten::_native_batch_norm_legit_no_training",
+                {x, w, bias, rm, rv, b.f(0.1), b.f(1e-5)}, {{8, 16, 4, 4}, {0}, {0}});
+    else
+      b.multiOp("aten::_native_batch_norm_legit_functional",
+                {x, w, bias, rm, rv, b.b(mode == 1), b.f(0.1), b.f(1e-5)},
+                {{8, 16, 4, 4}, {saved}, {saved}, {16}, {16}});
+    std::string stats = mode == 2 ? "" : ",R,R";
+    std::string channel_stats = mode == 2 ? "" : ",S(0),S(0)";
+    std::string saved_channel = saved ? ",S(0),S(0)" : ",R,R";
+    Strings expected = {"R,R,R,R,R -> R,R,R" + stats};
+    for (int d : {0, 1, 2, 3}) {
+      if (d == 1)
+        expected.push_back("S(1),S(0),S(0),S(0),S(0) -> S(1)" + saved_channel + channel_stats);
+      else if (mode != 1)
+        expected.push_back("S(" + std::to_string(d) + "),R,R,R,R -> S(" + std::to_string(d) +
+                           "),R,R" + stats);
+    }
+    EXPECT_EQ(strategiesOf(b.g, b.last(), "2"), expected) << "mode " << mode;
+  }
+}
+
+TEST(Einsum, LabelsAtOneDimOfEveryOperandShardThroughTheList) {
+  auto einsum = [](const std::string& eq, const std::vector<std::vector<int64_t>>& shapes,
+                   std::vector<int64_t> out) {
+    Builder b;
+    std::vector<ValueId> xs;
+    for (size_t i = 0; i < shapes.size(); ++i)
+      xs.push_back(b.input("x" + std::to_string(i), shapes[i]));
+    ValueId list = b.listOp("prim::ListConstruct", xs, shapes);
+    b.op("aten::einsum", {b.str(eq), list, b.none()}, std::move(out));
+    auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+    for (const NodeStrategies& ns : all)
+      if (ns.node == b.last() && ns.fallback) return Strings{"fallback"};
+    return strategyStrings(all, b.last());
+  };
+  // maxvit's attention scores: b, h at dims 0, 1 of both operands and the output; d at dim 3 of
+  // both, contracted -> P; i and j share dim 2 but are different labels: R.
+  EXPECT_EQ(einsum("bhid,bhjd->bhij", {{2, 4, 8, 16}, {2, 4, 8, 16}}, {2, 4, 8, 8}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "S(3) -> P"}));
+  // The attention-weighted values: j is at dim 3 of one operand and dim 2 of the other.
+  EXPECT_EQ(einsum("bhij, bhjd -> bhid", {{2, 4, 8, 8}, {2, 4, 8, 16}}, {2, 4, 8, 16}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
+  // Implicit output: the letters used once, in order (ik; b and j are summed), and a broadcast
+  // (size-1) batch label.
+  EXPECT_EQ(einsum("bij,bjk", {{4, 2, 3}, {4, 3, 5}}, {2, 5}), (Strings{"R -> R", "S(0) -> P"}));
+  EXPECT_EQ(einsum("bij,bjk->bik", {{4, 2, 3}, {1, 3, 5}}, {4, 2, 5}), (Strings{"R -> R"}));
+  // Ellipsis dims are labels too (aligned from the right); j contracted at dim 3 of both.
+  EXPECT_EQ(einsum("...ij,...kj->...ik", {{2, 6, 4, 5}, {2, 6, 3, 5}}, {2, 6, 4, 3}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "S(3) -> P"}));
+  // One operand: a permutation maps each dim, a summed label gives P, and Partial passes.
+  EXPECT_EQ(einsum("bij->bji", {{2, 4, 6}}, {2, 6, 4}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(2)", "S(2) -> S(1)", "P -> P"}));
+  EXPECT_EQ(einsum("bij->b", {{2, 4, 6}}, {2}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> P", "S(2) -> P", "P -> P"}));
+  // A diagonal (a label twice in one operand) stays whole.
+  EXPECT_EQ(einsum("ii->i", {{4, 4}}, {4}), (Strings{"R -> R", "P -> P"}));
+  // Malformed or not understood: no rule.
+  EXPECT_EQ(einsum("ij,jk->il", {{2, 3}, {3, 4}}, {2, 4}), (Strings{"fallback"}));
+  EXPECT_EQ(einsum("ij,jk,kl->il", {{2, 3}, {3, 4}}, {2, 4}), (Strings{"fallback"}));
+  EXPECT_EQ(einsum("...ij->ij", {{5, 2, 3}}, {2, 3}), (Strings{"fallback"}));
+}
+
+TEST(Upsample, BatchAndChannelsFreeSpatialWhole) {
+  Builder b;
+  ValueId x = b.input("x", {8, 6, 5, 5});
+  b.op("aten::upsample_bilinear2d.vec",
+       {x, b.none(), b.b(false),
+        b.g.addConstant(ValueType::kFloatList, std::vector<double>{2.0, 2.0})},
+       {8, 6, 10, 10});
+  NodeId bilinear = b.last();
+  b.op("aten::upsample_nearest2d", {x, b.ints({7, 9}), b.none(), b.none()}, {8, 6, 7, 9});
+  NodeId nearest = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  Strings expected = {"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "P -> P"};
+  EXPECT_EQ(strategyStrings(all, bilinear), expected);
+  EXPECT_EQ(strategyStrings(all, nearest), expected);
+}
+
 TEST(Softmax, SoftmaxDimReplicate) {
   Builder b;
   ValueId x = b.input("x", {4, 8, 16});

@@ -62,7 +62,9 @@ int64_t integerBound(const ir::Graph& g, const ir::Node& node, size_t i) {
 
 /// True for inputs that must be positive (variances).
 bool mustBePositive(const ir::Node& node, size_t i) {
-  return node.op == "aten::batch_norm" && i == 4;  // running_var
+  return (node.op == "aten::batch_norm" || node.op == "aten::_native_batch_norm_legit_functional" ||
+          node.op == "aten::_native_batch_norm_legit_no_training") &&
+         i == 4;  // running_var
 }
 
 at::Tensor randomTensor(const ir::TensorMeta& meta, int64_t bound, bool positive,

@@ -15,7 +15,9 @@
 // op they use with strategies was validated on the tiny samples, and reports which of their (op,
 // tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh, must
 // also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must be
-// well formed with the all-Replicate strategy first.
+// well formed with the all-Replicate strategy first. Ops that real models use but no executed
+// sample has (einsum, upsample_bilinear2d / nearest2d, the core-ATen BatchNorm forms) are validated
+// the same way on nodes built by hand (HandBuiltOpCasesMatchTheUnshardedOp).
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -43,6 +45,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/known_fallbacks.h"
+#include "../strategy/builder.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
@@ -571,6 +574,119 @@ TEST(StrategyValidator, StubSamplesUseOnlyValidatedOps) {
     }
     std::cout << "\n";
   }
+}
+
+// --- ops no executed sample has, built by hand --------------------------------------------------
+
+/// One hand-built op node (tests/strategy/builder.h) for an op that real models use but no
+/// executed sample does (maxvit's einsum, upsampling, the core-ATen BatchNorm of .pt2 exports).
+struct OpCase {
+  const char* what;
+  std::function<void(strategy::testing::Builder&)> build;  // the node under test is built last
+};
+
+// Every strategy of each case, on every validator mesh, executed against the unsharded op; the
+// node must have a rule (no fallback) and more than the all-Replicate strategy. The shapes include
+// dims that split unevenly (3, 5 and 7 over 2 and 4 ranks).
+TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
+  using strategy::testing::Builder;
+  using strategy::testing::ValueId;
+  auto einsum = [](const char* eq, std::vector<std::vector<int64_t>> shapes,
+                   std::vector<int64_t> out) {
+    return [eq, shapes, out](Builder& b) {
+      std::vector<ValueId> xs;
+      for (size_t i = 0; i < shapes.size(); ++i)
+        xs.push_back(b.input("x" + std::to_string(i), shapes[i]));
+      ValueId list = b.listOp("prim::ListConstruct", xs, shapes);
+      b.op("aten::einsum", {b.str(eq), list, b.none()}, out);
+    };
+  };
+  auto batchNorm = [](int mode) {  // 0, 1: functional eval, training; 2: no_training
+    return [mode](Builder& b) {
+      ValueId x = b.input("x", {7, 7, 3, 3});
+      ValueId w = b.param("w", {7}), bias = b.param("b", {7});
+      ValueId rm = b.buffer("rm", {7}), rv = b.buffer("rv", {7});
+      int64_t saved = mode == 1 ? 7 : 0;
+      if (mode == 2)
+        b.multiOp("aten::_native_batch_norm_legit_no_training",
+                  {x, w, bias, rm, rv, b.f(0.1), b.f(1e-5)}, {{7, 7, 3, 3}, {0}, {0}});
+      else
+        b.multiOp("aten::_native_batch_norm_legit_functional",
+                  {x, w, bias, rm, rv, b.b(mode == 1), b.f(0.1), b.f(1e-5)},
+                  {{7, 7, 3, 3}, {saved}, {saved}, {7}, {7}});
+    };
+  };
+  auto floats = [](Builder& b, std::vector<double> v) {
+    return b.g.addConstant(ir::ValueType::kFloatList, std::move(v));
+  };
+  const OpCase cases[] = {
+      {"einsum bhid,bhjd->bhij (maxvit scores)",
+       einsum("bhid,bhjd->bhij", {{3, 4, 5, 7}, {3, 4, 6, 7}}, {3, 4, 5, 6})},
+      {"einsum bhij,bhjd->bhid",
+       einsum("bhij,bhjd->bhid", {{3, 4, 5, 6}, {3, 4, 6, 7}}, {3, 4, 5, 7})},
+      {"einsum ...ij,...kj->...ik",
+       einsum("...ij,...kj->...ik", {{2, 5, 4, 7}, {2, 5, 3, 7}}, {2, 5, 4, 3})},
+      {"einsum bij,bjk (implicit)", einsum("bij,bjk", {{7, 2, 3}, {7, 3, 4}}, {2, 4})},
+      {"einsum bij->bji", einsum("bij->bji", {{5, 4, 7}}, {5, 7, 4})},
+      {"einsum bij->b", einsum("bij->b", {{5, 4, 7}}, {5})},
+      {"upsample_bilinear2d.vec scales, align_corners",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_bilinear2d.vec", {x, b.none(), b.b(true), floats(b, {2.0, 1.5})},
+              {5, 6, 6, 6});
+       }},
+      {"upsample_bilinear2d output_size",
+       [](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_bilinear2d", {x, b.ints({7, 9}), b.b(false), b.none(), b.none()},
+              {5, 6, 7, 9});
+       }},
+      {"upsample_nearest2d.vec scales",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_nearest2d.vec", {x, b.none(), floats(b, {2.0, 2.0})}, {5, 6, 6, 8});
+       }},
+      {"upsample_nearest2d output_size",
+       [](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3, 4});
+         b.op("aten::upsample_nearest2d", {x, b.ints({7, 9}), b.none(), b.none()}, {5, 6, 7, 9});
+       }},
+      {"_native_batch_norm_legit_functional eval", batchNorm(0)},
+      {"_native_batch_norm_legit_functional training", batchNorm(1)},
+      {"_native_batch_norm_legit_no_training", batchNorm(2)},
+  };
+  std::vector<DeviceMesh> meshes;
+  for (const auto& shape : kMeshShapes) meshes.push_back(*DeviceMesh::create(shape));
+  DoubleDefaultDtype f64;
+  CheckStats stats;
+  int64_t total = 0;
+  for (const OpCase& oc : cases) {
+    Builder b;
+    oc.build(b);
+    const ir::Node& node = b.g.node(b.last());
+    std::vector<std::vector<Strategy>> per_mesh;
+    for (const DeviceMesh& mesh : meshes)
+      for (const strategy::NodeStrategies& ns : strategy::enumerate(b.g, mesh))
+        if (ns.node == node.id) {
+          EXPECT_FALSE(ns.fallback) << oc.what << ": no rule";
+          EXPECT_GT(ns.strategies.size(), 1u) << oc.what << " on " << mesh.toString();
+          per_mesh.push_back(ns.strategies.vector());
+        }
+    ASSERT_EQ(per_mesh.size(), meshes.size()) << oc.what;
+    int failures = 0;
+    NodeValidation v = validateNode(
+        b.g, node, meshes, per_mesh, fnv1a(oc.what), /*cap=*/false, oc.what, stats,
+        [&](const DeviceMesh* mesh, const Strategy* s, const std::string& what) {
+          if (failures++ < 10)
+            ADD_FAILURE() << "WRONG: " << oc.what << (mesh ? ", mesh " + mesh->toString() : "")
+                          << (s ? ", strategy " + s->toString() : "") << ": " << what;
+        });
+    int64_t n = std::accumulate(v.executed.begin(), v.executed.end(), int64_t{0});
+    total += n;
+    std::cout << "[strategy validator] " << oc.what << ": " << n << " strategies on "
+              << meshes.size() << " meshes, " << failures << " wrong\n";
+  }
+  std::cout << "[strategy validator] hand-built op cases: " << total << " strategies executed\n";
 }
 
 // --- the validator's own check: it must catch wrong rules ----------------------------------------

@@ -16,15 +16,15 @@ namespace apc::strategy {
 /// masked_fill, where (lib/strategy/pointwise.cpp).
 void registerPointwiseRules(Registry& r);
 /// Contractions from einsum-style dim roles: linear, matmul, mm, bmm, addmm, baddbmm, mv, dot,
-/// scaled_dot_product_attention (lib/strategy/matrix.cpp).
+/// einsum, scaled_dot_product_attention (lib/strategy/matrix.cpp).
 void registerMatrixRules(Registry& r);
 /// sum, mean, amax, amin, max/min, var/std, logsumexp (lib/strategy/reduction.cpp).
 void registerReductionRules(Registry& r);
 /// view, reshape, flatten, unflatten, squeeze, unsqueeze, transpose, t, permute, expand
 /// (lib/strategy/view.cpp).
 void registerViewRules(Registry& r);
-/// layer_norm, native_layer_norm, rms_norm, group_norm, batch_norm
-/// (lib/strategy/normalization.cpp).
+/// layer_norm, native_layer_norm, rms_norm, group_norm, batch_norm and its core-ATen forms
+/// _native_batch_norm_legit_functional / _no_training (lib/strategy/normalization.cpp).
 void registerNormalizationRules(Registry& r);
 /// softmax, log_softmax (lib/strategy/softmax.cpp).
 void registerSoftmaxRules(Registry& r);
@@ -36,7 +36,8 @@ void registerLossRules(Registry& r);
 /// unpack, factory ops (full, ones, zeros, empty, arange, *_like, NumToTensor)
 /// (lib/strategy/tensor_ops.cpp).
 void registerTensorOpRules(Registry& r);
-/// convolution, max/avg pooling (lib/strategy/conv.cpp).
+/// convolution, max/avg pooling, upsample_bilinear2d / upsample_nearest2d
+/// (lib/strategy/conv.cpp).
 void registerConvRules(Registry& r);
 /// For every registered aten op `aten::f[.o]` without an in-place rule, `aten::f_[.o]`: the
 /// out-of-place strategies whose output 0 is placed as input 0 (call after the others).
