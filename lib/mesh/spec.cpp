@@ -391,6 +391,35 @@ Expected<MixedPrecision> readMixedPrecision(const json& j, const std::string& pa
   return mp;
 }
 
+}  // namespace
+
+Expected<MixedPrecision> parseMixedPrecisionText(std::string_view text) {
+  json j = json::object();
+  for (const std::string& item : split(std::string(text), ',')) {
+    std::string_view entry = trim(item);
+    const size_t eq = entry.find('=');
+    if (eq == std::string_view::npos)
+      return invalidArgument("mixed precision '" + std::string(text) + "': entry '" +
+                             std::string(entry) +
+                             "' is not KEY=DTYPE (keys param, reduce, output; e.g. "
+                             "param=bf16,reduce=f32)");
+    const std::string key(trim(entry.substr(0, eq)));
+    if (key != "param" && key != "reduce" && key != "output")
+      return invalidArgument("mixed precision '" + std::string(text) + "': unknown key '" + key +
+                             "' (keys: param, reduce, output)");
+    if (j.contains(key + "_dtype"))
+      return invalidArgument("mixed precision '" + std::string(text) + "': '" + key +
+                             "' given twice");
+    j[key + "_dtype"] = std::string(trim(entry.substr(eq + 1)));
+  }
+  auto mp = readMixedPrecision(j, "--mixed-precision");
+  if (!mp.ok()) return mp.error();
+  if (mp->empty()) return invalidArgument("mixed precision '" + std::string(text) + "' is empty");
+  return mp;
+}
+
+namespace {
+
 Expected<std::vector<DynamicDim>> readDynamic(const json& j, const std::string& path) {
   if (!j.is_array())
     return at(path, "expected a list of dynamic dims like [{\"input\": \"x\", \"dim\": 0}], got " +

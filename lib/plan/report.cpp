@@ -132,6 +132,27 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   out += "model: " + p.model.model_name + " (" + p.model.model_path + ")\n";
   out += "mesh: " + p.spec.mesh.toString() + ", world size " +
          std::to_string(p.spec.mesh.worldSize()) + ", device " + p.spec.device + "\n";
+  // The inputs as planned (shapes, dynamic dims as B=8) and the precision: what the plan assumed.
+  std::vector<std::string> inputs;
+  for (const std::string& in : p.model.inputs) {
+    const std::string name = in.substr(0, in.find(':'));
+    auto placed = p.spec.inputs.find(name);
+    inputs.push_back(in + " " +
+                     mesh::toString(placed != p.spec.inputs.end()
+                                        ? placed->second
+                                        : mesh::replicated(p.spec.mesh.ndim())));
+  }
+  out += "inputs: " + join(inputs, ", ") + "\n";
+  if (const mesh::MixedPrecision& mp = p.spec.mixed_precision; !mp.empty()) {
+    std::string parts;
+    auto add = [&](const char* what, const std::optional<ir::DType>& d) {
+      if (d) parts += std::string(parts.empty() ? "" : ", ") + what + " " + ir::dtypeName(*d);
+    };
+    add("parameters", mp.param_dtype);
+    add("gradient reductions", mp.reduce_dtype);
+    add("outputs", mp.output_dtype);
+    out += "mixed precision: " + parts + "\n";
+  }
   out += "estimated step time: " + formatMicros(t.total_us) + " (compute " +
          formatMicros(t.compute_us) + ", communication " + formatMicros(t.comm_us) + ")\n";
   out += "parameter memory per rank: " + humanBytes(static_cast<double>(t.param_bytes_per_rank)) +

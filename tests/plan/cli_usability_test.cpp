@@ -163,6 +163,34 @@ TEST_F(Usability, SolverLineSaysWhenReductionsDecidedEverything) {
   EXPECT_NE(ilp.out.find(" variables, "), std::string::npos) << ilp.out;
 }
 
+// Issue 35: mixed precision from the command line (the spec's mixed_precision, checked by the
+// same rules), and the summary states what the plan assumed: the inputs with their placements
+// and dynamic dims, and the precision.
+TEST_F(Usability, MixedPrecisionFlagAndTheSummarysInputsAndPrecision) {
+  const std::string plan = (dir_ / "mp.json").string();
+  Result r = apc("plan " + kSamples + "mlp_stack.pt --mesh 2x2 --mixed-precision " +
+                 "param=bf16,reduce=f32 -o " + plan);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto p = nlohmann::json::parse(readFile(plan));
+  EXPECT_EQ(p["spec"]["mixed_precision"],
+            nlohmann::json({{"param_dtype", "bf16"}, {"reduce_dtype", "f32"}}));
+  EXPECT_NE(r.out.find("mixed precision: parameters bf16, gradient reductions f32"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("inputs: x:f32[8,64,128] R,R\n"), std::string::npos) << r.out;
+  Result d = apc("plan " + kSamples + "hf_llama_tiny.pt2 --mesh 2x2 --strategy ddp -o " + plan);
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(d.out.find("inputs: input_ids:i64[s72=8,32] S(0),S(0)\n"), std::string::npos) << d.out;
+  EXPECT_EQ(d.out.find("mixed precision:"), std::string::npos) << d.out;
+  for (const auto& [flag, named] : {std::pair<std::string, std::string>{"param=i64", "i64"},
+                                    {"foo=bf16", "unknown key 'foo'"},
+                                    {"param", "is not KEY=DTYPE"},
+                                    {"param=bf16,param=f32", "given twice"}})
+    expectOneLineError(apc("plan " + kSamples + "mlp_stack.pt --mesh 2 --mixed-precision '" + flag +
+                           "' -o " + plan),
+                       named);
+}
+
 // Finding 5: diff exits like `git diff --exit-code`; --threads leaves the hash alone.
 TEST_F(Usability, DiffExitCodeAndThreadsKeepTheHash) {
   std::string base = "plan " + kSamples + "toy_block.pt --mesh 2x4 --quiet -o ";

@@ -65,6 +65,7 @@ struct PlanFlags {
   std::string out_shardings;
   std::string output;
   std::string memory_budget;
+  std::string mixed_precision;  // --mixed-precision param=bf16,reduce=f32
   std::string device;
   std::string cluster;  // --cluster FILE (apc calibrate's profile)
   double time_limit_s = 60;
@@ -244,6 +245,9 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   spec.outputs = shapeOutputs(std::move(spec.outputs), g);
   if (!f.memory_budget.empty()) {
     APC_ASSIGN_OR_RETURN(spec.memory_budget, plan::parseMemoryBudget(f.memory_budget));
+  }
+  if (!f.mixed_precision.empty()) {
+    APC_ASSIGN_OR_RETURN(spec.mixed_precision, mesh::parseMixedPrecisionText(f.mixed_precision));
   }
   if (f.prefetch_discount) spec.prefetch_discount = *f.prefetch_discount;
   return spec;
@@ -440,6 +444,10 @@ Runner addPlanCommand(CLI::App& app) {
                  "(an existing artifact there is replaced as a whole; -o and --artifact are "
                  "written both or neither)")
       ->check(nonEmptyPath());
+  app.add_option("--mixed-precision", f->mixed_precision,
+                 "Compute parameters and reduce gradients in other dtypes: "
+                 "param=bf16,reduce=f32[,output=f32] (the spec's mixed_precision; this flag "
+                 "replaces it)");
   app.add_option("--memory-budget", f->memory_budget,
                  "Parameter memory per rank as LOW,HIGH fractions of all parameter bytes "
                  "(default 0,1/world size; HIGH = 1 allows full replication)");

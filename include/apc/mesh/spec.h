@@ -288,6 +288,11 @@ Expected<nlohmann::json> readJsonFile(const std::string& path);
 
 /// Parses and checks a spec: types, unknown keys, ranges, placement tuple lengths against the mesh,
 /// world size against the mesh. Errors start with the JSON path (`$.mesh.shape[1]: ...`).
+/// The command-line form of a spec's mixed_precision, `param=bf16,reduce=f32[,output=f32]` (any
+/// of the three keys, floating dtypes), checked by the same rules as the spec's JSON object.
+/// Errors are one line naming the bad entry.
+Expected<MixedPrecision> parseMixedPrecisionText(std::string_view text);
+
 Expected<Spec> parseSpec(const nlohmann::json& j);
 Expected<Spec> parseSpecText(std::string_view text);
 /// Errors are prefixed by the file path.
