@@ -15,6 +15,10 @@ fail() { echo "install_example_test: $*" >&2; exit 1; }
 
 cmake --install "$build" --prefix "$work/prefix" >"$work/install.log" || fail "cmake --install failed"
 test -f "$work/prefix/lib/cmake/apc/apcConfig.cmake" || fail "no apcConfig.cmake installed"
+# The tools are installed and run from the prefix (issue 35).
+for tool in apc apc-train; do
+  "$work/prefix/bin/$tool" --help >/dev/null 2>&1 || fail "no working $tool installed in bin/"
+done
 # No generated header is needed by the runtime's or the API's public headers.
 ! grep -lE '#include.*pb\.h' "$work/prefix/include/apc/runtime/"*.h "$work/prefix/include/apc/api/"*.h ||
   fail "a public runtime/API header includes generated protobuf code"
