@@ -6,6 +6,8 @@
 //===----------------------------------------------------------------------===//
 #include "apc/plan/diff.h"
 
+#include <cctype>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -139,9 +141,87 @@ PlanDiff diffPlans(const Plan& a, const Plan& b) {
   return d;
 }
 
+namespace {
+
+/// The module a change is grouped under: the path through its first numbered component (a
+/// repeated layer: "layers.3.attention.wq" -> "layers.3", "model.layers.0.mlp" ->
+/// "model.layers.0"), else its first component ("tok_embeddings"); "-" at the top level.
+std::string groupOf(const std::string& module_path) {
+  if (module_path.empty()) return "-";
+  const std::vector<std::string> parts = split(module_path, '.');
+  std::string group;
+  for (const std::string& part : parts) {
+    group += (group.empty() ? "" : ".") + part;
+    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char ch) {
+          return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+        }))
+      return group;
+  }
+  return parts.front();
+}
+
+}  // namespace
+
+std::vector<ModuleChanges> changesByModule(const PlanDiff& d) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<int, double>> by_group;
+  for (const NodeChange& c : d.nodes) {
+    const std::string g = groupOf(c.module_path);
+    auto [it, fresh] = by_group.try_emplace(g, 0, 0.0);
+    if (fresh) order.push_back(g);
+    it->second.first += 1;
+    it->second.second += c.delta_us;
+  }
+  auto stem = [](const std::string& g) {
+    const size_t dot = g.rfind('.');
+    return dot == std::string::npos ? std::string() : g.substr(0, dot);
+  };
+  std::vector<ModuleChanges> out;
+  for (size_t i = 0; i < order.size();) {
+    const auto [count, delta] = by_group[order[i]];
+    size_t j = i + 1;
+    while (j < order.size() && !stem(order[i]).empty() && stem(order[j]) == stem(order[i]) &&
+           by_group[order[j]].first == count &&
+           formatSignedMicros(by_group[order[j]].second) == formatSignedMicros(delta))
+      ++j;
+    ModuleChanges m;
+    m.module = order[i];
+    if (j - i > 1) m.module += "-" + order[j - 1].substr(stem(order[j - 1]).size() + 1);
+    m.layers = static_cast<int>(j - i);
+    m.nodes = count;
+    m.delta_us = canonicalNumber(delta);
+    out.push_back(std::move(m));
+    i = j;
+  }
+  return out;
+}
+
 std::string diffText(const PlanDiff& d) {
   std::string out;
   for (const std::string& n : d.notes) out += "note: " + n + "\n";
+  // The totals first: a deep model's list of changes runs to hundreds of lines.
+  auto totals = [](const char* which, const PlanTotals& t, const std::string& budget) {
+    return std::string(which) + ": step " + formatMicros(t.total_us) + " (compute " +
+           formatMicros(t.compute_us) + ", comm " + formatMicros(t.comm_us) +
+           "), parameter memory per rank " +
+           humanBytes(static_cast<double>(t.param_bytes_per_rank)) + " of " +
+           humanBytes(static_cast<double>(t.param_bytes_total)) + budget + "\n";
+  };
+  out += totals("a", d.totals_a, d.budget_a);
+  out += totals("b", d.totals_b, d.budget_b);
+  out += "total delta (b - a): " + formatSignedMicros(d.total_delta_us) + "\n";
+  if (!d.nodes.empty()) {
+    // Then the changes per module, in model order, with their cost delta.
+    out += "changed placements by module:\n";
+    for (const ModuleChanges& m : changesByModule(d)) {
+      const std::string name =
+          m.layers > 1 ? m.module + " (" + std::to_string(m.layers) + " alike, each)" : m.module;
+      char line[512];
+      std::snprintf(line, sizeof line, "  %-40s %5d node%s %13s\n", name.c_str(), m.nodes,
+                    m.nodes == 1 ? " " : "s", formatSignedMicros(m.delta_us).c_str());
+      out += line;
+    }
+  }
   if (d.empty()) {
     out += "no differences in placements\n";
   } else {
@@ -187,16 +267,6 @@ std::string diffText(const PlanDiff& d) {
       }
     }
   }
-  auto totals = [](const char* which, const PlanTotals& t, const std::string& budget) {
-    return std::string(which) + ": step " + formatMicros(t.total_us) + " (compute " +
-           formatMicros(t.compute_us) + ", comm " + formatMicros(t.comm_us) +
-           "), parameter memory per rank " +
-           humanBytes(static_cast<double>(t.param_bytes_per_rank)) + " of " +
-           humanBytes(static_cast<double>(t.param_bytes_total)) + budget + "\n";
-  };
-  out += totals("a", d.totals_a, d.budget_a);
-  out += totals("b", d.totals_b, d.budget_b);
-  out += "total delta (b - a): " + formatSignedMicros(d.total_delta_us) + "\n";
   return out;
 }
 
@@ -237,7 +307,14 @@ nlohmann::json toJson(const PlanDiff& d) {
                 {"param_bytes_per_rank", t.param_bytes_per_rank},
                 {"param_bytes_total", t.param_bytes_total}};
   };
+  json modules = json::array();
+  for (const ModuleChanges& m : changesByModule(d))
+    modules.push_back({{"module", m.module},
+                       {"layers", m.layers},
+                       {"nodes", m.nodes},
+                       {"delta_us", num(m.delta_us)}});
   return {{"notes", d.notes},
+          {"by_module", modules},
           {"nodes", nodes},
           {"parameters", params},
           {"totals_a", totals(d.totals_a)},

@@ -292,6 +292,49 @@ TEST(Diff, FsdpAgainstDdpListsTheWeights) {
   std::string text = diffText(d);
   EXPECT_NE(text.find("up.weight"), std::string::npos) << text;
   EXPECT_NE(text.find("total delta"), std::string::npos) << text;
+  // The totals come first, before the changes.
+  EXPECT_LT(text.find("total delta"), text.find("with different placements")) << text;
+}
+
+// Issue 35: a deep model's diff opens with its totals and the changes per module, repeated
+// layers that changed alike on one line, in text and JSON.
+TEST(Diff, ChangesAreSummarizedPerModuleWithRepeatedLayersOnce) {
+  PlanDiff d;
+  auto change = [&](const std::string& module, double delta) {
+    NodeChange c;
+    c.name = module + ".op";
+    c.module_path = module;
+    c.delta_us = delta;
+    d.nodes.push_back(c);
+  };
+  change("tok_embeddings", 5);
+  for (int layer = 0; layer < 4; ++layer) {
+    change("layers." + std::to_string(layer) + ".attention.wq", layer == 0 ? 7 : 2);
+    change("layers." + std::to_string(layer) + ".feed_forward.w1", 1);
+  }
+  change("model.layers.0.mlp", 3);
+  change("", 0);
+  std::vector<ModuleChanges> m = changesByModule(d);
+  ASSERT_EQ(m.size(), 5u);
+  EXPECT_EQ(m[0].module, "tok_embeddings");
+  EXPECT_EQ(m[1].module, "layers.0");  // differs from the others (delta 8 against 3)
+  EXPECT_EQ(m[1].nodes, 2);
+  EXPECT_DOUBLE_EQ(m[1].delta_us, 8);
+  EXPECT_EQ(m[2].module, "layers.1-3");
+  EXPECT_EQ(m[2].layers, 3);
+  EXPECT_EQ(m[2].nodes, 2);
+  EXPECT_DOUBLE_EQ(m[2].delta_us, 3);
+  EXPECT_EQ(m[3].module, "model.layers.0");
+  EXPECT_EQ(m[4].module, "-");
+  const std::string text = diffText(d);
+  EXPECT_LT(text.find("total delta"), text.find("changed placements by module:")) << text;
+  EXPECT_LT(text.find("changed placements by module:"), text.find("with different placements"))
+      << text;
+  EXPECT_NE(text.find("layers.1-3 (3 alike, each)"), std::string::npos) << text;
+  const nlohmann::json j = toJson(d);
+  ASSERT_EQ(j["by_module"].size(), 5u);
+  EXPECT_EQ(j["by_module"][2]["module"], "layers.1-3");
+  EXPECT_EQ(j["by_module"][2]["layers"], 3);
 }
 
 }  // namespace

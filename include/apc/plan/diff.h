@@ -54,6 +54,17 @@ struct PlanDiff {
 
 PlanDiff diffPlans(const Plan& a, const Plan& b);
 
+/// The changed placements per module, in model order: a module is the path through its first
+/// numbered component ("layers.3"), else its first component; consecutive repeated layers that
+/// changed alike (same count and delta) are one entry whose `layers` counts them ("layers.1-31").
+struct ModuleChanges {
+  std::string module;   // "layers.3", "layers.1-31" for a run, "-" for the top level
+  int layers = 1;       // repeated layers in the run
+  int nodes = 0;        // changed nodes per layer
+  double delta_us = 0;  // their cost delta per layer
+};
+std::vector<ModuleChanges> changesByModule(const PlanDiff& d);
+
 std::string diffText(const PlanDiff& d);
 /// Canonical numbers; the same shape as PlanDiff.
 nlohmann::json toJson(const PlanDiff& d);
