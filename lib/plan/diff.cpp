@@ -143,21 +143,12 @@ PlanDiff diffPlans(const Plan& a, const Plan& b) {
 
 namespace {
 
-/// The module a change is grouped under: the path through its first numbered component (a
-/// repeated layer: "layers.3.attention.wq" -> "layers.3", "model.layers.0.mlp" ->
-/// "model.layers.0"), else its first component ("tok_embeddings"); "-" at the top level.
+/// The module a change is grouped under: its repeated layer (repeatedLayerOf), else its first
+/// path component ("tok_embeddings"); "-" at the top level.
 std::string groupOf(const std::string& module_path) {
   if (module_path.empty()) return "-";
-  const std::vector<std::string> parts = split(module_path, '.');
-  std::string group;
-  for (const std::string& part : parts) {
-    group += (group.empty() ? "" : ".") + part;
-    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char ch) {
-          return std::isdigit(static_cast<unsigned char>(ch)) != 0;
-        }))
-      return group;
-  }
-  return parts.front();
+  const std::string layer = repeatedLayerOf(module_path);
+  return layer.empty() ? module_path.substr(0, module_path.find('.')) : layer;
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "apc/plan/report.h"
+#include <algorithm>
+#include <cctype>
 
 #include <cmath>
 #include <cstdio>
@@ -126,6 +128,18 @@ std::string budgetNote(const Plan& p) {
          " per rank, the budget allows " + percent(t.memory_low) + " to " + percent(t.memory_high);
 }
 
+std::string repeatedLayerOf(const std::string& module_path) {
+  std::string layer;
+  for (const std::string& part : split(module_path, '.')) {
+    layer += (layer.empty() ? "" : ".") + part;
+    if (!part.empty() && std::all_of(part.begin(), part.end(), [](char ch) {
+          return std::isdigit(static_cast<unsigned char>(ch)) != 0;
+        }))
+      return layer;
+  }
+  return "";
+}
+
 std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   std::string out;
   const PlanTotals& t = p.totals;
@@ -160,7 +174,9 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
          percent(t.param_memory_fraction) + "; budget " + percent(t.memory_low) + " to " +
          percent(t.memory_high) + ")" + budgetNote(p) + "\n";
 
-  // Parameters grouped by module, modules in order of first appearance.
+  // Parameters grouped by module, modules in order of first appearance; the modules of a
+  // repeated layer ("layers.3.attention.wq") under their layer, and consecutive layers whose
+  // parameters are placed alike once, with their count.
   std::vector<std::string> modules;
   std::map<std::string, std::vector<const PlanParameter*>> by_module;
   for (const PlanParameter& q : p.parameters) {
@@ -170,16 +186,64 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   }
   out += "parameters: " + std::to_string(p.parameters.size()) + " in " +
          std::to_string(modules.size()) + " module" + (modules.size() == 1 ? "" : "s") + "\n";
+  // Groups in order: a repeated layer, or a module of its own.
+  struct Group {
+    std::string name;
+    bool layer = false;
+    std::vector<const PlanParameter*> params;
+  };
+  std::vector<Group> groups;
   for (const std::string& m : modules) {
-    out += "  " + (m.empty() ? std::string("(top level)") : m) + "\n";
-    for (const PlanParameter* q : by_module[m]) {
-      std::string leaf = m.empty() ? q->name : q->name.substr(m.size() + 1);
-      char line[512];
-      std::snprintf(line, sizeof line, "    %-16s %-6s %-20s %-16s %s/rank\n", leaf.c_str(),
-                    q->dtype.c_str(), shapeText(q->shape).c_str(), toString(q->placement).c_str(),
-                    humanBytes(static_cast<double>(q->bytes_per_rank)).c_str());
-      out += line;
+    const std::string layer = repeatedLayerOf(m);
+    if (!layer.empty() && !groups.empty() && groups.back().layer && groups.back().name == layer) {
+      for (const PlanParameter* q : by_module[m]) groups.back().params.push_back(q);
+      continue;
     }
+    Group g;
+    g.name = layer.empty() ? m : layer;
+    g.layer = !layer.empty();
+    g.params = by_module[m];
+    groups.push_back(std::move(g));
+  }
+  auto lineOf = [](const std::string& leaf, const PlanParameter& q, int width) {
+    char line[512];
+    std::snprintf(line, sizeof line, "    %-*s %-6s %-20s %-16s %s/rank\n", width, leaf.c_str(),
+                  q.dtype.c_str(), shapeText(q.shape).c_str(), toString(q.placement).c_str(),
+                  humanBytes(static_cast<double>(q.bytes_per_rank)).c_str());
+    return std::string(line);
+  };
+  // A layer's lines relative to the layer (the same text for every alike layer).
+  auto layerLines = [&](const Group& g) {
+    int width = 16;
+    for (const PlanParameter* q : g.params)
+      width = std::max(width, static_cast<int>(q->name.size() - g.name.size() - 1));
+    std::string text;
+    for (const PlanParameter* q : g.params)
+      text += lineOf(q->name.substr(g.name.size() + 1), *q, width);
+    return text;
+  };
+  auto stem = [](const std::string& g) { return g.substr(0, g.rfind('.')); };
+  for (size_t i = 0; i < groups.size();) {
+    const Group& g = groups[i];
+    if (!g.layer) {
+      out += "  " + (g.name.empty() ? std::string("(top level)") : g.name) + "\n";
+      for (const PlanParameter* q : g.params)
+        out += lineOf(g.name.empty() ? q->name : q->name.substr(g.name.size() + 1), *q, 16);
+      ++i;
+      continue;
+    }
+    const std::string text = layerLines(g);
+    size_t j = i + 1;
+    while (j < groups.size() && groups[j].layer && stem(groups[j].name) == stem(g.name) &&
+           layerLines(groups[j]) == text)
+      ++j;
+    if (j - i > 1)
+      out += "  " + g.name + "-" + groups[j - 1].name.substr(stem(g.name).size() + 1) + " (" +
+             std::to_string(j - i) + " layers placed alike, each)\n";
+    else
+      out += "  " + g.name + "\n";
+    out += text;
+    i = j;
   }
 
   const solver::ReductionStats& z = p.solver.sizes;

@@ -191,6 +191,21 @@ TEST_F(Usability, MixedPrecisionFlagAndTheSummarysInputsAndPrecision) {
                        named);
 }
 
+// Issue 35: a deep model's summary lists a repeated layer once (llama3_8b on 8x8: 591 lines
+// before, 26 now): the layers placed alike under one heading with their count, names relative to
+// the layer.
+TEST_F(Usability, SummaryListsRepeatedLayersOnce) {
+  Result r = apc("plan " + kSamples + "llama_tiny.pt --mesh 2x4 -o " + (dir_ / "l.json").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("  layers.0-1 (2 layers placed alike, each)\n"), std::string::npos) << r.out;
+  const size_t first = r.out.find("    attention.wq.weight ");
+  ASSERT_NE(first, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("    attention.wq.weight ", first + 1), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("layers.1.attention.wq"), std::string::npos) << r.out;
+  // Modules outside the layers keep their own heading.
+  EXPECT_NE(r.out.find("  tok_embeddings\n    weight "), std::string::npos) << r.out;
+}
+
 // Finding 5: diff exits like `git diff --exit-code`; --threads leaves the hash alone.
 TEST_F(Usability, DiffExitCodeAndThreadsKeepTheHash) {
   std::string base = "plan " + kSamples + "toy_block.pt --mesh 2x4 --quiet -o ";

@@ -28,6 +28,11 @@ std::string formatSignedMicros(double us);
 
 /// The summary `apc plan` prints. With `timings`, the solver line ends with the solver's own time
 /// and a last line gives the time per phase; without, neither is printed.
+/// The repeated layer a module belongs to: its path through the first numbered component
+/// ("layers.3.attention.wq" -> "layers.3", "model.layers.0.mlp" -> "model.layers.0"); "" when no
+/// component is a number. The summary and `apc diff` group by it.
+std::string repeatedLayerOf(const std::string& module_path);
+
 std::string summaryText(const Plan& p, const PhaseTimings* timings);
 /// "" when the plan's parameter memory per rank is within its budget, else "; OVER the budget:
 /// <baseline> keeps 100.00% per rank, the budget allows 0.00% to 25.00%" (baselines ignore the
