@@ -305,6 +305,72 @@ std::string topNodesText(const Plan& p, size_t n) {
   return out;
 }
 
+std::vector<ModuleCost> costliestModules(const Plan& p, size_t n) {
+  // Row key: the stem of a repeated layer ("layers" of "layers.3"), else the first component.
+  std::vector<std::string> order;
+  std::map<std::string, ModuleCost> rows;
+  std::map<std::string, std::vector<std::string>> layers;  // row -> its layers, in order
+  for (const PlanNode& x : p.nodes) {
+    const std::string layer = repeatedLayerOf(x.module_path);
+    std::string key;
+    if (!layer.empty())
+      key = layer.substr(0, layer.rfind('.')) + ".#";
+    else
+      key = x.module_path.empty() ? "-" : x.module_path.substr(0, x.module_path.find('.'));
+    auto [it, fresh] = rows.try_emplace(key);
+    if (fresh) order.push_back(key);
+    ModuleCost& r = it->second;
+    ++r.nodes;
+    r.compute_us += x.compute_us;
+    r.comm_us += x.comm_us;
+    r.cost_us += x.cost_us;
+    if (!layer.empty()) {
+      auto& ls = layers[key];
+      if (std::find(ls.begin(), ls.end(), layer) == ls.end()) ls.push_back(layer);
+    }
+  }
+  std::vector<ModuleCost> out;
+  for (const std::string& key : order) {
+    ModuleCost r = rows[key];
+    r.module = key;
+    if (auto it = layers.find(key); it != layers.end()) {
+      const std::string stem = key.substr(0, key.size() - 2);
+      auto index = [&](const std::string& l) { return l.substr(stem.size() + 1); };
+      r.layers = static_cast<int>(it->second.size());
+      r.module = it->second.size() == 1
+                     ? it->second.front()
+                     : stem + "." + index(it->second.front()) + "-" + index(it->second.back());
+    }
+    out.push_back(std::move(r));
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const ModuleCost& a, const ModuleCost& b) { return a.cost_us > b.cost_us; });
+  if (out.size() > n) out.resize(n);
+  return out;
+}
+
+std::string topModulesText(const Plan& p, size_t n) {
+  const PlanTotals& t = p.totals;
+  std::string out = "plan of " + p.model.model_name + " on " + p.spec.mesh.toString() + ": step " +
+                    formatMicros(t.total_us) + " (compute " + formatMicros(t.compute_us) +
+                    ", comm " + formatMicros(t.comm_us) + "), solver " + p.solver.status + "\n";
+  std::vector<ModuleCost> rows = costliestModules(p, n);
+  out += "costliest " + std::to_string(rows.size()) +
+         " modules (a stack of repeated layers is "
+         "one row):\n";
+  char line[1024];
+  std::snprintf(line, sizeof line, "  %-32s %7s %7s %14s %14s %14s %6s\n", "module", "layers",
+                "nodes", "compute_us", "comm_us", "cost_us", "share");
+  out += line;
+  for (const ModuleCost& r : rows) {
+    const double share = t.total_us > 0 ? 100 * r.cost_us / t.total_us : 0;
+    std::snprintf(line, sizeof line, "  %-32s %7d %7d %14.3f %14.3f %14.3f %5.1f%%\n",
+                  r.module.c_str(), r.layers, r.nodes, r.compute_us, r.comm_us, r.cost_us, share);
+    out += line;
+  }
+  return out;
+}
+
 std::string explanationText(const Plan& p, const NodeExplanation& e) {
   const PlanNode& n = p.nodes[e.node];
   std::string out = "node #" + std::to_string(e.node) + " " + displayName(n) + "  " + e.op + "  " +

@@ -204,6 +204,13 @@ TEST_F(Usability, SummaryListsRepeatedLayersOnce) {
   EXPECT_EQ(r.out.find("layers.1.attention.wq"), std::string::npos) << r.out;
   // Modules outside the layers keep their own heading.
   EXPECT_NE(r.out.find("  tok_embeddings\n    weight "), std::string::npos) << r.out;
+  // explain --by module: the stack of layers is one row.
+  Result e = apc("explain " + (dir_ / "l.json").string() + " --by module --top 3");
+  ASSERT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("costliest 3 modules"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("  layers.0-1 "), std::string::npos) << e.out;
+  expectOneLineError(apc("explain " + (dir_ / "l.json").string() + " --by layer"),
+                     "--by: expected node or module");
 }
 
 // Finding 5: diff exits like `git diff --exit-code`; --threads leaves the hash alone.

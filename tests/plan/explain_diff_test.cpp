@@ -296,6 +296,26 @@ TEST(Diff, FsdpAgainstDdpListsTheWeights) {
   EXPECT_LT(text.find("total delta"), text.find("with different placements")) << text;
 }
 
+// Issue 35: explain --by module sums every node into its module (a stack of repeated layers is
+// one row), and the rows reconcile with the step the plan reports.
+TEST(Explain, CostliestModulesReconcileWithTheStep) {
+  ir::Graph g = ir::testing_graphs::toyBlock(512);
+  Plan p = planOf(g, toySpec8()).result.plan;
+  std::vector<ModuleCost> rows = costliestModules(p, 1000);
+  ASSERT_FALSE(rows.empty());
+  double sum = 0;
+  int nodes = 0;
+  for (const ModuleCost& r : rows) {
+    sum += r.cost_us;
+    nodes += r.nodes;
+  }
+  EXPECT_EQ(nodes, static_cast<int>(p.nodes.size()));
+  EXPECT_NEAR(sum, p.totals.total_us, 1e-6 * std::max(1.0, p.totals.total_us));
+  for (size_t i = 1; i < rows.size(); ++i) EXPECT_GE(rows[i - 1].cost_us, rows[i].cost_us);
+  EXPECT_EQ(costliestModules(p, 1).size(), 1u);
+  EXPECT_NE(topModulesText(p, 5).find("costliest"), std::string::npos);
+}
+
 // Issue 35: a deep model's diff opens with its totals and the changes per module, repeated
 // layers that changed alike on one line, in text and JSON.
 TEST(Diff, ChangesAreSummarizedPerModuleWithRepeatedLayersOnce) {

@@ -33,6 +33,7 @@ struct ExplainFlags {
   std::string format = "text";
   std::string model;  // overrides the plan's model path
   bool top_given = false;
+  std::string by = "node";     // --by node|module: the costliest table's rows
   bool no_parameters = false;  // dot: leave parameters out
   size_t collapse_depth = 0;   // dot: draw deeper modules as one box each
 };
@@ -44,6 +45,8 @@ int runExplain(const ExplainFlags& f) {
       f.format != "html")
     return report(
         invalidArgument("--format: expected text, json, dot, svg or html, got '" + f.format + "'"));
+  if (f.by != "node" && f.by != "module")
+    return report(invalidArgument("--by: expected node or module, got '" + f.by + "'"));
   if (!f.node.empty() && !f.module.empty())
     return report(invalidArgument("give at most one of --node and --module"));
   // The collectives of each communicating edge come from the lowered program, which needs the
@@ -121,11 +124,14 @@ int runExplain(const ExplainFlags& f) {
     return 0;
   }
   // The node asked about comes first; the costliest-nodes table follows only when --top is given.
+  auto topText = [&] {
+    return f.by == "module" ? plan::topModulesText(*p, f.top) : plan::topNodesText(*p, f.top);
+  };
   if (e) {
     std::cout << plan::explanationText(*p, *e);
-    if (f.top_given) std::cout << "\n" << plan::topNodesText(*p, f.top);
+    if (f.top_given) std::cout << "\n" << topText();
   } else {
-    std::cout << plan::topNodesText(*p, f.top);
+    std::cout << topText();
   }
   if (no_comm.empty())
     std::cout << "\n" << commSection(comms, p->spec.mesh, &shown);
@@ -145,6 +151,9 @@ Runner addExplainCommand(CLI::App& app) {
                                     "How many of the costliest nodes to list (default 20; with "
                                     "--node or --module the table is printed only when given)")
                          ->check(integerIn(0, int64_t{1} << 30));
+  app.add_option("--by", f->by,
+                 "Rows of the costliest table: node (default) or module (each stack of repeated "
+                 "layers summed as one row: where a deep model's step goes)");
   app.add_option("--node", f->node,
                  "Explain this node: every alternative strategy with its cost and status (names "
                  "as in the plan: input/parameter names, op output values like linear_1)");

@@ -104,6 +104,19 @@ Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem&
 
 /// Text of the costliest-nodes table (with the plan's totals).
 std::string topNodesText(const Plan& p, size_t n);
+
+/// Where the step goes by module: nodes summed per repeated layer kind ("layers.0-31": every
+/// layer of a stack, repeatedLayerOf's stem) or per first path component ("tok_embeddings"),
+/// costliest first, at most `n`; with each row's share of the step. For deep models, where every
+/// single node is a fraction of a percent.
+struct ModuleCost {
+  std::string module;  // "layers.0-31", "tok_embeddings", "-" (top level)
+  int layers = 1;      // layers summed in the row
+  int nodes = 0;
+  double compute_us = 0, comm_us = 0, cost_us = 0;
+};
+std::vector<ModuleCost> costliestModules(const Plan& p, size_t n);
+std::string topModulesText(const Plan& p, size_t n);
 /// Text of one node's alternatives.
 std::string explanationText(const Plan& p, const NodeExplanation& e);
 
