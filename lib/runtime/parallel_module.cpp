@@ -319,7 +319,8 @@ struct ParallelModule::Impl {
           where + ": symbolic argument of node " + std::to_string(a.node()) + " ";
       if (!symbol_sources.count(a.symbol()))
         return parseError(what + "names symbol '" + a.symbol() + "', which no input carries");
-      if (a.per_symbol() <= 0 || a.dim() >= a.rank() || a.part() == proto::SymbolicArg::PART_UNSET)
+      if (a.per_symbol() <= 0 || a.dim() >= a.rank() || a.rank() > 64 ||
+          a.part() == proto::SymbolicArg::PART_UNSET)
         return parseError(what + "is malformed (per_symbol " + std::to_string(a.per_symbol()) +
                           ", dim " + std::to_string(a.dim()) + " of rank " +
                           std::to_string(a.rank()) + ")");
