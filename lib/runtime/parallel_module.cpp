@@ -860,12 +860,19 @@ Expected<std::vector<int64_t>> ParallelModule::symbolicValues(
   values.reserve(im.symbolic.size());
   for (const Impl::SymbolicArg& a : im.symbolic) {
     std::vector<int64_t> sizes(a.rank, 1);
-    sizes[a.dim] = a.per_symbol * bound.at(a.symbol);
+    if (__builtin_mul_overflow(a.per_symbol, bound.at(a.symbol), &sizes[a.dim]))
+      return invalidArgument("a size of " + std::to_string(a.per_symbol) + " x " + a.symbol +
+                             " overflows at " + a.symbol + " = " +
+                             std::to_string(bound.at(a.symbol)));
     const layout::DimPiece p = layout::localPiece(sizes, a.placement, im.mesh, coord)[a.dim];
     const int64_t part = a.part == proto::SymbolicArg::SIZE     ? p.size
                          : a.part == proto::SymbolicArg::OFFSET ? p.offset
                                                                 : p.offset + p.size;
-    values.push_back(a.shift + a.scale * part);
+    int64_t scaled = 0, value = 0;
+    if (__builtin_mul_overflow(a.scale, part, &scaled) ||
+        __builtin_add_overflow(a.shift, scaled, &value))
+      return invalidArgument("a size argument that follows " + a.symbol + " overflows");
+    values.push_back(value);
   }
   return values;
 }
