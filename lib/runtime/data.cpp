@@ -159,22 +159,24 @@ struct DataSource::Impl {
     if (cols.size == 0 || rows.size == 0) return win;
     std::vector<char> buf(static_cast<size_t>(cols.size + 1) * type.bytes);
     int64_t* out = win.data_ptr<int64_t>();
+    const int64_t* first = starts.const_data_ptr<int64_t>();
     for (int64_t i = 0; i < rows.size; ++i) {
-      const int64_t first = starts[rows.offset + i].item<int64_t>() + cols.offset;
-      auto read = st::readBox(fd.get(), path, 0, {n_tokens}, type.bytes, {first}, {cols.size + 1},
-                              buf.data());
+      auto read = st::readBox(fd.get(), path, 0, {n_tokens}, type.bytes,
+                              {first[rows.offset + i] + cols.offset}, {cols.size + 1}, buf.data());
       if (!read.ok()) {
         *bad = read.error().message();
         return win;
       }
       *bytes += *read;
       idsToLong(buf.data(), cols.size + 1, type, out + i * (cols.size + 1));
-      if (bad->empty())
-        if (auto oor = firstOutOfRange(win[i], bound))
-          *bad = printable(path) + ": token id " + std::to_string(oor->second) + " (token " +
-                 std::to_string(first + oor->first) + " of the file) is not below the " +
-                 std::to_string(bound) + " rows of the embedding it indexes (ids of another " +
-                 "vocabulary, or not --data-dtype " + type.name + "?)";
+    }
+    if (auto oor = firstOutOfRange(win, bound)) {
+      const int64_t row = oor->first / (cols.size + 1), col = oor->first % (cols.size + 1);
+      *bad = printable(path) + ": token id " + std::to_string(oor->second) + " (token " +
+             std::to_string(first[rows.offset + row] + cols.offset + col) +
+             " of the file) is not below the " + std::to_string(bound) +
+             " rows of the embedding it indexes (ids of another vocabulary, or not --data-dtype " +
+             type.name + "?)";
     }
     return win;
   }
@@ -196,8 +198,9 @@ struct DataSource::Impl {
       size.push_back(d.size);
     }
     size[0] = 1;
+    const int64_t* rows_at = idx.const_data_ptr<int64_t>();
     for (int64_t i = 0; i < piece[0].size; ++i) {
-      lo[0] = idx[piece[0].offset + i].item<int64_t>();
+      lo[0] = rows_at[piece[0].offset + i];
       auto read = st::readBox(fd.get(), path, file.data_start + t.begin, t.shape,
                               c10::elementSize(t.dtype), lo, size, dst + i * row_bytes);
       if (!read.ok()) {

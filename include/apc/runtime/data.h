@@ -68,8 +68,8 @@ struct Batch {
 
 class DataSource {
  public:
-  /// Opens `path` for training `pm` and checks it against the artifact's input and first output.
-  /// Not collective (every rank checks the same things alike).
+  /// Opens `path` for training `pm` (which must outlive the source) and checks it against the
+  /// artifact's input and first output. Not collective (every rank checks the same things alike).
   static Expected<std::unique_ptr<DataSource>> open(ParallelModule& pm, const std::string& path,
                                                     const DataOptions& options = {});
   ~DataSource();
