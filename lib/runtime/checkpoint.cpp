@@ -1,14 +1,16 @@
 //===- lib/runtime/checkpoint.cpp - Sharded checkpoints: save, find, load ---===//
 //
 // The format and its guarantees are in apc/runtime/checkpoint.h. Here:
-//  - the safetensors writer and reader (a u64 little-endian header length, the JSON header padded
-//    with spaces to a multiple of 8 bytes as safetensors writes it, the tensors' bytes packed in
-//    header order) with POSIX writes: temporary name, fsync, rename, fsync of the directory;
+//  - the safetensors writer (a u64 little-endian header length, the JSON header padded with
+//    spaces to a multiple of 8 bytes as safetensors writes it, the tensors' bytes packed in header
+//    order) with POSIX writes: temporary name, fsync, rename, fsync of the directory (the reader is
+//    safetensors_io.h, shared with training data);
 //  - the manifest, which rank 0 builds from the program's placements alone (every rank's piece is
 //    layout::localPiece of its coordinate), plus each file's size and SHA-256 that the ranks
 //    exchange in one all-reduce;
 //  - loading by regions: a rank's shard is filled from every saved piece that overlaps it (box
-//    intersections), and the elements copied must be exactly the shard's.
+//    intersections, and only the intersection's bytes are read), and the elements copied must be
+//    exactly the shard's; each file's SHA-256 is checked by one rank.
 //
 //===----------------------------------------------------------------------===//
 #include "apc/runtime/checkpoint.h"
