@@ -1,14 +1,16 @@
 //===- lib/runtime/checkpoint.cpp - Sharded checkpoints: save, find, load ---===//
 //
 // The format and its guarantees are in apc/runtime/checkpoint.h. Here:
-//  - the safetensors writer and reader (a u64 little-endian header length, the JSON header padded
-//    with spaces to a multiple of 8 bytes as safetensors writes it, the tensors' bytes packed in
-//    header order) with POSIX writes: temporary name, fsync, rename, fsync of the directory;
+//  - the safetensors writer (a u64 little-endian header length, the JSON header padded with
+//    spaces to a multiple of 8 bytes as safetensors writes it, the tensors' bytes packed in header
+//    order) with POSIX writes: temporary name, fsync, rename, fsync of the directory (the reader is
+//    safetensors_io.h, shared with training data);
 //  - the manifest, which rank 0 builds from the program's placements alone (every rank's piece is
 //    layout::localPiece of its coordinate), plus each file's size and SHA-256 that the ranks
 //    exchange in one all-reduce;
 //  - loading by regions: a rank's shard is filled from every saved piece that overlaps it (box
-//    intersections), and the elements copied must be exactly the shard's.
+//    intersections, and only the intersection's bytes are read), and the elements copied must be
+//    exactly the shard's; each file's SHA-256 is checked by one rank.
 //
 //===----------------------------------------------------------------------===//
 #include "apc/runtime/checkpoint.h"
@@ -33,6 +35,7 @@
 #include "apc/runtime/interpreter.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
+#include "safetensors_io.h"
 
 namespace apc::runtime {
 
@@ -45,8 +48,6 @@ using nlohmann::ordered_json;
 constexpr const char* kFormat = "apc-checkpoint";
 constexpr int kFormatVersion = 1;
 constexpr const char* kManifest = "manifest.json";
-/// The largest safetensors header read (safetensors itself allows 100 MB).
-constexpr uint64_t kMaxHeaderBytes = 100u << 20;
 
 std::string errnoText(int err) {
   return std::strerror(err);
@@ -58,28 +59,6 @@ std::string rankFileName(int64_t rank) {
 
 std::string optimizerKey(const std::string& state, const std::string& param) {
   return "optimizer/" + state + "/" + param;
-}
-
-// --- dtypes --------------------------------------------------------------------------------------
-
-const std::vector<std::pair<at::ScalarType, const char*>>& dtypeNames() {
-  static const std::vector<std::pair<at::ScalarType, const char*>> names = {
-      {at::kDouble, "F64"}, {at::kFloat, "F32"}, {at::kHalf, "F16"},  {at::kBFloat16, "BF16"},
-      {at::kLong, "I64"},   {at::kInt, "I32"},   {at::kShort, "I16"}, {at::kChar, "I8"},
-      {at::kByte, "U8"},    {at::kBool, "BOOL"}};
-  return names;
-}
-
-Expected<std::string> dtypeName(at::ScalarType t) {
-  for (const auto& [type, name] : dtypeNames())
-    if (type == t) return std::string(name);
-  return unsupported(std::string("checkpoints do not store dtype ") + c10::toString(t));
-}
-
-std::optional<at::ScalarType> dtypeOf(const std::string& name) {
-  for (const auto& [type, n] : dtypeNames())
-    if (name == n) return type;
-  return std::nullopt;
 }
 
 int64_t numelOf(const std::vector<int64_t>& sizes) {
@@ -183,7 +162,7 @@ Expected<std::pair<int64_t, std::string>> writeSafetensors(
   header["__metadata__"] = metadata;
   int64_t offset = 0;
   for (const Entry& e : entries) {
-    APC_ASSIGN_OR_RETURN(std::string dtype, dtypeName(e.tensor.scalar_type()));
+    APC_ASSIGN_OR_RETURN(std::string dtype, st::dtypeName(e.tensor.scalar_type()));
     const int64_t n = static_cast<int64_t>(e.tensor.nbytes());
     header[e.key] = {{"dtype", dtype},
                      {"shape", e.tensor.sizes().vec()},
@@ -202,143 +181,6 @@ Expected<std::pair<int64_t, std::string>> writeSafetensors(
   const int64_t bytes = w.bytes();
   APC_ASSIGN_OR_RETURN(std::string sha, w.commit());
   return std::make_pair(bytes, sha);
-}
-
-/// One tensor of a safetensors header.
-struct StTensor {
-  at::ScalarType dtype = at::kFloat;
-  std::vector<int64_t> shape;
-  int64_t begin = 0, end = 0;  // byte range in the data section
-};
-
-/// A safetensors file whose size and SHA-256 were checked against the manifest and whose header
-/// was parsed and checked (every tensor's bytes inside the data section, of its shape's size).
-struct StFile {
-  std::string path;
-  int64_t data_start = 0;
-  std::map<std::string, StTensor> tensors;
-};
-
-/// Reads `fd` at `offset` completely.
-Status preadAll(int fd, void* out, size_t n, int64_t offset, const std::string& path) {
-  char* p = static_cast<char*>(out);
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t r = ::pread(fd, p + done, n - done, static_cast<off_t>(offset) + done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0) return ioError(printable(path) + ": read error (" + errnoText(errno) + ")");
-    if (r == 0) return parseError(printable(path) + ": ends early (truncated)");
-    done += static_cast<size_t>(r);
-  }
-  return Status::success();
-}
-
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-/// Opens a safetensors file; `want_bytes` >= 0 and a non-empty `want_sha` (a checkpoint's
-/// manifest) are checked first.
-Expected<StFile> openSafetensors(const std::string& path, int64_t want_bytes,
-                                 const std::string& want_sha) {
-  APC_RETURN_IF_ERROR(checkRegularFile(path));
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) return ioError("cannot read '" + printable(path) + "': " + errnoText(errno));
-  struct stat st {};
-  if (::fstat(fd.get(), &st) != 0)
-    return ioError("cannot read '" + printable(path) + "': " + errnoText(errno));
-  const int64_t size = static_cast<int64_t>(st.st_size);
-  if (want_bytes >= 0 && size != want_bytes)
-    return parseError(printable(path) + ": " + std::to_string(size) +
-                      " bytes, but the checkpoint's manifest.json says " +
-                      std::to_string(want_bytes) + " (truncated or replaced)");
-  // The whole file against the manifest's SHA-256: a flipped bit anywhere is an error.
-  Sha256Stream hash;
-  if (!want_sha.empty()) {
-    std::vector<char> buf(size_t{1} << 20);
-    for (int64_t off = 0; off < size;) {
-      const size_t n = static_cast<size_t>(std::min<int64_t>(size - off, buf.size()));
-      APC_RETURN_IF_ERROR(preadAll(fd.get(), buf.data(), n, off, path));
-      hash.update(std::string_view(buf.data(), n));
-      off += static_cast<int64_t>(n);
-    }
-    if (hash.hexDigest() != want_sha)
-      return parseError(printable(path) +
-                        ": content differs from the SHA-256 in the checkpoint's manifest.json "
-                        "(damaged or replaced)");
-  }
-  unsigned char len[8];
-  if (size < 8) return parseError(printable(path) + ": not a safetensors file (too short)");
-  APC_RETURN_IF_ERROR(preadAll(fd.get(), len, 8, 0, path));
-  uint64_t header_len = 0;
-  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len[i];
-  if (header_len > kMaxHeaderBytes || header_len > static_cast<uint64_t>(size - 8))
-    return parseError(printable(path) + ": safetensors header length " +
-                      std::to_string(header_len) + " exceeds the file");
-  std::string text(header_len, '\0');
-  APC_RETURN_IF_ERROR(preadAll(fd.get(), text.data(), text.size(), 8, path));
-  if (Status ok = checkJsonText(text); !ok.ok())
-    return parseError(printable(path) + ": safetensors header: " + ok.error().message());
-  ordered_json h = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!h.is_object())
-    return parseError(printable(path) + ": safetensors header is not a JSON object");
-  StFile f;
-  f.path = path;
-  f.data_start = 8 + static_cast<int64_t>(header_len);
-  const int64_t data_bytes = size - f.data_start;
-  for (const auto& [key, v] : h.items()) {
-    if (key == "__metadata__") continue;
-    auto bad = [&](const std::string& why) {
-      return parseError(printable(path) + ": tensor '" + printable(key) + "': " + why);
-    };
-    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
-        !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
-        v["data_offsets"].size() != 2)
-      return bad("needs dtype, shape and data_offsets");
-    StTensor t;
-    std::optional<at::ScalarType> dt = dtypeOf(v["dtype"].get<std::string>());
-    if (!dt) return bad("unknown dtype " + printable(v["dtype"].get<std::string>()));
-    t.dtype = *dt;
-    for (const auto& d : v["shape"]) {
-      if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("bad shape");
-      t.shape.push_back(d.get<int64_t>());
-    }
-    if (!v["data_offsets"][0].is_number_integer() || !v["data_offsets"][1].is_number_integer())
-      return bad("bad data_offsets");
-    t.begin = v["data_offsets"][0].get<int64_t>();
-    t.end = v["data_offsets"][1].get<int64_t>();
-    const int64_t want = numelOf(t.shape) * static_cast<int64_t>(c10::elementSize(t.dtype));
-    if (t.begin < 0 || t.end > data_bytes || t.end - t.begin != want)
-      return bad("data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) +
-                 ") do not hold its " + std::to_string(want) + " bytes inside the file");
-    f.tensors[key] = std::move(t);
-  }
-  return f;
-}
-
-Expected<at::Tensor> readTensor(const StFile& f, const std::string& key) {
-  auto it = f.tensors.find(key);
-  if (it == f.tensors.end())
-    return parseError(printable(f.path) + ": no tensor '" + printable(key) +
-                      "', which the checkpoint's manifest.json places there");
-  const StTensor& t = it->second;
-  at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(t.dtype));
-  Fd fd(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
-  if (fd.get() < 0) return ioError("cannot read '" + printable(f.path) + "': " + errnoText(errno));
-  APC_RETURN_IF_ERROR(preadAll(fd.get(), out.mutable_data_ptr(),
-                               static_cast<size_t>(t.end - t.begin), f.data_start + t.begin,
-                               f.path));
-  return out;
 }
 
 // --- collectives ---------------------------------------------------------------------------------
@@ -521,12 +363,15 @@ Expected<int64_t> intField(const ordered_json& j, const char* key, const std::st
   return j[key].get<int64_t>();
 }
 
-/// The safetensors files of a checkpoint, each opened (size, SHA-256 and header checked against
-/// the manifest's "files") on first use.
+/// The safetensors files of a checkpoint, each opened on first use: its size checked against the
+/// manifest's "files", its header parsed and checked, and with `verify_hashes` its SHA-256 (the
+/// whole file read). loadCheckpoint verifies the hashes apart (verifyFileHashes: each file by one
+/// rank) so that a rank reads of the other files only the byte ranges it needs.
 class FileCache {
  public:
-  FileCache(std::string dir, const ordered_json& files) : dir_(std::move(dir)), files_(files) {}
-  Expected<const StFile*> get(const std::string& name) {
+  FileCache(std::string dir, const ordered_json& files, bool verify_hashes)
+      : dir_(std::move(dir)), files_(files), verify_hashes_(verify_hashes) {}
+  Expected<const st::File*> get(const std::string& name) {
     if (auto it = open_.find(name); it != open_.end()) return &it->second;
     const std::string mpath = (fs::path(dir_) / kManifest).string();
     if (!files_.contains(name) || !files_[name].is_object() || !files_[name].contains("bytes") ||
@@ -534,17 +379,42 @@ class FileCache {
         !files_[name]["sha256"].is_string())
       return parseError(printable(mpath) + ": \"files\" has no bytes and sha256 of " +
                         printable(name));
-    APC_ASSIGN_OR_RETURN(StFile f, openSafetensors((fs::path(dir_) / name).string(),
-                                                   files_[name]["bytes"].get<int64_t>(),
-                                                   files_[name]["sha256"].get<std::string>()));
+    APC_ASSIGN_OR_RETURN(
+        st::File f,
+        st::open((fs::path(dir_) / name).string(), files_[name]["bytes"].get<int64_t>(),
+                 verify_hashes_ ? files_[name]["sha256"].get<std::string>() : std::string()));
     return &open_.emplace(name, std::move(f)).first->second;
   }
 
  private:
   std::string dir_;
   const ordered_json& files_;
-  std::map<std::string, StFile> open_;
+  bool verify_hashes_;
+  std::map<std::string, st::File> open_;
 };
+
+/// Checks the size and SHA-256 of this rank's share of the checkpoint's files: the files in the
+/// manifest's order whose index is the rank's modulo the world size. Together the ranks read every
+/// file once; loadCheckpoint agrees on the outcome, so a damaged file is every rank's error.
+Status verifyFileHashes(const std::string& dir, const ordered_json& files, int rank, int world) {
+  const std::string mpath = (fs::path(dir) / kManifest).string();
+  int index = 0;
+  for (const auto& [name, f] : files.items()) {
+    if (index++ % world != rank) continue;
+    if (name.find('/') != std::string::npos || name.empty() || name[0] == '.')
+      return parseError(printable(mpath) + ": file " + printable(name) +
+                        " is not a file of the checkpoint");
+    if (!f.is_object() || !f.contains("bytes") || !f["bytes"].is_number_integer() ||
+        !f.contains("sha256") || !f["sha256"].is_string())
+      return parseError(printable(mpath) + ": \"files\" has no bytes and sha256 of " +
+                        printable(name));
+    APC_ASSIGN_OR_RETURN(st::File opened,
+                         st::open((fs::path(dir) / name).string(), f["bytes"].get<int64_t>(),
+                                  f["sha256"].get<std::string>()));
+    (void)opened;
+  }
+  return Status::success();
+}
 
 /// The manifest's "files" and "tensors" objects, or an error naming it.
 Status checkManifestTables(const ordered_json& j, const std::string& mpath) {
@@ -558,7 +428,8 @@ Status checkManifestTables(const ordered_json& j, const std::string& mpath) {
 /// overlap it.
 Status fillRegion(const std::string& dir, const std::string& name, const ordered_json& mt,
                   const std::vector<layout::DimPiece>& region, at::Tensor dst,
-                  const std::function<Expected<const StFile*>(const std::string&)>& file) {
+                  const std::function<Expected<const st::File*>(const std::string&)>& file,
+                  int64_t* bytes_read) {
   const std::string mpath = (fs::path(dir) / kManifest).string();
   int64_t want = 1;
   for (const layout::DimPiece& d : region) want *= d.size;
@@ -591,27 +462,35 @@ Status fillRegion(const std::string& dir, const std::string& name, const ordered
     if (fname.find('/') != std::string::npos || fname.empty() || fname[0] == '.')
       return parseError(printable(mpath) + ": tensor " + name + ": file " + printable(fname) +
                         " is not a file of the checkpoint");
-    APC_ASSIGN_OR_RETURN(const StFile* f, file(fname));
-    APC_ASSIGN_OR_RETURN(at::Tensor src, readTensor(*f, p["key"].get<std::string>()));
-    if (src.sizes().vec() != psize)
-      return parseError(printable(f->path) + ": tensor '" + printable(p["key"].get<std::string>()) +
-                        "' has shape " + c10::str(src.sizes()) +
+    APC_ASSIGN_OR_RETURN(const st::File* f, file(fname));
+    const std::string key = p["key"].get<std::string>();
+    auto entry = f->tensors.find(key);
+    if (entry == f->tensors.end())
+      return parseError(printable(f->path) + ": no tensor '" + printable(key) +
+                        "', which the checkpoint's manifest.json places there");
+    if (entry->second.shape != psize)
+      return parseError(printable(f->path) + ": tensor '" + printable(key) + "' has shape " +
+                        c10::str(at::IntArrayRef(entry->second.shape)) +
                         ", the checkpoint's manifest.json says " +
                         c10::str(at::IntArrayRef(psize)));
-    if (src.scalar_type() != dst.scalar_type())
-      return parseError(printable(f->path) + ": tensor '" + printable(p["key"].get<std::string>()) +
-                        "' is " + c10::toString(src.scalar_type()) + ", expected " +
+    if (entry->second.dtype != dst.scalar_type())
+      return parseError(printable(f->path) + ": tensor '" + printable(key) + "' is " +
+                        c10::toString(entry->second.dtype) + ", expected " +
                         c10::toString(dst.scalar_type()));
-    at::Tensor s = src, t = dst;
+    // Only the overlap's bytes: the box [lo, hi) in the saved piece's coordinates.
+    std::vector<int64_t> box_lo(region.size()), box_size(region.size());
+    at::Tensor t = dst;
     int64_t n = 1;
     for (size_t d = 0; d < region.size(); ++d) {
-      const int64_t dim = static_cast<int64_t>(d);
-      s = s.narrow(dim, lo[d] - poff[d], hi[d] - lo[d]);
-      t = t.narrow(dim, lo[d] - region[d].offset, hi[d] - lo[d]);
+      box_lo[d] = lo[d] - poff[d];
+      box_size[d] = hi[d] - lo[d];
+      t = t.narrow(static_cast<int64_t>(d), lo[d] - region[d].offset, hi[d] - lo[d]);
       n *= hi[d] - lo[d];
     }
-    t.copy_(s);
+    APC_ASSIGN_OR_RETURN(at::Tensor src, st::readTensorBox(*f, key, box_lo, box_size));
+    t.copy_(src);
     covered += n;
+    if (bytes_read) *bytes_read += static_cast<int64_t>(src.nbytes());
   }
   if (covered != want)
     return parseError(printable(mpath) + ": tensor " + name + ": the pieces cover " +
@@ -760,7 +639,7 @@ Expected<std::string> saveCheckpoint(ParallelModule& pm, const Optimizer* opt,
       j["files"] = files;
       ordered_json tensors = ordered_json::object();
       for (const ckpt::Saved& s : saved) {
-        APC_ASSIGN_OR_RETURN(std::string dtype, ckpt::dtypeName(s.local.scalar_type()));
+        APC_ASSIGN_OR_RETURN(std::string dtype, st::dtypeName(s.local.scalar_type()));
         ordered_json t = {{"kind", s.kind},
                           {"dtype", dtype},
                           {"shape", s.spec->global_shape},
@@ -831,7 +710,10 @@ Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const
     }
     APC_RETURN_IF_ERROR(ckpt::checkManifestTables(j, mpath));
     const ordered_json& jtensors = j["tensors"];
-    ckpt::FileCache cache(dir, j["files"]);
+    // Each file's SHA-256 by one rank; then every rank reads of any file only the byte ranges of
+    // the pieces that overlap its shards.
+    APC_RETURN_IF_ERROR(ckpt::verifyFileHashes(dir, j["files"], pm.rank(), pm.worldSize()));
+    ckpt::FileCache cache(dir, j["files"], /*verify_hashes=*/false);
     auto file = [&](const std::string& name) { return cache.get(name); };
     // One tensor of the manifest into `dst`, this rank's piece of the spec.
     auto load = [&](const std::string& name, const char* kind, const PlacedTensor& spec,
@@ -854,14 +736,16 @@ Expected<TrainingState> loadCheckpoint(ParallelModule& pm, Optimizer* opt, const
         return invalidArgument(printable(mpath) + ": tensor " + name + " has shape " +
                                c10::str(at::IntArrayRef(shape)) + ", the model's is " +
                                c10::str(at::IntArrayRef(spec.global_shape)));
-      APC_ASSIGN_OR_RETURN(std::string want_dtype, ckpt::dtypeName(dst.scalar_type()));
+      APC_ASSIGN_OR_RETURN(std::string want_dtype, st::dtypeName(dst.scalar_type()));
       if (mt["dtype"].get<std::string>() != want_dtype)
         return invalidArgument(printable(mpath) + ": tensor " + name + " is " +
                                printable(mt["dtype"].get<std::string>()) + ", this run holds " +
                                want_dtype);
-      if (dst.device().is_cpu()) return ckpt::fillRegion(dir, name, mt, spec.local, dst, file);
+      if (dst.device().is_cpu())
+        return ckpt::fillRegion(dir, name, mt, spec.local, dst, file, &state.bytes_read);
       at::Tensor host = at::empty(dst.sizes(), dst.options().device(at::kCPU));
-      APC_RETURN_IF_ERROR(ckpt::fillRegion(dir, name, mt, spec.local, host, file));
+      APC_RETURN_IF_ERROR(
+          ckpt::fillRegion(dir, name, mt, spec.local, host, file, &state.bytes_read));
       at::NoGradGuard no_grad;
       dst.copy_(host);
       return Status::success();
@@ -912,7 +796,7 @@ Status exportCheckpoint(const std::string& dir, const std::string& out) {
   const std::string mpath = (fs::path(dir) / ckpt::kManifest).string();
   APC_ASSIGN_OR_RETURN(ordered_json j, ckpt::readManifestJson(dir));
   APC_RETURN_IF_ERROR(ckpt::checkManifestTables(j, mpath));
-  ckpt::FileCache cache(dir, j["files"]);
+  ckpt::FileCache cache(dir, j["files"], /*verify_hashes=*/true);
   auto file = [&](const std::string& name) { return cache.get(name); };
   std::vector<ckpt::Entry> entries;
   for (const auto& [name, mt] : j["tensors"].items()) {
@@ -920,7 +804,7 @@ Status exportCheckpoint(const std::string& dir, const std::string& out) {
     if (kind != "parameter" && kind != "buffer") continue;
     std::optional<at::ScalarType> dtype;
     if (mt.contains("dtype") && mt["dtype"].is_string())
-      dtype = ckpt::dtypeOf(mt["dtype"].get<std::string>());
+      dtype = st::dtypeOf(mt["dtype"].get<std::string>());
     if (!dtype || !mt.contains("shape") || !mt["shape"].is_array() || !mt.contains("pieces") ||
         !mt["pieces"].is_array())
       return parseError(printable(mpath) + ": tensor " + name +
@@ -934,7 +818,7 @@ Status exportCheckpoint(const std::string& dir, const std::string& out) {
       whole.push_back({0, d.get<int64_t>()});
     }
     at::Tensor full = at::empty(shape, at::TensorOptions().dtype(*dtype));
-    APC_RETURN_IF_ERROR(ckpt::fillRegion(dir, name, mt, whole, full, file));
+    APC_RETURN_IF_ERROR(ckpt::fillRegion(dir, name, mt, whole, full, file, nullptr));
     entries.push_back({name, full});
   }
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
@@ -948,10 +832,10 @@ Status exportCheckpoint(const std::string& dir, const std::string& out) {
 }
 
 Expected<std::map<std::string, at::Tensor>> readSafetensors(const std::string& path) {
-  APC_ASSIGN_OR_RETURN(ckpt::StFile f, ckpt::openSafetensors(path, -1, ""));
+  APC_ASSIGN_OR_RETURN(st::File f, st::open(path));
   std::map<std::string, at::Tensor> out;
   for (const auto& [key, t] : f.tensors) {
-    APC_ASSIGN_OR_RETURN(at::Tensor x, ckpt::readTensor(f, key));
+    APC_ASSIGN_OR_RETURN(at::Tensor x, st::readTensor(f, key));
     out[key] = std::move(x);
   }
   return out;

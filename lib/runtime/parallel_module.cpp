@@ -471,6 +471,9 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   return std::shared_ptr<ParallelModule>(new ParallelModule(std::move(impl)));
 }
 
+c10::Device ParallelModule::device() const {
+  return impl_->device;
+}
 int ParallelModule::rank() const {
   return impl_->env.rank;
 }

@@ -5,7 +5,10 @@
 #   3. check that the trainer links no planner library and no COIN-OR code, and build and run the
 #      README's API example as C++17 against apc::api;
 #   4. plan a sample for 2 ranks, train the artifact 3 steps with the example on 2 Gloo ranks
-#      (`apc run`), and check that every step printed a finite loss and that SGD lowered it.
+#      (`apc run`), and check that every step printed a finite loss and that SGD lowered it;
+#   5. checkpoints through the package: 2 steps saving, then a resume to 3 steps prints step 2
+#      exactly as the straight run did; and data: a .safetensors file of inputs and labels (written
+#      with perl) trains 3 steps with finite losses.
 # Usage: install_example_test.sh BUILD_DIR SOURCE_DIR GENERATOR
 set -eu
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) generator=$3
@@ -61,4 +64,27 @@ cat "$work/run.log"
 awk '/^step [0-9]+ loss / { n++; l[n] = $4; if ($4 != $4 + 0 || $4 == "nan" || $4 == "inf") bad = 1 }
      END { exit !(n == 3 && !bad && l[2] < l[1] && l[3] < l[2]) }' "$work/run.log" ||
   fail "expected 3 finite losses, each below the one before (SGD on one batch)"
+# 5. Save and resume with the example: the resumed run continues the straight one exactly.
+APC_TIMEOUT_S=120 "$build/tools/apc" run "$work/art" -- "$trainer" '{artifact}' 2 - "$work/ckpt" \
+  >"$work/run2.log" 2>&1 || { cat "$work/run2.log"; fail "training 2 steps with checkpoints failed"; }
+APC_TIMEOUT_S=120 "$build/tools/apc" run "$work/art" -- "$trainer" '{artifact}' 3 - "$work/ckpt" \
+  >"$work/run3.log" 2>&1 || { cat "$work/run3.log"; fail "resuming with the example failed"; }
+test -f "$work/ckpt/step_00000003/manifest.json" || fail "the example saved no checkpoint of step 3"
+[ "$(grep '^step' "$work/run2.log"; grep '^step' "$work/run3.log")" = "$(grep '^step' "$work/run.log")" ] ||
+  { cat "$work/run.log" "$work/run2.log" "$work/run3.log"; fail "2 steps + a resumed step differ from 3 straight steps"; }
+# Data: 16 rows of x [64, 128] (f32) and labels [64] (i64) for mlp_stack, as safetensors.
+perl -e '
+  my ($n, $xb, $yb) = (16, 16 * 64 * 128 * 4, 16 * 64 * 8);
+  my $h = sprintf("{\"inputs\":{\"dtype\":\"F32\",\"shape\":[%d,64,128],\"data_offsets\":[0,%d]},"
+                . "\"labels\":{\"dtype\":\"I64\",\"shape\":[%d,64],\"data_offsets\":[%d,%d]}}",
+                  $n, $xb, $n, $xb, $xb + $yb);
+  $h .= " " x ((8 - length($h) % 8) % 8);
+  binmode STDOUT;
+  print pack("Q<", length($h)), $h, pack("f<*", map { sin($_) } 1 .. $n * 64 * 128),
+        pack("q<*", map { $_ % 128 } 1 .. $n * 64);' >"$work/train.safetensors"
+APC_TIMEOUT_S=120 "$build/tools/apc" run "$work/art" -- "$trainer" '{artifact}' 3 "$work/train.safetensors" \
+  >"$work/data.log" 2>&1 || { cat "$work/data.log"; fail "training on a data file with the example failed"; }
+cat "$work/data.log"
+awk '/^step [0-9]+ loss / { n++; if ($4 != $4 + 0 || $4 == "nan" || $4 == "inf") bad = 1 }
+     END { exit !(n == 3 && !bad) }' "$work/data.log" || fail "expected 3 finite losses on the data file"
 echo "install_example_test: ok"

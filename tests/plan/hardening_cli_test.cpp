@@ -458,6 +458,8 @@ TEST_F(Hardening, NumericFlagsAreRangeChecked) {
       {"--grad-bucket-mib -1", "--grad-bucket-mib: must be a finite number"},
       {"--warmup 1e9999", "--warmup: must be an integer"},
       {"--model ''", "--model: must name a path, got ''"},
+      {"--data ''", "--data: must name a path, got ''"},
+      {"--data-dtype uint8", "--data-dtype: uint8 not in {uint16,uint32,int32,int64}"},
   };
   for (const auto& [args, message] : train_cases) {
     SCOPED_TRACE(args);

@@ -9,7 +9,10 @@
 //  - resharding: a checkpoint of one plan or mesh resumed under another (fsdp on [4] into the
 //    optimizer's plan on 2x2, 2x2 into ddp on [2], tp on [2] into fsdp+tp on 2x2) continues the
 //    run: the same loss, and the same full weights and momentum after one more step;
-//  - a save killed part way (a step directory without manifest.json) is passed over;
+//    rank 0 reads exactly the bytes of its own shards (byte ranges of the saved pieces);
+//  - a save killed part way (a step directory without manifest.json) is passed over; a save on a
+//    full disk (a file size limit: EFBIG) is one line per rank, exit 2, and leaves the previous
+//    checkpoint the newest complete one;
 //  - Python reads the checkpoints with safetensors, and with torch and json alone
 //    (read_checkpoint.py): the full tensors of a ddp and an fsdp run of the same training are
 //    equal, under the model's own names and shapes, and equal to what `apc export` writes; a
@@ -294,7 +297,63 @@ TEST_F(CheckpointErrors, KillDuringSaveLeavesTheLastCompleteCheckpoint) {
   fs::remove_all(root);
 }
 
+// A full disk, made here without root by a file size limit (prlimit --fsize, SIGXFSZ ignored: a
+// write past the limit fails with EFBIG as one on a full disk fails with ENOSPC; the same path).
+// The run resumes at step 2 and trains steps 2 and 3; its save of step 4 fails: one line per rank
+// naming the rank's file, exit 2, no manifest and no temporary left. The previous checkpoint is
+// still the newest complete one, and a resume from it runs steps 2 and 3 as the failed run did.
+TEST_F(CheckpointErrors, AFullDiskFailsTheSaveAndKeepsThePreviousCheckpoint) {
+  if (apc::testing::runCommand("prlimit --version").code != 0) GTEST_SKIP() << "no prlimit";
+  const auto limit = fs::file_size(dir_ / "rank_0.safetensors") / 2;
+  const std::string job = testing::apcBinary() + " run " + art_.string() +
+                          " --nproc 2 --timeout 300 -- " + trainBinary() + " " + art_.string() +
+                          " --steps 4 --momentum 0.9 --resume " + root_.string() + " --save " +
+                          root_.string();
+  auto full = apc::testing::runCommand(
+      "sh -c 'trap \"\" XFSZ; exec prlimit --fsize=" + std::to_string(limit) + " " + job + "'");
+  EXPECT_NE(full.code, 0) << full.out;
+  EXPECT_NE(full.err.find("exited with status 2"), std::string::npos) << full.err;
+  EXPECT_EQ(stepLines(full.out).size(), 2u) << full.out;
+  int lines = 0;
+  for (const std::string& l : errorLines(full.err)) {
+    if (l.find("apc run") != std::string::npos) continue;  // the launcher's summary
+    ++lines;
+    EXPECT_NE(l.find("apc-train: error: " + (root_ / "step_00000004" / "rank_").string()),
+              std::string::npos)
+        << full.err;
+    EXPECT_NE(l.find(".safetensors: write failed (File too large)"), std::string::npos) << full.err;
+  }
+  EXPECT_GE(lines, 1) << full.err;
+  const fs::path failed = root_ / "step_00000004";
+  EXPECT_FALSE(fs::exists(failed / "manifest.json"));
+  if (fs::exists(failed)) {
+    for (const auto& e : fs::directory_iterator(failed))
+      EXPECT_NE(e.path().filename().string()[0], '.') << "temporary left: " << e.path();
+  }
+  auto found = findCheckpoint(root_.string());
+  ASSERT_TRUE(found.ok()) << found.error().message();
+  EXPECT_EQ(fs::path(*found), dir_);
+  auto again = train(art_, "--steps 4 --momentum 0.9 --resume " + root_.string());
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(stepLines(again.out), stepLines(full.out));
+}
+
 // --- resharding: a checkpoint of one plan or mesh resumed under another -------------------------
+
+/// The bytes of tensor data in a safetensors file (its size less the header).
+int64_t tensorBytes(const fs::path& p) {
+  const std::string bytes = fileBytes(p);
+  uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = (header << 8) | static_cast<unsigned char>(bytes.at(i));
+  return static_cast<int64_t>(bytes.size() - 8 - header);
+}
+
+/// The bytes rank 0 read loading a checkpoint, from apc-train's "resumed from" line, or -1.
+int64_t bytesReadOnResume(const std::string& err) {
+  const std::string key = "rank 0 read ";
+  const size_t at = err.find(key);
+  return at == std::string::npos ? -1 : std::stoll(err.substr(at + key.size()));
+}
 
 struct ReshardCase {
   std::string name;
@@ -346,6 +405,11 @@ TEST_P(Reshard, ResumeUnderAnotherPlanContinuesTheRun) {
       c.to_ranks);
   ASSERT_EQ(rb.code, 0) << rb.err;
   EXPECT_NE(rb.err.find("resharded from plan"), std::string::npos) << rb.err;
+  // Rank 0 read exactly the bytes of its own shards (the overlaps of A's pieces with them), no
+  // more: as many as it wrote of them into B's checkpoint (rank 0, at coordinate 0 of every mesh
+  // dim, writes a piece of every tensor: its own).
+  EXPECT_EQ(bytesReadOnResume(rb.err), tensorBytes(b / "step_00000003" / "rank_0.safetensors"))
+      << rb.err;
   ASSERT_EQ(stepLines(rb.out).size(), 1u) << rb.out;
   const double want = lossAt(ra.out, 2), got = lossAt(rb.out, 2);
   EXPECT_NEAR(got, want, 1e-5 * std::abs(want)) << ra.out << rb.out;

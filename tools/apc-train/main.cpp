@@ -4,7 +4,8 @@
 //            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL [--no-f64-reference]]
 //            [--clip X] [--threads T]
 //            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]
-//            [--momentum M] [--save DIR [--save-every N] [--keep K]] [--resume DIR]`
+//            [--momentum M] [--save DIR [--save-every N] [--keep K]] [--resume DIR]
+//            [--data FILE [--data-dtype uint16|uint32|int32|int64]]`
 //
 // Launched once per rank under torchrun-style variables (torchrun --no-python, or `apc run`, whose
 // APC_ARTIFACT names DIR when it is left out), it
@@ -15,7 +16,12 @@
 // float32 run's own rounding, the yardstick for |x - y| (a summary line on stderr at the end
 // compares the two, so that a user can tell rounding from a sharding bug).
 //
-// No per-model code: every step draws full inputs from a generator seeded with --seed and the
+// --data FILE trains on real data (apc/runtime/data.h): a flat binary file of token ids (nanoGPT's
+// train.bin: uint16 unless --data-dtype) feeding an input [B, T] with next-token targets and
+// cross-entropy, or a .safetensors file of "inputs" and "targets" (or "labels") rows. Each rank
+// reads only its piece of the batch; the batches are drawn from (--seed, step), so a resumed run
+// sees a straight run's batches. Without --data:
+// no per-model code: every step draws full inputs from a generator seeded with --seed and the
 // step's number (the same on every rank, and the same whether the run was resumed), floating
 // inputs normal, integer inputs below the rows of the embedding they index,
 // and cuts this rank's piece. The loss is computed on the gathered full output, identically on
@@ -74,6 +80,7 @@
 
 #include "apc/frontend/weights.h"
 #include "apc/runtime/checkpoint.h"
+#include "apc/runtime/data.h"
 #include "apc/runtime/host_allocator.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/optimizer.h"
@@ -114,6 +121,8 @@ struct Flags {
   int save_every = 0;  // 0: only after the last step
   int keep = 0;        // checkpoints kept under --save (0: all)
   std::string resume;  // a checkpoint, or a root whose newest complete one is taken
+  std::string data;    // apc/runtime/data.h: token ids or a .safetensors file; "": synthetic
+  std::string data_dtype = "uint16";
 };
 
 /// splitmix64's finalizer: seeds of independent streams from (seed, step, stream).
@@ -187,7 +196,8 @@ std::vector<at::Tensor> leavesOf(const c10::IValue& v) {
 /// precision the artifact's inputs may be bf16, and the float64 twin computes in f64), with the
 /// trainer's loss, clipping and optimizer; returns the loss.
 apc::Expected<double> referenceStep(Reference& r, const std::vector<at::Tensor>& full_inputs,
-                                    uint64_t loss_seed, double clip) {
+                                    uint64_t loss_seed, double clip,
+                                    const at::Tensor* targets = nullptr) {
   r.opt->zero_grad();
   const at::ScalarType dtype = r.model->floatingDtype();
   std::vector<c10::IValue> args;
@@ -195,7 +205,16 @@ apc::Expected<double> referenceStep(Reference& r, const std::vector<at::Tensor>&
     args.emplace_back(x.is_floating_point() ? x.to(dtype) : x);
   APC_ASSIGN_OR_RETURN(std::vector<at::Tensor> outs, r.model->forward(args));
   at::Generator gen = at::detail::createCPUGenerator(loss_seed);
-  at::Tensor loss = lossOf(outs, gen);
+  // --data: the batch's own targets (floating ones in the reference's dtype), else the synthetic
+  // loss.
+  at::Tensor loss;
+  if (targets) {
+    const at::Tensor t =
+        targets->is_floating_point() ? targets->to(outs.at(0).scalar_type()) : *targets;
+    loss = apc::runtime::dataLoss(outs.at(0), t);
+  } else {
+    loss = lossOf(outs, gen);
+  }
   loss.backward();
   if (clip > 0) {
     at::NoGradGuard no_grad;
@@ -573,6 +592,21 @@ int run(Flags f) {
     pm.setObserver(&*node_profile);
   }
 
+  // Real data: each rank reads its piece of every batch (apc/runtime/data.h).
+  std::unique_ptr<apc::runtime::DataSource> data;
+  if (!f.data.empty()) {
+    apc::setActivity("opening the data file " + apc::printable(f.data));
+    apc::runtime::DataOptions dopts;
+    dopts.token_dtype = f.data_dtype;
+    dopts.seed = f.seed;
+    dopts.batch = f.batch;
+    auto opened = apc::runtime::DataSource::open(pm, f.data, dopts);
+    if (!opened.ok()) return fail(opened.error().message());
+    data = std::move(opened).value();
+    if (rank0) std::fprintf(stderr, "apc-train: data %s\n", data->describe().c_str());
+  }
+  const std::string data_name = f.data.empty() ? "synthetic" : f.data;
+
   // Resume: the shards, the optimizer's state and the step from the checkpoint; the data of a step
   // depends on the seed and the step only, so the resumed steps see a straight run's data.
   int first_step = 0;
@@ -587,13 +621,22 @@ int run(Flags f) {
     if (auto it = state->trainer.find("seed"); it != state->trainer.end() && it->second != seed)
       return fail(*found + ": trained with --seed " + it->second + ", this run has --seed " + seed +
                   " (the data would differ from the run it resumes)");
+    if (auto it = state->trainer.find("data");
+        it != state->trainer.end() && (it->second == "synthetic") != f.data.empty())
+      return fail(*found + ": trained on " +
+                  (it->second == "synthetic" ? std::string("synthetic data")
+                                             : "--data " + apc::printable(it->second)) +
+                  ", this run has " +
+                  (f.data.empty() ? std::string("no --data") : "--data " + apc::printable(f.data)));
     first_step = static_cast<int>(std::min<int64_t>(state->step, f.steps + f.warmup));
     if (rank0)
-      std::fprintf(stderr, "apc-train: resumed from %s at step %d (%.3f s)%s\n", found->c_str(),
-                   first_step, now(device) - t0,
-                   state->plan_hash == pm.planHash()
-                       ? ""
-                       : (", resharded from plan " + state->plan_hash.substr(0, 16)).c_str());
+      std::fprintf(
+          stderr,
+          "apc-train: resumed from %s at step %d (%.3f s, rank 0 read %lld bytes of tensors)%s\n",
+          found->c_str(), first_step, now(device) - t0, static_cast<long long>(state->bytes_read),
+          state->plan_hash == pm.planHash()
+              ? ""
+              : (", resharded from plan " + state->plan_hash.substr(0, 16)).c_str());
   }
   const auto& specs = pm.inputSpecs();
   if (f.profile) {
@@ -602,18 +645,28 @@ int run(Flags f) {
   }
   std::vector<StepSample> samples;
   const int total_steps = f.steps + f.warmup;
+  double data_seconds = 0;  // in data->batch(), this rank
   apc::setActivity("training");
   for (int step = first_step; step < total_steps; ++step) {
-    // Full inputs, the same on every rank, drawn from a generator of this step.
-    at::Generator data = at::detail::createCPUGenerator(mixSeed(f.seed, step, 1));
+    // With --data: this rank's piece of the step's batch and the batch's targets. Else full inputs,
+    // the same on every rank, drawn from a generator of this step.
+    std::optional<apc::runtime::Batch> batch;
+    if (data) {
+      const double d0 = now(device);
+      auto b = data->batch(step);
+      data_seconds += now(device) - d0;
+      if (!b.ok()) return fail("step " + std::to_string(step) + ": " + b.error().message());
+      batch = std::move(b).value();
+    }
+    at::Generator synthetic = at::detail::createCPUGenerator(mixSeed(f.seed, step, 1));
     std::vector<at::Tensor> full_inputs;
-    for (size_t i = 0; i < specs.size(); ++i) {
+    for (size_t i = 0; i < specs.size() && !data; ++i) {
       std::vector<int64_t> shape = specs[i].global_shape;
       if (f.batch > 0 && !shape.empty()) shape[0] = f.batch;
       if (at::isFloatingType(specs[i].dtype))
-        full_inputs.push_back(at::randn(shape, data, at::kFloat).to(device, specs[i].dtype));
+        full_inputs.push_back(at::randn(shape, synthetic, at::kFloat).to(device, specs[i].dtype));
       else
-        full_inputs.push_back(at::randint(0, pm.inputIndexBound(i), shape, data, at::kLong)
+        full_inputs.push_back(at::randint(0, pm.inputIndexBound(i), shape, synthetic, at::kLong)
                                   .to(device, specs[i].dtype));
     }
     const uint64_t loss_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
@@ -621,7 +674,8 @@ int run(Flags f) {
     opt.zero_grad();
     pm.resetCommStats();
     std::vector<c10::IValue> local_inputs;
-    for (size_t i = 0; i < specs.size(); ++i)
+    if (batch) local_inputs = batch->inputs;
+    for (size_t i = 0; i < specs.size() && !batch; ++i)
       local_inputs.emplace_back(pm.shardInput(i, full_inputs[i]));
     if (node_profile) node_profile->setActive(step >= f.warmup);
     const double t0 = f.profile ? now(device) : 0;
@@ -633,7 +687,8 @@ int run(Flags f) {
     for (size_t i = 0; i < leaves->size(); ++i)
       outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
     at::Generator loss_gen = at::detail::createCPUGenerator(loss_seed);
-    at::Tensor loss = lossOf(outs, loss_gen);
+    at::Tensor loss =
+        batch ? apc::runtime::dataLoss(outs.at(0), batch->targets) : lossOf(outs, loss_gen);
     const double t2 = f.profile ? now(device) : 0;
     const std::vector<apc::runtime::CommStats> after_gather = pm.commStatsByMeshDim();
     if (node_profile) node_profile->backwardStarts();
@@ -678,8 +733,17 @@ int run(Flags f) {
     }
 
     std::string line = "step " + std::to_string(step) + " loss " + number(loss.item<double>());
+    // With --data, rank 0 reads the whole batch for the references.
+    std::optional<apc::runtime::Batch> whole;
+    if (data && !refs.empty()) {
+      auto b = data->fullBatch(step);
+      if (!b.ok()) return fail("step " + std::to_string(step) + ": " + b.error().message());
+      whole = std::move(b).value();
+      for (const c10::IValue& x : whole->inputs) full_inputs.push_back(x.toTensor());
+    }
     for (size_t k = 0; k < refs.size(); ++k) {
-      auto sloss = referenceStep(refs[k], full_inputs, loss_seed, f.clip);
+      auto sloss =
+          referenceStep(refs[k], full_inputs, loss_seed, f.clip, whole ? &whole->targets : nullptr);
       if (!sloss.ok()) return fail("step " + std::to_string(step) + ": " + sloss.error().message());
       line += (k == 0 ? " single " : " f64 ") + number(*sloss);
       if (k == 0) {
@@ -698,7 +762,8 @@ int run(Flags f) {
       const double t0 = now(device);
       apc::runtime::TrainingState state;
       state.step = done;
-      state.trainer = {{"seed", std::to_string(f.seed)}, {"data", "synthetic"}};
+      state.trainer = {{"seed", std::to_string(f.seed)}, {"data", data_name}};
+      if (data) state.trainer["data_dtype"] = f.data_dtype;
       apc::runtime::CheckpointOptions copts;
       copts.keep_last = f.keep;
       auto saved = apc::runtime::saveCheckpoint(pm, &opt, state, f.save, copts);
@@ -711,6 +776,11 @@ int run(Flags f) {
     }
   }
   if (refs.size() == 2) reportRounding(max_single_diff, max_rounding);
+  if (data && rank0 && total_steps > first_step)
+    std::fprintf(stderr,
+                 "apc-train: data: rank 0 read %lld bytes in %d batches, %.3f ms per batch\n",
+                 static_cast<long long>(data->bytesRead()), total_steps - first_step,
+                 data_seconds * 1e3 / (total_steps - first_step));
   if (node_profile && rank0) reportNodes(*node_profile, pm, f);
   if (f.profile) reportProfile(pm, f, samples, device);
   return 0;
@@ -721,8 +791,9 @@ int run(Flags f) {
 int main(int argc, char** argv) {
   apc::installOutOfMemoryHandler("apc-train");
   apc::setActivity("reading the command line");
-  CLI::App app{"apc-train: trains an apc artifact on synthetic data (one process per rank)",
-               "apc-train"};
+  CLI::App app{
+      "apc-train: trains an apc artifact on synthetic data or a --data file (one process per rank)",
+      "apc-train"};
   Flags f;
   using apc::tool::integerIn;
   using apc::tool::nonEmptyPath;
@@ -747,8 +818,18 @@ int main(int argc, char** argv) {
                  "Resume from a checkpoint (its directory, or a --save directory: its newest "
                  "complete checkpoint); --steps stays the total, the run continues at the "
                  "checkpoint's step");
+  app.add_option("--data", f.data,
+                 "Train on this file, each rank reading its piece of every batch: token ids "
+                 "(a flat binary file, nanoGPT's train.bin; see --data-dtype) for an input [B, T] "
+                 "with next-token targets, or a .safetensors file with tensors \"inputs\" [N, ...] "
+                 "and \"targets\" (or \"labels\") [N, ...]; batches drawn from (--seed, step)")
+      ->check(nonEmptyPath());
+  app.add_option("--data-dtype", f.data_dtype,
+                 "Type of one token id in a --data token file (default uint16, as nanoGPT writes)")
+      ->check(CLI::IsMember({"uint16", "uint32", "int32", "int64"}));
   app.add_option("--seed", f.seed,
-                 "Seed of the synthetic data (and of the weights without --model)")
+                 "Seed of the synthetic data or of the --data batches (and of the weights "
+                 "without --model)")
       ->check(integerIn(0, std::numeric_limits<int64_t>::max()));
   app.add_option("--batch", f.batch, "Batch size (dim 0 of every input); default: the artifact's")
       ->check(integerIn(1, int64_t{1} << 31));

@@ -34,9 +34,12 @@
 //
 // Loading checks everything it reads against the manifest (format, the model's and the plan's
 // hash, each tensor's global shape and dtype, each file's size and SHA-256, each piece's header
-// entry); an error is one line naming the file. A rank reads the pieces that overlap its own
-// shard, whichever rank wrote them: a checkpoint of one plan or mesh loads into another plan or
-// mesh of the same model (resharding), parameters and optimizer state alike.
+// entry); an error is one line naming the file. A rank reads the parts of the saved pieces that
+// overlap its own shard, whichever rank wrote them, and only those bytes (a piece is row-major:
+// the overlap is a set of contiguous runs, each one pread): a checkpoint of one plan or mesh
+// loads into another plan or mesh of the same model (resharding), parameters and optimizer state
+// alike. The SHA-256 of each file is checked by one rank (file i by rank i mod world size) and
+// the ranks agree on the outcome, so the whole checkpoint is verified once per load.
 //
 // The ranks must see one file system under the root (one machine, or a shared one): rank 0
 // makes the directory and writes the manifest, and a rank may read another rank's file.
@@ -65,6 +68,9 @@ struct TrainingState {
   /// Set by loadCheckpoint: the plan the checkpoint was saved under (another than the module's
   /// when it was resharded).
   std::string plan_hash;
+  /// Set by loadCheckpoint: the bytes of tensor data this rank read (the byte ranges of the saved
+  /// pieces that overlap its shards; the hash checks, each file by one rank, apart).
+  int64_t bytes_read = 0;
 };
 
 struct CheckpointOptions {

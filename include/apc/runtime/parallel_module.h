@@ -126,6 +126,8 @@ class ParallelModule {
   int worldSize() const;
   World& world();
   const mesh::DeviceMesh& mesh() const;
+  /// Where the shards and the input pieces live (ParallelModuleOptions::device, or to_empty's).
+  c10::Device device() const;
   const ir::Graph& graph() const;
   /// The artifact's model (its name and the SHA-256 of the model file) and the plan's
   /// content_hash, as the program records them (checkpoints name them).
