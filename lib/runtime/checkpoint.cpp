@@ -31,6 +31,7 @@
 
 #include "apc/layout/layout.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
 
@@ -298,8 +299,9 @@ Expected<StFile> openSafetensors(const std::string& path, int64_t want_bytes,
   const int64_t data_bytes = size - f.data_start;
   for (const auto& [key, v] : h.items()) {
     if (key == "__metadata__") continue;
+    const std::string& name = key;  // clang 14 cannot capture a structured binding
     auto bad = [&](const std::string& why) {
-      return parseError(printable(path) + ": tensor '" + printable(key) + "': " + why);
+      return parseError(printable(path) + ": tensor '" + printable(name) + "': " + why);
     };
     if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
         !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||
@@ -349,6 +351,7 @@ Status sumOverWorld(ParallelModule& pm, at::Tensor& t, const std::string& what) 
   try {
     pm.world().all().allReduce(t, mesh::ReduceOp::kSum);
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return ioError(what + ": " + firstLine(e.what()));
   }
   return Status::success();

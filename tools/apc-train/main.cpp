@@ -429,6 +429,7 @@ int run(Flags f) {
     try {
       single = torch::jit::load(f.compare_single, device);
     } catch (const std::exception& e) {
+      apc::rethrowIfOutOfMemory(e);
       return fail(f.compare_single + ": cannot load as a TorchScript model (--compare-single " +
                   "needs a .pt): " + apc::runtime::firstLine(e.what()));
     }
