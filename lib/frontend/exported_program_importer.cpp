@@ -25,6 +25,7 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <nlohmann/json.hpp>
 
+#include "apc/support/activity.h"
 #include "apc/support/clock.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
@@ -36,11 +37,9 @@ namespace apc::frontend {
 
 namespace {
 
-// The recorded tensor sizes come from the file: each dim lies in [0, 2^40] (the range of a
-// spec's dynamic dims) and a tensor has at most 2^56 elements, so that the planner's byte counts
-// (elements x dtype size, in int64) cannot overflow.
-constexpr int64_t kMaxRecordedDim = int64_t{1} << 40;
-constexpr int64_t kMaxRecordedNumel = int64_t{1} << 56;
+// The recorded tensor sizes come from the file: within kMaxTensorDim and kMaxTensorNumel.
+constexpr int64_t kMaxRecordedDim = kMaxTensorDim;
+constexpr int64_t kMaxRecordedNumel = kMaxTensorNumel;
 
 using nlohmann::json;
 
@@ -1018,7 +1017,8 @@ class ExportedImporter {
       std::shared_ptr<torch::jit::Operator> op;
       try {
         op = torch::jit::findOperatorFor(c10::OperatorName(ref.op, ref.overload));
-      } catch (const std::exception&) {
+      } catch (const std::exception& e) {
+        rethrowIfOutOfMemory(e);
         op = nullptr;
       }
       it = schemas_.emplace(key, op).first;
@@ -1343,6 +1343,7 @@ Expected<std::vector<InputSpec>> recordedExportedInputs(const std::string& path)
     APC_RETURN_IF_ERROR(importer.prepare());
     return importer.recordedInputs();
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return parseError("'" + path + "': malformed models/model.json (" + e.what() + ")");
   }
 }
@@ -1363,6 +1364,7 @@ Expected<ir::Graph> importExportedProgram(const std::string& path, const ImportO
       APC_RETURN_IF_ERROR(importer.applyOverrides(options.inputs));
       return importer.build(notes);
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       return parseError("'" + path + "': malformed models/model.json (" + e.what() + ")");
     }
   }();

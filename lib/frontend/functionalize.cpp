@@ -12,6 +12,8 @@
 
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include "apc/support/activity.h"
+
 namespace apc::frontend {
 
 namespace {
@@ -326,7 +328,8 @@ namespace {
 std::shared_ptr<torch::jit::Operator> findOp(const std::string& op, const std::string& overload) {
   try {
     return torch::jit::findOperatorFor(c10::OperatorName(op, overload));
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return nullptr;
   }
 }

@@ -5,6 +5,7 @@
 
 #include <caffe2/serialize/inline_container.h>
 
+#include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "torch_types.h"
@@ -48,6 +49,7 @@ Expected<Pt2Archive> Pt2Archive::open(const std::string& path) {
   try {
     a.reader_ = std::make_shared<caffe2::serialize::PyTorchStreamReader>(path);
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return parseError("'" + path + "' is not a readable model archive (" + torchErrorLine(e) + ")");
   }
   return a;
@@ -56,7 +58,8 @@ Expected<Pt2Archive> Pt2Archive::open(const std::string& path) {
 bool Pt2Archive::has(const std::string& record) const {
   try {
     return reader_->hasRecord(record);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return false;
   }
 }
@@ -88,6 +91,7 @@ Expected<std::pair<at::DataPtr, size_t>> Pt2Archive::bytes(const std::string& re
     auto [data, size] = reader_->getRecord(record);
     return std::make_pair(std::move(data), size);
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return parseError("'" + path_ + "': cannot read " + record + " (" + torchErrorLine(e) + ")");
   }
 }

@@ -14,6 +14,8 @@
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/import_source.h>
 
+#include "apc/support/activity.h"
+
 namespace apc::frontend {
 
 namespace tj = torch::jit;
@@ -60,7 +62,8 @@ std::optional<tj::Module> loadZipArchive(const std::string& path, tj::ExtraFiles
     tj::Module module(read("data").toObject());
     extra = std::move(found);
     return module;
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return std::nullopt;
   }
 }

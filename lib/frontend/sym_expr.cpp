@@ -11,6 +11,8 @@
 #include <numeric>
 #include <optional>
 
+#include "apc/support/activity.h"
+
 namespace apc::frontend {
 
 namespace {
@@ -77,7 +79,8 @@ class Parser {
     std::string s(text_.substr(start, pos_ - start));
     try {
       return std::stoll(s);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       pos_ = start;
       return std::nullopt;
     }

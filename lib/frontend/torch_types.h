@@ -44,4 +44,10 @@ std::optional<at::Layout> layoutFromSerde(int64_t code);
 /// schema.MemoryFormat -> LibTorch.
 std::optional<at::MemoryFormat> memoryFormatFromSerde(int64_t code);
 
+/// Tensor sizes an importer accepts, recorded in a file or computed at import: each dim in
+/// [0, 2^40] (the range of a spec's dynamic dims), at most 2^56 elements, so that the planner's
+/// byte counts (elements x dtype size, in int64) cannot overflow.
+inline constexpr int64_t kMaxTensorDim = int64_t{1} << 40;
+inline constexpr int64_t kMaxTensorNumel = int64_t{1} << 56;
+
 }  // namespace apc::frontend

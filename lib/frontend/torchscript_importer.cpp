@@ -28,6 +28,7 @@
 #include <torch/csrc/jit/runtime/symbolic_shape_registry.h>
 #include <torch/script.h>
 
+#include "apc/support/activity.h"
 #include "apc/support/clock.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
@@ -103,6 +104,7 @@ class Importer {
     APC_ASSIGN_OR_RETURN(ir::OutputTree tree, buildTree(graph->outputs().at(0), 0));
     out_.setOutputs(std::move(tree));
     APC_RETURN_IF_ERROR(out_.verify());
+    APC_RETURN_IF_ERROR(checkTensorSizes());
     return std::move(out_);
   }
 
@@ -115,6 +117,30 @@ class Importer {
       for (const tj::Block* b : node->blocks()) n += countValues(b);
     }
     return n;
+  }
+
+  /// Sizes come from the input shapes (recorded or given) and from what the forward computes of
+  /// them: every tensor's sizes stay within the caps of the .pt2 reader (kMaxTensorDim,
+  /// kMaxTensorNumel), else the planner's byte counts overflow.
+  Status checkTensorSizes() const {
+    auto check = [&](const ir::Value& v, const ir::TensorMeta& m) -> Status {
+      int64_t numel = 1;
+      for (const ir::Dim& d : m.shape) {
+        std::string what = "tensor %" + printable(v.debug_name);
+        if (v.producer.valid()) what += " (" + out_.node(v.producer).qualifiedOp() + ")";
+        if (d.size < 0 || d.size > kMaxTensorDim)
+          return invalidArgument(what + " has a size " + std::to_string(d.size) +
+                                 " outside [0, 2^40]");
+        if (__builtin_mul_overflow(numel, d.size, &numel) || numel > kMaxTensorNumel)
+          return invalidArgument(what + " has more than 2^56 elements");
+      }
+      return Status::success();
+    };
+    for (const ir::Value& v : out_.values()) {
+      if (v.tensor) APC_RETURN_IF_ERROR(check(v, *v.tensor));
+      for (const ir::TensorMeta& m : v.elements) APC_RETURN_IF_ERROR(check(v, m));
+    }
+    return Status::success();
   }
 
   // Input nodes first (forward order), then every parameter (named_parameters order).
@@ -628,6 +654,7 @@ class Importer {
       node->getOperation()(stack);
       return Status::success();
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       first_error = torchErrorLine(e);
     }
     stack = std::move(saved);
@@ -793,6 +820,7 @@ class Importer {
       tj::InterpreterState state(*code);
       state.run(shape_stack);
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       return unsupported("shape function failed" + where(node) + ": " + torchErrorLine(e));
     }
     if (shape_stack.empty()) return false;
@@ -992,6 +1020,7 @@ Expected<Loaded> loadArchive(const std::string& path) {
   try {
     l.module = loadScriptModule(path, extra);
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return parseError("'" + path + "' is not a readable TorchScript archive (" + torchErrorLine(e) +
                       ")");
   }
@@ -1137,6 +1166,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
     else
       tj::EliminateDeadCode(graph->block());
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return unsupported("cannot inline the forward of '" + path + "': " + torchErrorLine(e));
   }
   if (timings) timings->inline_s = secondsSince(t1);
@@ -1149,6 +1179,7 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
       try {
         return importer->run(graph);
       } catch (const std::exception& e) {
+        rethrowIfOutOfMemory(e);
         return unsupported("import failed: " + torchErrorLine(e));
       }
     }();

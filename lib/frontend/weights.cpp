@@ -19,6 +19,7 @@
 
 #include "apc/frontend/model.h"
 #include "apc/frontend/script_module.h"
+#include "apc/support/activity.h"
 #include "apc/support/strings.h"
 #include "pt2_archive.h"
 #include "torch_types.h"
@@ -47,6 +48,7 @@ Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
   try {
     module = loadScriptModule(path);
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return parseError("'" + path + "' is not a readable TorchScript archive (" + torchErrorLine(e) +
                       ")");
   }
@@ -65,6 +67,7 @@ Expected<NamedTensors> loadTorchScriptState(const std::string& path) {
       torch::jit::EliminateDeadCode(graph);
       collectConstants(graph->block(), out);
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       return unsupported("cannot inline the forward of '" + path + "': " + torchErrorLine(e));
     }
   }
@@ -226,6 +229,7 @@ Expected<NamedTensors> loadModelState(const std::string& path) {
     if (f == ModelFormat::kExportedProgram) return loadExportedState(path);
     return loadTorchScriptState(path);
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return parseError("'" + path + "': cannot read its weights (" + torchErrorLine(e) + ")");
   }
 }

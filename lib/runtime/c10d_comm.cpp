@@ -42,6 +42,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include "apc/support/activity.h"
 #include "comm_internal.h"
 
 namespace apc::runtime::detail {
@@ -283,8 +284,10 @@ class C10dCommunicator final : public Communicator {
       work->wait(timeout_);
       if (sync) synchronizeDevice(ref.device());
     } catch (const c10::Error& e) {
+      rethrowIfOutOfMemory(e);
       throw CommError(describeFailure(name_, what, e.what_without_backtrace(), timeout_));
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       throw CommError(describeFailure(name_, what, e.what(), timeout_));
     }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -317,9 +320,11 @@ std::shared_ptr<gloo::transport::Device> makeGlooDevice(const std::string& maste
       return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
     return c10d::ProcessGroupGloo::createDefaultDevice();
   } catch (const c10::Error& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError("cannot create the Gloo transport device: " +
                     firstLine(e.what_without_backtrace()));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError("cannot create the Gloo transport device: " + firstLine(e.what()));
   }
 }
@@ -333,8 +338,10 @@ std::unique_ptr<Communicator> makeGlooCommunicator(
     auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, index, size, options);
     return makeC10dCommunicator(std::move(name), std::move(pg), index, size, timeout);
   } catch (const c10::Error& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(describeFailure(name, "group set-up", e.what_without_backtrace(), timeout));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(describeFailure(name, "group set-up", e.what(), timeout));
   }
 }

@@ -33,6 +33,7 @@
 
 #include "apc/layout/layout.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
 #include "safetensors_io.h"
@@ -191,6 +192,7 @@ Status sumOverWorld(ParallelModule& pm, at::Tensor& t, const std::string& what) 
   try {
     pm.world().all().allReduce(t, mesh::ReduceOp::kSum);
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return ioError(what + ": " + firstLine(e.what()));
   }
   return Status::success();

@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include "apc/support/activity.h"
+
 namespace apc::runtime {
 
 std::string firstLine(const std::string& what) {
@@ -83,6 +85,7 @@ Expected<c10::IValue> constantToIValue(const ir::Constant& c, const c10::Argumen
       try {
         return c10::IValue(c10::Device(*s));
       } catch (const std::exception& e) {
+        rethrowIfOutOfMemory(e);
         return invalidArgument("bad device constant \"" + *s + "\": " + firstLine(e.what()));
       }
     }
@@ -130,6 +133,7 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
     found = torch::jit::findOperatorFor(
         c10::OperatorName(view_as_reshape ? "aten::reshape" : node.op, node.overload));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return notFound("operator " + node.qualifiedOp() + ": " + firstLine(e.what()));
   }
   if (!found) return notFound("no registered operator " + node.qualifiedOp());
@@ -144,6 +148,7 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
     torch::jit::Operation operation = found->getOperation();
     op.op_ = [operation](std::vector<c10::IValue>& stack) mutable { operation(stack); };
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return unsupported("operator " + node.qualifiedOp() +
                        " needs a graph node to run: " + firstLine(e.what()));
   }
@@ -225,6 +230,7 @@ Expected<std::vector<c10::IValue>> OpKernel::run(std::vector<c10::IValue> args,
   try {
     out = call(std::move(args));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return unsupported(name_ + ": " + firstLine(e.what()));
   }
   if (out.size() != num_outputs)
@@ -388,6 +394,7 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
       else
         out = s.kernel.call(std::move(args));
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
     }
     if (out.size() != n.outputs.size())
@@ -401,6 +408,7 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
       try {
         observer->after(n, out, env);
       } catch (const std::exception& e) {
+        rethrowIfOutOfMemory(e);
         return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
       }
     }

@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
+#include "apc/support/activity.h"
 #include "comm_internal.h"
 
 namespace apc::runtime::detail {
@@ -39,8 +40,10 @@ std::unique_ptr<Communicator> makeNcclCommunicator(std::string name,
   } catch (const CommError&) {
     throw;
   } catch (const c10::Error& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(describeFailure(name, "group set-up", e.what_without_backtrace(), timeout));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(describeFailure(name, "group set-up", e.what(), timeout));
   }
 }

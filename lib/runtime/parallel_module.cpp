@@ -457,9 +457,8 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   APC_RETURN_IF_ERROR(impl->readSymbolicArgs(dir));
   APC_RETURN_IF_ERROR(impl->buildInterpreter());
   WorldOptions world_options = options.world;
-  // Without a job id in the environment, ranks of one artifact rendezvous under its plan hash.
-  if (world_options.job_id.empty()) world_options.job_id = "plan-" + prog.plan_hash().substr(0, 16);
-  // Ranks of one job compare it at the rendezvous: ranks of different plans fail at once.
+  // Ranks of one job compare it at the rendezvous: ranks of different plans fail at once. Without
+  // a job id, ranks rendezvous under it (World::create).
   if (world_options.artifact_hash.empty()) world_options.artifact_hash = prog.plan_hash();
   auto world = World::create(env, impl->mesh, world_options);
   if (!world.ok()) return world.error();

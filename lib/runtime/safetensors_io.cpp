@@ -149,8 +149,9 @@ Expected<File> open(const std::string& path, int64_t want_bytes, const std::stri
   const int64_t data_bytes = size - f.data_start;
   for (const auto& [key, v] : h.items()) {
     if (key == "__metadata__") continue;
+    const std::string& name = key;  // clang 14 cannot capture a structured binding
     auto bad = [&](const std::string& why) {
-      return parseError(printable(path) + ": tensor '" + printable(key) + "': " + why);
+      return parseError(printable(path) + ": tensor '" + printable(name) + "': " + why);
     };
     if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string() || !v.contains("shape") ||
         !v["shape"].is_array() || !v.contains("data_offsets") || !v["data_offsets"].is_array() ||

@@ -22,18 +22,29 @@
 // after the owner check. A rank with another hash writes the mismatch under "mismatch" and fails;
 // the waiting ranks look for that key at every poll and fail too (rank 0, serving the store,
 // last), naming both hashes, instead of waiting for a rank that never arrives (or, under one job
-// id, running collectives of different programs until the timeout).
+// id, running collectives of different programs until the timeout). Without a job id in the
+// environment or the options, ranks rendezvous under their artifact's plan hash ("plan-<16 hex>"),
+// so a rank of another artifact meets a store of another job: when both ids are such plan ids and
+// the world sizes agree, it is a rank of this launch with another artifact, and it writes the
+// mismatch under rank 0's job, as above (rank 0 would otherwise wait for it until the timeout).
+//
+// MASTER_ADDR is resolved (getaddrinfo) before anything connects: a name that does not resolve is
+// one line at once, not the set-up timeout of connection attempts.
 //
 // The process ignores SIGPIPE (when it was left at the default action): Gloo writes to sockets
 // whose peer may have died, and the error must become a CommError rather than kill the process.
 //
 //===----------------------------------------------------------------------===//
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -45,6 +56,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "comm_internal.h"
 
@@ -54,6 +66,24 @@ namespace {
 void ignoreSigpipe() {
   struct sigaction old {};
   if (sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) signal(SIGPIPE, SIG_IGN);
+}
+
+/// Fails at once, in one line naming it, when MASTER_ADDR does not resolve: the store connection
+/// would otherwise retry it until the set-up timeout.
+Status checkMasterAddr(const LaunchEnv& env) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(env.master_addr.c_str(), nullptr, &hints, &found);
+  if (rc == 0) {
+    ::freeaddrinfo(found);
+    return Status::success();
+  }
+  const std::string why = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+  return invalidArgument("rank " + std::to_string(env.rank) + ": MASTER_ADDR '" +
+                         printable(env.master_addr) + "' does not resolve (" + why +
+                         "); it names rank 0's host, by a name this host resolves or an address");
 }
 
 std::string joinRanks(const std::vector<int64_t>& ranks) {
@@ -72,9 +102,11 @@ void waitForMembers(c10d::Store& store, const std::string& name, int index, int 
     store.set(keys[index], std::vector<uint8_t>{1});
     store.wait(keys, timeout);
   } catch (const c10::Error& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(
         detail::describeFailure(name, "group set-up", e.what_without_backtrace(), timeout));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(detail::describeFailure(name, "group set-up", e.what(), timeout));
   }
 }
@@ -98,14 +130,19 @@ void awaitSetupDone(c10d::Store& store, const std::string& prefix, int rank, int
       store.wait({prefix + "left/all"}, timeout);
     }
   } catch (const c10::Error& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(
         detail::describeFailure(name, "closing barrier", e.what_without_backtrace(), timeout));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     throw CommError(detail::describeFailure(name, "closing barrier", e.what(), timeout));
   }
 }
 
 using Clock = std::chrono::steady_clock;
+
+/// The job id of ranks that name none: this prefix and the artifact's plan hash (16 characters).
+constexpr const char* kPlanJobPrefix = "plan-";
 
 void note(int rank, const std::string& line) {
   std::cerr << "apc: rank " << rank << ": " << line << std::endl;
@@ -146,13 +183,15 @@ void leaveAfterMismatch(c10d::Store& store, const std::string& prefix, const Lau
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       left = store.add(prefix + "mismatch/left", 0);
     }
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     // The mismatch is the error to report; a store that went away meanwhile changes nothing.
   }
 }
 
 Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
                                                         const std::string& job,
+                                                        bool job_from_artifact,
                                                         const WorldOptions& options);
 
 /// While alive, c10d's own log lines below FATAL are off (FLAGS_caffe2_log_level), unless the user
@@ -188,19 +227,21 @@ class QuietC10dLog {
 /// or another program on the port). Past the bound the rank fails with one line; the helper is
 /// left blocked, detached, and ends with the process.
 Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, const std::string& job,
+                                                       bool job_from_artifact,
                                                        const WorldOptions& options) {
-  if (env.rank == 0) return connectClient(env, job, options);
+  if (env.rank == 0) return connectClient(env, job, job_from_artifact, options);
   struct Attempt {
     std::mutex mu;
     std::condition_variable cv;
     std::optional<Expected<c10::intrusive_ptr<c10d::Store>>> result;
   };
   auto attempt = std::make_shared<Attempt>();
-  std::thread([attempt, env, job, options] {
+  std::thread([attempt, env, job, job_from_artifact, options] {
     Expected<c10::intrusive_ptr<c10d::Store>> r = ioError("no store");
     try {
-      r = connectClient(env, job, options);
+      r = connectClient(env, job, job_from_artifact, options);
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       r = ioError("rank " + std::to_string(env.rank) +
                   ": cannot connect to the rendezvous store: " + detail::firstLine(e.what()));
     }
@@ -231,6 +272,7 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
 /// connectStore's work: rank 0 serves, the others connect (retried) and check the owner.
 Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
                                                         const std::string& job,
+                                                        bool job_from_artifact,
                                                         const WorldOptions& options) {
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   const std::string job_text = "job '" + printable(job) + "'";
@@ -248,6 +290,7 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
       store->set("apc/" + job + "/artifact", bytes(options.artifact_hash));
       store->set("apc/owner", bytes(job));
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       std::string why = detail::firstLine(e.what());
       if (auto* c = dynamic_cast<const c10::Error*>(&e))
         why = detail::firstLine(c->what_without_backtrace());
@@ -274,8 +317,10 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
       store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
       break;
     } catch (const c10::Error& e) {
+      rethrowIfOutOfMemory(e);
       why = detail::firstLine(e.what_without_backtrace());
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       why = detail::firstLine(e.what());
     }
     // One attempt may outlast the whole window (c10d's client retries with a random backoff of
@@ -296,6 +341,18 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
     // Rank 0 writes the owner right after it starts serving: a short wait suffices.
     store->setTimeout(std::min(options.setup_timeout, std::chrono::milliseconds(30'000)));
     std::string owner = text(store->get("apc/owner"));
+    // Both job ids made from plan hashes (no job id set), one world size: rank 0 of this launch
+    // loaded another artifact. It hears of the mismatch, as under one job id.
+    if (owner != job && job_from_artifact && owner.rfind(kPlanJobPrefix, 0) == 0 &&
+        text(store->get("apc/" + owner + "/world_size")) == std::to_string(env.world_size)) {
+      const std::string rank0_prefix = "apc/" + owner + "/";
+      std::string mismatch =
+          artifactMismatch(env.rank, options.artifact_hash,
+                           text(store->get(rank0_prefix + "artifact")), "no job id set");
+      store->set(rank0_prefix + "mismatch", bytes(mismatch));
+      leaveAfterMismatch(*store, rank0_prefix, env, options);
+      return invalidArgument("rank " + std::to_string(env.rank) + ": " + mismatch);
+    }
     if (owner != job)
       return ioError("rank " + std::to_string(env.rank) + ": the rendezvous store at " + where +
                      " belongs to job '" + printable(owner) + "', not to this " + job_text +
@@ -318,10 +375,12 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectClient(const LaunchEnv& env,
       return invalidArgument("rank " + std::to_string(env.rank) + ": " + mismatch);
     }
   } catch (const c10::Error& e) {
+    rethrowIfOutOfMemory(e);
     return ioError(
         "rank " + std::to_string(env.rank) + ": the store at " + where +
         " is not an apc rendezvous (no job id): " + detail::firstLine(e.what_without_backtrace()));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return ioError("rank " + std::to_string(env.rank) + ": the store at " + where +
                    " is not an apc rendezvous (no job id): " + detail::firstLine(e.what()));
   }
@@ -405,9 +464,11 @@ Status awaitAllRanks(c10d::Store& store, const LaunchEnv& env, const std::string
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1000, 50 + env.world_size)));
     }
   } catch (const c10::Error& e) {
+    rethrowIfOutOfMemory(e);
     return ioError("rank " + std::to_string(env.rank) + ": rendezvous at " + where + ": " +
                    detail::firstLine(e.what_without_backtrace()));
   } catch (const std::exception& e) {
+    rethrowIfOutOfMemory(e);
     return ioError("rank " + std::to_string(env.rank) + ": rendezvous at " + where + ": " +
                    detail::firstLine(e.what()));
   }
@@ -459,9 +520,13 @@ Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh:
   if (options.timeouts_from_environment && env.timeout)
     options.timeout = options.setup_timeout = *env.timeout;
   if (options.progress_interval.count() <= 0) options.progress_interval = std::chrono::seconds(10);
+  // Without a job id, ranks of one artifact rendezvous under its plan hash.
+  const bool job_from_artifact =
+      env.job_id.empty() && options.job_id.empty() && !options.artifact_hash.empty();
   const std::string job = !env.job_id.empty()       ? env.job_id
                           : !options.job_id.empty() ? options.job_id
-                                                    : "default";
+                          : job_from_artifact ? kPlanJobPrefix + options.artifact_hash.substr(0, 16)
+                                              : "default";
   if (env.world_size != mesh.worldSize())
     return invalidArgument("world size " + std::to_string(env.world_size) + " but the mesh " +
                            mesh.toString() + " has " + std::to_string(mesh.worldSize()) + " ranks");
@@ -492,7 +557,8 @@ Expected<std::shared_ptr<World>> World::create(const LaunchEnv& env, const mesh:
     return std::shared_ptr<World>(world);
   }
   ignoreSigpipe();
-  auto store = connectStore(env, job, options);
+  APC_RETURN_IF_ERROR(checkMasterAddr(env));
+  auto store = connectStore(env, job, job_from_artifact, options);
   if (!store.ok()) return store.error();
   world->store_ = std::move(store).value();
   APC_RETURN_IF_ERROR(awaitAllRanks(*world->store_, env, job, options));

@@ -45,8 +45,11 @@ void setActivity(std::string_view what) {
 
 bool isOutOfMemory(const std::exception& e) {
   if (dynamic_cast<const std::bad_alloc*>(&e)) return true;
-  // c10::alloc_cpu's failure (CAFFE_ENFORCE: a c10::Error whose message starts so).
-  return std::strstr(e.what(), "DefaultCPUAllocator: not enough memory") != nullptr;
+  // c10::alloc_cpu's failures (CAFFE_ENFORCE: a c10::Error): "not enough memory" where it
+  // mallocs, "can't allocate memory" where it uses posix_memalign (LibTorch 2.13 on Linux).
+  const char* what = e.what();
+  return std::strstr(what, "DefaultCPUAllocator: not enough memory") != nullptr ||
+         std::strstr(what, "DefaultCPUAllocator: can't allocate memory") != nullptr;
 }
 
 void installOutOfMemoryHandler(const char* tool) {

@@ -1,9 +1,15 @@
 //===- lib/support/file_io.cpp - Safe reading and writing of user files ----===//
 //
 // Temporaries are hidden siblings of their target (".NAME.apc-tmp-PID-N"), so that the final
-// rename stays within one file system and is atomic. Uncommitted temporaries are listed in a fixed
-// table that the signal handler of removeTemporariesOnSignal walks with async-signal-safe calls
-// only (unlink, openat, getdents64, unlinkat).
+// rename stays within one file system and is atomic. Uncommitted temporaries are listed in a table
+// that the signal handler of removeTemporariesOnSignal walks with async-signal-safe calls only
+// (unlink, lstat, rename, openat, getdents64, unlinkat). The table grows by chunks that are never
+// freed (a chunk is linked in whole, with a release store, so the handler walks only whole
+// chunks): any number of temporaries is listed, none is left to its owner alone.
+//
+// A directory is swapped in by one renameat2(RENAME_EXCHANGE). Where the file system refuses the
+// exchange, the old directory is moved aside and the new one in: the handler knows the directory
+// set aside, and puts it back when the signal came before the new one was in (else removes it).
 //
 //===----------------------------------------------------------------------===//
 #include "apc/support/file_io.h"
@@ -42,39 +48,86 @@ std::string pathText(std::string_view path) {
 
 // --- Temporaries the signal handler removes ------------------------------------------------------
 
-enum TempKind : int { kNoTemp = 0, kTempFile = 1, kTempDirectory = 2 };
+enum TempKind : int {
+  kNoTemp = 0,
+  kTempFile = 1,
+  kTempDirectory = 2,
+  kAsideDirectory = 3,  // an old directory moved aside from `target` while a new one is swapped in
+};
 
-/// One uncommitted temporary: `kind` is set (release) after `path` is written, and cleared before
-/// the slot is reused, so the handler reads only whole paths.
+/// One uncommitted temporary: `kind` is set (release) after the paths are written, and cleared
+/// before the slot is reused, so the handler reads only whole paths.
 struct TempSlot {
   std::atomic<int> kind{kNoTemp};
   char path[PATH_MAX];
+  char target[PATH_MAX];  // kAsideDirectory: where `path` was moved from
 };
-constexpr int kTempSlots = 64;
-std::array<TempSlot, kTempSlots> g_temps;
+constexpr int kSlotsPerChunk = 16;
+struct TempChunk {
+  std::array<TempSlot, kSlotsPerChunk> slots;
+  std::atomic<TempChunk*> next{nullptr};
+};
+TempChunk g_temps;      // the first chunk; more are linked behind it as needed, never freed
 std::mutex g_temps_mu;  // registration (not the handler)
 
-/// Lists `path` (made absolute) for the handler; -1 when the table is full or the path too long
-/// (the temporary is then removed by its owner only).
-int registerTemp(const fs::path& path, TempKind kind) {
+/// The slot of index `index` (chunk index / kSlotsPerChunk, slot index % kSlotsPerChunk).
+TempSlot& slotAt(int index) {
+  TempChunk* c = &g_temps;
+  for (int i = index / kSlotsPerChunk; i > 0; --i) c = c->next.load(std::memory_order_acquire);
+  return c->slots[static_cast<size_t>(index % kSlotsPerChunk)];
+}
+
+/// `path` made absolute, for the handler (which may run after a chdir); an error when it cannot be
+/// (the handler could not remove it).
+Expected<std::string> absoluteForHandler(const fs::path& path) {
   std::error_code ec;
   std::string abs = fs::absolute(path, ec).string();
-  if (ec || abs.size() >= PATH_MAX) return -1;
-  std::lock_guard<std::mutex> lock(g_temps_mu);
-  for (int i = 0; i < kTempSlots; ++i) {
-    TempSlot& s = g_temps[static_cast<size_t>(i)];
-    if (s.kind.load(std::memory_order_acquire) != kNoTemp) continue;
-    std::memcpy(s.path, abs.c_str(), abs.size() + 1);
-    s.kind.store(kind, std::memory_order_release);
-    return i;
+  if (ec)
+    return ioError(pathText(path.string()) + ": cannot make the path absolute (" + ec.message() +
+                   ")");
+  if (abs.size() >= PATH_MAX)
+    return ioError(pathText(path.string()) + ": the absolute path is " +
+                   std::to_string(abs.size()) + " bytes, more than the " +
+                   std::to_string(PATH_MAX - 1) + " the system takes");
+  return abs;
+}
+
+/// Lists `path` for the handler (with `target`, the directory it was moved from, for an aside
+/// directory) and returns its slot's index. The table grows as needed.
+Expected<int> registerTemp(const fs::path& path, TempKind kind, const fs::path& target = {}) {
+  APC_ASSIGN_OR_RETURN(std::string abs, absoluteForHandler(path));
+  std::string abs_target;
+  if (kind == kAsideDirectory) {
+    APC_ASSIGN_OR_RETURN(abs_target, absoluteForHandler(target));
   }
-  return -1;
+  std::lock_guard<std::mutex> lock(g_temps_mu);
+  TempChunk* c = &g_temps;
+  for (int base = 0;; base += kSlotsPerChunk) {
+    for (int i = 0; i < kSlotsPerChunk; ++i) {
+      TempSlot& s = c->slots[static_cast<size_t>(i)];
+      if (s.kind.load(std::memory_order_acquire) != kNoTemp) continue;
+      std::memcpy(s.path, abs.c_str(), abs.size() + 1);
+      std::memcpy(s.target, abs_target.c_str(), abs_target.size() + 1);
+      s.kind.store(kind, std::memory_order_release);
+      return base + i;
+    }
+    TempChunk* next = c->next.load(std::memory_order_acquire);
+    if (!next) {
+      next = new TempChunk;  // reachable from g_temps for the life of the process
+      c->next.store(next, std::memory_order_release);
+    }
+    c = next;
+  }
 }
 
 void unregisterTemp(int& slot) {
-  if (slot >= 0) g_temps[static_cast<size_t>(slot)].kind.store(kNoTemp, std::memory_order_release);
+  if (slot >= 0) slotAt(slot).kind.store(kNoTemp, std::memory_order_release);
   slot = -1;
 }
+
+/// For tests (detail::setTwoRenameSwapForTesting).
+std::atomic<bool> g_force_two_renames{false};
+std::atomic<void (*)()> g_between_renames{nullptr};
 
 /// Removes the directory `name` under `parent_fd` (AT_FDCWD: `name` is a path) and what it holds,
 /// at most `depth` levels deep, with async-signal-safe calls only.
@@ -108,10 +161,21 @@ void removeTreeSignalSafe(int parent_fd, const char* name, int depth) {
 
 void removeTemporariesAndDie(int sig) {
   const int saved = errno;
-  for (TempSlot& s : g_temps) {
-    const int kind = s.kind.load(std::memory_order_acquire);
-    if (kind == kTempFile) ::unlink(s.path);
-    if (kind == kTempDirectory) removeTreeSignalSafe(AT_FDCWD, s.path, 8);
+  for (TempChunk* c = &g_temps; c; c = c->next.load(std::memory_order_acquire)) {
+    for (TempSlot& s : c->slots) {
+      const int kind = s.kind.load(std::memory_order_acquire);
+      if (kind == kTempFile) ::unlink(s.path);
+      if (kind == kTempDirectory) removeTreeSignalSafe(AT_FDCWD, s.path, 8);
+      if (kind == kAsideDirectory) {
+        // Moved aside, the new directory not in yet: the old one goes back. Else the new one
+        // is in, and the old one goes.
+        struct stat st;
+        if (::lstat(s.target, &st) != 0 && errno == ENOENT)
+          ::rename(s.path, s.target);
+        else
+          removeTreeSignalSafe(AT_FDCWD, s.path, 8);
+      }
+    }
   }
   // The default action, once this handler returns (the signal is blocked until then).
   struct sigaction dfl {};
@@ -384,7 +448,9 @@ Expected<StagedFile> StagedFile::create(const std::string& path) {
     return ioError(printable(path) + ": cannot open for writing (" + errnoText(errno) + ")");
   ::close(fd);
   f.temp_ = temp.string();
-  f.slot_ = registerTemp(temp, kTempFile);
+  Expected<int> slot = registerTemp(temp, kTempFile);
+  if (!slot.ok()) return slot.error();  // f's destructor removes the temporary
+  f.slot_ = *slot;
   return f;
 }
 
@@ -483,7 +549,9 @@ Expected<StagedDirectory> StagedDirectory::create(const std::string& dir,
     return ioError(printable(dir) + ": cannot create a directory beside it (" + errnoText(errno) +
                    ")");
   d.staging_ = staging.string();
-  d.slot_ = registerTemp(staging, kTempDirectory);
+  Expected<int> slot = registerTemp(staging, kTempDirectory);
+  if (!slot.ok()) return slot.error();  // d's destructor removes the staging directory
+  d.slot_ = *slot;
   return d;
 }
 
@@ -525,26 +593,50 @@ Status StagedDirectory::commit() {
     return Status::success();
   }
 #ifdef RENAME_EXCHANGE
-  // One atomic swap: readers see the old directory or the new one. The staging name then holds
-  // the old content, which discard() removes.
-  if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) == 0) {
-    discard();
-    return Status::success();
+  // One atomic swap: readers see the old directory or the new one, and a signal at any point
+  // leaves one of them whole. The staging name then holds the old content, which discard()
+  // removes.
+  if (!g_force_two_renames.load()) {
+    if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) == 0) {
+      discard();
+      return Status::success();
+    }
+    // Only a file system (or kernel) without the exchange falls back to two renames.
+    const int err = errno;
+    if (err != EINVAL && err != ENOSYS && err != EOPNOTSUPP)
+      return ioError(printable(target_) + ": cannot replace (" + errnoText(err) + ")");
   }
 #endif
-  // No exchange on this file system: move the old directory aside, then the new one in.
+  // No exchange on this file system: move the old directory aside, then the new one in. The
+  // directory set aside is listed first, so that a signal between the two renames puts it back.
   fs::path old = siblingName(fs::path(target_), "old");
-  if (::rename(target_.c_str(), old.c_str()) != 0)
-    return ioError(printable(target_) + ": cannot replace (" + errnoText(errno) + ")");
+  APC_ASSIGN_OR_RETURN(int aside_slot, registerTemp(old, kAsideDirectory, fs::path(target_)));
+  if (::rename(target_.c_str(), old.c_str()) != 0) {
+    int err = errno;
+    unregisterTemp(aside_slot);
+    return ioError(printable(target_) + ": cannot replace (" + errnoText(err) + ")");
+  }
+  if (auto between = g_between_renames.load()) between();
   if (::rename(staging_.c_str(), target_.c_str()) != 0) {
     int err = errno;
     ::rename(old.c_str(), target_.c_str());
+    unregisterTemp(aside_slot);
     return ioError(printable(target_) + ": cannot replace (" + errnoText(err) + ")");
   }
   staging_.clear();
   unregisterTemp(slot_);
   fs::remove_all(old, ec);
+  unregisterTemp(aside_slot);
   return Status::success();
 }
+
+namespace detail {
+
+void setTwoRenameSwapForTesting(bool force, void (*between)()) {
+  g_force_two_renames.store(force);
+  g_between_renames.store(between);
+}
+
+}  // namespace detail
 
 }  // namespace apc

@@ -595,6 +595,43 @@ TEST_F(ImporterErrors, DataDependentOutputSizeIsOneLine) {
   }
 }
 
+// Issue 32: TorchScript sizes were not capped as .pt2 sizes are: an input shape or what the forward
+// computes from it could reach sizes whose byte counts overflow the planner's int64. Every tensor
+// of the import is within [0, 2^40] per dim and 2^56 elements, else one line naming it.
+TEST_F(ImporterErrors, TensorSizesAreCappedAsInPt2) {
+  torch::jit::Module m("Flatten");
+  m.define(R"(
+def forward(self, x):
+    return x.new_zeros([x.size(0) * x.size(1)])
+)");
+  const fs::path p = dir_ / "flatten.pt";
+  m.save(p.string());
+  auto import = [&](int64_t rows, int64_t cols) {
+    ImportOptions o;
+    o.inputs = {InputSpec{"x", ir::DType::kF32, ir::makeShape({rows, cols})}};
+    return importTorchScript(p.string(), o);
+  };
+  auto ok = import(int64_t{1} << 20, int64_t{1} << 20);  // 2^40 elements, a dim of 2^40: the caps
+  ASSERT_TRUE(ok.ok()) << ok.error().message();
+  struct Case {
+    int64_t rows, cols;
+    std::string message;
+  };
+  for (const Case& c :
+       {Case{int64_t{1} << 21, int64_t{1} << 20,
+             "(aten::new_zeros) has a size 2199023255552 outside [0, 2^40]"},
+        Case{int64_t{1} << 40, int64_t{1} << 17, "tensor %x (input) has more than 2^56 elements"},
+        Case{(int64_t{1} << 40) + 1, 1,
+             "tensor %x (input) has a size 1099511627777 outside [0, 2^40]"}}) {
+    SCOPED_TRACE(c.message);
+    auto g = import(c.rows, c.cols);
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.error().code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(g.error().message().find(c.message), std::string::npos) << g.error().message();
+    EXPECT_EQ(g.error().message().find('\n'), std::string::npos);
+  }
+}
+
 TEST_F(ImporterErrors, UnknownInputName) {
   auto g = importTorchScript((kSamples / "toy_block.pt").string(),
                              {{InputSpec{"y", ir::DType::kF32, ir::makeShape({8, 128, 1024})}}});

@@ -515,6 +515,92 @@ TEST(RendezvousTest, RanksOfDifferentArtifactsFailAtOnce) {
   expectAllPassed(outcomes);
 }
 
+// Issue 32 (the last round): without a job id, ranks rendezvous under their artifact's plan hash,
+// so a rank of another artifact met a store of "another job" and failed at once, while rank 0 and
+// the ranks with it waited for it until the timeout. The odd rank tells them: every rank fails at
+// once with the mismatch line (as under one job id). Here rank 2 loaded another artifact, and then
+// rank 0 itself (its peers all tell it).
+TEST(RendezvousTest, RanksOfDifferentArtifactsWithoutAJobIdFailAtOnce) {
+  auto mesh = mesh::DeviceMesh::create({4});
+  ASSERT_TRUE(mesh.ok());
+  for (int odd : {2, 0}) {
+    SCOPED_TRACE(odd);
+    auto outcomes = runRanks(4, std::chrono::seconds(60), [&](const LaunchEnv& given) {
+      LaunchEnv env = given;
+      ASSERT_TRUE(env.job_id.empty());
+      WorldOptions options;
+      options.setup_timeout = std::chrono::milliseconds(20'000);
+      options.timeout = std::chrono::milliseconds(20'000);
+      options.artifact_hash = given.rank == odd ? "bbbbbbbbbbbbbbbbbbbb" : "aaaaaaaaaaaaaaaaaaaa";
+      if (given.rank == 2)  // the others are waiting when it comes
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      auto start = Clock::now();
+      auto world = World::create(env, *mesh, options);
+      ASSERT_FALSE(world.ok());
+      EXPECT_EQ(world.error().code(), ErrorCode::kInvalidArgument);
+      const std::string rank0 = odd == 0 ? "bbbbbbbbbbbbbbbbbbbb" : "aaaaaaaaaaaaaaaaaaaa";
+      const std::string other = odd == 0 ? "aaaaaaaaaaaaaaaaaaaa" : "bbbbbbbbbbbbbbbbbbbb";
+      // Which rank of the other artifact wrote the line first is a race when there are several.
+      const std::string& m = world.error().message();
+      EXPECT_EQ(m.rfind("rank " + std::to_string(given.rank) + ": rank ", 0), 0u) << m;
+      EXPECT_NE(m.find(" loaded an artifact of plan hash " + other + ", rank 0 one of plan hash " +
+                       rank0 + " (no job id set): every rank must load the same artifact"),
+                std::string::npos)
+          << m;
+      if (odd == 2) {
+        EXPECT_EQ(m,
+                  "rank " + std::to_string(given.rank) +
+                      ": rank 2 loaded an artifact of plan hash bbbbbbbbbbbbbbbbbbbb, rank 0 one "
+                      "of plan hash aaaaaaaaaaaaaaaaaaaa (no job id set): every rank must load "
+                      "the same artifact");
+      }
+      EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(5000));
+    });
+    expectAllPassed(outcomes);
+  }
+  // One artifact, no job id: the ranks set up under its plan hash, as before.
+  auto outcomes = runRanks(2, std::chrono::seconds(60), [&](const LaunchEnv& env) {
+    WorldOptions options;
+    options.setup_timeout = std::chrono::milliseconds(20'000);
+    options.artifact_hash = "aaaaaaaaaaaaaaaaaaaa";
+    auto two = mesh::DeviceMesh::create({2});
+    ASSERT_TRUE(two.ok());
+    auto world = World::create(env, *two, options);
+    ASSERT_TRUE(world.ok()) << world.error().message();
+    (*world)->all().barrier();
+  });
+  expectAllPassed(outcomes);
+}
+
+// Issue 32 (the last round): a MASTER_ADDR that does not resolve was retried until the set-up
+// timeout, and failed 5 s after it. It is resolved first: one line naming it, at once, on every
+// rank (rank 0 too: its peers cannot reach it by that name).
+TEST(RendezvousTest, AMasterAddrThatDoesNotResolveFailsAtOnce) {
+  auto mesh = mesh::DeviceMesh::create({2});
+  ASSERT_TRUE(mesh.ok());
+  auto outcomes = runRanks(2, std::chrono::seconds(60), [&](const LaunchEnv& given) {
+    LaunchEnv env = given;
+    env.master_addr = "no-such-host.invalid";
+    env.job_id = "j";
+    WorldOptions options;
+    options.setup_timeout = std::chrono::milliseconds(30'000);
+    auto start = Clock::now();
+    auto world = World::create(env, *mesh, options);
+    ASSERT_FALSE(world.ok());
+    EXPECT_EQ(world.error().code(), ErrorCode::kInvalidArgument);
+    const std::string& m = world.error().message();
+    EXPECT_EQ(m.rfind("rank " + std::to_string(given.rank) +
+                          ": MASTER_ADDR 'no-such-host.invalid' does not resolve (",
+                      0),
+              0u)
+        << m;
+    EXPECT_NE(m.find("); it names rank 0's host"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos);
+    EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(3000));
+  });
+  expectAllPassed(outcomes);
+}
+
 TEST(RendezvousTest, PortClashAndDuplicateRanksFailFast) {
   auto mesh = mesh::DeviceMesh::create({2});
   ASSERT_TRUE(mesh.ok());

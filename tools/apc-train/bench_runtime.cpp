@@ -31,6 +31,7 @@
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/support/activity.h"
 #include "cli_checks.h"
 
 namespace {
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
     running = "interpreter";
     in = std::min(in, timeIt(interpreterStep));
   } catch (const std::exception& e) {
+    apc::rethrowIfOutOfMemory(e);
     return fail(g->name + " (" + device_name + "): the " + running +
                 " step failed: " + apc::runtime::firstLine(e.what()));
   }

@@ -15,6 +15,7 @@
 #include "apc/frontend/model.h"
 #include "apc/frontend/weights.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/support/activity.h"
 
 namespace apc::train {
 
@@ -63,6 +64,7 @@ class ScriptReference : public SingleReference {
     try {
       out = module_.forward(args);
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       return unsupported("the single-device model's forward: " + runtime::firstLine(e.what()));
     }
     std::vector<at::Tensor> leaves;

@@ -163,8 +163,9 @@ struct WorldOptions {
   /// When set (the default), LaunchEnv::timeout (APC_TIMEOUT_S) replaces both timeouts; a trainer
   /// whose own flag gave them clears it.
   bool timeouts_from_environment = true;
-  /// The job id when the environment names none (LaunchEnv::job_id); ParallelModule::load uses
-  /// the plan's hash. Empty: "default".
+  /// The job id when the environment names none (LaunchEnv::job_id). Empty: "plan-" and the
+  /// first 16 characters of artifact_hash when that is set (ParallelModule::load sets it), else
+  /// "default".
   std::string job_id;
   /// What every rank must have loaded (ParallelModule::load: the artifact's plan hash); empty: not
   /// checked. A rank whose hash is not rank 0's fails at the rendezvous, and so does every rank
@@ -181,7 +182,8 @@ struct WorldOptions {
 /// progress_interval that names the missing ranks and the store's address. Every key lives under
 /// the job id; a store of another job (its id differs), a rank that joins twice and a port that
 /// another process holds are errors at once, on every rank that meets them; ranks of different
-/// artifacts (WorldOptions::artifact_hash) are errors at once on every rank.
+/// artifacts (WorldOptions::artifact_hash) are errors at once on every rank, with or without a job
+/// id; a MASTER_ADDR that does not resolve is an error at once.
 class World {
  public:
   /// Errors: env.world_size != mesh.worldSize(), a non-positive timeout, kNccl without CUDA or

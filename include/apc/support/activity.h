@@ -18,9 +18,18 @@ namespace apc {
 void setActivity(std::string_view what);
 
 /// Whether `e` reports that memory ran out: std::bad_alloc (operator new, containers) or
-/// LibTorch's CPU allocator ("DefaultCPUAllocator: not enough memory", a c10::Error; callers that
-/// link LibTorch pass its message in `what`).
+/// LibTorch's CPU allocator (a c10::Error, "DefaultCPUAllocator: not enough memory" or
+/// "DefaultCPUAllocator: can't allocate memory").
 bool isOutOfMemory(const std::exception& e);
+
+/// In a catch handler that turns an exception into an error value or another exception (an
+/// importer's "malformed model.json (...)", a node's "unsupported: ..."): rethrows the exception
+/// being handled when it reports that memory ran out, so that it reaches the tool's one-line
+/// out-of-memory report (exit 2) instead of being worded as that handler's own error. Call it
+/// first in every such handler, and only inside a catch block.
+inline void rethrowIfOutOfMemory(const std::exception& e) {
+  if (isOutOfMemory(e)) throw;
+}
 
 /// Prints "<tool>: error: out of memory while <activity>" on stderr without allocating and
 /// returns 2, the exit code of input too large for the machine.

@@ -20,7 +20,8 @@
 //    whole; a directory is only replaced when it is empty or carries a marker file (so that a
 //    mistyped path never deletes someone's folder).
 //  - removeTemporariesOnSignal: SIGINT, SIGTERM or SIGHUP while a StagedFile or StagedDirectory
-//    is uncommitted removes its temporary before the process ends.
+//    is uncommitted removes its temporary before the process ends (any number of them), and puts
+//    back a directory that a two-rename swap had moved aside.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -97,7 +98,8 @@ void removeTemporariesOnSignal();
 class StagedFile {
  public:
   /// Opens the temporary for `path`; fails when `path` is an existing directory, a device, a FIFO
-  /// or a socket (only regular files are replaced), or its directory does not exist.
+  /// or a socket (only regular files are replaced), its directory does not exist, or its absolute
+  /// path is too long for the signal handler to remove it.
   static Expected<StagedFile> create(const std::string& path);
   StagedFile(StagedFile&& other) noexcept;
   StagedFile& operator=(StagedFile&& other) noexcept;
@@ -139,8 +141,10 @@ class StagedDirectory {
   /// The staging directory to write into.
   const std::string& path() const { return staging_; }
   const std::string& target() const { return target_; }
-  /// Replaces the target with the staging directory: one exchange of the two names where the file
-  /// system supports it (Linux renameat2), else two renames; then removes the old content.
+  /// Replaces the target with the staging directory: one exchange of the two names (Linux
+  /// renameat2 RENAME_EXCHANGE), or, only where the file system or kernel refuses the exchange,
+  /// two renames (the old directory aside, the new one in: a signal between them puts the old one
+  /// back); then removes the old content.
   Status commit();
 
  private:
@@ -150,5 +154,14 @@ class StagedDirectory {
   std::string staging_;
   int slot_ = -1;  // its entry in the signal handler's list of temporaries
 };
+
+namespace detail {
+
+/// For tests of StagedDirectory::commit's fallback: with `force` set, commit() swaps by two
+/// renames even where the exchange works, and calls `between` (unless null) after the old
+/// directory was moved aside, before the new one is moved in. Not for production code.
+void setTwoRenameSwapForTesting(bool force, void (*between)());
+
+}  // namespace detail
 
 }  // namespace apc
