@@ -181,6 +181,7 @@ Expected<std::unique_ptr<SingleReference>> loadSingleReference(const std::string
       return std::unique_ptr<SingleReference>(
           new ScriptReference(torch::jit::load(path, options.device)));
     } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
       return invalidArgument(
           path + ": cannot load as a TorchScript model: " + runtime::firstLine(e.what()));
     }
