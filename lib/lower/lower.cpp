@@ -120,16 +120,18 @@ class Lowerer {
   Status emitLeafNode(const ir::Node& n);
   Status emitOp(const ir::Node& n);
   /// Whether a graph input has a dim of symbol `symbol` (the runtime binds symbols from inputs).
-  bool inputSymbol(const std::string& symbol) const {
-    for (const ir::Node& n : g_.nodes()) {
-      if (n.kind != ir::NodeKind::kInput) continue;
-      for (ir::ValueId v : n.outputs)
-        if (const auto& t = g_.value(v).tensor)
-          for (const ir::Dim& d : t->shape)
-            if (d.symbol == symbol) return true;
+  bool inputSymbol(const std::string& symbol) {
+    if (!input_symbols_) {
+      input_symbols_.emplace();
+      for (ir::NodeId id : g_.nodesOfKind(ir::NodeKind::kInput))
+        for (ir::ValueId v : g_.node(id).outputs)
+          if (const auto& t = g_.value(v).tensor)
+            for (const ir::Dim& d : t->shape)
+              if (d.isSymbolic()) input_symbols_->insert(d.symbol);
     }
-    return false;
+    return input_symbols_->count(symbol) > 0;
   }
+  std::optional<std::set<std::string>> input_symbols_;  // inputSymbol's, made on first use
   Status emitOutputs();
   ir::ValueId castTo(ir::ValueId local, ir::DType dtype, const std::string& module_path,
                      int32_t source);

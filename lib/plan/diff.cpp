@@ -141,23 +141,11 @@ PlanDiff diffPlans(const Plan& a, const Plan& b) {
   return d;
 }
 
-namespace {
-
-/// The module a change is grouped under: its repeated layer (repeatedLayerOf), else its first
-/// path component ("tok_embeddings"); "-" at the top level.
-std::string groupOf(const std::string& module_path) {
-  if (module_path.empty()) return "-";
-  const std::string layer = repeatedLayerOf(module_path);
-  return layer.empty() ? module_path.substr(0, module_path.find('.')) : layer;
-}
-
-}  // namespace
-
 std::vector<ModuleChanges> changesByModule(const PlanDiff& d) {
   std::vector<std::string> order;
   std::map<std::string, std::pair<int, double>> by_group;
   for (const NodeChange& c : d.nodes) {
-    const std::string g = groupOf(c.module_path);
+    const std::string g = moduleGroupOf(c.module_path);
     auto [it, fresh] = by_group.try_emplace(g, 0, 0.0);
     if (fresh) order.push_back(g);
     it->second.first += 1;

@@ -312,11 +312,8 @@ std::vector<ModuleCost> costliestModules(const Plan& p, size_t n) {
   std::map<std::string, std::vector<std::string>> layers;  // row -> its layers, in order
   for (const PlanNode& x : p.nodes) {
     const std::string layer = repeatedLayerOf(x.module_path);
-    std::string key;
-    if (!layer.empty())
-      key = layer.substr(0, layer.rfind('.')) + ".#";
-    else
-      key = x.module_path.empty() ? "-" : x.module_path.substr(0, x.module_path.find('.'));
+    const std::string key =
+        layer.empty() ? moduleGroupOf(x.module_path) : layer.substr(0, layer.rfind('.')) + ".#";
     auto [it, fresh] = rows.try_emplace(key);
     if (fresh) order.push_back(key);
     ModuleCost& r = it->second;

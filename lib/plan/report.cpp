@@ -140,6 +140,12 @@ std::string repeatedLayerOf(const std::string& module_path) {
   return "";
 }
 
+std::string moduleGroupOf(const std::string& module_path) {
+  if (module_path.empty()) return "-";
+  const std::string layer = repeatedLayerOf(module_path);
+  return layer.empty() ? module_path.substr(0, module_path.find('.')) : layer;
+}
+
 std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   std::string out;
   const PlanTotals& t = p.totals;

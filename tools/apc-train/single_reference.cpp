@@ -21,12 +21,6 @@ namespace apc::train {
 
 namespace {
 
-/// Stub-weight samples store each weight as a zero-stride view of one element: in-place updates
-/// would write many elements through one location (an ATen error). Each gets memory of its own.
-at::Tensor ownMemory(const at::Tensor& t) {
-  return t.is_contiguous() ? t : t.contiguous();
-}
-
 class ScriptReference : public SingleReference {
  public:
   explicit ScriptReference(torch::jit::Module m) : module_(std::move(m)) {
@@ -114,7 +108,9 @@ class GraphReference : public SingleReference {
       if (it == by_name.end())
         return invalidArgument("holds no tensor for " + std::string(ir::nodeKindName(n.kind)) +
                                " '" + n.name + "'");
-      at::Tensor t = ownMemory(it->second.detach()).clone().to(options.device);
+      // Memory of its own, dense: stub-weight samples store each weight as a zero-stride view
+      // of one element, which in-place updates cannot write.
+      at::Tensor t = it->second.detach().clone(at::MemoryFormat::Contiguous).to(options.device);
       if (options.widen && t.is_floating_point()) t = t.to(at::kDouble);
       if (!dtype_known && t.is_floating_point()) {
         ref->dtype_ = t.scalar_type();

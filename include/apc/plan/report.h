@@ -32,6 +32,9 @@ std::string formatSignedMicros(double us);
 /// ("layers.3.attention.wq" -> "layers.3", "model.layers.0.mlp" -> "model.layers.0"); "" when no
 /// component is a number. The summary and `apc diff` group by it.
 std::string repeatedLayerOf(const std::string& module_path);
+/// The module a node or change is counted under: its repeated layer, else its path's first
+/// component ("tok_embeddings"); "-" at the top level.
+std::string moduleGroupOf(const std::string& module_path);
 
 std::string summaryText(const Plan& p, const PhaseTimings* timings);
 /// "" when the plan's parameter memory per rank is within its budget, else "; OVER the budget:
