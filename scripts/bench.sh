@@ -9,6 +9,9 @@
 #   APC_SAMPLES: where the .pt2 samples are (default sample_models/out; llama3_405b.pt2 comes from
 #   `sample_models/generate.py --only llama3_405b`, about 7 minutes)
 #   APC_BENCH_TIME_LIMIT: --time-limit (default 120); APC_BENCH_LOG=1 also prints each summary
+#   scripts/bench.sh --memory: only the partly binding memory budgets (issue 29's goal: llama_tiny
+#   on 2x4 at --memory-budget 0,0.25 and 0,0.5 proven optimal in <= 1 s); they also end the
+#   default run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${APC_BUILD_DIR:-build}
@@ -29,15 +32,45 @@ goal() {  # goal text for model:mesh
   esac
 }
 
+MEMORY_ONLY=0
+if [ "${1:-}" = "--memory" ]; then
+  MEMORY_ONLY=1
+  shift
+fi
 cases=("$@")
 DEFAULT_CASES=0
-if [ ${#cases[@]} -eq 0 ]; then
+if [ ${#cases[@]} -eq 0 ] && [ "$MEMORY_ONLY" = 0 ]; then
   DEFAULT_CASES=1
   cases=(llama3_8b:8x8 llama3_8b:2x2x2 llama3_8b:8x8x8:64 llama3_405b:8x8 llama3_405b:8x8x8:64
          llama_tiny:2x2x4x8 llama_small_4l:8x8 llama_small:8x8 llama_small_4l:2x2x2 llama_small:2x2x2)
 fi
 
+# Budgets that bind in part (lib/solver/memory_search.h): the solver line and the solve time, the
+# README's llama_tiny example (inputs and outputs batch-sharded on dp) and mlp_stack.
+memory_budgets() {
+  local model mesh budget solver solve shard=(--in-shardings '[["S(0)","R"]]' --out-shardings '[["S(0)","R"]]')
+  for c in llama_tiny:2x4:0,0.25 llama_tiny:2x4:0,0.5 llama_tiny:2x4:0,0.7 mlp_stack:2x4:0,0.3 \
+    mlp_stack:2x4:0,0.6; do
+    IFS=: read -r model mesh budget <<<"$c"
+    local args=(plan "$SAMPLES/$model.pt" --mesh "$mesh" --memory-budget "$budget" -o "$OUT/m.json"
+                --time-limit "${APC_BENCH_TIME_LIMIT:-120}")
+    [ "$model" = llama_tiny ] && args+=("${shard[@]}")
+    if "$APC" "${args[@]}" >"$OUT/log" 2>&1; then
+      solver=$(sed -n 's/^solver: \(.*\), [0-9.]* s$/\1/p' "$OUT/log")
+      solve=$(sed -n 's/^solver: .*, \([0-9.]*\) s$/\1/p' "$OUT/log")
+      printf "memory budget %-9s %-10s %-4s solve %6s s (goal for llama_tiny 0,0.25 and 0,0.5: optimal, <= 1 s) | %s\n" \
+        "$budget" "$model" "$mesh" "$solve" "$solver"
+    else
+      printf "memory budget %-9s %-10s %-4s apc plan failed: %s\n" "$budget" "$model" "$mesh" "$(tail -1 "$OUT/log")"
+    fi
+  done
+}
+
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg), $(nproc) cpus"
+if [ "$MEMORY_ONLY" = 1 ]; then
+  memory_budgets
+  exit 0
+fi
 printf "%-14s %-9s %-6s %8s %8s %9s  %-10s %-8s %s\n" model mesh batch wall_s solve_s rss_mib status gap \
   "goal | problem"
 declare -A WALL SOLVE
@@ -127,4 +160,5 @@ for mesh in 8x8 8x8x8; do
   [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" -v m="$mesh" \
     'BEGIN { printf "solve phase, 126 vs 32 layers on %s: %.2fx (%.2f s vs %.2f s)\n", m, b / a, b, a }'
 done
+[ "$DEFAULT_CASES" = 1 ] && memory_budgets
 exit 0

@@ -50,7 +50,8 @@ bool SolverStats::operator==(const SolverStats& o) const {
     return a.nodes_before == b.nodes_before && a.edges_before == b.edges_before &&
            a.strategies_before == b.strategies_before && a.nodes_after == b.nodes_after &&
            a.edges_after == b.edges_after && a.strategies_after == b.strategies_after &&
-           a.clusters == b.clusters;
+           a.clusters == b.clusters && a.memory_subproblems == b.memory_subproblems &&
+           a.memory_branches == b.memory_branches;
   };
   return status == o.status && objective == o.objective && bound == o.bound &&
          variables == o.variables && constraints == o.constraints && sizes_equal(sizes, o.sizes) &&

@@ -38,12 +38,16 @@ json placementList(const std::vector<std::optional<PlacementTuple>>& ts) {
 }
 
 json sizesJson(const solver::ReductionStats& s) {
-  return {
+  json out = {
       {"before",
        {{"nodes", s.nodes_before}, {"edges", s.edges_before}, {"strategies", s.strategies_before}}},
       {"after",
        {{"nodes", s.nodes_after}, {"edges", s.edges_after}, {"strategies", s.strategies_after}}},
       {"clusters", s.clusters}};
+  // Only where step 0 ran, so that other plans' bytes do not change.
+  if (s.memory_subproblems > 0)
+    out["memory_search"] = {{"subproblems", s.memory_subproblems}, {"branches", s.memory_branches}};
+  return out;
 }
 
 std::string dumpScalar(const json& j) {
@@ -372,7 +376,7 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
   APC_ASSIGN_OR_RETURN(s.constraints, getInt(j["constraints"], path + ".constraints"));
   const json& pr = j["problem"];
   std::string pp = path + ".problem";
-  APC_RETURN_IF_ERROR(checkObject(pr, pp, {"after", "before", "clusters"}));
+  APC_RETURN_IF_ERROR(checkObject(pr, pp, {"after", "before", "clusters"}, {"memory_search"}));
   APC_RETURN_IF_ERROR(checkObject(pr["before"], pp + ".before", {"edges", "nodes", "strategies"}));
   APC_RETURN_IF_ERROR(checkObject(pr["after"], pp + ".after", {"edges", "nodes", "strategies"}));
   solver::ReductionStats& r = s.sizes;
@@ -385,6 +389,14 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
   APC_ASSIGN_OR_RETURN(r.strategies_after,
                        readCount(pr["after"]["strategies"], pp + ".after.strategies"));
   APC_ASSIGN_OR_RETURN(r.clusters, readCount(pr["clusters"], pp + ".clusters"));
+  if (pr.contains("memory_search")) {
+    const json& ms = pr["memory_search"];
+    std::string mp = pp + ".memory_search";
+    APC_RETURN_IF_ERROR(checkObject(ms, mp, {"branches", "subproblems"}));
+    APC_ASSIGN_OR_RETURN(r.memory_subproblems, readCount(ms["subproblems"], mp + ".subproblems"));
+    APC_ASSIGN_OR_RETURN(r.memory_branches, readCount(ms["branches"], mp + ".branches"));
+    if (r.memory_subproblems == 0) return at(mp + ".subproblems", "must be at least 1");
+  }
   const json& o = j["options"];
   std::string op = path + ".options";
   APC_RETURN_IF_ERROR(checkObject(o, op, {"reduce", "threads", "time_limit_s"}));

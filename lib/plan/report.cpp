@@ -268,14 +268,22 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   if (p.solver.status != "optimal" && p.solver.bound && p.solver.objective > 0)
     gap = printf1(" (proven gap %.3g%%)",
                   100.0 * (p.solver.objective - *p.solver.bound) / p.solver.objective);
-  out += "solver: " + p.solver.status + ", objective " + printf1("%.6g", p.solver.objective) +
-         ", bound " + (p.solver.bound ? printf1("%.6g", *p.solver.bound) : std::string("none")) +
-         gap + ", " +
-         // Reductions can decide every choice before the ILP: say so, not "0 variables".
-         (p.solver.variables == 0 && p.solver.reduce
-              ? std::string("no integer program left (the reductions decided every choice)")
-              : withCommas(p.solver.variables) + " variables, " + withCommas(p.solver.constraints) +
-                    " constraints");
+  out +=
+      "solver: " + p.solver.status + ", objective " + printf1("%.6g", p.solver.objective) +
+      ", bound " + (p.solver.bound ? printf1("%.6g", *p.solver.bound) : std::string("none")) + gap +
+      ", " +
+      // Step 0 (lib/solver/memory_search.h) and the reductions can decide every choice
+      // before the ILP: say how, not "0 variables".
+      (z.memory_subproblems > 0 && p.solver.variables == 0
+           ? "no integer program: the memory row by Lagrangian relaxation and branch and bound (" +
+                 withCommas(static_cast<int64_t>(z.memory_subproblems)) +
+                 " memory-free subproblems, " +
+                 withCommas(static_cast<int64_t>(z.memory_branches)) + " search node" +
+                 (z.memory_branches == 1 ? "" : "s") + ")"
+       : p.solver.variables == 0 && p.solver.reduce
+           ? std::string("no integer program left (the reductions decided every choice)")
+           : withCommas(p.solver.variables) + " variables, " + withCommas(p.solver.constraints) +
+                 " constraints");
   if (timings) out += ", " + printf1("%.3f s", timings->solver_s);
   out += "\n";
   if (timings) {

@@ -94,7 +94,7 @@ Reducer::Reducer(const Problem& p, ReducerOptions options)
         keep_[e.src], keep_[e.dst]);
     addEdge(e.src, e.dst, std::move(t));
   }
-  if (!hasEmptyNode()) pruneDominated(options.deadline);
+  if (options.prune_dominated && !hasEmptyNode()) pruneDominated(options.deadline);
 }
 
 bool Reducer::run(const std::optional<std::chrono::steady_clock::time_point>& deadline) {

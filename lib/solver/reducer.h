@@ -50,6 +50,9 @@ struct ReducerOptions {
   std::vector<bool> frozen;
   // Step 1b's drops; off when the caller applied them to the problem the nodes stand for.
   bool drop_by_memory = true;
+  // Step 1c; off where the reduction runs many times on small problems that elimination solves
+  // anyway (step 0's subproblems: there it was half the time).
+  bool prune_dominated = true;
   // Construction (the dense tables, dominance pruning: seconds on four-dim meshes) stops when
   // this passes; then stopped() is true and the reducer must not be used.
   std::optional<std::chrono::steady_clock::time_point> deadline;

@@ -187,6 +187,41 @@ TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
   EXPECT_EQ(readFile(tmp("l1.json")), readFile(tmp("l2.json")));
 }
 
+// Issue 29: a budget that binds in part (the README's llama_tiny example at 0,0.5) is proven
+// optimal by the memory search (lib/solver/memory_search.h), which the plan records and the summary
+// names; the same plan twice is the same bytes; a plan whose record is malformed is one line.
+TEST_F(PlanCli, APartlyBindingBudgetIsProvenByTheMemorySearch) {
+  std::string args = "plan " + kSamples +
+                     "llama_tiny.pt --mesh 2x4 --in-shardings '[[\"S(0)\",\"R\"]]' "
+                     "--out-shardings '[[\"S(0)\",\"R\"]]' --memory-budget 0,0.5 -o ";
+  Result r = runApc(args + tmp("m1.json"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("solver: optimal"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the memory row by Lagrangian relaxation and branch and bound ("),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  auto plan = nlohmann::json::parse(readFile(tmp("m1.json")));
+  const auto& search = plan["solver"]["problem"]["memory_search"];
+  ASSERT_TRUE(search.is_object()) << plan["solver"].dump();
+  EXPECT_GE(search["subproblems"].get<int>(), 1);
+  EXPECT_GE(search["branches"].get<int>(), 1);
+  EXPECT_LE(plan["totals"]["param_memory_fraction"].get<double>(), 0.5 + 1e-9);
+  ASSERT_EQ(runApc(args + tmp("m2.json")).code, 0);
+  EXPECT_EQ(readFile(tmp("m1.json")), readFile(tmp("m2.json")));
+  // The record reads back (explain), and a malformed one is refused in one line.
+  EXPECT_EQ(runApc("explain " + tmp("m1.json") + " --top 1").code, 0);
+  plan["solver"]["problem"]["memory_search"]["subproblems"] = 0;
+  {
+    std::ofstream f(tmp("m3.json"));
+    f << plan.dump(2);
+  }
+  Result bad = runApc("explain " + tmp("m3.json") + " --top 1");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.err.find("memory_search.subproblems"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("must be at least 1"), std::string::npos) << bad.err;
+}
+
 TEST_F(PlanCli, DefaultBudgetIsReachableWithUnevenParameters) {
   // cnn_small's classifier bias has 10 elements: sharded on 4 ranks its largest piece is
   // ceil(10 / 4) = 3, so exactly 1/4 of the parameter bytes is unreachable; the default high

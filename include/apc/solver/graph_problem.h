@@ -126,6 +126,11 @@ struct ReductionStats {
   // The folded bound of the check (solve_graph_problem.cpp, step 3a), a lower bound on every plan;
   // none when it was not computed (no clusters, too few tied instances, no time).
   std::optional<double> folded_bound;
+  // Step 0 (lib/solver/memory_search.h), when a memory row binds in part: the memory-free
+  // subproblems it solved and the search nodes it expanded; 0 when it did not run. When it proved
+  // its plan, the sizes "after" are those of its first subproblem.
+  size_t memory_subproblems = 0;
+  size_t memory_branches = 0;
 };
 
 struct SolveGraphOptions {
@@ -162,6 +167,10 @@ struct SolveGraphOptions {
   // most of the unclustered one (llama_small_4l on 2x2x2, 4 layers, 1.3: the folded LP and the
   // boundary re-solve took about as long as the unclustered check, which then still ran).
   double fold_min_ratio = 2.0;
+  // Step 0 (lib/solver/memory_search.h) for a memory row that binds in part: at most this many
+  // memory-free subproblems (and a quarter of the time left); 0 turns it off (tests compare the
+  // two paths).
+  size_t memory_search_subproblems = 2000;
 };
 
 /// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
