@@ -227,8 +227,8 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
   r.sizes.strategies_before = full;
   record.sizes = r.sizes;
   // The restricted solve itself can stop at the deadline (then its plan is its best found).
-  const bool restricted_optimal = r.solution.status == "optimal";
-  r.solution.status = solver::kTimeLimitStatus;
+  const bool restricted_optimal = r.solution.status == solver::SolveStatus::kOptimal;
+  r.solution.status = solver::SolveStatus::kTimeLimit;
   r.solution.bound = std::min(bound, r.solution.objective);
   if (timings) {
     timings->solve_s = secondsSince(t0);
@@ -288,7 +288,6 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
   APC_ASSIGN_OR_RETURN(solver::GraphProblem pinned,
                        solver::applyBaseline(built.gp, g, baseline, spec.mesh));
   APC_ASSIGN_OR_RETURN(r.solution, solver::solveGraphProblem(pinned, options, &r.sizes));
-  r.solution.status = std::string("baseline ") + solver::baselineName(baseline);
   // A batch too small for every data-parallel mesh dim is left whole on some: said, not silent.
   const size_t dp_dims = solver::dataParallelMeshDims(baseline, spec.mesh.ndim());
   if (std::optional<ir::NodeId> first = solver::firstBatchInput(g)) {

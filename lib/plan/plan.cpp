@@ -260,7 +260,9 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   t.memory_high = canonicalNumber(high);
 
   SolverStats& st = plan.solver;
-  st.status = solution.status;
+  // A baseline's plan says which (its solve only re-chose what the pins left free).
+  st.status =
+      record.baseline.empty() ? solver::statusName(solution.status) : "baseline " + record.baseline;
   st.objective = canonicalNumber(solution.objective);
   if (std::isfinite(solution.bound)) st.bound = canonicalNumber(solution.bound);
   st.variables = solution.variables;

@@ -594,7 +594,9 @@ Expected<Solution> solveWith(const Problem& p, const SolverOptions& options,
   if (!std::isfinite(s.objective))
     return internalError("CBC returned a solution that violates the problem");
   s.bound = out.bound;
-  s.status = out.optimal ? "optimal" : out.hit_limit ? kTimeLimitStatus : "feasible";
+  s.status = out.optimal     ? SolveStatus::kOptimal
+             : out.hit_limit ? SolveStatus::kTimeLimit
+                             : SolveStatus::kFeasible;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.variables = out.variables;
   s.constraints = out.constraints;

@@ -205,7 +205,7 @@ class Search {
           return std::optional<std::optional<Point>>(std::optional<Point>());
         return r.error();
       }
-      if (r->status != "optimal") return std::optional<std::optional<Point>>();
+      if (r->status != SolveStatus::kOptimal) return std::optional<std::optional<Point>>();
       choice = std::move(r->choice);
     }
     Point p;
@@ -350,7 +350,7 @@ class Search {
   Solution incumbent_ = [] {
     Solution s;
     s.objective = kInfinity;
-    s.status = "optimal";
+    s.status = SolveStatus::kOptimal;
     return s;
   }();
   MemorySearchResult out_;

@@ -11,7 +11,7 @@
 // - For a multiplier lambda >= 0, L(lambda) = min_x c(x) + lambda (m(x) - high) is a lower bound
 //   on every plan that meets the row (m(x) <= high makes the added term <= 0). Its minimizer is
 //   the memory-free problem with lambda m_v(s) added to every node cost, solved exactly by the
-//   reductions of steps 1-2 (and CBC on what they leave, whose status must be "optimal", else
+//   reductions of steps 1-2 (and CBC on what they leave, whose status must be kOptimal, else
 //   the search gives up). The search runs on the problem that steps 1-2 leave with the row in
 //   place (the parameters and the nodes that branch), once: every subproblem is small.
 // - The best lambda: L is concave and piecewise linear, its pieces the plans on the lower convex

@@ -57,6 +57,18 @@ Status Problem::validate() const {
   return Status::success();
 }
 
+const char* statusName(SolveStatus s) {
+  switch (s) {
+    case SolveStatus::kOptimal:
+      return "optimal";
+    case SolveStatus::kTimeLimit:
+      return "time_limit";
+    case SolveStatus::kFeasible:
+      return "feasible";
+  }
+  return "feasible";
+}
+
 double memoryOf(const Problem& p, const std::vector<uint32_t>& choice) {
   double m = 0;
   for (size_t i = 0; i < p.nodes.size(); ++i)
@@ -110,7 +122,7 @@ Expected<Solution> bruteForce(const Problem& p) {
   s.choice = best;
   s.objective = best_cost;
   s.bound = best_cost;
-  s.status = "optimal";
+  s.status = SolveStatus::kOptimal;
   return s;
 }
 

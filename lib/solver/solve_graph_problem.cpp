@@ -363,7 +363,7 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
     return out;
   }
   if (!reducer.run(so.deadline)) {
-    out.why = kTimeLimitStatus;
+    out.why = statusName(SolveStatus::kTimeLimit);
     return out;
   }
   std::vector<uint32_t> ids;
@@ -385,7 +385,7 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
   }
   double left = secondsLeft(so, t0);
   if (left < kBuildSecondsPerColumn * double(columns)) {
-    out.why = kTimeLimitStatus;
+    out.why = statusName(SolveStatus::kTimeLimit);
     return out;
   }
   std::optional<double> lp = detail::linkedLpBound(reduced, groups, linked, left);
@@ -459,7 +459,7 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
       stats->cluster_check_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
-    clustered.status = "optimal";
+    clustered.status = SolveStatus::kOptimal;
     clustered.bound = std::min(folded, clustered.objective);
     return clustered;
   };
@@ -511,7 +511,7 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     }
   }
   // Not proven: the clustered plan with the bound of a relaxation of `full` (trivialBound).
-  auto unproven = [&](const std::string& status, const std::string& why) {
+  auto unproven = [&](SolveStatus status, const std::string& why) {
     if (stats) {
       stats->cluster_check = "clustered solution not proven (" + why + ")";
       stats->cluster_check_seconds =
@@ -521,14 +521,16 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     clustered.bound = std::min(std::max(trivialBound(full), folded), clustered.objective);
     return clustered;
   };
-  if (secondsLeft(options.solver, t0) <= 0) return unproven(kTimeLimitStatus, kTimeLimitStatus);
+  if (secondsLeft(options.solver, t0) <= 0)
+    return unproven(SolveStatus::kTimeLimit, statusName(SolveStatus::kTimeLimit));
   // The unclustered LP has about as many columns per node as the folded one (llama3_405b 8x8:
   // 2.1 M estimated, 1.9 M built): when that is over the limit, its reduction (which follows the
   // total number of layers) is not even started.
   if (unclustered_columns > double(kMaxCheckColumns))
-    return unproven("feasible", "the unclustered LP would have about " +
-                                    std::to_string(static_cast<size_t>(unclustered_columns)) +
-                                    " columns, over " + std::to_string(kMaxCheckColumns));
+    return unproven(SolveStatus::kFeasible,
+                    "the unclustered LP would have about " +
+                        std::to_string(static_cast<size_t>(unclustered_columns)) +
+                        " columns, over " + std::to_string(kMaxCheckColumns));
   // A plan exists: its tables (seconds on four-dim meshes) stop at the final deadline, which
   // leaves the clustered plan with its bound.
   ReducerOptions check_options;
@@ -536,13 +538,14 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
       t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                std::chrono::duration<double>(std::min(secondsLeft(options.solver, t0), 1e9)));
   Reducer reducer(full, check_options);
-  if (reducer.stopped()) return unproven(kTimeLimitStatus, kTimeLimitStatus);
+  if (reducer.stopped())
+    return unproven(SolveStatus::kTimeLimit, statusName(SolveStatus::kTimeLimit));
   std::vector<uint32_t> ids;
   std::vector<uint32_t> start;
   Problem reduced;
   if (!reducer.hasEmptyNode()) {
     if (secondsLeft(options.solver, t0) <= 0 || !reducer.run(options.solver.deadline))
-      return unproven(kTimeLimitStatus, kTimeLimitStatus);
+      return unproven(SolveStatus::kTimeLimit, statusName(SolveStatus::kTimeLimit));
     reduced = reducer.reduced(ids);
     start = reducer.restrictChoice(ids, clustered.choice);
   }
@@ -554,7 +557,7 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   StartOutcome how = StartOutcome::kStartProven;
   if (reduced.nodes.empty()) {
     // Everything was eliminated: the expansion is an optimum.
-    unclustered.status = "optimal";
+    unclustered.status = SolveStatus::kOptimal;
     how = StartOutcome::kLpIntegral;
   } else if (size_t columns = programColumns(reduced);
              columns > kMaxCheckColumns ||
@@ -569,10 +572,11 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     }
     Solution s =
         columns > kMaxCheckColumns
-            ? unproven("feasible", "the unclustered LP would have " + std::to_string(columns) +
-                                       " columns, over " + std::to_string(kMaxCheckColumns))
-            : unproven(kTimeLimitStatus, "no time left to build the unclustered LP of " +
-                                             std::to_string(columns) + " columns");
+            ? unproven(SolveStatus::kFeasible, "the unclustered LP would have " +
+                                                   std::to_string(columns) + " columns, over " +
+                                                   std::to_string(kMaxCheckColumns))
+            : unproven(SolveStatus::kTimeLimit, "no time left to build the unclustered LP of " +
+                                                    std::to_string(columns) + " columns");
     // The reduced problem's bound is tighter: its eliminations are exact minima.
     s.bound = std::min(std::max(s.bound, trivialBound(reduced) + reducer.constant()), s.objective);
     return s;
@@ -590,8 +594,9 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   if (!(objective < clustered.objective - 1e-9 * std::max(1.0, std::fabs(clustered.objective)))) {
     if (stats)
       stats->cluster_check = reduced.nodes.empty() ? "clustered solution verified by elimination"
-                             : unclustered.status != "optimal"
-                                 ? "clustered solution not proven (" + unclustered.status + ")"
+                             : unclustered.status != SolveStatus::kOptimal
+                                 ? std::string("clustered solution not proven (") +
+                                       statusName(unclustered.status) + ")"
                              : how == StartOutcome::kStartProven
                                  ? "clustered solution verified by LP bound"
                                  : "clustered solution verified by the unclustered ILP";
@@ -635,7 +640,7 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
     if (clusters > 0 && options.prove_cluster && options.chain) {
       auto t0 = std::chrono::steady_clock::now();
       chain = detail::chainBound(full, rep, instance, cluster, options.solver);
-      auto chainSolution = [&](const char* status, const char* check) {
+      auto chainSolution = [&](SolveStatus status, const char* check) {
         Solution s;
         s.choice = std::move(chain.choice);
         s.objective = chain.objective;
@@ -656,10 +661,11 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
       };
       if (chain.bound && std::isfinite(chain.objective)) {
         if (chain.objective <= *chain.bound + 1e-9 * std::max(1.0, std::fabs(*chain.bound)))
-          return chainSolution("optimal", "the chain relaxation's plan meets its bound");
+          return chainSolution(SolveStatus::kOptimal,
+                               "the chain relaxation's plan meets its bound");
         // No time left for the tied problem: this plan, with its proven gap.
         if (secondsLeft(options.solver, t0) <= 0)
-          return chainSolution(kTimeLimitStatus,
+          return chainSolution(SolveStatus::kTimeLimit,
                                "the chain relaxation's plan, not proven (time limit)");
       }
     }
@@ -689,7 +695,7 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
   }
   Solution s;
   if (reduced.nodes.empty()) {
-    s.status = "optimal";
+    s.status = SolveStatus::kOptimal;
   } else {
     // With too little time left for its LP, the solve starts from a greedy plan, which it returns
     // (status time_limit, with a proven bound) when the LP does not finish in time; otherwise
@@ -771,7 +777,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
     if (!std::isfinite(s.objective))
       return internalError("the memory search's plan violates the full problem");
     s.bound = std::min(found_bound, s.objective);
-    s.status = "optimal";
+    s.status = SolveStatus::kOptimal;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (stats) {
       stats->dominated = reducer.prunedStrategies();

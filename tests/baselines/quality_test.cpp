@@ -116,11 +116,11 @@ TEST_P(BaselineQualityOf, OptimizerIsNeverWorseThanABaseline) {
       std::printf(
           "[quality] %-19s %-4s %-8s mem %.4f  baseline %13.3f us (%s, %.2f s)  optimizer %13.3f "
           "us (%s, %.2f s)  ratio %.3f\n",
-          name.c_str(), mesh_text, baselineName(b), fraction, bsol->objective, bsol->status.c_str(),
-          bsol->seconds, osol->objective, osol->status.c_str(), osol->seconds,
-          bsol->objective > 0 ? osol->objective / bsol->objective : 1.0);
+          name.c_str(), mesh_text, baselineName(b), fraction, bsol->objective,
+          statusName(bsol->status), bsol->seconds, osol->objective, statusName(osol->status),
+          osol->seconds, bsol->objective > 0 ? osol->objective / bsol->objective : 1.0);
       std::fflush(stdout);
-      EXPECT_EQ(osol->status, "optimal");
+      EXPECT_EQ(osol->status, SolveStatus::kOptimal);
       EXPECT_LE(osol->objective, bsol->objective * (1 + 1e-9) + 1e-9);
       EXPECT_LE(memoryFraction(ogp, osol->choice), fraction * (1 + 1e-9) + 1e-12);
     }

@@ -529,7 +529,7 @@ TEST(Report, SummaryAndLog) {
 /// optimum; its bound is every full node at its cheapest, at or below the optimum.
 void expectRestrictedPlan(const ir::Graph& g, const PlanResult& r, double optimum) {
   const Plan& plan = r.plan;
-  EXPECT_EQ(plan.solver.status, solver::kTimeLimitStatus);
+  EXPECT_EQ(plan.solver.status, solver::statusName(solver::SolveStatus::kTimeLimit));
   EXPECT_FALSE(r.note.empty());
   auto full = rebuildProblem(g, plan);
   ASSERT_TRUE(full.ok()) << full.error().message();

@@ -120,7 +120,7 @@ TEST(MemorySearch, MatchesBruteForceAndTheIlpPathAtEveryKindOfBudget) {
       EXPECT_NEAR(searched_solution->objective, brute->objective, tol) << at;
       EXPECT_NEAR(ilp->objective, brute->objective, tol) << at;
       EXPECT_DOUBLE_EQ(evaluate(p, searched_solution->choice), searched_solution->objective) << at;
-      EXPECT_EQ(searched_solution->status, "optimal") << at;
+      EXPECT_EQ(searched_solution->status, SolveStatus::kOptimal) << at;
       EXPECT_LE(searched_solution->bound, searched_solution->objective + tol) << at;
       EXPECT_GE(searched_solution->bound, searched_solution->objective - tol) << at;
       if (stats.memory_subproblems > 0) ++searched;
@@ -157,7 +157,7 @@ TEST(MemorySearch, AnUnfinishedSearchFallsBackToTheIlpPath) {
     if (!brute.ok()) continue;
     EXPECT_NEAR(s->objective, brute->objective, 1e-9 * std::max(1.0, brute->objective))
         << "trial " << trial;
-    EXPECT_EQ(s->status, "optimal") << "trial " << trial;
+    EXPECT_EQ(s->status, SolveStatus::kOptimal) << "trial " << trial;
     // The budget stops the search after its root; the ILP path (variables > 0) then finishes.
     if (stats.memory_branches == 1 && s->variables > 0) ++fell_back;
   }

@@ -59,7 +59,7 @@ ReductionStats expectSameOptimum(const std::string& model, const std::string& me
     ADD_FAILURE() << "a solve failed";
     return ss;
   }
-  EXPECT_EQ(e->status, "optimal");
+  EXPECT_EQ(e->status, SolveStatus::kOptimal);
   EXPECT_NEAR(e->objective, a->objective, 1e-6 * a->objective);
   if (!expect_without_chain.empty()) {
     SolveGraphOptions no_chain;
@@ -71,15 +71,15 @@ ReductionStats expectSameOptimum(const std::string& model, const std::string& me
       ADD_FAILURE() << "the solve without the chain relaxation failed";
       return ss;
     }
-    EXPECT_EQ(d->status, "optimal");
+    EXPECT_EQ(d->status, SolveStatus::kOptimal);
     EXPECT_NEAR(d->objective, a->objective, 1e-6 * a->objective);
     EXPECT_EQ(sn.cluster_check, expect_without_chain);
     if (sn.folded_bound) {
       EXPECT_LE(*sn.folded_bound, a->objective * (1 + 1e-9));
     }
   }
-  EXPECT_EQ(a->status, "optimal");
-  EXPECT_EQ(c->status, "optimal");
+  EXPECT_EQ(a->status, SolveStatus::kOptimal);
+  EXPECT_EQ(c->status, SolveStatus::kOptimal);
   EXPECT_NEAR(b->objective, a->objective, 1e-6 * a->objective);
   EXPECT_NEAR(c->objective, a->objective, 1e-6 * a->objective);
   EXPECT_LE(c->bound, c->objective);

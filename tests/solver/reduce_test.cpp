@@ -124,7 +124,7 @@ TEST(Reduction, DominancePruningKeepsTheOptimum) {
     EXPECT_NEAR(reduced->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
         << "trial " << trial;
     EXPECT_DOUBLE_EQ(evaluate(p, reduced->choice), reduced->objective) << "trial " << trial;
-    EXPECT_EQ(reduced->status, "optimal");
+    EXPECT_EQ(reduced->status, SolveStatus::kOptimal);
     dominated += stats.dominated;
     ++compared;
   }
@@ -175,7 +175,7 @@ TEST(Reduction, LargeTablesEliminateExactly) {
     EXPECT_NEAR(solved->objective, best, 1e-9 * best) << "planted " << planted;
     EXPECT_EQ(solved->choice[0], planted);
     EXPECT_DOUBLE_EQ(evaluate(p, solved->choice), solved->objective);
-    EXPECT_EQ(solved->status, "optimal");
+    EXPECT_EQ(solved->status, SolveStatus::kOptimal);
   }
 }
 
@@ -326,7 +326,7 @@ TEST(Clustering, FoldedBoundIsALowerBoundAndOftenProves) {
     ++trials;
     const double tol = 1e-9 * std::max(1.0, brute->objective);
     EXPECT_NEAR(s->objective, brute->objective, tol) << "trial " << trial;
-    EXPECT_EQ(s->status, "optimal") << "trial " << trial;
+    EXPECT_EQ(s->status, SolveStatus::kOptimal) << "trial " << trial;
     EXPECT_LE(s->bound, brute->objective + tol) << "trial " << trial;
     EXPECT_EQ(stats.clusters, 1u);
     if (stats.folded_bound) {
@@ -376,7 +376,7 @@ TEST(Clustering, ChainRelaxationIsALowerBoundAndItsPlanOptimal) {
     ++trials;
     const double tol = 1e-9 * std::max(1.0, brute->objective);
     EXPECT_NEAR(s->objective, brute->objective, tol) << "trial " << trial;
-    EXPECT_EQ(s->status, "optimal") << "trial " << trial;
+    EXPECT_EQ(s->status, SolveStatus::kOptimal) << "trial " << trial;
     EXPECT_LE(s->bound, brute->objective + tol) << "trial " << trial;
     if (stats.folded_bound) {
       ++bounded;
@@ -400,14 +400,14 @@ TEST(TimeLimit, ExpiredDeadlineGivesTheBestPlanWithItsGap) {
   GraphProblem gp = layered();
   auto optimal = solveGraphProblem(gp);
   ASSERT_TRUE(optimal.ok()) << optimal.error().message();
-  EXPECT_EQ(optimal->status, "optimal");
+  EXPECT_EQ(optimal->status, SolveStatus::kOptimal);
 
   SolveGraphOptions o;
   o.solver.deadline = std::chrono::steady_clock::now();  // already past: no time for the check
   ReductionStats stats;
   auto stopped = solveGraphProblem(gp, o, &stats);
   ASSERT_TRUE(stopped.ok()) << stopped.error().message();
-  EXPECT_EQ(stopped->status, kTimeLimitStatus);
+  EXPECT_EQ(stopped->status, SolveStatus::kTimeLimit);
   // A plan (the clustered one: the first plan is always made) with a proven bound below it.
   EXPECT_TRUE(std::isfinite(stopped->objective));
   EXPECT_DOUBLE_EQ(evaluate(gp.problem, stopped->choice), stopped->objective);
@@ -437,10 +437,10 @@ TEST(TimeLimit, ExpiredDeadlineGivesTheChainPlanWithItsGap) {
     EXPECT_DOUBLE_EQ(evaluate(gp.problem, s->choice), s->objective);
     if (stats.cluster_check == "the chain relaxation's plan, not proven (time limit)") {
       ++chain_plans;
-      EXPECT_EQ(s->status, kTimeLimitStatus) << "trial " << trial;
+      EXPECT_EQ(s->status, SolveStatus::kTimeLimit) << "trial " << trial;
       EXPECT_LT(s->bound, s->objective) << "trial " << trial;
     } else if (stats.cluster_check == "the chain relaxation's plan meets its bound") {
-      EXPECT_EQ(s->status, "optimal") << "trial " << trial;
+      EXPECT_EQ(s->status, SolveStatus::kOptimal) << "trial " << trial;
       EXPECT_NEAR(s->objective, brute->objective, tol) << "trial " << trial;
     }
   }
@@ -466,10 +466,10 @@ TEST(TimeLimit, NoTimeForTheLpGivesAGreedyPlan) {
     EXPECT_DOUBLE_EQ(evaluate(gp.problem, s->choice), s->objective);
     EXPECT_GE(s->objective, brute->objective - tol);
     EXPECT_LE(s->bound, brute->objective + tol);
-    if (s->status == kTimeLimitStatus)
+    if (s->status == SolveStatus::kTimeLimit)
       ++greedy;
     else
-      EXPECT_EQ(s->status, "optimal");  // everything eliminated: no LP at all
+      EXPECT_EQ(s->status, SolveStatus::kOptimal);  // everything eliminated: no LP at all
   }
   EXPECT_GE(greedy, 1);
 }
@@ -508,7 +508,7 @@ TEST(TimeLimit, StartKeptWhenTheLpHasNoTime) {
   o.deadline = std::chrono::steady_clock::now();
   auto s = solve(p, o, {0, 0, 0});
   ASSERT_TRUE(s.ok()) << s.error().message();
-  EXPECT_EQ(s->status, kTimeLimitStatus);
+  EXPECT_EQ(s->status, SolveStatus::kTimeLimit);
   EXPECT_EQ(s->choice, (std::vector<uint32_t>{0, 0, 0}));
   EXPECT_DOUBLE_EQ(s->objective, 3);
   EXPECT_LE(s->bound, 1.0);  // the optimum is 1; the bound proves no more than it may

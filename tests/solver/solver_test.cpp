@@ -37,7 +37,7 @@ TEST(Solver, ChainPrefersNoResharding) {
   ASSERT_TRUE(s.ok()) << s.error().message();
   EXPECT_EQ(s->choice, (std::vector<uint32_t>{1, 1, 1}));
   EXPECT_DOUBLE_EQ(s->objective, 7);
-  EXPECT_EQ(s->status, "optimal");
+  EXPECT_EQ(s->status, SolveStatus::kOptimal);
   EXPECT_EQ(s->variables, 6 + 8);    // 6 x, 2 edges x 4 pairs
   EXPECT_EQ(s->constraints, 3 + 8);  // (a) per node, (b)+(c) per edge: 2+2 each
 }
@@ -186,7 +186,7 @@ TEST(Solver, StartMeetingTheLpBoundIsReturnedAsIs) {
   EXPECT_EQ(how, StartOutcome::kStartProven);
   EXPECT_EQ(s->choice, (std::vector<uint32_t>{1, 1, 1}));
   EXPECT_DOUBLE_EQ(s->objective, 7);
-  EXPECT_EQ(s->status, "optimal");
+  EXPECT_EQ(s->status, SolveStatus::kOptimal);
 }
 
 TEST(Solver, StartAboveTheBoundIsImproved) {
@@ -195,14 +195,14 @@ TEST(Solver, StartAboveTheBoundIsImproved) {
   ASSERT_TRUE(s.ok()) << s.error().message();
   EXPECT_EQ(how, StartOutcome::kLpIntegral);
   EXPECT_DOUBLE_EQ(s->objective, 7);
-  EXPECT_EQ(s->status, "optimal");
+  EXPECT_EQ(s->status, SolveStatus::kOptimal);
 
   // Fractional LP: CBC runs with the start's objective as cutoff.
   s = solve(frustratedTriangle(), {}, {0, 0, 0}, &how);  // 3, the optimum is 1
   ASSERT_TRUE(s.ok()) << s.error().message();
   EXPECT_EQ(how, StartOutcome::kBranchAndBound);
   EXPECT_DOUBLE_EQ(s->objective, 1);
-  EXPECT_EQ(s->status, "optimal");
+  EXPECT_EQ(s->status, SolveStatus::kOptimal);
 
   // An optimal start that the LP cannot prove: CBC finds nothing cheaper, the start stays.
   s = solve(frustratedTriangle(), {}, {0, 1, 0}, &how);
@@ -210,7 +210,7 @@ TEST(Solver, StartAboveTheBoundIsImproved) {
   EXPECT_EQ(how, StartOutcome::kBranchAndBound);
   EXPECT_EQ(s->choice, (std::vector<uint32_t>{0, 1, 0}));
   EXPECT_DOUBLE_EQ(s->objective, 1);
-  EXPECT_EQ(s->status, "optimal");
+  EXPECT_EQ(s->status, SolveStatus::kOptimal);
 }
 
 TEST(Solver, InfeasibleStartIsRejected) {
@@ -246,7 +246,7 @@ TEST(Solver, MatchesBruteForceFromAnyStart) {
     ASSERT_TRUE(ilp.ok()) << "trial " << trial << ": " << ilp.error().message();
     EXPECT_NEAR(ilp->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
         << "trial " << trial;
-    EXPECT_EQ(ilp->status, "optimal");
+    EXPECT_EQ(ilp->status, SolveStatus::kOptimal);
     ++compared;
   }
   EXPECT_GE(compared, 30);

@@ -133,7 +133,9 @@ struct PlanTotals {
 };
 
 struct SolverStats {
-  std::string status;  // "optimal", "time limit (feasible)", ...
+  // solver::statusName of the solve ("optimal", "time_limit", "feasible"), or "baseline <name>"
+  // for a baseline's plan.
+  std::string status;
   double objective = 0;
   std::optional<double> bound;  // the best proven lower bound; nullopt when none is finite
   int64_t variables = 0;

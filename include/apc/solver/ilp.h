@@ -54,9 +54,6 @@ struct SolverOptions {
   int log_level = 0;  // 0 silent, 1 CBC summary, 2+ more
 };
 
-/// The status of a solve stopped by its time limit (Solution::status).
-inline constexpr const char* kTimeLimitStatus = "time_limit";
-
 /// Seconds left before the earlier of `o.deadline` and `start` + o.time_limit_s (>= 0).
 double secondsLeft(const SolverOptions& o, std::chrono::steady_clock::time_point start);
 

@@ -130,11 +130,22 @@ struct Problem {
   size_t numStrategies() const;
 };
 
+/// How a solve ended; the plan's solver.status is its name (statusName).
+enum class SolveStatus {
+  kOptimal,    // the objective meets the proven bound
+  kTimeLimit,  // stopped by the time limit or a deadline: the best plan found and its proven bound
+  kFeasible,   // a plan without proof for another reason: the clustered plan's check would be an
+              // LP too large to build (solve_graph_problem.cpp, kMaxCheckColumns), CBC's own limits
+};
+
+/// "optimal", "time_limit", "feasible".
+const char* statusName(SolveStatus s);
+
 struct Solution {
   std::vector<uint32_t> choice;  // one strategy per node
   double objective = 0;
-  double bound = 0;    // best lower bound the solver proved
-  std::string status;  // "optimal", "time limit (feasible)", ...
+  double bound = 0;  // best lower bound the solver proved
+  SolveStatus status = SolveStatus::kOptimal;
   double seconds = 0;
   int64_t variables = 0;
   int64_t constraints = 0;
