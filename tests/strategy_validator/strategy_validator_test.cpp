@@ -86,6 +86,8 @@ const ExecutedSample kExecuted[] = {
     {"hf_gpt2_tiny", {"input_ids:i64[2,8]"}},
     // Sizes from the batch: class token expand, zeros + repeat initial state, arange, branch cat.
     {"batch_sized", {"x:f32[6,6,16]"}},
+    // maxvit-style einsum attention, upsample_bilinear2d and upsample_nearest2d.
+    {"einsum_upsample", {"x:f64[4,3,16,16]"}},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
@@ -616,6 +618,19 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
                   {{7, 7, 3, 3}, {saved}, {saved}, {7}, {7}});
     };
   };
+  // index.Tensor(self, [i0, i1]) with integer indices that broadcast, as Hugging Face decoders
+  // build their masks (self [B, S], indices [B, 1, 1, 1] and [1, 1, S, 1]).
+  auto indexBroadcast = [](std::vector<int64_t> self, std::vector<std::vector<int64_t>> shapes,
+                           std::vector<int64_t> out) {
+    return [self, shapes, out](Builder& b) {
+      ValueId x = b.input("self", self);
+      std::vector<ValueId> xs;
+      for (size_t i = 0; i < shapes.size(); ++i)
+        xs.push_back(b.input("i" + std::to_string(i), shapes[i], ir::DType::kI64));
+      ValueId list = b.listOp("prim::ListConstruct", xs, shapes, ir::DType::kI64);
+      b.op("aten::index.Tensor", {x, list}, out);
+    };
+  };
   auto floats = [](Builder& b, std::vector<double> v) {
     return b.g.addConstant(ir::ValueType::kFloatList, std::move(v));
   };
@@ -627,6 +642,16 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
       {"einsum ...ij,...kj->...ik",
        einsum("...ij,...kj->...ik", {{2, 5, 4, 7}, {2, 5, 3, 7}}, {2, 5, 4, 3})},
       {"einsum bij,bjk (implicit)", einsum("bij,bjk", {{7, 2, 3}, {7, 3, 4}}, {2, 4})},
+      {"einsum bij,bjk->bik, lhs broadcast in b",
+       einsum("bij,bjk->bik", {{1, 2, 3}, {7, 3, 4}}, {7, 2, 4})},
+      {"einsum bij,bkj->bik, rhs broadcast in j (contracted)",
+       einsum("bij,bkj->bik", {{7, 2, 7}, {7, 3, 1}}, {7, 2, 3})},
+      {"index.Tensor broadcasting [B,1,1,1], [1,1,S,1] (HF mask)",
+       indexBroadcast({7, 5}, {{7, 1, 1, 1}, {1, 1, 5, 1}}, {7, 1, 5, 1})},
+      {"index.Tensor broadcasting [B,1,1,1], [1,1,1,S] (HF mask)",
+       indexBroadcast({6, 5}, {{6, 1, 1, 1}, {1, 1, 1, 5}}, {6, 1, 1, 5})},
+      {"index.Tensor broadcasting [B,1], [1,S] with a trailing dim",
+       indexBroadcast({7, 5, 6}, {{7, 1}, {1, 5}}, {7, 5, 6})},
       {"einsum bij->bji", einsum("bij->bji", {{5, 4, 7}}, {5, 7, 4})},
       {"einsum bij->b", einsum("bij->b", {{5, 4, 7}}, {5})},
       {"upsample_bilinear2d.vec scales, align_corners",
