@@ -83,6 +83,8 @@ const std::map<std::string, ModelCase>& models() {
        {"resnet_bottleneck", {"x:f64[8,3,64,64]"}, 0, "", "core.pt2"}},
       {"swin_tiny.pt2", {"swin_tiny", {"x:f32[8,3,40,40]"}, 0, "", "pt2"}},
       {"hf_llama_tiny.pt2", {"hf_llama_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
+      // einsum attention, bilinear and nearest upsampling (float64).
+      {"einsum_upsample.pt2", {"einsum_upsample", {"x:f64[8,3,16,16]"}, 0, "", "pt2"}},
       {"hf_gpt2_tiny.pt2", {"hf_gpt2_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
   };
   return m;
@@ -264,7 +266,8 @@ std::vector<DiffCase> diffCases() {
   for (const char* model :
        {"toy_block.pt2", "mlp_stack.pt2", "mlp_stack.core.pt2", "gpt2_tiny_loss.pt2",
         "llama_tiny.pt2", "llama_tiny.core.pt2", "cnn_small.pt2", "resnet_bottleneck.pt2",
-        "swin_tiny.pt2", "multi_output.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"})
+        "swin_tiny.pt2", "multi_output.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2",
+        "einsum_upsample.pt2"})
     for (const char* mesh : {"4", "2x2"}) cases.push_back({model, mesh, ""});
   return cases;
 }
