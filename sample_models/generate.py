@@ -267,7 +267,7 @@ def sample_table():
         _seeded_train(lambda: M.ResNetBottleneck(rc), torch.float64), rc,
         [InputSpec("x", "f64", [8, 3, 64, 64])], [8, rc.num_classes],
         output_dtype="f64", output_desc="tensor f64 [8,10] class logits",
-        trace_shapes=[[8, 3, 64, 64]], tracer_warnings_ok=True, cost=4))
+        trace_shapes=[[8, 3, 64, 64]], tracer_warnings_ok=True, core=True, cost=4))
 
     sc = M.SWIN_TINY
     S.append(Sample(
@@ -292,6 +292,18 @@ def sample_table():
         [InputSpec("x", "f32", [8, 6, 16])], [8, 10],
         output_desc="tensor f32 [8,10]",
         trace_shapes=[[2, 6, 16]], cost=2))
+    S.append(Sample(
+        "einsum_upsample", "traced",
+        "conv3x3/2(3->16)-ReLU; maxvit-style attention over its 8x8 tokens (Linear qkv, 2 heads, "
+        "einsum bhid,bhjd->bhij scores, softmax, einsum bhij,bhjd->bhid, Linear proj); upsample_bilinear2d "
+        "x2 (align_corners=False) of it plus upsample_nearest2d x2 of the conv features, conv3x3(16->16)-ReLU, "
+        "mean over space, Linear(16,10); float64, because the conv bias gradients sum thousands of "
+        "terms that nearly cancel, so float32 rounding of a different summation order alone exceeds "
+        "the sharded-vs-single tolerance",
+        _seeded_train(lambda: M.EinsumUpsample(), torch.float64), {"dim": 16, "heads": 2, "n_classes": 10},
+        [InputSpec("x", "f64", [8, 3, 16, 16])], [8, 10],
+        output_dtype="f64", output_desc="tensor f64 [8,10] class logits",
+        trace_shapes=[[2, 3, 16, 16]], cost=2))
     S.append(Sample(
         "multi_output", "scripted",
         "proj=Linear(32,32), head=Linear(32,10); forward returns (relu(h), {'logits': head(h), 'hidden': h})",

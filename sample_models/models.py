@@ -649,6 +649,39 @@ class BatchSizedPatterns(nn.Module):
         return self.head(y)
 
 
+class EinsumUpsample(nn.Module):
+    """Ops real vision models use that no other sample has: maxvit-style attention written with
+    ``torch.einsum`` (scores ``bhid,bhjd->bhij``, weighted values ``bhij,bhjd->bhid``) over the tokens
+    of a strided conv feature map, then a bilinear (align_corners=False) and a nearest upsampling
+    back to the input's resolution (a decoder / FPN top-down path), fused by a conv, pooled, classified.
+    Trained at several batch sizes by the dynamic-batch tests (sharded == single device)."""
+
+    def __init__(self, dim: int = 16, heads: int = 2, n_classes: int = 10):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dim, 3, stride=2, padding=1)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        self.fuse = nn.Conv2d(dim, dim, 3, padding=1)
+        self.head = nn.Linear(dim, n_classes)
+        self.dim, self.heads, self.head_dim = dim, heads, dim // heads
+        self.scale = self.head_dim ** -0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        f = torch.relu(self.stem(x))
+        h, w = f.shape[2], f.shape[3]
+        t = f.flatten(2).transpose(1, 2)
+        qkv = self.qkv(t).reshape(-1, h * w, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        s = torch.einsum("bhid,bhjd->bhij", q, k) * self.scale
+        o = torch.einsum("bhij,bhjd->bhid", s.softmax(-1), v)
+        o = self.proj(o.transpose(1, 2).reshape(-1, h * w, self.dim))
+        o = o.transpose(1, 2).reshape(-1, self.dim, h, w)
+        up = F.interpolate(o, scale_factor=2.0, mode="bilinear", align_corners=False)
+        near = F.interpolate(f, scale_factor=2.0, mode="nearest")
+        y = torch.relu(self.fuse(up + near))
+        return self.head(y.mean((2, 3)))
+
+
 class DataDependentBranch(nn.Module):
     """A branch on a tensor's value: control flow the importer cannot flatten (an error case)."""
 

@@ -37,6 +37,17 @@ std::vector<int64_t> maxLocalSizes(const ir::TensorMeta& global,
   return sizes;
 }
 
+mesh::PlacementTuple elementPlacement(const mesh::PlacementTuple& list,
+                                      const std::vector<int64_t>& element_sizes) {
+  mesh::PlacementTuple t = list;
+  for (mesh::Placement& p : t) {
+    if (!p.isShard()) continue;
+    const auto d = static_cast<size_t>(p.dim());
+    if (d < element_sizes.size() && element_sizes[d] == 1) p = mesh::Placement::replicate();
+  }
+  return t;
+}
+
 const char* stepKindName(StepKind kind) {
   switch (kind) {
     case StepKind::kAllGather:

@@ -40,6 +40,11 @@ bool writesInput(const std::string& op) {
 }
 
 /// TorchScript's ScalarType code of a floating dtype (aten::to's dtype argument).
+/// The placement of a Tensor[] element under its list's (layout::elementPlacement).
+PlacementTuple elementPlacement(const ir::TensorMeta& element, const PlacementTuple& list) {
+  return layout::elementPlacement(list, ir::hintSizes(element.shape));
+}
+
 int64_t scalarTypeCode(ir::DType d) {
   switch (d) {
     case ir::DType::kF16:
@@ -275,7 +280,7 @@ ir::ValueId Lowerer::addValue(const ir::Value& global, const std::optional<Place
     if (!global.constant) v.tensor->dtype = computeDtype(v.tensor->dtype);
   }
   for (const ir::TensorMeta& e : global.elements) {
-    v.elements.push_back(t ? localMeta(e, *t) : e);
+    v.elements.push_back(t ? localMeta(e, elementPlacement(e, *t)) : e);
     v.elements.back().dtype = computeDtype(e.dtype);
   }
   v.constant = global.constant;
@@ -537,7 +542,8 @@ Status Lowerer::emitOp(const ir::Node& n) {
                            ", needed " + mesh::toString(*want));
       APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(gv));
       inputs.push_back(local);
-      for (const ir::TensorMeta& e : v.elements) tp.push_back(pieceOf(e, *placement_[gv.v]));
+      for (const ir::TensorMeta& e : v.elements)
+        tp.push_back(pieceOf(e, elementPlacement(e, *placement_[gv.v])));
     } else {
       APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(gv));
       inputs.push_back(local);
@@ -554,7 +560,8 @@ Status Lowerer::emitOp(const ir::Node& n) {
     const ir::Value& v = g_.value(gv);
     std::vector<TensorPiece> tp;
     if (v.tensor && placement_[gv.v]) tp.push_back(pieceOf(*v.tensor, *placement_[gv.v]));
-    for (const ir::TensorMeta& e : v.elements) tp.push_back(pieceOf(e, *placement_[gv.v]));
+    for (const ir::TensorMeta& e : v.elements)
+      tp.push_back(pieceOf(e, elementPlacement(e, *placement_[gv.v])));
     rp.outputs.push_back(std::move(tp));
   }
 

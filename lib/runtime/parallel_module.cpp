@@ -341,9 +341,12 @@ struct ParallelModule::Impl {
     std::vector<bool> external(graph->numNodes(), false);
     for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
     for (const auto& [node, spec] : sync_norms) {
-      if (node >= graph->numNodes() || graph->node(ir::NodeId(node)).op != "aten::batch_norm")
-        return invalidArgument("sync norm names node " + std::to_string(node) +
-                               ", which is not an aten::batch_norm");
+      if (node >= graph->numNodes() ||
+          (graph->node(ir::NodeId(node)).op != "aten::batch_norm" &&
+           graph->node(ir::NodeId(node)).op != "aten::_native_batch_norm_legit_functional"))
+        return invalidArgument(
+            "sync norm names node " + std::to_string(node) +
+            ", which is not an aten::batch_norm or aten::_native_batch_norm_legit_functional");
       external[node] = true;
     }
     APC_ASSIGN_OR_RETURN(Interpreter in,
@@ -449,9 +452,11 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
                           std::to_string(impl->mesh.ndim()) + "-d mesh");
       dims.push_back(m);
     }
-    std::string label = "node " + std::to_string(sn.node()) + " aten::batch_norm";
-    if (sn.node() < impl->graph->numNodes())
-      label += " (" + impl->graph->node(ir::NodeId(sn.node())).module_path + ")";
+    std::string label = "node " + std::to_string(sn.node());
+    if (sn.node() < impl->graph->numNodes()) {
+      const ir::Node& bn = impl->graph->node(ir::NodeId(sn.node()));
+      label += " " + bn.op + " (" + bn.module_path + ")";
+    }
     impl->sync_norms[sn.node()] = syncNormSpec(dims, label);
   }
   APC_RETURN_IF_ERROR(impl->readSymbolicArgs(dir));
@@ -966,7 +971,9 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
       }
       case ir::NodeKind::kOp: {
         if (auto sync = im.sync_norms.find(n.id.v); sync != im.sync_norms.end()) {
-          out.push_back(syncBatchNorm(args, sync->second, *im.world));
+          for (at::Tensor& t : syncBatchNorm(args, sync->second, *im.world,
+                                             n.op == "aten::_native_batch_norm_legit_functional"))
+            out.push_back(std::move(t));
           break;
         }
         const size_t rid = static_cast<size_t>(im.node_redist.at(n.id.v));

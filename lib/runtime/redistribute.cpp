@@ -214,8 +214,8 @@ RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string&
   return spec;
 }
 
-at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const RedistSpec& spec,
-                         World& world) {
+std::vector<at::Tensor> syncBatchNorm(const std::vector<c10::IValue>& args, const RedistSpec& spec,
+                                      World& world, bool functional) {
   TORCH_CHECK(args.size() >= 8 && args[0].isTensor(), spec.edge, ": batch_norm needs 9 arguments");
   const at::Tensor x = args[0].toTensor();
   TORCH_CHECK(x.dim() >= 2, spec.edge, ": batch_norm input of rank ", x.dim());
@@ -245,19 +245,26 @@ at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const RedistSpec&
   at::Tensor mean = sums.narrow(0, 0, channels) / n;
   at::Tensor centered = x - mean.view(shape);
   at::Tensor var = redistribute((centered * centered).sum(reduce_dims), spec, world) / n;
-  at::Tensor y = centered * at::rsqrt(var + eps).view(shape);
+  at::Tensor rstd = at::rsqrt(var + eps);
+  at::Tensor y = centered * rstd.view(shape);
   if (weight.defined()) y = y * weight.view(shape);
   if (bias.defined()) y = y + bias.view(shape);
 
   at::NoGradGuard no_grad;
+  const double total = n.item<double>();
+  at::Tensor unbiased = var.detach() * (total / std::max(total - 1, 1.0));
+  if (functional) {
+    TORCH_CHECK(running_mean.defined() && running_var.defined(), spec.edge,
+                ": _native_batch_norm_legit_functional needs running stats");
+    return {y, mean, rstd,
+            running_mean * (1 - momentum) + mean.detach().to(running_mean.scalar_type()) * momentum,
+            running_var * (1 - momentum) + unbiased.to(running_var.scalar_type()) * momentum};
+  }
   if (running_mean.defined())
     running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.scalar_type()), momentum);
-  if (running_var.defined()) {
-    double total = n.item<double>();
-    at::Tensor unbiased = var.detach() * (total / std::max(total - 1, 1.0));
+  if (running_var.defined())
     running_var.mul_(1 - momentum).add_(unbiased.to(running_var.scalar_type()), momentum);
-  }
-  return y;
+  return {y};
 }
 
 at::Tensor gatherTensor(const at::Tensor& local, const mesh::PlacementTuple& placement,

@@ -11,9 +11,10 @@
 //      torch.chunk piece, divisibility where must_divide asks);
 //   4. expand by the cartesian product over mesh dims (mesh dim 0 most significant, so the order
 //      is deterministic and all-Replicate comes first), and prune: a tensor dim cut by several
-//      mesh dims must still leave no empty piece (every element of a Tensor[]), must_divide dims
-//      must divide by their total number of pieces, the
-//      partial mesh dims of one tensor must be reducible together (sum with avg, or one op);
+//      mesh dims must still leave no empty piece (every element of a Tensor[] but those of size
+//      1 there, which broadcast: layout::elementPlacement), must_divide dims must divide by their
+//      total number of pieces, the partial mesh dims of one tensor must be reducible together (sum
+//      with avg, or one op);
 //   5. price each strategy on its local shards (roofline forward + family backward multiple) and
 //      drop duplicates.
 //
@@ -126,13 +127,31 @@ bool nonEmptyPieces(int64_t n, const std::vector<int64_t>& ps) {
   return true;
 }
 
+/// Whether cutting tensor dim `d` of every element of a value (one for a tensor, n for a
+/// Tensor[]) by the mesh sizes `ps` leaves every piece non-empty. An element of size 1 there
+/// broadcasts against the others and stays whole (layout::elementPlacement), but one element at
+/// least must be cut: a tensor of size 1 is never cut (as nonEmptyPieces says).
+bool elementsFit(const std::vector<std::vector<int64_t>>& element_sizes, int d,
+                 const std::vector<int64_t>& ps) {
+  bool cut = false;
+  for (int64_t p : ps) cut = cut || p > 1;
+  if (!cut) return true;
+  bool any = false;
+  for (const auto& sizes : element_sizes) {
+    const int64_t n = sizes.at(static_cast<size_t>(d));
+    if (n == 1) continue;
+    if (!nonEmptyPieces(n, ps)) return false;
+    any = true;
+  }
+  return any;
+}
+
 /// Whether a single-dim strategy fits mesh dim of size `p` on its own.
 bool fitsMeshDim(const DimStrategy& s, const NodeShapes& shapes, int64_t p) {
   auto fits = [&](bool output, const std::vector<std::optional<Placement>>& list) {
     for (size_t i = 0; i < list.size(); ++i) {
       if (!list[i] || !list[i]->isShard()) continue;
-      for (const auto& sizes : shapes.of(output, i))
-        if (!nonEmptyPieces(sizes.at(static_cast<size_t>(list[i]->dim())), {p})) return false;
+      if (!elementsFit(shapes.of(output, i), list[i]->dim(), {p})) return false;
     }
     return true;
   };
@@ -174,8 +193,7 @@ bool tupleFits(const PlacementTuple& t, const std::vector<std::vector<int64_t>>&
     for (size_t k = m; k < t.size(); ++k)
       if (t[k].isShard(d)) ps.push_back(mesh_shape[k]);
     if (ps.size() == 1) continue;  // already checked per mesh dim (fitsMeshDim)
-    for (const auto& sizes : element_sizes)
-      if (!nonEmptyPieces(sizes.at(static_cast<size_t>(d)), ps)) return false;
+    if (!elementsFit(element_sizes, d, ps)) return false;
   }
   return partialsCommute(t);
 }

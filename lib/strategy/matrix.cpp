@@ -30,7 +30,8 @@
 // "..." ellipsis dims aligned from the right as torch broadcasts them). Its operands are ONE
 // Tensor[] input, and a Tensor[] has one placement for all its elements (strategy.h), so a label
 // can be sharded through the list only when it sits at the same dim index d in every operand
-// (once each, with one size: no broadcast, no diagonal): the list S(d), and the output S(its
+// (once each, with one size or 1 where an operand broadcasts, no diagonal): the list S(d), an
+// operand of size 1 there whole (layout::elementPlacement), and the output S(its
 // position) when the output has the label, P(sum) when the label is contracted (each rank sums its
 // slice). Labels missing from some operand, or at different dims (bij,bjk->bik's j), stay R. P(sum)
 // passes through a single-operand einsum (linear); with several operands the one list placement
@@ -345,16 +346,19 @@ std::vector<DimStrategy> einsumRule(const RuleContext& c) {
   };
   std::vector<DimStrategy> res;
   res.push_back(make(R(), R()));
-  // Label of dim d of operand 0 sharded when every operand has it there, once, with one size.
+  // Label of dim d of operand 0 sharded when every operand has it there, once, with one size
+  // or size 1 (an operand broadcast there is whole under the list's cut: layout::elementPlacement).
   const std::vector<int>& first = labels->operands[0];
   for (size_t d = 0; d < first.size(); ++d) {
     int l = first[d];
-    int64_t n = sizes[0][d];
+    int64_t n = 1;
+    for (size_t k = 0; k < labels->operands.size(); ++k)
+      if (d < sizes[k].size()) n = std::max(n, sizes[k][d]);
     bool ok = true;
     for (size_t k = 0; k < labels->operands.size() && ok; ++k) {
       const std::vector<int>& ops = labels->operands[k];
       ok = d < ops.size() && ops[d] == l && std::count(ops.begin(), ops.end(), l) == 1 &&
-           sizes[k][d] == n;
+           (sizes[k][d] == n || sizes[k][d] == 1);
     }
     if (!ok) continue;
     auto o = std::find(labels->output.begin(), labels->output.end(), l);

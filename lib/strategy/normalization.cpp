@@ -20,9 +20,10 @@
 //       the core-ATen forms (torch.export's run_decompositions) by the same rule: out as
 //       batch_norm's output; the per-channel outputs S(0) with the channel dim ([0]-sized ones,
 //       eval's empty save_mean/save_rstd, R) and R otherwise. no_training is eval: every dim free.
-//       The functional form in training (training == True) gets only the channel dim: its batch
-//       statistics and saved mean/rstd would need the synchronized reduction, which sync_norm.h,
-//       lowering and the runtime implement for aten::batch_norm only.
+//       The functional form in training (training == True) is batch_norm in training: batch and
+//       spatial dims free with the statistics synchronized (sync_norm.h), its per-channel outputs
+//       (save_mean, save_rstd and the updated running stats, computed from the global statistics)
+//       R.
 // Normalization is not linear: no Partial.
 //
 //===----------------------------------------------------------------------===//
@@ -76,10 +77,9 @@ std::vector<DimStrategy> groupNormRule(const RuleContext& c) {
 
 /// How a batch-norm form says whether it trains.
 enum class BatchNormMode {
-  kTrainingArg,        // argument 5 `training`; batch dims free when it is a constant (synchronized
-                       // statistics in training, sync_norm.h)
-  kTrainingArgNoSync,  // argument 5 `training`; batch dims free only when it is the constant false
-  kEval,               // always eval (_native_batch_norm_legit_no_training)
+  kTrainingArg,  // argument 5 `training`; batch dims free when it is a constant (synchronized
+                 // statistics in training, sync_norm.h)
+  kEval,         // always eval (_native_batch_norm_legit_no_training)
 };
 
 /// batch_norm(input [N, C, *], weight?, bias?, running_mean?, running_var?, training, ...) and the
@@ -107,7 +107,6 @@ std::vector<DimStrategy> batchNormRule(const RuleContext& c, BatchNormMode mode)
   };
   bool batch_free = mode == BatchNormMode::kEval;
   if (mode == BatchNormMode::kTrainingArg) batch_free = c.boolArg(5).has_value();
-  if (mode == BatchNormMode::kTrainingArgNoSync) batch_free = c.boolArg(5) == false;
   std::vector<DimStrategy> res;
   res.push_back(make(R(), false));
   for (int64_t d = 0; d < r; ++d) {
@@ -122,7 +121,9 @@ std::vector<DimStrategy> batchNormRule(const RuleContext& c, BatchNormMode mode)
 }  // namespace
 
 bool isTrainingBatchNorm(const ir::Graph& g, const ir::Node& n) {
-  if (n.op != "aten::batch_norm" || n.inputs.size() < 6) return false;
+  if ((n.op != "aten::batch_norm" && n.op != "aten::_native_batch_norm_legit_functional") ||
+      n.inputs.size() < 6)
+    return false;
   const auto& c = g.value(n.inputs[5]).constant;
   const bool* b = c ? std::get_if<bool>(&*c) : nullptr;
   return b && *b;
@@ -154,7 +155,7 @@ void registerNormalizationRules(Registry& r) {
       OpFamily::kNormalization);
   r.add(
       "aten::_native_batch_norm_legit_functional",
-      [](const RuleContext& c) { return batchNormRule(c, BatchNormMode::kTrainingArgNoSync); },
+      [](const RuleContext& c) { return batchNormRule(c, BatchNormMode::kTrainingArg); },
       OpFamily::kNormalization);
   r.add(
       "aten::_native_batch_norm_legit_no_training",

@@ -15,8 +15,9 @@
 //                                       any dim but dim; P(sum) (both linear)
 //   slice_scatter, select_scatter       self, src and out alike as slice / select; P(sum)
 //   fill(self, value)                   self's placement, S or R (value R); no Partial
-//   index.Tensor(self, indices)         leading dims indexed by same-shape integer tensors: self
-//                                       S(unindexed dim), or indices S(j) -> out S(j); self P
+//   index.Tensor(self, indices)         leading dims indexed by integer tensors of one rank that
+//                                       broadcast: self S(unindexed dim), or indices S(j) -> out
+//                                       S(j) (an index of size 1 there whole); self P
 //   pad, constant_pad_nd                any dim not padded; P(sum) for constant 0 padding
 //   new_zeros, new_ones, new_full, new_empty
 //                                       self in any placement (dtype only); out R or S(any)
@@ -25,7 +26,8 @@
 //   triu, tril                          the last two dims R (the mask depends on absolute row and
 //                                       column), leading dims free; P(sum) (zeroing is linear)
 //   prim::ListConstruct (Tensor[])      one placement for every element and the list: any dim
-//                                       all elements have; P(sum)
+//                                       all elements have (an element of size 1 there R: it
+//                                       broadcasts, layout::elementPlacement); P(sum)
 //   prim::ListUnpack (Tensor[] -> tensors) the same
 //   factories: full, ones, zeros, empty, arange, scalar_tensor, prim::NumToTensor
 //                                       Replicate only (as DTensor: a sharded factory output
@@ -191,22 +193,33 @@ std::vector<DimStrategy> selectScatterRule(const RuleContext& c) {
   return res;
 }
 
-/// index.Tensor(self, indices[n]) with n integer index tensors of one shape (k dims) on self's
-/// leading n dims: out = index shape + self.shape[n:]. self S(d >= n) with the indices R ->
-/// out S(d - n + k); the indices S(j) with self R -> out S(j) (each rank gathers its own
-/// indices); self P -> out P (gathering is linear). A list with a None (a later dim indexed) or
-/// broadcasting indices has no rule.
+/// index.Tensor(self, indices[n]) with n integer index tensors of one rank k on self's leading n
+/// dims, broadcasting (each dim of one size or 1, as Hugging Face's mask build [B, 1, 1, 1] with
+/// [1, 1, S, 1]): out = broadcast shape + self.shape[n:]. self S(d >= n) with the indices R ->
+/// out S(d - n + k); the indices S(j) with self R -> out S(j) (each rank gathers its own indices;
+/// an index of size 1 in dim j is whole, layout::elementPlacement); self P -> out P (gathering is
+/// linear). A list with a None (a later dim indexed) or indices of different ranks has no rule.
 std::vector<DimStrategy> indexRule(const RuleContext& c) {
   int64_t r = c.inputRank(0);
   if (r < 1 || c.numInputs() != 2 || !c.isTensorInput(1) || c.numOutputs() != 1) return {};
   std::vector<const ir::TensorMeta*> idx = c.inputMetas(1);
   if (idx.empty() || static_cast<int64_t>(idx.size()) > r) return {};
-  for (const ir::TensorMeta* m : idx)
-    if ((m->dtype != ir::DType::kI64 && m->dtype != ir::DType::kI32) || m->shape != idx[0]->shape)
-      return {};
-  int64_t n = static_cast<int64_t>(idx.size());
-  int64_t k = idx[0]->rank();
+  const int64_t k = idx[0]->rank();
+  std::vector<int64_t> shape(static_cast<size_t>(std::max<int64_t>(k, 0)), 1);  // broadcast
+  for (const ir::TensorMeta* m : idx) {
+    if ((m->dtype != ir::DType::kI64 && m->dtype != ir::DType::kI32) || m->rank() != k) return {};
+    const std::vector<int64_t> sizes = ir::hintSizes(m->shape);
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      if (sizes[j] == 1 || sizes[j] == shape[j]) continue;
+      if (shape[j] != 1) return {};
+      shape[j] = sizes[j];
+    }
+  }
+  const int64_t n = static_cast<int64_t>(idx.size());
   if (c.outputRank(0) != k + r - n) return {};
+  const std::vector<int64_t> out = c.outputSizes(0);
+  for (size_t j = 0; j < shape.size(); ++j)
+    if (out.at(j) != shape[j]) return {};
   auto make = [&](Placement self, Placement index, Placement out) {
     DimStrategy s = emptyDim(c);
     s.inputs[0] = self;
@@ -303,9 +316,23 @@ std::vector<DimStrategy> fillRule(const RuleContext& c) {
   return res;
 }
 
-/// prim::ListConstruct building a Tensor[] and prim::ListUnpack of one: every element alike.
+/// prim::ListUnpack of a Tensor[]: every element alike.
 std::vector<DimStrategy> listRule(const RuleContext& c) {
   return identityStrategies(c, kSumOnly);
+}
+
+/// prim::ListConstruct building a Tensor[]: the list's placement for every element, except that an
+/// element of size 1 in a cut dim is read whole (Replicate): it broadcasts against the others and
+/// is whole under the cut (layout::elementPlacement, the one rule for list elements).
+std::vector<DimStrategy> listConstructRule(const RuleContext& c) {
+  std::vector<DimStrategy> res = identityStrategies(c, kSumOnly);
+  for (DimStrategy& s : res) {
+    if (!s.outputs[0] || !s.outputs[0]->isShard()) continue;
+    const auto d = static_cast<size_t>(s.outputs[0]->dim());
+    for (size_t i = 0; i < c.numInputs(); ++i)
+      if (s.inputs[i] && c.inputSizes(i).at(d) == 1) s.inputs[i] = R();
+  }
+  return res;
 }
 
 std::vector<DimStrategy> factoryRule(const RuleContext& c) {
@@ -374,7 +401,7 @@ void registerTensorOpRules(Registry& r) {
   r.add(
       "aten::unsafe_split", [](const RuleContext& c) { return exceptDimRule(c, 2); },
       OpFamily::kView, noWork);
-  r.add("prim::ListConstruct", listRule, OpFamily::kView, noWork);
+  r.add("prim::ListConstruct", listConstructRule, OpFamily::kView, noWork);
   r.add("prim::ListUnpack", listRule, OpFamily::kView, noWork);
 
   for (const char* op : {"aten::arange", "aten::empty", "aten::full", "aten::ones",

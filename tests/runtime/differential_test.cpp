@@ -32,6 +32,8 @@
 #include <stdexcept>
 
 #include "../common/run_command.h"
+#include "apc/artifact/artifact.h"
+#include "apc/frontend/model.h"
 #include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
 #include "apc/runtime/parallel_module.h"
@@ -76,8 +78,13 @@ const std::map<std::string, ModelCase>& models() {
       {"llama_tiny.core.pt2", {"llama_tiny", {"tokens:i64[8,128]"}, 256, "", "core.pt2"}},
       {"cnn_small.pt2", {"cnn_small", {"x:f32[8,3,32,32]"}, 0, "", "pt2"}},
       {"resnet_bottleneck.pt2", {"resnet_bottleneck", {"x:f64[8,3,64,64]"}, 0, "", "pt2"}},
+      // Its core-ATen form: training BatchNorm as _native_batch_norm_legit_functional.
+      {"resnet_bottleneck.core.pt2",
+       {"resnet_bottleneck", {"x:f64[8,3,64,64]"}, 0, "", "core.pt2"}},
       {"swin_tiny.pt2", {"swin_tiny", {"x:f32[8,3,40,40]"}, 0, "", "pt2"}},
       {"hf_llama_tiny.pt2", {"hf_llama_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
+      // einsum attention, bilinear and nearest upsampling (float64).
+      {"einsum_upsample.pt2", {"einsum_upsample", {"x:f64[8,3,16,16]"}, 0, "", "pt2"}},
       {"hf_gpt2_tiny.pt2", {"hf_gpt2_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
   };
   return m;
@@ -189,6 +196,51 @@ TEST_P(Differential, ShardedMatchesSingleProcess) {
   std::filesystem::remove_all(dir);
 }
 
+// The core-ATen training BatchNorm (_native_batch_norm_legit_functional: resnet_bottleneck's in
+// its .core.pt2) batch-sharded on [2] (the optimizer's plan with every BatchNorm module's output
+// pinned S(0): left alone it cuts channels): each one synchronizes its statistics (the program
+// records a SyncNorm on every such node), and 3 SGD steps give the single-process model's outputs,
+// gradients and losses.
+TEST(CoreBatchNorm, TrainsBatchShardedWithSynchronizedStatistics) {
+  ModelCase m = models().at("resnet_bottleneck.core.pt2");
+  if (!std::filesystem::exists(testing::samplePath(m.model)) ||
+      !std::filesystem::exists(testing::samplePath(m.model, m.format)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  Expected<ir::Graph> g = frontend::importModel(testing::samplePath(m.model, m.format));
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  nlohmann::json pins = nlohmann::json::array();
+  for (const ir::Node& n : g->nodes())
+    if (n.op == "aten::_native_batch_norm_legit_functional")
+      pins.push_back({{"module", n.module_path}, {"placements", {"S(0)"}}});
+  ASSERT_FALSE(pins.empty());
+  std::filesystem::path spec = scratchDir("core_bn_pins.json");
+  {
+    std::ofstream f(spec);
+    f << nlohmann::json{{"mesh", {{"shape", {2}}}}, {"pins", pins}}.dump();
+  }
+  m.optimizer_flags = "--spec " + spec.string();
+  std::filesystem::path dir = scratchDir("core_bn_2_pinned");
+  std::string err = testing::makeArtifact(m, "2", "", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  for (int64_t rank : {0, 1}) {
+    Expected<proto::Program> prog = artifact::readProgram(dir.string(), rank);
+    ASSERT_TRUE(prog.ok()) << prog.error().message();
+    std::set<uint32_t> bn, synced;
+    for (int i = 0; i < prog->graph().nodes_size(); ++i)
+      if (prog->graph().nodes(i).op() == "aten::_native_batch_norm_legit_functional")
+        bn.insert(static_cast<uint32_t>(i));
+    for (const proto::SyncNorm& sn : prog->sync_norms()) synced.insert(sn.node());
+    EXPECT_FALSE(bn.empty());
+    EXPECT_EQ(synced, bn) << "rank " << rank;
+  }
+  const Reference& ref = referenceFor("resnet_bottleneck.core.pt2");
+  std::vector<std::string> failed =
+      testing::runRanks(2, [&](int rank) { return runRank(rank, dir.string(), ref, true); });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(spec);
+}
+
 /// The matrix. By default (CI): every sample with the optimizer's plan on [4], [2,2], [2,4] and
 /// with every classic plan on [2,2]; gpt2_tiny (logits out) with the optimizer on [2,4]; the
 /// exported programs (.pt2, .core.pt2) with the optimizer's plan on [4] and [2,2].
@@ -214,7 +266,8 @@ std::vector<DiffCase> diffCases() {
   for (const char* model :
        {"toy_block.pt2", "mlp_stack.pt2", "mlp_stack.core.pt2", "gpt2_tiny_loss.pt2",
         "llama_tiny.pt2", "llama_tiny.core.pt2", "cnn_small.pt2", "resnet_bottleneck.pt2",
-        "swin_tiny.pt2", "multi_output.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"})
+        "swin_tiny.pt2", "multi_output.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2",
+        "einsum_upsample.pt2"})
     for (const char* mesh : {"4", "2x2"}) cases.push_back({model, mesh, ""});
   return cases;
 }

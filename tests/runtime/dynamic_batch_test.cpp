@@ -130,6 +130,9 @@ const DynCase kGpt2Loss{"gpt2_tiny_loss", {"idx:i64[B=8,8]", "targets:i64[B=8,8]
 // decoders, whose attention mask is expanded from size 1 to the batch.
 const DynCase kBatchSized{"batch_sized", {"x:f32[B=8,6,16]"}, 0};
 const DynCase kBatchSizedPt2{"batch_sized", {"x:f32[B=8,6,16]"}, 0, "pt2"};
+// einsum attention and bilinear / nearest upsampling (traced and exported).
+const DynCase kEinsumUpsample{"einsum_upsample", {"x:f64[B=8,3,16,16]"}, 0};
+const DynCase kEinsumUpsamplePt2{"einsum_upsample", {"x:f64[B=8,3,16,16]"}, 0, "pt2"};
 const DynCase kHfLlamaPt2{"hf_llama_tiny", {"input_ids:i64[B=8,32]"}, 256, "pt2"};
 const DynCase kHfGpt2Pt2{"hf_gpt2_tiny", {"input_ids:i64[B=8,32]"}, 256, "pt2"};
 const DynCase kHfLlama{"hf_llama_tiny", {"input_ids:i64[B=8,32]"}, 256};
@@ -164,7 +167,12 @@ INSTANTIATE_TEST_SUITE_P(
         RunCase{&kLlama, "2x2", 4, "", {6, 7, 10}},
         RunCase{&kBatchSized, "2", 2, "ddp", {6, 7, 10}},
         RunCase{&kBatchSizedPt2, "2x2", 4, "", {6, 7, 10}},
+        RunCase{&kEinsumUpsample, "2", 2, "ddp", {6, 7, 10}},
+        RunCase{&kEinsumUpsamplePt2, "2x2", 4, "", {6, 7, 10}},
+        RunCase{&kEinsumUpsamplePt2, "2x2", 4, "ddp", {6, 7, 10}},
         RunCase{&kHfLlamaPt2, "2", 2, "", {6, 7, 10}},
+        // ddp cuts the mask's index.Tensor by its batch-sized index, the [1, 1, S, 1] one whole.
+        RunCase{&kHfLlamaPt2, "2x2", 4, "ddp", {6, 7, 10}},
         RunCase{&kHfLlama, "2x2", 4, "ddp", {6, 7, 10}},
         RunCase{&kHfGpt2Pt2, "2x2", 4, "", {6, 7, 10}}, RunCase{&kGpt2Pt2, "2", 2, "", {6, 7, 10}},
         RunCase{&kCnnPt2, "2x2", 4, "", {6, 7, 10}},

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "apc/strategy/strategy.h"
@@ -174,8 +175,9 @@ TEST(BatchNorm, CoreAtenFormsShareTheRule) {
   // _native_batch_norm_legit_functional(x, w, b, rm, rv, training, momentum, eps) -> (out,
   // save_mean, save_rstd, rm_out, rv_out) and _no_training(x, w, b, rm, rv, momentum, eps) ->
   // (out, save_mean, save_rstd): the channel dim shards every per-channel output S(0); eval's
-  // save_mean/save_rstd are empty ([0]) and stay R. Batch and spatial dims are free in eval only:
-  // the functional form in training has no synchronized statistics.
+  // save_mean/save_rstd are empty ([0]) and stay R. Batch and spatial dims are free in every
+  // mode: the functional form in training synchronizes its statistics as batch_norm does
+  // (sync_norm.h), its saved and running stats R.
   for (int mode : {0, 1, 2}) {  // functional eval, functional training, no_training
     Builder b;
     ValueId x = b.input("x", {8, 16, 4, 4});
@@ -196,12 +198,34 @@ TEST(BatchNorm, CoreAtenFormsShareTheRule) {
     for (int d : {0, 1, 2, 3}) {
       if (d == 1)
         expected.push_back("S(1),S(0),S(0),S(0),S(0) -> S(1)" + saved_channel + channel_stats);
-      else if (mode != 1)
+      else
         expected.push_back("S(" + std::to_string(d) + "),R,R,R,R -> S(" + std::to_string(d) +
                            "),R,R" + stats);
     }
     EXPECT_EQ(strategiesOf(b.g, b.last(), "2"), expected) << "mode " << mode;
+    EXPECT_EQ(isTrainingBatchNorm(b.g, b.g.node(b.last())), mode == 1) << "mode " << mode;
   }
+  // The functional form in training pays the statistics' all-reduces as batch_norm does.
+  auto batchCost = [](const std::string& op, bool training) {
+    Builder b;
+    ValueId x = b.input("x", {8, 64, 4, 4});
+    ValueId w = b.param("w", {64}), bias = b.param("b", {64});
+    ValueId rm = b.buffer("rm", {64}), rv = b.buffer("rv", {64});
+    if (op == "aten::batch_norm")
+      b.op(op, {x, w, bias, rm, rv, b.b(training), b.f(0.1), b.f(1e-5), b.b(true)}, {8, 64, 4, 4});
+    else
+      b.multiOp(op, {x, w, bias, rm, rv, b.b(training), b.f(0.1), b.f(1e-5)},
+                {{8, 64, 4, 4}, {64}, {64}, {64}, {64}});
+    for (const NodeStrategies& ns : enumerate(b.g, *mesh::DeviceMesh::parse("4")))
+      if (ns.node == b.last())
+        for (const Strategy& s : ns.strategies)
+          if (s.toString().rfind("S(0),R,R,R,R -> S(0)", 0) == 0) return s.compute_us;
+    return -1.0;
+  };
+  mesh::DeviceMesh m = *mesh::DeviceMesh::parse("4");
+  const std::string functional = "aten::_native_batch_norm_legit_functional";
+  EXPECT_NEAR(batchCost(functional, true) - batchCost(functional, false),
+              syncNormUs(cost::CostModel(cost::DeviceSpec{}, m), m, {0}, 64, 4, true), 1e-6);
 }
 
 TEST(Einsum, LabelsAtOneDimOfEveryOperandShardThroughTheList) {
@@ -226,9 +250,15 @@ TEST(Einsum, LabelsAtOneDimOfEveryOperandShardThroughTheList) {
   EXPECT_EQ(einsum("bhij, bhjd -> bhid", {{2, 4, 8, 8}, {2, 4, 8, 16}}, {2, 4, 8, 16}),
             (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)"}));
   // Implicit output: the letters used once, in order (ik; b and j are summed), and a broadcast
-  // (size-1) batch label.
+  // (size-1) batch label: sharded through the list, the size-1 operand whole
+  // (layout::elementPlacement); a broadcast contracted label gives P.
   EXPECT_EQ(einsum("bij,bjk", {{4, 2, 3}, {4, 3, 5}}, {2, 5}), (Strings{"R -> R", "S(0) -> P"}));
-  EXPECT_EQ(einsum("bij,bjk->bik", {{4, 2, 3}, {1, 3, 5}}, {4, 2, 5}), (Strings{"R -> R"}));
+  EXPECT_EQ(einsum("bij,bjk->bik", {{4, 2, 3}, {1, 3, 5}}, {4, 2, 5}),
+            (Strings{"R -> R", "S(0) -> S(0)"}));
+  EXPECT_EQ(einsum("bij,bkj->bik", {{4, 2, 6}, {4, 5, 1}}, {4, 2, 5}),
+            (Strings{"R -> R", "S(0) -> S(0)", "S(2) -> P"}));
+  // Every operand of size 1 in a label: nothing to cut.
+  EXPECT_EQ(einsum("bij,bjk->bik", {{1, 2, 3}, {1, 3, 5}}, {1, 2, 5}), (Strings{"R -> R"}));
   // Ellipsis dims are labels too (aligned from the right); j contracted at dim 3 of both.
   EXPECT_EQ(einsum("...ij,...kj->...ik", {{2, 6, 4, 5}, {2, 6, 3, 5}}, {2, 6, 4, 3}),
             (Strings{"R -> R", "S(0) -> S(0)", "S(1) -> S(1)", "S(3) -> P"}));
@@ -468,6 +498,56 @@ TEST(TensorOps, ListConstructCatSplitUnpack) {
   EXPECT_EQ(strategyStrings(all, split), (Strings{"R -> R", "S(0) -> S(0)", "P -> P"}));
   EXPECT_EQ(strategyStrings(all, unpack), (Strings{"R -> R,R,R", "S(0) -> S(0),S(0),S(0)",
                                                    "S(1) -> S(1),S(1),S(1)", "P -> P,P,P"}));
+}
+
+// A Tensor[] of elements that broadcast (Hugging Face's mask build: index.Tensor with indices
+// [B, 1, 1, 1] and [1, 1, S, 1]): the list cut in a dim where some element has size 1 holds that
+// element whole (layout::elementPlacement), so ListConstruct reads it Replicate and index.Tensor
+// gathers each rank's piece of the broadcast shape.
+TEST(TensorOps, BroadcastingListElementsStayWholeUnderTheCut) {
+  Builder b;
+  ValueId self = b.input("mask", {4, 6});
+  ValueId i0 = b.input("i0", {4, 1, 1, 1}, DType::kI64);
+  ValueId i1 = b.input("i1", {1, 1, 6, 1}, DType::kI64);
+  ValueId list =
+      b.listOp("prim::ListConstruct", {i0, i1}, {{4, 1, 1, 1}, {1, 1, 6, 1}}, DType::kI64);
+  NodeId lc = b.last();
+  b.op("aten::index.Tensor", {self, list}, {4, 1, 6, 1});
+  NodeId index = b.last();
+  ValueId j0 = b.input("j0", {4, 1}, DType::kI64);
+  ValueId j1 = b.input("j1", {1, 6}, DType::kI64);
+  ValueId list2 = b.listOp("prim::ListConstruct", {j0, j1}, {{4, 1}, {1, 6}}, DType::kI64);
+  b.op("aten::index.Tensor", {b.input("x", {4, 6, 8}), list2}, {4, 6, 8});
+  NodeId index2 = b.last();
+  // Indices of different ranks, and sizes that do not broadcast: no rule.
+  ValueId k0 = b.input("k0", {4, 1}, DType::kI64);
+  ValueId k1 = b.input("k1", {6}, DType::kI64);
+  ValueId list3 = b.listOp("prim::ListConstruct", {k0, k1}, {{4, 1}, {6}}, DType::kI64);
+  b.op("aten::index.Tensor", {self, list3}, {4, 6});
+  NodeId ranks = b.last();
+  ValueId m0 = b.input("m0", {4, 3}, DType::kI64);
+  ValueId m1 = b.input("m1", {1, 6}, DType::kI64);
+  ValueId list4 = b.listOp("prim::ListConstruct", {m0, m1}, {{4, 3}, {1, 6}}, DType::kI64);
+  b.op("aten::index.Tensor", {self, list4}, {4, 6});
+  NodeId clash = b.last();
+  auto all = enumerate(b.g, *mesh::DeviceMesh::parse("2"));
+  EXPECT_EQ(strategyStrings(all, lc),
+            (Strings{"R,R -> R", "S(0),R -> S(0)", "R,S(2) -> S(2)", "P,P -> P"}));
+  EXPECT_EQ(strategyStrings(all, index),
+            (Strings{"R,R -> R", "R,S(0) -> S(0)", "R,S(2) -> S(2)", "P,R -> P"}));
+  EXPECT_EQ(strategyStrings(all, index2), (Strings{"R,R -> R", "S(2),R -> S(2)", "R,S(0) -> S(0)",
+                                                   "R,S(1) -> S(1)", "P,R -> P"}));
+  for (NodeId n : {ranks, clash}) {
+    for (const NodeStrategies& ns : all) {
+      if (ns.node == n) {
+        EXPECT_TRUE(ns.fallback) << "node " << n.v;
+      }
+    }
+  }
+  // On 2x2 the list cut twice in dim 0 still leaves the size-1 element whole.
+  auto all22 = enumerate(b.g, *mesh::DeviceMesh::parse("2x2"));
+  Strings lc22 = strategyStrings(all22, lc);
+  EXPECT_NE(std::find(lc22.begin(), lc22.end(), "S(0)S(0),RR -> S(0)S(0)"), lc22.end());
 }
 
 TEST(TensorOps, SliceSelectIndexSelectTriu) {

@@ -52,6 +52,13 @@ int64_t integerBound(const ir::Graph& g, const ir::Node& node, size_t i) {
     const ir::TensorMeta* m = tensorMeta(g, node, 0);
     return m && m->rank() == 1 ? sizeOf(0, 0) : sizeOf(0, 1);
   }
+  if (op == "aten::index" && node.overload == "Tensor" && i == 1) {  // indices of self's dims
+    const ir::Value& list = g.value(node.inputs.at(1));
+    int64_t bound = 8;
+    for (size_t e = 0; e < list.elements.size(); ++e)
+      bound = std::min(bound, sizeOf(0, static_cast<int64_t>(e)));
+    return bound;
+  }
   if (op == "aten::index_select" && i == 2) {
     const ir::Value& dim = g.value(node.inputs.at(1));
     if (dim.constant && std::holds_alternative<int64_t>(*dim.constant))
@@ -99,6 +106,13 @@ std::vector<at::Tensor> elementsOf(const c10::IValue& v) {
 
 std::vector<int64_t> sizesOf(const at::Tensor& t) {
   return {t.sizes().begin(), t.sizes().end()};
+}
+
+/// Where element `t` of a value placed `placement` lies: a tensor as placed, an element of a
+/// Tensor[] by the list-element rule (layout::elementPlacement: a size-1 dim broadcasts, whole).
+mesh::PlacementTuple placementOf(const c10::IValue& v, const at::Tensor& t,
+                                 const mesh::PlacementTuple& placement) {
+  return v.isTensorList() ? layout::elementPlacement(placement, sizesOf(t)) : placement;
 }
 
 c10::IValue cloneValue(const c10::IValue& v) {
@@ -203,12 +217,12 @@ namespace {
 
 /// batch_norm(x, weight, bias, ..., eps) on rank `coord`'s piece of x with the statistics of the
 /// pieces of every rank that differs from it only in `sync_dims` (the reduction the runtime does
-/// with all-reduces). Running stats are not compared.
-Expected<std::vector<c10::IValue>> syncNormOnRank(const std::vector<c10::IValue>& args,
-                                                  const RankTensors& pieces,
-                                                  const mesh::DeviceMesh& mesh,
-                                                  const std::vector<int64_t>& coord,
-                                                  const std::vector<size_t>& sync_dims) {
+/// with all-reduces). batch_norm's running stats (updated in place) are not compared; the
+/// functional form (`outputs` 5) also returns save_mean, save_rstd and the updated running stats
+/// (momentum, unbiased variance), which are.
+Expected<std::vector<c10::IValue>> syncNormOnRank(
+    const std::vector<c10::IValue>& args, const RankTensors& pieces, const mesh::DeviceMesh& mesh,
+    const std::vector<int64_t>& coord, const std::vector<size_t>& sync_dims, size_t outputs) {
   const at::Tensor x = args.at(0).toTensor();
   std::vector<int64_t> dims, shape(static_cast<size_t>(x.dim()), 1);
   for (int64_t d = 0; d < x.dim(); ++d)
@@ -233,11 +247,20 @@ Expected<std::vector<c10::IValue>> syncNormOnRank(const std::vector<c10::IValue>
   at::Tensor sq = at::zeros({x.size(1)}, x.options());
   for (const at::Tensor& p : group) sq = sq + (p - mean.view(shape)).pow(2).sum(dims);
   at::Tensor var = sq / count;
-  const double eps = args.at(7).isInt() ? static_cast<double>(args[7].toInt()) : args[7].toDouble();
-  at::Tensor y = (x - mean.view(shape)) * at::rsqrt(var + eps).view(shape);
+  auto number = [&](size_t i) {
+    return args.at(i).isInt() ? static_cast<double>(args[i].toInt()) : args[i].toDouble();
+  };
+  const double eps = number(7);
+  at::Tensor rstd = at::rsqrt(var + eps);
+  at::Tensor y = (x - mean.view(shape)) * rstd.view(shape);
   if (args.at(1).isTensor()) y = y * args[1].toTensor().view(shape);
   if (args.at(2).isTensor()) y = y + args[2].toTensor().view(shape);
-  return std::vector<c10::IValue>{y};
+  if (outputs != 5) return std::vector<c10::IValue>{y};
+  const double momentum = number(6);
+  at::Tensor unbiased = var * (count / std::max(count - 1, 1.0));
+  return std::vector<c10::IValue>{y, mean, rstd,
+                                  args.at(3).toTensor() * (1 - momentum) + mean * momentum,
+                                  args.at(4).toTensor() * (1 - momentum) + unbiased * momentum};
 }
 
 /// One rank's call after lowering's local rewrite: the kernel when the overload changes
@@ -298,7 +321,8 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
   for (size_t i = 0; i < node.inputs.size(); ++i) {
     if (!s.inputs[i]) continue;
     for (const at::Tensor& full : elementsOf(full_inputs[i])) {
-      Expected<RankTensors> d = distribute(full, *s.inputs[i], mesh, gen);
+      Expected<RankTensors> d =
+          distribute(full, placementOf(full_inputs[i], full, *s.inputs[i]), mesh, gen);
       if (!d.ok()) return inputName(g, node, i) + ": " + d.error().message();
       in_locals[i].push_back(std::move(*d));
     }
@@ -348,8 +372,8 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       std::vector<at::Tensor> fulls = elementsOf(full_inputs[i]);
       for (size_t e = 0; e < fulls.size(); ++e) {
         std::vector<int64_t> global = sizesOf(fulls[e]);
-        pieces.inputs[i].push_back(
-            {global, layout::localPiece(global, *s.inputs[i], mesh, coord), {}, {}, *s.inputs[i]});
+        const mesh::PlacementTuple t = placementOf(full_inputs[i], fulls[e], *s.inputs[i]);
+        pieces.inputs[i].push_back({global, layout::localPiece(global, t, mesh, coord), {}, {}, t});
       }
       if (full_inputs[i].isTensor()) {
         args[i] = in_locals[i][0][static_cast<size_t>(r)];
@@ -363,11 +387,9 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       if (!s.outputs[j]) continue;
       for (const at::Tensor& full : full_outs[j]) {
         std::vector<int64_t> global = sizesOf(full);
-        pieces.outputs[j].push_back({global,
-                                     layout::localPiece(global, *s.outputs[j], mesh, coord),
-                                     {},
-                                     {},
-                                     *s.outputs[j]});
+        const mesh::PlacementTuple t = placementOf(full_outputs[j], full, *s.outputs[j]);
+        pieces.outputs[j].push_back(
+            {global, layout::localPiece(global, t, mesh, coord), {}, {}, t});
       }
     }
     // The rank's call, localized by the rewrite lowering ships (apc/lower/local_rewrite.h).
@@ -384,7 +406,8 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     if (run_op.schema() && run_op.schema()->is_mutable())  // the inputs are views of shared tensors
       for (c10::IValue& a : args) a = cloneValue(a);
     Expected<std::vector<c10::IValue>> outs = [&]() -> Expected<std::vector<c10::IValue>> {
-      if (!sync_dims.empty()) return syncNormOnRank(args, in_locals[0][0], mesh, coord, sync_dims);
+      if (!sync_dims.empty())
+        return syncNormOnRank(args, in_locals[0][0], mesh, coord, sync_dims, node.outputs.size());
       if (!call->vocab) return run_op.run(std::move(args), node.outputs.size());
       try {
         return runtime::callMaskedEmbedding(run_op, std::move(args), *call->vocab);
@@ -408,7 +431,8 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
   for (size_t j = 0; j < node.outputs.size(); ++j) {
     if (!s.outputs[j]) continue;
     for (size_t e = 0; e < full_outs[j].size(); ++e) {
-      auto bad = checkLayout(out_locals[j][e], full_outs[j][e], *s.outputs[j], mesh);
+      const mesh::PlacementTuple t = placementOf(full_outputs[j], full_outs[j][e], *s.outputs[j]);
+      auto bad = checkLayout(out_locals[j][e], full_outs[j][e], t, mesh);
       if (!bad) continue;
       std::string which = outputName(g, node, j);
       if (full_outs[j].size() > 1 || g.value(node.outputs[j]).type == ir::ValueType::kTensorList)

@@ -15,9 +15,10 @@
 // op they use with strategies was validated on the tiny samples, and reports which of their (op,
 // tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh, must
 // also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must be
-// well formed with the all-Replicate strategy first. Ops that real models use but no executed
-// sample has (einsum, upsample_bilinear2d / nearest2d, the core-ATen BatchNorm forms) are validated
-// the same way on nodes built by hand (HandBuiltOpCasesMatchTheUnshardedOp).
+// well formed with the all-Replicate strategy first. Forms of ops that the executed samples lack
+// (einsum and index.Tensor with broadcast operands, more einsum equations and upsample arguments,
+// the core-ATen BatchNorm forms) are validated the same way on nodes built by hand
+// (HandBuiltOpCasesMatchTheUnshardedOp).
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -44,7 +45,6 @@
 #include <c10/core/DefaultDtype.h>
 #include <nlohmann/json.hpp>
 
-#include "../common/known_fallbacks.h"
 #include "../strategy/builder.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/strategy/rules.h"
@@ -86,6 +86,8 @@ const ExecutedSample kExecuted[] = {
     {"hf_gpt2_tiny", {"input_ids:i64[2,8]"}},
     // Sizes from the batch: class token expand, zeros + repeat initial state, arange, branch cat.
     {"batch_sized", {"x:f32[6,6,16]"}},
+    // maxvit-style einsum attention, upsample_bilinear2d and upsample_nearest2d.
+    {"einsum_upsample", {"x:f64[4,3,16,16]"}},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
@@ -379,9 +381,7 @@ TEST(StrategyValidator, NoSampleHasReplicateOnlyFallback) {
   for (const auto& m : c.models) {
     if (!m->error.empty()) continue;
     for (size_t mi = 0; mi < c.meshes.size(); ++mi) {
-      std::vector<std::string> ops;
-      for (const std::string& op : strategy::fallbackOps(m->graph, m->per_mesh[mi]))
-        if (!apc::testing::isKnownFallback(m->name, op)) ops.push_back(op);
+      const std::vector<std::string> ops = strategy::fallbackOps(m->graph, m->per_mesh[mi]);
       EXPECT_TRUE(ops.empty()) << m->name << " on mesh " << c.meshes[mi].toString()
                                << ": Replicate-only fallback for " << join(ops, ", ");
     }
@@ -616,6 +616,19 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
                   {{7, 7, 3, 3}, {saved}, {saved}, {7}, {7}});
     };
   };
+  // index.Tensor(self, [i0, i1]) with integer indices that broadcast, as Hugging Face decoders
+  // build their masks (self [B, S], indices [B, 1, 1, 1] and [1, 1, S, 1]).
+  auto indexBroadcast = [](std::vector<int64_t> self, std::vector<std::vector<int64_t>> shapes,
+                           std::vector<int64_t> out) {
+    return [self, shapes, out](Builder& b) {
+      ValueId x = b.input("self", self);
+      std::vector<ValueId> xs;
+      for (size_t i = 0; i < shapes.size(); ++i)
+        xs.push_back(b.input("i" + std::to_string(i), shapes[i], ir::DType::kI64));
+      ValueId list = b.listOp("prim::ListConstruct", xs, shapes, ir::DType::kI64);
+      b.op("aten::index.Tensor", {x, list}, out);
+    };
+  };
   auto floats = [](Builder& b, std::vector<double> v) {
     return b.g.addConstant(ir::ValueType::kFloatList, std::move(v));
   };
@@ -627,6 +640,16 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
       {"einsum ...ij,...kj->...ik",
        einsum("...ij,...kj->...ik", {{2, 5, 4, 7}, {2, 5, 3, 7}}, {2, 5, 4, 3})},
       {"einsum bij,bjk (implicit)", einsum("bij,bjk", {{7, 2, 3}, {7, 3, 4}}, {2, 4})},
+      {"einsum bij,bjk->bik, lhs broadcast in b",
+       einsum("bij,bjk->bik", {{1, 2, 3}, {7, 3, 4}}, {7, 2, 4})},
+      {"einsum bij,bkj->bik, rhs broadcast in j (contracted)",
+       einsum("bij,bkj->bik", {{7, 2, 7}, {7, 3, 1}}, {7, 2, 3})},
+      {"index.Tensor broadcasting [B,1,1,1], [1,1,S,1] (HF mask)",
+       indexBroadcast({7, 5}, {{7, 1, 1, 1}, {1, 1, 5, 1}}, {7, 1, 5, 1})},
+      {"index.Tensor broadcasting [B,1,1,1], [1,1,1,S] (HF mask)",
+       indexBroadcast({6, 5}, {{6, 1, 1, 1}, {1, 1, 1, 5}}, {6, 1, 1, 5})},
+      {"index.Tensor broadcasting [B,1], [1,S] with a trailing dim",
+       indexBroadcast({7, 5, 6}, {{7, 1}, {1, 5}}, {7, 5, 6})},
       {"einsum bij->bji", einsum("bij->bji", {{5, 4, 7}}, {5, 7, 4})},
       {"einsum bij->b", einsum("bij->b", {{5, 4, 7}}, {5})},
       {"upsample_bilinear2d.vec scales, align_corners",

@@ -47,6 +47,16 @@ std::vector<int64_t> maxLocalSizes(const ir::TensorMeta& global,
                                    const mesh::PlacementTuple& placements,
                                    const mesh::DeviceMesh& mesh);
 
+/// The placement of one element of a Tensor[] whose list is placed `list` (a Tensor[] has one tuple
+/// for all its elements, apc/strategy/strategy.h): the list's tuple with every Shard of a dim the
+/// element holds at size 1 made Replicate. Such an element broadcasts along that dim against the
+/// others (index.Tensor's index tensors [B, 1, 1] and [1, 1, S], einsum operands), so it is whole
+/// under any cut of the dim; a size-1 dim could not be cut anyway (torch.chunk leaves the other
+/// pieces empty). The planner, lowering and the strategy validator place list elements by this one
+/// rule. A tensor that is not a list element is placed by its tuple as it is.
+mesh::PlacementTuple elementPlacement(const mesh::PlacementTuple& list,
+                                      const std::vector<int64_t>& element_sizes);
+
 /// The kinds of redistribution step, each on the group of ranks that differ only in one mesh
 /// coordinate (apc/cost/redistribute.h plans them and prices them; the runtime runs them).
 enum class StepKind : uint8_t { kAllGather, kAllReduce, kReduceScatter, kLocalSlice, kAllToAll };

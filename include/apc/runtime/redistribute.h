@@ -101,9 +101,13 @@ RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string&
 /// eps, cudnn_enabled) on this rank's piece of the input, with the batch statistics reduced by
 /// `allreduce` (a syncNormSpec; SyncBatchNorm semantics, apc/strategy/sync_norm.h):
 /// differentiable through autograd, running stats updated in place from the global mean and
-/// unbiased variance. `allreduce` must outlive the backward pass (autograd keeps a pointer).
-at::Tensor syncBatchNorm(const std::vector<c10::IValue>& args, const RedistSpec& allreduce,
-                         World& world);
+/// unbiased variance; returns {output}. With `functional`, the core-ATen
+/// _native_batch_norm_legit_functional (same arguments but cudnn_enabled): the running stats are
+/// not written but returned, {output, save_mean, save_rstd, running_mean, running_var}, as the op
+/// returns them. `allreduce` must outlive the backward pass (autograd keeps a pointer).
+std::vector<at::Tensor> syncBatchNorm(const std::vector<c10::IValue>& args,
+                                      const RedistSpec& allreduce, World& world,
+                                      bool functional = false);
 
 at::Tensor gatherToFull(const at::Tensor& local, const mesh::PlacementTuple& placement,
                         const std::vector<int64_t>& global_sizes, World& world);

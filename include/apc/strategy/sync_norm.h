@@ -7,7 +7,9 @@
 // single-device one:
 //   forward   sum(x) all-reduced -> mean;  sum((x - mean)^2) all-reduced -> biased var;
 //             y = (x - mean) / sqrt(var + eps) * weight + bias; the running stats are updated from
-//             the global mean and the unbiased global var, identically on every rank;
+//             the global mean and the unbiased global var, identically on every rank (in place
+//             for batch_norm; returned as outputs, with the saved mean and rstd, by the core-ATen
+//             _native_batch_norm_legit_functional);
 //   backward  the transposes of the two all-reduces (all-reduces of the statistics' gradients),
 //             which autograd derives; weight and bias gradients are Partial like any replicated
 //             parameter of a sharded op.
@@ -28,7 +30,8 @@
 
 namespace apc::strategy {
 
-/// True for aten::batch_norm whose `training` argument is the constant true.
+/// True for aten::batch_norm and its core-ATen form aten::_native_batch_norm_legit_functional
+/// (the same first eight arguments) whose `training` argument is the constant true.
 bool isTrainingBatchNorm(const ir::Graph& g, const ir::Node& n);
 
 /// The mesh dims over which a training-mode batch_norm whose input is placed `input` reduces its
