@@ -787,18 +787,42 @@ std::string parentPath(const std::string& path) {
 
 }  // namespace
 
+std::string placementColour(const std::string& placement) {
+  // Cool colours for sharded placements, warm ones for those with a partial entry, grey for
+  // replicated, white for none; which one of its family by a hash of the text (FNV-1a), so that
+  // the colour depends on the placement alone, never on the plan or the order of appearance.
+  static const char* kSharded[] = {"#a6cee3", "#b2df8a", "#8dd3c7", "#bebada",
+                                   "#ccebc5", "#80b1d3", "#b3de69", "#cab2d6",
+                                   "#ffff99", "#ffed6f", "#9ecae1", "#c7e9c0"};
+  static const char* kPartial[] = {"#fdbf6f", "#fb9a99", "#fdb462", "#fccde5", "#fdd0a2"};
+  if (placement.empty() || placement == "-") return "#ffffff";
+  if (placement.find_first_not_of('R') == std::string::npos) return "#d9d9d9";
+  uint32_t h = 2166136261u;
+  for (char c : placement) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  if (placement.find('P') != std::string::npos)
+    return kPartial[h % (sizeof(kPartial) / sizeof(kPartial[0]))];
+  return kSharded[h % (sizeof(kSharded) / sizeof(kSharded[0]))];
+}
+
+std::vector<std::string> pictureMarks() {
+  return {
+      "Placement, one entry per mesh dim, mesh dim 0 first (S(0)R): S(d): tensor dim d split over "
+      "that mesh dim; R: replicated; P: partial sums (P(max): partial maxima).",
+      "Colour: the node's output placement (grey replicated, warm partial, cool sharded; the same "
+      "in every plan).",
+      "Red border or edge: the node's inputs are redistributed; AG all-gather, AR all-reduce, RS "
+      "reduce-scatter, A2A all-to-all, (dp) the mesh dim, bwd in backward; bytes, then us.",
+      "Boxes are ops; rounded shapes parameters, buffers, inputs and outputs; a dashed box counts "
+      "repeated layers placed like the layer drawn above it.",
+  };
+}
+
 std::string dotGraph(const Plan& p, const DotOptions& options) {
-  static const char* kPalette[] = {"#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f", "#cab2d6",
-                                   "#ffff99", "#8dd3c7", "#bebada", "#fccde5", "#d9d9d9",
-                                   "#ccebc5", "#ffed6f", "#80b1d3", "#fdb462", "#b3de69"};
-  constexpr size_t kColors = sizeof(kPalette) / sizeof(kPalette[0]);
   auto isParam = [](const PlanNode& n) { return n.kind == "parameter" || n.kind == "buffer"; };
   auto shown = [&](const PlanNode& n) { return options.parameters || !isParam(n); };
-  std::map<std::string, size_t> colour;  // placement text -> palette index, in sorted order
+  std::set<std::string> colour;  // the output placements drawn, for the legend
   for (const PlanNode& n : p.nodes)
-    if (shown(n)) colour.emplace(mesh::toCompactString(n.outputPlacements()), 0);
-  size_t k = 0;
-  for (auto& [placement, c] : colour) c = k++ % kColors;
+    if (shown(n)) colour.insert(mesh::toCompactString(n.outputPlacements()));
 
   // Which box each node is drawn in: itself ("n<i>"), or, when its module path is deeper than
   // collapse_depth, the box of its module truncated to that depth ("m<k>").
@@ -832,9 +856,11 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   // above it, nested).
   std::map<std::string, std::vector<std::string>> members;  // module path -> node statements
   std::set<std::string> paths;
+  std::map<std::string, size_t> first_seen;  // module path -> order of first appearance
   auto addPath = [&](std::string path) {
     while (!path.empty()) {
       paths.insert(path);
+      first_seen.emplace(path, first_seen.size());
       path = parentPath(path);
     }
   };
@@ -850,7 +876,7 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
                         : isParam(n)   ? ", shape=ellipse, fontsize=8"
                                        : ", shape=ellipse";
     std::string stmt = box[i] + " [label=\"" + label + "\", fillcolor=\"" +
-                       kPalette[colour[placement]] + "\"" + shape + "];";
+                       placementColour(placement) + "\"" + shape + "];";
     std::string where = options.modules ? n.module_path : std::string();
     members[where].push_back(stmt);
     if (options.modules) addPath(where);
@@ -876,7 +902,17 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   out += "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n";
   out += "  edge [fontname=\"Helvetica\", fontsize=9];\n";
   for (const std::string& stmt : members[""]) out += "  " + stmt + "\n";
-  // Nested clusters: emit each top-level path with its children recursively.
+  // Nested clusters: emit each top-level path with its children recursively, in model order (the
+  // order the nodes appear in the plan: layers.2 before layers.10).
+  auto inModelOrder = [&](const std::string& parent) {
+    std::vector<std::string> children;
+    for (const std::string& path : paths)
+      if (parentPath(path) == parent) children.push_back(path);
+    std::sort(children.begin(), children.end(), [&](const std::string& a, const std::string& b) {
+      return first_seen.at(a) < first_seen.at(b);
+    });
+    return children;
+  };
   size_t cluster = 0;
   std::function<void(const std::string&, const std::string&)> emit =
       [&](const std::string& path, const std::string& indent) {
@@ -884,14 +920,10 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
         out +=
             indent + "  label=\"" + dotEscape(path) + "\"; style=\"rounded\"; color=\"#999999\";\n";
         for (const std::string& stmt : members[path]) out += indent + "  " + stmt + "\n";
-        for (auto it = paths.upper_bound(path); it != paths.end(); ++it) {
-          if (it->compare(0, path.size() + 1, path + ".") != 0) break;
-          if (parentPath(*it) == path) emit(*it, indent + "  ");
-        }
+        for (const std::string& child : inModelOrder(path)) emit(child, indent + "  ");
         out += indent + "}\n";
       };
-  for (const std::string& path : paths)
-    if (parentPath(path).empty()) emit(path, "  ");
+  for (const std::string& path : inModelOrder("")) emit(path, "  ");
 
   std::set<std::pair<std::string, std::string>> drawn;  // collapsed boxes: one edge per pair
   for (size_t i = 0; i < p.nodes.size(); ++i) {
@@ -923,9 +955,15 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   }
   out += "  subgraph cluster_legend {\n    label=\"output placement\";\n";
   size_t j = 0;
-  for (const auto& [placement, c] : colour)
+  for (const std::string& placement : colour)
     out += "    legend" + std::to_string(j++) + " [label=\"" + dotEscape(placement) +
-           "\", fillcolor=\"" + kPalette[c] + "\"];\n";
+           "\", fillcolor=\"" + placementColour(placement) + "\"];\n";
+  std::string marks;
+  for (const std::string& line : pictureMarks()) marks += dotEscape(line) + "\\l";
+  out +=
+      "    legend_marks [shape=note, style=\"filled\", fillcolor=\"#ffffff\", fontsize=9, "
+      "label=\"" +
+      marks + "\"];\n";
   out += "  }\n}\n";
   return out;
 }

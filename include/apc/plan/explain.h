@@ -198,9 +198,18 @@ struct DotOptions {
   size_t collapse_depth = 0;
 };
 
+/// The fill colour of an output placement ("S(0)R") in every picture (dot, SVG, HTML): a function
+/// of the placement's text alone, so a placement has the same colour in every plan. Replicated:
+/// grey; with a partial entry: a warm colour; sharded: a cool one; "" or "-": white.
+std::string placementColour(const std::string& placement);
+/// What every mark of the pictures means (placements, colours, collectives, shapes), one line
+/// each: the pictures' legend.
+std::vector<std::string> pictureMarks();
+
 /// Graphviz dot of the plan's nodes with their data edges: each node labelled with its name, op
-/// and output placement and filled with a colour per distinct output placement (legend
-/// included), parameters as ellipses, modules as clusters (see DotOptions).
+/// and output placement and filled with its placement's colour (placementColour; legend of the
+/// placements and of every mark included), parameters as ellipses, modules as clusters in model
+/// order (see DotOptions).
 std::string dotGraph(const Plan& p, const DotOptions& options = {});
 
 struct PictureOptions {
@@ -212,7 +221,8 @@ struct PictureOptions {
 /// The plan as one static SVG (lib/plan/picture.cpp): a per-module cost chart (compute and
 /// communication), the placement legend, and the module tree as nested boxes holding their nodes
 /// (ops as boxes, parameters as pills) coloured by output placement, communicating edges' targets
-/// outlined in red with their collectives.
+/// outlined in red with their collectives (wrapped, never cut); a run of repeated layers placed
+/// alike is the first drawn and one dashed box counting the others.
 std::string svgPicture(const Plan& p, const PictureOptions& options = {});
 /// The same content as a self-contained HTML page whose modules are collapsible sections.
 std::string htmlPicture(const Plan& p, const PictureOptions& options = {});
