@@ -434,6 +434,23 @@ Expected<std::string> ShardingOptimizer::print_costs_for_node(const std::string&
   return plan::explanationText(*owner_->state_->plan, e);
 }
 
+Expected<plan::TargetExplanation> ShardingOptimizer::explain_placement(
+    const mesh::PlacementTuple& target) const {
+  const auto& st = *owner_->state_;
+  if (!st.plan || !st.built) return noSolution("explain_placement");
+  return plan::explainTarget(*st.plan, st.built->gp, target);
+}
+
+Expected<std::string> ShardingOptimizer::print_costs_for_node(const std::string& node,
+                                                              uint32_t input) const {
+  const auto& st = *owner_->state_;
+  if (!st.plan || !st.built) return noSolution("print_costs_for_node");
+  APC_ASSIGN_OR_RETURN(uint32_t index, plan::findNode(*st.plan, node));
+  APC_ASSIGN_OR_RETURN(plan::RedistributionMatrix m,
+                       plan::redistributionMatrix(*st.plan, st.built->gp, index, input, st.graph));
+  return plan::matrixText(*st.plan, m);
+}
+
 plan::PlanDiff ShardingOptimizer::diff_solutions(const plan::Plan& a, const plan::Plan& b) const {
   return plan::diffPlans(a, b);
 }

@@ -83,6 +83,44 @@ std::string toCompactString(const PlacementTuple& t) {
   return joinMap(t, "", [](const Placement& p) { return p.toString(); });
 }
 
+std::string toSignatureString(const std::vector<std::optional<PlacementTuple>>& inputs,
+                              const std::vector<std::optional<PlacementTuple>>& outputs) {
+  auto list = [](const std::vector<std::optional<PlacementTuple>>& ts) {
+    std::string s;
+    for (const auto& t : ts) {
+      if (!t) continue;
+      if (!s.empty()) s += ",";
+      s += toCompactString(*t);
+    }
+    return s;
+  };
+  return list(inputs) + " -> " + list(outputs);
+}
+
+namespace {
+
+/// Splits the printed form "S(0)P(max)R" into its placements' texts; nullopt when `t` is not a
+/// run of S(..), P(..), P and R.
+std::optional<std::vector<std::string_view>> splitCompact(std::string_view t) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < t.size()) {
+    size_t end = i + 1;
+    if ((t[i] == 'S' || t[i] == 'P') && i + 1 < t.size() && t[i + 1] == '(') {
+      end = t.find(')', i);
+      if (end == std::string_view::npos) return std::nullopt;
+      ++end;
+    } else if (t[i] != 'R' && t[i] != 'P') {
+      return std::nullopt;
+    }
+    out.push_back(t.substr(i, end - i));
+    i = end;
+  }
+  return out;
+}
+
+}  // namespace
+
 Expected<PlacementTuple> parsePlacementTuple(std::string_view text) {
   std::string_view t = trim(text);
   if (!t.empty() && t.front() == '[') {
@@ -97,8 +135,19 @@ Expected<PlacementTuple> parsePlacementTuple(std::string_view text) {
   size_t start = 0;
   for (size_t i = 0; i <= t.size(); ++i) {
     if (i == t.size() || (t[i] == ',' && depth == 0)) {
-      APC_ASSIGN_OR_RETURN(Placement p, Placement::parse(t.substr(start, i - start)));
-      out.push_back(p);
+      std::string_view piece = trim(t.substr(start, i - start));
+      Expected<Placement> p = Placement::parse(piece);
+      // The printed form: several placements concatenated ("S(0)R").
+      auto parts = p.ok() ? std::nullopt : splitCompact(piece);
+      if (parts && parts->size() > 1) {
+        for (std::string_view part : *parts) {
+          APC_ASSIGN_OR_RETURN(Placement q, Placement::parse(part));
+          out.push_back(q);
+        }
+      } else {
+        if (!p.ok()) return p.error();
+        out.push_back(*p);
+      }
       start = i + 1;
     } else if (t[i] == '(') {
       ++depth;

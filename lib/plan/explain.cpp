@@ -442,6 +442,312 @@ nlohmann::json explainJson(const Plan& p, size_t top, const NodeExplanation* e) 
   return j;
 }
 
+Expected<TargetExplanation> explainTarget(const Plan& p, const solver::GraphProblem& gp,
+                                          const PlacementTuple& target) {
+  const solver::Problem& prob = gp.problem;
+  if (target.size() != p.spec.mesh.ndim())
+    return invalidArgument(
+        "target " + mesh::toCompactString(target) + " has " + std::to_string(target.size()) +
+        " entr" + (target.size() == 1 ? "y" : "ies") + " but the mesh " + p.spec.mesh.toString() +
+        " has " + std::to_string(p.spec.mesh.ndim()) + " dims");
+  if (prob.nodes.size() != p.nodes.size() || gp.strategies.size() != p.nodes.size())
+    return invalidArgument("the problem does not match the plan");
+  std::vector<uint32_t> choice;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    choice.push_back(p.nodes[i].strategy_index);
+    if (choice[i] >= prob.nodes[i].numStrategies())
+      return invalidArgument("the plan's choice for node " + std::to_string(i) +
+                             " is out of range for the problem");
+  }
+  // Each node's edges, once: in-edges price a strategy here, out-edges say whether the chosen
+  // consumers can still be fed.
+  std::vector<std::vector<size_t>> in_edges(p.nodes.size()), out_edges(p.nodes.size());
+  for (size_t k = 0; k < prob.edges.size(); ++k) {
+    in_edges[prob.edges[k].dst].push_back(k);
+    out_edges[prob.edges[k].src].push_back(k);
+  }
+  const double mem_now = solver::memoryOf(prob, choice);
+  TargetExplanation out;
+  out.target = target;
+  for (uint32_t v = 0; v < p.nodes.size(); ++v) {
+    const solver::ProblemNode& pn = prob.nodes[v];
+    const size_t ns = pn.numStrategies();
+    auto here = [&](uint32_t s) {
+      double c = pn.costs[s];
+      for (size_t k : in_edges[v]) {
+        const solver::ProblemEdge& e = prob.edges[k];
+        c += e.cost(choice[e.src], s, ns);
+      }
+      return c;
+    };
+    // Why strategy s cannot be taken with the neighbours at their choices ("" when it can).
+    auto blocked = [&](uint32_t s, double here_us) -> std::string {
+      if (pn.pinned && *pn.pinned != s)
+        return "pinned by the '" + (pn.pin_group.empty() ? std::string("pins") : pn.pin_group) +
+               "' constraints";
+      if (!std::isfinite(here_us)) return "no finite cost with its producers' placements";
+      for (size_t k : out_edges[v]) {
+        const solver::ProblemEdge& e = prob.edges[k];
+        if (!std::isfinite(e.cost(s, choice[e.dst], prob.nodes[e.dst].numStrategies())))
+          return displayName(p.nodes[e.dst]) + " cannot take that output";
+      }
+      if (prob.memory && !pn.memory.empty()) {
+        const double mem = mem_now - pn.memory[choice[v]] + pn.memory[s];
+        if (mem > prob.memory->high * (1 + 1e-12) || mem < prob.memory->low * (1 - 1e-12))
+          return "parameter memory would leave the budget";
+      }
+      return {};
+    };
+    const PlanNode& n = p.nodes[v];
+    TargetRow r;
+    r.node = v;
+    r.name = displayName(n);
+    r.op = n.op;
+    r.module_path = n.module_path;
+    r.chosen_strategy = n.strategy;
+    r.current_us = here(choice[v]);
+    r.already = firstOutput(gp.strategies[v][choice[v]]) == target;
+    std::string first_block;
+    bool any = false;
+    for (uint32_t s = 0; s < ns; ++s) {
+      if (!(firstOutput(gp.strategies[v][s]) == target)) continue;
+      any = true;
+      const double c = here(s);
+      if (std::string b = blocked(s, c); !b.empty()) {
+        if (first_block.empty()) first_block = b;
+        continue;
+      }
+      if (!r.target_index || c < r.target_us) {
+        r.target_index = s;
+        r.target_us = c;
+      }
+    }
+    if (r.target_index) {
+      r.target_strategy = std::string(trim(gp.strategies[v][*r.target_index].toString()));
+      r.delta_us = r.target_us - r.current_us;
+      out.total_delta_us += r.delta_us;
+      ++out.can;
+    } else {
+      r.why = !any ? "no strategy outputs " + mesh::toCompactString(target)
+                   : "every strategy that outputs " + mesh::toCompactString(target) +
+                         " is unavailable (" + first_block + ")";
+    }
+    out.already += r.already;
+    out.current_us += r.current_us;
+    out.rows.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string targetText(const TargetExplanation& t) {
+  const std::string target = mesh::toCompactString(t.target);
+  std::string out = "target " + target + ": " + std::to_string(t.can) + " of " +
+                    std::to_string(t.rows.size()) + " nodes can output it (" +
+                    std::to_string(t.already) + " already do); node by node, " + "total delta " +
+                    formatSignedMicros(t.total_delta_us) + " on a step of " +
+                    formatMicros(t.current_us) + "\n";
+  out +=
+      "  node-local: each node priced alone with every other node at its chosen strategy (cost = "
+      "compute + comm in);\n  what consumers would pay to take the new output is not counted, "
+      "so the total is not a plan's step\n";
+  char line[1024];
+  std::snprintf(line, sizeof line, "  %-6s %-24s %-22s %-30s %12s %-30s %12s %12s  %s\n", "node",
+                "name", "op", "chosen", "current_us", "target strategy", "target_us", "delta",
+                "why");
+  out += line;
+  for (const TargetRow& r : t.rows) {
+    std::snprintf(line, sizeof line, "  #%-5u %-24s %-22s %-30s %12s %-30s %12s %12s  %s\n", r.node,
+                  r.name.c_str(), r.op.c_str(), r.chosen_strategy.c_str(), us(r.current_us).c_str(),
+                  r.target_index ? r.target_strategy.c_str() : "-",
+                  r.target_index ? us(r.target_us).c_str() : "-",
+                  r.target_index ? formatSignedMicros(r.delta_us).c_str() : "-",
+                  r.already ? "already outputs it" : r.why.c_str());
+    out += line;
+  }
+  return out;
+}
+
+nlohmann::json targetJson(const Plan& p, const TargetExplanation& t) {
+  using nlohmann::json;
+  auto num = [](double x) { return std::isfinite(x) ? json(canonicalNumber(x)) : json(nullptr); };
+  json rows = json::array();
+  for (const TargetRow& r : t.rows) {
+    json x = {{"index", r.node},
+              {"name", p.nodes[r.node].name},
+              {"op", r.op},
+              {"module_path", r.module_path},
+              {"chosen_strategy", r.chosen_strategy},
+              {"current_us", num(r.current_us)},
+              {"already", r.already},
+              {"target_strategy", r.target_index ? json(r.target_strategy) : json(nullptr)},
+              {"target_us", r.target_index ? num(r.target_us) : json(nullptr)},
+              {"delta_us", r.target_index ? num(r.delta_us) : json(nullptr)}};
+    if (!r.why.empty()) x["why"] = r.why;
+    rows.push_back(std::move(x));
+  }
+  return {{"model", p.model.model_name},
+          {"content_hash", p.content_hash},
+          {"target", mesh::toCompactString(t.target)},
+          {"node_local", true},
+          {"nodes_that_can", t.can},
+          {"nodes_already", t.already},
+          {"current_us", num(t.current_us)},
+          {"total_delta_us", num(t.total_delta_us)},
+          {"nodes", rows}};
+}
+
+Expected<RedistributionMatrix> redistributionMatrix(const Plan& p, const solver::GraphProblem& gp,
+                                                    uint32_t v, uint32_t input,
+                                                    const ir::Graph* g) {
+  const solver::Problem& prob = gp.problem;
+  if (v >= p.nodes.size() || prob.nodes.size() != p.nodes.size())
+    return invalidArgument("node " + std::to_string(v) + " is not in the plan's problem");
+  std::optional<size_t> edge;
+  std::vector<uint32_t> inputs;  // the node's inputs that have a producer edge
+  for (size_t k = 0; k < prob.edges.size(); ++k) {
+    if (prob.edges[k].dst != v) continue;
+    inputs.push_back(gp.edge_input[k]);
+    if (gp.edge_input[k] == input && !edge) edge = k;
+  }
+  const PlanNode& n = p.nodes[v];
+  if (!edge) {
+    std::sort(inputs.begin(), inputs.end());
+    return notFound("input " + std::to_string(input) + " of " + displayName(n) +
+                    " has no producer to redistribute from" +
+                    (inputs.empty() ? std::string(" (the node has no tensor inputs)")
+                                    : " (inputs with one: " + joinMap(inputs, ", ", [](uint32_t i) {
+                                        return std::to_string(i);
+                                      }) + ")"));
+  }
+  const solver::ProblemEdge& e = prob.edges[*edge];
+  const size_t nt = prob.nodes[v].numStrategies();
+  const uint32_t src = e.src;
+  const uint32_t cs = p.nodes[src].strategy_index, ct = n.strategy_index;
+  if (cs >= prob.nodes[src].numStrategies() || ct >= nt)
+    return invalidArgument("the plan's choices are out of range for the problem");
+  // The producer output that feeds this input: the graph says which, else its first.
+  std::optional<size_t> fed;
+  if (g && gp.graph_nodes[v].valid()) {
+    const ir::Node& consumer = g->node(gp.graph_nodes[v]);
+    if (input < consumer.inputs.size()) fed = g->value(consumer.inputs[input]).producer_output;
+  }
+  auto outputOf = [&](uint32_t s) {
+    const auto& outs = gp.strategies[src][s].outputs;
+    if (fed && *fed < outs.size() && outs[*fed]) return *outs[*fed];
+    return firstOutput(gp.strategies[src][s]);
+  };
+  auto needOf = [&](uint32_t t) {
+    const auto& ins = gp.strategies[v][t].inputs;
+    return input < ins.size() && ins[input] ? *ins[input] : PlacementTuple{};
+  };
+  RedistributionMatrix m;
+  m.node = v;
+  m.input = input;
+  m.producer = src;
+  // Rows and columns by distinct placement, the chosen strategies' first so that the chosen
+  // pair's cell holds exactly the chosen pair's price.
+  std::map<PlacementTuple, size_t> row_of, col_of;
+  std::vector<uint32_t> row_strategy, col_strategy;
+  auto addRow = [&](uint32_t s) {
+    if (row_of.emplace(outputOf(s), m.rows.size()).second) {
+      m.rows.push_back(outputOf(s));
+      row_strategy.push_back(s);
+    }
+  };
+  auto addCol = [&](uint32_t t) {
+    if (col_of.emplace(needOf(t), m.columns.size()).second) {
+      m.columns.push_back(needOf(t));
+      col_strategy.push_back(t);
+    }
+  };
+  addRow(cs);
+  addCol(ct);
+  for (uint32_t s = 0; s < prob.nodes[src].numStrategies(); ++s) addRow(s);
+  for (uint32_t t = 0; t < nt; ++t) addCol(t);
+  // Rows and columns sorted by placement (deterministic), the chosen pair found again after.
+  std::vector<size_t> ro(m.rows.size()), co(m.columns.size());
+  std::iota(ro.begin(), ro.end(), 0);
+  std::iota(co.begin(), co.end(), 0);
+  std::sort(ro.begin(), ro.end(), [&](size_t a, size_t b) { return m.rows[a] < m.rows[b]; });
+  std::sort(co.begin(), co.end(), [&](size_t a, size_t b) { return m.columns[a] < m.columns[b]; });
+  RedistributionMatrix sorted = m;
+  sorted.rows.clear();
+  sorted.columns.clear();
+  for (size_t i = 0; i < ro.size(); ++i) {
+    sorted.rows.push_back(m.rows[ro[i]]);
+    if (ro[i] == 0) sorted.chosen_row = i;
+  }
+  for (size_t j = 0; j < co.size(); ++j) {
+    sorted.columns.push_back(m.columns[co[j]]);
+    if (co[j] == 0) sorted.chosen_column = j;
+  }
+  sorted.us.assign(ro.size(), std::vector<double>(co.size(), 0));
+  for (size_t i = 0; i < ro.size(); ++i)
+    for (size_t j = 0; j < co.size(); ++j)
+      sorted.us[i][j] = e.cost(row_strategy[ro[i]], col_strategy[co[j]], nt);
+  sorted.charged_us = 0;
+  for (const PlanEdge& pe : n.in_edges)
+    if (pe.from == src && pe.input == input) sorted.charged_us = pe.cost_us;
+  return sorted;
+}
+
+std::string matrixText(const Plan& p, const RedistributionMatrix& m) {
+  const PlanNode& n = p.nodes[m.node];
+  std::string out = "redistribution into input " + std::to_string(m.input) + " of #" +
+                    std::to_string(m.node) + " " + displayName(n) + " (" + n.op + ") from #" +
+                    std::to_string(m.producer) + " " + displayName(p.nodes[m.producer]) +
+                    ", us (forward + backward):\n";
+  out += "  rows: the producer's output placement; columns: the placement " + displayName(n) +
+         "'s strategies need; * the plan's pair (charged " + us(m.charged_us) + " us)\n";
+  size_t w = 10;
+  for (const PlacementTuple& t : m.rows) w = std::max(w, mesh::toCompactString(t).size());
+  size_t cw = 11;
+  for (const PlacementTuple& t : m.columns) cw = std::max(cw, mesh::toCompactString(t).size() + 1);
+  char cell[128];
+  std::snprintf(cell, sizeof cell, "  %-*s", static_cast<int>(w), "from \\ to");
+  out += cell;
+  for (const PlacementTuple& t : m.columns) {
+    std::snprintf(cell, sizeof cell, " %*s", static_cast<int>(cw),
+                  mesh::toCompactString(t).c_str());
+    out += cell;
+  }
+  out += "\n";
+  for (size_t i = 0; i < m.rows.size(); ++i) {
+    std::snprintf(cell, sizeof cell, "  %-*s", static_cast<int>(w),
+                  mesh::toCompactString(m.rows[i]).c_str());
+    out += cell;
+    for (size_t j = 0; j < m.columns.size(); ++j) {
+      const bool chosen = i == m.chosen_row && j == m.chosen_column;
+      std::snprintf(cell, sizeof cell, " %*s", static_cast<int>(cw),
+                    (us(m.us[i][j]) + (chosen ? "*" : "")).c_str());
+      out += cell;
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+nlohmann::json matrixJson(const Plan& p, const RedistributionMatrix& m) {
+  using nlohmann::json;
+  auto num = [](double x) { return std::isfinite(x) ? json(canonicalNumber(x)) : json(nullptr); };
+  json rows = json::array(), cols = json::array(), cells = json::array();
+  for (const PlacementTuple& t : m.rows) rows.push_back(mesh::toCompactString(t));
+  for (const PlacementTuple& t : m.columns) cols.push_back(mesh::toCompactString(t));
+  for (const auto& r : m.us) {
+    json row = json::array();
+    for (double x : r) row.push_back(num(x));
+    cells.push_back(std::move(row));
+  }
+  return {{"node", {{"index", m.node}, {"name", p.nodes[m.node].name}}},
+          {"input", m.input},
+          {"producer", {{"index", m.producer}, {"name", p.nodes[m.producer].name}}},
+          {"rows", rows},
+          {"columns", cols},
+          {"us", cells},
+          {"chosen", {{"row", m.chosen_row}, {"column", m.chosen_column}}},
+          {"charged_us", num(m.charged_us)}};
+}
+
 namespace {
 
 std::string dotEscape(const std::string& s) {
@@ -481,18 +787,42 @@ std::string parentPath(const std::string& path) {
 
 }  // namespace
 
+std::string placementColour(const std::string& placement) {
+  // Cool colours for sharded placements, warm ones for those with a partial entry, grey for
+  // replicated, white for none; which one of its family by a hash of the text (FNV-1a), so that
+  // the colour depends on the placement alone, never on the plan or the order of appearance.
+  static const char* kSharded[] = {"#a6cee3", "#b2df8a", "#8dd3c7", "#bebada",
+                                   "#ccebc5", "#80b1d3", "#b3de69", "#cab2d6",
+                                   "#ffff99", "#ffed6f", "#9ecae1", "#c7e9c0"};
+  static const char* kPartial[] = {"#fdbf6f", "#fb9a99", "#fdb462", "#fccde5", "#fdd0a2"};
+  if (placement.empty() || placement == "-") return "#ffffff";
+  if (placement.find_first_not_of('R') == std::string::npos) return "#d9d9d9";
+  uint32_t h = 2166136261u;
+  for (char c : placement) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+  if (placement.find('P') != std::string::npos)
+    return kPartial[h % (sizeof(kPartial) / sizeof(kPartial[0]))];
+  return kSharded[h % (sizeof(kSharded) / sizeof(kSharded[0]))];
+}
+
+std::vector<std::string> pictureMarks() {
+  return {
+      "Placement, one entry per mesh dim, mesh dim 0 first (S(0)R): S(d): tensor dim d split over "
+      "that mesh dim; R: replicated; P: partial sums (P(max): partial maxima).",
+      "Colour: the node's output placement (grey replicated, warm partial, cool sharded; the same "
+      "in every plan).",
+      "Red border or edge: the node's inputs are redistributed; AG all-gather, AR all-reduce, RS "
+      "reduce-scatter, A2A all-to-all, (dp) the mesh dim, bwd in backward; bytes, then us.",
+      "Boxes are ops; rounded shapes parameters, buffers, inputs and outputs; a dashed box counts "
+      "repeated layers placed like the layer drawn above it.",
+  };
+}
+
 std::string dotGraph(const Plan& p, const DotOptions& options) {
-  static const char* kPalette[] = {"#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f", "#cab2d6",
-                                   "#ffff99", "#8dd3c7", "#bebada", "#fccde5", "#d9d9d9",
-                                   "#ccebc5", "#ffed6f", "#80b1d3", "#fdb462", "#b3de69"};
-  constexpr size_t kColors = sizeof(kPalette) / sizeof(kPalette[0]);
   auto isParam = [](const PlanNode& n) { return n.kind == "parameter" || n.kind == "buffer"; };
   auto shown = [&](const PlanNode& n) { return options.parameters || !isParam(n); };
-  std::map<std::string, size_t> colour;  // placement text -> palette index, in sorted order
+  std::set<std::string> colour;  // the output placements drawn, for the legend
   for (const PlanNode& n : p.nodes)
-    if (shown(n)) colour.emplace(mesh::toCompactString(n.outputPlacements()), 0);
-  size_t k = 0;
-  for (auto& [placement, c] : colour) c = k++ % kColors;
+    if (shown(n)) colour.insert(mesh::toCompactString(n.outputPlacements()));
 
   // Which box each node is drawn in: itself ("n<i>"), or, when its module path is deeper than
   // collapse_depth, the box of its module truncated to that depth ("m<k>").
@@ -526,9 +856,11 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   // above it, nested).
   std::map<std::string, std::vector<std::string>> members;  // module path -> node statements
   std::set<std::string> paths;
+  std::map<std::string, size_t> first_seen;  // module path -> order of first appearance
   auto addPath = [&](std::string path) {
     while (!path.empty()) {
       paths.insert(path);
+      first_seen.emplace(path, first_seen.size());
       path = parentPath(path);
     }
   };
@@ -544,7 +876,7 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
                         : isParam(n)   ? ", shape=ellipse, fontsize=8"
                                        : ", shape=ellipse";
     std::string stmt = box[i] + " [label=\"" + label + "\", fillcolor=\"" +
-                       kPalette[colour[placement]] + "\"" + shape + "];";
+                       placementColour(placement) + "\"" + shape + "];";
     std::string where = options.modules ? n.module_path : std::string();
     members[where].push_back(stmt);
     if (options.modules) addPath(where);
@@ -570,7 +902,17 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   out += "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=10];\n";
   out += "  edge [fontname=\"Helvetica\", fontsize=9];\n";
   for (const std::string& stmt : members[""]) out += "  " + stmt + "\n";
-  // Nested clusters: emit each top-level path with its children recursively.
+  // Nested clusters: emit each top-level path with its children recursively, in model order (the
+  // order the nodes appear in the plan: layers.2 before layers.10).
+  auto inModelOrder = [&](const std::string& parent) {
+    std::vector<std::string> children;
+    for (const std::string& path : paths)
+      if (parentPath(path) == parent) children.push_back(path);
+    std::sort(children.begin(), children.end(), [&](const std::string& a, const std::string& b) {
+      return first_seen.at(a) < first_seen.at(b);
+    });
+    return children;
+  };
   size_t cluster = 0;
   std::function<void(const std::string&, const std::string&)> emit =
       [&](const std::string& path, const std::string& indent) {
@@ -578,14 +920,10 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
         out +=
             indent + "  label=\"" + dotEscape(path) + "\"; style=\"rounded\"; color=\"#999999\";\n";
         for (const std::string& stmt : members[path]) out += indent + "  " + stmt + "\n";
-        for (auto it = paths.upper_bound(path); it != paths.end(); ++it) {
-          if (it->compare(0, path.size() + 1, path + ".") != 0) break;
-          if (parentPath(*it) == path) emit(*it, indent + "  ");
-        }
+        for (const std::string& child : inModelOrder(path)) emit(child, indent + "  ");
         out += indent + "}\n";
       };
-  for (const std::string& path : paths)
-    if (parentPath(path).empty()) emit(path, "  ");
+  for (const std::string& path : inModelOrder("")) emit(path, "  ");
 
   std::set<std::pair<std::string, std::string>> drawn;  // collapsed boxes: one edge per pair
   for (size_t i = 0; i < p.nodes.size(); ++i) {
@@ -617,9 +955,15 @@ std::string dotGraph(const Plan& p, const DotOptions& options) {
   }
   out += "  subgraph cluster_legend {\n    label=\"output placement\";\n";
   size_t j = 0;
-  for (const auto& [placement, c] : colour)
+  for (const std::string& placement : colour)
     out += "    legend" + std::to_string(j++) + " [label=\"" + dotEscape(placement) +
-           "\", fillcolor=\"" + kPalette[c] + "\"];\n";
+           "\", fillcolor=\"" + placementColour(placement) + "\"];\n";
+  std::string marks;
+  for (const std::string& line : pictureMarks()) marks += dotEscape(line) + "\\l";
+  out +=
+      "    legend_marks [shape=note, style=\"filled\", fillcolor=\"#ffffff\", fontsize=9, "
+      "label=\"" +
+      marks + "\"];\n";
   out += "  }\n}\n";
   return out;
 }

@@ -3,12 +3,16 @@
 // `apc explain --format svg|html`. Both draw the same content, module by module:
 //   - a per-module cost chart: one bar per module down to depth 2, split into compute (blue) and
 //     communication (red), with its microseconds;
-//   - a legend of output placements and their colours;
+//   - a legend of output placements and their colours (placementColour: a colour per placement
+//     text, the same in every plan) and of every mark (pictureMarks);
 //   - the module tree: each module a box (SVG) or a collapsible <details> section (HTML) titled
 //     with its op and parameter counts and cost, holding its own nodes as chips (ops as boxes,
 //     parameters and buffers as pills, inputs and outputs as pills too) filled with the colour of
 //     their output placement, and its submodules nested below. A node fed by a communicating edge
-//     has a red border and the edge's collectives (PictureOptions::edge_labels) under its name.
+//     has a red border and the edge's collectives (PictureOptions::edge_labels) under its name,
+//     wrapped over as many lines as they need. In the SVG, a run of repeated layers placed like
+//     the first of the run (same ops and strategies) is that layer drawn once and one dashed box
+//     counting the others ("layers.1-31: 31 more layers placed like layers.0").
 // The SVG is static (every module expanded; tooltips on hover); the HTML page collapses modules
 // below depth 1 until clicked. Both are self-contained and deterministic (graph order, no
 // timestamps).
@@ -17,11 +21,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "apc/plan/explain.h"
 #include "apc/plan/report.h"
+#include "apc/support/strings.h"
 
 namespace apc::plan {
 
@@ -31,11 +37,6 @@ namespace {
 std::string chipName(const PlanNode& n) {
   return n.kind == "op" ? displayName(n) : n.name;
 }
-
-const char* kPalette[] = {"#a6cee3", "#b2df8a", "#fb9a99", "#fdbf6f", "#cab2d6",
-                          "#ffff99", "#8dd3c7", "#bebada", "#fccde5", "#d9d9d9",
-                          "#ccebc5", "#ffed6f", "#80b1d3", "#fdb462", "#b3de69"};
-constexpr size_t kColors = sizeof(kPalette) / sizeof(kPalette[0]);
 
 std::string xmlEscape(const std::string& s) {
   std::string out;
@@ -83,9 +84,31 @@ struct Module {
 
 struct Layout {
   std::vector<Module> modules;  // [0] is the top level
-  std::map<std::string, size_t> colour;
+  std::set<std::string> placements;
   std::vector<std::string> comm;  // per plan node: its incoming collectives (one line each)
+  /// Per plan node: the same as lines short enough for a chip, every word kept.
+  std::vector<std::vector<std::string>> comm_lines;
 };
+
+constexpr size_t kCommChars = 32;  // characters of a chip's collective line
+
+/// `text` cut at spaces into lines of at most `width` characters (a longer word is a line).
+std::vector<std::string> wrapped(const std::string& text, size_t width) {
+  std::vector<std::string> out;
+  for (const std::string& part : split(text, '\n')) {
+    std::string line;
+    for (const std::string& word : split(part, ' ')) {
+      if (word.empty()) continue;
+      if (!line.empty() && line.size() + 1 + word.size() > width) {
+        out.push_back(line);
+        line.clear();
+      }
+      line += (line.empty() ? "" : " ") + word;
+    }
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
 
 size_t moduleFor(Layout& l, std::map<std::string, size_t>& index, const std::string& path) {
   if (auto it = index.find(path); it != index.end()) return it->second;
@@ -107,9 +130,10 @@ Layout layoutOf(const Plan& p, const PictureOptions& o) {
   l.modules.push_back(Module{});
   std::map<std::string, size_t> index{{"", 0}};
   l.comm.resize(p.nodes.size());
+  l.comm_lines.resize(p.nodes.size());
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const PlanNode& n = p.nodes[i];
-    l.colour.emplace(placementOf(n), 0);
+    l.placements.insert(placementOf(n));
     size_t m = moduleFor(l, index, n.module_path);
     l.modules[m].nodes.push_back(i);
     // Totals up the chain.
@@ -126,19 +150,23 @@ Layout layoutOf(const Plan& p, const PictureOptions& o) {
     if (n.graph_node)
       for (const PlanEdge& e : n.in_edges)
         if (auto it = o.edge_labels.find({*n.graph_node, e.input}); it != o.edge_labels.end()) {
+          for (std::string& line : wrapped(it->second, kCommChars))
+            l.comm_lines[i].push_back(std::move(line));
           std::string label = it->second;
           std::replace(label.begin(), label.end(), '\n', ' ');
           l.comm[i] += (l.comm[i].empty() ? "" : "; ") + label;
         }
     if (!n.graph_node)
       if (auto it = o.sink_labels.find(n.name); it != o.sink_labels.end()) {
+        l.comm_lines[i] = wrapped(it->second, kCommChars);
         l.comm[i] = it->second;
         std::replace(l.comm[i].begin(), l.comm[i].end(), '\n', ' ');
       }
-    if (l.comm[i].empty() && n.comm_us > 0) l.comm[i] = "comm " + formatMicros(n.comm_us);
+    if (l.comm[i].empty() && n.comm_us > 0) {
+      l.comm[i] = "comm " + formatMicros(n.comm_us);
+      l.comm_lines[i] = {l.comm[i]};
+    }
   }
-  size_t k = 0;
-  for (auto& [placement, c] : l.colour) c = k++ % kColors;
   return l;
 }
 
@@ -189,19 +217,42 @@ double legendSvg(const Layout& l, double x, double y, double width, std::string&
   out +=
       "<text x=\"" + num(x) + "\" y=\"" + num(y + 12) + "\" class=\"h\">Output placement</text>\n";
   double cx = x, cy = y + 18;
-  for (const auto& [placement, c] : l.colour) {
+  for (const std::string& placement : l.placements) {
     double w = 14 + 7.0 * static_cast<double>(placement.size());
     if (cx + w > x + width) {
       cx = x;
       cy += 20;
     }
     out += "<rect x=\"" + num(cx) + "\" y=\"" + num(cy) + "\" width=\"" + num(w) +
-           "\" height=\"16\" rx=\"3\" fill=\"" + kPalette[c] + "\" stroke=\"#888\"/>";
+           "\" height=\"16\" rx=\"3\" fill=\"" + placementColour(placement) +
+           "\" stroke=\"#888\"/>";
     out += "<text x=\"" + num(cx + 7) + "\" y=\"" + num(cy + 12) + "\" class=\"s\">" +
            xmlEscape(placement) + "</text>\n";
     cx += w + 6;
   }
-  return cy + 24 - y;
+  // What every mark means.
+  cy += 22;
+  for (const std::string& line : pictureMarks()) {
+    out += "<text x=\"" + num(x) + "\" y=\"" + num(cy + 12) + "\" class=\"s\">" + xmlEscape(line) +
+           "</text>\n";
+    cy += 13;
+  }
+  return cy + 10 - y;
+}
+
+/// What a module's subtree chose, node by node (op and strategy): repeated layers with equal
+/// texts are placed alike.
+std::string placedAs(const Plan& p, const Layout& l, size_t m) {
+  std::string out;
+  for (size_t i : l.modules[m].nodes) out += p.nodes[i].op + "|" + p.nodes[i].strategy + ";";
+  for (size_t c : l.modules[m].children) out += "{" + placedAs(p, l, c) + "}";
+  return out;
+}
+
+/// A repeated layer ("layers.3") and its stem ("layers"); "" when `path` is not one.
+std::string layerStem(const std::string& path) {
+  if (path.empty() || repeatedLayerOf(path) != path) return "";
+  return path.substr(0, path.rfind('.'));
 }
 
 constexpr double kChipW = 168, kChipH = 34, kCommH = 12, kGap = 6;
@@ -222,7 +273,7 @@ double moduleSvg(const Plan& p, const Layout& l, size_t m, double x, double y, d
   for (size_t i : mod.nodes) {
     const PlanNode& n = p.nodes[i];
     const bool comm = !l.comm[i].empty();
-    const double h = kChipH + (comm ? kCommH : 0);
+    const double h = kChipH + kCommH * static_cast<double>(l.comm_lines[i].size());
     if (cx + kChipW > x + width - 4 && cx > x + 8) {
       cx = x + 8;
       cy += row_h + kGap;
@@ -237,7 +288,7 @@ double moduleSvg(const Plan& p, const Layout& l, size_t m, double x, double y, d
             "</title>";
     body += "<rect x=\"" + num(cx) + "\" y=\"" + num(cy) + "\" width=\"" + num(kChipW) +
             "\" height=\"" + num(h) + "\" rx=\"" + (pill ? "14" : "4") + "\" fill=\"" +
-            kPalette[l.colour.at(placement)] + "\" stroke=\"" + (comm ? "#d62728" : "#666") +
+            placementColour(placement) + "\" stroke=\"" + (comm ? "#d62728" : "#666") +
             "\" stroke-width=\"" + (comm ? "2" : "1") + "\"/>";
     body += "<text x=\"" + num(cx + 8) + "\" y=\"" + num(cy + 14) + "\" class=\"n\">" +
             xmlEscape(clip(chipName(n), 28)) + "</text>";
@@ -246,15 +297,51 @@ double moduleSvg(const Plan& p, const Layout& l, size_t m, double x, double y, d
                                "  " + formatMicros(n.cost_us),
                            30)) +
             "</text>";
-    if (comm)
-      body += "<text x=\"" + num(cx + 8) + "\" y=\"" + num(cy + 40) + "\" class=\"c\">" +
-              xmlEscape(clip(l.comm[i], 32)) + "</text>";
+    for (size_t k = 0; k < l.comm_lines[i].size(); ++k)
+      body += "<text x=\"" + num(cx + 8) + "\" y=\"" +
+              num(cy + 40 + kCommH * static_cast<double>(k)) + "\" class=\"c\">" +
+              xmlEscape(l.comm_lines[i][k]) + "</text>";
     body += "</g>\n";
     row_h = std::max(row_h, h);
     cx += kChipW + kGap;
   }
   if (!mod.nodes.empty()) cy += row_h + kGap;
-  for (size_t c : mod.children) cy += moduleSvg(p, l, c, x + 10, cy, width - 20, body) + kGap;
+  // Submodules in model order; a run of repeated layers placed like the first of the run is
+  // drawn once, followed by one collapsed box that counts the rest.
+  for (size_t k = 0; k < mod.children.size();) {
+    const size_t c = mod.children[k];
+    cy += moduleSvg(p, l, c, x + 10, cy, width - 20, body) + kGap;
+    const std::string stem = layerStem(l.modules[c].path);
+    size_t end = k + 1;
+    if (!stem.empty()) {
+      const std::string alike = placedAs(p, l, c);
+      while (end < mod.children.size() && layerStem(l.modules[mod.children[end]].path) == stem &&
+             placedAs(p, l, mod.children[end]) == alike)
+        ++end;
+    }
+    if (end > k + 1) {
+      const Module& last = l.modules[mod.children[end - 1]];
+      const Module& next = l.modules[mod.children[k + 1]];
+      double compute = 0, comm_us = 0;
+      for (size_t j = k + 1; j < end; ++j) {
+        compute += l.modules[mod.children[j]].compute_us;
+        comm_us += l.modules[mod.children[j]].comm_us;
+      }
+      const std::string range = next.path + "-" + last.path.substr(stem.size() + 1);
+      const std::string title = range + ": " + std::to_string(end - k - 1) +
+                                " more layers placed like " + l.modules[c].path + " (collapsed), " +
+                                formatMicros(compute + comm_us) + " (comm " +
+                                formatMicros(comm_us) + ")";
+      body += "<g class=\"collapsed\"><title>" + xmlEscape(title) + "</title><rect x=\"" +
+              num(x + 10) + "\" y=\"" + num(cy) + "\" width=\"" + num(width - 20) +
+              "\" height=\"24\" rx=\"6\" fill=\"#eeeeee\" stroke=\"#999\" "
+              "stroke-dasharray=\"4 3\"/><text x=\"" +
+              num(x + 18) + "\" y=\"" + num(cy + 16) + "\" class=\"m\">" + xmlEscape(title) +
+              "</text></g>\n";
+      cy += 24 + kGap;
+    }
+    k = end;
+  }
   double h = cy - y + 4;
   static const char* kShade[] = {"#ffffff", "#f7f7f7", "#efefef", "#e7e7e7"};
   out += "<g class=\"module\"><rect x=\"" + num(x) + "\" y=\"" + num(y) + "\" width=\"" +
@@ -328,7 +415,7 @@ std::string htmlPicture(const Plan& p, const PictureOptions& o) {
       std::string placement = placementOf(n);
       const bool comm = !l.comm[i].empty();
       out += std::string("<div class=\"chip") + (n.kind != "op" ? " pill" : "") +
-             (comm ? " comm" : "") + "\" style=\"background:" + kPalette[l.colour.at(placement)] +
+             (comm ? " comm" : "") + "\" style=\"background:" + placementColour(placement) +
              "\" title=\"" +
              xmlEscape(n.op + ", compute " + formatMicros(n.compute_us) + ", comm " +
                        formatMicros(n.comm_us)) +

@@ -158,9 +158,9 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
     const std::string name = in.substr(0, in.find(':'));
     auto placed = p.spec.inputs.find(name);
     inputs.push_back(in + " " +
-                     mesh::toString(placed != p.spec.inputs.end()
-                                        ? placed->second
-                                        : mesh::replicated(p.spec.mesh.ndim())));
+                     mesh::toCompactString(placed != p.spec.inputs.end()
+                                               ? placed->second
+                                               : mesh::replicated(p.spec.mesh.ndim())));
   }
   out += "inputs: " + join(inputs, ", ") + "\n";
   if (const mesh::MixedPrecision& mp = p.spec.mixed_precision; !mp.empty()) {
@@ -214,7 +214,8 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   auto lineOf = [](const std::string& leaf, const PlanParameter& q, int width) {
     char line[512];
     std::snprintf(line, sizeof line, "    %-*s %-6s %-20s %-16s %s/rank\n", width, leaf.c_str(),
-                  q.dtype.c_str(), shapeText(q.shape).c_str(), toString(q.placement).c_str(),
+                  q.dtype.c_str(), shapeText(q.shape).c_str(),
+                  mesh::toCompactString(q.placement).c_str(),
                   humanBytes(static_cast<double>(q.bytes_per_rank)).c_str());
     return std::string(line);
   };
@@ -304,22 +305,13 @@ std::string optimizerLog(const Plan& p) {
   std::string out;
   for (size_t i = 0; i < p.nodes.size(); ++i) {
     const PlanNode& n = p.nodes[i];
-    std::string ins;
-    for (const auto& in : n.input_placements) {
-      if (!in) continue;
-      ins += (ins.empty() ? "" : ", ") + mesh::toCompactString(*in);
-    }
-    std::string outs;
-    for (const auto& o : n.outputs) {
-      if (!o) continue;
-      outs += (outs.empty() ? "" : ", ") + mesh::toCompactString(*o);
-    }
     char line[1024];
-    std::snprintf(
-        line, sizeof line,
-        "#%-5zu %-25s %-28s %-28s placement=%s -> %s  cost=(comm %.3f, compute %.3f)\n", i,
-        displayName(n).c_str(), n.op.c_str(), n.module_path.empty() ? "-" : n.module_path.c_str(),
-        ins.empty() ? "()" : ("(" + ins + ")").c_str(), outs.c_str(), n.comm_us, n.compute_us);
+    std::snprintf(line, sizeof line,
+                  "#%-5zu %-25s %-28s %-28s placement=%s  cost=(comm %.3f, compute %.3f)\n", i,
+                  displayName(n).c_str(), n.op.c_str(),
+                  n.module_path.empty() ? "-" : n.module_path.c_str(),
+                  std::string(trim(mesh::toSignatureString(n.input_placements, n.outputs))).c_str(),
+                  n.comm_us, n.compute_us);
     out += line;
   }
   out += "total: comm " + formatMicros(p.totals.comm_us) + ", compute " +

@@ -70,8 +70,10 @@ int64_t numelOf(const std::vector<int64_t>& sizes) {
 
 // --- files ---------------------------------------------------------------------------------------
 
-/// Makes the entries of `dir` (renames into it) durable.
-Status syncDirectory(const std::string& dir) {
+/// Makes the entries of directory `path` (renames into it) durable; "" is the current directory
+/// (the parent of a bare file name such as `-o model.safetensors`).
+Status syncDirectory(const std::string& path) {
+  const std::string dir = path.empty() ? std::string(".") : path;
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ioError(printable(dir) + ": cannot open to sync (" + errnoText(errno) + ")");
   const int rc = ::fsync(fd);

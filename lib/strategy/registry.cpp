@@ -21,23 +21,7 @@ bool TensorDimRef::operator==(const TensorDimRef&) const = default;
 // --- Strategy ------------------------------------------------------------------------------------
 
 std::string Strategy::toString() const {
-  std::string s;
-  bool first = true;
-  for (const auto& in : inputs) {
-    if (!in) continue;
-    if (!first) s += ",";
-    s += mesh::toCompactString(*in);
-    first = false;
-  }
-  s += " -> ";
-  first = true;
-  for (const auto& out : outputs) {
-    if (!out) continue;
-    if (!first) s += ",";
-    s += mesh::toCompactString(*out);
-    first = false;
-  }
-  return s;
+  return mesh::toSignatureString(inputs, outputs);
 }
 
 // --- RuleContext ---------------------------------------------------------------------------------

@@ -407,6 +407,45 @@ TEST(ShardingOptimizer, ExplainMatchesApcExplain) {
   EXPECT_EQ(*solution, *p);
 }
 
+// Issue 35: the graph-wide explain_placement(target) and the redistribution matrix of
+// print_costs_for_node(node, input) print what `apc explain --target` and `--matrix` print.
+TEST(ShardingOptimizer, TargetAndMatrixMatchApcExplain) {
+  AutoParallel ap(kToy, {}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  ASSERT_OK(plan::writePlanFile(*p, tmp("target.json")));
+  auto target = mesh::parsePlacementTuple("S(0)R");
+  ASSERT_TRUE(target.ok());
+  auto t = ap.sharding_optimizer().explain_placement(*target);
+  ASSERT_TRUE(t.ok()) << t.error().message();
+  EXPECT_EQ(t->rows.size(), p->nodes.size());
+  EXPECT_NEAR(t->current_us, p->totals.total_us, 1e-6 * p->totals.total_us);
+  auto r = testing::runCommand(kApc + " explain " + tmp("target.json") + " --target 'S(0)R'");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, plan::targetText(*t));
+  expectError(
+      ap.sharding_optimizer().explain_placement(mesh::PlacementTuple{mesh::Placement::replicate()}),
+      ErrorCode::kInvalidArgument, "has 1 entry but the mesh");
+
+  std::string linear;
+  for (const plan::PlanNode& n : p->nodes)
+    if (n.op == "aten::linear") {
+      linear = n.name;
+      break;
+    }
+  ASSERT_FALSE(linear.empty());
+  auto m = ap.sharding_optimizer().print_costs_for_node(linear, 0);
+  ASSERT_TRUE(m.ok()) << m.error().message();
+  EXPECT_NE(m->find("*"), std::string::npos) << *m;
+  auto rm = testing::runCommand(kApc + " explain " + tmp("target.json") + " --node " + linear +
+                                " --matrix --input 0");
+  ASSERT_EQ(rm.code, 0) << rm.err;
+  EXPECT_EQ(rm.out, *m);
+  expectError(ap.sharding_optimizer().print_costs_for_node("up.weight", 0), ErrorCode::kNotFound,
+              "has no producer");
+}
+
 TEST(ShardingOptimizer, DiffSolutionsListsTheDifferingNodes) {
   ir::Graph g = ir::testing_graphs::toyBlock(512);
   AutoParallel fsdp(g, {}, mesh8());

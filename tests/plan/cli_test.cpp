@@ -84,7 +84,7 @@ TEST_F(PlanCli, PlanPrintsTheSummaryAndWritesThePlan) {
   Result r = planToy(tmp("toy.json"), "--verbose --timings-json " + tmp("times.json"));
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* needle :
-       {"placement=(", "cost=(comm ", "total: comm", "estimated step time:", "communication",
+       {"placement=", "cost=(comm ", "total: comm", "estimated step time:", "communication",
         "parameters: 2 in 2 modules", "  up\n", "problem: ", "after reduction",
         "solver: optimal, objective", "bound", "time: import", "wrote "})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << "\n" << r.out;
@@ -280,6 +280,66 @@ TEST_F(PlanCli, ExplainListsAlternativesWithStatuses) {
   Result dot = runApc("explain " + tmp("e.json") + " --format dot");
   ASSERT_EQ(dot.code, 0) << dot.err;
   EXPECT_EQ(dot.out.rfind("digraph plan {", 0), 0u);
+}
+
+// Issue 35: --target over the whole graph and --matrix for one input, in text and JSON; the
+// target in the printed notation; misuse is one line.
+TEST_F(PlanCli, ExplainTargetAndMatrix) {
+  ASSERT_EQ(planToy(tmp("t.json")).code, 0);
+  auto plan = nlohmann::json::parse(readFile(tmp("t.json")));
+  Result text = runApc("explain " + tmp("t.json") + " --target 'S(0)R'");
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_EQ(text.out.rfind("target S(0)R: ", 0), 0u) << text.out;
+  EXPECT_NE(text.out.find("node-local"), std::string::npos) << text.out;
+  Result json = runApc("explain " + tmp("t.json") + " --target 'S(0),R' --format json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  auto t = nlohmann::json::parse(json.out);
+  EXPECT_EQ(t["target"], "S(0)R");
+  ASSERT_EQ(t["nodes"].size(), plan["nodes"].size());
+  double current = 0;
+  for (size_t i = 0; i < t["nodes"].size(); ++i) {
+    const auto& row = t["nodes"][i];
+    EXPECT_NEAR(row["current_us"].get<double>(), plan["nodes"][i]["cost_us"].get<double>(),
+                1e-6 * (1 + plan["nodes"][i]["cost_us"].get<double>()));
+    current += row["current_us"].get<double>();
+    if (row["already"].get<bool>()) {
+      EXPECT_NEAR(row["delta_us"].get<double>(), 0, 1e-9);
+    }
+  }
+  EXPECT_NEAR(current, plan["totals"]["total_us"].get<double>(), 1e-6 * current);
+  expectOneLineError(runApc("explain " + tmp("t.json") + " --target 'S(0)'"),
+                     "has 1 entry but the mesh");
+  expectOneLineError(runApc("explain " + tmp("t.json") + " --target 'Q(0)R'"), "--target:");
+  // The matrix of every input of the first linear that has a producer.
+  std::string linear;
+  nlohmann::json edges;
+  for (const auto& n : plan["nodes"])
+    if (n["op"] == "aten::linear") {
+      linear = n["name"];
+      edges = n["in_edges"];
+      break;
+    }
+  ASSERT_FALSE(linear.empty());
+  ASSERT_FALSE(edges.empty());
+  for (const auto& e : edges) {
+    const std::string input = std::to_string(e["input"].get<int>());
+    Result m = runApc("explain " + tmp("t.json") + " --node " + linear + " --matrix --input " +
+                      input + " --format json");
+    ASSERT_EQ(m.code, 0) << m.err;
+    auto mj = nlohmann::json::parse(m.out);
+    const auto& chosen = mj["chosen"];
+    EXPECT_NEAR(mj["us"][chosen["row"].get<size_t>()][chosen["column"].get<size_t>()].get<double>(),
+                e["cost_us"].get<double>(), 1e-9 * (1 + e["cost_us"].get<double>()))
+        << m.out;
+    EXPECT_EQ(mj["producer"]["index"], e["from"]);
+  }
+  Result mt = runApc("explain " + tmp("t.json") + " --node " + linear + " --matrix");
+  ASSERT_EQ(mt.code, 0) << mt.err;
+  EXPECT_NE(mt.out.find("redistribution into input 0 of"), std::string::npos) << mt.out;
+  EXPECT_NE(mt.out.find("*"), std::string::npos) << mt.out;
+  expectOneLineError(runApc("explain " + tmp("t.json") + " --matrix"), "--matrix needs --node");
+  expectOneLineError(runApc("explain " + tmp("t.json") + " --node " + linear + " --input 1"),
+                     "--input goes with --matrix");
 }
 
 TEST_F(PlanCli, DiffAgainstItselfIsEmptyAndAgainstAnotherBudgetListsChanges) {

@@ -6,7 +6,8 @@
 // plan without a graph, the model is imported again from the path stored in the plan, or
 // --model, with the plan's input shapes, checked against the stored SHA-256). --format json prints
 // the same as canonical JSON; --format dot prints a Graphviz graph of the plan coloured by output
-// placement.
+// placement. --target PLACEMENT compares every node's choice with its cheapest strategy that
+// outputs PLACEMENT; --node N --matrix [--input K] prints the redistribution matrix of one input.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -36,6 +37,10 @@ struct ExplainFlags {
   std::string by = "node";     // --by node|module: the costliest table's rows
   bool no_parameters = false;  // dot: leave parameters out
   size_t collapse_depth = 0;   // dot: draw deeper modules as one box each
+  std::string target;          // --target: every node against its cheapest strategy with it
+  bool matrix = false;         // --matrix: the redistribution matrix of one input of the node
+  uint32_t input = 0;          // --input: which input for --matrix
+  bool input_given = false;
 };
 
 int runExplain(const ExplainFlags& f) {
@@ -49,6 +54,21 @@ int runExplain(const ExplainFlags& f) {
     return report(invalidArgument("--by: expected node or module, got '" + f.by + "'"));
   if (!f.node.empty() && !f.module.empty())
     return report(invalidArgument("give at most one of --node and --module"));
+  if (!f.target.empty() && (!f.node.empty() || !f.module.empty()))
+    return report(
+        invalidArgument("--target covers every node: give it without --node and --module"));
+  if (f.matrix && f.node.empty() && f.module.empty())
+    return report(
+        invalidArgument("--matrix needs --node or --module (the node whose input it shows)"));
+  if (f.input_given && !f.matrix) return report(invalidArgument("--input goes with --matrix"));
+  if ((!f.target.empty() || f.matrix) && f.format != "text" && f.format != "json")
+    return report(invalidArgument("--target and --matrix print text or json, not " + f.format));
+  std::optional<mesh::PlacementTuple> target;
+  if (!f.target.empty()) {
+    auto t = mesh::parsePlacementTuple(f.target);
+    if (!t.ok()) return report(invalidArgument("--target: " + t.error().message()));
+    target = std::move(t).value();
+  }
   // The collectives of each communicating edge come from the lowered program, which needs the
   // model: without it (moved, no --model) the output says so and shows costs only.
   std::optional<ir::Graph> graph;
@@ -88,6 +108,18 @@ int runExplain(const ExplainFlags& f) {
                                     : plan::htmlPicture(*p, options));
     return 0;
   }
+  if (target) {
+    if (!graph) return report(graphForPlan(*p, f.model).error());
+    auto built = plan::rebuildProblem(*graph, *p);
+    if (!built.ok()) return report(built.error());
+    auto t = plan::explainTarget(*p, built->gp, *target);
+    if (!t.ok()) return report(t.error());
+    if (f.format == "json")
+      std::cout << plan::canonicalText(plan::targetJson(*p, *t));
+    else
+      std::cout << plan::targetText(*t);
+    return 0;
+  }
   std::optional<plan::NodeExplanation> e;
   if (!f.node.empty() || !f.module.empty()) {
     auto index = f.node.empty() ? plan::findModuleNode(*p, f.module) : plan::findNode(*p, f.node);
@@ -95,6 +127,15 @@ int runExplain(const ExplainFlags& f) {
     if (!graph) return report(graphForPlan(*p, f.model).error());
     auto built = plan::rebuildProblem(*graph, *p);
     if (!built.ok()) return report(built.error());
+    if (f.matrix) {
+      auto m = plan::redistributionMatrix(*p, built->gp, *index, f.input, &*graph);
+      if (!m.ok()) return report(m.error());
+      if (f.format == "json")
+        std::cout << plan::canonicalText(plan::matrixJson(*p, *m));
+      else
+        std::cout << plan::matrixText(*p, *m);
+      return 0;
+    }
     auto ex = plan::explainNode(*p, built->gp, *index, &*graph);
     if (!ex.ok()) return report(ex.error());
     e = std::move(ex).value();
@@ -169,12 +210,23 @@ Runner addExplainCommand(CLI::App& app) {
                  "op count and cost), e.g. 2 for layers.0, layers.1, ...")
       ->check(integerIn(0, 1024));
   app.add_flag("--no-parameters", f->no_parameters, "dot: leave parameters and buffers out");
+  app.add_option("--target", f->target,
+                 "Every node's chosen strategy against its cheapest strategy whose output is "
+                 "placed so (like S(0)R, one entry per mesh dim), with the delta and the total "
+                 "(node-local: each node priced with the others at their choices)");
+  app.add_flag("--matrix", f->matrix,
+               "With --node or --module: the redistribution cost of one input (--input) from "
+               "each placement its producer can output (rows) into each placement the node's "
+               "strategies need (columns), the plan's pair marked *");
+  CLI::Option* input = app.add_option("--input", f->input, "The input of --matrix (default 0)")
+                           ->check(integerIn(0, int64_t{1} << 20));
   app.add_option("--model", f->model,
                  "The model file, for a plan that carries no graph and whose model moved since "
                  "planning (must have the same SHA-256); checked, not imported, otherwise")
       ->check(nonEmptyPath());
-  return [f, top]() {
+  return [f, top, input]() {
     f->top_given = top->count() > 0;
+    f->input_given = input->count() > 0;
     return runExplain(*f);
   };
 }

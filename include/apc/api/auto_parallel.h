@@ -179,9 +179,19 @@ class ShardingOptimizer {
   /// close names.
   Expected<plan::NodeExplanation> explain_placement(const std::string& node) const;
 
+  /// The graph-wide question (Python: explain_placement with a target placement): every node's
+  /// chosen strategy against its cheapest strategy whose output is placed `target`, with the
+  /// deltas and their node-local total (plan::explainTarget; `apc explain PLAN --target`).
+  /// kInvalidArgument when `target` has not one entry per mesh dim.
+  Expected<plan::TargetExplanation> explain_placement(const mesh::PlacementTuple& target) const;
+
   /// The text `apc explain PLAN --node NODE` prints for the node's alternatives (the table of one
   /// node, without the costliest-nodes list). Returned, not printed.
   Expected<std::string> print_costs_for_node(const std::string& node) const;
+  /// The redistribution matrix of input `input` of `node` as `apc explain PLAN --node NODE
+  /// --matrix --input K` prints it: the planner's price from each producer output placement
+  /// (rows) to each placement the node's strategies need (columns), the plan's pair marked.
+  Expected<std::string> print_costs_for_node(const std::string& node, uint32_t input) const;
 
   /// Nodes and parameters whose placements differ between two plans, with the cost delta of each
   /// and in total (apc/plan/diff.h; plan::diffText prints it as `apc diff` does).

@@ -4,13 +4,27 @@
 //   S(d)       shard tensor dim d (torch.chunk semantics: ceil-sized pieces, the last may be short)
 //   R          replicate
 //   P / P(op)  partial: every rank holds a summand (op sum by default; max, min, avg where needed)
-// A PlacementTuple has one entry per mesh dimension. Text forms, both parsed: `S(0),R` and
-// `[S(0), R]`; printed compactly as `S(0)R` in logs (toCompactString) and as `S(0),R` elsewhere.
+// A PlacementTuple has one entry per mesh dimension. Text forms, all parsed: `S(0)R` (the printed
+// form), `S(0),R` and `[S(0), R]`.
+//
+// The notation every printer uses (plan JSON "strategy", `apc plan` summary and --verbose log,
+// `apc explain`, `apc diff`, the dot/SVG pictures, the C++ API's printers), README "Reading a
+// plan":
+//   a tensor's placement  its mesh-dim placements concatenated, mesh dim 0 first: `S(0)S(1)`,
+//                         `RR`, `PR` (a partial sum), `P(max)R`
+//                         (toCompactString)
+//   an op's strategy      its tensor inputs' placements joined by `,`, then ` -> `, then its
+//                         tensor outputs' joined by `,`: `S(0)R,RS(1) -> S(0)S(1)`
+//                         (toSignatureString; Strategy::toString)
+// On a mesh of n dims every placement has exactly n entries, so a `,` always separates two tensors.
+// toString (`S(0),R`) is kept for machine forms (checkpoint metadata) and parse error messages
+// that echo what the user wrote.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,11 +77,15 @@ class Placement {
 /// One placement per mesh dimension.
 using PlacementTuple = std::vector<Placement>;
 
-/// "S(0),R".
+/// "S(0),R" (machine forms; printers use toCompactString).
 std::string toString(const PlacementTuple& t);
-/// "S(0)R" (for logs).
+/// "S(0)R": how every printer writes a tensor's placement (see the notation above).
 std::string toCompactString(const PlacementTuple& t);
-/// Parses "S(0),R" or "[S(0), R]"; each entry as in Placement::parse.
+/// "S(0)R,RS(1) -> S(0)S(1)": how every printer writes an op's strategy (see the notation above);
+/// entries without a tensor (nullopt) are left out.
+std::string toSignatureString(const std::vector<std::optional<PlacementTuple>>& inputs,
+                              const std::vector<std::optional<PlacementTuple>>& outputs);
+/// Parses "S(0)R", "S(0),R" or "[S(0), R]"; each entry as in Placement::parse.
 Expected<PlacementTuple> parsePlacementTuple(std::string_view text);
 /// All-replicate tuple of the given length.
 PlacementTuple replicated(size_t mesh_ndim);

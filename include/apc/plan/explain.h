@@ -123,6 +123,66 @@ std::string explanationText(const Plan& p, const NodeExplanation& e);
 /// {"totals": ..., "top": [...], "node": {...}} (node only when given).
 nlohmann::json explainJson(const Plan& p, size_t top, const NodeExplanation* e);
 
+/// `apc explain PLAN --target S(0)R` (AutoParallel's explain_placement(target)): for every node,
+/// the cost of its chosen strategy against the cheapest strategy of that node whose (first)
+/// output is placed `target`, and the delta.
+///
+/// Node-local, as explainNode prices alternatives: each node is priced alone with every other
+/// node at its chosen strategy, and a strategy's cost is its here_us (compute + redistributing the
+/// chosen producers' outputs into what it needs; for the chosen strategy that is the node's
+/// cost_us in the plan). It ignores what the node's consumers would pay to take the new output and
+/// that neighbours moving together change each other's edges: total_delta_us is the sum of
+/// independent per-node deltas, not the step of a plan with the target everywhere. A strategy is
+/// available as explainNode's are: not pinned away, finite here, its edges to the chosen
+/// neighbours possible, parameter memory within the budget.
+struct TargetRow {
+  uint32_t node = 0;  // plan node index
+  std::string name, op, module_path;
+  std::string chosen_strategy;
+  double current_us = 0;                 // the chosen strategy's here_us (= cost_us)
+  bool already = false;                  // the chosen strategy's output is the target
+  std::optional<uint32_t> target_index;  // the cheapest available strategy outputting the target
+  std::string target_strategy;
+  double target_us = 0;  // its here_us
+  double delta_us = 0;   // target_us - current_us
+  std::string why;       // without a target strategy: why (one line)
+};
+struct TargetExplanation {
+  PlacementTuple target;
+  std::vector<TargetRow> rows;  // every plan node, in plan order
+  double current_us = 0;        // sum of current_us (= the plan's total)
+  double total_delta_us = 0;    // sum of delta_us over the rows with a target strategy
+  size_t can = 0;               // rows with a target strategy
+  size_t already = 0;           // rows whose chosen output is the target
+};
+/// kInvalidArgument when `target` has not one entry per mesh dim.
+Expected<TargetExplanation> explainTarget(const Plan& p, const solver::GraphProblem& gp,
+                                          const PlacementTuple& target);
+std::string targetText(const TargetExplanation& t);
+nlohmann::json targetJson(const Plan& p, const TargetExplanation& t);
+
+/// `apc explain PLAN --node N --matrix --input K` (AutoParallel's print_costs_for_node): what the
+/// planner charges to redistribute input K of node N, from each placement its producer's
+/// strategies output (rows) into each placement N's strategies need there (columns), in us
+/// (forward and backward, +infinity where impossible). The entries are the rebuilt problem's
+/// edge table, i.e. the planner's own prices (rebuildProblem reruns the construction with the
+/// cost model of the plan's spec); strategies with equal placements share a row or column.
+struct RedistributionMatrix {
+  uint32_t node = 0, input = 0, producer = 0;  // plan node indices and the input index
+  std::vector<PlacementTuple> rows, columns;
+  std::vector<std::vector<double>> us;  // [row][column]
+  size_t chosen_row = 0, chosen_column = 0;
+  double charged_us = 0;  // the plan's cost of this edge (PlanEdge::cost_us)
+};
+/// kNotFound when input K of the node has no producer edge (a constant, a non-tensor input or
+/// an index past its inputs; the message lists the inputs that have one). `g`, when given, picks
+/// the producer output that feeds the input (else its first output).
+Expected<RedistributionMatrix> redistributionMatrix(const Plan& p, const solver::GraphProblem& gp,
+                                                    uint32_t node, uint32_t input,
+                                                    const ir::Graph* g = nullptr);
+std::string matrixText(const Plan& p, const RedistributionMatrix& m);
+nlohmann::json matrixJson(const Plan& p, const RedistributionMatrix& m);
+
 struct DotOptions {
   /// Labels of communicating edges by (consumer graph node, input index): the collectives, mesh
   /// dims and bytes (apc explain fills it from the lowered program); edges without one that
@@ -138,9 +198,18 @@ struct DotOptions {
   size_t collapse_depth = 0;
 };
 
+/// The fill colour of an output placement ("S(0)R") in every picture (dot, SVG, HTML): a function
+/// of the placement's text alone, so a placement has the same colour in every plan. Replicated:
+/// grey; with a partial entry: a warm colour; sharded: a cool one; "" or "-": white.
+std::string placementColour(const std::string& placement);
+/// What every mark of the pictures means (placements, colours, collectives, shapes), one line
+/// each: the pictures' legend.
+std::vector<std::string> pictureMarks();
+
 /// Graphviz dot of the plan's nodes with their data edges: each node labelled with its name, op
-/// and output placement and filled with a colour per distinct output placement (legend
-/// included), parameters as ellipses, modules as clusters (see DotOptions).
+/// and output placement and filled with its placement's colour (placementColour; legend of the
+/// placements and of every mark included), parameters as ellipses, modules as clusters in model
+/// order (see DotOptions).
 std::string dotGraph(const Plan& p, const DotOptions& options = {});
 
 struct PictureOptions {
@@ -152,7 +221,8 @@ struct PictureOptions {
 /// The plan as one static SVG (lib/plan/picture.cpp): a per-module cost chart (compute and
 /// communication), the placement legend, and the module tree as nested boxes holding their nodes
 /// (ops as boxes, parameters as pills) coloured by output placement, communicating edges' targets
-/// outlined in red with their collectives.
+/// outlined in red with their collectives (wrapped, never cut); a run of repeated layers placed
+/// alike is the first drawn and one dashed box counting the others.
 std::string svgPicture(const Plan& p, const PictureOptions& options = {});
 /// The same content as a self-contained HTML page whose modules are collapsible sections.
 std::string htmlPicture(const Plan& p, const PictureOptions& options = {});
