@@ -53,9 +53,9 @@
 //    problem. Otherwise R is solved with U's restriction as the incumbent (an integral LP
 //    optimum, or CBC with its objective as cutoff), so the result is never worse than U. U itself
 //    is returned when that optimum is not cheaper (the common case, "clustered solution verified
-//    by LP bound" in ReductionStats::cluster_check), else the optimum of R, expanded ("re-solved
-//    without clustering"). Either way the result is an optimum of the full problem (within the
-//    solver's time limit): clustering only makes finding it and proving it cheap.
+//    by LP bound", ClusterCheck::kVerifiedByLp in ReductionStats), else the optimum of R, expanded
+//    ("re-solved without clustering"). Either way the result is an optimum of the full problem
+//    (within the solver's time limit): clustering only makes finding it and proving it cheap.
 //    Limits: the check's cost grows with the total number of layers (its LP is over the
 //    unclustered problem). Above kMaxCheckColumns, or past the deadline, the clustered plan (or
 //    its unclustered re-choice of eliminated nodes, when cheaper) is returned unproven, with the
@@ -449,13 +449,14 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   auto t0 = std::chrono::steady_clock::now();
   // The best lower bound so far (3a), and whether the plan meets it.
   double folded = -kInfinity;
-  const char* bound_name = "";
+  CheckBound bound_kind = CheckBound::kNone;
   auto meets = [&] {
     return clustered.objective <= folded + 1e-9 * std::max(1.0, std::fabs(folded));
   };
-  auto proven = [&](const std::string& how) {
+  auto proven = [&](ClusterCheck how) {
     if (stats) {
-      stats->cluster_check = how + bound_name;
+      stats->cluster_check = how;
+      stats->check_bound = bound_kind;
       stats->cluster_check_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -466,15 +467,15 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   // 3a, first the chain bound (computed before the clustered solve).
   if (chain.bound) {
     folded = *chain.bound;
-    bound_name = "the chain bound";
+    bound_kind = CheckBound::kChain;
     if (stats) stats->folded_bound = folded;
-    if (meets()) return proven("clustered solution verified by ");
+    if (meets()) return proven(ClusterCheck::kMeetsBound);
   }
   // 3b, cheap part first: the boundary instances' eliminated nodes re-chosen.
   bool rechosen = false;  // 3b without the ILP ran
   bool improved = false;  // 3b changed the plan
   auto verifiedHow = [&] {
-    return improved ? "boundary layers re-solved, verified by " : "clustered solution verified by ";
+    return improved ? ClusterCheck::kBoundaryMeetsBound : ClusterCheck::kMeetsBound;
   };
   auto rechoose = [&](bool ilp) {
     if (secondsLeft(options.solver, t0) <= 0) return false;
@@ -500,7 +501,7 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     unclustered_columns = static_cast<double>(fb.columns) * fb.unfold_ratio;
     if (fb.bound && *fb.bound > folded) {
       folded = *fb.bound;
-      bound_name = "the folded LP bound";
+      bound_kind = CheckBound::kFoldedLp;
       if (stats) stats->folded_bound = folded;
     }
     if (fb.bound) {
@@ -513,7 +514,8 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   // Not proven: the clustered plan with the bound of a relaxation of `full` (trivialBound).
   auto unproven = [&](SolveStatus status, const std::string& why) {
     if (stats) {
-      stats->cluster_check = "clustered solution not proven (" + why + ")";
+      stats->cluster_check = ClusterCheck::kNotProven;
+      stats->check_why = why;
       stats->cluster_check_seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
@@ -592,14 +594,15 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   // elimination re-chooses the eliminated nodes, which clustering had tied. Keep the clustered
   // plan unless clearly cheaper, so that the plan is the one without the check when that passes.
   if (!(objective < clustered.objective - 1e-9 * std::max(1.0, std::fabs(clustered.objective)))) {
-    if (stats)
-      stats->cluster_check = reduced.nodes.empty() ? "clustered solution verified by elimination"
+    if (stats) {
+      stats->cluster_check = reduced.nodes.empty() ? ClusterCheck::kVerifiedByElimination
                              : unclustered.status != SolveStatus::kOptimal
-                                 ? std::string("clustered solution not proven (") +
-                                       statusName(unclustered.status) + ")"
-                             : how == StartOutcome::kStartProven
-                                 ? "clustered solution verified by LP bound"
-                                 : "clustered solution verified by the unclustered ILP";
+                                 ? ClusterCheck::kNotProven
+                             : how == StartOutcome::kStartProven ? ClusterCheck::kVerifiedByLp
+                                                                 : ClusterCheck::kVerifiedByIlp;
+      if (stats->cluster_check == ClusterCheck::kNotProven)
+        stats->check_why = statusName(unclustered.status);
+    }
     // The clustered problem's bound is not one of `full` (it is a restriction): the
     // unclustered one is.
     clustered.status = unclustered.status;
@@ -608,7 +611,7 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     clustered.seconds += seconds;
     return clustered;
   }
-  if (stats) stats->cluster_check = "re-solved without clustering";
+  if (stats) stats->cluster_check = ClusterCheck::kResolved;
   unclustered.choice = std::move(choice);
   unclustered.objective = objective;
   unclustered.bound = std::min(std::max(unclustered.bound + reducer.constant(), folded), objective);
@@ -640,7 +643,7 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
     if (clusters > 0 && options.prove_cluster && options.chain) {
       auto t0 = std::chrono::steady_clock::now();
       chain = detail::chainBound(full, rep, instance, cluster, options.solver);
-      auto chainSolution = [&](SolveStatus status, const char* check) {
+      auto chainSolution = [&](SolveStatus status, ClusterCheck check) {
         Solution s;
         s.choice = std::move(chain.choice);
         s.objective = chain.objective;
@@ -661,12 +664,10 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
       };
       if (chain.bound && std::isfinite(chain.objective)) {
         if (chain.objective <= *chain.bound + 1e-9 * std::max(1.0, std::fabs(*chain.bound)))
-          return chainSolution(SolveStatus::kOptimal,
-                               "the chain relaxation's plan meets its bound");
+          return chainSolution(SolveStatus::kOptimal, ClusterCheck::kChainPlanMeetsBound);
         // No time left for the tied problem: this plan, with its proven gap.
         if (secondsLeft(options.solver, t0) <= 0)
-          return chainSolution(SolveStatus::kTimeLimit,
-                               "the chain relaxation's plan, not proven (time limit)");
+          return chainSolution(SolveStatus::kTimeLimit, ClusterCheck::kChainPlanUnproven);
       }
     }
     if (clusters > 0) {
@@ -724,6 +725,35 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
   s.objective = objective;
   if (base == &full || !options.prove_cluster) return s;
   return checkClustered(full, options, std::move(s), rep, instance, chain, stats);
+}
+
+std::string clusterCheckText(const ReductionStats& stats) {
+  const char* bound = stats.check_bound == CheckBound::kChain      ? "the chain bound"
+                      : stats.check_bound == CheckBound::kFoldedLp ? "the folded LP bound"
+                                                                   : "a bound";
+  switch (stats.cluster_check) {
+    case ClusterCheck::kNone:
+      return "";
+    case ClusterCheck::kChainPlanMeetsBound:
+      return "the chain relaxation's plan meets its bound";
+    case ClusterCheck::kChainPlanUnproven:
+      return "the chain relaxation's plan, not proven (time limit)";
+    case ClusterCheck::kMeetsBound:
+      return std::string("clustered solution verified by ") + bound;
+    case ClusterCheck::kBoundaryMeetsBound:
+      return std::string("boundary layers re-solved, verified by ") + bound;
+    case ClusterCheck::kVerifiedByLp:
+      return "clustered solution verified by LP bound";
+    case ClusterCheck::kVerifiedByIlp:
+      return "clustered solution verified by the unclustered ILP";
+    case ClusterCheck::kVerifiedByElimination:
+      return "clustered solution verified by elimination";
+    case ClusterCheck::kResolved:
+      return "re-solved without clustering";
+    case ClusterCheck::kNotProven:
+      return "clustered solution not proven (" + stats.check_why + ")";
+  }
+  return "";
 }
 
 Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& given,

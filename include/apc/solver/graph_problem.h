@@ -107,6 +107,24 @@ Expected<GraphProblem> buildGraphProblem(
     const mesh::Spec& spec,
     const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt);
 
+/// How the clustered plan was checked against the unclustered problem (solve_graph_problem.cpp,
+/// step 3; SolveGraphOptions::cluster). clusterCheckText says it in words.
+enum class ClusterCheck {
+  kNone,                   // no clusters (or the check was not run)
+  kChainPlanMeetsBound,    // the chain relaxation's plan meets its bound: optimal (3a)
+  kChainPlanUnproven,      // the chain relaxation's plan, no time for more (time limit)
+  kMeetsBound,             // the clustered plan meets a bound (ReductionStats::check_bound)
+  kBoundaryMeetsBound,     // the boundary layers re-solved (3b), then it meets a bound
+  kVerifiedByLp,           // the unclustered LP bound proves it
+  kVerifiedByIlp,          // the unclustered ILP with it as start proves it
+  kVerifiedByElimination,  // the unclustered reduction left nothing: its expansion is optimal
+  kResolved,               // the unclustered optimum was cheaper and is returned
+  kNotProven,              // not proven; ReductionStats::check_why says why
+};
+
+/// The bound a kMeetsBound / kBoundaryMeetsBound plan meets.
+enum class CheckBound { kNone, kChain, kFoldedLp };
+
 /// Sizes of the problem handed to CBC, before and after reduction.
 struct ReductionStats {
   size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
@@ -114,21 +132,16 @@ struct ReductionStats {
   size_t clusters = 0;  // repeated-layer clusters whose variables were tied
   size_t dominated =
       0;  // strategies dropped as dominated (solve_graph_problem.cpp, 1c) before the ILP
-  // With clusters: how the clustered plan was checked against the unclustered problem (see
-  // SolveGraphOptions::cluster): "clustered solution verified by the folded LP bound", "boundary
-  // layers re-solved, verified by the folded LP bound" (the plan then differs from the clustered
-  // one in the first or last layer), "clustered solution verified by LP bound", "... verified by
-  // the unclustered ILP", "... verified by elimination" (the unclustered reduction left nothing),
-  // or "re-solved without clustering" (the unclustered optimum was cheaper and is returned); empty
-  // without clusters.
-  std::string cluster_check;
+  ClusterCheck cluster_check = ClusterCheck::kNone;
+  CheckBound check_bound = CheckBound::kNone;
+  std::string check_why;  // with kNotProven: the status or the size that stopped the check
   double cluster_check_seconds = 0;  // time of that check (reduction, LP, any ILP)
   // The folded bound of the check (solve_graph_problem.cpp, step 3a), a lower bound on every plan;
   // none when it was not computed (no clusters, too few tied instances, no time).
   std::optional<double> folded_bound;
   // Step 0 (lib/solver/memory_search.h), when a memory row binds in part: the memory-free
   // subproblems it solved and the search nodes it expanded; 0 when it did not run. When it proved
-  // its plan, the sizes "after" are those of its first subproblem.
+  // its plan, the sizes "after" are those of the problem it searched (steps 1-2, the row kept).
   size_t memory_subproblems = 0;
   size_t memory_branches = 0;
 };
@@ -192,6 +205,10 @@ inline constexpr uint32_t kNoCluster = UINT32_MAX;
 /// `index` receives, per node of `full`, its node in the quotient.
 Problem quotientProblem(const Problem& full, const std::vector<uint32_t>& rep,
                         std::vector<uint32_t>& index);
+
+/// The check in words ("clustered solution verified by the folded LP bound", "re-solved without
+/// clustering", ...); empty for kNone.
+std::string clusterCheckText(const ReductionStats& stats);
 
 /// Solves a GraphProblem; when `reduce` is set the ILP sees the reduced problem and the returned
 /// choice is expanded back to every node of `gp.problem` (its objective is evaluated on the full
