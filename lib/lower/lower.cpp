@@ -538,8 +538,8 @@ Status Lowerer::emitOp(const ir::Node& n) {
     } else if (v.type == ir::ValueType::kTensorList && placement_[gv.v] && v.producer.valid()) {
       if (want && *want != *placement_[gv.v])
         return unsupported(consumer + " (input " + std::to_string(i) + "): tensor list %" +
-                           v.debug_name + " placed " + mesh::toString(*placement_[gv.v]) +
-                           ", needed " + mesh::toString(*want));
+                           v.debug_name + " placed " + mesh::toCompactString(*placement_[gv.v]) +
+                           ", needed " + mesh::toCompactString(*want));
       APC_ASSIGN_OR_RETURN(ir::ValueId local, localInput(gv));
       inputs.push_back(local);
       for (const ir::TensorMeta& e : v.elements)

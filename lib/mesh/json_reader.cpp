@@ -174,7 +174,7 @@ Expected<PlacementTuple> readPlacementTuple(const json& j, const std::string& pa
     t.push_back(*p);
   }
   if (t.size() != mesh_ndim)
-    return at(path, "placement list " + toString(t) + " has " + entries(t.size()) +
+    return at(path, "placement list " + toCompactString(t) + " has " + entries(t.size()) +
                         " but the mesh has " + dims(mesh_ndim));
   return t;
 }

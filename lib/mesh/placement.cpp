@@ -164,7 +164,7 @@ PlacementTuple replicated(size_t mesh_ndim) {
 
 Status checkPlacementTuple(const PlacementTuple& t, int64_t tensor_rank, size_t mesh_ndim) {
   if (t.size() != mesh_ndim)
-    return invalidArgument("placement " + toString(t) + " has " + std::to_string(t.size()) +
+    return invalidArgument("placement " + toCompactString(t) + " has " + std::to_string(t.size()) +
                            (t.size() == 1 ? " entry" : " entries") + " but the mesh has " +
                            std::to_string(mesh_ndim) + " dims");
   for (const Placement& p : t)

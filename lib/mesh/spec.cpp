@@ -499,8 +499,8 @@ Expected<std::vector<Pin>> readPins(const json& j, const std::string& path, size
       return at(p, what + " is pinned twice (first at " + indexPath(path, it->second) +
                        (first.placements == pin.placements
                             ? ")"
-                            : " to " + toString(first.placements) + ", here to " +
-                                  toString(pin.placements) + ")"));
+                            : " to " + toCompactString(first.placements) + ", here to " +
+                                  toCompactString(pin.placements) + ")"));
     }
     out.push_back(std::move(pin));
   }

@@ -7,8 +7,10 @@
 #include "apc/plan/explain.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -788,28 +790,65 @@ std::string parentPath(const std::string& path) {
 }  // namespace
 
 std::string placementColour(const std::string& placement) {
-  // Cool colours for sharded placements, warm ones for those with a partial entry, grey for
-  // replicated, white for none; which one of its family by a hash of the text (FNV-1a), so that
-  // the colour depends on the placement alone, never on the plan or the order of appearance.
-  static const char* kSharded[] = {"#a6cee3", "#b2df8a", "#8dd3c7", "#bebada",
-                                   "#ccebc5", "#80b1d3", "#b3de69", "#cab2d6",
-                                   "#ffff99", "#ffed6f", "#9ecae1", "#c7e9c0"};
-  static const char* kPartial[] = {"#fdbf6f", "#fb9a99", "#fdb462", "#fccde5", "#fdd0a2"};
+  // By the placement's entries, not a hash (a hash into 12 colours gave S(0)S(0) and S(1)S(1) one
+  // blue in the 8B plan). Each entry is a digit, mesh dim 0 first: R 0, S(0)-S(2) 1-3, S(3+) 4,
+  // P 5; the code is the digits in base 6 (0-35 on a 2-d mesh, taken modulo 36 beyond). Code k
+  // has hue (k mod 12) * 5 mod 12 steps of 30 degrees (stride 5, coprime with 12, puts
+  // neighbouring codes far apart) and one of three lightnesses by k / 12: every placement of a 1-d
+  // or 2-d mesh has a colour of its own. Replicated is grey, none white.
   if (placement.empty() || placement == "-") return "#ffffff";
   if (placement.find_first_not_of('R') == std::string::npos) return "#d9d9d9";
-  uint32_t h = 2166136261u;
-  for (char c : placement) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
-  if (placement.find('P') != std::string::npos)
-    return kPartial[h % (sizeof(kPartial) / sizeof(kPartial[0]))];
-  return kSharded[h % (sizeof(kSharded) / sizeof(kSharded[0]))];
+  size_t code = 0;
+  for (size_t i = 0; i < placement.size(); ++i) {
+    const char ch = placement[i];
+    int d = -1;
+    if (ch == 'R') {
+      d = 0;
+    } else if (ch == 'S' || ch == 'P') {
+      d = 5;
+      if (ch == 'S') {
+        d = 4;
+        if (i + 2 < placement.size() && std::isdigit(static_cast<unsigned char>(placement[i + 2])))
+          d = std::min(4, 1 + std::atoi(placement.c_str() + i + 2));
+      }
+      if (i + 1 < placement.size() && placement[i + 1] == '(')
+        if (size_t close = placement.find(')', i); close != std::string::npos) i = close;
+    }
+    if (d >= 0) code = (code * 6 + static_cast<size_t>(d)) % 36;
+  }
+  const double hue = 30.0 * static_cast<double>((code % 12) * 5 % 12);
+  const double light = code < 12 ? 0.84 : code < 24 ? 0.72 : 0.6, sat = 0.65;
+  // HSL to RGB.
+  const double c = (1 - std::fabs(2 * light - 1)) * sat;
+  const double hp = hue / 60.0;
+  const double x = c * (1 - std::fabs(std::fmod(hp, 2.0) - 1));
+  double r = 0, g = 0, b = 0;
+  if (hp < 1) {
+    r = c, g = x;
+  } else if (hp < 2) {
+    r = x, g = c;
+  } else if (hp < 3) {
+    g = c, b = x;
+  } else if (hp < 4) {
+    g = x, b = c;
+  } else if (hp < 5) {
+    r = x, b = c;
+  } else {
+    r = c, b = x;
+  }
+  const double m = light - c / 2;
+  auto byte = [&](double v) { return static_cast<int>(std::lround((v + m) * 255)); };
+  char out[8];
+  std::snprintf(out, sizeof out, "#%02x%02x%02x", byte(r), byte(g), byte(b));
+  return out;
 }
 
 std::vector<std::string> pictureMarks() {
   return {
       "Placement, one entry per mesh dim, mesh dim 0 first (S(0)R): S(d): tensor dim d split over "
       "that mesh dim; R: replicated; P: partial sums (P(max): partial maxima).",
-      "Colour: the node's output placement (grey replicated, warm partial, cool sharded; the same "
-      "in every plan).",
+      "Colour: the node's output placement, one colour per placement of a 1-d or 2-d mesh, the "
+      "same in every plan (grey replicated).",
       "Red border or edge: the node's inputs are redistributed; AG all-gather, AR all-reduce, RS "
       "reduce-scatter, A2A all-to-all, (dp) the mesh dim, bwd in backward; bytes, then us.",
       "Boxes are ops; rounded shapes parameters, buffers, inputs and outputs; a dashed box counts "

@@ -255,10 +255,24 @@ std::string layerStem(const std::string& path) {
   return path.substr(0, path.rfind('.'));
 }
 
-constexpr double kChipW = 168, kChipH = 34, kCommH = 12, kGap = 6;
+constexpr double kChipW = 168, kChipH = 34, kTextH = 13, kCommH = 12, kGap = 6;
+constexpr size_t kChipChars = 28;  // characters of a chip's name or placement line
 
-std::string clip(const std::string& s, size_t n) {
-  return s.size() <= n ? s : s.substr(0, n - 1) + "~";
+/// `s` cut into pieces of at most `n` characters (names have no spaces to wrap at).
+std::vector<std::string> chunked(const std::string& s, size_t n) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size(); i += n) out.push_back(s.substr(i, n));
+  if (out.empty()) out.push_back("");
+  return out;
+}
+
+/// `s` wrapped at spaces into lines of at most `n` characters, a longer word cut into pieces.
+std::vector<std::string> wrappedWords(const std::string& s, size_t n) {
+  std::vector<std::string> out;
+  for (const std::string& line : wrapped(s, n))
+    for (std::string& piece : chunked(line, n)) out.push_back(std::move(piece));
+  if (out.empty()) out.push_back("");
+  return out;
 }
 
 /// Draws module `m` at (x, y) with `width`; returns its height.
@@ -273,14 +287,23 @@ double moduleSvg(const Plan& p, const Layout& l, size_t m, double x, double y, d
   for (size_t i : mod.nodes) {
     const PlanNode& n = p.nodes[i];
     const bool comm = !l.comm[i].empty();
-    const double h = kChipH + kCommH * static_cast<double>(l.comm_lines[i].size());
+    // The name and the placement line, wrapped rather than cut (a long op or module name takes
+    // more lines); the full text is in the title too.
+    const bool pill = n.kind != "op";
+    std::string placement = placementOf(n);
+    std::vector<std::string> name_lines = chunked(chipName(n), kChipChars);
+    std::vector<std::string> detail_lines =
+        wrappedWords(placement + "  " + (pill ? n.kind : n.op.substr(n.op.find(':') + 2)) + "  " +
+                         formatMicros(n.cost_us),
+                     kChipChars);
+    const size_t text_lines = name_lines.size() + detail_lines.size();
+    const double h = kChipH + kTextH * static_cast<double>(text_lines - 2) +
+                     kCommH * static_cast<double>(l.comm_lines[i].size());
     if (cx + kChipW > x + width - 4 && cx > x + 8) {
       cx = x + 8;
       cy += row_h + kGap;
       row_h = 0;
     }
-    const bool pill = n.kind != "op";
-    std::string placement = placementOf(n);
     body += "<g><title>" +
             xmlEscape(displayName(n) + " (" + n.op + ") " + placement + ", compute " +
                       formatMicros(n.compute_us) + ", comm " + formatMicros(n.comm_us) +
@@ -290,17 +313,20 @@ double moduleSvg(const Plan& p, const Layout& l, size_t m, double x, double y, d
             "\" height=\"" + num(h) + "\" rx=\"" + (pill ? "14" : "4") + "\" fill=\"" +
             placementColour(placement) + "\" stroke=\"" + (comm ? "#d62728" : "#666") +
             "\" stroke-width=\"" + (comm ? "2" : "1") + "\"/>";
-    body += "<text x=\"" + num(cx + 8) + "\" y=\"" + num(cy + 14) + "\" class=\"n\">" +
-            xmlEscape(clip(chipName(n), 28)) + "</text>";
-    body += "<text x=\"" + num(cx + 8) + "\" y=\"" + num(cy + 27) + "\" class=\"s\">" +
-            xmlEscape(clip(placement + "  " + (pill ? n.kind : n.op.substr(n.op.find(':') + 2)) +
-                               "  " + formatMicros(n.cost_us),
-                           30)) +
-            "</text>";
+    double ty = cy + 14;
+    for (const std::string& line : name_lines) {
+      body += "<text x=\"" + num(cx + 8) + "\" y=\"" + num(ty) + "\" class=\"n\">" +
+              xmlEscape(line) + "</text>";
+      ty += kTextH;
+    }
+    for (const std::string& line : detail_lines) {
+      body += "<text x=\"" + num(cx + 8) + "\" y=\"" + num(ty) + "\" class=\"s\">" +
+              xmlEscape(line) + "</text>";
+      ty += kTextH;
+    }
     for (size_t k = 0; k < l.comm_lines[i].size(); ++k)
-      body += "<text x=\"" + num(cx + 8) + "\" y=\"" +
-              num(cy + 40 + kCommH * static_cast<double>(k)) + "\" class=\"c\">" +
-              xmlEscape(l.comm_lines[i][k]) + "</text>";
+      body += "<text x=\"" + num(cx + 8) + "\" y=\"" + num(ty + kCommH * static_cast<double>(k)) +
+              "\" class=\"c\">" + xmlEscape(l.comm_lines[i][k]) + "</text>";
     body += "</g>\n";
     row_h = std::max(row_h, h);
     cx += kChipW + kGap;

@@ -794,9 +794,9 @@ Expected<Plan> planFromJson(const json& j) {
                                     std::to_string(q.node) + " ('" + pn.name + "')");
     if (q.placement != pn.outputPlacements())
       return at(path + ".placement", "parameter '" + q.name + "' is placed " +
-                                         mesh::toString(q.placement) + " but its node " +
+                                         mesh::toCompactString(q.placement) + " but its node " +
                                          std::to_string(q.node) + " places it " +
-                                         mesh::toString(pn.outputPlacements()));
+                                         mesh::toCompactString(pn.outputPlacements()));
     p.parameters.push_back(std::move(q));
   }
   APC_ASSIGN_OR_RETURN(p.totals, readTotals(j["totals"], "$.totals"));

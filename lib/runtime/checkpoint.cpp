@@ -295,7 +295,7 @@ Expected<std::vector<Saved>> savedTensors(ParallelModule& pm, const Optimizer* o
     for (const mesh::Placement& p : s.spec->placement)
       if (p.isPartial())
         return unsupported("cannot checkpoint " + s.name + ": it is placed " +
-                           mesh::toString(s.spec->placement) + " (a partial sum)");
+                           mesh::toCompactString(s.spec->placement) + " (a partial sum)");
   return out;
 }
 

@@ -142,7 +142,7 @@ TEST(PlacementTuple, CheckRankAndLength) {
   EXPECT_EQ(length.error().message(), "placement S(0) has 1 entry but the mesh has 2 dims");
   Status length3 = checkPlacementTuple(replicated(3), 2, 2);
   ASSERT_FALSE(length3.ok());
-  EXPECT_EQ(length3.error().message(), "placement R,R,R has 3 entries but the mesh has 2 dims");
+  EXPECT_EQ(length3.error().message(), "placement RRR has 3 entries but the mesh has 2 dims");
   // Replicate and Partial fit any rank, even a scalar.
   EXPECT_TRUE(checkPlacementTuple({Placement::partial(), Placement::replicate()}, 0, 2).ok());
 }

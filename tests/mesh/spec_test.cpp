@@ -509,7 +509,7 @@ TEST_F(SpecFiles, ShardingFiles) {
   auto short_mesh = parseInShardingsFile(in, 1);
   ASSERT_FALSE(short_mesh.ok());
   EXPECT_EQ(short_mesh.error().message(),
-            in + ": $[0]: placement list S(0),R has 2 entries but the mesh has 1 dim");
+            in + ": $[0]: placement list S(0)R has 2 entries but the mesh has 1 dim");
   std::string out = write("out.json", R"j({"logits": ["S(0)", "R"], "loss": null})j");
   auto t = parseOutShardingsFile(out, 2);
   ASSERT_TRUE(t.ok()) << t.error().message();

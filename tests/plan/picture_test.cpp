@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+#include <set>
+#include <vector>
 
 #include <map>
 #include <regex>
@@ -51,13 +53,26 @@ TEST(Picture, APlacementHasOneColourInEveryPlan) {
   }
   EXPECT_GT(shared, 0u);
   for (const auto& [placement, colour] : b) EXPECT_EQ(colour, placementColour(placement));
-  // Kinds: replicated grey, partial warm, sharded cool; none white.
+  // Replicated grey, none white; every other placement of a 2-d mesh (tensor dims 0-3, partial
+  // sums) has a colour of its own, and so has every 1-d one.
   EXPECT_EQ(placementColour("RR"), "#d9d9d9");
   EXPECT_EQ(placementColour("-"), "#ffffff");
-  EXPECT_NE(placementColour("S(0)R"), placementColour("RR"));
-  for (const char* partial : {"PR", "S(0)P", "P(max)R"})
-    for (const char* sharded : {"S(0)R", "RS(1)", "S(0)S(1)", "S(2)"})
-      EXPECT_NE(placementColour(partial), placementColour(sharded)) << partial << " " << sharded;
+  const std::vector<std::string> entries = {"R", "S(0)", "S(1)", "S(2)", "S(3)", "P"};
+  std::map<std::string, std::string> owner;  // colour -> the placement that has it
+  for (const std::string& a : entries)
+    for (const std::string& b : entries) {
+      if (a == "R" && b == "R") continue;
+      const std::string colour = placementColour(a + b);
+      auto [it, fresh] = owner.emplace(colour, a + b);
+      EXPECT_TRUE(fresh) << a + b << " and " << it->second << " share " << colour;
+      EXPECT_NE(colour, "#d9d9d9") << a + b;
+    }
+  EXPECT_EQ(owner.size(), 35u);
+  EXPECT_EQ(placementColour("P(max)R"), placementColour("PR"));  // a partial sum or maximum
+  std::set<std::string> one_d;
+  for (const std::string& a : entries)
+    if (a != "R") one_d.insert(placementColour(a));
+  EXPECT_EQ(one_d.size(), entries.size() - 1);
 }
 
 /// A hand-made plan: `layers` repeated layers of one linear each (placed alike), then a head.

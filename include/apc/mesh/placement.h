@@ -17,8 +17,8 @@
 //                         tensor outputs' joined by `,`: `S(0)R,RS(1) -> S(0)S(1)`
 //                         (toSignatureString; Strategy::toString)
 // On a mesh of n dims every placement has exactly n entries, so a `,` always separates two tensors.
-// toString (`S(0),R`) is kept for machine forms (checkpoint metadata) and parse error messages
-// that echo what the user wrote.
+// toString (`S(0),R`) is kept for machine forms only (checkpoint metadata); messages, errors
+// included, use the compact form.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
