@@ -26,8 +26,20 @@ done
 ! grep -lE '#include.*pb\.h' "$work/prefix/include/apc/runtime/"*.h "$work/prefix/include/apc/api/"*.h ||
   fail "a public runtime/API header includes generated protobuf code"
 
+# The package records no path of this build (issue 35): without LibTorch's location it says what
+# it needs; with the LibTorch apc was built against (Torch_DIR from the build) it configures.
+torch_dir=$(sed -n 's/^Torch_DIR:[A-Z]*=//p' "$build/CMakeCache.txt")
+test -n "$torch_dir" || fail "no Torch_DIR in the build's CMakeCache.txt"
+! grep -rqF "$build" "$work/prefix/lib/cmake/apc" || fail "the installed package config names the build tree"
+! grep -rqF "$torch_dir" "$work/prefix/lib/cmake/apc" || fail "the installed package config names LibTorch's path"
+if cmake -S "$src/examples/trainer" -B "$work/trainer-no-torch" -G "$generator" \
+  -DCMAKE_PREFIX_PATH="$work/prefix" >"$work/configure-no-torch.log" 2>&1; then
+  fail "configuring without LibTorch's location succeeded"
+fi
+grep -q "set Torch_DIR" "$work/configure-no-torch.log" ||
+  { tail -20 "$work/configure-no-torch.log"; fail "no message saying how to find LibTorch"; }
 cmake -S "$src/examples/trainer" -B "$work/trainer" -G "$generator" \
-  -DCMAKE_PREFIX_PATH="$work/prefix" >"$work/configure.log" 2>&1 ||
+  -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir" >"$work/configure.log" 2>&1 ||
   { tail -20 "$work/configure.log"; fail "configuring examples/trainer against the package failed"; }
 cmake --build "$work/trainer" >"$work/build.log" 2>&1 ||
   { tail -30 "$work/build.log"; fail "building examples/trainer failed"; }
@@ -49,6 +61,7 @@ add_executable(plan_example "$src/tests/api/readme_example.cpp")
 target_link_libraries(plan_example PRIVATE apc::api)
 CMAKE
 cmake -S "$work/api" -B "$work/api/build" -G "$generator" -DCMAKE_PREFIX_PATH="$work/prefix" \
+  -DTorch_DIR="$torch_dir" \
   >"$work/api-configure.log" 2>&1 || { tail -20 "$work/api-configure.log"; fail "configuring the API example failed"; }
 cmake --build "$work/api/build" >"$work/api-build.log" 2>&1 ||
   { tail -30 "$work/api-build.log"; fail "building the README's API example as C++17 against apc::api failed"; }
