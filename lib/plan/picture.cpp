@@ -176,32 +176,75 @@ std::string moduleTitle(const Module& m) {
          formatMicros(m.compute_us + m.comm_us) + " (comm " + formatMicros(m.comm_us) + ")";
 }
 
+/// A repeated layer ("layers.3") and its stem ("layers"); "" when `path` is not one.
+std::string layerStem(const std::string& path) {
+  if (path.empty() || repeatedLayerOf(path) != path) return "";
+  return path.substr(0, path.rfind('.'));
+}
+
 /// The cost chart as an SVG fragment at (x, y); returns its height.
+/// Whether two modules cost the same (compute and communication, 1e-9 relative).
+bool sameCost(const Module& a, const Module& b) {
+  auto near = [](double u, double v) {
+    return std::fabs(u - v) <= 1e-9 * std::max({1.0, std::fabs(u), std::fabs(v)});
+  };
+  return near(a.compute_us, b.compute_us) && near(a.comm_us, b.comm_us);
+}
+
 double chartSvg(const Layout& l, double x, double y, double width, std::string& out) {
-  std::vector<size_t> rows;
-  std::vector<size_t> stack(l.modules[0].children.rbegin(), l.modules[0].children.rend());
+  // A run of repeated layers of equal cost is one row ("layers.1-31 (31 alike, each)"), as the
+  // module tree draws such layers once: llama3_8b's 32 layers are 2 rows, not 32.
+  struct Row {
+    size_t m;
+    std::string label;
+    bool run = false;  // stands for several layers: drawn without its children
+  };
+  auto childRows = [&](size_t m) {
+    const std::vector<size_t>& kids = l.modules[m].children;
+    std::vector<Row> runs;
+    for (size_t k = 0; k < kids.size();) {
+      const std::string stem = layerStem(l.modules[kids[k]].path);
+      size_t end = k + 1;
+      while (!stem.empty() && end < kids.size() && layerStem(l.modules[kids[end]].path) == stem &&
+             sameCost(l.modules[kids[end]], l.modules[kids[k]]))
+        ++end;
+      Row r{kids[k], l.modules[kids[k]].path, end > k + 1};
+      if (r.run)
+        r.label += "-" + l.modules[kids[end - 1]].path.substr(stem.size() + 1) + " (" +
+                   std::to_string(end - k) + " alike, each)";
+      runs.push_back(std::move(r));
+      k = end;
+    }
+    return runs;
+  };
+  std::vector<Row> rows;
+  std::vector<Row> stack;
+  for (Row& r : childRows(0)) stack.push_back(std::move(r));
+  std::reverse(stack.begin(), stack.end());
   while (!stack.empty()) {
-    size_t m = stack.back();
+    Row r = std::move(stack.back());
     stack.pop_back();
-    rows.push_back(m);
-    if (l.modules[m].depth < 2)
-      for (auto it = l.modules[m].children.rbegin(); it != l.modules[m].children.rend(); ++it)
-        stack.push_back(*it);
+    const size_t m = r.m;
+    const bool expand = !r.run && l.modules[m].depth < 2;
+    rows.push_back(std::move(r));
+    if (!expand) continue;
+    std::vector<Row> kids = childRows(m);
+    for (auto it = kids.rbegin(); it != kids.rend(); ++it) stack.push_back(std::move(*it));
   }
   double max = 0;
-  for (size_t m : rows) max = std::max(max, l.modules[m].compute_us + l.modules[m].comm_us);
+  for (const Row& r : rows) max = std::max(max, l.modules[r.m].compute_us + l.modules[r.m].comm_us);
   const double label_w = 230, bar_w = width - label_w - 130, row_h = 16;
   out += "<text x=\"" + num(x) + "\" y=\"" + num(y + 12) +
          "\" class=\"h\">Cost per module (compute blue, communication red)</text>\n";
   double cy = y + 20;
-  for (size_t m : rows) {
-    const Module& mod = l.modules[m];
+  for (const Row& row : rows) {
+    const Module& mod = l.modules[row.m];
     double total = mod.compute_us + mod.comm_us;
     double wc = max > 0 ? bar_w * mod.compute_us / max : 0;
     double wm = max > 0 ? bar_w * mod.comm_us / max : 0;
     out += "<g><title>" + xmlEscape(moduleTitle(mod)) + "</title>";
     out += "<text x=\"" + num(x + 12 * (mod.depth - 1)) + "\" y=\"" + num(cy + 11) +
-           "\" class=\"s\">" + xmlEscape(mod.path) + "</text>";
+           "\" class=\"s\">" + xmlEscape(row.label) + "</text>";
     out += "<rect x=\"" + num(x + label_w) + "\" y=\"" + num(cy + 2) + "\" width=\"" + num(wc) +
            "\" height=\"11\" fill=\"#4e79a7\"/>";
     out += "<rect x=\"" + num(x + label_w + wc) + "\" y=\"" + num(cy + 2) + "\" width=\"" +
@@ -247,12 +290,6 @@ std::string placedAs(const Plan& p, const Layout& l, size_t m) {
   for (size_t i : l.modules[m].nodes) out += p.nodes[i].op + "|" + p.nodes[i].strategy + ";";
   for (size_t c : l.modules[m].children) out += "{" + placedAs(p, l, c) + "}";
   return out;
-}
-
-/// A repeated layer ("layers.3") and its stem ("layers"); "" when `path` is not one.
-std::string layerStem(const std::string& path) {
-  if (path.empty() || repeatedLayerOf(path) != path) return "";
-  return path.substr(0, path.rfind('.'));
 }
 
 constexpr double kChipW = 168, kChipH = 34, kTextH = 13, kCommH = 12, kGap = 6;

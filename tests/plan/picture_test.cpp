@@ -3,7 +3,8 @@
 // Issue 35, item 5: a placement has one colour in every plan and every picture (a function of
 // its text, not of the other placements of the plan); the legend explains every mark; collective
 // labels are wrapped, never clipped; modules come in model order; a run of repeated layers placed
-// alike is one drawn layer and one collapsed box that counts the rest.
+// alike is one drawn layer and one collapsed box that counts the rest, and the cost chart has one
+// row for a run of layers of equal cost.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -113,6 +114,9 @@ TEST(Picture, RepeatedLayersPlacedAlikeAreOneLayerAndACountInTheSvg) {
       << svg;
   EXPECT_NE(svg.find(">%linear_0<"), std::string::npos);
   EXPECT_EQ(svg.find(">%linear_5<"), std::string::npos);  // not drawn: counted in the box
+  // The cost chart: layers of equal cost are one row, not twelve.
+  EXPECT_NE(svg.find(">layers.0-11 (12 alike, each)<"), std::string::npos) << svg;
+  EXPECT_EQ(svg.find(">layers.5<"), std::string::npos);
   // A layer placed otherwise breaks the run: layers.0-1 alike, 2 alone, 3-11 alike.
   const std::string broken = svgPicture(layeredPlan(12, false));
   EXPECT_NE(broken.find("layers.1-1: 1 more layers placed like layers.0"), std::string::npos)
