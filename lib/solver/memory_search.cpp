@@ -363,21 +363,12 @@ bool memoryRowInPlay(const Problem& p) {
   if (!p.memory) return false;
   std::vector<std::vector<uint32_t>> keep = allowedStrategies(p);
   dropByMemory(p, keep);
-  double sum_lo = 0, sum_hi = 0;
-  bool varies = false;
-  for (size_t v = 0; v < p.nodes.size(); ++v) {
-    if (keep[v].empty()) return false;  // infeasible: the ILP path names the constraint
-    if (p.nodes[v].memory.empty()) continue;
-    double lo = kInfinity, hi = -kInfinity;
-    for (uint32_t s : keep[v]) {
-      lo = std::min(lo, p.nodes[v].memory[s]);
-      hi = std::max(hi, p.nodes[v].memory[s]);
-    }
-    sum_lo += lo;
-    sum_hi += hi;
-    varies = varies || lo != hi;
-  }
-  return varies && sum_hi > p.memory->high && sum_lo >= p.memory->low;
+  for (const auto& k : keep)
+    if (k.empty()) return false;  // infeasible: the ILP path names the constraint
+  const MemoryRange range = memoryRange(p, keep);
+  const bool varies =
+      std::find(range.varies.begin(), range.varies.end(), true) != range.varies.end();
+  return varies && range.most > p.memory->high && range.least >= p.memory->low;
 }
 
 Expected<MemorySearchResult> memorySearch(const Problem& p, const SolverOptions& options,

@@ -180,30 +180,34 @@ std::vector<uint32_t> Reducer::restrictChoice(const std::vector<uint32_t>& ids,
   return choice;
 }
 
+MemoryRange memoryRange(const Problem& p, const std::vector<std::vector<uint32_t>>& keep) {
+  MemoryRange r;
+  r.varies.assign(p.nodes.size(), false);
+  for (size_t v = 0; v < p.nodes.size(); ++v) {
+    if (keep[v].empty() || p.nodes[v].memory.empty()) continue;
+    double lo = kInfinity, hi = -kInfinity;
+    for (uint32_t s : keep[v]) {
+      lo = std::min(lo, p.nodes[v].memory[s]);
+      hi = std::max(hi, p.nodes[v].memory[s]);
+    }
+    r.least += lo;
+    r.most += hi;
+    r.varies[v] = lo != hi;
+  }
+  return r;
+}
+
 void Reducer::fixMemory() {
   const size_t n = p_.nodes.size();
   variable_memory_.assign(n, false);
   if (!p_.memory) return;
-  auto mem = [&](size_t v, uint32_t s) {
-    return p_.nodes[v].memory.empty() ? 0.0 : p_.nodes[v].memory[s];
-  };
   const double low = p_.memory->low, high = p_.memory->high;
   // A row that every choice satisfies (a loose budget, like high = 1) is dropped altogether.
-  double sum_lo = 0, sum_hi = 0;
-  for (size_t v = 0; v < n; ++v) {
-    if (keep_[v].empty() || p_.nodes[v].memory.empty()) continue;
-    double lo = kInfinity, hi = -kInfinity;
-    for (uint32_t s : keep_[v]) {
-      lo = std::min(lo, mem(v, s));
-      hi = std::max(hi, mem(v, s));
-    }
-    sum_lo += lo;
-    sum_hi += hi;
-    variable_memory_[v] = lo != hi;
-  }
-  // No tolerance needed here: every choice is within [sum_lo, sum_hi] up to summation rounding,
+  MemoryRange range = memoryRange(p_, keep_);
+  variable_memory_ = std::move(range.varies);
+  // No tolerance needed here: every choice is within [least, most] up to summation rounding,
   // far below the ILP's and evaluate()'s slack.
-  if (sum_hi <= high && sum_lo >= low) {
+  if (range.most <= high && range.least >= low) {
     memory_redundant_ = true;
     variable_memory_.assign(n, false);
   }

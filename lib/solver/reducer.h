@@ -41,6 +41,14 @@ std::vector<std::vector<uint32_t>> allowedStrategies(const Problem& p);
 /// Step 1b's drops (see the file comment): narrows `keep` to a fixed point.
 void dropByMemory(const Problem& p, std::vector<std::vector<uint32_t>>& keep);
 
+/// The least and the most memory of the row over `keep` (per node minima and maxima), and whether
+/// some node's memory still varies there. Step 1b's redundancy test and step 0's test use it.
+struct MemoryRange {
+  double least = 0, most = 0;
+  std::vector<bool> varies;  // per node
+};
+MemoryRange memoryRange(const Problem& p, const std::vector<std::vector<uint32_t>>& keep);
+
 /// Steps 1 and 1b together: per node, the strategies a feasible choice may use; nullopt when a
 /// node has none left.
 std::optional<std::vector<std::vector<uint32_t>>> feasibleStrategies(const Problem& p);

@@ -621,6 +621,15 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
 
 }  // namespace
 
+/// The sizes after steps 1-2 and the strategies they dropped as dominated.
+void recordReduction(const Reducer& reducer, const Problem& reduced, ReductionStats* stats) {
+  if (!stats) return;
+  stats->dominated = reducer.prunedStrategies();
+  stats->nodes_after = reduced.nodes.size();
+  stats->edges_after = reduced.edges.size();
+  stats->strategies_after = reduced.numStrategies();
+}
+
 /// Steps 1-3 (the file comment): the reductions, clustering and its check, the ILP. `options`
 /// carries the whole solve's deadline.
 Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions& options,
@@ -688,12 +697,7 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
   if (!reducer.run(options.solver.first_plan_deadline)) return stopped();
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
-  if (stats) {
-    stats->dominated = reducer.prunedStrategies();
-    stats->nodes_after = reduced.nodes.size();
-    stats->edges_after = reduced.edges.size();
-    stats->strategies_after = reduced.numStrategies();
-  }
+  recordReduction(reducer, reduced, stats);
   Solution s;
   if (reduced.nodes.empty()) {
     s.status = SolveStatus::kOptimal;
@@ -809,12 +813,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
     s.bound = std::min(found_bound, s.objective);
     s.status = SolveStatus::kOptimal;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (stats) {
-      stats->dominated = reducer.prunedStrategies();
-      stats->nodes_after = reduced.nodes.size();
-      stats->edges_after = reduced.edges.size();
-      stats->strategies_after = reduced.numStrategies();
-    }
+    recordReduction(reducer, reduced, stats);
     return s;
   }
   // Unfinished, or no plan meets the row (the ILP path names the constraint): the ILP path,
