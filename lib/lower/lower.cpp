@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "apc/lower/lower.h"
 
+#include "apc/plan/memory.h"
+
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -810,6 +812,25 @@ Status Lowerer::recordPrediction() {
   }
   pr->set_optimizer_sgd_us(sgd);
   pr->set_optimizer_adamw_us(adamw);
+  {
+    std::vector<plan::MemoryEstimate> memory = p_.memory;
+    if (memory.empty()) {
+      auto predicted = plan::predictMemoryAll(g_, p_);
+      if (predicted.ok()) memory = std::move(predicted).value();
+    }
+    for (const plan::MemoryEstimate& e : memory) {
+      proto::PeakMemory* m = pr->add_peak_memory();
+      m->set_optimizer(e.optimizer);
+      m->set_peak_bytes(e.peak_bytes);
+      m->set_phase(e.phase);
+      m->set_saved_activations(e.saved_activations);
+      m->set_persistent_bytes(e.persistent_bytes);
+      m->set_forward_peak(e.forward_peak);
+      m->set_loss_peak(e.loss_peak);
+      m->set_backward_peak(e.backward_peak);
+      m->set_optimizer_peak(e.optimizer_peak);
+    }
+  }
   std::vector<double> by_graph_node(g_.numNodes(), 0.0);
   for (const plan::PlanNode& n : p_.nodes)
     if (n.graph_node && *n.graph_node < by_graph_node.size())

@@ -668,10 +668,11 @@ Expected<json> readJsonFile(const std::string& path) {
 
 Expected<Spec> parseSpec(const json& j) {
   APC_RETURN_IF_ERROR(expectObject(j, "$", "a spec object like {\"mesh\": {\"shape\": [2, 4]}}"));
-  APC_RETURN_IF_ERROR(checkKeys(
-      j, "$",
-      {"mesh", "device", "world_size", "inputs", "outputs", "memory_budget", "mixed_precision",
-       "dynamic_batch", "dynamic", "pins", "prefetch_discount", "network"}));
+  APC_RETURN_IF_ERROR(
+      checkKeys(j, "$",
+                {"mesh", "device", "world_size", "inputs", "outputs", "memory_budget",
+                 "mixed_precision", "dynamic_batch", "dynamic", "pins", "prefetch_discount",
+                 "network", "device_memory", "optimizer"}));
   Spec s;
   const json* mesh = find(j, "mesh");
   if (!mesh) return at("$", "missing required key 'mesh'");
@@ -723,6 +724,28 @@ Expected<Spec> parseSpec(const json& j) {
   }
   if (const json* net = find(j, "network")) {
     APC_ASSIGN_OR_RETURN(s.network, readNetwork(*net, "$.network", ndim));
+  }
+  if (const json* dm = find(j, "device_memory")) {
+    if (dm->is_string()) {
+      auto bytes = parseByteSize(dm->get<std::string>());
+      if (!bytes.ok()) return at("$.device_memory", bytes.error().message());
+      s.device_memory = *bytes;
+    } else {
+      APC_ASSIGN_OR_RETURN(int64_t b, readInt(*dm, "$.device_memory"));
+      if (b < 1 || b >= (int64_t{1} << 62))
+        return at("$.device_memory",
+                  "bytes per device must be in [1, 2^62), got " + std::to_string(b));
+      s.device_memory = b;
+    }
+    if (find(j, "memory_budget"))
+      return at("$.device_memory",
+                "give either device_memory (bytes per device) or memory_budget (fractions of the "
+                "parameter bytes), not both");
+  }
+  if (const json* opt = find(j, "optimizer")) {
+    if (!opt->is_string() || (*opt != "sgd" && *opt != "momentum" && *opt != "adamw"))
+      return at("$.optimizer", "expected \"sgd\", \"momentum\" or \"adamw\", got " + opt->dump());
+    s.optimizer = opt->get<std::string>();
   }
   return s;
 }
@@ -959,6 +982,8 @@ json toJson(const Spec& s) {
   bool has_network = false;
   for (const MeshDimNetwork& d : s.network) has_network |= !d.empty();
   if (has_network) j["network"] = networkToJson(s.network);
+  if (s.device_memory) j["device_memory"] = *s.device_memory;
+  if (s.optimizer != kDefaultOptimizer) j["optimizer"] = s.optimizer;
   return j;
 }
 

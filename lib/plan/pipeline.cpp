@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 #include "apc/plan/pipeline.h"
 
+#include "apc/plan/memory.h"
+
 #include "apc/cost/cost_model.h"
 
 #include <algorithm>
@@ -333,6 +335,7 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const Pl
                              " needs a mesh of 2 or more dims (data x tensor parallel), got " +
                              spec.mesh.toString());
     spec.memory_budget = {};
+    spec.device_memory.reset();
     spec = baselineSpec(g, std::move(spec), b);
   }
   PlanRun run;
@@ -357,10 +360,111 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const Pl
   return run;
 }
 
+namespace {
+
+/// The most solves of the device-memory loop (solveForDeviceMemory).
+constexpr int kMaxDeviceMemorySolves = 6;
+
+/// The optimizer's plan under spec.device_memory: the fastest plan whose predicted peak per rank
+/// fits. The peak is parameters x (1 + optimizer state) + gradients + the rest (activations,
+/// buffers, inputs, transient), and only the parameters' part is linear in the placements the
+/// solver chooses, so the solver's memory row bounds the parameter bytes and this loop sets its
+/// bound from the predicted rest:
+///   1. the plan without a memory row; if its peak fits, it is the fastest plan of all;
+///   2. else bound the parameter bytes by (device - rest) / (bytes per parameter byte at the
+///      peak), the rest and the ratio taken from the last plan (and the optimizer step's
+///      (2 + state) x parameters + its temporary), shrinking by device / peak when a plan still
+///      does not fit, for at most kMaxDeviceMemorySolves solves.
+/// When even every parameter at its least footprint does not fit, the error names the smallest
+/// predicted peak (that plan's).
+Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
+                            const solver::SolveGraphOptions& options, PlanRun& run,
+                            PhaseTimings* timings) {
+  const mesh::Spec& spec = run.spec;
+  const double device = static_cast<double>(*spec.device_memory);
+  APC_ASSIGN_OR_RETURN(const int state, optimizerStateFactor(spec.optimizer));
+  solver::GraphProblem& gp = run.built.gp;
+  const double total = gp.total_param_bytes;
+  double least = 0;
+  for (const solver::ProblemNode& n : gp.problem.nodes)
+    if (!n.memory.empty()) least += *std::min_element(n.memory.begin(), n.memory.end());
+  auto solveWith = [&](std::optional<double> high) -> Expected<PlanResult> {
+    if (high)
+      gp.problem.memory = solver::MemoryBound{0, *high, total, 0};
+    else
+      gp.problem.memory.reset();
+    return solveAndPlan(g, run.built, spec, source, options, timings);
+  };
+  auto peakOf = [&](const PlanResult& r) -> Expected<const MemoryEstimate*> {
+    const MemoryEstimate* e = r.plan.memoryFor(spec.optimizer);
+    if (!e) return internalError("the plan has no memory estimate for " + spec.optimizer);
+    return e;
+  };
+  const std::string what = "--device-memory " + humanBytes(device);
+  APC_ASSIGN_OR_RETURN(PlanResult r, solveWith(std::nullopt));
+  APC_ASSIGN_OR_RETURN(const MemoryEstimate* e, peakOf(r));
+  int solves = 1;
+  std::optional<double> high;
+  while (static_cast<double>(e->peak_bytes) > device) {
+    if (solves >= kMaxDeviceMemorySolves)
+      return Error(ErrorCode::kInfeasible, what + ": after " + std::to_string(solves) +
+                                               " solves the predicted peak per rank is still " +
+                                               humanBytes(static_cast<double>(e->peak_bytes)) +
+                                               " (" + e->phase +
+                                               (e->at.empty() ? "" : " at " + e->at) +
+                                               "); give more memory or a smaller batch");
+    const MemoryParts& m = e->at_peak;
+    const double params = static_cast<double>(std::max<int64_t>(m.parameters, 1));
+    const double per_param =
+        static_cast<double>(m.parameters + m.optimizer_state + m.gradients) / params;
+    const double rest =
+        static_cast<double>(m.total() - m.parameters - m.optimizer_state - m.gradients);
+    double next = (device - rest) / per_param;
+    // The optimizer step holds every gradient besides the parameters and state.
+    int64_t largest = 0;
+    for (const PlanParameter& q : r.plan.parameters) largest = std::max(largest, q.bytes_per_rank);
+    next = std::min(next, (device - static_cast<double>(largest)) / (2.0 + state));
+    if (high) next = std::min(next, *high * device / static_cast<double>(e->peak_bytes));
+    if (next < least) {
+      // Name the smallest memory that works: the plan with every parameter at its least.
+      std::string smallest;
+      if (auto lr = solveWith(least); lr.ok())
+        if (const MemoryEstimate* le = lr->plan.memoryFor(spec.optimizer))
+          smallest = "; the smallest predicted peak per rank is " +
+                     humanBytes(static_cast<double>(le->peak_bytes)) +
+                     " (every parameter at its least footprint, " +
+                     humanBytes(static_cast<double>(le->saved_activations)) +
+                     " of saved activations, optimizer " + spec.optimizer +
+                     "): give at least that, a smaller batch or more ranks";
+      return Error(ErrorCode::kInfeasible,
+                   what + ": no plan fits: the parameters would need at most " +
+                       humanBytes(std::max(next, 0.0)) + " per rank, and they take at least " +
+                       humanBytes(least) + smallest);
+    }
+    high = std::min(next, total);
+    APC_ASSIGN_OR_RETURN(r, solveWith(high));
+    APC_ASSIGN_OR_RETURN(e, peakOf(r));
+    ++solves;
+  }
+  std::string note = what + ": predicted peak per rank " +
+                     humanBytes(static_cast<double>(e->peak_bytes)) + " (" + spec.optimizer + ", " +
+                     e->phase + (e->at.empty() ? "" : " at " + e->at) + ")";
+  note += high ? ", parameters bounded to " + humanBytes(*high) + " per rank after " +
+                     std::to_string(solves) + " solves"
+               : ", the fastest plan without a memory bound fits";
+  r.note = r.note.empty() ? note : r.note + "; " + note;
+  run.result = std::move(r);
+  return Status::success();
+}
+
+}  // namespace
+
 Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const PlanRequest& request,
                         PlanRun& run, PhaseTimings* timings) {
   solver::SolveGraphOptions options = request.options;
   options.solver.first_plan_deadline = run.first_plan_deadline;
+  if (!request.baseline && run.spec.device_memory)
+    return solveForDeviceMemory(g, source, options, run, timings);
   APC_ASSIGN_OR_RETURN(run.result,
                        request.baseline
                            ? solveBaselineAndPlan(g, run.built, run.spec, source, *request.baseline,

@@ -8,6 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "apc/plan/plan.h"
 
+#include "apc/plan/memory.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,6 +36,12 @@ bool PlanNode::operator==(const PlanNode&) const = default;
 bool PlanParameter::operator==(const PlanParameter&) const = default;
 bool PlanTotals::operator==(const PlanTotals&) const = default;
 bool Plan::operator==(const Plan&) const = default;
+
+const MemoryEstimate* Plan::memoryFor(std::string_view optimizer) const {
+  for (const MemoryEstimate& e : memory)
+    if (e.optimizer == optimizer) return &e;
+  return nullptr;
+}
 
 const char* apcVersion() {
   return APC_VERSION;
@@ -255,7 +263,8 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   // The high the solver used (the default raised to the least reachable footprint, if so).
   double high = gp.problem.memory && gp.total_param_bytes > 0
                     ? gp.problem.memory->high / gp.total_param_bytes
-                    : spec.memory_budget.highOr(spec.mesh.worldSize());
+                : spec.device_memory ? 1.0  // no parameter bound: the device memory's plan
+                                     : spec.memory_budget.highOr(spec.mesh.worldSize());
   t.memory_low = canonicalNumber(spec.memory_budget.low);
   t.memory_high = canonicalNumber(high);
 
@@ -274,6 +283,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   st.baseline = record.baseline;
   plan.content_hash = planContentHash(plan);  // the options and choices are set now
   plan.graph_bytes = graph_bytes.get();
+  APC_ASSIGN_OR_RETURN(plan.memory, predictMemoryAll(g, plan));
   return plan;
 }
 

@@ -5,6 +5,7 @@
 // unknown keys, wrong types and dangling node references are errors.
 //
 //===----------------------------------------------------------------------===//
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -13,6 +14,8 @@
 #include <unordered_map>
 
 #include "apc/plan/plan.h"
+
+#include "apc/plan/memory.h"
 #include "apc/solver/baselines.h"
 #include "apc/support/base64.h"
 #include "apc/support/file_io.h"
@@ -353,6 +356,63 @@ Expected<PlanTotals> readTotals(const json& j, const std::string& path) {
   return t;
 }
 
+Expected<std::vector<MemoryEstimate>> readMemory(const json& j, const std::string& path) {
+  if (!j.is_object()) return at(path, "expected an object by optimizer, got " + typeOf(j));
+  std::vector<MemoryEstimate> out;
+  for (const std::string& name : memoryOptimizers()) {
+    if (!j.contains(name)) continue;
+    const json& e = j[name];
+    const std::string ep = path + "." + name;
+    APC_RETURN_IF_ERROR(checkObject(e, ep,
+                                    {"at", "at_peak", "by_phase", "peak_bytes", "persistent_bytes",
+                                     "phase", "saved_activations", "saved_by_op"}));
+    MemoryEstimate m;
+    m.optimizer = name;
+    APC_ASSIGN_OR_RETURN(m.peak_bytes, getInt(e["peak_bytes"], ep + ".peak_bytes"));
+    APC_ASSIGN_OR_RETURN(m.phase, getString(e["phase"], ep + ".phase"));
+    APC_ASSIGN_OR_RETURN(m.at, getString(e["at"], ep + ".at"));
+    APC_ASSIGN_OR_RETURN(m.saved_activations,
+                         getInt(e["saved_activations"], ep + ".saved_activations"));
+    APC_ASSIGN_OR_RETURN(m.persistent_bytes,
+                         getInt(e["persistent_bytes"], ep + ".persistent_bytes"));
+    const json& ph = e["by_phase"];
+    const std::string pp = ep + ".by_phase";
+    APC_RETURN_IF_ERROR(checkObject(ph, pp, {"backward", "forward", "loss", "optimizer"}));
+    APC_ASSIGN_OR_RETURN(m.forward_peak, getInt(ph["forward"], pp + ".forward"));
+    APC_ASSIGN_OR_RETURN(m.loss_peak, getInt(ph["loss"], pp + ".loss"));
+    APC_ASSIGN_OR_RETURN(m.backward_peak, getInt(ph["backward"], pp + ".backward"));
+    APC_ASSIGN_OR_RETURN(m.optimizer_peak, getInt(ph["optimizer"], pp + ".optimizer"));
+    const json& ops = e["saved_by_op"];
+    if (!ops.is_array()) return at(ep + ".saved_by_op", "expected a list, got " + typeOf(ops));
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const std::string op_path = idx(ep + ".saved_by_op", k);
+      if (!ops[k].is_array() || ops[k].size() != 2) return at(op_path, "expected [op, bytes]");
+      APC_ASSIGN_OR_RETURN(std::string op, getString(ops[k][0], op_path + "[0]"));
+      APC_ASSIGN_OR_RETURN(int64_t bytes, getInt(ops[k][1], op_path + "[1]"));
+      m.saved_by_op.emplace_back(std::move(op), bytes);
+    }
+    const json& a = e["at_peak"];
+    const std::string ap = ep + ".at_peak";
+    APC_RETURN_IF_ERROR(checkObject(a, ap,
+                                    {"activations", "buffers", "gradients", "inputs",
+                                     "optimizer_state", "parameters", "transient"}));
+    MemoryParts& q = m.at_peak;
+    APC_ASSIGN_OR_RETURN(q.parameters, getInt(a["parameters"], ap + ".parameters"));
+    APC_ASSIGN_OR_RETURN(q.buffers, getInt(a["buffers"], ap + ".buffers"));
+    APC_ASSIGN_OR_RETURN(q.inputs, getInt(a["inputs"], ap + ".inputs"));
+    APC_ASSIGN_OR_RETURN(q.optimizer_state, getInt(a["optimizer_state"], ap + ".optimizer_state"));
+    APC_ASSIGN_OR_RETURN(q.activations, getInt(a["activations"], ap + ".activations"));
+    APC_ASSIGN_OR_RETURN(q.gradients, getInt(a["gradients"], ap + ".gradients"));
+    APC_ASSIGN_OR_RETURN(q.transient, getInt(a["transient"], ap + ".transient"));
+    out.push_back(std::move(m));
+  }
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (std::find(memoryOptimizers().begin(), memoryOptimizers().end(), it.key()) ==
+        memoryOptimizers().end())
+      return at(path + "." + it.key(), "unknown optimizer (sgd, momentum or adamw)");
+  return out;
+}
+
 Expected<size_t> readCount(const json& j, const std::string& path) {
   APC_ASSIGN_OR_RETURN(int64_t v, getInt(j, path));
   return static_cast<size_t>(v);
@@ -497,6 +557,7 @@ json documentJson(const Plan& p, bool with_graph = true) {
                   {"threads", s.threads},
                   {"reduce", s.reduce}}}}}};
   if (with_graph && !p.graph_bytes.empty()) out["graph"] = base64Encode(p.graph_bytes);
+  if (!p.memory.empty()) out["memory"] = memoryJson(p);
   if (!s.baseline.empty()) out["solver"]["baseline"] = s.baseline;
   // Unproven plans (a time limit, a check too large to run) state their proven gap: (objective -
   // bound) / objective. Derived, so optimal plans' bytes do not change.
@@ -690,6 +751,44 @@ json toJson(const Plan& p) {
   return out;
 }
 
+namespace {
+
+/// saved_by_op as a list of [op, bytes], largest first (the order the estimate keeps).
+json savedByOp(const MemoryEstimate& e) {
+  json out = json::array();
+  for (const auto& [op, bytes] : e.saved_by_op) out.push_back(json::array({op, bytes}));
+  return out;
+}
+
+}  // namespace
+
+json memoryJson(const Plan& p) {
+  json mem = json::object();
+  for (const MemoryEstimate& e : p.memory) {
+    const MemoryParts& m = e.at_peak;
+    mem[e.optimizer] = {{"peak_bytes", e.peak_bytes},
+                        {"phase", e.phase},
+                        {"at", e.at},
+                        {"saved_activations", e.saved_activations},
+                        {"persistent_bytes", e.persistent_bytes},
+                        {"by_phase",
+                         {{"forward", e.forward_peak},
+                          {"loss", e.loss_peak},
+                          {"backward", e.backward_peak},
+                          {"optimizer", e.optimizer_peak}}},
+                        {"saved_by_op", savedByOp(e)},
+                        {"at_peak",
+                         {{"parameters", m.parameters},
+                          {"buffers", m.buffers},
+                          {"inputs", m.inputs},
+                          {"optimizer_state", m.optimizer_state},
+                          {"activations", m.activations},
+                          {"gradients", m.gradients},
+                          {"transient", m.transient}}}};
+  }
+  return mem;
+}
+
 std::string canonicalText(const json& j) {
   std::string out;
   writeCanonical(j, 0, out);
@@ -749,7 +848,7 @@ Expected<Plan> planFromJson(const json& j) {
   APC_RETURN_IF_ERROR(checkObject(j, "$",
                                   {"apc_version", "content_hash", "format_version", "model",
                                    "nodes", "parameters", "solver", "spec", "totals"},
-                                  {"graph"}));
+                                  {"graph", "memory"}));
   Plan p;
   APC_ASSIGN_OR_RETURN(int64_t version, getInt(j["format_version"], "$.format_version"));
   if (version != kPlanFormatVersion)
@@ -801,6 +900,9 @@ Expected<Plan> planFromJson(const json& j) {
   }
   APC_ASSIGN_OR_RETURN(p.totals, readTotals(j["totals"], "$.totals"));
   APC_ASSIGN_OR_RETURN(p.solver, readSolver(j["solver"], "$.solver"));
+  if (j.contains("memory")) {
+    APC_ASSIGN_OR_RETURN(p.memory, readMemory(j["memory"], "$.memory"));
+  }
   if (j.contains("graph")) {
     APC_ASSIGN_OR_RETURN(std::string text, getString(j["graph"], "$.graph"));
     auto bytes = base64Decode(text);

@@ -146,6 +146,28 @@ std::string moduleGroupOf(const std::string& module_path) {
   return layer.empty() ? module_path.substr(0, module_path.find('.')) : layer;
 }
 
+std::string memoryText(const Plan& p) {
+  const MemoryEstimate* e = p.memoryFor(p.spec.optimizer);
+  if (!e) return "";
+  auto b = [](int64_t bytes) { return humanBytes(static_cast<double>(bytes)); };
+  std::string out = "predicted peak memory per rank (" + e->optimizer + "): " + b(e->peak_bytes) +
+                    " in the " + e->phase + (e->at.empty() ? " step" : " at " + e->at);
+  if (p.spec.device_memory)
+    out += std::string(e->peak_bytes <= *p.spec.device_memory ? ", fits " : ", OVER ") +
+           "the device memory " + b(*p.spec.device_memory);
+  const MemoryParts& m = e->at_peak;
+  out += "\n  parameters " + b(m.parameters) + ", optimizer state " + b(m.optimizer_state) +
+         ", gradients " + b(m.gradients) + ", saved activations " + b(m.activations) +
+         ", transient " + b(m.transient) + ", buffers " + b(m.buffers) + ", inputs " + b(m.inputs) +
+         "\n";
+  std::string others;
+  for (const MemoryEstimate& o : p.memory)
+    if (o.optimizer != e->optimizer)
+      others += (others.empty() ? "" : ", ") + o.optimizer + " " + b(o.peak_bytes);
+  if (!others.empty()) out += "  other optimizers: " + others + "\n";
+  return out;
+}
+
 std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   std::string out;
   const PlanTotals& t = p.totals;
@@ -179,6 +201,7 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
          " of " + humanBytes(static_cast<double>(t.param_bytes_total)) + " (" +
          percent(t.param_memory_fraction) + "; budget " + percent(t.memory_low) + " to " +
          percent(t.memory_high) + ")" + budgetNote(p) + "\n";
+  out += memoryText(p);
 
   // Parameters grouped by module, modules in order of first appearance; the modules of a
   // repeated layer ("layers.3.attention.wq") under their layer, and consecutive layers whose

@@ -1145,6 +1145,9 @@ PredictedStep ParallelModule::predictedStep() const {
       impl_->buckets ? -pr.grad_bucket_saving_us() : pr.grad_unbucketed_extra_us();
   p.grad_bucket_saving_us = -adjust;
   p.node_compute_us.assign(pr.node_compute_us().begin(), pr.node_compute_us().end());
+  for (const proto::PeakMemory& m : pr.peak_memory())
+    p.peak_memory.push_back({m.optimizer(), m.peak_bytes(), m.phase(), m.forward_peak(),
+                             m.loss_peak(), m.backward_peak(), m.optimizer_peak()});
   p.step_us += adjust;
   p.comm_us += adjust;
   p.backward_comm_us += adjust;

@@ -1,10 +1,12 @@
 //===- lib/support/strings.cpp - Small string helpers ----------------------===//
 #include "apc/support/strings.h"
 
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 namespace apc {
 
@@ -84,6 +86,36 @@ std::string withCommas(int64_t n) {
   }
   if (n < 0) out.insert(out.begin(), '-');
   return out;
+}
+
+Expected<int64_t> parseByteSize(std::string_view text) {
+  std::string t(trim(text));
+  auto bad = [&](const std::string& why) {
+    return invalidArgument("memory size '" + std::string(text) + "': " + why +
+                           " (like 80GiB, 40GB, 512MiB or a number of bytes)");
+  };
+  size_t unit_at = t.size();
+  while (unit_at > 0 && std::isalpha(static_cast<unsigned char>(t[unit_at - 1]))) --unit_at;
+  std::string unit = t.substr(unit_at);
+  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  auto number = parseDouble(trim(std::string_view(t).substr(0, unit_at)));
+  if (!number || !std::isfinite(*number)) return bad("not a number");
+  static const std::map<std::string, double> kUnits = {{"", 1},
+                                                       {"b", 1},
+                                                       {"kb", 1e3},
+                                                       {"mb", 1e6},
+                                                       {"gb", 1e9},
+                                                       {"tb", 1e12},
+                                                       {"kib", 1024.0},
+                                                       {"mib", 1048576.0},
+                                                       {"gib", 1073741824.0},
+                                                       {"tib", 1099511627776.0}};
+  auto u = kUnits.find(unit);
+  if (u == kUnits.end()) return bad("unknown unit '" + t.substr(unit_at) + "'");
+  const double bytes = *number * u->second;
+  if (!(bytes >= 1)) return bad("must be at least 1 byte");
+  if (bytes >= std::ldexp(1.0, 62)) return bad("too large");
+  return static_cast<int64_t>(std::llround(bytes));
 }
 
 }  // namespace apc

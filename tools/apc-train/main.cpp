@@ -253,9 +253,38 @@ double now(const c10::Device& device) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+/// The peak of allocated bytes per phase of a step (the CUDA caching allocator's, or apc's host
+/// caching allocator's; 0 without either): take() returns the peak since the last take and starts
+/// a new one, keeping the running maximum, which the profile reports as the run's peak.
+class PhasePeaks {
+ public:
+  explicit PhasePeaks(const c10::Device& device) : device_(device) {}
+
+  int64_t take() {
+    int64_t p = 0;
+    if (device_.is_cuda()) {
+      p = at::accelerator::getDeviceStats(device_.index()).allocated_bytes[0].peak;
+      at::accelerator::resetPeakStats(device_.index());
+    } else if (apc::runtime::cachingHostAllocatorInstalled()) {
+      p = apc::runtime::hostAllocatorStats().peak_allocated_bytes;
+      apc::runtime::resetHostAllocatorPeak();
+    }
+    overall_ = std::max(overall_, p);
+    return p;
+  }
+  int64_t overall() const { return overall_; }
+
+ private:
+  c10::Device device_;
+  int64_t overall_ = 0;
+};
+
 /// One measured step: wall seconds per phase and the program's collectives per mesh dim.
 struct StepSample {
   double forward = 0, loss = 0, backward = 0, optimizer = 0;
+  // Peak allocated bytes per phase (PhasePeaks): before the forward (the inputs), the forward,
+  // the trainer's loss (output gather and loss), backward, the optimizer step.
+  int64_t peak_inputs = 0, peak_forward = 0, peak_loss = 0, peak_backward = 0, peak_optimizer = 0;
   double forward_comm = 0, backward_comm = 0;  // seconds blocked in the program's collectives
   std::vector<apc::runtime::CommStats> comm;   // per mesh dim, the program's collectives only
   double step() const { return forward + backward + optimizer; }
@@ -317,7 +346,8 @@ void reportNodes(const apc::train::NodeProfiler& np, apc::runtime::ParallelModul
 /// --json); every rank contributes its medians and peak memory to an all-reduce of maxima, so the
 /// reported times and memory are the slowest (largest) rank's.
 void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
-                   const std::vector<StepSample>& samples, const c10::Device& device) {
+                   const std::vector<StepSample>& samples, const c10::Device& device,
+                   int64_t phase_peak) {
   using apc::runtime::CommKind;
   const size_t ndim = pm.mesh().ndim();
   const size_t n = samples.size();
@@ -353,7 +383,19 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
     peak = peakRssBytes();
     memory_kind = "process peak resident set (getrusage ru_maxrss)";
   }
-  local[9] = static_cast<double>(peak);
+  // The phases' running maximum covers the steps; the allocator's own peak what came after.
+  local[9] = static_cast<double>(std::max(peak, phase_peak));
+  // Per phase: the largest over the measured steps.
+  auto phaseMax = [&](int64_t StepSample::*field) {
+    int64_t m = 0;
+    for (const StepSample& s : samples) m = std::max(m, s.*field);
+    return static_cast<double>(m);
+  };
+  local.push_back(phaseMax(&StepSample::peak_inputs));
+  local.push_back(phaseMax(&StepSample::peak_forward));
+  local.push_back(phaseMax(&StepSample::peak_loss));
+  local.push_back(phaseMax(&StepSample::peak_backward));
+  local.push_back(phaseMax(&StepSample::peak_optimizer));
   at::Tensor t = at::tensor(local, at::kDouble);
   if (pm.worldSize() > 1) pm.world().all().allReduce(t, apc::mesh::ReduceOp::kMax);
   std::vector<double> agg(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
@@ -410,6 +452,31 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
   j["peak_memory_bytes"] = static_cast<int64_t>(agg[9]);
   j["peak_rss_bytes"] = static_cast<int64_t>(agg[10]);  // the process's, whatever the kind
   j["peak_memory_kind"] = memory_kind;
+  j["peak_memory_by_phase_bytes"] = {{"inputs", static_cast<int64_t>(agg[11])},
+                                     {"forward", static_cast<int64_t>(agg[12])},
+                                     {"loss", static_cast<int64_t>(agg[13])},
+                                     {"backward", static_cast<int64_t>(agg[14])},
+                                     {"optimizer", static_cast<int64_t>(agg[15])}};
+  // The plan's predicted peak for this optimizer beside the measured one.
+  const std::string memory_optimizer =
+      f.optimizer == "adamw" ? "adamw" : (f.momentum != 0 ? "momentum" : "sgd");
+  const apc::runtime::PredictedStep::PeakMemory* predicted_peak = nullptr;
+  for (const auto& m : pred.peak_memory)
+    if (m.optimizer == memory_optimizer) predicted_peak = &m;
+  const double measured_peak = agg[9];
+  j["predicted_peak_memory_bytes"] =
+      predicted_peak ? nlohmann::ordered_json(predicted_peak->peak_bytes) : nullptr;
+  if (predicted_peak)
+    j["predicted_peak_memory_by_phase_bytes"] = {{"forward", predicted_peak->forward},
+                                                 {"loss", predicted_peak->loss},
+                                                 {"backward", predicted_peak->backward},
+                                                 {"optimizer", predicted_peak->step}};
+  j["peak_memory_error_pct"] =
+      predicted_peak && measured_peak > 0
+          ? nlohmann::ordered_json(
+                (static_cast<double>(predicted_peak->peak_bytes) - measured_peak) / measured_peak *
+                100)
+          : nullptr;
   if (f.json) {
     std::printf("%s\n", j.dump().c_str());
   } else {
@@ -432,8 +499,31 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
       std::printf("  mesh dim %d %-14s %6.1f calls %12.0f bytes sent %9.3f ms per step\n",
                   c["mesh_dim"].get<int>(), c["kind"].get<std::string>().c_str(),
                   c["calls"].get<double>(), c["bytes_sent"].get<double>(), c["ms"].get<double>());
-    std::printf("  peak memory per rank (max)   %s (%s)\n",
-                apc::humanBytes(static_cast<double>(agg[9])).c_str(), memory_kind.c_str());
+    std::printf("  peak memory per rank (max)   measured %s (%s)\n",
+                apc::humanBytes(measured_peak).c_str(), memory_kind.c_str());
+    if (agg[12] > 0)
+      std::printf(
+          "                               by phase: inputs %s, forward %s, loss %s, backward %s, "
+          "optimizer %s\n",
+          apc::humanBytes(agg[11]).c_str(), apc::humanBytes(agg[12]).c_str(),
+          apc::humanBytes(agg[13]).c_str(), apc::humanBytes(agg[14]).c_str(),
+          apc::humanBytes(agg[15]).c_str());
+    if (predicted_peak)
+      std::printf("                               predicted %s (%s, peak in the %s, %+.1f%%)\n",
+                  apc::humanBytes(static_cast<double>(predicted_peak->peak_bytes)).c_str(),
+                  memory_optimizer.c_str(), predicted_peak->phase.c_str(),
+                  measured_peak > 0
+                      ? (static_cast<double>(predicted_peak->peak_bytes) - measured_peak) /
+                            measured_peak * 100
+                      : 0.0);
+    if (predicted_peak && predicted_peak->forward > 0)
+      std::printf(
+          "                               predicted by phase: forward %s, loss %s, backward %s, "
+          "optimizer %s\n",
+          apc::humanBytes(static_cast<double>(predicted_peak->forward)).c_str(),
+          apc::humanBytes(static_cast<double>(predicted_peak->loss)).c_str(),
+          apc::humanBytes(static_cast<double>(predicted_peak->backward)).c_str(),
+          apc::humanBytes(static_cast<double>(predicted_peak->step)).c_str());
   }
   std::fflush(stdout);
 }
@@ -644,6 +734,7 @@ int run(Flags f) {
     if (device.is_cuda()) at::accelerator::resetPeakStats(device.index());
   }
   std::vector<StepSample> samples;
+  PhasePeaks peaks(device);
   const int total_steps = f.steps + f.warmup;
   double data_seconds = 0;  // in data->batch(), this rank
   apc::setActivity("training");
@@ -673,15 +764,18 @@ int run(Flags f) {
 
     opt.zero_grad();
     pm.resetCommStats();
+    if (f.profile) peaks.take();  // the previous step's tail: in the running maximum only
     std::vector<c10::IValue> local_inputs;
     if (batch) local_inputs = batch->inputs;
     for (size_t i = 0; i < specs.size() && !batch; ++i)
       local_inputs.emplace_back(pm.shardInput(i, full_inputs[i]));
     if (node_profile) node_profile->setActive(step >= f.warmup);
     const double t0 = f.profile ? now(device) : 0;
+    const int64_t peak_inputs = f.profile ? peaks.take() : 0;
     auto leaves = pm.forwardLeaves(local_inputs);
     if (!leaves.ok()) return fail("step " + std::to_string(step) + ": " + leaves.error().message());
     const double t1 = f.profile ? now(device) : 0;
+    const int64_t peak_forward = f.profile ? peaks.take() : 0;
     const std::vector<apc::runtime::CommStats> after_forward = pm.commStatsByMeshDim();
     std::vector<at::Tensor> outs;
     for (size_t i = 0; i < leaves->size(); ++i)
@@ -690,11 +784,13 @@ int run(Flags f) {
     at::Tensor loss =
         batch ? apc::runtime::dataLoss(outs.at(0), batch->targets) : lossOf(outs, loss_gen);
     const double t2 = f.profile ? now(device) : 0;
+    const int64_t peak_loss = f.profile ? peaks.take() : 0;
     const std::vector<apc::runtime::CommStats> after_gather = pm.commStatsByMeshDim();
     if (node_profile) node_profile->backwardStarts();
     loss.backward();
     if (node_profile) node_profile->backwardEnds();
     const double t3 = f.profile ? now(device) : 0;
+    const int64_t peak_backward = f.profile ? peaks.take() : 0;
     // The program's collectives only: not the trainer's output gather, not clipping.
     std::vector<apc::runtime::CommStats> by_dim = pm.commStatsByMeshDim();
     apc::runtime::CommStats program_comm, forward_comm;
@@ -710,6 +806,11 @@ int run(Flags f) {
     if (f.profile && step >= f.warmup) {
       const double t4 = now(device);
       StepSample s;
+      s.peak_inputs = peak_inputs;
+      s.peak_forward = peak_forward;
+      s.peak_loss = peak_loss;
+      s.peak_backward = peak_backward;
+      s.peak_optimizer = peaks.take();
       s.forward = t1 - t0;
       s.loss = t2 - t1;
       s.backward = t3 - t2;
@@ -782,7 +883,7 @@ int run(Flags f) {
                  static_cast<long long>(data->bytesRead()), total_steps - first_step,
                  data_seconds * 1e3 / (total_steps - first_step));
   if (node_profile && rank0) reportNodes(*node_profile, pm, f);
-  if (f.profile) reportProfile(pm, f, samples, device);
+  if (f.profile) reportProfile(pm, f, samples, device, peaks.overall());
   return 0;
 }
 

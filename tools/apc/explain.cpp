@@ -19,6 +19,7 @@
 
 #include "apc/plan/explain.h"
 #include "apc/plan/pipeline.h"
+#include "apc/plan/report.h"
 #include "comm.h"
 #include "commands.h"
 
@@ -151,6 +152,7 @@ int runExplain(const ExplainFlags& f) {
     for (uint32_t i : plan::costliestNodes(*p, f.top)) addShown(i);
   if (f.format == "json") {
     nlohmann::json j = plan::explainJson(*p, f.top, e ? &*e : nullptr);
+    if (!p->memory.empty()) j["memory"] = plan::memoryJson(*p);
     if (no_comm.empty()) {
       nlohmann::json edges = nlohmann::json::array();
       for (const EdgeComm& c : comms)
@@ -173,6 +175,7 @@ int runExplain(const ExplainFlags& f) {
     if (f.top_given) std::cout << "\n" << topText();
   } else {
     std::cout << topText();
+    if (std::string mem = plan::memoryText(*p); !mem.empty()) std::cout << "\n" << mem;
   }
   if (no_comm.empty())
     std::cout << "\n" << commSection(comms, p->spec.mesh, &shown);

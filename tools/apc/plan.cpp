@@ -21,6 +21,7 @@
 #include <string>
 #include <tuple>
 
+#include "apc/plan/memory.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
 #include "apc/support/clock.h"
@@ -65,6 +66,8 @@ struct PlanFlags {
   std::string out_shardings;
   std::string output;
   std::string memory_budget;
+  std::string device_memory;
+  std::string optimizer;
   std::string mixed_precision;  // --mixed-precision param=bf16,reduce=f32
   std::string device;
   std::string cluster;  // --cluster FILE (apc calibrate's profile)
@@ -246,6 +249,23 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   if (!f.memory_budget.empty()) {
     APC_ASSIGN_OR_RETURN(spec.memory_budget, plan::parseMemoryBudget(f.memory_budget));
   }
+  if (!f.device_memory.empty()) {
+    if (!f.memory_budget.empty())
+      return invalidArgument(
+          "give either --device-memory (bytes per device) or --memory-budget (fractions of the "
+          "parameter bytes), not both");
+    auto bytes = parseByteSize(f.device_memory);
+    if (!bytes.ok()) return bytes.error().withContext("--device-memory");
+    spec.device_memory = *bytes;
+    spec.memory_budget = {};
+  } else if (!f.memory_budget.empty()) {
+    spec.device_memory.reset();
+  }
+  if (!f.optimizer.empty()) {
+    if (auto k = plan::optimizerStateFactor(f.optimizer); !k.ok())
+      return k.error().withContext("--optimizer");
+    spec.optimizer = f.optimizer;
+  }
   if (!f.mixed_precision.empty()) {
     APC_ASSIGN_OR_RETURN(spec.mixed_precision, mesh::parseMixedPrecisionText(f.mixed_precision));
   }
@@ -300,10 +320,10 @@ int runPlan(const PlanFlags& flags) {
   if (!f.strategy.empty()) {
     auto b = solver::parseBaseline(f.strategy);
     if (!b.ok()) return report(b.error().withContext("--strategy"));
-    if (!f.memory_budget.empty())
+    if (!f.memory_budget.empty() || !f.device_memory.empty())
       return report(invalidArgument(
-          "--memory-budget does not apply with --strategy (a classic plan defines its own "
-          "parameter memory)"));
+          std::string(f.memory_budget.empty() ? "--device-memory" : "--memory-budget") +
+          " does not apply with --strategy (a classic plan defines its own parameter memory)"));
     baseline = *b;
   }
   plan::PhaseTimings t;
@@ -451,6 +471,12 @@ Runner addPlanCommand(CLI::App& app) {
   app.add_option("--memory-budget", f->memory_budget,
                  "Parameter memory per rank as LOW,HIGH fractions of all parameter bytes "
                  "(default 0,1/world size; HIGH = 1 allows full replication)");
+  app.add_option("--device-memory", f->device_memory,
+                 "Memory per device (80GiB, 40GB, bytes): the plan is the fastest whose predicted "
+                 "peak per rank (parameters, gradients, optimizer state, activations, transient "
+                 "buffers) fits; replaces --memory-budget");
+  app.add_option("--optimizer", f->optimizer,
+                 "The optimizer the memory model counts: sgd, momentum or adamw (default adamw)");
   app.add_option("--device", f->device,
                  "Device kind for the cost model (h100, h200, a100, b200, "
                  "cpu); overrides the spec's");

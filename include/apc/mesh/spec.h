@@ -58,6 +58,8 @@ const std::vector<std::string>& knownDeviceKinds();
 bool isKnownDeviceKind(std::string_view kind);
 /// The device kind of a Spec that names none.
 inline constexpr const char* kDefaultDeviceKind = "h100";
+/// The optimizer the memory model assumes unless the spec names another (what LLMs train with).
+inline constexpr const char* kDefaultOptimizer = "adamw";
 
 /// Overrides of the device table's entry for the spec's device kind; absent fields keep the
 /// table's.
@@ -231,6 +233,13 @@ struct Spec {
   double prefetch_discount = 1.0;
   /// Per mesh dim (empty, or one entry per mesh dim): links per collective kind and topology.
   std::vector<MeshDimNetwork> network;
+  /// Bytes of memory per device (`apc plan --device-memory`, "device_memory": 85899345920 or
+  /// "80GiB"): the plan is the fastest whose predicted peak per rank (apc/plan/memory.h) fits, in
+  /// place of the fractional parameter budget, which must then be absent. Positive, < 2^62.
+  std::optional<int64_t> device_memory;
+  /// The optimizer whose state the memory model counts ("sgd", "momentum", "adamw"); written only
+  /// when not the default.
+  std::string optimizer = kDefaultOptimizer;
 
   bool operator==(const Spec&) const;  // defaulted in the .cpp (C++17 users)
 };

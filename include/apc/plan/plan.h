@@ -36,6 +36,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -132,6 +133,39 @@ struct PlanTotals {
   bool operator==(const PlanTotals&) const;  // defaulted in the .cpp (C++17 users)
 };
 
+/// What one rank holds at a point of the step, in bytes.
+struct MemoryParts {
+  int64_t parameters = 0;       // local shards, stored dtype
+  int64_t buffers = 0;          // local shards
+  int64_t inputs = 0;           // the forward's tensor inputs, local
+  int64_t optimizer_state = 0;  // optimizer buffers (after the first step)
+  int64_t activations = 0;      // saved for backward and still held
+  int64_t gradients = 0;        // parameter gradients made so far
+  int64_t transient = 0;        // live values, redistributed copies, gradients in flight
+
+  int64_t total() const {
+    return parameters + buffers + inputs + optimizer_state + activations + gradients + transient;
+  }
+  bool operator==(const MemoryParts&) const;  // defaulted in the .cpp (C++17 users)
+};
+
+/// The predicted memory of one rank over a training step (apc/plan/memory.h).
+struct MemoryEstimate {
+  std::string optimizer;          // as memoryOptimizers() names it
+  int64_t peak_bytes = 0;         // the largest total over the step
+  std::string phase;              // where the peak is: "forward", "backward" or "optimizer"
+  std::string at;                 // the plan node at the peak ("" for the optimizer step)
+  MemoryParts at_peak;            // what the peak is made of
+  int64_t saved_activations = 0;  // everything saved for backward at the end of the forward
+  int64_t persistent_bytes = 0;   // parameters + buffers + inputs + optimizer state
+  /// The largest total in each phase of the step (the loss: apc-train's, outside the program).
+  int64_t forward_peak = 0, loss_peak = 0, backward_peak = 0, optimizer_peak = 0;
+  /// Saved activation bytes by the op that saves them (qualified op name), largest first.
+  std::vector<std::pair<std::string, int64_t>> saved_by_op;
+
+  bool operator==(const MemoryEstimate&) const;  // defaulted in the .cpp (C++17 users)
+};
+
 struct SolverStats {
   // solver::statusName of the solve ("optimal", "time_limit", "feasible"), or "baseline <name>"
   // for a baseline's plan.
@@ -166,7 +200,13 @@ struct Plan {
   /// under "graph"): `apc explain` and `apc lower` work from it without the model file or an
   /// import. Empty in a plan read from a file without one (the model is imported again then).
   std::string graph_bytes;
+  /// The predicted memory of one rank over a training step under each optimizer of
+  /// memoryOptimizers() (apc/plan/memory.h), in that order; empty in a plan read from a file
+  /// without it.
+  std::vector<MemoryEstimate> memory;
 
+  /// The estimate for `optimizer`, or nullptr.
+  const MemoryEstimate* memoryFor(std::string_view optimizer) const;
   bool operator==(const Plan&) const;  // defaulted in the .cpp (C++17 users)
 };
 
@@ -217,6 +257,8 @@ double canonicalNumber(double x);
 
 /// The plan as JSON (sorted keys, canonical numbers).
 nlohmann::json toJson(const Plan& p);
+/// The plan's "memory" object: per optimizer, the predicted peak and what it is made of.
+nlohmann::json memoryJson(const Plan& p);
 /// The canonical text of a plan: toJson laid out with two-space indents, short arrays of scalars
 /// on one line, and a final newline. The bytes `apc plan -o` writes.
 std::string toJsonText(const Plan& p);

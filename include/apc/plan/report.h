@@ -37,6 +37,11 @@ std::string repeatedLayerOf(const std::string& module_path);
 std::string moduleGroupOf(const std::string& module_path);
 
 std::string summaryText(const Plan& p, const PhaseTimings* timings);
+
+/// The predicted memory per rank (apc/plan/memory.h) for the spec's optimizer, what its peak is
+/// made of, the device memory when the spec gives one, and the peaks under the other optimizers;
+/// "" for a plan without an estimate.
+std::string memoryText(const Plan& p);
 /// "" when the plan's parameter memory per rank is within its budget, else "; OVER the budget:
 /// <baseline> keeps 100.00% per rank, the budget allows 0.00% to 25.00%" (baselines ignore the
 /// budget; the optimizer never exceeds it).

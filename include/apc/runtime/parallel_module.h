@@ -104,6 +104,15 @@ struct PredictedStep {
   /// Per node of graph(): the plan's compute (forward and backward, with dispatch) of the plan
   /// node it comes from; 0 for nodes lowering added (redistributions).
   std::vector<double> node_compute_us;
+  /// The plan's predicted peak memory of a rank over a step, per optimizer ("sgd", "momentum",
+  /// "adamw"; apc/plan/memory.h), with the phase it is in; empty in an artifact without it.
+  struct PeakMemory {
+    std::string optimizer;
+    int64_t peak_bytes = 0;
+    std::string phase;
+    int64_t forward = 0, loss = 0, backward = 0, step = 0;  // the largest per phase
+  };
+  std::vector<PeakMemory> peak_memory;
   bool present = false;  // the artifact carries a prediction
 };
 

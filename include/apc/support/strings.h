@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "apc/support/error.h"
+
 namespace apc {
 
 /// Splits on `sep`; keeps empty pieces.
@@ -38,6 +40,11 @@ std::string join(const std::vector<std::string>& parts, std::string_view sep);
 
 /// Formats a byte count for people: 1.50 GiB, 12.0 MiB, 512 B.
 std::string humanBytes(double bytes);
+/// Parses a memory size: a number with an optional unit B, KB, MB, GB, TB (powers of 1000), KiB,
+/// MiB, GiB, TiB (powers of 1024), case-insensitive ("80GiB", "40 GB", "1.5e9"). Errors name the
+/// text; the size must be positive and below 2^62 bytes.
+Expected<int64_t> parseByteSize(std::string_view text);
+
 /// Formats a number in %g style with `digits` significant digits: 12.5, 1e+06, 0.333333.
 std::string formatNumber(double v, int digits = 6);
 /// Formats an integer with thousands separators: 8,030,261,248.

@@ -1,0 +1,695 @@
+//===- lib/plan/memory.cpp - Predicted memory per rank over a training step -===//
+//
+// See apc/plan/memory.h for the model. Storages: every value maps to the storage it lives in (a
+// view's is its base's); a consumer that reads a value in another placement than its producer's
+// (a redistribution), or a parameter in another dtype (mixed precision's cast), reads a copy: one
+// storage per (value, placement) made at its first reader and freed after its last. A copy of a
+// parameter is never kept for backward (the runtime gathers it again), so it is transient.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/plan/memory.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <unordered_set>
+#include <utility>
+
+#include "apc/layout/layout.h"
+#include "apc/solver/graph_problem.h"
+#include "apc/support/strings.h"
+
+namespace apc::plan {
+
+bool MemoryParts::operator==(const MemoryParts&) const = default;
+bool MemoryEstimate::operator==(const MemoryEstimate&) const = default;
+
+const std::vector<std::string>& memoryOptimizers() {
+  static const std::vector<std::string> kNames = {"sgd", "momentum", "adamw"};
+  return kNames;
+}
+
+Expected<int> optimizerStateFactor(std::string_view optimizer) {
+  if (optimizer == "sgd") return 0;
+  if (optimizer == "momentum") return 1;
+  if (optimizer == "adamw") return 2;
+  return invalidArgument("unknown optimizer '" + std::string(optimizer) +
+                         "' (the memory model knows sgd, momentum and adamw)");
+}
+
+namespace {
+
+std::string_view bareOp(const ir::Node& n) {
+  std::string_view op = n.op;
+  if (op.substr(0, 6) == "aten::") op.remove_prefix(6);
+  return op;
+}
+
+/// Ops whose outputs are views of their first input (they share its storage).
+bool isViewOp(std::string_view op) {
+  static const std::unordered_set<std::string_view> kViews = {
+      "view",     "_unsafe_view",     "reshape", "permute",    "transpose",    "t",
+      "expand",   "expand_as",        "slice",   "select",     "unsqueeze",    "squeeze",
+      "split",    "split_with_sizes", "chunk",   "unbind",     "unflatten",    "flatten",
+      "alias",    "detach",           "view_as", "narrow",     "as_strided",   "movedim",
+      "diagonal", "numpy_T",          "mT",      "lift_fresh", "tensor_split", "swapaxes"};
+  return kViews.count(op) > 0;
+}
+
+/// What an op saves for backward (when it records autograd): input indices and output indices.
+struct Saves {
+  std::vector<size_t> inputs;
+  std::vector<size_t> outputs;
+};
+
+/// The simplified table of ATen's derivatives.yaml (see the header). `grad(i)`: input i is a
+/// tensor that takes a gradient.
+template <typename GradFn>
+Saves savedBy(std::string_view op, size_t num_inputs, size_t num_outputs, const GradFn& grad) {
+  static const std::unordered_set<std::string_view> kNothing = {"add",
+                                                                "sub",
+                                                                "rsub",
+                                                                "neg",
+                                                                "sum",
+                                                                "mean",
+                                                                "cat",
+                                                                "concat",
+                                                                "stack",
+                                                                "clone",
+                                                                "contiguous",
+                                                                "to",
+                                                                "_to_copy",
+                                                                "type_as",
+                                                                "zeros_like",
+                                                                "ones_like",
+                                                                "full_like",
+                                                                "empty_like",
+                                                                "fill",
+                                                                "copy",
+                                                                "repeat",
+                                                                "tile",
+                                                                "pad",
+                                                                "constant_pad_nd",
+                                                                "roll",
+                                                                "flip",
+                                                                "cumsum",
+                                                                "arange",
+                                                                "full",
+                                                                "zeros",
+                                                                "ones",
+                                                                "empty",
+                                                                "new_zeros",
+                                                                "new_ones",
+                                                                "new_empty",
+                                                                "scalar_tensor",
+                                                                "slice_scatter",
+                                                                "select_scatter",
+                                                                "index_put",
+                                                                "upsample_nearest2d",
+                                                                "_assert_scalar",
+                                                                "sym_size",
+                                                                "dropout",
+                                                                "feature_dropout",
+                                                                "lift_fresh_copy",
+                                                                "expand_copy",
+                                                                "view_copy",
+                                                                "permute_copy",
+                                                                "transpose_copy",
+                                                                "squeeze_copy",
+                                                                "unsqueeze_copy",
+                                                                "split_copy"};
+  static const std::unordered_set<std::string_view> kOutput = {
+      "relu",        "relu_",        "sigmoid", "tanh", "exp",        "softmax", "_softmax",
+      "log_softmax", "_log_softmax", "rsqrt",   "sqrt", "reciprocal", "elu"};
+  static const std::unordered_set<std::string_view> kFirstInput = {
+      "gelu",
+      "silu",
+      "pow",
+      "abs",
+      "sin",
+      "cos",
+      "log",
+      "log1p",
+      "erf",
+      "mish",
+      "leaky_relu",
+      "hardswish",
+      "hardsigmoid",
+      "softplus",
+      "clamp",
+      "clip",
+      "square",
+      "avg_pool2d",
+      "adaptive_avg_pool2d",
+      "adaptive_avg_pool1d",
+      "avg_pool1d",
+      "hardtanh",
+      "relu6",
+      "layer_norm",
+      "native_layer_norm",
+      "rms_norm",
+      "_fused_rms_norm",
+      "group_norm",
+      "native_group_norm",
+      "batch_norm",
+      "_native_batch_norm_legit",
+      "_native_batch_norm_legit_no_training",
+      "_native_batch_norm_legit_functional",
+      "instance_norm",
+      "var",
+      "std",
+      "var_mean",
+      "gelu_"};
+  static const std::unordered_set<std::string_view> kInputAndOutput = {
+      "max",        "amax",
+      "min",        "amin",
+      "norm",       "linalg_vector_norm",
+      "max_pool2d", "max_pool2d_with_indices",
+      "max_pool1d", "max_pool3d",
+      "topk",       "sort"};
+  static const std::unordered_set<std::string_view> kProducts = {
+      "mul",    "matmul", "mm",          "bmm",          "linear",  "conv1d",
+      "conv2d", "conv3d", "convolution", "_convolution", "bilinear"};
+  Saves s;
+  auto all_inputs = [&] {
+    for (size_t i = 0; i < num_inputs; ++i) s.inputs.push_back(i);
+  };
+  if (kNothing.count(op)) return s;
+  if (kOutput.count(op)) {
+    s.outputs.push_back(0);
+    return s;
+  }
+  if (kFirstInput.count(op)) {
+    s.inputs.push_back(0);
+    return s;
+  }
+  if (kInputAndOutput.count(op)) {
+    s.inputs.push_back(0);
+    for (size_t o = 0; o < num_outputs; ++o) s.outputs.push_back(o);
+    return s;
+  }
+  if (kProducts.count(op) && num_inputs >= 2) {
+    // Each factor is saved for the other's gradient.
+    if (grad(1)) s.inputs.push_back(0);
+    if (grad(0)) s.inputs.push_back(1);
+    return s;
+  }
+  if ((op == "addmm" || op == "baddbmm" || op == "addbmm") && num_inputs >= 3) {
+    if (grad(2)) s.inputs.push_back(1);
+    if (grad(1)) s.inputs.push_back(2);
+    return s;
+  }
+  if (op == "div" && num_inputs >= 2) {
+    s.inputs.push_back(1);
+    if (grad(1)) s.inputs.push_back(0);
+    return s;
+  }
+  if (op == "embedding" && num_inputs >= 2) {
+    s.inputs.push_back(1);
+    return s;
+  }
+  if ((op == "index_select" || op == "gather" || op == "scatter" || op == "scatter_add" ||
+       op == "index_add") &&
+      num_inputs >= 3) {
+    s.inputs.push_back(2);
+    return s;
+  }
+  if (op == "index" && num_inputs >= 2) {
+    s.inputs.push_back(1);
+    return s;
+  }
+  if (op == "where" && num_inputs >= 1) {
+    s.inputs.push_back(0);
+    return s;
+  }
+  if (op == "masked_fill" && num_inputs >= 2) {
+    s.inputs.push_back(1);
+    return s;
+  }
+  if (op == "native_dropout" && num_outputs >= 2) {
+    s.outputs.push_back(1);
+    return s;
+  }
+  if (op.find("scaled_dot_product") != std::string_view::npos ||
+      op.find("cross_entropy") != std::string_view::npos || op.find("nll_loss") == 0 ||
+      op == "mse_loss" || op == "l1_loss" || op == "smooth_l1_loss" || op == "einsum") {
+    all_inputs();
+    if (op.find("scaled_dot_product") != std::string_view::npos)
+      for (size_t o = 0; o < num_outputs; ++o) s.outputs.push_back(o);
+    return s;
+  }
+  all_inputs();  // unknown: assume every input is saved
+  return s;
+}
+
+enum class StorageKind : uint8_t { kParameter, kBuffer, kInput, kDynamic };
+
+struct Storage {
+  StorageKind kind = StorageKind::kDynamic;
+  int64_t bytes = 0;
+  bool parameter_copy = false;  // a parameter's redistributed or cast copy: never kept
+  int64_t alloc = 0;            // the op position that makes it (-1: before the forward)
+  int64_t last_use = -1;        // the last op position that reads it
+  bool kept = false;            // saved for backward (or a forward output)
+  int64_t first_saver = std::numeric_limits<int64_t>::max();  // the earliest op that saved it
+};
+
+class Model {
+ public:
+  Model(const ir::Graph& g, const Plan& p)
+      : g_(g), cg_(solver::computeGraph(g, p.spec.mixed_precision)), p_(p) {}
+
+  /// The estimate without optimizer state (it adds the same bytes at every point of the step).
+  Expected<MemoryEstimate> run() {
+    APC_RETURN_IF_ERROR(mapPlan());
+    MemoryEstimate e;
+    // Persistent parts.
+    int64_t largest_param = 0;
+    for (const PlanParameter& pp : p_.parameters) {
+      persistent_.parameters += pp.bytes_per_rank;
+      largest_param = std::max(largest_param, pp.bytes_per_rank);
+    }
+
+    // Storages of the leaves and op outputs, and the op order.
+    value_storage_.assign(g_.numValues(), -1);
+    producer_pos_.assign(g_.numValues(), -1);
+    for (const ir::Node& n : g_.nodes()) {
+      if (n.kind == ir::NodeKind::kOp) {
+        if (g_.isShapeNode(n.id)) continue;
+        const int64_t pos = static_cast<int64_t>(ops_.size());
+        ops_.push_back(n.id);
+        for (size_t k = 0; k < n.outputs.size(); ++k) producer_pos_[n.outputs[k].v] = pos;
+        continue;
+      }
+      if (n.outputs.empty()) continue;
+      const ir::ValueId v = n.outputs[0];
+      if (!isTensorLike(v)) continue;
+      const StorageKind kind = n.kind == ir::NodeKind::kParameter ? StorageKind::kParameter
+                               : n.kind == ir::NodeKind::kBuffer  ? StorageKind::kBuffer
+                                                                  : StorageKind::kInput;
+      // Parameters in their stored dtype; the rest as the compute graph has them.
+      const int64_t bytes =
+          valueBytes(kind == StorageKind::kParameter ? g_ : cg_, v, producerPlacement(v, 0));
+      if (kind == StorageKind::kBuffer) persistent_.buffers += bytes;
+      if (kind == StorageKind::kInput) persistent_.inputs += bytes;
+      value_storage_[v.v] = newStorage(kind, bytes, -1);
+    }
+    for (size_t pos = 0; pos < ops_.size(); ++pos) placeOp(static_cast<int64_t>(pos));
+    // Forward outputs stay until backward starts (and the loss through it).
+    for (ir::ValueId v : g_.outputs().leaves()) {
+      if (!v.valid() || value_storage_[v.v] < 0) continue;
+      Storage& s = storages_[static_cast<size_t>(value_storage_[v.v])];
+      if (s.kind != StorageKind::kDynamic) continue;
+      s.kept = true;
+      s.first_saver = std::min(s.first_saver, producer_pos_[v.v]);
+    }
+
+    const int64_t persistent = persistent_.parameters + persistent_.buffers + persistent_.inputs +
+                               persistent_.optimizer_state;
+    e.persistent_bytes = persistent;
+    auto consider = [&](const MemoryParts& parts, const char* phase, const std::string& at) {
+      int64_t& phase_peak = phase[0] == 'f'   ? e.forward_peak
+                            : phase[0] == 'l' ? e.loss_peak
+                            : phase[0] == 'b' ? e.backward_peak
+                                              : e.optimizer_peak;
+      phase_peak = std::max(phase_peak, parts.total());
+      if (parts.total() > e.peak_bytes || e.phase.empty()) {
+        e.peak_bytes = parts.total();
+        e.phase = phase;
+        e.at = at;
+        e.at_peak = parts;
+      }
+    };
+
+    // Forward: a sweep of allocations and frees over op positions.
+    const int64_t num_ops = static_cast<int64_t>(ops_.size());
+    std::vector<int64_t> add(static_cast<size_t>(num_ops) + 1, 0), drop(add);
+    std::vector<int64_t> add_saved(add), drop_saved(add);
+    std::map<std::string, int64_t> saved_by_op;
+    for (const Storage& s : storages_) {
+      if (s.kind != StorageKind::kDynamic) continue;
+      const int64_t a = std::max<int64_t>(s.alloc, 0);
+      const bool kept = s.kept && !s.parameter_copy;
+      const int64_t end = std::max(s.last_use, a);
+      add[static_cast<size_t>(a)] += s.bytes;
+      if (!kept) drop[static_cast<size_t>(end)] += s.bytes;
+      if (kept) {
+        e.saved_activations += s.bytes;
+        if (s.first_saver >= 0 && s.first_saver < num_ops)
+          saved_by_op[g_.node(ops_[static_cast<size_t>(s.first_saver)]).qualifiedOp()] += s.bytes;
+        // Counted as an activation from the op that saves it (before: a live value).
+        const int64_t from = std::min(std::max(s.first_saver, a), end);
+        add_saved[static_cast<size_t>(from)] += s.bytes;
+      }
+    }
+    int64_t live = 0, saved = 0;
+    for (int64_t pos = 0; pos < num_ops; ++pos) {
+      live += add[static_cast<size_t>(pos)];
+      saved += add_saved[static_cast<size_t>(pos)];
+      MemoryParts parts = persistent_;
+      parts.activations = saved;
+      parts.transient = live - saved;
+      consider(parts, "forward", opName(pos));
+      live -= drop[static_cast<size_t>(pos)];
+    }
+
+    for (const auto& [op, bytes] : saved_by_op) e.saved_by_op.emplace_back(op, bytes);
+    std::stable_sort(e.saved_by_op.begin(), e.saved_by_op.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+
+    // The loss, as apc-train computes it outside the program: every output leaf gathered whole
+    // (a new tensor unless it is replicated), then on the first one the cross entropy of a
+    // floating output of rank >= 2 (its log_softmax, the output's size, saved with int64
+    // targets) or the mean square (nothing more: pow saves the gathered output).
+    const std::vector<ir::ValueId> leaves = g_.outputs().leaves();
+    int64_t gathered = 0, loss_saved = 0, loss_grads = 0, outputs_local = 0;
+    for (size_t i = 0; i < leaves.size(); ++i) {
+      const ir::ValueId v = leaves[i];
+      if (!v.valid() || !cg_.value(v).tensor) continue;
+      const ir::TensorMeta& t = *cg_.value(v).tensor;
+      const std::optional<mesh::PlacementTuple> pl = producerPlacement(v, 0);
+      const bool whole = !pl || std::all_of(pl->begin(), pl->end(), [](const mesh::Placement& q) {
+        return q.isReplicate();
+      });
+      if (!whole) gathered += t.bytes();
+      outputs_local += valueBytes(cg_, v, pl);
+      if (i != 0 || t.numel() == 1) continue;
+      if (ir::isFloating(t.dtype) && t.rank() >= 2) {
+        loss_saved = t.bytes() + t.numel() / std::max<int64_t>(t.shape.back().size, 1) * 8;
+        loss_grads = 2 * t.bytes();  // log_softmax's input gradient, then the gathered output's
+      } else {
+        loss_grads = t.bytes();
+      }
+    }
+    {
+      MemoryParts parts = persistent_;
+      parts.activations = e.saved_activations;
+      parts.transient = gathered + loss_saved;
+      consider(parts, "loss", "");
+      parts.transient += loss_grads;
+      consider(parts, "backward", "the loss");
+    }
+
+    // Backward, in reverse. Saved storages are released after the backward of their first saver;
+    // parameter gradients appear at the backward of a parameter's last reader; an activation's
+    // gradient is held from its last reader's backward to its producer's.
+    std::vector<int64_t> release_at(static_cast<size_t>(num_ops) + 1, 0);
+    int64_t held = 0;
+    for (const Storage& s : storages_) {
+      if (s.kind != StorageKind::kDynamic || !s.kept || s.parameter_copy) continue;
+      held += s.bytes;
+      const int64_t at = std::clamp<int64_t>(s.first_saver, 0, std::max<int64_t>(num_ops - 1, 0));
+      release_at[static_cast<size_t>(at)] += s.bytes;
+    }
+    std::vector<int64_t> grad_start(static_cast<size_t>(num_ops) + 1, 0), grad_end(grad_start);
+    std::vector<int64_t> param_grad_at(grad_start), temp_at(grad_start);
+    for (const ir::Node& n : g_.nodes()) {
+      if (n.kind != ir::NodeKind::kParameter || n.outputs.empty()) continue;
+      const int64_t last = last_reader_[n.outputs[0].v];
+      if (last < 0) continue;
+      auto it = param_bytes_.find(n.name);
+      if (it != param_bytes_.end()) param_grad_at[static_cast<size_t>(last)] += it->second;
+    }
+    std::vector<bool> is_leaf(g_.numValues(), false);
+    for (ir::ValueId v : leaves)
+      if (v.valid()) is_leaf[v.v] = true;
+    for (uint32_t v = 0; v < g_.numValues(); ++v) {
+      const int64_t prod = producer_pos_[v];
+      if (prod < 0 || !requiresGrad(ir::ValueId{v}) || view_output_[v]) continue;
+      // An output's gradient comes from the loss, before every node's backward.
+      const int64_t last = is_leaf[v] ? num_ops - 1 : last_reader_[v];
+      if (last <= prod) continue;
+      const int64_t bytes = valueBytes(cg_, ir::ValueId{v}, producerPlacement(ir::ValueId{v}, 0));
+      grad_start[static_cast<size_t>(last)] += bytes;
+      grad_end[static_cast<size_t>(prod)] += bytes;
+    }
+    // A reader's gradient of a redistributed input is made at the copy's placement first.
+    for (int64_t pos = 0; pos < num_ops; ++pos)
+      temp_at[static_cast<size_t>(pos)] = copy_grad_bytes_[static_cast<size_t>(pos)];
+    int64_t grads = 0, pending = 0;
+    for (int64_t pos = num_ops - 1; pos >= 0; --pos) {
+      const size_t i = static_cast<size_t>(pos);
+      grads += param_grad_at[i];
+      pending += grad_start[i];
+      MemoryParts parts = persistent_;
+      parts.activations = held;
+      parts.gradients = grads;
+      parts.transient = pending + temp_at[i];
+      consider(parts, "backward", opName(pos));
+      held -= release_at[i];
+      pending -= grad_end[i];
+    }
+
+    // The optimizer step: every gradient, the state, one temporary of the largest parameter.
+    MemoryParts step = persistent_;
+    step.gradients = persistent_.parameters;
+    // apc-train still holds the step's outputs, local and gathered, until the step ends.
+    step.transient = largest_param + outputs_local + gathered;
+    consider(step, "optimizer", "");
+    // The phases before the optimizer step hold no gradients of an earlier step (apc-train sets
+    // them to none), so the forward's peak is the one a step starts with.
+    return e;
+  }
+
+ private:
+  bool isTensorLike(ir::ValueId v) const {
+    const ir::Value& val = g_.value(v);
+    return val.type == ir::ValueType::kTensor || val.type == ir::ValueType::kTensorList;
+  }
+
+  bool requiresGrad(ir::ValueId v) const {
+    const ir::Value& val = cg_.value(v);
+    if (val.tensor) return val.tensor->requires_grad;
+    for (const ir::TensorMeta& t : val.elements)
+      if (t.requires_grad) return true;
+    return false;
+  }
+
+  Status mapPlan() {
+    plan_of_.assign(g_.numNodes(), -1);
+    for (size_t i = 0; i < p_.nodes.size(); ++i) {
+      const PlanNode& pn = p_.nodes[i];
+      if (!pn.graph_node) continue;
+      if (*pn.graph_node >= g_.numNodes())
+        return invalidArgument("plan node '" + pn.name + "' names graph node " +
+                               std::to_string(*pn.graph_node) + ", beyond the graph's " +
+                               std::to_string(g_.numNodes()));
+      plan_of_[*pn.graph_node] = static_cast<int64_t>(i);
+    }
+    for (const PlanParameter& pp : p_.parameters) param_bytes_[pp.name] = pp.bytes_per_rank;
+    last_reader_.assign(g_.numValues(), -1);
+    view_output_.assign(g_.numValues(), false);
+    return Status::success();
+  }
+
+  /// The placement of output `k` of v's producer, if the plan places it.
+  std::optional<mesh::PlacementTuple> producerPlacement(ir::ValueId v, size_t) const {
+    const ir::Value& val = g_.value(v);
+    if (!val.producer.valid()) return std::nullopt;
+    const int64_t pi = plan_of_[val.producer.v];
+    if (pi < 0) return std::nullopt;
+    const ir::Node& n = g_.node(val.producer);
+    const PlanNode& pn = p_.nodes[static_cast<size_t>(pi)];
+    for (size_t k = 0; k < n.outputs.size() && k < pn.outputs.size(); ++k)
+      if (n.outputs[k] == v) return pn.outputs[k];
+    return std::nullopt;
+  }
+
+  /// The local bytes of `v` (as `graph` types it) under `placement` (none: whole).
+  int64_t valueBytes(const ir::Graph& graph, ir::ValueId v,
+                     const std::optional<mesh::PlacementTuple>& placement) const {
+    const ir::Value& val = graph.value(v);
+    auto local = [&](const ir::TensorMeta& t, const std::optional<mesh::PlacementTuple>& pl) {
+      if (!pl || pl->size() != p_.spec.mesh.ndim()) return t.bytes();
+      int64_t numel = 1;
+      for (int64_t s : layout::maxLocalSizes(t, *pl, p_.spec.mesh)) numel *= s;
+      return numel * ir::dtypeBytes(t.dtype);
+    };
+    if (val.tensor) return local(*val.tensor, placement);
+    int64_t sum = 0;
+    for (const ir::TensorMeta& t : val.elements) {
+      if (!placement) {
+        sum += t.bytes();
+        continue;
+      }
+      std::vector<int64_t> sizes;
+      for (const ir::Dim& d : t.shape) sizes.push_back(d.size);
+      sum += local(t, layout::elementPlacement(*placement, sizes));
+    }
+    return sum;
+  }
+
+  /// Storage `sid` (and the elements of a list it packs) is read at `pos`.
+  void use(int64_t sid, int64_t pos) {
+    Storage& s = storages_[static_cast<size_t>(sid)];
+    s.last_use = std::max(s.last_use, pos);
+    for (int64_t m : members_[static_cast<size_t>(sid)]) {
+      Storage& e = storages_[static_cast<size_t>(m)];
+      e.last_use = std::max(e.last_use, pos);
+    }
+  }
+
+  int64_t newStorage(StorageKind kind, int64_t bytes, int64_t alloc) {
+    Storage s;
+    s.kind = kind;
+    s.bytes = bytes;
+    s.alloc = alloc;
+    storages_.push_back(s);
+    members_.emplace_back();
+    return static_cast<int64_t>(storages_.size()) - 1;
+  }
+
+  /// The storage op `pos` reads for its input `i` (a copy when it redistributes or casts).
+  int64_t readStorage(int64_t pos, const ir::Node& n, size_t i) {
+    const ir::ValueId v = n.inputs[i];
+    if (!isTensorLike(v) || value_storage_[v.v] < 0) return -1;
+    const int64_t pi = plan_of_[n.id.v];
+    std::optional<mesh::PlacementTuple> want;
+    if (pi >= 0 && i < p_.nodes[static_cast<size_t>(pi)].input_placements.size())
+      want = p_.nodes[static_cast<size_t>(pi)].input_placements[i];
+    const std::optional<mesh::PlacementTuple> have = producerPlacement(v, 0);
+    const int64_t base = value_storage_[v.v];
+    const Storage& bs = storages_[static_cast<size_t>(base)];
+    const bool is_param = bs.kind == StorageKind::kParameter;
+    const ir::Value& stored = g_.value(v);
+    const bool cast = is_param && stored.tensor && cg_.value(v).tensor &&
+                      stored.tensor->dtype != cg_.value(v).tensor->dtype;
+    const bool moved = want && have && !(*want == *have);
+    if (!moved && !cast) return base;
+    const std::string key = std::to_string(v.v) + "|" + (want ? mesh::toString(*want) : "");
+    auto it = copies_.find(key);
+    if (it != copies_.end()) return it->second;
+    const int64_t bytes = valueBytes(cg_, v, moved ? want : have);
+    const int64_t id = newStorage(StorageKind::kDynamic, bytes, pos);
+    storages_[static_cast<size_t>(id)].parameter_copy = is_param || bs.parameter_copy;
+    copies_.emplace(key, id);
+    if (moved && requiresGrad(v))
+      copy_grad_bytes_[static_cast<size_t>(pos)] += bytes;  // its gradient, before the way back
+    return id;
+  }
+
+  void placeOp(int64_t pos) {
+    const ir::Node& n = g_.node(ops_[static_cast<size_t>(pos)]);
+    if (copy_grad_bytes_.size() < ops_.size()) copy_grad_bytes_.assign(ops_.size(), 0);
+    std::vector<int64_t> reads(n.inputs.size(), -1);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      reads[i] = readStorage(pos, n, i);
+      if (reads[i] < 0) continue;
+      use(reads[i], pos);
+      last_reader_[n.inputs[i].v] = std::max(last_reader_[n.inputs[i].v], pos);
+    }
+    const std::string_view op = bareOp(n);
+    const bool view = isViewOp(op) && !n.inputs.empty() && reads[0] >= 0;
+    // A list or tuple a prim op builds holds its elements (no storage of its own, no autograd).
+    const bool pack = op.substr(0, 6) == "prim::";
+    for (ir::ValueId o : n.outputs) {
+      if (!isTensorLike(o)) continue;
+      if (view) {
+        value_storage_[o.v] = reads[0];
+        view_output_[o.v] = true;
+        continue;
+      }
+      if (pack) {
+        const int64_t id = newStorage(StorageKind::kDynamic, 0, pos);
+        for (int64_t r : reads)
+          if (r >= 0) members_[static_cast<size_t>(id)].push_back(r);
+        value_storage_[o.v] = id;
+        view_output_[o.v] = true;
+        continue;
+      }
+      const int64_t bytes = valueBytes(cg_, o, producerPlacement(o, 0));
+      value_storage_[o.v] = newStorage(StorageKind::kDynamic, bytes, pos);
+      storages_[static_cast<size_t>(value_storage_[o.v])].last_use = pos;
+    }
+    if (view || pack) return;  // saves nothing: its backward needs sizes only
+    // Saved tensors, when the op records autograd.
+    bool records = false;
+    for (ir::ValueId o : n.outputs)
+      if (isTensorLike(o) && requiresGrad(o)) records = true;
+    if (!records) return;
+    auto grad = [&](size_t i) {
+      return i < n.inputs.size() && isTensorLike(n.inputs[i]) && requiresGrad(n.inputs[i]);
+    };
+    const Saves saves = savedBy(op, n.inputs.size(), n.outputs.size(), grad);
+    auto keep = [&](int64_t sid) {
+      if (sid < 0) return;
+      for (int64_t m : members_[static_cast<size_t>(sid)]) {
+        Storage& e = storages_[static_cast<size_t>(m)];
+        if (e.kind != StorageKind::kDynamic) continue;
+        e.kept = true;
+        e.first_saver = std::min(e.first_saver, pos);
+      }
+      Storage& s = storages_[static_cast<size_t>(sid)];
+      if (s.kind != StorageKind::kDynamic) return;
+      s.kept = true;
+      s.first_saver = std::min(s.first_saver, pos);
+    };
+    for (size_t i : saves.inputs)
+      if (i < reads.size()) keep(reads[i]);
+    for (size_t o : saves.outputs)
+      if (o < n.outputs.size() && isTensorLike(n.outputs[o])) keep(value_storage_[n.outputs[o].v]);
+  }
+
+  std::string opName(int64_t pos) const {
+    const ir::NodeId id = ops_[static_cast<size_t>(pos)];
+    const int64_t pi = plan_of_[id.v];
+    if (pi >= 0) return p_.nodes[static_cast<size_t>(pi)].name;
+    const ir::Node& n = g_.node(id);
+    return n.outputs.empty() ? n.op : g_.value(n.outputs[0]).debug_name;
+  }
+
+  const ir::Graph& g_;
+  ir::Graph cg_;
+  const Plan& p_;
+  MemoryParts persistent_;
+  std::vector<int64_t> plan_of_;
+  std::map<std::string, int64_t> param_bytes_;
+  std::vector<ir::NodeId> ops_;
+  std::vector<Storage> storages_;
+  std::vector<std::vector<int64_t>> members_;  // per storage: the elements a packed list holds
+  std::vector<int64_t> value_storage_;
+  std::vector<int64_t> producer_pos_;
+  std::vector<int64_t> last_reader_;
+  std::vector<bool> view_output_;
+  std::vector<int64_t> copy_grad_bytes_;
+  std::map<std::string, int64_t> copies_;
+};
+
+/// `base` (no optimizer state) with `optimizer`'s state added everywhere.
+Expected<MemoryEstimate> withOptimizer(MemoryEstimate e, std::string_view optimizer) {
+  APC_ASSIGN_OR_RETURN(const int factor, optimizerStateFactor(optimizer));
+  const int64_t state = factor * e.at_peak.parameters;
+  e.optimizer = std::string(optimizer);
+  e.at_peak.optimizer_state = state;
+  e.peak_bytes += state;
+  e.persistent_bytes += state;
+  for (int64_t* phase : {&e.forward_peak, &e.loss_peak, &e.backward_peak, &e.optimizer_peak})
+    *phase += state;
+  return e;
+}
+
+}  // namespace
+
+Expected<MemoryEstimate> predictMemory(const ir::Graph& g, const Plan& p,
+                                       std::string_view optimizer) {
+  APC_RETURN_IF_ERROR(optimizerStateFactor(optimizer));
+  Model m(g, p);
+  APC_ASSIGN_OR_RETURN(MemoryEstimate base, m.run());
+  return withOptimizer(std::move(base), optimizer);
+}
+
+Expected<std::vector<MemoryEstimate>> predictMemoryAll(const ir::Graph& g, const Plan& p) {
+  Model m(g, p);
+  APC_ASSIGN_OR_RETURN(MemoryEstimate base, m.run());
+  std::vector<MemoryEstimate> out;
+  for (const std::string& name : memoryOptimizers()) {
+    APC_ASSIGN_OR_RETURN(MemoryEstimate e, withOptimizer(base, name));
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace apc::plan

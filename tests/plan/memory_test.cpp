@@ -1,0 +1,195 @@
+//===- tests/plan/memory_test.cpp - The memory model and --device-memory --===//
+//
+// predictMemory on the toy block (x -> linear -> relu -> linear) against what autograd keeps
+// there, the optimizers' state, the classic plans' parameter shards, and the device-memory loop
+// of the pipeline: a roomy device gives the fastest plan, a tight one a plan that fits, a tiny
+// one an error naming the smallest peak.
+//
+//===----------------------------------------------------------------------===//
+#include "apc/plan/memory.h"
+
+#include <gtest/gtest.h>
+
+#include "apc/support/strings.h"
+#include "plan_fixtures.h"
+
+namespace apc::plan {
+namespace {
+
+using testing::Planned;
+using testing::planOf;
+using testing::specFor;
+using testing::toySource;
+using testing::toySpec8;
+
+constexpr int64_t kMiB = 1 << 20;
+
+Expected<PlanRun> planWith(const ir::Graph& g, const mesh::Spec& spec,
+                           std::optional<solver::Baseline> baseline = std::nullopt) {
+  PlanRequest request;
+  request.baseline = baseline;
+  return planGraph(g, spec, toySource(g), request);
+}
+
+TEST(Memory, OneDeviceKeepsWhatAutogradSaves) {
+  // One rank: relu saves its output r (and the second linear reads the same tensor, saved once);
+  // the first linear saves x (an input, persistent) and its output h is freed after relu; the
+  // forward's output y is held until backward.
+  const ir::Graph g = ir::testing_graphs::toyBlock(8);
+  Planned p = planOf(g, specFor({1}, {"d"}));
+  const MemoryEstimate* e = p.result.plan.memoryFor("sgd");
+  ASSERT_NE(e, nullptr);
+  const int64_t r_bytes = 8 * 128 * 4096 * 4, y_bytes = 8 * 128 * 1024 * 4;
+  EXPECT_EQ(e->saved_activations, r_bytes + y_bytes);
+  EXPECT_EQ(e->at_peak.parameters, 2 * 4096 * 1024 * 4);
+  EXPECT_EQ(e->at_peak.inputs, 8 * 128 * 1024 * 4);
+  EXPECT_EQ(e->at_peak.optimizer_state, 0);
+  EXPECT_EQ(e->peak_bytes, e->at_peak.total());
+  // The peak is at least everything saved with the parameters and the input.
+  EXPECT_GE(e->peak_bytes, e->at_peak.parameters + e->at_peak.inputs + r_bytes + y_bytes);
+}
+
+TEST(Memory, OptimizerStateIsOneOrTwoParameterCopies) {
+  const ir::Graph g = ir::testing_graphs::toyBlock(8);
+  Planned p = planOf(g, toySpec8());
+  const MemoryEstimate* sgd = p.result.plan.memoryFor("sgd");
+  const MemoryEstimate* momentum = p.result.plan.memoryFor("momentum");
+  const MemoryEstimate* adamw = p.result.plan.memoryFor("adamw");
+  ASSERT_TRUE(sgd && momentum && adamw);
+  const int64_t params = p.result.plan.totals.param_bytes_per_rank;
+  EXPECT_EQ(sgd->at_peak.parameters, params);
+  EXPECT_EQ(momentum->peak_bytes - sgd->peak_bytes, params);
+  EXPECT_EQ(adamw->peak_bytes - sgd->peak_bytes, 2 * params);
+  EXPECT_EQ(adamw->at_peak.optimizer_state, 2 * params);
+  EXPECT_EQ(predictMemory(g, p.result.plan, "adamw").value(), *adamw);
+  auto bad = predictMemory(g, p.result.plan, "lion");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("'lion'"), std::string::npos);
+}
+
+TEST(Memory, DataParallelSplitsActivationsAndFsdpSplitsParameters) {
+  const ir::Graph g = ir::testing_graphs::toyBlock(8);
+  auto one = planWith(g, specFor({1}, {"d"}));
+  auto ddp = planWith(g, toySpec8(), solver::Baseline::kDdp);
+  auto fsdp = planWith(g, toySpec8(), solver::Baseline::kFsdp);
+  ASSERT_TRUE(one.ok() && ddp.ok() && fsdp.ok());
+  const MemoryEstimate* e1 = one->result.plan.memoryFor("adamw");
+  const MemoryEstimate* ed = ddp->result.plan.memoryFor("adamw");
+  const MemoryEstimate* ef = fsdp->result.plan.memoryFor("adamw");
+  ASSERT_TRUE(e1 && ed && ef);
+  // DDP: every rank holds all parameters and an eighth of the batch's activations.
+  EXPECT_EQ(ed->saved_activations * 8, e1->saved_activations);
+  EXPECT_EQ(ed->persistent_bytes - ed->at_peak.inputs, e1->persistent_bytes - e1->at_peak.inputs);
+  // FSDP: an eighth of the parameters and state; the gathered weights are transient.
+  EXPECT_EQ(ef->at_peak.parameters * 8, ed->at_peak.parameters);
+  EXPECT_EQ(ef->at_peak.optimizer_state * 8, ed->at_peak.optimizer_state);
+  EXPECT_EQ(ef->saved_activations, ed->saved_activations);
+  EXPECT_LT(ef->peak_bytes, ed->peak_bytes);
+}
+
+TEST(Memory, PlanJsonKeepsTheEstimates) {
+  const ir::Graph g = ir::testing_graphs::toyBlock(8);
+  Planned p = planOf(g, toySpec8());
+  ASSERT_EQ(p.result.plan.memory.size(), memoryOptimizers().size());
+  auto back = planFromJson(toJson(p.result.plan));
+  ASSERT_TRUE(back.ok()) << back.error().message();
+  EXPECT_EQ(back->memory, p.result.plan.memory);
+  auto j = toJson(p.result.plan);
+  j["memory"]["adam"] = j["memory"]["adamw"];
+  auto bad = planFromJson(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("$.memory.adam"), std::string::npos)
+      << bad.error().message();
+}
+
+TEST(DeviceMemory, ARoomyDeviceGetsTheFastestPlan) {
+  const ir::Graph g = ir::testing_graphs::toyBlock(8);
+  mesh::Spec free_spec = toySpec8();
+  free_spec.memory_budget.high = 1.0;  // no parameter bound
+  auto fastest = planWith(g, free_spec);
+  mesh::Spec spec = toySpec8();
+  spec.device_memory = int64_t{80} << 30;
+  auto roomy = planWith(g, spec);
+  ASSERT_TRUE(fastest.ok() && roomy.ok());
+  EXPECT_DOUBLE_EQ(roomy->result.plan.solver.objective, fastest->result.plan.solver.objective);
+  EXPECT_NE(roomy->result.note.find("fits"), std::string::npos) << roomy->result.note;
+  EXPECT_EQ(roomy->result.plan.spec.device_memory, spec.device_memory);
+}
+
+TEST(DeviceMemory, ATightDeviceGetsAPlanThatFits) {
+  // Between the fastest plan's peak and the peak of the plan with every parameter fully sharded,
+  // the device-memory plan fits and costs at least the fastest. Tried on the toy at a few batch
+  // sizes and meshes: at least one must have a fastest plan that needs more than the sharded one.
+  int tried = 0;
+  for (int64_t batch : {8, 64})
+    for (int64_t ranks : {2, 8}) {
+      const ir::Graph g = ir::testing_graphs::toyBlock(batch);
+      mesh::Spec base = specFor({ranks}, {"dp"});
+      base.inputs["x"] = {mesh::Placement::shard(0)};
+      mesh::Spec free_spec = base;
+      free_spec.memory_budget.high = 1.0;
+      mesh::Spec sharded_spec = base;  // the default high: 1 / world size
+      auto fastest = planWith(g, free_spec);
+      auto sharded = planWith(g, sharded_spec);
+      ASSERT_TRUE(fastest.ok() && sharded.ok());
+      const int64_t big = fastest->result.plan.memoryFor("adamw")->peak_bytes;
+      const int64_t small = sharded->result.plan.memoryFor("adamw")->peak_bytes;
+      if (small >= big) continue;
+      ++tried;
+      mesh::Spec spec = base;
+      spec.device_memory = (big + small) / 2;
+      auto tight = planWith(g, spec);
+      ASSERT_TRUE(tight.ok()) << tight.error().message();
+      const MemoryEstimate* e = tight->result.plan.memoryFor("adamw");
+      ASSERT_NE(e, nullptr);
+      EXPECT_LE(e->peak_bytes, *spec.device_memory) << "batch " << batch << ", " << ranks;
+      EXPECT_GE(tight->result.plan.solver.objective, fastest->result.plan.solver.objective - 1e-9);
+      EXPECT_NE(tight->result.note.find("parameters bounded"), std::string::npos)
+          << tight->result.note;
+    }
+  EXPECT_GT(tried, 0) << "no configuration where the fastest plan needs more memory";
+}
+
+TEST(DeviceMemory, TooLittleMemoryNamesTheSmallestPeak) {
+  const ir::Graph g = ir::testing_graphs::toyBlock(8);
+  mesh::Spec spec = toySpec8();
+  spec.device_memory = kMiB;
+  auto r = planWith(g, spec);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code(), ErrorCode::kInfeasible);
+  EXPECT_NE(r.error().message().find("smallest predicted peak per rank is"), std::string::npos)
+      << r.error().message();
+  EXPECT_EQ(r.error().message().find('\n'), std::string::npos);
+}
+
+TEST(DeviceMemory, SizesParse) {
+  EXPECT_EQ(parseByteSize("80GiB").value(), int64_t{80} << 30);
+  EXPECT_EQ(parseByteSize("40 GB").value(), int64_t{40'000'000'000});
+  EXPECT_EQ(parseByteSize("512mib").value(), int64_t{512} << 20);
+  EXPECT_EQ(parseByteSize("1.5e9").value(), int64_t{1'500'000'000});
+  for (const char* bad : {"", "GiB", "80 parsecs", "-1GB", "0", "1e30"}) {
+    auto r = parseByteSize(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+}
+
+TEST(DeviceMemory, SpecJsonRoundTrips) {
+  auto s = mesh::parseSpecText(
+      R"({"mesh": {"shape": [8]}, "device_memory": "24GiB", "optimizer": "momentum"})");
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(s->device_memory, int64_t{24} << 30);
+  EXPECT_EQ(s->optimizer, "momentum");
+  auto back = mesh::parseSpec(mesh::toJson(*s));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, *s);
+  auto both = mesh::parseSpecText(
+      R"({"mesh": {"shape": [8]}, "device_memory": 1000, "memory_budget": {"low": 0}})");
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.error().message().find("not both"), std::string::npos);
+  auto opt = mesh::parseSpecText(R"({"mesh": {"shape": [8]}, "optimizer": "adam"})");
+  ASSERT_FALSE(opt.ok());
+  EXPECT_NE(opt.error().message().find("$.optimizer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace apc::plan
