@@ -812,6 +812,8 @@ Status Lowerer::recordPrediction() {
   }
   pr->set_optimizer_sgd_us(sgd);
   pr->set_optimizer_adamw_us(adamw);
+  static_assert(plan::kGradBucketBytes == artifact::kDefaultGradBucketBytes,
+                "the memory model's gradient bucket is the runtime's default");
   {
     std::vector<plan::MemoryEstimate> memory = p_.memory;
     if (memory.empty()) {

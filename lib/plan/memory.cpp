@@ -20,6 +20,7 @@
 
 #include "apc/layout/layout.h"
 #include "apc/solver/graph_problem.h"
+#include "apc/strategy/sync_norm.h"
 #include "apc/support/strings.h"
 
 namespace apc::plan {
@@ -255,6 +256,7 @@ struct Storage {
   int64_t last_use = -1;        // the last op position that reads it
   bool kept = false;            // saved for backward (or a forward output)
   int64_t first_saver = std::numeric_limits<int64_t>::max();  // the earliest op that saved it
+  std::string param;                                          // kParameter: the parameter's name
 };
 
 class Model {
@@ -294,8 +296,12 @@ class Model {
       const int64_t bytes =
           valueBytes(kind == StorageKind::kParameter ? g_ : cg_, v, producerPlacement(v, 0));
       if (kind == StorageKind::kBuffer) persistent_.buffers += bytes;
-      if (kind == StorageKind::kInput) persistent_.inputs += bytes;
+      // apc-train's synthetic batch is made whole on every rank and each rank takes its piece
+      // (a view of it for a batch cut on dim 0): the whole input is held.
+      if (kind == StorageKind::kInput)
+        persistent_.inputs += cg_.value(v).tensor ? cg_.value(v).tensor->bytes() : bytes;
       value_storage_[v.v] = newStorage(kind, bytes, -1);
+      if (kind == StorageKind::kParameter) storages_.back().param = n.name;
     }
     for (size_t pos = 0; pos < ops_.size(); ++pos) placeOp(static_cast<int64_t>(pos));
     // Forward outputs stay until backward starts (and the loss through it).
@@ -396,11 +402,23 @@ class Model {
     // Backward, in reverse. Saved storages are released after the backward of their first saver;
     // parameter gradients appear at the backward of a parameter's last reader; an activation's
     // gradient is held from its last reader's backward to its producer's.
+    // The forward's outputs stay with apc-train until the step ends.
+    std::vector<bool> output_storage(storages_.size(), false);
+    int64_t outputs_held = 0;
+    for (ir::ValueId v : leaves)
+      if (v.valid() && value_storage_[v.v] >= 0 &&
+          !output_storage[static_cast<size_t>(value_storage_[v.v])]) {
+        output_storage[static_cast<size_t>(value_storage_[v.v])] = true;
+        const Storage& s = storages_[static_cast<size_t>(value_storage_[v.v])];
+        if (s.kind == StorageKind::kDynamic) outputs_held += s.bytes;
+      }
     std::vector<int64_t> release_at(static_cast<size_t>(num_ops) + 1, 0);
     int64_t held = 0;
-    for (const Storage& s : storages_) {
+    for (size_t k = 0; k < storages_.size(); ++k) {
+      const Storage& s = storages_[k];
       if (s.kind != StorageKind::kDynamic || !s.kept || s.parameter_copy) continue;
       held += s.bytes;
+      if (output_storage[k]) continue;
       const int64_t at = std::clamp<int64_t>(s.first_saver, 0, std::max<int64_t>(num_ops - 1, 0));
       release_at[static_cast<size_t>(at)] += s.bytes;
     }
@@ -437,10 +455,30 @@ class Model {
       MemoryParts parts = persistent_;
       parts.activations = held;
       parts.gradients = grads;
-      parts.transient = pending + temp_at[i];
+      parts.transient = pending + temp_at[i] + gathered;
       consider(parts, "backward", opName(pos));
       held -= release_at[i];
       pending -= grad_end[i];
+    }
+
+    // The gradient buckets' flush at the end of backward (lib/runtime/parallel_module.cpp): the
+    // gradients of replicated parameters that their readers take as they are (DDP's all-reduce)
+    // were deferred; they are concatenated into buckets of at most grad_bucket_bytes_, reduced,
+    // and copied into the parameters' gradients, so the deferred gradients, one bucket and every
+    // gradient are held at once.
+    int64_t bucketed = 0;
+    for (const PlanParameter& pp : p_.parameters) {
+      bool replicated = false;
+      for (size_t d = 0; d < pp.placement.size() && d < p_.spec.mesh.ndim(); ++d)
+        replicated |= pp.placement[d].isReplicate() && p_.spec.mesh.size(d) > 1;
+      if (replicated && !redistributed_params_.count(pp.name)) bucketed += pp.bytes_per_rank;
+    }
+    if (bucketed > 0) {
+      MemoryParts parts = persistent_;
+      parts.activations = outputs_held;
+      parts.gradients = persistent_.parameters;
+      parts.transient = bucketed + std::min(bucketed, grad_bucket_bytes_) + gathered;
+      consider(parts, "backward", "the gradient buckets");
     }
 
     // The optimizer step: every gradient, the state, one temporary of the largest parameter.
@@ -558,6 +596,7 @@ class Model {
     const bool cast = is_param && stored.tensor && cg_.value(v).tensor &&
                       stored.tensor->dtype != cg_.value(v).tensor->dtype;
     const bool moved = want && have && !(*want == *have);
+    if (moved && is_param) redistributed_params_.insert(bs.param);
     if (!moved && !cast) return base;
     const std::string key = std::to_string(v.v) + "|" + (want ? mesh::toString(*want) : "");
     auto it = copies_.find(key);
@@ -627,6 +666,35 @@ class Model {
       s.kept = true;
       s.first_saver = std::min(s.first_saver, pos);
     };
+    // A batch-sharded training batch_norm runs as SyncBatchNorm does (apc/strategy/sync_norm.h),
+    // in autograd ops that save x - mean and the normalized x: two tensors of the input's size in
+    // place of the input.
+    const int64_t pi = plan_of_[n.id.v];
+    if (pi >= 0 && !reads.empty() && reads[0] >= 0 && strategy::isTrainingBatchNorm(g_, n) &&
+        !p_.nodes[static_cast<size_t>(pi)].input_placements.empty() &&
+        p_.nodes[static_cast<size_t>(pi)].input_placements[0] &&
+        !strategy::syncNormMeshDims(*p_.nodes[static_cast<size_t>(pi)].input_placements[0])
+             .empty()) {
+      const int64_t bytes = storages_[static_cast<size_t>(reads[0])].bytes;
+      for (int k = 0; k < 2; ++k) {
+        const int64_t id = newStorage(StorageKind::kDynamic, bytes, pos);
+        storages_[static_cast<size_t>(id)].last_use = pos;
+        keep(id);
+      }
+      return;
+    }
+    // max_pool saves its input and the int64 indices of its output (max_pool2d computes them
+    // through max_pool2d_with_indices), not its values.
+    if (op.substr(0, 8) == "max_pool" && !n.outputs.empty() && cg_.value(n.outputs[0]).tensor) {
+      if (!reads.empty()) keep(reads[0]);
+      const int64_t out = valueBytes(cg_, n.outputs[0], producerPlacement(n.outputs[0], 0));
+      const int64_t elem = ir::dtypeBytes(cg_.value(n.outputs[0]).tensor->dtype);
+      const int64_t id =
+          newStorage(StorageKind::kDynamic, out / std::max<int64_t>(elem, 1) * 8, pos);
+      storages_[static_cast<size_t>(id)].last_use = pos;
+      keep(id);
+      return;
+    }
     for (size_t i : saves.inputs)
       if (i < reads.size()) keep(reads[i]);
     for (size_t o : saves.outputs)
@@ -656,6 +724,8 @@ class Model {
   std::vector<bool> view_output_;
   std::vector<int64_t> copy_grad_bytes_;
   std::map<std::string, int64_t> copies_;
+  std::set<std::string> redistributed_params_;  // parameters a reader takes in another placement
+  int64_t grad_bucket_bytes_ = kGradBucketBytes;
 };
 
 /// `base` (no optimizer state) with `optimizer`'s state added everywhere.

@@ -40,6 +40,10 @@ namespace apc::plan {
 struct Plan;
 struct MemoryEstimate;
 
+/// The runtime's default gradient bucket (artifact::kDefaultGradBucketBytes; lowering checks they
+/// agree): the memory model holds one bucket at the end of backward.
+inline constexpr int64_t kGradBucketBytes = int64_t{25} << 20;
+
 /// The optimizers the memory model knows: "sgd" (no state), "momentum" (SGD with momentum: one
 /// buffer per parameter) and "adamw" (two).
 const std::vector<std::string>& memoryOptimizers();
