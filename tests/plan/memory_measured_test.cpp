@@ -1,0 +1,94 @@
+//===- tests/plan/memory_measured_test.cpp - Predicted against measured peaks -===//
+//
+// The plan's predicted peak memory per rank (apc/plan/memory.h) against the peak apc-train
+// --profile measures on 2 CPU ranks (apc's host caching allocator counts the tensor bytes), for
+// plans that hold memory differently: DDP (replicated parameters, bucketed gradients), FSDP
+// (sharded parameters gathered and freed), and the optimizer's plan of a LLaMA-like decoder. The
+// issue's target is 10% (scripts/bench_memory.sh prints the figures); the test allows 20%, so
+// that allocator noise does not fail it, while a model that misses a whole class of tensors (the
+// optimizer state, the saved activations, the gradients) does. It also checks that the
+// artifact carries the plan's estimates.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "../common/run_command.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using apc::testing::kApc;
+using apc::testing::kApcTrain;
+using apc::testing::kSamples;
+using apc::testing::runCommand;
+
+class MeasuredMemory : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#if !defined(APC_HAVE_CLI) || !defined(APC_HAVE_TRAIN)
+    GTEST_SKIP() << "apc and apc-train are not built (APC_WITH_TORCH=OFF)";
+#endif
+    if (!fs::exists(kSamples + "mlp_stack.pt")) GTEST_SKIP() << "run sample_models/generate.py";
+    dir_ = fs::temp_directory_path() /
+           ("apc_memory_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  /// Plans `model` on 2 ranks with `flags`, trains 2 steps with --profile --json under
+  /// `optimizer`, and checks the predicted peak against the measured one.
+  void check(const std::string& model, const std::string& flags, const std::string& optimizer) {
+    const std::string art = (dir_ / "art").string(), plan = (dir_ / "plan.json").string();
+    auto p = runCommand(kApc + " plan " + kSamples + model + " --mesh 2 --device cpu -q -o " +
+                        plan + " --artifact " + art + " " + flags);
+    ASSERT_EQ(p.code, 0) << p.err;
+    auto r = runCommand(kApc + " run " + art + " -- " + kApcTrain + " " + art +
+                        " --steps 2 --profile --json --threads 1 --optimizer " + optimizer);
+    ASSERT_EQ(r.code, 0) << r.err;
+    const size_t brace = r.out.rfind("\n{");
+    const std::string line = r.out.substr(brace == std::string::npos ? 0 : brace + 1);
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << r.out;
+    ASSERT_TRUE(j["predicted_peak_memory_bytes"].is_number()) << line;
+    const double measured = j["peak_memory_bytes"].get<double>();
+    const double predicted = j["predicted_peak_memory_bytes"].get<double>();
+    ASSERT_GT(measured, 0) << line;
+    EXPECT_LE(std::abs(predicted - measured) / measured, 0.2)
+        << model << " " << flags << " " << optimizer << ": predicted " << predicted
+        << " bytes, measured " << measured << "\n"
+        << line;
+    // Every phase was measured and predicted.
+    for (const char* phase : {"forward", "loss", "backward", "optimizer"}) {
+      EXPECT_GT(j["peak_memory_by_phase_bytes"][phase].get<double>(), 0) << phase;
+      EXPECT_GT(j["predicted_peak_memory_by_phase_bytes"][phase].get<double>(), 0) << phase;
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(MeasuredMemory, DdpWithAdamW) {
+  check("mlp_stack.pt", "--strategy ddp", "adamw");
+}
+
+TEST_F(MeasuredMemory, FsdpWithSgd) {
+  check("mlp_stack.pt", "--strategy fsdp", "sgd");
+}
+
+TEST_F(MeasuredMemory, OptimizersPlanOfADecoder) {
+  check("llama_tiny.pt", "", "adamw");
+}
+
+}  // namespace
