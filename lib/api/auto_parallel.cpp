@@ -18,6 +18,7 @@
 #include "apc/frontend/model.h"
 #include "apc/ir/proto_io.h"
 #include "apc/lower/lower.h"
+#include "apc/plan/memory.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
 #include "apc/plan/verify.h"
@@ -291,7 +292,19 @@ Status AutoParallel::add_parameter_memory_constraint(std::optional<double> low,
   trial.memory_budget.high = high;
   auto budget = plan::effectiveBudget(trial);  // low > high, naming both
   if (!budget.ok()) return budget.error().withContext(what);
+  trial.device_memory.reset();
   spec_ = std::move(trial);
+  return Status::success();
+}
+
+Status AutoParallel::add_device_memory_constraint(int64_t bytes, const std::string& optimizer) {
+  const std::string what = "add_device_memory_constraint";
+  if (bytes < 1)
+    return invalidArgument(what + ": bytes must be >= 1, got " + std::to_string(bytes));
+  if (auto k = plan::optimizerStateFactor(optimizer); !k.ok()) return k.error().withContext(what);
+  spec_.device_memory = bytes;
+  spec_.optimizer = optimizer;
+  spec_.memory_budget = {};
   return Status::success();
 }
 

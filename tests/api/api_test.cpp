@@ -221,6 +221,47 @@ TEST(AutoParallel, MemoryConstraintHighOneReplicatesWhereTheDefaultShards) {
   EXPECT_LE(b->totals.total_us, a->totals.total_us);
 }
 
+TEST(AutoParallel, DeviceMemoryConstraintGivesTheFastestPlanThatFits) {
+  // The toy of the test above: with a roomy device the plan is the fastest of all (DDP-like);
+  // with a device between the sharded plan's peak and the fastest plan's it fits; a tiny one is
+  // infeasible. A later parameter constraint replaces the device memory.
+  ir::Graph g = ir::testing_graphs::toyBlock(512);
+  AutoParallel roomy(g, {}, mesh8());
+  ASSERT_OK(roomy.add_input_constraints({"S(0)"}));
+  ASSERT_OK(roomy.add_device_memory_constraint(int64_t{80} << 30));
+  auto a = roomy.optimize_placement();
+  ASSERT_TRUE(a.ok()) << a.error().message();
+  AutoParallel free(g, {}, mesh8());
+  ASSERT_OK(free.add_input_constraints({"S(0)"}));
+  ASSERT_OK(free.add_parameter_memory_constraint(std::nullopt, 1.0));
+  auto b = free.optimize_placement();
+  ASSERT_TRUE(b.ok());
+  EXPECT_DOUBLE_EQ(a->totals.total_us, b->totals.total_us);
+  ASSERT_NE(a->memoryFor("adamw"), nullptr);
+  AutoParallel sharded(g, {}, mesh8());
+  ASSERT_OK(sharded.add_input_constraints({"S(0)"}));
+  auto c = sharded.optimize_placement();
+  ASSERT_TRUE(c.ok());
+  const int64_t big = a->memoryFor("sgd")->peak_bytes, small = c->memoryFor("sgd")->peak_bytes;
+  ASSERT_LT(small, big);
+  AutoParallel tight(g, {}, mesh8());
+  ASSERT_OK(tight.add_input_constraints({"S(0)"}));
+  ASSERT_OK(tight.add_device_memory_constraint((big + small) / 2, "sgd"));
+  auto d = tight.optimize_placement();
+  ASSERT_TRUE(d.ok()) << d.error().message();
+  EXPECT_LE(d->memoryFor("sgd")->peak_bytes, (big + small) / 2);
+  EXPECT_EQ(d->spec.optimizer, "sgd");
+  AutoParallel tiny(g, {}, mesh8());
+  ASSERT_OK(tiny.add_device_memory_constraint(1 << 20));
+  auto e = tiny.optimize_placement();
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code(), ErrorCode::kInfeasible);
+  EXPECT_FALSE(tiny.add_device_memory_constraint(0).ok());
+  EXPECT_FALSE(tiny.add_device_memory_constraint(1 << 30, "adam").ok());
+  ASSERT_OK(tiny.add_parameter_memory_constraint(std::nullopt, 1.0));
+  EXPECT_TRUE(tiny.optimize_placement().ok());
+}
+
 TEST(AutoParallel, NodeConstraintPinsANode) {
   // With room for replication, pinning up.weight to R,R makes it replicated (it would be sharded:
   // see ToyBlock 2x4 FSDP+TP), and the pin is in the plan's spec.

@@ -258,6 +258,13 @@ class AutoParallel {
   Status add_parameter_memory_constraint(std::optional<double> low = std::nullopt,
                                          std::optional<double> high = std::nullopt);
 
+  /// Memory per device in bytes: optimize_placement then gives the fastest plan whose predicted
+  /// peak per rank (parameters, gradients, `optimizer`'s state, saved activations, transient
+  /// buffers; apc/plan/memory.h) fits, as `apc plan --device-memory` does. Replaces the parameter
+  /// memory constraint (and a later add_parameter_memory_constraint replaces this). Errors: bytes
+  /// < 1, an optimizer other than "sgd", "momentum" or "adamw".
+  Status add_device_memory_constraint(int64_t bytes, const std::string& optimizer = "adamw");
+
   /// Pins the output placement of one node (plan node name, as explain_placement takes it), like
   /// a spec's "pins". An unknown node is a kNotFound-like error naming it.
   Status add_node_constraint(const std::string& node, const Placements& placements);
