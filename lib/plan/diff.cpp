@@ -138,6 +138,9 @@ PlanDiff diffPlans(const Plan& a, const Plan& b) {
   d.budget_a = budgetNote(a);
   d.budget_b = budgetNote(b);
   d.total_delta_us = canonicalNumber(b.totals.total_us - a.totals.total_us);
+  d.peak_optimizer = a.spec.optimizer;
+  if (const MemoryEstimate* e = a.memoryFor(d.peak_optimizer)) d.peak_bytes_a = e->peak_bytes;
+  if (const MemoryEstimate* e = b.memoryFor(d.peak_optimizer)) d.peak_bytes_b = e->peak_bytes;
   return d;
 }
 
@@ -179,15 +182,20 @@ std::string diffText(const PlanDiff& d) {
   std::string out;
   for (const std::string& n : d.notes) out += "note: " + n + "\n";
   // The totals first: a deep model's list of changes runs to hundreds of lines.
-  auto totals = [](const char* which, const PlanTotals& t, const std::string& budget) {
+  auto totals = [&d](const char* which, const PlanTotals& t, const std::string& budget,
+                     int64_t peak) {
     return std::string(which) + ": step " + formatMicros(t.total_us) + " (compute " +
            formatMicros(t.compute_us) + ", comm " + formatMicros(t.comm_us) +
            "), parameter memory per rank " +
            humanBytes(static_cast<double>(t.param_bytes_per_rank)) + " of " +
-           humanBytes(static_cast<double>(t.param_bytes_total)) + budget + "\n";
+           humanBytes(static_cast<double>(t.param_bytes_total)) + budget +
+           (peak > 0 ? ", predicted peak per rank " + humanBytes(static_cast<double>(peak)) + " (" +
+                           d.peak_optimizer + ")"
+                     : "") +
+           "\n";
   };
-  out += totals("a", d.totals_a, d.budget_a);
-  out += totals("b", d.totals_b, d.budget_b);
+  out += totals("a", d.totals_a, d.budget_a, d.peak_bytes_a);
+  out += totals("b", d.totals_b, d.budget_b, d.peak_bytes_b);
   out += "total delta (b - a): " + formatSignedMicros(d.total_delta_us) + "\n";
   if (!d.nodes.empty()) {
     // Then the changes per module, in model order, with their cost delta.
@@ -292,19 +300,22 @@ nlohmann::json toJson(const PlanDiff& d) {
                        {"layers", m.layers},
                        {"nodes", m.nodes},
                        {"delta_us", num(m.delta_us)}});
-  return {{"notes", d.notes},
-          {"by_module", modules},
-          {"nodes", nodes},
-          {"parameters", params},
-          {"totals_a", totals(d.totals_a)},
-          {"totals_b", totals(d.totals_b)},
-          {"over_budget_a", !d.budget_a.empty()},
-          {"over_budget_b", !d.budget_b.empty()},
-          {"changed_delta_us", num(d.changed_delta_us)},
-          {"cost_changes", cost_changes},
-          {"cost_change_delta_us", num(d.cost_change_delta_us)},
-          {"total_delta_us", num(d.total_delta_us)},
-          {"identical_placements", d.empty()}};
+  return {
+      {"notes", d.notes},
+      {"by_module", modules},
+      {"nodes", nodes},
+      {"parameters", params},
+      {"totals_a", totals(d.totals_a)},
+      {"totals_b", totals(d.totals_b)},
+      {"over_budget_a", !d.budget_a.empty()},
+      {"over_budget_b", !d.budget_b.empty()},
+      {"changed_delta_us", num(d.changed_delta_us)},
+      {"cost_changes", cost_changes},
+      {"cost_change_delta_us", num(d.cost_change_delta_us)},
+      {"total_delta_us", num(d.total_delta_us)},
+      {"peak_memory",
+       {{"optimizer", d.peak_optimizer}, {"bytes_a", d.peak_bytes_a}, {"bytes_b", d.peak_bytes_b}}},
+      {"identical_placements", d.empty()}};
 }
 
 }  // namespace apc::plan

@@ -47,6 +47,10 @@ struct PlanDiff {
   double total_delta_us = 0;        // totals_b.total_us - totals_a.total_us
   double changed_delta_us = 0;      // sum of the deltas of `nodes`
   double cost_change_delta_us = 0;  // sum of the deltas of `cost_changes`
+  /// The predicted peak memory per rank of each plan under plan a's optimizer (apc/plan/memory.h);
+  /// 0 for a plan without an estimate.
+  std::string peak_optimizer;
+  int64_t peak_bytes_a = 0, peak_bytes_b = 0;
 
   /// True when no node and no parameter differs.
   bool empty() const { return nodes.empty() && parameters.empty(); }
