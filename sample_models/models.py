@@ -682,6 +682,78 @@ class EinsumUpsample(nn.Module):
         return self.head(y.mean((2, 3)))
 
 
+class MoeLayer(nn.Module):
+    """A DeepSeek-V3-shaped mixture-of-experts FFN over tokens t [T, D]: sigmoid router scores,
+    top-k selection on the scores plus a per-expert bias buffer (aux-loss-free balancing), the
+    selected scores gathered and normalized as routing weights; routed experts as a batched
+    matmul with each token's expert weights gathered by index (Hugging Face's
+    experts_implementation="batched_mm"), a shared expert, and a load-balancing term from the
+    per-expert token counts (histc) that is added to the output. `sort_tokens`: visit the
+    (token, slot) pairs in expert order (sort of the expert ids, tokens perm // k) and combine
+    with index_add; otherwise in token order (repeat_interleave) and combine with scatter_add."""
+
+    def __init__(self, dim: int, n_experts: int, top_k: int, ffn: int, shared_ffn: int,
+                 sort_tokens: bool):
+        super().__init__()
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.sort_tokens = sort_tokens
+        self.gate = nn.Linear(dim, n_experts, bias=False)
+        self.register_buffer("expert_bias", torch.linspace(-0.1, 0.1, n_experts))
+        self.w_up = nn.Parameter(torch.randn(n_experts, dim, ffn) * dim ** -0.5)
+        self.w_down = nn.Parameter(torch.randn(n_experts, ffn, dim) * ffn ** -0.5)
+        self.shared_up = nn.Linear(dim, shared_ffn, bias=False)
+        self.shared_down = nn.Linear(shared_ffn, dim, bias=False)
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        k = self.top_k
+        scores = torch.sigmoid(self.gate(t))  # [T, E]
+        _, idx = torch.topk(scores + self.expert_bias, k, dim=-1)  # [T, k]
+        weights = scores.gather(1, idx)
+        weights = weights / weights.sum(-1, keepdim=True)
+        ids = idx.reshape(-1)  # [T*k]
+        slot_weights = weights.reshape(-1)
+        if self.sort_tokens:
+            ids, perm = torch.sort(ids, stable=True)
+            tok = torch.div(perm, k, rounding_mode="floor")
+            h = t[tok]
+            slot_weights = slot_weights[perm]
+        else:
+            tok = torch.arange(t.size(0), device=t.device).repeat_interleave(k)
+            h = t.repeat_interleave(k, dim=0)
+        up = torch.bmm(h.unsqueeze(1), self.w_up[ids]).squeeze(1)  # [T*k, F]
+        down = torch.bmm(F.silu(up).unsqueeze(1), self.w_down[ids]).squeeze(1)  # [T*k, D]
+        down = down * slot_weights.unsqueeze(-1)
+        if self.sort_tokens:
+            routed = torch.zeros_like(t).index_add(0, tok, down)
+        else:
+            index = tok.unsqueeze(-1).expand(-1, t.size(1))
+            routed = torch.zeros_like(t).scatter_add(0, index, down)
+        shared = self.shared_down(F.silu(self.shared_up(t)))
+        counts = torch.histc(ids.float(), bins=self.n_experts, min=0, max=self.n_experts - 1)
+        balance = (counts / counts.sum() * scores.mean(0)).sum() * self.n_experts
+        return routed + shared + 0.01 * balance
+
+
+class MoeTiny(nn.Module):
+    """Two pre-norm mixture-of-experts blocks x + moe(norm(x)) over x [B, S, D] (the first sorts
+    the tokens by expert, the second does not), then a final norm."""
+
+    def __init__(self, dim: int = 32, n_experts: int = 4, top_k: int = 2, ffn: int = 64,
+                 shared_ffn: int = 64):
+        super().__init__()
+        self.norms = nn.ModuleList([nn.LayerNorm(dim) for _ in range(2)])
+        self.moes = nn.ModuleList(
+            [MoeLayer(dim, n_experts, top_k, ffn, shared_ffn, sort_tokens=i == 0) for i in range(2)])
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        for norm, moe in zip(self.norms, self.moes):
+            x = x + moe(norm(x).reshape(b * s, d)).reshape(b, s, d)
+        return self.norm(x)
+
+
 class DataDependentBranch(nn.Module):
     """A branch on a tensor's value: control flow the importer cannot flatten (an error case)."""
 
