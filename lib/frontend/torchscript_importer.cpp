@@ -717,6 +717,35 @@ class Importer {
       stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(dtype)));
       return true;
     }
+    if (op == "aten::histc" && node->inputs().size() == 4) {
+      // histc(self, bins, min, max) -> [bins], self's dtype (mixture-of-experts token counts).
+      tj::Stack args(stack.end() - 4, stack.end());
+      if (!args[0].isTensor() || !args[1].isInt() || args[1].toInt() < 0) return false;
+      const at::ScalarType dtype = args[0].toTensor().scalar_type();
+      const int64_t bins = args[1].toInt();
+      stack.resize(stack.size() - 4);
+      stack.emplace_back(at::empty({bins}, at::TensorOptions().device(at::kMeta).dtype(dtype)));
+      return true;
+    }
+    if (op == "aten::_grouped_mm" && node->inputs().size() == 5) {
+      // _grouped_mm(self, mat2, offs, bias, out_dtype): [M, K] x [G, K, N] -> [M, N] (with offs);
+      // [G, M, K] x [G, K, N] -> [G, M, N]; out_dtype or self's dtype.
+      tj::Stack args(stack.end() - 5, stack.end());
+      if (!args[0].isTensor() || !args[1].isTensor()) return false;
+      const at::Tensor a = args[0].toTensor(), b = args[1].toTensor();
+      std::vector<int64_t> out;
+      if (a.dim() == 2 && b.dim() == 3 && a.size(1) == b.size(1))
+        out = {a.size(0), b.size(2)};
+      else if (a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1))
+        out = {a.size(0), a.size(1), b.size(2)};
+      else
+        return false;
+      const at::ScalarType dtype =
+          args[4].isInt() ? static_cast<at::ScalarType>(args[4].toInt()) : a.scalar_type();
+      stack.resize(stack.size() - 5);
+      stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(dtype)));
+      return true;
+    }
     if (op == "aten::scaled_dot_product_attention") {
       // (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa) -> query's shape
       // with value's last dim, query's dtype.
