@@ -52,7 +52,7 @@ MANIFEST_VERSION = 2  # 2: "exported" (.pt2 / .core.pt2) per sample, "versions",
 # example inputs have the recorded shapes, so the dim's hint is the recorded batch (e.g. 8).
 BATCH_MIN = 1
 BATCH_MAX = 1024
-HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny")
+HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny", "hf_mixtral_tiny")
 
 
 def quiet_warnings():
@@ -342,6 +342,11 @@ def sample_table():
         ("hf_gpt2_tiny", M.hf_gpt2_tiny, M.HF_GPT2_TINY, "GPT2LMHeadModel",
          "Hugging Face transformers GPT2LMHeadModel: n_embd 64, 2 layers, 4 heads, vocab 256, "
          "128 positions, lm_head tied to transformer.wte"),
+        ("hf_mixtral_tiny", M.hf_mixtral_tiny, M.HF_MIXTRAL_TINY, "MixtralForCausalLM",
+         "Hugging Face transformers MixtralForCausalLM: hidden 64, 2 layers, 4 heads, 2 kv heads, "
+         "4 experts of intermediate 128, top-2 softmax router, vocab 256, untied lm_head, "
+         "experts_implementation=\"batched_mm\" (topk, repeat_interleave, expert weights "
+         "gathered by index, bmm)"),
     ):
         V = cfg_kwargs["vocab_size"]
         S.append(Sample(

@@ -804,6 +804,17 @@ HF_GPT2_TINY = dict(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_hea
                     bos_token_id=255, eos_token_id=255, pad_token_id=None,
                     use_cache=False, attn_implementation="sdpa")
 
+# Mixtral with 4 experts, top-2, and transformers' batched_mm experts (each slot's expert weights
+# gathered by index, then bmm): the export apc plans. The default grouped_mm experts export
+# transformers::grouped_mm_fallback with f32 weights, which apc refuses in one line.
+HF_MIXTRAL_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                       num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                       rope_theta=10000.0, tie_word_embeddings=False,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                       use_cache=False, attn_implementation="sdpa",
+                       experts_implementation="batched_mm")
+
 
 def _quiet_transformers():
     import transformers
@@ -837,6 +848,17 @@ def hf_gpt2_tiny() -> nn.Module:
             return super().forward(input_ids=input_ids, use_cache=False).logits
 
     return GPT2LMHeadModelLogits(transformers.GPT2Config(**HF_GPT2_TINY))
+
+
+def hf_mixtral_tiny() -> nn.Module:
+    """transformers' MixtralForCausalLM (sdpa attention, batched_mm experts) returning logits."""
+    transformers = _quiet_transformers()
+
+    class MixtralForCausalLMLogits(transformers.MixtralForCausalLM):
+        def forward(self, input_ids):
+            return super().forward(input_ids=input_ids, use_cache=False).logits
+
+    return MixtralForCausalLMLogits(transformers.MixtralConfig(**HF_MIXTRAL_TINY))
 
 
 # --------------------------------------------------------------------------

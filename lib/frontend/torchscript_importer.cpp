@@ -627,6 +627,8 @@ class Importer {
   /// nothing changes a meta tensor once no op mutates, and interpretation makes new lists rather
   /// than changing them.
   Status executeMemoized(tj::Node* node, tj::Stack& stack) {
+    // Before the memo, whose key holds only the repeats tensor's metadata, not its value.
+    if (repeatInterleaveByKnownCount(node, stack)) return Status::success();
     const c10::FunctionSchema* schema = node->maybeSchema();
     std::string key;
     if (!memoize_ || isVararg(node->kind()) || !schema || node->hasSideEffects() ||
@@ -674,6 +676,41 @@ class Importer {
                     " has no shape rule in LibTorch (its meta kernel exists in Python only) nor in "
                     "apc";
     return unsupported("shape inference failed" + where(node) + ": " + first_error);
+  }
+
+  /// repeat_interleave.self_Tensor(self, repeats, dim, output_size) whose 0-dim repeats is a size
+  /// made a tensor (prim::NumToTensor of a known int: a traced `x.repeat_interleave(t.size(-1))`,
+  /// as Hugging Face's batched_mm experts have it): every element repeated that many times, so
+  /// the output size follows. False for any other node (the meta kernel then decides).
+  bool repeatInterleaveByKnownCount(tj::Node* node, tj::Stack& stack) const {
+    if (std::string(node->kind().toQualString()) != "aten::repeat_interleave" ||
+        node->inputs().size() != 4 || stack.size() < 4)
+      return false;
+    tj::Node* producer = node->input(1)->node();
+    if (producer->kind() != c10::prim::NumToTensor) return false;
+    auto it = slots_.find(producer->input(0));
+    if (it == slots_.end() || it->second.data_dependent || !it->second.iv.isInt()) return false;
+    const int64_t count = it->second.iv.toInt();
+    tj::Stack args(stack.end() - 4, stack.end());
+    if (count < 0 || !args[0].isTensor() || !args[1].isTensor() || args[1].toTensor().dim() != 0)
+      return false;
+    const at::Tensor self = args[0].toTensor();
+    std::vector<int64_t> out;
+    if (args[2].isNone()) {
+      out = {self.numel() * count};
+    } else if (args[2].isInt() && self.dim() > 0) {
+      int64_t d = args[2].toInt();
+      if (d < 0) d += self.dim();
+      if (d < 0 || d >= self.dim()) return false;
+      out = self.sizes().vec();
+      out[static_cast<size_t>(d)] *= count;
+    } else {
+      return false;
+    }
+    stack.resize(stack.size() - 4);
+    stack.emplace_back(
+        at::empty(out, at::TensorOptions().device(at::kMeta).dtype(self.scalar_type())));
+    return true;
   }
 
   /// Ops whose output size depends on the values of their inputs (no shape rule can exist).

@@ -9,8 +9,10 @@
 //   - every forward output leaf, gathered to full, within 1e-5 relative (fp32);
 //   - every parameter gradient of the first backward, gathered to full, within 1e-5 relative;
 //   - the losses of 3 SGD steps within 1e-5 of the loss's scale.
-// The exported program (moe_tiny.pt2) runs the same way on [4] and [2,2]. Besides, the plans must
-// use the routing rules: no routing op of the sample is left to the Replicate-only fallback.
+// The exported program (moe_tiny.pt2) runs the same way on [4] and [2,2], and so does Hugging
+// Face's MixtralForCausalLM exported with experts_implementation="batched_mm" (hf_mixtral_tiny.pt2)
+// on [2], [4] and [2,2]. Besides, the plans must use the routing rules: no routing op of the
+// samples is left to the Replicate-only fallback.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -38,14 +40,20 @@ constexpr int kSteps = 3;
 constexpr double kLr = 0.5;
 constexpr double kRtol = 1e-5;
 
-/// moe_tiny at a batch of 8 sequences of 6 tokens (48 tokens, 96 routed slots).
-ModelCase moeCase(const std::string& format) {
-  return {"moe_tiny", {"x:f32[8,6,32]"}, 0, "", format};
+/// moe_tiny at a batch of 8 sequences of 6 tokens (48 tokens, 96 routed slots); hf_mixtral_tiny at
+/// 8 sequences of 32 token ids (its export's shapes).
+ModelCase moeCase(const std::string& model, const std::string& format) {
+  if (model == "hf_mixtral_tiny") return {model, {"input_ids:i64[8,32]"}, 256, "", format};
+  return {model, {"x:f32[8,6,32]"}, 0, "", format};
 }
 
-const Reference& reference() {
-  static const Reference ref = testing::computeReference(moeCase("pt"), kSteps, kLr);
-  return ref;
+/// The single-process reference of `model` (its TorchScript module), computed once.
+const Reference& reference(const std::string& model) {
+  static std::map<std::string, Reference> cache;
+  auto it = cache.find(model);
+  if (it == cache.end())
+    it = cache.emplace(model, testing::computeReference(moeCase(model, "pt"), kSteps, kLr)).first;
+  return it->second;
 }
 
 int worldOf(const std::string& mesh) {
@@ -104,13 +112,15 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
 }
 
 struct MoeCase {
+  std::string model;     // moe_tiny | hf_mixtral_tiny
   std::string format;    // "pt" or "pt2"
   std::string mesh;      // "2x2"
   std::string strategy;  // "" optimizer, else a classic plan
 };
 
 std::string caseName(const MoeCase& c) {
-  std::string s = c.format + "_" + c.mesh + "_" + (c.strategy.empty() ? "opt" : c.strategy);
+  std::string s =
+      c.model + "_" + c.format + "_" + c.mesh + "_" + (c.strategy.empty() ? "opt" : c.strategy);
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -120,27 +130,32 @@ class MoeDifferential : public ::testing::TestWithParam<MoeCase> {};
 
 TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
   const MoeCase& c = GetParam();
-  const ModelCase m = moeCase(c.format);
+  const ModelCase m = moeCase(c.model, c.format);
   if (!std::filesystem::exists(testing::samplePath(m.model)) ||
       !std::filesystem::exists(testing::samplePath(m.model, m.format)))
     GTEST_SKIP() << "run sample_models/generate.py";
   std::filesystem::path dir = testing::scratchDir("moe", caseName(c));
   std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
   ASSERT_TRUE(err.empty()) << err;
-  const Reference& ref = reference();
+  const Reference& ref = reference(c.model);
   std::vector<std::string> failed = testing::runRanks(
       worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref); });
   for (const std::string& f : failed) ADD_FAILURE() << f;
   std::filesystem::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(MoeTiny, MoeDifferential,
-                         ::testing::Values(MoeCase{"pt", "2", ""}, MoeCase{"pt", "4", ""},
-                                           MoeCase{"pt", "2x2", ""}, MoeCase{"pt", "2x2", "ddp"},
-                                           MoeCase{"pt2", "4", ""}, MoeCase{"pt2", "2x2", ""}),
-                         [](const ::testing::TestParamInfo<MoeCase>& info) {
-                           return caseName(info.param);
-                         });
+// Hugging Face's Mixtral is .pt2-first (its .pt, traced, is the reference): on [2], [4], [2,2]
+// with the optimizer's plan and batch-sharded by DDP on [2,2].
+INSTANTIATE_TEST_SUITE_P(
+    MoeTiny, MoeDifferential,
+    ::testing::Values(MoeCase{"moe_tiny", "pt", "2", ""}, MoeCase{"moe_tiny", "pt", "4", ""},
+                      MoeCase{"moe_tiny", "pt", "2x2", ""}, MoeCase{"moe_tiny", "pt", "2x2", "ddp"},
+                      MoeCase{"moe_tiny", "pt2", "4", ""}, MoeCase{"moe_tiny", "pt2", "2x2", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "2", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "4", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "2x2", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "2x2", "ddp"}),
+    [](const ::testing::TestParamInfo<MoeCase>& info) { return caseName(info.param); });
 
 // The routing and expert ops of the sample have rules (no Replicate-only fallback) and offer
 // sharded strategies on [4]: the planner can cut them instead of computing every expert on every
@@ -168,6 +183,23 @@ TEST(MoeRules, RoutingOpsOfTheSampleHaveShardedStrategies) {
     // The sample sorts the flat slot list along its only dim: nothing but Replicate fits.
     ASSERT_TRUE(most.count("aten::sort"));
     EXPECT_EQ(most["aten::sort"], 1u);
+  }
+  // Mixtral's batched_mm experts: topk, repeat_interleave, the expert weights gathered by index.
+  const std::string path = testing::samplePath("hf_mixtral_tiny", "pt2");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "run sample_models/generate.py";
+  Expected<ir::Graph> g = frontend::importModel(path);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  std::vector<strategy::NodeStrategies> all =
+      strategy::enumerate(*g, *mesh::DeviceMesh::create({4}));
+  EXPECT_EQ(strategy::fallbackOps(*g, all), std::vector<std::string>{});
+  std::map<std::string, size_t> most;
+  for (const strategy::NodeStrategies& ns : all) {
+    const std::string op = g->node(ns.node).op;
+    most[op] = std::max(most[op], ns.strategies.size());
+  }
+  for (const char* op : {"aten::topk", "aten::repeat_interleave", "aten::index"}) {
+    ASSERT_TRUE(most.count(op)) << op << " is not in hf_mixtral_tiny";
+    EXPECT_GT(most[op], 1u) << op << " has only the all-Replicate strategy";
   }
 }
 

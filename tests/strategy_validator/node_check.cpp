@@ -83,20 +83,35 @@ at::Tensor randomComposition(int64_t n, int64_t total, c10::ScalarType dtype, at
 }
 
 /// Inputs whose values the IR's shapes fix (nullopt for the others): repeat_interleave's tensor
-/// repeats sum to the output's size along the repeated dim; _grouped_mm's offs are sorted
-/// cumulative row ends (int32) ending at self's rows, empty groups included.
+/// repeats sum to the output's size along the repeated dim (a 0-dim count is that size over
+/// self's); _grouped_mm's offs are sorted cumulative row ends (int32) ending at self's rows, empty
+/// groups included.
 std::optional<at::Tensor> shapedInput(const ir::Graph& g, const ir::Node& node, size_t i,
                                       at::Generator& gen) {
   const ir::TensorMeta* m = tensorMeta(g, node, i);
-  if (!m || m->rank() != 1) return std::nullopt;
+  if (!m || m->rank() > 1) return std::nullopt;
   const c10::ScalarType dtype = runtime::scalarTypeOf(m->dtype);
-  const int64_t n = m->shape.at(0).size;
   auto outSize = [&](int64_t dim) -> int64_t {
     const ir::Value& out = g.value(node.outputs.at(0));
     if (!out.tensor || out.tensor->rank() == 0) return 0;
     if (dim < 0) dim += out.tensor->rank();
     return out.tensor->shape.at(static_cast<size_t>(dim)).size;
   };
+  if (m->rank() == 0) {
+    // repeat_interleave.self_Tensor by one count (a traced size): out's dim d / self's dim d.
+    const ir::TensorMeta* self = tensorMeta(g, node, 0);
+    if (node.op != "aten::repeat_interleave" || node.overload != "self_Tensor" || i != 1 || !self)
+      return std::nullopt;
+    const ir::Value& dim = g.value(node.inputs.at(2));
+    int64_t d = 0, in = ir::numel(self->shape);  // dim None: the flattened output
+    if (dim.constant && std::holds_alternative<int64_t>(*dim.constant)) {
+      d = std::get<int64_t>(*dim.constant);
+      if (d < 0) d += self->rank();
+      in = self->shape.at(static_cast<size_t>(d)).size;
+    }
+    return at::scalar_tensor(in > 0 ? outSize(d) / in : 0, at::TensorOptions().dtype(dtype));
+  }
+  const int64_t n = m->shape.at(0).size;
   if (node.op == "aten::repeat_interleave" && node.overload == "Tensor" && i == 0)
     return randomComposition(n, outSize(0), dtype, gen);
   if (node.op == "aten::repeat_interleave" && node.overload == "self_Tensor" && i == 1) {

@@ -9,16 +9,16 @@
 //
 // Executed samples run at small shapes (the op set and the rules are what matter, not the size):
 // toy_block x:[2,4,1024], mlp_stack, gpt2_tiny*, llama_tiny*, cnn_small, resnet_bottleneck,
-// swin_tiny, multi_output, moe_tiny, with batch and sequence lengths chosen to include uneven
-// shards. The stub-weight samples (gpt2_small*, llama_small, llama3_8b: zero-stride weights, too
-// big to execute) share the op set and rules of their tiny siblings; for them the test asserts that
-// every op they use with strategies was validated on the tiny samples, and reports which of their
-// (op, tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh,
-// must also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must
-// be well formed with the all-Replicate strategy first. Forms of ops that the executed samples lack
-// (einsum and index.Tensor with broadcast operands, more einsum equations and upsample arguments,
-// the core-ATen BatchNorm forms) are validated the same way on nodes built by hand
-// (HandBuiltOpCasesMatchTheUnshardedOp).
+// swin_tiny, multi_output, moe_tiny, hf_mixtral_tiny, with batch and sequence lengths chosen to
+// include uneven shards. The stub-weight samples (gpt2_small*, llama_small, llama3_8b: zero-stride
+// weights, too big to execute) share the op set and rules of their tiny siblings; for them the test
+// asserts that every op they use with strategies was validated on the tiny samples, and reports
+// which of their (op, tensor ranks, strategy) classes were executed on a tiny sample. Every sample,
+// on every mesh, must also be free of the Replicate-only fallback (strategy::fallbackOps), and
+// every strategy must be well formed with the all-Replicate strategy first. Forms of ops that the
+// executed samples lack (einsum and index.Tensor with broadcast operands, more einsum equations and
+// upsample arguments, the core-ATen BatchNorm forms) are validated the same way on nodes built by
+// hand (HandBuiltOpCasesMatchTheUnshardedOp).
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -91,6 +91,9 @@ const ExecutedSample kExecuted[] = {
     // Mixture of experts: topk, gather, sort, repeat_interleave, index.Tensor of expert weights,
     // index_add / scatter_add combines, histc.
     {"moe_tiny", {"x:f32[4,6,32]"}},
+    // Hugging Face MixtralForCausalLM with batched_mm experts (topk, repeat_interleave by a
+    // traced size, expert weights gathered by index, bmm).
+    {"hf_mixtral_tiny", {"input_ids:i64[2,8]"}},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
