@@ -56,10 +56,10 @@
 //     3D x 3D without offs: self [G, M, K], mat2 [G, K, N], out [G, M, N] (a bmm):
 //                        both S(0) -> out S(0); self S(1) -> out S(1); mat2 S(2) -> out S(2);
 //                        self S(2), mat2 S(1) -> out P; self P / mat2 P -> out P.
-//     K and N pieces must divide evenly (must_divide). The kernels (CPU and CUDA) also need every
-//     row stride a multiple of 16 bytes, so a piece of K or N must stay a multiple of 4 (f32) or
-//     8 (bf16, f16) elements, as the unsharded sizes must. With a bias no rule (the kernels take
-//     none today). Other forms (2D x 2D, 3D x 2D, which appear in backward) decline.
+//     K and N pieces must be even and, as the kernels (CPU and CUDA) need every row stride a
+//     multiple of 16 bytes, a multiple of 4 (f32) or 8 (bf16, f16) elements (must_divide with
+//     TensorDimRef::multiple). With a bias no rule (the kernels take none today). Other forms
+//     (2D x 2D, 3D x 2D, which appear in backward) decline.
 //
 // Index inputs are never Partial (enumerate drops Partial integer placements only for avg; these
 // rules never emit them for indices).
@@ -261,7 +261,13 @@ std::vector<DimStrategy> groupedMmRule(const RuleContext& c) {
     s.outputs[0] = out;
     return s;
   };
-  auto divides = [](DimStrategy s, std::vector<TensorDimRef> refs) {
+  // Even pieces whose rows stay 16-byte aligned: a multiple of 16 / element bytes elements.
+  auto granule = [&](size_t input) -> int64_t {
+    const int bytes = ir::dtypeBytes(c.inputMetas(input).front()->dtype);
+    return bytes > 0 && bytes < 16 ? 16 / bytes : 1;
+  };
+  auto divides = [&](DimStrategy s, std::vector<TensorDimRef> refs) {
+    for (TensorDimRef& ref : refs) ref.multiple = granule(ref.index);
     s.must_divide = std::move(refs);
     return s;
   };

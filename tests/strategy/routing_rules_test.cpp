@@ -128,6 +128,10 @@ TEST(Routing, GroupedMmCutsNOrKOfTheExpertsNeverTheGroups) {
   // K and N must divide evenly: on 3 ranks 16 does not, 32 does not either.
   Strings on3 = strategyStrings(enumerate(b.g, *mesh::DeviceMesh::parse("3")), mm);
   EXPECT_EQ(on3, (Strings{"R,R,R -> R", "P,R,R -> P", "R,P,R -> P"}));
+  // ... into pieces of 16 bytes: on 8 ranks an f32 K of 32 gives pieces of 4 (kept), an N of 16
+  // pieces of 2 (8 bytes: dropped).
+  Strings on8 = strategyStrings(enumerate(b.g, *mesh::DeviceMesh::parse("8")), mm);
+  EXPECT_EQ(on8, (Strings{"R,R,R -> R", "S(1),S(1),R -> P", "P,R,R -> P", "R,P,R -> P"}));
 }
 
 }  // namespace
