@@ -52,7 +52,7 @@ MANIFEST_VERSION = 2  # 2: "exported" (.pt2 / .core.pt2) per sample, "versions",
 # example inputs have the recorded shapes, so the dim's hint is the recorded batch (e.g. 8).
 BATCH_MIN = 1
 BATCH_MAX = 1024
-HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny")
+HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny", "hf_mixtral_tiny")
 
 
 def quiet_warnings():
@@ -311,6 +311,20 @@ def sample_table():
         [InputSpec("x", "f32", [4, 32])], [4, 32],
         output_desc="tuple (f32 [4,32], dict {logits: f32 [4,10], hidden: f32 [4,32]})"))
     S.append(Sample(
+        "moe_tiny", "traced",
+        "DeepSeek-V3-shaped mixture of experts: 2 pre-norm blocks x + moe(LayerNorm(x)), final "
+        "LayerNorm; dim 32, 4 experts, top-2, expert and shared-expert FFN 64 (SiLU). Router: "
+        "sigmoid(gate(t)), topk of scores + a per-expert bias buffer, the selected scores gathered "
+        "and normalized; routed experts as bmm with each slot's expert weights gathered by index "
+        "(transformers' batched_mm); block 1 sorts the slots by expert (sort.stable, perm // k, "
+        "t[tok]) and combines with index_add, block 2 repeat_interleaves the tokens and combines "
+        "with scatter_add; histc token counts times the mean scores added as a balance term",
+        _seeded(lambda: M.MoeTiny()),
+        {"dim": 32, "n_experts": 4, "top_k": 2, "ffn": 64, "shared_ffn": 64},
+        [InputSpec("x", "f32", [8, 6, 32])], [8, 6, 32],
+        output_desc="tensor f32 [8,6,32]",
+        trace_shapes=[[2, 6, 32]], cost=2))
+    S.append(Sample(
         "control_flow", "scripted",
         "lin=Linear(16,16); branches on bool(h.sum() > 0): data-dependent control flow (import error case)",
         _seeded(lambda: M.DataDependentBranch()), {"d_model": 16},
@@ -328,6 +342,11 @@ def sample_table():
         ("hf_gpt2_tiny", M.hf_gpt2_tiny, M.HF_GPT2_TINY, "GPT2LMHeadModel",
          "Hugging Face transformers GPT2LMHeadModel: n_embd 64, 2 layers, 4 heads, vocab 256, "
          "128 positions, lm_head tied to transformer.wte"),
+        ("hf_mixtral_tiny", M.hf_mixtral_tiny, M.HF_MIXTRAL_TINY, "MixtralForCausalLM",
+         "Hugging Face transformers MixtralForCausalLM: hidden 64, 2 layers, 4 heads, 2 kv heads, "
+         "4 experts of intermediate 128, top-2 softmax router, vocab 256, untied lm_head, "
+         "experts_implementation=\"batched_mm\" (topk, repeat_interleave, expert weights "
+         "gathered by index, bmm)"),
     ):
         V = cfg_kwargs["vocab_size"]
         S.append(Sample(

@@ -682,6 +682,78 @@ class EinsumUpsample(nn.Module):
         return self.head(y.mean((2, 3)))
 
 
+class MoeLayer(nn.Module):
+    """A DeepSeek-V3-shaped mixture-of-experts FFN over tokens t [T, D]: sigmoid router scores,
+    top-k selection on the scores plus a per-expert bias buffer (aux-loss-free balancing), the
+    selected scores gathered and normalized as routing weights; routed experts as a batched
+    matmul with each token's expert weights gathered by index (Hugging Face's
+    experts_implementation="batched_mm"), a shared expert, and a load-balancing term from the
+    per-expert token counts (histc) that is added to the output. `sort_tokens`: visit the
+    (token, slot) pairs in expert order (sort of the expert ids, tokens perm // k) and combine
+    with index_add; otherwise in token order (repeat_interleave) and combine with scatter_add."""
+
+    def __init__(self, dim: int, n_experts: int, top_k: int, ffn: int, shared_ffn: int,
+                 sort_tokens: bool):
+        super().__init__()
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.sort_tokens = sort_tokens
+        self.gate = nn.Linear(dim, n_experts, bias=False)
+        self.register_buffer("expert_bias", torch.linspace(-0.1, 0.1, n_experts))
+        self.w_up = nn.Parameter(torch.randn(n_experts, dim, ffn) * dim ** -0.5)
+        self.w_down = nn.Parameter(torch.randn(n_experts, ffn, dim) * ffn ** -0.5)
+        self.shared_up = nn.Linear(dim, shared_ffn, bias=False)
+        self.shared_down = nn.Linear(shared_ffn, dim, bias=False)
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        k = self.top_k
+        scores = torch.sigmoid(self.gate(t))  # [T, E]
+        _, idx = torch.topk(scores + self.expert_bias, k, dim=-1)  # [T, k]
+        weights = scores.gather(1, idx)
+        weights = weights / weights.sum(-1, keepdim=True)
+        ids = idx.reshape(-1)  # [T*k]
+        slot_weights = weights.reshape(-1)
+        if self.sort_tokens:
+            ids, perm = torch.sort(ids, stable=True)
+            tok = torch.div(perm, k, rounding_mode="floor")
+            h = t[tok]
+            slot_weights = slot_weights[perm]
+        else:
+            tok = torch.arange(t.size(0), device=t.device).repeat_interleave(k)
+            h = t.repeat_interleave(k, dim=0)
+        up = torch.bmm(h.unsqueeze(1), self.w_up[ids]).squeeze(1)  # [T*k, F]
+        down = torch.bmm(F.silu(up).unsqueeze(1), self.w_down[ids]).squeeze(1)  # [T*k, D]
+        down = down * slot_weights.unsqueeze(-1)
+        if self.sort_tokens:
+            routed = torch.zeros_like(t).index_add(0, tok, down)
+        else:
+            index = tok.unsqueeze(-1).expand(-1, t.size(1))
+            routed = torch.zeros_like(t).scatter_add(0, index, down)
+        shared = self.shared_down(F.silu(self.shared_up(t)))
+        counts = torch.histc(ids.float(), bins=self.n_experts, min=0, max=self.n_experts - 1)
+        balance = (counts / counts.sum() * scores.mean(0)).sum() * self.n_experts
+        return routed + shared + 0.01 * balance
+
+
+class MoeTiny(nn.Module):
+    """Two pre-norm mixture-of-experts blocks x + moe(norm(x)) over x [B, S, D] (the first sorts
+    the tokens by expert, the second does not), then a final norm."""
+
+    def __init__(self, dim: int = 32, n_experts: int = 4, top_k: int = 2, ffn: int = 64,
+                 shared_ffn: int = 64):
+        super().__init__()
+        self.norms = nn.ModuleList([nn.LayerNorm(dim) for _ in range(2)])
+        self.moes = nn.ModuleList(
+            [MoeLayer(dim, n_experts, top_k, ffn, shared_ffn, sort_tokens=i == 0) for i in range(2)])
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        for norm, moe in zip(self.norms, self.moes):
+            x = x + moe(norm(x).reshape(b * s, d)).reshape(b, s, d)
+        return self.norm(x)
+
+
 class DataDependentBranch(nn.Module):
     """A branch on a tensor's value: control flow the importer cannot flatten (an error case)."""
 
@@ -732,6 +804,17 @@ HF_GPT2_TINY = dict(vocab_size=256, n_positions=128, n_embd=64, n_layer=2, n_hea
                     bos_token_id=255, eos_token_id=255, pad_token_id=None,
                     use_cache=False, attn_implementation="sdpa")
 
+# Mixtral with 4 experts, top-2, and transformers' batched_mm experts (each slot's expert weights
+# gathered by index, then bmm): the export apc plans. The default grouped_mm experts export
+# transformers::grouped_mm_fallback with f32 weights, which apc refuses in one line.
+HF_MIXTRAL_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                       num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+                       rope_theta=10000.0, tie_word_embeddings=False,
+                       bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                       use_cache=False, attn_implementation="sdpa",
+                       experts_implementation="batched_mm")
+
 
 def _quiet_transformers():
     import transformers
@@ -765,6 +848,17 @@ def hf_gpt2_tiny() -> nn.Module:
             return super().forward(input_ids=input_ids, use_cache=False).logits
 
     return GPT2LMHeadModelLogits(transformers.GPT2Config(**HF_GPT2_TINY))
+
+
+def hf_mixtral_tiny() -> nn.Module:
+    """transformers' MixtralForCausalLM (sdpa attention, batched_mm experts) returning logits."""
+    transformers = _quiet_transformers()
+
+    class MixtralForCausalLMLogits(transformers.MixtralForCausalLM):
+        def forward(self, input_ids):
+            return super().forward(input_ids=input_ids, use_cache=False).logits
+
+    return MixtralForCausalLMLogits(transformers.MixtralConfig(**HF_MIXTRAL_TINY))
 
 
 # --------------------------------------------------------------------------

@@ -1010,6 +1010,20 @@ class ExportedImporter {
     return OpRef{ns + "::" + name, overload == "default" ? "" : overload, false};
   }
 
+  /// How to export a model without the custom op `op` ("ns::name"), in one clause.
+  static std::string customOpAdvice(const std::string& op) {
+    if (op.rfind("transformers::grouped_mm_fallback", 0) == 0)
+      return "Hugging Face's grouped-mm experts run it when torch._grouped_mm cannot be traced "
+             "(weights not bf16); export with experts_implementation=\"batched_mm\" (or "
+             "\"eager\"), e.g. model.set_experts_implementation(\"batched_mm\") or "
+             "from_pretrained(..., experts_implementation=\"batched_mm\")";
+    if (op.rfind("transformers::", 0) == 0)
+      return "a Hugging Face transformers custom op; export with the model's eager "
+             "implementation (attn_implementation=\"eager\", experts_implementation=\"eager\")";
+    return "apc runs ATen ops only; export without it (call its Python implementation instead of "
+           "the op, or decompose it into ATen ops)";
+  }
+
   Expected<const c10::FunctionSchema*> schemaOf(const OpRef& ref, const NodeCtx& ctx) {
     std::string key = ref.op + "." + ref.overload;
     auto it = schemas_.find(key);
@@ -1025,10 +1039,10 @@ class ExportedImporter {
     }
     if (!it->second) {
       bool aten = ref.op.rfind("aten::", 0) == 0 || ref.op.rfind("prim::", 0) == 0;
-      return unsupported(
-          "op " + ctx.target + ctx.where() +
-          (aten ? " has no registered operator in this LibTorch"
-                : " is not an ATen operator (no schema is registered for " + ref.op + ")"));
+      return unsupported("op " + ctx.target + ctx.where() +
+                         (aten ? " has no registered operator in this LibTorch"
+                               : " is not an ATen operator (no schema is registered for " + ref.op +
+                                     "): " + customOpAdvice(ref.op)));
     }
     return &it->second->schema();
   }

@@ -627,6 +627,8 @@ class Importer {
   /// nothing changes a meta tensor once no op mutates, and interpretation makes new lists rather
   /// than changing them.
   Status executeMemoized(tj::Node* node, tj::Stack& stack) {
+    // Before the memo, whose key holds only the repeats tensor's metadata, not its value.
+    if (repeatInterleaveByKnownCount(node, stack)) return Status::success();
     const c10::FunctionSchema* schema = node->maybeSchema();
     std::string key;
     if (!memoize_ || isVararg(node->kind()) || !schema || node->hasSideEffects() ||
@@ -676,6 +678,41 @@ class Importer {
     return unsupported("shape inference failed" + where(node) + ": " + first_error);
   }
 
+  /// repeat_interleave.self_Tensor(self, repeats, dim, output_size) whose 0-dim repeats is a size
+  /// made a tensor (prim::NumToTensor of a known int: a traced `x.repeat_interleave(t.size(-1))`,
+  /// as Hugging Face's batched_mm experts have it): every element repeated that many times, so
+  /// the output size follows. False for any other node (the meta kernel then decides).
+  bool repeatInterleaveByKnownCount(tj::Node* node, tj::Stack& stack) const {
+    if (std::string(node->kind().toQualString()) != "aten::repeat_interleave" ||
+        node->inputs().size() != 4 || stack.size() < 4)
+      return false;
+    tj::Node* producer = node->input(1)->node();
+    if (producer->kind() != c10::prim::NumToTensor) return false;
+    auto it = slots_.find(producer->input(0));
+    if (it == slots_.end() || it->second.data_dependent || !it->second.iv.isInt()) return false;
+    const int64_t count = it->second.iv.toInt();
+    tj::Stack args(stack.end() - 4, stack.end());
+    if (count < 0 || !args[0].isTensor() || !args[1].isTensor() || args[1].toTensor().dim() != 0)
+      return false;
+    const at::Tensor self = args[0].toTensor();
+    std::vector<int64_t> out;
+    if (args[2].isNone()) {
+      out = {self.numel() * count};
+    } else if (args[2].isInt() && self.dim() > 0) {
+      int64_t d = args[2].toInt();
+      if (d < 0) d += self.dim();
+      if (d < 0 || d >= self.dim()) return false;
+      out = self.sizes().vec();
+      out[static_cast<size_t>(d)] *= count;
+    } else {
+      return false;
+    }
+    stack.resize(stack.size() - 4);
+    stack.emplace_back(
+        at::empty(out, at::TensorOptions().device(at::kMeta).dtype(self.scalar_type())));
+    return true;
+  }
+
   /// Ops whose output size depends on the values of their inputs (no shape rule can exist).
   static bool isDataDependent(const std::string& op) {
     return op == "aten::nonzero" || op == "aten::masked_select" || op == "aten::unique" ||
@@ -714,6 +751,35 @@ class Importer {
         return false;
       }
       stack.resize(stack.size() - 2);
+      stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(dtype)));
+      return true;
+    }
+    if (op == "aten::histc" && node->inputs().size() == 4) {
+      // histc(self, bins, min, max) -> [bins], self's dtype (mixture-of-experts token counts).
+      tj::Stack args(stack.end() - 4, stack.end());
+      if (!args[0].isTensor() || !args[1].isInt() || args[1].toInt() < 0) return false;
+      const at::ScalarType dtype = args[0].toTensor().scalar_type();
+      const int64_t bins = args[1].toInt();
+      stack.resize(stack.size() - 4);
+      stack.emplace_back(at::empty({bins}, at::TensorOptions().device(at::kMeta).dtype(dtype)));
+      return true;
+    }
+    if (op == "aten::_grouped_mm" && node->inputs().size() == 5) {
+      // _grouped_mm(self, mat2, offs, bias, out_dtype): [M, K] x [G, K, N] -> [M, N] (with offs);
+      // [G, M, K] x [G, K, N] -> [G, M, N]; out_dtype or self's dtype.
+      tj::Stack args(stack.end() - 5, stack.end());
+      if (!args[0].isTensor() || !args[1].isTensor()) return false;
+      const at::Tensor a = args[0].toTensor(), b = args[1].toTensor();
+      std::vector<int64_t> out;
+      if (a.dim() == 2 && b.dim() == 3 && a.size(1) == b.size(1))
+        out = {a.size(0), b.size(2)};
+      else if (a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1))
+        out = {a.size(0), a.size(1), b.size(2)};
+      else
+        return false;
+      const at::ScalarType dtype =
+          args[4].isInt() ? static_cast<at::ScalarType>(args[4].toInt()) : a.scalar_type();
+      stack.resize(stack.size() - 5);
       stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(dtype)));
       return true;
     }

@@ -158,7 +158,7 @@ bool fitsMeshDim(const DimStrategy& s, const NodeShapes& shapes, int64_t p) {
   if (!fits(false, s.inputs) || !fits(true, s.outputs)) return false;
   for (const TensorDimRef& ref : s.must_divide)
     for (const auto& sizes : shapes.of(ref.output, ref.index))
-      if (sizes.at(static_cast<size_t>(ref.dim)) % p != 0) return false;
+      if (sizes.at(static_cast<size_t>(ref.dim)) % (p * ref.multiple) != 0) return false;
   return true;
 }
 
@@ -356,7 +356,7 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
         const auto& t = ref.output ? s.outputs[ref.index] : s.inputs[ref.index];
         int64_t f = mesh::shardFactor(*t, mesh_shape, ref.dim);
         for (const auto& sizes : shapes.of(ref.output, ref.index))
-          if (sizes.at(static_cast<size_t>(ref.dim)) % f != 0) ok = false;
+          if (sizes.at(static_cast<size_t>(ref.dim)) % (f * ref.multiple) != 0) ok = false;
       }
     }
     if (ok && seen.insert(strategyCode(s)).second) {

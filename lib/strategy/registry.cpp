@@ -218,6 +218,7 @@ void registerAllRules(Registry& r) {
   registerLossRules(r);
   registerTensorOpRules(r);
   registerConvRules(r);
+  registerRoutingRules(r);
   registerInPlaceVariants(r);
 }
 

@@ -1029,6 +1029,22 @@ TEST(ExportedFixtures, ControlFlowAndCustomOpsAreErrors) {
   ASSERT_FALSE(custom.ok());
   expectOneLine(custom.error(), ErrorCode::kUnsupported,
                 "op torch.ops.apc_test.scale.default at node scale is not an ATen operator");
+  EXPECT_NE(custom.error().message().find("export without it"), std::string::npos)
+      << custom.error().message();
+}
+
+// Hugging Face's grouped-mm experts export transformers::grouped_mm_fallback with f32 weights: one
+// line naming the op and the export setting that avoids it (issue 34).
+TEST(ExportedFixtures, HuggingFaceGroupedMmFallbackSaysHowToExportWithoutIt) {
+  REQUIRE_FIXTURES();
+  const fs::path path = fixtures() / "hf_grouped_mm_fallback.pt2";
+  if (!fs::exists(path)) GTEST_SKIP() << "transformers is not installed in the venv";
+  auto g = importModel(path.string());
+  ASSERT_FALSE(g.ok());
+  expectOneLine(g.error(), ErrorCode::kUnsupported,
+                "op torch.ops.transformers.grouped_mm_fallback.default at node");
+  EXPECT_NE(g.error().message().find("experts_implementation=\"batched_mm\""), std::string::npos)
+      << g.error().message();
 }
 
 // TorchScript control flow known once shapes and module attributes are: unrolled and folded at

@@ -9,6 +9,8 @@ Writes, into OUT_DIR, programs whose features the sample models do not have:
                    buffer_mutation outputs (running stats, num_batches_tracked)
   cond.pt2         torch.cond on the input's values: a control-flow higher-order op
   custom_op.pt2    a torch.library custom op (apc_test::scale): not an ATen operator
+  hf_grouped_mm_fallback.pt2  Hugging Face's transformers::grouped_mm_fallback (when transformers
+                   is installed): an error that says how to export without it
   two_dims.pt2     dynamic batch and sequence dims, flattened together (a size B*T)
   constant.pt2     a plain tensor attribute read by forward: a lifted tensor constant
   scripted_loops.pt   TorchScript (torch.jit.script) with control flow known once shapes and
@@ -213,6 +215,19 @@ class InplaceRefusedView(torch.nn.Module):
         return h
 
 
+class HfGroupedMmFallback(torch.nn.Module):
+    """Hugging Face's grouped-mm experts as exported with f32 weights: the custom op
+    transformers::grouped_mm_fallback (registered by transformers.integrations.moe)."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(2, 4, 4))
+
+    def forward(self, x):
+        offs = torch.tensor([1, x.size(0)], dtype=torch.int32)
+        return torch.ops.transformers.grouped_mm_fallback(x, self.w, offs=offs)
+
+
 def main(out):
     os.makedirs(out, exist_ok=True)
     torch.manual_seed(0)
@@ -231,6 +246,13 @@ def main(out):
         torch.export.save(ep, os.path.join(out, name + ".pt2"))
         if name == "bn_train":
             torch.export.save(ep.run_decompositions({}), os.path.join(out, name + "_functional.pt2"))
+    try:  # registers transformers::grouped_mm_fallback
+        import transformers.integrations.moe  # noqa: F401
+    except ImportError:
+        pass
+    if hasattr(torch.ops.transformers, "grouped_mm_fallback"):
+        ep = torch.export.export(HfGroupedMmFallback(), (torch.randn(3, 4),))
+        torch.export.save(ep, os.path.join(out, "hf_grouped_mm_fallback.pt2"))
     torch.jit.script(ScriptedLoops().train()).save(os.path.join(out, "scripted_loops.pt"))
     torch.jit.script(ScriptedDataLoop()).save(os.path.join(out, "scripted_data_loop.pt"))
     torch.jit.script(ScriptedOptional()).save(os.path.join(out, "scripted_optional.pt"))

@@ -59,12 +59,77 @@ int64_t integerBound(const ir::Graph& g, const ir::Node& node, size_t i) {
       bound = std::min(bound, sizeOf(0, static_cast<int64_t>(e)));
     return bound;
   }
-  if (op == "aten::index_select" && i == 2) {
+  // Indices into self's dim `dim` (argument 1): index_select, gather, scatter_add, index_add.
+  if ((op == "aten::index_select" || op == "aten::gather" || op == "aten::scatter_add" ||
+       op == "aten::index_add") &&
+      i == 2) {
     const ir::Value& dim = g.value(node.inputs.at(1));
     if (dim.constant && std::holds_alternative<int64_t>(*dim.constant))
       return sizeOf(0, std::get<int64_t>(*dim.constant));
   }
+  if (op == "aten::bincount" && i == 0 && node.inputs.size() > 2) {  // values below minlength
+    const ir::Value& minlength = g.value(node.inputs.at(2));
+    if (minlength.constant && std::holds_alternative<int64_t>(*minlength.constant) &&
+        std::get<int64_t>(*minlength.constant) > 0)
+      return std::get<int64_t>(*minlength.constant);
+  }
   return 8;
+}
+
+/// `n` non-negative integers (of `dtype`) that sum to `total`: `total` draws into n bins.
+at::Tensor randomComposition(int64_t n, int64_t total, c10::ScalarType dtype, at::Generator& gen) {
+  at::Tensor draws = at::randint(0, std::max<int64_t>(n, 1), {total}, gen, at::kLong);
+  return at::bincount(draws, {}, n).to(dtype);
+}
+
+/// Inputs whose values the IR's shapes fix (nullopt for the others): repeat_interleave's tensor
+/// repeats sum to the output's size along the repeated dim (a 0-dim count is that size over
+/// self's); _grouped_mm's offs are sorted cumulative row ends (int32) ending at self's rows, empty
+/// groups included.
+std::optional<at::Tensor> shapedInput(const ir::Graph& g, const ir::Node& node, size_t i,
+                                      at::Generator& gen) {
+  const ir::TensorMeta* m = tensorMeta(g, node, i);
+  if (!m || m->rank() > 1) return std::nullopt;
+  const c10::ScalarType dtype = runtime::scalarTypeOf(m->dtype);
+  auto outSize = [&](int64_t dim) -> int64_t {
+    const ir::Value& out = g.value(node.outputs.at(0));
+    if (!out.tensor || out.tensor->rank() == 0) return 0;
+    if (dim < 0) dim += out.tensor->rank();
+    return out.tensor->shape.at(static_cast<size_t>(dim)).size;
+  };
+  if (m->rank() == 0) {
+    // repeat_interleave.self_Tensor by one count (a traced size): out's dim d / self's dim d.
+    const ir::TensorMeta* self = tensorMeta(g, node, 0);
+    if (node.op != "aten::repeat_interleave" || node.overload != "self_Tensor" || i != 1 || !self)
+      return std::nullopt;
+    const ir::Value& dim = g.value(node.inputs.at(2));
+    int64_t d = 0, in = ir::numel(self->shape);  // dim None: the flattened output
+    if (dim.constant && std::holds_alternative<int64_t>(*dim.constant)) {
+      d = std::get<int64_t>(*dim.constant);
+      if (d < 0) d += self->rank();
+      in = self->shape.at(static_cast<size_t>(d)).size;
+    }
+    return at::scalar_tensor(in > 0 ? outSize(d) / in : 0, at::TensorOptions().dtype(dtype));
+  }
+  const int64_t n = m->shape.at(0).size;
+  if (node.op == "aten::repeat_interleave" && node.overload == "Tensor" && i == 0)
+    return randomComposition(n, outSize(0), dtype, gen);
+  if (node.op == "aten::repeat_interleave" && node.overload == "self_Tensor" && i == 1) {
+    const ir::Value& dim = g.value(node.inputs.at(2));
+    int64_t d = 0;  // dim None: the flattened output
+    if (dim.constant && std::holds_alternative<int64_t>(*dim.constant))
+      d = std::get<int64_t>(*dim.constant);
+    return randomComposition(n, outSize(d), dtype, gen);
+  }
+  if (node.op == "aten::_grouped_mm" && i == 2) {
+    const ir::TensorMeta* self = tensorMeta(g, node, 0);
+    if (!self || self->rank() != 2) return std::nullopt;
+    const int64_t rows = self->shape.at(0).size;
+    at::Tensor ends = std::get<0>(at::sort(at::randint(0, rows + 1, {n}, gen, at::kLong)));
+    if (n > 0) ends[n - 1] = rows;
+    return ends.to(dtype);
+  }
+  return std::nullopt;
 }
 
 /// True for inputs that must be positive (variances).
@@ -74,10 +139,10 @@ bool mustBePositive(const ir::Node& node, size_t i) {
          i == 4;  // running_var
 }
 
-at::Tensor randomTensor(const ir::TensorMeta& meta, int64_t bound, bool positive,
+at::Tensor randomTensor(const ir::TensorMeta& meta, int64_t bound, bool positive, bool widen,
                         at::Generator& gen) {
   std::vector<int64_t> sizes = ir::hintSizes(meta.shape);
-  c10::ScalarType dtype = widenedScalarType(meta.dtype);
+  c10::ScalarType dtype = widen ? widenedScalarType(meta.dtype) : runtime::scalarTypeOf(meta.dtype);
   if (at::isFloatingType(dtype)) {
     at::Tensor t = at::randn(sizes, gen, at::TensorOptions().dtype(dtype));
     return positive ? t.abs() + 0.5 : t;
@@ -127,6 +192,10 @@ c10::IValue cloneValue(const c10::IValue& v) {
 
 }  // namespace
 
+bool keepsFloat32(const ir::Node& node) {
+  return node.op == "aten::_grouped_mm";
+}
+
 Expected<std::vector<c10::IValue>> makeFullInputs(const ir::Graph& g, const ir::Node& node,
                                                   const NodeOp& op, at::Generator& gen) {
   std::vector<c10::IValue> args;
@@ -138,13 +207,15 @@ Expected<std::vector<c10::IValue>> makeFullInputs(const ir::Graph& g, const ir::
     if (v.type == ir::ValueType::kTensor && v.tensor) {
       if (v.constant)
         args.emplace_back(scalarLiteral(*v.tensor, *v.constant));
+      else if (std::optional<at::Tensor> t = shapedInput(g, node, i, gen))
+        args.emplace_back(*t);
       else
-        args.emplace_back(
-            randomTensor(*v.tensor, integerBound(g, node, i), mustBePositive(node, i), gen));
+        args.emplace_back(randomTensor(*v.tensor, integerBound(g, node, i), mustBePositive(node, i),
+                                       !keepsFloat32(node), gen));
     } else if (v.type == ir::ValueType::kTensorList && !v.elements.empty()) {
       c10::List<at::Tensor> list;
       for (const ir::TensorMeta& e : v.elements)
-        list.push_back(randomTensor(e, integerBound(g, node, i), false, gen));
+        list.push_back(randomTensor(e, integerBound(g, node, i), false, !keepsFloat32(node), gen));
       args.emplace_back(list);
     } else if (v.constant) {
       Expected<c10::IValue> iv = constantToIValue(*v.constant, arg);
@@ -432,7 +503,8 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     if (!s.outputs[j]) continue;
     for (size_t e = 0; e < full_outs[j].size(); ++e) {
       const mesh::PlacementTuple t = placementOf(full_outputs[j], full_outs[j][e], *s.outputs[j]);
-      auto bad = checkLayout(out_locals[j][e], full_outs[j][e], t, mesh);
+      auto bad = checkLayout(out_locals[j][e], full_outs[j][e], t, mesh,
+                             keepsFloat32(node) ? kFloat32Tolerance : Tolerance{});
       if (!bad) continue;
       std::string which = outputName(g, node, j);
       if (full_outs[j].size() > 1 || g.value(node.outputs[j]).type == ir::ValueType::kTensorList)

@@ -7,8 +7,11 @@
 // Inputs: floating tensors are standard normal in f64 (the IR's f32/bf16/f16 widened alike for
 // reference and ranks); integer tensors that index something are drawn below the size they index
 // (embedding indices < num_embeddings, loss targets < classes, index_select indices < the indexed
-// dim), other integers small and non-negative; bools fair coin flips; batch_norm's running_var
-// positive; scalar tensor literals keep their value. Non-tensor arguments are the IR's constants.
+// dim, gather / scatter_add / index_add indices < self's size in dim, bincount's values <
+// minlength), other integers small and non-negative; bools fair coin flips; batch_norm's
+// running_var positive; scalar tensor literals keep their value; inputs whose values the IR's
+// shapes fix are drawn to fit them (repeat_interleave's tensor repeats sum to the output's size,
+// _grouped_mm's offs are sorted row ends). Non-tensor arguments are the IR's constants.
 //
 // A rank's inputs are cut from the full inputs by the strategy's input placements (sim_ranks.h:
 // layout::localPiece pieces, random summands for Partial); its call is localized by the rewrite
@@ -34,6 +37,12 @@
 #include "sim_ranks.h"
 
 namespace apc::validator {
+
+/// Ops without a float64 kernel (_grouped_mm: f32, bf16 and f16 only): their floating inputs are
+/// made in the IR's dtype, not widened, and compared with kFloat32Tolerance.
+bool keepsFloat32(const ir::Node& node);
+/// Sharded and unsharded float32 results differ by the summation order of their contractions.
+inline constexpr Tolerance kFloat32Tolerance{1e-4, 1e-4};
 
 /// Random full inputs for a node: one IValue per node input (tensor, tensor list or constant).
 Expected<std::vector<c10::IValue>> makeFullInputs(const ir::Graph& g, const ir::Node& node,

@@ -9,16 +9,16 @@
 //
 // Executed samples run at small shapes (the op set and the rules are what matter, not the size):
 // toy_block x:[2,4,1024], mlp_stack, gpt2_tiny*, llama_tiny*, cnn_small, resnet_bottleneck,
-// swin_tiny, multi_output, with batch and sequence lengths chosen to include uneven shards. The
-// stub-weight samples (gpt2_small*, llama_small, llama3_8b: zero-stride weights, too big to
-// execute) share the op set and rules of their tiny siblings; for them the test asserts that every
-// op they use with strategies was validated on the tiny samples, and reports which of their (op,
-// tensor ranks, strategy) classes were executed on a tiny sample. Every sample, on every mesh, must
-// also be free of the Replicate-only fallback (strategy::fallbackOps), and every strategy must be
-// well formed with the all-Replicate strategy first. Forms of ops that the executed samples lack
-// (einsum and index.Tensor with broadcast operands, more einsum equations and upsample arguments,
-// the core-ATen BatchNorm forms) are validated the same way on nodes built by hand
-// (HandBuiltOpCasesMatchTheUnshardedOp).
+// swin_tiny, multi_output, moe_tiny, hf_mixtral_tiny, with batch and sequence lengths chosen to
+// include uneven shards. The stub-weight samples (gpt2_small*, llama_small, llama3_8b: zero-stride
+// weights, too big to execute) share the op set and rules of their tiny siblings; for them the test
+// asserts that every op they use with strategies was validated on the tiny samples, and reports
+// which of their (op, tensor ranks, strategy) classes were executed on a tiny sample. Every sample,
+// on every mesh, must also be free of the Replicate-only fallback (strategy::fallbackOps), and
+// every strategy must be well formed with the all-Replicate strategy first. Forms of ops that the
+// executed samples lack (einsum and index.Tensor with broadcast operands, more einsum equations and
+// upsample arguments, the core-ATen BatchNorm forms) are validated the same way on nodes built by
+// hand (HandBuiltOpCasesMatchTheUnshardedOp).
 //
 // Time: f64 matmuls run on the reference BLAS here, so the few big combos (gpt2's lm_head and
 // vocabulary-sized views, toy_block's 4096x1024 linears) validate an evenly spread subset of their
@@ -88,6 +88,12 @@ const ExecutedSample kExecuted[] = {
     {"batch_sized", {"x:f32[6,6,16]"}},
     // maxvit-style einsum attention, upsample_bilinear2d and upsample_nearest2d.
     {"einsum_upsample", {"x:f64[4,3,16,16]"}},
+    // Mixture of experts: topk, gather, sort, repeat_interleave, index.Tensor of expert weights,
+    // index_add / scatter_add combines, histc.
+    {"moe_tiny", {"x:f32[4,6,32]"}},
+    // Hugging Face MixtralForCausalLM with batched_mm experts (topk, repeat_interleave by a
+    // traced size, expert weights gathered by index, bmm).
+    {"hf_mixtral_tiny", {"input_ids:i64[2,8]"}},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
@@ -587,7 +593,9 @@ struct OpCase {
 
 // Every strategy of each case, on every validator mesh, executed against the unsharded op; the
 // node must have a rule (no fallback) and more than the all-Replicate strategy. The shapes include
-// dims that split unevenly (3, 5 and 7 over 2 and 4 ranks).
+// dims that split unevenly (3, 5 and 7 over 2 and 4 ranks). The mixture-of-experts ops (topk,
+// sort, argsort, gather, scatter_add, index_add, bincount, histc, repeat_interleave, _grouped_mm)
+// are here too: no executed sample has them.
 TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
   using strategy::testing::Builder;
   using strategy::testing::ValueId;
@@ -631,6 +639,24 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
   };
   auto floats = [](Builder& b, std::vector<double> v) {
     return b.g.addConstant(ir::ValueType::kFloatList, std::move(v));
+  };
+  // An op node with outputs of the given shapes and dtypes (values and indices of topk / sort).
+  using Out = std::pair<std::vector<int64_t>, ir::DType>;
+  auto addNode = [](Builder& b, const std::string& op, std::vector<ValueId> ins,
+                    std::vector<Out> outs) {
+    std::vector<ValueId> vs;
+    for (auto& [shape, dt] : outs)
+      vs.push_back(b.tensor("o" + std::to_string(b.g.numValues()), shape, dt, true));
+    b.addOp(op, std::move(ins), std::move(vs));
+  };
+  const ir::DType f32 = ir::DType::kF32, i64 = ir::DType::kI64, i32 = ir::DType::kI32;
+  // topk / sort / argsort(x [6,7,5] or [7,6]): values f32 and indices i64 of the output shape.
+  auto topk = [&](std::vector<int64_t> in, int64_t k, int64_t dim, std::vector<int64_t> out) {
+    return [=](Builder& b) {
+      ValueId x = b.input("x", in);
+      addNode(b, "aten::topk", {x, b.i(k), b.i(dim), b.b(true), b.b(true)},
+              {{out, f32}, {out, i64}});
+    };
   };
   const OpCase cases[] = {
       {"einsum bhid,bhjd->bhij (maxvit scores)",
@@ -677,6 +703,130 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
       {"_native_batch_norm_legit_functional eval", batchNorm(0)},
       {"_native_batch_norm_legit_functional training", batchNorm(1)},
       {"_native_batch_norm_legit_no_training", batchNorm(2)},
+      // Mixture-of-experts routing and expert ops (lib/strategy/routing.cpp).
+      {"topk k=3 of the last dim (router)", topk({6, 7, 5}, 3, -1, {6, 7, 3})},
+      {"topk k=2 of dim 1", topk({7, 6, 9}, 2, 1, {7, 2, 9})},
+      {"sort dim 0 descending",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {6, 7});
+         addNode(b, "aten::sort", {x, b.i(0), b.b(true)}, {{{6, 7}, f32}, {{6, 7}, i64}});
+       }},
+      {"sort.stable dim -1",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {7, 5});
+         addNode(b, "aten::sort.stable", {x, b.b(true), b.i(-1), b.b(false)},
+              {{{7, 5}, f32}, {{7, 5}, i64}});
+       }},
+      {"argsort dim 1",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {7, 5, 3});
+         addNode(b, "aten::argsort", {x, b.i(1), b.b(false)}, {{{7, 5, 3}, i64}});
+       }},
+      {"argsort.stable dim 0 descending",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 7});
+         addNode(b, "aten::argsort.stable", {x, b.b(true), b.i(0), b.b(true)}, {{{5, 7}, i64}});
+       }},
+      {"gather dim 1, index of self's size in the other dims",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {6, 7, 5});
+         ValueId idx = b.input("index", {6, 3, 5}, i64);
+         addNode(b, "aten::gather", {x, b.i(1), idx, b.b(false)}, {{{6, 3, 5}, f32}});
+       }},
+      {"gather dim 1, a smaller index",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {6, 7});
+         ValueId idx = b.input("index", {5, 4}, i64);
+         addNode(b, "aten::gather", {x, b.i(1), idx, b.b(false)}, {{{5, 4}, f32}});
+       }},
+      {"scatter_add dim 0 (token combine)",
+       [&](Builder& b) {
+         ValueId x = b.input("self", {7, 6});
+         ValueId idx = b.input("index", {9, 6}, i64);
+         ValueId src = b.input("src", {9, 6});
+         addNode(b, "aten::scatter_add", {x, b.i(0), idx, src}, {{{7, 6}, f32}});
+       }},
+      {"scatter_add dim 1, a smaller index and src",
+       [&](Builder& b) {
+         ValueId x = b.input("self", {6, 7});
+         ValueId idx = b.input("index", {5, 3}, i64);
+         ValueId src = b.input("src", {5, 4});
+         addNode(b, "aten::scatter_add", {x, b.i(1), idx, src}, {{{6, 7}, f32}});
+       }},
+      {"index_add dim 0, alpha 2 (token combine)",
+       [&](Builder& b) {
+         ValueId x = b.input("self", {7, 6});
+         ValueId idx = b.input("index", {9}, i64);
+         ValueId src = b.input("source", {9, 6});
+         addNode(b, "aten::index_add", {x, b.i(0), idx, src, b.f(2.0)}, {{{7, 6}, f32}});
+       }},
+      {"index_add dim 1",
+       [&](Builder& b) {
+         ValueId x = b.input("self", {5, 7, 3});
+         ValueId idx = b.input("index", {4}, i64);
+         ValueId src = b.input("source", {5, 4, 3});
+         addNode(b, "aten::index_add", {x, b.i(1), idx, src, b.i(1)}, {{{5, 7, 3}, f32}});
+       }},
+      {"bincount minlength 8 (tokens per expert)",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {10}, i64);
+         addNode(b, "aten::bincount", {x, b.none(), b.i(8)}, {{{8}, i64}});
+       }},
+      {"bincount with weights, minlength 6",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {10}, i64);
+         ValueId w = b.input("weights", {10});
+         addNode(b, "aten::bincount", {x, w, b.i(6)}, {{{6}, f32}});
+       }},
+      {"histc bins 8 over [-2, 2]",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {7, 5});
+         addNode(b, "aten::histc", {x, b.i(8), b.f(-2.0), b.f(2.0)}, {{{8}, f32}});
+       }},
+      {"repeat_interleave.self_int dim 1",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3});
+         addNode(b, "aten::repeat_interleave.self_int", {x, b.i(2), b.i(1), b.none()},
+              {{{5, 12, 3}, f32}});
+       }},
+      {"repeat_interleave.self_int dim 0 (tokens to top-k slots)",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {8, 5});
+         addNode(b, "aten::repeat_interleave.self_int", {x, b.i(2), b.i(0), b.none()},
+                 {{{16, 5}, f32}});
+       }},
+      {"repeat_interleave.self_int dim 0 with output_size",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {8, 5});
+         addNode(b, "aten::repeat_interleave.self_int", {x, b.i(2), b.i(0), b.i(16)},
+                 {{{16, 5}, f32}});
+       }},
+      {"repeat_interleave.self_int flattened",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 3});
+         addNode(b, "aten::repeat_interleave.self_int", {x, b.i(2), b.none(), b.none()},
+              {{{30}, f32}});
+       }},
+      {"repeat_interleave.self_Tensor dim 1",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {5, 6, 3});
+         ValueId rep = b.input("repeats", {6}, i64);
+         addNode(b, "aten::repeat_interleave.self_Tensor", {x, rep, b.i(1), b.none()},
+              {{{5, 11, 3}, f32}});
+       }},
+      {"_grouped_mm 2D x 3D with offs (experts)",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {10, 32});
+         ValueId w = b.param("w", {3, 32, 32});
+         ValueId offs = b.input("offs", {3}, i32);
+         addNode(b, "aten::_grouped_mm", {x, w, offs, b.none(), b.none()}, {{{10, 32}, f32}});
+       }},
+      {"_grouped_mm 3D x 3D",
+       [&](Builder& b) {
+         ValueId x = b.input("x", {8, 5, 32});
+         ValueId w = b.param("w", {8, 32, 32});
+         addNode(b, "aten::_grouped_mm", {x, w, b.none(), b.none(), b.none()}, {{{8, 5, 32}, f32}});
+       }},
   };
   std::vector<DeviceMesh> meshes;
   for (const auto& shape : kMeshShapes) meshes.push_back(*DeviceMesh::create(shape));

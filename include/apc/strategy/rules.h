@@ -39,6 +39,9 @@ void registerTensorOpRules(Registry& r);
 /// convolution, max/avg pooling, upsample_bilinear2d / upsample_nearest2d
 /// (lib/strategy/conv.cpp).
 void registerConvRules(Registry& r);
+/// Mixture-of-experts routing and expert ops: topk, sort, argsort, gather, scatter_add, index_add,
+/// bincount, histc, repeat_interleave, _grouped_mm (lib/strategy/routing.cpp).
+void registerRoutingRules(Registry& r);
 /// For every registered aten op `aten::f[.o]` without an in-place rule, `aten::f_[.o]`: the
 /// out-of-place strategies whose output 0 is placed as input 0 (call after the others).
 void registerInPlaceVariants(Registry& r);

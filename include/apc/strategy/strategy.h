@@ -59,9 +59,12 @@ using mesh::PlacementTuple;
 
 /// A tensor dim of a node input or output, named by position.
 struct TensorDimRef {
-  bool output = false;                         // an output (true) or an input (false)
-  uint32_t index = 0;                          // node input/output index
-  int dim = 0;                                 // tensor dim (non-negative)
+  bool output = false;  // an output (true) or an input (false)
+  uint32_t index = 0;   // node input/output index
+  int dim = 0;          // tensor dim (non-negative)
+  /// In must_divide: each piece must also be a multiple of this many elements (kernels that need
+  /// aligned row strides: _grouped_mm's 16 bytes).
+  int64_t multiple = 1;
   bool operator==(const TensorDimRef&) const;  // defaulted in the .cpp (C++17 users)
 };
 
@@ -70,8 +73,8 @@ struct DimStrategy {
   std::vector<std::optional<Placement>> outputs;
   std::vector<std::optional<Placement>> inputs;
   /// Tensor dims that this strategy shards and whose size must be divisible by the total number
-  /// of pieces they are cut into after expansion (views that merge or split dims, P(avg) means).
-  /// enumerate drops the expanded strategy otherwise.
+  /// of pieces they are cut into after expansion (views that merge or split dims, P(avg) means),
+  /// times TensorDimRef::multiple. enumerate drops the expanded strategy otherwise.
   std::vector<TensorDimRef> must_divide;
 };
 

@@ -1,0 +1,207 @@
+//===- tests/runtime/moe_test.cpp - Mixture of experts sharded == single ----===//
+//
+// The mixture-of-experts sample (moe_tiny: DeepSeek-V3-shaped routing with topk, gather, sort,
+// repeat_interleave, index.Tensor of the expert weights, bmm, index_add / scatter_add combines and
+// a histc balance term) planned by the optimizer on [2], [4] and [2,2] (and batch-sharded by the
+// classic DDP plan on [2,2], which cuts the routing ops by tokens), lowered by the `apc` binary and
+// run on forked ranks over Gloo, against the unsharded TorchScript model trained in this process
+// from the same weights, inputs and loss (tests/runtime/rank_harness.h):
+//   - every forward output leaf, gathered to full, within 1e-5 relative (fp32);
+//   - every parameter gradient of the first backward, gathered to full, within 1e-5 relative;
+//   - the losses of 3 SGD steps within 1e-5 of the loss's scale.
+// The exported program (moe_tiny.pt2) runs the same way on [4] and [2,2], and so does Hugging
+// Face's MixtralForCausalLM exported with experts_implementation="batched_mm" (hf_mixtral_tiny.pt2)
+// on [2], [4] and [2,2]. Besides, the plans must use the routing rules: no routing op of the
+// samples is left to the Replicate-only fallback.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+
+#include "apc/frontend/model.h"
+#include "apc/mesh/device_mesh.h"
+#include "apc/runtime/parallel_module.h"
+#include "apc/strategy/strategy.h"
+#include "rank_harness.h"
+
+// A namespace of its own: the files of runtime_test are compiled together (unity build).
+namespace apc::runtime::moe_test {
+namespace {
+
+using testing::ModelCase;
+using testing::Reference;
+
+constexpr int kSteps = 3;
+constexpr double kLr = 0.5;
+constexpr double kRtol = 1e-5;
+
+/// moe_tiny at a batch of 8 sequences of 6 tokens (48 tokens, 96 routed slots); hf_mixtral_tiny at
+/// 8 sequences of 32 token ids (its export's shapes).
+ModelCase moeCase(const std::string& model, const std::string& format) {
+  if (model == "hf_mixtral_tiny") return {model, {"input_ids:i64[8,32]"}, 256, "", format};
+  return {model, {"x:f32[8,6,32]"}, 0, "", format};
+}
+
+/// The single-process reference of `model` (its TorchScript module), computed once.
+const Reference& reference(const std::string& model) {
+  static std::map<std::string, Reference> cache;
+  auto it = cache.find(model);
+  if (it == cache.end())
+    it = cache.emplace(model, testing::computeReference(moeCase(model, "pt"), kSteps, kLr)).first;
+  return it->second;
+}
+
+int worldOf(const std::string& mesh) {
+  int w = 1;
+  size_t pos = 0;
+  while (pos < mesh.size()) {
+    size_t x = mesh.find('x', pos);
+    if (x == std::string::npos) x = mesh.size();
+    w *= std::stoi(mesh.substr(pos, x - pos));
+    pos = x + 1;
+  }
+  return w;
+}
+
+/// One rank: load, train kSteps SGD steps, compare with the reference. Returns the exit code.
+int runRank(int rank, const std::string& dir, const Reference& ref) {
+  testing::RankLog log(rank);
+  std::shared_ptr<ParallelModule> loaded = testing::loadRank(dir, ref.init, log);
+  if (!loaded) return 1;
+  ParallelModule& pm = *loaded;
+  std::vector<at::Tensor> params = pm.parameters();
+  for (int step = 0; step < kSteps; ++step) {
+    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+    std::vector<c10::IValue> inputs = testing::shardInputs(pm, ref.inputs);
+    auto leaves = pm.forwardLeaves(inputs);
+    if (!leaves.ok()) {
+      log.fail("forward: " + leaves.error().message());
+      return 1;
+    }
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < leaves->size(); ++i)
+      outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
+    if (outs.size() != ref.outputs.size()) {
+      log.fail("the program has " + std::to_string(outs.size()) + " output leaves, the model " +
+               std::to_string(ref.outputs.size()));
+      return 1;
+    }
+    if (step == 0)
+      for (size_t i = 0; i < outs.size(); ++i) {
+        std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
+        if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
+      }
+    at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
+    const double l = loss.item<double>();
+    const auto s = static_cast<size_t>(step);
+    if (!(std::abs(l - ref.losses[s]) <= kRtol * ref.loss_scales[s] + 1e-12))
+      log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
+               std::to_string(ref.losses[s]));
+    loss.backward();
+    if (step == 0) testing::expectGradsMatch(pm, ref.grads, kRtol, log);
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : params)
+      if (p.grad().defined()) p.sub_(p.grad() * ref.lr);
+  }
+  return log.exitCode();
+}
+
+struct MoeCase {
+  std::string model;     // moe_tiny | hf_mixtral_tiny
+  std::string format;    // "pt" or "pt2"
+  std::string mesh;      // "2x2"
+  std::string strategy;  // "" optimizer, else a classic plan
+};
+
+std::string caseName(const MoeCase& c) {
+  std::string s =
+      c.model + "_" + c.format + "_" + c.mesh + "_" + (c.strategy.empty() ? "opt" : c.strategy);
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+class MoeDifferential : public ::testing::TestWithParam<MoeCase> {};
+
+TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
+  const MoeCase& c = GetParam();
+  const ModelCase m = moeCase(c.model, c.format);
+  if (!std::filesystem::exists(testing::samplePath(m.model)) ||
+      !std::filesystem::exists(testing::samplePath(m.model, m.format)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = testing::scratchDir("moe", caseName(c));
+  std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference& ref = reference(c.model);
+  std::vector<std::string> failed = testing::runRanks(
+      worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref); });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+}
+
+// Hugging Face's Mixtral is .pt2-first (its .pt, traced, is the reference): on [2], [4], [2,2]
+// with the optimizer's plan and batch-sharded by DDP on [2,2].
+INSTANTIATE_TEST_SUITE_P(
+    MoeTiny, MoeDifferential,
+    ::testing::Values(MoeCase{"moe_tiny", "pt", "2", ""}, MoeCase{"moe_tiny", "pt", "4", ""},
+                      MoeCase{"moe_tiny", "pt", "2x2", ""}, MoeCase{"moe_tiny", "pt", "2x2", "ddp"},
+                      MoeCase{"moe_tiny", "pt2", "4", ""}, MoeCase{"moe_tiny", "pt2", "2x2", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "2", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "4", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "2x2", ""},
+                      MoeCase{"hf_mixtral_tiny", "pt2", "2x2", "ddp"}),
+    [](const ::testing::TestParamInfo<MoeCase>& info) { return caseName(info.param); });
+
+// The routing and expert ops of the sample have rules (no Replicate-only fallback) and offer
+// sharded strategies on [4]: the planner can cut them instead of computing every expert on every
+// rank (all but the sort, which orders the flat slot list along its only dim).
+TEST(MoeRules, RoutingOpsOfTheSampleHaveShardedStrategies) {
+  for (const char* format : {"pt", "pt2"}) {
+    SCOPED_TRACE(format);
+    const std::string path = testing::samplePath("moe_tiny", format);
+    if (!std::filesystem::exists(path)) GTEST_SKIP() << "run sample_models/generate.py";
+    Expected<ir::Graph> g = frontend::importModel(path);
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    const mesh::DeviceMesh mesh = *mesh::DeviceMesh::create({4});
+    std::vector<strategy::NodeStrategies> all = strategy::enumerate(*g, mesh);
+    EXPECT_EQ(strategy::fallbackOps(*g, all), std::vector<std::string>{});
+    std::map<std::string, size_t> most;  // op -> the most strategies of one of its nodes
+    for (const strategy::NodeStrategies& ns : all) {
+      const std::string op = g->node(ns.node).op;
+      most[op] = std::max(most[op], ns.strategies.size());
+    }
+    for (const char* op : {"aten::topk", "aten::gather", "aten::index_add", "aten::scatter_add",
+                           "aten::histc", "aten::repeat_interleave"}) {
+      ASSERT_TRUE(most.count(op)) << op << " is not in the sample";
+      EXPECT_GT(most[op], 1u) << op << " has only the all-Replicate strategy";
+    }
+    // The sample sorts the flat slot list along its only dim: nothing but Replicate fits.
+    ASSERT_TRUE(most.count("aten::sort"));
+    EXPECT_EQ(most["aten::sort"], 1u);
+  }
+  // Mixtral's batched_mm experts: topk, repeat_interleave, the expert weights gathered by index.
+  const std::string path = testing::samplePath("hf_mixtral_tiny", "pt2");
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "run sample_models/generate.py";
+  Expected<ir::Graph> g = frontend::importModel(path);
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  std::vector<strategy::NodeStrategies> all =
+      strategy::enumerate(*g, *mesh::DeviceMesh::create({4}));
+  EXPECT_EQ(strategy::fallbackOps(*g, all), std::vector<std::string>{});
+  std::map<std::string, size_t> most;
+  for (const strategy::NodeStrategies& ns : all) {
+    const std::string op = g->node(ns.node).op;
+    most[op] = std::max(most[op], ns.strategies.size());
+  }
+  for (const char* op : {"aten::topk", "aten::repeat_interleave", "aten::index"}) {
+    ASSERT_TRUE(most.count(op)) << op << " is not in hf_mixtral_tiny";
+    EXPECT_GT(most[op], 1u) << op << " has only the all-Replicate strategy";
+  }
+}
+
+}  // namespace
+}  // namespace apc::runtime::moe_test
