@@ -29,9 +29,20 @@
 // ignores SIGPIPE, see world.cpp) and becomes "<group>: <op> failed: <Gloo's first line>". After a
 // CommError the group is unusable: the caller is expected to exit.
 //
+// allReduceAsync issues the same c10d call and returns its Work in a PendingCollective, waited on
+// later with the same timeout and the same error text. Its time in flight runs from the issue to
+// the completion that a callback on the Work's future stamps (Gloo's worker thread marks it when
+// the reduction is done; on NCCL it is when the stream work was enqueued, so the figure is a lower
+// bound there); the exposed time is the issue plus the wait. setInjectedCommLatency (a test hook)
+// makes every collective complete no earlier than a latency after its issue.
+//
 //===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <memory>
+#include <thread>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -254,6 +265,36 @@ class C10dCommunicator final : public Communicator {
     if (!buf.is_same(t)) t.copy_(buf);
   }
 
+  std::unique_ptr<PendingCollective> allReduceAsync(at::Tensor& t, mesh::ReduceOp op) override {
+    const char* what = "all-reduce";
+    if (!t.is_contiguous())
+      throwUsage(name_, what, "an asynchronous all-reduce needs a contiguous tensor");
+    count(CommKind::kAllReduce);
+    ++stats_.async_calls;
+    ++stats_.of(CommKind::kAllReduce).async_calls;
+    if (t.numel() == 0) return std::make_unique<Pending>(*this, t, op);
+    std::vector<at::Tensor> tensors{t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10dOp(op, t);
+    opts.timeout = timeout_;
+    auto pending = std::make_unique<Pending>(*this, t, op);
+    const auto t0 = pending->issued;
+    try {
+      pending->work = pg_->allreduce(tensors, opts);
+    } catch (const c10::Error& e) {
+      rethrowIfOutOfMemory(e);
+      throw CommError(describeFailure(name_, what, e.what_without_backtrace(), timeout_));
+    } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
+      throw CommError(describeFailure(name_, what, e.what(), timeout_));
+    }
+    pending->watchCompletion();
+    addBytes(CommKind::kAllReduce, 2 * (size_ - 1) * bytesOf(t) / size_);
+    // Issuing blocks this rank too (the copy into the backend's queue): exposed time.
+    addSeconds(CommKind::kAllReduce, seconds(std::chrono::steady_clock::now() - t0), 0);
+    return pending;
+  }
+
   void barrier() override {
     count(CommKind::kBarrier);
     c10d::BarrierOptions opts;
@@ -270,6 +311,75 @@ class C10dCommunicator final : public Communicator {
     stats_.bytes_sent += bytes;
     stats_.of(kind).bytes_sent += bytes;
   }
+  /// Adds `blocked` seconds of exposed time and `in_flight` seconds of time in flight.
+  void addSeconds(CommKind kind, double blocked, double in_flight) {
+    stats_.seconds += blocked;
+    stats_.of(kind).seconds += blocked;
+    stats_.in_flight_seconds += in_flight;
+    stats_.of(kind).in_flight_seconds += in_flight;
+  }
+  static double seconds(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  }
+
+  /// An asynchronous all-reduce: c10d's Work, its buffer, and when it was issued. Completion is
+  /// stamped by a callback on the Work's future (on the backend's thread) when the backend has
+  /// one, else taken as the end of the wait.
+  struct Pending final : PendingCollective {
+    Pending(C10dCommunicator& comm, at::Tensor t, mesh::ReduceOp op)
+        : comm(comm), t(std::move(t)), op(op), issued(std::chrono::steady_clock::now()) {}
+
+    void watchCompletion() {
+      try {
+        c10::intrusive_ptr<c10::ivalue::Future> future = work->getFuture();
+        if (!future) return;
+        std::shared_ptr<std::atomic<int64_t>> stamp = done_ns;
+        future->addCallback([stamp](c10::ivalue::Future&) {
+          stamp->store(std::chrono::steady_clock::now().time_since_epoch().count());
+        });
+      } catch (const std::exception&) {
+        // No future on this backend: completion is the end of the wait.
+      }
+    }
+
+    void wait() override {
+      if (waited) return;
+      waited = true;
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto latency = injectedCommLatency();
+      if (latency.count() > 0) std::this_thread::sleep_until(issued + latency);
+      if (work) {
+        try {
+          work->wait(comm.timeout_);
+        } catch (const c10::Error& e) {
+          rethrowIfOutOfMemory(e);
+          throw CommError(
+              describeFailure(comm.name_, "all-reduce", e.what_without_backtrace(), comm.timeout_));
+        } catch (const std::exception& e) {
+          rethrowIfOutOfMemory(e);
+          throw CommError(describeFailure(comm.name_, "all-reduce", e.what(), comm.timeout_));
+        }
+      }
+      const auto t1 = std::chrono::steady_clock::now();
+      // Completed when the backend said so, but not before the injected latency ran out.
+      auto done = t1;
+      if (const int64_t ns = done_ns->load(); ns > 0)
+        done = std::min(
+            t1, std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns)));
+      done = std::max(done, std::min(t1, issued + latency));
+      comm.addSeconds(CommKind::kAllReduce, seconds(t1 - t0), seconds(done - issued));
+      comm.markBusy(issued, done);
+      finishIntegerAvg(t, op, comm.size_);
+    }
+
+    C10dCommunicator& comm;
+    at::Tensor t;
+    mesh::ReduceOp op;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::chrono::steady_clock::time_point issued;
+    std::shared_ptr<std::atomic<int64_t>> done_ns = std::make_shared<std::atomic<int64_t>>(0);
+    bool waited = false;
+  };
 
   /// Starts and waits for one collective; its wall time goes to the counters of `kind`. `ref`
   /// (a buffer of the call, undefined for a barrier) tells whether the device must be
@@ -283,6 +393,8 @@ class C10dCommunicator final : public Communicator {
       c10::intrusive_ptr<c10d::Work> work = start();
       work->wait(timeout_);
       if (sync) synchronizeDevice(ref.device());
+      const auto latency = injectedCommLatency();
+      if (latency.count() > 0) std::this_thread::sleep_until(t0 + latency);
     } catch (const c10::Error& e) {
       rethrowIfOutOfMemory(e);
       throw CommError(describeFailure(name_, what, e.what_without_backtrace(), timeout_));
@@ -290,9 +402,10 @@ class C10dCommunicator final : public Communicator {
       rethrowIfOutOfMemory(e);
       throw CommError(describeFailure(name_, what, e.what(), timeout_));
     }
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stats_.seconds += dt;
-    stats_.of(kind).seconds += dt;
+    const auto t1 = std::chrono::steady_clock::now();
+    const double dt = seconds(t1 - t0);
+    addSeconds(kind, dt, dt);
+    markBusy(t0, t1);
   }
 
   std::string name_;

@@ -141,60 +141,219 @@ static_assert(kDefaultGradBucketBytes == artifact::kDefaultGradBucketBytes,
 }  // namespace
 
 /// The gradient buckets of ParallelModuleOptions::grad_bucket_bytes. A deferred edge's backward
-/// hands its gradient here instead of reducing it (and feeds autograd nothing); the first one of a
-/// backward queues flush() on the autograd engine, which runs when the backward's graph has been
-/// executed: gradients of the same (mesh dim, op, dtypes) are summed per parameter, concatenated
-/// in parameter order into buckets of at most `bucket_bytes`, all-reduced once per bucket, and
-/// added to the parameters' grads. Every rank runs the same program, so the buckets match.
+/// hands its gradient here instead of reducing it (and feeds autograd nothing). Gradients of the
+/// same (mesh dim, op, dtypes) are summed per parameter, concatenated into flat buckets of at most
+/// `bucket_bytes`, all-reduced once per bucket, and added to the parameters' grads.
+///
+/// With overlap (ParallelModuleOptions::overlap), the buckets are laid out when the backward's
+/// first gradient arrives, from the deferred edges the forward ran (expect()): parameters in
+/// reverse program order (the order backward reaches them), each (key, parameter) expecting as many
+/// gradients as the forward ran edges for it. A bucket whose gradients have all arrived is
+/// all-reduced asynchronously (allReduceAsync: c10d's Work handle) while backward goes on, buckets
+/// strictly in layout order, so that every rank issues them in the same order. The engine callback
+/// queued by the first gradient runs when the backward's graph has been executed: it issues the
+/// buckets still waiting (a gradient that never came: its slot is zeros, its parameter gets no
+/// grad), waits for every bucket in order (each wait with the communicator's timeout) and adds the
+/// results to the grads. A gradient that comes for a bucket already issued (a second backward
+/// through retained graphs, two forwards before one backward) is reduced on its own at the callback
+/// (the all-reduce is linear). Without overlap, every bucket is laid out and reduced at the
+/// callback, blocking, parameters in program order. Every rank runs the same program, so the
+/// layouts and the order of the collectives match.
 class GradBuckets {
  public:
   GradBuckets(World& world, std::vector<at::Tensor>& params, const std::vector<RedistSpec>& redists,
-              int64_t bucket_bytes)
-      : world_(world), params_(params), redists_(redists), bucket_bytes_(bucket_bytes) {}
+              int64_t bucket_bytes, bool overlap)
+      : world_(world),
+        params_(params),
+        redists_(redists),
+        bucket_bytes_(bucket_bytes),
+        overlap_(overlap) {}
+
+  /// The forward ran deferred edge `redist` of parameter `param` on `x` (its gradient will have
+  /// x's shape and dtype).
+  void expect(size_t param, size_t redist, const at::Tensor& x) {
+    if (!overlap_) return;
+    Expect& e = expected_[{keyOf(redist, x.scalar_type()), param}];
+    ++e.edges;
+    e.numel = x.numel();
+    e.sizes = x.sizes().vec();
+  }
 
   void defer(size_t param, size_t redist, const at::Tensor& grad) {
-    if (!grad.defined()) return;
-    pending_.push_back({param, redist, grad});
     if (!queued_) {
       queued_ = true;
       torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
     }
+    if (!overlap_) {
+      if (grad.defined()) late_.push_back({param, redist, grad});
+      return;
+    }
+    if (!laid_out_) layOut();
+    const Key key = keyOf(redist, grad.defined() ? grad.scalar_type() : paramDtype(param));
+    auto it = slot_.find({key, param});
+    if (it == slot_.end() || buckets_[it->second.first].issued) {
+      if (grad.defined()) late_.push_back({param, redist, grad});
+      return;
+    }
+    Bucket& b = buckets_[it->second.first];
+    Entry& en = b.entries[it->second.second];
+    if (grad.defined()) en.grad = en.grad.defined() ? en.grad + grad : grad;
+    if (--en.waiting == 0 && --b.waiting == 0) issueReady();
   }
 
-  /// Drops what an interrupted backward left (called before every forward).
+  /// Drops what an interrupted backward left (called before every forward); issued collectives
+  /// finish on their own.
   void reset() {
-    pending_.clear();
-    queued_ = false;
+    expected_.clear();
+    clearBackward();
   }
 
  private:
-  struct Pending {
+  using Key = std::tuple<size_t, int, int, int>;  // mesh dim, op, reduce dtype, grad dtype
+  struct Expect {
+    int edges = 0;
+    int64_t numel = 0;
+    std::vector<int64_t> sizes;
+  };
+  struct Entry {
+    size_t param = 0;
+    int64_t numel = 0;
+    std::vector<int64_t> sizes;
+    int waiting = 0;  // gradients still to come
+    at::Tensor grad;  // their sum so far
+  };
+  struct Bucket {
+    Key key;
+    std::vector<Entry> entries;
+    int waiting = 0;  // entries still waiting for a gradient
+    bool issued = false;
+    at::Tensor flat;
+    std::unique_ptr<PendingCollective> pending;
+  };
+  struct Late {
     size_t param;
     size_t redist;
     at::Tensor grad;
   };
 
+  Key keyOf(size_t redist, at::ScalarType grad_dtype) const {
+    const RedistSpec& r = redists_[redist];
+    const RedistStepSpec& st = r.backward.front();
+    const at::ScalarType rd = r.reduce_dtype.value_or(grad_dtype);
+    return Key{st.mesh_dim, static_cast<int>(st.reduce_op), static_cast<int>(rd),
+               static_cast<int>(grad_dtype)};
+  }
+  at::ScalarType paramDtype(size_t param) const { return params_[param].scalar_type(); }
+
+  /// Buckets from the expected gradients: parameters in reverse program order, one open bucket per
+  /// key, closed when the next entry would pass bucket_bytes; the layout order is the order of
+  /// closing (then the open ones, in key order).
+  void layOut() {
+    laid_out_ = true;
+    std::vector<std::pair<std::pair<Key, size_t>, const Expect*>> order;
+    for (const auto& [kp, e] : expected_) order.push_back({kp, &e});
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first.second > b.first.second; });
+    std::map<Key, Bucket> open;
+    std::map<Key, int64_t> open_bytes;
+    auto close = [&](const Key& key) {
+      auto it = open.find(key);
+      if (it == open.end()) return;
+      Bucket& b = it->second;
+      b.waiting = static_cast<int>(b.entries.size());
+      for (size_t i = 0; i < b.entries.size(); ++i)
+        slot_[{key, b.entries[i].param}] = {buckets_.size(), i};
+      buckets_.push_back(std::move(b));
+      open.erase(it);
+      open_bytes.erase(key);
+    };
+    for (const auto& [kp, e] : order) {
+      const Key& key = kp.first;
+      const int64_t bytes =
+          e->numel *
+          static_cast<int64_t>(c10::elementSize(static_cast<at::ScalarType>(std::get<2>(key))));
+      if (open.count(key) && open_bytes[key] + bytes > bucket_bytes_) close(key);
+      Bucket& b = open[key];
+      b.key = key;
+      b.entries.push_back({kp.second, e->numel, e->sizes, e->edges, at::Tensor()});
+      open_bytes[key] += bytes;
+    }
+    while (!open.empty()) close(open.begin()->first);
+  }
+
+  /// Issues, in layout order, every bucket from the next one on whose gradients have all come.
+  void issueReady() {
+    while (next_ < buckets_.size() && buckets_[next_].waiting == 0) issue(buckets_[next_++]);
+  }
+
+  void issue(Bucket& b) {
+    at::NoGradGuard no_grad;
+    b.issued = true;
+    const auto reduce = static_cast<at::ScalarType>(std::get<2>(b.key));
+    std::vector<at::Tensor> flat;
+    for (const Entry& e : b.entries)
+      flat.push_back(e.grad.defined()
+                         ? e.grad.to(reduce).contiguous().reshape({-1})
+                         : at::zeros({e.numel}, params_[e.param].options().dtype(reduce)));
+    b.flat = flat.size() == 1 ? flat[0].clone() : at::cat(flat);
+    b.pending = world_.dim(std::get<0>(b.key))
+                    .allReduceAsync(b.flat, static_cast<mesh::ReduceOp>(std::get<1>(b.key)));
+  }
+
+  /// Waits for an issued bucket and adds its pieces to the grads of the parameters that got one.
+  void finish(Bucket& b) {
+    b.pending->wait();
+    at::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (const Entry& e : b.entries) {
+      at::Tensor r = b.flat.narrow(0, offset, e.numel);
+      offset += e.numel;
+      if (!e.grad.defined()) continue;
+      r = r.view(e.grad.sizes());
+      addGrad(e.param,
+              r.scalar_type() == e.grad.scalar_type() ? r.clone() : r.to(e.grad.scalar_type()));
+    }
+  }
+
+  void addGrad(size_t param, const at::Tensor& r) {
+    at::Tensor& grad = params_[param].mutable_grad();
+    if (grad.defined())
+      grad.add_(r);
+    else
+      grad = r;
+  }
+
+  void clearBackward() {
+    buckets_.clear();
+    slot_.clear();
+    late_.clear();
+    next_ = 0;
+    laid_out_ = false;
+    queued_ = false;
+  }
+
   void flush() {
     queued_ = false;
-    std::vector<Pending> items = std::move(pending_);
-    pending_.clear();
+    // Buckets with a gradient that never came go now, in order; then every wait, in order.
+    while (next_ < buckets_.size()) issue(buckets_[next_++]);
+    for (Bucket& b : buckets_) finish(b);
+    reduceLate();
+    clearBackward();
+    expected_.clear();
+  }
+
+  /// The gradients outside the layout (all of them without overlap), reduced now, blocking:
+  /// summed per (key, parameter), in buckets per key, parameters in program order.
+  void reduceLate() {
+    std::vector<Late> items = std::move(late_);
+    late_.clear();
+    if (items.empty()) return;
     at::NoGradGuard no_grad;
-    // One entry per (parameter, reduction): the summands of several edges with the same
-    // reduction are added first (the all-reduce is linear).
-    using Key = std::tuple<size_t, int, int, int>;  // mesh dim, op, reduce dtype, grad dtype
-    auto keyOf = [&](const Pending& p) {
-      const RedistSpec& r = redists_[p.redist];
-      const RedistStepSpec& st = r.backward.front();
-      const at::ScalarType rd = r.reduce_dtype.value_or(p.grad.scalar_type());
-      return Key{st.mesh_dim, static_cast<int>(st.reduce_op), static_cast<int>(rd),
-                 static_cast<int>(p.grad.scalar_type())};
-    };
     std::map<std::pair<Key, size_t>, at::Tensor> summed;  // (key, param) -> gradient
-    for (const Pending& p : items) {
-      at::Tensor& g = summed[{keyOf(p), p.param}];
+    for (const Late& p : items) {
+      at::Tensor& g = summed[{keyOf(p.redist, p.grad.scalar_type()), p.param}];
       g = g.defined() ? g + p.grad : p.grad;
     }
-    // Buckets per key, parameters in program order (the map's order).
     std::map<Key, std::vector<std::pair<size_t, at::Tensor>>> by_key;
     for (auto& [kp, g] : summed) by_key[kp.first].push_back({kp.second, g});
     for (auto& [key, grads] : by_key) {
@@ -220,12 +379,8 @@ class GradBuckets {
           const at::Tensor& g = grads[i].second;
           at::Tensor r = bucket.narrow(0, offset, g.numel()).view(g.sizes());
           offset += g.numel();
-          r = r.scalar_type() == g.scalar_type() ? r.clone() : r.to(g.scalar_type());
-          at::Tensor& grad = params_[grads[i].first].mutable_grad();
-          if (grad.defined())
-            grad.add_(r);
-          else
-            grad = r;
+          addGrad(grads[i].first,
+                  r.scalar_type() == g.scalar_type() ? r.clone() : r.to(g.scalar_type()));
         }
         begin = end;
       }
@@ -236,7 +391,13 @@ class GradBuckets {
   std::vector<at::Tensor>& params_;
   const std::vector<RedistSpec>& redists_;
   int64_t bucket_bytes_;
-  std::vector<Pending> pending_;
+  bool overlap_;
+  std::map<std::pair<Key, size_t>, Expect> expected_;  // (key, param) -> the forward's edges
+  std::vector<Bucket> buckets_;                        // the layout of this backward
+  std::map<std::pair<Key, size_t>, std::pair<size_t, size_t>> slot_;  // -> (bucket, entry)
+  size_t next_ = 0;                                                   // the next bucket to issue
+  std::vector<Late> late_;
+  bool laid_out_ = false;
   bool queued_ = false;
 };
 
@@ -471,7 +632,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->deferred_param = artifact::deferredGradParameters(prog);
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
-                                                  options.grad_bucket_bytes);
+                                                  options.grad_bucket_bytes, options.overlap);
   return std::shared_ptr<ParallelModule>(new ParallelModule(std::move(impl)));
 }
 
@@ -983,11 +1144,13 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         const at::Tensor& x = args[0].toTensor();
         at::Tensor y;
         if (im.buckets && rid < im.deferred_param.size() && im.deferred_param[rid] >= 0 &&
-            x.requires_grad() && at::GradMode::is_enabled())
+            x.requires_grad() && at::GradMode::is_enabled()) {
+          im.buckets->expect(static_cast<size_t>(im.deferred_param[rid]), rid, x);
           y = DeferredGradFunction::apply(x, im.buckets.get(), im.deferred_param[rid],
                                           static_cast<int64_t>(rid));
-        else
+        } else {
           y = redistribute(x, spec, *im.world);
+        }
         if (spec.regather) regather.track(args[0].toTensor(), y, spec);
         out.push_back(y);
         break;

@@ -74,6 +74,11 @@ struct ParallelModuleOptions {
   /// parameter: the same bytes, a fraction of the latency. 0: every gradient reduced on its own,
   /// as the plan priced it. The artifact's prediction assumes the default (25 MiB, DDP's).
   int64_t grad_bucket_bytes = kDefaultGradBucketBytes;
+  /// Overlap the gradient buckets' all-reduces with the rest of backward: a bucket is issued
+  /// asynchronously as soon as all its gradients have come (buckets laid out in reverse program
+  /// order, as DDP's) and waited for at the end of backward, each wait with the collective
+  /// timeout. Off: every bucket is reduced at the end of backward, blocking (the same sums).
+  bool overlap = true;
 };
 
 /// Bytes the program's collectives move per training step (one forward + backward), as priced.
