@@ -141,7 +141,11 @@ std::atomic<int64_t> g_injected_latency_ms{0};
 /// The handle of a collective that already ran (the default allReduceAsync).
 class DoneCollective final : public PendingCollective {
  public:
-  void wait() override {}
+  explicit DoneCollective(at::Tensor result) : result_(std::move(result)) {}
+  at::Tensor wait() override { return result_; }
+
+ private:
+  at::Tensor result_;
 };
 
 /// A group of one rank: each collective is the identity on a copy (the same contract as the real
@@ -293,7 +297,19 @@ void Communicator::markBusy(std::chrono::steady_clock::time_point issued,
 
 std::unique_ptr<PendingCollective> Communicator::allReduceAsync(at::Tensor& t, mesh::ReduceOp op) {
   allReduce(t, op);
-  return std::make_unique<detail::DoneCollective>();
+  return std::make_unique<detail::DoneCollective>(t);
+}
+
+std::unique_ptr<PendingCollective> Communicator::allGatherAsync(const at::Tensor& local,
+                                                                int64_t dim,
+                                                                const std::vector<int64_t>& sizes) {
+  return std::make_unique<detail::DoneCollective>(allGather(local, dim, sizes));
+}
+
+std::unique_ptr<PendingCollective> Communicator::reduceScatterAsync(const at::Tensor& full,
+                                                                    int64_t dim,
+                                                                    mesh::ReduceOp op) {
+  return std::make_unique<detail::DoneCollective>(reduceScatter(full, dim, op));
 }
 
 }  // namespace apc::runtime

@@ -401,7 +401,92 @@ class GradBuckets {
   bool queued_ = false;
 };
 
+/// FSDP's gradient reductions run behind the rest of backward (ParallelModuleOptions::overlap): the
+/// backward of a parameter's gather (AsyncGradFunction) issues its reduce-scatter asynchronously
+/// and hands the handle here instead of feeding autograd a gradient; the engine callback queued by
+/// the first one runs when the backward's graph has been executed and waits for every one, in the
+/// order they were issued (the same on every rank: autograd's order), each with the collective
+/// timeout, adding the pieces to the parameters' grads.
+class AsyncGrads {
+ public:
+  explicit AsyncGrads(std::vector<at::Tensor>& params) : params_(params) {}
+
+  void add(size_t param, std::unique_ptr<PendingCollective> pending, at::ScalarType dtype) {
+    if (!queued_) {
+      queued_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
+    }
+    pending_.push_back({param, std::move(pending), dtype});
+  }
+
+  /// Drops what an interrupted backward left (called before every forward).
+  void reset() {
+    pending_.clear();
+    queued_ = false;
+  }
+
+ private:
+  struct Item {
+    size_t param;
+    std::unique_ptr<PendingCollective> pending;
+    at::ScalarType dtype;  // the gradient's (the reduction may run in another)
+  };
+
+  void flush() {
+    queued_ = false;
+    std::vector<Item> items = std::move(pending_);
+    pending_.clear();
+    at::NoGradGuard no_grad;
+    for (Item& it : items) {
+      at::Tensor r = it.pending->wait();
+      if (r.scalar_type() != it.dtype) r = r.to(it.dtype);
+      at::Tensor& param = params_[it.param];
+      TORCH_CHECK(r.sizes() == param.sizes(), "a reduce-scattered gradient has shape ", r.sizes(),
+                  ", its parameter ", param.sizes());
+      at::Tensor& grad = param.mutable_grad();
+      if (grad.defined())
+        grad.add_(r);
+      else
+        grad = r;
+    }
+  }
+
+  std::vector<at::Tensor>& params_;
+  std::vector<Item> pending_;
+  bool queued_ = false;
+};
+
 namespace {
+
+/// A parameter's gather whose backward is one reduce-scatter, with overlap: forward runs the
+/// gather (or takes the prefetched result); backward issues the reduce-scatter asynchronously and
+/// hands it to AsyncGrads, feeding autograd nothing.
+struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const RedistSpec* spec, World* world, const at::Tensor* result,
+                            AsyncGrads* sink, int64_t param) {
+    ctx->saved_data["spec"] = reinterpret_cast<int64_t>(spec);
+    ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
+    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
+    ctx->saved_data["param"] = param;
+    return result->defined() ? *result : runSteps(spec->forward, x, *world, spec->edge);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* spec = reinterpret_cast<const RedistSpec*>(ctx->saved_data["spec"].toInt());
+    auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
+    auto* sink = reinterpret_cast<AsyncGrads*>(ctx->saved_data["sink"].toInt());
+    const at::Tensor& g = grads.at(0);
+    const RedistStepSpec& st = spec->backward.front();
+    at::Tensor in = spec->reduce_dtype && *spec->reduce_dtype != g.scalar_type()
+                        ? g.to(*spec->reduce_dtype)
+                        : g.contiguous();
+    sink->add(static_cast<size_t>(ctx->saved_data["param"].toInt()),
+              world->dim(st.mesh_dim).reduceScatterAsync(in, st.shard_dim, st.reduce_op),
+              g.scalar_type());
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
 
 /// A deferred parameter edge: the identity forward; backward hands the gradient to the buckets.
 struct DeferredGradFunction : public torch::autograd::Function<DeferredGradFunction> {
@@ -443,6 +528,15 @@ struct ParallelModule::Impl {
   /// Per redistribution: the parameter whose gradient it defers to the buckets, -1 none.
   std::vector<int> deferred_param;
   std::unique_ptr<GradBuckets> buckets;
+  /// Forward prefetch (ParallelModuleOptions::prefetch_params): the redistribute nodes whose input
+  /// is a parameter and whose forward is one all-gather (canIssueForward), in program order, and
+  /// per node its position among them (-1 none).
+  std::vector<uint32_t> prefetch_nodes;
+  std::vector<int> prefetch_pos;
+  /// Per node: the parameter whose gather's backward is one reduce-scatter (AsyncGradFunction
+  /// with overlap), -1 none.
+  std::vector<int> async_grad_param;
+  std::unique_ptr<AsyncGrads> async_grads;
   Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
   /// Sizes that follow a symbolic dim (proto::SymbolicArg), in the interpreter's order.
   struct SymbolicArg {
@@ -630,6 +724,27 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   if (!world.ok()) return world.error();
   impl->world = std::move(world).value();
   impl->deferred_param = artifact::deferredGradParameters(prog);
+  impl->prefetch_pos.assign(g.numNodes(), -1);
+  impl->async_grad_param.assign(g.numNodes(), -1);
+  for (const ir::Node& n : g.nodes()) {
+    const int rid = impl->node_redist[n.id.v];
+    if (rid < 0 || impl->sync_norms.count(n.id.v) || n.inputs.size() != 1) continue;
+    if (static_cast<size_t>(rid) < impl->deferred_param.size() && impl->deferred_param[rid] >= 0)
+      continue;  // an identity forward
+    if (!canIssueForward(impl->redists[static_cast<size_t>(rid)])) continue;
+    const ir::Value& v = g.value(n.inputs[0]);
+    if (!v.producer.valid() || g.node(v.producer).kind != ir::NodeKind::kParameter ||
+        impl->value_param[n.inputs[0].v] < 0)
+      continue;
+    impl->prefetch_pos[n.id.v] = static_cast<int>(impl->prefetch_nodes.size());
+    impl->prefetch_nodes.push_back(n.id.v);
+    const RedistSpec& spec = impl->redists[static_cast<size_t>(rid)];
+    if (spec.requires_grad && spec.backward.size() == 1 &&
+        spec.backward.front().kind == layout::StepKind::kReduceScatter &&
+        !spec.backward.front().isDynamic(spec.backward.front().shard_dim))
+      impl->async_grad_param[n.id.v] = impl->value_param[n.inputs[0].v];
+  }
+  impl->async_grads = std::make_unique<AsyncGrads>(impl->param_tensors);
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
                                                   options.grad_bucket_bytes, options.overlap);
@@ -1108,7 +1223,21 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   APC_ASSIGN_OR_RETURN(std::vector<int64_t> symbolic_values, symbolicValues(inputs));
   Regatherer regather(*im.world);
   if (im.buckets) im.buckets->reset();
+  im.async_grads->reset();
   const ir::Graph& g = *im.graph;
+  // Forward prefetch: gathers issued ahead, by position in im.prefetch_nodes.
+  const int lookahead = im.options.overlap ? std::max(0, im.options.prefetch_params) : 0;
+  std::map<size_t, std::unique_ptr<PendingCollective>> in_flight;
+  size_t issued = 0;  // positions below it are issued
+  auto issueAhead = [&](size_t end) {
+    end = std::min(end, im.prefetch_nodes.size());
+    for (; issued < end; ++issued) {
+      const ir::Node& pn = g.node(ir::NodeId(im.prefetch_nodes[issued]));
+      const int p = im.value_param.at(pn.inputs[0].v);
+      const RedistSpec& ps = im.redists.at(static_cast<size_t>(im.node_redist.at(pn.id.v)));
+      in_flight[issued] = issueForward(ps, im.param_tensors.at(static_cast<size_t>(p)), *im.world);
+    }
+  };
   auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
     std::vector<c10::IValue> out;
     switch (n.kind) {
@@ -1142,14 +1271,35 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
                     " needs one tensor input");
         const at::Tensor& x = args[0].toTensor();
+        // The parameter gathers of the next prefetch_params nodes are issued now, this one's
+        // waited for (issued here when nothing issued it before).
+        at::Tensor ahead;
+        if (const int pos = im.prefetch_pos.at(n.id.v); pos >= 0 && lookahead > 0) {
+          issueAhead(static_cast<size_t>(pos) + 1 + static_cast<size_t>(lookahead));
+          auto it = in_flight.find(static_cast<size_t>(pos));
+          if (it != in_flight.end()) {
+            ahead = it->second->wait();
+            in_flight.erase(it);
+          }
+        }
         at::Tensor y;
         if (im.buckets && rid < im.deferred_param.size() && im.deferred_param[rid] >= 0 &&
             x.requires_grad() && at::GradMode::is_enabled()) {
           im.buckets->expect(static_cast<size_t>(im.deferred_param[rid]), rid, x);
           y = DeferredGradFunction::apply(x, im.buckets.get(), im.deferred_param[rid],
                                           static_cast<int64_t>(rid));
+        } else if (const int ap = im.async_grad_param.at(n.id.v); im.options.overlap && ap >= 0 &&
+                                                                  x.requires_grad() &&
+                                                                  at::GradMode::is_enabled()) {
+          if (ahead.defined())
+            TORCH_CHECK(spec.forward.front().local_out.empty() ||
+                            ahead.sizes().vec() == spec.forward.front().local_out,
+                        "redistribution ", spec.edge, ": the gather issued ahead gave shape ",
+                        ahead.sizes());
+          y = AsyncGradFunction::apply(x, &spec, im.world.get(), &ahead, im.async_grads.get(),
+                                       static_cast<int64_t>(ap));
         } else {
-          y = redistribute(x, spec, *im.world);
+          y = redistribute(x, spec, *im.world, ahead);
         }
         if (spec.regather) regather.track(args[0].toTensor(), y, spec);
         out.push_back(y);
@@ -1178,6 +1328,8 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
       im.interp->run(external, im.observer ? static_cast<Interpreter::Observer*>(&tee) : &regather,
                      symbolic_values);
   regather.finish();
+  // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
+  for (auto& [pos, pending] : in_flight) pending->wait();
   return leaves;
 }
 

@@ -12,7 +12,9 @@
 //     each other (exposed time well under one latency per bucket), the gradients equal the
 //     single-process model's; without overlap every bucket blocks for the whole latency.
 //   - OverlapModels: sharded == single process (outputs, gradients, 3 SGD steps' losses) with
-//     overlap on (small buckets: several issued asynchronously during backward) and off.
+//     overlap on (small buckets: several issued asynchronously during backward; fsdp's parameter
+//     gathers issued ahead of their use in forward, its gradient reduce-scatters asynchronous in
+//     backward) and off (no asynchronous call).
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/ATen.h>
@@ -286,10 +288,21 @@ int trainRank(int rank, const std::string& dir, const Reference& ref, const Over
   std::vector<at::Tensor> params = pm.parameters();
   for (int step = 0; step < kSteps; ++step) {
     for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
-    auto leaves = pm.forwardLeaves(testing::shardInputs(pm, ref.inputs));
+    std::vector<c10::IValue> inputs = testing::shardInputs(pm, ref.inputs);
+    pm.resetCommStats();
+    auto leaves = pm.forwardLeaves(inputs);
     if (!leaves.ok()) {
       log.fail("forward: " + leaves.error().message());
       return 1;
+    }
+    // FSDP's parameter gathers: issued ahead (prefetch) with overlap, blocking without.
+    const CommKindStats gathers = pm.commStats().of(CommKind::kAllGather);
+    if (step == 0 && c.strategy == "fsdp") {
+      if (gathers.calls == 0) log.fail("an fsdp forward gathered no parameter");
+      // On 2x2 a parameter's gather is two steps (one per mesh dim): not issued ahead.
+      if (c.overlap && c.mesh == "2" && gathers.async_calls == 0)
+        log.fail("no parameter gather was issued ahead");
+      if (!c.overlap && gathers.async_calls != 0) log.fail("overlap off issued a gather ahead");
     }
     std::vector<at::Tensor> outs;
     for (size_t i = 0; i < leaves->size(); ++i)
@@ -312,6 +325,12 @@ int trainRank(int rank, const std::string& dir, const Reference& ref, const Over
       testing::expectGradsMatch(pm, ref.grads, kRtol, log);
       if (!c.overlap && comm.async_calls != 0)
         log.fail("overlap off issued " + std::to_string(comm.async_calls) + " asynchronous calls");
+      // FSDP's gradient reduce-scatters: issued asynchronously in backward with overlap.
+      const CommKindStats rs = comm.of(CommKind::kReduceScatter);
+      if (c.strategy == "fsdp" && c.mesh == "2" && c.overlap &&
+          (rs.calls == 0 || rs.async_calls != rs.calls))
+        log.fail("overlap on: " + std::to_string(rs.async_calls) + " of " +
+                 std::to_string(rs.calls) + " reduce-scatters asynchronous");
       if (c.overlap && c.strategy == "ddp" && c.mesh == "2" && comm.async_calls < 2)
         log.fail("overlap on issued " + std::to_string(comm.async_calls) +
                  " asynchronous bucket(s), expected several");

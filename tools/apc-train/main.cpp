@@ -2,7 +2,7 @@
 //
 // `apc-train [DIR] --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
 //            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL [--no-f64-reference]]
-//            [--clip X] [--threads T] [--grad-bucket-mib M] [--no-overlap]
+//            [--clip X] [--threads T] [--grad-bucket-mib M] [--no-overlap] [--prefetch K]
 //            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]
 //            [--momentum M] [--save DIR [--save-every N] [--keep K]] [--resume DIR]
 //            [--data FILE [--data-dtype uint16|uint32|int32|int64]]`
@@ -44,7 +44,8 @@
 // slowest rank's, beside what the plan predicted (proto::Prediction), and the overlap of the
 // program's collectives: their time in flight (issue to completion), the time the rank was blocked
 // in them (exposed) and the rest, hidden behind compute, as a fraction of the time in flight
-// (gradient buckets overlap their all-reduces with backward unless --no-overlap). --json prints one
+// (gradient buckets overlap their all-reduces with backward, and the forward issues parameter
+// gathers --prefetch ahead of their use, unless --no-overlap). --json prints one
 // object instead (measured_step_ms, predicted_step_ms, ...) and no step lines.
 //
 // --save DIR writes a checkpoint (apc/runtime/checkpoint.h: shards, optimizer state, step) to
@@ -119,6 +120,7 @@ struct Flags {
   bool host_cache = true;       // apc/runtime/host_allocator.h (--no-host-cache)
   double grad_bucket_mib = 25;  // ParallelModuleOptions::grad_bucket_bytes, in MiB
   bool overlap = true;          // ParallelModuleOptions::overlap (--no-overlap)
+  int prefetch = 1;             // ParallelModuleOptions::prefetch_params
   bool json = false;
   int warmup = -1;     // -1: 2 under --profile, else 0
   std::string save;    // checkpoint root (apc/runtime/checkpoint.h)
@@ -495,6 +497,7 @@ int run(Flags f) {
   apc::runtime::ParallelModuleOptions options;
   options.grad_bucket_bytes = static_cast<int64_t>(f.grad_bucket_mib * 1024 * 1024);
   options.overlap = f.overlap;
+  options.prefetch_params = f.prefetch;
   if (f.device == "cuda") {
     // isBuilt: libtorch_cuda is linked in; hasCUDA: a driver and at least one device answer.
     if (!at::detail::getCUDAHooks().isBuilt())
@@ -884,8 +887,13 @@ int main(int argc, char** argv) {
                  "gradient on its own, as the plan priced it")
       ->check(numberIn(0.0, 1024.0 * 1024.0));
   app.add_flag("!--no-overlap", f.overlap,
-               "Reduce the gradient buckets at the end of backward, blocking, instead of issuing "
-               "each one asynchronously as soon as its gradients are ready (the default)");
+               "Run every collective blocking: the gradient buckets at the end of backward, each "
+               "parameter gather where it is used (default: buckets issued asynchronously as soon "
+               "as their gradients are ready, parameter gathers --prefetch ahead)");
+  app.add_option("--prefetch", f.prefetch,
+                 "Parameter gathers issued this many ahead of their use in forward (default 1; 0: "
+                 "none)")
+      ->check(integerIn(0, 64));
   app.add_flag("!--no-host-cache", f.host_cache,
                "Allocate CPU tensors with malloc directly, not through apc's caching allocator "
                "(every step then pays fresh pages for its activations)");

@@ -18,9 +18,11 @@
 // Both backends run through one implementation over c10d's process groups (ProcessGroupGloo on
 // CPU tensors, ProcessGroupNCCL on CUDA tensors with a CUDA LibTorch). Every call waits at most
 // the configured timeout; a peer that died or never arrives raises a CommError naming the group,
-// never hangs. allReduceAsync issues an all-reduce and returns a PendingCollective (c10d's Work
-// handle) to wait on later, with the same timeout: the gradient buckets overlap their reductions
-// with the rest of backward this way (ParallelModuleOptions::overlap). The stats keep, per kind,
+// never hangs. allReduceAsync / allGatherAsync / reduceScatterAsync issue a collective and return a
+// PendingCollective (c10d's Work handle) to wait on later, with the same timeout: the gradient
+// buckets overlap their reductions with the rest of backward, FSDP's gradient reduce-scatters run
+// behind the rest of backward, and the forward gathers parameters ahead of their use, this way
+// (ParallelModuleOptions::overlap). The stats keep, per kind,
 // the time this rank was blocked (exposed) and the time the calls were in flight. Counters record
 // the bytes this rank sent, for the benchmark that compares them with what the plan priced (the
 // formula per collective is in lib/runtime/c10d_comm.cpp; for even pieces it is that of
@@ -125,14 +127,15 @@ void setInjectedCommLatency(std::chrono::milliseconds latency);
 std::chrono::milliseconds injectedCommLatency();
 
 /// A collective issued by one of Communicator's *Async calls. wait() blocks until it completes
-/// (at most the communicator's timeout, then CommError as for a blocking call), then the result is
-/// in place and its time is in the communicator's stats; a second wait() returns at once. The
+/// (at most the communicator's timeout, then CommError as for a blocking call) and returns the
+/// result (allReduceAsync: the tensor it reduced in place; allGatherAsync: the gathered tensor);
+/// its time is then in the communicator's stats; a second wait() returns the result at once. The
 /// Communicator must outlive it. Destroying it unwaited leaves the collective to finish on its own
 /// (the buffers stay alive); its time is then not counted.
 class PendingCollective {
  public:
   virtual ~PendingCollective() = default;
-  virtual void wait() = 0;
+  virtual at::Tensor wait() = 0;
 };
 
 class Communicator {
@@ -156,6 +159,14 @@ class Communicator {
   /// the result after the handle's wait(). Every member issues the same collectives in the same
   /// order, asynchronous or not. The default runs allReduce at once and returns a done handle.
   virtual std::unique_ptr<PendingCollective> allReduceAsync(at::Tensor& t, mesh::ReduceOp op);
+  /// allGather issued without waiting (`local` must stay unmodified until the wait); wait()
+  /// returns the gathered tensor. The default runs allGather at once.
+  virtual std::unique_ptr<PendingCollective> allGatherAsync(const at::Tensor& local, int64_t dim,
+                                                            const std::vector<int64_t>& sizes);
+  /// reduceScatter issued without waiting (`full` must stay unmodified until the wait); wait()
+  /// returns this member's piece. The default runs reduceScatter at once.
+  virtual std::unique_ptr<PendingCollective> reduceScatterAsync(const at::Tensor& full, int64_t dim,
+                                                                mesh::ReduceOp op);
 
   const CommStats& stats() const { return stats_; }
   void resetStats() {
