@@ -118,13 +118,14 @@ TEST(OverlapComm, AsyncAllReduceHidesInjectedLatencyBehindCompute) {
       log.fail("in flight " + std::to_string(async.in_flight_seconds) + " s, under the latency");
     if (std::abs(async.busy_seconds - async.in_flight_seconds) > 1e-6)
       log.fail("one call: busy while in flight");
-    // The wait blocked for what the compute did not cover (plus scheduling slack).
-    if (async.seconds > kLatency - computed + 0.05)
+    // The wait blocked for what the compute did not cover (plus scheduling slack on a loaded
+    // machine; still under the latency).
+    if (async.seconds > kLatency - computed + 0.08)
       log.fail("asynchronous all-reduce exposed " + std::to_string(async.seconds) + " s with " +
                std::to_string(computed) + " s of compute meanwhile (latency " +
                std::to_string(kLatency) + " s)");
     const double hidden = async.in_flight_seconds - async.seconds;
-    if (hidden < computed - 0.05)
+    if (hidden < computed - 0.08)
       log.fail("hidden " + std::to_string(hidden) + " s, the compute meanwhile took " +
                std::to_string(computed) + " s");
     setInjectedCommLatency(std::chrono::milliseconds(0));
