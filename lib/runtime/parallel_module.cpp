@@ -931,10 +931,13 @@ namespace {
 /// is swapped under the tensors (as FSDP does with storage resizing), through a detached handle
 /// with its own version counter, so autograd's saved-tensor checks still pass. Every rank runs the
 /// same program and the CPU autograd engine visits nodes in the same order, so the re-gathers'
-/// collectives match.
+/// collectives match. With prefetch (overlap), a re-gather that is one all-gather, when it runs,
+/// issues the previous tracked entry's asynchronously (backward reaches the earlier layer next):
+/// that entry's restore waits for it instead of gathering.
 class Regatherer : public Interpreter::Observer {
  public:
-  explicit Regatherer(World& world) : world_(world) {}
+  /// `prefetch`: a re-gather in backward issues the previous tracked entry's ahead (overlap).
+  Regatherer(World& world, bool prefetch) : world_(world), prefetch_(prefetch) {}
 
   /// A regather edge ran: `x` its input (kept: the shard), `y` its result.
   void track(const at::Tensor& x, const at::Tensor& y, const RedistSpec& spec) {
@@ -947,6 +950,9 @@ class Regatherer : public Interpreter::Observer {
     e->nbytes = y.storage().nbytes();
     e->spec = &spec;
     e->world = &world_;
+    if (prefetch_ && canIssueForward(spec) && !entries_.empty() &&
+        canIssueForward(*entries_.back()->spec))
+      e->previous = entries_.back();
     if (const auto& fn = y.grad_fn()) fn->add_pre_hook(std::make_unique<EntryHook>(e, &release));
     entries_.push_back(std::move(e));
   }
@@ -986,6 +992,10 @@ class Regatherer : public Interpreter::Observer {
     bool freed = false;
     bool keep = false;  // held by the forward's outputs: never freed
     std::set<const torch::autograd::Node*> hooked;
+    /// The entry tracked before this one, whose re-gather this one's issues ahead (backward
+    /// reaches it next), when both are one all-gather and prefetch is on.
+    std::weak_ptr<Entry> previous;
+    std::unique_ptr<PendingCollective> ahead;  // this entry's re-gather, issued ahead
   };
 
   static bool aliases(const at::Tensor& t, const Entry& e) {
@@ -1021,13 +1031,25 @@ class Regatherer : public Interpreter::Observer {
   static void restore(Entry& e) {
     if (!e.freed) return;
     at::NoGradGuard no_grad;
-    at::Tensor g = runSteps(e.spec->forward, e.x, *e.world, e.spec->edge + " (re-gather)");
+    at::Tensor g;
+    if (e.ahead) {
+      g = e.ahead->wait();
+      e.ahead.reset();
+      TORCH_CHECK(g.sizes() == e.handle.sizes(), "redistribution ", e.spec->edge,
+                  " (re-gather): the gather issued ahead gave shape ", g.sizes(), ", expected ",
+                  e.handle.sizes());
+    } else {
+      g = runSteps(e.spec->forward, e.x, *e.world, e.spec->edge + " (re-gather)");
+    }
     at::Allocator* alloc = e.storage->allocator();
     if (!alloc) alloc = c10::GetAllocator(e.storage->device().type());
     e.storage->set_data_ptr_noswap(alloc->allocate(e.nbytes));
     e.storage->set_nbytes(e.nbytes);
     e.freed = false;
     e.handle.copy_(g);
+    // The previous entry's re-gather runs behind this one's readers' backward.
+    if (auto p = e.previous.lock(); p && p->freed && !p->ahead)
+      p->ahead = issueForward(*p->spec, p->x, *p->world);
   }
 
   /// Runs `action` (restore or release) on the entry before a backward node runs: restore on
@@ -1061,6 +1083,7 @@ class Regatherer : public Interpreter::Observer {
   }
 
   World& world_;
+  bool prefetch_;
   std::vector<std::shared_ptr<Entry>> entries_;
   std::vector<std::shared_ptr<Entry>> reading_;
 };
@@ -1221,7 +1244,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   APC_RETURN_IF_ERROR(checkPlannedShapes(inputs));
   APC_RETURN_IF_ERROR(checkDivisible(inputs));
   APC_ASSIGN_OR_RETURN(std::vector<int64_t> symbolic_values, symbolicValues(inputs));
-  Regatherer regather(*im.world);
+  Regatherer regather(*im.world, im.options.overlap && im.options.prefetch_params > 0);
   if (im.buckets) im.buckets->reset();
   im.async_grads->reset();
   const ir::Graph& g = *im.graph;

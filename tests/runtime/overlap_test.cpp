@@ -13,8 +13,8 @@
 //     single-process model's; without overlap every bucket blocks for the whole latency.
 //   - OverlapModels: sharded == single process (outputs, gradients, 3 SGD steps' losses) with
 //     overlap on (small buckets: several issued asynchronously during backward; fsdp's parameter
-//     gathers issued ahead of their use in forward, its gradient reduce-scatters asynchronous in
-//     backward) and off (no asynchronous call).
+//     gathers issued ahead of their use in forward and its re-gathers in backward, its gradient
+//     reduce-scatters asynchronous in backward) and off (no asynchronous call).
 //
 //===----------------------------------------------------------------------===//
 #include <ATen/ATen.h>
@@ -332,6 +332,12 @@ int trainRank(int rank, const std::string& dir, const Reference& ref, const Over
           (rs.calls == 0 || rs.async_calls != rs.calls))
         log.fail("overlap on: " + std::to_string(rs.async_calls) + " of " +
                  std::to_string(rs.calls) + " reduce-scatters asynchronous");
+      // Its re-gathers in backward (reshard after forward): prefetched one ahead with overlap.
+      const CommKindStats regathers = comm.of(CommKind::kAllGather);
+      if (c.strategy == "fsdp" && c.mesh == "2" && c.overlap &&
+          (regathers.calls == 0 || regathers.async_calls == 0))
+        log.fail("overlap on: " + std::to_string(regathers.async_calls) + " of " +
+                 std::to_string(regathers.calls) + " re-gathers in backward issued ahead");
       if (c.overlap && c.strategy == "ddp" && c.mesh == "2" && comm.async_calls < 2)
         log.fail("overlap on issued " + std::to_string(comm.async_calls) +
                  " asynchronous bucket(s), expected several");
