@@ -10,6 +10,10 @@ A step is forward + loss + backward + optimizer (SGD) for both. apc-train comput
 gathered full output on every rank (its forward outputs are gathered first); torch's DDP and FSDP2
 on the local batch: apc's step is shown both ways (program = forward + backward + optimizer, and
 with the trainer's gather and loss). Rounds are interleaved (--repeats), the median kept.
+--overlap on|off|both runs apc's plans with the gradient buckets overlapped with backward (on, the
+default), blocking at the end of backward (off: apc-train --no-overlap, labelled "-ovl"), or both;
+the "hidden" column is the share of apc's collective time in flight that ran behind compute
+(apc-train's comm_overlap_ms.hidden_fraction). --plans picks apc's plans (ddp, fsdp, auto).
 
 Run by scripts/bench_vs_torch.sh (which builds first); figures only, no pass/fail.
 """
@@ -47,6 +51,9 @@ def main():
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--cluster", default="", help="a cluster profile for apc plan (else calibrate)")
     ap.add_argument("--json", default="", help="also write every case here")
+    ap.add_argument("--overlap", choices=["on", "off", "both"], default="on",
+                    help="apc's gradient buckets overlapped with backward (on), not (off), or both")
+    ap.add_argument("--plans", default="ddp,fsdp,auto", help="apc's plans to run")
     args = ap.parse_args()
     apc = os.path.join(args.build, "tools", "apc")
     train = os.path.join(args.build, "tools", "apc-train")
@@ -61,19 +68,26 @@ def main():
     print(f"# {args.nproc} CPU ranks, {args.threads} thread(s) each, {args.steps} steps after "
           f"{args.warmup} warm-up, median of {args.repeats} interleaved rounds; apc plans priced "
           f"with {cluster}")
-    print(f"{'model':<15} {'run':<12} {'step ms':>9} {'with loss':>10} {'peak RSS MiB':>13}"
-          f"  {'vs torch ddp':>12} {'vs torch fsdp2':>14}")
+    print(f"{'model':<15} {'run':<16} {'step ms':>9} {'with loss':>10} {'peak RSS MiB':>13}"
+          f"  {'vs torch ddp':>12} {'vs torch fsdp2':>14} {'hidden':>7}")
+    plans = [p for p in args.plans.split(",") if p]
+    for p in plans:
+        if p not in ("ddp", "fsdp", "auto"):
+            ap.error(f"--plans: unknown plan '{p}' (ddp, fsdp or auto)")
+    overlaps = {"on": [True], "off": [False], "both": [True, False]}[args.overlap]
     cases = []
     for name in filter(None, args.models.split(",")):
         model = os.path.join(ROOT, "sample_models", "out", name + ".pt2")
         runs = {}
-        apc_plans = [("apc ddp", ["--strategy", "ddp"]), ("apc fsdp", ["--strategy", "fsdp"]),
-                     ("apc auto", ["--memory-budget", "0,1"])]
-        for label, flags in apc_plans:
-            art = os.path.join(work, f"{name}_{label.split()[1]}")
+        apc_plans = {"ddp": ["--strategy", "ddp"], "fsdp": ["--strategy", "fsdp"],
+                     "auto": ["--memory-budget", "0,1"]}
+        for plan in plans:
+            art = os.path.join(work, f"{name}_{plan}")
             run([apc, "plan", model, "--mesh", str(args.nproc), "--cluster", cluster, "--quiet",
-                 "-o", art + ".plan.json", "--artifact", art] + flags)
-            runs[label] = ("apc", art)
+                 "-o", art + ".plan.json", "--artifact", art] + apc_plans[plan])
+            for overlap in overlaps:
+                label = f"apc {plan}" + ("" if overlap else " -ovl")
+                runs[label] = ("apc", (art, overlap))
         runs["torch ddp"] = ("torch", "ddp")
         runs["torch fsdp2"] = ("torch", "fsdp2")
         results = {label: [] for label in runs}
@@ -81,16 +95,22 @@ def main():
             for label, (kind, what) in runs.items():
                 try:
                     if kind == "apc":
-                        p = run([apc, "run", what, "--nproc", str(args.nproc), "--", train, what,
+                        art, overlap = what
+                        p = run([apc, "run", art, "--nproc", str(args.nproc), "--", train, art,
                                  "--steps", str(args.steps), "--warmup", str(args.warmup),
-                                 "--threads", str(args.threads), "--profile", "--json"])
+                                 "--threads", str(args.threads), "--profile", "--json"] +
+                                ([] if overlap else ["--no-overlap"]))
                         j = last_json(p.stdout)
+                        ovl = j.get("comm_overlap_ms", {})
                         results[label].append({
                             "step_ms": j["measured_step_ms"],
                             "with_loss_ms": j["measured_step_ms"] +
                             j["measured_ms"]["loss_outside_program"],
                             "peak_rss_bytes": j["peak_rss_bytes"],
-                            "predicted_step_ms": j["predicted_step_ms"]})
+                            "predicted_step_ms": j["predicted_step_ms"],
+                            "comm_in_flight_ms": ovl.get("in_flight", 0.0),
+                            "comm_exposed_ms": ovl.get("exposed", 0.0),
+                            "hidden_fraction": ovl.get("hidden_fraction", 0.0)})
                     else:
                         p = run([torchrun, "--standalone", "--nproc-per-node", str(args.nproc),
                                  os.path.join(ROOT, "scripts", "bench_vs_torch_worker.py"),
@@ -101,7 +121,7 @@ def main():
                                                "with_loss_ms": j["measured_step_ms"],
                                                "peak_rss_bytes": j["peak_rss_bytes"]})
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
-                    print(f"{name:<15} {label:<12} failed: {str(e)[-300:]}", flush=True)
+                    print(f"{name:<15} {label:<16} failed: {str(e)[-300:]}", flush=True)
         med = {}
         for label, rs in results.items():
             if rs:
@@ -110,9 +130,10 @@ def main():
             def ratio(base):
                 return (f"{m['with_loss_ms'] / med[base]['with_loss_ms']:.2f}x"
                         if base in med and label.startswith("apc") else "")
-            print(f"{name:<15} {label:<12} {m['step_ms']:9.1f} {m['with_loss_ms']:10.1f} "
+            hidden = f"{m['hidden_fraction'] * 100:6.0f}%" if "hidden_fraction" in m else ""
+            print(f"{name:<15} {label:<16} {m['step_ms']:9.1f} {m['with_loss_ms']:10.1f} "
                   f"{m['peak_rss_bytes'] / 2**20:13.1f}  {ratio('torch ddp'):>12} "
-                  f"{ratio('torch fsdp2'):>14}", flush=True)
+                  f"{ratio('torch fsdp2'):>14} {hidden:>7}", flush=True)
             cases.append({"model": name, "run": label, **m,
                           "rounds": results[label]})
     if args.json:

@@ -29,9 +29,22 @@
 // ignores SIGPIPE, see world.cpp) and becomes "<group>: <op> failed: <Gloo's first line>". After a
 // CommError the group is unusable: the caller is expected to exit.
 //
+// allReduceAsync, allGatherAsync and reduceScatterAsync issue the same c10d calls and return the
+// Work in a PendingCollective, waited on later with the same timeout and the same error text. Its
+// time in flight runs from the issue to the completion that a callback on the Work's future stamps
+// (Gloo's worker thread marks it when the collective is done; on NCCL it is when the stream work
+// was enqueued, so the figure is a lower bound there); the exposed time is the issue plus the wait.
+// setInjectedCommLatency (a test hook)
+// makes every collective complete no earlier than a latency after its issue.
+//
 //===----------------------------------------------------------------------===//
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <memory>
+#include <thread>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -254,6 +267,100 @@ class C10dCommunicator final : public Communicator {
     if (!buf.is_same(t)) t.copy_(buf);
   }
 
+  std::unique_ptr<PendingCollective> allReduceAsync(at::Tensor& t, mesh::ReduceOp op) override {
+    const char* what = "all-reduce";
+    if (!t.is_contiguous())
+      throwUsage(name_, what, "an asynchronous all-reduce needs a contiguous tensor");
+    count(CommKind::kAllReduce);
+    const int size = size_;
+    auto pending = std::make_unique<Pending>(*this, CommKind::kAllReduce, what, [t, op, size] {
+      at::Tensor r = t;
+      finishIntegerAvg(r, op, size);
+      return r;
+    });
+    if (t.numel() == 0) return pending;
+    std::vector<at::Tensor> tensors{t};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10dOp(op, t);
+    opts.timeout = timeout_;
+    issue(*pending, [&] { return pg_->allreduce(tensors, opts); });
+    addBytes(CommKind::kAllReduce, 2 * (size_ - 1) * bytesOf(t) / size_);
+    return pending;
+  }
+
+  std::unique_ptr<PendingCollective> reduceScatterAsync(const at::Tensor& full, int64_t dim,
+                                                        mesh::ReduceOp op) override {
+    const char* what = "reduce-scatter";
+    int64_t d = normaliseDim(name_, what, dim, full.dim());
+    count(CommKind::kReduceScatter);
+    std::vector<int64_t> pieces = chunkSizes(full.size(d), size_);
+    int64_t mine = pieces[index_];
+    int64_t chunk = *std::max_element(pieces.begin(), pieces.end());
+    std::vector<int64_t> out_shape = full.sizes().vec();
+    out_shape[d] = mine;
+    if (full.numel() == 0) {
+      at::Tensor empty = at::empty(out_shape, full.options());
+      return std::make_unique<Pending>(*this, CommKind::kReduceScatter, what,
+                                       [empty] { return empty; });
+    }
+    at::Tensor send = frontPadded(full, d, chunk * size_);
+    std::vector<int64_t> recv_shape = send.sizes().vec();
+    recv_shape[0] = chunk;
+    at::Tensor recv = at::empty(recv_shape, full.options());
+    const int size = size_;
+    auto pending = std::make_unique<Pending>(
+        *this, CommKind::kReduceScatter, what, [recv, send, op, size, mine, d] {
+          at::Tensor r = recv;
+          finishIntegerAvg(r, op, size);
+          return r.narrow(0, 0, mine).movedim(0, d).contiguous();
+        });
+    c10d::ReduceScatterOptions opts;
+    opts.reduceOp = c10dOp(op, full);
+    opts.timeout = timeout_;
+    issue(*pending, [&] { return pg_->_reduce_scatter_base(recv, send, opts); });
+    addBytes(CommKind::kReduceScatter, (size_ - 1) * bytesOf(recv));
+    return pending;
+  }
+
+  std::unique_ptr<PendingCollective> allGatherAsync(const at::Tensor& local, int64_t dim,
+                                                    const std::vector<int64_t>& sizes) override {
+    const char* op = "all-gather";
+    int64_t d = normaliseDim(name_, op, dim, local.dim());
+    checkPieceSizes(name_, op, local, d, sizes, index_);
+    count(CommKind::kAllGather);
+    std::vector<int64_t> out_shape = local.sizes().vec();
+    int64_t total = 0, most = 0;
+    for (int k = 0; k < size_; ++k) {
+      total += sizes[k];
+      most = std::max(most, sizes[k]);
+    }
+    out_shape[d] = total;
+    int64_t row = 1;  // elements per unit of dim d
+    for (int64_t i = 0; i < local.dim(); ++i)
+      if (i != d) row *= local.size(i);
+    if (most == 0 || row == 0) {
+      at::Tensor empty = at::empty(out_shape, local.options());
+      return std::make_unique<Pending>(*this, CommKind::kAllGather, op, [empty] { return empty; });
+    }
+    at::Tensor padded = frontPadded(local, d, most);
+    std::vector<int64_t> gathered_shape = padded.sizes().vec();
+    gathered_shape[0] = most * size_;
+    at::Tensor gathered = at::empty(gathered_shape, local.options());
+    const int size = size_;
+    auto pending = std::make_unique<Pending>(
+        *this, CommKind::kAllGather, op, [gathered, padded, sizes, most, size, d] {
+          std::vector<at::Tensor> pieces;
+          for (int k = 0; k < size; ++k) pieces.push_back(gathered.narrow(0, k * most, sizes[k]));
+          return at::cat(pieces, 0).movedim(0, d).contiguous();
+        });
+    at::Tensor out = wireView(gathered), in = wireView(padded);
+    c10d::AllgatherOptions opts;
+    opts.timeout = timeout_;
+    issue(*pending, [&] { return pg_->_allgather_base(out, in, opts); });
+    addBytes(CommKind::kAllGather, (size_ - 1) * bytesOf(padded));
+    return pending;
+  }
+
   void barrier() override {
     count(CommKind::kBarrier);
     c10d::BarrierOptions opts;
@@ -270,6 +377,105 @@ class C10dCommunicator final : public Communicator {
     stats_.bytes_sent += bytes;
     stats_.of(kind).bytes_sent += bytes;
   }
+  /// Adds `blocked` seconds of exposed time and `in_flight` seconds of time in flight.
+  void addSeconds(CommKind kind, double blocked, double in_flight) {
+    stats_.seconds += blocked;
+    stats_.of(kind).seconds += blocked;
+    stats_.in_flight_seconds += in_flight;
+    stats_.of(kind).in_flight_seconds += in_flight;
+  }
+  static double seconds(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  }
+
+  /// An asynchronous collective: c10d's Work, what turns its buffers into the result, and when it
+  /// was issued. Completion is stamped by a callback on the Work's future (on the backend's
+  /// thread) when the backend has one, else taken as the end of the wait. Without a Work (nothing
+  /// to move) wait() only returns the result.
+  struct Pending final : PendingCollective {
+    Pending(C10dCommunicator& comm, CommKind kind, const char* what,
+            std::function<at::Tensor()> finish)
+        : comm(comm),
+          kind(kind),
+          what(what),
+          finish(std::move(finish)),
+          issued(std::chrono::steady_clock::now()) {}
+
+    void watchCompletion() {
+      try {
+        c10::intrusive_ptr<c10::ivalue::Future> future = work->getFuture();
+        if (!future) return;
+        std::shared_ptr<std::atomic<int64_t>> stamp = done_ns;
+        future->addCallback([stamp](c10::ivalue::Future&) {
+          stamp->store(std::chrono::steady_clock::now().time_since_epoch().count());
+        });
+      } catch (const std::exception&) {
+        // No future on this backend: completion is the end of the wait.
+      }
+    }
+
+    at::Tensor wait() override {
+      if (waited) return result;
+      waited = true;
+      if (work) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto latency = injectedCommLatency();
+        if (latency.count() > 0) std::this_thread::sleep_until(issued + latency);
+        try {
+          work->wait(comm.timeout_);
+        } catch (const c10::Error& e) {
+          rethrowIfOutOfMemory(e);
+          throw CommError(
+              describeFailure(comm.name_, what, e.what_without_backtrace(), comm.timeout_));
+        } catch (const std::exception& e) {
+          rethrowIfOutOfMemory(e);
+          throw CommError(describeFailure(comm.name_, what, e.what(), comm.timeout_));
+        }
+        const auto t1 = std::chrono::steady_clock::now();
+        // Completed when the backend said so, but not before the injected latency ran out.
+        auto done = t1;
+        if (const int64_t ns = done_ns->load(); ns > 0)
+          done = std::min(
+              t1, std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ns)));
+        done = std::max(done, std::min(t1, issued + latency));
+        comm.addSeconds(kind, seconds(t1 - t0), seconds(done - issued));
+        comm.markBusy(issued, done);
+      }
+      result = finish();
+      finish = nullptr;  // drops the buffers it held
+      return result;
+    }
+
+    C10dCommunicator& comm;
+    CommKind kind;
+    const char* what;
+    std::function<at::Tensor()> finish;
+    at::Tensor result;
+    c10::intrusive_ptr<c10d::Work> work;
+    std::chrono::steady_clock::time_point issued;
+    std::shared_ptr<std::atomic<int64_t>> done_ns = std::make_shared<std::atomic<int64_t>>(0);
+    bool waited = false;
+  };
+
+  /// Issues `pending`'s collective (`start` returns its Work) and counts it as asynchronous; the
+  /// issue's own time is exposed.
+  template <typename Start>
+  void issue(Pending& pending, Start&& start) {
+    ++stats_.async_calls;
+    ++stats_.of(pending.kind).async_calls;
+    pending.issued = std::chrono::steady_clock::now();
+    try {
+      pending.work = start();
+    } catch (const c10::Error& e) {
+      rethrowIfOutOfMemory(e);
+      throw CommError(describeFailure(name_, pending.what, e.what_without_backtrace(), timeout_));
+    } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
+      throw CommError(describeFailure(name_, pending.what, e.what(), timeout_));
+    }
+    pending.watchCompletion();
+    addSeconds(pending.kind, seconds(std::chrono::steady_clock::now() - pending.issued), 0);
+  }
 
   /// Starts and waits for one collective; its wall time goes to the counters of `kind`. `ref`
   /// (a buffer of the call, undefined for a barrier) tells whether the device must be
@@ -283,6 +489,8 @@ class C10dCommunicator final : public Communicator {
       c10::intrusive_ptr<c10d::Work> work = start();
       work->wait(timeout_);
       if (sync) synchronizeDevice(ref.device());
+      const auto latency = injectedCommLatency();
+      if (latency.count() > 0) std::this_thread::sleep_until(t0 + latency);
     } catch (const c10::Error& e) {
       rethrowIfOutOfMemory(e);
       throw CommError(describeFailure(name_, what, e.what_without_backtrace(), timeout_));
@@ -290,9 +498,10 @@ class C10dCommunicator final : public Communicator {
       rethrowIfOutOfMemory(e);
       throw CommError(describeFailure(name_, what, e.what(), timeout_));
     }
-    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    stats_.seconds += dt;
-    stats_.of(kind).seconds += dt;
+    const auto t1 = std::chrono::steady_clock::now();
+    const double dt = seconds(t1 - t0);
+    addSeconds(kind, dt, dt);
+    markBusy(t0, t1);
   }
 
   std::string name_;

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #include "comm_internal.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include <ATen/core/Tensor.h>
@@ -135,6 +136,17 @@ at::Tensor reduceStacked(const at::Tensor& stacked, mesh::ReduceOp op, int64_t g
 namespace {
 
 std::atomic<bool> g_synchronized_comm_timing{false};
+std::atomic<int64_t> g_injected_latency_ms{0};
+
+/// The handle of a collective that already ran (the default allReduceAsync).
+class DoneCollective final : public PendingCollective {
+ public:
+  explicit DoneCollective(at::Tensor result) : result_(std::move(result)) {}
+  at::Tensor wait() override { return result_; }
+
+ private:
+  at::Tensor result_;
+};
 
 /// A group of one rank: each collective is the identity on a copy (the same contract as the real
 /// communicators: results never alias their inputs).
@@ -212,10 +224,15 @@ CommStats& CommStats::operator+=(const CommStats& o) {
   calls += o.calls;
   bytes_sent += o.bytes_sent;
   seconds += o.seconds;
+  in_flight_seconds += o.in_flight_seconds;
+  async_calls += o.async_calls;
+  busy_seconds += o.busy_seconds;
   for (size_t k = 0; k < kNumCommKinds; ++k) {
     by_kind[k].calls += o.by_kind[k].calls;
     by_kind[k].bytes_sent += o.by_kind[k].bytes_sent;
     by_kind[k].seconds += o.by_kind[k].seconds;
+    by_kind[k].in_flight_seconds += o.by_kind[k].in_flight_seconds;
+    by_kind[k].async_calls += o.by_kind[k].async_calls;
   }
   return *this;
 }
@@ -224,10 +241,15 @@ CommStats& CommStats::operator-=(const CommStats& o) {
   calls -= o.calls;
   bytes_sent -= o.bytes_sent;
   seconds -= o.seconds;
+  in_flight_seconds -= o.in_flight_seconds;
+  async_calls -= o.async_calls;
+  busy_seconds -= o.busy_seconds;
   for (size_t k = 0; k < kNumCommKinds; ++k) {
     by_kind[k].calls -= o.by_kind[k].calls;
     by_kind[k].bytes_sent -= o.by_kind[k].bytes_sent;
     by_kind[k].seconds -= o.by_kind[k].seconds;
+    by_kind[k].in_flight_seconds -= o.by_kind[k].in_flight_seconds;
+    by_kind[k].async_calls -= o.by_kind[k].async_calls;
   }
   return *this;
 }
@@ -238,6 +260,56 @@ void setSynchronizedCommTiming(bool on) {
 
 bool synchronizedCommTiming() {
   return detail::g_synchronized_comm_timing.load();
+}
+
+void setInjectedCommLatency(std::chrono::milliseconds latency) {
+  detail::g_injected_latency_ms.store(std::max<int64_t>(0, latency.count()));
+}
+
+std::chrono::milliseconds injectedCommLatency() {
+  return std::chrono::milliseconds(detail::g_injected_latency_ms.load());
+}
+
+void Communicator::markBusy(std::chrono::steady_clock::time_point issued,
+                            std::chrono::steady_clock::time_point done) {
+  if (done <= issued) return;
+  auto length = [](const auto& iv) {
+    return std::chrono::duration<double>(iv.second - iv.first).count();
+  };
+  // Merge [issued, done] with every interval it touches.
+  auto first = std::lower_bound(busy_.begin(), busy_.end(), issued,
+                                [](const auto& iv, const auto& t) { return iv.second < t; });
+  auto last = first;
+  auto merged = std::make_pair(issued, done);
+  double before = 0;
+  while (last != busy_.end() && last->first <= done) {
+    before += length(*last);
+    merged.first = std::min(merged.first, last->first);
+    merged.second = std::max(merged.second, last->second);
+    ++last;
+  }
+  stats_.busy_seconds += length(merged) - before;
+  first = busy_.erase(first, last);
+  busy_.insert(first, merged);
+  constexpr size_t kMaxBusy = 4096;
+  if (busy_.size() > kMaxBusy) busy_.erase(busy_.begin(), busy_.begin() + kMaxBusy / 2);
+}
+
+std::unique_ptr<PendingCollective> Communicator::allReduceAsync(at::Tensor& t, mesh::ReduceOp op) {
+  allReduce(t, op);
+  return std::make_unique<detail::DoneCollective>(t);
+}
+
+std::unique_ptr<PendingCollective> Communicator::allGatherAsync(const at::Tensor& local,
+                                                                int64_t dim,
+                                                                const std::vector<int64_t>& sizes) {
+  return std::make_unique<detail::DoneCollective>(allGather(local, dim, sizes));
+}
+
+std::unique_ptr<PendingCollective> Communicator::reduceScatterAsync(const at::Tensor& full,
+                                                                    int64_t dim,
+                                                                    mesh::ReduceOp op) {
+  return std::make_unique<detail::DoneCollective>(reduceScatter(full, dim, op));
 }
 
 }  // namespace apc::runtime

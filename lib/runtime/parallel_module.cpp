@@ -141,60 +141,219 @@ static_assert(kDefaultGradBucketBytes == artifact::kDefaultGradBucketBytes,
 }  // namespace
 
 /// The gradient buckets of ParallelModuleOptions::grad_bucket_bytes. A deferred edge's backward
-/// hands its gradient here instead of reducing it (and feeds autograd nothing); the first one of a
-/// backward queues flush() on the autograd engine, which runs when the backward's graph has been
-/// executed: gradients of the same (mesh dim, op, dtypes) are summed per parameter, concatenated
-/// in parameter order into buckets of at most `bucket_bytes`, all-reduced once per bucket, and
-/// added to the parameters' grads. Every rank runs the same program, so the buckets match.
+/// hands its gradient here instead of reducing it (and feeds autograd nothing). Gradients of the
+/// same (mesh dim, op, dtypes) are summed per parameter, concatenated into flat buckets of at most
+/// `bucket_bytes`, all-reduced once per bucket, and added to the parameters' grads.
+///
+/// With overlap (ParallelModuleOptions::overlap), the buckets are laid out when the backward's
+/// first gradient arrives, from the deferred edges the forward ran (expect()): parameters in
+/// reverse program order (the order backward reaches them), each (key, parameter) expecting as many
+/// gradients as the forward ran edges for it. A bucket whose gradients have all arrived is
+/// all-reduced asynchronously (allReduceAsync: c10d's Work handle) while backward goes on, buckets
+/// strictly in layout order, so that every rank issues them in the same order. The engine callback
+/// queued by the first gradient runs when the backward's graph has been executed: it issues the
+/// buckets still waiting (a gradient that never came: its slot is zeros, its parameter gets no
+/// grad), waits for every bucket in order (each wait with the communicator's timeout) and adds the
+/// results to the grads. A gradient that comes for a bucket already issued (a second backward
+/// through retained graphs, two forwards before one backward) is reduced on its own at the callback
+/// (the all-reduce is linear). Without overlap, every bucket is laid out and reduced at the
+/// callback, blocking, parameters in program order. Every rank runs the same program, so the
+/// layouts and the order of the collectives match.
 class GradBuckets {
  public:
   GradBuckets(World& world, std::vector<at::Tensor>& params, const std::vector<RedistSpec>& redists,
-              int64_t bucket_bytes)
-      : world_(world), params_(params), redists_(redists), bucket_bytes_(bucket_bytes) {}
+              int64_t bucket_bytes, bool overlap)
+      : world_(world),
+        params_(params),
+        redists_(redists),
+        bucket_bytes_(bucket_bytes),
+        overlap_(overlap) {}
+
+  /// The forward ran deferred edge `redist` of parameter `param` on `x` (its gradient will have
+  /// x's shape and dtype).
+  void expect(size_t param, size_t redist, const at::Tensor& x) {
+    if (!overlap_) return;
+    Expect& e = expected_[{keyOf(redist, x.scalar_type()), param}];
+    ++e.edges;
+    e.numel = x.numel();
+    e.sizes = x.sizes().vec();
+  }
 
   void defer(size_t param, size_t redist, const at::Tensor& grad) {
-    if (!grad.defined()) return;
-    pending_.push_back({param, redist, grad});
     if (!queued_) {
       queued_ = true;
       torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
     }
+    if (!overlap_) {
+      if (grad.defined()) late_.push_back({param, redist, grad});
+      return;
+    }
+    if (!laid_out_) layOut();
+    const Key key = keyOf(redist, grad.defined() ? grad.scalar_type() : paramDtype(param));
+    auto it = slot_.find({key, param});
+    if (it == slot_.end() || buckets_[it->second.first].issued) {
+      if (grad.defined()) late_.push_back({param, redist, grad});
+      return;
+    }
+    Bucket& b = buckets_[it->second.first];
+    Entry& en = b.entries[it->second.second];
+    if (grad.defined()) en.grad = en.grad.defined() ? en.grad + grad : grad;
+    if (--en.waiting == 0 && --b.waiting == 0) issueReady();
   }
 
-  /// Drops what an interrupted backward left (called before every forward).
+  /// Drops what an interrupted backward left (called before every forward); issued collectives
+  /// finish on their own.
   void reset() {
-    pending_.clear();
-    queued_ = false;
+    expected_.clear();
+    clearBackward();
   }
 
  private:
-  struct Pending {
+  using Key = std::tuple<size_t, int, int, int>;  // mesh dim, op, reduce dtype, grad dtype
+  struct Expect {
+    int edges = 0;
+    int64_t numel = 0;
+    std::vector<int64_t> sizes;
+  };
+  struct Entry {
+    size_t param = 0;
+    int64_t numel = 0;
+    std::vector<int64_t> sizes;
+    int waiting = 0;  // gradients still to come
+    at::Tensor grad;  // their sum so far
+  };
+  struct Bucket {
+    Key key;
+    std::vector<Entry> entries;
+    int waiting = 0;  // entries still waiting for a gradient
+    bool issued = false;
+    at::Tensor flat;
+    std::unique_ptr<PendingCollective> pending;
+  };
+  struct Late {
     size_t param;
     size_t redist;
     at::Tensor grad;
   };
 
+  Key keyOf(size_t redist, at::ScalarType grad_dtype) const {
+    const RedistSpec& r = redists_[redist];
+    const RedistStepSpec& st = r.backward.front();
+    const at::ScalarType rd = r.reduce_dtype.value_or(grad_dtype);
+    return Key{st.mesh_dim, static_cast<int>(st.reduce_op), static_cast<int>(rd),
+               static_cast<int>(grad_dtype)};
+  }
+  at::ScalarType paramDtype(size_t param) const { return params_[param].scalar_type(); }
+
+  /// Buckets from the expected gradients: parameters in reverse program order, one open bucket per
+  /// key, closed when the next entry would pass bucket_bytes; the layout order is the order of
+  /// closing (then the open ones, in key order).
+  void layOut() {
+    laid_out_ = true;
+    std::vector<std::pair<std::pair<Key, size_t>, const Expect*>> order;
+    for (const auto& [kp, e] : expected_) order.push_back({kp, &e});
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first.second > b.first.second; });
+    std::map<Key, Bucket> open;
+    std::map<Key, int64_t> open_bytes;
+    auto close = [&](const Key& key) {
+      auto it = open.find(key);
+      if (it == open.end()) return;
+      Bucket& b = it->second;
+      b.waiting = static_cast<int>(b.entries.size());
+      for (size_t i = 0; i < b.entries.size(); ++i)
+        slot_[{key, b.entries[i].param}] = {buckets_.size(), i};
+      buckets_.push_back(std::move(b));
+      open.erase(it);
+      open_bytes.erase(key);
+    };
+    for (const auto& [kp, e] : order) {
+      const Key& key = kp.first;
+      const int64_t bytes =
+          e->numel *
+          static_cast<int64_t>(c10::elementSize(static_cast<at::ScalarType>(std::get<2>(key))));
+      if (open.count(key) && open_bytes[key] + bytes > bucket_bytes_) close(key);
+      Bucket& b = open[key];
+      b.key = key;
+      b.entries.push_back({kp.second, e->numel, e->sizes, e->edges, at::Tensor()});
+      open_bytes[key] += bytes;
+    }
+    while (!open.empty()) close(open.begin()->first);
+  }
+
+  /// Issues, in layout order, every bucket from the next one on whose gradients have all come.
+  void issueReady() {
+    while (next_ < buckets_.size() && buckets_[next_].waiting == 0) issue(buckets_[next_++]);
+  }
+
+  void issue(Bucket& b) {
+    at::NoGradGuard no_grad;
+    b.issued = true;
+    const auto reduce = static_cast<at::ScalarType>(std::get<2>(b.key));
+    std::vector<at::Tensor> flat;
+    for (const Entry& e : b.entries)
+      flat.push_back(e.grad.defined()
+                         ? e.grad.to(reduce).contiguous().reshape({-1})
+                         : at::zeros({e.numel}, params_[e.param].options().dtype(reduce)));
+    b.flat = flat.size() == 1 ? flat[0].clone() : at::cat(flat);
+    b.pending = world_.dim(std::get<0>(b.key))
+                    .allReduceAsync(b.flat, static_cast<mesh::ReduceOp>(std::get<1>(b.key)));
+  }
+
+  /// Waits for an issued bucket and adds its pieces to the grads of the parameters that got one.
+  void finish(Bucket& b) {
+    b.pending->wait();
+    at::NoGradGuard no_grad;
+    int64_t offset = 0;
+    for (const Entry& e : b.entries) {
+      at::Tensor r = b.flat.narrow(0, offset, e.numel);
+      offset += e.numel;
+      if (!e.grad.defined()) continue;
+      r = r.view(e.grad.sizes());
+      addGrad(e.param,
+              r.scalar_type() == e.grad.scalar_type() ? r.clone() : r.to(e.grad.scalar_type()));
+    }
+  }
+
+  void addGrad(size_t param, const at::Tensor& r) {
+    at::Tensor& grad = params_[param].mutable_grad();
+    if (grad.defined())
+      grad.add_(r);
+    else
+      grad = r;
+  }
+
+  void clearBackward() {
+    buckets_.clear();
+    slot_.clear();
+    late_.clear();
+    next_ = 0;
+    laid_out_ = false;
+    queued_ = false;
+  }
+
   void flush() {
     queued_ = false;
-    std::vector<Pending> items = std::move(pending_);
-    pending_.clear();
+    // Buckets with a gradient that never came go now, in order; then every wait, in order.
+    while (next_ < buckets_.size()) issue(buckets_[next_++]);
+    for (Bucket& b : buckets_) finish(b);
+    reduceLate();
+    clearBackward();
+    expected_.clear();
+  }
+
+  /// The gradients outside the layout (all of them without overlap), reduced now, blocking:
+  /// summed per (key, parameter), in buckets per key, parameters in program order.
+  void reduceLate() {
+    std::vector<Late> items = std::move(late_);
+    late_.clear();
+    if (items.empty()) return;
     at::NoGradGuard no_grad;
-    // One entry per (parameter, reduction): the summands of several edges with the same
-    // reduction are added first (the all-reduce is linear).
-    using Key = std::tuple<size_t, int, int, int>;  // mesh dim, op, reduce dtype, grad dtype
-    auto keyOf = [&](const Pending& p) {
-      const RedistSpec& r = redists_[p.redist];
-      const RedistStepSpec& st = r.backward.front();
-      const at::ScalarType rd = r.reduce_dtype.value_or(p.grad.scalar_type());
-      return Key{st.mesh_dim, static_cast<int>(st.reduce_op), static_cast<int>(rd),
-                 static_cast<int>(p.grad.scalar_type())};
-    };
     std::map<std::pair<Key, size_t>, at::Tensor> summed;  // (key, param) -> gradient
-    for (const Pending& p : items) {
-      at::Tensor& g = summed[{keyOf(p), p.param}];
+    for (const Late& p : items) {
+      at::Tensor& g = summed[{keyOf(p.redist, p.grad.scalar_type()), p.param}];
       g = g.defined() ? g + p.grad : p.grad;
     }
-    // Buckets per key, parameters in program order (the map's order).
     std::map<Key, std::vector<std::pair<size_t, at::Tensor>>> by_key;
     for (auto& [kp, g] : summed) by_key[kp.first].push_back({kp.second, g});
     for (auto& [key, grads] : by_key) {
@@ -220,12 +379,8 @@ class GradBuckets {
           const at::Tensor& g = grads[i].second;
           at::Tensor r = bucket.narrow(0, offset, g.numel()).view(g.sizes());
           offset += g.numel();
-          r = r.scalar_type() == g.scalar_type() ? r.clone() : r.to(g.scalar_type());
-          at::Tensor& grad = params_[grads[i].first].mutable_grad();
-          if (grad.defined())
-            grad.add_(r);
-          else
-            grad = r;
+          addGrad(grads[i].first,
+                  r.scalar_type() == g.scalar_type() ? r.clone() : r.to(g.scalar_type()));
         }
         begin = end;
       }
@@ -236,11 +391,102 @@ class GradBuckets {
   std::vector<at::Tensor>& params_;
   const std::vector<RedistSpec>& redists_;
   int64_t bucket_bytes_;
-  std::vector<Pending> pending_;
+  bool overlap_;
+  std::map<std::pair<Key, size_t>, Expect> expected_;  // (key, param) -> the forward's edges
+  std::vector<Bucket> buckets_;                        // the layout of this backward
+  std::map<std::pair<Key, size_t>, std::pair<size_t, size_t>> slot_;  // -> (bucket, entry)
+  size_t next_ = 0;                                                   // the next bucket to issue
+  std::vector<Late> late_;
+  bool laid_out_ = false;
+  bool queued_ = false;
+};
+
+/// FSDP's gradient reductions run behind the rest of backward (ParallelModuleOptions::overlap): the
+/// backward of a parameter's gather (AsyncGradFunction) issues its reduce-scatter asynchronously
+/// and hands the handle here instead of feeding autograd a gradient; the engine callback queued by
+/// the first one runs when the backward's graph has been executed and waits for every one, in the
+/// order they were issued (the same on every rank: autograd's order), each with the collective
+/// timeout, adding the pieces to the parameters' grads.
+class AsyncGrads {
+ public:
+  explicit AsyncGrads(std::vector<at::Tensor>& params) : params_(params) {}
+
+  void add(size_t param, std::unique_ptr<PendingCollective> pending, at::ScalarType dtype) {
+    if (!queued_) {
+      queued_ = true;
+      torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
+    }
+    pending_.push_back({param, std::move(pending), dtype});
+  }
+
+  /// Drops what an interrupted backward left (called before every forward).
+  void reset() {
+    pending_.clear();
+    queued_ = false;
+  }
+
+ private:
+  struct Item {
+    size_t param;
+    std::unique_ptr<PendingCollective> pending;
+    at::ScalarType dtype;  // the gradient's (the reduction may run in another)
+  };
+
+  void flush() {
+    queued_ = false;
+    std::vector<Item> items = std::move(pending_);
+    pending_.clear();
+    at::NoGradGuard no_grad;
+    for (Item& it : items) {
+      at::Tensor r = it.pending->wait();
+      if (r.scalar_type() != it.dtype) r = r.to(it.dtype);
+      at::Tensor& param = params_[it.param];
+      TORCH_CHECK(r.sizes() == param.sizes(), "a reduce-scattered gradient has shape ", r.sizes(),
+                  ", its parameter ", param.sizes());
+      at::Tensor& grad = param.mutable_grad();
+      if (grad.defined())
+        grad.add_(r);
+      else
+        grad = r;
+    }
+  }
+
+  std::vector<at::Tensor>& params_;
+  std::vector<Item> pending_;
   bool queued_ = false;
 };
 
 namespace {
+
+/// A parameter's gather whose backward is one reduce-scatter, with overlap: forward runs the
+/// gather (or takes the prefetched result); backward issues the reduce-scatter asynchronously and
+/// hands it to AsyncGrads, feeding autograd nothing.
+struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const RedistSpec* spec, World* world, const at::Tensor* result,
+                            AsyncGrads* sink, int64_t param) {
+    ctx->saved_data["spec"] = reinterpret_cast<int64_t>(spec);
+    ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
+    ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
+    ctx->saved_data["param"] = param;
+    return result->defined() ? *result : runSteps(spec->forward, x, *world, spec->edge);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* spec = reinterpret_cast<const RedistSpec*>(ctx->saved_data["spec"].toInt());
+    auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
+    auto* sink = reinterpret_cast<AsyncGrads*>(ctx->saved_data["sink"].toInt());
+    const at::Tensor& g = grads.at(0);
+    const RedistStepSpec& st = spec->backward.front();
+    at::Tensor in = spec->reduce_dtype && *spec->reduce_dtype != g.scalar_type()
+                        ? g.to(*spec->reduce_dtype)
+                        : g.contiguous();
+    sink->add(static_cast<size_t>(ctx->saved_data["param"].toInt()),
+              world->dim(st.mesh_dim).reduceScatterAsync(in, st.shard_dim, st.reduce_op),
+              g.scalar_type());
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
 
 /// A deferred parameter edge: the identity forward; backward hands the gradient to the buckets.
 struct DeferredGradFunction : public torch::autograd::Function<DeferredGradFunction> {
@@ -282,6 +528,15 @@ struct ParallelModule::Impl {
   /// Per redistribution: the parameter whose gradient it defers to the buckets, -1 none.
   std::vector<int> deferred_param;
   std::unique_ptr<GradBuckets> buckets;
+  /// Forward prefetch (ParallelModuleOptions::prefetch_params): the redistribute nodes whose input
+  /// is a parameter and whose forward is one all-gather (canIssueForward), in program order, and
+  /// per node its position among them (-1 none).
+  std::vector<uint32_t> prefetch_nodes;
+  std::vector<int> prefetch_pos;
+  /// Per node: the parameter whose gather's backward is one reduce-scatter (AsyncGradFunction
+  /// with overlap), -1 none.
+  std::vector<int> async_grad_param;
+  std::unique_ptr<AsyncGrads> async_grads;
   Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
   /// Sizes that follow a symbolic dim (proto::SymbolicArg), in the interpreter's order.
   struct SymbolicArg {
@@ -469,9 +724,30 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   if (!world.ok()) return world.error();
   impl->world = std::move(world).value();
   impl->deferred_param = artifact::deferredGradParameters(prog);
+  impl->prefetch_pos.assign(g.numNodes(), -1);
+  impl->async_grad_param.assign(g.numNodes(), -1);
+  for (const ir::Node& n : g.nodes()) {
+    const int rid = impl->node_redist[n.id.v];
+    if (rid < 0 || impl->sync_norms.count(n.id.v) || n.inputs.size() != 1) continue;
+    if (static_cast<size_t>(rid) < impl->deferred_param.size() && impl->deferred_param[rid] >= 0)
+      continue;  // an identity forward
+    if (!canIssueForward(impl->redists[static_cast<size_t>(rid)])) continue;
+    const ir::Value& v = g.value(n.inputs[0]);
+    if (!v.producer.valid() || g.node(v.producer).kind != ir::NodeKind::kParameter ||
+        impl->value_param[n.inputs[0].v] < 0)
+      continue;
+    impl->prefetch_pos[n.id.v] = static_cast<int>(impl->prefetch_nodes.size());
+    impl->prefetch_nodes.push_back(n.id.v);
+    const RedistSpec& spec = impl->redists[static_cast<size_t>(rid)];
+    if (spec.requires_grad && spec.backward.size() == 1 &&
+        spec.backward.front().kind == layout::StepKind::kReduceScatter &&
+        !spec.backward.front().isDynamic(spec.backward.front().shard_dim))
+      impl->async_grad_param[n.id.v] = impl->value_param[n.inputs[0].v];
+  }
+  impl->async_grads = std::make_unique<AsyncGrads>(impl->param_tensors);
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
-                                                  options.grad_bucket_bytes);
+                                                  options.grad_bucket_bytes, options.overlap);
   return std::shared_ptr<ParallelModule>(new ParallelModule(std::move(impl)));
 }
 
@@ -655,10 +931,13 @@ namespace {
 /// is swapped under the tensors (as FSDP does with storage resizing), through a detached handle
 /// with its own version counter, so autograd's saved-tensor checks still pass. Every rank runs the
 /// same program and the CPU autograd engine visits nodes in the same order, so the re-gathers'
-/// collectives match.
+/// collectives match. With prefetch (overlap), a re-gather that is one all-gather, when it runs,
+/// issues the previous tracked entry's asynchronously (backward reaches the earlier layer next):
+/// that entry's restore waits for it instead of gathering.
 class Regatherer : public Interpreter::Observer {
  public:
-  explicit Regatherer(World& world) : world_(world) {}
+  /// `prefetch`: a re-gather in backward issues the previous tracked entry's ahead (overlap).
+  Regatherer(World& world, bool prefetch) : world_(world), prefetch_(prefetch) {}
 
   /// A regather edge ran: `x` its input (kept: the shard), `y` its result.
   void track(const at::Tensor& x, const at::Tensor& y, const RedistSpec& spec) {
@@ -671,6 +950,9 @@ class Regatherer : public Interpreter::Observer {
     e->nbytes = y.storage().nbytes();
     e->spec = &spec;
     e->world = &world_;
+    if (prefetch_ && canIssueForward(spec) && !entries_.empty() &&
+        canIssueForward(*entries_.back()->spec))
+      e->previous = entries_.back();
     if (const auto& fn = y.grad_fn()) fn->add_pre_hook(std::make_unique<EntryHook>(e, &release));
     entries_.push_back(std::move(e));
   }
@@ -710,6 +992,10 @@ class Regatherer : public Interpreter::Observer {
     bool freed = false;
     bool keep = false;  // held by the forward's outputs: never freed
     std::set<const torch::autograd::Node*> hooked;
+    /// The entry tracked before this one, whose re-gather this one's issues ahead (backward
+    /// reaches it next), when both are one all-gather and prefetch is on.
+    std::weak_ptr<Entry> previous;
+    std::unique_ptr<PendingCollective> ahead;  // this entry's re-gather, issued ahead
   };
 
   static bool aliases(const at::Tensor& t, const Entry& e) {
@@ -745,13 +1031,25 @@ class Regatherer : public Interpreter::Observer {
   static void restore(Entry& e) {
     if (!e.freed) return;
     at::NoGradGuard no_grad;
-    at::Tensor g = runSteps(e.spec->forward, e.x, *e.world, e.spec->edge + " (re-gather)");
+    at::Tensor g;
+    if (e.ahead) {
+      g = e.ahead->wait();
+      e.ahead.reset();
+      TORCH_CHECK(g.sizes() == e.handle.sizes(), "redistribution ", e.spec->edge,
+                  " (re-gather): the gather issued ahead gave shape ", g.sizes(), ", expected ",
+                  e.handle.sizes());
+    } else {
+      g = runSteps(e.spec->forward, e.x, *e.world, e.spec->edge + " (re-gather)");
+    }
     at::Allocator* alloc = e.storage->allocator();
     if (!alloc) alloc = c10::GetAllocator(e.storage->device().type());
     e.storage->set_data_ptr_noswap(alloc->allocate(e.nbytes));
     e.storage->set_nbytes(e.nbytes);
     e.freed = false;
     e.handle.copy_(g);
+    // The previous entry's re-gather runs behind this one's readers' backward.
+    if (auto p = e.previous.lock(); p && p->freed && !p->ahead)
+      p->ahead = issueForward(*p->spec, p->x, *p->world);
   }
 
   /// Runs `action` (restore or release) on the entry before a backward node runs: restore on
@@ -785,6 +1083,7 @@ class Regatherer : public Interpreter::Observer {
   }
 
   World& world_;
+  bool prefetch_;
   std::vector<std::shared_ptr<Entry>> entries_;
   std::vector<std::shared_ptr<Entry>> reading_;
 };
@@ -945,9 +1244,23 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   APC_RETURN_IF_ERROR(checkPlannedShapes(inputs));
   APC_RETURN_IF_ERROR(checkDivisible(inputs));
   APC_ASSIGN_OR_RETURN(std::vector<int64_t> symbolic_values, symbolicValues(inputs));
-  Regatherer regather(*im.world);
+  Regatherer regather(*im.world, im.options.overlap && im.options.prefetch_params > 0);
   if (im.buckets) im.buckets->reset();
+  im.async_grads->reset();
   const ir::Graph& g = *im.graph;
+  // Forward prefetch: gathers issued ahead, by position in im.prefetch_nodes.
+  const int lookahead = im.options.overlap ? std::max(0, im.options.prefetch_params) : 0;
+  std::map<size_t, std::unique_ptr<PendingCollective>> in_flight;
+  size_t issued = 0;  // positions below it are issued
+  auto issueAhead = [&](size_t end) {
+    end = std::min(end, im.prefetch_nodes.size());
+    for (; issued < end; ++issued) {
+      const ir::Node& pn = g.node(ir::NodeId(im.prefetch_nodes[issued]));
+      const int p = im.value_param.at(pn.inputs[0].v);
+      const RedistSpec& ps = im.redists.at(static_cast<size_t>(im.node_redist.at(pn.id.v)));
+      in_flight[issued] = issueForward(ps, im.param_tensors.at(static_cast<size_t>(p)), *im.world);
+    }
+  };
   auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
     std::vector<c10::IValue> out;
     switch (n.kind) {
@@ -981,13 +1294,36 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
                     " needs one tensor input");
         const at::Tensor& x = args[0].toTensor();
+        // The parameter gathers of the next prefetch_params nodes are issued now, this one's
+        // waited for (issued here when nothing issued it before).
+        at::Tensor ahead;
+        if (const int pos = im.prefetch_pos.at(n.id.v); pos >= 0 && lookahead > 0) {
+          issueAhead(static_cast<size_t>(pos) + 1 + static_cast<size_t>(lookahead));
+          auto it = in_flight.find(static_cast<size_t>(pos));
+          if (it != in_flight.end()) {
+            ahead = it->second->wait();
+            in_flight.erase(it);
+          }
+        }
         at::Tensor y;
         if (im.buckets && rid < im.deferred_param.size() && im.deferred_param[rid] >= 0 &&
-            x.requires_grad() && at::GradMode::is_enabled())
+            x.requires_grad() && at::GradMode::is_enabled()) {
+          im.buckets->expect(static_cast<size_t>(im.deferred_param[rid]), rid, x);
           y = DeferredGradFunction::apply(x, im.buckets.get(), im.deferred_param[rid],
                                           static_cast<int64_t>(rid));
-        else
-          y = redistribute(x, spec, *im.world);
+        } else if (const int ap = im.async_grad_param.at(n.id.v); im.options.overlap && ap >= 0 &&
+                                                                  x.requires_grad() &&
+                                                                  at::GradMode::is_enabled()) {
+          if (ahead.defined())
+            TORCH_CHECK(spec.forward.front().local_out.empty() ||
+                            ahead.sizes().vec() == spec.forward.front().local_out,
+                        "redistribution ", spec.edge, ": the gather issued ahead gave shape ",
+                        ahead.sizes());
+          y = AsyncGradFunction::apply(x, &spec, im.world.get(), &ahead, im.async_grads.get(),
+                                       static_cast<int64_t>(ap));
+        } else {
+          y = redistribute(x, spec, *im.world, ahead);
+        }
         if (spec.regather) regather.track(args[0].toTensor(), y, spec);
         out.push_back(y);
         break;
@@ -1015,6 +1351,8 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
       im.interp->run(external, im.observer ? static_cast<Interpreter::Observer*>(&tee) : &regather,
                      symbolic_values);
   regather.finish();
+  // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
+  for (auto& [pos, pending] : in_flight) pending->wait();
   return leaves;
 }
 

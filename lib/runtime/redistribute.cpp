@@ -98,10 +98,10 @@ at::Tensor runStep(const RedistStepSpec& s, const at::Tensor& x, World& world,
 /// The autograd node of one edge: forward steps, backward steps on the gradient.
 struct RedistFunction : public torch::autograd::Function<RedistFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const RedistSpec* spec, World* world) {
+                            const RedistSpec* spec, World* world, const at::Tensor* result) {
     ctx->saved_data["spec"] = reinterpret_cast<int64_t>(spec);
     ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
-    return runSteps(spec->forward, x, *world, spec->edge);
+    return result->defined() ? *result : runSteps(spec->forward, x, *world, spec->edge);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
@@ -117,7 +117,7 @@ struct RedistFunction : public torch::autograd::Function<RedistFunction> {
           s.reduce_op == mesh::ReduceOp::kAvg)
         scale /= static_cast<double>(world->dim(s.mesh_dim).size());
     if (scale != 1.0) g = g * scale;
-    return {g, at::Tensor(), at::Tensor()};
+    return {g, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -192,12 +192,33 @@ at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& 
   return t;
 }
 
-at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world) {
+at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world,
+                        const at::Tensor& forward_result) {
+  if (forward_result.defined()) {
+    TORCH_CHECK(spec.forward.size() == 1, "redistribution ", spec.edge,
+                ": a result computed ahead needs a forward of one step");
+    checkShape(spec.forward.front(), x, forward_result, spec.edge);
+  }
   if (!spec.requires_grad || !x.requires_grad()) {
+    if (forward_result.defined()) return forward_result;
     at::NoGradGuard no_grad;
     return runSteps(spec.forward, x, world, spec.edge);
   }
-  return RedistFunction::apply(x, &spec, &world);
+  return RedistFunction::apply(x, &spec, &world, &forward_result);
+}
+
+bool canIssueForward(const RedistSpec& spec) {
+  return spec.forward.size() == 1 && spec.forward.front().kind == StepKind::kAllGather &&
+         !spec.forward.front().isDynamic(spec.forward.front().gather_dim);
+}
+
+std::unique_ptr<PendingCollective> issueForward(const RedistSpec& spec, const at::Tensor& x,
+                                                World& world) {
+  TORCH_CHECK(canIssueForward(spec), "redistribution ", spec.edge,
+              ": only a forward of one all-gather is issued ahead");
+  const RedistStepSpec& s = spec.forward.front();
+  at::NoGradGuard no_grad;
+  return world.dim(s.mesh_dim).allGatherAsync(x.detach().contiguous(), s.gather_dim, s.group_sizes);
 }
 
 RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string& label) {

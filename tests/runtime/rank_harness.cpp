@@ -265,8 +265,14 @@ void RankLog::fail(const std::string& what) {
 std::shared_ptr<ParallelModule> loadRank(const std::string& dir,
                                          const std::map<std::string, at::Tensor>& init,
                                          RankLog& log) {
+  return loadRank(dir, init, log, ParallelModuleOptions{});
+}
+
+std::shared_ptr<ParallelModule> loadRank(const std::string& dir,
+                                         const std::map<std::string, at::Tensor>& init,
+                                         RankLog& log, const ParallelModuleOptions& options) {
   at::set_num_threads(1);
-  auto loaded = ParallelModule::load(dir);
+  auto loaded = ParallelModule::load(dir, options);
   if (!loaded.ok()) {
     log.fail("load: " + loaded.error().message());
     return nullptr;

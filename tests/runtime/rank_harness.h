@@ -30,7 +30,8 @@
 
 namespace apc::runtime {
 class ParallelModule;
-}
+struct ParallelModuleOptions;
+}  // namespace apc::runtime
 
 namespace apc::runtime::testing {
 
@@ -103,6 +104,10 @@ class RankLog {
 std::shared_ptr<ParallelModule> loadRank(const std::string& dir,
                                          const std::map<std::string, at::Tensor>& init,
                                          RankLog& log);
+/// The same with load options (overlap, buckets).
+std::shared_ptr<ParallelModule> loadRank(const std::string& dir,
+                                         const std::map<std::string, at::Tensor>& init,
+                                         RankLog& log, const ParallelModuleOptions& options);
 
 /// This rank's piece of every full input.
 std::vector<c10::IValue> shardInputs(const ParallelModule& pm, const std::vector<at::Tensor>& full);

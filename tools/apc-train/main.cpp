@@ -2,7 +2,7 @@
 //
 // `apc-train [DIR] --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
 //            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL [--no-f64-reference]]
-//            [--clip X] [--threads T]
+//            [--clip X] [--threads T] [--grad-bucket-mib M] [--no-overlap] [--prefetch K]
 //            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]
 //            [--momentum M] [--save DIR [--save-every N] [--keep K]] [--resume DIR]
 //            [--data FILE [--data-dtype uint16|uint32|int32|int64]]`
@@ -41,8 +41,12 @@
 // collectives, the collectives per mesh dim and kind (calls, bytes, time), the peak memory per
 // rank (CUDA: the caching allocator's peak; CPU: apc's caching allocator's peak of tensor bytes, or
 // without it the process's peak resident set), each the
-// slowest rank's, beside what the plan predicted (proto::Prediction). --json prints one object
-// instead (measured_step_ms, predicted_step_ms, ...) and no step lines.
+// slowest rank's, beside what the plan predicted (proto::Prediction), and the overlap of the
+// program's collectives: their time in flight (issue to completion), the time the rank was blocked
+// in them (exposed) and the rest, hidden behind compute, as a fraction of the time in flight
+// (gradient buckets overlap their all-reduces with backward, and the forward issues parameter
+// gathers --prefetch ahead of their use, unless --no-overlap). --json prints one
+// object instead (measured_step_ms, predicted_step_ms, ...) and no step lines.
 //
 // --save DIR writes a checkpoint (apc/runtime/checkpoint.h: shards, optimizer state, step) to
 // DIR/step_<n> after the last step and every --save-every steps; --resume DIR loads one (DIR's
@@ -115,6 +119,8 @@ struct Flags {
   bool profile_nodes = false;
   bool host_cache = true;       // apc/runtime/host_allocator.h (--no-host-cache)
   double grad_bucket_mib = 25;  // ParallelModuleOptions::grad_bucket_bytes, in MiB
+  bool overlap = true;          // ParallelModuleOptions::overlap (--no-overlap)
+  int prefetch = 1;             // ParallelModuleOptions::prefetch_params
   bool json = false;
   int warmup = -1;     // -1: 2 under --profile, else 0
   std::string save;    // checkpoint root (apc/runtime/checkpoint.h)
@@ -286,7 +292,9 @@ struct StepSample {
   // the trainer's loss (output gather and loss), backward, the optimizer step.
   int64_t peak_inputs = 0, peak_forward = 0, peak_loss = 0, peak_backward = 0, peak_optimizer = 0;
   double forward_comm = 0, backward_comm = 0;  // seconds blocked in the program's collectives
-  std::vector<apc::runtime::CommStats> comm;   // per mesh dim, the program's collectives only
+  double comm_in_flight =
+      0;  // seconds with a program collective in flight (CommStats::busy_seconds)
+  std::vector<apc::runtime::CommStats> comm;  // per mesh dim, the program's collectives only
   double step() const { return forward + backward + optimizer; }
 };
 
@@ -370,6 +378,8 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
       quantile(column([](const StepSample& s) { return s.backward_comm; }), 0.5),
       0.0,  // peak memory, filled below
       static_cast<double>(peakRssBytes()),
+      quantile(column([](const StepSample& s) { return s.comm_in_flight; }), 0.5),
+      quantile(column([](const StepSample& s) { return s.forward_comm + s.backward_comm; }), 0.5),
   };
   int64_t peak = 0;
   std::string memory_kind;
@@ -391,6 +401,7 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
     for (const StepSample& s : samples) m = std::max(m, s.*field);
     return static_cast<double>(m);
   };
+  const size_t phase_at = local.size();  // agg[phase_at + k]: inputs, forward, loss, ...
   local.push_back(phaseMax(&StepSample::peak_inputs));
   local.push_back(phaseMax(&StepSample::peak_forward));
   local.push_back(phaseMax(&StepSample::peak_loss));
@@ -427,15 +438,27 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
                        {"backward_comm_rank0", pred.backward_comm_us / 1e3},
                        {"optimizer", opt_us / 1e3}};
   j["cost_model"] = pred.cost_model;
+  // The overlap of the program's collectives (medians per step, the slowest rank's): in flight is
+  // the wall time with at least one of them between issue and completion, exposed the time the
+  // rank was blocked in them, hidden the rest (communication that ran while the rank computed).
+  const double in_flight_ms = agg[11] * 1e3, exposed_ms = agg[12] * 1e3;
+  const double hidden_ms = std::max(0.0, in_flight_ms - exposed_ms);
+  j["overlap"] = f.overlap;
+  j["comm_overlap_ms"] = {{"in_flight", in_flight_ms},
+                          {"exposed", exposed_ms},
+                          {"hidden", hidden_ms},
+                          {"hidden_fraction", in_flight_ms > 0 ? hidden_ms / in_flight_ms : 0.0}};
   // Rank 0's collectives per mesh dim and kind, per step (averaged over the measured steps).
   nlohmann::ordered_json coll = nlohmann::ordered_json::array();
   for (size_t m = 0; m < ndim; ++m)
     for (size_t k = 0; k < apc::runtime::kNumCommKinds; ++k) {
-      double calls = 0, bytes = 0, secs = 0;
+      double calls = 0, bytes = 0, secs = 0, flight = 0, async = 0;
       for (const StepSample& s : samples) {
         calls += static_cast<double>(s.comm[m].by_kind[k].calls);
         bytes += static_cast<double>(s.comm[m].by_kind[k].bytes_sent);
         secs += s.comm[m].by_kind[k].seconds;
+        flight += s.comm[m].by_kind[k].in_flight_seconds;
+        async += static_cast<double>(s.comm[m].by_kind[k].async_calls);
       }
       if (calls == 0) continue;
       const double dn = static_cast<double>(std::max<size_t>(n, 1));
@@ -443,7 +466,9 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
                       {"kind", apc::runtime::commKindName(static_cast<CommKind>(k))},
                       {"calls", calls / dn},
                       {"bytes_sent", bytes / dn},
-                      {"ms", secs / dn * 1e3}});
+                      {"ms", secs / dn * 1e3},
+                      {"in_flight_ms", flight / dn * 1e3},
+                      {"async_calls", async / dn}});
     }
   j["collectives_per_step"] = coll;
   // What the plan's collectives put on the wire per step by the alpha-beta formulas (rank 0's):
@@ -452,11 +477,11 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
   j["peak_memory_bytes"] = static_cast<int64_t>(agg[9]);
   j["peak_rss_bytes"] = static_cast<int64_t>(agg[10]);  // the process's, whatever the kind
   j["peak_memory_kind"] = memory_kind;
-  j["peak_memory_by_phase_bytes"] = {{"inputs", static_cast<int64_t>(agg[11])},
-                                     {"forward", static_cast<int64_t>(agg[12])},
-                                     {"loss", static_cast<int64_t>(agg[13])},
-                                     {"backward", static_cast<int64_t>(agg[14])},
-                                     {"optimizer", static_cast<int64_t>(agg[15])}};
+  j["peak_memory_by_phase_bytes"] = {{"inputs", static_cast<int64_t>(agg[phase_at + 0])},
+                                     {"forward", static_cast<int64_t>(agg[phase_at + 1])},
+                                     {"loss", static_cast<int64_t>(agg[phase_at + 2])},
+                                     {"backward", static_cast<int64_t>(agg[phase_at + 3])},
+                                     {"optimizer", static_cast<int64_t>(agg[phase_at + 4])}};
   // The plan's predicted peak for this optimizer beside the measured one.
   const std::string memory_optimizer =
       f.optimizer == "adamw" ? "adamw" : (f.momentum != 0 ? "momentum" : "sgd");
@@ -493,21 +518,28 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
         agg[3] * 1e3, agg[4] * 1e3, agg[5] * 1e3, agg[6] * 1e3);
     std::printf("  blocked in collectives: forward %.3f ms, backward %.3f ms\n", agg[7] * 1e3,
                 agg[8] * 1e3);
+    std::printf(
+        "  collectives in flight %.3f ms, exposed %.3f ms, hidden behind compute %.3f ms (%.0f%%, "
+        "overlap %s)\n",
+        in_flight_ms, exposed_ms, hidden_ms,
+        in_flight_ms > 0 ? hidden_ms / in_flight_ms * 100 : 0.0, f.overlap ? "on" : "off");
     std::printf("  predicted: compute %.3f ms, communication %.3f ms, optimizer %.3f ms\n",
                 pred.compute_us / 1e3, pred.comm_us / 1e3, opt_us / 1e3);
     for (const auto& c : coll)
-      std::printf("  mesh dim %d %-14s %6.1f calls %12.0f bytes sent %9.3f ms per step\n",
-                  c["mesh_dim"].get<int>(), c["kind"].get<std::string>().c_str(),
-                  c["calls"].get<double>(), c["bytes_sent"].get<double>(), c["ms"].get<double>());
+      std::printf(
+          "  mesh dim %d %-14s %6.1f calls %12.0f bytes sent %9.3f ms per step (%.3f ms in "
+          "flight)\n",
+          c["mesh_dim"].get<int>(), c["kind"].get<std::string>().c_str(), c["calls"].get<double>(),
+          c["bytes_sent"].get<double>(), c["ms"].get<double>(), c["in_flight_ms"].get<double>());
     std::printf("  peak memory per rank (max)   measured %s (%s)\n",
                 apc::humanBytes(measured_peak).c_str(), memory_kind.c_str());
-    if (agg[12] > 0)
+    if (agg[phase_at + 1] > 0)
       std::printf(
           "                               by phase: inputs %s, forward %s, loss %s, backward %s, "
           "optimizer %s\n",
-          apc::humanBytes(agg[11]).c_str(), apc::humanBytes(agg[12]).c_str(),
-          apc::humanBytes(agg[13]).c_str(), apc::humanBytes(agg[14]).c_str(),
-          apc::humanBytes(agg[15]).c_str());
+          apc::humanBytes(agg[phase_at]).c_str(), apc::humanBytes(agg[phase_at + 1]).c_str(),
+          apc::humanBytes(agg[phase_at + 2]).c_str(), apc::humanBytes(agg[phase_at + 3]).c_str(),
+          apc::humanBytes(agg[phase_at + 4]).c_str());
     if (predicted_peak)
       std::printf("                               predicted %s (%s, peak in the %s, %+.1f%%)\n",
                   apc::humanBytes(static_cast<double>(predicted_peak->peak_bytes)).c_str(),
@@ -555,6 +587,8 @@ int run(Flags f) {
     return fail("--device must be cpu or cuda, got '" + f.device + "'");
   apc::runtime::ParallelModuleOptions options;
   options.grad_bucket_bytes = static_cast<int64_t>(f.grad_bucket_mib * 1024 * 1024);
+  options.overlap = f.overlap;
+  options.prefetch_params = f.prefetch;
   if (f.device == "cuda") {
     // isBuilt: libtorch_cuda is linked in; hasCUDA: a driver and at least one device answer.
     if (!at::detail::getCUDAHooks().isBuilt())
@@ -817,6 +851,7 @@ int run(Flags f) {
       s.optimizer = t4 - t3;
       s.forward_comm = forward_comm.seconds;
       s.backward_comm = program_comm.seconds - forward_comm.seconds;
+      s.comm_in_flight = program_comm.busy_seconds;
       s.comm = std::move(by_dim);
       samples.push_back(std::move(s));
     }
@@ -953,6 +988,14 @@ int main(int argc, char** argv) {
                  "many MiB at the end of backward, as DDP does (default 25); 0 reduces each "
                  "gradient on its own, as the plan priced it")
       ->check(numberIn(0.0, 1024.0 * 1024.0));
+  app.add_flag("!--no-overlap", f.overlap,
+               "Run every collective blocking: the gradient buckets at the end of backward, each "
+               "parameter gather where it is used (default: buckets issued asynchronously as soon "
+               "as their gradients are ready, parameter gathers --prefetch ahead)");
+  app.add_option("--prefetch", f.prefetch,
+                 "Parameter gathers issued this many ahead of their use in forward (default 1; 0: "
+                 "none)")
+      ->check(integerIn(0, 64));
   app.add_flag("!--no-host-cache", f.host_cache,
                "Allocate CPU tensors with malloc directly, not through apc's caching allocator "
                "(every step then pays fresh pages for its activations)");

@@ -18,9 +18,15 @@
 // Both backends run through one implementation over c10d's process groups (ProcessGroupGloo on
 // CPU tensors, ProcessGroupNCCL on CUDA tensors with a CUDA LibTorch). Every call waits at most
 // the configured timeout; a peer that died or never arrives raises a CommError naming the group,
-// never hangs. Counters record the bytes this rank sent, for the benchmark that compares them with
-// what the plan priced (the formula per collective is in lib/runtime/c10d_comm.cpp; for even
-// pieces it is that of apc/cost/collectives.h).
+// never hangs. allReduceAsync / allGatherAsync / reduceScatterAsync issue a collective and return a
+// PendingCollective (c10d's Work handle) to wait on later, with the same timeout: the gradient
+// buckets overlap their reductions with the rest of backward, FSDP's gradient reduce-scatters run
+// behind the rest of backward, and the forward gathers parameters ahead of their use, this way
+// (ParallelModuleOptions::overlap). The stats keep, per kind,
+// the time this rank was blocked (exposed) and the time the calls were in flight. Counters record
+// the bytes this rank sent, for the benchmark that compares them with what the plan priced (the
+// formula per collective is in lib/runtime/c10d_comm.cpp; for even pieces it is that of
+// apc/cost/collectives.h).
 //
 // Contract: every member calls the same collectives in the same order with consistent sizes;
 // inputs may be non-contiguous; results never alias inputs. Failures are exceptions of type
@@ -39,6 +45,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -72,7 +79,12 @@ const char* commKindName(CommKind kind);
 struct CommKindStats {
   int64_t calls = 0;
   int64_t bytes_sent = 0;
-  double seconds = 0;  // wall time this rank was blocked in these calls
+  double seconds = 0;  // wall time this rank was blocked in these calls (exposed)
+  /// Wall time these calls were in flight, from issue to completion; equal to `seconds` for a
+  /// blocking call, larger for an asynchronous one whose wait came later (the difference ran
+  /// behind this rank's other work: hidden).
+  double in_flight_seconds = 0;
+  int64_t async_calls = 0;  // of `calls`, those issued asynchronously (the *Async calls)
 };
 
 struct CommStats {
@@ -82,6 +94,15 @@ struct CommStats {
   /// setSynchronizedCommTiming(true) a CUDA collective is timed from a synchronized device to its
   /// completion on the device; otherwise the time until the backend's wait returns.
   double seconds = 0;
+  /// Issue to completion, summed over the calls (CommKindStats::in_flight_seconds): with
+  /// asynchronous calls, in_flight_seconds - seconds is the communication hidden behind other work.
+  double in_flight_seconds = 0;
+  int64_t async_calls = 0;
+  /// Wall time during which at least one of the calls was in flight (the union of their issue to
+  /// completion intervals, per communicator; summed over communicators by operator+=). Calls in
+  /// flight together count once: busy_seconds - seconds is the communication that ran while this
+  /// rank did something else (computed), the hidden time.
+  double busy_seconds = 0;
   std::array<CommKindStats, kNumCommKinds> by_kind{};
 
   CommKindStats& of(CommKind k) { return by_kind[static_cast<size_t>(k)]; }
@@ -97,6 +118,25 @@ struct CommStats {
 /// orders streams). Off by default: it serializes compute and communication. Process-wide.
 void setSynchronizedCommTiming(bool on);
 bool synchronizedCommTiming();
+
+/// A test hook that simulates a slow network: every collective of this process completes no
+/// earlier than `latency` after it was issued (a blocking call sleeps out the rest after its wait;
+/// an asynchronous one at its wait, so work done between issue and wait hides it). Zero (the
+/// default) turns it off. Process-wide.
+void setInjectedCommLatency(std::chrono::milliseconds latency);
+std::chrono::milliseconds injectedCommLatency();
+
+/// A collective issued by one of Communicator's *Async calls. wait() blocks until it completes
+/// (at most the communicator's timeout, then CommError as for a blocking call) and returns the
+/// result (allReduceAsync: the tensor it reduced in place; allGatherAsync: the gathered tensor);
+/// its time is then in the communicator's stats; a second wait() returns the result at once. The
+/// Communicator must outlive it. Destroying it unwaited leaves the collective to finish on its own
+/// (the buffers stay alive); its time is then not counted.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual at::Tensor wait() = 0;
+};
 
 class Communicator {
  public:
@@ -115,15 +155,42 @@ class Communicator {
                               const std::vector<int64_t>& gather_sizes) = 0;
   virtual void broadcast(at::Tensor& t, int root_index) = 0;
   virtual void barrier() = 0;
+  /// allReduce issued without waiting: `t` (contiguous; it must stay untouched until then) holds
+  /// the result after the handle's wait(). Every member issues the same collectives in the same
+  /// order, asynchronous or not. The default runs allReduce at once and returns a done handle.
+  virtual std::unique_ptr<PendingCollective> allReduceAsync(at::Tensor& t, mesh::ReduceOp op);
+  /// allGather issued without waiting (`local` must stay unmodified until the wait); wait()
+  /// returns the gathered tensor. The default runs allGather at once.
+  virtual std::unique_ptr<PendingCollective> allGatherAsync(const at::Tensor& local, int64_t dim,
+                                                            const std::vector<int64_t>& sizes);
+  /// reduceScatter issued without waiting (`full` must stay unmodified until the wait); wait()
+  /// returns this member's piece. The default runs reduceScatter at once.
+  virtual std::unique_ptr<PendingCollective> reduceScatterAsync(const at::Tensor& full, int64_t dim,
+                                                                mesh::ReduceOp op);
 
   const CommStats& stats() const { return stats_; }
-  void resetStats() { stats_ = {}; }
+  void resetStats() {
+    stats_ = {};
+    busy_.clear();
+  }
   /// Puts back counters read before: checks the runtime makes of its own (input sizes) are not
   /// the program's traffic.
   void restoreStats(const CommStats& s) { stats_ = s; }
 
  protected:
+  /// A call was in flight from `issued` to `done`: adds what it adds to the union of the intervals
+  /// to stats_.busy_seconds.
+  void markBusy(std::chrono::steady_clock::time_point issued,
+                std::chrono::steady_clock::time_point done);
+
   CommStats stats_;
+
+ private:
+  /// The union of the intervals since the last reset, disjoint and sorted (past 4096 the oldest
+  /// half is forgotten, its time kept in busy_seconds).
+  std::vector<
+      std::pair<std::chrono::steady_clock::time_point, std::chrono::steady_clock::time_point>>
+      busy_;
 };
 
 /// The torchrun environment: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,

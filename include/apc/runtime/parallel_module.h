@@ -74,6 +74,16 @@ struct ParallelModuleOptions {
   /// parameter: the same bytes, a fraction of the latency. 0: every gradient reduced on its own,
   /// as the plan priced it. The artifact's prediction assumes the default (25 MiB, DDP's).
   int64_t grad_bucket_bytes = kDefaultGradBucketBytes;
+  /// Overlap the gradient buckets' all-reduces with the rest of backward: a bucket is issued
+  /// asynchronously as soon as all its gradients have come (buckets laid out in reverse program
+  /// order, as DDP's) and waited for at the end of backward, each wait with the collective
+  /// timeout. Off: every bucket is reduced at the end of backward, blocking (the same sums).
+  bool overlap = true;
+  /// With overlap, the forward's parameter gathers (a redistribution of a parameter that is one
+  /// all-gather: FSDP's) are issued asynchronously this many gathers ahead of their use, in
+  /// program order, and waited for where their value is first used; 0: each gathered where it
+  /// is used, blocking.
+  int prefetch_params = 1;
 };
 
 /// Bytes the program's collectives move per training step (one forward + backward), as priced.

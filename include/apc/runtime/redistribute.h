@@ -87,8 +87,21 @@ at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& 
                     std::optional<at::ScalarType> reduce_dtype = std::nullopt);
 
 /// `x` redistributed by `spec.forward`; when spec.requires_grad and x requires grad, the result's
-/// backward runs `spec.backward`.
-at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world);
+/// backward runs `spec.backward`. A defined `forward_result` is the forward's result computed
+/// ahead (issueForward's, waited for): its shape is checked and it is used instead of running
+/// the steps.
+at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world,
+                        const at::Tensor& forward_result = {});
+
+/// Whether issueForward can run `spec`'s forward ahead: exactly one all-gather, along a dim that is
+/// not dynamic (an FSDP parameter gather).
+bool canIssueForward(const RedistSpec& spec);
+
+/// Issues `spec`'s forward on `x` asynchronously (canIssueForward(spec) must hold; `x` must stay
+/// unmodified until the wait): the handle's wait() gives the forward's result, for
+/// redistribute's `forward_result`. Throws CommError.
+std::unique_ptr<PendingCollective> issueForward(const RedistSpec& spec, const at::Tensor& x,
+                                                World& world);
 
 /// The full tensor of a local piece placed as `placement` (no Partial) with global sizes
 /// `global_sizes`; autograd-aware (backward: this rank's piece of the gradient). A global size of

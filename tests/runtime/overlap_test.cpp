@@ -1,0 +1,399 @@
+//===- tests/runtime/overlap_test.cpp - Collectives overlapped with compute -===//
+//
+// Issue 30's acceptance for the asynchronous gradient buckets (ParallelModuleOptions::overlap),
+// on forked ranks over Gloo:
+//   - OverlapComm: an asynchronous all-reduce under an injected latency (setInjectedCommLatency, a
+//     slow network) while the rank computes: the wait blocks for less than the latency by about
+//     the compute that ran meanwhile, the time in flight covers the latency, the result is the
+//     sum; the blocking call pays the whole latency. An asynchronous wait whose peer never issues
+//     times out with the one-line CommError of a blocking call.
+//   - OverlapLatency: a ddp plan with small buckets under an injected latency: with overlap the
+//     buckets are issued during backward and their latencies run behind the rest of backward and
+//     each other (exposed time well under one latency per bucket), the gradients equal the
+//     single-process model's; without overlap every bucket blocks for the whole latency.
+//   - OverlapModels: sharded == single process (outputs, gradients, 3 SGD steps' losses) with
+//     overlap on (small buckets: several issued asynchronously during backward; fsdp's parameter
+//     gathers issued ahead of their use in forward and its re-gathers in backward, its gradient
+//     reduce-scatters asynchronous in backward) and off (no asynchronous call).
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "apc/mesh/device_mesh.h"
+#include "apc/runtime/comm.h"
+#include "apc/runtime/parallel_module.h"
+#include "rank_harness.h"
+
+// A namespace of its own: the files of runtime_test are compiled together (unity build).
+namespace apc::runtime::overlap_test {
+namespace {
+
+using testing::ModelCase;
+using testing::Reference;
+
+constexpr int kSteps = 3;
+constexpr double kLr = 0.5;
+constexpr double kRtol = 1e-5;
+
+double secondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// A world of `ranks` ranks on a 1-d mesh from the torchrun variables runRanks sets.
+std::shared_ptr<World> makeWorld(int ranks, std::chrono::milliseconds timeout,
+                                 testing::RankLog& log) {
+  auto env = launchEnvFromEnvironment();
+  if (!env.ok()) {
+    log.fail(env.error().message());
+    return nullptr;
+  }
+  auto mesh = mesh::DeviceMesh::create({ranks}, {"dp"});
+  if (!mesh.ok()) {
+    log.fail(mesh.error().message());
+    return nullptr;
+  }
+  WorldOptions options;
+  options.timeout = timeout;
+  options.timeouts_from_environment = false;
+  auto world = World::create(*env, *mesh, options);
+  if (!world.ok()) {
+    log.fail(world.error().message());
+    return nullptr;
+  }
+  return *world;
+}
+
+// --- the communicator -----------------------------------------------------------------------
+
+constexpr double kLatency = 0.2;  // seconds injected per collective
+constexpr double kCompute = 0.1;  // seconds of matmuls between issue and wait
+
+TEST(OverlapComm, AsyncAllReduceHidesInjectedLatencyBehindCompute) {
+  std::vector<std::string> failed = testing::runRanks(2, [](int rank) {
+    testing::RankLog log(rank);
+    at::set_num_threads(1);
+    std::shared_ptr<World> world = makeWorld(2, std::chrono::milliseconds(60'000), log);
+    if (!world) return 1;
+    Communicator& comm = world->dim(0);
+    setInjectedCommLatency(std::chrono::milliseconds(static_cast<int>(kLatency * 1000)));
+    // Blocking: the whole latency is exposed.
+    at::Tensor a = at::full({1000}, static_cast<double>(rank + 1), at::kFloat);
+    comm.resetStats();
+    comm.allReduce(a, mesh::ReduceOp::kSum);
+    const CommStats sync = comm.stats();
+    if (!a.eq(3).all().item<bool>()) log.fail("blocking all-reduce: wrong sum");
+    if (sync.seconds < kLatency * 0.99)
+      log.fail("blocking all-reduce exposed " + std::to_string(sync.seconds) + " s, under " +
+               std::to_string(kLatency));
+    if (std::abs(sync.in_flight_seconds - sync.seconds) > 1e-9 || sync.async_calls != 0)
+      log.fail("a blocking call is in flight exactly while it blocks");
+    // Asynchronous: compute for kCompute seconds between issue and wait.
+    at::Tensor b = at::full({1000}, static_cast<double>(rank + 1), at::kFloat);
+    comm.resetStats();
+    std::unique_ptr<PendingCollective> pending = comm.allReduceAsync(b, mesh::ReduceOp::kSum);
+    const auto c0 = std::chrono::steady_clock::now();
+    at::Tensor m = at::rand({96, 96}, at::kFloat);
+    at::Tensor acc = at::zeros({96, 96}, at::kFloat);
+    int64_t matmuls = 0;
+    while (secondsSince(c0) < kCompute) {
+      acc.add_(at::mm(m, m));
+      ++matmuls;
+    }
+    const double computed = secondsSince(c0);
+    pending->wait();
+    pending->wait();  // a second wait returns at once and counts nothing
+    const CommStats async = comm.stats();
+    if (!b.eq(3).all().item<bool>()) log.fail("asynchronous all-reduce: wrong sum");
+    if (matmuls == 0 || !acc.isfinite().all().item<bool>()) log.fail("no compute ran");
+    if (async.async_calls != 1 || async.calls != 1)
+      log.fail("expected one asynchronous call, got " + std::to_string(async.async_calls));
+    if (async.in_flight_seconds < kLatency * 0.99)
+      log.fail("in flight " + std::to_string(async.in_flight_seconds) + " s, under the latency");
+    if (std::abs(async.busy_seconds - async.in_flight_seconds) > 1e-6)
+      log.fail("one call: busy while in flight");
+    // The wait blocked for what the compute did not cover (plus scheduling slack on a loaded
+    // machine; still under the latency).
+    if (async.seconds > kLatency - computed + 0.08)
+      log.fail("asynchronous all-reduce exposed " + std::to_string(async.seconds) + " s with " +
+               std::to_string(computed) + " s of compute meanwhile (latency " +
+               std::to_string(kLatency) + " s)");
+    const double hidden = async.in_flight_seconds - async.seconds;
+    if (hidden < computed - 0.08)
+      log.fail("hidden " + std::to_string(hidden) + " s, the compute meanwhile took " +
+               std::to_string(computed) + " s");
+    setInjectedCommLatency(std::chrono::milliseconds(0));
+    return log.exitCode();
+  });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+}
+
+TEST(OverlapComm, AsyncWaitTimesOutWithTheGroupNamed) {
+  std::vector<std::string> failed = testing::runRanks(2, [](int rank) {
+    testing::RankLog log(rank);
+    std::shared_ptr<World> world = makeWorld(2, std::chrono::milliseconds(500), log);
+    if (!world) return 1;
+    if (rank == 1) {
+      // Never issues: rank 0's wait must give up after the timeout, not hang.
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+      return log.exitCode();
+    }
+    at::Tensor t = at::ones({16}, at::kFloat);
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      std::unique_ptr<PendingCollective> pending =
+          world->dim(0).allReduceAsync(t, mesh::ReduceOp::kSum);
+      pending->wait();
+      log.fail("the wait returned without the peer");
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      if (what.find("mesh dim 0 (dp) ranks {0,1}: all-reduce timed out after 500 ms") ==
+              std::string::npos ||
+          what.find('\n') != std::string::npos)
+        log.fail("unexpected error text: " + what);
+    }
+    if (secondsSince(t0) > 3.0)
+      log.fail("the timeout took " + std::to_string(secondsSince(t0)) + " s");
+    return log.exitCode();
+  });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+}
+
+// --- the gradient buckets -------------------------------------------------------------------
+
+const ModelCase& mlpStack() {
+  static const ModelCase m{"mlp_stack", {"x:f32[8,4,128]"}, 0, ""};
+  return m;
+}
+
+const Reference& referenceFor(const ModelCase& m) {
+  static std::map<std::string, Reference> cache;
+  auto it = cache.find(m.model);
+  if (it == cache.end())
+    it = cache.emplace(m.model, testing::computeReference(m, kSteps, kLr)).first;
+  return it->second;
+}
+
+bool haveSample(const ModelCase& m) {
+  return std::filesystem::exists(testing::samplePath(m.model)) &&
+         std::filesystem::exists(testing::samplePath(m.model, m.format));
+}
+
+/// What one rank's backward did with its all-reduces (the gradient buckets, in a ddp plan).
+struct BackwardComm {
+  CommStats all_reduce;  // by_kind[all-reduce] summed over mesh dims, as CommStats
+  double backward_seconds = 0;
+};
+
+/// One rank: forward and backward once (under the current injected latency), the all-reduces of
+/// the backward, then the gradients against the reference (latency off).
+int latencyRank(int rank, const std::string& dir, const Reference& ref,
+                const ParallelModuleOptions& options, double latency, BackwardComm& out,
+                testing::RankLog& log) {
+  std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, ref.init, log, options);
+  if (!pm) return 1;
+  auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
+  if (!leaves.ok()) {
+    log.fail("forward: " + leaves.error().message());
+    return 1;
+  }
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < leaves->size(); ++i)
+    outs.push_back(pm->gatherOutput(i, (*leaves)[i].toTensor()));
+  at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
+  setInjectedCommLatency(std::chrono::milliseconds(static_cast<int>(latency * 1000)));
+  pm->resetCommStats();
+  const auto t0 = std::chrono::steady_clock::now();
+  loss.backward();
+  out.backward_seconds = secondsSince(t0);
+  setInjectedCommLatency(std::chrono::milliseconds(0));
+  for (const CommStats& s : pm->commStatsByMeshDim()) {
+    const CommKindStats& k = s.of(CommKind::kAllReduce);
+    out.all_reduce.calls += k.calls;
+    out.all_reduce.async_calls += k.async_calls;
+    out.all_reduce.seconds += k.seconds;
+    out.all_reduce.in_flight_seconds += k.in_flight_seconds;
+  }
+  testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
+  return log.exitCode();
+}
+
+TEST(OverlapLatency, BucketsIssuedDuringBackwardHideTheInjectedLatency) {
+  const ModelCase& m = mlpStack();
+  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = testing::scratchDir("overlap", "latency_ddp_2");
+  std::string err = testing::makeArtifact(m, "2", "ddp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference& ref = referenceFor(m);
+  constexpr double kBucketLatency = 0.15;
+  for (bool overlap : {true, false}) {
+    ParallelModuleOptions options;
+    options.overlap = overlap;
+    options.grad_bucket_bytes = 64 * 1024;  // mlp_stack's 128x128 weights: a bucket each
+    std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
+      testing::RankLog log(rank);
+      BackwardComm bc;
+      if (latencyRank(rank, dir.string(), ref, options, kBucketLatency, bc, log) != 0) return 1;
+      const int64_t n = bc.all_reduce.calls;
+      const double exposed = bc.all_reduce.seconds, flight = bc.all_reduce.in_flight_seconds;
+      const std::string what = std::string(overlap ? "overlap on" : "overlap off") + ": " +
+                               std::to_string(n) + " buckets, exposed " + std::to_string(exposed) +
+                               " s, in flight " + std::to_string(flight) + " s, backward " +
+                               std::to_string(bc.backward_seconds) + " s";
+      std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
+      if (n < 3) log.fail("expected at least 3 buckets: " + what);
+      if (flight < static_cast<double>(n) * kBucketLatency * 0.99)
+        log.fail("every bucket is in flight for the latency: " + what);
+      if (overlap) {
+        if (bc.all_reduce.async_calls != n) log.fail("every bucket asynchronous: " + what);
+        // Issued while backward went on: the latencies ran behind it and each other.
+        if (exposed > 0.5 * static_cast<double>(n) * kBucketLatency)
+          log.fail("the buckets' latency was not hidden: " + what);
+      } else {
+        if (bc.all_reduce.async_calls != 0) log.fail("no asynchronous bucket: " + what);
+        if (exposed < static_cast<double>(n) * kBucketLatency * 0.99)
+          log.fail("each blocking bucket pays the latency: " + what);
+      }
+      return log.exitCode();
+    });
+    for (const std::string& f : failed) ADD_FAILURE() << f;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// --- sharded == single process, overlap on and off ------------------------------------------
+
+struct OverlapCase {
+  std::string model;
+  std::vector<std::string> inputs;
+  int64_t index_bound = 0;
+  std::string mesh;
+  std::string strategy;
+  bool overlap = true;
+};
+
+int trainRank(int rank, const std::string& dir, const Reference& ref, const OverlapCase& c) {
+  testing::RankLog log(rank);
+  ParallelModuleOptions options;
+  options.overlap = c.overlap;
+  options.grad_bucket_bytes = 64 * 1024;
+  std::shared_ptr<ParallelModule> loaded = testing::loadRank(dir, ref.init, log, options);
+  if (!loaded) return 1;
+  ParallelModule& pm = *loaded;
+  std::vector<at::Tensor> params = pm.parameters();
+  for (int step = 0; step < kSteps; ++step) {
+    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+    std::vector<c10::IValue> inputs = testing::shardInputs(pm, ref.inputs);
+    pm.resetCommStats();
+    auto leaves = pm.forwardLeaves(inputs);
+    if (!leaves.ok()) {
+      log.fail("forward: " + leaves.error().message());
+      return 1;
+    }
+    // FSDP's parameter gathers: issued ahead (prefetch) with overlap, blocking without.
+    const CommKindStats gathers = pm.commStats().of(CommKind::kAllGather);
+    if (step == 0 && c.strategy == "fsdp") {
+      if (gathers.calls == 0) log.fail("an fsdp forward gathered no parameter");
+      // On 2x2 a parameter's gather is two steps (one per mesh dim): not issued ahead.
+      if (c.overlap && c.mesh == "2" && gathers.async_calls == 0)
+        log.fail("no parameter gather was issued ahead");
+      if (!c.overlap && gathers.async_calls != 0) log.fail("overlap off issued a gather ahead");
+    }
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < leaves->size(); ++i)
+      outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
+    if (step == 0)
+      for (size_t i = 0; i < outs.size() && i < ref.outputs.size(); ++i) {
+        std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
+        if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
+      }
+    at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
+    const double l = loss.item<double>();
+    const auto s = static_cast<size_t>(step);
+    if (!(std::abs(l - ref.losses[s]) <= kRtol * ref.loss_scales[s] + 1e-12))
+      log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
+               std::to_string(ref.losses[s]));
+    pm.resetCommStats();
+    loss.backward();
+    const CommStats comm = pm.commStats();
+    if (step == 0) {
+      testing::expectGradsMatch(pm, ref.grads, kRtol, log);
+      if (!c.overlap && comm.async_calls != 0)
+        log.fail("overlap off issued " + std::to_string(comm.async_calls) + " asynchronous calls");
+      // FSDP's gradient reduce-scatters: issued asynchronously in backward with overlap.
+      const CommKindStats rs = comm.of(CommKind::kReduceScatter);
+      if (c.strategy == "fsdp" && c.mesh == "2" && c.overlap &&
+          (rs.calls == 0 || rs.async_calls != rs.calls))
+        log.fail("overlap on: " + std::to_string(rs.async_calls) + " of " +
+                 std::to_string(rs.calls) + " reduce-scatters asynchronous");
+      // Its re-gathers in backward (reshard after forward): prefetched one ahead with overlap.
+      const CommKindStats regathers = comm.of(CommKind::kAllGather);
+      if (c.strategy == "fsdp" && c.mesh == "2" && c.overlap &&
+          (regathers.calls == 0 || regathers.async_calls == 0))
+        log.fail("overlap on: " + std::to_string(regathers.async_calls) + " of " +
+                 std::to_string(regathers.calls) + " re-gathers in backward issued ahead");
+      if (c.overlap && c.strategy == "ddp" && c.mesh == "2" && comm.async_calls < 2)
+        log.fail("overlap on issued " + std::to_string(comm.async_calls) +
+                 " asynchronous bucket(s), expected several");
+    }
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : params)
+      if (p.grad().defined()) p.sub_(p.grad() * ref.lr);
+  }
+  return log.exitCode();
+}
+
+class OverlapModels : public ::testing::TestWithParam<OverlapCase> {};
+
+TEST_P(OverlapModels, ShardedMatchesSingleProcess) {
+  const OverlapCase& c = GetParam();
+  const ModelCase m{c.model, c.inputs, c.index_bound, ""};
+  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir =
+      testing::scratchDir("overlap", c.model + "_" + c.strategy + (c.overlap ? "_on" : "_off"));
+  std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference& ref = referenceFor(m);
+  int world = 1;
+  for (char ch : c.mesh)
+    if (ch >= '2' && ch <= '9') world *= ch - '0';
+  std::vector<std::string> failed =
+      testing::runRanks(world, [&](int rank) { return trainRank(rank, dir.string(), ref, c); });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+}
+
+std::vector<OverlapCase> overlapCases() {
+  std::vector<OverlapCase> cases;
+  for (bool overlap : {true, false}) {
+    cases.push_back({"mlp_stack", {"x:f32[8,4,128]"}, 0, "2", "ddp", overlap});
+    cases.push_back({"mlp_stack", {"x:f32[8,4,128]"}, 0, "2", "fsdp", overlap});
+    cases.push_back(
+        {"gpt2_tiny_loss", {"idx:i64[8,8]", "targets:i64[8,8]"}, 50257, "2", "ddp", overlap});
+    // On 2x2 a ddp gradient returns through two all-reduces: not bucketed, blocking either way.
+    cases.push_back(
+        {"gpt2_tiny_loss", {"idx:i64[8,8]", "targets:i64[8,8]"}, 50257, "2x2", "fsdp", overlap});
+    cases.push_back({"llama_tiny", {"tokens:i64[8,8]"}, 256, "2", "", overlap});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, OverlapModels, ::testing::ValuesIn(overlapCases()),
+                         [](const ::testing::TestParamInfo<OverlapCase>& info) {
+                           std::string s =
+                               info.param.model + "_" + info.param.mesh + "_" +
+                               (info.param.strategy.empty() ? "opt" : info.param.strategy) +
+                               (info.param.overlap ? "_on" : "_off");
+                           for (char& ch : s)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return s;
+                         });
+
+}  // namespace
+}  // namespace apc::runtime::overlap_test
