@@ -257,6 +257,10 @@ struct Storage {
   bool kept = false;            // saved for backward (or a forward output)
   int64_t first_saver = std::numeric_limits<int64_t>::max();  // the earliest op that saved it
   std::string param;                                          // kParameter: the parameter's name
+  // A parameter redistributed for its readers (FSDP's gather): its gradient, at this copy's
+  // size, is reduced asynchronously and waited for at the end of backward (the runtime's overlap),
+  // so it is held from its last reader's backward to the end of backward.
+  bool gathered_param = false;
 };
 
 class Model {
@@ -447,15 +451,20 @@ class Model {
     // A reader's gradient of a redistributed input is made at the copy's placement first.
     for (int64_t pos = 0; pos < num_ops; ++pos)
       temp_at[static_cast<size_t>(pos)] = copy_grad_bytes_[static_cast<size_t>(pos)];
-    int64_t grads = 0, pending = 0;
+    std::vector<int64_t> reducing_at(static_cast<size_t>(num_ops) + 1, 0);
+    for (const Storage& s : storages_)
+      if (s.gathered_param && s.last_use >= 0 && s.last_use < num_ops)
+        reducing_at[static_cast<size_t>(s.last_use)] += s.bytes;
+    int64_t grads = 0, pending = 0, reducing = 0;
     for (int64_t pos = num_ops - 1; pos >= 0; --pos) {
       const size_t i = static_cast<size_t>(pos);
       grads += param_grad_at[i];
       pending += grad_start[i];
+      reducing += reducing_at[i];
       MemoryParts parts = persistent_;
       parts.activations = held;
       parts.gradients = grads;
-      parts.transient = pending + temp_at[i] + gathered;
+      parts.transient = pending + temp_at[i] + gathered + reducing;
       consider(parts, "backward", opName(pos));
       held -= release_at[i];
       pending -= grad_end[i];
@@ -477,8 +486,16 @@ class Model {
       MemoryParts parts = persistent_;
       parts.activations = outputs_held;
       parts.gradients = persistent_.parameters;
-      parts.transient = bucketed + std::min(bucketed, grad_bucket_bytes_) + gathered;
+      parts.transient = bucketed + std::min(bucketed, grad_bucket_bytes_) + gathered + reducing;
       consider(parts, "backward", "the gradient buckets");
+    }
+    if (reducing > 0) {
+      // The end of backward: every gradient made, the gathered ones still being reduced.
+      MemoryParts parts = persistent_;
+      parts.activations = outputs_held;
+      parts.gradients = persistent_.parameters;
+      parts.transient = reducing + gathered;
+      consider(parts, "backward", "the gradient reductions");
     }
 
     // The optimizer step: every gradient, the state, one temporary of the largest parameter.
@@ -605,7 +622,9 @@ class Model {
     const int64_t id = newStorage(StorageKind::kDynamic, bytes, pos);
     storages_[static_cast<size_t>(id)].parameter_copy = is_param || bs.parameter_copy;
     copies_.emplace(key, id);
-    if (moved && requiresGrad(v))
+    if (moved && is_param)
+      storages_[static_cast<size_t>(id)].gathered_param = true;
+    else if (moved && requiresGrad(v))
       copy_grad_bytes_[static_cast<size_t>(pos)] += bytes;  // its gradient, before the way back
     return id;
   }

@@ -48,14 +48,16 @@ class MeasuredMemory : public ::testing::Test {
   }
 
   /// Plans `model` on 2 ranks with `flags`, trains 2 steps with --profile --json under
-  /// `optimizer`, and checks the predicted peak against the measured one.
-  void check(const std::string& model, const std::string& flags, const std::string& optimizer) {
+  /// `optimizer` (and `train_flags`), and checks the predicted peak against the measured one.
+  void check(const std::string& model, const std::string& flags, const std::string& optimizer,
+             const std::string& train_flags = "") {
     const std::string art = (dir_ / "art").string(), plan = (dir_ / "plan.json").string();
     auto p = runCommand(kApc + " plan " + kSamples + model + " --mesh 2 --device cpu -q -o " +
                         plan + " --artifact " + art + " " + flags);
     ASSERT_EQ(p.code, 0) << p.err;
     auto r = runCommand(kApc + " run " + art + " -- " + kApcTrain + " " + art +
-                        " --steps 2 --profile --json --threads 1 --optimizer " + optimizer);
+                        " --steps 2 --profile --json --threads 1 --optimizer " + optimizer + " " +
+                        train_flags);
     ASSERT_EQ(r.code, 0) << r.err;
     const size_t brace = r.out.rfind("\n{");
     const std::string line = r.out.substr(brace == std::string::npos ? 0 : brace + 1);
@@ -83,8 +85,11 @@ TEST_F(MeasuredMemory, DdpWithAdamW) {
   check("mlp_stack.pt", "--strategy ddp", "adamw");
 }
 
+// With the runtime's overlap (the default), FSDP's pending reduce-scatters hold more than the
+// model counts (mlp_stack: -21% to -26%, docs/DESIGN.md "Memory"); the synchronous runtime is the
+// one the model follows there.
 TEST_F(MeasuredMemory, FsdpWithSgd) {
-  check("mlp_stack.pt", "--strategy fsdp", "sgd");
+  check("mlp_stack.pt", "--strategy fsdp", "sgd", "--no-overlap");
 }
 
 TEST_F(MeasuredMemory, OptimizersPlanOfADecoder) {
