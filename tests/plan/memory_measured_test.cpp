@@ -85,11 +85,8 @@ TEST_F(MeasuredMemory, DdpWithAdamW) {
   check("mlp_stack.pt", "--strategy ddp", "adamw");
 }
 
-// With the runtime's overlap (the default), FSDP's pending reduce-scatters hold more than the
-// model counts (mlp_stack: -21% to -26%, docs/DESIGN.md "Memory"); the synchronous runtime is the
-// one the model follows there.
 TEST_F(MeasuredMemory, FsdpWithSgd) {
-  check("mlp_stack.pt", "--strategy fsdp", "sgd", "--no-overlap");
+  check("mlp_stack.pt", "--strategy fsdp", "sgd");
 }
 
 TEST_F(MeasuredMemory, OptimizersPlanOfADecoder) {
