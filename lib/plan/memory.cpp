@@ -298,7 +298,7 @@ class Model {
                                                                   : StorageKind::kInput;
       // Parameters in their stored dtype; the rest as the compute graph has them.
       const int64_t bytes =
-          valueBytes(kind == StorageKind::kParameter ? g_ : cg_, v, producerPlacement(v, 0));
+          valueBytes(kind == StorageKind::kParameter ? g_ : cg_, v, producerPlacement(v));
       if (kind == StorageKind::kBuffer) persistent_.buffers += bytes;
       // apc-train's synthetic batch is made whole on every rank and each rank takes its piece
       // (a view of it for a batch cut on dim 0): the whole input is held.
@@ -320,15 +320,15 @@ class Model {
     const int64_t persistent = persistent_.parameters + persistent_.buffers + persistent_.inputs +
                                persistent_.optimizer_state;
     e.persistent_bytes = persistent;
-    auto consider = [&](const MemoryParts& parts, const char* phase, const std::string& at) {
-      int64_t& phase_peak = phase[0] == 'f'   ? e.forward_peak
-                            : phase[0] == 'l' ? e.loss_peak
-                            : phase[0] == 'b' ? e.backward_peak
-                                              : e.optimizer_peak;
-      phase_peak = std::max(phase_peak, parts.total());
+    enum Phase { kForward, kLoss, kBackward, kOptimizer };
+    static constexpr const char* kPhaseNames[] = {"forward", "loss", "backward", "optimizer"};
+    int64_t* const phase_peaks[] = {&e.forward_peak, &e.loss_peak, &e.backward_peak,
+                                    &e.optimizer_peak};
+    auto consider = [&](const MemoryParts& parts, Phase phase, const std::string& at) {
+      *phase_peaks[phase] = std::max(*phase_peaks[phase], parts.total());
       if (parts.total() > e.peak_bytes || e.phase.empty()) {
         e.peak_bytes = parts.total();
-        e.phase = phase;
+        e.phase = kPhaseNames[phase];
         e.at = at;
         e.at_peak = parts;
       }
@@ -337,7 +337,7 @@ class Model {
     // Forward: a sweep of allocations and frees over op positions.
     const int64_t num_ops = static_cast<int64_t>(ops_.size());
     std::vector<int64_t> add(static_cast<size_t>(num_ops) + 1, 0), drop(add);
-    std::vector<int64_t> add_saved(add), drop_saved(add);
+    std::vector<int64_t> add_saved(add);
     std::map<std::string, int64_t> saved_by_op;
     for (const Storage& s : storages_) {
       if (s.kind != StorageKind::kDynamic) continue;
@@ -362,7 +362,7 @@ class Model {
       MemoryParts parts = persistent_;
       parts.activations = saved;
       parts.transient = live - saved;
-      consider(parts, "forward", opName(pos));
+      consider(parts, kForward, opName(pos));
       live -= drop[static_cast<size_t>(pos)];
     }
 
@@ -380,7 +380,7 @@ class Model {
       const ir::ValueId v = leaves[i];
       if (!v.valid() || !cg_.value(v).tensor) continue;
       const ir::TensorMeta& t = *cg_.value(v).tensor;
-      const std::optional<mesh::PlacementTuple> pl = producerPlacement(v, 0);
+      const std::optional<mesh::PlacementTuple> pl = producerPlacement(v);
       const bool whole = !pl || std::all_of(pl->begin(), pl->end(), [](const mesh::Placement& q) {
         return q.isReplicate();
       });
@@ -398,9 +398,9 @@ class Model {
       MemoryParts parts = persistent_;
       parts.activations = e.saved_activations;
       parts.transient = gathered + loss_saved;
-      consider(parts, "loss", "");
+      consider(parts, kLoss, "");
       parts.transient += loss_grads;
-      consider(parts, "backward", "the loss");
+      consider(parts, kBackward, "the loss");
     }
 
     // Backward, in reverse. Saved storages are released after the backward of their first saver;
@@ -427,7 +427,7 @@ class Model {
       release_at[static_cast<size_t>(at)] += s.bytes;
     }
     std::vector<int64_t> grad_start(static_cast<size_t>(num_ops) + 1, 0), grad_end(grad_start);
-    std::vector<int64_t> param_grad_at(grad_start), temp_at(grad_start);
+    std::vector<int64_t> param_grad_at(grad_start);
     for (const ir::Node& n : g_.nodes()) {
       if (n.kind != ir::NodeKind::kParameter || n.outputs.empty()) continue;
       const int64_t last = last_reader_[n.outputs[0].v];
@@ -444,13 +444,10 @@ class Model {
       // An output's gradient comes from the loss, before every node's backward.
       const int64_t last = is_leaf[v] ? num_ops - 1 : last_reader_[v];
       if (last <= prod) continue;
-      const int64_t bytes = valueBytes(cg_, ir::ValueId{v}, producerPlacement(ir::ValueId{v}, 0));
+      const int64_t bytes = valueBytes(cg_, ir::ValueId{v}, producerPlacement(ir::ValueId{v}));
       grad_start[static_cast<size_t>(last)] += bytes;
       grad_end[static_cast<size_t>(prod)] += bytes;
     }
-    // A reader's gradient of a redistributed input is made at the copy's placement first.
-    for (int64_t pos = 0; pos < num_ops; ++pos)
-      temp_at[static_cast<size_t>(pos)] = copy_grad_bytes_[static_cast<size_t>(pos)];
     // A pending reduce-scatter holds its full-size input; Gloo's (CPU) also a flat copy of it
     // until the work is waited for (measured: mlp_stack's FSDP plan on 2 CPU ranks, -26% with one
     // copy counted, -6% with two). NCCL reduces in place: one (not measured here).
@@ -468,8 +465,9 @@ class Model {
       MemoryParts parts = persistent_;
       parts.activations = held;
       parts.gradients = grads;
-      parts.transient = pending + temp_at[i] + gathered + reducing;
-      consider(parts, "backward", opName(pos));
+      // A reader's gradient of a redistributed input is made at the copy's placement first.
+      parts.transient = pending + copy_grad_bytes_[i] + gathered + reducing;
+      consider(parts, kBackward, opName(pos));
       held -= release_at[i];
       pending -= grad_end[i];
     }
@@ -491,7 +489,7 @@ class Model {
       parts.activations = outputs_held;
       parts.gradients = persistent_.parameters;
       parts.transient = bucketed + std::min(bucketed, grad_bucket_bytes_) + gathered + reducing;
-      consider(parts, "backward", "the gradient buckets");
+      consider(parts, kBackward, "the gradient buckets");
     }
     if (reducing > 0) {
       // The end of backward: every gradient made, the gathered ones still being reduced.
@@ -499,7 +497,7 @@ class Model {
       parts.activations = outputs_held;
       parts.gradients = persistent_.parameters;
       parts.transient = reducing + gathered;
-      consider(parts, "backward", "the gradient reductions");
+      consider(parts, kBackward, "the gradient reductions");
     }
 
     // The optimizer step: every gradient, the state, one temporary of the largest parameter.
@@ -507,7 +505,7 @@ class Model {
     step.gradients = persistent_.parameters;
     // apc-train still holds the step's outputs, local and gathered, until the step ends.
     step.transient = largest_param + outputs_local + gathered;
-    consider(step, "optimizer", "");
+    consider(step, kOptimizer, "");
     // The phases before the optimizer step hold no gradients of an earlier step (apc-train sets
     // them to none), so the forward's peak is the one a step starts with.
     return e;
@@ -545,7 +543,7 @@ class Model {
   }
 
   /// The placement of output `k` of v's producer, if the plan places it.
-  std::optional<mesh::PlacementTuple> producerPlacement(ir::ValueId v, size_t) const {
+  std::optional<mesh::PlacementTuple> producerPlacement(ir::ValueId v) const {
     const ir::Value& val = g_.value(v);
     if (!val.producer.valid()) return std::nullopt;
     const int64_t pi = plan_of_[val.producer.v];
@@ -609,7 +607,7 @@ class Model {
     std::optional<mesh::PlacementTuple> want;
     if (pi >= 0 && i < p_.nodes[static_cast<size_t>(pi)].input_placements.size())
       want = p_.nodes[static_cast<size_t>(pi)].input_placements[i];
-    const std::optional<mesh::PlacementTuple> have = producerPlacement(v, 0);
+    const std::optional<mesh::PlacementTuple> have = producerPlacement(v);
     const int64_t base = value_storage_[v.v];
     const Storage& bs = storages_[static_cast<size_t>(base)];
     const bool is_param = bs.kind == StorageKind::kParameter;
@@ -662,7 +660,7 @@ class Model {
         view_output_[o.v] = true;
         continue;
       }
-      const int64_t bytes = valueBytes(cg_, o, producerPlacement(o, 0));
+      const int64_t bytes = valueBytes(cg_, o, producerPlacement(o));
       value_storage_[o.v] = newStorage(StorageKind::kDynamic, bytes, pos);
       storages_[static_cast<size_t>(value_storage_[o.v])].last_use = pos;
     }
@@ -710,7 +708,7 @@ class Model {
     // through max_pool2d_with_indices), not its values.
     if (op.substr(0, 8) == "max_pool" && !n.outputs.empty() && cg_.value(n.outputs[0]).tensor) {
       if (!reads.empty()) keep(reads[0]);
-      const int64_t out = valueBytes(cg_, n.outputs[0], producerPlacement(n.outputs[0], 0));
+      const int64_t out = valueBytes(cg_, n.outputs[0], producerPlacement(n.outputs[0]));
       const int64_t elem = ir::dtypeBytes(cg_.value(n.outputs[0]).tensor->dtype);
       const int64_t id =
           newStorage(StorageKind::kDynamic, out / std::max<int64_t>(elem, 1) * 8, pos);

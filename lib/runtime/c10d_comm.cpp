@@ -111,6 +111,57 @@ at::Tensor frontPadded(const at::Tensor& t, int64_t d, int64_t rows) {
   return padded;
 }
 
+/// An all-gather of `local` along dim `d` whose members hold `sizes[k]` rows: the result's shape,
+/// the largest piece (every member sends `most` rows, front-padded), and whether nothing moves.
+struct GatherLayout {
+  std::vector<int64_t> out_shape;
+  int64_t most = 0;
+  bool empty = false;
+};
+
+GatherLayout gatherLayout(const at::Tensor& local, int64_t d, const std::vector<int64_t>& sizes) {
+  GatherLayout l;
+  l.out_shape = local.sizes().vec();
+  int64_t total = 0;
+  for (int64_t s : sizes) {
+    total += s;
+    l.most = std::max(l.most, s);
+  }
+  l.out_shape[d] = total;
+  int64_t row = 1;  // elements per unit of dim d
+  for (int64_t i = 0; i < local.dim(); ++i)
+    if (i != d) row *= local.size(i);
+  l.empty = l.most == 0 || row == 0;
+  return l;
+}
+
+/// The gathered tensor from the buffer of `sizes.size()` padded pieces of `most` rows each.
+at::Tensor assembleGather(const at::Tensor& gathered, int64_t d, const std::vector<int64_t>& sizes,
+                          int64_t most) {
+  std::vector<at::Tensor> pieces;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    pieces.push_back(gathered.narrow(0, static_cast<int64_t>(k) * most, sizes[k]));
+  return at::cat(pieces, 0).movedim(0, d).contiguous();
+}
+
+/// A reduce-scatter of `full` along dim `d` over `size` members: this member's rows, the padded
+/// piece size (torch.chunk's pieces are runs of `chunk` rows but the last ones: padding the dim to
+/// size * chunk rows makes them equal), and this member's output shape.
+struct ScatterLayout {
+  int64_t mine = 0, chunk = 0;
+  std::vector<int64_t> out_shape;
+};
+
+ScatterLayout scatterLayout(const at::Tensor& full, int64_t d, int size, int index) {
+  ScatterLayout l;
+  std::vector<int64_t> pieces = chunkSizes(full.size(d), size);
+  l.mine = pieces[static_cast<size_t>(index)];
+  l.chunk = *std::max_element(pieces.begin(), pieces.end());
+  l.out_shape = full.sizes().vec();
+  l.out_shape[d] = l.mine;
+  return l;
+}
+
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(std::string name, c10::intrusive_ptr<c10d::Backend> pg, int index, int size,
@@ -127,17 +178,9 @@ class C10dCommunicator final : public Communicator {
     int64_t d = normaliseDim(name_, op, dim, local.dim());
     checkPieceSizes(name_, op, local, d, sizes, index_);
     count(CommKind::kAllGather);
-    std::vector<int64_t> out_shape = local.sizes().vec();
-    int64_t total = 0, most = 0;
-    for (int k = 0; k < size_; ++k) {
-      total += sizes[k];
-      most = std::max(most, sizes[k]);
-    }
-    out_shape[d] = total;
-    int64_t row = 1;  // elements per unit of dim d
-    for (int64_t i = 0; i < local.dim(); ++i)
-      if (i != d) row *= local.size(i);
-    if (most == 0 || row == 0) return at::empty(out_shape, local.options());
+    const GatherLayout l = gatherLayout(local, d, sizes);
+    if (l.empty) return at::empty(l.out_shape, local.options());
+    const int64_t most = l.most;
     at::Tensor padded = frontPadded(local, d, most);
     std::vector<int64_t> gathered_shape = padded.sizes().vec();
     gathered_shape[0] = most * size_;
@@ -147,9 +190,7 @@ class C10dCommunicator final : public Communicator {
     opts.timeout = timeout_;
     run(CommKind::kAllGather, op, in, [&] { return pg_->_allgather_base(out, in, opts); });
     addBytes(CommKind::kAllGather, (size_ - 1) * bytesOf(padded));
-    std::vector<at::Tensor> pieces;
-    for (int k = 0; k < size_; ++k) pieces.push_back(gathered.narrow(0, k * most, sizes[k]));
-    return at::cat(pieces, 0).movedim(0, d).contiguous();
+    return assembleGather(gathered, d, sizes, most);
   }
 
   void allReduce(at::Tensor& t, mesh::ReduceOp op) override {
@@ -171,14 +212,9 @@ class C10dCommunicator final : public Communicator {
     const char* what = "reduce-scatter";
     int64_t d = normaliseDim(name_, what, dim, full.dim());
     count(CommKind::kReduceScatter);
-    std::vector<int64_t> pieces = chunkSizes(full.size(d), size_);
-    int64_t mine = pieces[index_];
-    int64_t chunk = *std::max_element(pieces.begin(), pieces.end());
-    std::vector<int64_t> out_shape = full.sizes().vec();
-    out_shape[d] = mine;
-    if (full.numel() == 0) return at::empty(out_shape, full.options());
-    // torch.chunk's pieces are runs of `chunk` rows but the last ones: padding the dim to
-    // size * chunk rows makes them p equal pieces.
+    const ScatterLayout l = scatterLayout(full, d, size_, index_);
+    const int64_t mine = l.mine, chunk = l.chunk;
+    if (full.numel() == 0) return at::empty(l.out_shape, full.options());
     at::Tensor send = frontPadded(full, d, chunk * size_);
     std::vector<int64_t> recv_shape = send.sizes().vec();
     recv_shape[0] = chunk;
@@ -293,13 +329,10 @@ class C10dCommunicator final : public Communicator {
     const char* what = "reduce-scatter";
     int64_t d = normaliseDim(name_, what, dim, full.dim());
     count(CommKind::kReduceScatter);
-    std::vector<int64_t> pieces = chunkSizes(full.size(d), size_);
-    int64_t mine = pieces[index_];
-    int64_t chunk = *std::max_element(pieces.begin(), pieces.end());
-    std::vector<int64_t> out_shape = full.sizes().vec();
-    out_shape[d] = mine;
+    const ScatterLayout l = scatterLayout(full, d, size_, index_);
+    const int64_t mine = l.mine, chunk = l.chunk;
     if (full.numel() == 0) {
-      at::Tensor empty = at::empty(out_shape, full.options());
+      at::Tensor empty = at::empty(l.out_shape, full.options());
       return std::make_unique<Pending>(*this, CommKind::kReduceScatter, what,
                                        [empty] { return empty; });
     }
@@ -328,31 +361,19 @@ class C10dCommunicator final : public Communicator {
     int64_t d = normaliseDim(name_, op, dim, local.dim());
     checkPieceSizes(name_, op, local, d, sizes, index_);
     count(CommKind::kAllGather);
-    std::vector<int64_t> out_shape = local.sizes().vec();
-    int64_t total = 0, most = 0;
-    for (int k = 0; k < size_; ++k) {
-      total += sizes[k];
-      most = std::max(most, sizes[k]);
-    }
-    out_shape[d] = total;
-    int64_t row = 1;  // elements per unit of dim d
-    for (int64_t i = 0; i < local.dim(); ++i)
-      if (i != d) row *= local.size(i);
-    if (most == 0 || row == 0) {
-      at::Tensor empty = at::empty(out_shape, local.options());
+    const GatherLayout l = gatherLayout(local, d, sizes);
+    if (l.empty) {
+      at::Tensor empty = at::empty(l.out_shape, local.options());
       return std::make_unique<Pending>(*this, CommKind::kAllGather, op, [empty] { return empty; });
     }
+    const int64_t most = l.most;
     at::Tensor padded = frontPadded(local, d, most);
     std::vector<int64_t> gathered_shape = padded.sizes().vec();
     gathered_shape[0] = most * size_;
     at::Tensor gathered = at::empty(gathered_shape, local.options());
-    const int size = size_;
     auto pending = std::make_unique<Pending>(
-        *this, CommKind::kAllGather, op, [gathered, padded, sizes, most, size, d] {
-          std::vector<at::Tensor> pieces;
-          for (int k = 0; k < size; ++k) pieces.push_back(gathered.narrow(0, k * most, sizes[k]));
-          return at::cat(pieces, 0).movedim(0, d).contiguous();
-        });
+        *this, CommKind::kAllGather, op,
+        [gathered, padded, sizes, most, d] { return assembleGather(gathered, d, sizes, most); });
     at::Tensor out = wireView(gathered), in = wireView(padded);
     c10d::AllgatherOptions opts;
     opts.timeout = timeout_;

@@ -122,6 +122,18 @@ std::vector<DimStrategy> gatherRule(const RuleContext& c) {
   return res;
 }
 
+/// A strategy of scatter_add / index_add (self, dim, index, src): the placements of self, index,
+/// src and the output.
+DimStrategy combineStrategy(const RuleContext& c, Placement self, Placement index, Placement src,
+                            Placement out) {
+  DimStrategy s = emptyDim(c);
+  s.inputs[0] = self;
+  s.inputs[2] = index;
+  s.inputs[3] = src;
+  s.outputs[0] = out;
+  return s;
+}
+
 /// scatter_add(self, dim, index, src).
 std::vector<DimStrategy> scatterAddRule(const RuleContext& c) {
   const int64_t r = c.inputRank(0);
@@ -129,12 +141,7 @@ std::vector<DimStrategy> scatterAddRule(const RuleContext& c) {
   auto d = dimArg(c, 1, r, 0);
   if (!d) return {};
   auto make = [&](Placement self, Placement index, Placement src, Placement out) {
-    DimStrategy s = emptyDim(c);
-    s.inputs[0] = self;
-    s.inputs[2] = index;
-    s.inputs[3] = src;
-    s.outputs[0] = out;
-    return s;
+    return combineStrategy(c, self, index, src, out);
   };
   std::vector<DimStrategy> res{make(R(), R(), R(), R())};
   for (int64_t k = 0; k < r; ++k)
@@ -152,12 +159,7 @@ std::vector<DimStrategy> indexAddRule(const RuleContext& c) {
   auto d = dimArg(c, 1, r, 0);
   if (!d) return {};
   auto make = [&](Placement self, Placement index, Placement src, Placement out) {
-    DimStrategy s = emptyDim(c);
-    s.inputs[0] = self;
-    s.inputs[2] = index;
-    s.inputs[3] = src;
-    s.outputs[0] = out;
-    return s;
+    return combineStrategy(c, self, index, src, out);
   };
   std::vector<DimStrategy> res{make(R(), R(), R(), R())};
   for (int64_t k = 0; k < r; ++k)
