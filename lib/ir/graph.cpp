@@ -171,4 +171,53 @@ Status Graph::verify() const {
   return Status::success();
 }
 
+bool inModule(std::string_view path, std::string_view module) {
+  return !module.empty() && path.size() >= module.size() &&
+         path.compare(0, module.size(), module) == 0 &&
+         (path.size() == module.size() || path[module.size()] == '.');
+}
+
+namespace {
+
+/// Ops that update running statistics in place (their inputs, defined outside the module): a
+/// second run would update them twice. The functional and inference forms are pure.
+bool updatesRunningStats(const std::string& op) {
+  if (op.find("batch_norm") == std::string::npos && op != "aten::instance_norm") return false;
+  return op != "aten::_native_batch_norm_legit_functional" &&
+         op != "aten::_native_batch_norm_legit_no_training" &&
+         op.find("backward") == std::string::npos;
+}
+
+}  // namespace
+
+std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module) {
+  std::optional<uint32_t> first, last;
+  for (const Node& n : g.nodes())
+    if (inModule(n.module_path, module)) {
+      if (!first) first = n.id.v;
+      last = n.id.v;
+    }
+  if (!first) return std::nullopt;
+  const auto inside = [&](NodeId id) { return id.valid() && id.v >= *first && id.v <= *last; };
+  bool has_op = false;
+  for (uint32_t i = *first; i <= *last; ++i) {
+    const Node& n = g.node(NodeId(i));
+    if (n.kind != NodeKind::kOp || !inModule(n.module_path, module)) return std::nullopt;
+    has_op = true;
+    if (updatesRunningStats(n.op)) return std::nullopt;
+    if (!n.op.empty() && n.op.back() == '_' && !n.inputs.empty() &&
+        !inside(g.value(n.inputs[0]).producer))
+      return std::nullopt;
+  }
+  if (!has_op) return std::nullopt;
+  std::vector<bool> read_later(g.numValues(), false);
+  for (ValueId v : g.outputs().leaves()) read_later[v.v] = true;
+  for (uint32_t i = *last + 1; i < g.numNodes(); ++i)
+    for (ValueId v : g.node(NodeId(i)).inputs) read_later[v.v] = true;
+  for (uint32_t i = *first; i <= *last; ++i)
+    for (ValueId v : g.node(NodeId(i)).outputs)
+      if (read_later[v.v] && g.value(v).type != ValueType::kTensor) return std::nullopt;
+  return NodeRange{*first, *last};
+}
+
 }  // namespace apc::ir

@@ -888,6 +888,21 @@ Expected<proto::Program> Lowerer::run() {
     if (mp.reduce_dtype) pm->set_reduce_dtype(ir::dtypeName(*mp.reduce_dtype));
   }
   APC_RETURN_IF_ERROR(recordPrediction());
+  for (const std::string& module : p_.checkpoint) {
+    const std::optional<ir::NodeRange> r = ir::checkpointRange(out_, module);
+    if (!r)
+      return invalidArgument("the plan checkpoints module '" + module +
+                             "', which cannot be recomputed in this rank's program (its nodes "
+                             "are not contiguous, it updates state in place, or it passes a "
+                             "non-tensor value on)");
+    if (program_.checkpoints_size() > 0 && r->first <= program_.checkpoints().rbegin()->last())
+      return invalidArgument("the plan's checkpointed modules overlap or are out of node order at '" +
+                             module + "'");
+    proto::CheckpointSegment* cs = program_.add_checkpoints();
+    cs->set_module(module);
+    cs->set_first(r->first);
+    cs->set_last(r->last);
+  }
   return std::move(program_);
 }
 

@@ -215,6 +215,10 @@ Expected<std::vector<MeshDimNetwork>> readNetwork(const json& j, const std::stri
     if (out[m].ranks_per_node > 0 && !out[m].inter_node)
       return at(p, "ranks_per_node needs an 'inter_node' link (the link between nodes)");
   }
+  // A network that overrides nothing on any dim is no network: the spec then means (and writes
+  // back as) the device's links, so parse, write and parse again agree.
+  if (std::all_of(out.begin(), out.end(), [](const MeshDimNetwork& d) { return d.empty(); }))
+    out.clear();
   return out;
 }
 

@@ -23,6 +23,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "apc/ir/types.h"
@@ -168,5 +169,22 @@ class Graph {
   std::vector<Value> values_;
   OutputTree outputs_;
 };
+
+/// Activation checkpointing's unit: the nodes of one module, contiguous in node order.
+struct NodeRange {
+  uint32_t first = 0;  // node ids, inclusive
+  uint32_t last = 0;
+};
+
+/// True when `path` is `module` or below it ("layers.3.mlp" is in "layers.3", "layers.30" not).
+bool inModule(std::string_view path, std::string_view module);
+
+/// The nodes [first, last] of module `module` when it can be recomputed in backward (activation
+/// checkpointing: the runtime runs the range again from what it reads from outside): the range
+/// holds every node of the module and only op nodes of it, it writes no value it does not
+/// define (no in-place op, no BatchNorm that updates running statistics), and every value it
+/// defines that a later node or the graph's outputs read is a tensor. nullopt otherwise, or when
+/// the module has no op node.
+std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module);
 
 }  // namespace apc::ir

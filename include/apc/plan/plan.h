@@ -204,6 +204,9 @@ struct Plan {
   /// memoryOptimizers() (apc/plan/memory.h), in that order; empty in a plan read from a file
   /// without it.
   std::vector<MemoryEstimate> memory;
+  /// Activation checkpointing: the modules whose forward backward runs again instead of keeping
+  /// their saved activations (ir::checkpointRange), in node order. Empty: none.
+  std::vector<std::string> checkpoint;
 
   /// The estimate for `optimizer`, or nullptr.
   const MemoryEstimate* memoryFor(std::string_view optimizer) const;
