@@ -18,6 +18,7 @@
 #include "apc/frontend/model.h"
 #include "apc/ir/proto_io.h"
 #include "apc/lower/lower.h"
+#include "apc/plan/checkpointing.h"
 #include "apc/plan/memory.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
@@ -308,6 +309,16 @@ Status AutoParallel::add_device_memory_constraint(int64_t bytes, const std::stri
   return Status::success();
 }
 
+Status AutoParallel::set_activation_checkpointing(const std::string& modules) {
+  APC_RETURN_IF_ERROR(ensureGraph());
+  if (modules != "auto") {
+    auto parsed = plan::parseCheckpointModules(*state_->graph, modules);
+    if (!parsed.ok()) return parsed.error().withContext("set_activation_checkpointing");
+  }
+  checkpoint_ = modules;
+  return Status::success();
+}
+
 Status AutoParallel::add_node_constraint(const std::string& node, const Placements& placements) {
   const std::string what = "add_node_constraint '" + node + "'";
   APC_RETURN_IF_ERROR(ensureGraph());
@@ -343,6 +354,7 @@ Expected<AutoParallel::Solved> AutoParallel::solve(const std::optional<std::stri
   request.options.solver.time_limit_s = options_.time_limit_s;
   request.options.solver.threads = options_.threads;
   request.options.reduce = options_.reduce;
+  request.checkpoint = checkpoint_;
   plan::PhaseTimings timings;
   auto run = plan::planGraph(g, std::move(spec), st.source, request, &timings);
   if (!run.ok()) return baseline ? run.error().withContext("baseline_placement") : run.error();

@@ -896,8 +896,8 @@ Expected<proto::Program> Lowerer::run() {
                              "are not contiguous, it updates state in place, or it passes a "
                              "non-tensor value on)");
     if (program_.checkpoints_size() > 0 && r->first <= program_.checkpoints().rbegin()->last())
-      return invalidArgument("the plan's checkpointed modules overlap or are out of node order at '" +
-                             module + "'");
+      return invalidArgument(
+          "the plan's checkpointed modules overlap or are out of node order at '" + module + "'");
     proto::CheckpointSegment* cs = program_.add_checkpoints();
     cs->set_module(module);
     cs->set_first(r->first);

@@ -49,6 +49,15 @@ PlanDiff diffPlans(const Plan& a, const Plan& b) {
                       b.spec.mesh.toString());
   if (a.spec.device != b.spec.device || !(a.spec.device_overrides == b.spec.device_overrides))
     d.notes.push_back("the devices differ: " + a.spec.device + " vs " + b.spec.device);
+  if (a.checkpoint != b.checkpoint) {
+    auto list = [](const Plan& p) {
+      if (p.checkpoint.empty()) return std::string("none");
+      return std::to_string(p.checkpoint.size()) + " (" + p.checkpoint.front() +
+             (p.checkpoint.size() > 1 ? " ... " + p.checkpoint.back() : std::string()) + ")";
+    };
+    d.notes.push_back("activation checkpointing differs: modules recomputed " + list(a) + " vs " +
+                      list(b));
+  }
   if (!(a.spec.memory_budget == b.spec.memory_budget))
     d.notes.push_back("the memory budgets differ");
 
@@ -186,6 +195,7 @@ std::string diffText(const PlanDiff& d) {
                      int64_t peak) {
     return std::string(which) + ": step " + formatMicros(t.total_us) + " (compute " +
            formatMicros(t.compute_us) + ", comm " + formatMicros(t.comm_us) +
+           (t.recompute_us > 0 ? ", recompute " + formatMicros(t.recompute_us) : "") +
            "), parameter memory per rank " +
            humanBytes(static_cast<double>(t.param_bytes_per_rank)) + " of " +
            humanBytes(static_cast<double>(t.param_bytes_total)) + budget +

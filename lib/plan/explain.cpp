@@ -287,7 +287,9 @@ std::string topNodesText(const Plan& p, size_t n) {
   const PlanTotals& t = p.totals;
   out += "plan of " + p.model.model_name + " on " + p.spec.mesh.toString() + ": step " +
          formatMicros(t.total_us) + " (compute " + formatMicros(t.compute_us) + ", comm " +
-         formatMicros(t.comm_us) + "), solver " + p.solver.status + "\n";
+         formatMicros(t.comm_us) +
+         (t.recompute_us > 0 ? ", recompute " + formatMicros(t.recompute_us) : "") + "), solver " +
+         p.solver.status + "\n";
   std::vector<uint32_t> top = costliestNodes(p, n);
   out += "costliest " + std::to_string(top.size()) + " of " + std::to_string(p.nodes.size()) +
          " nodes:\n";
@@ -352,7 +354,9 @@ std::string topModulesText(const Plan& p, size_t n) {
   const PlanTotals& t = p.totals;
   std::string out = "plan of " + p.model.model_name + " on " + p.spec.mesh.toString() + ": step " +
                     formatMicros(t.total_us) + " (compute " + formatMicros(t.compute_us) +
-                    ", comm " + formatMicros(t.comm_us) + "), solver " + p.solver.status + "\n";
+                    ", comm " + formatMicros(t.comm_us) +
+                    (t.recompute_us > 0 ? ", recompute " + formatMicros(t.recompute_us) : "") +
+                    "), solver " + p.solver.status + "\n";
   std::vector<ModuleCost> rows = costliestModules(p, n);
   out += "costliest " + std::to_string(rows.size()) +
          " modules (a stack of repeated layers is "

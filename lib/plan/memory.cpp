@@ -261,6 +261,9 @@ struct Storage {
   // size, is reduced asynchronously and waited for at the end of backward (the runtime's overlap),
   // so it is held from its last reader's backward to the end of backward.
   bool gathered_param = false;
+  // Activation checkpointing: saved inside checkpointed segment `recompute` (an index into
+  // segments_), so held only from that segment's backward (its recompute) on, not in forward.
+  int recompute = -1;
 };
 
 class Model {
@@ -271,6 +274,13 @@ class Model {
   /// The estimate without optimizer state (it adds the same bytes at every point of the step).
   Expected<MemoryEstimate> run() {
     APC_RETURN_IF_ERROR(mapPlan());
+    for (const std::string& module : p_.checkpoint) {
+      const std::optional<ir::NodeRange> r = ir::checkpointRange(g_, module);
+      if (!r)
+        return invalidArgument("the plan checkpoints module '" + module +
+                               "', which cannot be recomputed (ir::checkpointRange)");
+      segments_.push_back({*r, -1, -1});
+    }
     MemoryEstimate e;
     // Persistent parts.
     int64_t largest_param = 0;
@@ -287,6 +297,14 @@ class Model {
         if (g_.isShapeNode(n.id)) continue;
         const int64_t pos = static_cast<int64_t>(ops_.size());
         ops_.push_back(n.id);
+        segment_of_.push_back(-1);
+        for (size_t k = 0; k < segments_.size(); ++k) {
+          Segment& sg = segments_[k];
+          if (n.id.v < sg.range.first || n.id.v > sg.range.last) continue;
+          segment_of_.back() = static_cast<int>(k);
+          if (sg.first_pos < 0) sg.first_pos = pos;
+          sg.last_pos = pos;
+        }
         for (size_t k = 0; k < n.outputs.size(); ++k) producer_pos_[n.outputs[k].v] = pos;
         continue;
       }
@@ -417,6 +435,18 @@ class Model {
         if (s.kind == StorageKind::kDynamic) outputs_held += s.bytes;
       }
     std::vector<int64_t> release_at(static_cast<size_t>(num_ops) + 1, 0);
+    // A checkpointed segment's backward runs its forward again: what its ops save is held from
+    // its last op's backward to each saver's (then released as without checkpointing).
+    std::vector<int64_t> recompute_at(static_cast<size_t>(num_ops) + 1, 0);
+    for (const Storage& s : storages_) {
+      if (s.kind != StorageKind::kDynamic || s.recompute < 0 || s.kept || s.parameter_copy)
+        continue;
+      const Segment& sg = segments_[static_cast<size_t>(s.recompute)];
+      if (sg.last_pos < 0) continue;
+      recompute_at[static_cast<size_t>(sg.last_pos)] += s.bytes;
+      const int64_t at = std::clamp<int64_t>(s.first_saver, sg.first_pos, sg.last_pos);
+      release_at[static_cast<size_t>(at)] += s.bytes;
+    }
     int64_t held = 0;
     for (size_t k = 0; k < storages_.size(); ++k) {
       const Storage& s = storages_[k];
@@ -461,6 +491,7 @@ class Model {
       const size_t i = static_cast<size_t>(pos);
       grads += param_grad_at[i];
       pending += grad_start[i];
+      held += recompute_at[i];
       reducing += reducing_at[i];
       MemoryParts parts = persistent_;
       parts.activations = held;
@@ -641,6 +672,23 @@ class Model {
       use(reads[i], pos);
       last_reader_[n.inputs[i].v] = std::max(last_reader_[n.inputs[i].v], pos);
     }
+    // A checkpointed segment keeps every tensor it reads from outside (its recompute's inputs)
+    // until its backward: the value itself, not a redistributed copy (the segment makes those).
+    if (const int seg = segment_of_[static_cast<size_t>(pos)]; seg >= 0) {
+      const int64_t first = segments_[static_cast<size_t>(seg)].first_pos;
+      for (ir::ValueId v : n.inputs) {
+        if (!isTensorLike(v) || value_storage_[v.v] < 0) continue;
+        const int64_t sid = value_storage_[v.v];
+        std::vector<int64_t> parts = members_[static_cast<size_t>(sid)];
+        parts.push_back(sid);
+        for (int64_t m : parts) {
+          Storage& e = storages_[static_cast<size_t>(m)];
+          if (e.kind != StorageKind::kDynamic || e.alloc >= first) continue;
+          e.kept = true;
+          e.first_saver = std::min(e.first_saver, first);
+        }
+      }
+    }
     const std::string_view op = bareOp(n);
     const bool view = isViewOp(op) && !n.inputs.empty() && reads[0] >= 0;
     // A list or tuple a prim op builds holds its elements (no storage of its own, no autograd).
@@ -674,18 +722,22 @@ class Model {
       return i < n.inputs.size() && isTensorLike(n.inputs[i]) && requiresGrad(n.inputs[i]);
     };
     const Saves saves = savedBy(op, n.inputs.size(), n.outputs.size(), grad);
+    // Inside a checkpointed segment an op saves nothing in forward (the segment runs without
+    // autograd; its inputs are kept above): what it saves is held from the recompute on.
+    const int seg = segment_of_[static_cast<size_t>(pos)];
+    auto mark = [&](Storage& e) {
+      if (e.kind != StorageKind::kDynamic) return;
+      if (seg >= 0 && e.alloc >= segments_[static_cast<size_t>(seg)].first_pos) {
+        e.recompute = seg;
+      } else {
+        e.kept = true;
+      }
+      e.first_saver = std::min(e.first_saver, pos);
+    };
     auto keep = [&](int64_t sid) {
       if (sid < 0) return;
-      for (int64_t m : members_[static_cast<size_t>(sid)]) {
-        Storage& e = storages_[static_cast<size_t>(m)];
-        if (e.kind != StorageKind::kDynamic) continue;
-        e.kept = true;
-        e.first_saver = std::min(e.first_saver, pos);
-      }
-      Storage& s = storages_[static_cast<size_t>(sid)];
-      if (s.kind != StorageKind::kDynamic) return;
-      s.kept = true;
-      s.first_saver = std::min(s.first_saver, pos);
+      for (int64_t m : members_[static_cast<size_t>(sid)]) mark(storages_[static_cast<size_t>(m)]);
+      mark(storages_[static_cast<size_t>(sid)]);
     };
     // A batch-sharded training batch_norm runs as SyncBatchNorm does (apc/strategy/sync_norm.h),
     // in autograd ops that save x - mean and the normalized x: two tensors of the input's size in
@@ -730,9 +782,18 @@ class Model {
     return n.outputs.empty() ? n.op : g_.value(n.outputs[0]).debug_name;
   }
 
+  /// A checkpointed module: its node range and its first and last op positions (-1: none).
+  struct Segment {
+    ir::NodeRange range;
+    int64_t first_pos = -1;
+    int64_t last_pos = -1;
+  };
+
   const ir::Graph& g_;
   ir::Graph cg_;
   const Plan& p_;
+  std::vector<Segment> segments_;
+  std::vector<int> segment_of_;  // per op position: its segment, or -1
   MemoryParts persistent_;
   std::vector<int64_t> plan_of_;
   std::map<std::string, int64_t> param_bytes_;

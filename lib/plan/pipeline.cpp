@@ -7,7 +7,9 @@
 //===----------------------------------------------------------------------===//
 #include "apc/plan/pipeline.h"
 
+#include "apc/plan/checkpointing.h"
 #include "apc/plan/memory.h"
+#include "apc/plan/report.h"
 
 #include "apc/cost/cost_model.h"
 
@@ -375,10 +377,13 @@ constexpr int kMaxDeviceMemorySolves = 6;
 ///      peak), the rest and the ratio taken from the last plan (and the optimizer step's
 ///      (2 + state) x parameters + its temporary), shrinking by device / peak when a plan still
 ///      does not fit, for at most kMaxDeviceMemorySolves solves.
+/// With `checkpoint` (activation checkpointing allowed), every plan of the loop that does not fit
+/// is also tried with the cheapest checkpointing that makes it fit (checkpointToFit); the result
+/// is the fastest of the plans that fit (estimated step time, recompute included).
 /// When even every parameter at its least footprint does not fit, the error names the smallest
 /// predicted peak (that plan's).
 Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
-                            const solver::SolveGraphOptions& options, PlanRun& run,
+                            const solver::SolveGraphOptions& options, bool checkpoint, PlanRun& run,
                             PhaseTimings* timings) {
   const mesh::Spec& spec = run.spec;
   const double device = static_cast<double>(*spec.device_memory);
@@ -405,14 +410,50 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
   APC_ASSIGN_OR_RETURN(const MemoryEstimate* e, peakOf(r));
   int solves = 1;
   std::optional<double> high;
+  // The fastest plan so far that fits with checkpointing, and the parameter bound it was solved
+  // with.
+  std::optional<PlanResult> checkpointed;
+  std::optional<double> checkpointed_high;
+  auto tryCheckpointing = [&](const PlanResult& from) -> Status {
+    if (!checkpoint) return Status::success();
+    PlanResult c = from;
+    APC_ASSIGN_OR_RETURN(const bool fits,
+                         checkpointToFit(g, c.plan, *spec.device_memory, spec.optimizer));
+    if (fits && (!checkpointed || c.plan.totals.total_us < checkpointed->plan.totals.total_us)) {
+      checkpointed = std::move(c);
+      checkpointed_high = high;
+    }
+    return Status::success();
+  };
+  // The checkpointed plan, when it is the fastest that fits (`fitting`: the loop's own, if any).
+  auto finish = [&](std::optional<PlanResult> fitting) -> bool {
+    if (!checkpointed ||
+        (fitting && fitting->plan.totals.total_us <= checkpointed->plan.totals.total_us))
+      return false;
+    const MemoryEstimate* ce = checkpointed->plan.memoryFor(spec.optimizer);
+    std::string note = what + ": predicted peak per rank " +
+                       humanBytes(static_cast<double>(ce ? ce->peak_bytes : 0)) + " (" +
+                       spec.optimizer + ") with " +
+                       std::to_string(checkpointed->plan.checkpoint.size()) +
+                       " checkpointed module(s) (recompute " +
+                       formatMicros(checkpointed->plan.totals.recompute_us) + ")";
+    if (checkpointed_high) note += ", parameters bounded to " + humanBytes(*checkpointed_high);
+    note += " after " + std::to_string(solves) + " solves";
+    checkpointed->note = checkpointed->note.empty() ? note : checkpointed->note + "; " + note;
+    run.result = std::move(*checkpointed);
+    return true;
+  };
   while (static_cast<double>(e->peak_bytes) > device) {
-    if (solves >= kMaxDeviceMemorySolves)
+    APC_RETURN_IF_ERROR(tryCheckpointing(r));
+    if (solves >= kMaxDeviceMemorySolves) {
+      if (finish(std::nullopt)) return Status::success();
       return Error(ErrorCode::kInfeasible, what + ": after " + std::to_string(solves) +
                                                " solves the predicted peak per rank is still " +
                                                humanBytes(static_cast<double>(e->peak_bytes)) +
                                                " (" + e->phase +
                                                (e->at.empty() ? "" : " at " + e->at) +
                                                "); give more memory or a smaller batch");
+    }
     const MemoryParts& m = e->at_peak;
     const double params = static_cast<double>(std::max<int64_t>(m.parameters, 1));
     const double per_param =
@@ -426,16 +467,32 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
     next = std::min(next, (device - static_cast<double>(largest)) / (2.0 + state));
     if (high) next = std::min(next, *high * device / static_cast<double>(e->peak_bytes));
     if (next < least) {
-      // Name the smallest memory that works: the plan with every parameter at its least.
+      // The plan with every parameter at its least footprint: with checkpointing it may fit;
+      // else it names the smallest memory that works.
       std::string smallest;
-      if (auto lr = solveWith(least); lr.ok())
-        if (const MemoryEstimate* le = lr->plan.memoryFor(spec.optimizer))
+      if (auto lr = solveWith(least); lr.ok()) {
+        high = least;
+        ++solves;
+        APC_RETURN_IF_ERROR(tryCheckpointing(*lr));
+        if (finish(std::nullopt)) return Status::success();
+        Plan& lp = lr->plan;
+        if (checkpoint) {
+          std::vector<std::string> all = checkpointCandidates(g);
+          if (!all.empty()) APC_RETURN_IF_ERROR(applyCheckpointing(g, lp, std::move(all)));
+        }
+        if (const MemoryEstimate* le = lp.memoryFor(spec.optimizer))
           smallest = "; the smallest predicted peak per rank is " +
                      humanBytes(static_cast<double>(le->peak_bytes)) +
-                     " (every parameter at its least footprint, " +
-                     humanBytes(static_cast<double>(le->saved_activations)) +
-                     " of saved activations, optimizer " + spec.optimizer +
-                     "): give at least that, a smaller batch or more ranks";
+                     " (every parameter at its least footprint" +
+                     (lp.checkpoint.empty()
+                          ? std::string()
+                          : ", " + std::to_string(lp.checkpoint.size()) + " modules checkpointed") +
+                     ", " + humanBytes(static_cast<double>(le->saved_activations)) +
+                     " of saved activations, optimizer " + spec.optimizer + ", peak in " +
+                     le->phase + "): give at least that, a smaller batch or more ranks";
+      } else if (finish(std::nullopt)) {
+        return Status::success();
+      }
       return Error(ErrorCode::kInfeasible,
                    what + ": no plan fits: the parameters would need at most " +
                        humanBytes(std::max(next, 0.0)) + " per rank, and they take at least " +
@@ -446,6 +503,7 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
     APC_ASSIGN_OR_RETURN(e, peakOf(r));
     ++solves;
   }
+  if (finish(r)) return Status::success();
   std::string note = what + ": predicted peak per rank " +
                      humanBytes(static_cast<double>(e->peak_bytes)) + " (" + spec.optimizer + ", " +
                      e->phase + (e->at.empty() ? "" : " at " + e->at) + ")";
@@ -463,13 +521,24 @@ Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const Plan
                         PlanRun& run, PhaseTimings* timings) {
   solver::SolveGraphOptions options = request.options;
   options.solver.first_plan_deadline = run.first_plan_deadline;
-  if (!request.baseline && run.spec.device_memory)
-    return solveForDeviceMemory(g, source, options, run, timings);
-  APC_ASSIGN_OR_RETURN(run.result,
-                       request.baseline
-                           ? solveBaselineAndPlan(g, run.built, run.spec, source, *request.baseline,
-                                                  options, timings)
-                           : solveAndPlan(g, run.built, run.spec, source, options, timings));
+  const bool automatic = !request.checkpoint || *request.checkpoint == "auto";
+  std::vector<std::string> modules;
+  if (!automatic) {
+    APC_ASSIGN_OR_RETURN(modules, parseCheckpointModules(g, *request.checkpoint));
+  }
+  if (!request.baseline && run.spec.device_memory && automatic)
+    return solveForDeviceMemory(g, source, options, /*checkpoint=*/true, run, timings);
+  if (!request.baseline && run.spec.device_memory) {
+    APC_RETURN_IF_ERROR(
+        solveForDeviceMemory(g, source, options, /*checkpoint=*/false, run, timings));
+  } else {
+    APC_ASSIGN_OR_RETURN(
+        run.result, request.baseline
+                        ? solveBaselineAndPlan(g, run.built, run.spec, source, *request.baseline,
+                                               options, timings)
+                        : solveAndPlan(g, run.built, run.spec, source, options, timings));
+  }
+  if (!modules.empty()) APC_RETURN_IF_ERROR(applyCheckpointing(g, run.result.plan, modules));
   return Status::success();
 }
 

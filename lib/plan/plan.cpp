@@ -112,6 +112,8 @@ std::string planContentHash(const Plan& p) {
   std::string choices =
       contentHashAt(p.apc_version, p.model, p.spec, p.solver.reduce, p.solver.baseline);
   for (const PlanNode& n : p.nodes) choices += "\n" + std::to_string(n.strategy_index);
+  // Checkpointed modules (none in most plans, whose hashes this leaves as they were).
+  for (const std::string& m : p.checkpoint) choices += "\ncheckpoint " + m;
   return sha256Hex(choices);
 }
 

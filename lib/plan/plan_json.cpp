@@ -340,11 +340,16 @@ Expected<PlanTotals> readTotals(const json& j, const std::string& path) {
   APC_RETURN_IF_ERROR(
       checkObject(j, path,
                   {"comm_us", "compute_us", "memory_high", "memory_low", "param_bytes_per_rank",
-                   "param_bytes_total", "param_memory_fraction", "total_us"}));
+                   "param_bytes_total", "param_memory_fraction", "total_us"},
+                  {"recompute_us"}));
   PlanTotals t;
   APC_ASSIGN_OR_RETURN(t.compute_us, getNumber(j["compute_us"], path + ".compute_us"));
   APC_ASSIGN_OR_RETURN(t.comm_us, getNumber(j["comm_us"], path + ".comm_us"));
   APC_ASSIGN_OR_RETURN(t.total_us, getNumber(j["total_us"], path + ".total_us"));
+  if (j.contains("recompute_us")) {
+    APC_ASSIGN_OR_RETURN(t.recompute_us, getNumber(j["recompute_us"], path + ".recompute_us"));
+    if (!(t.recompute_us > 0)) return at(path + ".recompute_us", "must be positive when present");
+  }
   APC_ASSIGN_OR_RETURN(t.param_bytes_per_rank,
                        getInt(j["param_bytes_per_rank"], path + ".param_bytes_per_rank"));
   APC_ASSIGN_OR_RETURN(t.param_bytes_total,
@@ -558,6 +563,8 @@ json documentJson(const Plan& p, bool with_graph = true) {
                   {"reduce", s.reduce}}}}}};
   if (with_graph && !p.graph_bytes.empty()) out["graph"] = base64Encode(p.graph_bytes);
   if (!p.memory.empty()) out["memory"] = memoryJson(p);
+  if (t.recompute_us > 0) out["totals"]["recompute_us"] = number(t.recompute_us);
+  if (!p.checkpoint.empty()) out["checkpoint"] = p.checkpoint;
   if (!s.baseline.empty()) out["solver"]["baseline"] = s.baseline;
   // Unproven plans (a time limit, a check too large to run) state their proven gap: (objective -
   // bound) / objective. Derived, so optimal plans' bytes do not change.
@@ -848,7 +855,7 @@ Expected<Plan> planFromJson(const json& j) {
   APC_RETURN_IF_ERROR(checkObject(j, "$",
                                   {"apc_version", "content_hash", "format_version", "model",
                                    "nodes", "parameters", "solver", "spec", "totals"},
-                                  {"graph", "memory"}));
+                                  {"checkpoint", "graph", "memory"}));
   Plan p;
   APC_ASSIGN_OR_RETURN(int64_t version, getInt(j["format_version"], "$.format_version"));
   if (version != kPlanFormatVersion)
@@ -902,6 +909,17 @@ Expected<Plan> planFromJson(const json& j) {
   APC_ASSIGN_OR_RETURN(p.solver, readSolver(j["solver"], "$.solver"));
   if (j.contains("memory")) {
     APC_ASSIGN_OR_RETURN(p.memory, readMemory(j["memory"], "$.memory"));
+  }
+  if (j.contains("checkpoint")) {
+    const json& c = j["checkpoint"];
+    if (!c.is_array() || c.empty())
+      return at("$.checkpoint", "expected a non-empty list of module paths, got " + typeOf(c));
+    for (size_t i = 0; i < c.size(); ++i) {
+      APC_ASSIGN_OR_RETURN(std::string m, getString(c[i], idx("$.checkpoint", i)));
+      if (m.empty() || std::find(p.checkpoint.begin(), p.checkpoint.end(), m) != p.checkpoint.end())
+        return at(idx("$.checkpoint", i), "expected a module path named once");
+      p.checkpoint.push_back(std::move(m));
+    }
   }
   if (j.contains("graph")) {
     APC_ASSIGN_OR_RETURN(std::string text, getString(j["graph"], "$.graph"));

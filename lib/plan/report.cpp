@@ -196,7 +196,14 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
     out += "mixed precision: " + parts + "\n";
   }
   out += "estimated step time: " + formatMicros(t.total_us) + " (compute " +
-         formatMicros(t.compute_us) + ", communication " + formatMicros(t.comm_us) + ")\n";
+         formatMicros(t.compute_us) + ", communication " + formatMicros(t.comm_us) +
+         (t.recompute_us > 0 ? ", recompute " + formatMicros(t.recompute_us) : "") + ")\n";
+  if (!p.checkpoint.empty()) {
+    out += "activation checkpointing: " + std::to_string(p.checkpoint.size()) + " module" +
+           (p.checkpoint.size() == 1 ? "" : "s") + " recomputed in backward (" +
+           p.checkpoint.front() +
+           (p.checkpoint.size() > 1 ? " ... " + p.checkpoint.back() : std::string()) + ")\n";
+  }
   out += "parameter memory per rank: " + humanBytes(static_cast<double>(t.param_bytes_per_rank)) +
          " of " + humanBytes(static_cast<double>(t.param_bytes_total)) + " (" +
          percent(t.param_memory_fraction) + "; budget " + percent(t.memory_low) + " to " +

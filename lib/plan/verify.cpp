@@ -8,6 +8,7 @@
 #include "apc/plan/verify.h"
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,20 @@ Status verifyPlan(const ir::Graph& g, const Plan& p) {
       return invalidArgument("the plan has no node for graph node " + std::to_string(gn.id.v) +
                              " (" + (gn.kind == ir::NodeKind::kOp ? gn.qualifiedOp() : gn.name) +
                              ")");
+  }
+  // Checkpointed modules: each one recomputable in this graph, disjoint, in node order.
+  std::optional<ir::NodeRange> previous;
+  for (size_t i = 0; i < p.checkpoint.size(); ++i) {
+    const std::string where = "$.checkpoint[" + std::to_string(i) + "] '" + p.checkpoint[i] + "'";
+    const std::optional<ir::NodeRange> r = ir::checkpointRange(g, p.checkpoint[i]);
+    if (!r)
+      return invalidArgument(where +
+                             ": not a module this graph can recompute (no op of it, its "
+                             "nodes not contiguous, an in-place update of outside state, or a "
+                             "non-tensor value passed on)");
+    if (previous && r->first <= previous->last)
+      return invalidArgument(where + ": overlaps or precedes the module before it");
+    previous = r;
   }
   return Status::success();
 }

@@ -119,5 +119,56 @@ TEST(Printer, JsonCarriesTotalsAndShapes) {
   EXPECT_EQ(j["outputs"]["shape"], (std::vector<int64_t>{8, 128, 1024}));
 }
 
+TEST(Graph, CheckpointRangeIsAModulesContiguousOps) {
+  using testing_graphs::opNode;
+  using testing_graphs::tensorValue;
+  Graph g = testing_graphs::blockStack(2);
+  // Leaves first (2 per block after the input), then 4 ops per block.
+  const std::optional<NodeRange> b0 = checkpointRange(g, "blocks.0");
+  ASSERT_TRUE(b0);
+  EXPECT_EQ(g.node(NodeId(b0->first)).op, "aten::linear");
+  EXPECT_EQ(b0->last - b0->first, 3u);
+  EXPECT_EQ(g.node(NodeId(b0->last)).op, "aten::add");
+  const std::optional<NodeRange> b1 = checkpointRange(g, "blocks.1");
+  ASSERT_TRUE(b1);
+  EXPECT_EQ(b1->first, b0->last + 1);
+  EXPECT_TRUE(checkpointRange(g, "blocks.0.up"));
+  EXPECT_FALSE(checkpointRange(g, "blocks.9"));
+  EXPECT_FALSE(checkpointRange(g, "blocks.0.u"));  // a prefix of a name is not a module
+  EXPECT_TRUE(inModule("blocks.0.up", "blocks.0"));
+  EXPECT_FALSE(inModule("blocks.01", "blocks.0"));
+  EXPECT_FALSE(inModule("blocks.0", ""));
+
+  // On one block: an op of another module between the module's ops is not contiguous.
+  const NodeRange one = *checkpointRange(testing_graphs::blockStack(1), "blocks.0");
+  Graph split = testing_graphs::blockStack(1);
+  split.node(NodeId(one.first + 1)).module_path = "elsewhere";
+  EXPECT_FALSE(checkpointRange(split, "blocks.0"));
+  // An in-place op on a value from outside (the block's input): a second run would apply it
+  // twice.
+  Graph inplace = testing_graphs::blockStack(1);
+  inplace.node(NodeId(one.last)).op = "aten::add_";
+  EXPECT_FALSE(checkpointRange(inplace, "blocks.0"));
+  // BatchNorm that updates running statistics; the functional form is pure.
+  Graph bn = testing_graphs::blockStack(1);
+  bn.node(NodeId(one.first + 1)).op = "aten::batch_norm";
+  EXPECT_FALSE(checkpointRange(bn, "blocks.0"));
+  bn.node(NodeId(one.first + 1)).op = "aten::_native_batch_norm_legit_functional";
+  EXPECT_TRUE(checkpointRange(bn, "blocks.0"));
+  // A non-tensor value passed on to a later node.
+  Graph sizes = testing_graphs::blockStack(1);
+  const ValueId y = sizes.outputs().leaves().at(0);
+  const ValueId zero = sizes.addConstant(ValueType::kInt, int64_t{0});
+  Value n;
+  n.type = ValueType::kInt;
+  n.debug_name = "n";
+  const ValueId nv = sizes.addValue(n);
+  opNode(sizes, "aten::size", "int", {y, zero}, {nv}, "blocks.0");
+  const ValueId z = tensorValue(sizes, "z", {8, 128, 1024});
+  opNode(sizes, "aten::mul", "Scalar", {y, nv}, {z}, "head");
+  sizes.setOutputs(OutputTree::makeLeaf(z));
+  EXPECT_FALSE(checkpointRange(sizes, "blocks.0"));
+}
+
 }  // namespace
 }  // namespace apc::ir

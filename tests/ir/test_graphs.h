@@ -5,6 +5,10 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "apc/ir/graph.h"
 
 namespace apc::ir::testing_graphs {
@@ -59,6 +63,42 @@ inline Graph toyBlock(int64_t batch = 8) {
   ValueId y = tensorValue(g, "y", {batch, 128, 1024}, DType::kF32, true);
   opNode(g, "aten::linear", "", {r, wd, none}, {y}, "down");
   g.setOutputs(OutputTree::makeLeaf(y));
+  return g;
+}
+
+/// `layers` residual blocks, x[batch,128,1024]: x_{i+1} = x_i +
+/// blocks.i.down(relu(blocks.i.up(x_i))) (up: [4096,1024], down: [1024,4096]); the last x is the
+/// output. The blocks repeat (activation checkpointing's candidates).
+inline Graph blockStack(int64_t layers, int64_t batch = 8) {
+  Graph g;
+  g.name = "block_stack";
+  ValueId x = tensorValue(g, "x", {batch, 128, 1024});
+  leafNode(g, NodeKind::kInput, "x", x);
+  std::vector<std::pair<ValueId, ValueId>> weights;
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i);
+    ValueId wu = tensorValue(g, b + ".up.weight", {4096, 1024}, DType::kF32, true);
+    leafNode(g, NodeKind::kParameter, b + ".up.weight", wu);
+    ValueId wd = tensorValue(g, b + ".down.weight", {1024, 4096}, DType::kF32, true);
+    leafNode(g, NodeKind::kParameter, b + ".down.weight", wd);
+    weights.emplace_back(wu, wd);
+  }
+  ValueId none = g.addConstant(ValueType::kNone, None{});
+  ValueId one = g.addConstant(ValueType::kInt, int64_t{1});
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i);
+    ValueId h = tensorValue(g, b + "_h", {batch, 128, 4096}, DType::kF32, true);
+    opNode(g, "aten::linear", "", {x, weights[static_cast<size_t>(i)].first, none}, {h}, b + ".up");
+    ValueId r = tensorValue(g, b + "_r", {batch, 128, 4096}, DType::kF32, true);
+    opNode(g, "aten::relu", "", {h}, {r}, b + ".act");
+    ValueId d = tensorValue(g, b + "_d", {batch, 128, 1024}, DType::kF32, true);
+    opNode(g, "aten::linear", "", {r, weights[static_cast<size_t>(i)].second, none}, {d},
+           b + ".down");
+    ValueId y = tensorValue(g, b + "_y", {batch, 128, 1024}, DType::kF32, true);
+    opNode(g, "aten::add", "Tensor", {x, d, one}, {y}, b);
+    x = y;
+  }
+  g.setOutputs(OutputTree::makeLeaf(x));
   return g;
 }
 

@@ -398,6 +398,57 @@ TEST(Lower, GatheredParametersAreMarkedForRegather) {
   EXPECT_GE(marked, 2 * 4) << "up.weight and down.weight are gathered on every rank";
 }
 
+// Activation checkpointing: each checkpointed module becomes one segment of the rank's program,
+// the contiguous nodes of that module, the parameter gathers lowering inserted for its ops
+// included; segments are disjoint and in order. A plan checkpointing a module the program cannot
+// recompute is refused.
+TEST(Lower, CheckpointedModulesBecomeProgramSegments) {
+  const ir::Graph g = ir::testing_graphs::blockStack(3);
+  mesh::Spec spec = specFor({2}, {"dp"});
+  spec.inputs["x"] = {mesh::Placement::shard(0)};
+  spec.memory_budget.high = 0.5;  // the parameters sharded: gathered inside the blocks
+  auto planned = planOf(g, spec);
+  plan::Plan p = planned.result.plan;
+  p.checkpoint = {"blocks.0", "blocks.2"};
+  auto programs = lowerPlan(g, p);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  for (const proto::Program& prog : *programs) {
+    ASSERT_EQ(prog.checkpoints_size(), 2);
+    uint32_t previous_last = 0;
+    for (int k = 0; k < prog.checkpoints_size(); ++k) {
+      const proto::CheckpointSegment& cs = prog.checkpoints(k);
+      EXPECT_EQ(cs.module(), p.checkpoint[static_cast<size_t>(k)]);
+      ASSERT_LE(cs.first(), cs.last());
+      ASSERT_LT(cs.last(), static_cast<uint32_t>(prog.graph().nodes_size()));
+      if (k > 0) {
+        EXPECT_GT(cs.first(), previous_last);
+      }
+      previous_last = cs.last();
+      int gathers = 0;
+      for (int i = 0; i < prog.graph().nodes_size(); ++i) {
+        const proto::Node& n = prog.graph().nodes(i);
+        const bool inside =
+            static_cast<uint32_t>(i) >= cs.first() && static_cast<uint32_t>(i) <= cs.last();
+        const bool of_module = ir::inModule(n.module_path(), cs.module());
+        if (inside) {
+          EXPECT_TRUE(of_module) << cs.module() << ": node " << i << " " << n.op();
+          gathers += n.kind() == "redistribute" ? 1 : 0;
+        } else if (n.kind() == "op" || n.kind() == "redistribute") {
+          EXPECT_FALSE(of_module) << cs.module() << ": node " << i << " outside the segment";
+        }
+      }
+      EXPECT_GE(gathers, 2) << cs.module() << ": its two weights are gathered inside it";
+    }
+  }
+  plan::Plan bad = planned.result.plan;
+  bad.checkpoint = {"blocks"};           // valid as a module, but...
+  bad.checkpoint.push_back("blocks.1");  // ...overlapping one inside it
+  auto refused = lowerPlan(g, bad);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message().find("overlap"), std::string::npos)
+      << refused.error().message();
+}
+
 // DDP-like placements (parameters replicated, the batch sharded): every parameter edge that reads
 // the parameter where it lies and reduces its gradient with one all-reduce is marked for the
 // runtime's gradient buckets, and deferredGradParameters names its parameter; no other edge is.

@@ -67,6 +67,7 @@ struct PlanFlags {
   std::string output;
   std::string memory_budget;
   std::string device_memory;
+  std::string checkpoint;  // --checkpoint: auto (default), none, all or modules
   std::string optimizer;
   std::string mixed_precision;  // --mixed-precision param=bf16,reduce=f32
   std::string device;
@@ -369,6 +370,7 @@ int runPlan(const PlanFlags& flags) {
                          std::chrono::duration<double>(std::min(f.time_limit_s, 1e9)));
   request.options.solver.threads = f.threads;
   request.options.reduce = !f.no_reduce;
+  if (!f.checkpoint.empty()) request.checkpoint = f.checkpoint;
   progress.phase("enumerating strategies and pricing edges");
   auto result = plan::buildPlanProblem(*graph, std::move(spec).value(), request, &t);
   if (!result.ok()) return report(result.error());
@@ -475,6 +477,11 @@ Runner addPlanCommand(CLI::App& app) {
                  "Memory per device (80GiB, 40GB, bytes): the plan is the fastest whose predicted "
                  "peak per rank (parameters, gradients, optimizer state, activations, transient "
                  "buffers) fits; replaces --memory-budget");
+  app.add_option(
+      "--checkpoint", f->checkpoint,
+      "Activation checkpointing: auto (default: chosen per repeated module only when "
+      "--device-memory needs it), none, all (every repeated module) or a comma-separated "
+      "list of modules (layers.0,layers.1)");
   app.add_option("--optimizer", f->optimizer,
                  "The optimizer the memory model counts: sgd, momentum or adamw (default adamw)");
   app.add_option("--device", f->device,

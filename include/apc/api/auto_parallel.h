@@ -265,6 +265,12 @@ class AutoParallel {
   /// < 1, an optimizer other than "sgd", "momentum" or "adamw".
   Status add_device_memory_constraint(int64_t bytes, const std::string& optimizer = "adamw");
 
+  /// Activation checkpointing, as `apc plan --checkpoint` (apc/plan/checkpointing.h): "auto"
+  /// (the default: chosen per repeated module only when the device memory constraint needs it),
+  /// "none", "all", or a comma-separated list of modules. Errors: a module that cannot be
+  /// checkpointed (named, with the candidates).
+  Status set_activation_checkpointing(const std::string& modules);
+
   /// Pins the output placement of one node (plan node name, as explain_placement takes it), like
   /// a spec's "pins". An unknown node is a kNotFound-like error naming it.
   Status add_node_constraint(const std::string& node, const Placements& placements);
@@ -314,6 +320,7 @@ class AutoParallel {
   std::vector<InputArg> inputs_;
   AutoParallelOptions options_;
   mesh::Spec spec_;
+  std::string checkpoint_ = "auto";
   bool input_constraints_set_ = false;
   bool output_constraints_set_ = false;
   std::unique_ptr<State> state_;

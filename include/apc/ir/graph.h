@@ -181,7 +181,8 @@ bool inModule(std::string_view path, std::string_view module);
 
 /// The nodes [first, last] of module `module` when it can be recomputed in backward (activation
 /// checkpointing: the runtime runs the range again from what it reads from outside): the range
-/// holds every node of the module and only op nodes of it, it writes no value it does not
+/// holds every op node of the module and only op nodes of it (its parameters' leaf nodes are
+/// outside, read like any outside value), it writes no value it does not
 /// define (no in-place op, no BatchNorm that updates running statistics), and every value it
 /// defines that a later node or the graph's outputs read is a tensor. nullopt otherwise, or when
 /// the module has no op node.

@@ -139,6 +139,11 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
 struct PlanRequest {
   std::optional<solver::Baseline> baseline;
   solver::SolveGraphOptions options;
+  /// Activation checkpointing (apc/plan/checkpointing.h), `apc plan --checkpoint`: nullopt or
+  /// "auto" (chosen when the spec's device_memory needs it, never otherwise), "none", "all" or a
+  /// comma-separated list of modules (checkpointed in the plan as solved: with device_memory,
+  /// the memory loop then runs without automatic checkpointing).
+  std::optional<std::string> checkpoint;
 };
 
 struct PlanRun {

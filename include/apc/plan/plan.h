@@ -123,7 +123,9 @@ struct PlanParameter {
 struct PlanTotals {
   double compute_us = 0;
   double comm_us = 0;
-  double total_us = 0;
+  double total_us = 0;  // compute_us + comm_us + recompute_us
+  /// Activation checkpointing's extra forward in backward (Plan::checkpoint; 0 without).
+  double recompute_us = 0;
   int64_t param_bytes_per_rank = 0;  // what the memory bound counts for the chosen placements
   int64_t param_bytes_total = 0;     // every parameter, unsharded
   double param_memory_fraction = 0;  // per rank / total (0 without parameters)
