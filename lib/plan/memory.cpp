@@ -388,10 +388,12 @@ class Model {
     std::stable_sort(e.saved_by_op.begin(), e.saved_by_op.end(),
                      [](const auto& a, const auto& b) { return a.second > b.second; });
 
-    // The loss, as apc-train computes it outside the program: every output leaf gathered whole
-    // (a new tensor unless it is replicated), then on the first one the cross entropy of a
-    // floating output of rank >= 2 (its log_softmax, the output's size, saved with int64
-    // targets) or the mean square (nothing more: pow saves the gathered output).
+    // The loss, as apc-train computes it outside the program (apc/runtime/loss.h): on the first
+    // output leaf, this rank's rows of it (the mesh dims that split rows stay split) with the
+    // class dim gathered when split (a new tensor), the cross entropy of a floating output of rank
+    // >= 2 (its log_softmax, the rows' size, saved; the whole batch's int64 targets drawn, this
+    // rank's piece taken) or the mean square (pow saves the rows); a one-element output is
+    // gathered whole. Every output leaf stays local.
     const std::vector<ir::ValueId> leaves = g_.outputs().leaves();
     int64_t gathered = 0, loss_saved = 0, loss_grads = 0, outputs_local = 0;
     for (size_t i = 0; i < leaves.size(); ++i) {
@@ -399,17 +401,34 @@ class Model {
       if (!v.valid() || !cg_.value(v).tensor) continue;
       const ir::TensorMeta& t = *cg_.value(v).tensor;
       const std::optional<mesh::PlacementTuple> pl = producerPlacement(v);
-      const bool whole = !pl || std::all_of(pl->begin(), pl->end(), [](const mesh::Placement& q) {
-        return q.isReplicate();
-      });
-      if (!whole) gathered += t.bytes();
       outputs_local += valueBytes(cg_, v, pl);
-      if (i != 0 || t.numel() == 1) continue;
-      if (ir::isFloating(t.dtype) && t.rank() >= 2) {
-        loss_saved = t.bytes() + t.numel() / std::max<int64_t>(t.shape.back().size, 1) * 8;
-        loss_grads = 2 * t.bytes();  // log_softmax's input gradient, then the gathered output's
+      if (i != 0) continue;
+      if (t.numel() == 1) {
+        gathered += t.bytes();
+        continue;
+      }
+      const bool classes = ir::isFloating(t.dtype) && t.rank() >= 2;
+      const int row_dims = static_cast<int>(classes ? t.rank() - 1 : t.rank());
+      // The rows' placement: shards of row dims kept, the rest undone.
+      mesh::PlacementTuple keep(p_.spec.mesh.ndim(), mesh::Placement::replicate());
+      bool undone = false;
+      if (pl && pl->size() == keep.size())
+        for (size_t m = 0; m < keep.size(); ++m) {
+          if ((*pl)[m].isShard() && (*pl)[m].dim() < row_dims)
+            keep[m] = (*pl)[m];
+          else if (!(*pl)[m].isReplicate())
+            undone = true;
+        }
+      const int64_t rows = valueBytes(cg_, v, keep);
+      if (undone) gathered += rows;
+      if (classes) {
+        const int64_t elem = std::max<int64_t>(ir::dtypeBytes(t.dtype), 1);
+        const int64_t local_rows = rows / elem / std::max<int64_t>(t.shape.back().size, 1);
+        const int64_t all_rows = t.numel() / std::max<int64_t>(t.shape.back().size, 1);
+        loss_saved = rows + local_rows * 8 + all_rows * 8;
+        loss_grads = 2 * rows;  // log_softmax's input gradient, then the rows'
       } else {
-        loss_grads = t.bytes();
+        loss_grads = rows;
       }
     }
     {

@@ -24,11 +24,12 @@
 // no per-model code: every step draws full inputs from a generator seeded with --seed and the
 // step's number (the same on every rank, and the same whether the run was resumed), floating
 // inputs normal, integer inputs below the rows of the embedding they index,
-// and cuts this rank's piece. The loss is computed on the gathered full output, identically on
-// every rank: the output itself when it is a scalar, else cross-entropy over the last dim of the
-// (first) output with random targets, else the mean square. Initial weights come from --model (a
-// TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState, or a .safetensors
-// full state dict, as Python's safetensors or `apc export` write it; else
+// and cuts this rank's piece. The loss is that of the first output, each rank's share on its own
+// rows (apc/runtime/loss.h: the output's rows stay split as the plan placed them, a split class
+// dim is gathered): the output itself when it is a scalar, else cross-entropy over its last dim
+// with random targets (drawn for the whole batch), else the mean square. Initial weights come from
+// --model (a TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState, or a
+// .safetensors full state dict, as Python's safetensors or `apc export` write it; else
 // --compare-single): load_full_state_dict of the model's parameters and buffers, so that sharded
 // and single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
 // The single-device reference of a .pt runs the TorchScript module; that of a .pt2 (which LibTorch
@@ -87,6 +88,7 @@
 #include "apc/runtime/data.h"
 #include "apc/runtime/host_allocator.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/loss.h"
 #include "apc/runtime/optimizer.h"
 #include "apc/runtime/parallel_module.h"
 #include "apc/support/activity.h"
@@ -811,12 +813,15 @@ int run(Flags f) {
     const double t1 = f.profile ? now(device) : 0;
     const int64_t peak_forward = f.profile ? peaks.take() : 0;
     const std::vector<apc::runtime::CommStats> after_forward = pm.commStatsByMeshDim();
-    std::vector<at::Tensor> outs;
-    for (size_t i = 0; i < leaves->size(); ++i)
-      outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
+    // The loss on this rank's rows of the first output (apc/runtime/loss.h): only a class dim
+    // split across ranks is gathered, never the whole output.
     at::Generator loss_gen = at::detail::createCPUGenerator(loss_seed);
-    at::Tensor loss =
-        batch ? apc::runtime::dataLoss(outs.at(0), batch->targets) : lossOf(outs, loss_gen);
+    auto sharded = apc::runtime::shardedLoss(pm, leaves->at(0).toTensor(),
+                                             batch ? &batch->targets : nullptr, &loss_gen);
+    if (!sharded.ok())
+      return fail("step " + std::to_string(step) + ": " + sharded.error().message());
+    at::Tensor loss = sharded->share;
+    const double loss_value = sharded->value;
     const double t2 = f.profile ? now(device) : 0;
     const int64_t peak_loss = f.profile ? peaks.take() : 0;
     const std::vector<apc::runtime::CommStats> after_gather = pm.commStatsByMeshDim();
@@ -868,7 +873,7 @@ int run(Flags f) {
                    static_cast<long long>(priced.wire_bytes));
     }
 
-    std::string line = "step " + std::to_string(step) + " loss " + number(loss.item<double>());
+    std::string line = "step " + std::to_string(step) + " loss " + number(loss_value);
     // With --data, rank 0 reads the whole batch for the references.
     std::optional<apc::runtime::Batch> whole;
     if (data && !refs.empty()) {
@@ -884,7 +889,7 @@ int run(Flags f) {
       line += (k == 0 ? " single " : " f64 ") + number(*sloss);
       if (k == 0) {
         refs[0].last_loss = *sloss;
-        max_single_diff = std::max(max_single_diff, std::abs(loss.item<double>() - *sloss));
+        max_single_diff = std::max(max_single_diff, std::abs(loss_value - *sloss));
       } else {
         max_rounding = std::max(max_rounding, std::abs(refs[0].last_loss - *sloss));
       }

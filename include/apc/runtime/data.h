@@ -7,7 +7,8 @@
 //   auto data = DataSource::open(*pm, "train.bin", {"uint16", /*seed=*/0});
 //   auto batch = (*data)->batch(step);                       // collective
 //   auto out = pm->forwardLeaves(batch->inputs);
-//   at::Tensor loss = dataLoss(pm->gatherOutput(0, (*out)[0].toTensor()), batch->targets);
+//   auto loss = shardedLoss(*pm, (*out)[0].toTensor(), &batch->targets, nullptr);  // loss.h
+//   loss->share.backward();
 //
 // Two kinds of file, told apart by the name:
 //  - a flat binary file of token ids (any name not ending in .safetensors), as nanoGPT's
@@ -25,8 +26,8 @@
 // Batch selection is a function of (seed, step) alone: rows (window starts) are drawn uniformly,
 // with replacement, from a generator seeded with both, identically on every rank, so a resumed
 // run (apc/runtime/checkpoint.h) sees the batches of a straight one. The targets are read by each
-// rank for its own rows too and gathered over the ranks (one small all-gather of the targets),
-// so the loss on the gathered output is computed on every rank alike.
+// rank for its own rows too and gathered over the ranks (one small all-gather of the targets);
+// the loss (apc/runtime/loss.h) takes each rank's rows' piece of them.
 //
 // Errors are one line naming the file: not a file, too short for one window, a size that is not a
 // whole number of ids, ids beyond the embedding's rows (found in the rows read; every rank fails

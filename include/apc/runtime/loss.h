@@ -1,0 +1,49 @@
+//===- apc/runtime/loss.h - A training loss on this rank's rows of the output ---===//
+//
+// A trainer's loss over a sharded output without gathering the whole output on every rank: the
+// rows (every dim but the class dim of a cross-entropy; every dim of a mean square) stay where the
+// plan's output placement put them, only a class dim split across ranks (vocab-parallel logits)
+// and replicated dims are gathered, and each rank takes the loss of its own rows, scaled by the
+// whole batch's row count. What PyTorch's DDP and FSDP do (each rank's loss on its own batch
+// piece), and what apc-train runs:
+//
+//   share = sum over this rank's rows of the per-row loss / rows of the whole batch
+//
+// Every rank calls backward on its share. The gradient of this rank's rows is then the same as
+// the whole loss's: ranks that hold the same rows (the output replicated on a mesh dim) hold the
+// same share and the same gradient, as a Replicate tensor's gradient is. The loss of the whole
+// batch (`value`) is the shares summed over the mesh dims that split the rows (one small
+// all-reduce of a double per such dim), the same on every rank. The output's peak memory is this
+// rank's rows with the whole class dim, not the whole output (apc/plan/memory.h models this).
+//
+// The cross-entropy's targets are the full batch's (synthetic: drawn as apc-train always drew
+// them, `classes` ids over the whole batch from the generator, so the values do not depend on the
+// placement); each rank takes its rows' piece.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "apc/runtime/parallel_module.h"
+#include "apc/support/error.h"
+
+namespace apc::runtime {
+
+struct ShardedLoss {
+  at::Tensor share;  // this rank's part of the loss: call backward on it on every rank
+  double value = 0;  // the loss of the whole batch, the same on every rank
+};
+
+/// The loss of output leaf 0, `local` this rank's piece of it (forwardLeaves' first leaf):
+/// - a one-element output: itself (gathered whole; every rank's share is the whole loss);
+/// - a floating output of rank >= 2: cross-entropy over its last dim against `targets` (integer
+///   class ids shaped as the output's dims but the last, the full batch's), or, without targets,
+///   against ids drawn from `gen` (`gen` required then);
+/// - else the mean square: of the output, or of output - `targets` (floating, shaped as the
+///   output, the full batch's).
+/// Collective over the mesh dims that split the rows. Errors: targets whose shape does not fit.
+Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
+                                  const at::Tensor* targets, at::Generator* gen);
+
+}  // namespace apc::runtime

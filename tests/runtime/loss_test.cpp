@@ -1,0 +1,129 @@
+//===- tests/runtime/loss_test.cpp - The loss on this rank's rows ---------------===//
+//
+// shardedLoss (apc/runtime/loss.h) against the loss of the whole output gathered on every rank
+// (what apc-train computed before): on 2 and 4 ranks with llama_tiny's logits placed by ddp
+// (rows split), tp (the vocab dim split: gathered) and fsdp+tp, and mlp_stack's floating output,
+// the loss value and every parameter's gradient agree: cross-entropy with drawn targets and with
+// given class ids, and the mean square against given floating targets.
+//
+//===----------------------------------------------------------------------===//
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "apc/runtime/loss.h"
+#include "apc/runtime/parallel_module.h"
+#include "rank_harness.h"
+
+namespace apc::runtime::loss_test {  // its own: the runtime tests are one unity build
+namespace {
+
+namespace fs = std::filesystem;
+using testing::ModelCase;
+
+const ModelCase kLlama{"llama_tiny", {"tokens:i64[8,8]"}, 256, ""};
+const ModelCase kMlp{"mlp_stack", {"x:f32[8,4,128]"}, 0, ""};
+
+struct LossCase {
+  const ModelCase* model;
+  std::string mesh;
+  std::string strategy;
+  bool given_targets;
+};
+
+std::string caseName(const ::testing::TestParamInfo<LossCase>& info) {
+  std::string s = info.param.model->model + "_" + info.param.mesh + "_" + info.param.strategy +
+                  (info.param.given_targets ? "_given" : "_drawn");
+  for (char& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return s;
+}
+
+class ShardedLossRanks : public ::testing::TestWithParam<LossCase> {};
+
+TEST_P(ShardedLossRanks, EqualsTheGatheredLossAndItsGradients) {
+  const LossCase& lc = GetParam();
+  if (!fs::exists(testing::samplePath(lc.model->model)))
+    GTEST_SKIP() << "sample " << lc.model->model << " missing (run scripts/setup.sh)";
+  const fs::path dir = testing::scratchDir("loss", caseName({lc, 0}));
+  const std::string err = testing::makeArtifact(*lc.model, lc.mesh, lc.strategy, dir.string());
+  ASSERT_EQ(err, "") << err;
+  const testing::Reference ref = testing::computeReference(*lc.model, 1, 0.0);
+  const int world = lc.mesh == "2" ? 2 : 4;
+  auto failures = testing::runRanks(world, [&](int rank) {
+    testing::RankLog log(rank);
+    auto pm = testing::loadRank(dir.string(), ref.init, log);
+    if (!pm) return 1;
+    const std::vector<c10::IValue> inputs = testing::shardInputs(*pm, ref.inputs);
+    const std::vector<int64_t> full_shape = pm->outputSpecs().at(0).global_shape;
+    at::Tensor targets;
+    if (lc.given_targets) {
+      at::Generator tg = at::detail::createCPUGenerator(11);
+      std::vector<int64_t> rows(full_shape.begin(), full_shape.end() - 1);
+      targets = lc.model == &kLlama ? at::randint(0, full_shape.back(), rows, tg, at::kLong)
+                                    : at::randn(full_shape, tg);
+    }
+    // The gathered loss (the whole output on every rank) and its gradients.
+    auto leaves = pm->forwardLeaves(inputs);
+    if (!leaves.ok()) {
+      log.fail(leaves.error().message());
+      return log.exitCode();
+    }
+    at::Tensor full = pm->gatherOutput(0, leaves->at(0).toTensor());
+    // Cross-entropy over the last dim unless the targets are floating (then the mean square).
+    at::Tensor want_loss;
+    if (!(lc.given_targets && lc.model == &kMlp)) {
+      const int64_t c = full.size(-1);
+      at::Generator g = at::detail::createCPUGenerator(5);
+      at::Tensor t = lc.given_targets ? targets.reshape({-1})
+                                      : at::randint(0, c, {full.numel() / c}, g, at::kLong);
+      want_loss = at::cross_entropy_loss(full.reshape({-1, c}), t);
+    } else {
+      want_loss = (full - targets).pow(2).mean();
+    }
+    want_loss.backward();
+    std::vector<at::Tensor> want;
+    for (size_t i = 0; i < pm->parameters().size(); ++i) want.push_back(pm->fullGrad(i).clone());
+    for (at::Tensor p : pm->parameters()) p.mutable_grad() = at::Tensor();
+    // The sharded loss.
+    auto again = pm->forwardLeaves(inputs);
+    if (!again.ok()) {
+      log.fail(again.error().message());
+      return log.exitCode();
+    }
+    at::Generator g = at::detail::createCPUGenerator(5);
+    auto got = shardedLoss(*pm, again->at(0).toTensor(), lc.given_targets ? &targets : nullptr,
+                           lc.given_targets ? nullptr : &g);
+    if (!got.ok()) {
+      log.fail(got.error().message());
+      return log.exitCode();
+    }
+    got->share.backward();
+    const double w = want_loss.item<double>();
+    if (std::abs(got->value - w) > 1e-5 * std::max(1.0, std::abs(w)))
+      log.fail("loss " + std::to_string(got->value) + ", gathered " + std::to_string(w));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::string d = testing::compareTensors(pm->fullGrad(i), want[i], 1e-4);
+      if (!d.empty()) log.fail("gradient of parameter " + std::to_string(i) + ": " + d);
+    }
+    return log.exitCode();
+  });
+  EXPECT_TRUE(failures.empty()) << ::testing::PrintToString(failures);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Placements, ShardedLossRanks,
+    ::testing::Values(LossCase{&kLlama, "2", "ddp", false}, LossCase{&kLlama, "2", "tp", false},
+                      LossCase{&kLlama, "2x2", "fsdp+tp", false},
+                      LossCase{&kLlama, "2x2", "ddp", true}, LossCase{&kLlama, "2", "tp", true},
+                      LossCase{&kMlp, "2", "ddp", false}, LossCase{&kMlp, "2", "ddp", true},
+                      LossCase{&kMlp, "2x2", "tp", true}),
+    caseName);
+
+}  // namespace
+}  // namespace apc::runtime::loss_test
