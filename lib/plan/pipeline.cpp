@@ -366,6 +366,8 @@ namespace {
 
 /// The most solves of the device-memory loop (solveForDeviceMemory).
 constexpr int kMaxDeviceMemorySolves = 6;
+/// The memory-free subproblems step 0 may solve per solve of that loop.
+constexpr size_t kDeviceMemorySearchSubproblems = 96;
 
 /// The optimizer's plan under spec.device_memory: the fastest plan whose predicted peak per rank
 /// fits. The peak is parameters x (1 + optimizer state) + gradients + the rest (activations,
@@ -393,12 +395,33 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
   double least = 0;
   for (const solver::ProblemNode& n : gp.problem.nodes)
     if (!n.memory.empty()) least += *std::min_element(n.memory.begin(), n.memory.end());
-  auto solveWith = [&](std::optional<double> high) -> Expected<PlanResult> {
+  // A row that binds in part: step 0's search alone (the ILP path rarely closes what it leaves,
+  // and slowly), a few subproblems. Unproven, its plan comes with its proven gap, unless the
+  // plan at the memory of the search's root hull plan (below the bound asked; the root proves it
+  // optimal there) is no slower: the bound this loop chooses is its own estimate anyway.
+  solver::SolveGraphOptions loop_options = options;
+  loop_options.memory_search_only = true;
+  loop_options.memory_search_subproblems =
+      std::min(loop_options.memory_search_subproblems, kDeviceMemorySearchSubproblems);
+  auto solveWith = [&](std::optional<double>& high) -> Expected<PlanResult> {
     if (high)
       gp.problem.memory = solver::MemoryBound{0, *high, total, 0};
     else
       gp.problem.memory.reset();
-    return solveAndPlan(g, run.built, spec, source, options, timings);
+    APC_ASSIGN_OR_RETURN(PlanResult r,
+                         solveAndPlan(g, run.built, spec, source, loop_options, timings));
+    const double hull = r.sizes.memory_hull;
+    if (high && r.solution.status != solver::SolveStatus::kOptimal && hull > 0 && hull < *high) {
+      gp.problem.memory = solver::MemoryBound{0, hull, total, 0};
+      auto snapped = solveAndPlan(g, run.built, spec, source, loop_options, timings);
+      if (snapped.ok() && snapped->solution.status == solver::SolveStatus::kOptimal &&
+          snapped->plan.totals.total_us <= r.plan.totals.total_us) {
+        high = hull;
+        return snapped;
+      }
+      gp.problem.memory = solver::MemoryBound{0, *high, total, 0};
+    }
+    return r;
   };
   auto peakOf = [&](const PlanResult& r) -> Expected<const MemoryEstimate*> {
     const MemoryEstimate* e = r.plan.memoryFor(spec.optimizer);
@@ -406,7 +429,8 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
     return e;
   };
   const std::string what = "--device-memory " + humanBytes(device);
-  APC_ASSIGN_OR_RETURN(PlanResult r, solveWith(std::nullopt));
+  std::optional<double> unbounded;
+  APC_ASSIGN_OR_RETURN(PlanResult r, solveWith(unbounded));
   APC_ASSIGN_OR_RETURN(const MemoryEstimate* e, peakOf(r));
   int solves = 1;
   std::optional<double> high;
@@ -470,8 +494,9 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
       // The plan with every parameter at its least footprint: with checkpointing it may fit;
       // else it names the smallest memory that works.
       std::string smallest;
-      if (auto lr = solveWith(least); lr.ok()) {
-        high = least;
+      std::optional<double> at_least = least;
+      if (auto lr = solveWith(at_least); lr.ok()) {
+        high = at_least;
         ++solves;
         APC_RETURN_IF_ERROR(tryCheckpointing(*lr));
         if (finish(std::nullopt)) return Status::success();

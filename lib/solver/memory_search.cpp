@@ -89,6 +89,8 @@ class Search {
         open.push(node);
         break;
       }
+      if (out_.branches == 1 && !e->infeasible && !e->exact && !e->hi.x.empty())
+        out_.hull = e->hi.x;
       if (e->infeasible || e->bound >= incumbent_.objective - tolerance() || e->exact) continue;
       // Branch on the parameter whose memory the two hull plans differ in most.
       const std::vector<uint32_t>& lo = e->lo.x;

@@ -50,6 +50,10 @@ struct MemorySearchResult {
   size_t subproblems = 0;  // memory-free problems solved
   size_t branches = 0;     // search nodes expanded (1 = the root alone)
   size_t reused = 0;       // minimizers a child took from its parent instead of solving
+  /// The root's hull plan that meets the row (a minimizer of the memory-free problem at the
+  /// root's best multiplier): an optimum of the problem whose row is at its own memory, whatever
+  /// the search proves at `high`. Empty when the root found none.
+  std::vector<uint32_t> hull;
 };
 
 /// Whether step 0 applies to `p` (see the file comment).

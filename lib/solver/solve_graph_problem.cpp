@@ -804,6 +804,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   std::vector<uint32_t> found_choice;
   if (!found.best.choice.empty()) found_choice = reducer.expand(ids, found.best.choice);
   const double found_bound = found.bound + reducer.constant();
+  if (stats && !found.proven && !found.hull.empty())
+    stats->memory_hull = memoryOf(full, reducer.expand(ids, found.hull));
   if (found.proven && !found_choice.empty()) {
     Solution s;
     s.choice = std::move(found_choice);
@@ -812,6 +814,18 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
       return internalError("the memory search's plan violates the full problem");
     s.bound = std::min(found_bound, s.objective);
     s.status = SolveStatus::kOptimal;
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    recordReduction(reducer, reduced, stats);
+    return s;
+  }
+  if (options.memory_search_only && !found_choice.empty()) {
+    Solution s;
+    s.choice = std::move(found_choice);
+    s.objective = evaluate(full, s.choice);
+    if (!std::isfinite(s.objective))
+      return internalError("the memory search's plan violates the full problem");
+    s.bound = std::min(found_bound, s.objective);
+    s.status = SolveStatus::kTimeLimit;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     recordReduction(reducer, reduced, stats);
     return s;

@@ -164,6 +164,58 @@ TEST(MemorySearch, AnUnfinishedSearchFallsBackToTheIlpPath) {
   EXPECT_GE(fell_back, 10);
 }
 
+// The device-memory loop's shortcuts (lib/plan/pipeline.cpp): with memory_search_only an
+// unfinished search returns its own plan (meeting the row, its bound a true lower bound, status
+// time_limit) instead of the ILP path; and the root's hull plan, whose memory it reports, is an
+// optimum of the row at exactly that memory (brute force), proven by the search at the root.
+TEST(MemorySearch, SearchOnlyAndTheRootHullPlan) {
+  std::mt19937 rng(41);
+  int hulls = 0, unproven = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    Problem p = shapedProblem(rng, 5, 4);
+    auto [least, most] = memoryRange(p);
+    p.memory = MemoryBound{0, least + 0.45 * (most - least), most};
+    auto brute = bruteForce(p);
+    if (!brute.ok()) continue;
+    GraphProblem gp;
+    gp.problem = p;
+    SolveGraphOptions o;
+    o.memory_search_subproblems = 3;
+    o.memory_search_only = true;
+    ReductionStats stats;
+    auto s = solveGraphProblem(gp, o, &stats);
+    ASSERT_TRUE(s.ok()) << "trial " << trial;
+    const std::string at = "trial " + std::to_string(trial);
+    const double tol = 1e-9 * std::max(1.0, brute->objective);
+    EXPECT_LE(memoryOf(p, s->choice), p.memory->high + tol) << at;
+    EXPECT_GE(s->objective, brute->objective - tol) << at;
+    EXPECT_LE(s->bound, brute->objective + tol) << at;
+    if (s->status != SolveStatus::kOptimal) {
+      ++unproven;
+      EXPECT_EQ(s->status, SolveStatus::kTimeLimit) << at;
+      EXPECT_EQ(s->variables, 0) << at << ": no ILP ran";
+    }
+    if (stats.memory_hull <= 0) continue;
+    ++hulls;
+    EXPECT_LE(stats.memory_hull, p.memory->high + tol) << at;
+    Problem at_hull = p;
+    at_hull.memory->high = stats.memory_hull;
+    auto brute_hull = bruteForce(at_hull);
+    ASSERT_TRUE(brute_hull.ok()) << at;
+    GraphProblem gh;
+    gh.problem = at_hull;
+    SolveGraphOptions full_search;
+    ReductionStats hull_stats;
+    auto h = solveGraphProblem(gh, full_search, &hull_stats);
+    ASSERT_TRUE(h.ok()) << at;
+    EXPECT_NEAR(h->objective, brute_hull->objective, tol) << at;
+    EXPECT_EQ(h->status, SolveStatus::kOptimal) << at;
+  }
+  std::printf("root hull plans %d, unproven search-only solves %d\n", hulls, unproven);
+  EXPECT_GE(hulls, 5);
+  EXPECT_GE(unproven, 5);
+}
+
 TEST(MemorySearch, IsDeterministic) {
   std::mt19937 rng(37);
   for (int trial = 0; trial < 10; ++trial) {

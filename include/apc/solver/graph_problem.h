@@ -144,6 +144,11 @@ struct ReductionStats {
   // its plan, the sizes "after" are those of the problem it searched (steps 1-2, the row kept).
   size_t memory_subproblems = 0;
   size_t memory_branches = 0;
+  // When step 0 did not prove its plan: the memory (row units, of the full problem) of the root's
+  // hull plan that meets the row (MemorySearchResult::hull), 0 when none. A row at exactly this
+  // memory is proven at step 0's root (the plan minimizes cost + lambda x memory): callers whose
+  // bound is a choice of theirs (the device-memory loop) solve again at it.
+  double memory_hull = 0;
 };
 
 struct SolveGraphOptions {
@@ -184,6 +189,11 @@ struct SolveGraphOptions {
   // memory-free subproblems (and a quarter of the time left); 0 turns it off (tests compare the
   // two paths).
   size_t memory_search_subproblems = 2000;
+  // When step 0 does not prove its plan: return its best plan (status time_limit, its bound)
+  // instead of going on to the ILP path (which keeps the rest of the time and rarely closes what
+  // step 0 left; llama3_8b at [16,2048] on 8x8 with a 1.5 GiB row: 95 s to a 0.07% gap). Only
+  // when step 0 found a plan that meets the row.
+  bool memory_search_only = false;
 };
 
 /// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
