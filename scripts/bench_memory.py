@@ -6,8 +6,8 @@ For every model x plan x optimizer: plans (`apc plan --artifact`), trains on N C
 peak), and prints the plan's predicted peak (include/apc/plan/memory.h) beside the measured one,
 per phase too, with the error; then the mean absolute percentage error per model and overall.
 
-Then the device-memory plans of --device-models (default llama3_8b on 8x8 at 80, 40 and 24 GiB):
-solve time, status and the predicted peak.
+Then the device-memory plans of --device-models (default llama3_8b on 8x8, tokens [16, 2048], at
+80, 40, 24 and 16 GiB): solve time, status, the predicted peak and the checkpointed layers.
 
 Plans per model: the optimizer's under the default budget ("auto"), the optimizer's with room
 ("auto-1": --memory-budget 0,1), ddp and fsdp. Figures only, no pass/fail; run by
@@ -51,7 +51,9 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--optimizers", nargs="*", default=["adamw", "sgd"])
     ap.add_argument("--device-models", nargs="*", default=["llama3_8b.pt:8x8"],
-                    help="MODEL:MESH planned with --device-memory 80GiB, 40GiB and 24GiB")
+                    help="MODEL:MESH planned with --device-memory 80, 40, 24 and 16 GiB")
+    ap.add_argument("--device-input", default="tokens:i64[16,2048]",
+                    help="the --input of the device-memory plans ('' for the model's own)")
     args = ap.parse_args()
     apc = os.path.join(args.build, "tools", "apc")
     train = os.path.join(args.build, "tools", "apc-train")
@@ -106,15 +108,16 @@ def main():
               f"{sum(e <= 10 for e in errors_all)}/{len(errors_all)}")
 
     print()
-    print(f"{'model':<16} {'mesh':<6} {'device memory':<14} {'solve s':>8} {'status':<10} "
+    print(f"{'model':<16} {'mesh':<6} {'device memory':<14} {'wall s':>8} {'status':<10} "
           f"{'predicted peak':>15}  note")
     for spec in args.device_models:
         model, mesh = spec.rsplit(":", 1)
         path = model if os.path.sep in model else os.path.join(args.samples, model)
-        for mem in ("80GiB", "40GiB", "24GiB"):
+        for mem in ("80GiB", "40GiB", "24GiB", "16GiB"):
             t0 = time.monotonic()
+            extra = ["--input", args.device_input] if args.device_input else []
             p = subprocess.run([apc, "plan", path, "--mesh", mesh, "--device-memory", mem,
-                                "--json", "-o", os.path.join(tmp, "d.json")],
+                                "--json", "-o", os.path.join(tmp, "d.json")] + extra,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             wall = time.monotonic() - t0
             if p.returncode != 0:
@@ -124,9 +127,10 @@ def main():
             s = json.loads(p.stdout)
             plan = json.load(open(os.path.join(tmp, "d.json")))
             peak = plan["memory"]["adamw"]["peak_bytes"]
-            print(f"{os.path.basename(path):<16} {mesh:<6} {mem:<14} {s['seconds']['solve']:>8.2f} "
-                  f"{s['status']:<10} {peak / 2**30:>13.2f}Gi  {s.get('note', '')[:120]}",
-                  flush=True)
+            ck = len(plan.get("checkpoint", []))
+            print(f"{os.path.basename(path):<16} {mesh:<6} {mem:<14} {wall:>8.2f} "
+                  f"{s['status']:<10} {peak / 2**30:>13.2f}Gi  checkpointed {ck}; "
+                  f"{s.get('note', '')[:120]}", flush=True)
 
 
 if __name__ == "__main__":
