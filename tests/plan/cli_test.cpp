@@ -366,6 +366,41 @@ TEST_F(PlanCli, DiffAgainstItselfIsEmptyAndAgainstAnotherBudgetListsChanges) {
   EXPECT_EQ(dj["parameters"].size(), 2u);
 }
 
+// Activation checkpointing end to end: `--checkpoint all` on llama_tiny checkpoints its layers
+// (the summary says so, the plan validates, explain and diff show it, lowering writes the
+// segments), a module that is not a candidate is one line naming it, and the same flags give the
+// same bytes.
+TEST_F(PlanCli, CheckpointingIsPlannedShownAndLowered) {
+  const std::string base =
+      "plan " + kSamples + "llama_tiny.pt2 --mesh 2 --device cpu --checkpoint ";
+  Result r = runApc(base + "all -o " + tmp("ck.json") + " --artifact " + tmp("ck_art"));
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("activation checkpointing: 2 modules recomputed in backward (layers.0 ... "
+                       "layers.1)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("recompute "), std::string::npos) << r.out;
+  ASSERT_EQ(runApc(base + "all -o " + tmp("ck2.json")).code, 0);
+  EXPECT_EQ(readFile(tmp("ck.json")), readFile(tmp("ck2.json")));
+  Result schema = run("/usr/bin/python3 " + std::string(APC_SOURCE_DIR) +
+                      "/tests/plan/check_plan_schema.py " + tmp("ck.json"));
+  if (schema.code != 77) {
+    EXPECT_EQ(schema.code, 0) << schema.out << schema.err;
+  }
+  ASSERT_EQ(runApc(base + "none -o " + tmp("ck0.json")).code, 0);
+  Result d = runApc("diff " + tmp("ck0.json") + " " + tmp("ck.json"));
+  EXPECT_NE(d.out.find("activation checkpointing differs: modules recomputed none vs 2"),
+            std::string::npos)
+      << d.out << d.err;
+  Result e = runApc("explain " + tmp("ck.json"));
+  EXPECT_EQ(e.code, 0) << e.err;
+  EXPECT_NE(e.out.find("recompute "), std::string::npos) << e.out;
+  EXPECT_TRUE(fs::exists(tmp("ck_art") + "/rank_1.apcp"));
+  expectOneLineError(runApc(base + "layers.0,layers.7 -o " + tmp("x.json")), "'layers.7'");
+  expectOneLineError(runApc("plan " + kSamples + "toy_block.pt --mesh 2 --checkpoint all"),
+                     "no module to checkpoint");
+}
+
 TEST_F(PlanCli, BadInputIsOneLineAndExitTwo) {
   // Infeasible: no placement of the weights fits in 1% of their bytes per rank.
   expectOneLineError(planToy(tmp("x.json"), "--memory-budget 0,0.01"), "memory budget");
