@@ -10,7 +10,8 @@ Then the device-memory plans of --device-models (default llama3_8b on 8x8, token
 80, 40, 24 and 16 GiB): solve time, status, the predicted peak and the checkpointed layers.
 
 Plans per model: the optimizer's under the default budget ("auto"), the optimizer's with room
-("auto-1": --memory-budget 0,1), ddp and fsdp. Figures only, no pass/fail; run by
+("auto-1": --memory-budget 0,1), ddp, fsdp, and auto-1 with every repeated layer checkpointed
+("ckpt": --checkpoint all). Figures only, no pass/fail; run by
 scripts/bench_memory.sh, which builds first.
 """
 import argparse
@@ -26,7 +27,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODELS = ["llama_tiny.pt", "gpt2_tiny.pt", "mlp_stack.pt", "cnn_small.pt",
           "resnet_bottleneck.pt", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2"]
 PLANS = [("auto", []), ("auto-1", ["--memory-budget", "0,1"]), ("ddp", ["--strategy", "ddp"]),
-         ("fsdp", ["--strategy", "fsdp"])]
+         ("fsdp", ["--strategy", "fsdp"]),
+         # Activation checkpointing of every repeated layer (a model without one says so).
+         ("ckpt", ["--memory-budget", "0,1", "--checkpoint", "all"])]
 
 
 def run(cmd, timeout=1800):
