@@ -193,7 +193,7 @@ bool updatesRunningStats(const std::string& op) {
 std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module) {
   std::optional<uint32_t> first, last;
   for (const Node& n : g.nodes())
-    if (inModule(n.module_path, module)) {
+    if (n.kind == NodeKind::kOp && inModule(n.module_path, module)) {
       if (!first) first = n.id.v;
       last = n.id.v;
     }
