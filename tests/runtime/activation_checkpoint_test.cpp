@@ -7,10 +7,11 @@
 //   state after backward is the one backward found;
 // - one-line errors for bad segments, from Interpreter::create and from ParallelModule::load (an
 //   artifact whose program holds an overlapping or out-of-range segment);
-// - differential: llama_tiny planned with ddp, fsdp and tp on [2], its repeated layers checkpointed
-//   (the plan's `checkpoint` set before lowering), trained 3 SGD steps on 2 Gloo ranks: outputs,
-//   losses and gradients equal the single-process model, and the losses equal those of the same
-//   plan without checkpointing;
+// - differential: llama_tiny planned with ddp, fsdp and tp on [2] (fsdp also without overlap),
+//   fsdp+tp and the optimizer's plan on [2,2], its repeated layers checkpointed (the plan's
+//   `checkpoint` set before lowering), trained 3 SGD steps on Gloo ranks: outputs, losses and
+//   gradients equal the single-process model, the losses equal those of the same plan without
+//   checkpointing, and the loss's graph holds one checkpoint function per layer;
 // - memory: the host allocator's live bytes after forward and its peak over the step are lower
 //   with the layers checkpointed (a batch whose activations dominate).
 //
@@ -277,11 +278,28 @@ std::string checkpointedArtifact(const std::string& artifact, const std::string&
   return s.ok() ? "" : s.error().message();
 }
 
-/// One rank: kSteps SGD steps against the reference; rank 0 writes its losses to `losses`.
-int trainRank(int rank, const std::string& dir, const std::string& losses) {
+/// The checkpoint segments' autograd functions in the graph behind `t`.
+int checkpointFunctions(const at::Tensor& t) {
+  std::vector<torch::autograd::Node*> stack{t.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int count = 0;
+  while (!stack.empty()) {
+    torch::autograd::Node* fn = stack.back();
+    stack.pop_back();
+    if (!fn || !seen.insert(fn).second) continue;
+    if (fn->name().find("CheckpointFunction") != std::string::npos) ++count;
+    for (const auto& e : fn->next_edges()) stack.push_back(e.function.get());
+  }
+  return count;
+}
+
+/// One rank: kSteps SGD steps against the reference; rank 0 writes its losses to `losses`. The
+/// loss's graph holds `segments` checkpoint functions.
+int trainRank(int rank, const std::string& dir, const std::string& losses, int segments,
+              const ParallelModuleOptions& options) {
   const Reference& ref = reference();
   testing::RankLog log(rank);
-  std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, ref.init, log);
+  std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, ref.init, log, options);
   if (!pm) return 1;
   std::vector<at::Tensor> params = pm->parameters();
   std::ofstream out;
@@ -309,6 +327,9 @@ int trainRank(int rank, const std::string& dir, const std::string& losses) {
       log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
                std::to_string(ref.losses[s]));
     if (rank == 0) out << l << "\n";
+    if (const int n = checkpointFunctions(loss); n != segments)
+      log.fail("step " + std::to_string(step) + ": the loss's graph holds " + std::to_string(n) +
+               " checkpoint functions, expected " + std::to_string(segments));
     loss.backward();
     if (step == 0) testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
     at::NoGradGuard no_grad;
@@ -326,27 +347,59 @@ std::vector<double> readLosses(const std::string& path) {
   return v;
 }
 
-class ActivationCheckpointPlans : public ::testing::TestWithParam<std::string> {};
+struct PlanCase {
+  std::string mesh;      // "2", "2x2"
+  std::string strategy;  // "" optimizer, else ddp | fsdp | tp | fsdp+tp
+  bool overlap = true;  // ParallelModuleOptions::overlap (buckets, async reduce-scatters, prefetch)
+};
+
+std::string planCaseName(const ::testing::TestParamInfo<PlanCase>& info) {
+  std::string s = info.param.mesh + "_" +
+                  (info.param.strategy.empty() ? "opt" : info.param.strategy) +
+                  (info.param.overlap ? "" : "_sync");
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+int worldOf(const std::string& mesh) {
+  int w = 1;
+  size_t pos = 0;
+  while (pos < mesh.size()) {
+    size_t x = mesh.find('x', pos);
+    if (x == std::string::npos) x = mesh.size();
+    w *= std::stoi(mesh.substr(pos, x - pos));
+    pos = x + 1;
+  }
+  return w;
+}
+
+class ActivationCheckpointPlans : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(ActivationCheckpointPlans, CheckpointedLayersTrainAsTheSingleProcessModel) {
-  const std::string strategy = GetParam();
+  const PlanCase& c = GetParam();
   const ModelCase& m = llamaTiny();
   if (!std::filesystem::exists(testing::samplePath(m.model)))
     GTEST_SKIP() << "run sample_models/generate.py";
-  const std::string plain = scratch(strategy + "_plain").string();
-  const std::string ckpt = scratch(strategy + "_ckpt").string();
-  std::string err = testing::makeArtifact(m, "2", strategy, plain);
+  const std::string name = planCaseName(::testing::TestParamInfo<PlanCase>(c, 0));
+  const std::string plain = scratch(name + "_plain").string();
+  const std::string ckpt = scratch(name + "_ckpt").string();
+  std::string err = testing::makeArtifact(m, c.mesh, c.strategy, plain);
   ASSERT_TRUE(err.empty()) << err;
   std::vector<std::string> modules;
   err = checkpointedArtifact(plain, ckpt, &modules);
   ASSERT_TRUE(err.empty()) << err;
   (void)reference();  // computed once, before forking
+  ParallelModuleOptions options;
+  options.overlap = c.overlap;
+  const int world = worldOf(c.mesh);
   const std::string plain_losses = plain + ".losses", ckpt_losses = ckpt + ".losses";
-  for (const auto& f :
-       testing::runRanks(2, [&](int rank) { return trainRank(rank, plain, plain_losses); }))
+  for (const auto& f : testing::runRanks(
+           world, [&](int rank) { return trainRank(rank, plain, plain_losses, 0, options); }))
     ADD_FAILURE() << "without checkpointing: " << f;
-  for (const auto& f :
-       testing::runRanks(2, [&](int rank) { return trainRank(rank, ckpt, ckpt_losses); }))
+  const int segments = static_cast<int>(modules.size());
+  for (const auto& f : testing::runRanks(
+           world, [&](int rank) { return trainRank(rank, ckpt, ckpt_losses, segments, options); }))
     ADD_FAILURE() << "checkpointed " << ::testing::PrintToString(modules) << ": " << f;
   const std::vector<double> a = readLosses(plain_losses), b = readLosses(ckpt_losses);
   ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
@@ -356,10 +409,15 @@ TEST_P(ActivationCheckpointPlans, CheckpointedLayersTrainAsTheSingleProcessModel
         << "step " << s;
   std::filesystem::remove_all(plain);
   std::filesystem::remove_all(ckpt);
+  std::filesystem::remove(plain_losses);
+  std::filesystem::remove(ckpt_losses);
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaTiny, ActivationCheckpointPlans,
-                         ::testing::Values("ddp", "fsdp", "tp"));
+                         ::testing::Values(PlanCase{"2", "ddp"}, PlanCase{"2", "fsdp"},
+                                           PlanCase{"2", "tp"}, PlanCase{"2", "fsdp", false},
+                                           PlanCase{"2x2", "fsdp+tp"}, PlanCase{"2x2", ""}),
+                         planCaseName);
 
 /// Live bytes after forward and the peak over one step, on rank 0, written to `out`.
 int memoryRank(int rank, const std::string& dir, const std::vector<at::Tensor>& inputs,
@@ -428,6 +486,8 @@ TEST(ActivationCheckpointMemory, CheckpointedLayersHoldLessAfterForwardAndPeakLo
             << plain_peak << " -> " << ckpt_peak << " bytes\n";
   std::filesystem::remove_all(plain);
   std::filesystem::remove_all(ckpt);
+  std::filesystem::remove(plain + ".mem");
+  std::filesystem::remove(ckpt + ".mem");
 }
 
 /// An artifact whose program holds `segment` (appended to its checkpoints) on every rank.
