@@ -599,8 +599,8 @@ struct ParallelModule::Impl {
   }
 
   /// Program.checkpoints, checked: node ranges inside the program, disjoint and in order, op
-  /// nodes only, and every value a segment defines and later nodes read a tensor (one line naming
-  /// the segment otherwise).
+  /// nodes only (one line naming the segment otherwise; Interpreter::create checks that what a
+  /// segment passes on is tensors).
   Status readCheckpoints(const std::string& where) {
     const ir::Graph& g = *graph;
     int64_t previous_last = -1;
