@@ -216,7 +216,8 @@ std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module
     for (ValueId v : g.node(NodeId(i)).inputs) read_later[v.v] = true;
   for (uint32_t i = *first; i <= *last; ++i)
     for (ValueId v : g.node(NodeId(i)).outputs)
-      if (read_later[v.v] && g.value(v).type != ValueType::kTensor) return std::nullopt;
+      if (read_later[v.v] && !g.value(v).isTensor() && g.value(v).mayHoldTensors())
+        return std::nullopt;
   return NodeRange{*first, *last};
 }
 

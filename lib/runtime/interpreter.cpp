@@ -8,7 +8,14 @@
 #include "apc/runtime/interpreter.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/jit/runtime/operator.h>
+
+#include <mutex>
+#include <optional>
+#include <set>
 
 #include "apc/support/activity.h"
 
@@ -253,11 +260,25 @@ std::string nodeLabel(const ir::Node& n) {
 
 }  // namespace
 
+/// A checkpoint segment, prepared (Interpreter::create).
+struct Interpreter::Segment {
+  std::string module;
+  std::shared_ptr<const ir::Graph> graph;
+  c10::Device device = c10::kCPU;
+  std::vector<Step> steps;  // copies of the interpreter's steps [first, last]
+  std::vector<VocabMaskSpec> masks;
+  std::vector<SymbolicArgSpec> symbolic;
+  std::vector<uint32_t> inputs;   // values defined before the segment and read inside
+  std::vector<uint32_t> outputs;  // tensor values defined inside and read after it
+  bool has_external = false;
+};
+
 Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph,
                                           const InterpreterOptions& options,
                                           std::vector<bool> external,
                                           std::vector<VocabMaskSpec> vocab_masks,
-                                          std::vector<SymbolicArgSpec> symbolic_args) {
+                                          std::vector<SymbolicArgSpec> symbolic_args,
+                                          std::vector<CheckpointSpec> checkpoints) {
   Interpreter in;
   in.graph_ = std::move(graph);
   in.options_ = options;
@@ -343,6 +364,58 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
       if (last_use[v.v] < 0) s.free_after.push_back(v.v);
     in.steps_.push_back(std::move(s));
   }
+  // Checkpoint segments: inside the graph, disjoint, in order, op nodes only; their inputs (values
+  // defined before them and read inside) and outputs (values defined inside and read after them,
+  // or graph outputs), tensors (sizes and scalars read later stay in the environment).
+  in.checkpoints_ = std::move(checkpoints);
+  in.segment_at_.assign(g.numNodes(), -1);
+  int64_t previous_last = -1;
+  for (size_t k = 0; k < in.checkpoints_.size(); ++k) {
+    const CheckpointSpec& c = in.checkpoints_[k];
+    const std::string what = "checkpoint segment " + std::to_string(k) + " ('" + c.module +
+                             "', nodes " + std::to_string(c.first) + ".." + std::to_string(c.last) +
+                             ")";
+    if (c.first > c.last || c.last >= g.numNodes())
+      return invalidArgument(what + " is not a node range of the " + std::to_string(g.numNodes()) +
+                             "-node program");
+    if (static_cast<int64_t>(c.first) <= previous_last)
+      return invalidArgument(what +
+                             " overlaps or precedes the segment before it (which ends at "
+                             "node " +
+                             std::to_string(previous_last) + ")");
+    previous_last = c.last;
+    auto seg = std::make_shared<Segment>();
+    seg->module = c.module;
+    seg->graph = in.graph_;
+    seg->device = in.options_.device;
+    seg->masks = in.masks_;
+    seg->symbolic = in.symbolic_;
+    std::set<uint32_t> inputs;
+    for (uint32_t i = c.first; i <= c.last; ++i) {
+      const ir::Node& n = g.node(ir::NodeId(i));
+      if (n.kind != ir::NodeKind::kOp)
+        return invalidArgument(what + " holds " + nodeLabel(n) + ", which is not an op node");
+      seg->has_external = seg->has_external || in.steps_[i].external;
+      seg->steps.push_back(in.steps_[i]);
+      for (ir::ValueId v : n.inputs) {
+        const ir::Value& val = g.value(v);
+        if (val.producer.valid() && val.producer.v < c.first) inputs.insert(v.v);
+      }
+      for (ir::ValueId v : n.outputs) {
+        if (last_use[v.v] <= static_cast<int64_t>(c.last)) continue;
+        // A size or scalar read later (one layer's size arithmetic reused by the next) is the
+        // forward's value, left in the environment; a value that may hold tensors must be one.
+        if (!g.value(v).isTensor() && !g.value(v).mayHoldTensors()) continue;
+        if (!g.value(v).isTensor())
+          return invalidArgument(what + ": " + nodeLabel(n) + " defines %" + g.value(v).debug_name +
+                                 ", read after the segment, which is not a tensor");
+        seg->outputs.push_back(v.v);
+      }
+    }
+    seg->inputs.assign(inputs.begin(), inputs.end());
+    in.segment_at_[c.first] = static_cast<int>(in.segments_.size());
+    in.segments_.push_back(std::move(seg));
+  }
   return in;
 }
 
@@ -358,23 +431,20 @@ std::vector<c10::IValue> callMaskedEmbedding(const OpKernel& kernel, std::vector
   return out;
 }
 
-Expected<std::vector<c10::IValue>> Interpreter::run(
-    const ExternalFn& external, Observer* observer,
-    const std::vector<int64_t>& symbolic_values) const {
-  const ir::Graph& g = *graph_;
-  if (symbolic_values.size() != symbolic_.size())
-    return internalError("the program has " + std::to_string(symbolic_.size()) +
-                         " symbolic arguments, the run was given " +
-                         std::to_string(symbolic_values.size()) + " values");
-  std::vector<c10::IValue> env(g.numValues());
-  for (const Step& s : steps_) {
+Status Interpreter::runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
+                             size_t end, std::vector<c10::IValue>& env, const ExternalFn* external,
+                             Observer* observer, const std::vector<VocabMaskSpec>& masks,
+                             const std::vector<SymbolicArgSpec>& symbolic,
+                             const std::vector<int64_t>& symbolic_values) {
+  for (size_t si = begin; si < end; ++si) {
+    const Step& s = steps[si];
     const ir::Node& n = g.node(s.node);
     std::vector<c10::IValue> args;
     args.reserve(n.inputs.size());
     for (size_t i = 0; i < n.inputs.size(); ++i)
       args.push_back(s.is_constant[i] ? s.constant_args[i] : env[n.inputs[i].v]);
     for (size_t k : s.symbolic) {
-      const SymbolicArgSpec& a = symbolic_[k];
+      const SymbolicArgSpec& a = symbolic[k];
       c10::IValue& arg = args[a.input];
       if (a.element < 0) {
         arg = c10::IValue(symbolic_values[k]);
@@ -387,12 +457,16 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
     std::vector<c10::IValue> out;
     try {
       if (observer) observer->before(n, args);
-      if (s.external)
-        out = external(n, args);
-      else if (s.mask >= 0)
-        out = callMaskedEmbedding(s.kernel, std::move(args), masks_[static_cast<size_t>(s.mask)]);
-      else
+      if (s.external) {
+        TORCH_CHECK(external,
+                    "no external callback for this run (a checkpoint segment's "
+                    "recomputation needs one)");
+        out = (*external)(n, args);
+      } else if (s.mask >= 0) {
+        out = callMaskedEmbedding(s.kernel, std::move(args), masks[static_cast<size_t>(s.mask)]);
+      } else {
         out = s.kernel.call(std::move(args));
+      }
     } catch (const std::exception& e) {
       rethrowIfOutOfMemory(e);
       return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
@@ -412,6 +486,218 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
         return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
       }
     }
+  }
+  return Status::success();
+}
+
+// --- Checkpoint segments ---------------------------------------------------------------------
+
+/// The random-number state of the CPU default generator and, for a CUDA device, of that device's:
+/// captured in a segment's forward, restored for its recomputation, then put back.
+struct CheckpointRngState {
+  at::Tensor cpu;
+  std::optional<c10::Device> cuda;
+  at::Tensor cuda_state;
+
+  static CheckpointRngState capture(c10::Device device) {
+    CheckpointRngState r;
+    {
+      at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      r.cpu = gen.get_state();
+    }
+    if (device.is_cuda()) {
+      at::Generator gen = at::globalContext().defaultGenerator(device);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      r.cuda = device;
+      r.cuda_state = gen.get_state();
+    }
+    return r;
+  }
+
+  void restore() const {
+    {
+      at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(cpu);
+    }
+    if (cuda) {
+      at::Generator gen = at::globalContext().defaultGenerator(*cuda);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(cuda_state);
+    }
+  }
+};
+
+/// What a segment's autograd function holds: the prepared segment, the recompute callback, the
+/// run's symbolic values, the non-tensor inputs and the random-number state of the forward. The
+/// forward-only pointers (env, external, observer) are valid during the forward call only.
+struct CheckpointState : torch::CustomClassHolder {
+  std::shared_ptr<const void> segment;  // Interpreter::Segment
+  std::shared_ptr<const Interpreter::ExternalFn> recompute;
+  std::vector<int64_t> symbolic_values;
+  std::vector<c10::IValue> captured;  // per segment input: its non-tensor value (None: a tensor)
+  std::vector<bool> is_tensor;        // per segment input
+  std::vector<bool> requires_grad;    // per segment input
+  CheckpointRngState rng;
+  // During forward only.
+  std::vector<c10::IValue>* env = nullptr;
+  const Interpreter::ExternalFn* external = nullptr;
+  Interpreter::Observer* observer = nullptr;
+  std::optional<Error> error;
+};
+
+/// The autograd function of one checkpoint segment run (PyTorch's reentrant checkpoint).
+struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+  using Segment = Interpreter::Segment;
+  struct Failed {};  // the forward failed: CheckpointState::error says why
+
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const c10::intrusive_ptr<CheckpointState>& st,
+                                                at::TensorList inputs) {
+    const auto& seg = *std::static_pointer_cast<const Segment>(st->segment);
+    st->rng = CheckpointRngState::capture(seg.device);
+    // Grad mode is off here (Function::apply): nothing inside is recorded or saved.
+    Status s =
+        Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), *st->env, st->external,
+                              st->observer, seg.masks, seg.symbolic, st->symbolic_values);
+    if (!s.ok()) {
+      st->error = s.error();
+      throw Failed{};
+    }
+    torch::autograd::variable_list outputs;
+    std::set<const c10::TensorImpl*> seen;
+    for (uint32_t v : seg.outputs) {
+      const c10::IValue& iv = (*st->env)[v];
+      if (!iv.isTensor()) {
+        st->error = internalError("checkpoint segment '" + seg.module + "': value %" +
+                                  seg.graph->value(ir::ValueId(v)).debug_name +
+                                  ", read after it, is not a tensor at run time");
+        throw Failed{};
+      }
+      at::Tensor t = iv.toTensor();
+      // The same tensor twice among the outputs (an op that returned its input): a view each
+      // further time, so that every output of the function is a tensor of its own.
+      if (t.defined() && !seen.insert(t.unsafeGetTensorImpl()).second) t = t.view_as(t);
+      outputs.push_back(t);
+    }
+    ctx->save_for_backward(inputs.vec());
+    ctx->saved_data["state"] = c10::IValue::make_capsule(st);
+    return outputs;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const c10::intrusive_ptr<torch::CustomClassHolder> held = ctx->saved_data["state"].toCapsule();
+    auto st = c10::intrusive_ptr<CheckpointState>::reclaim_copy(
+        static_cast<CheckpointState*>(held.get()));
+    const auto& seg = *std::static_pointer_cast<const Segment>(st->segment);
+    torch::autograd::variable_list saved = ctx->get_saved_variables();
+    std::vector<c10::IValue> env(seg.graph->numValues());
+    std::vector<at::Tensor> detached;  // per tensor input
+    size_t t = 0;
+    for (size_t k = 0; k < seg.inputs.size(); ++k) {
+      if (!st->is_tensor[k]) {
+        env[seg.inputs[k]] = st->captured[k];
+        continue;
+      }
+      at::Tensor d = saved.at(t++).detach();
+      if (st->requires_grad[k]) d.requires_grad_(true);
+      env[seg.inputs[k]] = d;
+      detached.push_back(d);
+    }
+    {
+      // The forward's random numbers again (dropout masks), then the state put back.
+      const CheckpointRngState now = CheckpointRngState::capture(seg.device);
+      st->rng.restore();
+      Status s;
+      {
+        at::AutoGradMode grad(true);
+        s = Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), env,
+                                  st->recompute.get(), nullptr, seg.masks, seg.symbolic,
+                                  st->symbolic_values);
+      }
+      now.restore();
+      TORCH_CHECK(s.ok(), "checkpoint segment '", seg.module,
+                  "' recomputation: ", s.ok() ? std::string() : s.error().message());
+    }
+    torch::autograd::variable_list outs, out_grads;
+    for (size_t i = 0; i < seg.outputs.size() && i < grads.size(); ++i) {
+      const c10::IValue& iv = env[seg.outputs[i]];
+      if (!grads[i].defined() || !iv.isTensor()) continue;
+      const at::Tensor& o = iv.toTensor();
+      if (!o.defined() || !o.requires_grad()) continue;
+      outs.push_back(o);
+      out_grads.push_back(grads[i]);
+    }
+    if (!outs.empty()) torch::autograd::backward(outs, out_grads);
+    torch::autograd::variable_list result;
+    result.reserve(detached.size() + 1);
+    result.emplace_back();  // the state
+    for (const at::Tensor& d : detached)
+      result.push_back(d.requires_grad() ? d.grad() : at::Tensor());
+    return result;
+  }
+};
+
+Expected<std::vector<c10::IValue>> Interpreter::run(
+    const ExternalFn& external, Observer* observer, const std::vector<int64_t>& symbolic_values,
+    std::shared_ptr<const ExternalFn> recompute) const {
+  const ir::Graph& g = *graph_;
+  if (symbolic_values.size() != symbolic_.size())
+    return internalError("the program has " + std::to_string(symbolic_.size()) +
+                         " symbolic arguments, the run was given " +
+                         std::to_string(symbolic_values.size()) + " values");
+  std::vector<c10::IValue> env(g.numValues());
+  size_t next = 0;
+  while (next < steps_.size()) {
+    const int k = segment_at_.empty() ? -1 : segment_at_[next];
+    if (k < 0) {
+      size_t end = next + 1;
+      while (end < steps_.size() && (segment_at_.empty() || segment_at_[end] < 0)) ++end;
+      APC_RETURN_IF_ERROR(runSteps(g, steps_, next, end, env, &external, observer, masks_,
+                                   symbolic_, symbolic_values));
+      next = end;
+      continue;
+    }
+    const CheckpointSpec& spec = checkpoints_[static_cast<size_t>(k)];
+    const auto& seg = segments_[static_cast<size_t>(k)];
+    next = spec.last + 1;
+    if (!at::GradMode::is_enabled()) {  // nothing to recompute: the nodes as they are
+      APC_RETURN_IF_ERROR(runSteps(g, steps_, spec.first, spec.last + 1, env, &external, observer,
+                                   masks_, symbolic_, symbolic_values));
+      continue;
+    }
+    auto st = c10::make_intrusive<CheckpointState>();
+    st->segment = seg;
+    st->recompute = recompute;
+    st->symbolic_values = symbolic_values;
+    torch::autograd::variable_list tensors;
+    for (uint32_t v : seg->inputs) {
+      const c10::IValue& iv = env[v];
+      const bool tensor = iv.isTensor() && iv.toTensor().defined();
+      st->is_tensor.push_back(tensor);
+      st->requires_grad.push_back(tensor && iv.toTensor().requires_grad());
+      st->captured.push_back(tensor ? c10::IValue() : iv);
+      if (tensor) tensors.push_back(iv.toTensor());
+    }
+    st->env = &env;
+    st->external = &external;
+    st->observer = observer;
+    torch::autograd::variable_list outputs;
+    try {
+      // A TensorList (not a vector): each tensor is one input of the function.
+      outputs = CheckpointFunction::apply(st, at::TensorList(tensors));
+    } catch (const CheckpointFunction::Failed&) {
+      return st->error ? *st->error : internalError("checkpoint segment failed");
+    } catch (const std::exception& e) {
+      rethrowIfOutOfMemory(e);
+      return unsupported("checkpoint segment '" + spec.module + "': " + firstLine(e.what()));
+    }
+    st->env = nullptr;
+    st->external = nullptr;
+    st->observer = nullptr;
+    for (size_t i = 0; i < seg->outputs.size(); ++i) env[seg->outputs[i]] = outputs.at(i);
   }
   std::vector<c10::IValue> leaves;
   leaves.reserve(output_values_.size());

@@ -537,6 +537,14 @@ struct ParallelModule::Impl {
   /// with overlap), -1 none.
   std::vector<int> async_grad_param;
   std::unique_ptr<AsyncGrads> async_grads;
+  /// Activation checkpointing (proto::CheckpointSegment): the segments the interpreter runs
+  /// without autograd and again in backward, the recomputation's external callback (plain
+  /// synchronous redistributions and sync norms: no buckets, no asynchronous gradients, no
+  /// re-gathers, no prefetch), and per value whether a segment reads it from outside (a tensor
+  /// the segment's autograd function keeps for its recomputation).
+  std::vector<CheckpointSpec> checkpoints;
+  std::shared_ptr<const Interpreter::ExternalFn> recompute;
+  std::vector<bool> segment_input;
   Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
   /// Sizes that follow a symbolic dim (proto::SymbolicArg), in the interpreter's order.
   struct SymbolicArg {
@@ -590,6 +598,65 @@ struct ParallelModule::Impl {
     return Status::success();
   }
 
+  /// Program.checkpoints, checked: node ranges inside the program, disjoint and in order, op
+  /// nodes only (one line naming the segment otherwise; Interpreter::create checks that what a
+  /// segment passes on is tensors).
+  Status readCheckpoints(const std::string& where) {
+    const ir::Graph& g = *graph;
+    int64_t previous_last = -1;
+    for (int k = 0; k < program.checkpoints_size(); ++k) {
+      const proto::CheckpointSegment& c = program.checkpoints(k);
+      const std::string what = where + ": checkpoint segment " + std::to_string(k) + " ('" +
+                               c.module() + "', nodes " + std::to_string(c.first()) + ".." +
+                               std::to_string(c.last()) + ")";
+      if (c.first() > c.last() || c.last() >= g.numNodes())
+        return parseError(what + " is not a node range of the " + std::to_string(g.numNodes()) +
+                          "-node program");
+      if (static_cast<int64_t>(c.first()) <= previous_last)
+        return parseError(what + " overlaps or precedes the segment before it");
+      previous_last = c.last();
+      for (uint32_t i = c.first(); i <= c.last(); ++i)
+        if (g.node(ir::NodeId(i)).kind != ir::NodeKind::kOp)
+          return parseError(what + " holds node " + std::to_string(i) + " (" +
+                            g.node(ir::NodeId(i)).op + "), which is not an op node");
+      checkpoints.push_back({c.module(), c.first(), c.last()});
+    }
+    segment_input.assign(g.numValues(), false);
+    for (const CheckpointSpec& c : checkpoints)
+      for (uint32_t i = c.first; i <= c.last; ++i)
+        for (ir::ValueId v : g.node(ir::NodeId(i)).inputs) {
+          const ir::Value& val = g.value(v);
+          if (val.producer.valid() && val.producer.v < c.first) segment_input[v.v] = true;
+        }
+    return Status::success();
+  }
+
+  /// The external callback of the segments' recomputation in backward: redistributions run
+  /// plainly (synchronous, autograd-aware), sync norms as in forward. Every rank recomputes the
+  /// same segments in the same order, so the collectives match.
+  void buildRecompute() {
+    Impl* im = this;
+    recompute = std::make_shared<const Interpreter::ExternalFn>(
+        [im](const ir::Node& n, std::vector<c10::IValue>& args) {
+          TORCH_CHECK(n.kind == ir::NodeKind::kOp, "node ", n.id.v,
+                      " of a checkpoint segment is not an op node");
+          std::vector<c10::IValue> out;
+          if (auto sync = im->sync_norms.find(n.id.v); sync != im->sync_norms.end()) {
+            for (at::Tensor& t : syncBatchNorm(args, sync->second, *im->world,
+                                               n.op == "aten::_native_batch_norm_legit_functional"))
+              out.push_back(std::move(t));
+            return out;
+          }
+          const int rid = im->node_redist.at(n.id.v);
+          TORCH_CHECK(rid >= 0, "node ", n.id.v, " is external but not a redistribution");
+          TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
+                      " needs one tensor input");
+          out.push_back(redistribute(args[0].toTensor(), im->redists.at(static_cast<size_t>(rid)),
+                                     *im->world));
+          return out;
+        });
+  }
+
   Status buildInterpreter() {
     InterpreterOptions io;
     io.device = device;
@@ -604,8 +671,8 @@ struct ParallelModule::Impl {
             ", which is not an aten::batch_norm or aten::_native_batch_norm_legit_functional");
       external[node] = true;
     }
-    APC_ASSIGN_OR_RETURN(Interpreter in,
-                         Interpreter::create(graph, io, external, masks, symbolic_specs));
+    APC_ASSIGN_OR_RETURN(Interpreter in, Interpreter::create(graph, io, external, masks,
+                                                             symbolic_specs, checkpoints));
     interp = std::make_unique<Interpreter>(std::move(in));
     return Status::success();
   }
@@ -715,6 +782,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     impl->sync_norms[sn.node()] = syncNormSpec(dims, label);
   }
   APC_RETURN_IF_ERROR(impl->readSymbolicArgs(dir));
+  APC_RETURN_IF_ERROR(impl->readCheckpoints(dir));
   APC_RETURN_IF_ERROR(impl->buildInterpreter());
   WorldOptions world_options = options.world;
   // Ranks of one job compare it at the rendezvous: ranks of different plans fail at once. Without
@@ -745,6 +813,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
       impl->async_grad_param[n.id.v] = impl->value_param[n.inputs[0].v];
   }
   impl->async_grads = std::make_unique<AsyncGrads>(impl->param_tensors);
+  impl->buildRecompute();
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
                                                   options.grad_bucket_bytes, options.overlap);
@@ -1324,7 +1393,12 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         } else {
           y = redistribute(x, spec, *im.world, ahead);
         }
-        if (spec.regather) regather.track(args[0].toTensor(), y, spec);
+        // Re-gathers are tracked where autograd saves the gathered tensor: not under a
+        // checkpoint segment's forward (grad mode off: nothing saves it, the run drops it after
+        // its last reader, backward recomputes it), and not when a segment reads it from outside
+        // (the segment's function keeps it for its recomputation: it must not be freed).
+        if (spec.regather && at::GradMode::is_enabled() && !im.segment_input.at(n.outputs.at(0).v))
+          regather.track(args[0].toTensor(), y, spec);
         out.push_back(y);
         break;
       }
@@ -1349,7 +1423,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   } tee(&regather, im.observer);
   auto leaves =
       im.interp->run(external, im.observer ? static_cast<Interpreter::Observer*>(&tee) : &regather,
-                     symbolic_values);
+                     symbolic_values, im.recompute);
   regather.finish();
   // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
   for (auto& [pos, pending] : in_flight) pending->wait();

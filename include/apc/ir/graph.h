@@ -81,6 +81,12 @@ struct Value {
   uint32_t producer_output = 0;
 
   bool isTensor() const { return type == ValueType::kTensor; }
+  /// Whether the value is or may hold a tensor (a tensor, a list of them, a tuple, an unknown
+  /// type); sizes, scalars and their lists do not.
+  bool mayHoldTensors() const {
+    return type == ValueType::kTensor || type == ValueType::kTensorList ||
+           type == ValueType::kTuple || type == ValueType::kOther;
+  }
 };
 
 enum class NodeKind : uint8_t { kInput, kParameter, kBuffer, kOp };
@@ -184,7 +190,8 @@ bool inModule(std::string_view path, std::string_view module);
 /// holds every op node of the module and only op nodes of it (its parameters' leaf nodes are
 /// outside, read like any outside value), it writes no value it does not
 /// define (no in-place op, no BatchNorm that updates running statistics), and every value it
-/// defines that a later node or the graph's outputs read is a tensor. nullopt otherwise, or when
+/// defines that a later node or the graph's outputs read is a tensor or holds none (a size computed
+/// in one layer and read by the next: the forward's value is passed on). nullopt otherwise, or when
 /// the module has no op node.
 std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module);
 

@@ -22,6 +22,12 @@
 //   on every run by the value the caller passes (ParallelModule computes it from the inputs).
 // - A value is dropped from the environment after its last use, so a forward holds only what
 //   autograd saved.
+// - Checkpoint segments (CheckpointSpec, proto::CheckpointSegment): the nodes [first, last] run
+//   inside one custom autograd function without autograd, which keeps only the segment's inputs
+//   (values defined before it and read inside it); its backward restores the random-number state
+//   the forward saw, runs the nodes again with autograd from detached inputs, with the recompute
+//   external callback, and back-propagates the segment's output gradients through them
+//   (PyTorch's reentrant torch.utils.checkpoint).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -119,6 +125,13 @@ struct SymbolicArgSpec {
   int64_t element = -1;  // element of an int[] argument; -1: an int argument
 };
 
+/// A checkpointed segment of a program: its op nodes [first, last] (proto::CheckpointSegment).
+struct CheckpointSpec {
+  std::string module;  // for messages
+  uint32_t first = 0;
+  uint32_t last = 0;
+};
+
 class Interpreter {
  public:
   /// Supplies the outputs of input / parameter / buffer nodes and of external op nodes; `args`
@@ -128,11 +141,15 @@ class Interpreter {
 
   /// Prepares `graph`: resolves every op node not marked in `external` (indexed by node id; may be
   /// shorter than the node list), converts constants. Errors name the first node that fails.
+  /// `checkpoints`: segments run without autograd and recomputed in backward; they must lie inside
+  /// the graph, be disjoint and in order, hold only op nodes, and every value a segment defines
+  /// and a later node (or the graph's outputs) reads must be a tensor. An error names the segment.
   static Expected<Interpreter> create(std::shared_ptr<const ir::Graph> graph,
                                       const InterpreterOptions& options = {},
                                       std::vector<bool> external = {},
                                       std::vector<VocabMaskSpec> vocab_masks = {},
-                                      std::vector<SymbolicArgSpec> symbolic_args = {});
+                                      std::vector<SymbolicArgSpec> symbolic_args = {},
+                                      std::vector<CheckpointSpec> checkpoints = {});
 
   const ir::Graph& graph() const { return *graph_; }
 
@@ -152,8 +169,16 @@ class Interpreter {
   /// `symbolic_values` holds one value per SymbolicArgSpec given to create(), which replaces that
   /// argument's constant (or its element) in this run.
   /// Errors: the first failing node, "node 12 aten::view (blocks.0.attn): <message>".
-  Expected<std::vector<c10::IValue>> run(const ExternalFn& external, Observer* observer = nullptr,
-                                         const std::vector<int64_t>& symbolic_values = {}) const;
+  /// `recompute`: the external callback of the checkpoint segments' recomputation in backward
+  /// (it outlives the run: the backward nodes hold it); nullptr: `external` is not needed there
+  /// (a segment with an external node then fails in backward). The observer sees the segments'
+  /// nodes in the forward, not in their recomputation.
+  Expected<std::vector<c10::IValue>> run(
+      const ExternalFn& external, Observer* observer = nullptr,
+      const std::vector<int64_t>& symbolic_values = {},
+      std::shared_ptr<const ExternalFn> recompute = nullptr) const;
+
+  const std::vector<CheckpointSpec>& checkpoints() const { return checkpoints_; }
 
  private:
   struct Step {
@@ -172,6 +197,20 @@ class Interpreter {
   std::vector<VocabMaskSpec> masks_;
   std::vector<SymbolicArgSpec> symbolic_;
   std::vector<uint32_t> output_values_;
+  std::vector<CheckpointSpec> checkpoints_;
+  /// A checkpoint segment, prepared; shared with the backward nodes of its runs, which outlive
+  /// the run (and may outlive a moved interpreter).
+  struct Segment;
+  std::vector<std::shared_ptr<const Segment>> segments_;
+  std::vector<int> segment_at_;  // per node: the segment that starts there, or -1
+  friend struct CheckpointFunction;
+
+  /// Runs `steps` [begin, end) on `env` (the node loop).
+  static Status runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
+                         size_t end, std::vector<c10::IValue>& env, const ExternalFn* external,
+                         Observer* observer, const std::vector<VocabMaskSpec>& masks,
+                         const std::vector<SymbolicArgSpec>& symbolic,
+                         const std::vector<int64_t>& symbolic_values);
 };
 
 /// Packs output leaves into the OutputTree's structure: a leaf as itself, tuples and lists as

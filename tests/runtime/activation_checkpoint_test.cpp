@@ -1,0 +1,556 @@
+//===- tests/runtime/activation_checkpoint_test.cpp - Checkpoint segments --===//
+//
+// Activation checkpointing at run time (proto::CheckpointSegment, issue 29 item 3):
+// - the interpreter on a hand-built graph with a dropout inside a segment: outputs and gradients
+//   equal the run without the segment under the same seed although the random-number state moves
+//   between forward and backward (the recomputation replays the forward's dropout mask), and the
+//   state after backward is the one backward found;
+// - one-line errors for bad segments, from Interpreter::create and from ParallelModule::load (an
+//   artifact whose program holds an overlapping or out-of-range segment);
+// - differential: llama_tiny planned with ddp, fsdp and tp on [2] (fsdp also without overlap),
+//   fsdp+tp and the optimizer's plan on [2,2], its repeated layers checkpointed (the plan's
+//   `checkpoint` set before lowering), trained 3 SGD steps on Gloo ranks: outputs, losses and
+//   gradients equal the single-process model, the losses equal those of the same plan without
+//   checkpointing, and the loss's graph holds one checkpoint function per layer;
+// - memory: the host allocator's live bytes after forward and its peak over the step are lower
+//   with the layers checkpointed (a batch whose activations dominate).
+//
+//===----------------------------------------------------------------------===//
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+#include <torch/csrc/autograd/function.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "apc/artifact/artifact.h"
+#include "apc/frontend/input_spec.h"
+#include "apc/frontend/model.h"
+#include "apc/ir/graph.h"
+#include "apc/lower/lower.h"
+#include "apc/plan/plan.h"
+#include "apc/runtime/host_allocator.h"
+#include "apc/runtime/interpreter.h"
+#include "apc/runtime/parallel_module.h"
+#include "rank_harness.h"
+
+// A namespace of its own: the files of runtime_test are compiled together (unity build).
+namespace apc::runtime::activation_checkpoint_test {
+namespace {
+
+using testing::ModelCase;
+using testing::Reference;
+
+constexpr int kSteps = 3;
+constexpr double kLr = 0.5;
+constexpr double kRtol = 1e-5;  // differential_test's
+
+// --- The interpreter -----------------------------------------------------------------------
+
+ir::ValueId tensorValue(ir::Graph& g, std::vector<int64_t> shape) {
+  ir::Value v;
+  v.type = ir::ValueType::kTensor;
+  v.tensor = ir::TensorMeta{ir::makeShape(shape), ir::DType::kF32, true};
+  return g.addValue(v);
+}
+
+ir::NodeId op(ir::Graph& g, const std::string& name, std::vector<ir::ValueId> inputs,
+              ir::ValueId out, const std::string& module) {
+  ir::Node n;
+  n.op = name;
+  n.inputs = std::move(inputs);
+  n.outputs = {out};
+  n.module_path = module;
+  return g.addNode(n);
+}
+
+/// x:[4,8], w:[8,8]; block: h = mm(x, w), d = dropout(h, 0.5, train), t = tanh(d); y = sin(t) * x.
+/// Nodes 2..4 are the block.
+std::shared_ptr<const ir::Graph> dropoutGraph() {
+  ir::Graph g;
+  ir::ValueId x = tensorValue(g, {4, 8});
+  ir::ValueId w = tensorValue(g, {8, 8});
+  ir::Node in;
+  in.kind = ir::NodeKind::kInput;
+  in.op = "input";
+  in.name = "x";
+  in.outputs = {x};
+  g.addNode(in);
+  ir::Node pa;
+  pa.kind = ir::NodeKind::kParameter;
+  pa.op = "parameter";
+  pa.name = "w";
+  pa.outputs = {w};
+  g.addNode(pa);
+  ir::ValueId h = tensorValue(g, {4, 8});
+  op(g, "aten::mm", {x, w}, h, "block");
+  ir::ValueId p = g.addConstant(ir::ValueType::kFloat, ir::Constant(0.5));
+  ir::ValueId train = g.addConstant(ir::ValueType::kBool, ir::Constant(true));
+  ir::ValueId d = tensorValue(g, {4, 8});
+  op(g, "aten::dropout", {h, p, train}, d, "block");
+  ir::ValueId t = tensorValue(g, {4, 8});
+  op(g, "aten::tanh", {d}, t, "block");
+  ir::ValueId s = tensorValue(g, {4, 8});
+  op(g, "aten::sin", {t}, s, "");
+  ir::ValueId y = tensorValue(g, {4, 8});
+  ir::Node mul;
+  mul.op = "aten::mul";
+  mul.overload = "Tensor";
+  mul.inputs = {s, x};
+  mul.outputs = {y};
+  g.addNode(mul);
+  g.setOutputs(ir::OutputTree::makeLeaf(y));
+  return std::make_shared<const ir::Graph>(std::move(g));
+}
+
+struct DropoutRun {
+  at::Tensor out, grad_x, grad_w, after;  // after: a draw once backward is done
+  int64_t zeros = 0;                      // dropped elements of the block's output
+};
+
+DropoutRun runDropout(std::vector<CheckpointSpec> segments) {
+  auto g = dropoutGraph();
+  auto interp = Interpreter::create(g, {}, {}, {}, {}, std::move(segments));
+  EXPECT_TRUE(interp.ok()) << interp.error().message();
+  if (!interp.ok()) return {};
+  at::manual_seed(5);
+  at::Tensor x = at::randn({4, 8}).requires_grad_(true);
+  at::Tensor w = at::randn({8, 8}).requires_grad_(true);
+  at::Tensor gy = at::randn({4, 8});
+  at::manual_seed(42);
+  auto out = interp->run([&](const ir::Node& n, std::vector<c10::IValue>&) {
+    return std::vector<c10::IValue>{n.kind == ir::NodeKind::kParameter ? w : x};
+  });
+  EXPECT_TRUE(out.ok()) << out.error().message();
+  if (!out.ok()) return {};
+  DropoutRun r;
+  r.out = (*out)[0].toTensor();
+  // The state moves between forward and backward (other layers' dropouts, data loading): the
+  // recomputation must replay the forward's mask all the same.
+  (void)at::rand({1000});
+  (r.out * gy).sum().backward();
+  r.after = at::rand({4});
+  r.grad_x = x.grad();
+  r.grad_w = w.grad();
+  // sin(tanh(0)) * x = 0 exactly where the dropout dropped.
+  r.zeros = (r.out.detach() == 0).sum().item<int64_t>();
+  return r;
+}
+
+TEST(ActivationCheckpoint, DropoutInsideASegmentReplaysItsMaskInBackward) {
+  DropoutRun plain = runDropout({});
+  DropoutRun ckpt = runDropout({{"block", 2, 4}});
+  ASSERT_TRUE(plain.out.defined() && ckpt.out.defined());
+  EXPECT_GT(plain.zeros, 0) << "the dropout dropped nothing: the test shows nothing";
+  EXPECT_TRUE(at::equal(plain.out.detach(), ckpt.out.detach()));
+  ASSERT_TRUE(ckpt.grad_x.defined() && ckpt.grad_w.defined());
+  EXPECT_TRUE(at::allclose(plain.grad_x, ckpt.grad_x, 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(plain.grad_w, ckpt.grad_w, 1e-6, 1e-7));
+  // Backward put the random-number state back as it found it.
+  EXPECT_TRUE(at::equal(plain.after, ckpt.after));
+}
+
+TEST(ActivationCheckpoint, SegmentKeepsNoActivationsAndRunsPlainWithoutGradMode) {
+  auto g = dropoutGraph();
+  auto interp = Interpreter::create(g, {}, {}, {}, {}, {{"block", 2, 4}});
+  ASSERT_TRUE(interp.ok()) << interp.error().message();
+  at::Tensor x = at::randn({4, 8}).requires_grad_(true);
+  at::Tensor w = at::randn({8, 8}).requires_grad_(true);
+  auto external = [&](const ir::Node& n, std::vector<c10::IValue>&) {
+    return std::vector<c10::IValue>{n.kind == ir::NodeKind::kParameter ? w : x};
+  };
+  {
+    at::NoGradGuard no_grad;
+    auto out = interp->run(external);
+    ASSERT_TRUE(out.ok()) << out.error().message();
+    EXPECT_FALSE((*out)[0].toTensor().requires_grad());
+  }
+  auto out = interp->run(external);
+  ASSERT_TRUE(out.ok()) << out.error().message();
+  // The block's output comes from the segment's function, whose inputs are x and w only: the
+  // graph between them holds no node of the block's ops.
+  std::vector<torch::autograd::Node*> stack{(*out)[0].toTensor().grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  bool found = false;
+  while (!stack.empty()) {
+    torch::autograd::Node* fn = stack.back();
+    stack.pop_back();
+    if (!fn || !seen.insert(fn).second) continue;
+    const std::string name = fn->name();
+    EXPECT_EQ(name.find("Tanh"), std::string::npos) << name;
+    EXPECT_EQ(name.find("Mm"), std::string::npos) << name;
+    if (name.find("CheckpointFunction") != std::string::npos) {
+      found = true;
+      EXPECT_EQ(fn->next_edges().size(), 2u);  // x, w
+      continue;
+    }
+    for (const auto& e : fn->next_edges()) stack.push_back(e.function.get());
+  }
+  EXPECT_TRUE(found);
+}
+
+void expectOneLineError(const Status& s, const std::string& needle) {
+  ASSERT_FALSE(s.ok());
+  const std::string m = s.error().message();
+  EXPECT_NE(m.find(needle), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+}
+
+Status createWith(std::vector<CheckpointSpec> segments) {
+  auto interp = Interpreter::create(dropoutGraph(), {}, {}, {}, {}, std::move(segments));
+  if (!interp.ok()) return interp.error();
+  return Status::success();
+}
+
+TEST(ActivationCheckpoint, BadSegmentsAreOneLineErrors) {
+  expectOneLineError(createWith({{"block", 2, 9}}), "checkpoint segment 0 ('block', nodes 2..9)");
+  expectOneLineError(createWith({{"a", 2, 3}, {"b", 3, 4}}), "checkpoint segment 1 ('b'");
+  expectOneLineError(createWith({{"a", 3, 4}, {"b", 2, 2}}), "overlaps or precedes");
+  expectOneLineError(createWith({{"a", 4, 2}}), "is not a node range");
+  expectOneLineError(createWith({{"a", 1, 3}}), "not an op node");
+  EXPECT_TRUE(createWith({{"a", 2, 3}, {"b", 4, 4}}).ok());
+}
+
+// --- ParallelModule ------------------------------------------------------------------------
+
+const ModelCase& llamaTiny() {
+  static const ModelCase m{"llama_tiny", {"tokens:i64[8,8]"}, 256, ""};
+  return m;
+}
+
+const Reference& reference() {
+  static const Reference ref = testing::computeReference(llamaTiny(), kSteps, kLr);
+  return ref;
+}
+
+std::filesystem::path scratch(const std::string& name) {
+  return testing::scratchDir("ackpt", name);
+}
+
+/// The modules "<prefix>.<i>" of the graph that checkpointRange accepts, in node order: the
+/// repeated layers.
+std::vector<std::string> repeatedLayers(const ir::Graph& g) {
+  std::vector<std::string> out;
+  std::set<std::string> seen;
+  for (const ir::Node& n : g.nodes()) {
+    const std::string& p = n.module_path;
+    // "layers.3.attn" -> "layers.3"
+    size_t dot = p.find('.');
+    if (dot == std::string::npos) continue;
+    size_t end = p.find('.', dot + 1);
+    std::string m = p.substr(0, end);
+    if (m.size() <= dot + 1 || !std::isdigit(static_cast<unsigned char>(m[dot + 1]))) continue;
+    if (!seen.insert(m).second) continue;
+    if (ir::checkpointRange(g, m)) out.push_back(m);
+  }
+  return out;
+}
+
+/// Re-lowers the plan `artifact`.plan.json with `modules` checkpointed into `out`. "" or an error.
+std::string checkpointedArtifact(const std::string& artifact, const std::string& out,
+                                 std::vector<std::string>* modules) {
+  auto p = plan::readPlanFile(artifact + ".plan.json");
+  if (!p.ok()) return p.error().message();
+  Expected<ir::Graph> g = plan::plannedGraph(*p);
+  if (!g.ok()) {
+    frontend::ImportOptions options;
+    for (const std::string& text : p->model.inputs) {
+      auto s = frontend::parseInputSpec(text);
+      if (!s.ok()) return s.error().message();
+      options.inputs.push_back(*s);
+    }
+    g = frontend::importModel(p->model.model_path, options);
+  }
+  if (!g.ok()) return g.error().message();
+  *modules = repeatedLayers(*g);
+  if (modules->size() < 2) return "fewer than 2 checkpointable layers";
+  p->checkpoint = *modules;
+  auto programs = lower::lowerPlan(*g, *p);
+  if (!programs.ok()) return programs.error().message();
+  for (const proto::Program& prog : *programs)
+    if (prog.checkpoints_size() != static_cast<int>(modules->size()))
+      return "rank " + std::to_string(prog.rank()) + " has " +
+             std::to_string(prog.checkpoints_size()) + " checkpoint segments";
+  Status s = artifact::writeArtifact(out, *programs);
+  return s.ok() ? "" : s.error().message();
+}
+
+/// The checkpoint segments' autograd functions in the graph behind `t`.
+int checkpointFunctions(const at::Tensor& t) {
+  std::vector<torch::autograd::Node*> stack{t.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  int count = 0;
+  while (!stack.empty()) {
+    torch::autograd::Node* fn = stack.back();
+    stack.pop_back();
+    if (!fn || !seen.insert(fn).second) continue;
+    if (fn->name().find("CheckpointFunction") != std::string::npos) ++count;
+    for (const auto& e : fn->next_edges()) stack.push_back(e.function.get());
+  }
+  return count;
+}
+
+/// One rank: kSteps SGD steps against the reference; rank 0 writes its losses to `losses`. The
+/// loss's graph holds `segments` checkpoint functions.
+int trainRank(int rank, const std::string& dir, const std::string& losses, int segments,
+              const ParallelModuleOptions& options) {
+  const Reference& ref = reference();
+  testing::RankLog log(rank);
+  std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, ref.init, log, options);
+  if (!pm) return 1;
+  std::vector<at::Tensor> params = pm->parameters();
+  std::ofstream out;
+  if (rank == 0) out.open(losses);
+  out.precision(17);
+  for (int step = 0; step < kSteps; ++step) {
+    for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+    auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
+    if (!leaves.ok()) {
+      log.fail("forward: " + leaves.error().message());
+      return 1;
+    }
+    std::vector<at::Tensor> outs;
+    for (size_t i = 0; i < leaves->size(); ++i)
+      outs.push_back(pm->gatherOutput(i, (*leaves)[i].toTensor()));
+    if (step == 0)
+      for (size_t i = 0; i < outs.size() && i < ref.outputs.size(); ++i) {
+        std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
+        if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
+      }
+    at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
+    const double l = loss.item<double>();
+    const auto s = static_cast<size_t>(step);
+    if (!(std::abs(l - ref.losses[s]) <= kRtol * ref.loss_scales[s] + 1e-12))
+      log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
+               std::to_string(ref.losses[s]));
+    if (rank == 0) out << l << "\n";
+    if (const int n = checkpointFunctions(loss); n != segments)
+      log.fail("step " + std::to_string(step) + ": the loss's graph holds " + std::to_string(n) +
+               " checkpoint functions, expected " + std::to_string(segments));
+    loss.backward();
+    if (step == 0) testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
+    at::NoGradGuard no_grad;
+    for (at::Tensor& p : params)
+      if (p.grad().defined()) p.sub_(p.grad() * ref.lr);
+  }
+  return log.exitCode();
+}
+
+std::vector<double> readLosses(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<double> v;
+  double x = 0;
+  while (in >> x) v.push_back(x);
+  return v;
+}
+
+struct PlanCase {
+  std::string mesh;      // "2", "2x2"
+  std::string strategy;  // "" optimizer, else ddp | fsdp | tp | fsdp+tp
+  bool overlap = true;  // ParallelModuleOptions::overlap (buckets, async reduce-scatters, prefetch)
+};
+
+std::string planCaseName(const ::testing::TestParamInfo<PlanCase>& info) {
+  std::string s = info.param.mesh + "_" +
+                  (info.param.strategy.empty() ? "opt" : info.param.strategy) +
+                  (info.param.overlap ? "" : "_sync");
+  for (char& ch : s)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return s;
+}
+
+int worldOf(const std::string& mesh) {
+  int w = 1;
+  size_t pos = 0;
+  while (pos < mesh.size()) {
+    size_t x = mesh.find('x', pos);
+    if (x == std::string::npos) x = mesh.size();
+    w *= std::stoi(mesh.substr(pos, x - pos));
+    pos = x + 1;
+  }
+  return w;
+}
+
+class ActivationCheckpointPlans : public ::testing::TestWithParam<PlanCase> {};
+
+TEST_P(ActivationCheckpointPlans, CheckpointedLayersTrainAsTheSingleProcessModel) {
+  const PlanCase& c = GetParam();
+  const ModelCase& m = llamaTiny();
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  const std::string name = planCaseName(::testing::TestParamInfo<PlanCase>(c, 0));
+  const std::string plain = scratch(name + "_plain").string();
+  const std::string ckpt = scratch(name + "_ckpt").string();
+  std::string err = testing::makeArtifact(m, c.mesh, c.strategy, plain);
+  ASSERT_TRUE(err.empty()) << err;
+  std::vector<std::string> modules;
+  err = checkpointedArtifact(plain, ckpt, &modules);
+  ASSERT_TRUE(err.empty()) << err;
+  (void)reference();  // computed once, before forking
+  ParallelModuleOptions options;
+  options.overlap = c.overlap;
+  const int world = worldOf(c.mesh);
+  const std::string plain_losses = plain + ".losses", ckpt_losses = ckpt + ".losses";
+  for (const auto& f : testing::runRanks(
+           world, [&](int rank) { return trainRank(rank, plain, plain_losses, 0, options); }))
+    ADD_FAILURE() << "without checkpointing: " << f;
+  const int segments = static_cast<int>(modules.size());
+  for (const auto& f : testing::runRanks(
+           world, [&](int rank) { return trainRank(rank, ckpt, ckpt_losses, segments, options); }))
+    ADD_FAILURE() << "checkpointed " << ::testing::PrintToString(modules) << ": " << f;
+  const std::vector<double> a = readLosses(plain_losses), b = readLosses(ckpt_losses);
+  ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(b.size(), static_cast<size_t>(kSteps));
+  for (int s = 0; s < kSteps; ++s)
+    EXPECT_NEAR(a[s], b[s], kRtol * reference().loss_scales[static_cast<size_t>(s)] + 1e-12)
+        << "step " << s;
+  std::filesystem::remove_all(plain);
+  std::filesystem::remove_all(ckpt);
+  std::filesystem::remove(plain_losses);
+  std::filesystem::remove(ckpt_losses);
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaTiny, ActivationCheckpointPlans,
+                         ::testing::Values(PlanCase{"2", "ddp"}, PlanCase{"2", "fsdp"},
+                                           PlanCase{"2", "tp"}, PlanCase{"2", "fsdp", false},
+                                           PlanCase{"2x2", "fsdp+tp"}, PlanCase{"2x2", ""}),
+                         planCaseName);
+
+/// Live bytes after forward and the peak over one step, on rank 0, written to `out`.
+int memoryRank(int rank, const std::string& dir, const std::vector<at::Tensor>& inputs,
+               const std::map<std::string, at::Tensor>& init, const std::string& out) {
+  useCachingHostAllocator();
+  testing::RankLog log(rank);
+  std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, init, log);
+  if (!pm) return 1;
+  int64_t after_forward = 0, peak = 0;
+  for (int step = 0; step < 2; ++step) {  // the second step is measured
+    for (at::Tensor p : pm->parameters()) p.mutable_grad() = at::Tensor();
+    std::vector<c10::IValue> local = testing::shardInputs(*pm, inputs);
+    releaseCachedHostMemory();
+    resetHostAllocatorPeak();
+    auto leaves = pm->forwardLeaves(local);
+    if (!leaves.ok()) {
+      log.fail("forward: " + leaves.error().message());
+      return 1;
+    }
+    after_forward = hostAllocatorStats().allocated_bytes;
+    at::Tensor loss;
+    for (const c10::IValue& v : *leaves) {
+      at::Tensor l = v.toTensor().to(at::kFloat).pow(2).mean();
+      loss = loss.defined() ? loss + l : l;
+    }
+    loss.backward();
+    peak = hostAllocatorStats().peak_allocated_bytes;
+  }
+  if (rank == 0) {
+    std::ofstream f(out);
+    f << after_forward << " " << peak << "\n";
+  }
+  return log.exitCode();
+}
+
+TEST(ActivationCheckpointMemory, CheckpointedLayersHoldLessAfterForwardAndPeakLower) {
+  // A long sequence and a large batch: activations dominate llama_tiny's parameters.
+  ModelCase m{"llama_tiny", {"tokens:i64[16,128]"}, 256, ""};
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  const std::string plain = scratch("mem_plain").string();
+  const std::string ckpt = scratch("mem_ckpt").string();
+  std::string err = testing::makeArtifact(m, "2", "ddp", plain);
+  ASSERT_TRUE(err.empty()) << err;
+  std::vector<std::string> modules;
+  err = checkpointedArtifact(plain, ckpt, &modules);
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference ref = testing::computeReference(m, 0, 0.0);
+  auto measure = [&](const std::string& dir) -> std::pair<int64_t, int64_t> {
+    const std::string out = dir + ".mem";
+    for (const auto& f : testing::runRanks(
+             2, [&](int rank) { return memoryRank(rank, dir, ref.inputs, ref.init, out); }))
+      ADD_FAILURE() << dir << ": " << f;
+    std::ifstream in(out);
+    int64_t a = -1, b = -1;
+    in >> a >> b;
+    return {a, b};
+  };
+  const auto [plain_live, plain_peak] = measure(plain);
+  const auto [ckpt_live, ckpt_peak] = measure(ckpt);
+  ASSERT_GT(plain_live, 0);
+  ASSERT_GT(ckpt_live, 0);
+  EXPECT_LT(ckpt_live, plain_live) << "live bytes after forward";
+  EXPECT_LT(ckpt_peak, plain_peak) << "peak bytes over the step";
+  std::cerr << "after forward: " << plain_live << " -> " << ckpt_live << " bytes; step peak "
+            << plain_peak << " -> " << ckpt_peak << " bytes\n";
+  std::filesystem::remove_all(plain);
+  std::filesystem::remove_all(ckpt);
+  std::filesystem::remove(plain + ".mem");
+  std::filesystem::remove(ckpt + ".mem");
+}
+
+/// An artifact whose program holds `segment` (appended to its checkpoints) on every rank.
+std::string artifactWithSegment(const std::string& from, const std::string& to,
+                                const std::vector<std::pair<uint32_t, uint32_t>>& segments) {
+  std::vector<proto::Program> programs;
+  for (int64_t r = 0; r < 2; ++r) {
+    auto prog = artifact::readProgram(from, r);
+    if (!prog.ok()) return prog.error().message();
+    for (const auto& [first, last] : segments) {
+      proto::CheckpointSegment* c = prog->add_checkpoints();
+      c->set_module("layers.x");
+      c->set_first(first);
+      c->set_last(last);
+    }
+    programs.push_back(std::move(prog).value());
+  }
+  Status s = artifact::writeArtifact(to, programs);
+  return s.ok() ? "" : s.error().message();
+}
+
+TEST(ActivationCheckpointErrors, BadSegmentsInAnArtifactAreOneLineLoadErrors) {
+  const ModelCase& m = llamaTiny();
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  const std::string plain = scratch("bad_plain").string();
+  std::string err = testing::makeArtifact(m, "2", "ddp", plain);
+  ASSERT_TRUE(err.empty()) << err;
+  auto prog = artifact::readProgram(plain, 0);
+  ASSERT_TRUE(prog.ok()) << prog.error().message();
+  const auto nodes = static_cast<uint32_t>(prog->graph().nodes_size());
+  // The first aten op node (after inputs and parameters).
+  uint32_t first_op = 0;
+  while (first_op < nodes &&
+         prog->graph().nodes(static_cast<int>(first_op)).op().rfind("aten::", 0) != 0)
+    ++first_op;
+  ASSERT_LT(first_op + 6, nodes);
+  struct Bad {
+    std::vector<std::pair<uint32_t, uint32_t>> segments;
+    std::string needle;
+  };
+  const std::vector<Bad> cases = {
+      {{{first_op, nodes + 3}}, "is not a node range"},
+      {{{first_op, first_op + 4}, {first_op + 2, first_op + 6}}, "overlaps"},
+      {{{0, first_op}}, "not an op node"},
+  };
+  LaunchEnv env;
+  env.rank = 0;
+  env.world_size = 2;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string dir = scratch("bad_" + std::to_string(i)).string();
+    err = artifactWithSegment(plain, dir, cases[i].segments);
+    ASSERT_TRUE(err.empty()) << err;
+    auto pm = ParallelModule::load(dir, env, ParallelModuleOptions{});
+    ASSERT_FALSE(pm.ok()) << "case " << i;
+    const std::string msg = pm.error().message();
+    EXPECT_NE(msg.find("checkpoint segment"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(cases[i].needle), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    std::filesystem::remove_all(dir);
+  }
+  std::filesystem::remove_all(plain);
+}
+
+}  // namespace
+}  // namespace apc::runtime::activation_checkpoint_test
