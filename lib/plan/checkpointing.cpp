@@ -50,7 +50,9 @@ std::vector<std::string> checkpointCandidates(const ir::Graph& g) {
   };
   std::map<std::string, Info> modules;
   for (const ir::Node& n : g.nodes()) {
-    if (n.kind != ir::NodeKind::kOp || n.module_path.empty()) continue;
+    // Size arithmetic is left out: an export computes a size once and the later layers reuse it,
+    // so the first layer has ops the others lack.
+    if (n.kind != ir::NodeKind::kOp || n.module_path.empty() || g.isShapeNode(n.id)) continue;
     const uint64_t h = std::hash<std::string>{}(n.qualifiedOp());
     for (const std::string& m : prefixes(n.module_path)) {
       auto [it, fresh] = modules.try_emplace(m);

@@ -155,7 +155,7 @@ TEST(Graph, CheckpointRangeIsAModulesContiguousOps) {
   EXPECT_FALSE(checkpointRange(bn, "blocks.0"));
   bn.node(NodeId(one.first + 1)).op = "aten::_native_batch_norm_legit_functional";
   EXPECT_TRUE(checkpointRange(bn, "blocks.0"));
-  // A non-tensor value passed on to a later node.
+  // A size passed on to a later node is allowed (the forward's value); a list of tensors is not.
   Graph sizes = testing_graphs::blockStack(1);
   const ValueId y = sizes.outputs().leaves().at(0);
   const ValueId zero = sizes.addConstant(ValueType::kInt, int64_t{0});
@@ -167,7 +167,19 @@ TEST(Graph, CheckpointRangeIsAModulesContiguousOps) {
   const ValueId z = tensorValue(sizes, "z", {8, 128, 1024});
   opNode(sizes, "aten::mul", "Scalar", {y, nv}, {z}, "head");
   sizes.setOutputs(OutputTree::makeLeaf(z));
-  EXPECT_FALSE(checkpointRange(sizes, "blocks.0"));
+  EXPECT_TRUE(checkpointRange(sizes, "blocks.0"));
+  Graph lists = testing_graphs::blockStack(1);
+  const ValueId ly = lists.outputs().leaves().at(0);
+  Value l;
+  l.type = ValueType::kTensorList;
+  l.debug_name = "pieces";
+  const ValueId lv = lists.addValue(l);
+  opNode(lists, "prim::ListConstruct", "", {ly, ly}, {lv}, "blocks.0");
+  const ValueId c = tensorValue(lists, "c", {16, 128, 1024});
+  const ValueId dim0 = lists.addConstant(ValueType::kInt, int64_t{0});
+  opNode(lists, "aten::cat", "", {lv, dim0}, {c}, "head");
+  lists.setOutputs(OutputTree::makeLeaf(c));
+  EXPECT_FALSE(checkpointRange(lists, "blocks.0"));
 }
 
 }  // namespace

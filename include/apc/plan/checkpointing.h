@@ -7,7 +7,8 @@
 // device's memory needs it (`apc plan --device-memory`: the fastest plan that fits, with or
 // without checkpointing), or as the user asks (`--checkpoint`).
 //
-// Candidates: sibling modules with the same sequence of ops (two or more of them), each of which
+// Candidates: sibling modules with the same sequence of tensor ops (size arithmetic aside; two or
+// more of them), each of which
 // ir::checkpointRange accepts (contiguous, nothing written in place outside it, tensors out), the
 // outermost such level (the blocks, not the linears inside them).
 //
