@@ -532,7 +532,11 @@ class Model {
       bool replicated = false;
       for (size_t d = 0; d < pp.placement.size() && d < p_.spec.mesh.ndim(); ++d)
         replicated |= pp.placement[d].isReplicate() && p_.spec.mesh.size(d) > 1;
-      if (replicated && !redistributed_params_.count(pp.name)) bucketed += pp.bytes_per_rank;
+      // A parameter read only inside checkpointed segments gets its gradient during the
+      // recompute, synchronously, never deferred to a bucket.
+      const bool checkpointed_only = !segments_.empty() && !read_outside_segments_.count(pp.name);
+      if (replicated && !redistributed_params_.count(pp.name) && !checkpointed_only)
+        bucketed += pp.bytes_per_rank;
     }
     if (bucketed > 0) {
       MemoryParts parts = persistent_;
@@ -666,6 +670,8 @@ class Model {
                       stored.tensor->dtype != cg_.value(v).tensor->dtype;
     const bool moved = want && have && !(*want == *have);
     if (moved && is_param) redistributed_params_.insert(bs.param);
+    if (is_param && segment_of_[static_cast<size_t>(pos)] < 0)
+      read_outside_segments_.insert(bs.param);
     if (!moved && !cast) return base;
     const std::string key = std::to_string(v.v) + "|" + (want ? mesh::toString(*want) : "");
     auto it = copies_.find(key);
@@ -825,7 +831,8 @@ class Model {
   std::vector<bool> view_output_;
   std::vector<int64_t> copy_grad_bytes_;
   std::map<std::string, int64_t> copies_;
-  std::set<std::string> redistributed_params_;  // parameters a reader takes in another placement
+  std::set<std::string> redistributed_params_;   // parameters a reader takes in another placement
+  std::set<std::string> read_outside_segments_;  // parameters an op outside checkpoints reads
   int64_t grad_bucket_bytes_ = kGradBucketBytes;
 };
 
