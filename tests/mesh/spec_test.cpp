@@ -15,6 +15,7 @@
 
 #include "../common/placements.h"
 #include "apc/mesh/spec.h"
+#include "apc/support/json_reader.h"
 
 namespace apc::mesh {
 namespace {

@@ -283,16 +283,6 @@ nlohmann::json toJson(const ClusterProfile& p);
 /// it has one. Another count is an error naming both.
 Status applyClusterProfile(const ClusterProfile& p, Spec& spec);
 
-// --- JSON text -----------------------------------------------------------------------------------
-
-/// Parses JSON text. Malformed text gives a kParse error with nlohmann's line and column; a key
-/// that appears twice in one object is an error naming its path (JSON parsers silently keep the
-/// last one).
-Expected<nlohmann::json> parseJsonText(std::string_view text);
-/// Reads and parses a JSON file (readInputFile: a regular file of at most 1 GiB; a missing or
-/// unreadable file is kIo); errors are prefixed by the path.
-Expected<nlohmann::json> readJsonFile(const std::string& path);
-
 // --- specs ---------------------------------------------------------------------------------------
 
 /// Parses and checks a spec: types, unknown keys, ranges, placement tuple lengths against the mesh,
