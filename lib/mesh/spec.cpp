@@ -40,6 +40,17 @@ bool MeshDimNetwork::operator==(const MeshDimNetwork&) const = default;
 bool CollectiveTable::operator==(const CollectiveTable&) const = default;
 bool KernelTable::operator==(const KernelTable&) const = default;
 
+std::optional<MemoryBudget::Violation> MemoryBudget::violation() const {
+  auto num = [](double v) { return formatNumber(v, 12); };
+  if (!(low >= 0 && low <= 1))
+    return Violation{"low", "a budget fraction must be in [0, 1], got " + num(low)};
+  if (high && !(*high > 0 && *high <= 1))
+    return Violation{"high", "a budget fraction must be in (0, 1], got " + num(*high)};
+  if (high && low > *high)
+    return Violation{"", "low " + num(low) + " is greater than high " + num(*high)};
+  return std::nullopt;
+}
+
 bool MeshDimNetwork::empty() const {
   for (const auto& l : by_kind)
     if (l) return false;
@@ -366,17 +377,13 @@ Expected<MemoryBudget> readMemoryBudget(const json& j, const std::string& path) 
   MemoryBudget b;
   if (const json* low = find(j, "low")) {
     APC_ASSIGN_OR_RETURN(b.low, readNumber(*low, path + ".low"));
-    if (b.low < 0 || b.low > 1)
-      return at(path + ".low", "a budget fraction must be in [0, 1], got " + low->dump());
   }
   if (const json* high = find(j, "high")) {
     APC_ASSIGN_OR_RETURN(double h, readNumber(*high, path + ".high"));
-    if (h <= 0 || h > 1)
-      return at(path + ".high", "a budget fraction must be in (0, 1], got " + high->dump());
-    if (b.low > h)
-      return at(path, "low " + find(j, "low")->dump() + " is greater than high " + high->dump());
     b.high = h;
   }
+  if (std::optional<MemoryBudget::Violation> v = b.violation())
+    return at(v->field.empty() ? path : keyPath(path, v->field), v->message);
   return b;
 }
 

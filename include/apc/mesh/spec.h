@@ -173,6 +173,18 @@ struct MemoryBudget {
     return high.value_or(1.0 / static_cast<double>(world_size < 1 ? 1 : world_size));
   }
 
+  /// What breaks the one rule of a budget, wherever it is given (a spec's memory_budget,
+  /// `apc plan --memory-budget`, AutoParallel::add_parameter_memory_constraint): low in [0, 1],
+  /// high in (0, 1], low <= high. `field` is "low" or "high", or "" when the two disagree.
+  struct Violation {
+    std::string field;
+    std::string message;  // "a budget fraction must be in [0, 1], got -0.1"
+    /// "low: MESSAGE" (the message alone when `field` is "").
+    std::string text() const { return field.empty() ? message : field + ": " + message; }
+  };
+  /// The first violation, or nullopt for a valid budget.
+  std::optional<Violation> violation() const;
+
   bool operator==(const MemoryBudget&) const;  // defaulted in the .cpp (C++17 users)
 };
 
