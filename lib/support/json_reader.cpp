@@ -207,12 +207,14 @@ Status checkObject(const json& j, const std::string& path,
                    std::initializer_list<const char*> required,
                    std::initializer_list<const char*> optional) {
   APC_RETURN_IF_ERROR(expectObject(j, path, "an object"));
-  for (const char* k : required)
-    if (!j.contains(k)) return at(path, std::string("missing key '") + k + "'");
+  // Unknown keys first: a misspelt required key is named with its suggestion, not as missing.
   std::vector<std::string> allowed(required.begin(), required.end());
   allowed.insert(allowed.end(), optional.begin(), optional.end());
   std::sort(allowed.begin(), allowed.end());
-  return checkKeys(j, path, allowed);
+  APC_RETURN_IF_ERROR(checkKeys(j, path, allowed));
+  for (const char* k : required)
+    if (!j.contains(k)) return at(path, std::string("missing key '") + k + "'");
+  return Status::success();
 }
 
 const json* find(const json& j, const char* key) {

@@ -42,6 +42,9 @@ TEST(JsonReader, UnknownKeysSuggestTheClosest) {
   EXPECT_EQ(messageOf(checkObject(json::array(), "$.solver", {"status"})),
             "$.solver: expected an object, got array");
   EXPECT_TRUE(checkObject({{"status", 1}, {"gap", 2}}, "$", {"status"}, {"gap"}).ok());
+  // A misspelt required key is named as unknown, with the suggestion, not as missing.
+  EXPECT_EQ(messageOf(checkObject({{"stauts", 1}}, "$.solver", {"status"}, {"gap"})),
+            "$.solver.stauts: unknown key (did you mean 'status'?); allowed keys: gap, status");
 }
 
 TEST(JsonReader, IntegersStrictOrNot) {

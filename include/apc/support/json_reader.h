@@ -57,8 +57,9 @@ std::string suggestion(std::string_view name, const std::vector<std::string>& ca
 Status expectObject(const json& j, const std::string& path, const std::string& what);
 /// Every key of object `j` is in `allowed` (an unknown key is an error with a suggestion).
 Status checkKeys(const json& j, const std::string& path, const std::vector<std::string>& allowed);
-/// `j` is an object with every key of `required`, and no key outside `required` and `optional`
-/// ("PATH: missing key 'K'", and checkKeys' error for an unknown one).
+/// `j` is an object with no key outside `required` and `optional` (checkKeys' error, checked
+/// first, so that a misspelt key gets its suggestion) and every key of `required` ("PATH: missing
+/// key 'K'").
 Status checkObject(const json& j, const std::string& path,
                    std::initializer_list<const char*> required,
                    std::initializer_list<const char*> optional = {});
