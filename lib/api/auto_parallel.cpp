@@ -283,14 +283,10 @@ Status AutoParallel::add_output_constraints(const std::vector<Placements>& leave
 Status AutoParallel::add_parameter_memory_constraint(std::optional<double> low,
                                                      std::optional<double> high) {
   const std::string what = "add_parameter_memory_constraint";
-  double lo = low.value_or(0.0);
-  if (!std::isfinite(lo) || lo < 0)
-    return invalidArgument(what + ": low must be a number >= 0, got " + fmt(lo));
-  if (high && (!std::isfinite(*high) || *high <= 0 || *high > 1))
-    return invalidArgument(what + ": high must be in (0, 1], got " + fmt(*high));
   mesh::Spec trial = spec_;
-  trial.memory_budget.low = lo;
+  trial.memory_budget.low = low.value_or(0.0);
   trial.memory_budget.high = high;
+  if (auto v = trial.memory_budget.violation()) return invalidArgument(what + ": " + v->text());
   auto budget = plan::effectiveBudget(trial);  // low > high, naming both
   if (!budget.ok()) return budget.error().withContext(what);
   trial.device_memory.reset();

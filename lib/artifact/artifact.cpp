@@ -21,6 +21,7 @@
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/spec.h"
 #include "apc/support/hash.h"
+#include "apc/support/json_reader.h"
 
 namespace apc::artifact {
 
@@ -124,74 +125,81 @@ Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& 
   return staged.commit();
 }
 
-Expected<Manifest> readManifest(const std::string& dir) {
-  fs::path path = fs::path(dir) / "manifest.json";
-  APC_ASSIGN_OR_RETURN(std::string text, readFile(path));
-  const std::string where = path.string();
-  auto parsed = mesh::parseJsonText(text);
-  if (!parsed.ok()) return parsed.error().withContext(where);
-  const nlohmann::json& j = *parsed;
-  auto bad = [&](const std::string& key, const std::string& what) {
-    return parseError(where + ": " + key + ": expected " + what);
-  };
-  if (!j.is_object()) return parseError(where + ": expected a JSON object, got " + j.type_name());
-  auto field = [&](const char* key) -> const nlohmann::json* {
-    auto it = j.find(key);
-    return it == j.end() ? nullptr : &*it;
-  };
-  for (const char* key :
-       {"format_version", "model_name", "model_hash", "plan_hash", "mesh", "world_size", "files"})
-    if (!field(key)) return parseError(where + ": missing key '" + key + "'");
+/// A named namespace: its using-directive stays out of the files a unity build compiles after this.
+namespace manifest_json {
+
+using namespace apc::json_reader;  // NOLINT
+
+/// The manifest's JSON (errors name the JSON path, `$.mesh.shape[1]: ...`).
+Expected<Manifest> fromJson(const json& j) {
+  APC_RETURN_IF_ERROR(checkObject(
+      j, "$",
+      {"files", "format_version", "mesh", "model_hash", "model_name", "plan_hash", "world_size"}));
   Manifest m;
-  const nlohmann::json& version = *field("format_version");
-  if (!version.is_number_integer()) return bad("format_version", "an integer");
-  if (version.get<int64_t>() != kManifestFormatVersion)
-    return invalidArgument(where + ": format version " + version.dump() +
-                           ", this apc reads version " + std::to_string(kManifestFormatVersion));
+  APC_ASSIGN_OR_RETURN(int64_t version, readInt(j["format_version"], "$.format_version", true));
+  if (version != kManifestFormatVersion)
+    return at("$.format_version", "format version " + std::to_string(version) +
+                                      ", this apc reads version " +
+                                      std::to_string(kManifestFormatVersion));
   m.format_version = kManifestFormatVersion;
-  for (auto [key, out] : {std::pair<const char*, std::string*>{"model_name", &m.model_name},
-                          {"model_hash", &m.model_hash},
-                          {"plan_hash", &m.plan_hash}}) {
-    if (!field(key)->is_string()) return bad(key, "a string");
-    *out = field(key)->get<std::string>();
-  }
-  const nlohmann::json& mesh = *field("mesh");
-  if (!mesh.is_object() || !mesh.contains("shape") || !mesh.contains("names"))
-    return bad("mesh", "an object {\"shape\": [...], \"names\": [...]}");
-  const nlohmann::json& shape = mesh["shape"];
-  const nlohmann::json& names = mesh["names"];
-  if (!shape.is_array() || shape.empty() || shape.size() > mesh::kMaxMeshDims)
-    return bad("mesh.shape", "a list of 1 to " + std::to_string(mesh::kMaxMeshDims) + " sizes");
-  if (!names.is_array() || names.size() != shape.size())
-    return bad("mesh.names", "one name per mesh dim");
+  APC_ASSIGN_OR_RETURN(m.model_name, readString(j["model_name"], "$.model_name"));
+  APC_ASSIGN_OR_RETURN(m.model_hash, readString(j["model_hash"], "$.model_hash"));
+  APC_ASSIGN_OR_RETURN(m.plan_hash, readString(j["plan_hash"], "$.plan_hash"));
+  const json& mesh = j["mesh"];
+  APC_RETURN_IF_ERROR(checkObject(mesh, "$.mesh", {"names", "shape"}));
+  const json& shape = mesh["shape"];
+  const json& names = mesh["names"];
+  APC_RETURN_IF_ERROR(expectArray(shape, "$.mesh.shape"));
+  if (shape.empty() || shape.size() > mesh::kMaxMeshDims)
+    return at("$.mesh.shape", "expected 1 to " + std::to_string(mesh::kMaxMeshDims) +
+                                  " sizes, got " + std::to_string(shape.size()));
+  APC_RETURN_IF_ERROR(expectArray(names, "$.mesh.names"));
+  if (names.size() != shape.size())
+    return at("$.mesh.names", "expected one name per mesh dim (" + dims(shape.size()) + "), got " +
+                                  std::to_string(names.size()));
   int64_t product = 1;
-  for (const nlohmann::json& s : shape) {
-    if (!s.is_number_integer() || s.get<int64_t>() < 1 || s.get<int64_t>() > mesh::kMaxWorldSize)
-      return bad("mesh.shape", "sizes in [1, " + std::to_string(mesh::kMaxWorldSize) + "]");
-    product *= s.get<int64_t>();
+  for (size_t i = 0; i < shape.size(); ++i) {
+    const std::string path = indexPath("$.mesh.shape", i);
+    APC_ASSIGN_OR_RETURN(int64_t size, readInt(shape[i], path, true));
+    if (size < 1 || size > mesh::kMaxWorldSize)
+      return at(path, "a mesh dim's size must be in [1, " + std::to_string(mesh::kMaxWorldSize) +
+                          "], got " + std::to_string(size));
+    product *= size;
     if (product > mesh::kMaxWorldSize)
-      return invalidArgument(where + ": mesh of more than " + std::to_string(mesh::kMaxWorldSize) +
-                             " devices");
-    m.mesh_shape.push_back(s.get<int64_t>());
+      return at("$.mesh.shape",
+                "mesh of more than " + std::to_string(mesh::kMaxWorldSize) + " devices");
+    m.mesh_shape.push_back(size);
   }
-  for (const nlohmann::json& n : names) {
-    if (!n.is_string()) return bad("mesh.names", "strings");
-    m.mesh_names.push_back(n.get<std::string>());
+  for (size_t i = 0; i < names.size(); ++i) {
+    APC_ASSIGN_OR_RETURN(std::string name, readString(names[i], indexPath("$.mesh.names", i)));
+    m.mesh_names.push_back(std::move(name));
   }
-  const nlohmann::json& world = *field("world_size");
-  if (!world.is_number_integer()) return bad("world_size", "an integer");
-  m.world_size = world.get<int64_t>();
+  APC_ASSIGN_OR_RETURN(m.world_size, readInt(j["world_size"], "$.world_size", true));
   if (m.world_size != product)
-    return invalidArgument(where + ": world_size " + world.dump() + " does not match the mesh");
-  const nlohmann::json& files = *field("files");
-  if (!files.is_object()) return bad("files", "an object of SHA-256 by file name");
+    return at("$.world_size", "world_size " + std::to_string(m.world_size) +
+                                  " does not match the mesh (" + std::to_string(product) +
+                                  " devices)");
+  const json& files = j["files"];
+  APC_RETURN_IF_ERROR(expectObject(files, "$.files", "an object of SHA-256 by file name"));
   for (const auto& [name, sha] : files.items()) {
-    if (!sha.is_string()) return bad("files", "an object of SHA-256 by file name");
-    m.files.emplace(name, sha.get<std::string>());
+    APC_ASSIGN_OR_RETURN(std::string hex, readString(sha, keyPath("$.files", name)));
+    m.files.emplace(name, std::move(hex));
   }
   for (int64_t r = 0; r < m.world_size; ++r)
     if (!m.files.count(programFileName(r)))
-      return invalidArgument(where + ": no entry for " + programFileName(r));
+      return at("$.files", "no entry for " + programFileName(r));
+  return m;
+}
+
+}  // namespace manifest_json
+
+Expected<Manifest> readManifest(const std::string& dir) {
+  const std::string where = (fs::path(dir) / "manifest.json").string();
+  APC_ASSIGN_OR_RETURN(std::string text, readFile(where));
+  auto j = parseJsonText(text);
+  if (!j.ok()) return j.error().withContext(where);
+  auto m = manifest_json::fromJson(*j);
+  if (!m.ok()) return m.error().withContext(where);
   return m;
 }
 

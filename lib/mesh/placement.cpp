@@ -192,4 +192,24 @@ int64_t chunkOffset(int64_t size, int64_t pieces, int64_t index) {
   return std::min(size, index * chunk);
 }
 
+bool cutsIntoNonEmptyPieces(int64_t size, const std::vector<int64_t>& pieces) {
+  std::vector<int64_t> sizes = {size};  // the distinct piece sizes at the current level
+  for (int64_t p : pieces) {
+    if (p <= 1) continue;
+    std::vector<int64_t> next;
+    for (int64_t s : sizes) {
+      // chunkSize's pieces: all `c` but the last, the smallest.
+      const int64_t c = chunkSize(s, p, 0);
+      const int64_t last = chunkSize(s, p, p - 1);
+      if (last <= 0) return false;
+      next.push_back(c);
+      if (last != c) next.push_back(last);
+    }
+    std::sort(next.begin(), next.end());
+    next.erase(std::unique(next.begin(), next.end()), next.end());
+    sizes = std::move(next);
+  }
+  return true;
+}
+
 }  // namespace apc::mesh

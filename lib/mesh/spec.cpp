@@ -1,9 +1,10 @@
 //===- lib/mesh/spec.cpp - The mesh and constraint spec (JSON) -------------===//
 //
 // Reading and writing the spec. (The CLI's sharding files: shardings.cpp; the spec against a
-// model: spec_check.cpp; the JSON walking they share: json_reader.h.) The readers walk the JSON by
-// hand (no nlohmann get<T> that throws) and carry the JSON path of the value they read, so that
-// every error is one line starting with that path. The layout is documented in apc/mesh/spec.h and,
+// model: spec_check.cpp; the placement readers they share: placement_json.h, on apc's one JSON
+// reader, apc/support/json_reader.h.) The readers walk the JSON by hand (no nlohmann get<T> that
+// throws) and carry the JSON path of the value they read, so that every error is one line
+// starting with that path. The layout is documented in apc/mesh/spec.h and,
 // for tools, in schemas/spec.schema.json; the two must stay in step (tests/mesh/check_schemas.py
 // runs the shared cases in tests/mesh/spec_cases.json against the schema, mesh_test against this
 // parser).
@@ -23,7 +24,7 @@
 
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
-#include "json_reader.h"
+#include "placement_json.h"
 
 namespace apc::mesh {
 
@@ -38,6 +39,17 @@ bool Spec::operator==(const Spec&) const = default;
 bool MeshDimNetwork::operator==(const MeshDimNetwork&) const = default;
 bool CollectiveTable::operator==(const CollectiveTable&) const = default;
 bool KernelTable::operator==(const KernelTable&) const = default;
+
+std::optional<MemoryBudget::Violation> MemoryBudget::violation() const {
+  auto num = [](double v) { return formatNumber(v, 12); };
+  if (!(low >= 0 && low <= 1))
+    return Violation{"low", "a budget fraction must be in [0, 1], got " + num(low)};
+  if (high && !(*high > 0 && *high <= 1))
+    return Violation{"high", "a budget fraction must be in (0, 1], got " + num(*high)};
+  if (high && low > *high)
+    return Violation{"", "low " + num(low) + " is greater than high " + num(*high)};
+  return std::nullopt;
+}
 
 bool MeshDimNetwork::empty() const {
   for (const auto& l : by_kind)
@@ -59,7 +71,7 @@ bool OutputPlacementTree::operator==(const OutputPlacementTree& o) const {
 }
 
 using nlohmann::json;
-using namespace detail;  // NOLINT: the JSON readers of json_reader.h
+using namespace detail;  // NOLINT: the JSON readers of placement_json.h
 
 namespace {
 
@@ -365,17 +377,13 @@ Expected<MemoryBudget> readMemoryBudget(const json& j, const std::string& path) 
   MemoryBudget b;
   if (const json* low = find(j, "low")) {
     APC_ASSIGN_OR_RETURN(b.low, readNumber(*low, path + ".low"));
-    if (b.low < 0 || b.low > 1)
-      return at(path + ".low", "a budget fraction must be in [0, 1], got " + low->dump());
   }
   if (const json* high = find(j, "high")) {
     APC_ASSIGN_OR_RETURN(double h, readNumber(*high, path + ".high"));
-    if (h <= 0 || h > 1)
-      return at(path + ".high", "a budget fraction must be in (0, 1], got " + high->dump());
-    if (b.low > h)
-      return at(path, "low " + find(j, "low")->dump() + " is greater than high " + high->dump());
     b.high = h;
   }
+  if (std::optional<MemoryBudget::Violation> v = b.violation())
+    return at(v->field.empty() ? path : keyPath(path, v->field), v->message);
   return b;
 }
 
@@ -566,106 +574,6 @@ std::string toString(const OutputPlacementTree& t) {
     }
   }
   return "?";
-}
-
-// --- JSON text -----------------------------------------------------------------------------------
-
-namespace {
-
-/// A SAX pass that finds the first key given twice in one object and names its path. (nlohmann's
-/// parser callback would do it in one pass, but its object_end handling scans the whole parent
-/// container each time: quadratic in the length of a list of objects.)
-class DuplicateKeyFinder : public nlohmann::json_sax<json> {
- public:
-  std::optional<std::string> duplicate;
-
-  bool null() override { return value(); }
-  bool boolean(bool) override { return value(); }
-  bool number_integer(number_integer_t) override { return value(); }
-  bool number_unsigned(number_unsigned_t) override { return value(); }
-  bool number_float(number_float_t, const string_t&) override { return value(); }
-  bool string(string_t&) override { return value(); }
-  bool binary(binary_t&) override { return value(); }
-  bool start_object(std::size_t) override {
-    stack_.push_back(Frame{true, {}, {}, 0});
-    return true;
-  }
-  bool key(string_t& k) override {
-    Frame& f = stack_.back();
-    f.key = k;
-    if (!f.keys.insert(k).second) {
-      duplicate = keyPath(containerPath(), k);
-      return false;  // stop at the first
-    }
-    return true;
-  }
-  bool end_object() override { return end(); }
-  bool start_array(std::size_t) override {
-    stack_.push_back(Frame{false, {}, {}, 0});
-    return true;
-  }
-  bool end_array() override { return end(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
-    return false;
-  }
-
- private:
-  struct Frame {
-    bool is_object = false;
-    std::set<std::string> keys;
-    std::string key;   // objects: the current key
-    size_t index = 0;  // arrays: the current element
-  };
-  bool value() {
-    if (!stack_.empty() && !stack_.back().is_object) ++stack_.back().index;
-    return true;
-  }
-  bool end() {
-    stack_.pop_back();
-    return value();
-  }
-  /// The path of the innermost container.
-  std::string containerPath() const {
-    std::string p = "$";
-    for (size_t i = 0; i + 1 < stack_.size(); ++i)
-      p = stack_[i].is_object ? keyPath(p, stack_[i].key) : indexPath(p, stack_[i].index);
-    return p;
-  }
-  std::vector<Frame> stack_;
-};
-
-}  // namespace
-
-Expected<json> parseJsonText(std::string_view text) {
-  APC_RETURN_IF_ERROR(checkJsonText(text));
-  json j;
-  try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    if (size_t pos = what.find("] ");
-        what.rfind("[json.exception", 0) == 0 && pos != std::string::npos)
-      what = what.substr(pos + 2);
-    return parseError("malformed JSON: " + what);
-  }
-  // A second, linear pass names a key given twice (the parser keeps the last silently).
-  DuplicateKeyFinder finder;
-  json::sax_parse(text.begin(), text.end(), &finder);
-  if (finder.duplicate) return parseError(*finder.duplicate + ": key given twice in one object");
-  return j;
-}
-
-Expected<json> readJsonFile(const std::string& path) {
-  auto read = readInputFile(path);
-  if (!read.ok()) {
-    // A missing file stays an I/O error of this reader (kIo, as before the shared reader).
-    if (read.error().code() == ErrorCode::kNotFound) return ioError(read.error().message());
-    return read.error();
-  }
-  const std::string& text = *read;
-  auto j = parseJsonText(text);
-  if (!j.ok()) return j.error().withContext(path);
-  return j;
 }
 
 // --- specs ---------------------------------------------------------------------------------------

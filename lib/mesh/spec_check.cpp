@@ -14,12 +14,12 @@
 
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
-#include "json_reader.h"
+#include "placement_json.h"
 
 namespace apc::mesh {
 
 using nlohmann::json;
-using namespace detail;  // NOLINT: the JSON readers of json_reader.h
+using namespace detail;  // NOLINT: the JSON readers of placement_json.h
 
 namespace {
 

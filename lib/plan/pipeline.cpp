@@ -73,19 +73,15 @@ Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text) {
   auto low = parseDouble(trim(parts[0]));
   if (!low || !std::isfinite(*low))
     return invalidArgument("--memory-budget: LOW '" + parts[0] + "' is not a number");
-  if (*low < 0) return invalidArgument("--memory-budget: LOW must be >= 0, got " + fmt(*low));
   b.low = *low;
   if (!trim(parts[1]).empty()) {
     auto high = parseDouble(trim(parts[1]));
     if (!high || !std::isfinite(*high))
       return invalidArgument("--memory-budget: HIGH '" + parts[1] + "' is not a number");
-    if (*high <= 0 || *high > 1)
-      return invalidArgument("--memory-budget: HIGH must be in (0, 1], got " + fmt(*high));
-    if (*low > *high)
-      return invalidArgument("--memory-budget: low " + fmt(*low) + " is greater than high " +
-                             fmt(*high));
     b.high = *high;
   }
+  // The one budget rule (mesh::MemoryBudget::violation), as the spec reader applies it.
+  if (auto v = b.violation()) return invalidArgument("--memory-budget: " + v->text());
   return b;
 }
 

@@ -19,6 +19,7 @@
 #include "apc/solver/baselines.h"
 #include "apc/support/base64.h"
 #include "apc/support/file_io.h"
+#include "apc/support/json_reader.h"
 
 namespace apc::plan {
 
@@ -146,61 +147,28 @@ void writeCanonical(const json& j, int indent, std::string& out) {
 }
 
 // --- reading -------------------------------------------------------------------------------------
+// Through apc's one JSON reader (apc/support/json_reader.h): errors name the JSON path; integers
+// are strict (a plan holds no 2.0 where it means 2) and, unless said otherwise, at least 0.
 
-Error at(const std::string& path, const std::string& msg) {
-  return parseError(path + ": " + msg);
-}
+}  // namespace
 
-std::string typeOf(const json& j) {
-  return j.type_name();
-}
+namespace reading {
 
-/// Checks that `j` is an object with exactly the given required and optional keys.
-Status checkObject(const json& j, const std::string& path, std::initializer_list<const char*> req,
-                   std::initializer_list<const char*> opt = {}) {
-  if (!j.is_object()) return at(path, "expected an object, got " + typeOf(j));
-  for (const char* k : req)
-    if (!j.contains(k)) return at(path, std::string("missing key '") + k + "'");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    bool known = false;
-    for (const char* k : req) known = known || it.key() == k;
-    for (const char* k : opt) known = known || it.key() == k;
-    if (!known) return at(path + "." + printable(it.key()), "unknown key");
-  }
-  return Status::success();
-}
-
-Expected<std::string> getString(const json& j, const std::string& path) {
-  if (!j.is_string()) return at(path, "expected a string, got " + typeOf(j));
-  return j.get<std::string>();
-}
-
-Expected<double> getNumber(const json& j, const std::string& path) {
-  if (!j.is_number()) return at(path, "expected a number, got " + typeOf(j));
-  return j.get<double>();
-}
+using namespace apc::json_reader;  // NOLINT: a named namespace, so it does not leak (unity builds)
 
 Expected<int64_t> getInt(const json& j, const std::string& path, int64_t min = 0) {
-  if (!j.is_number_integer()) return at(path, "expected an integer, got " + typeOf(j));
-  int64_t v = j.get<int64_t>();
-  if (v < min) return at(path, "must be >= " + std::to_string(min) + ", got " + std::to_string(v));
-  return v;
-}
-
-Expected<bool> getBool(const json& j, const std::string& path) {
-  if (!j.is_boolean()) return at(path, "expected true or false, got " + typeOf(j));
-  return j.get<bool>();
+  return readIntAtLeast(j, path, min, /*strict=*/true);
 }
 
 Expected<PlacementTuple> getPlacement(const json& j, const std::string& path, size_t ndim) {
-  if (!j.is_array()) return at(path, "expected a list of placements, got " + typeOf(j));
+  APC_RETURN_IF_ERROR(expectArray(j, path, "a list of placements"));
   if (j.size() != ndim)
     return at(path, "expected one placement per mesh dim (" + std::to_string(ndim) + "), got " +
                         std::to_string(j.size()));
   PlacementTuple out;
   for (size_t i = 0; i < j.size(); ++i) {
-    std::string p = path + "[" + std::to_string(i) + "]";
-    APC_ASSIGN_OR_RETURN(std::string s, getString(j[i], p));
+    std::string p = indexPath(path, i);
+    APC_ASSIGN_OR_RETURN(std::string s, readString(j[i], p));
     auto parsed = mesh::Placement::parse(s);
     if (!parsed.ok()) return at(p, parsed.error().message());
     out.push_back(*parsed);
@@ -211,34 +179,29 @@ Expected<PlacementTuple> getPlacement(const json& j, const std::string& path, si
 Expected<std::vector<std::optional<PlacementTuple>>> getPlacementList(const json& j,
                                                                       const std::string& path,
                                                                       size_t ndim) {
-  if (!j.is_array()) return at(path, "expected a list, got " + typeOf(j));
+  APC_RETURN_IF_ERROR(expectArray(j, path));
   std::vector<std::optional<PlacementTuple>> out;
   for (size_t i = 0; i < j.size(); ++i) {
     if (j[i].is_null()) {
       out.emplace_back();
       continue;
     }
-    APC_ASSIGN_OR_RETURN(PlacementTuple t,
-                         getPlacement(j[i], path + "[" + std::to_string(i) + "]", ndim));
+    APC_ASSIGN_OR_RETURN(PlacementTuple t, getPlacement(j[i], indexPath(path, i), ndim));
     out.emplace_back(std::move(t));
   }
   return out;
 }
 
-std::string idx(const std::string& path, size_t i) {
-  return path + "[" + std::to_string(i) + "]";
-}
-
 Expected<PlanSource> readSource(const json& j, const std::string& path) {
   APC_RETURN_IF_ERROR(checkObject(j, path, {"inputs", "name", "path", "sha256"}));
   PlanSource s;
-  APC_ASSIGN_OR_RETURN(s.model_name, getString(j["name"], path + ".name"));
-  APC_ASSIGN_OR_RETURN(s.model_path, getString(j["path"], path + ".path"));
-  APC_ASSIGN_OR_RETURN(s.model_sha256, getString(j["sha256"], path + ".sha256"));
+  APC_ASSIGN_OR_RETURN(s.model_name, readString(j["name"], path + ".name"));
+  APC_ASSIGN_OR_RETURN(s.model_path, readString(j["path"], path + ".path"));
+  APC_ASSIGN_OR_RETURN(s.model_sha256, readString(j["sha256"], path + ".sha256"));
   const json& in = j["inputs"];
-  if (!in.is_array()) return at(path + ".inputs", "expected a list, got " + typeOf(in));
+  APC_RETURN_IF_ERROR(expectArray(in, path + ".inputs"));
   for (size_t i = 0; i < in.size(); ++i) {
-    APC_ASSIGN_OR_RETURN(std::string x, getString(in[i], idx(path + ".inputs", i)));
+    APC_ASSIGN_OR_RETURN(std::string x, readString(in[i], indexPath(path + ".inputs", i)));
     s.inputs.push_back(std::move(x));
   }
   return s;
@@ -255,14 +218,14 @@ Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index
   APC_ASSIGN_OR_RETURN(int64_t i, getInt(j["index"], path + ".index"));
   if (static_cast<size_t>(i) != index)
     return at(path + ".index", "expected " + std::to_string(index) + " (the node's position)");
-  APC_ASSIGN_OR_RETURN(n.name, getString(j["name"], path + ".name"));
-  APC_ASSIGN_OR_RETURN(n.kind, getString(j["kind"], path + ".kind"));
+  APC_ASSIGN_OR_RETURN(n.name, readString(j["name"], path + ".name"));
+  APC_ASSIGN_OR_RETURN(n.kind, readString(j["kind"], path + ".kind"));
   if (n.kind != "input" && n.kind != "parameter" && n.kind != "buffer" && n.kind != "op" &&
       n.kind != "output" && n.kind != "pin")
     return at(path + ".kind",
               "expected input, parameter, buffer, op, output or pin, got '" + n.kind + "'");
-  APC_ASSIGN_OR_RETURN(n.op, getString(j["op"], path + ".op"));
-  APC_ASSIGN_OR_RETURN(n.module_path, getString(j["module_path"], path + ".module_path"));
+  APC_ASSIGN_OR_RETURN(n.op, readString(j["op"], path + ".op"));
+  APC_ASSIGN_OR_RETURN(n.module_path, readString(j["module_path"], path + ".module_path"));
   if (j.contains("graph_node")) {
     APC_ASSIGN_OR_RETURN(int64_t g, getInt(j["graph_node"], path + ".graph_node"));
     n.graph_node = static_cast<uint32_t>(g);
@@ -274,7 +237,7 @@ Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index
               "must be below num_strategies (" + std::to_string(num) + ")");
   n.num_strategies = static_cast<uint32_t>(num);
   n.strategy_index = static_cast<uint32_t>(si);
-  APC_ASSIGN_OR_RETURN(n.strategy, getString(j["strategy"], path + ".strategy"));
+  APC_ASSIGN_OR_RETURN(n.strategy, readString(j["strategy"], path + ".strategy"));
   APC_ASSIGN_OR_RETURN(n.input_placements,
                        getPlacementList(j["input_placements"], path + ".input_placements", ndim));
   // Empty for a node without a tensor output (a free output's sink): then "outputs" says so.
@@ -293,23 +256,23 @@ Expected<PlanNode> readNode(const json& j, const std::string& path, size_t index
     n.outputs = {out};
   }
   const json& edges = j["in_edges"];
-  if (!edges.is_array()) return at(path + ".in_edges", "expected a list, got " + typeOf(edges));
+  APC_RETURN_IF_ERROR(expectArray(edges, path + ".in_edges"));
   for (size_t k = 0; k < edges.size(); ++k) {
-    std::string ep = idx(path + ".in_edges", k);
+    std::string ep = indexPath(path + ".in_edges", k);
     APC_RETURN_IF_ERROR(checkObject(edges[k], ep, {"cost_us", "from", "input"}));
     PlanEdge e;
     APC_ASSIGN_OR_RETURN(int64_t from, getInt(edges[k]["from"], ep + ".from"));
     APC_ASSIGN_OR_RETURN(int64_t input, getInt(edges[k]["input"], ep + ".input"));
-    APC_ASSIGN_OR_RETURN(e.cost_us, getNumber(edges[k]["cost_us"], ep + ".cost_us"));
+    APC_ASSIGN_OR_RETURN(e.cost_us, readNumber(edges[k]["cost_us"], ep + ".cost_us"));
     e.from = static_cast<uint32_t>(from);
     e.input = static_cast<uint32_t>(input);
     n.in_edges.push_back(e);
   }
-  APC_ASSIGN_OR_RETURN(n.compute_us, getNumber(j["compute_us"], path + ".compute_us"));
-  APC_ASSIGN_OR_RETURN(n.comm_us, getNumber(j["comm_us"], path + ".comm_us"));
-  APC_ASSIGN_OR_RETURN(n.cost_us, getNumber(j["cost_us"], path + ".cost_us"));
+  APC_ASSIGN_OR_RETURN(n.compute_us, readNumber(j["compute_us"], path + ".compute_us"));
+  APC_ASSIGN_OR_RETURN(n.comm_us, readNumber(j["comm_us"], path + ".comm_us"));
+  APC_ASSIGN_OR_RETURN(n.cost_us, readNumber(j["cost_us"], path + ".cost_us"));
   if (j.contains("pin_group")) {
-    APC_ASSIGN_OR_RETURN(n.pin_group, getString(j["pin_group"], path + ".pin_group"));
+    APC_ASSIGN_OR_RETURN(n.pin_group, readString(j["pin_group"], path + ".pin_group"));
   }
   return n;
 }
@@ -319,15 +282,15 @@ Expected<PlanParameter> readParameter(const json& j, const std::string& path, si
       j, path,
       {"bytes", "bytes_per_rank", "dtype", "module", "name", "node", "placement", "shape"}));
   PlanParameter p;
-  APC_ASSIGN_OR_RETURN(p.name, getString(j["name"], path + ".name"));
-  APC_ASSIGN_OR_RETURN(p.module, getString(j["module"], path + ".module"));
+  APC_ASSIGN_OR_RETURN(p.name, readString(j["name"], path + ".name"));
+  APC_ASSIGN_OR_RETURN(p.module, readString(j["module"], path + ".module"));
   const json& shape = j["shape"];
-  if (!shape.is_array()) return at(path + ".shape", "expected a list, got " + typeOf(shape));
+  APC_RETURN_IF_ERROR(expectArray(shape, path + ".shape"));
   for (size_t i = 0; i < shape.size(); ++i) {
-    APC_ASSIGN_OR_RETURN(int64_t d, getInt(shape[i], idx(path + ".shape", i)));
+    APC_ASSIGN_OR_RETURN(int64_t d, getInt(shape[i], indexPath(path + ".shape", i)));
     p.shape.push_back(d);
   }
-  APC_ASSIGN_OR_RETURN(p.dtype, getString(j["dtype"], path + ".dtype"));
+  APC_ASSIGN_OR_RETURN(p.dtype, readString(j["dtype"], path + ".dtype"));
   APC_ASSIGN_OR_RETURN(p.placement, getPlacement(j["placement"], path + ".placement", ndim));
   APC_ASSIGN_OR_RETURN(p.bytes, getInt(j["bytes"], path + ".bytes"));
   APC_ASSIGN_OR_RETURN(p.bytes_per_rank, getInt(j["bytes_per_rank"], path + ".bytes_per_rank"));
@@ -343,11 +306,11 @@ Expected<PlanTotals> readTotals(const json& j, const std::string& path) {
                    "param_bytes_total", "param_memory_fraction", "total_us"},
                   {"recompute_us"}));
   PlanTotals t;
-  APC_ASSIGN_OR_RETURN(t.compute_us, getNumber(j["compute_us"], path + ".compute_us"));
-  APC_ASSIGN_OR_RETURN(t.comm_us, getNumber(j["comm_us"], path + ".comm_us"));
-  APC_ASSIGN_OR_RETURN(t.total_us, getNumber(j["total_us"], path + ".total_us"));
+  APC_ASSIGN_OR_RETURN(t.compute_us, readNumber(j["compute_us"], path + ".compute_us"));
+  APC_ASSIGN_OR_RETURN(t.comm_us, readNumber(j["comm_us"], path + ".comm_us"));
+  APC_ASSIGN_OR_RETURN(t.total_us, readNumber(j["total_us"], path + ".total_us"));
   if (j.contains("recompute_us")) {
-    APC_ASSIGN_OR_RETURN(t.recompute_us, getNumber(j["recompute_us"], path + ".recompute_us"));
+    APC_ASSIGN_OR_RETURN(t.recompute_us, readNumber(j["recompute_us"], path + ".recompute_us"));
     if (!(t.recompute_us > 0)) return at(path + ".recompute_us", "must be positive when present");
   }
   APC_ASSIGN_OR_RETURN(t.param_bytes_per_rank,
@@ -355,14 +318,14 @@ Expected<PlanTotals> readTotals(const json& j, const std::string& path) {
   APC_ASSIGN_OR_RETURN(t.param_bytes_total,
                        getInt(j["param_bytes_total"], path + ".param_bytes_total"));
   APC_ASSIGN_OR_RETURN(t.param_memory_fraction,
-                       getNumber(j["param_memory_fraction"], path + ".param_memory_fraction"));
-  APC_ASSIGN_OR_RETURN(t.memory_low, getNumber(j["memory_low"], path + ".memory_low"));
-  APC_ASSIGN_OR_RETURN(t.memory_high, getNumber(j["memory_high"], path + ".memory_high"));
+                       readNumber(j["param_memory_fraction"], path + ".param_memory_fraction"));
+  APC_ASSIGN_OR_RETURN(t.memory_low, readNumber(j["memory_low"], path + ".memory_low"));
+  APC_ASSIGN_OR_RETURN(t.memory_high, readNumber(j["memory_high"], path + ".memory_high"));
   return t;
 }
 
 Expected<std::vector<MemoryEstimate>> readMemory(const json& j, const std::string& path) {
-  if (!j.is_object()) return at(path, "expected an object by optimizer, got " + typeOf(j));
+  if (!j.is_object()) return at(path, "expected an object by optimizer, got " + describe(j));
   std::vector<MemoryEstimate> out;
   for (const std::string& name : memoryOptimizers()) {
     if (!j.contains(name)) continue;
@@ -374,8 +337,8 @@ Expected<std::vector<MemoryEstimate>> readMemory(const json& j, const std::strin
     MemoryEstimate m;
     m.optimizer = name;
     APC_ASSIGN_OR_RETURN(m.peak_bytes, getInt(e["peak_bytes"], ep + ".peak_bytes"));
-    APC_ASSIGN_OR_RETURN(m.phase, getString(e["phase"], ep + ".phase"));
-    APC_ASSIGN_OR_RETURN(m.at, getString(e["at"], ep + ".at"));
+    APC_ASSIGN_OR_RETURN(m.phase, readString(e["phase"], ep + ".phase"));
+    APC_ASSIGN_OR_RETURN(m.at, readString(e["at"], ep + ".at"));
     APC_ASSIGN_OR_RETURN(m.saved_activations,
                          getInt(e["saved_activations"], ep + ".saved_activations"));
     APC_ASSIGN_OR_RETURN(m.persistent_bytes,
@@ -388,11 +351,11 @@ Expected<std::vector<MemoryEstimate>> readMemory(const json& j, const std::strin
     APC_ASSIGN_OR_RETURN(m.backward_peak, getInt(ph["backward"], pp + ".backward"));
     APC_ASSIGN_OR_RETURN(m.optimizer_peak, getInt(ph["optimizer"], pp + ".optimizer"));
     const json& ops = e["saved_by_op"];
-    if (!ops.is_array()) return at(ep + ".saved_by_op", "expected a list, got " + typeOf(ops));
+    APC_RETURN_IF_ERROR(expectArray(ops, ep + ".saved_by_op"));
     for (size_t k = 0; k < ops.size(); ++k) {
-      const std::string op_path = idx(ep + ".saved_by_op", k);
+      const std::string op_path = indexPath(ep + ".saved_by_op", k);
       if (!ops[k].is_array() || ops[k].size() != 2) return at(op_path, "expected [op, bytes]");
-      APC_ASSIGN_OR_RETURN(std::string op, getString(ops[k][0], op_path + "[0]"));
+      APC_ASSIGN_OR_RETURN(std::string op, readString(ops[k][0], op_path + "[0]"));
       APC_ASSIGN_OR_RETURN(int64_t bytes, getInt(ops[k][1], op_path + "[1]"));
       m.saved_by_op.emplace_back(std::move(op), bytes);
     }
@@ -414,7 +377,7 @@ Expected<std::vector<MemoryEstimate>> readMemory(const json& j, const std::strin
   for (auto it = j.begin(); it != j.end(); ++it)
     if (std::find(memoryOptimizers().begin(), memoryOptimizers().end(), it.key()) ==
         memoryOptimizers().end())
-      return at(path + "." + it.key(), "unknown optimizer (sgd, momentum or adamw)");
+      return at(keyPath(path, it.key()), "unknown optimizer (sgd, momentum or adamw)");
   return out;
 }
 
@@ -429,10 +392,10 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
       {"bound", "constraints", "objective", "options", "problem", "seconds", "status", "variables"},
       {"baseline", "gap"}));
   SolverStats s;
-  APC_ASSIGN_OR_RETURN(s.status, getString(j["status"], path + ".status"));
-  APC_ASSIGN_OR_RETURN(s.objective, getNumber(j["objective"], path + ".objective"));
+  APC_ASSIGN_OR_RETURN(s.status, readString(j["status"], path + ".status"));
+  APC_ASSIGN_OR_RETURN(s.objective, readNumber(j["objective"], path + ".objective"));
   if (!j["bound"].is_null()) {
-    APC_ASSIGN_OR_RETURN(double b, getNumber(j["bound"], path + ".bound"));
+    APC_ASSIGN_OR_RETURN(double b, readNumber(j["bound"], path + ".bound"));
     s.bound = b;
   }
   if (!j["seconds"].is_null())
@@ -465,12 +428,12 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
   const json& o = j["options"];
   std::string op = path + ".options";
   APC_RETURN_IF_ERROR(checkObject(o, op, {"reduce", "threads", "time_limit_s"}));
-  APC_ASSIGN_OR_RETURN(s.reduce, getBool(o["reduce"], op + ".reduce"));
+  APC_ASSIGN_OR_RETURN(s.reduce, readBool(o["reduce"], op + ".reduce"));
   APC_ASSIGN_OR_RETURN(int64_t threads, getInt(o["threads"], op + ".threads", 1));
   s.threads = static_cast<int>(threads);
-  APC_ASSIGN_OR_RETURN(s.time_limit_s, getNumber(o["time_limit_s"], op + ".time_limit_s"));
+  APC_ASSIGN_OR_RETURN(s.time_limit_s, readNumber(o["time_limit_s"], op + ".time_limit_s"));
   if (j.contains("baseline")) {
-    APC_ASSIGN_OR_RETURN(s.baseline, getString(j["baseline"], path + ".baseline"));
+    APC_ASSIGN_OR_RETURN(s.baseline, readString(j["baseline"], path + ".baseline"));
     auto b = solver::parseBaseline(s.baseline);
     if (!b.ok() || solver::baselineName(*b) != s.baseline)
       return at(path + ".baseline", "expected ddp, fsdp, tp or fsdp+tp, got '" + s.baseline + "'");
@@ -478,7 +441,7 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
   return s;
 }
 
-}  // namespace
+}  // namespace reading
 
 namespace {
 
@@ -852,6 +815,7 @@ std::string toJsonText(const Plan& p) {
 }
 
 Expected<Plan> planFromJson(const json& j) {
+  using namespace reading;  // NOLINT
   APC_RETURN_IF_ERROR(checkObject(j, "$",
                                   {"apc_version", "content_hash", "format_version", "model",
                                    "nodes", "parameters", "solver", "spec", "totals"},
@@ -863,8 +827,8 @@ Expected<Plan> planFromJson(const json& j) {
                                       std::to_string(kPlanFormatVersion) + ", the file has " +
                                       std::to_string(version));
   p.format_version = static_cast<int>(version);
-  APC_ASSIGN_OR_RETURN(p.apc_version, getString(j["apc_version"], "$.apc_version"));
-  APC_ASSIGN_OR_RETURN(p.content_hash, getString(j["content_hash"], "$.content_hash"));
+  APC_ASSIGN_OR_RETURN(p.apc_version, readString(j["apc_version"], "$.apc_version"));
+  APC_ASSIGN_OR_RETURN(p.content_hash, readString(j["content_hash"], "$.content_hash"));
   APC_ASSIGN_OR_RETURN(p.model, readSource(j["model"], "$.model"));
   auto spec = mesh::parseSpec(j["spec"]);
   if (!spec.ok()) {
@@ -875,21 +839,21 @@ Expected<Plan> planFromJson(const json& j) {
   p.spec = std::move(spec).value();
   size_t ndim = p.spec.mesh.ndim();
   const json& nodes = j["nodes"];
-  if (!nodes.is_array()) return at("$.nodes", "expected a list, got " + typeOf(nodes));
+  APC_RETURN_IF_ERROR(expectArray(nodes, "$.nodes"));
   for (size_t i = 0; i < nodes.size(); ++i) {
-    APC_ASSIGN_OR_RETURN(PlanNode n, readNode(nodes[i], idx("$.nodes", i), i, ndim));
+    APC_ASSIGN_OR_RETURN(PlanNode n, readNode(nodes[i], indexPath("$.nodes", i), i, ndim));
     p.nodes.push_back(std::move(n));
   }
   for (size_t i = 0; i < p.nodes.size(); ++i)
     for (size_t k = 0; k < p.nodes[i].in_edges.size(); ++k)
       if (p.nodes[i].in_edges[k].from >= p.nodes.size())
-        return at(idx(idx("$.nodes", i) + ".in_edges", k) + ".from",
+        return at(indexPath(indexPath("$.nodes", i) + ".in_edges", k) + ".from",
                   "no node " + std::to_string(p.nodes[i].in_edges[k].from) + " (the plan has " +
                       std::to_string(p.nodes.size()) + ")");
   const json& params = j["parameters"];
-  if (!params.is_array()) return at("$.parameters", "expected a list, got " + typeOf(params));
+  APC_RETURN_IF_ERROR(expectArray(params, "$.parameters"));
   for (size_t i = 0; i < params.size(); ++i) {
-    std::string path = idx("$.parameters", i);
+    std::string path = indexPath("$.parameters", i);
     APC_ASSIGN_OR_RETURN(PlanParameter q, readParameter(params[i], path, ndim));
     if (q.node >= p.nodes.size() || p.nodes[q.node].kind != "parameter")
       return at(path + ".node", "node " + std::to_string(q.node) + " is not a parameter node");
@@ -913,16 +877,16 @@ Expected<Plan> planFromJson(const json& j) {
   if (j.contains("checkpoint")) {
     const json& c = j["checkpoint"];
     if (!c.is_array() || c.empty())
-      return at("$.checkpoint", "expected a non-empty list of module paths, got " + typeOf(c));
+      return at("$.checkpoint", "expected a non-empty list of module paths, got " + describe(c));
     for (size_t i = 0; i < c.size(); ++i) {
-      APC_ASSIGN_OR_RETURN(std::string m, getString(c[i], idx("$.checkpoint", i)));
+      APC_ASSIGN_OR_RETURN(std::string m, readString(c[i], indexPath("$.checkpoint", i)));
       if (m.empty() || std::find(p.checkpoint.begin(), p.checkpoint.end(), m) != p.checkpoint.end())
-        return at(idx("$.checkpoint", i), "expected a module path named once");
+        return at(indexPath("$.checkpoint", i), "expected a module path named once");
       p.checkpoint.push_back(std::move(m));
     }
   }
   if (j.contains("graph")) {
-    APC_ASSIGN_OR_RETURN(std::string text, getString(j["graph"], "$.graph"));
+    APC_ASSIGN_OR_RETURN(std::string text, readString(j["graph"], "$.graph"));
     auto bytes = base64Decode(text);
     if (!bytes.ok()) return at("$.graph", bytes.error().message());
     p.graph_bytes = std::move(bytes).value();
@@ -943,7 +907,7 @@ Expected<Plan> planFromJson(const json& j) {
 }
 
 Expected<Plan> readPlanFile(const std::string& path) {
-  auto j = mesh::readJsonFile(path);
+  auto j = readJsonFile(path);
   if (!j.ok()) return j.error();
   auto p = planFromJson(*j);
   if (!p.ok()) return p.error().withContext(path);

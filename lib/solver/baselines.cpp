@@ -96,18 +96,10 @@ std::optional<ir::NodeId> parameterOf(const ir::Graph& g, ir::ValueId v) {
 /// nested in mesh-dim order).
 bool cutsNonEmpty(const ir::TensorMeta& t, const PlacementTuple& p, const mesh::DeviceMesh& m) {
   for (int d = 0; d < static_cast<int>(t.rank()); ++d) {
-    std::vector<int64_t> sizes = {t.shape[d].size};
-    for (size_t k = 0; k < p.size(); ++k) {
-      if (!p[k].isShard(d)) continue;
-      std::vector<int64_t> next;
-      for (int64_t s : sizes)
-        for (int64_t i = 0; i < m.size(k); ++i) {
-          int64_t c = mesh::chunkSize(s, m.size(k), i);
-          if (c <= 0) return false;
-          next.push_back(c);
-        }
-      sizes = std::move(next);
-    }
+    std::vector<int64_t> pieces;
+    for (size_t k = 0; k < p.size(); ++k)
+      if (p[k].isShard(d)) pieces.push_back(m.size(k));
+    if (!mesh::cutsIntoNonEmptyPieces(t.shape[d].size, pieces)) return false;
   }
   return true;
 }

@@ -104,33 +104,10 @@ bool partialsFitDTypes(const DimStrategy& s, const NodeShapes& shapes) {
   return fits(false, s.inputs) && fits(true, s.outputs);
 }
 
-/// Whether cutting a dim of size `n` by the mesh sizes `ps` (outer first, torch.chunk at each
-/// level, as apc/layout/layout.h) leaves every piece non-empty. torch.chunk can leave empty pieces
-/// even when n >= p (4 over 3: 2, 2, 0), and convolutions, pooling, batch_norm and embeddings
-/// reject empty channel or row ranges, so such shards are not offered.
-bool nonEmptyPieces(int64_t n, const std::vector<int64_t>& ps) {
-  std::vector<int64_t> sizes = {n};  // the distinct piece sizes at the current level
-  for (int64_t p : ps) {
-    if (p <= 1) continue;
-    std::vector<int64_t> next;
-    for (int64_t s : sizes) {
-      int64_t c = (s + p - 1) / p;
-      int64_t last = s - (p - 1) * c;
-      if (last <= 0) return false;
-      next.push_back(c);
-      if (last != c) next.push_back(last);
-    }
-    std::sort(next.begin(), next.end());
-    next.erase(std::unique(next.begin(), next.end()), next.end());
-    sizes = std::move(next);
-  }
-  return true;
-}
-
 /// Whether cutting tensor dim `d` of every element of a value (one for a tensor, n for a
 /// Tensor[]) by the mesh sizes `ps` leaves every piece non-empty. An element of size 1 there
 /// broadcasts against the others and stays whole (layout::elementPlacement), but one element at
-/// least must be cut: a tensor of size 1 is never cut (as nonEmptyPieces says).
+/// least must be cut: a tensor of size 1 is never cut (as mesh::cutsIntoNonEmptyPieces says).
 bool elementsFit(const std::vector<std::vector<int64_t>>& element_sizes, int d,
                  const std::vector<int64_t>& ps) {
   bool cut = false;
@@ -140,7 +117,7 @@ bool elementsFit(const std::vector<std::vector<int64_t>>& element_sizes, int d,
   for (const auto& sizes : element_sizes) {
     const int64_t n = sizes.at(static_cast<size_t>(d));
     if (n == 1) continue;
-    if (!nonEmptyPieces(n, ps)) return false;
+    if (!mesh::cutsIntoNonEmptyPieces(n, ps)) return false;
     any = true;
   }
   return any;

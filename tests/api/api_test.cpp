@@ -639,9 +639,10 @@ TEST(AutoParallelErrors, BadConstraintsAreErrors) {
   ir::Graph g = ir::testing_graphs::toyBlock();
   AutoParallel ap(g, {}, mesh2x4());
   expectError(ap.add_parameter_memory_constraint(0.5, 0.25), ErrorCode::kInvalidArgument,
-              "low 0.5 exceeds high 0.25");
+              "low 0.5 is greater than high 0.25");
   expectError(ap.add_parameter_memory_constraint(0.5), ErrorCode::kInvalidArgument, "default high");
-  expectError(ap.add_parameter_memory_constraint(-1), ErrorCode::kInvalidArgument, ">= 0");
+  expectError(ap.add_parameter_memory_constraint(-1), ErrorCode::kInvalidArgument,
+              "low: a budget fraction must be in [0, 1], got -1");
   expectError(ap.add_parameter_memory_constraint(0, 1.5), ErrorCode::kInvalidArgument, "(0, 1]");
   expectError(ap.add_input_constraints({"S(0),R", "R,R"}), ErrorCode::kInvalidArgument, "1 inputs");
   expectError(ap.add_input_constraints({"S(0)"}), ErrorCode::kInvalidArgument, "2 dims");

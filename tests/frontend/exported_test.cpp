@@ -44,6 +44,7 @@
 #include "apc/mesh/device_mesh.h"
 #include "apc/plan/pipeline.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/output_leaves.h"
 #include "apc/strategy/strategy.h"
 #include "pt2_archive.h"
 
@@ -499,15 +500,7 @@ TEST(Exported, InterpreterRunsTheExportedGraphLikeTorchScript) {
       torch::jit::Module module = torch::jit::load(tsPathOf(s));
       module.eval();
       c10::IValue ref = module.forward(inputs);
-      std::vector<at::Tensor> expected;
-      std::function<void(const c10::IValue&)> flatten = [&](const c10::IValue& v) {
-        if (v.isTensor()) expected.push_back(v.toTensor());
-        if (v.isTuple())
-          for (const auto& e : v.toTupleRef().elements()) flatten(e);
-        if (v.isGenericDict())
-          for (const auto& e : v.toGenericDict()) flatten(e.value());
-      };
-      flatten(ref);
+      std::vector<at::Tensor> expected = runtime::outputLeaves(ref);
 
       std::vector<std::string> input_names;
       for (ir::NodeId id : g->nodesOfKind(ir::NodeKind::kInput))
@@ -1349,12 +1342,7 @@ TEST(ExportedFixtures, InPlaceWritesThroughViewsComputeWhatTorchComputes) {
     ASSERT_TRUE(out.ok()) << out.error().message();
     torch::jit::Module module = torch::jit::load((fixtures() / reference).string());
     c10::IValue ref = module.forward({x.clone()});
-    std::vector<at::Tensor> expected;
-    if (ref.isTuple()) {
-      for (const auto& e : ref.toTupleRef().elements()) expected.push_back(e.toTensor());
-    } else {
-      expected.push_back(ref.toTensor());
-    }
+    std::vector<at::Tensor> expected = runtime::outputLeaves(ref);
     ASSERT_EQ(out->size(), expected.size());
     for (size_t i = 0; i < expected.size(); ++i) {
       at::Tensor got = (*out)[i].toTensor();

@@ -28,6 +28,7 @@
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/printer.h"
 #include "apc/ir/proto_io.h"
+#include "apc/runtime/output_leaves.h"
 
 namespace apc::frontend {
 namespace {
@@ -164,18 +165,6 @@ std::vector<c10::IValue> randomInputs(const std::vector<InputSpec>& specs) {
   return out;
 }
 
-void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTuple()) {
-    for (const auto& e : v.toTupleRef().elements()) flatten(e, out);
-  } else if (v.isList()) {
-    for (const auto& e : v.toListRef()) flatten(e, out);
-  } else if (v.isGenericDict()) {
-    for (const auto& e : v.toGenericDict()) flatten(e.value(), out);
-  }
-}
-
 TEST(Importer, OutputShapesEqualLibTorchForward) {
   int checked = 0;
   for (const json* sp : samples()) {
@@ -189,8 +178,7 @@ TEST(Importer, OutputShapesEqualLibTorchForward) {
     m.eval();
     torch::NoGradGuard no_grad;
     c10::IValue result = m.forward(randomInputs(specs));
-    std::vector<at::Tensor> expected;
-    flatten(result, expected);
+    std::vector<at::Tensor> expected = runtime::outputLeaves(result);
     auto leaves = g->outputs().leaves();
     ASSERT_EQ(leaves.size(), expected.size());
     for (size_t i = 0; i < leaves.size(); ++i) {

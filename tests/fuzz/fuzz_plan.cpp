@@ -18,10 +18,11 @@
 #include "apc/plan/explain.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
+#include "apc/support/json_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto j = apc::mesh::parseJsonText(text);
+  auto j = apc::parseJsonText(text);
   if (!j.ok()) return 0;
   auto p = apc::plan::planFromJson(*j);
   // An edited plan is refused by its content hash (checked last). So that mutated plans still

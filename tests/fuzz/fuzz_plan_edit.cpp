@@ -29,6 +29,7 @@
 #include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
 #include "apc/plan/verify.h"
+#include "apc/support/json_reader.h"
 
 namespace {
 
@@ -36,7 +37,7 @@ const nlohmann::json& basePlan() {
   static const nlohmann::json base = [] {
     std::ifstream in(APC_FUZZ_PLAN_BASE, std::ios::binary);
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    auto j = apc::mesh::parseJsonText(text);
+    auto j = apc::parseJsonText(text);
     if (!j.ok()) {
       std::fprintf(stderr, "fuzz_plan_edit: cannot read %s\n", APC_FUZZ_PLAN_BASE);
       std::abort();

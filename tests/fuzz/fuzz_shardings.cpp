@@ -11,13 +11,14 @@
 
 #include "apc/mesh/placement.h"
 #include "apc/mesh/spec.h"
+#include "apc/support/json_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   size_t ndim = 1 + data[0] % 4;
   std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
   (void)apc::mesh::parsePlacementTuple(text);
-  auto j = apc::mesh::parseJsonText(text);
+  auto j = apc::parseJsonText(text);
   if (!j.ok()) return 0;
   auto in = apc::mesh::parseInShardings(*j, ndim);
   if (in.ok()) (void)apc::mesh::toJson(*in);

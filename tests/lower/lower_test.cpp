@@ -812,21 +812,26 @@ TEST_F(Artifact, ManifestErrorsNameTheProblem) {
     j[key] = v;
     return j.dump();
   };
-  EXPECT_EQ(error(without("files")), f.string() + ": missing key 'files'");
+  EXPECT_EQ(error(without("files")), f.string() + ": $: missing key 'files'");
   EXPECT_EQ(error(with("files", 3)),
-            f.string() + ": files: expected an object of SHA-256 by file name");
+            f.string() + ": $.files: expected an object of SHA-256 by file name, got number 3");
   std::string truncated = error(good.substr(0, good.size() / 2));
   EXPECT_EQ(truncated.rfind(f.string() + ": malformed JSON: parse error", 0), 0u) << truncated;
   EXPECT_EQ(truncated.find('\n'), std::string::npos) << truncated;
-  EXPECT_EQ(error("[1, 2]"), f.string() + ": expected a JSON object, got array");
+  EXPECT_EQ(error("[1, 2]"), f.string() + ": $: expected an object, got array");
   std::string deep = error(std::string(100000, '[') + std::string(100000, ']'));
   EXPECT_NE(deep.find("nested deeper than 64 levels"), std::string::npos) << deep;
   auto mesh = nlohmann::json::parse(good)["mesh"];
   mesh["shape"] = {4611686018427387904LL, 2};
-  EXPECT_EQ(error(with("mesh", mesh)), f.string() + ": mesh.shape: expected sizes in [1, 65536]");
+  EXPECT_EQ(
+      error(with("mesh", mesh)),
+      f.string() +
+          ": $.mesh.shape[0]: a mesh dim's size must be in [1, 65536], got 4611686018427387904");
   mesh["shape"] = {65536, 2};
-  EXPECT_EQ(error(with("mesh", mesh)), f.string() + ": mesh of more than 65536 devices");
-  EXPECT_EQ(error(with("world_size", 5)), f.string() + ": world_size 5 does not match the mesh");
+  EXPECT_EQ(error(with("mesh", mesh)),
+            f.string() + ": $.mesh.shape: mesh of more than 65536 devices");
+  EXPECT_EQ(error(with("world_size", 5)),
+            f.string() + ": $.world_size: world_size 5 does not match the mesh (4 devices)");
 }
 
 TEST_F(Artifact, RewritingReplacesTheWholeDirectory) {

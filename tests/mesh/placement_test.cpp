@@ -202,5 +202,26 @@ TEST(Chunk, PiecesTileTheDim) {
   }
 }
 
+// The one non-empty-piece rule against every piece nested torch.chunk makes.
+TEST(Chunk, NonEmptyPiecesMatchEveryNestedPiece) {
+  for (int64_t size = 0; size <= 30; ++size) {
+    for (int64_t outer = 1; outer <= 5; ++outer) {
+      for (int64_t inner = 1; inner <= 5; ++inner) {
+        bool all = true;
+        for (int64_t i = 0; i < outer; ++i) {
+          const int64_t piece = outer > 1 ? chunkSize(size, outer, i) : size;
+          for (int64_t k = 0; k < inner; ++k)
+            if ((inner > 1 ? chunkSize(piece, inner, k) : piece) <= 0 && (outer > 1 || inner > 1))
+              all = false;
+        }
+        EXPECT_EQ(cutsIntoNonEmptyPieces(size, {outer, inner}), all)
+            << size << " by " << outer << "x" << inner;
+      }
+    }
+  }
+  EXPECT_FALSE(cutsIntoNonEmptyPieces(4, {3}));  // 2, 2, 0
+  EXPECT_TRUE(cutsIntoNonEmptyPieces(0, {1}));   // a count of 1 does not cut
+}
+
 }  // namespace
 }  // namespace apc::mesh

@@ -7,6 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
+
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 
 #include "../common/placements.h"
 #include "apc/mesh/spec.h"
+#include "apc/support/json_reader.h"
 
 namespace apc::mesh {
 namespace {
@@ -524,6 +527,22 @@ TEST_F(SpecFiles, ShardingFiles) {
   auto missing = parseOutShardingsFile((dir_ / "nope.json").string(), 2);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().code(), ErrorCode::kIo);
+}
+
+// The one budget rule, as the spec reader, --memory-budget and the C++ API apply it.
+TEST(MemoryBudget, OneRule) {
+  EXPECT_FALSE(MemoryBudget{}.violation());
+  EXPECT_FALSE((MemoryBudget{0.25, 0.25}).violation());
+  auto low = MemoryBudget{-0.1, std::nullopt}.violation();
+  ASSERT_TRUE(low);
+  EXPECT_EQ(low->text(), "low: a budget fraction must be in [0, 1], got -0.1");
+  auto high = MemoryBudget{0, 1.5}.violation();
+  ASSERT_TRUE(high);
+  EXPECT_EQ(high->text(), "high: a budget fraction must be in (0, 1], got 1.5");
+  auto both = MemoryBudget{0.5, 0.25}.violation();
+  ASSERT_TRUE(both);
+  EXPECT_EQ(both->text(), "low 0.5 is greater than high 0.25");
+  EXPECT_TRUE((MemoryBudget{std::nan(""), std::nullopt}).violation());
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "apc/plan/report.h"
 #include "apc/plan/verify.h"
 #include "apc/support/hash.h"
+#include "apc/support/json_reader.h"
 #include "plan_fixtures.h"
 
 namespace apc::plan {
@@ -111,7 +112,7 @@ TEST(PlanJson, RoundTripGivesTheSamePlanAndBytes) {
   auto p = planOf(g, spec);
   const Plan& plan = p.result.plan;
   std::string text = toJsonText(plan);
-  auto j = mesh::parseJsonText(text);
+  auto j = parseJsonText(text);
   ASSERT_TRUE(j.ok()) << j.error().message();
   auto back = planFromJson(*j);
   ASSERT_TRUE(back.ok()) << back.error().message();
@@ -147,7 +148,7 @@ TEST(PlanJson, CarriesThePlannedGraph) {
   other.graph_bytes.resize(other.graph_bytes.size() / 2);
   EXPECT_FALSE(plannedGraph(other).ok());
   // The JSON reader checks the graph: bad base64, or bytes that are not a graph.
-  auto j = mesh::parseJsonText(toJsonText(plan));
+  auto j = parseJsonText(toJsonText(plan));
   ASSERT_TRUE(j.ok());
   for (const std::string& bad : {std::string("Zm9v!"), std::string("Zm9vYmFy")}) {
     (*j)["graph"] = bad;
@@ -182,7 +183,7 @@ TEST(PlanJson, CanonicalTextEscapesLikeNlohmann) {
     doc[strings[i]] = {{"short", strings[i]}, {"n", i}};
   }
   std::string text = canonicalText(doc);
-  auto back = mesh::parseJsonText(text);
+  auto back = parseJsonText(text);
   ASSERT_TRUE(back.ok()) << back.error().message();
   // The reference: nlohmann's own dump (invalid UTF-8 replaced), read back.
   nlohmann::json expected =
@@ -550,7 +551,7 @@ void expectRestrictedPlan(const ir::Graph& g, const PlanResult& r, double optimu
   EXPECT_NEAR(*plan.solver.bound, std::min(cheapest, plan.solver.objective), tol);
   EXPECT_LE(*plan.solver.bound, optimum + tol);
   // Written and read back like any plan, with its gap.
-  auto j = mesh::parseJsonText(toJsonText(plan));
+  auto j = parseJsonText(toJsonText(plan));
   ASSERT_TRUE(j.ok());
   EXPECT_TRUE((*j)["solver"].contains("gap"));
   auto back = planFromJson(*j);

@@ -59,6 +59,7 @@
 
 #include "../common/run_command.h"
 #include "apc/plan/plan.h"
+#include "apc/runtime/output_leaves.h"
 #include "apc/runtime/parallel_module.h"
 #include "rank_harness.h"
 
@@ -103,8 +104,7 @@ const MpReference& referenceFor(const std::string& key) {
   for (const at::Tensor& in : r.f32.inputs)
     args.emplace_back(at::isFloatingType(in.scalar_type()) ? in.to(at::kBFloat16) : in);
   std::vector<at::Tensor> outs;
-  for (const at::Tensor& o : testing::flattenLeaves(module.forward(args)))
-    outs.push_back(o.to(at::kFloat));
+  for (const at::Tensor& o : outputLeaves(module.forward(args))) outs.push_back(o.to(at::kFloat));
   testing::lossOf(outs, r.f32.loss_weights).backward();
   for (const at::Tensor& o : outs) r.outputs.push_back(o.detach().clone());
   for (const auto& p : module.named_parameters())

@@ -23,6 +23,7 @@
 
 #include "../common/run_command.h"
 #include "apc/frontend/weights.h"
+#include "apc/runtime/output_leaves.h"
 #include "apc/runtime/parallel_module.h"
 
 namespace apc::runtime::testing {
@@ -47,23 +48,6 @@ std::string makeArtifact(const ModelCase& c, const std::string& mesh, const std:
   apc::testing::CommandResult r = apc::testing::runCommand(cmd);
   if (r.code != 0) return cmd + ": exit " + std::to_string(r.code) + ": " + r.err;
   return "";
-}
-
-std::vector<at::Tensor> flattenLeaves(const c10::IValue& v) {
-  std::vector<at::Tensor> out;
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements())
-      for (at::Tensor& t : flattenLeaves(e)) out.push_back(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef())
-      for (at::Tensor& t : flattenLeaves(e)) out.push_back(t);
-  } else if (v.isGenericDict()) {
-    for (const auto& kv : v.toGenericDict())
-      for (at::Tensor& t : flattenLeaves(kv.value())) out.push_back(t);
-  }
-  return out;
 }
 
 at::Tensor lossOf(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& weights) {
@@ -122,7 +106,7 @@ Reference computeReference(const ModelCase& c, int steps, double lr) {
   std::vector<c10::IValue> args(ref.inputs.begin(), ref.inputs.end());
   for (int step = 0; step < steps; ++step) {
     for (const auto& p : module.parameters()) p.mutable_grad() = at::Tensor();
-    std::vector<at::Tensor> outs = flattenLeaves(module.forward(args));
+    std::vector<at::Tensor> outs = outputLeaves(module.forward(args));
     if (step == 0) {
       ref.outputs.clear();
       for (const at::Tensor& o : outs) {

@@ -55,9 +55,6 @@ struct ModelCase {
 std::string makeArtifact(const ModelCase& c, const std::string& mesh, const std::string& strategy,
                          const std::string& dir);
 
-/// The output leaves of an IValue (tensors), depth first.
-std::vector<at::Tensor> flattenLeaves(const c10::IValue& v);
-
 struct Reference {
   std::vector<at::Tensor> inputs;           // full inputs
   std::map<std::string, at::Tensor> init;   // initial parameters and buffers (copies)

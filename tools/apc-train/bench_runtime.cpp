@@ -31,6 +31,7 @@
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/output_leaves.h"
 #include "apc/support/activity.h"
 #include "cli_checks.h"
 
@@ -44,11 +45,8 @@ int fail(const std::string& m) {
 }
 
 at::Tensor firstLeaf(const c10::IValue& v) {
-  if (v.isTensor()) return v.toTensor();
-  if (v.isTuple()) return firstLeaf(v.toTupleRef().elements().at(0));
-  if (v.isList()) return firstLeaf(v.toListRef().at(0));
-  if (v.isGenericDict()) return firstLeaf(v.toGenericDict().begin()->value());
-  return {};
+  std::vector<at::Tensor> leaves = apc::runtime::outputLeaves(v);
+  return leaves.empty() ? at::Tensor() : leaves.front();
 }
 
 }  // namespace

@@ -183,23 +183,6 @@ at::Tensor lossOf(const std::vector<at::Tensor>& outs, at::Generator& gen) {
   return out.pow(2).mean();
 }
 
-std::vector<at::Tensor> leavesOf(const c10::IValue& v) {
-  std::vector<at::Tensor> out;
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements())
-      for (at::Tensor& t : leavesOf(e)) out.push_back(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef())
-      for (at::Tensor& t : leavesOf(e)) out.push_back(t);
-  } else if (v.isGenericDict()) {
-    for (const auto& kv : v.toGenericDict())
-      for (at::Tensor& t : leavesOf(kv.value())) out.push_back(t);
-  }
-  return out;
-}
-
 /// One training step of a reference on the full inputs (cast to its floating dtype: under mixed
 /// precision the artifact's inputs may be bf16, and the float64 twin computes in f64), with the
 /// trainer's loss, clipping and optimizer; returns the loss.

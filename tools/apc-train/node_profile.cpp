@@ -12,6 +12,8 @@
 #include <map>
 #include <set>
 
+#include "apc/runtime/output_leaves.h"
+
 namespace apc::train {
 namespace {
 
@@ -25,15 +27,7 @@ struct MarkHook : torch::autograd::FunctionPreHook {
 };
 
 void tensorsOf(const c10::IValue& v, std::vector<at::Tensor>& out) {
-  if (v.isTensor()) {
-    out.push_back(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec()) out.push_back(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef()) tensorsOf(e, out);
-  } else if (v.isTuple()) {
-    for (const c10::IValue& e : v.toTupleRef().elements()) tensorsOf(e, out);
-  }
+  for (at::Tensor& t : runtime::outputLeaves(v)) out.push_back(std::move(t));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "apc/frontend/model.h"
 #include "apc/frontend/weights.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/output_leaves.h"
 #include "apc/support/activity.h"
 
 namespace apc::train {
@@ -61,24 +62,11 @@ class ScriptReference : public SingleReference {
       rethrowIfOutOfMemory(e);
       return unsupported("the single-device model's forward: " + runtime::firstLine(e.what()));
     }
-    std::vector<at::Tensor> leaves;
-    collect(out, leaves);
-    return leaves;
+    return runtime::outputLeaves(out);
   }
   at::ScalarType floatingDtype() const override { return dtype_; }
 
  private:
-  static void collect(const c10::IValue& v, std::vector<at::Tensor>& out) {
-    if (v.isTensor()) {
-      out.push_back(v.toTensor());
-    } else if (v.isTuple()) {
-      for (const c10::IValue& e : v.toTupleRef().elements()) collect(e, out);
-    } else if (v.isList()) {
-      for (const c10::IValue& e : v.toListRef()) collect(e, out);
-    } else if (v.isGenericDict()) {
-      for (const auto& kv : v.toGenericDict()) collect(kv.value(), out);
-    }
-  }
   torch::jit::Module module_;
   at::ScalarType dtype_ = at::kFloat;
 };

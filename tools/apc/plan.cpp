@@ -27,6 +27,7 @@
 #include "apc/support/clock.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
+#include "apc/support/json_reader.h"
 #include "apc/support/strings.h"
 #include "comm.h"
 #include "commands.h"
@@ -120,11 +121,11 @@ Expected<nlohmann::json> shardingDocument(const std::string& arg, const std::str
   const bool looks_inline =
       !text.empty() && (text.front() == '[' || text.front() == '{' || text == "null");
   if (looks_inline && !fs::exists(arg, ec)) {
-    auto j = mesh::parseJsonText(text);
+    auto j = parseJsonText(text);
     if (!j.ok()) return j.error().withContext(flag + " (inline JSON)");
     return j;
   }
-  auto j = mesh::readJsonFile(arg);
+  auto j = readJsonFile(arg);
   if (!j.ok()) return j.error().withContext(flag);
   return j;
 }

@@ -101,5 +101,11 @@ int64_t shardFactor(const PlacementTuple& t, const std::vector<int64_t>& mesh_sh
 int64_t chunkSize(int64_t size, int64_t pieces, int64_t index);
 /// Offset of piece `index` (i*chunk clamped to size).
 int64_t chunkOffset(int64_t size, int64_t pieces, int64_t index);
+/// Whether cutting a dim of `size` by the piece counts `pieces`, outer first (each count cuts
+/// every piece the outer ones left, by chunkSize, as apc/layout/layout.h nests them), leaves every
+/// piece non-empty. A count of 1 does not cut. torch.chunk leaves empty pieces even when size >=
+/// pieces (4 over 3: 2, 2, 0). The one home of the rule: strategy enumeration offers no shard
+/// that breaks it, and the classic baselines (apc/solver/baselines.h) cut no dim that would.
+bool cutsIntoNonEmptyPieces(int64_t size, const std::vector<int64_t>& pieces);
 
 }  // namespace apc::mesh

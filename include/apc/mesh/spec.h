@@ -173,6 +173,18 @@ struct MemoryBudget {
     return high.value_or(1.0 / static_cast<double>(world_size < 1 ? 1 : world_size));
   }
 
+  /// What breaks the one rule of a budget, wherever it is given (a spec's memory_budget,
+  /// `apc plan --memory-budget`, AutoParallel::add_parameter_memory_constraint): low in [0, 1],
+  /// high in (0, 1], low <= high. `field` is "low" or "high", or "" when the two disagree.
+  struct Violation {
+    std::string field;
+    std::string message;  // "a budget fraction must be in [0, 1], got -0.1"
+    /// "low: MESSAGE" (the message alone when `field` is "").
+    std::string text() const { return field.empty() ? message : field + ": " + message; }
+  };
+  /// The first violation, or nullopt for a valid budget.
+  std::optional<Violation> violation() const;
+
   bool operator==(const MemoryBudget&) const;  // defaulted in the .cpp (C++17 users)
 };
 
@@ -282,16 +294,6 @@ nlohmann::json toJson(const ClusterProfile& p);
 /// replace the mesh's, one per mesh dim when it has as many, the same link on every mesh dim when
 /// it has one. Another count is an error naming both.
 Status applyClusterProfile(const ClusterProfile& p, Spec& spec);
-
-// --- JSON text -----------------------------------------------------------------------------------
-
-/// Parses JSON text. Malformed text gives a kParse error with nlohmann's line and column; a key
-/// that appears twice in one object is an error naming its path (JSON parsers silently keep the
-/// last one).
-Expected<nlohmann::json> parseJsonText(std::string_view text);
-/// Reads and parses a JSON file (readInputFile: a regular file of at most 1 GiB; a missing or
-/// unreadable file is kIo); errors are prefixed by the path.
-Expected<nlohmann::json> readJsonFile(const std::string& path);
 
 // --- specs ---------------------------------------------------------------------------------------
 

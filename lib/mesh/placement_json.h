@@ -1,0 +1,36 @@
+//===- lib/mesh/placement_json.h - Reading placements from JSON -----------===//
+//
+// Private to lib/mesh (spec.cpp, shardings.cpp, spec_check.cpp): the readers of mesh values
+// (placement tuples, dtypes, output placement trees) on top of apc's one JSON reader
+// (apc/support/json_reader.h), whose functions this namespace brings in. Like it they walk the
+// JSON by hand and carry the JSON path of the value they read ("$.mesh.shape"), so that every
+// error is one line starting with that path.
+//
+//===----------------------------------------------------------------------===//
+#pragma once
+
+#include <string>
+
+#include "apc/ir/types.h"
+#include "apc/mesh/placement.h"
+#include "apc/mesh/spec.h"
+#include "apc/support/error.h"
+#include "apc/support/json_reader.h"
+
+namespace apc::mesh::detail {
+
+using namespace apc::json_reader;  // NOLINT: the shared readers (keyPath, at, readInt, ...)
+
+/// A placement tuple: a non-empty array of placement strings with one entry per mesh dim.
+Expected<PlacementTuple> readPlacementTuple(const json& j, const std::string& path,
+                                            size_t mesh_ndim);
+/// No entry of `t` is Partial: a model's input holds whole values, never partial sums.
+Status checkNotPartial(const PlacementTuple& t, const std::string& path, const std::string& what);
+Expected<ir::DType> readDType(const json& j, const std::string& path, bool floating_only);
+bool allStrings(const json& arr);
+bool anyStrings(const json& arr);
+/// An output placement tree: null (free), a placement list, or an array / object of trees.
+Expected<OutputPlacementTree> readOutputTree(const json& j, const std::string& path,
+                                             size_t mesh_ndim);
+
+}  // namespace apc::mesh::detail
