@@ -26,7 +26,7 @@ constexpr int64_t kLayers = 4, kBatch = 32;
 constexpr int64_t kX = kBatch * 128 * 1024 * 4;  // one block's input or output
 
 Expected<PlanRun> planCk(const ir::Graph& g, const mesh::Spec& spec,
-                           std::optional<std::string> checkpoint = std::nullopt) {
+                         std::optional<std::string> checkpoint = std::nullopt) {
   PlanRequest request;
   request.checkpoint = std::move(checkpoint);
   return planGraph(g, spec, toySource(g), request);
