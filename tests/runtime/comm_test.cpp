@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <set>
 #include <thread>
 
 #include "apc/mesh/placement.h"
@@ -622,7 +623,9 @@ TEST(RendezvousTest, PortClashAndDuplicateRanksFailFast) {
     }
     const std::string& m = world.error().message();
     bool fast = Clock::now() - start < std::chrono::milliseconds(4000);
-    bool expected = given.rank == 2
+    // Which of two duplicates loses depends on which starts first: the later one is delayed, but
+    // on a loaded machine the earlier one may start later still.
+    bool expected = env.rank == 0
                         ? m.find("rank 0: cannot serve the rendezvous store at") == 0
                         : m == "rank 1 of job 'j' is already registered at 127.0.0.1:" +
                                    std::to_string(env.master_port) +
@@ -634,10 +637,13 @@ TEST(RendezvousTest, PortClashAndDuplicateRanksFailFast) {
     ::_exit(expected && fast ? 10 : 11);
   });
   ASSERT_EQ(outcomes.size(), 4u);
-  EXPECT_EQ(outcomes[0].exit_code, 0);
-  EXPECT_EQ(outcomes[1].exit_code, 0);
-  EXPECT_EQ(outcomes[2].exit_code, 10);
-  EXPECT_EQ(outcomes[3].exit_code, 10);
+  // Of each pair of duplicates (processes 0 and 2: rank 0; 1 and 3: rank 1) one joined and the
+  // other failed fast with the expected message.
+  for (int r : {0, 1}) {
+    std::multiset<int> codes = {outcomes[static_cast<size_t>(r)].exit_code,
+                                outcomes[static_cast<size_t>(r + 2)].exit_code};
+    EXPECT_EQ(codes, (std::multiset<int>{0, 10})) << "rank " << r;
+  }
 }
 
 TEST(RendezvousTest, JobIdAndTimeoutFromTheEnvironment) {
