@@ -396,6 +396,14 @@ class Model {
     // gathered whole. Every output leaf stays local.
     const std::vector<ir::ValueId> leaves = g_.outputs().leaves();
     int64_t gathered = 0, loss_saved = 0, loss_grads = 0, outputs_local = 0;
+    // The gather's temporaries while it runs: the all-gather's buffer of the pieces laid out by
+    // rank, which is then moved into place (the gathered dim is not the first), and on the CPU
+    // Gloo's own flat output and the input's flat copy (measured: gpt2_tiny's logits split by
+    // vocab on 2 CPU ranks hold 3.5 times the logits while gathered, 2 once gathered). And what
+    // stays gathered after the loss is taken: a cross-entropy's log_softmax saves its output, not
+    // its input, so the gathered rows go; a mean square's pow keeps them.
+    int64_t gather_temp = 0, gathered_held = 0;
+    const bool gloo = p_.spec.device == "cpu";
     for (size_t i = 0; i < leaves.size(); ++i) {
       const ir::ValueId v = leaves[i];
       if (!v.valid() || !cg_.value(v).tensor) continue;
@@ -405,6 +413,7 @@ class Model {
       if (i != 0) continue;
       if (t.numel() == 1) {
         gathered += t.bytes();
+        gathered_held += t.bytes();
         continue;
       }
       const bool classes = ir::isFloating(t.dtype) && t.rank() >= 2;
@@ -420,7 +429,11 @@ class Model {
             undone = true;
         }
       const int64_t rows = valueBytes(cg_, v, keep);
-      if (undone) gathered += rows;
+      if (undone) {
+        gathered += rows;
+        gather_temp = gloo ? 2 * rows + valueBytes(cg_, v, pl) : rows;
+        if (!classes) gathered_held = rows;
+      }
       if (classes) {
         const int64_t elem = std::max<int64_t>(ir::dtypeBytes(t.dtype), 1);
         const int64_t local_rows = rows / elem / std::max<int64_t>(t.shape.back().size, 1);
@@ -434,9 +447,11 @@ class Model {
     {
       MemoryParts parts = persistent_;
       parts.activations = e.saved_activations;
+      parts.transient = gathered + gather_temp;
+      consider(parts, kLoss, "");
       parts.transient = gathered + loss_saved;
       consider(parts, kLoss, "");
-      parts.transient += loss_grads;
+      parts.transient = gathered_held + loss_saved + loss_grads;
       consider(parts, kBackward, "the loss");
     }
 
@@ -516,7 +531,7 @@ class Model {
       parts.activations = held;
       parts.gradients = grads;
       // A reader's gradient of a redistributed input is made at the copy's placement first.
-      parts.transient = pending + copy_grad_bytes_[i] + gathered + reducing;
+      parts.transient = pending + copy_grad_bytes_[i] + gathered_held + reducing;
       consider(parts, kBackward, opName(pos));
       held -= release_at[i];
       pending -= grad_end[i];
@@ -542,7 +557,8 @@ class Model {
       MemoryParts parts = persistent_;
       parts.activations = outputs_held;
       parts.gradients = persistent_.parameters;
-      parts.transient = bucketed + std::min(bucketed, grad_bucket_bytes_) + gathered + reducing;
+      parts.transient =
+          bucketed + std::min(bucketed, grad_bucket_bytes_) + gathered_held + reducing;
       consider(parts, kBackward, "the gradient buckets");
     }
     if (reducing > 0) {
@@ -550,15 +566,15 @@ class Model {
       MemoryParts parts = persistent_;
       parts.activations = outputs_held;
       parts.gradients = persistent_.parameters;
-      parts.transient = reducing + gathered;
+      parts.transient = reducing + gathered_held;
       consider(parts, kBackward, "the gradient reductions");
     }
 
     // The optimizer step: every gradient, the state, one temporary of the largest parameter.
     MemoryParts step = persistent_;
     step.gradients = persistent_.parameters;
-    // apc-train still holds the step's outputs, local and gathered, until the step ends.
-    step.transient = largest_param + outputs_local + gathered;
+    // apc-train still holds the step's outputs until the step ends (the loss's tensors are gone).
+    step.transient = largest_param + outputs_local;
     consider(step, kOptimizer, "");
     // The phases before the optimizer step hold no gradients of an earlier step (apc-train sets
     // them to none), so the forward's peak is the one a step starts with.
