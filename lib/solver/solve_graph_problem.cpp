@@ -806,26 +806,15 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   const double found_bound = found.bound + reducer.constant();
   if (stats && !found.proven && !found.hull.empty())
     stats->memory_hull = memoryOf(full, reducer.expand(ids, found.hull));
-  if (found.proven && !found_choice.empty()) {
+  // Proven, or unproven and the caller takes the search's plan as it is (memory_search_only).
+  if (!found_choice.empty() && (found.proven || options.memory_search_only)) {
     Solution s;
     s.choice = std::move(found_choice);
     s.objective = evaluate(full, s.choice);
     if (!std::isfinite(s.objective))
       return internalError("the memory search's plan violates the full problem");
     s.bound = std::min(found_bound, s.objective);
-    s.status = SolveStatus::kOptimal;
-    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    recordReduction(reducer, reduced, stats);
-    return s;
-  }
-  if (options.memory_search_only && !found_choice.empty()) {
-    Solution s;
-    s.choice = std::move(found_choice);
-    s.objective = evaluate(full, s.choice);
-    if (!std::isfinite(s.objective))
-      return internalError("the memory search's plan violates the full problem");
-    s.bound = std::min(found_bound, s.objective);
-    s.status = SolveStatus::kTimeLimit;
+    s.status = found.proven ? SolveStatus::kOptimal : SolveStatus::kTimeLimit;
     s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     recordReduction(reducer, reduced, stats);
     return s;

@@ -312,20 +312,9 @@ int trainRank(int rank, const std::string& dir, const std::string& losses, int s
       log.fail("forward: " + leaves.error().message());
       return 1;
     }
-    std::vector<at::Tensor> outs;
-    for (size_t i = 0; i < leaves->size(); ++i)
-      outs.push_back(pm->gatherOutput(i, (*leaves)[i].toTensor()));
-    if (step == 0)
-      for (size_t i = 0; i < outs.size() && i < ref.outputs.size(); ++i) {
-        std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
-        if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
-      }
-    at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
+    at::Tensor loss = testing::checkedStepLoss(*pm, *leaves, ref, step, kRtol, log);
+    if (!loss.defined()) return 1;
     const double l = loss.item<double>();
-    const auto s = static_cast<size_t>(step);
-    if (!(std::abs(l - ref.losses[s]) <= kRtol * ref.loss_scales[s] + 1e-12))
-      log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
-               std::to_string(ref.losses[s]));
     if (rank == 0) out << l << "\n";
     if (const int n = checkpointFunctions(loss); n != segments)
       log.fail("step " + std::to_string(step) + ": the loss's graph holds " + std::to_string(n) +
@@ -362,18 +351,6 @@ std::string planCaseName(const ::testing::TestParamInfo<PlanCase>& info) {
   return s;
 }
 
-int worldOf(const std::string& mesh) {
-  int w = 1;
-  size_t pos = 0;
-  while (pos < mesh.size()) {
-    size_t x = mesh.find('x', pos);
-    if (x == std::string::npos) x = mesh.size();
-    w *= std::stoi(mesh.substr(pos, x - pos));
-    pos = x + 1;
-  }
-  return w;
-}
-
 class ActivationCheckpointPlans : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(ActivationCheckpointPlans, CheckpointedLayersTrainAsTheSingleProcessModel) {
@@ -392,7 +369,7 @@ TEST_P(ActivationCheckpointPlans, CheckpointedLayersTrainAsTheSingleProcessModel
   (void)reference();  // computed once, before forking
   ParallelModuleOptions options;
   options.overlap = c.overlap;
-  const int world = worldOf(c.mesh);
+  const int world = testing::worldOf(c.mesh);
   const std::string plain_losses = plain + ".losses", ckpt_losses = ckpt + ".losses";
   for (const auto& f : testing::runRanks(
            world, [&](int rank) { return trainRank(rank, plain, plain_losses, 0, options); }))

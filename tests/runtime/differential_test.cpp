@@ -102,18 +102,6 @@ std::filesystem::path scratchDir(const std::string& name) {
   return testing::scratchDir("rt", name);
 }
 
-int worldOf(const std::string& mesh) {
-  int w = 1;
-  size_t pos = 0;
-  while (pos < mesh.size()) {
-    size_t x = mesh.find('x', pos);
-    if (x == std::string::npos) x = mesh.size();
-    w *= std::stoi(mesh.substr(pos, x - pos));
-    pos = x + 1;
-  }
-  return w;
-}
-
 /// One rank: load, train kSteps SGD steps, compare with the reference. Returns the exit code.
 int runRank(int rank, const std::string& dir, const Reference& ref, bool expect_comm) {
   testing::RankLog log(rank);
@@ -191,7 +179,7 @@ TEST_P(Differential, ShardedMatchesSingleProcess) {
   ASSERT_TRUE(err.empty()) << err;
   const Reference& ref = referenceFor(c.model);
   std::vector<std::string> failed = testing::runRanks(
-      worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref, true); });
+      testing::worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref, true); });
   for (const std::string& f : failed) ADD_FAILURE() << f;
   std::filesystem::remove_all(dir);
 }

@@ -56,18 +56,6 @@ const Reference& reference(const std::string& model) {
   return it->second;
 }
 
-int worldOf(const std::string& mesh) {
-  int w = 1;
-  size_t pos = 0;
-  while (pos < mesh.size()) {
-    size_t x = mesh.find('x', pos);
-    if (x == std::string::npos) x = mesh.size();
-    w *= std::stoi(mesh.substr(pos, x - pos));
-    pos = x + 1;
-  }
-  return w;
-}
-
 /// One rank: load, train kSteps SGD steps, compare with the reference. Returns the exit code.
 int runRank(int rank, const std::string& dir, const Reference& ref) {
   testing::RankLog log(rank);
@@ -83,25 +71,8 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
       log.fail("forward: " + leaves.error().message());
       return 1;
     }
-    std::vector<at::Tensor> outs;
-    for (size_t i = 0; i < leaves->size(); ++i)
-      outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
-    if (outs.size() != ref.outputs.size()) {
-      log.fail("the program has " + std::to_string(outs.size()) + " output leaves, the model " +
-               std::to_string(ref.outputs.size()));
-      return 1;
-    }
-    if (step == 0)
-      for (size_t i = 0; i < outs.size(); ++i) {
-        std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
-        if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
-      }
-    at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
-    const double l = loss.item<double>();
-    const auto s = static_cast<size_t>(step);
-    if (!(std::abs(l - ref.losses[s]) <= kRtol * ref.loss_scales[s] + 1e-12))
-      log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
-               std::to_string(ref.losses[s]));
+    at::Tensor loss = testing::checkedStepLoss(pm, *leaves, ref, step, kRtol, log);
+    if (!loss.defined()) return 1;
     loss.backward();
     if (step == 0) testing::expectGradsMatch(pm, ref.grads, kRtol, log);
     at::NoGradGuard no_grad;
@@ -139,7 +110,7 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
   ASSERT_TRUE(err.empty()) << err;
   const Reference& ref = reference(c.model);
   std::vector<std::string> failed = testing::runRanks(
-      worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref); });
+      testing::worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref); });
   for (const std::string& f : failed) ADD_FAILURE() << f;
   std::filesystem::remove_all(dir);
 }

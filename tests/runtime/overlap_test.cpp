@@ -305,20 +305,8 @@ int trainRank(int rank, const std::string& dir, const Reference& ref, const Over
         log.fail("no parameter gather was issued ahead");
       if (!c.overlap && gathers.async_calls != 0) log.fail("overlap off issued a gather ahead");
     }
-    std::vector<at::Tensor> outs;
-    for (size_t i = 0; i < leaves->size(); ++i)
-      outs.push_back(pm.gatherOutput(i, (*leaves)[i].toTensor()));
-    if (step == 0)
-      for (size_t i = 0; i < outs.size() && i < ref.outputs.size(); ++i) {
-        std::string d = testing::compareTensors(outs[i].detach(), ref.outputs[i], kRtol);
-        if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
-      }
-    at::Tensor loss = testing::lossOf(outs, ref.loss_weights);
-    const double l = loss.item<double>();
-    const auto s = static_cast<size_t>(step);
-    if (!(std::abs(l - ref.losses[s]) <= kRtol * ref.loss_scales[s] + 1e-12))
-      log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
-               std::to_string(ref.losses[s]));
+    at::Tensor loss = testing::checkedStepLoss(pm, *leaves, ref, step, kRtol, log);
+    if (!loss.defined()) return 1;
     pm.resetCommStats();
     loss.backward();
     const CommStats comm = pm.commStats();

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -289,6 +290,42 @@ void expectGradsMatch(ParallelModule& pm, const std::map<std::string, at::Tensor
     std::string d = compareTensors(full, it->second, rtol);
     if (!d.empty()) log.fail("grad " + name + ": " + d);
   }
+}
+
+int worldOf(const std::string& mesh) {
+  int w = 1;
+  size_t pos = 0;
+  while (pos < mesh.size()) {
+    size_t x = mesh.find('x', pos);
+    if (x == std::string::npos) x = mesh.size();
+    w *= std::stoi(mesh.substr(pos, x - pos));
+    pos = x + 1;
+  }
+  return w;
+}
+
+at::Tensor checkedStepLoss(ParallelModule& pm, const std::vector<c10::IValue>& leaves,
+                           const Reference& ref, int step, double rtol, RankLog& log) {
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < leaves.size(); ++i)
+    outs.push_back(pm.gatherOutput(i, leaves[i].toTensor()));
+  if (outs.size() != ref.outputs.size()) {
+    log.fail("the program has " + std::to_string(outs.size()) + " output leaves, the model " +
+             std::to_string(ref.outputs.size()));
+    return {};
+  }
+  if (step == 0)
+    for (size_t i = 0; i < outs.size(); ++i) {
+      std::string d = compareTensors(outs[i].detach(), ref.outputs[i], rtol);
+      if (!d.empty()) log.fail("output " + std::to_string(i) + ": " + d);
+    }
+  at::Tensor loss = lossOf(outs, ref.loss_weights);
+  const double l = loss.item<double>();
+  const auto s = static_cast<size_t>(step);
+  if (!(std::abs(l - ref.losses[s]) <= rtol * ref.loss_scales[s] + 1e-12))
+    log.fail("step " + std::to_string(step) + " loss " + std::to_string(l) + ", single " +
+             std::to_string(ref.losses[s]));
+  return loss;
 }
 
 }  // namespace apc::runtime::testing

@@ -113,4 +113,14 @@ std::vector<c10::IValue> shardInputs(const ParallelModule& pm, const std::vector
 void expectGradsMatch(ParallelModule& pm, const std::map<std::string, at::Tensor>& want,
                       double rtol, RankLog& log);
 
+/// The number of ranks of a mesh written "2x4".
+int worldOf(const std::string& mesh);
+
+/// Training step `step` of a rank against the reference: gathers the forward's output `leaves`,
+/// compares them with the reference's at step 0, and takes lossOf with the reference's weights,
+/// compared with the reference's loss of that step; failures go to `log`. Returns the loss (call
+/// backward on it), undefined when the program's output leaves are not the model's (logged).
+at::Tensor checkedStepLoss(ParallelModule& pm, const std::vector<c10::IValue>& leaves,
+                           const Reference& ref, int step, double rtol, RankLog& log);
+
 }  // namespace apc::runtime::testing
