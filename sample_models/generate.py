@@ -324,6 +324,28 @@ def sample_table():
         [InputSpec("x", "f32", [8, 6, 32])], [8, 6, 32],
         output_desc="tensor f32 [8,6,32]",
         trace_shapes=[[2, 6, 32]], cost=2))
+    def deepseek_desc(cfg):
+        return (f"DeepSeek-V3-shaped decoder: {cfg.n_layers} pre-norm blocks (the first {cfg.n_dense_layers} "
+                f"with a dense SwiGLU FFN {cfg.dense_ffn}), dim {cfg.dim}, MLA projections (q rank "
+                f"{cfg.q_lora_rank}, kv rank {cfg.kv_lora_rank}, {cfg.n_heads} heads, qk {cfg.qk_head_dim}, "
+                f"v {cfg.v_head_dim}, causal sdpa, no rope), mixture of experts with a shared expert and "
+                f"{cfg.n_experts} routed experts top-{cfg.top_k} (SwiGLU {cfg.moe_ffn}, sigmoid router "
+                f"with a bias buffer) dispatched into a static capacity per sequence (factor "
+                f"{cfg.capacity_factor:g}; pairs past it dropped) by one-hot einsums, vocab "
+                f"{cfg.vocab_size}, untied output")
+    dt = M.DEEPSEEK_TINY
+    S.append(Sample(
+        "deepseek_tiny", "scripted", deepseek_desc(dt) + "; torch.jit.script",
+        _seeded(lambda: M.DeepSeekV3(dt)), dt,
+        [_ids("tokens", [8, 8], dt.vocab_size)], [8, 8, dt.vocab_size],
+        output_desc=f"tensor f32 [8,8,{dt.vocab_size}] logits", cost=2))
+    dv = M.DEEPSEEK_V3
+    S.append(Sample(
+        "deepseek_v3", "scripted", deepseek_desc(dv) + "; zero-stride stub weights; torch.jit.script",
+        _stub(M.DeepSeekV3, dv), dv,
+        [_ids("tokens", [8, 128], dv.vocab_size)], [8, 128, dv.vocab_size],
+        output_desc=f"tensor f32 [8,128,{dv.vocab_size}] logits",
+        stub_weights=True, expected_params=M.DEEPSEEK_V3_PARAMS, export=None, cost=10))
     S.append(Sample(
         "control_flow", "scripted",
         "lin=Linear(16,16); branches on bool(h.sum() > 0): data-dependent control flow (import error case)",

@@ -754,6 +754,162 @@ class MoeTiny(nn.Module):
         return self.norm(x)
 
 
+@dataclass
+class DeepSeekConfig:
+    dim: int = 7168
+    n_layers: int = 61
+    n_dense_layers: int = 3  # the first layers have a dense FFN, the rest mixtures of experts
+    dense_ffn: int = 18432
+    n_heads: int = 128
+    q_lora_rank: int = 1536
+    kv_lora_rank: int = 512
+    qk_head_dim: int = 192
+    v_head_dim: int = 128
+    n_experts: int = 256  # routed experts
+    top_k: int = 8
+    moe_ffn: int = 2048  # each routed expert's and the shared expert's hidden size
+    vocab_size: int = 129280
+    capacity_factor: float = 1.25
+    norm_eps: float = 1e-6
+
+
+class SwiGlu(nn.Module):
+    def __init__(self, dim: int, hidden: int, device=None):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden, bias=False, device=device)
+        self.w2 = nn.Linear(hidden, dim, bias=False, device=device)
+        self.w3 = nn.Linear(dim, hidden, bias=False, device=device)
+
+    def forward(self, x):
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class MlaAttention(nn.Module):
+    """DeepSeek-V3's multi-head latent attention projections (low-rank q and kv, each through its
+    own RMSNorm; per-head qk dim 192, v dim 128 at full size), causal sdpa; the decoupled rope
+    part is left out (elementwise, it changes no sharding choice)."""
+
+    def __init__(self, cfg: DeepSeekConfig, device=None):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qk = cfg.qk_head_dim
+        self.v = cfg.v_head_dim
+        self.scale = cfg.qk_head_dim ** -0.5
+        self.wq_a = nn.Linear(cfg.dim, cfg.q_lora_rank, bias=False, device=device)
+        self.q_norm = RMSNorm(cfg.q_lora_rank, cfg.norm_eps, device=device)
+        self.wq_b = nn.Linear(cfg.q_lora_rank, cfg.n_heads * cfg.qk_head_dim, bias=False, device=device)
+        self.wkv_a = nn.Linear(cfg.dim, cfg.kv_lora_rank, bias=False, device=device)
+        self.kv_norm = RMSNorm(cfg.kv_lora_rank, cfg.norm_eps, device=device)
+        self.wkv_b = nn.Linear(cfg.kv_lora_rank, cfg.n_heads * (cfg.qk_head_dim + cfg.v_head_dim),
+                               bias=False, device=device)
+        self.wo = nn.Linear(cfg.n_heads * cfg.v_head_dim, cfg.dim, bias=False, device=device)
+
+    def forward(self, x):
+        B = x.size(0)
+        T = x.size(1)
+        q = self.wq_b(self.q_norm(self.wq_a(x))).view(B, T, self.n_heads, self.qk).transpose(1, 2)
+        kv = self.wkv_b(self.kv_norm(self.wkv_a(x))).view(B, T, self.n_heads, self.qk + self.v)
+        k = kv[:, :, :, : self.qk].transpose(1, 2)
+        v = kv[:, :, :, self.qk:].transpose(1, 2)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
+        return self.wo(out.transpose(1, 2).reshape(B, T, self.n_heads * self.v))
+
+
+class CapacityMoe(nn.Module):
+    """A DeepSeek-V3-shaped mixture of experts with a static expert capacity (GShard / Switch
+    dispatch), over x [G, S, D]: each of the G groups (sequences) routes its S tokens into its own
+    C = ceil(top_k * S * capacity_factor / n_experts) slots per expert. Sigmoid router scores,
+    top-k of the scores plus a per-expert bias buffer, the selected scores normalized as weights.
+    A (token, choice) pair takes the next free slot of its expert in token order; a pair that
+    finds its expert full is dropped (it adds nothing; the shared expert and the residual still
+    carry the token). Dispatch and combine are einsums with one-hot [G, S, E, C] tensors, the
+    experts SwiGLU FFNs as einsums over [E, D, F] weights: cutting the experts (E) and the groups
+    (G) on one mesh dim exchanges tokens by all-to-all."""
+
+    def __init__(self, dim: int, n_experts: int, top_k: int, ffn: int, capacity_factor: float,
+                 device=None):
+        super().__init__()
+        self.n_experts = n_experts
+        self.top_k = top_k
+        self.capacity_factor = capacity_factor
+        self.gate = nn.Linear(dim, n_experts, bias=False, device=device)
+        buffer_device = None if device is None or torch.device(device).type == "meta" else device
+        self.register_buffer("expert_bias", torch.linspace(-0.1, 0.1, n_experts, device=buffer_device))
+        self.w1 = nn.Parameter(torch.empty(n_experts, dim, ffn, device=device))
+        self.w3 = nn.Parameter(torch.empty(n_experts, dim, ffn, device=device))
+        self.w2 = nn.Parameter(torch.empty(n_experts, ffn, dim, device=device))
+        self.shared = SwiGlu(dim, ffn, device=device)
+        if device is None or torch.device(device).type != "meta":
+            for w, fan_in in ((self.w1, dim), (self.w3, dim), (self.w2, ffn)):
+                nn.init.normal_(w, std=fan_in ** -0.5)
+
+    def forward(self, x):
+        G = x.size(0)
+        S = x.size(1)
+        E = self.n_experts
+        k = self.top_k
+        # ceil(k * S * capacity_factor / E) in integers (the factor in hundredths): tracing
+        # and scripting both keep it a size computation
+        cf = int(round(self.capacity_factor * 100))
+        C = (k * S * cf + E * 100 - 1) // (E * 100)
+        scores = torch.sigmoid(self.gate(x))  # [G, S, E]
+        _, idx = torch.topk(scores + self.expert_bias, k, dim=-1)  # [G, S, k]
+        weights = scores.gather(-1, idx)
+        weights = weights / weights.sum(-1, keepdim=True)
+        chosen = F.one_hot(idx, E).to(x.dtype).reshape(G, S * k, E)
+        position = torch.cumsum(chosen, dim=1) - 1  # each pair's place in its expert's queue
+        slots = torch.arange(C, dtype=x.dtype, device=x.device)
+        slot = (position.unsqueeze(-1) == slots).to(x.dtype) * chosen.unsqueeze(-1)  # [G, S*k, E, C]
+        slot = slot.reshape(G, S, k, E, C)
+        dispatch = slot.sum(2)  # [G, S, E, C]
+        combine = (slot * weights.reshape(G, S, k, 1, 1)).sum(2)
+        xe = torch.einsum("gsec,gsd->egcd", dispatch, x)
+        h = F.silu(torch.einsum("egcd,edf->egcf", xe, self.w1)) * torch.einsum("egcd,edf->egcf", xe, self.w3)
+        y = torch.einsum("egcf,efd->egcd", h, self.w2)
+        return torch.einsum("gsec,egcd->gsd", combine, y) + self.shared(x)
+
+
+class DeepSeekBlock(nn.Module):
+    def __init__(self, cfg: DeepSeekConfig, moe: bool, device=None):
+        super().__init__()
+        self.attention_norm = RMSNorm(cfg.dim, cfg.norm_eps, device=device)
+        self.attention = MlaAttention(cfg, device=device)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.norm_eps, device=device)
+        self.feed_forward = (CapacityMoe(cfg.dim, cfg.n_experts, cfg.top_k, cfg.moe_ffn,
+                                         cfg.capacity_factor, device=device)
+                             if moe else SwiGlu(cfg.dim, cfg.dense_ffn, device=device))
+
+    def forward(self, x):
+        h = x + self.attention(self.attention_norm(x))
+        return h + self.feed_forward(self.ffn_norm(h))
+
+
+class DeepSeekV3(nn.Module):
+    """forward(tokens: i64[B,T]) -> logits f32[B,T,vocab]: embedding, n_dense_layers dense blocks,
+    then mixture-of-experts blocks (CapacityMoe: shared expert + routed top-k experts), final
+    RMSNorm, untied output head."""
+
+    def __init__(self, cfg: DeepSeekConfig, device=None):
+        super().__init__()
+        self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.dim, device=device)
+        self.layers = nn.ModuleList([DeepSeekBlock(cfg, i >= cfg.n_dense_layers, device=device)
+                                     for i in range(cfg.n_layers)])
+        self.norm = RMSNorm(cfg.dim, cfg.norm_eps, device=device)
+        self.output = nn.Linear(cfg.dim, cfg.vocab_size, bias=False, device=device)
+        if device is None or torch.device(device).type != "meta":
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight") or name.endswith(".w1") or name.endswith(".w2") \
+                        or name.endswith(".w3"):
+                    continue  # norms stay 1; expert weights have their own scale
+                nn.init.normal_(p, mean=0.0, std=0.02)
+
+    def forward(self, tokens):
+        h = self.tok_embeddings(tokens)
+        for layer in self.layers:
+            h = layer(h)
+        return self.output(self.norm(h)).float()
+
+
 class DataDependentBranch(nn.Module):
     """A branch on a tensor's value: control flow the importer cannot flatten (an error case)."""
 
@@ -886,6 +1042,15 @@ LLAMA3_8B_PARAMS = 8_030_261_248
 LLAMA3_405B = LlamaConfig(dim=16384, n_layers=126, n_heads=128, n_kv_heads=8, ffn_dim=53248,
                           vocab_size=128256, norm_eps=1e-5, rope_theta=500000.0, max_seq_len=2048)
 LLAMA3_405B_PARAMS = 405_853_388_800
+# DeepSeek-V3's dims (61 layers, 3 dense, 256 routed experts top-8, MLA), stub weights: the
+# planner's mixture-of-experts benchmark. The tiny one trains in the tests; capacity factor 1 at
+# 8 tokens per sequence drops some (token, expert) pairs, as the model defines.
+DEEPSEEK_V3 = DeepSeekConfig()
+DEEPSEEK_V3_PARAMS = 671_254_273_024
+DEEPSEEK_TINY = DeepSeekConfig(dim=32, n_layers=3, n_dense_layers=1, dense_ffn=64, n_heads=4,
+                               q_lora_rank=16, kv_lora_rank=16, qk_head_dim=12, v_head_dim=8,
+                               n_experts=4, top_k=2, moe_ffn=48, vocab_size=96,
+                               capacity_factor=1.0, norm_eps=1e-6)
 CNN_SMALL = CnnConfig(in_channels=3, channels=(16, 32, 64), num_classes=10)
 RESNET_BOTTLENECK = ResNetConfig(layers=(3, 4, 6, 3), width=16, num_classes=10)
 SWIN_TINY = SwinConfig(patch=4, embed_dim=24, depths=(2, 2), heads=(2, 4), window=4, mlp_ratio=2.0, num_classes=10)

@@ -55,6 +55,42 @@ void dropEmptyCatOperands(ir::Graph& g) {
   }
 }
 
+/// einsum(equation, Tensor[] operands) reads its operands through one list value, and a list has
+/// one placement for all its elements: a label could be cut only where it sits at the same dim of
+/// every operand, so neither data parallelism over a label one operand lacks ('egcd,edf->egcf'
+/// cut on g) nor a token-to-expert exchange ('gsec,egcd->gsd') could be planned. When the list is
+/// a prim::ListConstruct of tensors read by this einsum alone, the einsum takes its operands as
+/// inputs instead: aten::einsum.operands(equation, t0, t1, ...), apc's own overload (the runtime
+/// packs the operands into the list again), each operand with its own placement.
+void einsumOperandsAsInputs(ir::Graph& g) {
+  std::vector<int> uses(g.numValues(), 0);
+  for (const ir::Node& n : g.nodes())
+    for (ir::ValueId v : n.inputs) ++uses[v.v];
+  for (ir::ValueId v : g.outputs().leaves()) ++uses[v.v];
+  std::vector<bool> dead(g.numNodes(), false);
+  bool any = false;
+  for (size_t i = 0; i < g.numNodes(); ++i) {
+    ir::Node& n = g.node(ir::NodeId(static_cast<uint32_t>(i)));
+    if (n.op != "aten::einsum" || n.inputs.size() < 2 || n.inputs.size() > 3) continue;
+    if (n.inputs.size() == 3 && g.value(n.inputs[2]).type != ir::ValueType::kNone) continue;
+    const ir::Value& list = g.value(n.inputs[1]);
+    if (list.type != ir::ValueType::kTensorList || !list.producer.valid() || uses[list.id.v] != 1)
+      continue;
+    const ir::Node& construct = g.node(list.producer);
+    if (construct.op != "prim::ListConstruct" || construct.inputs.empty()) continue;
+    bool tensors = true;
+    for (ir::ValueId e : construct.inputs) tensors = tensors && g.value(e).isTensor();
+    if (!tensors) continue;
+    std::vector<ir::ValueId> inputs{n.inputs[0]};
+    inputs.insert(inputs.end(), construct.inputs.begin(), construct.inputs.end());
+    dead[construct.id.v] = true;
+    n.overload = std::string(ir::kEinsumOperandsOverload);
+    n.inputs = std::move(inputs);
+    any = true;
+  }
+  if (any) g.removeNodes(dead);
+}
+
 }  // namespace
 
 Expected<ir::Graph> importModel(const std::string& path, const ImportOptions& options,
@@ -63,7 +99,10 @@ Expected<ir::Graph> importModel(const std::string& path, const ImportOptions& op
   Expected<ir::Graph> g = f == ModelFormat::kExportedProgram
                               ? importExportedProgram(path, options, timings, notes)
                               : importTorchScript(path, options, timings);
-  if (g.ok()) dropEmptyCatOperands(*g);
+  if (g.ok()) {
+    dropEmptyCatOperands(*g);
+    einsumOperandsAsInputs(*g);
+  }
   return g;
 }
 

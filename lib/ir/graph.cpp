@@ -82,6 +82,28 @@ NodeId Graph::addNode(Node n) {
   return nodes_.back().id;
 }
 
+void Graph::removeNodes(const std::vector<bool>& dead) {
+  std::vector<Node> kept;
+  kept.reserve(nodes_.size());
+  for (Node& n : nodes_) {
+    const bool gone = n.id.v < dead.size() && dead[n.id.v];
+    for (ValueId out : n.outputs) {
+      Value& v = values_.at(out.v);
+      v.producer = NodeId();
+      if (!gone) continue;
+      // Value ids stay stable (importers' notes hold them): the removed node's outputs become
+      // unused None constants.
+      v.type = ValueType::kNone;
+      v.tensor.reset();
+      v.elements.clear();
+      v.constant = None{};
+    }
+    if (!gone) kept.push_back(std::move(n));
+  }
+  nodes_.clear();
+  for (Node& n : kept) addNode(std::move(n));
+}
+
 ValueId Graph::addConstant(ValueType type, Constant c, std::string debug_name) {
   Value v;
   v.type = type;

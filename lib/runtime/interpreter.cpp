@@ -130,6 +130,8 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
     op.kind_ = Kind::kTupleUnpack;
     return op;
   }
+  const bool einsum_operands =
+      node.op == "aten::einsum" && node.overload == ir::kEinsumOperandsOverload;
   // aten::view runs as aten::reshape (same arguments; a view whenever one exists): a local
   // piece can have strides the global tensor did not (a slice of a sharded dim, an op's local
   // output), so a view the model takes globally may need a copy locally. Writes through views
@@ -138,13 +140,15 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
   std::shared_ptr<torch::jit::Operator> found;
   try {
     found = torch::jit::findOperatorFor(
-        c10::OperatorName(view_as_reshape ? "aten::reshape" : node.op, node.overload));
+        c10::OperatorName(view_as_reshape ? "aten::reshape" : node.op,
+                          einsum_operands ? std::string() : node.overload));
   } catch (const std::exception& e) {
     rethrowIfOutOfMemory(e);
     return notFound("operator " + node.qualifiedOp() + ": " + firstLine(e.what()));
   }
   if (!found) return notFound("no registered operator " + node.qualifiedOp());
   op.schema_ = &found->schema();
+  if (einsum_operands) op.kind_ = Kind::kEinsumOperands;
   const auto& schema_args = op.schema_->arguments();
   for (size_t i = 0; i < schema_args.size(); ++i)
     if (auto list = schema_args[i].type()->cast<c10::ListType>())
@@ -154,6 +158,7 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
   try {
     torch::jit::Operation operation = found->getOperation();
     op.op_ = [operation](std::vector<c10::IValue>& stack) mutable { operation(stack); };
+    if (einsum_operands) op.schema_ = nullptr;
   } catch (const std::exception& e) {
     rethrowIfOutOfMemory(e);
     return unsupported("operator " + node.qualifiedOp() +
@@ -217,6 +222,16 @@ std::vector<c10::IValue> OpKernel::call(std::vector<c10::IValue> args) const {
       TORCH_CHECK(args.size() == 1 && args[0].isTuple(), "prim::TupleUnpack of a non-tuple");
       for (const c10::IValue& e : args[0].toTupleRef().elements()) out.push_back(e);
       break;
+    case Kind::kEinsumOperands: {
+      // (equation, t0, t1, ...) -> aten::einsum(equation, [t0, t1, ...], path=None)
+      TORCH_CHECK(!args.empty(), "aten::einsum.operands without an equation");
+      c10::List<at::Tensor> operands;
+      for (size_t i = 1; i < args.size(); ++i) operands.push_back(std::move(args[i]).toTensor());
+      std::vector<c10::IValue> stack{std::move(args[0]), std::move(operands), c10::IValue()};
+      op_(stack);
+      out = std::move(stack);
+      break;
+    }
     case Kind::kOperator:
       for (size_t i : optional_tensor_lists_)
         if (i < args.size() && args[i].isTensorList()) {

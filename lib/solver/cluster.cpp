@@ -82,29 +82,47 @@ std::vector<uint32_t> repeatedLayerRepresentatives(const GraphProblem& gp, size_
     if (!per_prefix.count(key->index)) instance_order[key->prefix].push_back(key->index);
     per_prefix[key->index].emplace_back(v, key->suffix);
   }
+  // Each instance is tied to the first earlier instance it equals: a prefix may hold several
+  // kinds of layer (DeepSeek-V3: 3 dense blocks, then 58 mixture-of-experts blocks), each kind
+  // one cluster.
   size_t count = 0;
   for (const auto& [prefix, order] : instance_order) {
     const auto& nodes_of = instances[prefix];
-    const auto& first = nodes_of.at(order[0]);
-    size_t tied = 0;
-    for (size_t k = 1; k < order.size(); ++k) {
+    struct Kind {
+      size_t first;  // index into order
+      size_t tied = 0;
+      uint32_t cluster = kNoCluster;
+    };
+    std::vector<Kind> kinds;
+    for (size_t k = 0; k < order.size(); ++k) {
       const auto& other = nodes_of.at(order[k]);
-      if (other.size() != first.size()) continue;
-      bool same = true;
-      for (size_t i = 0; i < other.size() && same; ++i)
-        same = sameNode(gp, other[i].first, other[i].second, first[i].first, first[i].second);
-      if (!same) continue;
-      ++tied;
+      Kind* kind = nullptr;
+      for (Kind& c : kinds) {
+        const auto& first = nodes_of.at(order[c.first]);
+        if (other.size() != first.size()) continue;
+        bool same = true;
+        for (size_t i = 0; i < other.size() && same; ++i)
+          same = sameNode(gp, other[i].first, other[i].second, first[i].first, first[i].second);
+        if (same) {
+          kind = &c;
+          break;
+        }
+      }
+      if (!kind) {
+        kinds.push_back(Kind{k});
+        continue;
+      }
+      const auto& first = nodes_of.at(order[kind->first]);
+      if (kind->tied++ == 0) {
+        kind->cluster = static_cast<uint32_t>(count++);
+        if (cluster)
+          for (const auto& [node, suffix] : first) (*cluster)[node] = kind->cluster;
+      }
       for (size_t i = 0; i < other.size(); ++i) {
         rep[other[i].first] = first[i].first;
-        if (instance) (*instance)[other[i].first] = static_cast<uint32_t>(tied);
-        if (cluster) (*cluster)[other[i].first] = static_cast<uint32_t>(count);
+        if (instance) (*instance)[other[i].first] = static_cast<uint32_t>(kind->tied);
+        if (cluster) (*cluster)[other[i].first] = kind->cluster;
       }
-    }
-    if (tied > 0) {
-      if (cluster)
-        for (const auto& [node, suffix] : first) (*cluster)[node] = static_cast<uint32_t>(count);
-      ++count;
     }
   }
   if (clusters) *clusters = count;

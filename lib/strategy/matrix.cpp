@@ -36,6 +36,11 @@
 // slice). Labels missing from some operand, or at different dims (bij,bjk->bik's j), stay R. P(sum)
 // passes through a single-operand einsum (linear); with several operands the one list placement
 // would make every operand Partial, whose product is not the product of the sums.
+// aten::einsum.operands(equation, t0, t1, ...), the importers' form of an einsum whose list is
+// built for it alone (frontend::importModel), places each operand on its own: a label is cut in
+// every operand that has it, once and at its full size (an operand of size 1 there whole), the
+// others whole; the output S(its position) or P(sum) when it is summed away; one operand P(sum)
+// with the others whole -> P(sum) (linear in each operand).
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -319,22 +324,96 @@ std::optional<EinsumLabels> parseEinsum(const std::string& equation,
   return res;
 }
 
-/// The einsum's labels for its node (equation input 0, operands Tensor[] input 1).
+/// True for aten::einsum.operands (ir::kEinsumOperandsOverload): operand k is input k + 1.
+bool einsumOperandForm(const RuleContext& c) {
+  return c.node.overload == ir::kEinsumOperandsOverload;
+}
+
+/// The einsum's operand metas: its Tensor[] input 1's elements, or inputs 1.. of the operand form.
+std::vector<const ir::TensorMeta*> einsumOperandMetas(const RuleContext& c) {
+  if (!einsumOperandForm(c))
+    return c.numInputs() >= 2 ? c.inputMetas(1) : std::vector<const ir::TensorMeta*>{};
+  std::vector<const ir::TensorMeta*> metas;
+  for (size_t i = 1; i < c.numInputs(); ++i) {
+    if (!c.isTensorInput(i)) return {};
+    metas.push_back(c.inputMetas(i).at(0));
+  }
+  return metas;
+}
+
+/// The einsum's labels for its node (equation input 0, operands Tensor[] input 1 or inputs 1..).
 std::optional<EinsumLabels> einsumLabels(const RuleContext& c) {
   const auto& eq = c.input(0).constant;
   const std::string* text = eq ? std::get_if<std::string>(&*eq) : nullptr;
   if (!text || c.numInputs() < 2 || c.numOutputs() != 1 || !c.isTensorOutput(0)) return {};
   std::vector<int64_t> ranks;
-  for (const ir::TensorMeta* m : c.inputMetas(1)) ranks.push_back(m->rank());
+  for (const ir::TensorMeta* m : einsumOperandMetas(c)) ranks.push_back(m->rank());
   if (ranks.empty()) return {};
   auto labels = parseEinsum(*text, ranks);
   if (!labels || static_cast<int64_t>(labels->output.size()) != c.outputRank(0)) return {};
   return labels;
 }
 
+/// aten::einsum.operands: each operand placed on its own. A label is cut in every operand that
+/// has it (once, at its full size; an operand broadcast there, size 1, is whole), the others
+/// whole; the output S(its position), or P(sum) when the label is summed away. The einsum is
+/// linear in each operand: one P(sum) operand with the others whole gives P(sum).
+std::vector<DimStrategy> einsumOperandsRule(const RuleContext& c, const EinsumLabels& labels) {
+  const size_t n = labels.operands.size();
+  std::vector<std::vector<int64_t>> sizes;
+  for (const ir::TensorMeta* m : einsumOperandMetas(c)) sizes.push_back(ir::hintSizes(m->shape));
+  const std::vector<int64_t> out_sizes = c.outputSizes(0);
+  auto make = [&](const std::vector<Placement>& ops, Placement out) {
+    DimStrategy s = emptyDim(c);
+    for (size_t k = 0; k < n; ++k) s.inputs[k + 1] = ops[k];
+    s.outputs[0] = out;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(std::vector<Placement>(n, R()), R()));
+  std::set<int> seen;
+  for (size_t k0 = 0; k0 < n; ++k0)
+    for (int l : labels.operands[k0]) {
+      if (!seen.insert(l).second) continue;
+      int64_t size = 1;
+      for (size_t k = 0; k < n; ++k)
+        for (size_t d = 0; d < labels.operands[k].size(); ++d)
+          if (labels.operands[k][d] == l) size = std::max(size, sizes[k][d]);
+      std::vector<Placement> ops(n, R());
+      bool ok = true, cut = false;
+      for (size_t k = 0; k < n && ok; ++k) {
+        const std::vector<int>& lk = labels.operands[k];
+        const auto at = std::find(lk.begin(), lk.end(), l);
+        if (at == lk.end()) continue;
+        const auto d = static_cast<size_t>(at - lk.begin());
+        ok = std::count(lk.begin(), lk.end(), l) == 1 && (sizes[k][d] == size || sizes[k][d] == 1);
+        if (ok && sizes[k][d] == size) {
+          ops[k] = S(static_cast<int64_t>(d));
+          cut = true;
+        }
+      }
+      if (!ok || !cut) continue;
+      const auto o = std::find(labels.output.begin(), labels.output.end(), l);
+      if (o == labels.output.end()) {
+        res.push_back(make(ops, P()));
+      } else {
+        const auto od = static_cast<size_t>(o - labels.output.begin());
+        if (out_sizes[od] != size) continue;
+        res.push_back(make(ops, S(static_cast<int64_t>(od))));
+      }
+    }
+  for (size_t k = 0; k < n; ++k) {
+    std::vector<Placement> ops(n, R());
+    ops[k] = P();
+    res.push_back(make(ops, P()));
+  }
+  return res;
+}
+
 std::vector<DimStrategy> einsumRule(const RuleContext& c) {
   auto labels = einsumLabels(c);
   if (!labels) return {};
+  if (einsumOperandForm(c)) return einsumOperandsRule(c, *labels);
   std::vector<std::vector<int64_t>> sizes;
   for (const ir::TensorMeta* m : c.inputMetas(1)) sizes.push_back(ir::hintSizes(m->shape));
   std::vector<int64_t> out_sizes = c.outputSizes(0);
@@ -378,12 +457,21 @@ std::vector<DimStrategy> einsumRule(const RuleContext& c) {
 Work einsumWork(const RuleContext& c, const LocalShapes& l) {
   Work w = defaultWork(c, l);
   auto labels = einsumLabels(c);
-  if (!labels || l.inputs.size() < 2 || l.inputs[1].size() != labels->operands.size()) return w;
+  if (!labels) return w;
+  // The operands' local shapes: the list's elements, or inputs 1.. of the operand form.
+  std::vector<std::vector<int64_t>> local;
+  if (einsumOperandForm(c)) {
+    for (size_t i = 1; i < l.inputs.size(); ++i)
+      if (!l.inputs[i].empty()) local.push_back(l.inputs[i][0]);
+  } else if (l.inputs.size() >= 2) {
+    local = l.inputs[1];
+  }
+  if (local.size() != labels->operands.size()) return w;
   std::map<int, int64_t> size;
   for (size_t k = 0; k < labels->operands.size(); ++k)
-    for (size_t d = 0; d < labels->operands[k].size() && d < l.inputs[1][k].size(); ++d) {
+    for (size_t d = 0; d < labels->operands[k].size() && d < local[k].size(); ++d) {
       int64_t& s = size[labels->operands[k][d]];
-      s = std::max(s, l.inputs[1][k][d]);
+      s = std::max(s, local[k][d]);
     }
   double flops = labels->operands.size() > 1 ? 2 : 1;
   for (const auto& [label, n] : size) flops *= static_cast<double>(n);

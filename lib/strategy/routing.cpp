@@ -36,6 +36,10 @@
 //                        self S(k) for any k -> out P(sum) when the range is static (min < max):
 //                        counts of the pieces add up. min == max (the data's own range) is
 //                        Replicate only: a piece's range is not the whole tensor's.
+//   one_hot(self, num_classes) -> [*self, num_classes]
+//                        self S(k) -> out S(k) for any dim k of self: each index's row of
+//                        classes is whole on its rank (num_classes is the export's constant, not
+//                        read from the data). No Partial.
 //   repeat_interleave.self_int(self, repeats, dim, output_size),
 //   repeat_interleave.self_Tensor(self, repeats[n], dim, output_size)
 //                        with a dim: self S(k != d) (repeats R) -> out S(k); self P -> out P
@@ -290,6 +294,23 @@ std::vector<DimStrategy> groupedMmRule(const RuleContext& c) {
   return res;
 }
 
+/// one_hot(self, num_classes): any dim of self, the same dim of the output (its new last dim,
+/// the classes, stays whole). Replicate only when num_classes is not a constant >= 0 (-1 asks the
+/// data for its maximum).
+std::vector<DimStrategy> oneHotRule(const RuleContext& c) {
+  if (c.numInputs() < 2 || !c.isTensorInput(0) || !c.isTensorOutput(0)) return {};
+  const std::optional<int64_t> classes = c.intArg(1);
+  if (!classes || *classes < 0) return {replicateAll(c)};
+  std::vector<DimStrategy> res{replicateAll(c)};
+  for (int64_t d = 0; d < c.inputRank(0); ++d) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = S(d);
+    s.outputs[0] = S(d);
+    res.push_back(s);
+  }
+  return res;
+}
+
 }  // namespace
 
 void registerRoutingRules(Registry& r) {
@@ -310,6 +331,7 @@ void registerRoutingRules(Registry& r) {
       "aten::argsort.stable", [](const RuleContext& c) { return exceptDimNoPartial(c, 2); },
       OpFamily::kReduction);
   r.add("aten::gather", gatherRule, OpFamily::kIndex);
+  r.add("aten::one_hot", oneHotRule, OpFamily::kIndex);
   r.add("aten::scatter_add", scatterAddRule, OpFamily::kIndex);
   r.add("aten::index_add", indexAddRule, OpFamily::kIndex);
   r.add("aten::bincount", bincountRule, OpFamily::kReduction);

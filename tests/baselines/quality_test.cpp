@@ -80,6 +80,8 @@ TEST_P(BaselineQualityOf, OptimizerIsNeverWorseThanABaseline) {
   const std::string& name = GetParam();
   // Planning at 405B scale is scripts/bench.sh's business; its ops and rules are llama3_8b's.
   if (name == "llama3_405b") GTEST_SKIP() << "llama3_405b: the same model as llama3_8b, deeper";
+  // A minute here; scripts/bench_moe.sh plans it. deepseek_tiny has the same layers, smaller.
+  if (name == "deepseek_v3") GTEST_SKIP() << "deepseek_v3: the same model as deepseek_tiny, wider";
   std::set<std::string> only_meshes = envList("APC_QUALITY_MESHES");
   std::set<std::string> only_baselines = envList("APC_QUALITY_BASELINES");
   const SolveGraphOptions opts = solveOptions();

@@ -159,7 +159,7 @@ std::vector<std::pair<std::string, std::string>> exportedFiles() {
   if (!f) return out;
   auto manifest = nlohmann::json::parse(f);
   for (const auto& s : manifest["samples"])
-    if (s.value("importable", true) && s.contains("exported") &&
+    if (s.value("importable", true) && s.contains("exported") && s["exported"].is_object() &&
         s["exported"].value("file", nlohmann::json()).is_string())
       out.emplace_back(s["file"].get<std::string>(), s["exported"]["file"].get<std::string>());
   return out;

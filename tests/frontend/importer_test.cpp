@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/samples.h"
+#include "apc/frontend/model.h"
 #include "apc/frontend/script_module.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/printer.h"
@@ -97,6 +98,34 @@ TEST(Importer, MemoizedMetaExecutionGivesTheSameGraph) {
     }
   }
   EXPECT_GE(compared, 10);
+}
+
+// importModel's last pass: an einsum whose Tensor[] is a ListConstruct of tensors read by it alone
+// takes the operands as inputs (aten::einsum.operands) and the list node is gone; the graph is
+// otherwise the importer's.
+TEST(Importer, EinsumTakesItsOperandsAsInputs) {
+  const std::string path = (kSamples / "einsum_upsample.pt").string();
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "run sample_models/generate.py";
+  auto raw = importTorchScript(path);
+  auto g = importModel(path);
+  ASSERT_TRUE(raw.ok() && g.ok());
+  ASSERT_TRUE(g->verify().ok()) << g->verify().error().message();
+  size_t einsums = 0;
+  for (const ir::Node& n : raw->nodes())
+    if (n.op == "aten::einsum") {
+      ++einsums;
+      EXPECT_EQ(raw->node(raw->value(n.inputs.at(1)).producer).op, "prim::ListConstruct");
+    }
+  ASSERT_GT(einsums, 0u);
+  size_t rewritten = 0;
+  for (const ir::Node& n : g->nodes()) {
+    if (n.op != "aten::einsum") continue;
+    EXPECT_EQ(n.overload, ir::kEinsumOperandsOverload);
+    for (size_t i = 1; i < n.inputs.size(); ++i) EXPECT_TRUE(g->value(n.inputs[i]).isTensor());
+    ++rewritten;
+  }
+  EXPECT_EQ(rewritten, einsums);
+  EXPECT_EQ(g->numNodes(), raw->numNodes() - einsums);
 }
 
 TEST(Importer, ManifestIsPresent) {

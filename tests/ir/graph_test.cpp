@@ -50,6 +50,38 @@ TEST(Graph, ToyBlockStructure) {
   EXPECT_EQ(uses[x.v][0].input_index, 0u);
 }
 
+// removeNodes: the other nodes keep their order under new ids, producers follow, value ids stay,
+// and the removed node's outputs become None constants (the graph still verifies).
+TEST(Graph, RemoveNodesRenumbersAndKeepsValueIds) {
+  Graph g = testing_graphs::toyBlock();
+  // toy_block: x, up.weight, down.weight, linear, relu, linear. Drop the relu and feed the second
+  // linear the first linear's output instead.
+  NodeId relu, down;
+  for (const Node& n : g.nodes()) {
+    if (n.op == "aten::relu") relu = n.id;
+    if (n.op == "aten::linear") down = n.id;  // the last one
+  }
+  ASSERT_TRUE(relu.valid() && down.valid());
+  const ValueId relu_out = g.node(relu).outputs[0];
+  const ValueId up_out = g.node(relu).inputs[0];
+  const ValueId out = g.node(down).outputs[0];
+  g.node(down).inputs[0] = up_out;
+  const size_t nodes = g.numNodes(), values = g.numValues();
+  std::vector<bool> dead(nodes, false);
+  dead[relu.v] = true;
+  g.removeNodes(dead);
+  ASSERT_TRUE(g.verify().ok()) << g.verify().error().message();
+  EXPECT_EQ(g.numNodes(), nodes - 1);
+  EXPECT_EQ(g.numValues(), values);
+  for (const Node& n : g.nodes()) EXPECT_NE(n.op, "aten::relu");
+  EXPECT_EQ(g.value(relu_out).type, ValueType::kNone);
+  EXPECT_FALSE(g.value(relu_out).producer.valid());
+  const Node& last = g.node(g.value(out).producer);
+  EXPECT_EQ(last.op, "aten::linear");
+  EXPECT_EQ(last.id.v, nodes - 2);
+  EXPECT_EQ(last.inputs[0], up_out);
+}
+
 TEST(Graph, StatsCountParametersAndOps) {
   Graph g = testing_graphs::toyBlock();
   GraphStats s = computeStats(g);

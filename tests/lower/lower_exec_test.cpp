@@ -84,6 +84,7 @@ struct Kernel {
   std::string name;
   std::shared_ptr<torch::jit::Operator> op;
   const c10::FunctionSchema* schema = nullptr;
+  bool einsum_operands = false;  // aten::einsum.operands: inputs 1.. are the list's elements
 
   static Expected<Kernel> resolve(const ir::Node& n) {
     Kernel k;
@@ -92,12 +93,14 @@ struct Kernel {
         n.op == "prim::TupleConstruct")
       return k;
     try {
-      k.op = torch::jit::findOperatorFor(c10::OperatorName(n.op, n.overload));
+      k.einsum_operands = n.op == "aten::einsum" && n.overload == ir::kEinsumOperandsOverload;
+      k.op = torch::jit::findOperatorFor(
+          c10::OperatorName(n.op, k.einsum_operands ? std::string() : n.overload));
     } catch (const std::exception& e) {
       return notFound(k.name + ": " + firstLine(e.what()));
     }
     if (!k.op) return notFound("no registered operator " + k.name);
-    k.schema = &k.op->schema();
+    if (!k.einsum_operands) k.schema = &k.op->schema();
     return k;
   }
 
@@ -114,6 +117,11 @@ struct Kernel {
         out.emplace_back(c10::ivalue::Tuple::create(std::move(args)));
       }
     } else {
+      if (einsum_operands) {
+        c10::List<at::Tensor> operands;
+        for (size_t i = 1; i < args.size(); ++i) operands.push_back(args[i].toTensor());
+        args = {args.at(0), operands, c10::IValue()};
+      }
       try {
         op->getOperation()(args);
       } catch (const std::exception& e) {

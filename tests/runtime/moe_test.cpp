@@ -13,12 +13,21 @@
 // Face's MixtralForCausalLM exported with experts_implementation="batched_mm" (hf_mixtral_tiny.pt2)
 // on [2], [4] and [2,2]. Besides, the plans must use the routing rules: no routing op of the
 // samples is left to the Replicate-only fallback.
+// deepseek_tiny (a DeepSeek-V3-shaped decoder whose experts take a static capacity per sequence,
+// dispatched and combined by one-hot einsums; capacity factor 1 drops some (token, expert) pairs)
+// is planned with its tokens batch-sharded, on [2], [4] and [2,2] with the optimizer's plan (expert
+// weights cut by expert), and on [4] and [2,2] under a network where all-gathers, reduce-scatters
+// and all-reduces are slow: there the plan moves tokens to their experts by all-to-all (the ranks
+// count their all-to-all calls), and training still equals the single-process model, dropped
+// pairs included (the capacity is the model's own, per sequence, so cutting sequences keeps it).
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -44,6 +53,7 @@ constexpr double kRtol = 1e-5;
 /// 8 sequences of 32 token ids (its export's shapes).
 ModelCase moeCase(const std::string& model, const std::string& format) {
   if (model == "hf_mixtral_tiny") return {model, {"input_ids:i64[8,32]"}, 256, "", format};
+  if (model == "deepseek_tiny") return {model, {"tokens:i64[8,8]"}, 96, "", format};
   return {model, {"x:f32[8,6,32]"}, 0, "", format};
 }
 
@@ -57,7 +67,8 @@ const Reference& reference(const std::string& model) {
 }
 
 /// One rank: load, train kSteps SGD steps, compare with the reference. Returns the exit code.
-int runRank(int rank, const std::string& dir, const Reference& ref) {
+/// `all_to_all`: the plan must have exchanged tokens by all-to-all on this rank.
+int runRank(int rank, const std::string& dir, const Reference& ref, bool all_to_all) {
   testing::RankLog log(rank);
   std::shared_ptr<ParallelModule> loaded = testing::loadRank(dir, ref.init, log);
   if (!loaded) return 1;
@@ -79,6 +90,8 @@ int runRank(int rank, const std::string& dir, const Reference& ref) {
     for (at::Tensor& p : params)
       if (p.grad().defined()) p.sub_(p.grad() * ref.lr);
   }
+  if (all_to_all && pm.commStats().of(CommKind::kAllToAll).calls == 0)
+    log.fail("the plan exchanged no tokens by all-to-all");
   return log.exitCode();
 }
 
@@ -87,11 +100,15 @@ struct MoeCase {
   std::string format;    // "pt" or "pt2"
   std::string mesh;      // "2x2"
   std::string strategy;  // "" optimizer, else a classic plan
+  // deepseek_tiny: "dp" tokens batch-sharded; "a2a" the same under a network whose all-gathers,
+  // reduce-scatters and all-reduces are slow (the plan must move tokens by all-to-all)
+  std::string setting = "";
 };
 
 std::string caseName(const MoeCase& c) {
-  std::string s =
-      c.model + "_" + c.format + "_" + c.mesh + "_" + (c.strategy.empty() ? "opt" : c.strategy);
+  std::string s = c.model + "_" + c.format + "_" + c.mesh + "_" +
+                  (c.strategy.empty() ? "opt" : c.strategy) +
+                  (c.setting.empty() ? "" : "_" + c.setting);
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
@@ -101,16 +118,38 @@ class MoeDifferential : public ::testing::TestWithParam<MoeCase> {};
 
 TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
   const MoeCase& c = GetParam();
-  const ModelCase m = moeCase(c.model, c.format);
+  ModelCase m = moeCase(c.model, c.format);
   if (!std::filesystem::exists(testing::samplePath(m.model)) ||
       !std::filesystem::exists(testing::samplePath(m.model, m.format)))
     GTEST_SKIP() << "run sample_models/generate.py";
   std::filesystem::path dir = testing::scratchDir("moe", caseName(c));
+  if (!c.setting.empty()) {
+    // The tokens batch-sharded on every mesh dim, as a data-parallel trainer feeds them.
+    const auto dims = static_cast<size_t>(1 + std::count(c.mesh.begin(), c.mesh.end(), 'x'));
+    std::string placement = "[";
+    for (size_t d = 0; d < dims; ++d) placement += std::string(d ? "," : "") + "\"S(0)\"";
+    m.optimizer_flags = "--in-shardings '{\"tokens\": " + placement + "]}'";
+    if (c.setting == "a2a") {
+      std::string network;
+      for (size_t d = 0; d < dims; ++d)
+        network += std::string(d ? "," : "") +
+                   R"({"all-gather": {"bandwidth_gbps": 1, "latency_us": 200},
+                       "reduce-scatter": {"bandwidth_gbps": 1, "latency_us": 200},
+                       "all-reduce": {"bandwidth_gbps": 1, "latency_us": 200}})";
+      const std::string spec = dir.string() + ".spec.json";
+      std::string shape = c.mesh;
+      std::replace(shape.begin(), shape.end(), 'x', ',');
+      std::ofstream(spec) << R"({"mesh": {"shape": [)" << shape << R"(]}, "network": [)" << network
+                          << "]}";
+      m.optimizer_flags += " --spec " + spec;
+    }
+  }
   std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
   ASSERT_TRUE(err.empty()) << err;
   const Reference& ref = reference(c.model);
-  std::vector<std::string> failed = testing::runRanks(
-      testing::worldOf(c.mesh), [&](int rank) { return runRank(rank, dir.string(), ref); });
+  std::vector<std::string> failed = testing::runRanks(testing::worldOf(c.mesh), [&](int rank) {
+    return runRank(rank, dir.string(), ref, c.setting == "a2a");
+  });
   for (const std::string& f : failed) ADD_FAILURE() << f;
   std::filesystem::remove_all(dir);
 }
@@ -125,7 +164,12 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"hf_mixtral_tiny", "pt2", "2", ""},
                       MoeCase{"hf_mixtral_tiny", "pt2", "4", ""},
                       MoeCase{"hf_mixtral_tiny", "pt2", "2x2", ""},
-                      MoeCase{"hf_mixtral_tiny", "pt2", "2x2", "ddp"}),
+                      MoeCase{"hf_mixtral_tiny", "pt2", "2x2", "ddp"},
+                      MoeCase{"deepseek_tiny", "pt", "2", "", "dp"},
+                      MoeCase{"deepseek_tiny", "pt", "4", "", "dp"},
+                      MoeCase{"deepseek_tiny", "pt2", "2x2", "", "dp"},
+                      MoeCase{"deepseek_tiny", "pt", "4", "", "a2a"},
+                      MoeCase{"deepseek_tiny", "pt2", "2x2", "", "a2a"}),
     [](const ::testing::TestParamInfo<MoeCase>& info) { return caseName(info.param); });
 
 // The routing and expert ops of the sample have rules (no Replicate-only fallback) and offer

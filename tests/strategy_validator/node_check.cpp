@@ -67,6 +67,12 @@ int64_t integerBound(const ir::Graph& g, const ir::Node& node, size_t i) {
     if (dim.constant && std::holds_alternative<int64_t>(*dim.constant))
       return sizeOf(0, std::get<int64_t>(*dim.constant));
   }
+  if (op == "aten::one_hot" && i == 0 && node.inputs.size() > 1) {  // classes below num_classes
+    const ir::Value& classes = g.value(node.inputs.at(1));
+    if (classes.constant && std::holds_alternative<int64_t>(*classes.constant) &&
+        std::get<int64_t>(*classes.constant) > 0)
+      return std::get<int64_t>(*classes.constant);
+  }
   if (op == "aten::bincount" && i == 0 && node.inputs.size() > 2) {  // values below minlength
     const ir::Value& minlength = g.value(node.inputs.at(2));
     if (minlength.constant && std::holds_alternative<int64_t>(*minlength.constant) &&

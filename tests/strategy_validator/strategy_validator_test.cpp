@@ -46,6 +46,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../strategy/builder.h"
+#include "apc/frontend/model.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
@@ -94,11 +95,15 @@ const ExecutedSample kExecuted[] = {
     // Hugging Face MixtralForCausalLM with batched_mm experts (topk, repeat_interleave by a
     // traced size, expert weights gathered by index, bmm).
     {"hf_mixtral_tiny", {"input_ids:i64[2,8]"}},
+    // DeepSeek-V3-shaped decoder with capacity experts: one_hot, cumsum, the dispatch, expert and
+    // combine einsums with their operands placed one by one (aten::einsum.operands), MLA's sdpa
+    // with a v head dim other than qk's.
+    {"deepseek_tiny", {"tokens:i64[2,8]"}},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
-const char* const kStubs[] = {"gpt2_small",     "gpt2_small_loss", "llama_small",
-                              "llama_small_4l", "llama3_8b",       "llama3_405b"};
+const char* const kStubs[] = {"gpt2_small", "gpt2_small_loss", "llama_small", "llama_small_4l",
+                              "llama3_8b",  "llama3_405b",     "deepseek_v3"};
 
 const std::vector<std::vector<int64_t>> kMeshShapes = {{4}, {2, 2}, {2, 4}, {2, 2, 2}};
 
@@ -178,7 +183,8 @@ std::unique_ptr<LoadedModel> load(const std::string& name, const std::vector<con
     }
     opts.inputs.push_back(*spec);
   }
-  auto g = frontend::importTorchScript((kSamples / (name + ".pt")).string(), opts);
+  // importModel: the graph the product plans (its import rewrites included: einsum operands).
+  auto g = frontend::importModel((kSamples / (name + ".pt")).string(), opts);
   if (!g.ok()) {
     m->error = g.error().message();
     return m;
@@ -609,6 +615,16 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
       b.op("aten::einsum", {b.str(eq), list, b.none()}, out);
     };
   };
+  // aten::einsum.operands: the import's form of an einsum whose operands each take a placement.
+  auto einsumOperands = [](const char* eq, std::vector<std::vector<int64_t>> shapes,
+                           std::vector<int64_t> out) {
+    return [eq, shapes, out](Builder& b) {
+      std::vector<ValueId> in{b.str(eq)};
+      for (size_t i = 0; i < shapes.size(); ++i)
+        in.push_back(b.input("x" + std::to_string(i), shapes[i]));
+      b.op("aten::einsum.operands", in, out);
+    };
+  };
   auto batchNorm = [](int mode) {  // 0, 1: functional eval, training; 2: no_training
     return [mode](Builder& b) {
       ValueId x = b.input("x", {7, 7, 3, 3});
@@ -677,6 +693,23 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
       {"index.Tensor broadcasting [B,1], [1,S] with a trailing dim",
        indexBroadcast({7, 5, 6}, {{7, 1}, {1, 5}}, {7, 5, 6})},
       {"einsum bij->bji", einsum("bij->bji", {{5, 4, 7}}, {5, 7, 4})},
+      {"einsum.operands gsec,gsd->egcd (dispatch)",
+       einsumOperands("gsec,gsd->egcd", {{6, 5, 4, 3}, {6, 5, 7}}, {4, 6, 3, 7})},
+      {"einsum.operands egcd,edf->egcf (experts)",
+       einsumOperands("egcd,edf->egcf", {{4, 6, 3, 7}, {4, 7, 5}}, {4, 6, 3, 5})},
+      {"einsum.operands gsec,egcd->gsd (combine)",
+       einsumOperands("gsec,egcd->gsd", {{6, 5, 4, 3}, {4, 6, 3, 7}}, {6, 5, 7})},
+      {"einsum.operands bij,jk->bik, rhs broadcast-free, lhs size 1 in b",
+       einsumOperands("bij,jk->bik", {{1, 4, 6}, {6, 5}}, {1, 4, 5})},
+      {"einsum.operands bij,bjk->bik, lhs broadcast in b",
+       einsumOperands("bij,bjk->bik", {{1, 2, 3}, {7, 3, 4}}, {7, 2, 4})},
+      {"einsum.operands ij,jk,kl->il (three operands)",
+       einsumOperands("ij,jk,kl->il", {{6, 4}, {4, 5}, {5, 7}}, {6, 7})},
+      {"one_hot [G,S,k] -> [G,S,k,E]",
+       [](Builder& b) {
+         ValueId idx = b.input("idx", {8, 6, 4}, ir::DType::kI64);
+         b.op("aten::one_hot", {idx, b.i(5)}, {8, 6, 4, 5}, ir::DType::kI64);
+       }},
       {"einsum bij->b", einsum("bij->b", {{5, 4, 7}}, {5})},
       {"upsample_bilinear2d.vec scales, align_corners",
        [&](Builder& b) {

@@ -107,6 +107,11 @@ struct Node {
   std::string qualifiedOp() const { return overload.empty() ? op : op + "." + overload; }
 };
 
+/// apc's own overload of aten::einsum, written by the importers' last pass: the operands are the
+/// node's inputs 1.. (each with its own placement) instead of one Tensor[] input; the runtime packs
+/// them into the list aten::einsum takes.
+inline constexpr std::string_view kEinsumOperandsOverload = "operands";
+
 /// The forward's output structure.
 struct OutputTree {
   enum class Kind : uint8_t { kLeaf, kTuple, kList, kDict };
@@ -166,6 +171,11 @@ class Graph {
   void setOutputs(OutputTree t) { outputs_ = std::move(t); }
 
   std::string name;  // model name (file stem), for printing
+
+  /// Removes the nodes whose `dead[id]` is true (import-time rewrites that fold a node into
+  /// another): the others keep their order and are renumbered. Value ids do not change: the
+  /// outputs of a removed node become None constants, which nothing may still read.
+  void removeNodes(const std::vector<bool>& dead);
 
   /// Checks ids, producers and topological order. Errors name the first offending node.
   Status verify() const;

@@ -80,7 +80,8 @@ class OpKernel {
   static Expected<OpKernel> resolve(const ir::Node& node,
                                     ir::ValueType output_type = ir::ValueType::kOther);
 
-  /// The schema, or nullptr for the hand-written prim ops.
+  /// The schema, or nullptr for the hand-written prim ops and aten::einsum.operands (whose inputs
+  /// are not aten::einsum's arguments one by one).
   const c10::FunctionSchema* schema() const { return schema_; }
   /// "aten::view" / "prim::ListConstruct".
   const std::string& name() const { return name_; }
@@ -92,7 +93,14 @@ class OpKernel {
   std::vector<c10::IValue> call(std::vector<c10::IValue> args) const;
 
  private:
-  enum class Kind { kOperator, kListConstruct, kListUnpack, kTupleConstruct, kTupleUnpack };
+  enum class Kind {
+    kOperator,
+    kEinsumOperands,  // aten::einsum.operands: inputs 1.. packed into aten::einsum's list
+    kListConstruct,
+    kListUnpack,
+    kTupleConstruct,
+    kTupleUnpack
+  };
   Kind kind_ = Kind::kOperator;
   ir::ValueType list_type_ = ir::ValueType::kOther;  // prim::ListConstruct's output type
   std::string name_;
