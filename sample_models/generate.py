@@ -52,7 +52,7 @@ MANIFEST_VERSION = 2  # 2: "exported" (.pt2 / .core.pt2) per sample, "versions",
 # example inputs have the recorded shapes, so the dim's hint is the recorded batch (e.g. 8).
 BATCH_MIN = 1
 BATCH_MAX = 1024
-HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny", "hf_mixtral_tiny")
+HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny", "hf_mixtral_tiny", "hf_qwen3_moe_tiny")
 
 
 def quiet_warnings():
@@ -369,6 +369,10 @@ def sample_table():
          "4 experts of intermediate 128, top-2 softmax router, vocab 256, untied lm_head, "
          "experts_implementation=\"batched_mm\" (topk, repeat_interleave, expert weights "
          "gathered by index, bmm)"),
+        ("hf_qwen3_moe_tiny", M.hf_qwen3_moe_tiny, M.HF_QWEN3_MOE_TINY, "Qwen3MoeForCausalLM",
+         "Hugging Face transformers Qwen3MoeForCausalLM: hidden 64, 2 layers, 4 heads, 2 kv heads, "
+         "head dim 16 with q/k RMSNorm, 4 experts of intermediate 48, top-2 softmax router with "
+         "normalized top-k weights, vocab 256, untied lm_head, experts_implementation=\"batched_mm\""),
     ):
         V = cfg_kwargs["vocab_size"]
         S.append(Sample(

@@ -970,6 +970,17 @@ HF_MIXTRAL_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, nu
                        bos_token_id=1, eos_token_id=2, pad_token_id=None,
                        use_cache=False, attn_implementation="sdpa",
                        experts_implementation="batched_mm")
+# Qwen3-MoE: its default experts loop over the experts a batch hits (data-dependent, torch.export
+# refuses it) and its grouped_mm form exports transformers::grouped_mm_fallback; batched_mm exports.
+HF_QWEN3_MOE_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, moe_intermediate_size=48,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                         max_position_embeddings=128, num_experts=4, num_experts_per_tok=2,
+                         norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
+                         rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False,
+                         bos_token_id=1, eos_token_id=2, pad_token_id=None,
+                         use_cache=False, attn_implementation="sdpa",
+                         experts_implementation="batched_mm", router_aux_loss_coef=0.0,
+                         output_router_logits=False)
 
 
 def _quiet_transformers():
@@ -1015,6 +1026,17 @@ def hf_mixtral_tiny() -> nn.Module:
             return super().forward(input_ids=input_ids, use_cache=False).logits
 
     return MixtralForCausalLMLogits(transformers.MixtralConfig(**HF_MIXTRAL_TINY))
+
+
+def hf_qwen3_moe_tiny() -> nn.Module:
+    """transformers' Qwen3MoeForCausalLM (sdpa attention, batched_mm experts) returning logits."""
+    transformers = _quiet_transformers()
+
+    class Qwen3MoeForCausalLMLogits(transformers.Qwen3MoeForCausalLM):
+        def forward(self, input_ids):
+            return super().forward(input_ids=input_ids, use_cache=False).logits
+
+    return Qwen3MoeForCausalLMLogits(transformers.Qwen3MoeConfig(**HF_QWEN3_MOE_TINY))
 
 
 # --------------------------------------------------------------------------

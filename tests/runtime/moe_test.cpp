@@ -9,10 +9,11 @@
 //   - every forward output leaf, gathered to full, within 1e-5 relative (fp32);
 //   - every parameter gradient of the first backward, gathered to full, within 1e-5 relative;
 //   - the losses of 3 SGD steps within 1e-5 of the loss's scale.
-// The exported program (moe_tiny.pt2) runs the same way on [4] and [2,2], and so does Hugging
-// Face's MixtralForCausalLM exported with experts_implementation="batched_mm" (hf_mixtral_tiny.pt2)
-// on [2], [4] and [2,2]. Besides, the plans must use the routing rules: no routing op of the
-// samples is left to the Replicate-only fallback.
+// The exported program (moe_tiny.pt2) runs the same way on [4] and [2,2], and so do Hugging
+// Face's MixtralForCausalLM and Qwen3MoeForCausalLM exported with
+// experts_implementation="batched_mm" (hf_mixtral_tiny.pt2, hf_qwen3_moe_tiny.pt2) on [2], [4]
+// and [2,2]. Besides, the plans must use the routing rules: no routing op of the samples is left
+// to the Replicate-only fallback.
 // deepseek_tiny (a DeepSeek-V3-shaped decoder whose experts take a static capacity per sequence,
 // dispatched and combined by one-hot einsums; capacity factor 1 drops some (token, expert) pairs)
 // is planned with its tokens batch-sharded, on [2], [4] and [2,2] with the optimizer's plan (expert
@@ -52,7 +53,8 @@ constexpr double kRtol = 1e-5;
 /// moe_tiny at a batch of 8 sequences of 6 tokens (48 tokens, 96 routed slots); hf_mixtral_tiny at
 /// 8 sequences of 32 token ids (its export's shapes).
 ModelCase moeCase(const std::string& model, const std::string& format) {
-  if (model == "hf_mixtral_tiny") return {model, {"input_ids:i64[8,32]"}, 256, "", format};
+  if (model == "hf_mixtral_tiny" || model == "hf_qwen3_moe_tiny")
+    return {model, {"input_ids:i64[8,32]"}, 256, "", format};
   if (model == "deepseek_tiny") return {model, {"tokens:i64[8,8]"}, 96, "", format};
   return {model, {"x:f32[8,6,32]"}, 0, "", format};
 }
@@ -165,6 +167,10 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"hf_mixtral_tiny", "pt2", "4", ""},
                       MoeCase{"hf_mixtral_tiny", "pt2", "2x2", ""},
                       MoeCase{"hf_mixtral_tiny", "pt2", "2x2", "ddp"},
+                      MoeCase{"hf_qwen3_moe_tiny", "pt2", "2", ""},
+                      MoeCase{"hf_qwen3_moe_tiny", "pt2", "4", ""},
+                      MoeCase{"hf_qwen3_moe_tiny", "pt2", "2x2", ""},
+                      MoeCase{"hf_qwen3_moe_tiny", "pt2", "2x2", "ddp"},
                       MoeCase{"deepseek_tiny", "pt", "2", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt", "4", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt2", "2x2", "", "dp"},

@@ -95,6 +95,8 @@ const ExecutedSample kExecuted[] = {
     // Hugging Face MixtralForCausalLM with batched_mm experts (topk, repeat_interleave by a
     // traced size, expert weights gathered by index, bmm).
     {"hf_mixtral_tiny", {"input_ids:i64[2,8]"}},
+    // Hugging Face Qwen3MoeForCausalLM, batched_mm experts (q/k RMSNorm, normalized top-k).
+    {"hf_qwen3_moe_tiny", {"input_ids:i64[2,8]"}},
     // DeepSeek-V3-shaped decoder with capacity experts: one_hot, cumsum, the dispatch, expert and
     // combine einsums with their operands placed one by one (aten::einsum.operands), MLA's sdpa
     // with a v head dim other than qk's.
