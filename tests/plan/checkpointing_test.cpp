@@ -65,6 +65,16 @@ TEST(Checkpointing, KeepsOnlyEachBlocksInputAndPricesTheRecompute) {
   const MemoryEstimate* e = ck.memoryFor("sgd");
   EXPECT_EQ(e->saved_activations, kLayers * kX);
   EXPECT_LT(e->peak_bytes, plain.memoryFor("sgd")->peak_bytes);
+  // The recompute's term: the backward peaks at block 1's relu, where block 1's input and the
+  // forward's output are held (kept) and block 1's relu output, saved again by its recompute
+  // (4 x, read by relu's and down's backward): 6 x, of which 2 x without the recompute. The
+  // gradients made by then: blocks 3 and 2 (2 x each) and block 1's down weight (1 x).
+  EXPECT_EQ(e->phase, "backward");
+  EXPECT_EQ(e->at, "blocks.1_r");
+  EXPECT_EQ(e->at_peak.activations, 6 * kX);
+  EXPECT_EQ(e->at_peak.gradients, 5 * kX);
+  EXPECT_EQ(e->backward_peak, e->peak_bytes);
+  EXPECT_GT(e->backward_peak, e->forward_peak + 4 * kX);
   // The recompute: each block's forward once more (a third of its linears' compute, half of its
   // relu's and add's): more than nothing, less than half the step.
   EXPECT_GT(ck.totals.recompute_us, 0);
