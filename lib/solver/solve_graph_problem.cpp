@@ -9,7 +9,12 @@
 //    leave), on the problem steps 1-2 leave with the row in place. Finished, its plan is optimal
 //    and returned; otherwise steps 1-3 run with the rest of the time, and the better plan and the
 //    larger bound of the two are returned. llama_tiny on 2x4 at --memory-budget 0,0.25: proven in
-//    0.7 s (343 subproblems) where CBC on the 52,280-column ILP took 72 s.
+//    0.7 s (343 subproblems) where CBC on the 52,280-column ILP took 72 s. It searches the
+//    unclustered problem, so with repeated layers that do not reduce away its size follows the
+//    number of layers: when the tied problem after steps 1-2, scaled by the nodes per tied node,
+//    is over SolveGraphOptions::memory_search_max_columns, it is skipped and steps 1-3 take the row
+//    (DeepSeek-V3 on 8x8x8 at the default budget: 37.9 M columns; its reduction, 18 s, and first
+//    subproblem, 70 s, made most of the 12 GB peak, and the search did not finish).
 // 1. Pins restrict a node to its pinned strategy; strategies with infinite compute cost are
 // dropped.
 // 1b. Memory-bound fixing (bound propagation on row (e)): a strategy s of v is dropped when even
@@ -89,7 +94,8 @@
 // 3b. Otherwise the plan is improved on the quotient in which only the middle instances are tied
 //    (a restriction: its plans are plans of the full problem): first the nodes its reduction
 //    eliminates are re-chosen given the clustered plan (the first and last layers often want
-//    other choices there), then that quotient is solved with it as start. A plan that meets the
+//    other choices there; without a chain bound this runs on a second thread beside the folded
+//    bound), then that quotient is solved with it as start. A plan that meets the
 //    best bound of 3a is optimal. Otherwise the check above runs, unless its LP would clearly be
 //    over kMaxCheckColumns (estimated from the folded LP's columns per folded node).
 //
@@ -98,7 +104,9 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 
@@ -178,6 +186,25 @@ std::vector<uint32_t> greedyPlan(const Problem& p) {
 
 /// The folded bound keeps this many instances at each end of a chain of tied layers unfolded.
 constexpr uint32_t kFoldBoundary = 1;
+
+/// Nodes per folded node of the folded bound: below SolveGraphOptions::fold_min_ratio it is not
+/// computed.
+double foldRatio(const std::vector<uint32_t>& rep, const std::vector<uint32_t>& instance,
+                 uint32_t boundary) {
+  const size_t n = rep.size();
+  std::vector<uint32_t> count(n, 0);
+  for (uint32_t v = 0; v < n; ++v) ++count[rep[v]];
+  std::vector<bool> seen(n, false);
+  size_t nf = 0;
+  for (uint32_t v = 0; v < n; ++v) {
+    uint32_t r = rep[v], c = count[r], k = instance[v];
+    bool mid = c >= 2 * boundary + 2 && k >= boundary && k + boundary < c;
+    if (mid && seen[r]) continue;
+    if (mid) seen[r] = true;
+    ++nf;
+  }
+  return nf == 0 ? 0.0 : static_cast<double>(n) / static_cast<double>(nf);
+}
 
 /// The folded bound (step 3a of the file comment): a lower bound on every choice of `full`, or
 /// nullopt with the reason in `why`.
@@ -477,10 +504,8 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   auto verifiedHow = [&] {
     return improved ? ClusterCheck::kBoundaryMeetsBound : ClusterCheck::kMeetsBound;
   };
-  auto rechoose = [&](bool ilp) {
-    if (secondsLeft(options.solver, t0) <= 0) return false;
-    std::vector<uint32_t> choice = untiedBoundaryPlan(full, rep, instance, kFoldBoundary,
-                                                      clustered.choice, options.solver, ilp);
+  // The plan `choice` of 3b when cheaper.
+  auto adopt = [&](std::vector<uint32_t> choice) {
     if (choice.empty()) return false;
     double objective = evaluate(full, choice);
     if (!(objective < clustered.objective)) return false;
@@ -489,6 +514,11 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     improved = true;
     return true;
   };
+  auto rechoose = [&](bool ilp) {
+    if (secondsLeft(options.solver, t0) <= 0) return false;
+    return adopt(untiedBoundaryPlan(full, rep, instance, kFoldBoundary, clustered.choice,
+                                    options.solver, ilp));
+  };
   if (std::isfinite(folded)) {
     rechosen = true;
     if (rechoose(false) && meets()) return proven(verifiedHow());
@@ -496,6 +526,15 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   // 3a, then the folded LP bound, in time that follows the distinct layers.
   double unclustered_columns = 0;  // estimated from the folded LP (0: unknown)
   if (secondsLeft(options.solver, t0) > 0) {
+    // 3b's cheap re-choice needs no bound: without the chain bound it runs beside the folded
+    // bound (whose LP takes one core) and is taken after it, as it was taken in turn before.
+    // Both are deterministic, so the plan does not depend on which finishes first.
+    std::future<std::vector<uint32_t>> beside;
+    if (!rechosen && foldRatio(rep, instance, kFoldBoundary) >= options.fold_min_ratio)
+      beside = std::async(std::launch::async, [&, choice = clustered.choice] {
+        return untiedBoundaryPlan(full, rep, instance, kFoldBoundary, choice, options.solver,
+                                  false);
+      });
     FoldedBound fb =
         foldedBound(full, rep, instance, kFoldBoundary, options.fold_min_ratio, options.solver, t0);
     unclustered_columns = static_cast<double>(fb.columns) * fb.unfold_ratio;
@@ -507,7 +546,12 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
     if (fb.bound) {
       if (meets()) return proven(verifiedHow());
       // 3b: boundary instances free, first re-choosing eliminated nodes, then solving.
-      if (!rechosen && rechoose(false) && meets()) return proven(verifiedHow());
+      if (!rechosen) {
+        rechosen = true;
+        std::vector<uint32_t> choice = beside.get();
+        if (secondsLeft(options.solver, t0) > 0 && adopt(std::move(choice)) && meets())
+          return proven(verifiedHow());
+      }
       if (rechoose(true) && meets()) return proven(verifiedHow());
     }
   }
@@ -619,6 +663,56 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   return unclustered;
 }
 
+/// The tied problem of repeated-layer clustering (step 3) after steps 1-2, made once per solve:
+/// step 0's size test (memorySearchTooLarge) and the clustered solve both use it.
+struct TiedProblem {
+  std::vector<uint32_t> rep, instance, cluster;
+  size_t clusters = 0;
+  std::vector<uint32_t> quotient_index;  // per node of the full problem: its quotient node
+  std::unique_ptr<Problem> quotient;     // null without clusters
+  std::unique_ptr<Reducer> reducer;      // of *quotient; null until reduceTied
+  bool reduced = false;                  // steps 1-2 ran to the end
+};
+
+/// The clusters and their quotient (not reduced yet).
+TiedProblem tiedProblem(const GraphProblem& gp) {
+  TiedProblem t;
+  t.rep = repeatedLayerRepresentatives(gp, &t.clusters, &t.instance, &t.cluster);
+  if (t.clusters > 0)
+    t.quotient = std::make_unique<Problem>(quotientProblem(gp.problem, t.rep, t.quotient_index));
+  return t;
+}
+
+/// Steps 1-2 on the quotient, once (until the first plan's deadline, as the clustered solve).
+void reduceTied(TiedProblem& t, const SolveGraphOptions& options) {
+  if (t.reducer || !t.quotient) return;
+  ReducerOptions ro;
+  ro.deadline = options.solver.first_plan_deadline;
+  t.reducer = std::make_unique<Reducer>(*t.quotient, ro);
+  t.reduced = !t.reducer->stopped() && !t.reducer->hasEmptyNode() &&
+              t.reducer->run(options.solver.first_plan_deadline);
+}
+
+/// Whether step 0 would search a problem whose size follows the number of repeated layers: it
+/// runs on the unclustered problem (steps 1-2 with the row in place), and when a layer does not
+/// reduce (DeepSeek-V3's mixture-of-experts blocks on a 3-d mesh keep 12 nodes of hundreds of
+/// strategies each) that problem, and each subproblem's ILP, has a copy of the layer per instance
+/// (8x8x8: 37.9 M columns, 18 s to reduce, 70 s for the first subproblem, 12 GB). Estimated as
+/// the tied problem's columns after steps 1-2 (row in place) times the nodes per tied node; above
+/// SolveGraphOptions::memory_search_max_columns step 0 is skipped, and the ILP path (clustering
+/// and its check, the row in every LP) takes the row, exactly as when step 0 gives up.
+bool memorySearchTooLarge(const GraphProblem& gp, const SolveGraphOptions& options,
+                          TiedProblem& tied) {
+  if (!options.cluster || !tied.quotient) return false;
+  reduceTied(tied, options);
+  if (!tied.reduced) return false;
+  std::vector<uint32_t> ids;
+  const size_t columns = programColumns(tied.reducer->reduced(ids));
+  const double per_tied = static_cast<double>(gp.problem.nodes.size()) /
+                          static_cast<double>(std::max<size_t>(1, tied.quotient->nodes.size()));
+  return static_cast<double>(columns) * per_tied > options.memory_search_max_columns;
+}
+
 }  // namespace
 
 /// The sizes after steps 1-2 and the strategies they dropped as dominated.
@@ -633,19 +727,28 @@ void recordReduction(const Reducer& reducer, const Problem& reduced, ReductionSt
 /// Steps 1-3 (the file comment): the reductions, clustering and its check, the ILP. `options`
 /// carries the whole solve's deadline.
 Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions& options,
-                                ReductionStats* stats) {
+                                ReductionStats* stats, TiedProblem* given_tied = nullptr) {
   const Problem& full = gp.problem;
   if (!options.reduce) return solve(full, options.solver);
-  // Clustering first (a quotient problem over layer representatives), then elimination on it.
-  std::vector<uint32_t> quotient_index(full.nodes.size());
-  for (uint32_t v = 0; v < full.nodes.size(); ++v) quotient_index[v] = v;
-  Problem quotient;
+  // Clustering first (a quotient problem over layer representatives), then elimination on it
+  // (both perhaps made already for step 0's size test).
+  TiedProblem own_tied;
+  if (options.cluster && !given_tied) own_tied = tiedProblem(gp);
+  TiedProblem& tied = given_tied ? *given_tied : own_tied;
+  std::vector<uint32_t> quotient_index;
+  if (tied.quotient) {
+    quotient_index = tied.quotient_index;
+  } else {
+    quotient_index.resize(full.nodes.size());
+    for (uint32_t v = 0; v < full.nodes.size(); ++v) quotient_index[v] = v;
+  }
   const Problem* base = &full;
-  std::vector<uint32_t> rep, instance, cluster;
+  const std::vector<uint32_t>& rep = tied.rep;
+  const std::vector<uint32_t>& instance = tied.instance;
+  const std::vector<uint32_t>& cluster = tied.cluster;
   detail::ChainBound chain;  // step 3a's chain relaxation, when computed
   if (options.cluster) {
-    size_t clusters = 0;
-    rep = repeatedLayerRepresentatives(gp, &clusters, &instance, &cluster);
+    const size_t clusters = tied.clusters;
     if (stats) stats->clusters = clusters;
     // Chains of tied layers: the chain relaxation's plan, optimal when it meets its bound (step
     // 3a); then no clustered solve is needed.
@@ -679,14 +782,17 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
           return chainSolution(SolveStatus::kTimeLimit, ClusterCheck::kChainPlanUnproven);
       }
     }
-    if (clusters > 0) {
-      quotient = quotientProblem(full, rep, quotient_index);
-      base = &quotient;
-    }
+    if (clusters > 0) base = tied.quotient.get();
   }
-  ReducerOptions ro;
-  ro.deadline = options.solver.first_plan_deadline;
-  Reducer reducer(*base, ro);
+  std::unique_ptr<Reducer> own_reducer;
+  if (base == tied.quotient.get()) {
+    reduceTied(tied, options);
+  } else {
+    ReducerOptions ro;
+    ro.deadline = options.solver.first_plan_deadline;
+    own_reducer = std::make_unique<Reducer>(*base, ro);
+  }
+  Reducer& reducer = own_reducer ? *own_reducer : *tied.reducer;
   const auto stopped = [] {
     return deadlineError("the time limit passed before the problem was reduced");
   };
@@ -780,6 +886,9 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   }
   if (!options.reduce || options.memory_search_subproblems == 0 || !detail::memoryRowInPlay(full))
     return solveReduced(gp, options, stats);
+  TiedProblem tied;
+  if (options.cluster) tied = tiedProblem(gp);
+  if (memorySearchTooLarge(gp, options, tied)) return solveReduced(gp, options, stats, &tied);
   // Step 0 (memory_search.h) on what steps 1-2 leave with the row in place, for a quarter of the
   // time left (the ILP path keeps the rest when it does not finish).
   ReducerOptions ro;
@@ -787,10 +896,10 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   Reducer reducer(full, ro);
   if (reducer.stopped() || reducer.hasEmptyNode() ||
       !reducer.run(options.solver.first_plan_deadline))
-    return solveReduced(gp, options, stats);
+    return solveReduced(gp, options, stats, &tied);
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
-  if (!detail::memoryRowInPlay(reduced)) return solveReduced(gp, options, stats);
+  if (!detail::memoryRowInPlay(reduced)) return solveReduced(gp, options, stats, &tied);
   const auto give_up =
       t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                std::chrono::duration<double>(kMemorySearchShare * secondsLeft(options.solver, t0)));
@@ -821,7 +930,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   }
   // Unfinished, or no plan meets the row (the ILP path names the constraint): the ILP path,
   // keeping the search's plan and bound where they are better.
-  APC_ASSIGN_OR_RETURN(Solution s, solveReduced(gp, options, stats));
+  APC_ASSIGN_OR_RETURN(Solution s, solveReduced(gp, options, stats, &tied));
   if (!found_choice.empty()) {
     double objective = evaluate(full, found_choice);
     if (std::isfinite(objective) && objective < s.objective) {

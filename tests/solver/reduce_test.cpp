@@ -397,6 +397,102 @@ TEST(Clustering, ChainRelaxationIsALowerBoundAndItsPlanOptimal) {
             << " (a bound in " << bounded << ")\n";
 }
 
+/// Two kinds of layer under one prefix, as in DeepSeek-V3 (dense blocks, then mixture-of-experts
+/// blocks): `short_layers` of kind A, then `long_layers` of kind B (other costs, so a cluster of
+/// its own). Each layer has a parameter `w` (memory per strategy) feeding `a`, and a core a, b, c,
+/// d with every pair joined (K4: no elimination of degree 2 reduces it), d passing on to the
+/// next layer's a. The memory row allows `high` of the parameters' largest total.
+GraphProblem twoKindsOfLayers(std::mt19937& rng, int short_layers, int long_layers, double high) {
+  std::uniform_real_distribution<double> cost(0, 10);
+  GraphProblem gp;
+  Problem& p = gp.problem;
+  auto costs = [&](size_t k) {
+    std::vector<double> c(k);
+    for (double& x : c) x = std::round(cost(rng) * 4) / 4;
+    return c;
+  };
+  auto table = [&] {
+    std::vector<double> t(9);
+    for (size_t a = 0; a < 3; ++a)
+      for (size_t b = 0; b < 3; ++b) t[a * 3 + b] = a == b ? 0.0 : std::round(cost(rng) * 4) / 4;
+    return t;
+  };
+  struct Kind {
+    std::vector<std::vector<double>> node_costs;  // w, a, b, c, d
+    std::vector<std::vector<double>> tables;      // w-a, a-b, a-c, a-d, b-c, b-d, c-d, d-next a
+  };
+  std::vector<Kind> kinds(2);
+  for (Kind& k : kinds) {
+    for (int i = 0; i < 5; ++i) k.node_costs.push_back(costs(3));
+    for (int i = 0; i < 8; ++i) k.tables.push_back(table());
+  }
+  uint32_t in = addNode(gp, "in", {0, 0, 0}, "");
+  p.nodes[in].pinned = 0;
+  p.nodes[in].pin_group = "inputs";
+  uint32_t prev = in;
+  std::vector<double> prev_table = kinds[0].tables[7];
+  for (int i = 0; i < short_layers + long_layers; ++i) {
+    const Kind& k = kinds[i < short_layers ? 0 : 1];
+    const std::string l = "layers." + std::to_string(i) + ".";
+    std::vector<uint32_t> v;
+    for (int j = 0; j < 5; ++j)
+      v.push_back(addNode(gp, l + "wabcd"[j], k.node_costs[j], l + "wabcd"[j]));
+    p.nodes[v[0]].memory = {4, 2, 1};
+    p.edges.push_back({prev, v[1], prev_table});
+    const std::pair<int, int> pairs[] = {{0, 1}, {1, 2}, {1, 3}, {1, 4}, {2, 3}, {2, 4}, {3, 4}};
+    for (size_t e = 0; e < 7; ++e)
+      p.edges.push_back({v[pairs[e].first], v[pairs[e].second], k.tables[e]});
+    prev = v[4];
+    prev_table = k.tables[7];
+  }
+  uint32_t out = addNode(gp, "out", costs(3), "");
+  p.edges.push_back({prev, out, table()});
+  p.memory = MemoryBound{0, high * 4 * (short_layers + long_layers)};
+  return gp;
+}
+
+// Step 0 (memory_search.h) searches the unclustered problem: when the layers do not reduce, its
+// size follows the number of layers, and above SolveGraphOptions::memory_search_max_columns (the
+// tied problem's columns times the nodes per tied node) it is skipped; the ILP path then takes
+// the row, with clustering and its check. Three layers of one kind (too few to fold) and nine of
+// another: the plan is the optimum either way, equal to the unclustered ILP's.
+TEST(Clustering, MemorySearchSkippedWhenItsProblemFollowsTheLayers) {
+  std::mt19937 rng(21);
+  int skipped = 0, searched = 0, trials = 0;
+  for (int trial = 0; trial < 8; ++trial) {
+    GraphProblem gp = twoKindsOfLayers(rng, 3, 9, trial % 2 == 0 ? 0.6 : 0.8);
+    SolveGraphOptions reference;
+    reference.cluster = false;
+    reference.memory_search_subproblems = 0;
+    auto ref = solveGraphProblem(gp, reference);
+    if (!ref.ok()) continue;
+    ASSERT_EQ(ref->status, SolveStatus::kOptimal);
+    ++trials;
+    const double tol = 1e-9 * std::max(1.0, ref->objective);
+    for (double max_columns : {1.0, 1e9}) {
+      SolveGraphOptions o;
+      o.memory_search_max_columns = max_columns;
+      ReductionStats stats;
+      auto s = solveGraphProblem(gp, o, &stats);
+      ASSERT_TRUE(s.ok()) << s.error().message();
+      EXPECT_NEAR(s->objective, ref->objective, tol) << "trial " << trial;
+      EXPECT_EQ(s->status, SolveStatus::kOptimal) << "trial " << trial;
+      EXPECT_LE(s->bound, ref->objective + tol) << "trial " << trial;
+      EXPECT_DOUBLE_EQ(evaluate(gp.problem, s->choice), s->objective);
+      if (max_columns == 1.0) {
+        EXPECT_EQ(stats.memory_subproblems, 0u) << "trial " << trial;  // step 0 skipped
+        EXPECT_EQ(stats.clusters, 2u);                                 // the ILP path, clustered
+        ++skipped;
+      } else if (stats.memory_subproblems > 0) {
+        ++searched;
+      }
+    }
+  }
+  EXPECT_GE(trials, 6);
+  EXPECT_EQ(skipped, trials);
+  EXPECT_GE(searched, 1);  // the row binds in part: step 0 runs when allowed
+}
+
 TEST(TimeLimit, ExpiredDeadlineGivesTheBestPlanWithItsGap) {
   GraphProblem gp = layered();
   auto optimal = solveGraphProblem(gp);

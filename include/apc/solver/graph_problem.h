@@ -189,6 +189,12 @@ struct SolveGraphOptions {
   // memory-free subproblems (and a quarter of the time left); 0 turns it off (tests compare the
   // two paths).
   size_t memory_search_subproblems = 2000;
+  // Step 0 searches the unclustered problem; with repeated layers that do not reduce away, its
+  // size follows the number of layers (DeepSeek-V3 on 8x8x8: 37.9 M columns, 90 s, 12 GB). When
+  // the tied problem after steps 1-2, scaled by the nodes per tied node, has more columns than
+  // this, step 0 is skipped and the ILP path (clustering and its check) takes the row
+  // (solve_graph_problem.cpp, memorySearchTooLarge). Tests lower it.
+  double memory_search_max_columns = 3e6;
   // When step 0 does not prove its plan: return its best plan (status time_limit, its bound)
   // instead of going on to the ILP path (which keeps the rest of the time and rarely closes what
   // step 0 left; llama3_8b at [16,2048] on 8x8 with a 1.5 GiB row: 95 s to a 0.07% gap). Only
