@@ -26,6 +26,7 @@
 #include "apc/ir/torch_dtype.h"
 #include "apc/layout/layout.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/output_leaves.h"
 #include "apc/runtime/redistribute.h"
 #include "parallel_module_reader.h"
 
@@ -1033,18 +1034,23 @@ class Regatherer : public Interpreter::Observer {
 
   void before(const ir::Node&, const std::vector<c10::IValue>& args) override {
     reading_.clear();
+    if (std::none_of(entries_.begin(), entries_.end(), [](const auto& e) { return !e->freed; }))
+      return;
+    const std::vector<at::Tensor> read = leavesOf(args);
     for (const auto& e : entries_)
-      if (!e->freed && std::any_of(args.begin(), args.end(),
-                                   [&](const c10::IValue& v) { return aliases(v, *e); }))
+      if (!e->freed && std::any_of(read.begin(), read.end(),
+                                   [&](const at::Tensor& t) { return aliases(t, *e); }))
         reading_.push_back(e);
   }
 
   void after(const ir::Node&, const std::vector<c10::IValue>& outputs,
              const std::vector<c10::IValue>& live) override {
+    if (reading_.empty()) return;
+    const std::vector<at::Tensor> made = leavesOf(outputs), held_leaves = leavesOf(live);
     for (const auto& e : reading_) {
-      for (const c10::IValue& o : outputs) hookOutputs(o, e);
-      bool held = std::any_of(live.begin(), live.end(),
-                              [&](const c10::IValue& v) { return aliases(v, *e); });
+      for (const at::Tensor& t : made) hookOutput(t, e);
+      bool held = std::any_of(held_leaves.begin(), held_leaves.end(),
+                              [&](const at::Tensor& t) { return aliases(t, *e); });
       if (!held) release(*e);
     }
     reading_.clear();
@@ -1071,23 +1077,18 @@ class Regatherer : public Interpreter::Observer {
     return t.defined() && t.has_storage() && t.storage().unsafeGetStorageImpl() == e.storage.get();
   }
 
-  static bool aliases(const c10::IValue& v, const Entry& e) {
-    if (v.isTensor()) return aliases(v.toTensor(), e);
-    if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec())
-        if (aliases(t, e)) return true;
-      return false;
+  /// The tensors inside `values` (runtime::outputLeaves of each), in order.
+  static std::vector<at::Tensor> leavesOf(const std::vector<c10::IValue>& values) {
+    std::vector<at::Tensor> out;
+    for (const c10::IValue& v : values) {
+      if (v.isTensor()) {
+        out.push_back(v.toTensor());
+        continue;
+      }
+      std::vector<at::Tensor> leaves = outputLeaves(v);
+      out.insert(out.end(), leaves.begin(), leaves.end());
     }
-    if (v.isList()) {
-      for (const c10::IValue& el : v.toListRef())
-        if (aliases(el, e)) return true;
-      return false;
-    }
-    if (v.isTuple()) {
-      for (const c10::IValue& el : v.toTupleRef().elements())
-        if (aliases(el, e)) return true;
-    }
-    return false;
+    return out;
   }
 
   static void release(Entry& e) {
@@ -1135,20 +1136,11 @@ class Regatherer : public Interpreter::Observer {
     void (*action)(Entry&);
   };
 
-  void hookOutputs(const c10::IValue& v, const std::shared_ptr<Entry>& e) {
-    if (v.isTensor()) {
-      const at::Tensor& t = v.toTensor();
-      if (!t.defined() || !t.grad_fn()) return;
-      const auto& fn = t.grad_fn();
-      if (!e->hooked.insert(fn.get()).second) return;
-      fn->add_pre_hook(std::make_unique<EntryHook>(e, &restore));
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) hookOutputs(c10::IValue(t), e);
-    } else if (v.isList()) {
-      for (const c10::IValue& el : v.toListRef()) hookOutputs(el, e);
-    } else if (v.isTuple()) {
-      for (const c10::IValue& el : v.toTupleRef().elements()) hookOutputs(el, e);
-    }
+  static void hookOutput(const at::Tensor& t, const std::shared_ptr<Entry>& e) {
+    if (!t.defined() || !t.grad_fn()) return;
+    const auto& fn = t.grad_fn();
+    if (!e->hooked.insert(fn.get()).second) return;
+    fn->add_pre_hook(std::make_unique<EntryHook>(e, &restore));
   }
 
   World& world_;
