@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from bench_fidelity import run  # one command, its output captured, a failure raised in one line
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SAMPLES = os.path.join(ROOT, "sample_models", "out")
 
@@ -31,14 +33,6 @@ SMALL = {
     "deepseek_tiny": ("deepseek_tiny.pt", "tokens:i64[16,64]"),
     "moe_tiny": ("moe_tiny.pt", "x:f32[16,32,32]"),
 }
-
-
-def run(cmd, timeout=3600, check=True):
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                       timeout=timeout)
-    if check and p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-400:]}")
-    return p
 
 
 def run_measured(cmd):

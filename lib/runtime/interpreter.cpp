@@ -147,10 +147,11 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
     return notFound("operator " + node.qualifiedOp() + ": " + firstLine(e.what()));
   }
   if (!found) return notFound("no registered operator " + node.qualifiedOp());
-  op.schema_ = &found->schema();
+  // aten::einsum.operands' inputs are not aten::einsum's arguments one by one: no schema.
   if (einsum_operands) op.kind_ = Kind::kEinsumOperands;
-  const auto& schema_args = op.schema_->arguments();
-  for (size_t i = 0; i < schema_args.size(); ++i)
+  op.schema_ = einsum_operands ? nullptr : &found->schema();
+  const auto& schema_args = found->schema().arguments();
+  for (size_t i = 0; i < schema_args.size() && !einsum_operands; ++i)
     if (auto list = schema_args[i].type()->cast<c10::ListType>())
       if (auto opt = list->getElementType()->cast<c10::OptionalType>())
         if (opt->getElementType()->kind() == c10::TypeKind::TensorType)
@@ -158,7 +159,6 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
   try {
     torch::jit::Operation operation = found->getOperation();
     op.op_ = [operation](std::vector<c10::IValue>& stack) mutable { operation(stack); };
-    if (einsum_operands) op.schema_ = nullptr;
   } catch (const std::exception& e) {
     rethrowIfOutOfMemory(e);
     return unsupported("operator " + node.qualifiedOp() +

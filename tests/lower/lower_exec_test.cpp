@@ -4,7 +4,7 @@
 // meshes [4], [2,2] and [2,4]: plan in-process (lib/plan's pipeline), lower every rank, check the
 // programs' form (program_checks.h) and that lowering is deterministic, then execute all ranks'
 // programs in ONE process, node by node in lockstep: op nodes run per rank through the JIT
-// operator registry (by name and overload, as the runtime will), redistribute nodes run their
+// operator registry (runtime::OpKernel, as the runtime does), redistribute nodes run their
 // forward steps on the simulated collectives of tests/strategy_validator/sim_ranks.h, and vocab
 // masks are applied as apc.proto describes. Inputs, parameters and buffers are random full
 // tensors (float64) sliced by each rank's ProgramTensor pieces; every output leaf of every rank
@@ -15,7 +15,6 @@
 #include <gtest/gtest.h>
 
 #include <torch/csrc/autograd/autograd.h>
-#include <torch/csrc/jit/runtime/operator.h>
 
 #include <map>
 #include <memory>
@@ -25,6 +24,7 @@
 #include "apc/ir/torch_dtype.h"
 #include "apc/lower/lower.h"
 #include "apc/plan/pipeline.h"
+#include "apc/runtime/interpreter.h"
 #include "program_checks.h"
 #include "sim_ranks.h"
 
@@ -32,10 +32,6 @@ namespace apc::lower {
 namespace {
 
 using validator::RankTensors;
-
-std::string firstLine(const std::string& s) {
-  return s.substr(0, s.find('\n'));
-}
 
 /// The dtype a value runs in here: floats widened to f64 (the comparison is in f64), the rest
 /// as the graph says.
@@ -79,60 +75,14 @@ c10::IValue toIValue(const ir::Constant& c, const c10::Argument* arg) {
   return c10::IValue(list);
 }
 
-/// A node's operator resolved by (name, overload), with the structural prim ops by hand.
-struct Kernel {
-  std::string name;
-  std::shared_ptr<torch::jit::Operator> op;
-  const c10::FunctionSchema* schema = nullptr;
-  bool einsum_operands = false;  // aten::einsum.operands: inputs 1.. are the list's elements
+/// A node's operator as the runtime runs it (by name and overload; the structural prim ops and
+/// apc's own aten::einsum.operands by hand).
+using Kernel = runtime::OpKernel;
 
-  static Expected<Kernel> resolve(const ir::Node& n) {
-    Kernel k;
-    k.name = n.qualifiedOp();
-    if (n.op == "prim::ListConstruct" || n.op == "prim::ListUnpack" ||
-        n.op == "prim::TupleConstruct")
-      return k;
-    try {
-      k.einsum_operands = n.op == "aten::einsum" && n.overload == ir::kEinsumOperandsOverload;
-      k.op = torch::jit::findOperatorFor(
-          c10::OperatorName(n.op, k.einsum_operands ? std::string() : n.overload));
-    } catch (const std::exception& e) {
-      return notFound(k.name + ": " + firstLine(e.what()));
-    }
-    if (!k.op) return notFound("no registered operator " + k.name);
-    if (!k.einsum_operands) k.schema = &k.op->schema();
-    return k;
-  }
-
-  Expected<std::vector<c10::IValue>> run(std::vector<c10::IValue> args, size_t outputs) const {
-    std::vector<c10::IValue> out;
-    if (!op) {
-      if (name == "prim::ListConstruct") {
-        c10::List<at::Tensor> l;
-        for (const auto& a : args) l.push_back(a.toTensor());
-        out.emplace_back(l);
-      } else if (name == "prim::ListUnpack") {
-        for (const auto& e : args.at(0).toListRef()) out.push_back(e);
-      } else {
-        out.emplace_back(c10::ivalue::Tuple::create(std::move(args)));
-      }
-    } else {
-      if (einsum_operands) {
-        c10::List<at::Tensor> operands;
-        for (size_t i = 1; i < args.size(); ++i) operands.push_back(args[i].toTensor());
-        args = {args.at(0), operands, c10::IValue()};
-      }
-      try {
-        op->getOperation()(args);
-      } catch (const std::exception& e) {
-        return unsupported(name + ": " + firstLine(e.what()));
-      }
-      out = std::move(args);
-    }
-    if (out.size() != outputs) return internalError(name + ": wrong number of outputs");
-    return out;
-  }
-};
+/// The kernel of `n` (its output type types an empty prim::ListConstruct).
+Expected<Kernel> kernelOf(const ir::Graph& g, const ir::Node& n) {
+  return Kernel::resolve(n, n.outputs.empty() ? ir::ValueType::kOther : g.value(n.outputs[0]).type);
+}
 
 /// The values of one (simulated) rank's graph.
 struct Store {
@@ -149,7 +99,7 @@ std::vector<c10::IValue> argsOf(const Store& s, const ir::Node& n, const Kernel&
       args.push_back(*s.v[v.id.v]);
     } else if (v.constant) {
       const c10::Argument* a =
-          k.schema && i < k.schema->arguments().size() ? &k.schema->arguments()[i] : nullptr;
+          k.schema() && i < k.schema()->arguments().size() ? &k.schema()->arguments()[i] : nullptr;
       if (v.tensor) {
         at::TensorOptions o = at::TensorOptions().dtype(widened(v.tensor->dtype));
         c10::IValue iv = toIValue(*v.constant, nullptr);
@@ -328,7 +278,7 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
     bool known = g.isShapeNode(n.id);  // size arithmetic known at import: its consumers read it
     for (ir::ValueId o : n.outputs) known = known && g.value(o).constant.has_value();
     if (known) continue;
-    auto k = Kernel::resolve(n);
+    auto k = kernelOf(g, n);
     ASSERT_TRUE(k.ok()) << k.error().message();
     auto out = k->run(argsOf(ref, n, *k), n.outputs.size());
     ASSERT_TRUE(out.ok()) << out.error().message();
@@ -408,11 +358,15 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
     }
     for (size_t r = 0; r < world; ++r) {
       const ir::Node& n = graphs[r].node(id);
-      auto it = kernels.find(n.qualifiedOp());
+      // By op and output type: an empty prim::ListConstruct's list is typed by its output.
+      const std::string key =
+          n.qualifiedOp() + "/" +
+          (n.outputs.empty() ? "" : ir::valueTypeName(graphs[r].value(n.outputs[0]).type));
+      auto it = kernels.find(key);
       if (it == kernels.end()) {
-        auto k = Kernel::resolve(n);
+        auto k = kernelOf(graphs[r], n);
         ASSERT_TRUE(k.ok()) << k.error().message();
-        it = kernels.emplace(n.qualifiedOp(), *k).first;
+        it = kernels.emplace(key, *k).first;
       }
       std::vector<c10::IValue> args = argsOf(ranks[r], n, it->second);
       std::optional<at::Tensor> outside;

@@ -26,6 +26,7 @@
 #include <set>
 #include <string>
 
+#include "../ir/test_graphs.h"
 #include "apc/artifact/artifact.h"
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
@@ -50,58 +51,26 @@ constexpr double kRtol = 1e-5;  // differential_test's
 
 // --- The interpreter -----------------------------------------------------------------------
 
-ir::ValueId tensorValue(ir::Graph& g, std::vector<int64_t> shape) {
-  ir::Value v;
-  v.type = ir::ValueType::kTensor;
-  v.tensor = ir::TensorMeta{ir::makeShape(shape), ir::DType::kF32, true};
-  return g.addValue(v);
-}
-
-ir::NodeId op(ir::Graph& g, const std::string& name, std::vector<ir::ValueId> inputs,
-              ir::ValueId out, const std::string& module) {
-  ir::Node n;
-  n.op = name;
-  n.inputs = std::move(inputs);
-  n.outputs = {out};
-  n.module_path = module;
-  return g.addNode(n);
-}
-
 /// x:[4,8], w:[8,8]; block: h = mm(x, w), d = dropout(h, 0.5, train), t = tanh(d); y = sin(t) * x.
 /// Nodes 2..4 are the block.
 std::shared_ptr<const ir::Graph> dropoutGraph() {
+  using namespace ir::testing_graphs;
   ir::Graph g;
-  ir::ValueId x = tensorValue(g, {4, 8});
-  ir::ValueId w = tensorValue(g, {8, 8});
-  ir::Node in;
-  in.kind = ir::NodeKind::kInput;
-  in.op = "input";
-  in.name = "x";
-  in.outputs = {x};
-  g.addNode(in);
-  ir::Node pa;
-  pa.kind = ir::NodeKind::kParameter;
-  pa.op = "parameter";
-  pa.name = "w";
-  pa.outputs = {w};
-  g.addNode(pa);
-  ir::ValueId h = tensorValue(g, {4, 8});
-  op(g, "aten::mm", {x, w}, h, "block");
-  ir::ValueId p = g.addConstant(ir::ValueType::kFloat, ir::Constant(0.5));
-  ir::ValueId train = g.addConstant(ir::ValueType::kBool, ir::Constant(true));
-  ir::ValueId d = tensorValue(g, {4, 8});
-  op(g, "aten::dropout", {h, p, train}, d, "block");
-  ir::ValueId t = tensorValue(g, {4, 8});
-  op(g, "aten::tanh", {d}, t, "block");
-  ir::ValueId s = tensorValue(g, {4, 8});
-  op(g, "aten::sin", {t}, s, "");
-  ir::ValueId y = tensorValue(g, {4, 8});
-  ir::Node mul;
-  mul.op = "aten::mul";
-  mul.overload = "Tensor";
-  mul.inputs = {s, x};
-  mul.outputs = {y};
-  g.addNode(mul);
+  auto value = [&](const char* name) {
+    return tensorValue(g, name, {4, 8}, ir::DType::kF32, /*grad=*/true);
+  };
+  const ir::ValueId x = value("x");
+  const ir::ValueId w = tensorValue(g, "w", {8, 8}, ir::DType::kF32, /*grad=*/true);
+  leafNode(g, ir::NodeKind::kInput, "x", x);
+  leafNode(g, ir::NodeKind::kParameter, "w", w);
+  const ir::ValueId h = value("h"), d = value("d"), t = value("t"), s = value("s"), y = value("y");
+  const ir::ValueId p = g.addConstant(ir::ValueType::kFloat, ir::Constant(0.5));
+  const ir::ValueId train = g.addConstant(ir::ValueType::kBool, ir::Constant(true));
+  opNode(g, "aten::mm", "", {x, w}, {h}, "block");
+  opNode(g, "aten::dropout", "", {h, p, train}, {d}, "block");
+  opNode(g, "aten::tanh", "", {d}, {t}, "block");
+  opNode(g, "aten::sin", "", {t}, {s}, "");
+  opNode(g, "aten::mul", "Tensor", {s, x}, {y}, "");
   g.setOutputs(ir::OutputTree::makeLeaf(y));
   return std::make_shared<const ir::Graph>(std::move(g));
 }
@@ -343,12 +312,9 @@ struct PlanCase {
 };
 
 std::string planCaseName(const ::testing::TestParamInfo<PlanCase>& info) {
-  std::string s = info.param.mesh + "_" +
-                  (info.param.strategy.empty() ? "opt" : info.param.strategy) +
-                  (info.param.overlap ? "" : "_sync");
-  for (char& ch : s)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
+  return testing::paramName(info.param.mesh + "_" +
+                            (info.param.strategy.empty() ? "opt" : info.param.strategy) +
+                            (info.param.overlap ? "" : "_sync"));
 }
 
 class ActivationCheckpointPlans : public ::testing::TestWithParam<PlanCase> {};

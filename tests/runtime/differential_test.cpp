@@ -160,10 +160,8 @@ struct DiffCase {
 };
 
 std::string caseName(const DiffCase& c) {
-  std::string s = c.model + "_" + c.mesh + "_" + (c.strategy.empty() ? "opt" : c.strategy);
-  for (char& ch : s)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
+  return testing::paramName(c.model + "_" + c.mesh + "_" +
+                            (c.strategy.empty() ? "opt" : c.strategy));
 }
 
 class Differential : public ::testing::TestWithParam<DiffCase> {};

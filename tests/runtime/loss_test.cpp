@@ -37,11 +37,8 @@ struct LossCase {
 };
 
 std::string caseName(const ::testing::TestParamInfo<LossCase>& info) {
-  std::string s = info.param.model->model + "_" + info.param.mesh + "_" + info.param.strategy +
-                  (info.param.given_targets ? "_given" : "_drawn");
-  for (char& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  return s;
+  return testing::paramName(info.param.model->model + "_" + info.param.mesh + "_" +
+                            info.param.strategy + (info.param.given_targets ? "_given" : "_drawn"));
 }
 
 class ShardedLossRanks : public ::testing::TestWithParam<LossCase> {};

@@ -108,12 +108,9 @@ struct MoeCase {
 };
 
 std::string caseName(const MoeCase& c) {
-  std::string s = c.model + "_" + c.format + "_" + c.mesh + "_" +
-                  (c.strategy.empty() ? "opt" : c.strategy) +
-                  (c.setting.empty() ? "" : "_" + c.setting);
-  for (char& ch : s)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return s;
+  return testing::paramName(c.model + "_" + c.format + "_" + c.mesh + "_" +
+                            (c.strategy.empty() ? "opt" : c.strategy) +
+                            (c.setting.empty() ? "" : "_" + c.setting));
 }
 
 class MoeDifferential : public ::testing::TestWithParam<MoeCase> {};

@@ -374,13 +374,10 @@ std::vector<OverlapCase> overlapCases() {
 
 INSTANTIATE_TEST_SUITE_P(Models, OverlapModels, ::testing::ValuesIn(overlapCases()),
                          [](const ::testing::TestParamInfo<OverlapCase>& info) {
-                           std::string s =
+                           return testing::paramName(
                                info.param.model + "_" + info.param.mesh + "_" +
                                (info.param.strategy.empty() ? "opt" : info.param.strategy) +
-                               (info.param.overlap ? "_on" : "_off");
-                           for (char& ch : s)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return s;
+                               (info.param.overlap ? "_on" : "_off"));
                          });
 
 }  // namespace

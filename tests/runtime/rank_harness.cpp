@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -290,6 +291,12 @@ void expectGradsMatch(ParallelModule& pm, const std::map<std::string, at::Tensor
     std::string d = compareTensors(full, it->second, rtol);
     if (!d.empty()) log.fail("grad " + name + ": " + d);
   }
+}
+
+std::string paramName(std::string text) {
+  for (char& ch : text)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return text;
 }
 
 int worldOf(const std::string& mesh) {

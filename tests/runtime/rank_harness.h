@@ -116,6 +116,9 @@ void expectGradsMatch(ParallelModule& pm, const std::map<std::string, at::Tensor
 /// The number of ranks of a mesh written "2x4".
 int worldOf(const std::string& mesh);
 
+/// `text` as a GoogleTest parameter name: every character but letters and digits becomes '_'.
+std::string paramName(std::string text);
+
 /// Training step `step` of a rank against the reference: gathers the forward's output `leaves`,
 /// compares them with the reference's at step 0, and takes lossOf with the reference's weights,
 /// compared with the reference's loss of that step; failures go to `log`. Returns the loss (call
