@@ -36,8 +36,10 @@
 //
 //===----------------------------------------------------------------------===//
 #include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -84,6 +86,37 @@ Status checkMasterAddr(const LaunchEnv& env) {
   return invalidArgument("rank " + std::to_string(env.rank) + ": MASTER_ADDR '" +
                          printable(env.master_addr) + "' does not resolve (" + why +
                          "); it names rank 0's host, by a name this host resolves or an address");
+}
+
+/// Whether something accepts TCP connections at MASTER_ADDR:MASTER_PORT now (one attempt per
+/// resolved address, each bounded by `timeout`). Asked when a client's store connection outlasts
+/// its bound: c10d's client may retry a refused port past its own timeout (its backoff, a loaded
+/// host), and then the rank's error must say "nobody there", not "no answer".
+bool somethingListens(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(env.master_port);
+  if (::getaddrinfo(env.master_addr.c_str(), port.c_str(), &hints, &found) != 0) return false;
+  bool accepted = false;
+  for (addrinfo* a = found; a && !accepted; a = a->ai_next) {
+    const int fd =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      accepted = true;
+    } else if (errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int err = 0;
+      socklen_t len = sizeof err;
+      accepted = ::poll(&p, 1, static_cast<int>(timeout.count())) == 1 &&
+                 ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  return accepted;
 }
 
 std::string joinRanks(const std::vector<int64_t>& ranks) {
@@ -255,12 +288,18 @@ Expected<c10::intrusive_ptr<c10d::Store>> connectStore(const LaunchEnv& env, con
   while (!attempt->result) {
     const auto next = std::min(deadline, Clock::now() + options.progress_interval);
     if (attempt->cv.wait_until(lock, next, [&] { return attempt->result.has_value(); })) break;
-    if (Clock::now() >= deadline)
+    if (Clock::now() >= deadline) {
+      if (!somethingListens(env, std::chrono::milliseconds(1000)))
+        return ioError("rank " + std::to_string(env.rank) + ": no rendezvous store at " +
+                       env.master_addr + ":" + std::to_string(env.master_port) + " after " +
+                       seconds(options.setup_timeout) + " (job '" + printable(job) +
+                       "'; is rank 0 running?): nothing accepts connections there");
       return ioError("rank " + std::to_string(env.rank) +
                      ": no answer from the rendezvous store at " + env.master_addr + ":" +
                      std::to_string(env.master_port) + " within " + seconds(options.setup_timeout) +
                      " (job '" + printable(job) +
                      "'; is MASTER_ADDR right, and rank 0 running, not stopped, on MASTER_PORT?)");
+    }
     note(env.rank, "waiting for an answer from rank 0's rendezvous store at " + env.master_addr +
                        ":" + std::to_string(env.master_port) + " (job '" + printable(job) + "', " +
                        seconds(Clock::now() - start) + " of " + seconds(options.setup_timeout) +
