@@ -78,14 +78,15 @@ def part_planning(args, apc, work):
         print(f"# {model} missing: .venv/bin/python3 sample_models/generate.py --only deepseek_v3")
         return
     print(f"# DeepSeek-V3 planning at {args.tokens} ({apc} plan {model} --mesh M --input "
-          f"'{args.tokens}' --device {args.device} --time-limit {args.time_limit})")
+          f"'{args.tokens}' --device {args.device} --memory-budget 0, --time-limit {args.time_limit}; "
+          f"AutoParallel's parameter budget: the model at this batch does not fit {args.device}'s memory)")
     print(f"{'mesh':<8} {'wall s':>7} {'peak GiB':>9} {'status':<12} {'step ms':>10} "
           f"{'experts w1':<16} {'a2a edges':>9}")
     for mesh in args.meshes.split(","):
         out = os.path.join(work, f"deepseek_v3_{mesh}.plan.json")
         code, _, err, wall, rss = run_measured(
             [apc, "plan", model, "--mesh", mesh, "--input", args.tokens, "--device", args.device,
-             "--time-limit", str(args.time_limit), "--quiet", "-o", out])
+             "--memory-budget", "0,", "--time-limit", str(args.time_limit), "--quiet", "-o", out])
         if code != 0:
             print(f"{mesh:<8} failed: {err.strip().splitlines()[-1] if err.strip() else code}")
             continue

@@ -33,7 +33,7 @@ std::vector<DeviceSpec> builtins() {
   //                           f64    f32    tf32    bf16    f16     i8
   out.push_back(make("a100", {19.5, 19.5, 156.0, 312.0, 312.0, 624.0}, 2039.0, 80.0));
   out.push_back(make("b200", {37.0, 75.0, 1125.0, 2250.0, 2250.0, 4500.0}, 8000.0, 180.0));
-  DeviceSpec cpu = make("cpu", {1.0, 2.0, 2.0, 2.0, 2.0, 4.0}, 200.0, 256.0);
+  DeviceSpec cpu = make("cpu", {1.0, 2.0, 2.0, 2.0, 2.0, 4.0}, 200.0, 0.0);
   cpu.compute_efficiency = 0.5;
   cpu.memory_efficiency = 0.7;
   cpu.kernel_floor_us = 5.0;

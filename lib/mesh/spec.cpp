@@ -680,8 +680,9 @@ Expected<ClusterProfile> parseClusterProfile(const json& j) {
   const json* version = find(j, "apc_cluster_profile");
   if (!version)
     return at("$", "missing required key 'apc_cluster_profile' (not a file of apc calibrate?)");
-  APC_RETURN_IF_ERROR(
-      checkKeys(j, "$", {"apc_cluster_profile", "device", "links", "network", "calibration"}));
+  APC_RETURN_IF_ERROR(checkKeys(
+      j, "$",
+      {"apc_cluster_profile", "device", "links", "network", "device_memory", "calibration"}));
   APC_ASSIGN_OR_RETURN(
       double v, readInRange(*version, "$.apc_cluster_profile", "cluster profile version", 1, 1e6));
   if (v != kClusterProfileVersion)
@@ -707,6 +708,12 @@ Expected<ClusterProfile> parseClusterProfile(const json& j) {
   }
   if (const json* net = find(j, "network")) {
     APC_ASSIGN_OR_RETURN(p.network, readNetwork(*net, "$.network", p.links.size()));
+  }
+  if (const json* dm = find(j, "device_memory")) {
+    APC_ASSIGN_OR_RETURN(int64_t b, readInt(*dm, "$.device_memory"));
+    if (b < 1 || b >= (int64_t{1} << 62))
+      return at("$.device_memory", "bytes per rank must be in [1, 2^62), got " + std::to_string(b));
+    p.device_memory = b;
   }
   if (const json* c = find(j, "calibration")) {
     if (!c->is_object()) return at("$.calibration", "expected an object, got " + describe(*c));
@@ -734,6 +741,7 @@ json toJson(const ClusterProfile& p) {
   for (const LinkParams& l : p.links) links.push_back(linkToJson(l));
   j["links"] = links;
   if (!p.network.empty()) j["network"] = networkToJson(p.network);
+  if (p.device_memory) j["device_memory"] = *p.device_memory;
   if (!p.calibration.empty()) j["calibration"] = json::parse(p.calibration);
   return j;
 }

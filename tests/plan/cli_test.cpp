@@ -239,6 +239,55 @@ TEST_F(PlanCli, DefaultBudgetIsReachableWithUnevenParameters) {
                      "memory");
 }
 
+// Issue 29: with a named device and no budget the plan is the fastest that fits the device's
+// memory (the datasheet's, or what calibration measured); an unnamed device, the datasheet's
+// cpu (no memory) and an explicit --memory-budget keep the fractional parameter budget.
+TEST_F(PlanCli, ANamedDevicesMemoryIsTheDefaultBudget) {
+  auto planOf = [&](const std::string& flags, const std::string& out) {
+    Result r = runApc("plan " + kSamples + "mlp_stack.pt --mesh 4 -o " + tmp(out) + " " + flags);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return std::pair{nlohmann::json::parse(readFile(tmp(out))), r.err};
+  };
+  auto [unnamed, unnamed_err] = planOf("", "d0.json");
+  EXPECT_FALSE(unnamed["spec"].contains("device_memory")) << unnamed["spec"].dump();
+  EXPECT_LE(unnamed["totals"]["param_memory_fraction"].get<double>(), 0.25 + 1e-9);
+  EXPECT_EQ(unnamed_err.find("planning to fit"), std::string::npos) << unnamed_err;
+
+  auto [h100, h100_err] = planOf("--device h100", "d1.json");
+  ASSERT_TRUE(h100["spec"].contains("device_memory")) << h100["spec"].dump();
+  EXPECT_EQ(h100["spec"]["device_memory"].get<int64_t>(), int64_t{80'000'000'000});
+  EXPECT_NE(h100_err.find("apc: note: planning to fit 74.51 GiB per rank, the memory of the named "
+                          "device h100"),
+            std::string::npos)
+      << h100_err;
+  // mlp_stack fits many times over: the fastest plan, no parameter sharded, and never slower
+  // than the fractional budget's plan.
+  EXPECT_EQ(h100["totals"]["param_memory_fraction"].get<double>(), 1.0);
+  EXPECT_LE(h100["totals"]["total_us"].get<double>(), unnamed["totals"]["total_us"].get<double>());
+
+  for (const std::string flags : {"--device h100 --memory-budget 0,", "--device cpu"}) {
+    auto [p, err] = planOf(flags, "d2.json");
+    EXPECT_FALSE(p["spec"].contains("device_memory")) << flags << ": " << p["spec"].dump();
+    EXPECT_LE(p["totals"]["param_memory_fraction"].get<double>(), 0.25 + 1e-9) << flags;
+  }
+
+  // A calibrated profile's measured memory per rank, here too small for replicated Adam state:
+  // the plan shards parameters to fit it.
+  std::ofstream(tmp("cluster.json")) << R"({"apc_cluster_profile": 1, "device": "cpu",
+      "links": [{"bandwidth_gbps": 1, "latency_us": 100}], "device_memory": 12000000})";
+  auto [small, small_err] = planOf("--cluster " + tmp("cluster.json"), "d3.json");
+  ASSERT_TRUE(small["spec"].contains("device_memory")) << small["spec"].dump();
+  EXPECT_EQ(small["spec"]["device_memory"].get<int64_t>(), 12'000'000);
+  EXPECT_NE(small_err.find("the measured memory of the named device cpu"), std::string::npos)
+      << small_err;
+  EXPECT_LT(small["totals"]["param_memory_fraction"].get<double>(), 1.0);
+  std::ofstream(tmp("bad_cluster.json")) << R"({"apc_cluster_profile": 1, "device": "cpu",
+      "links": [{"bandwidth_gbps": 1, "latency_us": 100}], "device_memory": 0})";
+  expectOneLineError(
+      runApc("plan " + kSamples + "mlp_stack.pt --mesh 4 --cluster " + tmp("bad_cluster.json")),
+      "$.device_memory: bytes per rank must be in [1, 2^62), got 0");
+}
+
 TEST_F(PlanCli, PlanValidatesAgainstTheSchema) {
   ASSERT_EQ(planToy(tmp("s1.json")).code, 0);
   ASSERT_EQ(runApc("plan " + kSamples + "multi_output.pt --mesh 4 -o " + tmp("s2.json")).code, 0);

@@ -567,10 +567,16 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   auto planned = plan::readPlanFile(plan);
   ASSERT_TRUE(planned.ok()) << planned.error().message();
   EXPECT_EQ(planned->spec.device, "cpu");
+  // Calibration measured the memory per rank (the host's over its 2 ranks), and the plan fits
+  // it by default (issue 29).
+  ASSERT_TRUE(p->device_memory.has_value());
+  EXPECT_GT(*p->device_memory, int64_t{1} << 20);
+  EXPECT_EQ(planned->spec.device_memory, p->device_memory);
   ASSERT_EQ(planned->spec.network.size(), 1u);
   EXPECT_EQ(planned->spec.network[0], p->network[0]);
   // The seam: a profile holding today's numbers (the default device and link, given once for
-  // the mesh dim and once per collective kind) prices every node and edge as the plan without it.
+  // the mesh dim and once per collective kind) prices every node and edge as the plan without it
+  // (under one budget: a profile names its device, which would make the device memory the default).
   const std::string today = (dir / "today.json").string();
   std::ofstream(today) << R"({"apc_cluster_profile": 1, "device": "h100",
       "links": [{"bandwidth_gbps": 450, "latency_us": 2}],
@@ -581,8 +587,8 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   const std::string plain = (dir / "plain.json").string(), seam = (dir / "seam.json").string();
   for (const auto& [out, extra] :
        {std::pair{plain, std::string()}, std::pair{seam, " --cluster " + today}}) {
-    r = apc::testing::runCommand(testing::apcBinary() + " plan " + model + " --mesh 2 -o " + out +
-                                 " --quiet" + extra);
+    r = apc::testing::runCommand(testing::apcBinary() + " plan " + model +
+                                 " --mesh 2 --memory-budget 0, -o " + out + " --quiet" + extra);
     ASSERT_EQ(r.code, 0) << r.err;
   }
   auto a = plan::readPlanFile(plain), b = plan::readPlanFile(seam);

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -45,6 +46,20 @@
 
 namespace apc::tool {
 namespace {
+
+/// The memory this host gives its processes: the physical memory, or the cgroup's limit
+/// (cgroup v2 memory.max, v1 memory.limit_in_bytes) when smaller. 0 when unknown.
+int64_t hostMemoryBytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  int64_t bytes = pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+  for (const char* path :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    long long limit = 0;
+    if (in >> limit && limit > 0 && (bytes == 0 || limit < bytes)) bytes = limit;  // "max": none
+  }
+  return bytes;
+}
 
 struct CalibrateOptions {
   int nproc = 0;
@@ -498,6 +513,11 @@ int runWorker(const CalibrateOptions& o) {
     kind = "h100";
   }
   profile.device = kind;
+  // A CPU rank's memory is its share of the host's; a GPU's is its kind's (the datasheet).
+  if (!device.is_cuda()) {
+    const int64_t host = hostMemoryBytes();
+    if (host > 0) profile.device_memory = host / std::max(env->local_world_size, 1);
+  }
   profile.device_overrides.peak_tflops = device_fit->peak_tflops;
   profile.device_overrides.hbm_bandwidth_gbps = device_fit->memory_gbps;
   profile.device_overrides.compute_efficiency = 1.0;

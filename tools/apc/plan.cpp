@@ -21,6 +21,7 @@
 #include <string>
 #include <tuple>
 
+#include "apc/cost/device.h"
 #include "apc/plan/memory.h"
 #include "apc/plan/pipeline.h"
 #include "apc/plan/report.h"
@@ -213,8 +214,10 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
                             ")")
               << "\n";
   }
+  std::optional<int64_t> cluster_memory;  // what calibration measured, when it did
   if (!f.cluster.empty()) {
     APC_ASSIGN_OR_RETURN(mesh::ClusterProfile cluster, mesh::readClusterProfile(f.cluster));
+    cluster_memory = cluster.device_memory;
     if (Status st = mesh::applyClusterProfile(cluster, spec); !st.ok())
       return st.error().withContext("--cluster " + f.cluster);
     if (!f.device.empty() && f.device != spec.device)
@@ -272,6 +275,28 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
     APC_ASSIGN_OR_RETURN(spec.mixed_precision, mesh::parseMixedPrecisionText(f.mixed_precision));
   }
   if (f.prefetch_discount) spec.prefetch_discount = *f.prefetch_discount;
+  // Issue 29: with a named device (--device, --cluster, a spec's device other than the default)
+  // and no budget given, the plan is the fastest that fits the device's memory: a calibrated
+  // profile's measured memory per rank, else the device kind's datasheet memory. Without a named
+  // device (the default kind is a guess) the budget stays AutoParallel's parameter fraction.
+  const bool device_named =
+      !f.device.empty() || !f.cluster.empty() || spec.device != mesh::kDefaultDeviceKind;
+  if (device_named && f.memory_budget.empty() && !spec.device_memory &&
+      spec.memory_budget == mesh::MemoryBudget{}) {
+    std::optional<int64_t> memory = cluster_memory;
+    if (!memory) {
+      APC_ASSIGN_OR_RETURN(cost::DeviceSpec d, cost::deviceByName(spec.device));
+      if (d.memory_gb > 0) memory = static_cast<int64_t>(d.memory_gb * 1e9);
+    }
+    if (memory) {
+      spec.device_memory = *memory;
+      std::cerr << "apc: note: planning to fit " << humanBytes(static_cast<double>(*memory))
+                << " per rank, the " << (cluster_memory ? "measured memory" : "memory")
+                << " of the named device " << spec.device
+                << " (give --memory-budget LOW,HIGH for AutoParallel's parameter fraction, or "
+                   "--device-memory)\n";
+    }
+  }
   return spec;
 }
 

@@ -39,10 +39,12 @@ struct KernelCurve {
 };
 
 struct DeviceSpec {
-  std::string name;                 // "h100", ...
-  PeakTflops peak;                  // dense peaks
-  double hbm_gbps = 0;              // memory bandwidth in GB/s (1e9 bytes per second)
-  double memory_gb = 0;             // device memory in GB (1e9 bytes); informational
+  std::string name;     // "h100", ...
+  PeakTflops peak;      // dense peaks
+  double hbm_gbps = 0;  // memory bandwidth in GB/s (1e9 bytes per second)
+  /// Memory per device in GB (1e9 bytes); 0 unknown (the "cpu" entry: a host's memory is its
+  /// own and shared). `apc plan` with a named device plans to fit it by default.
+  double memory_gb = 0;
   double compute_efficiency = 0.7;  // fraction of peak FLOPS reached by real kernels, in (0, 1]
   double memory_efficiency = 0.8;   // fraction of HBM bandwidth reached by real kernels, in (0, 1]
   double kernel_floor_us = 2.0;     // least time of any kernel that does work (launch, tail)

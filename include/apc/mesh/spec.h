@@ -275,6 +275,7 @@ struct InputShardings {
 ///               "compute_efficiency": 1, "memory_efficiency": 1, "kernel_floor_us": ...},
 ///    "links": [{"bandwidth_gbps": ..., "latency_us": ...}, ...],   one per calibrated mesh dim
 ///    "network": [{"all-gather": {...}, ...}, ...],                  optional, one per link
+///    "device_memory": 12000000000,                                  optional, bytes per rank
 ///    "calibration": {...}}                                          the raw measurements, kept
 /// "device" has the spec's device syntax.
 struct ClusterProfile {
@@ -282,7 +283,10 @@ struct ClusterProfile {
   DeviceOverrides device_overrides;
   std::vector<LinkParams> links;        // at least one
   std::vector<MeshDimNetwork> network;  // empty, or one per link: the links per collective kind
-  std::string calibration;              // what was measured, as JSON text (not used for pricing)
+  /// Bytes of memory per rank where calibration measured it ("device_memory"; a CPU host's
+  /// physical memory over its ranks): `apc plan --cluster` plans to fit it by default.
+  std::optional<int64_t> device_memory;
+  std::string calibration;  // what was measured, as JSON text (not used for pricing)
 };
 inline constexpr int kClusterProfileVersion = 1;
 
