@@ -75,15 +75,22 @@ double CostModel::computeUs(OpFamily family, double flops, double bytes, ir::DTy
   if (flops <= 0 && bytes <= 0) return 0.0;
   const bool contraction = family == OpFamily::kContraction || family == OpFamily::kAttention ||
                            family == OpFamily::kConvolution;
+  // The memory term of a measured contraction: its bytes as the elementwise kernels move them.
+  const double memory_us =
+      bytes > 0 && !device_.elementwise_curve.empty()
+          ? interpolate(device_.elementwise_curve.x, device_.elementwise_curve.us, bytes)
+          : 0.0;
   if (family == OpFamily::kConvolution && flops > 0) {
     auto it = device_.conv_curve.find(dtype);
     if (it != device_.conv_curve.end() && !it->second.empty())
-      return std::max(interpolate(it->second.x, it->second.us, flops), device_.kernel_floor_us);
+      return std::max(
+          {interpolate(it->second.x, it->second.us, flops), memory_us, device_.kernel_floor_us});
   }
   if (contraction && flops > 0) {
     auto it = device_.matmul_curve.find(dtype);
     if (it != device_.matmul_curve.end() && !it->second.empty())
-      return std::max(interpolate(it->second.x, it->second.us, flops), device_.kernel_floor_us);
+      return std::max(
+          {interpolate(it->second.x, it->second.us, flops), memory_us, device_.kernel_floor_us});
   } else if (!contraction && bytes > 0 && !device_.elementwise_curve.empty()) {
     return std::max(interpolate(device_.elementwise_curve.x, device_.elementwise_curve.us, bytes),
                     device_.kernel_floor_us);

@@ -80,7 +80,7 @@ TEST(CostModel, MeasuredKernelCurvesReplaceTheRoofline) {
   cpu.elementwise_curve = KernelCurve{{1e3, 1e5}, {1.5, 15.0}};
   CostModel model(cpu, meshOf({2}));
   // Contractions by flops in their dtype's curve; log-log between points, proportional above.
-  EXPECT_NEAR(model.computeUs(OpFamily::kContraction, 1e3, 5e3, ir::DType::kF32), 2.0, 1e-12);
+  EXPECT_NEAR(model.computeUs(OpFamily::kContraction, 1e3, 1e3, ir::DType::kF32), 2.0, 1e-12);
   EXPECT_NEAR(model.computeUs(OpFamily::kContraction, std::sqrt(1e9), 0, ir::DType::kF32),
               std::sqrt(2.0 * 200.0), 1e-9);
   EXPECT_NEAR(model.computeUs(OpFamily::kAttention, 2e6, 0, ir::DType::kF32), 400.0, 1e-9);
@@ -96,13 +96,17 @@ TEST(CostModel, MeasuredKernelCurvesReplaceTheRoofline) {
             1.0);
   EXPECT_EQ(model.computeUs(OpFamily::kView, 0, 0, ir::DType::kF32), 0.0);
   // Convolutions: the matmul curve until a convolution curve of their dtype exists.
-  EXPECT_NEAR(model.computeUs(OpFamily::kConvolution, 1e3, 5e3, ir::DType::kF32), 2.0, 1e-12);
+  EXPECT_NEAR(model.computeUs(OpFamily::kConvolution, 1e3, 1e3, ir::DType::kF32), 2.0, 1e-12);
+  // A contraction that moves more than it computes (a batched matvec reading one weight matrix
+  // per token) is priced by its bytes in the elementwise curve: 1e3 flops, 1e5 bytes.
+  EXPECT_NEAR(model.computeUs(OpFamily::kContraction, 1e3, 1e5, ir::DType::kF32), 15.0, 1e-9);
+  EXPECT_NEAR(model.computeUs(OpFamily::kConvolution, 1e3, 1e5, ir::DType::kF32), 15.0, 1e-9);
   DeviceSpec conv = cpu;
   conv.conv_curve[ir::DType::kF32] = KernelCurve{{1e3, 1e6}, {6.0, 900.0}};
   CostModel with_conv(conv, meshOf({2}));
-  EXPECT_NEAR(with_conv.computeUs(OpFamily::kConvolution, 1e3, 5e3, ir::DType::kF32), 6.0, 1e-12);
+  EXPECT_NEAR(with_conv.computeUs(OpFamily::kConvolution, 1e3, 1e3, ir::DType::kF32), 6.0, 1e-12);
   EXPECT_NEAR(with_conv.computeUs(OpFamily::kConvolution, 2e6, 0, ir::DType::kF32), 1800.0, 1e-9);
-  EXPECT_NEAR(with_conv.computeUs(OpFamily::kContraction, 1e3, 5e3, ir::DType::kF32), 2.0, 1e-12);
+  EXPECT_NEAR(with_conv.computeUs(OpFamily::kContraction, 1e3, 1e3, ir::DType::kF32), 2.0, 1e-12);
   EXPECT_EQ(with_conv.backwardUs(OpFamily::kConvolution, 7.0), 14.0);
   // Without curves: the roofline, bit for bit.
   DeviceSpec plain = deviceByName("cpu").value();

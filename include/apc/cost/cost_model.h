@@ -62,7 +62,10 @@ class CostModel {
   }
   /// The time of one kernel of `family`: the device's measured curves where it has them (a
   /// contraction by its flops in the matmul curve of its dtype, any other kernel by its bytes in
-  /// the elementwise curve; interpolated, never below the kernel floor), else the roofline.
+  /// the elementwise curve; interpolated, never below the kernel floor), else the roofline. A
+  /// contraction is never priced below its bytes in the elementwise curve either (the roofline's
+  /// memory term: a batched matvec that reads a weight matrix per token is memory-bound, where the
+  /// square matmuls of the curve are not).
   double computeUs(OpFamily family, double flops, double bytes, ir::DType dtype) const;
   /// The backward of a node of `family` whose forward takes `forward_us`.
   double backwardUs(OpFamily family, double forward_us) const {
