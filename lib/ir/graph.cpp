@@ -1,6 +1,8 @@
 //===- lib/ir/graph.cpp - Graph construction, queries and verification ----===//
 #include "apc/ir/graph.h"
 
+#include <set>
+
 namespace apc::ir {
 
 const char* valueTypeName(ValueType t) {
@@ -199,10 +201,6 @@ bool inModule(std::string_view path, std::string_view module) {
          (path.size() == module.size() || path[module.size()] == '.');
 }
 
-namespace {
-
-/// Ops that update running statistics in place (their inputs, defined outside the module): a
-/// second run would update them twice. The functional and inference forms are pure.
 bool updatesRunningStats(const std::string& op) {
   if (op.find("batch_norm") == std::string::npos && op != "aten::instance_norm") return false;
   return op != "aten::_native_batch_norm_legit_functional" &&
@@ -210,7 +208,39 @@ bool updatesRunningStats(const std::string& op) {
          op.find("backward") == std::string::npos;
 }
 
-}  // namespace
+std::vector<ValueId> writtenInPlace(const Node& n) {
+  std::vector<ValueId> out;
+  if (n.kind != NodeKind::kOp) return out;
+  if (!n.op.empty() && n.op.back() == '_' && !n.inputs.empty()) out.push_back(n.inputs[0]);
+  if (updatesRunningStats(n.op))
+    for (size_t i : {size_t{3}, size_t{4}})
+      if (i < n.inputs.size()) out.push_back(n.inputs[i]);
+  return out;
+}
+
+std::vector<ValueId> outsideValuesWritten(const Graph& g, uint32_t first, uint32_t last) {
+  std::vector<ValueId> work;
+  for (uint32_t i = first; i <= last && i < g.numNodes(); ++i)
+    for (ValueId w : writtenInPlace(g.node(NodeId(i)))) work.push_back(w);
+  std::set<uint32_t> seen, outside;
+  while (!work.empty()) {
+    const ValueId v = work.back();
+    work.pop_back();
+    if (!v.valid() || v.v >= g.numValues() || !seen.insert(v.v).second) continue;
+    const NodeId p = g.value(v).producer;
+    const bool inside = p.valid() && p.v >= first && p.v <= last;
+    if (!inside) {
+      outside.insert(v.v);
+      continue;
+    }
+    const Node& n = g.node(p);
+    if (n.kind == NodeKind::kOp && !n.inputs.empty()) work.push_back(n.inputs[0]);
+    if (n.kind != NodeKind::kOp) outside.insert(v.v);  // a leaf inside: state from outside
+  }
+  std::vector<ValueId> out;
+  for (uint32_t v : outside) out.push_back(ValueId(v));
+  return out;
+}
 
 std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module) {
   std::optional<uint32_t> first, last;
@@ -220,18 +250,23 @@ std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module
       last = n.id.v;
     }
   if (!first) return std::nullopt;
-  const auto inside = [&](NodeId id) { return id.valid() && id.v >= *first && id.v <= *last; };
   bool has_op = false;
   for (uint32_t i = *first; i <= *last; ++i) {
     const Node& n = g.node(NodeId(i));
+    // A buffer's leaf among the module's ops (TorchScript reads a BatchNorm's statistics where
+    // the module uses them): read from outside, as the parameters' leaves are.
+    if (n.kind == NodeKind::kBuffer) continue;
     if (n.kind != NodeKind::kOp || !inModule(n.module_path, module)) return std::nullopt;
     has_op = true;
-    if (updatesRunningStats(n.op)) return std::nullopt;
-    if (!n.op.empty() && n.op.back() == '_' && !n.inputs.empty() &&
-        !inside(g.value(n.inputs[0]).producer))
-      return std::nullopt;
   }
   if (!has_op) return std::nullopt;
+  // Outside state the recomputation must not write twice: only buffers (running statistics,
+  // num_batches_tracked, or a slice of them), which the runtime hands it as copies.
+  for (ValueId w : outsideValuesWritten(g, *first, *last)) {
+    const Value& v = g.value(w);
+    if (!v.isTensor() && !v.mayHoldTensors()) continue;  // None statistics
+    if (!v.producer.valid() || g.node(v.producer).kind != NodeKind::kBuffer) return std::nullopt;
+  }
   std::vector<bool> read_later(g.numValues(), false);
   for (ValueId v : g.outputs().leaves()) read_later[v.v] = true;
   for (uint32_t i = *last + 1; i < g.numNodes(); ++i)

@@ -283,8 +283,10 @@ struct Interpreter::Segment {
   std::vector<Step> steps;  // copies of the interpreter's steps [first, last]
   std::vector<VocabMaskSpec> masks;
   std::vector<SymbolicArgSpec> symbolic;
-  std::vector<uint32_t> inputs;   // values defined before the segment and read inside
+  std::vector<uint32_t> inputs;  // values defined before the segment and read inside
+  std::vector<bool> written;  // per input: written in place inside (a buffer, ir::checkpointRange)
   std::vector<uint32_t> outputs;  // tensor values defined inside and read after it
+  std::vector<uint32_t> leaves;   // buffer leaf nodes among the ops: run before, read as inputs
   bool has_external = false;
 };
 
@@ -408,6 +410,11 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
     std::set<uint32_t> inputs;
     for (uint32_t i = c.first; i <= c.last; ++i) {
       const ir::Node& n = g.node(ir::NodeId(i));
+      if (n.kind == ir::NodeKind::kBuffer) {  // read by the segment like a value from before it
+        seg->leaves.push_back(i);
+        for (ir::ValueId v : n.outputs) inputs.insert(v.v);
+        continue;
+      }
       if (n.kind != ir::NodeKind::kOp)
         return invalidArgument(what + " holds " + nodeLabel(n) + ", which is not an op node");
       seg->has_external = seg->has_external || in.steps_[i].external;
@@ -428,6 +435,9 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
       }
     }
     seg->inputs.assign(inputs.begin(), inputs.end());
+    std::set<uint32_t> written;
+    for (ir::ValueId v : ir::outsideValuesWritten(g, c.first, c.last)) written.insert(v.v);
+    for (uint32_t v : seg->inputs) seg->written.push_back(written.count(v) > 0);
     in.segment_at_[c.first] = static_cast<int>(in.segments_.size());
     in.segments_.push_back(std::move(seg));
   }
@@ -617,6 +627,9 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
         continue;
       }
       at::Tensor d = saved.at(t++).detach();
+      // State the segment writes (running statistics): the recomputation writes a copy, so the
+      // forward's update is the only one.
+      if (seg.written[k]) d = d.clone();
       if (st->requires_grad[k]) d.requires_grad_(true);
       env[seg.inputs[k]] = d;
       detached.push_back(d);
@@ -683,6 +696,9 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
                                    masks_, symbolic_, symbolic_values));
       continue;
     }
+    for (uint32_t i : seg->leaves)
+      APC_RETURN_IF_ERROR(runSteps(g, steps_, i, i + 1, env, &external, observer, masks_, symbolic_,
+                                   symbolic_values));
     auto st = c10::make_intrusive<CheckpointState>();
     st->segment = seg;
     st->recompute = recompute;

@@ -617,7 +617,8 @@ struct ParallelModule::Impl {
         return parseError(what + " overlaps or precedes the segment before it");
       previous_last = c.last();
       for (uint32_t i = c.first(); i <= c.last(); ++i)
-        if (g.node(ir::NodeId(i)).kind != ir::NodeKind::kOp)
+        if (g.node(ir::NodeId(i)).kind != ir::NodeKind::kOp &&
+            g.node(ir::NodeId(i)).kind != ir::NodeKind::kBuffer)  // buffers: ir::checkpointRange
           return parseError(what + " holds node " + std::to_string(i) + " (" +
                             g.node(ir::NodeId(i)).op + "), which is not an op node");
       checkpoints.push_back({c.module(), c.first(), c.last()});

@@ -530,9 +530,15 @@ bool GraphProblemBuilder::addEdges(
       // A tensor list is not redistributed (lowering passes it as its producer placed it): its
       // consumer must read it at that placement.
       const bool list = v.type == ir::ValueType::kTensorList;
+      // State written in place (a BatchNorm's running statistics, num_batches_tracked): the
+      // write must land in the buffer itself, not in a redistributed copy of it (a local slice
+      // of a replicated buffer would leave each rank's replica updated in a different part).
+      bool written = false;
+      if (g.node(v.producer).kind == ir::NodeKind::kBuffer)
+        for (ir::ValueId w : ir::writtenInPlace(n)) written = written || w == n.inputs[i];
       std::vector<uint32_t> key;
       for (const ir::TensorMeta* meta : metas) key.push_back(pricer.metaId(*meta));
-      key.push_back((regather ? 1 : 0) | (list ? 2 : 0));
+      key.push_back((regather ? 1 : 0) | (list ? 2 : 0) | (written ? 4 : 0));
       key.push_back(cls.key_id);
       auto [memo_it, fresh] = class_costs.try_emplace(std::move(key));
       if (fresh) {
@@ -620,7 +626,8 @@ bool GraphProblemBuilder::addEdges(
         }
         for (size_t a = 0; a < froms.size(); ++a)
           for (size_t b = 0; b < tos.size(); ++b)
-            if (!*froms[a] || !*tos[b].first || (list && !(**froms[a] == **tos[b].first)))
+            if (!*froms[a] || !*tos[b].first ||
+                ((list || written) && !(**froms[a] == **tos[b].first)))
               class_cost[a * tos.size() + b] = kInfinity;
       }
       // Factorized (see ProblemEdge): the table over classes, never |S_src| x |S_dst|.

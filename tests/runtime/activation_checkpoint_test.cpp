@@ -11,7 +11,12 @@
 //   fsdp+tp and the optimizer's plan on [2,2], its repeated layers checkpointed (the plan's
 //   `checkpoint` set before lowering), trained 3 SGD steps on Gloo ranks: outputs, losses and
 //   gradients equal the single-process model, the losses equal those of the same plan without
-//   checkpointing, and the loss's graph holds one checkpoint function per layer;
+//   checkpointing, and the loss's graph holds one checkpoint function per layer; the same for
+//   resnet_bottleneck (BatchNorm in training mode: ddp and the optimizer's plan on [2]), whose
+//   buffers (running statistics, num_batches_tracked) also equal the run without checkpointing
+//   (the recomputation updates copies);
+// - BatchNorm state: resnet_bottleneck under ddp, fsdp and the optimizer's plan (which shards
+//   BatchNorms by channel) on [2]: the running statistics after training equal ddp's;
 // - memory: the host allocator's live bytes after forward and its peak over the step are lower
 //   with the layers checkpointed (a batch whose activations dominate).
 //
@@ -23,6 +28,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -190,9 +196,23 @@ const ModelCase& llamaTiny() {
   return m;
 }
 
-const Reference& reference() {
-  static const Reference ref = testing::computeReference(llamaTiny(), kSteps, kLr);
-  return ref;
+/// A CNN of BatchNorm blocks in training mode (running statistics and num_batches_tracked
+/// updated in place): checkpointed, its recomputation must not update them a second time.
+const ModelCase& resnetBottleneck() {
+  static const ModelCase m{"resnet_bottleneck", {"x:f64[4,3,32,32]"}, 0, ""};
+  return m;
+}
+
+const ModelCase& modelCase(const std::string& name) {
+  return name == "resnet_bottleneck" ? resnetBottleneck() : llamaTiny();
+}
+
+const Reference& reference(const std::string& model = "llama_tiny") {
+  static std::map<std::string, Reference> refs;
+  auto it = refs.find(model);
+  if (it == refs.end())
+    it = refs.emplace(model, testing::computeReference(modelCase(model), kSteps, kLr)).first;
+  return it->second;
 }
 
 std::filesystem::path scratch(const std::string& name) {
@@ -265,8 +285,8 @@ int checkpointFunctions(const at::Tensor& t) {
 /// One rank: kSteps SGD steps against the reference; rank 0 writes its losses to `losses`. The
 /// loss's graph holds `segments` checkpoint functions.
 int trainRank(int rank, const std::string& dir, const std::string& losses, int segments,
-              const ParallelModuleOptions& options) {
-  const Reference& ref = reference();
+              const ParallelModuleOptions& options, const std::string& model = "llama_tiny") {
+  const Reference& ref = reference(model);
   testing::RankLog log(rank);
   std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, ref.init, log, options);
   if (!pm) return 1;
@@ -294,6 +314,16 @@ int trainRank(int rank, const std::string& dir, const std::string& losses, int s
     for (at::Tensor& p : params)
       if (p.grad().defined()) p.sub_(p.grad() * ref.lr);
   }
+  // The buffers after the steps (running statistics, num_batches_tracked): rank 0 writes each
+  // one's sum.
+  std::map<std::string, at::Tensor> state = pm->full_state_dict();
+  if (rank == 0) {
+    std::ofstream b(losses + ".buffers");
+    b.precision(17);
+    for (const PlacedTensor& spec : pm->bufferSpecs())
+      if (state.count(spec.name))
+        b << spec.name << " " << state.at(spec.name).to(at::kDouble).sum().item<double>() << "\n";
+  }
   return log.exitCode();
 }
 
@@ -309,19 +339,30 @@ struct PlanCase {
   std::string mesh;      // "2", "2x2"
   std::string strategy;  // "" optimizer, else ddp | fsdp | tp | fsdp+tp
   bool overlap = true;  // ParallelModuleOptions::overlap (buckets, async reduce-scatters, prefetch)
+  std::string model = "llama_tiny";
 };
 
 std::string planCaseName(const ::testing::TestParamInfo<PlanCase>& info) {
-  return testing::paramName(info.param.mesh + "_" +
+  return testing::paramName((info.param.model == "llama_tiny" ? "" : info.param.model + "_") +
+                            info.param.mesh + "_" +
                             (info.param.strategy.empty() ? "opt" : info.param.strategy) +
                             (info.param.overlap ? "" : "_sync"));
+}
+
+std::map<std::string, double> readBuffers(const std::string& path) {
+  std::ifstream in(path);
+  std::map<std::string, double> out;
+  std::string name;
+  double sum = 0;
+  while (in >> name >> sum) out[name] = sum;
+  return out;
 }
 
 class ActivationCheckpointPlans : public ::testing::TestWithParam<PlanCase> {};
 
 TEST_P(ActivationCheckpointPlans, CheckpointedLayersTrainAsTheSingleProcessModel) {
   const PlanCase& c = GetParam();
-  const ModelCase& m = llamaTiny();
+  const ModelCase& m = modelCase(c.model);
   if (!std::filesystem::exists(testing::samplePath(m.model)))
     GTEST_SKIP() << "run sample_models/generate.py";
   const std::string name = planCaseName(::testing::TestParamInfo<PlanCase>(c, 0));
@@ -332,28 +373,43 @@ TEST_P(ActivationCheckpointPlans, CheckpointedLayersTrainAsTheSingleProcessModel
   std::vector<std::string> modules;
   err = checkpointedArtifact(plain, ckpt, &modules);
   ASSERT_TRUE(err.empty()) << err;
-  (void)reference();  // computed once, before forking
+  (void)reference(c.model);  // computed once, before forking
   ParallelModuleOptions options;
   options.overlap = c.overlap;
   const int world = testing::worldOf(c.mesh);
   const std::string plain_losses = plain + ".losses", ckpt_losses = ckpt + ".losses";
-  for (const auto& f : testing::runRanks(
-           world, [&](int rank) { return trainRank(rank, plain, plain_losses, 0, options); }))
+  for (const auto& f : testing::runRanks(world, [&](int rank) {
+         return trainRank(rank, plain, plain_losses, 0, options, c.model);
+       }))
     ADD_FAILURE() << "without checkpointing: " << f;
   const int segments = static_cast<int>(modules.size());
-  for (const auto& f : testing::runRanks(
-           world, [&](int rank) { return trainRank(rank, ckpt, ckpt_losses, segments, options); }))
+  for (const auto& f : testing::runRanks(world, [&](int rank) {
+         return trainRank(rank, ckpt, ckpt_losses, segments, options, c.model);
+       }))
     ADD_FAILURE() << "checkpointed " << ::testing::PrintToString(modules) << ": " << f;
   const std::vector<double> a = readLosses(plain_losses), b = readLosses(ckpt_losses);
   ASSERT_EQ(a.size(), static_cast<size_t>(kSteps));
   ASSERT_EQ(b.size(), static_cast<size_t>(kSteps));
   for (int s = 0; s < kSteps; ++s)
-    EXPECT_NEAR(a[s], b[s], kRtol * reference().loss_scales[static_cast<size_t>(s)] + 1e-12)
+    EXPECT_NEAR(a[s], b[s], kRtol * reference(c.model).loss_scales[static_cast<size_t>(s)] + 1e-12)
         << "step " << s;
+  // The buffers equal those of the run without checkpointing: updated once per step.
+  const auto buffers_plain = readBuffers(plain_losses + ".buffers"),
+             buffers_ckpt = readBuffers(ckpt_losses + ".buffers");
+  EXPECT_EQ(buffers_plain.size(), buffers_ckpt.size());
+  for (const auto& [name, sum] : buffers_plain) {
+    ASSERT_TRUE(buffers_ckpt.count(name)) << name;
+    EXPECT_NEAR(buffers_ckpt.at(name), sum, 1e-9 * (1 + std::abs(sum))) << name;
+  }
+  if (c.model == "resnet_bottleneck") {
+    EXPECT_GT(buffers_plain.size(), 10u);
+  }
   std::filesystem::remove_all(plain);
   std::filesystem::remove_all(ckpt);
-  std::filesystem::remove(plain_losses);
-  std::filesystem::remove(ckpt_losses);
+  for (const std::string& f : {plain_losses, ckpt_losses}) {
+    std::filesystem::remove(f);
+    std::filesystem::remove(f + ".buffers");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(LlamaTiny, ActivationCheckpointPlans,
@@ -361,6 +417,48 @@ INSTANTIATE_TEST_SUITE_P(LlamaTiny, ActivationCheckpointPlans,
                                            PlanCase{"2", "tp"}, PlanCase{"2", "fsdp", false},
                                            PlanCase{"2x2", "fsdp+tp"}, PlanCase{"2x2", ""}),
                          planCaseName);
+INSTANTIATE_TEST_SUITE_P(ResNetBatchNorm, ActivationCheckpointPlans,
+                         ::testing::Values(PlanCase{"2", "ddp", true, "resnet_bottleneck"},
+                                           PlanCase{"2", "", true, "resnet_bottleneck"}),
+                         planCaseName);
+
+// A BatchNorm the optimizer's plan shards by channel (input S(1)) writes its running statistics
+// where it reads them. Before, a replicated buffer was sliced locally (R -> S(0), no collective)
+// and each rank updated its own channels of its replica: the replicas diverged and the gathered
+// state (rank 0's replica) held stale statistics for half of the channels, silently. Now the
+// buffers are placed as their writer reads them, and every plan's buffers after training equal
+// ddp's (the batch statistics all-reduced: the single-device ones).
+TEST(BatchNormState, EveryPlanUpdatesTheRunningStatisticsAsDdpDoes) {
+  const ModelCase& m = resnetBottleneck();
+  if (!std::filesystem::exists(testing::samplePath(m.model)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  (void)reference(m.model);  // computed once, before forking
+  std::map<std::string, std::map<std::string, double>> buffers;
+  for (const std::string strategy : {"ddp", "", "fsdp"}) {
+    const std::string dir = scratch("bn_state_" + (strategy.empty() ? "opt" : strategy)).string();
+    std::string err = testing::makeArtifact(m, "2", strategy, dir);
+    ASSERT_TRUE(err.empty()) << err;
+    const std::string losses = dir + ".losses";
+    for (const auto& f : testing::runRanks(2, [&](int rank) {
+           return trainRank(rank, dir, losses, 0, ParallelModuleOptions{}, m.model);
+         }))
+      ADD_FAILURE() << (strategy.empty() ? "opt" : strategy) << ": " << f;
+    buffers[strategy] = readBuffers(losses + ".buffers");
+    std::filesystem::remove_all(dir);
+    std::filesystem::remove(losses);
+    std::filesystem::remove(losses + ".buffers");
+  }
+  const auto& ddp = buffers.at("ddp");
+  ASSERT_GT(ddp.size(), 10u);
+  for (const auto& [strategy, b] : buffers) {
+    EXPECT_EQ(b.size(), ddp.size()) << strategy;
+    for (const auto& [name, sum] : ddp) {
+      ASSERT_TRUE(b.count(name)) << strategy << ": " << name;
+      // Within the differential tests' tolerance: plans sum the statistics in other orders.
+      EXPECT_NEAR(b.at(name), sum, kRtol * (1 + std::abs(sum))) << strategy << ": " << name;
+    }
+  }
+}
 
 /// Live bytes after forward and the peak over one step, on rank 0, written to `out`.
 int memoryRank(int rank, const std::string& dir, const std::vector<at::Tensor>& inputs,

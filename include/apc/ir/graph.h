@@ -195,14 +195,28 @@ struct NodeRange {
 /// True when `path` is `module` or below it ("layers.3.mlp" is in "layers.3", "layers.30" not).
 bool inModule(std::string_view path, std::string_view module);
 
+/// Ops that update running statistics in place (BatchNorm and InstanceNorm in training: their
+/// arguments 3 and 4, running_mean and running_var). The functional and inference forms are pure.
+bool updatesRunningStats(const std::string& op);
+
+/// The inputs `n` writes in place: argument 0 of an in-place op (a name ending in '_'), the
+/// running statistics of an op that updates them.
+std::vector<ValueId> writtenInPlace(const Node& n);
+
+/// The values defined before node `first` that nodes [first, last] may write in place: what
+/// writtenInPlace names, followed back through the range's own nodes by their first input (a view
+/// or a local slice of an outside buffer, written through). Ascending ids.
+std::vector<ValueId> outsideValuesWritten(const Graph& g, uint32_t first, uint32_t last);
+
 /// The nodes [first, last] of module `module` when it can be recomputed in backward (activation
 /// checkpointing: the runtime runs the range again from what it reads from outside): the range
-/// holds every op node of the module and only op nodes of it (its parameters' leaf nodes are
-/// outside, read like any outside value), it writes no value it does not
-/// define (no in-place op, no BatchNorm that updates running statistics), and every value it
-/// defines that a later node or the graph's outputs read is a tensor or holds none (a size computed
-/// in one layer and read by the next: the forward's value is passed on). nullopt otherwise, or when
-/// the module has no op node.
+/// holds every op node of the module and only op nodes of it and buffer leaves (its parameters'
+/// leaf nodes are outside, read like any outside value, and so are buffers), the only outside
+/// values it writes are buffers (a BatchNorm's running statistics and num_batches_tracked: the
+/// recomputation writes copies, so they are updated once per step, as without checkpointing), and
+/// every value it defines that a later node or the graph's outputs read is a tensor or holds none
+/// (a size computed in one layer and read by the next: the forward's value is passed on). nullopt
+/// otherwise, or when the module has no op node.
 std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module);
 
 }  // namespace apc::ir
