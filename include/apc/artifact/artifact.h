@@ -98,6 +98,20 @@ Expected<Manifest> readManifest(const std::string& dir);
 /// readProgram checks that every marked edge has that shape.
 std::vector<int> deferredGradParameters(const proto::Program& program);
 
+/// FSDP's grouped parameter gathers (ParallelModule runs them; lowering prices them so). Per node
+/// of `program`'s graph: the index of its gather group, -1 for none. A candidate is a
+/// redistribute node whose input is a parameter and whose forward is one all-gather along a static
+/// dim (not a bucketed edge, not a sync norm): the gathers the runtime issues ahead. Candidates in
+/// program order are grouped while they are consecutive among the candidates and agree on the
+/// mesh dim, the parameter's stored dtype, requires_grad, regather, the backward (one
+/// reduce-scatter along a static dim with the same op and reduce dtype, or anything else), and
+/// the layer: the parameter's name up to its first numeric component ("layers.3" of
+/// "layers.3.attn.q.weight"; "" for the root's parameters); a group holds at most `cap_bytes` of
+/// gathered (priced) bytes. A group of one is no group (-1). Groups are numbered in program
+/// order. Every rank's program has the same nodes and edges, so every rank groups alike.
+std::vector<int> paramGatherGroups(const proto::Program& program,
+                                   int64_t cap_bytes = kDefaultGradBucketBytes);
+
 Expected<proto::Program> readProgram(const std::string& dir, int64_t rank);
 /// The same with a manifest already read.
 Expected<proto::Program> readProgram(const std::string& dir, const Manifest& manifest,
