@@ -470,6 +470,7 @@ class AsyncGrads {
     queue();
     GroupState& st = stateOf(group);
     if (st.issued || st.arrived[member] >= st.expected[member]) {
+      if (!g.defined()) return;
       const GroupMember& m = groups_.at(group).at(member);
       const RedistStepSpec& step = m.spec->backward.front();
       at::Tensor in = m.spec->reduce_dtype && *m.spec->reduce_dtype != g.scalar_type()
