@@ -316,6 +316,13 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
         !stepDynamic(red.backward(0), red.backward(0).shard_dim()))
       backward = "rs" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
                  std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
+    else if (red.backward_size() == 2 && red.backward(0).kind() == proto::ALL_REDUCE &&
+             red.backward(1).kind() == proto::LOCAL_SLICE &&
+             red.backward(0).mesh_dim() == red.backward(1).mesh_dim() &&
+             red.backward(1).shard_dim() >= 0 &&
+             !stepDynamic(red.backward(1), red.backward(1).shard_dim()))
+      backward = "ar" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
+                 std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
     const std::string key = std::to_string(f.mesh_dim()) + "|" +
                             (p.storage_dtype().empty() ? p.dtype() : p.storage_dtype()) + "|" +
                             (red.requires_grad() ? "g" : "-") + (red.regather() ? "r" : "-") + "|" +

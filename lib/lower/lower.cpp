@@ -748,6 +748,7 @@ Status Lowerer::recordPrediction() {
     struct Group {
       uint32_t mesh_dim = 0, grad_dim = 0;
       bool regather = false, grads = false;
+      cost::CollectiveKind grad_kind = cost::CollectiveKind::kReduceScatter;
       double separate_fwd = 0, separate_bwd = 0, bytes = 0, grad_bytes = 0;
     };
     std::map<int, Group> by_group;
@@ -763,15 +764,21 @@ Status Lowerer::recordPrediction() {
       grp.regather = red.regather();
       grp.bytes += b;
       grp.separate_fwd += model_.collectiveUs(cost::CollectiveKind::kAllGather, f.mesh_dim(), p, b);
-      if (red.requires_grad() && red.backward_size() == 1 &&
-          red.backward(0).kind() == proto::REDUCE_SCATTER) {
+      // The gradients: one reduce-scatter each, or an all-reduce then a local slice each
+      // (artifact::paramGatherGroups keeps a group to one form).
+      const bool rs = red.backward_size() == 1 && red.backward(0).kind() == proto::REDUCE_SCATTER;
+      const bool ar = red.backward_size() == 2 && red.backward(0).kind() == proto::ALL_REDUCE &&
+                      red.backward(1).kind() == proto::LOCAL_SLICE;
+      if (red.requires_grad() && (rs || ar)) {
         const proto::RedistStep& st = red.backward(0);
         const double gb = static_cast<double>(st.priced_bytes());
         grp.grads = true;
+        grp.grad_kind =
+            rs ? cost::CollectiveKind::kReduceScatter : cost::CollectiveKind::kAllReduce;
         grp.grad_dim = st.mesh_dim();
         grp.grad_bytes += gb;
-        grp.separate_bwd += model_.collectiveUs(cost::CollectiveKind::kReduceScatter, st.mesh_dim(),
-                                                mesh_.size(st.mesh_dim()), gb);
+        grp.separate_bwd +=
+            model_.collectiveUs(grp.grad_kind, st.mesh_dim(), mesh_.size(st.mesh_dim()), gb);
       }
     }
     double fwd_saving = 0, bwd_saving = 0;
@@ -782,9 +789,9 @@ Status Lowerer::recordPrediction() {
       fwd_saving += gather;
       if (grp.regather) bwd_saving += gather;
       if (grp.grads)
-        bwd_saving += grp.separate_bwd - model_.collectiveUs(cost::CollectiveKind::kReduceScatter,
-                                                             grp.grad_dim, mesh_.size(grp.grad_dim),
-                                                             grp.grad_bytes);
+        bwd_saving +=
+            grp.separate_bwd - model_.collectiveUs(grp.grad_kind, grp.grad_dim,
+                                                   mesh_.size(grp.grad_dim), grp.grad_bytes);
     }
     fwd -= fwd_saving;
     bwd -= bwd_saving;

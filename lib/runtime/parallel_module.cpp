@@ -470,14 +470,16 @@ class AsyncGrads {
     queue();
     GroupState& st = stateOf(group);
     if (st.issued || st.arrived[member] >= st.expected[member]) {
+      // Late: reduced on its own (a group of one).
       if (!g.defined()) return;
       const GroupMember& m = groups_.at(group).at(member);
-      const RedistStepSpec& step = m.spec->backward.front();
-      at::Tensor in = m.spec->reduce_dtype && *m.spec->reduce_dtype != g.scalar_type()
-                          ? g.to(*m.spec->reduce_dtype)
-                          : g.contiguous();
-      add(m.param, world_.dim(step.mesh_dim).reduceScatterAsync(in, step.shard_dim, step.reduce_op),
-          g.scalar_type());
+      Item it;
+      it.params = {m.param};
+      it.dtypes = {g.scalar_type()};
+      it.group = std::make_unique<GroupedReduceScatter>(
+          std::vector<const RedistSpec*>{m.spec}, std::vector<at::Tensor>{g},
+          m.spec->reduce_dtype.value_or(g.scalar_type()), world_, true);
+      pending_.push_back(std::move(it));
       return;
     }
     if (g.defined()) {
@@ -692,7 +694,7 @@ struct ParallelModule::Impl {
   /// every member's backward one reduce-scatter).
   std::vector<bool> unit_grad_grouped;
   /// Per node: the parameter whose gather's backward is one reduce-scatter (AsyncGradFunction
-  /// with overlap), -1 none.
+  /// with overlap), or an all-reduce then a local slice in a gather group, -1 none.
   std::vector<int> async_grad_param;
   std::unique_ptr<AsyncGrads> async_grads;
   /// Activation checkpointing (proto::CheckpointSegment): the segments the interpreter runs
@@ -991,7 +993,10 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     bool grouped = unit.size() > 1;
     for (size_t pos : unit) {
       const uint32_t node = impl->prefetch_nodes[pos];
-      const int param = impl->async_grad_param[node];
+      const RedistSpec& spec = impl->redists[static_cast<size_t>(impl->node_redist[node])];
+      const int param = spec.requires_grad && isGroupedGradient(spec)
+                            ? impl->value_param[g.node(ir::NodeId(node)).inputs[0].v]
+                            : -1;
       if (param < 0) {
         grouped = false;
         break;
@@ -1000,7 +1005,15 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
                                 &impl->redists[static_cast<size_t>(impl->node_redist[node])]});
     }
     impl->unit_grad_grouped[u] = grouped;
-    if (!grouped) grad_groups[u].clear();
+    if (!grouped) {
+      grad_groups[u].clear();
+      continue;
+    }
+    // Their gradients go through AsyncGrads' group (an all-reduce then a local slice too).
+    for (size_t pos : unit) {
+      const uint32_t node = impl->prefetch_nodes[pos];
+      impl->async_grad_param[node] = impl->value_param[g.node(ir::NodeId(node)).inputs[0].v];
+    }
   }
   impl->async_grads->setGroups(std::move(grad_groups));
   impl->buildRecompute();

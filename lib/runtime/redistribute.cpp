@@ -298,6 +298,14 @@ const std::vector<at::Tensor>& GroupedGather::wait() {
   return results_;
 }
 
+bool isGroupedGradient(const RedistSpec& spec) {
+  const std::vector<RedistStepSpec>& b = spec.backward;
+  if (b.size() == 1)
+    return b[0].kind == StepKind::kReduceScatter && !b[0].isDynamic(b[0].shard_dim);
+  return b.size() == 2 && b[0].kind == StepKind::kAllReduce && b[1].kind == StepKind::kLocalSlice &&
+         b[0].mesh_dim == b[1].mesh_dim && b[1].shard_dim >= 0 && !b[1].isDynamic(b[1].shard_dim);
+}
+
 GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
                                            const std::vector<at::Tensor>& grads,
                                            at::ScalarType reduce, World& world, bool async) {
@@ -316,6 +324,48 @@ GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
   };
   std::vector<Layout> layouts;
   int64_t total = 0;
+  all_reduce_ = first.kind == StepKind::kAllReduce;
+  if (all_reduce_) {
+    // One all-reduce of the full gradients concatenated; each then cut to this rank's chunk.
+    std::vector<at::Tensor> flat;
+    int64_t flat_total = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const RedistSpec& spec = *specs[i];
+      TORCH_CHECK(isGroupedGradient(spec) && spec.backward.front().kind == StepKind::kAllReduce &&
+                      spec.backward.front().mesh_dim == first.mesh_dim &&
+                      spec.backward.front().reduce_op == first.reduce_op,
+                  "redistribution ", spec.edge, " cannot join a grouped all-reduce");
+      const RedistStepSpec& cut = spec.backward[1];
+      at::Tensor g = grads[i];
+      if (!g.defined()) {
+        std::vector<int64_t> shape = spec.backward.front().local_in.empty()
+                                         ? spec.forward.front().local_out
+                                         : spec.backward.front().local_in;
+        g = at::zeros(shape, options);
+      }
+      TORCH_CHECK(cut.shard_dim < g.dim(), "redistribution ", spec.edge, ": shard dim ",
+                  cut.shard_dim, " of a rank-", g.dim(), " gradient");
+      Member m;
+      m.full = g.sizes().vec();
+      m.dim = cut.shard_dim;
+      const int64_t n = g.size(m.dim);
+      m.chunk_offset = mesh::chunkOffset(n, p, me);
+      m.piece = m.full;
+      m.piece[static_cast<size_t>(m.dim)] = mesh::chunkSize(n, p, me);
+      m.offset = flat_total;
+      flat_total += g.numel();
+      flat.push_back(g.to(reduce).contiguous().reshape({-1}));
+      members_.push_back(std::move(m));
+    }
+    at::Tensor buffer = at::cat(flat);
+    if (async) {
+      pending_ = comm.allReduceAsync(buffer, first.reduce_op);
+    } else {
+      comm.allReduce(buffer, first.reduce_op);
+      reduced_ = buffer;
+    }
+    return;
+  }
   for (size_t i = 0; i < specs.size(); ++i) {
     const RedistSpec& spec = *specs[i];
     TORCH_CHECK(spec.backward.size() == 1 &&
@@ -375,6 +425,20 @@ const std::vector<at::Tensor>& GroupedReduceScatter::wait() {
     pending_.reset();
   }
   at::Tensor row = reduced_.reshape({-1});
+  if (all_reduce_) {
+    at::NoGradGuard no_grad;
+    for (const Member& m : members_) {
+      int64_t numel = 1;
+      for (int64_t s : m.full) numel *= s;
+      results_.push_back(row.narrow(0, m.offset, numel)
+                             .view(m.full)
+                             .narrow(m.dim, m.chunk_offset, m.piece[static_cast<size_t>(m.dim)])
+                             .contiguous());
+    }
+    reduced_ = at::Tensor();
+    done_ = true;
+    return results_;
+  }
   for (const Member& m : members_) {
     int64_t numel = 1;
     for (int64_t s : m.piece) numel *= s;

@@ -104,7 +104,8 @@ std::vector<int> deferredGradParameters(const proto::Program& program);
 /// dim (not a bucketed edge, not a sync norm): the gathers the runtime issues ahead. Candidates in
 /// program order are grouped while they are consecutive among the candidates and agree on the
 /// mesh dim, the parameter's stored dtype, requires_grad, regather, the backward (one
-/// reduce-scatter along a static dim with the same op and reduce dtype, or anything else), and
+/// reduce-scatter along a static dim with the same op and reduce dtype; an all-reduce then a local
+/// slice on its mesh dim, the same way; or anything else), and
 /// the layer: the parameter's name up to its first numeric component ("layers.3" of
 /// "layers.3.attn.q.weight"; "" for the root's parameters); a group holds at most `cap_bytes` of
 /// gathered (priced) bytes. A group of one is no group (-1). Groups are numbered in program

@@ -134,11 +134,18 @@ class GroupedGather {
   bool done_ = false;
 };
 
-/// FSDP's grouped gradient reduction: the backwards of `specs` (each one reduce-scatter, all on
-/// one mesh dim with one op) on the full gradients `grads` (an undefined one counts as zeros of
-/// the gradient's shape, the step's local_in) as ONE reduce-scatter of a flat buffer in dtype
-/// `reduce`: member k's block holds every member's chunk k (torch.chunk along the shard dim,
-/// padded to the largest chunk) of every gradient. `async`: reduceScatterAsync, else at once.
+/// FSDP's grouped gradient reduction: the backwards of `specs` (all of one form on one mesh dim
+/// with one op: isGroupedGradient) on the full gradients `grads` (an undefined one counts as
+/// zeros of the gradient's shape, the step's local_in) as ONE collective of a flat buffer in dtype
+/// `reduce`. One reduce-scatter each: ONE reduce-scatter, member k's block holding every
+/// member's chunk k (torch.chunk along the shard dim, padded to the largest chunk). An all-reduce
+/// then a local slice each (what a plan picks where the links price a reduce-scatter above an
+/// all-reduce, Gloo's on CPU): ONE all-reduce of the gradients concatenated, each then cut to
+/// this rank's chunk. `async`: issued with the *Async call, else run at once.
+/// Whether `spec`'s backward can join a GroupedReduceScatter: one reduce-scatter, or an all-reduce
+/// then a local slice on the same mesh dim, along a static dim.
+bool isGroupedGradient(const RedistSpec& spec);
+
 class GroupedReduceScatter {
  public:
   GroupedReduceScatter(std::vector<const RedistSpec*> specs, const std::vector<at::Tensor>& grads,
@@ -151,7 +158,10 @@ class GroupedReduceScatter {
   struct Member {
     std::vector<int64_t> piece;  // this rank's piece of the gradient
     int64_t offset = 0;
+    std::vector<int64_t> full;  // all-reduce form: the full gradient, cut along dim
+    int64_t dim = 0, chunk_offset = 0;
   };
+  bool all_reduce_ = false;
   std::vector<Member> members_;
   std::unique_ptr<PendingCollective> pending_;
   at::Tensor reduced_;
