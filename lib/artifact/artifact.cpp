@@ -283,7 +283,8 @@ bool stepDynamic(const proto::RedistStep& s, int32_t dim) {
 
 }  // namespace
 
-std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_bytes) {
+std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_bytes,
+                                   int64_t min_bytes) {
   const proto::Graph& g = program.graph();
   std::vector<int> out(static_cast<size_t>(g.nodes_size()), -1);
   std::map<uint32_t, int> param_of_value;
@@ -295,6 +296,7 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
   struct Candidate {
     int node;
     std::string key;
+    std::string layer;
     int64_t bytes;
   };
   std::vector<Candidate> candidates;
@@ -326,15 +328,18 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
     const std::string key = std::to_string(f.mesh_dim()) + "|" +
                             (p.storage_dtype().empty() ? p.dtype() : p.storage_dtype()) + "|" +
                             (red.requires_grad() ? "g" : "-") + (red.regather() ? "r" : "-") + "|" +
-                            backward + "|" + layerOf(p.name());
-    candidates.push_back({i, key, f.priced_bytes()});
+                            backward;
+    candidates.push_back({i, key, layerOf(p.name()), f.priced_bytes()});
   }
   int groups = 0;
   for (size_t b = 0; b < candidates.size();) {
     size_t e = b + 1;
     int64_t bytes = candidates[b].bytes;
+    // A layer boundary closes a group that holds min_bytes already (smaller layers join the next:
+    // their gathers cost mostly the call's latency).
     while (e < candidates.size() && candidates[e].key == candidates[b].key &&
-           bytes + candidates[e].bytes <= cap_bytes)
+           bytes + candidates[e].bytes <= cap_bytes &&
+           (candidates[e].layer == candidates[e - 1].layer || bytes < min_bytes))
       bytes += candidates[e++].bytes;
     if (e - b > 1) {
       for (size_t k = b; k < e; ++k) out[static_cast<size_t>(candidates[k].node)] = groups;
