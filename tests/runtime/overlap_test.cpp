@@ -11,6 +11,9 @@
 //     buckets are issued during backward and their latencies run behind the rest of backward and
 //     each other (exposed time well under one latency per bucket), the gradients equal the
 //     single-process model's; without overlap every bucket blocks for the whole latency.
+//   - FsdpGroups: a fsdp plan's gather groups: one all-gather, one re-gather and (with overlap) one
+//     reduce-scatter per group, fewer calls than sharded parameters, the calls and bytes that
+//     pricedComm counts, the single-process model's gradients.
 //   - OverlapModels: sharded == single process (outputs, gradients, 3 SGD steps' losses) with
 //     overlap on (small buckets: several issued asynchronously during backward; fsdp's parameter
 //     gathers issued ahead of their use in forward and its re-gathers in backward, its gradient
@@ -269,11 +272,12 @@ TEST(OverlapLatency, BucketsIssuedDuringBackwardHideTheInjectedLatency) {
 
 // --- FSDP's grouped gathers and reduce-scatters ---------------------------------------------
 
-/// A fsdp plan of mlp_stack on 2 ranks: each block's parameters are gathered by ONE all-gather in
-/// forward and ONE in backward (the re-gather), and their gradients reduced by ONE reduce-scatter
-/// (with overlap): fewer calls per step than sharded parameters; the calls and bytes measured are
+/// A fsdp plan of mlp_stack on 2 ranks: a gather group's parameters (blocks of 0.5 MiB: two per
+/// group, artifact::kMinGatherGroupBytes) are gathered by ONE all-gather in forward and ONE in
+/// backward (the re-gather), and their gradients reduced by ONE reduce-scatter (with overlap):
+/// fewer calls per step than sharded parameters; the calls and bytes measured are
 /// the ones pricedComm counts; outputs and gradients equal the single-process model's.
-TEST(FsdpGroups, OneGatherAndOneReduceScatterPerBlockWithTheSameGradients) {
+TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
   const ModelCase& m = mlpStack();
   if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
   std::filesystem::path dir = testing::scratchDir("overlap", "fsdp_groups_2");
