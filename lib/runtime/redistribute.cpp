@@ -433,7 +433,7 @@ const std::vector<at::Tensor>& GroupedReduceScatter::wait() {
       results_.push_back(row.narrow(0, m.offset, numel)
                              .view(m.full)
                              .narrow(m.dim, m.chunk_offset, m.piece[static_cast<size_t>(m.dim)])
-                             .contiguous());
+                             .clone(at::MemoryFormat::Contiguous));  // the full buffer is freed
     }
     reduced_ = at::Tensor();
     done_ = true;
