@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
@@ -255,6 +256,96 @@ std::vector<int> deferredGradParameters(const proto::Program& program) {
     if (param == param_of_value.end()) continue;
     if (program.redistributions(static_cast<int>(r - 1)).bucketed_gradient())
       out[r - 1] = param->second;
+  }
+  return out;
+}
+
+namespace {
+
+/// A parameter's layer: its name up to its first numeric component ("" when none).
+std::string layerOf(const std::string& name) {
+  size_t begin = 0;
+  while (begin <= name.size()) {
+    size_t end = name.find('.', begin);
+    if (end == std::string::npos) end = name.size();
+    const std::string part = name.substr(begin, end - begin);
+    if (!part.empty() &&
+        std::all_of(part.begin(), part.end(), [](char ch) { return ch >= '0' && ch <= '9'; }))
+      return name.substr(0, end);
+    begin = end + 1;
+  }
+  return "";
+}
+
+bool stepDynamic(const proto::RedistStep& s, int32_t dim) {
+  return dim >= 0 && dim < s.dynamic_size() && s.dynamic(dim);
+}
+
+}  // namespace
+
+std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_bytes,
+                                   int64_t min_bytes) {
+  const proto::Graph& g = program.graph();
+  std::vector<int> out(static_cast<size_t>(g.nodes_size()), -1);
+  std::map<uint32_t, int> param_of_value;
+  for (int i = 0; i < program.parameters_size(); ++i)
+    param_of_value[program.parameters(i).value()] = i;
+  std::set<uint32_t> sync;
+  for (const proto::SyncNorm& s : program.sync_norms()) sync.insert(s.node());
+  // The candidates in program order, each with its group key.
+  struct Candidate {
+    int node;
+    std::string key;
+    std::string layer;
+    int64_t bytes;
+  };
+  std::vector<Candidate> candidates;
+  const int n = std::min(program.node_redistribution_size(), g.nodes_size());
+  for (int i = 0; i < n; ++i) {
+    const uint32_t r = program.node_redistribution(i);
+    if (r == 0 || static_cast<int>(r) > program.redistributions_size() ||
+        g.nodes(i).inputs_size() != 1 || sync.count(static_cast<uint32_t>(i)))
+      continue;
+    auto param = param_of_value.find(g.nodes(i).inputs(0));
+    if (param == param_of_value.end()) continue;
+    const proto::Redistribution& red = program.redistributions(static_cast<int>(r - 1));
+    if (red.bucketed_gradient() || red.forward_size() != 1) continue;
+    const proto::RedistStep& f = red.forward(0);
+    if (f.kind() != proto::ALL_GATHER || stepDynamic(f, f.gather_dim())) continue;
+    const proto::ProgramTensor& p = program.parameters(param->second);
+    std::string backward = "other";
+    if (red.backward_size() == 1 && red.backward(0).kind() == proto::REDUCE_SCATTER &&
+        !stepDynamic(red.backward(0), red.backward(0).shard_dim()))
+      backward = "rs" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
+                 std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
+    else if (red.backward_size() == 2 && red.backward(0).kind() == proto::ALL_REDUCE &&
+             red.backward(1).kind() == proto::LOCAL_SLICE &&
+             red.backward(0).mesh_dim() == red.backward(1).mesh_dim() &&
+             red.backward(1).shard_dim() >= 0 &&
+             !stepDynamic(red.backward(1), red.backward(1).shard_dim()))
+      backward = "ar" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
+                 std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
+    const std::string key = std::to_string(f.mesh_dim()) + "|" +
+                            (p.storage_dtype().empty() ? p.dtype() : p.storage_dtype()) + "|" +
+                            (red.requires_grad() ? "g" : "-") + (red.regather() ? "r" : "-") + "|" +
+                            backward;
+    candidates.push_back({i, key, layerOf(p.name()), f.priced_bytes()});
+  }
+  int groups = 0;
+  for (size_t b = 0; b < candidates.size();) {
+    size_t e = b + 1;
+    int64_t bytes = candidates[b].bytes;
+    // A layer boundary closes a group that holds min_bytes already (smaller layers join the next:
+    // their gathers cost mostly the call's latency).
+    while (e < candidates.size() && candidates[e].key == candidates[b].key &&
+           bytes + candidates[e].bytes <= cap_bytes &&
+           (candidates[e].layer == candidates[e - 1].layer || bytes < min_bytes))
+      bytes += candidates[e++].bytes;
+    if (e - b > 1) {
+      for (size_t k = b; k < e; ++k) out[static_cast<size_t>(candidates[k].node)] = groups;
+      ++groups;
+    }
+    b = e;
   }
   return out;
 }

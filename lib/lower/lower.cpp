@@ -738,6 +738,66 @@ Status Lowerer::recordPrediction() {
     fwd += r.priced_forward_us();
     bwd += r.priced_backward_us();
   }
+  // Grouped parameter gathers (artifact::paramGatherGroups: the runtime gathers a group's
+  // parameters with ONE all-gather of a flat buffer in forward, once more in backward where they
+  // are re-gathered, and with overlap, its default, reduces their gradients with ONE
+  // reduce-scatter): the plan priced every member's collective on its own; what the group saves
+  // (the latencies of all calls but one) is taken off the prediction.
+  {
+    const std::vector<int> groups = artifact::paramGatherGroups(program_);
+    struct Group {
+      uint32_t mesh_dim = 0, grad_dim = 0;
+      bool regather = false, grads = false;
+      cost::CollectiveKind grad_kind = cost::CollectiveKind::kReduceScatter;
+      double separate_fwd = 0, separate_bwd = 0, bytes = 0, grad_bytes = 0;
+    };
+    std::map<int, Group> by_group;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      if (groups[i] < 0) continue;
+      const proto::Redistribution& red = program_.redistributions(
+          static_cast<int>(program_.node_redistribution(static_cast<int>(i)) - 1));
+      const proto::RedistStep& f = red.forward(0);
+      Group& grp = by_group[groups[i]];
+      const int64_t p = mesh_.size(f.mesh_dim());
+      const double b = static_cast<double>(f.priced_bytes());
+      grp.mesh_dim = f.mesh_dim();
+      grp.regather = red.regather();
+      grp.bytes += b;
+      grp.separate_fwd += model_.collectiveUs(cost::CollectiveKind::kAllGather, f.mesh_dim(), p, b);
+      // The gradients: one reduce-scatter each, or an all-reduce then a local slice each
+      // (artifact::paramGatherGroups keeps a group to one form).
+      const bool rs = red.backward_size() == 1 && red.backward(0).kind() == proto::REDUCE_SCATTER;
+      const bool ar = red.backward_size() == 2 && red.backward(0).kind() == proto::ALL_REDUCE &&
+                      red.backward(1).kind() == proto::LOCAL_SLICE;
+      if (red.requires_grad() && (rs || ar)) {
+        const proto::RedistStep& st = red.backward(0);
+        const double gb = static_cast<double>(st.priced_bytes());
+        grp.grads = true;
+        grp.grad_kind =
+            rs ? cost::CollectiveKind::kReduceScatter : cost::CollectiveKind::kAllReduce;
+        grp.grad_dim = st.mesh_dim();
+        grp.grad_bytes += gb;
+        grp.separate_bwd +=
+            model_.collectiveUs(grp.grad_kind, st.mesh_dim(), mesh_.size(st.mesh_dim()), gb);
+      }
+    }
+    double fwd_saving = 0, bwd_saving = 0;
+    for (const auto& [id, grp] : by_group) {
+      const double gather =
+          grp.separate_fwd - model_.collectiveUs(cost::CollectiveKind::kAllGather, grp.mesh_dim,
+                                                 mesh_.size(grp.mesh_dim), grp.bytes);
+      fwd_saving += gather;
+      if (grp.regather) bwd_saving += gather;
+      if (grp.grads)
+        bwd_saving +=
+            grp.separate_bwd - model_.collectiveUs(grp.grad_kind, grp.grad_dim,
+                                                   mesh_.size(grp.grad_dim), grp.grad_bytes);
+    }
+    fwd -= fwd_saving;
+    bwd -= bwd_saving;
+    pr->set_step_us(pr->step_us() - fwd_saving - bwd_saving);
+    pr->set_comm_us(pr->comm_us() - fwd_saving - bwd_saving);
+  }
   pr->set_forward_comm_us(fwd);
   pr->set_backward_comm_us(bwd);
   // Gradient buckets (artifact::deferredGradParameters: the runtime reduces those gradients in

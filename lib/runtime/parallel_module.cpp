@@ -136,6 +136,25 @@ int64_t wireBytes(const RedistStepSpec& s, const mesh::DeviceMesh& mesh) {
   return 0;
 }
 
+/// wireBytes of a step in a grouped gather or reduce-scatter (GroupedGather,
+/// GroupedReduceScatter): every member's piece padded to the largest one.
+int64_t paddedWireBytes(const RedistStepSpec& s, const mesh::DeviceMesh& mesh) {
+  const int64_t p = mesh.size(s.mesh_dim);
+  int64_t n = 0, most = 0;
+  if (s.kind == layout::StepKind::kAllGather) {
+    for (int64_t k : s.group_sizes) {
+      n += k;
+      most = std::max(most, k);
+    }
+  } else if (s.kind == layout::StepKind::kReduceScatter && s.shard_dim >= 0 &&
+             static_cast<size_t>(s.shard_dim) < s.local_in.size()) {
+    n = s.local_in[static_cast<size_t>(s.shard_dim)];
+    most = mesh::chunkSize(n, p, 0);
+  }
+  if (n <= 0 || most * p == n) return wireBytes(s, mesh);
+  return s.priced_bytes / n * most * (p - 1);
+}
+
 static_assert(kDefaultGradBucketBytes == artifact::kDefaultGradBucketBytes,
               "the runtime's default bucket is the one lowering's prediction assumes");
 
@@ -408,51 +427,173 @@ class GradBuckets {
 /// the first one runs when the backward's graph has been executed and waits for every one, in the
 /// order they were issued (the same on every rank: autograd's order), each with the collective
 /// timeout, adding the pieces to the parameters' grads.
+///
+/// The gradients of a gather group (artifact::paramGatherGroups, every member's backward one
+/// reduce-scatter) are reduced together: the forward counts each member's gathers (expect), the
+/// backward sums each member's gradients, and the group's last expected gradient issues ONE
+/// reduce-scatter of all of them (GroupedReduceScatter, asynchronous). A gradient that comes for a
+/// group already issued (a second backward through a retained graph) is reduce-scattered on its
+/// own at once; a group still missing gradients when backward ends is issued by the callback
+/// (groups in order; a member whose gradient never came is zeros there and gets no grad), before
+/// the waits. Every rank's autograd reaches the gradients in the same order, so the collectives
+/// match.
 class AsyncGrads {
  public:
-  explicit AsyncGrads(std::vector<at::Tensor>& params) : params_(params) {}
+  /// A gather group's members: the parameter and redistribution of each.
+  struct GroupMember {
+    size_t param;
+    const RedistSpec* spec;
+  };
+
+  AsyncGrads(std::vector<at::Tensor>& params, World& world) : params_(params), world_(world) {}
+
+  /// The gather groups whose gradients are reduced together, by group index (empty: none).
+  void setGroups(std::vector<std::vector<GroupMember>> groups) { groups_ = std::move(groups); }
 
   void add(size_t param, std::unique_ptr<PendingCollective> pending, at::ScalarType dtype) {
-    if (!queued_) {
-      queued_ = true;
-      torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
+    queue();
+    Item it;
+    it.param = param;
+    it.pending = std::move(pending);
+    it.dtype = dtype;
+    pending_.push_back(std::move(it));
+  }
+
+  /// The forward ran member `member` of group `group`'s gather (its gradient will come).
+  void expect(size_t group, size_t member) {
+    GroupState& st = stateOf(group);
+    ++st.expected[member];
+  }
+
+  /// Member `member` of group `group`'s gradient `g` (the full gradient of its gather).
+  void addGrouped(size_t group, size_t member, const at::Tensor& g) {
+    queue();
+    GroupState& st = stateOf(group);
+    if (st.issued || st.arrived[member] >= st.expected[member]) {
+      // Late: reduced on its own (a group of one).
+      if (!g.defined()) return;
+      const GroupMember& m = groups_.at(group).at(member);
+      Item it;
+      it.params = {m.param};
+      it.dtypes = {g.scalar_type()};
+      it.group = std::make_unique<GroupedReduceScatter>(
+          std::vector<const RedistSpec*>{m.spec}, std::vector<at::Tensor>{g},
+          m.spec->reduce_dtype.value_or(g.scalar_type()), world_, true);
+      pending_.push_back(std::move(it));
+      return;
     }
-    pending_.push_back({param, std::move(pending), dtype});
+    if (g.defined()) {
+      st.grads[member] = st.grads[member].defined() ? st.grads[member] + g : g;
+      st.dtypes[member] = g.scalar_type();
+    }
+    ++st.arrived[member];
+    for (size_t i = 0; i < st.expected.size(); ++i)
+      if (st.arrived[i] < st.expected[i]) return;
+    issue(group, st);
   }
 
   /// Drops what an interrupted backward left (called before every forward).
   void reset() {
     pending_.clear();
+    states_.clear();
     queued_ = false;
   }
 
  private:
   struct Item {
-    size_t param;
+    size_t param = 0;
     std::unique_ptr<PendingCollective> pending;
-    at::ScalarType dtype;  // the gradient's (the reduction may run in another)
+    at::ScalarType dtype = at::kFloat;  // the gradient's (the reduction may run in another)
+    /// A group's reduce-scatter instead: its members' parameters and gradient dtypes (nullopt:
+    /// no gradient came, no grad).
+    std::unique_ptr<GroupedReduceScatter> group;
+    std::vector<size_t> params;
+    std::vector<std::optional<at::ScalarType>> dtypes;
   };
+  struct GroupState {
+    std::vector<int> expected, arrived;
+    std::vector<at::Tensor> grads;
+    std::vector<std::optional<at::ScalarType>> dtypes;
+    bool issued = false;
+  };
+
+  void queue() {
+    if (queued_) return;
+    queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
+  }
+
+  GroupState& stateOf(size_t group) {
+    GroupState& st = states_[group];
+    const size_t n = groups_.at(group).size();
+    if (st.expected.size() != n) {
+      st.expected.assign(n, 0);
+      st.arrived.assign(n, 0);
+      st.grads.assign(n, at::Tensor());
+      st.dtypes.assign(n, std::nullopt);
+    }
+    return st;
+  }
+
+  void issue(size_t group, GroupState& st) {
+    st.issued = true;
+    const std::vector<GroupMember>& members = groups_.at(group);
+    std::vector<const RedistSpec*> specs;
+    std::optional<at::ScalarType> reduce = members.front().spec->reduce_dtype;
+    Item it;
+    for (size_t i = 0; i < members.size(); ++i) {
+      specs.push_back(members[i].spec);
+      it.params.push_back(members[i].param);
+      if (!reduce && st.dtypes[i]) reduce = st.dtypes[i];
+    }
+    it.dtypes = st.dtypes;
+    it.group = std::make_unique<GroupedReduceScatter>(
+        std::move(specs), st.grads, reduce.value_or(params_[members.front().param].scalar_type()),
+        world_, true);
+    st.grads.assign(members.size(), at::Tensor());
+    pending_.push_back(std::move(it));
+  }
+
+  void addGrad(size_t param, at::Tensor r, at::ScalarType dtype) {
+    if (r.scalar_type() != dtype) r = r.to(dtype);
+    at::Tensor& p = params_[param];
+    TORCH_CHECK(r.sizes() == p.sizes(), "a reduce-scattered gradient has shape ", r.sizes(),
+                ", its parameter ", p.sizes());
+    at::Tensor& grad = p.mutable_grad();
+    if (grad.defined())
+      grad.add_(r);
+    else
+      grad = r;
+  }
 
   void flush() {
     queued_ = false;
+    // Groups still missing a gradient go now, in order (the same on every rank).
+    for (auto& [group, st] : states_) {
+      if (st.issued) continue;
+      bool any = false;
+      for (int a : st.arrived) any = any || a > 0;
+      if (any) issue(group, st);
+    }
     std::vector<Item> items = std::move(pending_);
     pending_.clear();
+    states_.clear();
     at::NoGradGuard no_grad;
     for (Item& it : items) {
-      at::Tensor r = it.pending->wait();
-      if (r.scalar_type() != it.dtype) r = r.to(it.dtype);
-      at::Tensor& param = params_[it.param];
-      TORCH_CHECK(r.sizes() == param.sizes(), "a reduce-scattered gradient has shape ", r.sizes(),
-                  ", its parameter ", param.sizes());
-      at::Tensor& grad = param.mutable_grad();
-      if (grad.defined())
-        grad.add_(r);
-      else
-        grad = r;
+      if (it.group) {
+        const std::vector<at::Tensor>& pieces = it.group->wait();
+        for (size_t i = 0; i < pieces.size(); ++i)
+          if (it.dtypes[i]) addGrad(it.params[i], pieces[i], *it.dtypes[i]);
+        continue;
+      }
+      addGrad(it.param, it.pending->wait(), it.dtype);
     }
   }
 
   std::vector<at::Tensor>& params_;
+  World& world_;
+  std::vector<std::vector<GroupMember>> groups_;
+  std::map<size_t, GroupState> states_;  // this backward's groups
   std::vector<Item> pending_;
   bool queued_ = false;
 };
@@ -465,11 +606,14 @@ namespace {
 struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const RedistSpec* spec, World* world, const at::Tensor* result,
-                            AsyncGrads* sink, int64_t param) {
+                            AsyncGrads* sink, int64_t param, int64_t group, int64_t member) {
     ctx->saved_data["spec"] = reinterpret_cast<int64_t>(spec);
     ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
     ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
     ctx->saved_data["param"] = param;
+    ctx->saved_data["group"] = group;
+    ctx->saved_data["member"] = member;
+    if (group >= 0) sink->expect(static_cast<size_t>(group), static_cast<size_t>(member));
     return result->defined() ? *result : runSteps(spec->forward, x, *world, spec->edge);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -478,6 +622,12 @@ struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
     auto* world = reinterpret_cast<World*>(ctx->saved_data["world"].toInt());
     auto* sink = reinterpret_cast<AsyncGrads*>(ctx->saved_data["sink"].toInt());
     const at::Tensor& g = grads.at(0);
+    if (const int64_t group = ctx->saved_data["group"].toInt(); group >= 0) {
+      sink->addGrouped(static_cast<size_t>(group),
+                       static_cast<size_t>(ctx->saved_data["member"].toInt()), g);
+      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+              at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    }
     const RedistStepSpec& st = spec->backward.front();
     at::Tensor in = spec->reduce_dtype && *spec->reduce_dtype != g.scalar_type()
                         ? g.to(*spec->reduce_dtype)
@@ -485,7 +635,8 @@ struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
     sink->add(static_cast<size_t>(ctx->saved_data["param"].toInt()),
               world->dim(st.mesh_dim).reduceScatterAsync(in, st.shard_dim, st.reduce_op),
               g.scalar_type());
-    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -534,8 +685,16 @@ struct ParallelModule::Impl {
   /// per node its position among them (-1 none).
   std::vector<uint32_t> prefetch_nodes;
   std::vector<int> prefetch_pos;
+  /// The prefetch nodes in units issued together: a run of consecutive members of one gather group
+  /// (artifact::paramGatherGroups: ONE all-gather of a flat buffer, GroupedGather) or a single
+  /// node; per prefetch position its unit and its index in it.
+  std::vector<std::vector<size_t>> units;
+  std::vector<size_t> unit_of, index_in_unit;
+  /// Per unit: whether its gradients are reduced together (AsyncGrads' groups, with overlap:
+  /// every member's backward one reduce-scatter).
+  std::vector<bool> unit_grad_grouped;
   /// Per node: the parameter whose gather's backward is one reduce-scatter (AsyncGradFunction
-  /// with overlap), -1 none.
+  /// with overlap), or an all-reduce then a local slice in a gather group, -1 none.
   std::vector<int> async_grad_param;
   std::unique_ptr<AsyncGrads> async_grads;
   /// Activation checkpointing (proto::CheckpointSegment): the segments the interpreter runs
@@ -814,7 +973,50 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
         !spec.backward.front().isDynamic(spec.backward.front().shard_dim))
       impl->async_grad_param[n.id.v] = impl->value_param[n.inputs[0].v];
   }
-  impl->async_grads = std::make_unique<AsyncGrads>(impl->param_tensors);
+  // Gather groups: runs of consecutive prefetch nodes of one group.
+  const std::vector<int> gather_group = artifact::paramGatherGroups(prog);
+  auto groupOf = [&](uint32_t node) {
+    return node < gather_group.size() ? gather_group[node] : -1;
+  };
+  for (size_t pos = 0; pos < impl->prefetch_nodes.size(); ++pos) {
+    const int grp = groupOf(impl->prefetch_nodes[pos]);
+    if (pos == 0 || grp < 0 || grp != groupOf(impl->prefetch_nodes[pos - 1]))
+      impl->units.emplace_back();
+    impl->unit_of.push_back(impl->units.size() - 1);
+    impl->index_in_unit.push_back(impl->units.back().size());
+    impl->units.back().push_back(pos);
+  }
+  impl->async_grads = std::make_unique<AsyncGrads>(impl->param_tensors, *impl->world);
+  std::vector<std::vector<AsyncGrads::GroupMember>> grad_groups(impl->units.size());
+  impl->unit_grad_grouped.assign(impl->units.size(), false);
+  for (size_t u = 0; u < impl->units.size(); ++u) {
+    const std::vector<size_t>& unit = impl->units[u];
+    bool grouped = unit.size() > 1;
+    for (size_t pos : unit) {
+      const uint32_t node = impl->prefetch_nodes[pos];
+      const RedistSpec& spec = impl->redists[static_cast<size_t>(impl->node_redist[node])];
+      const int param = spec.requires_grad && isGroupedGradient(spec)
+                            ? impl->value_param[g.node(ir::NodeId(node)).inputs[0].v]
+                            : -1;
+      if (param < 0) {
+        grouped = false;
+        break;
+      }
+      grad_groups[u].push_back({static_cast<size_t>(param),
+                                &impl->redists[static_cast<size_t>(impl->node_redist[node])]});
+    }
+    impl->unit_grad_grouped[u] = grouped;
+    if (!grouped) {
+      grad_groups[u].clear();
+      continue;
+    }
+    // Their gradients go through AsyncGrads' group (an all-reduce then a local slice too).
+    for (size_t pos : unit) {
+      const uint32_t node = impl->prefetch_nodes[pos];
+      impl->async_grad_param[node] = impl->value_param[g.node(ir::NodeId(node)).inputs[0].v];
+    }
+  }
+  impl->async_grads->setGroups(std::move(grad_groups));
   impl->buildRecompute();
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
@@ -1004,14 +1206,17 @@ namespace {
 /// same program and the CPU autograd engine visits nodes in the same order, so the re-gathers'
 /// collectives match. With prefetch (overlap), a re-gather that is one all-gather, when it runs,
 /// issues the previous tracked entry's asynchronously (backward reaches the earlier layer next):
-/// that entry's restore waits for it instead of gathering.
+/// that entry's restore waits for it instead of gathering. The tracked members of one gather group
+/// (ParallelModule's units: gathered by one all-gather in forward) are re-gathered together, by
+/// one GroupedGather of all of them when the first of them is restored, and issued ahead as one.
 class Regatherer : public Interpreter::Observer {
  public:
   /// `prefetch`: a re-gather in backward issues the previous tracked entry's ahead (overlap).
   Regatherer(World& world, bool prefetch) : world_(world), prefetch_(prefetch) {}
 
-  /// A regather edge ran: `x` its input (kept: the shard), `y` its result.
-  void track(const at::Tensor& x, const at::Tensor& y, const RedistSpec& spec) {
+  /// A regather edge ran: `x` its input (kept: the shard), `y` its result; `unit` the gather
+  /// group's unit it belongs to (-1 none).
+  void track(const at::Tensor& x, const at::Tensor& y, const RedistSpec& spec, int unit = -1) {
     if (!y.defined() || !y.has_storage() || y.numel() == 0) return;
     auto e = std::make_shared<Entry>();
     e->x = x.detach();
@@ -1021,9 +1226,20 @@ class Regatherer : public Interpreter::Observer {
     e->nbytes = y.storage().nbytes();
     e->spec = &spec;
     e->world = &world_;
-    if (prefetch_ && canIssueForward(spec) && !entries_.empty() &&
-        canIssueForward(*entries_.back()->spec))
+    if (unit >= 0 && canIssueForward(spec)) {
+      std::shared_ptr<Group>& grp = groups_[unit];
+      if (!grp) {
+        grp = std::make_shared<Group>();
+        grp->world = &world_;
+        if (prefetch_ && !entries_.empty() && canIssueForward(*entries_.back()->spec))
+          grp->previous = entries_.back();
+      }
+      grp->members.push_back(e);
+      e->group = grp;
+    } else if (prefetch_ && canIssueForward(spec) && !entries_.empty() &&
+               canIssueForward(*entries_.back()->spec)) {
       e->previous = entries_.back();
+    }
     if (const auto& fn = y.grad_fn()) fn->add_pre_hook(std::make_unique<EntryHook>(e, &release));
     entries_.push_back(std::move(e));
   }
@@ -1058,9 +1274,18 @@ class Regatherer : public Interpreter::Observer {
   }
 
  private:
+  struct Entry;
+  /// The tracked members of one gather group: re-gathered by one GroupedGather.
+  struct Group {
+    std::vector<std::weak_ptr<Entry>> members;
+    World* world = nullptr;
+    std::weak_ptr<Entry> previous;  // the entry tracked before the group (prefetch)
+    std::unique_ptr<GroupedGather> ahead;
+  };
   struct Entry {
-    at::Tensor x;       // the redistribution's input
-    at::Tensor handle;  // y's data with its own version counter
+    std::shared_ptr<Group> group;  // its gather group, null none
+    at::Tensor x;                  // the redistribution's input
+    at::Tensor handle;             // y's data with its own version counter
     c10::intrusive_ptr<c10::StorageImpl> storage;
     size_t nbytes = 0;
     const RedistSpec* spec = nullptr;
@@ -1099,9 +1324,58 @@ class Regatherer : public Interpreter::Observer {
     e.freed = true;
   }
 
+  /// Issues the re-gather of `e` (or of its group) ahead, when it is freed and not issued yet.
+  static void issueAheadOf(Entry& e) {
+    if (const std::shared_ptr<Group>& grp = e.group) {
+      if (grp->ahead) return;
+      bool freed = false;
+      for (const auto& w : grp->members)
+        if (auto m = w.lock()) freed = freed || m->freed;
+      if (freed) grp->ahead = gatherGroup(*grp, true);
+      return;
+    }
+    if (e.freed && !e.ahead) e.ahead = issueForward(*e.spec, e.x, *e.world);
+  }
+
+  /// One GroupedGather of the group's members (every member, freed or not: the same call on
+  /// every rank).
+  static std::unique_ptr<GroupedGather> gatherGroup(const Group& grp, bool async) {
+    std::vector<const RedistSpec*> specs;
+    std::vector<at::Tensor> xs;
+    for (const auto& w : grp.members) {
+      auto m = w.lock();
+      TORCH_CHECK(m, "a re-gather group lost a member");
+      specs.push_back(m->spec);
+      xs.push_back(m->x);
+    }
+    return std::make_unique<GroupedGather>(std::move(specs), xs, *grp.world, async);
+  }
+
+  /// Gives `e` its storage back and copies `g` into it.
+  static void refill(Entry& e, const at::Tensor& g) {
+    at::NoGradGuard no_grad;
+    TORCH_CHECK(g.sizes() == e.handle.sizes(), "redistribution ", e.spec->edge,
+                " (re-gather): the gather gave shape ", g.sizes(), ", expected ", e.handle.sizes());
+    at::Allocator* alloc = e.storage->allocator();
+    if (!alloc) alloc = c10::GetAllocator(e.storage->device().type());
+    e.storage->set_data_ptr_noswap(alloc->allocate(e.nbytes));
+    e.storage->set_nbytes(e.nbytes);
+    e.freed = false;
+    e.handle.copy_(g);
+  }
+
   static void restore(Entry& e) {
     if (!e.freed) return;
     at::NoGradGuard no_grad;
+    if (const std::shared_ptr<Group> grp = e.group) {
+      std::unique_ptr<GroupedGather> gathered =
+          grp->ahead ? std::move(grp->ahead) : gatherGroup(*grp, false);
+      const std::vector<at::Tensor>& full = gathered->wait();
+      for (size_t i = 0; i < grp->members.size(); ++i)
+        if (auto m = grp->members[i].lock(); m && m->freed) refill(*m, full.at(i));
+      if (auto p = grp->previous.lock()) issueAheadOf(*p);
+      return;
+    }
     at::Tensor g;
     if (e.ahead) {
       g = e.ahead->wait();
@@ -1119,8 +1393,7 @@ class Regatherer : public Interpreter::Observer {
     e.freed = false;
     e.handle.copy_(g);
     // The previous entry's re-gather runs behind this one's readers' backward.
-    if (auto p = e.previous.lock(); p && p->freed && !p->ahead)
-      p->ahead = issueForward(*p->spec, p->x, *p->world);
+    if (auto p = e.previous.lock()) issueAheadOf(*p);
   }
 
   /// Runs `action` (restore or release) on the entry before a backward node runs: restore on
@@ -1147,6 +1420,7 @@ class Regatherer : public Interpreter::Observer {
   World& world_;
   bool prefetch_;
   std::vector<std::shared_ptr<Entry>> entries_;
+  std::map<int, std::shared_ptr<Group>> groups_;  // by unit
   std::vector<std::shared_ptr<Entry>> reading_;
 };
 
@@ -1310,17 +1584,35 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   if (im.buckets) im.buckets->reset();
   im.async_grads->reset();
   const ir::Graph& g = *im.graph;
-  // Forward prefetch: gathers issued ahead, by position in im.prefetch_nodes.
+  // Forward prefetch: gathers issued ahead, by unit of im.prefetch_nodes (a gather group's
+  // members in one all-gather; prefetch_params units ahead with overlap). A group's gather is
+  // issued at its first member without overlap too (blocking then).
   const int lookahead = im.options.overlap ? std::max(0, im.options.prefetch_params) : 0;
-  std::map<size_t, std::unique_ptr<PendingCollective>> in_flight;
-  size_t issued = 0;  // positions below it are issued
+  struct Flight {
+    std::unique_ptr<PendingCollective> single;
+    std::unique_ptr<GroupedGather> group;
+    size_t remaining = 0;  // members not yet taken
+  };
+  std::map<size_t, Flight> in_flight;
+  size_t issued = 0;  // units below it are issued
   auto issueAhead = [&](size_t end) {
-    end = std::min(end, im.prefetch_nodes.size());
+    end = std::min(end, im.units.size());
     for (; issued < end; ++issued) {
-      const ir::Node& pn = g.node(ir::NodeId(im.prefetch_nodes[issued]));
-      const int p = im.value_param.at(pn.inputs[0].v);
-      const RedistSpec& ps = im.redists.at(static_cast<size_t>(im.node_redist.at(pn.id.v)));
-      in_flight[issued] = issueForward(ps, im.param_tensors.at(static_cast<size_t>(p)), *im.world);
+      Flight f;
+      std::vector<const RedistSpec*> specs;
+      std::vector<at::Tensor> xs;
+      for (size_t pos : im.units[issued]) {
+        const ir::Node& pn = g.node(ir::NodeId(im.prefetch_nodes[pos]));
+        const int p = im.value_param.at(pn.inputs[0].v);
+        specs.push_back(&im.redists.at(static_cast<size_t>(im.node_redist.at(pn.id.v))));
+        xs.push_back(im.param_tensors.at(static_cast<size_t>(p)));
+      }
+      f.remaining = specs.size();
+      if (specs.size() == 1)
+        f.single = issueForward(*specs[0], xs[0], *im.world);
+      else
+        f.group = std::make_unique<GroupedGather>(std::move(specs), xs, *im.world, lookahead > 0);
+      in_flight[issued] = std::move(f);
     }
   };
   auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
@@ -1359,12 +1651,23 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         // The parameter gathers of the next prefetch_params nodes are issued now, this one's
         // waited for (issued here when nothing issued it before).
         at::Tensor ahead;
-        if (const int pos = im.prefetch_pos.at(n.id.v); pos >= 0 && lookahead > 0) {
-          issueAhead(static_cast<size_t>(pos) + 1 + static_cast<size_t>(lookahead));
-          auto it = in_flight.find(static_cast<size_t>(pos));
+        int unit = -1;  // this node's unit when it is a group's member (-1 none)
+        if (const int pos = im.prefetch_pos.at(n.id.v);
+            pos >= 0 &&
+            (lookahead > 0 || im.units[im.unit_of[static_cast<size_t>(pos)]].size() > 1)) {
+          const size_t u = im.unit_of[static_cast<size_t>(pos)];
+          if (lookahead == 0) issued = std::max(issued, u);  // the units before ran on their own
+          issueAhead(u + 1 + static_cast<size_t>(lookahead));
+          auto it = in_flight.find(u);
           if (it != in_flight.end()) {
-            ahead = it->second->wait();
-            in_flight.erase(it);
+            Flight& f = it->second;
+            if (f.single) {
+              ahead = f.single->wait();
+            } else {
+              ahead = f.group->wait().at(im.index_in_unit[static_cast<size_t>(pos)]);
+              unit = static_cast<int>(u);
+            }
+            if (--f.remaining == 0) in_flight.erase(it);
           }
         }
         at::Tensor y;
@@ -1381,8 +1684,12 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
                             ahead.sizes().vec() == spec.forward.front().local_out,
                         "redistribution ", spec.edge, ": the gather issued ahead gave shape ",
                         ahead.sizes());
-          y = AsyncGradFunction::apply(x, &spec, im.world.get(), &ahead, im.async_grads.get(),
-                                       static_cast<int64_t>(ap));
+          const bool grouped = unit >= 0 && im.unit_grad_grouped[static_cast<size_t>(unit)];
+          const int pos = im.prefetch_pos.at(n.id.v);
+          y = AsyncGradFunction::apply(
+              x, &spec, im.world.get(), &ahead, im.async_grads.get(), static_cast<int64_t>(ap),
+              grouped ? static_cast<int64_t>(unit) : -1,
+              grouped ? static_cast<int64_t>(im.index_in_unit[static_cast<size_t>(pos)]) : 0);
         } else {
           y = redistribute(x, spec, *im.world, ahead);
         }
@@ -1391,7 +1698,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         // its last reader, backward recomputes it), and not when a segment reads it from outside
         // (the segment's function keeps it for its recomputation: it must not be freed).
         if (spec.regather && at::GradMode::is_enabled() && !im.segment_input.at(n.outputs.at(0).v))
-          regather.track(args[0].toTensor(), y, spec);
+          regather.track(args[0].toTensor(), y, spec, unit);
         out.push_back(y);
         break;
       }
@@ -1419,7 +1726,10 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
                      symbolic_values, im.recompute);
   regather.finish();
   // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
-  for (auto& [pos, pending] : in_flight) pending->wait();
+  for (auto& [u, f] : in_flight) {
+    if (f.single) f.single->wait();
+    if (f.group) f.group->wait();
+  }
   return leaves;
 }
 
@@ -1499,29 +1809,45 @@ at::Tensor ParallelModule::gatherOutput(size_t leaf, const at::Tensor& local) {
 
 PricedComm ParallelModule::pricedComm() const {
   PricedComm c;
-  for (int r : impl_->node_redist) {
+  const Impl& im = *impl_;
+  for (size_t node = 0; node < im.node_redist.size(); ++node) {
+    const int r = im.node_redist[node];
     if (r < 0) continue;
     const RedistSpec& spec = impl_->redists[static_cast<size_t>(r)];
+    // A gather group's members run one call between them (its first member counts it): the
+    // gather, the re-gather, and with overlap the gradients' reduce-scatter. Their bytes add up.
+    bool later_member = false, grad_grouped = false, in_group = false;
+    if (const int pos = im.prefetch_pos[node]; pos >= 0) {
+      const size_t u = im.unit_of[static_cast<size_t>(pos)];
+      in_group = im.units[u].size() > 1;
+      later_member = im.index_in_unit[static_cast<size_t>(pos)] > 0;
+      grad_grouped = im.options.overlap && im.unit_grad_grouped[u];
+    }
+    const int64_t call = later_member ? 0 : 1;
+    const int64_t grad_call = later_member && grad_grouped ? 0 : 1;
     for (const RedistStepSpec& s : spec.forward) {
       if (s.kind == layout::StepKind::kLocalSlice) continue;
-      ++c.forward_steps;
+      c.forward_steps += call;
       c.priced_bytes += s.priced_bytes;
-      c.forward_wire_bytes += wireBytes(s, impl_->mesh);
+      c.forward_wire_bytes +=
+          in_group ? paddedWireBytes(s, impl_->mesh) : wireBytes(s, impl_->mesh);
     }
     if (!spec.requires_grad) continue;
     // A re-gathered parameter runs its forward steps once more, in backward.
     if (spec.regather)
       for (const RedistStepSpec& s : spec.forward) {
         if (s.kind == layout::StepKind::kLocalSlice) continue;
-        ++c.backward_steps;
+        c.backward_steps += call;
         c.priced_bytes += s.priced_bytes;
-        c.backward_wire_bytes += wireBytes(s, impl_->mesh);
+        c.backward_wire_bytes +=
+            in_group ? paddedWireBytes(s, impl_->mesh) : wireBytes(s, impl_->mesh);
       }
     for (const RedistStepSpec& s : spec.backward) {
       if (s.kind == layout::StepKind::kLocalSlice) continue;
-      ++c.backward_steps;
+      c.backward_steps += grad_call;
       c.priced_bytes += s.priced_bytes;
-      c.backward_wire_bytes += wireBytes(s, impl_->mesh);
+      c.backward_wire_bytes +=
+          in_group && grad_grouped ? paddedWireBytes(s, impl_->mesh) : wireBytes(s, impl_->mesh);
     }
   }
   c.wire_bytes = c.forward_wire_bytes + c.backward_wire_bytes;

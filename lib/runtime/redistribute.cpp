@@ -221,6 +221,234 @@ std::unique_ptr<PendingCollective> issueForward(const RedistSpec& spec, const at
   return world.dim(s.mesh_dim).allGatherAsync(x.detach().contiguous(), s.gather_dim, s.group_sizes);
 }
 
+GroupedGather::GroupedGather(std::vector<const RedistSpec*> specs,
+                             const std::vector<at::Tensor>& xs, World& world, bool async)
+    : specs_(std::move(specs)) {
+  TORCH_CHECK(!specs_.empty() && specs_.size() == xs.size(), "a grouped gather of ", specs_.size(),
+              " redistributions on ", xs.size(), " tensors");
+  at::NoGradGuard no_grad;
+  const size_t mesh_dim = specs_.front()->forward.front().mesh_dim;
+  Communicator& comm = world.dim(mesh_dim);
+  ranks_ = comm.size();
+  std::vector<at::Tensor> flat;
+  int64_t total = 0;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const RedistSpec& spec = *specs_[i];
+    TORCH_CHECK(canIssueForward(spec) && spec.forward.front().mesh_dim == mesh_dim,
+                "redistribution ", spec.edge, " cannot join a grouped gather on mesh dim ",
+                mesh_dim);
+    const RedistStepSpec& st = spec.forward.front();
+    const at::Tensor x = xs[i].detach().contiguous();
+    TORCH_CHECK(x.scalar_type() == xs.front().scalar_type(), "redistribution ", spec.edge,
+                ": a grouped gather of ", xs.front().scalar_type(), " and ", x.scalar_type());
+    TORCH_CHECK(st.gather_dim >= 0 && st.gather_dim < x.dim(), "redistribution ", spec.edge,
+                ": gather dim ", st.gather_dim, " of a rank-", x.dim(), " tensor");
+    Member m;
+    m.local = x.sizes().vec();
+    m.dim = st.gather_dim;
+    m.sizes = st.group_sizes;
+    if (m.sizes.empty()) m.sizes.assign(static_cast<size_t>(ranks_), x.size(m.dim));
+    TORCH_CHECK(static_cast<int64_t>(m.sizes.size()) == ranks_ &&
+                    m.sizes[static_cast<size_t>(comm.index())] == x.size(m.dim),
+                "redistribution ", spec.edge, ": this rank's piece has ", x.size(m.dim),
+                " along the gather dim, the program's group sizes disagree");
+    for (int64_t d = 0; d < x.dim(); ++d)
+      if (d != m.dim) m.row *= x.size(d);
+    const int64_t slot = m.row * *std::max_element(m.sizes.begin(), m.sizes.end());
+    m.offset = total;
+    total += slot;
+    flat.push_back(x.reshape({-1}));
+    if (x.numel() < slot) flat.push_back(at::zeros({slot - x.numel()}, x.options()));
+    members_.push_back(std::move(m));
+  }
+  at::Tensor buffer = at::cat(flat);
+  const std::vector<int64_t> sizes(static_cast<size_t>(ranks_), total);
+  if (async)
+    pending_ = comm.allGatherAsync(buffer, 0, sizes);
+  else
+    gathered_ = comm.allGather(buffer, 0, sizes);
+}
+
+const std::vector<at::Tensor>& GroupedGather::wait() {
+  if (done_) return results_;
+  if (pending_) {
+    gathered_ = pending_->wait();
+    pending_.reset();
+  }
+  at::NoGradGuard no_grad;
+  at::Tensor rows = gathered_.view({ranks_, -1});
+  for (size_t i = 0; i < members_.size(); ++i) {
+    const Member& m = members_[i];
+    std::vector<at::Tensor> pieces;
+    for (int64_t k = 0; k < ranks_; ++k) {
+      std::vector<int64_t> shape = m.local;
+      shape[static_cast<size_t>(m.dim)] = m.sizes[static_cast<size_t>(k)];
+      pieces.push_back(
+          rows[k].narrow(0, m.offset, m.row * m.sizes[static_cast<size_t>(k)]).view(shape));
+    }
+    at::Tensor full = at::cat(pieces, m.dim);
+    const RedistStepSpec& st = specs_[i]->forward.front();
+    TORCH_CHECK(st.local_out.empty() || full.sizes().vec() == st.local_out, "redistribution ",
+                specs_[i]->edge, ": the grouped gather gave shape ", full.sizes(), ", expected ",
+                at::IntArrayRef(st.local_out));
+    results_.push_back(std::move(full));
+  }
+  gathered_ = at::Tensor();
+  done_ = true;
+  return results_;
+}
+
+bool isGroupedGradient(const RedistSpec& spec) {
+  const std::vector<RedistStepSpec>& b = spec.backward;
+  if (b.size() == 1)
+    return b[0].kind == StepKind::kReduceScatter && !b[0].isDynamic(b[0].shard_dim);
+  return b.size() == 2 && b[0].kind == StepKind::kAllReduce && b[1].kind == StepKind::kLocalSlice &&
+         b[0].mesh_dim == b[1].mesh_dim && b[1].shard_dim >= 0 && !b[1].isDynamic(b[1].shard_dim);
+}
+
+GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
+                                           const std::vector<at::Tensor>& grads,
+                                           at::ScalarType reduce, World& world, bool async) {
+  TORCH_CHECK(!specs.empty() && specs.size() == grads.size(), "a grouped reduce-scatter of ",
+              specs.size(), " redistributions on ", grads.size(), " gradients");
+  at::NoGradGuard no_grad;
+  const RedistStepSpec& first = specs.front()->backward.front();
+  Communicator& comm = world.dim(first.mesh_dim);
+  const int64_t p = comm.size(), me = comm.index();
+  at::TensorOptions options = at::TensorOptions().dtype(reduce);
+  for (const at::Tensor& g : grads)
+    if (g.defined()) options = options.device(g.device());
+  struct Layout {
+    at::Tensor grad;
+    int64_t dim, n, row, slot;
+  };
+  std::vector<Layout> layouts;
+  int64_t total = 0;
+  all_reduce_ = first.kind == StepKind::kAllReduce;
+  if (all_reduce_) {
+    // One all-reduce of the full gradients concatenated; each then cut to this rank's chunk.
+    std::vector<at::Tensor> flat;
+    int64_t flat_total = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const RedistSpec& spec = *specs[i];
+      TORCH_CHECK(isGroupedGradient(spec) && spec.backward.front().kind == StepKind::kAllReduce &&
+                      spec.backward.front().mesh_dim == first.mesh_dim &&
+                      spec.backward.front().reduce_op == first.reduce_op,
+                  "redistribution ", spec.edge, " cannot join a grouped all-reduce");
+      const RedistStepSpec& cut = spec.backward[1];
+      at::Tensor g = grads[i];
+      if (!g.defined()) {
+        std::vector<int64_t> shape = spec.backward.front().local_in.empty()
+                                         ? spec.forward.front().local_out
+                                         : spec.backward.front().local_in;
+        g = at::zeros(shape, options);
+      }
+      TORCH_CHECK(cut.shard_dim < g.dim(), "redistribution ", spec.edge, ": shard dim ",
+                  cut.shard_dim, " of a rank-", g.dim(), " gradient");
+      Member m;
+      m.full = g.sizes().vec();
+      m.dim = cut.shard_dim;
+      const int64_t n = g.size(m.dim);
+      m.chunk_offset = mesh::chunkOffset(n, p, me);
+      m.piece = m.full;
+      m.piece[static_cast<size_t>(m.dim)] = mesh::chunkSize(n, p, me);
+      m.offset = flat_total;
+      flat_total += g.numel();
+      flat.push_back(g.to(reduce).contiguous().reshape({-1}));
+      members_.push_back(std::move(m));
+    }
+    at::Tensor buffer = at::cat(flat);
+    if (async) {
+      pending_ = comm.allReduceAsync(buffer, first.reduce_op);
+    } else {
+      comm.allReduce(buffer, first.reduce_op);
+      reduced_ = buffer;
+    }
+    return;
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const RedistSpec& spec = *specs[i];
+    TORCH_CHECK(spec.backward.size() == 1 &&
+                    spec.backward.front().kind == layout::StepKind::kReduceScatter &&
+                    spec.backward.front().mesh_dim == first.mesh_dim &&
+                    spec.backward.front().reduce_op == first.reduce_op,
+                "redistribution ", spec.edge, " cannot join a grouped reduce-scatter");
+    const RedistStepSpec& st = spec.backward.front();
+    at::Tensor g = grads[i];
+    if (!g.defined()) {
+      std::vector<int64_t> shape =
+          st.local_in.empty() ? spec.forward.front().local_out : st.local_in;
+      g = at::zeros(shape, options);
+    }
+    TORCH_CHECK(st.shard_dim >= 0 && st.shard_dim < g.dim(), "redistribution ", spec.edge,
+                ": shard dim ", st.shard_dim, " of a rank-", g.dim(), " gradient");
+    Layout l{g.to(reduce).contiguous(), st.shard_dim, g.size(st.shard_dim), 1, 0};
+    for (int64_t d = 0; d < g.dim(); ++d)
+      if (d != l.dim) l.row *= g.size(d);
+    l.slot = l.row * mesh::chunkSize(l.n, p, 0);  // torch.chunk: the first chunk is the largest
+    Member m;
+    m.piece = g.sizes().vec();
+    m.piece[static_cast<size_t>(l.dim)] = mesh::chunkSize(l.n, p, me);
+    m.offset = total;
+    total += l.slot;
+    members_.push_back(std::move(m));
+    layouts.push_back(std::move(l));
+  }
+  const bool padded = std::any_of(layouts.begin(), layouts.end(), [&](const Layout& l) {
+    return mesh::chunkSize(l.n, p, p - 1) != mesh::chunkSize(l.n, p, 0);
+  });
+  at::Tensor buffer = padded ? at::zeros({p, total}, options) : at::empty({p, total}, options);
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const Layout& l = layouts[i];
+    const Member& m = members_[i];
+    for (int64_t k = 0; k < p; ++k) {
+      const int64_t c = mesh::chunkSize(l.n, p, k);
+      if (c == 0) continue;
+      std::vector<int64_t> shape = l.grad.sizes().vec();
+      shape[static_cast<size_t>(l.dim)] = c;
+      buffer[k]
+          .narrow(0, m.offset, l.row * c)
+          .view(shape)
+          .copy_(l.grad.narrow(l.dim, mesh::chunkOffset(l.n, p, k), c));
+    }
+  }
+  if (async)
+    pending_ = comm.reduceScatterAsync(buffer, 0, first.reduce_op);
+  else
+    reduced_ = comm.reduceScatter(buffer, 0, first.reduce_op);
+}
+
+const std::vector<at::Tensor>& GroupedReduceScatter::wait() {
+  if (done_) return results_;
+  if (pending_) {
+    reduced_ = pending_->wait();
+    pending_.reset();
+  }
+  at::Tensor row = reduced_.reshape({-1});
+  if (all_reduce_) {
+    at::NoGradGuard no_grad;
+    for (const Member& m : members_) {
+      int64_t numel = 1;
+      for (int64_t s : m.full) numel *= s;
+      results_.push_back(row.narrow(0, m.offset, numel)
+                             .view(m.full)
+                             .narrow(m.dim, m.chunk_offset, m.piece[static_cast<size_t>(m.dim)])
+                             .clone(at::MemoryFormat::Contiguous));  // the full buffer is freed
+    }
+    reduced_ = at::Tensor();
+    done_ = true;
+    return results_;
+  }
+  for (const Member& m : members_) {
+    int64_t numel = 1;
+    for (int64_t s : m.piece) numel *= s;
+    results_.push_back(row.narrow(0, m.offset, numel).view(m.piece));
+  }
+  reduced_ = at::Tensor();
+  done_ = true;
+  return results_;
+}
+
 RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string& label) {
   RedistSpec spec;
   for (size_t m : mesh_dims) {

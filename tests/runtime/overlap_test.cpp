@@ -11,6 +11,9 @@
 //     buckets are issued during backward and their latencies run behind the rest of backward and
 //     each other (exposed time well under one latency per bucket), the gradients equal the
 //     single-process model's; without overlap every bucket blocks for the whole latency.
+//   - FsdpGroups: a fsdp plan's gather groups: one all-gather, one re-gather and (with overlap) one
+//     reduce-scatter per group, fewer calls than sharded parameters, the calls and bytes that
+//     pricedComm counts, the single-process model's gradients.
 //   - OverlapModels: sharded == single process (outputs, gradients, 3 SGD steps' losses) with
 //     overlap on (small buckets: several issued asynchronously during backward; fsdp's parameter
 //     gathers issued ahead of their use in forward and its re-gathers in backward, its gradient
@@ -260,6 +263,80 @@ TEST(OverlapLatency, BucketsIssuedDuringBackwardHideTheInjectedLatency) {
         if (exposed < static_cast<double>(n) * kBucketLatency * 0.99)
           log.fail("each blocking bucket pays the latency: " + what);
       }
+      return log.exitCode();
+    });
+    for (const std::string& f : failed) ADD_FAILURE() << f;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// --- FSDP's grouped gathers and reduce-scatters ---------------------------------------------
+
+/// A fsdp plan of mlp_stack on 2 ranks: a gather group's parameters (blocks of 0.5 MiB: two per
+/// group, artifact::kMinGatherGroupBytes) are gathered by ONE all-gather in forward and ONE in
+/// backward (the re-gather), and their gradients reduced by ONE reduce-scatter (with overlap):
+/// fewer calls per step than sharded parameters; the calls and bytes measured are
+/// the ones pricedComm counts; outputs and gradients equal the single-process model's.
+TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
+  const ModelCase& m = mlpStack();
+  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = testing::scratchDir("overlap", "fsdp_groups_2");
+  std::string err = testing::makeArtifact(m, "2", "fsdp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference& ref = referenceFor(m);
+  for (bool overlap : {true, false}) {
+    std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
+      testing::RankLog log(rank);
+      ParallelModuleOptions options;
+      options.overlap = overlap;
+      std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, options);
+      if (!pm) return 1;
+      int64_t sharded = 0;
+      for (const PlacedTensor& p : pm->parameterSpecs())
+        for (const mesh::Placement& pl : p.placement) sharded += pl.isShard() ? 1 : 0;
+      const std::string what = overlap ? "overlap on: " : "overlap off: ";
+      pm->resetCommStats();
+      auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
+      if (!leaves.ok()) {
+        log.fail("forward: " + leaves.error().message());
+        return 1;
+      }
+      const CommStats forward = pm->commStats();
+      at::Tensor loss = testing::checkedStepLoss(*pm, *leaves, ref, 0, kRtol, log);
+      if (!loss.defined()) return 1;
+      pm->resetCommStats();
+      loss.backward();
+      const CommStats backward = pm->commStats();
+      testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
+      const int64_t gathers = forward.of(CommKind::kAllGather).calls;
+      const int64_t regathers = backward.of(CommKind::kAllGather).calls;
+      const int64_t scatters = backward.of(CommKind::kReduceScatter).calls;
+      const std::string counts = std::to_string(sharded) + " sharded parameters, " +
+                                 std::to_string(gathers) + " gathers, " +
+                                 std::to_string(regathers) + " re-gathers, " +
+                                 std::to_string(scatters) + " reduce-scatters";
+      std::fprintf(stderr, "rank %d: %s%s\n", rank, what.c_str(), counts.c_str());
+      if (sharded < 8) log.fail(what + "expected mlp_stack's parameters sharded: " + counts);
+      if (gathers == 0 || 2 * gathers > sharded)
+        log.fail(what + "the gathers are not grouped: " + counts);
+      if (regathers == 0 || 2 * regathers > sharded)
+        log.fail(what + "the re-gathers are not grouped: " + counts);
+      if (overlap && (scatters == 0 || 2 * scatters > sharded))
+        log.fail(what + "the reduce-scatters are not grouped: " + counts);
+      if (!overlap && scatters < sharded)
+        log.fail(what + "without overlap every gradient is reduced on its own: " + counts);
+      if (!overlap && forward.async_calls + backward.async_calls != 0)
+        log.fail(what + "an asynchronous call without overlap");
+      // What pricedComm counts is what ran: calls and bytes (mlp_stack's shards are even).
+      const PricedComm priced = pm->pricedComm();
+      if (forward.calls != priced.forward_steps || backward.calls != priced.backward_steps)
+        log.fail(what + "calls forward " + std::to_string(forward.calls) + " backward " +
+                 std::to_string(backward.calls) + ", priced " +
+                 std::to_string(priced.forward_steps) + " + " +
+                 std::to_string(priced.backward_steps));
+      if (forward.bytes_sent + backward.bytes_sent != priced.wire_bytes)
+        log.fail(what + "bytes sent " + std::to_string(forward.bytes_sent + backward.bytes_sent) +
+                 ", priced " + std::to_string(priced.wire_bytes));
       return log.exitCode();
     });
     for (const std::string& f : failed) ADD_FAILURE() << f;

@@ -98,6 +98,27 @@ Expected<Manifest> readManifest(const std::string& dir);
 /// readProgram checks that every marked edge has that shape.
 std::vector<int> deferredGradParameters(const proto::Program& program);
 
+/// A gather group smaller than this runs on past a layer boundary (paramGatherGroups).
+inline constexpr int64_t kMinGatherGroupBytes = 1024 * 1024;
+
+/// FSDP's grouped parameter gathers (ParallelModule runs them; lowering prices them so). Per node
+/// of `program`'s graph: the index of its gather group, -1 for none. A candidate is a
+/// redistribute node whose input is a parameter and whose forward is one all-gather along a static
+/// dim (not a bucketed edge, not a sync norm): the gathers the runtime issues ahead. Candidates in
+/// program order are grouped while they are consecutive among the candidates and agree on the
+/// mesh dim, the parameter's stored dtype, requires_grad, regather, the backward (one
+/// reduce-scatter along a static dim with the same op and reduce dtype; an all-reduce then a local
+/// slice on its mesh dim, the same way; or anything else), as FSDP2's fully_shard per layer: a
+/// change of layer (the parameter's name up to its first numeric component, "layers.3" of
+/// "layers.3.attn.q.weight"; "" for the root's parameters) closes a group that holds `min_bytes`
+/// of gathered (priced) bytes already (smaller layers run on into the next: their gathers cost
+/// mostly a call's latency); a group holds at most `cap_bytes`. A group of one is no group (-1).
+/// Groups are numbered in program order. Every rank's program has the same nodes and edges, so
+/// every rank groups alike.
+std::vector<int> paramGatherGroups(const proto::Program& program,
+                                   int64_t cap_bytes = kDefaultGradBucketBytes,
+                                   int64_t min_bytes = kMinGatherGroupBytes);
+
 Expected<proto::Program> readProgram(const std::string& dir, int64_t rank);
 /// The same with a manifest already read.
 Expected<proto::Program> readProgram(const std::string& dir, const Manifest& manifest,

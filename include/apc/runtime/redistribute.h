@@ -103,6 +103,72 @@ bool canIssueForward(const RedistSpec& spec);
 std::unique_ptr<PendingCollective> issueForward(const RedistSpec& spec, const at::Tensor& x,
                                                 World& world);
 
+/// FSDP's grouped parameter gather (artifact::paramGatherGroups): the forwards of `specs` (each
+/// canIssueForward, all on one mesh dim) on `xs` (one dtype) as ONE all-gather of a flat buffer:
+/// each member's piece flattened into a slot as large as its largest member piece (uneven shards
+/// padded with zeros), the slots concatenated; the gathered rows are cut back into the members'
+/// pieces and joined along each one's gather dim (a fresh tensor per member). `async`: issued with
+/// allGatherAsync (`xs` must stay unmodified until wait()), else run at once. Throws CommError /
+/// c10::Error.
+class GroupedGather {
+ public:
+  GroupedGather(std::vector<const RedistSpec*> specs, const std::vector<at::Tensor>& xs,
+                World& world, bool async);
+  /// The members' gathered tensors, in order (the first call waits; later ones return them).
+  const std::vector<at::Tensor>& wait();
+
+ private:
+  struct Member {
+    std::vector<int64_t> local;  // this rank's piece
+    int64_t dim = 0;             // the gather dim
+    std::vector<int64_t> sizes;  // every member's size along it
+    int64_t row = 1;             // elements per unit of the gather dim
+    int64_t offset = 0;          // the slot in the flat buffer
+  };
+  std::vector<const RedistSpec*> specs_;
+  std::vector<Member> members_;
+  int64_t ranks_ = 1;
+  std::unique_ptr<PendingCollective> pending_;
+  at::Tensor gathered_;
+  std::vector<at::Tensor> results_;
+  bool done_ = false;
+};
+
+/// FSDP's grouped gradient reduction: the backwards of `specs` (all of one form on one mesh dim
+/// with one op: isGroupedGradient) on the full gradients `grads` (an undefined one counts as
+/// zeros of the gradient's shape, the step's local_in) as ONE collective of a flat buffer in dtype
+/// `reduce`. One reduce-scatter each: ONE reduce-scatter, member k's block holding every
+/// member's chunk k (torch.chunk along the shard dim, padded to the largest chunk). An all-reduce
+/// then a local slice each (what a plan picks where the links price a reduce-scatter above an
+/// all-reduce, Gloo's on CPU): ONE all-reduce of the gradients concatenated, each then cut to
+/// this rank's chunk. `async`: issued with the *Async call, else run at once.
+/// Whether `spec`'s backward can join a GroupedReduceScatter: one reduce-scatter, or an all-reduce
+/// then a local slice on the same mesh dim, along a static dim.
+bool isGroupedGradient(const RedistSpec& spec);
+
+class GroupedReduceScatter {
+ public:
+  GroupedReduceScatter(std::vector<const RedistSpec*> specs, const std::vector<at::Tensor>& grads,
+                       at::ScalarType reduce, World& world, bool async);
+  /// This rank's piece of every member's reduced gradient (in `reduce`), in order: views of one
+  /// buffer (the first call waits).
+  const std::vector<at::Tensor>& wait();
+
+ private:
+  struct Member {
+    std::vector<int64_t> piece;  // this rank's piece of the gradient
+    int64_t offset = 0;
+    std::vector<int64_t> full;  // all-reduce form: the full gradient, cut along dim
+    int64_t dim = 0, chunk_offset = 0;
+  };
+  bool all_reduce_ = false;
+  std::vector<Member> members_;
+  std::unique_ptr<PendingCollective> pending_;
+  at::Tensor reduced_;
+  std::vector<at::Tensor> results_;
+  bool done_ = false;
+};
+
 /// The full tensor of a local piece placed as `placement` (no Partial) with global sizes
 /// `global_sizes`; autograd-aware (backward: this rank's piece of the gradient). A global size of
 /// -1 (a dynamic dim) is not known: the members of each gather exchange their sizes along it.
