@@ -23,7 +23,7 @@
 #include "apc/ir/proto_io.h"
 #include "apc/ir/torch_dtype.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 #include "apc/runtime/interpreter.h"
 #include "program_checks.h"
 #include "sim_ranks.h"

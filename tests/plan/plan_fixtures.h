@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../ir/test_graphs.h"
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 
 namespace apc::plan::testing {
 

@@ -14,10 +14,10 @@
 #include <cmath>
 
 #include "apc/ir/proto_io.h"
-#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
-#include "apc/plan/report.h"
-#include "apc/plan/verify.h"
+#include "apc/planner/pipeline.h"
+#include "apc/planner/verify.h"
+#include "apc/report/report.h"
 #include "apc/support/hash.h"
 #include "apc/support/json_reader.h"
 #include "plan_fixtures.h"
@@ -566,7 +566,7 @@ TEST(RestrictedPlan, ConstructionPastTheDeadline) {
   mesh::Spec spec = toySpec2x4();
   const double optimum = planOf(g, spec).result.plan.solver.objective;
   PlanRequest request;
-  request.options.solver.deadline = std::chrono::steady_clock::now();
+  request.options.solver.deadline = Deadline::at(std::chrono::steady_clock::now());
   auto run = planGraph(g, spec, toySource(g), request);
   ASSERT_TRUE(run.ok()) << run.error().message();
   EXPECT_FALSE(run->built.complete);
@@ -588,7 +588,7 @@ TEST(RestrictedPlan, FirstPlanPastTheDeadline) {
   mesh::Spec spec = toySpec2x4();
   Planned full = planOf(g, spec);
   solver::SolveGraphOptions o;
-  o.solver.first_plan_deadline = std::chrono::steady_clock::now();
+  o.solver.first_plan_deadline = Deadline::at(std::chrono::steady_clock::now());
   auto direct = solver::solveGraphProblem(full.built.gp, o);
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.error().code(), ErrorCode::kDeadline);

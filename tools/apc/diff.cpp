@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "apc/plan/diff.h"
+#include "apc/report/diff.h"
 #include "commands.h"
 
 namespace apc::tool {

@@ -22,14 +22,15 @@
 #include <tuple>
 
 #include "apc/plan/memory.h"
-#include "apc/plan/pipeline.h"
-#include "apc/plan/report.h"
+#include "apc/planner/pipeline.h"
+#include "apc/report/comm.h"
+#include "apc/report/report.h"
 #include "apc/support/clock.h"
+#include "apc/support/deadline.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
 #include "apc/support/json_reader.h"
 #include "apc/support/strings.h"
-#include "comm.h"
 #include "commands.h"
 #include "common.h"
 
@@ -366,9 +367,7 @@ int runPlan(const PlanFlags& flags) {
   plan::PlanRequest request;
   request.baseline = baseline;
   request.options.solver.time_limit_s = f.time_limit_s;
-  request.options.solver.deadline =
-      after_import + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(std::min(f.time_limit_s, 1e9)));
+  request.options.solver.deadline = Deadline::after(after_import, f.time_limit_s);
   request.options.solver.threads = f.threads;
   request.options.reduce = !f.no_reduce;
   if (!f.checkpoint.empty()) request.checkpoint = f.checkpoint;
@@ -418,9 +417,9 @@ int runPlan(const PlanFlags& flags) {
     std::cout << artifact_summary;
     if (f.verbose) {
       std::cout << plan::optimizerLog(result->result.plan);
-      auto comms = edgeComms(*graph, result->result.plan);
+      auto comms = plan::edgeComms(*graph, result->result.plan);
       if (comms.ok())
-        std::cout << commSection(*comms, result->result.plan.spec.mesh);
+        std::cout << plan::commSection(*comms, result->result.plan.spec.mesh);
       else
         std::cout << "communication: not shown (" << comms.error().message() << ")\n";
     }

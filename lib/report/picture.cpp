@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "apc/plan/explain.h"
-#include "apc/plan/report.h"
+#include "apc/report/explain.h"
+#include "apc/report/report.h"
 #include "apc/support/strings.h"
 
 namespace apc::plan {

@@ -1,4 +1,4 @@
-//===- apc/plan/explain.h - Why the plan chose what it chose ---------------===//
+//===- apc/report/explain.h - Why the plan chose what it chose ---------------===//
 //
 // `apc explain`: the costliest nodes of a plan, and for one node every alternative strategy priced
 // in the context of the plan, with all other nodes kept at their chosen strategies:
