@@ -1,4 +1,4 @@
-//===- lib/plan/checkpointing.cpp - Activation checkpointing as a planning choice -===//
+//===- lib/planner/checkpointing.cpp - Activation checkpointing as a planning choice -===//
 //
 // See apc/planner/checkpointing.h.
 //

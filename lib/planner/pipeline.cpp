@@ -1,4 +1,4 @@
-//===- lib/plan/pipeline.cpp - From an imported graph to a plan ------------===//
+//===- lib/planner/pipeline.cpp - From an imported graph to a plan ------------===//
 //
 // The stages after import (see apc/planner/pipeline.h): the device and budget the spec means,
 // strategy enumeration and problem construction with their wall times, the solve and makePlan,
@@ -9,7 +9,6 @@
 
 #include "apc/plan/memory.h"
 #include "apc/planner/checkpointing.h"
-#include "apc/report/report.h"
 
 #include "apc/cost/cost_model.h"
 

@@ -1,4 +1,4 @@
-//===- lib/plan/prefetch.cpp - The prefetch discount -----------------------===//
+//===- lib/planner/prefetch.cpp - The prefetch discount -----------------------===//
 //
 // Scales the priced communication of parameter-derived edges (spec "prefetch_discount", apc plan
 // --prefetch-discount, ShardingOptimizer::apply_prefetch_discount): see applyPrefetchDiscount in

@@ -1,4 +1,4 @@
-//===- lib/plan/verify.cpp - A plan checked against its graph --------------===//
+//===- lib/planner/verify.cpp - A plan checked against its graph --------------===//
 //
 // verifyPlan (apc/planner/verify.h): the strategies of every graph node enumerated again, as
 // buildProblem enumerates them but without pricing a single edge, and each plan node's

@@ -1,4 +1,4 @@
-//===- lib/plan/diff.cpp - Differences between two plans -------------------===//
+//===- lib/report/diff.cpp - Differences between two plans -------------------===//
 //
 // Matches the nodes of two plans by (kind, name, occurrence) and the parameters by name, and lists
 // what differs (see apc/report/diff.h), in plan a's order, then what only plan b has.

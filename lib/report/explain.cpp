@@ -1,4 +1,4 @@
-//===- lib/plan/explain.cpp - Why the plan chose what it chose -------------===//
+//===- lib/report/explain.cpp - Why the plan chose what it chose -------------===//
 //
 // Prices every alternative of one node with all other nodes at their chosen strategies (see
 // apc/report/explain.h for the statuses), lists the costliest nodes, and draws the plan as

@@ -1,4 +1,4 @@
-//===- lib/plan/picture.cpp - A plan as an SVG picture or an HTML page -----===//
+//===- lib/report/picture.cpp - A plan as an SVG picture or an HTML page -----===//
 //
 // `apc explain --format svg|html`. Both draw the same content, module by module:
 //   - a per-module cost chart: one bar per module down to depth 2, split into compute (blue) and

@@ -1,4 +1,4 @@
-//===- lib/plan/report.cpp - Printed forms of a plan -----------------------===//
+//===- lib/report/report.cpp - Printed forms of a plan -----------------------===//
 //
 // The summary and optimizer log of `apc plan` (see apc/report/report.h). Text for people: numbers
 // are rounded for reading; the plan file keeps the exact ones.

@@ -1,8 +1,8 @@
 //===- tests/api/api_test.cpp - The C++ AutoParallel API -------------------===//
 //
 // The API's plan is the plan `apc plan` writes for the same inputs (byte-identical JSON) and the
-// one lib/plan's pipeline makes for an imported graph; constraints take effect (an input pinned to
-// S(0) on dp; the memory budget's high = 1 replicating the weights where the default shards
+// one lib/planner's pipeline makes for an imported graph; constraints take effect (an input pinned
+// to S(0) on dp; the memory budget's high = 1 replicating the weights where the default shards
 // them); the prefetch discount lowers the objective when parameters move and never raises it;
 // explain and diff; the short path; and bad input as errors, never crashes.
 //

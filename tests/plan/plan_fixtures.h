@@ -1,6 +1,6 @@
 //===- tests/plan/plan_fixtures.h - Plans of hand-built graphs -------------===//
 //
-// Runs lib/plan's pipeline (enumerate, build, solve, makePlan) on the hand-built graphs of
+// Runs lib/planner's pipeline (enumerate, build, solve, makePlan) on the hand-built graphs of
 // tests/ir/test_graphs.h, without the importer, for the unit tests of lib/plan.
 //
 //===----------------------------------------------------------------------===//

@@ -18,6 +18,7 @@
 #include "apc/planner/pipeline.h"
 #include "apc/planner/verify.h"
 #include "apc/report/report.h"
+#include "apc/solver/baselines.h"
 #include "apc/support/hash.h"
 #include "apc/support/json_reader.h"
 #include "plan_fixtures.h"
@@ -307,6 +308,30 @@ TEST(ContentHash, FollowsSpecInputsAndOptions) {
   solver::SolveGraphOptions no_reduce;
   no_reduce.reduce = false;
   EXPECT_NE(contentHash(src, spec, no_reduce), h);
+}
+
+// The plan library links no solver, so its reader checks baseline names against its own list:
+// every name solver::baselineName gives reads back, an alias parseBaseline accepts does not.
+TEST(PlanJson, BaselineNamesAgreeWithTheSolver) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  Plan plan = testing::planOf(g, toySpec2x4()).result.plan;
+  ASSERT_FALSE(plan.nodes.empty());
+  auto withBaseline = [&](const std::string& name) {
+    Plan b = plan;
+    b.solver.baseline = name;
+    b.solver.status = "baseline " + name;
+    b.content_hash = planContentHash(b);
+    return planFromJson(toJson(b));
+  };
+  for (solver::Baseline b : solver::allBaselines()) {
+    auto back = withBaseline(solver::baselineName(b));
+    EXPECT_TRUE(back.ok()) << solver::baselineName(b) << ": " << back.error().message();
+  }
+  ASSERT_TRUE(solver::parseBaseline("zero3").ok());
+  auto alias = withBaseline("zero3");
+  ASSERT_FALSE(alias.ok());
+  EXPECT_NE(alias.error().message().find("$.solver.baseline"), std::string::npos)
+      << alias.error().message();
 }
 
 // Issue 15 finding 5: settings that act only through the solution found are not hashed.

@@ -1,7 +1,7 @@
 //===- tools/apc/explain.cpp - `apc explain` -------------------------------===//
 //
 // Reads a plan and prints its costliest nodes; with --node or --module, also every alternative of
-// one node priced in the plan's context (lib/plan/explain.h). Alternatives need the problem the
+// one node priced in the plan's context (apc/report/explain.h). Alternatives need the problem the
 // plan was solved on: it is rebuilt from the graph the plan carries and the plan's spec (for a
 // plan without a graph, the model is imported again from the path stored in the plan, or
 // --model, with the plan's input shapes, checked against the stored SHA-256). --format json prints

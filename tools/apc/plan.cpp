@@ -4,7 +4,7 @@
 // --out-shardings, --memory-budget, --device), builds and solves the sharding problem (lib/plan's
 // pipeline) and writes the plan JSON (-o). With --strategy it makes a classic plan (DDP, FSDP, TP,
 // FSDP+TP: solver/baselines.h) priced by the same model instead of optimizing. Prints the summary
-// (lib/plan/report.h) and, with --verbose, the optimizer log first. Wall times go to the summary
+// (apc/report/report.h) and, with --verbose, the optimizer log first. Wall times go to the summary
 // and to --timings-json, never into the plan, so that the same inputs give a byte-identical plan.
 //
 //===----------------------------------------------------------------------===//

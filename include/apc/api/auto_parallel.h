@@ -13,8 +13,8 @@
 //   apc::Expected<apc::AppliedPlacement> applied = ap.apply_placement(*plan);  // per-rank programs
 //   applied->write_artifact("out/toy_block_2x4");                            // for the runtime
 //
-// It runs the same stages as `apc plan` (import, lib/plan's buildProblem and solveAndPlan), so the
-// same model, inputs, mesh and constraints give the byte-identical plan (plan::toJsonText).
+// It runs the same stages as `apc plan` (import, lib/planner's buildProblem and solveAndPlan), so
+// the same model, inputs, mesh and constraints give the byte-identical plan (plan::toJsonText).
 //
 // Errors. Every fallible call returns apc::Expected<T> or apc::Status (support/error.h) with a
 // one-line message; nothing throws and nothing aborts on user input. The constructor does no work
@@ -277,7 +277,7 @@ class AutoParallel {
   /// a spec's "pins". An unknown node is a kNotFound-like error naming it.
   Status add_node_constraint(const std::string& node, const Placements& placements);
 
-  /// Builds the problem from the constraints so far and solves it (lib/plan's buildProblem and
+  /// Builds the problem from the constraints so far and solves it (lib/planner's buildProblem and
   /// solveAndPlan with the options' solver settings). Errors: import and constraint errors,
   /// kInfeasible with the solver's diagnosis (which constraint group, the smallest feasible
   /// memory high). May be called again (after more constraints or a prefetch discount).

@@ -48,7 +48,7 @@ struct SolverOptions {
   Deadline deadline;
   // Before the first plan: the reductions that make it (solveGraphProblem's, the chain
   // relaxation's) stop here, and solveGraphProblem returns ErrorCode::kDeadline, so that its
-  // caller can still plan within `deadline` on a restricted problem (lib/plan/pipeline.cpp,
+  // caller can still plan within `deadline` on a restricted problem (lib/planner/pipeline.cpp,
   // "restricted plan"). None: they run to the end, as a first plan needs.
   Deadline first_plan_deadline;
   int threads = 1;
