@@ -34,6 +34,21 @@ std::string planOpNodeName(const ir::Graph& g, const ir::Node& n, const std::str
   return fallback;
 }
 
+/// The sizes a plan records of the solver's ReductionStats.
+ProblemSizes problemSizes(const solver::ReductionStats& z) {
+  ProblemSizes s;
+  s.nodes_before = z.nodes_before;
+  s.edges_before = z.edges_before;
+  s.strategies_before = z.strategies_before;
+  s.nodes_after = z.nodes_after;
+  s.edges_after = z.edges_after;
+  s.strategies_after = z.strategies_after;
+  s.clusters = z.clusters;
+  s.memory_subproblems = z.memory_subproblems;
+  s.memory_branches = z.memory_branches;
+  return s;
+}
+
 }  // namespace
 
 Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
@@ -169,10 +184,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   if (std::isfinite(solution.bound)) st.bound = canonicalNumber(solution.bound);
   st.variables = solution.variables;
   st.constraints = solution.constraints;
-  const solver::ReductionStats& z = record.sizes;
-  st.sizes = {z.nodes_before, z.edges_before,       z.strategies_before,
-              z.nodes_after,  z.edges_after,        z.strategies_after,
-              z.clusters,     z.memory_subproblems, z.memory_branches};
+  st.sizes = problemSizes(record.sizes);
   st.time_limit_s = canonicalNumber(record.options.solver.time_limit_s);
   st.threads = record.options.solver.threads;
   st.reduce = record.options.reduce;

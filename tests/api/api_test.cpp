@@ -450,6 +450,33 @@ TEST(ShardingOptimizer, ExplainMatchesApcExplain) {
   EXPECT_EQ(*solution, *p);
 }
 
+// Issue 28: print_costs_for_node names the collectives of the node's communicating in-edges (rank
+// 0's lowered program: kind, mesh dim, bytes, priced times) as `apc explain --node` does; both
+// come from lib/report's comm.h.
+TEST(ShardingOptimizer, PrintCostsShowsTheNodesCollectives) {
+  AutoParallel ap(kToy, {}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  std::string node;
+  for (const plan::PlanNode& n : p->nodes)
+    if (n.kind == "op" && n.comm_us > 0) {
+      node = n.name;
+      break;
+    }
+  ASSERT_FALSE(node.empty()) << "no op node communicates in this plan";
+  auto text = ap.sharding_optimizer().print_costs_for_node(node);
+  ASSERT_TRUE(text.ok()) << text.error().message();
+  EXPECT_NE(text->find("CHOSEN"), std::string::npos) << *text;
+  EXPECT_NE(text->find("\ncommunication (rank 0's program"), std::string::npos) << *text;
+  EXPECT_NE(text->find(" -> %" + node + " ("), std::string::npos) << *text;
+  EXPECT_NE(text->find(": fwd "), std::string::npos) << *text;
+  ASSERT_OK(plan::writePlanFile(*p, tmp("comm.json")));
+  auto r = testing::runCommand(kApc + " explain " + tmp("comm.json") + " --node " + node);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, *text);
+}
+
 // Issue 35: the graph-wide explain_placement(target) and the redistribution matrix of
 // print_costs_for_node(node, input) print what `apc explain --target` and `--matrix` print.
 TEST(ShardingOptimizer, TargetAndMatrixMatchApcExplain) {
