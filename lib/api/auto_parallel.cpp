@@ -18,11 +18,12 @@
 #include "apc/frontend/model.h"
 #include "apc/ir/proto_io.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/checkpointing.h"
 #include "apc/plan/memory.h"
-#include "apc/plan/pipeline.h"
-#include "apc/plan/report.h"
-#include "apc/plan/verify.h"
+#include "apc/planner/checkpointing.h"
+#include "apc/planner/pipeline.h"
+#include "apc/planner/verify.h"
+#include "apc/report/comm.h"
+#include "apc/report/report.h"
 #include "apc/support/hash.h"
 #include "apc/support/strings.h"
 
@@ -452,7 +453,11 @@ Expected<plan::NodeExplanation> ShardingOptimizer::explain_placement(
 
 Expected<std::string> ShardingOptimizer::print_costs_for_node(const std::string& node) const {
   APC_ASSIGN_OR_RETURN(plan::NodeExplanation e, explain_placement(node));
-  return plan::explanationText(*owner_->state_->plan, e);
+  // The table, then the collectives of the edges into the node in rank 0's lowered program, as
+  // `apc explain --node` prints them.
+  const auto& st = *owner_->state_;
+  if (!st.graph) return plan::explanationText(*st.plan, e);
+  return plan::nodeExplanationText(*st.plan, e, *st.graph);
 }
 
 Expected<plan::TargetExplanation> ShardingOptimizer::explain_placement(

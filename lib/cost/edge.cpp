@@ -72,4 +72,16 @@ std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
   return std::max(full - latency, 0.0);
 }
 
+ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp) {
+  ir::Graph out = g;
+  if (!mp.param_dtype) return out;
+  const Precision p(mp);
+  for (uint32_t i = 0; i < out.numValues(); ++i) {
+    ir::Value& v = out.value(ir::ValueId{i});
+    if (v.tensor) v.tensor = p.compute(*v.tensor);
+    for (ir::TensorMeta& e : v.elements) e = p.compute(e);
+  }
+  return out;
+}
+
 }  // namespace apc::cost

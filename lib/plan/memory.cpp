@@ -18,8 +18,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "apc/cost/edge.h"
 #include "apc/layout/layout.h"
-#include "apc/solver/graph_problem.h"
 #include "apc/strategy/sync_norm.h"
 #include "apc/support/strings.h"
 
@@ -269,7 +269,7 @@ struct Storage {
 class Model {
  public:
   Model(const ir::Graph& g, const Plan& p)
-      : g_(g), cg_(solver::computeGraph(g, p.spec.mixed_precision)), p_(p) {}
+      : g_(g), cg_(cost::computeGraph(g, p.spec.mixed_precision)), p_(p) {}
 
   /// The estimate without optimizer state (it adds the same bytes at every point of the step).
   Expected<MemoryEstimate> run() {

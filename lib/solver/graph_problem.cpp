@@ -117,8 +117,7 @@ class EdgePricer {
   /// enter the memo in request order, so the problem does not depend on the thread count.
   /// False when `deadline` passed first (rows not started by then are left unpriced, the others
   /// kept).
-  bool prefetch(const std::vector<RowRequest>& requests,
-                const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+  bool prefetch(const std::vector<RowRequest>& requests, const Deadline& deadline) {
     std::vector<std::vector<uint32_t>> keys;
     std::vector<const RowRequest*> missing;
     std::unordered_map<std::vector<uint32_t>, bool, IdsHash> asked;
@@ -131,7 +130,7 @@ class EdgePricer {
     if (missing.size() < 2) return true;  // row() prices a single one itself
     std::vector<std::optional<Expected<std::vector<cost::RedistCost>>>> priced(missing.size());
     parallelFor(missing.size(), [&](size_t j) {
-      if (deadline && std::chrono::steady_clock::now() > *deadline) return;
+      if (deadline.passed()) return;
       priced[j].emplace(cost::redistributionCosts(*missing[j]->t, *missing[j]->from,
                                                   *missing[j]->tos, mesh_, model_));
     });
@@ -303,18 +302,6 @@ Expected<std::vector<ResolvedPin>> resolvePins(const ir::Graph& g, const mesh::S
 
 }  // namespace
 
-ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp) {
-  ir::Graph out = g;
-  if (!mp.param_dtype) return out;
-  const cost::Precision p(mp);
-  for (uint32_t i = 0; i < out.numValues(); ++i) {
-    ir::Value& v = out.value(ir::ValueId{i});
-    if (v.tensor) v.tensor = p.compute(*v.tensor);
-    for (ir::TensorMeta& e : v.elements) e = p.compute(e);
-  }
-  return out;
-}
-
 namespace {
 
 /// buildGraphProblem's state and its builders, in the order they run: nodes (one per placeable
@@ -331,7 +318,7 @@ struct GraphProblemBuilder {
 
   Status addNodes();
   /// False when `deadline` passed before every edge was priced.
-  bool addEdges(const std::optional<std::chrono::steady_clock::time_point>& deadline);
+  bool addEdges(const Deadline& deadline);
   /// Sinks of the output leaves the spec places (constrained); the others go to free_leaves.
   Status addOutputSinks();
   void addFreeOutputSinks();
@@ -489,14 +476,13 @@ Status GraphProblemBuilder::addNodes() {
   return Status::success();
 }
 
-bool GraphProblemBuilder::addEdges(
-    const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+bool GraphProblemBuilder::addEdges(const Deadline& deadline) {
   // One shared table per distinct question (CostTable): the copies of a layer reference it.
   std::unordered_map<std::vector<uint32_t>, CostTable, IdsHash> class_costs;
   for (const ir::Node& n : g.nodes()) {
     auto dst_it = problem_of.find(n.id.v);
     if (dst_it == problem_of.end() || n.kind != ir::NodeKind::kOp) continue;
-    if (deadline && std::chrono::steady_clock::now() > *deadline) return false;
+    if (deadline.passed()) return false;
     uint32_t dst = dst_it->second;
     const auto& dst_strats = gp.strategies[dst];
     for (uint32_t i = 0; i < n.inputs.size(); ++i) {
@@ -769,9 +755,9 @@ void GraphProblemBuilder::addMemoryRow() {
 
 }  // namespace
 
-Expected<GraphProblem> buildGraphProblem(
-    const ir::Graph& g, const std::vector<strategy::NodeStrategies>& strategies,
-    const mesh::Spec& spec, const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
+                                         const std::vector<strategy::NodeStrategies>& strategies,
+                                         const mesh::Spec& spec, const Deadline& deadline) {
   APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(spec));
   GraphProblemBuilder b(g, strategies, spec, model);
   APC_ASSIGN_OR_RETURN(b.pins, resolvePins(g, spec));

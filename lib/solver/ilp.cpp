@@ -608,7 +608,7 @@ Expected<Solution> solveWith(const Problem& p, const SolverOptions& options,
 double secondsLeft(const SolverOptions& o, std::chrono::steady_clock::time_point start) {
   auto now = std::chrono::steady_clock::now();
   double left = o.time_limit_s - std::chrono::duration<double>(now - start).count();
-  if (o.deadline) left = std::min(left, std::chrono::duration<double>(*o.deadline - now).count());
+  left = std::min(left, o.deadline.secondsLeft(now));  // +inf without a deadline
   return std::max(0.0, left);
 }
 

@@ -58,12 +58,12 @@ double memoryOfStrategy(const ProblemNode& v, uint32_t s) {
 
 class Search {
  public:
-  Search(const Problem& p, const SolverOptions& options,
-         std::chrono::steady_clock::time_point give_up, size_t max_subproblems)
+  Search(const Problem& p, const SolverOptions& options, const Deadline& give_up,
+         size_t max_subproblems)
       : full_(p), sub_(p), options_(options), give_up_(give_up), max_subproblems_(max_subproblems) {
     // A subproblem's ILP stops at the search's budget too (then it is not optimal: the search
     // gives up).
-    if (!options_.deadline || give_up_ < *options_.deadline) options_.deadline = give_up_;
+    options_.deadline = options_.deadline.earlier(give_up_);
     sub_.memory.reset();
     plain_ = sub_;  // costs without the row, for c(x)
     high_ = full_.memory->high;
@@ -76,7 +76,7 @@ class Search {
     size_t created = 1;
     while (!open.empty()) {
       if (open.top().bound >= incumbent_.objective - tolerance()) break;  // proven
-      if (out_.subproblems >= max_subproblems_ || std::chrono::steady_clock::now() > give_up_) {
+      if (out_.subproblems >= max_subproblems_ || give_up_.passed()) {
         abandoned_ = true;
         break;
       }
@@ -180,7 +180,7 @@ class Search {
   Expected<std::optional<std::optional<Point>>> solveOver(
       const std::vector<std::vector<uint32_t>>& keep, double lambda) {
     // Past the budget nothing more is solved: the search gives up (no bound is trusted unproven).
-    if (std::chrono::steady_clock::now() > give_up_) return std::optional<std::optional<Point>>();
+    if (give_up_.passed()) return std::optional<std::optional<Point>>();
     ++out_.subproblems;
     for (size_t v = 0; v < full_.nodes.size(); ++v) {
       const ProblemNode& f = full_.nodes[v];
@@ -345,7 +345,7 @@ class Search {
   Problem sub_;
   Problem plain_;
   SolverOptions options_;
-  std::chrono::steady_clock::time_point give_up_;
+  Deadline give_up_;
   size_t max_subproblems_;
   double high_ = 0;
   std::vector<std::vector<uint32_t>> root_keep_, keep_;
@@ -374,8 +374,7 @@ bool memoryRowInPlay(const Problem& p) {
 }
 
 Expected<MemorySearchResult> memorySearch(const Problem& p, const SolverOptions& options,
-                                          std::chrono::steady_clock::time_point give_up,
-                                          size_t max_subproblems) {
+                                          const Deadline& give_up, size_t max_subproblems) {
   return Search(p, options, give_up, max_subproblems).run();
 }
 

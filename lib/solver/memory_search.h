@@ -40,6 +40,7 @@
 #include <optional>
 
 #include "apc/solver/graph_problem.h"
+#include "apc/support/deadline.h"
 
 namespace apc::solver::detail {
 
@@ -63,7 +64,6 @@ bool memoryRowInPlay(const Problem& p);
 /// row's nodes among them) until it finishes, `give_up` passes or `max_subproblems` are solved.
 /// Errors: those of a subproblem's ILP other than infeasibility.
 Expected<MemorySearchResult> memorySearch(const Problem& p, const SolverOptions& options,
-                                          std::chrono::steady_clock::time_point give_up,
-                                          size_t max_subproblems);
+                                          const Deadline& give_up, size_t max_subproblems);
 
 }  // namespace apc::solver::detail

@@ -84,9 +84,7 @@ Reducer::Reducer(const Problem& p, ReducerOptions options)
   for (size_t i = 0; i < n; ++i)
     for (uint32_t s : keep_[i]) cost_[i].push_back(p.nodes[i].costs[s]);
   fixMemory();
-  const auto passed = [&] {
-    return options.deadline && std::chrono::steady_clock::now() > *options.deadline;
-  };
+  const auto passed = [&] { return options.deadline.passed(); };
   for (const ProblemEdge& e : p.edges) {
     if ((stopped_ = passed())) return;
     Table t = detail::restrict(
@@ -97,7 +95,7 @@ Reducer::Reducer(const Problem& p, ReducerOptions options)
   if (options.prune_dominated && !hasEmptyNode()) pruneDominated(options.deadline);
 }
 
-bool Reducer::run(const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+bool Reducer::run(const Deadline& deadline) {
   if (stopped_) return false;
   bool changed = true;
   while (changed) {
@@ -106,7 +104,7 @@ bool Reducer::run(const std::optional<std::chrono::steady_clock::time_point>& de
       if (!alive_[v] || inMemory(v) || frozen_[v]) continue;
       if (cost_[v].empty()) continue;  // infeasible node: leave it to the ILP to report
       if (cost_[v].size() == 1 || adj_[v].size() <= 2) {
-        if (deadline && std::chrono::steady_clock::now() > *deadline) return false;
+        if (deadline.passed()) return false;
         eliminate(v);
         changed = true;
       }
@@ -228,12 +226,12 @@ void Reducer::addEdge(uint32_t a, uint32_t b, Table m) {
   }
 }
 
-void Reducer::pruneDominated(const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+void Reducer::pruneDominated(const Deadline& deadline) {
   const size_t n = alive_.size();
   for (int pass = 0; pass < 3; ++pass) {
     bool changed = false;
     for (uint32_t v = 0; v < n; ++v) {
-      if (deadline && std::chrono::steady_clock::now() > *deadline) {
+      if (deadline.passed()) {
         stopped_ = true;
         return;
       }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "apc/solver/problem.h"
+#include "apc/support/deadline.h"
 #include "edge_table.h"
 
 namespace apc::solver::detail {
@@ -63,7 +64,7 @@ struct ReducerOptions {
   bool prune_dominated = true;
   // Construction (the dense tables, dominance pruning: seconds on four-dim meshes) stops when
   // this passes; then stopped() is true and the reducer must not be used.
-  std::optional<std::chrono::steady_clock::time_point> deadline;
+  Deadline deadline;
 };
 
 class Reducer {
@@ -79,7 +80,7 @@ class Reducer {
   /// Eliminates what it can; nodes in the memory bound stay.
   /// Stops early, returning false, when `deadline` passes (then the reduction is unfinished and
   /// must not be used), or at once when construction stopped.
-  bool run(const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt);
+  bool run(const Deadline& deadline = {});
 
   /// The reduced problem over the surviving nodes; fills `ids` with their original indices.
   Problem reduced(std::vector<uint32_t>& ids) const;
@@ -133,7 +134,7 @@ class Reducer {
   }
 
   /// 1c in the file comment: drops strategies dominated in cost, memory and every edge row.
-  void pruneDominated(const std::optional<std::chrono::steady_clock::time_point>& deadline);
+  void pruneDominated(const Deadline& deadline);
 
   bool pruneNode(uint32_t v);
 

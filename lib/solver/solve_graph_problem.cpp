@@ -580,9 +580,7 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
   // A plan exists: its tables (seconds on four-dim meshes) stop at the final deadline, which
   // leaves the clustered plan with its bound.
   ReducerOptions check_options;
-  check_options.deadline =
-      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-               std::chrono::duration<double>(std::min(secondsLeft(options.solver, t0), 1e9)));
+  check_options.deadline = Deadline::after(t0, secondsLeft(options.solver, t0));
   Reducer reducer(full, check_options);
   if (reducer.stopped())
     return unproven(SolveStatus::kTimeLimit, statusName(SolveStatus::kTimeLimit));
@@ -871,9 +869,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   // One time limit for the whole solve: step 0, the clustered solve and the check share it.
   const auto t0 = std::chrono::steady_clock::now();
   SolveGraphOptions options = given;
-  auto limit = t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                        std::chrono::duration<double>(std::min(options.solver.time_limit_s, 1e9)));
-  if (!options.solver.deadline || limit < *options.solver.deadline) options.solver.deadline = limit;
+  options.solver.deadline =
+      options.solver.deadline.earlier(Deadline::after(t0, options.solver.time_limit_s));
   const Problem& full = gp.problem;
   APC_RETURN_IF_ERROR(full.validate());
   if (stats) {
@@ -900,9 +897,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   std::vector<uint32_t> ids;
   Problem reduced = reducer.reduced(ids);
   if (!detail::memoryRowInPlay(reduced)) return solveReduced(gp, options, stats, &tied);
-  const auto give_up =
-      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-               std::chrono::duration<double>(kMemorySearchShare * secondsLeft(options.solver, t0)));
+  const Deadline give_up =
+      Deadline::after(t0, kMemorySearchShare * secondsLeft(options.solver, t0));
   APC_ASSIGN_OR_RETURN(
       detail::MemorySearchResult found,
       detail::memorySearch(reduced, options.solver, give_up, options.memory_search_subproblems));

@@ -1,8 +1,8 @@
 //===- tests/api/api_test.cpp - The C++ AutoParallel API -------------------===//
 //
 // The API's plan is the plan `apc plan` writes for the same inputs (byte-identical JSON) and the
-// one lib/plan's pipeline makes for an imported graph; constraints take effect (an input pinned to
-// S(0) on dp; the memory budget's high = 1 replicating the weights where the default shards
+// one lib/planner's pipeline makes for an imported graph; constraints take effect (an input pinned
+// to S(0) on dp; the memory budget's high = 1 replicating the weights where the default shards
 // them); the prefetch discount lowers the objective when parameters move and never raises it;
 // explain and diff; the short path; and bad input as errors, never crashes.
 //
@@ -22,7 +22,7 @@
 #include "../common/run_command.h"
 #include "../plan/plan_fixtures.h"
 #include "apc/artifact/artifact.h"
-#include "apc/plan/report.h"
+#include "apc/report/report.h"
 
 namespace apc {
 namespace {
@@ -385,7 +385,7 @@ TEST(AutoParallel, PrefetchDiscountIsApcPlansFlagAndExplainPricesWithIt) {
   ASSERT_TRUE(text.ok()) << text.error().message();
   auto e = testing::runCommand(kApc + " explain " + tmp("pd.json") + " --node up.weight");
   ASSERT_EQ(e.code, 0) << e.err;
-  EXPECT_EQ(e.out.substr(0, text->size()), *text);
+  EXPECT_EQ(e.out, *text);  // the table and the node's communication alike
   // Out of range on the command line and in a spec: one-line errors.
   r = testing::runCommand(kApc + " plan " + kToy + " --mesh 8 --prefetch-discount 1.5 -o " +
                           tmp("pd2.json"));
@@ -432,13 +432,15 @@ TEST(ShardingOptimizer, ExplainMatchesApcExplain) {
   ASSERT_TRUE(text.ok());
   EXPECT_NE(text->find("CHOSEN"), std::string::npos) << *text;
 
-  // `apc explain --node` on the same plan written to a file prints the same table first (then
-  // the communication into the node).
+  // The communication into the node follows the table, as `apc explain --node` prints it (issue
+  // 28): the collectives of rank 0's lowered program, or that there are none.
+  EXPECT_NE(text->find("\ncommunication"), std::string::npos) << *text;
+
+  // `apc explain --node` on the same plan written to a file prints the same text.
   ASSERT_OK(plan::writePlanFile(*p, tmp("explain.json")));
   auto r = testing::runCommand(kApc + " explain " + tmp("explain.json") + " --node up.weight");
   ASSERT_EQ(r.code, 0) << r.err;
-  ASSERT_GE(r.out.size(), text->size());
-  EXPECT_EQ(r.out.substr(0, text->size()), *text);
+  EXPECT_EQ(r.out, *text);
 
   auto log = ap.sharding_optimizer().get_log();
   ASSERT_TRUE(log.ok());
@@ -446,6 +448,33 @@ TEST(ShardingOptimizer, ExplainMatchesApcExplain) {
   auto solution = ap.sharding_optimizer().get_solution();
   ASSERT_TRUE(solution.ok());
   EXPECT_EQ(*solution, *p);
+}
+
+// Issue 28: print_costs_for_node names the collectives of the node's communicating in-edges (rank
+// 0's lowered program: kind, mesh dim, bytes, priced times) as `apc explain --node` does; both
+// come from lib/report's comm.h.
+TEST(ShardingOptimizer, PrintCostsShowsTheNodesCollectives) {
+  AutoParallel ap(kToy, {}, mesh2x4());
+  ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
+  auto p = ap.optimize_placement();
+  ASSERT_TRUE(p.ok()) << p.error().message();
+  std::string node;
+  for (const plan::PlanNode& n : p->nodes)
+    if (n.kind == "op" && n.comm_us > 0) {
+      node = n.name;
+      break;
+    }
+  ASSERT_FALSE(node.empty()) << "no op node communicates in this plan";
+  auto text = ap.sharding_optimizer().print_costs_for_node(node);
+  ASSERT_TRUE(text.ok()) << text.error().message();
+  EXPECT_NE(text->find("CHOSEN"), std::string::npos) << *text;
+  EXPECT_NE(text->find("\ncommunication (rank 0's program"), std::string::npos) << *text;
+  EXPECT_NE(text->find(" -> %" + node + " ("), std::string::npos) << *text;
+  EXPECT_NE(text->find(": fwd "), std::string::npos) << *text;
+  ASSERT_OK(plan::writePlanFile(*p, tmp("comm.json")));
+  auto r = testing::runCommand(kApc + " explain " + tmp("comm.json") + " --node " + node);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, *text);
 }
 
 // Issue 35: the graph-wide explain_placement(target) and the redistribution matrix of

@@ -41,7 +41,7 @@
 #include "apc/frontend/weights.h"
 #include "apc/ir/printer.h"
 #include "apc/mesh/device_mesh.h"
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 #include "apc/runtime/interpreter.h"
 #include "apc/runtime/output_leaves.h"
 #include "apc/strategy/strategy.h"

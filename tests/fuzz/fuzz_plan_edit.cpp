@@ -26,9 +26,9 @@
 
 #include "apc/lower/lower.h"
 #include "apc/mesh/spec.h"
-#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
-#include "apc/plan/verify.h"
+#include "apc/planner/pipeline.h"
+#include "apc/planner/verify.h"
 #include "apc/support/json_reader.h"
 
 namespace {

@@ -19,7 +19,7 @@
 #include "../common/samples.h"
 #include "apc/frontend/model.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 #include "apc/solver/baselines.h"
 
 namespace apc::lower {

@@ -1,8 +1,8 @@
 //===- tests/lower/lower_exec_test.cpp - Lowered programs against the unsharded model ===//
 //
 // The oracle of lib/lower. For toy_block, mlp_stack, gpt2_tiny, llama_tiny and cnn_small on the
-// meshes [4], [2,2] and [2,4]: plan in-process (lib/plan's pipeline), lower every rank, check the
-// programs' form (program_checks.h) and that lowering is deterministic, then execute all ranks'
+// meshes [4], [2,2] and [2,4]: plan in-process (lib/planner's pipeline), lower every rank, check
+// the programs' form (program_checks.h) and that lowering is deterministic, then execute all ranks'
 // programs in ONE process, node by node in lockstep: op nodes run per rank through the JIT
 // operator registry (runtime::OpKernel, as the runtime does), redistribute nodes run their
 // forward steps on the simulated collectives of tests/strategy_validator/sim_ranks.h, and vocab
@@ -23,7 +23,7 @@
 #include "apc/ir/proto_io.h"
 #include "apc/ir/torch_dtype.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 #include "apc/runtime/interpreter.h"
 #include "program_checks.h"
 #include "sim_ranks.h"

@@ -7,7 +7,7 @@
 // every subset); "none" turns it off.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/checkpointing.h"
+#include "apc/planner/checkpointing.h"
 
 #include <gtest/gtest.h>
 

@@ -11,9 +11,9 @@
 
 #include <map>
 
-#include "apc/plan/diff.h"
-#include "apc/plan/explain.h"
-#include "apc/plan/report.h"
+#include "apc/report/diff.h"
+#include "apc/report/explain.h"
+#include "apc/report/report.h"
 #include "plan_fixtures.h"
 
 namespace apc::plan {

@@ -13,7 +13,7 @@
 #include <cmath>
 #include <set>
 
-#include "apc/plan/explain.h"
+#include "apc/report/explain.h"
 #include "plan_fixtures.h"
 
 namespace apc::plan {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "apc/plan/diff.h"
-#include "apc/plan/explain.h"
-#include "apc/plan/report.h"
+#include "apc/report/diff.h"
+#include "apc/report/explain.h"
+#include "apc/report/report.h"
 #include "apc/support/strings.h"
 #include "plan_fixtures.h"
 

@@ -15,7 +15,7 @@
 #include <regex>
 #include <string>
 
-#include "apc/plan/explain.h"
+#include "apc/report/explain.h"
 #include "plan_fixtures.h"
 
 namespace apc::plan {

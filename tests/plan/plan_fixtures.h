@@ -1,6 +1,6 @@
 //===- tests/plan/plan_fixtures.h - Plans of hand-built graphs -------------===//
 //
-// Runs lib/plan's pipeline (enumerate, build, solve, makePlan) on the hand-built graphs of
+// Runs lib/planner's pipeline (enumerate, build, solve, makePlan) on the hand-built graphs of
 // tests/ir/test_graphs.h, without the importer, for the unit tests of lib/plan.
 //
 //===----------------------------------------------------------------------===//
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../ir/test_graphs.h"
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 
 namespace apc::plan::testing {
 

@@ -14,10 +14,11 @@
 #include <cmath>
 
 #include "apc/ir/proto_io.h"
-#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
-#include "apc/plan/report.h"
-#include "apc/plan/verify.h"
+#include "apc/planner/pipeline.h"
+#include "apc/planner/verify.h"
+#include "apc/report/report.h"
+#include "apc/solver/baselines.h"
 #include "apc/support/hash.h"
 #include "apc/support/json_reader.h"
 #include "plan_fixtures.h"
@@ -309,6 +310,30 @@ TEST(ContentHash, FollowsSpecInputsAndOptions) {
   EXPECT_NE(contentHash(src, spec, no_reduce), h);
 }
 
+// The plan library links no solver, so its reader checks baseline names against its own list:
+// every name solver::baselineName gives reads back, an alias parseBaseline accepts does not.
+TEST(PlanJson, BaselineNamesAgreeWithTheSolver) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  Plan plan = testing::planOf(g, toySpec2x4()).result.plan;
+  ASSERT_FALSE(plan.nodes.empty());
+  auto withBaseline = [&](const std::string& name) {
+    Plan b = plan;
+    b.solver.baseline = name;
+    b.solver.status = "baseline " + name;
+    b.content_hash = planContentHash(b);
+    return planFromJson(toJson(b));
+  };
+  for (solver::Baseline b : solver::allBaselines()) {
+    auto back = withBaseline(solver::baselineName(b));
+    EXPECT_TRUE(back.ok()) << solver::baselineName(b) << ": " << back.error().message();
+  }
+  ASSERT_TRUE(solver::parseBaseline("zero3").ok());
+  auto alias = withBaseline("zero3");
+  ASSERT_FALSE(alias.ok());
+  EXPECT_NE(alias.error().message().find("$.solver.baseline"), std::string::npos)
+      << alias.error().message();
+}
+
 // Issue 15 finding 5: settings that act only through the solution found are not hashed.
 TEST(ContentHash, IgnoresThreadsAndTimeLimit) {
   ir::Graph g = ir::testing_graphs::toyBlock();
@@ -566,7 +591,7 @@ TEST(RestrictedPlan, ConstructionPastTheDeadline) {
   mesh::Spec spec = toySpec2x4();
   const double optimum = planOf(g, spec).result.plan.solver.objective;
   PlanRequest request;
-  request.options.solver.deadline = std::chrono::steady_clock::now();
+  request.options.solver.deadline = Deadline::at(std::chrono::steady_clock::now());
   auto run = planGraph(g, spec, toySource(g), request);
   ASSERT_TRUE(run.ok()) << run.error().message();
   EXPECT_FALSE(run->built.complete);
@@ -588,7 +613,7 @@ TEST(RestrictedPlan, FirstPlanPastTheDeadline) {
   mesh::Spec spec = toySpec2x4();
   Planned full = planOf(g, spec);
   solver::SolveGraphOptions o;
-  o.solver.first_plan_deadline = std::chrono::steady_clock::now();
+  o.solver.first_plan_deadline = Deadline::at(std::chrono::steady_clock::now());
   auto direct = solver::solveGraphProblem(full.built.gp, o);
   ASSERT_FALSE(direct.ok());
   EXPECT_EQ(direct.error().code(), ErrorCode::kDeadline);

@@ -164,7 +164,7 @@ TEST(MemorySearch, AnUnfinishedSearchFallsBackToTheIlpPath) {
   EXPECT_GE(fell_back, 10);
 }
 
-// The device-memory loop's shortcuts (lib/plan/pipeline.cpp): with memory_search_only an
+// The device-memory loop's shortcuts (lib/planner/pipeline.cpp): with memory_search_only an
 // unfinished search returns its own plan (meeting the row, its bound a true lower bound, status
 // time_limit) instead of the ILP path; and the root's hull plan, whose memory it reports, is an
 // optimum of the row at exactly that memory (brute force), proven by the search at the root.

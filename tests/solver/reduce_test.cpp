@@ -500,7 +500,8 @@ TEST(TimeLimit, ExpiredDeadlineGivesTheBestPlanWithItsGap) {
   EXPECT_EQ(optimal->status, SolveStatus::kOptimal);
 
   SolveGraphOptions o;
-  o.solver.deadline = std::chrono::steady_clock::now();  // already past: no time for the check
+  o.solver.deadline =
+      Deadline::at(std::chrono::steady_clock::now());  // already past: no time for the check
   ReductionStats stats;
   auto stopped = solveGraphProblem(gp, o, &stats);
   ASSERT_TRUE(stopped.ok()) << stopped.error().message();
@@ -525,7 +526,7 @@ TEST(TimeLimit, ExpiredDeadlineGivesTheChainPlanWithItsGap) {
     GraphProblem gp = randomChain(rng, 5, false, 1);
     auto brute = bruteForce(gp.problem);
     SolveGraphOptions o;
-    o.solver.deadline = std::chrono::steady_clock::now();
+    o.solver.deadline = Deadline::at(std::chrono::steady_clock::now());
     ReductionStats stats;
     auto s = solveGraphProblem(gp, o, &stats);
     ASSERT_EQ(brute.ok(), s.ok()) << "trial " << trial;
@@ -558,7 +559,7 @@ TEST(TimeLimit, NoTimeForTheLpGivesAGreedyPlan) {
     if (!brute.ok()) continue;
     SolveGraphOptions o;
     o.cluster = false;
-    o.solver.deadline = std::chrono::steady_clock::now();
+    o.solver.deadline = Deadline::at(std::chrono::steady_clock::now());
     auto s = solveGraphProblem(gp, o);
     ASSERT_TRUE(s.ok()) << s.error().message();
     const double tol = 1e-9 * std::max(1.0, brute->objective);
@@ -584,12 +585,12 @@ TEST(TimeLimit, FirstPlanDeadlineStopsBeforeAnyPlan) {
     auto brute = bruteForce(gp.problem);
     if (!brute.ok()) continue;
     SolveGraphOptions o;
-    o.solver.first_plan_deadline = std::chrono::steady_clock::now();
+    o.solver.first_plan_deadline = Deadline::at(std::chrono::steady_clock::now());
     auto s = solveGraphProblem(gp, o);
     ASSERT_FALSE(s.ok()) << "trial " << trial;
     EXPECT_EQ(s.error().code(), ErrorCode::kDeadline) << s.error().message();
     ++stopped;
-    o.solver.first_plan_deadline.reset();
+    o.solver.first_plan_deadline = Deadline::none();
     auto full = solveGraphProblem(gp, o);
     ASSERT_TRUE(full.ok()) << full.error().message();
     EXPECT_NEAR(full->objective, brute->objective, 1e-9 * std::max(1.0, brute->objective));
@@ -604,7 +605,7 @@ TEST(TimeLimit, StartKeptWhenTheLpHasNoTime) {
   p.nodes = {a, b, c};
   p.edges = {{0, 1, {1, 0, 0, 1}}, {1, 2, {1, 0, 0, 1}}, {0, 2, {1, 0, 0, 1}}};
   SolverOptions o;
-  o.deadline = std::chrono::steady_clock::now();
+  o.deadline = Deadline::at(std::chrono::steady_clock::now());
   auto s = solve(p, o, {0, 0, 0});
   ASSERT_TRUE(s.ok()) << s.error().message();
   EXPECT_EQ(s->status, SolveStatus::kTimeLimit);

@@ -1,6 +1,6 @@
 //===- tools/apc/diff.cpp - `apc diff` -------------------------------------===//
 //
-// Compares two plans (lib/plan/diff.h): nodes whose placements differ with the cost delta of each
+// Compares two plans (apc/report/diff.h): nodes whose placements differ with the cost delta of each
 // and in total, parameters whose placement differs, and the parameter memory of each plan.
 // Exit codes follow `git diff --exit-code`: 0 when no node or parameter placement differs, 1 when
 // one does (cost-only changes are 0), 2 for unreadable plans or bad flags.
@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "apc/plan/diff.h"
+#include "apc/report/diff.h"
 #include "commands.h"
 
 namespace apc::tool {

@@ -1,7 +1,7 @@
 //===- tools/apc/explain.cpp - `apc explain` -------------------------------===//
 //
 // Reads a plan and prints its costliest nodes; with --node or --module, also every alternative of
-// one node priced in the plan's context (lib/plan/explain.h). Alternatives need the problem the
+// one node priced in the plan's context (apc/report/explain.h). Alternatives need the problem the
 // plan was solved on: it is rebuilt from the graph the plan carries and the plan's spec (for a
 // plan without a graph, the model is imported again from the path stored in the plan, or
 // --model, with the plan's input shapes, checked against the stored SHA-256). --format json prints
@@ -17,10 +17,10 @@
 #include <optional>
 #include <string>
 
-#include "apc/plan/explain.h"
-#include "apc/plan/pipeline.h"
-#include "apc/plan/report.h"
-#include "comm.h"
+#include "apc/planner/pipeline.h"
+#include "apc/report/comm.h"
+#include "apc/report/explain.h"
+#include "apc/report/report.h"
 #include "commands.h"
 
 namespace apc::tool {
@@ -73,13 +73,13 @@ int runExplain(const ExplainFlags& f) {
   // The collectives of each communicating edge come from the lowered program, which needs the
   // model: without it (moved, no --model) the output says so and shows costs only.
   std::optional<ir::Graph> graph;
-  std::vector<EdgeComm> comms;
+  std::vector<plan::EdgeComm> comms;
   std::string no_comm;  // why the collectives are not shown
   {
     auto g = graphForPlan(*p, f.model);
     if (g.ok()) {
       graph = std::move(g).value();
-      auto c = edgeComms(*graph, *p);
+      auto c = plan::edgeComms(*graph, *p);
       if (c.ok())
         comms = std::move(c).value();
       else
@@ -90,8 +90,8 @@ int runExplain(const ExplainFlags& f) {
   }
   if (f.format == "dot") {
     plan::DotOptions options;
-    options.edge_labels = edgeLabels(comms, p->spec.mesh);
-    options.sink_labels = sinkLabels(comms, p->spec.mesh);
+    options.edge_labels = plan::edgeLabels(comms, p->spec.mesh);
+    options.sink_labels = plan::sinkLabels(comms, p->spec.mesh);
     options.parameters = !f.no_parameters;
     options.collapse_depth = f.collapse_depth;
     if (!no_comm.empty())
@@ -101,8 +101,8 @@ int runExplain(const ExplainFlags& f) {
   }
   if (f.format == "svg" || f.format == "html") {
     plan::PictureOptions options;
-    options.edge_labels = edgeLabels(comms, p->spec.mesh);
-    options.sink_labels = sinkLabels(comms, p->spec.mesh);
+    options.edge_labels = plan::edgeLabels(comms, p->spec.mesh);
+    options.sink_labels = plan::sinkLabels(comms, p->spec.mesh);
     if (!no_comm.empty())
       std::cerr << "apc: note: edges show costs only, not collectives: " << no_comm << "\n";
     std::cout << (f.format == "svg" ? plan::svgPicture(*p, options)
@@ -155,9 +155,9 @@ int runExplain(const ExplainFlags& f) {
     if (!p->memory.empty()) j["memory"] = plan::memoryJson(*p);
     if (no_comm.empty()) {
       nlohmann::json edges = nlohmann::json::array();
-      for (const EdgeComm& c : comms)
+      for (const plan::EdgeComm& c : comms)
         if (c.graph_node && std::find(shown.begin(), shown.end(), *c.graph_node) != shown.end())
-          edges.push_back(toJson(c, p->spec.mesh));
+          edges.push_back(plan::toJson(c, p->spec.mesh));
       j["communication"] = edges;
     } else {
       j["communication"] = nullptr;
@@ -177,10 +177,7 @@ int runExplain(const ExplainFlags& f) {
     std::cout << topText();
     if (std::string mem = plan::memoryText(*p); !mem.empty()) std::cout << "\n" << mem;
   }
-  if (no_comm.empty())
-    std::cout << "\n" << commSection(comms, p->spec.mesh, &shown);
-  else
-    std::cout << "\ncommunication: not shown (" << no_comm << ")\n";
+  std::cout << plan::commSectionOrWhy(comms, no_comm, p->spec.mesh, &shown);
   return 0;
 }
 

@@ -14,7 +14,7 @@
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/model.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/verify.h"
+#include "apc/planner/verify.h"
 #include "apc/support/hash.h"
 #include "commands.h"
 

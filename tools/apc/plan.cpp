@@ -4,7 +4,7 @@
 // --out-shardings, --memory-budget, --device), builds and solves the sharding problem (lib/plan's
 // pipeline) and writes the plan JSON (-o). With --strategy it makes a classic plan (DDP, FSDP, TP,
 // FSDP+TP: solver/baselines.h) priced by the same model instead of optimizing. Prints the summary
-// (lib/plan/report.h) and, with --verbose, the optimizer log first. Wall times go to the summary
+// (apc/report/report.h) and, with --verbose, the optimizer log first. Wall times go to the summary
 // and to --timings-json, never into the plan, so that the same inputs give a byte-identical plan.
 //
 //===----------------------------------------------------------------------===//
@@ -23,14 +23,15 @@
 
 #include "apc/cost/device.h"
 #include "apc/plan/memory.h"
-#include "apc/plan/pipeline.h"
-#include "apc/plan/report.h"
+#include "apc/planner/pipeline.h"
+#include "apc/report/comm.h"
+#include "apc/report/report.h"
 #include "apc/support/clock.h"
+#include "apc/support/deadline.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
 #include "apc/support/json_reader.h"
 #include "apc/support/strings.h"
-#include "comm.h"
 #include "commands.h"
 #include "common.h"
 
@@ -391,9 +392,7 @@ int runPlan(const PlanFlags& flags) {
   plan::PlanRequest request;
   request.baseline = baseline;
   request.options.solver.time_limit_s = f.time_limit_s;
-  request.options.solver.deadline =
-      after_import + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(std::min(f.time_limit_s, 1e9)));
+  request.options.solver.deadline = Deadline::after(after_import, f.time_limit_s);
   request.options.solver.threads = f.threads;
   request.options.reduce = !f.no_reduce;
   if (!f.checkpoint.empty()) request.checkpoint = f.checkpoint;
@@ -443,9 +442,9 @@ int runPlan(const PlanFlags& flags) {
     std::cout << artifact_summary;
     if (f.verbose) {
       std::cout << plan::optimizerLog(result->result.plan);
-      auto comms = edgeComms(*graph, result->result.plan);
+      auto comms = plan::edgeComms(*graph, result->result.plan);
       if (comms.ok())
-        std::cout << commSection(*comms, result->result.plan.spec.mesh);
+        std::cout << plan::commSection(*comms, result->result.plan.spec.mesh);
       else
         std::cout << "communication: not shown (" << comms.error().message() << ")\n";
     }

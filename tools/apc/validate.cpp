@@ -20,7 +20,7 @@
 #include "apc/lower/lower.h"
 #include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
-#include "apc/plan/verify.h"
+#include "apc/planner/verify.h"
 #include "commands.h"
 #include "common.h"
 

@@ -13,8 +13,8 @@
 //   apc::Expected<apc::AppliedPlacement> applied = ap.apply_placement(*plan);  // per-rank programs
 //   applied->write_artifact("out/toy_block_2x4");                            // for the runtime
 //
-// It runs the same stages as `apc plan` (import, lib/plan's buildProblem and solveAndPlan), so the
-// same model, inputs, mesh and constraints give the byte-identical plan (plan::toJsonText).
+// It runs the same stages as `apc plan` (import, lib/planner's buildProblem and solveAndPlan), so
+// the same model, inputs, mesh and constraints give the byte-identical plan (plan::toJsonText).
 //
 // Errors. Every fallible call returns apc::Expected<T> or apc::Status (support/error.h) with a
 // one-line message; nothing throws and nothing aborts on user input. The constructor does no work
@@ -55,10 +55,10 @@
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
 #include "apc/mesh/spec.h"
-#include "apc/plan/diff.h"
-#include "apc/plan/explain.h"
-#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
+#include "apc/planner/pipeline.h"
+#include "apc/report/diff.h"
+#include "apc/report/explain.h"
 #include "apc/support/error.h"
 
 namespace apc {
@@ -174,7 +174,7 @@ class ShardingOptimizer {
 
   /// Every alternative strategy of one node of the last plan priced in the plan's context, with
   /// its status (CHOSEN, TIE, CHEAPER-HERE-BUT-COSTLIER-OVERALL, COSTLIER, UNAVAILABLE; see
-  /// apc/plan/explain.h). `node` is a plan node name: an input or parameter name, an op's output
+  /// apc/report/explain.h). `node` is a plan node name: an input or parameter name, an op's output
   /// value name ("linear_1"), or "output %y". An unknown name is a kNotFound error that suggests
   /// close names.
   Expected<plan::NodeExplanation> explain_placement(const std::string& node) const;
@@ -185,8 +185,10 @@ class ShardingOptimizer {
   /// kInvalidArgument when `target` has not one entry per mesh dim.
   Expected<plan::TargetExplanation> explain_placement(const mesh::PlacementTuple& target) const;
 
-  /// The text `apc explain PLAN --node NODE` prints for the node's alternatives (the table of one
-  /// node, without the costliest-nodes list). Returned, not printed.
+  /// The text `apc explain PLAN --node NODE` prints: the node's alternatives (the table of one
+  /// node, without the costliest-nodes list), then the collectives each communicating edge into
+  /// the node runs in rank 0's lowered program with their mesh dims, bytes and priced times
+  /// (apc/report/comm.h). Returned, not printed.
   Expected<std::string> print_costs_for_node(const std::string& node) const;
   /// The redistribution matrix of input `input` of `node` as `apc explain PLAN --node NODE
   /// --matrix --input K` prints it: the planner's price from each producer output placement
@@ -194,7 +196,7 @@ class ShardingOptimizer {
   Expected<std::string> print_costs_for_node(const std::string& node, uint32_t input) const;
 
   /// Nodes and parameters whose placements differ between two plans, with the cost delta of each
-  /// and in total (apc/plan/diff.h; plan::diffText prints it as `apc diff` does).
+  /// and in total (apc/report/diff.h; plan::diffText prints it as `apc diff` does).
   plan::PlanDiff diff_solutions(const plan::Plan& a, const plan::Plan& b) const;
 
   /// Scales the cost of prefetchable communication by `scale` in [0, 1] for the following
@@ -265,7 +267,7 @@ class AutoParallel {
   /// < 1, an optimizer other than "sgd", "momentum" or "adamw".
   Status add_device_memory_constraint(int64_t bytes, const std::string& optimizer = "adamw");
 
-  /// Activation checkpointing, as `apc plan --checkpoint` (apc/plan/checkpointing.h): "auto"
+  /// Activation checkpointing, as `apc plan --checkpoint` (apc/planner/checkpointing.h): "auto"
   /// (the default: chosen per repeated module only when the device memory constraint needs it),
   /// "none", "all", or a comma-separated list of modules. Errors: a module that cannot be
   /// checkpointed (named, with the candidates).
@@ -275,7 +277,7 @@ class AutoParallel {
   /// a spec's "pins". An unknown node is a kNotFound-like error naming it.
   Status add_node_constraint(const std::string& node, const Placements& placements);
 
-  /// Builds the problem from the constraints so far and solves it (lib/plan's buildProblem and
+  /// Builds the problem from the constraints so far and solves it (lib/planner's buildProblem and
   /// solveAndPlan with the options' solver settings). Errors: import and constraint errors,
   /// kInfeasible with the solver's diagnosis (which constraint group, the smallest feasible
   /// memory high). May be called again (after more constraints or a prefetch discount).

@@ -61,6 +61,14 @@ class Precision {
   std::optional<ir::DType> reduce_;
 };
 
+/// The graph as it computes under a mixed precision policy: the tensor metadata of every value
+/// of floating dtype (parameters, floating inputs, activations, Tensor[] elements) set to
+/// param_dtype, floating buffers included: lowering casts them like parameters (module.to's
+/// semantics; rope tables in f32 would promote bf16 activations otherwise). Node and value
+/// ids are unchanged, so strategies enumerated on it apply to `g`. Returns a copy of `g` when the
+/// policy has no param_dtype.
+ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
+
 /// Whether a value made by `producer` is regathered in backward instead of kept (a parameter).
 bool regatheredInBackward(const ir::Node& producer);
 

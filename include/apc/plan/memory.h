@@ -7,7 +7,7 @@
 // saves for backward, and the transient values: live intermediates, redistributed copies of
 // inputs, gathered parameters, gradients in flight. Local sizes are the largest piece of each
 // value under the plan's placements (layout::maxLocalSizes); floating activations are in the
-// mixed precision policy's param_dtype (solver::computeGraph).
+// mixed precision policy's param_dtype (cost::computeGraph).
 //
 // The timeline follows the runtime (lib/runtime: the interpreter frees a value after its last use;
 // parameter copies that a redistribution made are freed after use and gathered again in backward;

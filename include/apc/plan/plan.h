@@ -4,8 +4,9 @@
 // costs, per parameter its placement and bytes per rank, the totals, the solver's statistics, and
 // where it came from (apc version, model name, path and hash, the input shapes, the effective
 // spec) and the planned graph itself, so that explaining and lowering a plan need no model file. It
-// is made from a solved GraphProblem (makePlan), written as canonical JSON (toJsonText) and read
-// back (planFromJson, readPlanFile). schemas/plan.schema.json describes the JSON.
+// is made from a solved GraphProblem (makePlan, apc/planner/pipeline.h), written as canonical JSON
+// (toJsonText) and read back (planFromJson, readPlanFile). schemas/plan.schema.json describes the
+// JSON.
 //
 // Costs. A node's compute_us is its chosen strategy's compute cost (forward + backward); its
 // comm_us is the sum of the chosen costs of its in-edges (the forward redistribution of each input
@@ -24,15 +25,15 @@
 // --time-limit change the hash only when they change a placement). planFromJson recomputes it
 // (planContentHash) and refuses a file whose content does not hash to it; what the hash does not
 // cover (placements, the carried graph) is checked against the graph by verifyPlan
-// (apc/plan/verify.h) and `apc validate`. Byte identity also needs a deterministic solve: the
+// (apc/planner/verify.h) and `apc validate`. Byte identity also needs a deterministic solve: the
 // default single-thread CBC run is; with --threads > 1 CBC may return a different optimum of
 // equal cost.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <future>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -43,7 +44,6 @@
 
 #include "apc/ir/graph.h"
 #include "apc/mesh/spec.h"
-#include "apc/solver/graph_problem.h"
 #include "apc/support/error.h"
 
 namespace apc::plan {
@@ -168,6 +168,20 @@ struct MemoryEstimate {
   bool operator==(const MemoryEstimate&) const;  // defaulted in the .cpp (C++17 users)
 };
 
+/// The sizes of the problem a plan was solved on, before and after the solver's reductions (the
+/// part of solver::ReductionStats a plan records).
+struct ProblemSizes {
+  size_t nodes_before = 0, edges_before = 0, strategies_before = 0;
+  size_t nodes_after = 0, edges_after = 0, strategies_after = 0;
+  size_t clusters = 0;  // repeated-layer clusters whose variables were tied
+  // The memory search's (solver step 0) memory-free subproblems and search nodes; 0 when it did
+  // not run.
+  size_t memory_subproblems = 0;
+  size_t memory_branches = 0;
+
+  bool operator==(const ProblemSizes&) const;  // defaulted in the .cpp (C++17 users)
+};
+
 struct SolverStats {
   // solver::statusName of the solve ("optimal", "time_limit", "feasible"), or "baseline <name>"
   // for a baseline's plan.
@@ -176,7 +190,7 @@ struct SolverStats {
   std::optional<double> bound;  // the best proven lower bound; nullopt when none is finite
   int64_t variables = 0;
   int64_t constraints = 0;
-  solver::ReductionStats sizes;  // problem sizes before and after reduction
+  ProblemSizes sizes;  // problem sizes before and after reduction
   // The options that shaped the result (part of the content hash).
   double time_limit_s = 0;
   int threads = 1;
@@ -220,45 +234,27 @@ struct Plan {
 /// what differs.
 Expected<ir::Graph> plannedGraph(const Plan& p);
 
-/// What the solve step gives a plan besides the solution: the options (recorded and part of the
-/// content hash) and the problem sizes before and after reduction.
-struct SolveRecord {
-  solver::SolveGraphOptions options;
-  solver::ReductionStats sizes;
-  std::string baseline;  // SolverStats::baseline
-  /// A restricted plan's (pipeline.h, solveAndPlan): per problem node, the index in its full list
-  /// of each strategy the solved problem kept (empty: the node kept its whole list), and the full
-  /// lists' sizes; the plan records full-list indices and counts. Empty: no restriction.
-  std::vector<std::vector<uint32_t>> full_index;
-  std::vector<uint32_t> full_sizes;
-  /// ir::serializeGraph(g) when already started (BuiltProblem::graph_bytes); else makePlan makes
-  /// it.
-  std::shared_future<std::string> graph_bytes = {};
-};
-
 /// SHA-256 (lowercase hex) of the apc version, source.model_sha256, source.inputs, the canonical
 /// JSON of the spec, the reduce option (it defines the problem) and the baseline name when there
 /// is one (so a baseline's hash differs from the optimizer's). Solver settings that act only
-/// through the solution found (time limit, threads) are left out; makePlan hashes this together
-/// with the chosen strategies, so plans with equal placements for equal inputs have equal hashes.
-std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
-                        const solver::SolveGraphOptions& options, std::string_view baseline = {});
+/// through the solution found (time limit, threads) are left out; makePlan
+/// (apc/planner/pipeline.h) hashes this together with the chosen strategies, so plans with equal
+/// placements for equal inputs have equal hashes.
+std::string contentHash(const PlanSource& source, const mesh::Spec& spec, bool reduce,
+                        std::string_view baseline = {});
 
 /// A plan's content_hash, the one computation makePlan makes and planFromJson checks: contentHash
 /// of p.model, p.spec, p.solver.reduce and p.solver.baseline under the apc version the plan
 /// records (p.apc_version), hashed together with every node's strategy_index in order.
 std::string planContentHash(const Plan& p);
 
-/// Makes the plan of a solved problem. `solution.choice` must have one entry per node of
-/// `gp.problem` (solveGraphProblem expands reduced solutions); errors otherwise.
-Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
-                        const solver::Solution& solution, const mesh::Spec& spec,
-                        const PlanSource& source, const SolveRecord& record);
-
 /// Rounds to 12 significant digits (the value that "%.12g" prints); idempotent, so a plan read
 /// back and written again gives the same bytes. Non-finite values are returned unchanged (and
 /// written as null).
 double canonicalNumber(double x);
+
+/// "12.35 us", "4.50 ms", "1.20 s".
+std::string formatMicros(double us);
 
 /// The plan as JSON (sorted keys, canonical numbers).
 nlohmann::json toJson(const Plan& p);

@@ -55,11 +55,13 @@
 #include <vector>
 
 #include "apc/cost/device.h"
+#include "apc/cost/edge.h"
 #include "apc/ir/graph.h"
 #include "apc/mesh/spec.h"
 #include "apc/solver/ilp.h"
 #include "apc/solver/problem.h"
 #include "apc/strategy/strategy.h"
+#include "apc/support/deadline.h"
 
 namespace apc::solver {
 
@@ -87,13 +89,9 @@ std::vector<mesh::PlacementTuple> leafPlacements(const ir::TensorMeta& t,
 /// strategy's own split (apc/cost/edge.h, the one definition lowering uses too).
 mesh::PlacementTuple gradientPlacement(const strategy::Strategy& s, size_t input);
 
-/// The graph as it computes under a mixed precision policy: the tensor metadata of every value
-/// of floating dtype (parameters, floating inputs, activations, Tensor[] elements) set to
-/// param_dtype, floating buffers included: lowering casts them like parameters (module.to's
-/// semantics; rope tables in f32 would promote bf16 activations otherwise). Node and value
-/// ids are unchanged, so strategies enumerated on it apply to `g`. Returns a copy of `g` when the
-/// policy has no param_dtype.
-ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
+/// The graph as it computes under a mixed precision policy (apc/cost/edge.h; lowering and the
+/// memory model use it without the solver).
+using cost::computeGraph;
 
 /// Builds the problem (see the file comment). `g` is the model as stored (its parameter dtypes
 /// define the memory bound); `strategies` may have been enumerated on computeGraph(g, ...). The
@@ -102,10 +100,9 @@ ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
 /// Errors: a pin that names no node or module of `g`, a module pin with no tensor output, a pin
 /// whose shard dim is out of range for a module output, an input placement the mesh cannot cut;
 /// ErrorCode::kDeadline when `deadline` passes while the edges are priced (checked per edge).
-Expected<GraphProblem> buildGraphProblem(
-    const ir::Graph& g, const std::vector<strategy::NodeStrategies>& strategies,
-    const mesh::Spec& spec,
-    const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt);
+Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
+                                         const std::vector<strategy::NodeStrategies>& strategies,
+                                         const mesh::Spec& spec, const Deadline& deadline = {});
 
 /// How the clustered plan was checked against the unclustered problem (solve_graph_problem.cpp,
 /// step 3; SolveGraphOptions::cluster). clusterCheckText says it in words.

@@ -33,6 +33,7 @@
 #include <optional>
 
 #include "apc/solver/problem.h"
+#include "apc/support/deadline.h"
 
 namespace apc::solver {
 
@@ -44,12 +45,12 @@ struct SolverOptions {
   // An absolute deadline that also bounds the solve when earlier (the tool sets it from the end of
   // import, so that the limit covers enumeration and construction too). Not part of a plan's
   // recorded options: it does not change which plan is optimal, only whether one is proven.
-  std::optional<std::chrono::steady_clock::time_point> deadline;
+  Deadline deadline;
   // Before the first plan: the reductions that make it (solveGraphProblem's, the chain
   // relaxation's) stop here, and solveGraphProblem returns ErrorCode::kDeadline, so that its
-  // caller can still plan within `deadline` on a restricted problem (lib/plan/pipeline.cpp,
+  // caller can still plan within `deadline` on a restricted problem (lib/planner/pipeline.cpp,
   // "restricted plan"). None: they run to the end, as a first plan needs.
-  std::optional<std::chrono::steady_clock::time_point> first_plan_deadline;
+  Deadline first_plan_deadline;
   int threads = 1;
   int log_level = 0;  // 0 silent, 1 CBC summary, 2+ more
 };

@@ -1,5 +1,5 @@
-//===- tools/apc/comm.cpp - The collectives of a plan, as lowered ----------===//
-#include "comm.h"
+//===- lib/report/comm.cpp - The collectives of a plan, as lowered ---------===//
+#include "apc/report/comm.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,10 +8,11 @@
 #include "apc.pb.h"
 #include "apc/artifact/typed_proto.h"
 #include "apc/lower/lower.h"
-#include "apc/plan/report.h"
+#include "apc/report/explain.h"
+#include "apc/report/report.h"
 #include "apc/support/strings.h"
 
-namespace apc::tool {
+namespace apc::plan {
 
 namespace {
 
@@ -187,4 +188,21 @@ std::string commSection(const std::vector<EdgeComm>& comms, const mesh::DeviceMe
          std::to_string(n) + " edge" + (n == 1 ? "" : "s") + "\n" + body;
 }
 
-}  // namespace apc::tool
+std::string commSectionOrWhy(const std::vector<EdgeComm>& comms, const std::string& why_not,
+                             const mesh::DeviceMesh& mesh,
+                             const std::vector<uint32_t>* graph_nodes) {
+  if (!why_not.empty()) return "\ncommunication: not shown (" + why_not + ")\n";
+  return "\n" + commSection(comms, mesh, graph_nodes);
+}
+
+std::string nodeExplanationText(const Plan& p, const NodeExplanation& e, const ir::Graph& g) {
+  std::vector<uint32_t> shown;
+  if (e.node < p.nodes.size() && p.nodes[e.node].graph_node)
+    shown.push_back(*p.nodes[e.node].graph_node);
+  auto comms = edgeComms(g, p);
+  return explanationText(p, e) +
+         (comms.ok() ? commSectionOrWhy(*comms, "", p.spec.mesh, &shown)
+                     : commSectionOrWhy({}, comms.error().message(), p.spec.mesh, &shown));
+}
+
+}  // namespace apc::plan

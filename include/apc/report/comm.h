@@ -1,10 +1,10 @@
-//===- tools/apc/comm.h - The collectives of a plan, as lowered ------------===//
+//===- apc/report/comm.h - The collectives of a plan, as lowered -----------===//
 //
 // Names what each communicating edge of a plan runs: lowers rank 0's program (lib/lower: the same
 // planner that priced the plan, so these are the executed collectives) and reads its
 // redistributions: per edge the forward and backward collectives with their mesh dims (by name)
-// and bytes, and the time the plan priced. Used by `apc plan --verbose` and `apc explain` (text,
-// JSON, dot).
+// and bytes, and the time the plan priced. Used by `apc plan --verbose`, `apc explain` (text,
+// JSON, dot) and the C++ API's print_costs_for_node.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -24,7 +24,9 @@
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
 
-namespace apc::tool {
+namespace apc::plan {
+
+struct NodeExplanation;  // apc/report/explain.h
 
 struct CommStep {
   layout::StepKind kind = layout::StepKind::kAllGather;  // never kLocalSlice (left out)
@@ -48,7 +50,7 @@ struct EdgeComm {
 };
 
 /// The communicating edges of `p` over `g` (rank 0's lowered program), in program order.
-Expected<std::vector<EdgeComm>> edgeComms(const ir::Graph& g, const plan::Plan& p);
+Expected<std::vector<EdgeComm>> edgeComms(const ir::Graph& g, const Plan& p);
 
 /// "all-gather(dp, 4.00 MiB) + all-reduce(tp, 1.00 KiB)"; "-" when empty.
 std::string stepsText(const std::vector<CommStep>& steps, const mesh::DeviceMesh& mesh);
@@ -69,4 +71,14 @@ std::map<std::string, std::string> sinkLabels(const std::vector<EdgeComm>& comms
 std::string commSection(const std::vector<EdgeComm>& comms, const mesh::DeviceMesh& mesh,
                         const std::vector<uint32_t>* graph_nodes = nullptr);
 
-}  // namespace apc::tool
+/// What `apc explain --node` prints for one node: explanationText (apc/report/explain.h), then
+/// the communication section of the edges into the node in rank 0's program lowered from `g`,
+/// or why it is not shown ("communication: not shown (<why>)") when that program cannot be made.
+std::string nodeExplanationText(const Plan& p, const NodeExplanation& e, const ir::Graph& g);
+/// The part after the table: "\n" and commSection of the edges into `graph_nodes`, or "\n" and
+/// "communication: not shown (<why_not>)\n" when `why_not` is not empty.
+std::string commSectionOrWhy(const std::vector<EdgeComm>& comms, const std::string& why_not,
+                             const mesh::DeviceMesh& mesh,
+                             const std::vector<uint32_t>* graph_nodes);
+
+}  // namespace apc::plan

@@ -1,13 +1,13 @@
-//===- lib/plan/prefetch.cpp - The prefetch discount -----------------------===//
+//===- lib/planner/prefetch.cpp - The prefetch discount -----------------------===//
 //
 // Scales the priced communication of parameter-derived edges (spec "prefetch_discount", apc plan
 // --prefetch-discount, ShardingOptimizer::apply_prefetch_discount): see applyPrefetchDiscount in
-// apc/plan/pipeline.h.
+// apc/planner/pipeline.h.
 //
 //===----------------------------------------------------------------------===//
 #include <cmath>
 
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 
 namespace apc::plan {
 

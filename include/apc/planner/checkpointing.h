@@ -1,4 +1,4 @@
-//===- apc/plan/checkpointing.h - Activation checkpointing as a planning choice -===//
+//===- apc/planner/checkpointing.h - Activation checkpointing as a planning choice -===//
 //
 // A checkpointed module runs its forward without autograd and again in backward (the runtime's
 // checkpoint segments, proto::CheckpointSegment): it keeps only what it reads from outside

@@ -1,4 +1,4 @@
-//===- apc/plan/diff.h - Differences between two plans ---------------------===//
+//===- apc/report/diff.h - Differences between two plans ---------------------===//
 //
 // `apc diff a.json b.json`: the nodes whose chosen strategy (input or output placements) differs,
 // each with its cost in both plans and the delta; nodes present in only one plan; parameters whose

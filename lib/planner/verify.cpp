@@ -1,18 +1,18 @@
-//===- lib/plan/verify.cpp - A plan checked against its graph --------------===//
+//===- lib/planner/verify.cpp - A plan checked against its graph --------------===//
 //
-// verifyPlan (apc/plan/verify.h): the strategies of every graph node enumerated again, as
+// verifyPlan (apc/planner/verify.h): the strategies of every graph node enumerated again, as
 // buildProblem enumerates them but without pricing a single edge, and each plan node's
 // placements compared with those of its chosen strategy.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/verify.h"
+#include "apc/planner/verify.h"
 
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 #include "apc/solver/graph_problem.h"
 #include "apc/strategy/strategy.h"
 #include "apc/support/strings.h"

@@ -1,4 +1,4 @@
-//===- lib/plan/picture.cpp - A plan as an SVG picture or an HTML page -----===//
+//===- lib/report/picture.cpp - A plan as an SVG picture or an HTML page -----===//
 //
 // `apc explain --format svg|html`. Both draw the same content, module by module:
 //   - a per-module cost chart: one bar per module down to depth 2, split into compute (blue) and
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-#include "apc/plan/explain.h"
-#include "apc/plan/report.h"
+#include "apc/report/explain.h"
+#include "apc/report/report.h"
 #include "apc/support/strings.h"
 
 namespace apc::plan {

@@ -1,9 +1,9 @@
-//===- lib/plan/checkpointing.cpp - Activation checkpointing as a planning choice -===//
+//===- lib/planner/checkpointing.cpp - Activation checkpointing as a planning choice -===//
 //
-// See apc/plan/checkpointing.h.
+// See apc/planner/checkpointing.h.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/checkpointing.h"
+#include "apc/planner/checkpointing.h"
 
 #include <algorithm>
 #include <cstdint>

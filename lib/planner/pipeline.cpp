@@ -1,15 +1,14 @@
-//===- lib/plan/pipeline.cpp - From an imported graph to a plan ------------===//
+//===- lib/planner/pipeline.cpp - From an imported graph to a plan ------------===//
 //
-// The stages after import (see apc/plan/pipeline.h): the device and budget the spec means,
+// The stages after import (see apc/planner/pipeline.h): the device and budget the spec means,
 // strategy enumeration and problem construction with their wall times, the solve and makePlan,
 // and the check that a rebuilt problem is the one a plan was solved on.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/pipeline.h"
+#include "apc/planner/pipeline.h"
 
-#include "apc/plan/checkpointing.h"
 #include "apc/plan/memory.h"
-#include "apc/plan/report.h"
+#include "apc/planner/checkpointing.h"
 
 #include "apc/cost/cost_model.h"
 
@@ -85,9 +84,8 @@ Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text) {
   return b;
 }
 
-Expected<BuiltProblem> buildProblem(
-    const ir::Graph& g, const mesh::Spec& spec, PhaseTimings* timings,
-    const std::optional<std::chrono::steady_clock::time_point>& deadline) {
+Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
+                                    PhaseTimings* timings, const Deadline& deadline) {
   if (spec.mesh.ndim() > kMaxPlanMeshDims)
     return invalidArgument(
         "mesh " + spec.mesh.toString() + " has " + std::to_string(spec.mesh.ndim()) +
@@ -192,7 +190,7 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
   }
   APC_ASSIGN_OR_RETURN(solver::GraphProblem gp, solver::buildGraphProblem(g, restricted, spec));
   if (spec.prefetch_discount != 1.0) applyPrefetchDiscount(g, gp, spec.prefetch_discount);
-  options.solver.first_plan_deadline.reset();
+  options.solver.first_plan_deadline = Deadline::none();
   PlanResult r;
   auto solution = solver::solveGraphProblem(gp, options, &r.sizes);
   // The restricted problem can lack a plan the full one has (a pin or the memory bound that only
@@ -342,15 +340,13 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const Pl
   // The optimizer's plan has a time limit; a classic plan is built and solved to the end.
   if (!request.baseline) {
     const auto now = Clock::now();
-    const auto limit =
-        now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                  std::min(request.options.solver.time_limit_s, 1e9)));
-    const auto deadline =
-        request.options.solver.deadline ? std::min(*request.options.solver.deadline, limit) : limit;
-    const auto left = std::max(deadline - now, Clock::duration::zero());
-    run.build_deadline = now + std::chrono::duration_cast<Clock::duration>(left * kBuildShare);
+    const Deadline deadline = request.options.solver.deadline.earlier(
+        Deadline::after(now, request.options.solver.time_limit_s));
+    const auto left = std::max(deadline.time() - now, Clock::duration::zero());
+    run.build_deadline =
+        Deadline::at(now + std::chrono::duration_cast<Clock::duration>(left * kBuildShare));
     run.first_plan_deadline =
-        now + std::chrono::duration_cast<Clock::duration>(left * kFirstPlanShare);
+        Deadline::at(now + std::chrono::duration_cast<Clock::duration>(left * kFirstPlanShare));
   }
   APC_ASSIGN_OR_RETURN(run.built, buildProblem(g, spec, timings, run.build_deadline));
   run.built.graph_bytes = std::move(graph_bytes);

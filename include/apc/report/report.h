@@ -1,4 +1,4 @@
-//===- apc/plan/report.h - Printed forms of a plan -------------------------===//
+//===- apc/report/report.h - Printed forms of a plan -------------------------===//
 //
 // What `apc plan` prints: the summary (estimated step time split into compute and communication,
 // parameter memory, per-parameter placements grouped by module, problem sizes before and after
@@ -13,16 +13,15 @@
 #include <vector>
 
 #include "apc/ir/graph.h"
-#include "apc/plan/pipeline.h"
 #include "apc/plan/plan.h"
+#include "apc/planner/pipeline.h"
 
 namespace apc::plan {
 
 /// A node as logs print it: "%linear_1" (the value it defines), or "output %y" for output sinks.
 std::string displayName(const PlanNode& n);
 
-/// "12.35 us", "4.50 ms", "1.20 s".
-std::string formatMicros(double us);
+// formatMicros ("12.35 us", "4.50 ms", "1.20 s") is apc/plan/plan.h's.
 /// A cost difference: "+1.250 us", "-0.500 us"; "+inf" when not finite.
 std::string formatSignedMicros(double us);
 

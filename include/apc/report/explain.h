@@ -1,4 +1,4 @@
-//===- apc/plan/explain.h - Why the plan chose what it chose ---------------===//
+//===- apc/report/explain.h - Why the plan chose what it chose ---------------===//
 //
 // `apc explain`: the costliest nodes of a plan, and for one node every alternative strategy priced
 // in the context of the plan, with all other nodes kept at their chosen strategies:
@@ -218,7 +218,7 @@ struct PictureOptions {
   std::map<std::string, std::string> sink_labels;
 };
 
-/// The plan as one static SVG (lib/plan/picture.cpp): a per-module cost chart (compute and
+/// The plan as one static SVG (lib/report/picture.cpp): a per-module cost chart (compute and
 /// communication), the placement legend, and the module tree as nested boxes holding their nodes
 /// (ops as boxes, parameters as pills) coloured by output placement, communicating edges' targets
 /// outlined in red with their collectives (wrapped, never cut); a run of repeated layers placed

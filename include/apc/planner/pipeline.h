@@ -1,11 +1,13 @@
-//===- apc/plan/pipeline.h - From an imported graph to a plan --------------===//
+//===- apc/planner/pipeline.h - From an imported graph to a plan --------------===//
 //
 // The planner's stages after import, as `apc plan`, `apc explain` and the C++ API run them:
 //
 //   buildProblem:  spec checks -> enumerate strategies (lib/strategy) -> GraphProblem (lib/solver)
 //   solveAndPlan:  solveGraphProblem (reduction + CBC) -> makePlan
 //
-// Import stays with the callers (it needs LibTorch; this library does not). Each stage records its
+// Import stays with the callers (it needs LibTorch; this library does not). The planner
+// (lib/planner) is the only part of the plan libraries that links the solver: the Plan type and
+// its files (lib/plan) do not, so lowering and the runtime carry no solver. Each stage records its
 // wall time in PhaseTimings, which is printed and never stored in the plan.
 //
 //===----------------------------------------------------------------------===//
@@ -25,6 +27,7 @@
 #include "apc/solver/baselines.h"
 #include "apc/solver/graph_problem.h"
 #include "apc/strategy/strategy.h"
+#include "apc/support/deadline.h"
 
 namespace apc::plan {
 
@@ -87,9 +90,35 @@ inline constexpr size_t kMaxPlanMeshDims = 4;
 /// the spec's mixed precision sets a param_dtype, so compute is priced in that dtype), builds the
 /// GraphProblem and applies the spec's prefetch discount (applyPrefetchDiscount). When `deadline`
 /// passes while the edges are priced, construction stops and the result is not `complete`.
-Expected<BuiltProblem> buildProblem(
-    const ir::Graph& g, const mesh::Spec& spec, PhaseTimings* timings = nullptr,
-    const std::optional<std::chrono::steady_clock::time_point>& deadline = std::nullopt);
+Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
+                                    PhaseTimings* timings = nullptr, const Deadline& deadline = {});
+
+/// What the solve step gives a plan besides the solution: the options (recorded and part of the
+/// content hash) and the problem sizes before and after reduction.
+struct SolveRecord {
+  solver::SolveGraphOptions options;
+  solver::ReductionStats sizes;
+  std::string baseline;  // SolverStats::baseline
+  /// A restricted plan's (pipeline.h, solveAndPlan): per problem node, the index in its full list
+  /// of each strategy the solved problem kept (empty: the node kept its whole list), and the full
+  /// lists' sizes; the plan records full-list indices and counts. Empty: no restriction.
+  std::vector<std::vector<uint32_t>> full_index;
+  std::vector<uint32_t> full_sizes;
+  /// ir::serializeGraph(g) when already started (BuiltProblem::graph_bytes); else makePlan makes
+  /// it.
+  std::shared_future<std::string> graph_bytes = {};
+};
+
+/// The content hash of a planning run: apc/plan/plan.h's contentHash with the options' reduce
+/// setting (the one solver option that defines the problem).
+std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
+                        const solver::SolveGraphOptions& options, std::string_view baseline = {});
+
+/// Makes the plan of a solved problem. `solution.choice` must have one entry per node of
+/// `gp.problem` (solveGraphProblem expands reduced solutions); errors otherwise.
+Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
+                        const solver::Solution& solution, const mesh::Spec& spec,
+                        const PlanSource& source, const SolveRecord& record);
 
 struct PlanResult {
   Plan plan;
@@ -139,7 +168,7 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
 struct PlanRequest {
   std::optional<solver::Baseline> baseline;
   solver::SolveGraphOptions options;
-  /// Activation checkpointing (apc/plan/checkpointing.h), `apc plan --checkpoint`: nullopt or
+  /// Activation checkpointing (apc/planner/checkpointing.h), `apc plan --checkpoint`: nullopt or
   /// "auto" (chosen when the spec's device_memory needs it, never otherwise), "none", "all" or a
   /// comma-separated list of modules (checkpointed in the plan as solved: with device_memory,
   /// the memory loop then runs without automatic checkpointing).
@@ -153,7 +182,7 @@ struct PlanRun {
   /// From the request's deadline (or time limit), set by buildPlanProblem: construction stops at
   /// kBuildShare of the time and the reductions before a first plan at kFirstPlanShare, leaving
   /// the rest for the restricted plan (see solveAndPlan). None for a classic plan.
-  std::optional<std::chrono::steady_clock::time_point> build_deadline, first_plan_deadline;
+  Deadline build_deadline, first_plan_deadline;
 };
 
 /// The shares of the time limit that construction, and construction with the first plan's

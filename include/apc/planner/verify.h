@@ -1,4 +1,4 @@
-//===- apc/plan/verify.h - A plan checked against its graph ----------------===//
+//===- apc/planner/verify.h - A plan checked against its graph ----------------===//
 //
 // A plan file is verified, not trusted. planFromJson checks what the file alone determines (the
 // content hashes to its content_hash, each parameter is placed as its node); verifyPlan checks

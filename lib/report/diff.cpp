@@ -1,10 +1,10 @@
-//===- lib/plan/diff.cpp - Differences between two plans -------------------===//
+//===- lib/report/diff.cpp - Differences between two plans -------------------===//
 //
 // Matches the nodes of two plans by (kind, name, occurrence) and the parameters by name, and lists
-// what differs (see apc/plan/diff.h), in plan a's order, then what only plan b has.
+// what differs (see apc/report/diff.h), in plan a's order, then what only plan b has.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/diff.h"
+#include "apc/report/diff.h"
 
 #include <cctype>
 
@@ -14,7 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "apc/plan/report.h"
+#include "apc/report/report.h"
 #include "apc/support/strings.h"
 
 namespace apc::plan {

@@ -1,10 +1,11 @@
-//===- lib/plan/explain.cpp - Why the plan chose what it chose -------------===//
+//===- lib/report/explain.cpp - Why the plan chose what it chose -------------===//
 //
 // Prices every alternative of one node with all other nodes at their chosen strategies (see
-// apc/plan/explain.h for the statuses), lists the costliest nodes, and draws the plan as Graphviz.
+// apc/report/explain.h for the statuses), lists the costliest nodes, and draws the plan as
+// Graphviz.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/explain.h"
+#include "apc/report/explain.h"
 
 #include <algorithm>
 #include <cctype>
@@ -19,7 +20,7 @@
 #include <set>
 
 #include "apc/cost/redistribute.h"
-#include "apc/plan/report.h"
+#include "apc/report/report.h"
 #include "apc/support/strings.h"
 
 namespace apc::plan {

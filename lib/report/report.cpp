@@ -1,10 +1,10 @@
-//===- lib/plan/report.cpp - Printed forms of a plan -----------------------===//
+//===- lib/report/report.cpp - Printed forms of a plan -----------------------===//
 //
-// The summary and optimizer log of `apc plan` (see apc/plan/report.h). Text for people: numbers are
-// rounded for reading; the plan file keeps the exact ones.
+// The summary and optimizer log of `apc plan` (see apc/report/report.h). Text for people: numbers
+// are rounded for reading; the plan file keeps the exact ones.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/plan/report.h"
+#include "apc/report/report.h"
 #include <algorithm>
 #include <cctype>
 
@@ -44,12 +44,6 @@ std::string formatSignedMicros(double us) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%+.3f us", us);
   return buf;
-}
-
-std::string formatMicros(double us) {
-  if (us >= 1e6) return printf1("%.3f s", us / 1e6);
-  if (us >= 1e3) return printf1("%.3f ms", us / 1e3);
-  return printf1("%.3f us", us);
 }
 
 std::vector<ir::NodeId> randomNodes(const ir::Graph& g) {
@@ -283,7 +277,7 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
     i = j;
   }
 
-  const solver::ReductionStats& z = p.solver.sizes;
+  const ProblemSizes& z = p.solver.sizes;
   out += "problem: " + withCommas(static_cast<int64_t>(z.nodes_before)) + " nodes, " +
          withCommas(static_cast<int64_t>(z.edges_before)) + " edges, " +
          withCommas(static_cast<int64_t>(z.strategies_before)) + " strategies; ";
