@@ -448,41 +448,9 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
 
 namespace {
 
-/// toJson's object for node `i`. Built key by key with moves: an initializer list copies every
-/// value once more.
-json nodeJson(const PlanNode& n, size_t i) {
-  json edges = json::array();
-  for (const PlanEdge& e : n.in_edges) {
-    json edge = json::object();
-    edge["from"] = e.from;
-    edge["input"] = e.input;
-    edge["cost_us"] = number(e.cost_us);
-    edges.push_back(std::move(edge));
-  }
-  json j = json::object();
-  j["index"] = i;
-  j["name"] = n.name;
-  j["kind"] = n.kind;
-  j["op"] = n.op;
-  j["module_path"] = n.module_path;
-  j["strategy_index"] = n.strategy_index;
-  j["num_strategies"] = n.num_strategies;
-  j["strategy"] = n.strategy;
-  j["input_placements"] = placementList(n.input_placements);
-  j["output_placements"] = mesh::toJson(n.outputPlacements());
-  j["in_edges"] = std::move(edges);
-  j["compute_us"] = number(n.compute_us);
-  j["comm_us"] = number(n.comm_us);
-  j["cost_us"] = number(n.cost_us);
-  if (n.graph_node) j["graph_node"] = *n.graph_node;
-  if (n.outputs.size() > 1 || n.outputPlacements().empty()) j["outputs"] = placementList(n.outputs);
-  if (!n.pin_group.empty()) j["pin_group"] = n.pin_group;
-  return j;
-}
-
-/// Everything of toJson but the nodes, which are an empty array, and without `with_graph` the
-/// graph.
-json documentJson(const Plan& p, bool with_graph = true) {
+/// Everything of the plan's document but the nodes (an empty array) and the graph, which
+/// toJsonText streams.
+json documentJson(const Plan& p) {
   json params = json::array();
   for (const PlanParameter& q : p.parameters)
     params.push_back({{"name", q.name},
@@ -527,7 +495,6 @@ json documentJson(const Plan& p, bool with_graph = true) {
                  {{"time_limit_s", number(s.time_limit_s)},
                   {"threads", s.threads},
                   {"reduce", s.reduce}}}}}};
-  if (with_graph && !p.graph_bytes.empty()) out["graph"] = base64Encode(p.graph_bytes);
   if (!p.memory.empty()) out["memory"] = memoryJson(p);
   if (t.recompute_us > 0) out["totals"]["recompute_us"] = number(t.recompute_us);
   if (!p.checkpoint.empty()) out["checkpoint"] = p.checkpoint;
@@ -718,10 +685,8 @@ void writeNode(const PlanNode& n, size_t i, int indent, std::string& out, Number
 }  // namespace
 
 json toJson(const Plan& p) {
-  json out = documentJson(p);
-  json& nodes = out["nodes"];
-  for (size_t i = 0; i < p.nodes.size(); ++i) nodes.push_back(nodeJson(p.nodes[i], i));
-  return out;
+  // One writer (toJsonText): the tree is its text read back.
+  return json::parse(toJsonText(p));
 }
 
 namespace {
@@ -770,11 +735,14 @@ std::string canonicalText(const json& j) {
 }
 
 std::string toJsonText(const Plan& p) {
-  // canonicalText(toJson(p)), the nodes streamed: the top-level object is never on one line,
-  // and "nodes" (an array of objects) is one line only when empty.
+  // The plan's one writer: the document's small fields as a tree laid out canonically
+  // (writeCanonical), the nodes streamed (writeNode: a plan of 3,000 nodes is most of its bytes),
+  // in the canonical layout too, so canonicalText(toJson(p)) gives these bytes again. The
+  // top-level object is never on one line, and "nodes" (an array of objects) is one line only
+  // when empty.
   // The graph's base64 (most of the file's bytes) is written directly, in its place among the
   // sorted keys, instead of copied into the tree and scanned for escapes: base64 needs none.
-  const json doc = documentJson(p, /*with_graph=*/false);
+  const json doc = documentJson(p);
   std::string out;
   out.reserve(p.nodes.size() * 900 + p.graph_bytes.size() * 4 / 3 + 65536);
   out += "{\n";

@@ -1380,18 +1380,10 @@ class Regatherer : public Interpreter::Observer {
     if (e.ahead) {
       g = e.ahead->wait();
       e.ahead.reset();
-      TORCH_CHECK(g.sizes() == e.handle.sizes(), "redistribution ", e.spec->edge,
-                  " (re-gather): the gather issued ahead gave shape ", g.sizes(), ", expected ",
-                  e.handle.sizes());
     } else {
       g = runSteps(e.spec->forward, e.x, *e.world, e.spec->edge + " (re-gather)");
     }
-    at::Allocator* alloc = e.storage->allocator();
-    if (!alloc) alloc = c10::GetAllocator(e.storage->device().type());
-    e.storage->set_data_ptr_noswap(alloc->allocate(e.nbytes));
-    e.storage->set_nbytes(e.nbytes);
-    e.freed = false;
-    e.handle.copy_(g);
+    refill(e, g);
     // The previous entry's re-gather runs behind this one's readers' backward.
     if (auto p = e.previous.lock()) issueAheadOf(*p);
   }

@@ -181,12 +181,28 @@ TEST(Graph, CheckpointRangeIsAModulesContiguousOps) {
   Graph inplace = testing_graphs::blockStack(1);
   inplace.node(NodeId(one.last)).op = "aten::add_";
   EXPECT_FALSE(checkpointRange(inplace, "blocks.0"));
-  // BatchNorm that updates running statistics; the functional form is pure.
+  // BatchNorm that updates running statistics (arguments 3 and 4): allowed when they are
+  // buffers (the runtime's recomputation writes copies of them), not when they are other values
+  // from outside (the block's input here); the functional form is pure.
   Graph bn = testing_graphs::blockStack(1);
-  bn.node(NodeId(one.first + 1)).op = "aten::batch_norm";
-  EXPECT_FALSE(checkpointRange(bn, "blocks.0"));
-  bn.node(NodeId(one.first + 1)).op = "aten::_native_batch_norm_legit_functional";
+  const ValueId mean = tensorValue(bn, "running_mean", {1024}, DType::kF32, false);
+  const ValueId var = tensorValue(bn, "running_var", {1024}, DType::kF32, false);
+  testing_graphs::leafNode(bn, NodeKind::kBuffer, "running_mean", mean);
+  testing_graphs::leafNode(bn, NodeKind::kBuffer, "running_var", var);
+  Node& norm = bn.node(NodeId(one.first + 1));
+  const ValueId x = norm.inputs.at(0);
+  norm.op = "aten::batch_norm";
+  norm.inputs.resize(3, x);
+  norm.inputs.push_back(mean);
+  norm.inputs.push_back(var);
   EXPECT_TRUE(checkpointRange(bn, "blocks.0"));
+  EXPECT_EQ(outsideValuesWritten(bn, one.first, one.last), (std::vector<ValueId>{mean, var}));
+  Graph bn_input = bn;
+  const ValueId block_input = bn_input.node(NodeId(one.first)).inputs.at(0);
+  bn_input.node(NodeId(one.first + 1)).inputs.at(3) = block_input;
+  EXPECT_FALSE(checkpointRange(bn_input, "blocks.0"));
+  bn_input.node(NodeId(one.first + 1)).op = "aten::_native_batch_norm_legit_functional";
+  EXPECT_TRUE(checkpointRange(bn_input, "blocks.0"));
   // A size passed on to a later node is allowed (the forward's value); a list of tensors is not.
   Graph sizes = testing_graphs::blockStack(1);
   const ValueId y = sizes.outputs().leaves().at(0);

@@ -199,10 +199,10 @@ TEST(PlanJson, CanonicalTextEscapesLikeNlohmann) {
 }
 
 TEST(PlanJson, StreamedTextEqualsTheTreeText) {
-  // toJsonText streams the nodes; canonicalText(toJson(p)) lays out the JSON tree. Same bytes on
-  // solved plans and on plans edited into every branch of the layout: escaped strings, null and
-  // the longest numbers, several outputs, untyped outputs, a pin group, no graph node, no nodes,
-  // no graph.
+  // toJsonText streams the nodes; toJson reads its text back, and canonicalText lays that tree
+  // out again: the streamed layout is the canonical one (a fixed point), on solved plans and on
+  // plans edited into every branch of the layout: escaped strings, null and the longest numbers,
+  // several outputs, untyped outputs, a pin group, no graph node, no nodes, no graph.
   std::vector<Plan> plans;
   ir::Graph toy = ir::testing_graphs::toyBlock();
   ir::Graph sizes = ir::testing_graphs::withSizeArithmetic();

@@ -256,7 +256,7 @@ double canonicalNumber(double x);
 /// "12.35 us", "4.50 ms", "1.20 s".
 std::string formatMicros(double us);
 
-/// The plan as JSON (sorted keys, canonical numbers).
+/// The plan as JSON (sorted keys, canonical numbers): toJsonText's text read back (one writer).
 nlohmann::json toJson(const Plan& p);
 /// The plan's "memory" object: per optimizer, the predicted peak and what it is made of.
 nlohmann::json memoryJson(const Plan& p);
