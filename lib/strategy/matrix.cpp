@@ -101,6 +101,14 @@ std::vector<DimStrategy> contract(const RuleContext& c, const Contraction& k) {
     s.outputs[0] = o;
     return finish(std::move(s));
   };
+  // Every index within its operand's rank: a graph whose shapes disagree with the op (an edited
+  // or damaged plan's graph; the fuzzer made a linear whose output has fewer dims than its input)
+  // gets no rule, so the Replicate fallback, rather than reads past the sizes.
+  auto within = [](int64_t pos, const std::vector<int64_t>& sizes) {
+    return pos < static_cast<int64_t>(sizes.size());
+  };
+  for (const Index& ix : k.indices)
+    if (!within(ix.lhs, ls) || !within(ix.rhs, rs) || !within(ix.out, os)) return {};
   std::vector<DimStrategy> res;
   res.push_back(make(R(), R(), R()));
   for (const Index& ix : k.indices) {
