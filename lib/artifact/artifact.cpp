@@ -283,6 +283,19 @@ bool stepDynamic(const proto::RedistStep& s, int32_t dim) {
 
 }  // namespace
 
+GatherGradientForm gatherGradientForm(const proto::Redistribution& red) {
+  if (red.backward_size() == 1 && red.backward(0).kind() == proto::REDUCE_SCATTER &&
+      !stepDynamic(red.backward(0), red.backward(0).shard_dim()))
+    return GatherGradientForm::kReduceScatter;
+  if (red.backward_size() == 2 && red.backward(0).kind() == proto::ALL_REDUCE &&
+      red.backward(1).kind() == proto::LOCAL_SLICE &&
+      red.backward(0).mesh_dim() == red.backward(1).mesh_dim() &&
+      red.backward(1).shard_dim() >= 0 &&
+      !stepDynamic(red.backward(1), red.backward(1).shard_dim()))
+    return GatherGradientForm::kAllReduceSlice;
+  return GatherGradientForm::kOther;
+}
+
 std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_bytes,
                                    int64_t min_bytes) {
   const proto::Graph& g = program.graph();
@@ -313,17 +326,11 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
     const proto::RedistStep& f = red.forward(0);
     if (f.kind() != proto::ALL_GATHER || stepDynamic(f, f.gather_dim())) continue;
     const proto::ProgramTensor& p = program.parameters(param->second);
+    const GatherGradientForm form = gatherGradientForm(red);
     std::string backward = "other";
-    if (red.backward_size() == 1 && red.backward(0).kind() == proto::REDUCE_SCATTER &&
-        !stepDynamic(red.backward(0), red.backward(0).shard_dim()))
-      backward = "rs" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
-                 std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
-    else if (red.backward_size() == 2 && red.backward(0).kind() == proto::ALL_REDUCE &&
-             red.backward(1).kind() == proto::LOCAL_SLICE &&
-             red.backward(0).mesh_dim() == red.backward(1).mesh_dim() &&
-             red.backward(1).shard_dim() >= 0 &&
-             !stepDynamic(red.backward(1), red.backward(1).shard_dim()))
-      backward = "ar" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
+    if (form != GatherGradientForm::kOther)
+      backward = (form == GatherGradientForm::kReduceScatter ? "rs" : "ar") +
+                 std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
                  std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
     const std::string key = std::to_string(f.mesh_dim()) + "|" +
                             (p.storage_dtype().empty() ? p.dtype() : p.storage_dtype()) + "|" +

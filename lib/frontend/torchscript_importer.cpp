@@ -289,7 +289,9 @@ class Importer {
     c10::intrusive_ptr<c10::ivalue::Object> obj = module_._ivalue();
     for (const auto& entry : (*cs)->vec()) {
       const auto& info = std::get<tj::kModuleInstanceInfo>(entry);
-      if (!info || info->instance_name().empty()) continue;
+      // "SELF": a scripted module calling a method of its own (torchvision's ResNet.forward calls
+      // self._forward_impl, a Conv2d self._conv_forward): the same module, no path component.
+      if (!info || info->instance_name().empty() || info->instance_name() == "SELF") continue;
       auto [rel, child] = cachedSubmodule(obj, info->instance_name(), info->class_type());
       if (!child) {  // not found: keep the name as the call stack gives it
         rel = info->instance_name();

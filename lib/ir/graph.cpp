@@ -234,8 +234,10 @@ std::vector<ValueId> outsideValuesWritten(const Graph& g, uint32_t first, uint32
       continue;
     }
     const Node& n = g.node(p);
-    if (n.kind == NodeKind::kOp && !n.inputs.empty()) work.push_back(n.inputs[0]);
-    if (n.kind != NodeKind::kOp) outside.insert(v.v);  // a leaf inside: state from outside
+    if (n.kind != NodeKind::kOp)
+      outside.insert(v.v);  // a leaf among the range's ops: state from outside
+    else if (!n.inputs.empty())
+      work.push_back(n.inputs[0]);  // a view or slice of its first input, written through
   }
   std::vector<ValueId> out;
   for (uint32_t v : outside) out.push_back(ValueId(v));

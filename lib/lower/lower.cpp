@@ -766,15 +766,14 @@ Status Lowerer::recordPrediction() {
       grp.separate_fwd += model_.collectiveUs(cost::CollectiveKind::kAllGather, f.mesh_dim(), p, b);
       // The gradients: one reduce-scatter each, or an all-reduce then a local slice each
       // (artifact::paramGatherGroups keeps a group to one form).
-      const bool rs = red.backward_size() == 1 && red.backward(0).kind() == proto::REDUCE_SCATTER;
-      const bool ar = red.backward_size() == 2 && red.backward(0).kind() == proto::ALL_REDUCE &&
-                      red.backward(1).kind() == proto::LOCAL_SLICE;
-      if (red.requires_grad() && (rs || ar)) {
+      const artifact::GatherGradientForm form = artifact::gatherGradientForm(red);
+      if (red.requires_grad() && form != artifact::GatherGradientForm::kOther) {
         const proto::RedistStep& st = red.backward(0);
         const double gb = static_cast<double>(st.priced_bytes());
         grp.grads = true;
-        grp.grad_kind =
-            rs ? cost::CollectiveKind::kReduceScatter : cost::CollectiveKind::kAllReduce;
+        grp.grad_kind = form == artifact::GatherGradientForm::kReduceScatter
+                            ? cost::CollectiveKind::kReduceScatter
+                            : cost::CollectiveKind::kAllReduce;
         grp.grad_dim = st.mesh_dim();
         grp.grad_bytes += gb;
         grp.separate_bwd +=

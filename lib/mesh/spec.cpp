@@ -371,6 +371,20 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   return Status::success();
 }
 
+/// Bytes of memory per device (rank): an integer in [1, 2^62) or a size with a unit ("80GiB"). The
+/// spec's device_memory and the cluster profile's.
+Expected<int64_t> readDeviceMemory(const json& j, const std::string& path) {
+  if (j.is_string()) {
+    auto bytes = parseByteSize(j.get<std::string>());
+    if (!bytes.ok()) return at(path, bytes.error().message());
+    return *bytes;
+  }
+  APC_ASSIGN_OR_RETURN(int64_t b, readInt(j, path));
+  if (b < 1 || b >= (int64_t{1} << 62))
+    return at(path, "bytes per rank must be in [1, 2^62), got " + std::to_string(b));
+  return b;
+}
+
 Expected<MemoryBudget> readMemoryBudget(const json& j, const std::string& path) {
   APC_RETURN_IF_ERROR(expectObject(j, path, "an object {\"low\": ..., \"high\": ...}"));
   APC_RETURN_IF_ERROR(checkKeys(j, path, {"low", "high"}));
@@ -638,17 +652,7 @@ Expected<Spec> parseSpec(const json& j) {
     APC_ASSIGN_OR_RETURN(s.network, readNetwork(*net, "$.network", ndim));
   }
   if (const json* dm = find(j, "device_memory")) {
-    if (dm->is_string()) {
-      auto bytes = parseByteSize(dm->get<std::string>());
-      if (!bytes.ok()) return at("$.device_memory", bytes.error().message());
-      s.device_memory = *bytes;
-    } else {
-      APC_ASSIGN_OR_RETURN(int64_t b, readInt(*dm, "$.device_memory"));
-      if (b < 1 || b >= (int64_t{1} << 62))
-        return at("$.device_memory",
-                  "bytes per device must be in [1, 2^62), got " + std::to_string(b));
-      s.device_memory = b;
-    }
+    APC_ASSIGN_OR_RETURN(s.device_memory, readDeviceMemory(*dm, "$.device_memory"));
     if (find(j, "memory_budget"))
       return at("$.device_memory",
                 "give either device_memory (bytes per device) or memory_budget (fractions of the "
@@ -710,10 +714,7 @@ Expected<ClusterProfile> parseClusterProfile(const json& j) {
     APC_ASSIGN_OR_RETURN(p.network, readNetwork(*net, "$.network", p.links.size()));
   }
   if (const json* dm = find(j, "device_memory")) {
-    APC_ASSIGN_OR_RETURN(int64_t b, readInt(*dm, "$.device_memory"));
-    if (b < 1 || b >= (int64_t{1} << 62))
-      return at("$.device_memory", "bytes per rank must be in [1, 2^62), got " + std::to_string(b));
-    p.device_memory = b;
+    APC_ASSIGN_OR_RETURN(p.device_memory, readDeviceMemory(*dm, "$.device_memory"));
   }
   if (const json* c = find(j, "calibration")) {
     if (!c->is_object()) return at("$.calibration", "expected an object, got " + describe(*c));

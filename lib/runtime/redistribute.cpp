@@ -306,6 +306,19 @@ bool isGroupedGradient(const RedistSpec& spec) {
          b[0].mesh_dim == b[1].mesh_dim && b[1].shard_dim >= 0 && !b[1].isDynamic(b[1].shard_dim);
 }
 
+namespace {
+
+/// The full gradient a grouped reduction takes for `spec`: `g`, or zeros of its shape (the
+/// backward's local_in, else the forward's local_out) when no gradient came.
+at::Tensor gradientOrZeros(const at::Tensor& g, const RedistSpec& spec,
+                           const at::TensorOptions& options) {
+  if (g.defined()) return g;
+  const RedistStepSpec& b = spec.backward.front();
+  return at::zeros(b.local_in.empty() ? spec.forward.front().local_out : b.local_in, options);
+}
+
+}  // namespace
+
 GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
                                            const std::vector<at::Tensor>& grads,
                                            at::ScalarType reduce, World& world, bool async) {
@@ -336,13 +349,7 @@ GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
                       spec.backward.front().reduce_op == first.reduce_op,
                   "redistribution ", spec.edge, " cannot join a grouped all-reduce");
       const RedistStepSpec& cut = spec.backward[1];
-      at::Tensor g = grads[i];
-      if (!g.defined()) {
-        std::vector<int64_t> shape = spec.backward.front().local_in.empty()
-                                         ? spec.forward.front().local_out
-                                         : spec.backward.front().local_in;
-        g = at::zeros(shape, options);
-      }
+      const at::Tensor g = gradientOrZeros(grads[i], spec, options);
       TORCH_CHECK(cut.shard_dim < g.dim(), "redistribution ", spec.edge, ": shard dim ",
                   cut.shard_dim, " of a rank-", g.dim(), " gradient");
       Member m;
@@ -374,12 +381,7 @@ GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
                     spec.backward.front().reduce_op == first.reduce_op,
                 "redistribution ", spec.edge, " cannot join a grouped reduce-scatter");
     const RedistStepSpec& st = spec.backward.front();
-    at::Tensor g = grads[i];
-    if (!g.defined()) {
-      std::vector<int64_t> shape =
-          st.local_in.empty() ? spec.forward.front().local_out : st.local_in;
-      g = at::zeros(shape, options);
-    }
+    const at::Tensor g = gradientOrZeros(grads[i], spec, options);
     TORCH_CHECK(st.shard_dim >= 0 && st.shard_dim < g.dim(), "redistribution ", spec.edge,
                 ": shard dim ", st.shard_dim, " of a rank-", g.dim(), " gradient");
     Layout l{g.to(reduce).contiguous(), st.shard_dim, g.size(st.shard_dim), 1, 0};

@@ -252,6 +252,19 @@ TEST(Importer, ModulePathsFollowTheModuleTree) {
   EXPECT_TRUE(saw_wq);
 }
 
+// A scripted module calling a method of its own (llama_tiny_scripted's attention rotates q and k in
+// a helper method) is the same module: "layers.0.attention", not "layers.0.attention.SELF".
+TEST(Importer, ScriptedSelfCallsStayInTheirModule) {
+  auto g = importTorchScript((kSamples / "llama_tiny_scripted.pt").string());
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  bool saw_rotation = false;
+  for (const ir::Node& n : g->nodes()) {
+    EXPECT_EQ(n.module_path.find("SELF"), std::string::npos) << n.op << " in " << n.module_path;
+    if (n.op == "aten::neg" && n.module_path == "layers.0.attention") saw_rotation = true;
+  }
+  EXPECT_TRUE(saw_rotation);
+}
+
 TEST(Importer, TupleAndDictOutputsKeepTheirStructure) {
   auto g = importTorchScript((kSamples / "multi_output.pt").string());
   ASSERT_TRUE(g.ok()) << g.error().message();

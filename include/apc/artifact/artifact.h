@@ -98,6 +98,13 @@ Expected<Manifest> readManifest(const std::string& dir);
 /// readProgram checks that every marked edge has that shape.
 std::vector<int> deferredGradParameters(const proto::Program& program);
 
+/// How a parameter gather's gradient comes back, as a gather group reduces it (paramGatherGroups,
+/// the runtime's GroupedReduceScatter, lowering's prediction): one reduce-scatter along a static
+/// dim, an all-reduce then a local slice along a static dim on the same mesh dim, or another way
+/// (reduced on its own).
+enum class GatherGradientForm { kOther, kReduceScatter, kAllReduceSlice };
+GatherGradientForm gatherGradientForm(const proto::Redistribution& red);
+
 /// A gather group smaller than this runs on past a layer boundary (paramGatherGroups).
 inline constexpr int64_t kMinGatherGroupBytes = 1024 * 1024;
 

@@ -277,7 +277,7 @@ struct InputShardings {
 ///    "network": [{"all-gather": {...}, ...}, ...],                  optional, one per link
 ///    "device_memory": 12000000000,                                  optional, bytes per rank
 ///    "calibration": {...}}                                          the raw measurements, kept
-/// "device" has the spec's device syntax.
+/// "device" has the spec's device syntax; "device_memory" the spec's (bytes, or "12GiB").
 struct ClusterProfile {
   std::string device = kDefaultDeviceKind;
   DeviceOverrides device_overrides;

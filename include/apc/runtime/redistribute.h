@@ -134,6 +134,11 @@ class GroupedGather {
   bool done_ = false;
 };
 
+/// Whether `spec`'s backward can join a GroupedReduceScatter: one reduce-scatter, or an all-reduce
+/// then a local slice on the same mesh dim, along a static dim (artifact::gatherGradientForm on
+/// the program's redistribution).
+bool isGroupedGradient(const RedistSpec& spec);
+
 /// FSDP's grouped gradient reduction: the backwards of `specs` (all of one form on one mesh dim
 /// with one op: isGroupedGradient) on the full gradients `grads` (an undefined one counts as
 /// zeros of the gradient's shape, the step's local_in) as ONE collective of a flat buffer in dtype
@@ -142,10 +147,6 @@ class GroupedGather {
 /// then a local slice each (what a plan picks where the links price a reduce-scatter above an
 /// all-reduce, Gloo's on CPU): ONE all-reduce of the gradients concatenated, each then cut to
 /// this rank's chunk. `async`: issued with the *Async call, else run at once.
-/// Whether `spec`'s backward can join a GroupedReduceScatter: one reduce-scatter, or an all-reduce
-/// then a local slice on the same mesh dim, along a static dim.
-bool isGroupedGradient(const RedistSpec& spec);
-
 class GroupedReduceScatter {
  public:
   GroupedReduceScatter(std::vector<const RedistSpec*> specs, const std::vector<at::Tensor>& grads,
