@@ -800,8 +800,9 @@ Status Lowerer::recordPrediction() {
   pr->set_forward_comm_us(fwd);
   pr->set_backward_comm_us(bwd);
   // Gradient buckets (artifact::deferredGradParameters: the runtime reduces those gradients in
-  // flat buckets of kDefaultGradBucketBytes at the end of backward): per (mesh dim, op, reduce
-  // dtype), each parameter once, in parameter order, priced as one all-reduce per bucket. The
+  // flat buckets of kDefaultGradBucketBytes, the first kFirstGradBucketBytes, laid out as
+  // backward reaches them): per (mesh dim, op, reduce dtype), each parameter once, in reverse
+  // parameter order, priced as one all-reduce per bucket. The
   // plan priced each at its marginal cost (cost::bucketedGradientUs); recorded: what the buckets
   // save against that (negative: the latency each bucket pays), and what reducing them one by
   // one would add (their latencies).
@@ -825,19 +826,22 @@ Status Lowerer::recordPrediction() {
     }
     if (!bytes_by_param.empty()) {
       const double cap = static_cast<double>(artifact::kDefaultGradBucketBytes);
+      const double first_cap = static_cast<double>(artifact::kFirstGradBucketBytes);
       double bucketed = 0;
       for (const auto& [key, params] : bytes_by_param) {
         const size_t m = std::get<0>(key);
         const int64_t p = mesh_.size(m);
         double bucket = 0;
+        bool first = true;
         auto close = [&] {
           if (bucket > 0)
             bucketed += model_.collectiveUs(cost::CollectiveKind::kAllReduce, m, p, bucket);
           bucket = 0;
+          first = false;
         };
-        for (const auto& [param, b] : params) {
-          if (bucket > 0 && bucket + b > cap) close();
-          bucket += b;
+        for (auto it = params.rbegin(); it != params.rend(); ++it) {
+          if (bucket > 0 && bucket + it->second > (first ? first_cap : cap)) close();
+          bucket += it->second;
         }
         close();
       }

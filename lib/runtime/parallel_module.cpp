@@ -157,6 +157,8 @@ int64_t paddedWireBytes(const RedistStepSpec& s, const mesh::DeviceMesh& mesh) {
 
 static_assert(kDefaultGradBucketBytes == artifact::kDefaultGradBucketBytes,
               "the runtime's default bucket is the one lowering's prediction assumes");
+static_assert(kFirstGradBucketBytes == artifact::kFirstGradBucketBytes,
+              "the runtime's default first bucket is the one lowering's prediction assumes");
 
 }  // namespace
 
@@ -182,11 +184,13 @@ static_assert(kDefaultGradBucketBytes == artifact::kDefaultGradBucketBytes,
 class GradBuckets {
  public:
   GradBuckets(World& world, std::vector<at::Tensor>& params, const std::vector<RedistSpec>& redists,
-              int64_t bucket_bytes, bool overlap)
+              int64_t bucket_bytes, int64_t first_bucket_bytes, bool overlap)
       : world_(world),
         params_(params),
         redists_(redists),
         bucket_bytes_(bucket_bytes),
+        first_bucket_bytes_(first_bucket_bytes > 0 ? std::min(first_bucket_bytes, bucket_bytes)
+                                                   : bucket_bytes),
         overlap_(overlap) {}
 
   /// The forward ran deferred edge `redist` of parameter `param` on `x` (its gradient will have
@@ -266,8 +270,9 @@ class GradBuckets {
   at::ScalarType paramDtype(size_t param) const { return params_[param].scalar_type(); }
 
   /// Buckets from the expected gradients: parameters in reverse program order, one open bucket per
-  /// key, closed when the next entry would pass bucket_bytes; the layout order is the order of
-  /// closing (then the open ones, in key order).
+  /// key, closed when the next entry would pass bucket_bytes (first_bucket_bytes for a key's first
+  /// bucket, as DDP's); the layout order is the order of closing (then the open ones, in key
+  /// order).
   void layOut() {
     laid_out_ = true;
     std::vector<std::pair<std::pair<Key, size_t>, const Expect*>> order;
@@ -276,6 +281,7 @@ class GradBuckets {
                      [](const auto& a, const auto& b) { return a.first.second > b.first.second; });
     std::map<Key, Bucket> open;
     std::map<Key, int64_t> open_bytes;
+    std::set<Key> closed;  // keys with a bucket closed: their next buckets take bucket_bytes
     auto close = [&](const Key& key) {
       auto it = open.find(key);
       if (it == open.end()) return;
@@ -286,13 +292,15 @@ class GradBuckets {
       buckets_.push_back(std::move(b));
       open.erase(it);
       open_bytes.erase(key);
+      closed.insert(key);
     };
     for (const auto& [kp, e] : order) {
       const Key& key = kp.first;
       const int64_t bytes =
           e->numel *
           static_cast<int64_t>(c10::elementSize(static_cast<at::ScalarType>(std::get<2>(key))));
-      if (open.count(key) && open_bytes[key] + bytes > bucket_bytes_) close(key);
+      const int64_t cap = closed.count(key) ? bucket_bytes_ : first_bucket_bytes_;
+      if (open.count(key) && open_bytes[key] + bytes > cap) close(key);
       Bucket& b = open[key];
       b.key = key;
       b.entries.push_back({kp.second, e->numel, e->sizes, e->edges, at::Tensor()});
@@ -411,6 +419,7 @@ class GradBuckets {
   std::vector<at::Tensor>& params_;
   const std::vector<RedistSpec>& redists_;
   int64_t bucket_bytes_;
+  int64_t first_bucket_bytes_;  // at most bucket_bytes_
   bool overlap_;
   std::map<std::pair<Key, size_t>, Expect> expected_;  // (key, param) -> the forward's edges
   std::vector<Bucket> buckets_;                        // the layout of this backward
@@ -1020,7 +1029,8 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->buildRecompute();
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
-                                                  options.grad_bucket_bytes, options.overlap);
+                                                  options.grad_bucket_bytes,
+                                                  options.first_grad_bucket_bytes, options.overlap);
   return std::shared_ptr<ParallelModule>(new ParallelModule(std::move(impl)));
 }
 

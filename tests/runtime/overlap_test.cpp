@@ -270,6 +270,37 @@ TEST(OverlapLatency, BucketsIssuedDuringBackwardHideTheInjectedLatency) {
   std::filesystem::remove_all(dir);
 }
 
+/// DDP's small first bucket (ParallelModuleOptions::first_grad_bucket_bytes): with the default
+/// 25 MiB buckets, mlp_stack's gradients (about 1 MiB) are one bucket; a first bucket of 64 KiB
+/// closes before the first 128x128 weight's gradient and the rest follow in a second, both
+/// asynchronous; the gradients are the reference's either way.
+TEST(OverlapLatency, TheFirstBucketIsSmallerAsDdpsIs) {
+  const ModelCase& m = mlpStack();
+  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = testing::scratchDir("overlap", "first_bucket_ddp_2");
+  std::string err = testing::makeArtifact(m, "2", "ddp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const Reference& ref = referenceFor(m);
+  for (const int64_t first : {int64_t{0}, int64_t{64 * 1024}}) {
+    ParallelModuleOptions options;
+    options.first_grad_bucket_bytes = first;
+    std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
+      testing::RankLog log(rank);
+      BackwardComm bc;
+      if (latencyRank(rank, dir.string(), ref, options, 0.0, bc, log) != 0) return 1;
+      const int64_t want = first == 0 ? 1 : 2;
+      if (bc.all_reduce.calls != want || bc.all_reduce.async_calls != want)
+        log.fail("first bucket " + std::to_string(first) +
+                 " bytes: " + std::to_string(bc.all_reduce.calls) + " buckets (" +
+                 std::to_string(bc.all_reduce.async_calls) + " asynchronous), expected " +
+                 std::to_string(want));
+      return log.exitCode();
+    });
+    for (const std::string& f : failed) ADD_FAILURE() << f;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // --- FSDP's grouped gathers and reduce-scatters ---------------------------------------------
 
 /// A fsdp plan of mlp_stack on 2 ranks: a gather group's parameters (blocks of 0.5 MiB: two per

@@ -2,7 +2,8 @@
 //
 // `apc-train [DIR] --steps N [--lr X] [--optimizer sgd|adamw] [--seed S] [--batch B]
 //            [--model MODEL.pt|MODEL.pt2] [--compare-single MODEL [--no-f64-reference]]
-//            [--clip X] [--threads T] [--grad-bucket-mib M] [--no-overlap] [--prefetch K]
+//            [--clip X] [--threads T] [--grad-bucket-mib M] [--first-grad-bucket-mib M]
+//            [--no-overlap] [--prefetch K]
 //            [--device cpu|cuda] [--onednn on|off|auto] [--profile [--json] [--warmup W]]
 //            [--momentum M] [--save DIR [--save-every N] [--keep K]] [--resume DIR]
 //            [--data FILE [--data-dtype uint16|uint32|int32|int64]]`
@@ -119,10 +120,11 @@ struct Flags {
   double timeout_s = 0;  // 0: APC_TIMEOUT_S, else the runtime's default (300 s)
   bool profile = false;
   bool profile_nodes = false;
-  bool host_cache = true;       // apc/runtime/host_allocator.h (--no-host-cache)
-  double grad_bucket_mib = 25;  // ParallelModuleOptions::grad_bucket_bytes, in MiB
-  bool overlap = true;          // ParallelModuleOptions::overlap (--no-overlap)
-  int prefetch = 1;             // ParallelModuleOptions::prefetch_params
+  bool host_cache = true;            // apc/runtime/host_allocator.h (--no-host-cache)
+  double grad_bucket_mib = 25;       // ParallelModuleOptions::grad_bucket_bytes, in MiB
+  double first_grad_bucket_mib = 1;  // ParallelModuleOptions::first_grad_bucket_bytes, in MiB
+  bool overlap = true;               // ParallelModuleOptions::overlap (--no-overlap)
+  int prefetch = 1;                  // ParallelModuleOptions::prefetch_params
   bool json = false;
   int warmup = -1;     // -1: 2 under --profile, else 0
   std::string save;    // checkpoint root (apc/runtime/checkpoint.h)
@@ -572,6 +574,7 @@ int run(Flags f) {
     return fail("--device must be cpu or cuda, got '" + f.device + "'");
   apc::runtime::ParallelModuleOptions options;
   options.grad_bucket_bytes = static_cast<int64_t>(f.grad_bucket_mib * 1024 * 1024);
+  options.first_grad_bucket_bytes = static_cast<int64_t>(f.first_grad_bucket_mib * 1024 * 1024);
   options.overlap = f.overlap;
   options.prefetch_params = f.prefetch;
   if (f.device == "cuda") {
@@ -975,6 +978,11 @@ int main(int argc, char** argv) {
                  "Reduce replicated parameters' gradients together in buckets of at most this "
                  "many MiB at the end of backward, as DDP does (default 25); 0 reduces each "
                  "gradient on its own, as the plan priced it")
+      ->check(numberIn(0.0, 1024.0 * 1024.0));
+  app.add_option("--first-grad-bucket-mib", f.first_grad_bucket_mib,
+                 "With overlap, the first bucket backward fills holds at most this many MiB, as "
+                 "DDP's (default 1): its all-reduce starts early, behind the rest of backward; 0 "
+                 "makes it as large as the others")
       ->check(numberIn(0.0, 1024.0 * 1024.0));
   app.add_flag("!--no-overlap", f.overlap,
                "Run every collective blocking: the gradient buckets at the end of backward, each "

@@ -38,6 +38,10 @@ inline constexpr uint32_t kProgramFormatVersion = 4;
 /// The runtime's default gradient bucket (ParallelModuleOptions::grad_bucket_bytes) and the one
 /// lowering's prediction assumes: DDP's 25 MiB.
 inline constexpr int64_t kDefaultGradBucketBytes = 25 * 1024 * 1024;
+/// The first gradient bucket's size (ParallelModuleOptions::first_grad_bucket_bytes), as DDP's
+/// (torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES, 1 MiB): the gradients backward produces first
+/// are reduced early, behind the rest of backward.
+inline constexpr int64_t kFirstGradBucketBytes = 1024 * 1024;
 
 struct Manifest {
   int format_version = kManifestFormatVersion;

@@ -62,6 +62,8 @@ struct PlacedTensor {
 
 /// DDP's default gradient bucket, 25 MiB (ParallelModuleOptions::grad_bucket_bytes).
 inline constexpr int64_t kDefaultGradBucketBytes = 25 * 1024 * 1024;
+/// DDP's first gradient bucket, 1 MiB (ParallelModuleOptions::first_grad_bucket_bytes).
+inline constexpr int64_t kFirstGradBucketBytes = 1024 * 1024;
 
 struct ParallelModuleOptions {
   WorldOptions world;              // backend, collective timeout
@@ -74,6 +76,11 @@ struct ParallelModuleOptions {
   /// parameter: the same bytes, a fraction of the latency. 0: every gradient reduced on its own,
   /// as the plan priced it. The artifact's prediction assumes the default (25 MiB, DDP's).
   int64_t grad_bucket_bytes = kDefaultGradBucketBytes;
+  /// With overlap, the first bucket laid out (per mesh dim, op and dtype: the gradients backward
+  /// produces first) holds at most this many bytes (and at most grad_bucket_bytes), as DDP's
+  /// first bucket: its all-reduce starts early and runs behind the rest of backward. 0: the first
+  /// bucket is as large as the others.
+  int64_t first_grad_bucket_bytes = kFirstGradBucketBytes;
   /// Overlap the gradient buckets' all-reduces with the rest of backward: a bucket is issued
   /// asynchronously as soon as all its gradients have come (buckets laid out in reverse program
   /// order, as DDP's) and waited for at the end of backward, each wait with the collective
