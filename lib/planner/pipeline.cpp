@@ -360,6 +360,10 @@ namespace {
 constexpr int kMaxDeviceMemorySolves = 6;
 /// The memory-free subproblems step 0 may solve per solve of that loop.
 constexpr size_t kDeviceMemorySearchSubproblems = 96;
+/// The loop's parameter bound is its own estimate: step 0 may prove its plan at a bound slightly
+/// below it instead (SolveGraphOptions::memory_tighten_within), giving up at most this fraction
+/// of the plan's cost against the bound asked.
+constexpr double kDeviceMemoryTightenWithin = 1e-3;
 
 /// The optimizer's plan under spec.device_memory: the fastest plan whose predicted peak per rank
 /// fits. The peak is parameters x (1 + optimizer state) + gradients + the rest (activations,
@@ -395,6 +399,7 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
   loop_options.memory_search_only = true;
   loop_options.memory_search_subproblems =
       std::min(loop_options.memory_search_subproblems, kDeviceMemorySearchSubproblems);
+  loop_options.memory_tighten_within = kDeviceMemoryTightenWithin;
   auto solveWith = [&](std::optional<double>& high) -> Expected<PlanResult> {
     if (high)
       gp.problem.memory = solver::MemoryBound{0, *high, total, 0};
@@ -402,6 +407,18 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
       gp.problem.memory.reset();
     APC_ASSIGN_OR_RETURN(PlanResult r,
                          solveAndPlan(g, run.built, spec, source, loop_options, timings));
+    const double tightened = r.sizes.memory_tightened;
+    if (high && tightened > 0 && tightened < *high) {
+      // Proven optimal at a bound just below the one asked: solved again there (its root proves
+      // it), so that the plan records the bound it is optimal for.
+      gp.problem.memory = solver::MemoryBound{0, tightened, total, 0};
+      auto at = solveAndPlan(g, run.built, spec, source, loop_options, timings);
+      if (at.ok() && at->solution.status == solver::SolveStatus::kOptimal) {
+        high = tightened;
+        return at;
+      }
+      gp.problem.memory = solver::MemoryBound{0, *high, total, 0};
+    }
     const double hull = r.sizes.memory_hull;
     if (high && r.solution.status != solver::SolveStatus::kOptimal && hull > 0 && hull < *high) {
       gp.problem.memory = solver::MemoryBound{0, hull, total, 0};

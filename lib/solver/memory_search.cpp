@@ -59,8 +59,13 @@ double memoryOfStrategy(const ProblemNode& v, uint32_t s) {
 class Search {
  public:
   Search(const Problem& p, const SolverOptions& options, const Deadline& give_up,
-         size_t max_subproblems)
-      : full_(p), sub_(p), options_(options), give_up_(give_up), max_subproblems_(max_subproblems) {
+         size_t max_subproblems, double tighten_within)
+      : full_(p),
+        sub_(p),
+        options_(options),
+        give_up_(give_up),
+        max_subproblems_(max_subproblems),
+        tighten_within_(tighten_within) {
     // A subproblem's ILP stops at the search's budget too (then it is not optimal: the search
     // gives up).
     options_.deadline = options_.deadline.earlier(give_up_);
@@ -89,8 +94,24 @@ class Search {
         open.push(node);
         break;
       }
-      if (out_.branches == 1 && !e->infeasible && !e->exact && !e->hi.x.empty())
+      if (out_.branches == 1 && !e->infeasible && !e->exact && !e->hi.x.empty()) {
         out_.hull = e->hi.x;
+        if (e->exact_mix) {
+          // A minimizer at the root's multiplier is optimal for the row at its own memory.
+          out_.hull = e->exact_mix->x;
+          const double lost = e->lambda * (high_ - e->exact_mix->m);
+          if (tighten_within_ > 0 && e->exact_mix->m < high_ - 1e-9 * std::max(1.0, high_) &&
+              lost <= tighten_within_ * e->exact_mix->c) {
+            incumbent_.choice = e->exact_mix->x;
+            incumbent_.objective = e->exact_mix->c;
+            out_.tightened_high = e->exact_mix->m;
+            out_.proven = true;
+            out_.bound = e->exact_mix->c;
+            out_.best = incumbent_;
+            return std::move(out_);
+          }
+        }
+      }
       if (e->infeasible || e->bound >= incumbent_.objective - tolerance() || e->exact) continue;
       // Branch on the parameter whose memory the two hull plans differ in most.
       const std::vector<uint32_t>& lo = e->lo.x;
@@ -129,6 +150,10 @@ class Search {
     double bound = -kInfinity;
     double lambda = 0;
     Point lo, hi;
+    /// Where the multiplier search ended at L's maximum (lo and hi both minimize c + lambda m
+    /// there): the mix of lo and hi (offerMixes) that meets the row with the most memory among
+    /// those that minimize c + lambda m too, if any.
+    std::optional<Point> exact_mix;
     std::shared_ptr<const Solved> solved;  // this node's minimizers, for its children
   };
 
@@ -282,30 +307,80 @@ class Search {
     }
     if (!hi) return std::optional<Expansion>();  // no plan that meets the row found: give up
     // The lines of lo and hi cross at lambda; a plan below both replaces one of them.
+    std::optional<double> at_max;  // the least c + lambda m, where the search ends at L's maximum
+    double at_max_lambda = 0;
+    // The root of a search that may tighten its row finds L's maximum whatever the incumbent:
+    // its two hull plans there are what the tightened plan mixes.
+    const bool to_maximum = tighten_within_ > 0 && node.cuts.empty();
     for (int i = 0; i < 200; ++i) {
       if (lo.m <= hi->m) return internalError("memory search: hull plans out of order");
       lambda = std::max(0.0, (hi->c - lo.c) / (lo.m - hi->m));
       double line = lo.c + lambda * lo.m;
       // L's maximum is at most where the two lines cross: when even that is below the
       // incumbent, this node branches whatever the rest of the dual gives; stop solving.
-      if (line - lambda * high_ < incumbent_.objective - tolerance()) break;
+      if (!to_maximum && line - lambda * high_ < incumbent_.objective - tolerance()) break;
       APC_ASSIGN_OR_RETURN(auto p, at(lambda));
       if (!p) return std::optional<Expansion>();
       if (!*p) return internalError("memory search: a subproblem became infeasible");
       double value = (*p)->c + lambda * (*p)->m;
-      if (value >= line - 1e-9 * std::max(1.0, std::fabs(line))) break;  // L's maximum
+      if (value >= line - 1e-9 * std::max(1.0, std::fabs(line))) {  // L's maximum
+        at_max = value;
+        at_max_lambda = lambda;
+        break;
+      }
       if (e.bound >= incumbent_.objective - tolerance()) break;
       if (meetsRow(**p))
         hi = std::move(**p);
       else
         lo = std::move(**p);
     }
+    // At the root only: deeper nodes gain little from them (llama_tiny 2x4 at 0,0.25: the same
+    // 434 subproblems, a third more time).
+    if (node.cuts.empty()) e.exact_mix = offerMixes(lo, *hi, at_max, at_max_lambda);
     if (e.bound < incumbent_.objective - tolerance()) {
       APC_RETURN_IF_ERROR(repair(lo, *hi));
     }
     e.lo = std::move(lo);
     e.hi = std::move(*hi);
     return std::optional<Expansion>(std::move(e));
+  }
+
+  /// The plans that take one hull plan's strategies on a prefix of the nodes (program order) and
+  /// the other's on the rest, both ways round, each offered as an incumbent. Where lo and hi agree
+  /// on a separator of the graph (a chain of repeated layers: the strategies at a layer boundary),
+  /// such a mix costs c + lambda m exactly what both do (the two mixes of one split sum to lo + hi
+  /// and neither is below the minimum), so when lo and hi minimize c + lambda m (`min_value` at
+  /// `lambda`, the search having ended at L's maximum) the mixes fill the hull's segment between
+  /// them in steps of about a layer. Returned: the mix that meets the row with the most memory
+  /// among those within tolerance of `min_value` (a minimizer, so no plan with at most its memory
+  /// costs less), or none.
+  std::optional<Point> offerMixes(const Point& lo, const Point& hi, std::optional<double> min_value,
+                                  double lambda) {
+    std::optional<Point> best;
+    const size_t n = full_.nodes.size();
+    for (const bool lo_first : {true, false}) {
+      const Point& first = lo_first ? lo : hi;
+      const Point& second = lo_first ? hi : lo;
+      Point mix;
+      mix.x = second.x;
+      for (size_t k = 0; k + 1 < n; ++k) {
+        if (first.x[k] == second.x[k]) continue;
+        mix.x[k] = first.x[k];
+        // A split point: the next differing node starts the suffix.
+        size_t next = k + 1;
+        while (next < n && first.x[next] == second.x[next]) ++next;
+        if (next == n) break;  // the whole of `first`
+        mix.c = evaluate(plain_, mix.x);
+        if (!std::isfinite(mix.c)) continue;
+        mix.m = memoryOf(full_, mix.x);
+        offer(mix);
+        if (!min_value || !meetsRow(mix)) continue;
+        const double value = mix.c + lambda * mix.m;
+        if (value > *min_value + 1e-9 * std::max(1.0, std::fabs(*min_value))) continue;
+        if (!best || mix.m > best->m || (mix.m == best->m && mix.c < best->c)) best = mix;
+      }
+    }
+    return best;
   }
 
   /// A plan that meets the row, near the two hull plans (an incumbent early saves most of the
@@ -347,6 +422,7 @@ class Search {
   SolverOptions options_;
   Deadline give_up_;
   size_t max_subproblems_;
+  double tighten_within_;
   double high_ = 0;
   std::vector<std::vector<uint32_t>> root_keep_, keep_;
   Solution incumbent_ = [] {
@@ -374,8 +450,9 @@ bool memoryRowInPlay(const Problem& p) {
 }
 
 Expected<MemorySearchResult> memorySearch(const Problem& p, const SolverOptions& options,
-                                          const Deadline& give_up, size_t max_subproblems) {
-  return Search(p, options, give_up, max_subproblems).run();
+                                          const Deadline& give_up, size_t max_subproblems,
+                                          double tighten_within) {
+  return Search(p, options, give_up, max_subproblems, tighten_within).run();
 }
 
 }  // namespace apc::solver::detail

@@ -55,6 +55,10 @@ struct MemorySearchResult {
   /// root's best multiplier): an optimum of the problem whose row is at its own memory, whatever
   /// the search proves at `high`. Empty when the root found none.
   std::vector<uint32_t> hull;
+  /// > 0: the search stopped at its root with `best` proven optimal for the row at this memory
+  /// (below the row's high), the loss against the row asked within memorySearch's
+  /// `tighten_within` (see there); `bound` is then best's objective.
+  double tightened_high = 0;
 };
 
 /// Whether step 0 applies to `p` (see the file comment).
@@ -62,8 +66,14 @@ bool memoryRowInPlay(const Problem& p);
 
 /// Runs step 0 on `p` (solveGraphProblem hands it the problem its reductions left, the memory
 /// row's nodes among them) until it finishes, `give_up` passes or `max_subproblems` are solved.
-/// Errors: those of a subproblem's ILP other than infeasibility.
+/// `tighten_within` > 0 (for a caller whose row's high is an estimate of its own, the device-memory
+/// loop): when the root's multiplier search ends at L's maximum and a mix of its two hull plans
+/// minimizes c + lambda m and meets the row at memory m' < high, with lambda (high - m') (what a
+/// plan with up to `high` could cost less, at most) within tighten_within x its cost, the search
+/// stops there: that mix, proven optimal at m' (tightened_high). Errors: those of a subproblem's
+/// ILP other than infeasibility.
 Expected<MemorySearchResult> memorySearch(const Problem& p, const SolverOptions& options,
-                                          const Deadline& give_up, size_t max_subproblems);
+                                          const Deadline& give_up, size_t max_subproblems,
+                                          double tighten_within = 0);
 
 }  // namespace apc::solver::detail

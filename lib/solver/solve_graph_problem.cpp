@@ -901,7 +901,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
       Deadline::after(t0, kMemorySearchShare * secondsLeft(options.solver, t0));
   APC_ASSIGN_OR_RETURN(
       detail::MemorySearchResult found,
-      detail::memorySearch(reduced, options.solver, give_up, options.memory_search_subproblems));
+      detail::memorySearch(reduced, options.solver, give_up, options.memory_search_subproblems,
+                           options.memory_tighten_within));
   if (stats) {
     stats->memory_subproblems = found.subproblems;
     stats->memory_branches = found.branches;
@@ -911,6 +912,8 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   const double found_bound = found.bound + reducer.constant();
   if (stats && !found.proven && !found.hull.empty())
     stats->memory_hull = memoryOf(full, reducer.expand(ids, found.hull));
+  if (stats && found.tightened_high > 0 && !found_choice.empty())
+    stats->memory_tightened = memoryOf(full, found_choice);
   // Proven, or unproven and the caller takes the search's plan as it is (memory_search_only).
   if (!found_choice.empty() && (found.proven || options.memory_search_only)) {
     Solution s;

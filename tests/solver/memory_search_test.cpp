@@ -216,6 +216,116 @@ TEST(MemorySearch, SearchOnlyAndTheRootHullPlan) {
   EXPECT_GE(unproven, 5);
 }
 
+/// `layers` identical layers in a chain, as a transformer's: residual node r_i (one strategy)
+/// -> op_i (2-3 strategies) -> r_{i+1}, and a parameter (4 shard levels, as shapedProblem's) read
+/// by op_i. The same random costs in every layer, so that a partly binding row's optimum mixes
+/// layers of two kinds, which the Lagrangian bound alone does not prove.
+Problem layeredProblem(std::mt19937& rng, int layers) {
+  std::uniform_real_distribution<double> cost(0, 10);
+  const int ops = std::uniform_int_distribution<int>(2, 3)(rng);
+  std::vector<double> op_costs, in_table, out_table, param_table;
+  for (int s = 0; s < ops; ++s) op_costs.push_back(std::round(cost(rng) * 4) / 4);
+  for (int s = 0; s < ops; ++s) in_table.push_back(std::round(cost(rng) * 2) / 4);
+  for (int s = 0; s < ops; ++s) out_table.push_back(std::round(cost(rng) * 2) / 4);
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < ops; ++b) param_table.push_back(std::round((a * 3 + cost(rng)) * 4) / 4);
+  const double bytes = 8.0 * std::uniform_int_distribution<int>(1, 4)(rng);
+  Problem p;
+  auto add = [&](ProblemNode v) {
+    p.nodes.push_back(std::move(v));
+    return static_cast<uint32_t>(p.nodes.size() - 1);
+  };
+  uint32_t r = add({"r0", {0.0}, {}, {}, {}});
+  for (int i = 0; i < layers; ++i) {
+    const std::string n = std::to_string(i);
+    ProblemNode param{"param" + n, {}, {}, {}, {}};
+    for (int level = 0; level < 4; ++level) {
+      param.costs.push_back(0);
+      param.memory.push_back(bytes / (1 << level));
+    }
+    const uint32_t w = add(param);
+    const uint32_t op = add({"op" + n, op_costs, {}, {}, {}});
+    const uint32_t next = add({"r" + std::to_string(i + 1), {0.0}, {}, {}, {}});
+    p.edges.push_back({w, op, param_table});
+    p.edges.push_back({r, op, in_table});
+    p.edges.push_back({op, next, out_table});
+    r = next;
+  }
+  return p;
+}
+
+// The device-memory loop's tightened row (SolveGraphOptions::memory_tighten_within): where step 0
+// stops at its root with a mix of the two hull plans, that plan is optimal for the row at its own
+// memory (brute force there), meets the row asked, and gives up at most the allowed fraction
+// against that row's optimum (brute force); solving again at the tightened row proves it at once.
+TEST(MemorySearch, ATightenedRowIsProvenAtItsOwnMemory) {
+  std::mt19937 rng(43);
+  int tightened = 0;
+  constexpr double kWithin = 0.2;
+  for (int trial = 0; trial < 30; ++trial) {
+    Problem p = layeredProblem(rng, 5);
+    auto [least, most] = memoryRange(p);
+    p.memory = MemoryBound{0, least + (0.2 + 0.02 * trial) * (most - least), most};
+    auto brute = bruteForce(p);
+    ASSERT_TRUE(brute.ok()) << "trial " << trial;
+    GraphProblem gp;
+    gp.problem = p;
+    SolveGraphOptions o;
+    o.memory_search_only = true;
+    o.memory_tighten_within = kWithin;
+    ReductionStats stats;
+    auto s = solveGraphProblem(gp, o, &stats);
+    ASSERT_TRUE(s.ok()) << "trial " << trial;
+    const std::string at = "trial " + std::to_string(trial);
+    const double tol = 1e-9 * std::max(1.0, brute->objective);
+    EXPECT_LE(memoryOf(p, s->choice), p.memory->high + tol) << at;
+    EXPECT_GE(s->objective, brute->objective - tol) << at;
+    if (stats.memory_tightened <= 0) continue;
+    ++tightened;
+    EXPECT_EQ(s->status, SolveStatus::kOptimal) << at;
+    EXPECT_LT(stats.memory_tightened, p.memory->high) << at;
+    EXPECT_NEAR(memoryOf(p, s->choice), stats.memory_tightened, tol) << at;
+    EXPECT_LE(s->objective, brute->objective * (1 + kWithin) + tol) << at;
+    Problem at_row = p;
+    at_row.memory->high = stats.memory_tightened;
+    auto brute_row = bruteForce(at_row);
+    ASSERT_TRUE(brute_row.ok()) << at;
+    EXPECT_NEAR(s->objective, brute_row->objective, tol) << at;
+    GraphProblem g2;
+    g2.problem = at_row;
+    ReductionStats again_stats;
+    auto again = solveGraphProblem(g2, o, &again_stats);
+    ASSERT_TRUE(again.ok()) << at;
+    EXPECT_EQ(again->status, SolveStatus::kOptimal) << at;
+    EXPECT_NEAR(again->objective, brute_row->objective, tol) << at;
+    EXPECT_EQ(again_stats.memory_tightened, 0.0) << at;
+    EXPECT_EQ(again_stats.memory_branches, 1u) << at << ": proven at the root";
+  }
+  std::printf("tightened rows %d\n", tightened);
+  EXPECT_GE(tightened, 8);
+}
+
+// Without memory_tighten_within the mixes are only incumbents: the search proves the row asked.
+TEST(MemorySearch, LayeredRowsMatchBruteForce) {
+  std::mt19937 rng(47);
+  for (int trial = 0; trial < 20; ++trial) {
+    Problem p = layeredProblem(rng, 5);
+    auto [least, most] = memoryRange(p);
+    p.memory = MemoryBound{0, least + (0.1 + 0.04 * trial) * (most - least), most};
+    auto brute = bruteForce(p);
+    ASSERT_TRUE(brute.ok()) << "trial " << trial;
+    GraphProblem gp;
+    gp.problem = p;
+    ReductionStats stats;
+    auto s = solveGraphProblem(gp, {}, &stats);
+    ASSERT_TRUE(s.ok()) << "trial " << trial;
+    EXPECT_NEAR(s->objective, brute->objective, 1e-9 * std::max(1.0, brute->objective))
+        << "trial " << trial;
+    EXPECT_EQ(s->status, SolveStatus::kOptimal) << "trial " << trial;
+    EXPECT_EQ(stats.memory_tightened, 0.0) << "trial " << trial;
+  }
+}
+
 TEST(MemorySearch, IsDeterministic) {
   std::mt19937 rng(37);
   for (int trial = 0; trial < 10; ++trial) {

@@ -146,6 +146,9 @@ struct ReductionStats {
   // memory is proven at step 0's root (the plan minimizes cost + lambda x memory): callers whose
   // bound is a choice of theirs (the device-memory loop) solve again at it.
   double memory_hull = 0;
+  // When step 0 stopped at a tightened row (SolveGraphOptions::memory_tighten_within): that row's
+  // high, in the full problem's units; the plan is optimal for it (0: not tightened).
+  double memory_tightened = 0;
 };
 
 struct SolveGraphOptions {
@@ -197,6 +200,11 @@ struct SolveGraphOptions {
   // step 0 left; llama3_8b at [16,2048] on 8x8 with a 1.5 GiB row: 95 s to a 0.07% gap). Only
   // when step 0 found a plan that meets the row.
   bool memory_search_only = false;
+  // Step 0 may stop at its root with a plan proven optimal for a row slightly below the one asked
+  // (memorySearch's tighten_within; ReductionStats::memory_tightened): at most this fraction of
+  // the plan's cost given up against the row asked. 0: never. For callers whose bound is an
+  // estimate of their own (the device-memory loop).
+  double memory_tighten_within = 0;
 };
 
 /// Repeated-layer clustering: nodes whose module paths are `<prefix>.<i>.<rest>` (the first numeric
