@@ -32,7 +32,7 @@ Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
   if (spec.global_shape.empty() || (global_numel == 1 && spec.symbols.empty())) {
     at::Tensor full = pm.gatherOutput(0, local);
     out.share = full.reshape({});
-    out.value = out.share.item<double>();
+    out.resolved = out.share.item<double>();
     return out;
   }
   const int64_t rank = local.dim();
@@ -59,10 +59,15 @@ Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
     sizes[d] = d < spec.symbols.size() && !spec.symbols[d].empty() ? -1 : spec.global_shape[d];
   }
   const at::Tensor rows = gathers ? gatherToFull(local, gather, sizes, world) : local;
-  // The whole batch's row sizes: each split dim's local size summed over the mesh dims that
-  // split it (a collective of the trainer's, like the gather).
+  // The whole batch's row sizes: the static global ones, and a dynamic dim's local size summed
+  // over the mesh dims that split it (a collective of the trainer's, like the gather).
   std::vector<int64_t> global_rows(rows.sizes().begin(), rows.sizes().begin() + row_dims);
   for (int64_t d = 0; d < row_dims; ++d) {
+    const auto ud = static_cast<size_t>(d);
+    if (ud < spec.global_shape.size() && (ud >= spec.symbols.size() || spec.symbols[ud].empty())) {
+      global_rows[ud] = spec.global_shape[ud];
+      continue;
+    }
     bool split = false;
     at::Tensor n = at::full({1}, rows.size(d), at::TensorOptions().dtype(at::kLong));
     for (size_t m : row_mesh_dims)
@@ -105,9 +110,30 @@ Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
     out.share = diff.pow(2).sum() / static_cast<double>(total);
   }
   at::Tensor v = out.share.detach().to(at::kDouble).reshape({1}).contiguous().cpu();
-  for (size_t m : row_mesh_dims) world.dim(m).allReduce(v, mesh::ReduceOp::kSum);
-  out.value = v.item<double>();
+  if (row_mesh_dims.empty()) {
+    out.resolved = v.item<double>();
+    return out;
+  }
+  // The first mesh dim's sum behind the backward; the others (each needs the one before) at
+  // value().
+  std::shared_ptr<PendingCollective> pending =
+      world.dim(row_mesh_dims.front()).allReduceAsync(v, mesh::ReduceOp::kSum);
+  out.resolve =
+      [&world, v, pending,
+       rest = std::vector<size_t>(row_mesh_dims.begin() + 1, row_mesh_dims.end())]() mutable {
+        pending->wait();
+        for (size_t m : rest) world.dim(m).allReduce(v, mesh::ReduceOp::kSum);
+        return v.item<double>();
+      };
   return out;
+}
+
+double ShardedLoss::value() {
+  if (!resolved) {
+    resolved = resolve();
+    resolve = nullptr;
+  }
+  return *resolved;
 }
 
 }  // namespace apc::runtime

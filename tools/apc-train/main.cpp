@@ -807,7 +807,6 @@ int run(Flags f) {
     if (!sharded.ok())
       return fail("step " + std::to_string(step) + ": " + sharded.error().message());
     at::Tensor loss = sharded->share;
-    const double loss_value = sharded->value;
     const double t2 = f.profile ? now(device) : 0;
     const int64_t peak_loss = f.profile ? peaks.take() : 0;
     const std::vector<apc::runtime::CommStats> after_gather = pm.commStatsByMeshDim();
@@ -859,6 +858,8 @@ int run(Flags f) {
                    static_cast<long long>(priced.wire_bytes));
     }
 
+    // Waited for here, after the backward it ran behind.
+    const double loss_value = sharded->value();
     std::string line = "step " + std::to_string(step) + " loss " + number(loss_value);
     // With --data, rank 0 reads the whole batch for the references.
     std::optional<apc::runtime::Batch> whole;

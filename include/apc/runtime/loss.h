@@ -12,9 +12,12 @@
 // Every rank calls backward on its share. The gradient of this rank's rows is then the same as
 // the whole loss's: ranks that hold the same rows (the output replicated on a mesh dim) hold the
 // same share and the same gradient, as a Replicate tensor's gradient is. The loss of the whole
-// batch (`value`) is the shares summed over the mesh dims that split the rows (one small
-// all-reduce of a double per such dim), the same on every rank. The output's peak memory is this
-// rank's rows with the whole class dim, not the whole output (apc/plan/memory.h models this).
+// batch (`value()`) is the shares summed over the mesh dims that split the rows (one small
+// all-reduce of a double per such dim, the first issued asynchronously so that it runs behind the
+// backward, waited for by value()), the same on every rank. The whole batch's row count is the
+// output's static shape; only a dynamic row dim takes a collective (its local sizes summed). The
+// output's peak memory is this rank's rows with the whole class dim, not the whole output
+// (apc/plan/memory.h models this).
 //
 // The cross-entropy's targets are the full batch's (synthetic: drawn as apc-train always drew
 // them, `classes` ids over the whole batch from the generator, so the values do not depend on the
@@ -25,6 +28,9 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <optional>
+
 #include "apc/runtime/parallel_module.h"
 #include "apc/support/error.h"
 
@@ -32,7 +38,14 @@ namespace apc::runtime {
 
 struct ShardedLoss {
   at::Tensor share;  // this rank's part of the loss: call backward on it on every rank
-  double value = 0;  // the loss of the whole batch, the same on every rank
+  /// The loss of the whole batch, the same on every rank: the first call waits for the shares'
+  /// sum (with the collective timeout; CommError past it) and every rank must call it once per
+  /// loss, after the same collectives (call it after backward to keep the wait off the step).
+  double value();
+
+  /// shardedLoss's: the sum still to be waited for (empty once value() has run).
+  std::function<double()> resolve;
+  std::optional<double> resolved;
 };
 
 /// The loss of output leaf 0, `local` this rank's piece of it (forwardLeaves' first leaf):
