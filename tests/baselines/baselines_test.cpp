@@ -264,5 +264,28 @@ TEST(Baselines, DataParallelBaselinesComputeOnBatchShards) {
   }
 }
 
+// GPT-2's position ids are arange(T) of a size read off the input ([64], a multiple of the batch
+// of 8): they and the position embedding are the same on every rank, so the ddp plan replicates
+// them (before, it split them by the batch rule and all-gathered the embedding every step), while
+// the token embedding, read with the input's ids, carries the batch.
+TEST(Baselines, ValuesComputedFromAnInputsSizeDoNotCarryTheBatch) {
+  const auto& g = sampleGraph("gpt2_tiny");
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  std::vector<bool> carries = batchCarryingValues(*g);
+  int aranges = 0, embeddings = 0;
+  for (const ir::Node& n : g->nodes()) {
+    if (n.op == "aten::arange" || n.op == "aten::arange.start") {
+      ++aranges;
+      EXPECT_FALSE(carries[n.outputs[0].v]) << n.op;
+    }
+    if (n.op == "aten::embedding") {
+      ++embeddings;
+      EXPECT_EQ(carries[n.outputs[0].v], n.module_path == "transformer.wte") << n.module_path;
+    }
+  }
+  EXPECT_GE(aranges, 1);
+  EXPECT_EQ(embeddings, 2);
+}
+
 }  // namespace
 }  // namespace apc::solver

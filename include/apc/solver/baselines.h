@@ -97,8 +97,9 @@ Expected<std::map<std::string, mesh::PlacementTuple>> baselineParameterPlacement
 /// but the last (tensor-parallel) one, tp none.
 size_t dataParallelMeshDims(Baseline b, size_t mesh_ndim);
 
-/// Values that carry the batch: computed from a model input, of rank >= 1, with dim 0 a multiple
-/// of (and at least) the first input's dim 0. Indexed by value id.
+/// Values that carry the batch: computed from a model input through tensors (not through a size
+/// read off one: position ids from arange(T) do not), of rank >= 1, with dim 0 a multiple of (and
+/// at least) the first input's dim 0. Indexed by value id.
 std::vector<bool> batchCarryingValues(const ir::Graph& g);
 
 /// The input node whose dim 0 the baselines read as the batch: the first input with a tensor of
