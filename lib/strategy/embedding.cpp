@@ -50,6 +50,8 @@ Work embeddingWork(const RuleContext& c, const LocalShapes& l) {
 
 void registerEmbeddingRules(Registry& r) {
   r.add("aten::embedding", embeddingRule, cost::OpFamily::kEmbedding, embeddingWork);
+  // embedding(weight, indices, ...): the Megatron baseline cuts the table's vocabulary.
+  r.entry("aten::embedding")->tp = TpUse{TpUse::Kind::kVocab, /*weight=*/0, /*bias=*/-1};
 }
 
 }  // namespace apc::strategy

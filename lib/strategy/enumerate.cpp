@@ -265,7 +265,8 @@ struct Entry {
 Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Registry& registry,
                    const cost::CostModel& model) {
   Entry entry;
-  const OpRule* rule = registry.findEntry(c.node);
+  const OpInfo* info = registry.findEntry(c.node);
+  const OpInfo* rule = info && info->rule ? info : nullptr;  // an entry without a rule: fallback
   std::vector<DimStrategy> dims;
   NodeShapes shapes(c);
   if (rule) {
