@@ -1,8 +1,8 @@
 //===- tests/strategy/opinfo_test.cpp - One OpInfo per op in the registry --===//
 //
 // What the registry's entries say beyond the sharding rule (apc/strategy/strategy.h, OpInfo): the
-// ops that draw random numbers and the Megatron roles' operands; and that a new op with a random
-// variant is one registry entry.
+// ops that draw random numbers, the Megatron roles' operands, the local rewrites; and that a new
+// op with a random variant is one registry entry.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -51,7 +51,7 @@ TEST(OpInfo, SamplingOpsAreRandomWithoutAShardingRule) {
   EXPECT_FALSE(r.drawsRandomNumbers(b.g, opinfoNode(b)));
 }
 
-TEST(OpInfo, MegatronOperandsAreEntries) {
+TEST(OpInfo, MegatronOperandsAndLocalRewritesAreEntries) {
   const Registry& r = defaultRegistry();
   auto entry = [&](const std::string& op) {
     ir::Node n;
@@ -65,6 +65,16 @@ TEST(OpInfo, MegatronOperandsAreEntries) {
   EXPECT_EQ(entry("aten::embedding")->tp.kind, TpUse::Kind::kVocab);
   EXPECT_EQ(entry("aten::to")->tp.kind, TpUse::Kind::kKeepsDims);
   EXPECT_EQ(entry("aten::relu")->tp.kind, TpUse::Kind::kNone);
+  for (const char* op :
+       {"aten::view", "aten::reshape", "aten::expand", "aten::zeros", "aten::new_zeros",
+        "aten::unflatten", "aten::arange", "aten::narrow", "aten::embedding", "aten::repeat"}) {
+    ASSERT_NE(entry(op), nullptr) << op;
+    EXPECT_NE(entry(op)->local_rewrite, nullptr) << op;
+  }
+  for (const char* op : {"aten::relu", "aten::view_", "aten::split", "aten::linear"}) {
+    ASSERT_NE(entry(op), nullptr) << op;
+    EXPECT_EQ(entry(op)->local_rewrite, nullptr) << op;
+  }
 }
 
 // A new pointwise op with a random variant: the variant's entry is the op's rule with a RandomFn.
