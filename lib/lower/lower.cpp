@@ -27,7 +27,7 @@
 #include "apc/layout/layout.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/mesh/placement.h"
-#include "apc/strategy/sync_norm.h"
+#include "apc/strategy/strategy.h"
 #include "apc/support/strings.h"
 
 namespace apc::lower {
@@ -521,7 +521,8 @@ Status Lowerer::emitOp(const ir::Node& n) {
   const std::vector<bool> op_split = cost::opSplit(np.inputs, np.outputs, mesh_.ndim());
 
   std::vector<ir::ValueId> inputs;
-  PlacementTuple input0_placement;  // where input 0 is computed on (sync_norms)
+  // Where each tensor input is computed on (the op's internal collective, OpInfo::collective).
+  std::vector<std::optional<PlacementTuple>> computed_on(n.inputs.size());
   RankPieces rp;
   std::vector<std::optional<ir::Constant>> constants;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
@@ -532,7 +533,7 @@ Status Lowerer::emitOp(const ir::Node& n) {
     std::vector<TensorPiece> tp;
     if (v.isTensor() && v.tensor && placement_[gv.v] && v.producer.valid()) {
       PlacementTuple dst = want ? *want : *placement_[gv.v];
-      if (i == 0) input0_placement = dst;
+      computed_on[i] = dst;
       std::string where = consumer + " (input " + std::to_string(i) + ")";
       APC_ASSIGN_OR_RETURN(ir::ValueId local, edge(gv, dst, op_split, where, n.module_path));
       inputs.push_back(local);
@@ -588,12 +589,16 @@ Status Lowerer::emitOp(const ir::Node& n) {
     copy.outputs.push_back(vmap_[gv.v]);
   }
   ir::NodeId id = addNode(std::move(copy), static_cast<int32_t>(n.id.v));
-  if (strategy::isTrainingBatchNorm(g_, n) && !input0_placement.empty()) {
-    std::vector<size_t> dims = strategy::syncNormMeshDims(input0_placement);
-    if (!dims.empty()) {
+  // A collective the op runs inside itself (its registry entry's OpInfo::collective): its node
+  // and mesh dims, which the runtime executes (proto::SyncNorm, the one kind so far).
+  if (const strategy::OpInfo* info = strategy::defaultRegistry().findEntry(n);
+      info && info->collective) {
+    strategy::OpCollective inside =
+        info->collective(strategy::RuleContext{g_, n}, computed_on, mesh_, nullptr);
+    if (!inside.mesh_dims.empty()) {
       proto::SyncNorm* sn = program_.add_sync_norms();
       sn->set_node(id.v);
-      for (size_t m : dims) sn->add_mesh_dims(static_cast<uint32_t>(m));
+      for (size_t m : inside.mesh_dims) sn->add_mesh_dims(static_cast<uint32_t>(m));
     }
   }
   for (const SymbolicSize& e : rewrite->symbolic) {

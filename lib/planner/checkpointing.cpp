@@ -103,7 +103,7 @@ Expected<double> recomputeUs(const ir::Graph& g, const Plan& p, std::string_view
       if (const auto& t = g.value(o).tensor; t && t->requires_grad) backward = true;
     double share = 1.0;
     if (backward) {
-      const strategy::OpRule* rule = registry.findEntry(n);
+      const strategy::OpInfo* rule = registry.findEntry(n);
       const cost::OpFamily family = rule ? rule->family : cost::OpFamily::kOther;
       const double mult = rule && rule->backward_multiplier >= 0 ? rule->backward_multiplier
                                                                  : cost::backwardMultiplier(family);

@@ -13,6 +13,7 @@
 #include <map>
 #include <string_view>
 
+#include "apc/strategy/strategy.h"
 #include "apc/support/strings.h"
 
 namespace apc::plan {
@@ -47,39 +48,12 @@ std::string formatSignedMicros(double us) {
 }
 
 std::vector<ir::NodeId> randomNodes(const ir::Graph& g) {
+  // Which ops draw is each op's OpInfo::random in the registry (dropout unless p == 0 or in eval,
+  // the sampling ops and their in-place forms).
+  const strategy::Registry& registry = strategy::defaultRegistry();
   std::vector<ir::NodeId> out;
-  auto constant = [&](const ir::Node& n, size_t i) -> const ir::Constant* {
-    if (i >= n.inputs.size()) return nullptr;
-    const auto& c = g.value(n.inputs[i]).constant;
-    return c ? &*c : nullptr;
-  };
-  for (const ir::Node& n : g.nodes()) {
-    if (n.kind != ir::NodeKind::kOp) continue;
-    const std::string& op = n.op;
-    bool random = false;
-    if (op == "aten::dropout" || op == "aten::feature_dropout" || op == "aten::alpha_dropout" ||
-        op == "aten::feature_alpha_dropout" || op == "aten::native_dropout") {
-      // (input, p, train): random unless p == 0 or train is the constant false.
-      const ir::Constant* p = constant(n, 1);
-      const ir::Constant* train = constant(n, 2);
-      const double* pd = p ? std::get_if<double>(p) : nullptr;
-      const int64_t* pi = p ? std::get_if<int64_t>(p) : nullptr;
-      const bool* tb = train ? std::get_if<bool>(train) : nullptr;
-      bool zero = (pd && *pd == 0.0) || (pi && *pi == 0);
-      random = !zero && !(tb && !*tb);
-    } else {
-      // The op or its in-place form (a trailing '_'), compared without building strings: this
-      // runs over every node of the graph.
-      std::string_view name(op);
-      if (!name.empty() && name.back() == '_') name.remove_suffix(1);
-      for (std::string_view r : {"aten::bernoulli", "aten::rand", "aten::randn", "aten::rand_like",
-                                 "aten::randn_like", "aten::randint", "aten::randint_like",
-                                 "aten::randperm", "aten::normal", "aten::uniform", "aten::rrelu",
-                                 "aten::multinomial", "aten::exponential", "aten::geometric"})
-        random = random || name == r;
-    }
-    if (random) out.push_back(n.id);
-  }
+  for (const ir::Node& n : g.nodes())
+    if (registry.drawsRandomNumbers(g, n)) out.push_back(n.id);
   return out;
 }
 

@@ -11,6 +11,8 @@
 #include <cctype>
 #include <numeric>
 
+#include "apc/strategy/strategy.h"
+
 namespace apc::solver {
 
 using mesh::Placement;
@@ -82,11 +84,8 @@ std::optional<ir::NodeId> parameterOf(const ir::Graph& g, ir::ValueId v) {
     const ir::Node& n = g.node(val.producer);
     if (n.kind == ir::NodeKind::kParameter) return n.id;
     if (n.kind != ir::NodeKind::kOp || n.inputs.empty()) return std::nullopt;
-    static const char* kDimPreserving[] = {"aten::to", "aten::type_as", "aten::detach",
-                                           "aten::contiguous", "aten::clone"};
-    bool keeps = false;
-    for (const char* op : kDimPreserving) keeps = keeps || n.op == op;
-    if (!keeps) return std::nullopt;
+    const strategy::OpInfo* info = strategy::defaultRegistry().findEntry(n);
+    if (!info || info->tp.kind != strategy::TpUse::Kind::kKeepsDims) return std::nullopt;
     v = n.inputs[0];
   }
   return std::nullopt;
@@ -176,17 +175,25 @@ std::map<std::string, TpRole> megatronRoles(const ir::Graph& g) {
     roles[g.node(*p).name] = r;
   };
   std::vector<bool> split(g.numValues(), false);  // false: stream
+  const strategy::Registry& registry = strategy::defaultRegistry();
+  using Kind = strategy::TpUse::Kind;
   for (const ir::Node& n : g.nodes()) {
     if (n.kind != ir::NodeKind::kOp) continue;
+    // The op's part, from its registry entry (strategy::OpInfo::tp).
+    const strategy::OpInfo* info = registry.findEntry(n);
+    const strategy::TpUse tp = info ? info->tp : strategy::TpUse{};
+    auto operand = [&](int i) -> std::optional<ir::NodeId> {
+      if (i < 0 || static_cast<size_t>(i) >= n.inputs.size()) return std::nullopt;
+      return parameterOf(g, n.inputs[static_cast<size_t>(i)]);
+    };
     bool out_split = false;
-    if (n.op == "aten::linear" && n.inputs.size() >= 2 && parameterOf(g, n.inputs[1])) {
+    if (tp.kind == Kind::kLinear && !n.inputs.empty() && operand(tp.weight)) {
       bool row = split[n.inputs[0].v];
-      assign(parameterOf(g, n.inputs[1]), row ? TpRole::kRowWeight : TpRole::kColumnWeight);
-      if (n.inputs.size() >= 3)
-        assign(parameterOf(g, n.inputs[2]), row ? TpRole::kRowBias : TpRole::kColumnBias);
+      assign(operand(tp.weight), row ? TpRole::kRowWeight : TpRole::kColumnWeight);
+      assign(operand(tp.bias), row ? TpRole::kRowBias : TpRole::kColumnBias);
       out_split = !row;
-    } else if (n.op == "aten::embedding" && !n.inputs.empty() && parameterOf(g, n.inputs[0])) {
-      assign(parameterOf(g, n.inputs[0]), TpRole::kEmbeddingVocab);
+    } else if (tp.kind == Kind::kVocab && operand(tp.weight)) {
+      assign(operand(tp.weight), TpRole::kEmbeddingVocab);
     } else {
       for (ir::ValueId in : n.inputs) out_split = out_split || split[in.v];
     }

@@ -15,8 +15,8 @@
 //      1 there, which broadcast: layout::elementPlacement), must_divide dims must divide by their
 //      total number of pieces, the partial mesh dims of one tensor must be reducible together (sum
 //      with avg, or one op);
-//   5. price each strategy on its local shards (roofline forward + family backward multiple) and
-//      drop duplicates.
+//   5. price each strategy on its local shards (roofline forward + family backward multiple, plus
+//      any collective the op runs inside itself, OpInfo::collective) and drop duplicates.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -25,7 +25,6 @@
 
 #include "apc/layout/layout.h"
 #include "apc/strategy/strategy.h"
-#include "apc/strategy/sync_norm.h"
 #include "rule_util.h"
 
 namespace apc::strategy {
@@ -265,7 +264,8 @@ struct Entry {
 Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Registry& registry,
                    const cost::CostModel& model) {
   Entry entry;
-  const OpRule* rule = registry.findEntry(c.node);
+  const OpInfo* info = registry.findEntry(c.node);
+  const OpInfo* rule = info && info->rule ? info : nullptr;  // an entry without a rule: fallback
   std::vector<DimStrategy> dims;
   NodeShapes shapes(c);
   if (rule) {
@@ -294,8 +294,8 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
                 takesGradient(c),
                 entry.fallback || !rule ? -1.0 : rule->backward_multiplier};
 
-  const bool sync_norm = isTrainingBatchNorm(c.graph, c.node) && !shapes.input_metas.empty() &&
-                         !shapes.input_metas[0].empty() && shapes.input_metas[0][0]->rank() >= 2;
+  // A collective the op runs inside itself (OpInfo::collective), if any.
+  const OpCollectiveFn* collective = info && info->collective ? &info->collective : nullptr;
 
   // 4. Expansion in lexicographic order (mesh dim 0 most significant).
   std::set<std::vector<int>> seen;
@@ -338,16 +338,10 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
     }
     if (ok && seen.insert(strategyCode(s)).second) {
       s.compute_us = pricer.price(s);
-      if (sync_norm && s.inputs[0]) {
-        // The statistics' all-reduces of a batch-sharded training-mode BatchNorm are part of
-        // the op (apc/strategy/sync_norm.h): priced into its node cost.
-        std::vector<size_t> sync = syncNormMeshDims(*s.inputs[0]);
-        if (!sync.empty()) {
-          const ir::TensorMeta& x = *shapes.input_metas[0].at(0);
-          int64_t channels = layout::maxLocalSizes(x, *s.inputs[0], mesh).at(1);
-          s.compute_us +=
-              syncNormUs(model, mesh, sync, channels, ir::dtypeBytes(x.dtype), takesGradient(c));
-        }
+      if (collective) {
+        // Part of the op: priced into its node cost (lowering records it, the runtime runs it).
+        OpCollective inside = (*collective)(c, s.inputs, mesh, &model);
+        if (!inside.mesh_dims.empty()) s.compute_us += inside.us;
       }
       entry.strategies.push_back(std::move(s));
     }

@@ -507,6 +507,8 @@ void registerMatrixRules(Registry& r) {
   r.add("aten::mm", matmulRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::mv", matmulRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::scaled_dot_product_attention", sdpaRule, OpFamily::kAttention, sdpaWork);
+  // linear(input, weight, bias?): the Megatron baseline's column/row-parallel linear.
+  r.entry("aten::linear")->tp = TpUse{TpUse::Kind::kLinear, /*weight=*/1, /*bias=*/2};
 }
 
 }  // namespace apc::strategy

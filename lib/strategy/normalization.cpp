@@ -28,6 +28,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "apc/cost/collectives.h"
+#include "apc/layout/layout.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/sync_norm.h"
 #include "rule_util.h"
@@ -147,6 +148,29 @@ double syncNormUs(const cost::CostModel& model, const mesh::DeviceMesh& mesh,
   return us;
 }
 
+namespace {
+
+/// OpInfo::collective of batch_norm: the statistics' all-reduces of a training-mode batch_norm
+/// whose input is cut along a non-channel dim (sync_norm.h), priced for `channels` statistics.
+OpCollective syncNormCollective(const RuleContext& c,
+                                const std::vector<std::optional<PlacementTuple>>& inputs,
+                                const mesh::DeviceMesh& mesh, const cost::CostModel* model) {
+  OpCollective out;
+  if (!isTrainingBatchNorm(c.graph, c.node) || inputs.empty() || !inputs[0]) return out;
+  const std::vector<const ir::TensorMeta*> x = c.inputMetas(0);
+  if (x.empty() || x[0]->rank() < 2) return out;
+  out.mesh_dims = syncNormMeshDims(*inputs[0]);
+  if (out.mesh_dims.empty() || !model) return out;
+  const int64_t channels = layout::maxLocalSizes(*x[0], *inputs[0], mesh).at(1);
+  bool backward = false;  // the gradients' all-reduces too, when the output takes a gradient
+  for (size_t i = 0; i < c.numOutputs(); ++i)
+    for (const ir::TensorMeta* m : c.outputMetas(i)) backward = backward || m->requires_grad;
+  out.us = syncNormUs(*model, mesh, out.mesh_dims, channels, ir::dtypeBytes(x[0]->dtype), backward);
+  return out;
+}
+
+}  // namespace
+
 void registerNormalizationRules(Registry& r) {
   using cost::OpFamily;
   r.add(
@@ -161,6 +185,9 @@ void registerNormalizationRules(Registry& r) {
       "aten::_native_batch_norm_legit_no_training",
       [](const RuleContext& c) { return batchNormRule(c, BatchNormMode::kEval); },
       OpFamily::kNormalization);
+  // Training-mode batch_norm synchronizes its statistics across a cut batch (sync_norm.h).
+  for (const char* op : {"aten::batch_norm", "aten::_native_batch_norm_legit_functional"})
+    r.entry(op)->collective = syncNormCollective;
   r.add("aten::group_norm", groupNormRule, OpFamily::kNormalization);
   r.add("aten::layer_norm", lastDimsNormRule, OpFamily::kNormalization);
   r.add("aten::native_layer_norm", lastDimsNormRule, OpFamily::kNormalization);

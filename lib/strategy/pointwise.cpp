@@ -166,6 +166,14 @@ std::vector<DimStrategy> dropoutRule(const RuleContext& c) {
   return identityStrategies(c, eval && c.numOutputs() == 1 ? kSumAvg : kNoPartial);
 }
 
+/// dropout(input, p, train) and its variants draw a random mask unless p == 0 or train is the
+/// constant false.
+bool dropoutIsRandom(const RuleContext& c) {
+  std::optional<double> p = c.doubleArg(1);
+  std::optional<bool> train = c.boolArg(2);
+  return !(p && *p == 0.0) && !(train && !*train);
+}
+
 }  // namespace
 
 void registerPointwiseRules(Registry& r) {
@@ -270,9 +278,30 @@ void registerPointwiseRules(Registry& r) {
        "aten::lift_fresh_copy"},
       [](const RuleContext& c) { return identityStrategies(c, kSumAvg); });
   add({"aten::_to_copy", "aten::to", "aten::type_as"}, castRule);
-  add({"aten::alpha_dropout", "aten::dropout", "aten::feature_alpha_dropout",
-       "aten::feature_dropout", "aten::native_dropout"},
-      dropoutRule);
+  // Casts and aliases a Megatron weight may be read through (the baseline's roles see the
+  // parameter behind them).
+  for (const char* op :
+       {"aten::clone", "aten::contiguous", "aten::detach", "aten::to", "aten::type_as"})
+    r.entry(op)->tp.kind = TpUse::Kind::kKeepsDims;
+  for (const char* op : {"aten::alpha_dropout", "aten::dropout", "aten::feature_alpha_dropout",
+                         "aten::feature_dropout", "aten::native_dropout"}) {
+    OpInfo info;
+    info.rule = dropoutRule;
+    info.family = OpFamily::kPointwise;
+    info.random = dropoutIsRandom;
+    r.add(op, std::move(info));
+  }
+  // Sampling ops: random, without a sharding rule (the Replicate-only fallback; a sharded sample
+  // would differ from the single-device one anyway). Their in-place forms (bernoulli_, uniform_,
+  // ...) follow from registerInPlaceVariants.
+  for (const char* op :
+       {"aten::bernoulli", "aten::exponential", "aten::geometric", "aten::multinomial",
+        "aten::normal", "aten::rand", "aten::rand_like", "aten::randint", "aten::randint_like",
+        "aten::randn", "aten::randn_like", "aten::randperm", "aten::rrelu", "aten::uniform"}) {
+    OpInfo info;
+    info.random = alwaysRandom;
+    r.add(op, std::move(info));
+  }
   // Backward over forward time from what each op's autograd formula runs, counted in tensor
   // passes (a read or write of one operand-sized tensor; the forward of a unary op is 2, of a
   // binary one 3). The family's 1.0 stands for a unary op's backward kernel reading the gradient

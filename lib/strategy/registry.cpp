@@ -175,18 +175,35 @@ Status checkDimStrategy(const RuleContext& c, const DimStrategy& s) {
 
 // --- Registry ------------------------------------------------------------------------------------
 
-void Registry::add(const std::string& qualified_op, Rule rule, cost::OpFamily family, WorkFn work) {
-  rules_[qualified_op] = OpRule{std::move(rule), family, std::move(work)};
-}
-
-bool Registry::setBackwardMultiplier(const std::string& qualified_op, double multiplier) {
-  auto it = rules_.find(qualified_op);
-  if (it == rules_.end()) return false;
-  it->second.backward_multiplier = multiplier;
+bool alwaysRandom(const RuleContext&) {
   return true;
 }
 
-const OpRule* Registry::findEntry(const ir::Node& node) const {
+void Registry::add(const std::string& qualified_op, Rule rule, cost::OpFamily family, WorkFn work) {
+  OpInfo info;
+  info.rule = std::move(rule);
+  info.family = family;
+  info.work = std::move(work);
+  rules_[qualified_op] = std::move(info);
+}
+
+void Registry::add(const std::string& qualified_op, OpInfo info) {
+  rules_[qualified_op] = std::move(info);
+}
+
+OpInfo* Registry::entry(const std::string& qualified_op) {
+  auto it = rules_.find(qualified_op);
+  return it == rules_.end() ? nullptr : &it->second;
+}
+
+bool Registry::setBackwardMultiplier(const std::string& qualified_op, double multiplier) {
+  OpInfo* e = entry(qualified_op);
+  if (!e) return false;
+  e->backward_multiplier = multiplier;
+  return true;
+}
+
+const OpInfo* Registry::findEntry(const ir::Node& node) const {
   if (!node.overload.empty()) {
     auto it = rules_.find(node.op + "." + node.overload);
     if (it != rules_.end()) return &it->second;
@@ -196,8 +213,14 @@ const OpRule* Registry::findEntry(const ir::Node& node) const {
 }
 
 const Rule* Registry::find(const ir::Node& node) const {
-  const OpRule* e = findEntry(node);
-  return e ? &e->rule : nullptr;
+  const OpInfo* e = findEntry(node);
+  return e && e->rule ? &e->rule : nullptr;
+}
+
+bool Registry::drawsRandomNumbers(const ir::Graph& g, const ir::Node& n) const {
+  if (n.kind != ir::NodeKind::kOp) return false;
+  const OpInfo* e = findEntry(n);
+  return e && e->random && e->random(RuleContext{g, n});
 }
 
 std::vector<std::string> Registry::ops() const {
@@ -239,16 +262,24 @@ void registerInPlaceVariants(Registry& r) {
     ir::Node functional;
     functional.op = base;
     functional.overload = dot == std::string::npos ? "" : name.substr(dot + 1);
-    const OpRule* entry = r.findEntry(functional);
+    const OpInfo* entry = r.findEntry(functional);
     if (!entry) continue;
-    Rule rule = [out_of_place = entry->rule](const RuleContext& c) {
-      std::vector<DimStrategy> kept;
-      for (DimStrategy& d : out_of_place(c))
-        if (!d.inputs.empty() && !d.outputs.empty() && d.inputs[0] == d.outputs[0])
-          kept.push_back(std::move(d));
-      return kept;
-    };
-    r.add(in_place, std::move(rule), entry->family, entry->work);
+    // The in-place op shares the out-of-place op's cost and randomness; local rewrites, internal
+    // collectives and Megatron roles are the out-of-place op's alone.
+    OpInfo in_place_info;
+    if (entry->rule) {
+      in_place_info.rule = [out_of_place = entry->rule](const RuleContext& c) {
+        std::vector<DimStrategy> kept;
+        for (DimStrategy& d : out_of_place(c))
+          if (!d.inputs.empty() && !d.outputs.empty() && d.inputs[0] == d.outputs[0])
+            kept.push_back(std::move(d));
+        return kept;
+      };
+    }
+    in_place_info.family = entry->family;
+    in_place_info.work = entry->work;
+    in_place_info.random = entry->random;
+    r.add(in_place, std::move(in_place_info));
   }
 }
 

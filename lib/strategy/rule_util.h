@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "apc/strategy/local_rewrite.h"
 #include "apc/strategy/strategy.h"
 
 namespace apc::strategy::detail {
@@ -74,5 +75,37 @@ Work contractionWork(const RuleContext& c, const LocalShapes& l, size_t lhs_inpu
                      const std::vector<int64_t>& lhs_contract);
 /// No kernel (views): zero work.
 Work noWork(const RuleContext& c, const LocalShapes& l);
+
+// The local rewrites of apc/strategy/local_rewrite.h (OpInfo::local_rewrite; local_rewrite.cpp).
+/// view, _unsafe_view, reshape (size: 1): the local output shape.
+Status rewriteViewSizes(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                        const RankPieces& pieces, NodeRewrite& r);
+/// expand, broadcast_to (size: 1): the local output shape.
+Status rewriteExpandSizes(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                          const RankPieces& pieces, NodeRewrite& r);
+/// new_full, new_ones, new_zeros, new_empty (size: 1): the local output shape.
+Status rewriteNewFactorySizes(const ir::Node& node,
+                              const std::vector<std::optional<ir::Constant>>& c,
+                              const RankPieces& pieces, NodeRewrite& r);
+/// full, ones, zeros, empty (size: 0; the default and memory_format overloads): the local output
+/// shape.
+Status rewriteFactorySizes(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r);
+/// unflatten (dim: 1, sizes: 2; the default and int overloads): the local sizes.
+Status rewriteUnflattenSizes(const ir::Node& node,
+                             const std::vector<std::optional<ir::Constant>>& c,
+                             const RankPieces& pieces, NodeRewrite& r);
+/// arange: the bounds of the rank's piece.
+Status rewriteArangeBounds(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r);
+/// narrow over the whole of a cut dim: the local length.
+Status rewriteNarrowLength(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r);
+/// embedding with the weight's rows cut: the VocabMask and padding_idx.
+Status rewriteEmbeddingRows(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                            const RankPieces& pieces, NodeRewrite& r);
+/// repeat: counts from symbols (dynamic dims only).
+Status rewriteRepeatCounts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r);
 
 }  // namespace apc::strategy::detail

@@ -412,6 +412,14 @@ void registerTensorOpRules(Registry& r) {
   for (const char* op :
        {"aten::empty_like", "aten::full_like", "aten::ones_like", "aten::zeros_like"})
     r.add(op, likeRule, OpFamily::kFactory, factoryWork);
+  // The arguments lowering rewrites for the rank's local piece (apc/strategy/local_rewrite.h).
+  for (const char* op : {"aten::empty", "aten::full", "aten::ones", "aten::zeros"})
+    r.entry(op)->local_rewrite = rewriteFactorySizes;
+  for (const char* op : {"aten::new_empty", "aten::new_full", "aten::new_ones", "aten::new_zeros"})
+    r.entry(op)->local_rewrite = rewriteNewFactorySizes;
+  r.entry("aten::arange")->local_rewrite = rewriteArangeBounds;
+  r.entry("aten::narrow")->local_rewrite = rewriteNarrowLength;
+  r.entry("aten::repeat")->local_rewrite = rewriteRepeatCounts;
 }
 
 }  // namespace apc::strategy

@@ -167,6 +167,12 @@ void registerViewRules(Registry& r) {
   r.add("aten::permute", permuteRule, OpFamily::kView, noWork);
   for (const char* op : {"aten::broadcast_to", "aten::expand"})
     r.add(op, expandRule, OpFamily::kView, noWork);
+  // The size lists lowering rewrites to the rank's local shape (apc/strategy/local_rewrite.h).
+  for (const char* op : {"aten::_unsafe_view", "aten::reshape", "aten::view"})
+    r.entry(op)->local_rewrite = rewriteViewSizes;
+  for (const char* op : {"aten::broadcast_to", "aten::expand"})
+    r.entry(op)->local_rewrite = rewriteExpandSizes;
+  r.entry("aten::unflatten")->local_rewrite = rewriteUnflattenSizes;
 }
 
 }  // namespace apc::strategy

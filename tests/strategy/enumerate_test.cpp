@@ -234,7 +234,7 @@ TEST(Cost, ShardedContractionIsCheaperAndViewsAreFree) {
   for (const auto& s : all[1].strategies) EXPECT_EQ(s.compute_us, 0.0);
 }
 
-// An op's backward is priced from what its autograd formula runs (OpRule::backward_multiplier):
+// An op's backward is priced from what its autograd formula runs (OpInfo::backward_multiplier):
 // of two binary ops moving the same bytes forward, mul (two products backward) costs three times
 // add (the gradient passes through); of two unary ones, relu (a kernel reading the gradient and the
 // result) 1.25 times neg (one pass over the gradient).

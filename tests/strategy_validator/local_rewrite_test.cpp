@@ -1,10 +1,11 @@
 //===- tests/strategy_validator/local_rewrite_test.cpp - Local rewrites, one by one ===//
 //
-// Each row of the table of the local rewrite lowering ships (apc/lower/local_rewrite.h) on a
-// hand-built one-op graph with cut tensors and uneven pieces, through the same per-rank path as the
-// strategy validator (node_check.h): the reassembled outputs must equal the unsharded op, and the
-// rewrite must actually have been applied. The sample models exercise only some rows (views,
-// factories, vocab-parallel embedding).
+// Each row of the table of local rewrites (apc/strategy/local_rewrite.h, each op's
+// OpInfo::local_rewrite), as lowering ships them (apc/lower/local_rewrite.h), on a hand-built
+// one-op graph with cut tensors and uneven pieces, through the same per-rank path as the strategy
+// validator (node_check.h): the reassembled outputs must equal the unsharded op, and the rewrite
+// must actually have been applied. The sample models exercise only some rows (views, factories,
+// vocab-parallel embedding).
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>

@@ -51,8 +51,9 @@ std::string budgetNote(const Plan& p);
 /// discount with the number of edges it scaled. "" when there is nothing to say.
 std::string buildNotes(const BuiltProblem& built, const mesh::Spec& spec);
 
-/// Op nodes that draw random numbers (dropout with p != 0 not in eval, bernoulli, rand*, normal,
-/// uniform, ...). The runtime does not reproduce a single device's random stream under sharding.
+/// Op nodes that draw random numbers, as their registry entries say (strategy::OpInfo::random:
+/// dropout with p != 0 not in eval, bernoulli, rand*, normal, uniform, ...). The runtime does not
+/// reproduce a single device's random stream under sharding.
 std::vector<ir::NodeId> randomNodes(const ir::Graph& g);
 /// "" without random nodes, else one line naming them and saying that a sharded run matches a
 /// single-device run in distribution only.

@@ -30,16 +30,18 @@
 // Megatron roles, from the structure of the graph alone (no names): a dataflow pass in graph order
 // marks each value "stream" (replicated, as between transformer blocks) or "split" (sharded on the
 // tp dim, as between a column- and a row-parallel linear). Graph inputs, parameters, buffers and
-// constants are stream. An `aten::linear` whose weight is a parameter (directly or through dtype
-// casts) is row-parallel when its activation input is split and column-parallel otherwise; its
-// output is stream after a row-parallel linear (Megatron's all-reduce) and split after a
-// column-parallel one. `aten::embedding` of a parameter table gives stream. Every other op's
-// outputs are split when any input is split. In a transformer block this makes the linears that
-// read the (normalized) block input column-parallel (wq, wk, wv, w1, w3; c_attn, c_fc) and the
-// linear producing the block output that feeds the residual add row-parallel (wo, w2; c_proj); an
-// lm head reading the final norm is column-parallel (vocab-sharded logits), and a two-linear MLP
-// without residual (toy_block) is up column-parallel, down row-parallel. A parameter with several
-// uses (tied embedding and lm head) takes the role of its first use in graph order.
+// constants are stream. Each op's part is its registry entry's strategy::TpUse (OpInfo::tp). A
+// linear (`aten::linear`) whose weight is a parameter (directly or through dtype casts and
+// aliases, TpUse::kKeepsDims) is row-parallel when its activation input is split and
+// column-parallel otherwise; its output is stream after a row-parallel linear (Megatron's
+// all-reduce) and split after a column-parallel one. A lookup table (`aten::embedding`, kVocab) of
+// a parameter gives stream. Every other op's outputs are split when any input is split. In a
+// transformer block this makes the linears that read the (normalized) block input column-parallel
+// (wq, wk, wv, w1, w3; c_attn, c_fc) and the linear producing the block output that feeds the
+// residual add row-parallel (wo, w2; c_proj); an lm head reading the final norm is column-parallel
+// (vocab-sharded logits), and a two-linear MLP without residual (toy_block) is up column-parallel,
+// down row-parallel. A parameter with several uses (tied embedding and lm head) takes the role of
+// its first use in graph order.
 //
 // Inputs keep the placements of the spec the GraphProblem was built from. dataParallelInput gives
 // the conventional batch sharding for a baseline, for callers that want it.

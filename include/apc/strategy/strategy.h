@@ -199,35 +199,90 @@ using WorkFn = std::function<Work(const RuleContext&, const LocalShapes&)>;
 /// The default work: one flop per local output element; bytes of every local input and output.
 Work defaultWork(const RuleContext& c, const LocalShapes& local);
 
-/// A registered op: its rule, its family for the cost model and an optional work counter.
-struct OpRule {
-  Rule rule;
+/// Whether a node of an op draws random numbers (OpInfo::random).
+using RandomFn = std::function<bool(const RuleContext&)>;
+/// RandomFn of ops that always draw (bernoulli, rand, normal, ...).
+bool alwaysRandom(const RuleContext& c);
+
+/// The op's part in the Megatron (tp) baseline's role analysis (apc/solver/baselines.h, "Megatron
+/// roles"): which operand is the weight and how the baseline cuts it.
+struct TpUse {
+  enum class Kind : uint8_t {
+    kNone,       // outputs split when any input is split
+    kLinear,     // y = x W^T + b, x input 0: W column-cut (S(0)) with b when x is stream
+                 // (output split), row-cut (S(1)) with b R when x is split (output stream)
+    kVocab,      // a lookup table: W vocab-cut (S(0)), output stream
+    kKeepsDims,  // a cast or alias: a parameter read through it counts as the parameter
+  };
+  Kind kind = Kind::kNone;
+  int weight = -1;  // input index of the weight (kLinear, kVocab)
+  int bias = -1;    // input index of the bias (kLinear; absent or None: no bias)
+};
+
+/// A collective a node of the op runs inside itself under some placements (train-mode BatchNorm's
+/// statistics all-reduce, apc/strategy/sync_norm.h): the mesh dims it reduces over and its time.
+struct OpCollective {
+  std::vector<size_t> mesh_dims;  // empty: none under these placements
+  double us = 0;                  // forward and backward time; 0 without a cost model
+};
+/// The collective inside a node whose inputs are computed on `inputs` (one entry per node input,
+/// nullopt for non-tensors): enumeration prices it into the strategy's cost (`model` given),
+/// lowering records its mesh dims in the program (`model` null). The runtime executes it.
+using OpCollectiveFn = std::function<OpCollective(
+    const RuleContext& c, const std::vector<std::optional<PlacementTuple>>& inputs,
+    const mesh::DeviceMesh& mesh, const cost::CostModel* model)>;
+
+struct RankPieces;   // apc/strategy/local_rewrite.h
+struct NodeRewrite;  // apc/strategy/local_rewrite.h
+/// Rewrites the constant arguments (`constants[i]`: the known value of non-tensor input i) of one
+/// rank's call of `node` for the rank's pieces (apc/strategy/local_rewrite.h); lowering applies it.
+using LocalRewriteFn = Status (*)(const ir::Node& node,
+                                  const std::vector<std::optional<ir::Constant>>& constants,
+                                  const RankPieces& pieces, NodeRewrite& r);
+
+/// Everything apc knows about one op, in one registry entry: its sharding rule, its cost family,
+/// work and backward multiple, the constant arguments lowering rewrites to local sizes, whether it
+/// draws random numbers, the collective it runs inside itself, and its Megatron role. Adding an op
+/// touches its family's registration (lib/strategy) and the tests.
+struct OpInfo {
+  Rule rule;  // empty: no sharding rule (the Replicate-only fallback); the entry says the rest
   cost::OpFamily family = cost::OpFamily::kOther;
   WorkFn work;  // empty: defaultWork
   /// >= 0: this op's backward time as a multiple of its forward's (what its autograd formula
   /// runs); < 0: its family's (cost::backwardMultiplier).
   double backward_multiplier = -1;
+  LocalRewriteFn local_rewrite = nullptr;  // null: every argument keeps its global value
+  RandomFn random;                         // empty: never random
+  OpCollectiveFn collective;               // empty: none
+  TpUse tp;
 };
 
-/// Rules keyed by qualified op name ("aten::add.Tensor"; a bare "aten::relu" matches every overload
+/// Ops keyed by qualified op name ("aten::add.Tensor"; a bare "aten::relu" matches every overload
 /// without a more specific entry).
 class Registry {
  public:
-  /// Registers (or replaces) the rule of `qualified_op`.
+  /// Registers (or replaces) the rule of `qualified_op` (the other fields default).
   void add(const std::string& qualified_op, Rule rule,
            cost::OpFamily family = cost::OpFamily::kOther, WorkFn work = {});
-  /// Sets the backward multiplier of the registered `qualified_op` (OpRule::backward_multiplier);
+  /// Registers (or replaces) the whole entry of `qualified_op`.
+  void add(const std::string& qualified_op, OpInfo info);
+  /// The entry of the registered `qualified_op` (exact name), to set more of its fields; null when
+  /// it is not registered.
+  OpInfo* entry(const std::string& qualified_op);
+  /// Sets the backward multiplier of the registered `qualified_op` (OpInfo::backward_multiplier);
   /// false when it is not registered.
   bool setBackwardMultiplier(const std::string& qualified_op, double multiplier);
-  /// The rule for a node's op: exact "op.overload" first, then "op".
+  /// The rule for a node's op: exact "op.overload" first, then "op"; null when the entry has none.
   const Rule* find(const ir::Node& node) const;
   /// The whole entry for a node's op, by the same lookup as find.
-  const OpRule* findEntry(const ir::Node& node) const;
-  /// Registered op names, sorted.
+  const OpInfo* findEntry(const ir::Node& node) const;
+  /// Whether op node `n` draws random numbers (its entry's OpInfo::random).
+  bool drawsRandomNumbers(const ir::Graph& g, const ir::Node& n) const;
+  /// Registered op names (with or without a rule), sorted.
   std::vector<std::string> ops() const;
 
  private:
-  std::map<std::string, OpRule> rules_;
+  std::map<std::string, OpInfo> rules_;
 };
 
 /// The registry with every rule family registered (pointwise, matrix, reduction, view,

@@ -13,9 +13,10 @@
 //   backward  the transposes of the two all-reduces (all-reduces of the statistics' gradients),
 //             which autograd derives; weight and bias gradients are Partial like any replicated
 //             parameter of a sharded op.
-// This header is the one definition of when that happens and what it costs; the enumerator
-// prices it into the node's cost, lowering records the mesh dims in the program
-// (proto::SyncNorm), the runtime executes it.
+// This header is the one definition of when that happens and what it costs; the batch_norm
+// entries of the registry declare it as their OpInfo::collective (lib/strategy/normalization.cpp),
+// through which the enumerator prices it into the node's cost and lowering records the mesh dims
+// in the program (proto::SyncNorm); the runtime executes it.
 //
 //===----------------------------------------------------------------------===//
 #pragma once

@@ -1,0 +1,340 @@
+//===- lib/strategy/local_rewrite.cpp - Op constants rewritten for local pieces //
+//
+// The rewrites of apc/strategy/local_rewrite.h, one small function per row of its table; each op's
+// registration puts its function in its OpInfo::local_rewrite (view.cpp, tensor_ops.cpp,
+// embedding.cpp). Argument positions are those of the ATen schemas of LibTorch 2.x (this library
+// links no torch).
+//
+//===----------------------------------------------------------------------===//
+#include "apc/strategy/local_rewrite.h"
+
+#include "rule_util.h"
+
+namespace apc::strategy {
+
+std::vector<int64_t> TensorPiece::localSizes() const {
+  std::vector<int64_t> s;
+  s.reserve(local.size());
+  for (const layout::DimPiece& p : local) s.push_back(p.size);
+  return s;
+}
+
+namespace {
+
+std::string listText(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+const std::vector<int64_t>* intListAt(const std::vector<std::optional<ir::Constant>>& c, size_t i) {
+  if (i >= c.size() || !c[i]) return nullptr;
+  return std::get_if<std::vector<int64_t>>(&*c[i]);
+}
+
+const int64_t* intAt(const std::vector<std::optional<ir::Constant>>& c, size_t i) {
+  if (i >= c.size() || !c[i]) return nullptr;
+  return std::get_if<int64_t>(&*c[i]);
+}
+
+const TensorPiece* firstOutput(const RankPieces& p) {
+  if (p.outputs.empty() || p.outputs[0].empty()) return nullptr;
+  return &p.outputs[0][0];
+}
+
+/// The SymbolicSize of dim `d` of `t` at argument `input` (element `element`), or nullopt when the
+/// dim is static or not proportional to its symbol (it then keeps its hint).
+std::optional<SymbolicSize> symbolicOf(const TensorPiece& t, size_t d, size_t input,
+                                       int64_t element, SymbolicSize::Part part, int64_t scale = 1,
+                                       int64_t shift = 0) {
+  if (d >= t.dims.size() || !t.dims[d].isSymbolic() || t.dims[d].per_symbol <= 0)
+    return std::nullopt;
+  SymbolicSize s;
+  s.input = input;
+  s.element = element;
+  s.symbol = t.dims[d].symbol;
+  s.per_symbol = t.dims[d].per_symbol;
+  s.placement = t.placement;
+  s.rank = t.dims.size();
+  s.dim = d;
+  s.part = part;
+  s.scale = scale;
+  s.shift = shift;
+  return s;
+}
+
+/// How a size list may say "the run-time size" of a symbolic dim (see the header).
+enum class DynamicSizes {
+  kNone,    // factories: a size list of numbers only
+  kView,    // view / reshape: one -1, when the output has exactly one symbolic dim
+  kExpand,  // expand / broadcast_to: -1 (keep the input's size) on every symbolic output dim
+            // whose input dim, aligned from the right, is symbolic too
+};
+
+/// view/reshape/expand/factories: the size argument at `pos` becomes the local output shape.
+Status rewriteSizeList(size_t pos, const std::vector<std::optional<ir::Constant>>& c,
+                       const RankPieces& pieces, NodeRewrite& r,
+                       DynamicSizes dynamic_sizes = DynamicSizes::kNone) {
+  const std::vector<int64_t>* sizes = intListAt(c, pos);
+  if (!sizes) {
+    // view.dtype and friends take no size list; a size list that is not known is an error.
+    if (pos < c.size() && !c[pos]) return unsupported("size argument not known at compile time");
+    return Status::success();
+  }
+  const TensorPiece* out = firstOutput(pieces);
+  if (!out) return invalidArgument("no tensor output to take the local shape from");
+  std::vector<int64_t> local = out->localSizes();
+  bool cut = false;
+  for (size_t d = 0; d < out->global.size(); ++d) cut = cut || !out->whole(d);
+  int dynamic = -1, num_dynamic = 0;
+  for (size_t d = 0; d < out->symbolic.size(); ++d)
+    if (out->symbolic[d]) dynamic = static_cast<int>(d), ++num_dynamic;
+  if (num_dynamic == 1 && dynamic_sizes == DynamicSizes::kView && local.size() == sizes->size()) {
+    local[static_cast<size_t>(dynamic)] = -1;
+    cut = true;
+  }
+  const TensorPiece* in =
+      pieces.inputs.empty() || pieces.inputs[0].empty() ? nullptr : &pieces.inputs[0][0];
+  if (dynamic_sizes == DynamicSizes::kExpand && in && local.size() == sizes->size() &&
+      in->symbolic.size() <= out->symbolic.size()) {
+    const size_t lead = out->symbolic.size() - in->symbolic.size();
+    for (size_t d = lead; d < out->symbolic.size(); ++d)
+      if (out->symbolic[d] && in->symbolic[d - lead]) {
+        local[d] = -1;
+        cut = true;
+      }
+  }
+  // The other symbolic dims are recomputed at run time (expand from size 1, factories).
+  size_t symbolic = 0;
+  if (local.size() == sizes->size())
+    for (size_t d = 0; d < local.size(); ++d) {
+      if (local[d] == -1) continue;
+      auto e = symbolicOf(*out, d, pos, static_cast<int64_t>(d), SymbolicSize::Part::kSize);
+      if (!e) continue;
+      r.symbolic.push_back(std::move(*e));
+      ++symbolic;
+    }
+  if (symbolic > 0) {
+    r.notes.push_back(std::to_string(symbolic) + " size(s) from symbols at run time");
+    cut = true;
+  }
+  if (!cut || *sizes == local) return Status::success();  // keeps -1 entries when nothing is cut
+  r.notes.push_back("size := " + listText(local));
+  r.replace.emplace_back(pos, local);
+  return Status::success();
+}
+
+/// unflatten(self, dim, sizes): sizes become the local sizes of output dims [dim, dim + n).
+Status rewriteUnflatten(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                        NodeRewrite& r) {
+  const int64_t* dimp = intAt(c, 1);
+  const std::vector<int64_t>* sizes = intListAt(c, 2);
+  if (!dimp || !sizes) return invalidArgument("unflatten without int dim and int[] sizes");
+  const TensorPiece* outp = firstOutput(pieces);
+  if (!outp) return invalidArgument("no tensor output");
+  std::vector<int64_t> out = outp->localSizes();
+  const auto n = static_cast<int64_t>(sizes->size());
+  int64_t in_rank = static_cast<int64_t>(out.size()) - n + 1;
+  int64_t dim = *dimp < 0 ? *dimp + in_rank : *dimp;
+  if (dim < 0 || dim + n > static_cast<int64_t>(out.size()))
+    return invalidArgument("unflatten dim out of range");
+  bool cut = false;
+  for (int64_t d = dim; d < dim + n; ++d) cut = cut || !outp->whole(static_cast<size_t>(d));
+  std::vector<int64_t> local(out.begin() + dim, out.begin() + dim + n);
+  for (int64_t d = dim; d < dim + n; ++d) {
+    auto e = symbolicOf(*outp, static_cast<size_t>(d), 2, d - dim, SymbolicSize::Part::kSize);
+    if (!e) continue;
+    r.symbolic.push_back(std::move(*e));
+    cut = true;
+  }
+  if (!cut || local == *sizes) return Status::success();
+  r.notes.push_back("sizes := " + listText(local));
+  r.replace.emplace_back(2, local);
+  return Status::success();
+}
+
+/// A scalar constant as a double, and whether it is integral.
+std::optional<std::pair<double, bool>> scalarOf(const std::optional<ir::Constant>& c) {
+  if (!c) return std::nullopt;
+  if (const auto* i = std::get_if<int64_t>(&*c)) return std::make_pair(double(*i), true);
+  if (const auto* d = std::get_if<double>(&*c)) return std::make_pair(*d, false);
+  return std::nullopt;
+}
+
+/// arange: the bounds of the rank's piece of the 1-d output.
+Status rewriteArange(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                     const RankPieces& pieces, NodeRewrite& r) {
+  const TensorPiece* out = firstOutput(pieces);
+  if (!out || out->global.size() != 1) return invalidArgument("arange without a 1-d output");
+  const bool has_start = node.overload == "start" || node.overload == "start_step";
+  const bool symbolic = out->dims.size() == 1 && out->dims[0].isSymbolic();
+  if (out->whole(0) && !symbolic) return Status::success();
+  if (out->whole(0)) {
+    // arange(B) on a whole dim: its end follows the symbol (integral bounds only).
+    if (!has_start && !node.overload.empty()) return Status::success();
+    auto start = has_start ? scalarOf(c.size() > 0 ? c[0] : std::nullopt)
+                           : std::make_optional(std::make_pair(0.0, true));
+    auto step = node.overload == "start_step" ? scalarOf(c.size() > 2 ? c[2] : std::nullopt)
+                                              : std::make_optional(std::make_pair(1.0, true));
+    if (!start || !step || !start->second || !step->second) return Status::success();
+    auto e = symbolicOf(*out, 0, has_start ? 1 : 0, -1, SymbolicSize::Part::kEnd,
+                        static_cast<int64_t>(step->first), static_cast<int64_t>(start->first));
+    if (e) {
+      r.symbolic.push_back(std::move(*e));
+      r.notes.push_back("arange end from a symbol at run time");
+    }
+    return Status::success();
+  }
+  if (!has_start && !node.overload.empty())
+    return unsupported("arange." + node.overload + " with a cut output");
+  const size_t end_pos = has_start ? 1 : 0;
+  std::optional<std::pair<double, bool>> start =
+      has_start ? scalarOf(c.size() > 0 ? c[0] : std::nullopt) : std::make_pair(0.0, true);
+  std::optional<std::pair<double, bool>> step = node.overload == "start_step"
+                                                    ? scalarOf(c.size() > 2 ? c[2] : std::nullopt)
+                                                    : std::make_pair(1.0, true);
+  if (!start || !step || !scalarOf(end_pos < c.size() ? c[end_pos] : std::nullopt))
+    return unsupported("arange bounds not known at compile time");
+  const int64_t off = out->local[0].offset, len = out->local[0].size;
+  ir::Constant new_start, new_end;
+  if (start->second && step->second) {
+    auto s = static_cast<int64_t>(start->first), st = static_cast<int64_t>(step->first);
+    new_start = s + off * st;
+    new_end = s + off * st + len * st;
+    // A symbolic dim: both bounds of the piece follow the symbol (start is input 0, end input 1,
+    // also after arange(end) becomes arange.start below).
+    for (auto [pos, part] : {std::make_pair(size_t{0}, SymbolicSize::Part::kOffset),
+                             std::make_pair(size_t{1}, SymbolicSize::Part::kEnd)})
+      if (auto e = symbolicOf(*out, 0, pos, -1, part, st, s)) r.symbolic.push_back(std::move(*e));
+  } else {
+    double s = start->first + static_cast<double>(off) * step->first;
+    new_start = s;
+    new_end = s + (static_cast<double>(len) - 0.5) * step->first;
+  }
+  if (has_start) {
+    r.replace.emplace_back(0, new_start);
+    r.replace.emplace_back(1, new_end);
+  } else {
+    r.replace.emplace_back(0, new_end);
+    r.overload = "start";
+    r.prepend = new_start;
+  }
+  r.notes.push_back("arange bounds := [" + std::to_string(off) + ", +" + std::to_string(len) + ")");
+  return Status::success();
+}
+
+/// narrow(self, dim, start, length) over the whole of a cut dim: the whole local piece.
+Status rewriteNarrow(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                     NodeRewrite& r) {
+  const int64_t* dimp = intAt(c, 1);
+  const int64_t* startp = intAt(c, 2);
+  const int64_t* lenp = intAt(c, 3);
+  if (!dimp || !startp || !lenp) return Status::success();  // narrow.Tensor: unchanged
+  if (pieces.inputs.empty() || pieces.inputs[0].empty()) return invalidArgument("no input");
+  const TensorPiece& in = pieces.inputs[0][0];
+  int64_t dim = *dimp < 0 ? *dimp + static_cast<int64_t>(in.global.size()) : *dimp;
+  auto d = static_cast<size_t>(dim);
+  if (dim < 0 || d >= in.global.size() || in.whole(d)) return Status::success();
+  if (*startp != 0 || *lenp != in.global[d]) return Status::success();
+  r.replace.emplace_back(3, in.local[d].size);
+  r.notes.push_back("length := " + std::to_string(in.local[d].size));
+  return Status::success();
+}
+
+/// repeat(self, repeats): an output dim that follows a symbol while the input dim it repeats has
+/// size 1 (or is a new leading dim), as in `cls.repeat(B, 1, 1)`: its repeat count is the output
+/// piece's size at run time.
+Status rewriteRepeat(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                     NodeRewrite& r) {
+  const std::vector<int64_t>* repeats = intListAt(c, 1);
+  const TensorPiece* out = firstOutput(pieces);
+  if (!repeats || !out || pieces.inputs.empty() || pieces.inputs[0].empty())
+    return Status::success();
+  const TensorPiece& in = pieces.inputs[0][0];
+  if (repeats->size() != out->global.size() || in.global.size() > out->global.size())
+    return Status::success();
+  const size_t lead = out->global.size() - in.global.size();
+  for (size_t d = 0; d < out->global.size(); ++d) {
+    const bool unit = d < lead || (in.global[d - lead] == 1 &&
+                                   (d - lead >= in.dims.size() || !in.dims[d - lead].isSymbolic()));
+    if (!unit) continue;
+    auto e = symbolicOf(*out, d, 1, static_cast<int64_t>(d), SymbolicSize::Part::kSize);
+    if (!e) continue;
+    r.symbolic.push_back(std::move(*e));
+    r.notes.push_back("repeats[" + std::to_string(d) + "] from a symbol at run time");
+  }
+  return Status::success();
+}
+
+/// embedding(weight, indices, padding_idx, ...) with the weight's rows cut.
+Status rewriteEmbedding(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
+                        NodeRewrite& r) {
+  if (pieces.inputs.empty() || pieces.inputs[0].empty())
+    return invalidArgument("embedding without a weight");
+  const TensorPiece& w = pieces.inputs[0][0];
+  if (w.global.empty() || w.whole(0)) return Status::success();
+  const int64_t off = w.local[0].offset, rows = w.local[0].size;
+  r.vocab = NodeRewrite::Vocab{off, rows};
+  if (const int64_t* p = intAt(c, 2); p && *p >= 0) {
+    int64_t local = *p - off;
+    r.replace.emplace_back(2, local >= 0 && local < rows ? local : int64_t{-1});
+  }
+  r.notes.push_back("vocab rows [" + std::to_string(off) + ", +" + std::to_string(rows) + ")");
+  return Status::success();
+}
+
+}  // namespace
+
+namespace detail {
+
+Status rewriteViewSizes(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
+                        const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteSizeList(1, c, pieces, r, DynamicSizes::kView);
+}
+
+Status rewriteExpandSizes(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
+                          const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteSizeList(1, c, pieces, r, DynamicSizes::kExpand);
+}
+
+Status rewriteNewFactorySizes(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
+                              const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteSizeList(1, c, pieces, r);
+}
+
+Status rewriteFactorySizes(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r) {
+  if (!node.overload.empty() && node.overload != "memory_format") return Status::success();
+  return rewriteSizeList(0, c, pieces, r);
+}
+
+Status rewriteUnflattenSizes(const ir::Node& node,
+                             const std::vector<std::optional<ir::Constant>>& c,
+                             const RankPieces& pieces, NodeRewrite& r) {
+  if (node.overload != "int" && !node.overload.empty()) return Status::success();
+  return rewriteUnflatten(c, pieces, r);
+}
+
+Status rewriteArangeBounds(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteArange(node, c, pieces, r);
+}
+
+Status rewriteNarrowLength(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteNarrow(c, pieces, r);
+}
+
+Status rewriteEmbeddingRows(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
+                            const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteEmbedding(c, pieces, r);
+}
+
+Status rewriteRepeatCounts(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteRepeat(c, pieces, r);
+}
+
+}  // namespace detail
+
+}  // namespace apc::strategy
