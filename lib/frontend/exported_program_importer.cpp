@@ -28,6 +28,7 @@
 #include "apc/support/activity.h"
 #include "apc/support/clock.h"
 #include "apc/support/file_io.h"
+#include "apc/support/json_reader.h"
 #include "apc/support/strings.h"
 #include "pt2_archive.h"
 #include "sym_expr.h"
@@ -1233,9 +1234,10 @@ class ExportedImporter {
     ir::OutputTree t;
     std::string ty = str(type);
     const std::string context_text = str(member(spec, "context"));
-    if (Status s = checkJsonText(context_text); !s.ok())
-      return s.error().withContext("'" + path_ + "': an out_spec context");
-    json context = json::parse(context_text, nullptr, false);
+    auto parsed_context = parseJsonText(context_text);
+    if (!parsed_context.ok())
+      return parsed_context.error().withContext("'" + path_ + "': an out_spec context");
+    json context = std::move(parsed_context).value();
     bool keyed = ty == "builtins.dict" || ty == "collections.OrderedDict" ||
                  ty == "collections.defaultdict" ||
                  ty == "torch.fx.immutable_collections.immutable_dict";
@@ -1281,9 +1283,10 @@ class ExportedImporter {
       }
     }
     ir::OutputTree t;
-    if (Status s = checkJsonText(out_spec_); !s.ok())
-      return s.error().withContext("'" + path_ + "': the signature's out_spec");
-    json spec = json::parse(out_spec_, nullptr, false);
+    auto parsed_spec = parseJsonText(out_spec_);
+    if (!parsed_spec.ok())
+      return parsed_spec.error().withContext("'" + path_ + "': the signature's out_spec");
+    const json spec = std::move(parsed_spec).value();
     if (spec.is_array() && spec.size() == 2 && spec[1].is_object()) {
       size_t next = 0;
       APC_ASSIGN_OR_RETURN(t, tree(spec[1], leaves, next, 0));

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "apc/support/file_io.h"
+#include "apc/support/json_reader.h"
 #include "apc/support/strings.h"
 
 namespace apc::frontend {
@@ -66,9 +67,9 @@ Expected<std::vector<std::optional<InputSpec>>> parseRecordedInputs(
   auto malformed = [&](const std::string& why) {
     return parseError("'" + source + "' has a malformed extra/apc_inputs.json (" + why + ")");
   };
-  if (Status s = checkJsonText(json_text); !s.ok()) return malformed(s.error().message());
-  auto doc = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return malformed("not valid JSON");
+  auto parsed = parseJsonText(json_text);
+  if (!parsed.ok()) return malformed(parsed.error().message());
+  const nlohmann::json& doc = *parsed;
   if (!doc.is_object()) return malformed("not a JSON object");
   auto inputs = doc.find("inputs");
   if (inputs == doc.end()) return out;

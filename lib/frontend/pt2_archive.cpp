@@ -7,6 +7,7 @@
 
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
+#include "apc/support/json_reader.h"
 #include "apc/support/strings.h"
 #include "torch_types.h"
 
@@ -106,8 +107,9 @@ Expected<nlohmann::json> Pt2Archive::json(const std::string& record) const {
   // Nesting is checked before parsing: the importer walks the records recursively.
   if (Status s = checkJsonText(t); !s.ok())
     return s.error().withContext("'" + path_ + "': " + record);
-  nlohmann::json j = nlohmann::json::parse(t, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return parseError("'" + path_ + "': " + record + " is not valid JSON");
+  auto j = parseJsonText(t);
+  if (!j.ok())
+    return parseError("'" + path_ + "': " + record + " is not valid JSON: " + j.error().message());
   return j;
 }
 

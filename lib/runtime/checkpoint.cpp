@@ -36,6 +36,7 @@
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
+#include "apc/support/json_reader.h"
 #include "safetensors_io.h"
 
 namespace apc::runtime {
@@ -302,10 +303,10 @@ Expected<std::vector<Saved>> savedTensors(ParallelModule& pm, const Optimizer* o
 Expected<ordered_json> readManifestJson(const std::string& dir) {
   const std::string path = (fs::path(dir) / kManifest).string();
   APC_ASSIGN_OR_RETURN(std::string text, readInputFile(path));
-  Status ok = checkJsonText(text);
-  if (!ok.ok()) return parseError(printable(path) + ": " + ok.error().message());
-  ordered_json j = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return parseError(printable(path) + ": not valid JSON");
+  auto parsed = parseOrderedJsonText(text);
+  if (!parsed.ok())
+    return parseError(printable(path) + ": not valid JSON: " + parsed.error().message());
+  ordered_json j = std::move(parsed).value();
   if (!j.is_object() || j.value("format", "") != kFormat)
     return parseError(printable(path) + ": not an apc checkpoint manifest (no \"format\": \"" +
                       kFormat + "\")");

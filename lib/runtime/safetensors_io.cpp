@@ -20,6 +20,7 @@
 
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
+#include "apc/support/json_reader.h"
 
 namespace apc::runtime::st {
 
@@ -138,9 +139,10 @@ Expected<File> open(const std::string& path, int64_t want_bytes, const std::stri
                       std::to_string(header_len) + " exceeds the file");
   std::string text(header_len, '\0');
   APC_RETURN_IF_ERROR(preadAll(fd.get(), text.data(), text.size(), 8, path));
-  if (Status ok = checkJsonText(text); !ok.ok())
-    return parseError(printable(path) + ": safetensors header: " + ok.error().message());
-  ordered_json h = ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto parsed = parseOrderedJsonText(text);
+  if (!parsed.ok())
+    return parseError(printable(path) + ": safetensors header: " + parsed.error().message());
+  const ordered_json& h = *parsed;
   if (!h.is_object())
     return parseError(printable(path) + ": safetensors header is not a JSON object");
   File f;

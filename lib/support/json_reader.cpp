@@ -88,14 +88,15 @@ class DuplicateKeyFinder : public nlohmann::json_sax<json> {
   std::vector<Frame> stack_;
 };
 
-}  // namespace
-
-Expected<json> parseJsonText(std::string_view text) {
+/// parseJsonText's body for either tree type (nlohmann::json, or ordered_json that keeps key
+/// order); the duplicate-key pass reads the text, whatever the tree.
+template <class Json>
+Expected<Json> parseChecked(std::string_view text) {
   APC_RETURN_IF_ERROR(checkJsonText(text));
-  json j;
+  Json j;
   try {
-    j = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
+    j = Json::parse(text.begin(), text.end());
+  } catch (const typename Json::exception& e) {
     std::string what = e.what();
     if (size_t pos = what.find("] ");
         what.rfind("[json.exception", 0) == 0 && pos != std::string::npos)
@@ -107,6 +108,16 @@ Expected<json> parseJsonText(std::string_view text) {
   json::sax_parse(text.begin(), text.end(), &finder);
   if (finder.duplicate) return parseError(*finder.duplicate + ": key given twice in one object");
   return j;
+}
+
+}  // namespace
+
+Expected<json> parseJsonText(std::string_view text) {
+  return parseChecked<json>(text);
+}
+
+Expected<nlohmann::ordered_json> parseOrderedJsonText(std::string_view text) {
+  return parseChecked<nlohmann::ordered_json>(text);
 }
 
 Expected<json> readJsonFile(const std::string& path) {

@@ -225,6 +225,13 @@ TEST_F(CheckpointErrors, AManifestThatIsNotJson) {
   expectOneLineError((dir_ / "manifest.json").string(), "not valid JSON");
 }
 
+// A key given twice (JSON parsers keep the last silently) names its path.
+TEST_F(CheckpointErrors, AManifestWithAKeyGivenTwice) {
+  std::ofstream(dir_ / "manifest.json")
+      << R"({"format": "apc-checkpoint", "format_version": 1, "format_version": 2})";
+  expectOneLineError((dir_ / "manifest.json").string(), "$.format_version: key given twice");
+}
+
 TEST_F(CheckpointErrors, AnotherOptimizerIsRefused) {
   expectOneLineError((dir_ / "manifest.json").string(), "holds the state of optimizer sgd",
                      "--optimizer adamw");

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 namespace apc::json_reader {
 namespace {
@@ -31,6 +32,25 @@ TEST(JsonReader, DuplicateKeysAreNamedByPath) {
   auto deep = parseJsonText(std::string(65, '[') + std::string(65, ']'));
   ASSERT_FALSE(deep.ok());
   EXPECT_NE(deep.error().message().find("nested deeper than 64"), std::string::npos);
+}
+
+// The ordered tree (the runtime's safetensors headers and checkpoint manifests) keeps the keys in
+// their order in the text, with the same checks.
+TEST(JsonReader, TheOrderedTreeKeepsKeyOrderWithTheSameChecks) {
+  auto j = parseOrderedJsonText(R"({"b": 1, "a": {"z": 2, "y": 3}})");
+  ASSERT_TRUE(j.ok()) << j.error().message();
+  std::vector<std::string> keys;
+  for (const auto& [k, v] : j->items()) keys.push_back(k);
+  for (const auto& [k, v] : (*j)["a"].items()) keys.push_back(k);
+  EXPECT_EQ(keys, (std::vector<std::string>{"b", "a", "z", "y"}));
+  auto twice = parseOrderedJsonText(R"({"w": {"dtype": "F32"}, "w": {"dtype": "F16"}})");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().message(), "$.w: key given twice in one object");
+  auto broken = parseOrderedJsonText(R"({"w": )");
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.error().message().rfind("malformed JSON: parse error at line 1", 0), 0u)
+      << broken.error().message();
+  EXPECT_FALSE(parseOrderedJsonText(std::string(65, '[') + std::string(65, ']')).ok());
 }
 
 TEST(JsonReader, UnknownKeysSuggestTheClosest) {

@@ -1,7 +1,9 @@
 //===- apc/support/json_reader.h - apc's one JSON reader -------------------===//
 //
 // Every apc library that reads JSON (specs and sharding files in lib/mesh, plans in lib/plan,
-// artifact manifests in lib/artifact) reads it through these functions:
+// artifact manifests in lib/artifact; in key order, parseOrderedJsonText: the runtime's checkpoint
+// manifests and safetensors headers, the .pt2 importer's records) reads it through these
+// functions:
 //  - parseJsonText / readJsonFile: text to a JSON tree, with checkJsonText's limits (no NUL byte,
 //    at most kMaxJsonDepth levels of nesting) and a key given twice in one object an error that
 //    names its path (nlohmann's parser keeps the last one silently);
@@ -29,6 +31,9 @@ namespace apc {
 /// NUL byte and nesting deeper than kMaxJsonDepth (checkJsonText); a key that appears twice in one
 /// object is a kParse error naming its path (JSON parsers silently keep the last one).
 Expected<nlohmann::json> parseJsonText(std::string_view text);
+/// parseJsonText's checks and errors, into a tree that keeps the objects' keys in their order in
+/// the text (for readers whose files give meaning to it: safetensors headers, checkpoints).
+Expected<nlohmann::ordered_json> parseOrderedJsonText(std::string_view text);
 /// Reads and parses a JSON file (readInputFile: a regular file of at most 1 GiB; a missing or
 /// unreadable file is kIo); errors are prefixed by the path.
 Expected<nlohmann::json> readJsonFile(const std::string& path);
