@@ -60,6 +60,30 @@ bool SolverStats::operator==(const SolverStats& o) const {
          baseline == o.baseline;
 }
 
+std::string SolverStats::statusText() const {
+  switch (status) {
+    case PlanStatus::kOptimal:
+      return "optimal";
+    case PlanStatus::kTimeLimit:
+      return "time_limit";
+    case PlanStatus::kFeasible:
+      return "feasible";
+    case PlanStatus::kBaseline:
+      return "baseline " + baseline;
+  }
+  return "feasible";
+}
+
+Expected<std::pair<PlanStatus, std::string>> parsePlanStatus(const std::string& text) {
+  if (text == "optimal") return std::pair{PlanStatus::kOptimal, std::string()};
+  if (text == "time_limit") return std::pair{PlanStatus::kTimeLimit, std::string()};
+  if (text == "feasible") return std::pair{PlanStatus::kFeasible, std::string()};
+  if (text.rfind("baseline ", 0) == 0 && text.size() > 9)
+    return std::pair{PlanStatus::kBaseline, text.substr(9)};
+  return invalidArgument("expected optimal, time_limit, feasible or 'baseline <name>', got '" +
+                         text + "'");
+}
+
 std::string formatMicros(double us) {
   char buf[64];
   if (us >= 1e6)

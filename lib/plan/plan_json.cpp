@@ -392,7 +392,10 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
       {"bound", "constraints", "objective", "options", "problem", "seconds", "status", "variables"},
       {"baseline", "gap"}));
   SolverStats s;
-  APC_ASSIGN_OR_RETURN(s.status, readString(j["status"], path + ".status"));
+  APC_ASSIGN_OR_RETURN(const std::string status, readString(j["status"], path + ".status"));
+  auto parsed_status = parsePlanStatus(status);
+  if (!parsed_status.ok()) return at(path + ".status", parsed_status.error().message());
+  s.status = parsed_status->first;
   APC_ASSIGN_OR_RETURN(s.objective, readNumber(j["objective"], path + ".objective"));
   if (!j["bound"].is_null()) {
     APC_ASSIGN_OR_RETURN(double b, readNumber(j["bound"], path + ".bound"));
@@ -441,6 +444,9 @@ Expected<SolverStats> readSolver(const json& j, const std::string& path) {
         std::end(kBaselineNames))
       return at(path + ".baseline", "expected ddp, fsdp, tp or fsdp+tp, got '" + s.baseline + "'");
   }
+  // "baseline <name>" and the baseline key say the same.
+  if (parsed_status->second != s.baseline)
+    return at(path + ".status", "'" + status + "' does not match baseline '" + s.baseline + "'");
   return s;
 }
 
@@ -484,7 +490,7 @@ json documentJson(const Plan& p) {
                 {"memory_low", number(t.memory_low)},
                 {"memory_high", number(t.memory_high)}}},
               {"solver",
-               {{"status", s.status},
+               {{"status", s.statusText()},
                 {"objective", number(s.objective)},
                 {"bound", s.bound ? number(*s.bound) : json(nullptr)},
                 {"seconds", nullptr},
@@ -501,7 +507,7 @@ json documentJson(const Plan& p) {
   if (!s.baseline.empty()) out["solver"]["baseline"] = s.baseline;
   // Unproven plans (a time limit, a check too large to run) state their proven gap: (objective -
   // bound) / objective. Derived, so optimal plans' bytes do not change.
-  if (s.status != "optimal" && s.baseline.empty() && s.bound && s.objective > 0)
+  if (s.unproven() && s.bound && s.objective > 0)
     out["solver"]["gap"] = number((s.objective - *s.bound) / s.objective);
   return out;
 }

@@ -178,8 +178,10 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
 
   SolverStats& st = plan.solver;
   // A baseline's plan says which (its solve only re-chose what the pins left free).
-  st.status =
-      record.baseline.empty() ? solver::statusName(solution.status) : "baseline " + record.baseline;
+  st.status = !record.baseline.empty()                             ? PlanStatus::kBaseline
+              : solution.status == solver::SolveStatus::kOptimal   ? PlanStatus::kOptimal
+              : solution.status == solver::SolveStatus::kTimeLimit ? PlanStatus::kTimeLimit
+                                                                   : PlanStatus::kFeasible;
   st.objective = canonicalNumber(solution.objective);
   if (std::isfinite(solution.bound)) st.bound = canonicalNumber(solution.bound);
   st.variables = solution.variables;

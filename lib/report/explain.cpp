@@ -253,9 +253,10 @@ Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem&
       a.why = "the same cost in context as the chosen strategy";
     } else if (a.context_us < chosen.context_us) {
       a.status = AlternativeStatus::kCheaperInContext;
-      a.why = formatSignedMicros(a.delta_us) + " in context; the solver's status is '" +
-              p.solver.status + "'" +
-              (p.solver.status == "optimal" ? " (a tie within the solver's tolerance)" : "");
+      a.why =
+          formatSignedMicros(a.delta_us) + " in context; the solver's status is '" +
+          p.solver.statusText() + "'" +
+          (p.solver.status == PlanStatus::kOptimal ? " (a tie within the solver's tolerance)" : "");
     } else if (a.here_us < chosen.here_us && !nearlyEqual(a.here_us, chosen.here_us)) {
       a.status = AlternativeStatus::kCheaperHereCostlierOverall;
       a.why = formatSignedMicros(a.here_us - chosen.here_us) + " here, but the consumers pay " +
@@ -290,7 +291,7 @@ std::string topNodesText(const Plan& p, size_t n) {
          formatMicros(t.total_us) + " (compute " + formatMicros(t.compute_us) + ", comm " +
          formatMicros(t.comm_us) +
          (t.recompute_us > 0 ? ", recompute " + formatMicros(t.recompute_us) : "") + "), solver " +
-         p.solver.status + "\n";
+         p.solver.statusText() + "\n";
   std::vector<uint32_t> top = costliestNodes(p, n);
   out += "costliest " + std::to_string(top.size()) + " of " + std::to_string(p.nodes.size()) +
          " nodes:\n";
@@ -357,7 +358,7 @@ std::string topModulesText(const Plan& p, size_t n) {
                     formatMicros(t.total_us) + " (compute " + formatMicros(t.compute_us) +
                     ", comm " + formatMicros(t.comm_us) +
                     (t.recompute_us > 0 ? ", recompute " + formatMicros(t.recompute_us) : "") +
-                    "), solver " + p.solver.status + "\n";
+                    "), solver " + p.solver.statusText() + "\n";
   std::vector<ModuleCost> rows = costliestModules(p, n);
   out += "costliest " + std::to_string(rows.size()) +
          " modules (a stack of repeated layers is "

@@ -264,11 +264,11 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
   else
     out += "not reduced (--no-reduce)\n";
   std::string gap;
-  if (p.solver.status != "optimal" && p.solver.bound && p.solver.objective > 0)
+  if (p.solver.status != PlanStatus::kOptimal && p.solver.bound && p.solver.objective > 0)
     gap = printf1(" (proven gap %.3g%%)",
                   100.0 * (p.solver.objective - *p.solver.bound) / p.solver.objective);
   out +=
-      "solver: " + p.solver.status + ", objective " + printf1("%.6g", p.solver.objective) +
+      "solver: " + p.solver.statusText() + ", objective " + printf1("%.6g", p.solver.objective) +
       ", bound " + (p.solver.bound ? printf1("%.6g", *p.solver.bound) : std::string("none")) + gap +
       ", " +
       // Step 0 (lib/solver/memory_search.h) and the reductions can decide every choice

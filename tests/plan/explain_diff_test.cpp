@@ -78,7 +78,7 @@ HandMade handMade() {
                      {unary(R, R), unary(S0, S0)}};
   h.gp.edge_input = {0};
   h.plan.spec = testing::specFor({4}, {"dp"});
-  h.plan.solver.status = "optimal";
+  h.plan.solver.status = PlanStatus::kOptimal;
   for (const char* name : {"u", "v"}) {
     PlanNode n;
     n.name = name;
@@ -142,13 +142,13 @@ TEST(Explain, HandMadeProblemGivesEveryStatus) {
 TEST(Explain, CheaperInContextOnlyWithoutOptimality) {
   HandMade h = handMade();
   h.plan.nodes[0].strategy_index = 4;  // not the best for u
-  h.plan.solver.status = "time limit (feasible)";
+  h.plan.solver.status = PlanStatus::kTimeLimit;
   auto e = explainNode(h.plan, h.gp, 0);
   ASSERT_TRUE(e.ok());
   auto a = byIndex(*e);
   EXPECT_EQ(a[4]->status, AlternativeStatus::kChosen);
   EXPECT_EQ(a[0]->status, AlternativeStatus::kCheaperInContext);
-  EXPECT_NE(a[0]->why.find("time limit"), std::string::npos);
+  EXPECT_NE(a[0]->why.find("time_limit"), std::string::npos);
 }
 
 TEST(Explain, ToyBlockStatusesAreConsistent) {

@@ -62,7 +62,7 @@ TargetHandMade targetHandMade() {
   h.gp.strategies = {{leafOf(R), leafOf(S0), leafOf(S0)}, {unaryOf(R, R), unaryOf(S0, S0)}};
   h.gp.edge_input = {0};
   h.plan.spec = testing::specFor({4}, {"dp"});
-  h.plan.solver.status = "optimal";
+  h.plan.solver.status = PlanStatus::kOptimal;
   for (const char* name : {"u", "v"}) {
     PlanNode n;
     n.name = name;
@@ -125,7 +125,7 @@ TEST(ExplainTarget, ToyBlockCostsReconcileAndTheChosenPlacementCostsNothing) {
     ir::Graph g = ir::testing_graphs::toyBlock(spec.mesh.ndim() == 1 ? 512 : 8);
     auto planned = testing::planOf(g, spec);
     const Plan& p = planned.result.plan;
-    ASSERT_EQ(p.solver.status, "optimal");
+    ASSERT_EQ(p.solver.status, PlanStatus::kOptimal);
     std::set<PlacementTuple> chosen_outputs;
     for (const PlanNode& n : p.nodes)
       if (!n.outputPlacements().empty()) chosen_outputs.insert(n.outputPlacements());

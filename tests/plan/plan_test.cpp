@@ -97,7 +97,8 @@ TEST(MakePlan, NodesParametersAndMemory) {
   EXPECT_EQ(plan.totals.param_bytes_total, 2 * 4096 * 1024 * 4);
   EXPECT_LE(plan.totals.param_bytes_per_rank, plan.totals.param_bytes_total / 8);
   EXPECT_EQ(plan.totals.memory_high, canonicalNumber(1.0 / 8));
-  EXPECT_EQ(plan.solver.status, "optimal");
+  EXPECT_EQ(plan.solver.status, PlanStatus::kOptimal);
+  EXPECT_EQ(plan.solver.statusText(), "optimal");
   // The budget is tight (both weights must be fully sharded), so the exact reduction fixes them
   // and may leave nothing for the ILP: variables can be 0.
   EXPECT_GE(plan.solver.variables, 0);
@@ -319,7 +320,7 @@ TEST(PlanJson, BaselineNamesAgreeWithTheSolver) {
   auto withBaseline = [&](const std::string& name) {
     Plan b = plan;
     b.solver.baseline = name;
-    b.solver.status = "baseline " + name;
+    b.solver.status = PlanStatus::kBaseline;
     b.content_hash = planContentHash(b);
     return planFromJson(toJson(b));
   };
@@ -332,6 +333,37 @@ TEST(PlanJson, BaselineNamesAgreeWithTheSolver) {
   ASSERT_FALSE(alias.ok());
   EXPECT_NE(alias.error().message().find("$.solver.baseline"), std::string::npos)
       << alias.error().message();
+}
+
+// The status is typed (PlanStatus): every status reads back as it was written, and a text that is
+// none of them, or a "baseline <name>" that the baseline key does not repeat, is an error naming
+// $.solver.status.
+TEST(PlanJson, TheStatusIsTypedAndChecked) {
+  ir::Graph g = ir::testing_graphs::toyBlock();
+  Plan plan = testing::planOf(g, toySpec2x4()).result.plan;
+  for (PlanStatus st : {PlanStatus::kOptimal, PlanStatus::kTimeLimit, PlanStatus::kFeasible}) {
+    Plan p = plan;
+    p.solver.status = st;
+    p.content_hash = planContentHash(p);
+    auto back = planFromJson(toJson(p));
+    ASSERT_TRUE(back.ok()) << back.error().message();
+    EXPECT_EQ(back->solver.status, st);
+    EXPECT_EQ(back->solver.statusText(), p.solver.statusText());
+  }
+  auto withStatus = [&](const std::string& text, const std::string& baseline) {
+    nlohmann::json j = toJson(plan);
+    j["solver"]["status"] = text;
+    if (!baseline.empty()) j["solver"]["baseline"] = baseline;
+    return planFromJson(j);
+  };
+  for (auto [text, baseline] : {std::pair<std::string, std::string>{"done", ""},
+                                {"baseline tp", ""},
+                                {"baseline ddp", "fsdp"},
+                                {"optimal", "ddp"}}) {
+    auto r = withStatus(text, baseline);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.error().message().rfind("$.solver.status: ", 0), 0u) << r.error().message();
+  }
 }
 
 // Issue 15 finding 5: settings that act only through the solution found are not hashed.
@@ -555,7 +587,8 @@ TEST(Report, SummaryAndLog) {
 /// optimum; its bound is every full node at its cheapest, at or below the optimum.
 void expectRestrictedPlan(const ir::Graph& g, const PlanResult& r, double optimum) {
   const Plan& plan = r.plan;
-  EXPECT_EQ(plan.solver.status, solver::statusName(solver::SolveStatus::kTimeLimit));
+  EXPECT_EQ(plan.solver.status, PlanStatus::kTimeLimit);
+  EXPECT_EQ(plan.solver.statusText(), solver::statusName(solver::SolveStatus::kTimeLimit));
   EXPECT_FALSE(r.note.empty());
   auto full = rebuildProblem(g, plan);
   ASSERT_TRUE(full.ok()) << full.error().message();

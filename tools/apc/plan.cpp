@@ -43,8 +43,8 @@ namespace {
 /// solve without proof): the status and the proven gap, and what to do; empty for optimal plans
 /// and classic baselines (priced, not solved).
 std::string unprovenWarning(const plan::Plan& p, double time_limit_s) {
-  const std::string& status = p.solver.status;
-  if (status == "optimal" || status.rfind("baseline", 0) == 0) return {};
+  if (!p.solver.unproven()) return {};
+  const std::string status = p.solver.statusText();
   std::string gap = "no proven bound";
   if (p.solver.bound && p.solver.objective > 0) {
     char buf[64];
@@ -321,7 +321,7 @@ nlohmann::json summaryJson(const plan::Plan& p, const plan::PhaseTimings& t,
       {"content_hash", p.content_hash},
       {"model", p.model.model_path},
       {"mesh", p.spec.mesh.toString()},
-      {"status", p.solver.status},
+      {"status", p.solver.statusText()},
       {"objective_us", p.solver.objective},
       {"step_us", {{"total", tt.total_us}, {"compute", tt.compute_us}, {"comm", tt.comm_us}}},
       {"param_bytes", {{"per_rank", tt.param_bytes_per_rank}, {"total", tt.param_bytes_total}}},

@@ -182,10 +182,18 @@ struct ProblemSizes {
   bool operator==(const ProblemSizes&) const;  // defaulted in the .cpp (C++17 users)
 };
 
+/// How the solve that made a plan ended (solver::SolveStatus, which the plan library does not
+/// include, or a classic plan's), typed: code compares these, never text. Its JSON text is
+/// solver::statusName's ("optimal", "time_limit", "feasible") or "baseline <name>".
+enum class PlanStatus : uint8_t {
+  kOptimal,    // proven optimal (within the solver's tolerance)
+  kTimeLimit,  // stopped by the time limit or a size limit: the best plan found, with its bound
+  kFeasible,   // a plan without proof
+  kBaseline,   // a classic plan (SolverStats::baseline): its parameters pinned, priced, not solved
+};
+
 struct SolverStats {
-  // solver::statusName of the solve ("optimal", "time_limit", "feasible"), or "baseline <name>"
-  // for a baseline's plan.
-  std::string status;
+  PlanStatus status = PlanStatus::kOptimal;
   double objective = 0;
   std::optional<double> bound;  // the best proven lower bound; nullopt when none is finite
   int64_t variables = 0;
@@ -200,7 +208,18 @@ struct SolverStats {
   std::string baseline;
 
   bool operator==(const SolverStats& o) const;
+  /// The status as the plan's JSON writes it: "optimal", "time_limit", "feasible" or
+  /// "baseline <name>".
+  std::string statusText() const;
+  /// Whether the plan was solved (not a baseline) and not proven optimal.
+  bool unproven() const {
+    return status == PlanStatus::kTimeLimit || status == PlanStatus::kFeasible;
+  }
 };
+
+/// statusText's words back: the status and, for "baseline <name>", the name. Errors: any other
+/// text (kInvalidArgument naming what is accepted).
+Expected<std::pair<PlanStatus, std::string>> parsePlanStatus(const std::string& text);
 
 struct Plan {
   int format_version = kPlanFormatVersion;
