@@ -606,11 +606,14 @@ class Model {
   ///     is waited (the flat output beside the members cut from it; their copies live from there
   ///     to each one's last reader). It was issued at the previous gather unit's wait (the
   ///     prefetch of one unit): its flat input and output are in flight from there, and on the
-  ///     CPU Gloo's flat copies of both are made while that wait blocks;
+  ///     CPU Gloo's flat copy of the output is made while that wait blocks. A unit issued where it
+  ///     is waited (the first) is in flight, with that copy, before its members are cut;
   ///   backward (re-gathered groups): the members come back together when backward reaches the
-  ///     last of their readers (the gather's results beside the refilled members there) and live
-  ///     to each member's first reader's backward (where its redistribution's backward frees it);
-  ///     the previous group's re-gather is issued there, in flight until its turn;
+  ///     last of their readers (the gather's results beside the refilled members there, or the
+  ///     gather in flight when no later group issued it ahead) and live to each member's first
+  ///     reader's backward (where its redistribution's backward frees it); the previous group's
+  ///     re-gather is issued there, in flight until its turn (Gloo's copy of it: a race with the
+  ///     results' free, half counted);
   ///   gradients (reduced together): each member's full gradient is held from its last reader's
   ///     backward until the last member's arrives (at the members' earliest reader), where the
   ///     group's flat buffer is issued and held to the end of backward.
@@ -655,28 +658,33 @@ class Model {
     for (size_t k = 0; k < t.size(); ++k)
       if (!t[k].members.empty()) units.emplace_back(t[k].first, static_cast<int>(k));
     std::sort(units.begin(), units.end());
+    // Gloo (CPU) gathers into a flat copy of the output on its own thread (the input is a view).
     const bool gloo = p_.spec.device == "cpu";
-    int previous_group = -1;  // the last group before this unit, in forward order
+    auto groupAt = [&](size_t u) { return u < units.size() ? units[u].second : -1; };
     for (size_t u = 0; u < units.size(); ++u) {
       if (units[u].second < 0) continue;
       const GatherGroup& def = groups_[static_cast<size_t>(units[u].second)];
       Timeline& tl = t[static_cast<size_t>(units[u].second)];
       const size_t first = static_cast<size_t>(tl.first);
       const size_t issue = static_cast<size_t>(u > 0 ? units[u - 1].first : tl.first);
+      const int64_t flight = inFlight(def), gloo_copy = gloo ? def.gather_bytes : 0;
       for (size_t m : tl.members) storages_[m].alloc = tl.first;
       // Waited at the first member's reader: the flat output beside the members cut from it.
       out.forward_add[first] += def.gather_bytes;
       out.forward_drop[first] += def.gather_bytes;
       if (issue < first) {
-        // In flight from the previous unit's wait: the flat input and output. Gloo's flat copies
-        // of both are made while this rank blocks in that wait.
-        const int64_t flight = inFlight(def);
+        // In flight from the previous unit's wait, where Gloo's copy is made while this rank
+        // blocks in that wait.
         out.forward_add[issue] += flight;
         out.forward_drop[first - 1] += flight;
-        if (gloo) {
-          out.forward_add[issue] += flight;
-          out.forward_drop[issue] += flight;
-        }
+        out.forward_add[issue] += gloo_copy;
+        out.forward_drop[issue] += gloo_copy;
+      } else {
+        // Issued where it is waited: in flight (with Gloo's copy) before the members are cut.
+        const int64_t before =
+            std::max<int64_t>(0, flight + gloo_copy - def.gather_bytes - tl.full);
+        out.forward_add[first] += before;
+        out.forward_drop[first] += before;
       }
       if (def.regather && tl.restore >= 0) {
         const size_t restore = static_cast<size_t>(tl.restore);
@@ -686,20 +694,27 @@ class Model {
           out.backward_drop[static_cast<size_t>(s.first_read)] += s.bytes;
         }
         // The gather's results, copied into the members. Then this group's re-gather issues the
-        // previous group's (its flat input and output in flight until backward reaches that
-        // group) as the results are freed: Gloo's flat copies of it are made on its thread as
-        // this one frees the results, a race either way; the larger of the two is counted.
-        int64_t results = tl.full;
-        if (previous_group >= 0) {
-          const GatherGroup& prev = groups_[static_cast<size_t>(previous_group)];
-          const Timeline& pt = t[static_cast<size_t>(previous_group)];
-          if (prev.regather && pt.restore >= 0 && pt.restore < tl.restore) {
-            const int64_t flight = inFlight(prev);
-            out.backward_add[restore] += flight;
-            out.backward_drop[static_cast<size_t>(pt.restore) + 1] += flight;
-            if (gloo) results = std::max(results, flight);
+        // previous unit's when that is a re-gathered group (its flat input and output in flight
+        // until backward reaches that group) as the results are freed. Gloo's copy of it is made
+        // on Gloo's thread as this one frees the results, a race that goes either way (mlp_stack's
+        // fsdp plan measures 8.9 or 10.4 MiB): half of it is counted.
+        int64_t results = tl.full, prev_flight = 0;
+        if (const int prev = groupAt(u - 1); u > 0 && prev >= 0) {
+          const GatherGroup& pd = groups_[static_cast<size_t>(prev)];
+          const Timeline& pt = t[static_cast<size_t>(prev)];
+          if (pd.regather && pt.restore >= 0 && pt.restore < tl.restore) {
+            prev_flight = inFlight(pd);
+            out.backward_add[restore] += prev_flight;
+            out.backward_drop[static_cast<size_t>(pt.restore) + 1] += prev_flight;
+            if (gloo) results += pd.gather_bytes / 2;
           }
         }
+        // Not issued ahead by the next unit's re-gather: gathered here, in flight (with Gloo's
+        // copy) before the results and the members, when that is more.
+        const int next = groupAt(u + 1);
+        const bool ahead = next >= 0 && groups_[static_cast<size_t>(next)].regather &&
+                           t[static_cast<size_t>(next)].restore > tl.restore;
+        if (!ahead) results = std::max(results, flight + gloo_copy - tl.full - prev_flight);
         out.backward_add[restore] += results;
         out.backward_drop[restore] += results;
       }
@@ -715,7 +730,6 @@ class Model {
         // Reduced one by one: as a parameter on its own.
         for (size_t m : tl.members) storages_[m].group = -1;
       }
-      previous_group = units[u].second;
     }
     return out;
   }
@@ -836,13 +850,16 @@ class Model {
     auto it = copies_.find(key);
     if (it != copies_.end()) return it->second;
     const int64_t bytes = valueBytes(cg_, v, moved ? want : have);
+    // What the copy takes from its base, read before newStorage grows storages_ (and moves bs).
+    const bool base_copy = bs.parameter_copy;
+    const std::string param = bs.param;
     const int64_t id = newStorage(StorageKind::kDynamic, bytes, pos);
-    storages_[static_cast<size_t>(id)].parameter_copy = is_param || bs.parameter_copy;
+    storages_[static_cast<size_t>(id)].parameter_copy = is_param || base_copy;
     copies_.emplace(key, id);
     if (moved && is_param) {
       Storage& c = storages_[static_cast<size_t>(id)];
       c.gathered_param = true;
-      c.param = bs.param;
+      c.param = param;
       c.first_read = pos;
     } else if (moved && requiresGrad(v))
       copy_grad_bytes_[static_cast<size_t>(pos)] += bytes;  // its gradient, before the way back

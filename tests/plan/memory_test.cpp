@@ -100,6 +100,7 @@ TEST(Memory, GatherGroupsFollowTheRuntimesGroupedCollectives) {
   group.gather_bytes = 2 * weight;
   group.reduce_bytes = 2 * weight;
   group.regather = true;
+  group.ranks = 8;
   auto plain = predictMemory(g, plan, "sgd");
   auto grouped = predictMemory(g, plan, "sgd", {group});
   ASSERT_TRUE(plain.ok() && grouped.ok());
