@@ -100,6 +100,67 @@ Status collectLeaves(const ir::OutputTree& gt, const mesh::OutputPlacementTree* 
   return Status::success();
 }
 
+/// The gather groups of `program` (artifact::paramGatherGroups, the runtime's) as the memory
+/// model takes them (plan::GatherGroup): the members' names, the flat buffers' bytes as
+/// GroupedGather and GroupedReduceScatter lay them out (each member in a slot of its largest
+/// piece, one slot per rank; an all-reduce then a slice: the full gradients), and whether they
+/// are re-gathered. A group's gradients are reduced together when it takes them by one
+/// reduce-scatter or an all-reduce then a slice (artifact::gatherGradientForm).
+std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program) {
+  const std::vector<int> groups = artifact::paramGatherGroups(program);
+  std::map<uint32_t, int> param_of_value;
+  for (int i = 0; i < program.parameters_size(); ++i)
+    param_of_value[program.parameters(i).value()] = i;
+  auto dtypeBytesOf = [](const std::string& name) {
+    return ir::dtypeBytes(ir::parseDType(name).value_or(ir::DType::kF32));
+  };
+  std::map<int, plan::GatherGroup> by_group;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i] < 0) continue;
+    const proto::Node& node = program.graph().nodes(static_cast<int>(i));
+    const proto::Redistribution& red = program.redistributions(
+        static_cast<int>(program.node_redistribution(static_cast<int>(i)) - 1));
+    const proto::ProgramTensor& param = program.parameters(param_of_value.at(node.inputs(0)));
+    plan::GatherGroup& grp = by_group[groups[i]];
+    grp.params.push_back(param.name());
+    grp.regather = red.regather();
+    // The all-gather's output: a slot of the largest piece per member, one per rank.
+    const proto::RedistStep& f = red.forward(0);
+    const std::string& stored =
+        param.storage_dtype().empty() ? param.dtype() : param.storage_dtype();
+    int64_t numel = 1;
+    for (int64_t s : f.local_in()) numel *= s;
+    const int64_t along =
+        f.gather_dim() >= 0 && f.gather_dim() < f.local_in_size() ? f.local_in(f.gather_dim()) : 1;
+    int64_t most = along;
+    for (int64_t s : f.group_sizes()) most = std::max(most, s);
+    const int64_t ranks = std::max<int64_t>(f.group_sizes_size(), 1);
+    const int64_t row = along > 0 ? numel / along : 0;
+    grp.gather_bytes += ranks * row * most * dtypeBytesOf(stored);
+    grp.ranks = ranks;
+    // The gradients' flat buffer.
+    const artifact::GatherGradientForm form = artifact::gatherGradientForm(red);
+    if (!red.requires_grad() || form == artifact::GatherGradientForm::kOther) continue;
+    const proto::RedistStep& b = red.backward(0);
+    const int64_t elem =
+        dtypeBytesOf(red.reduce_dtype().empty() ? param.dtype() : red.reduce_dtype());
+    int64_t full = 1;
+    for (int64_t s : b.local_in()) full *= s;
+    if (form == artifact::GatherGradientForm::kAllReduceSlice) {
+      grp.reduce_bytes += full * elem;
+      continue;
+    }
+    const int64_t ranks_b = std::max<int64_t>(b.group_sizes_size(), 1);
+    const int64_t cut =
+        b.shard_dim() >= 0 && b.shard_dim() < b.local_in_size() ? b.local_in(b.shard_dim()) : 1;
+    const int64_t b_row = cut > 0 ? full / cut : 0;
+    grp.reduce_bytes += ranks_b * b_row * mesh::chunkSize(cut, ranks_b, 0) * elem;
+  }
+  std::vector<plan::GatherGroup> out;
+  for (auto& [id, grp] : by_group) out.push_back(std::move(grp));
+  return out;
+}
+
 class Lowerer {
  public:
   Lowerer(const ir::Graph& g, const plan::Plan& p, const cost::CostModel& model, int64_t rank,
@@ -883,9 +944,12 @@ Status Lowerer::recordPrediction() {
   static_assert(plan::kGradBucketBytes == artifact::kDefaultGradBucketBytes,
                 "the memory model's gradient bucket is the runtime's default");
   {
+    // The plan's estimates, unless the runtime groups parameter gathers (known here, from the
+    // program): then predicted again with the groups.
     std::vector<plan::MemoryEstimate> memory = p_.memory;
-    if (memory.empty()) {
-      auto predicted = plan::predictMemoryAll(g_, p_);
+    const std::vector<plan::GatherGroup> gather_groups = memoryGatherGroups(program_);
+    if (memory.empty() || !gather_groups.empty()) {
+      auto predicted = plan::predictMemoryAll(g_, p_, gather_groups);
       if (predicted.ok()) memory = std::move(predicted).value();
     }
     for (const plan::MemoryEstimate& e : memory) {

@@ -261,15 +261,17 @@ struct Storage {
   // size, is reduced asynchronously and waited for at the end of backward (the runtime's overlap),
   // so it is held from its last reader's backward to the end of backward.
   bool gathered_param = false;
+  int64_t first_read = -1;  // a gathered parameter's first reader (alloc moves to its group's)
   // Activation checkpointing: saved inside checkpointed segment `recompute` (an index into
   // segments_), so held only from that segment's backward (its recompute) on, not in forward.
   int recompute = -1;
+  int group = -1;  // a gathered parameter's gather group (an index into the model's groups)
 };
 
 class Model {
  public:
-  Model(const ir::Graph& g, const Plan& p)
-      : g_(g), cg_(cost::computeGraph(g, p.spec.mixed_precision)), p_(p) {}
+  Model(const ir::Graph& g, const Plan& p, const std::vector<GatherGroup>& groups)
+      : g_(g), cg_(cost::computeGraph(g, p.spec.mixed_precision)), p_(p), groups_(groups) {}
 
   /// The estimate without optimizer state (it adds the same bytes at every point of the step).
   Expected<MemoryEstimate> run() {
@@ -326,6 +328,7 @@ class Model {
       if (kind == StorageKind::kParameter) storages_.back().param = n.name;
     }
     for (size_t pos = 0; pos < ops_.size(); ++pos) placeOp(static_cast<int64_t>(pos));
+    const Grouped grouped = placeGroups();
     // Forward outputs stay until backward starts (and the loss through it).
     for (ir::ValueId v : g_.outputs().leaves()) {
       if (!v.valid() || value_storage_[v.v] < 0) continue;
@@ -373,15 +376,17 @@ class Model {
         add_saved[static_cast<size_t>(from)] += s.bytes;
       }
     }
-    int64_t live = 0, saved = 0;
+    int64_t live = 0, saved = 0, in_flight = 0;
     for (int64_t pos = 0; pos < num_ops; ++pos) {
       live += add[static_cast<size_t>(pos)];
       saved += add_saved[static_cast<size_t>(pos)];
+      in_flight += grouped.forward_add[static_cast<size_t>(pos)];
       MemoryParts parts = persistent_;
       parts.activations = saved;
-      parts.transient = live - saved;
+      parts.transient = live - saved + in_flight;
       consider(parts, kForward, opName(pos));
       live -= drop[static_cast<size_t>(pos)];
+      in_flight -= grouped.forward_drop[static_cast<size_t>(pos)];
     }
 
     for (const auto& [op, bytes] : saved_by_op) e.saved_by_op.emplace_back(op, bytes);
@@ -517,24 +522,30 @@ class Model {
     // copy counted, -6% with two). NCCL reduces in place: one (not measured here).
     const int64_t held_copies = p_.spec.device == "cpu" ? 2 : 1;
     std::vector<int64_t> reducing_at(static_cast<size_t>(num_ops) + 1, 0);
+    // A gather group's gradients are reduced together (placeGroups): its flat buffer from the
+    // last member's gradient on, in place of each member's.
     for (const Storage& s : storages_)
-      if (s.gathered_param && s.last_use >= 0 && s.last_use < num_ops)
+      if (s.gathered_param && s.group < 0 && s.last_use >= 0 && s.last_use < num_ops)
         reducing_at[static_cast<size_t>(s.last_use)] += held_copies * s.bytes;
-    int64_t grads = 0, pending = 0, reducing = 0;
+    for (size_t i = 0; i < reducing_at.size(); ++i)
+      reducing_at[i] += held_copies * grouped.reduce_at[i];
+    int64_t grads = 0, pending = 0, reducing = 0, regathered = 0;
     for (int64_t pos = num_ops - 1; pos >= 0; --pos) {
       const size_t i = static_cast<size_t>(pos);
       grads += param_grad_at[i];
       pending += grad_start[i];
       held += recompute_at[i];
       reducing += reducing_at[i];
+      regathered += grouped.backward_add[i];
       MemoryParts parts = persistent_;
       parts.activations = held;
       parts.gradients = grads;
       // A reader's gradient of a redistributed input is made at the copy's placement first.
-      parts.transient = pending + copy_grad_bytes_[i] + gathered_held + reducing;
+      parts.transient = pending + copy_grad_bytes_[i] + gathered_held + reducing + regathered;
       consider(parts, kBackward, opName(pos));
       held -= release_at[i];
       pending -= grad_end[i];
+      regathered -= grouped.backward_drop[i];
     }
 
     // The gradient buckets' flush at the end of backward (lib/runtime/parallel_module.cpp): the
@@ -582,6 +593,152 @@ class Model {
   }
 
  private:
+  /// What the gather groups add over the step, by op position: forward transients (added at a
+  /// position, dropped after one), backward ones (added when backward reaches a position, dropped
+  /// after it), and the groups' flat gradient buffers from where they are issued on.
+  struct Grouped {
+    std::vector<int64_t> forward_add, forward_drop, backward_add, backward_drop, reduce_at;
+  };
+
+  /// The runtime's grouped FSDP collectives (GatherGroup; lib/runtime/parallel_module.cpp,
+  /// redistribute.cpp), per group of gathered parameter copies:
+  ///   forward: the members are gathered together at the first member's reader, where the gather
+  ///     is waited (the flat output beside the members cut from it; their copies live from there
+  ///     to each one's last reader). It was issued at the previous gather unit's wait (the
+  ///     prefetch of one unit): its flat input and output are in flight from there, and on the
+  ///     CPU Gloo's flat copy of the output is made while that wait blocks. A unit issued where it
+  ///     is waited (the first) is in flight, with that copy, before its members are cut;
+  ///   backward (re-gathered groups): the members come back together when backward reaches the
+  ///     last of their readers (the gather's results beside the refilled members there, or the
+  ///     gather in flight when no later group issued it ahead) and live to each member's first
+  ///     reader's backward (where its redistribution's backward frees it); the previous group's
+  ///     re-gather is issued there, in flight until its turn (Gloo's copy of it: a race with the
+  ///     results' free, half counted);
+  ///   gradients (reduced together): each member's full gradient is held from its last reader's
+  ///     backward until the last member's arrives (at the members' earliest reader), where the
+  ///     group's flat buffer is issued and held to the end of backward.
+  Grouped placeGroups() {
+    const size_t n = ops_.size() + 1;
+    Grouped out;
+    for (std::vector<int64_t>* v : {&out.forward_add, &out.forward_drop, &out.backward_add,
+                                    &out.backward_drop, &out.reduce_at})
+      v->assign(n, 0);
+    if (groups_.empty()) return out;
+    std::map<std::string, int> group_of;
+    for (size_t k = 0; k < groups_.size(); ++k)
+      for (const std::string& name : groups_[k].params) group_of[name] = static_cast<int>(k);
+    struct Timeline {
+      int64_t first = std::numeric_limits<int64_t>::max();   // the gather's wait
+      int64_t restore = -1;                                  // the re-gather
+      int64_t reduce = std::numeric_limits<int64_t>::max();  // the last member's gradient
+      int64_t full = 0;                                      // the members' gathered bytes
+      std::vector<size_t> members;
+    };
+    std::vector<Timeline> t(groups_.size());
+    // The gather units in forward order: a group, or a parameter gathered on its own (a copy
+    // larger than the parameter's shard), by first reader.
+    std::vector<std::pair<int64_t, int>> units;  // (first reader, group or -1)
+    for (size_t k = 0; k < storages_.size(); ++k) {
+      Storage& s = storages_[k];
+      if (!s.gathered_param || s.first_read < 0) continue;
+      auto it = group_of.find(s.param);
+      if (it == group_of.end()) {
+        auto b = param_bytes_.find(s.param);
+        if (b != param_bytes_.end() && s.bytes > b->second) units.emplace_back(s.first_read, -1);
+        continue;
+      }
+      s.group = it->second;
+      Timeline& tl = t[static_cast<size_t>(it->second)];
+      tl.first = std::min(tl.first, s.first_read);
+      tl.restore = std::max(tl.restore, s.last_use);
+      tl.reduce = std::min(tl.reduce, s.first_read);
+      tl.full += s.bytes;
+      tl.members.push_back(k);
+    }
+    for (size_t k = 0; k < t.size(); ++k)
+      if (!t[k].members.empty()) units.emplace_back(t[k].first, static_cast<int>(k));
+    std::sort(units.begin(), units.end());
+    // Gloo (CPU) gathers into a flat copy of the output on its own thread (the input is a view).
+    const bool gloo = p_.spec.device == "cpu";
+    auto groupAt = [&](size_t u) { return u < units.size() ? units[u].second : -1; };
+    for (size_t u = 0; u < units.size(); ++u) {
+      if (units[u].second < 0) continue;
+      const GatherGroup& def = groups_[static_cast<size_t>(units[u].second)];
+      Timeline& tl = t[static_cast<size_t>(units[u].second)];
+      const size_t first = static_cast<size_t>(tl.first);
+      const size_t issue = static_cast<size_t>(u > 0 ? units[u - 1].first : tl.first);
+      const int64_t flight = inFlight(def), gloo_copy = gloo ? def.gather_bytes : 0;
+      for (size_t m : tl.members) storages_[m].alloc = tl.first;
+      // Waited at the first member's reader: the flat output beside the members cut from it.
+      out.forward_add[first] += def.gather_bytes;
+      out.forward_drop[first] += def.gather_bytes;
+      if (issue < first) {
+        // In flight from the previous unit's wait, where Gloo's copy is made while this rank
+        // blocks in that wait.
+        out.forward_add[issue] += flight;
+        out.forward_drop[first - 1] += flight;
+        out.forward_add[issue] += gloo_copy;
+        out.forward_drop[issue] += gloo_copy;
+      } else {
+        // Issued where it is waited: in flight (with Gloo's copy) before the members are cut.
+        const int64_t before =
+            std::max<int64_t>(0, flight + gloo_copy - def.gather_bytes - tl.full);
+        out.forward_add[first] += before;
+        out.forward_drop[first] += before;
+      }
+      if (def.regather && tl.restore >= 0) {
+        const size_t restore = static_cast<size_t>(tl.restore);
+        for (size_t m : tl.members) {
+          const Storage& s = storages_[m];
+          out.backward_add[restore] += s.bytes;
+          out.backward_drop[static_cast<size_t>(s.first_read)] += s.bytes;
+        }
+        // The gather's results, copied into the members. Then this group's re-gather issues the
+        // previous unit's when that is a re-gathered group (its flat input and output in flight
+        // until backward reaches that group) as the results are freed. Gloo's copy of it is made
+        // on Gloo's thread as this one frees the results, a race that goes either way (mlp_stack's
+        // fsdp plan measures 8.9 or 10.4 MiB): half of it is counted.
+        int64_t results = tl.full, prev_flight = 0;
+        if (const int prev = groupAt(u - 1); u > 0 && prev >= 0) {
+          const GatherGroup& pd = groups_[static_cast<size_t>(prev)];
+          const Timeline& pt = t[static_cast<size_t>(prev)];
+          if (pd.regather && pt.restore >= 0 && pt.restore < tl.restore) {
+            prev_flight = inFlight(pd);
+            out.backward_add[restore] += prev_flight;
+            out.backward_drop[static_cast<size_t>(pt.restore) + 1] += prev_flight;
+            if (gloo) results += pd.gather_bytes / 2;
+          }
+        }
+        // Not issued ahead by the next unit's re-gather: gathered here, in flight (with Gloo's
+        // copy) before the results and the members, when that is more.
+        const int next = groupAt(u + 1);
+        const bool ahead = next >= 0 && groups_[static_cast<size_t>(next)].regather &&
+                           t[static_cast<size_t>(next)].restore > tl.restore;
+        if (!ahead) results = std::max(results, flight + gloo_copy - tl.full - prev_flight);
+        out.backward_add[restore] += results;
+        out.backward_drop[restore] += results;
+      }
+      if (def.reduce_bytes > 0) {
+        for (size_t m : tl.members) {
+          const Storage& s = storages_[m];
+          if (s.last_use < 0) continue;
+          out.backward_add[static_cast<size_t>(s.last_use)] += s.bytes;
+          out.backward_drop[static_cast<size_t>(tl.reduce)] += s.bytes;
+        }
+        out.reduce_at[static_cast<size_t>(tl.reduce)] += def.reduce_bytes;
+      } else {
+        // Reduced one by one: as a parameter on its own.
+        for (size_t m : tl.members) storages_[m].group = -1;
+      }
+    }
+    return out;
+  }
+
+  /// A grouped gather in flight: its flat input (this rank's slots) and output (every rank's).
+  static int64_t inFlight(const GatherGroup& def) {
+    return def.gather_bytes + def.gather_bytes / std::max<int64_t>(def.ranks, 1);
+  }
+
   bool isTensorLike(ir::ValueId v) const {
     const ir::Value& val = g_.value(v);
     return val.type == ir::ValueType::kTensor || val.type == ir::ValueType::kTensorList;
@@ -693,12 +850,18 @@ class Model {
     auto it = copies_.find(key);
     if (it != copies_.end()) return it->second;
     const int64_t bytes = valueBytes(cg_, v, moved ? want : have);
+    // What the copy takes from its base, read before newStorage grows storages_ (and moves bs).
+    const bool base_copy = bs.parameter_copy;
+    const std::string param = bs.param;
     const int64_t id = newStorage(StorageKind::kDynamic, bytes, pos);
-    storages_[static_cast<size_t>(id)].parameter_copy = is_param || bs.parameter_copy;
+    storages_[static_cast<size_t>(id)].parameter_copy = is_param || base_copy;
     copies_.emplace(key, id);
-    if (moved && is_param)
-      storages_[static_cast<size_t>(id)].gathered_param = true;
-    else if (moved && requiresGrad(v))
+    if (moved && is_param) {
+      Storage& c = storages_[static_cast<size_t>(id)];
+      c.gathered_param = true;
+      c.param = param;
+      c.first_read = pos;
+    } else if (moved && requiresGrad(v))
       copy_grad_bytes_[static_cast<size_t>(pos)] += bytes;  // its gradient, before the way back
     return id;
   }
@@ -833,6 +996,7 @@ class Model {
   const ir::Graph& g_;
   ir::Graph cg_;
   const Plan& p_;
+  const std::vector<GatherGroup>& groups_;
   std::vector<Segment> segments_;
   std::vector<int> segment_of_;  // per op position: its segment, or -1
   MemoryParts persistent_;
@@ -868,15 +1032,17 @@ Expected<MemoryEstimate> withOptimizer(MemoryEstimate e, std::string_view optimi
 }  // namespace
 
 Expected<MemoryEstimate> predictMemory(const ir::Graph& g, const Plan& p,
-                                       std::string_view optimizer) {
+                                       std::string_view optimizer,
+                                       const std::vector<GatherGroup>& groups) {
   APC_RETURN_IF_ERROR(optimizerStateFactor(optimizer));
-  Model m(g, p);
+  Model m(g, p, groups);
   APC_ASSIGN_OR_RETURN(MemoryEstimate base, m.run());
   return withOptimizer(std::move(base), optimizer);
 }
 
-Expected<std::vector<MemoryEstimate>> predictMemoryAll(const ir::Graph& g, const Plan& p) {
-  Model m(g, p);
+Expected<std::vector<MemoryEstimate>> predictMemoryAll(const ir::Graph& g, const Plan& p,
+                                                       const std::vector<GatherGroup>& groups) {
+  Model m(g, p, groups);
   APC_ASSIGN_OR_RETURN(MemoryEstimate base, m.run());
   std::vector<MemoryEstimate> out;
   for (const std::string& name : memoryOptimizers()) {

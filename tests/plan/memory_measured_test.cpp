@@ -85,13 +85,14 @@ TEST_F(MeasuredMemory, DdpWithAdamW) {
   check("mlp_stack.pt", "--strategy ddp", "adamw");
 }
 
-// Known gap (issues 29 and 30): the runtime gathers, re-gathers and reduce-scatters FSDP's
-// parameters by group (artifact::paramGatherGroups: a group's full parameters and gradients live
-// together, the next group prefetched), the memory model still per parameter: predicted 7.7 MB
-// against 10.9 MB measured in one run (-29%), 20% before the grouping. Bounded at 35% until the
-// model follows the groups.
+// The runtime gathers, re-gathers and reduce-scatters FSDP's parameters by group
+// (artifact::paramGatherGroups: here two groups of two layers), which the model follows
+// (plan::GatherGroup, given by lowering): predicted 9.4 MiB against 8.9 or 10.4 MiB measured (the
+// larger when Gloo's flat copy of the re-gather issued ahead in backward is made before the
+// gather's results are freed, a race; the model counts half of it), +5% or -10%; 17% to 29% below
+// before the model followed the groups. Allowed 15%.
 TEST_F(MeasuredMemory, FsdpWithSgd) {
-  check("mlp_stack.pt", "--strategy fsdp", "sgd", "", 0.35);
+  check("mlp_stack.pt", "--strategy fsdp", "sgd", "", 0.15);
 }
 
 TEST_F(MeasuredMemory, OptimizersPlanOfADecoder) {

@@ -87,6 +87,53 @@ TEST(Memory, DataParallelSplitsActivationsAndFsdpSplitsParameters) {
   EXPECT_LT(ef->peak_bytes, ed->peak_bytes);
 }
 
+TEST(Memory, GatherGroupsFollowTheRuntimesGroupedCollectives) {
+  // FSDP on 8 ranks (not the CPU: no Gloo copies), the batch split: up.weight and down.weight
+  // (16 MiB each gathered) as one gather group, re-gathered, their gradients reduced together.
+  const ir::Graph g = ir::testing_graphs::toyBlock(8);
+  auto fsdp = planWith(g, toySpec8(), solver::Baseline::kFsdp);
+  ASSERT_TRUE(fsdp.ok()) << fsdp.error().message();
+  const Plan& plan = fsdp->result.plan;
+  const int64_t weight = 16 * kMiB, h = 2 * kMiB, y = kMiB / 2;
+  GatherGroup group;
+  group.params = {"up.weight", "down.weight"};
+  group.gather_bytes = 2 * weight;
+  group.reduce_bytes = 2 * weight;
+  group.regather = true;
+  group.ranks = 8;
+  auto plain = predictMemory(g, plan, "sgd");
+  auto grouped = predictMemory(g, plan, "sgd", {group});
+  ASSERT_TRUE(plain.ok() && grouped.ok());
+  // Alone, each weight is gathered at its reader: the forward's peak is at down (its weight, the
+  // relu's output r saved, y). Grouped, both are gathered at up, beside the gather's flat output
+  // (issued and waited there: nothing before it) and up's output h.
+  EXPECT_EQ(plain->forward_peak - plain->persistent_bytes, weight + h + y);
+  EXPECT_EQ(grouped->forward_peak - grouped->persistent_bytes, 2 * weight + 2 * weight + h);
+  EXPECT_EQ(grouped->persistent_bytes, plain->persistent_bytes);
+  // Backward: re-gathered together at down's backward (the members and the gather's results),
+  // and the group's flat gradient buffer held from up's backward to the end.
+  EXPECT_GE(grouped->backward_peak - plain->backward_peak, 2 * weight);
+  // A group per weight, gathered from 8 ranks: down's gather is issued at up's wait (the prefetch
+  // of one unit), its flat input (an eighth) and output in flight beside up's gather.
+  GatherGroup up = group, down = group;
+  up.params = {"up.weight"};
+  down.params = {"down.weight"};
+  for (GatherGroup* one : {&up, &down}) {
+    one->gather_bytes = weight;
+    one->reduce_bytes = weight;
+    one->ranks = 8;
+  }
+  auto prefetched = predictMemory(g, plan, "sgd", {down, up});
+  ASSERT_TRUE(prefetched.ok());
+  EXPECT_EQ(prefetched->forward_peak - prefetched->persistent_bytes,
+            weight + weight + (weight + weight / 8) + h);
+  // A group of parameters the plan does not gather changes nothing; nor do no groups.
+  GatherGroup other = group;
+  other.params = {"no.such.weight", "nor.this"};
+  EXPECT_EQ(predictMemory(g, plan, "sgd", {other}).value(), *plain);
+  EXPECT_EQ(predictMemoryAll(g, plan, {}).value().front(), *plain);
+}
+
 TEST(Memory, PlanJsonKeepsTheEstimates) {
   const ir::Graph g = ir::testing_graphs::toyBlock(8);
   Planned p = planOf(g, toySpec8());

@@ -19,6 +19,12 @@
 //     whose consumers have run backward and producer has not) + this node's input gradients;
 //   the optimizer step: persistent + optimizer state + every gradient + one temporary of the
 //     largest local parameter (AdamW's denominator, SGD's scaled gradient).
+// FSDP's grouped gathers (GatherGroup, given by lowering: the runtime's groups) follow the
+// runtime's schedule in place of each parameter's own: a group's members gathered together, the
+// next gather unit's flat buffer in flight, the group re-gathered together in backward, its
+// gradients held until the group's one reduction is issued and its flat buffer until the end of
+// backward (see placeGroups in memory.cpp). Without groups (the plan's own estimates) every
+// gathered parameter is gathered and reduced on its own.
 // The peak is the largest of these. Which tensors an op saves is the table in memory.cpp (ATen's
 // derivatives.yaml, simplified: an input is saved when its partner of a product takes a gradient,
 // an elementwise function saves its input or its output); an op the table does not know saves all
@@ -51,13 +57,32 @@ const std::vector<std::string>& memoryOptimizers();
 /// Buffers of optimizer state per parameter byte: 0, 1 or 2. Unknown names are an error.
 Expected<int> optimizerStateFactor(std::string_view optimizer);
 
+/// One of the runtime's grouped FSDP parameter gathers (artifact::paramGatherGroups, which reads
+/// them off the lowered program; lowering hands them to the model where it records the artifact's
+/// prediction, since the plan alone does not know them). The runtime (ParallelModule, with its
+/// default overlap and prefetch of one unit) gathers the members with ONE all-gather of a flat
+/// buffer at the first member's reader, issued ahead at the previous gather unit's; it re-gathers
+/// them together in backward when backward first needs one (and issues the previous group's
+/// re-gather then); and it reduces their gradients with ONE reduce-scatter (or all-reduce) of a
+/// flat buffer, issued when the last member's gradient arrives and waited at the end of backward.
+struct GatherGroup {
+  std::vector<std::string> params;  // the members' parameter names, in program order
+  int64_t gather_bytes = 0;         // the all-gather's flat output: every rank's padded slots
+  int64_t ranks = 1;         // the ranks it gathers from (its flat input: gather_bytes / ranks)
+  int64_t reduce_bytes = 0;  // the gradients' flat buffer (padded slots); 0: not reduced together
+  bool regather = false;     // gathered again in backward (freed after the forward's readers)
+};
+
 /// The memory of one rank of `g` under the placements of `p` (its nodes and parameters) with
-/// optimizer `optimizer`. `g` is the planned graph (plannedGraph(p)). Errors: an unknown
+/// optimizer `optimizer`. `g` is the planned graph (plannedGraph(p)). `groups`: the runtime's
+/// gather groups (none: every parameter gathered and reduced on its own). Errors: an unknown
 /// optimizer, a plan whose nodes do not belong to `g`.
 Expected<MemoryEstimate> predictMemory(const ir::Graph& g, const Plan& p,
-                                       std::string_view optimizer);
+                                       std::string_view optimizer,
+                                       const std::vector<GatherGroup>& groups = {});
 
 /// predictMemory under every optimizer of memoryOptimizers(), in that order (one pass).
-Expected<std::vector<MemoryEstimate>> predictMemoryAll(const ir::Graph& g, const Plan& p);
+Expected<std::vector<MemoryEstimate>> predictMemoryAll(const ir::Graph& g, const Plan& p,
+                                                       const std::vector<GatherGroup>& groups = {});
 
 }  // namespace apc::plan
