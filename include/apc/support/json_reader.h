@@ -1,6 +1,6 @@
 //===- apc/support/json_reader.h - apc's one JSON reader -------------------===//
 //
-// Every apc library that reads JSON (specs and sharding files in lib/mesh, plans in lib/plan,
+// Every apc library that reads JSON (specs and sharding files in lib/spec, plans in lib/plan,
 // artifact manifests in lib/artifact) reads it through these functions:
 //  - parseJsonText / readJsonFile: text to a JSON tree, with checkJsonText's limits (no NUL byte,
 //    at most kMaxJsonDepth levels of nesting) and a key given twice in one object an error that
