@@ -6,7 +6,7 @@
 # the whole project: the frontend, runtime, api and tools and their tests too. Our code is
 # instrumented, LibTorch (the wheel) is not, which ASan and UBSan allow (docs/BUILD.md, "Sanitizers
 # and fuzzing"); leaks are checked too. APC_SANITIZE_TORCH=0 builds the planner core only
-# (support, ir, mesh, cost, strategy, solver, plan, lower).
+# (support, ir, mesh, spec, cost, strategy, solver, plan, lower).
 # APC_SANITIZE_TESTS='regex' runs only the ctest tests it matches.
 set -euo pipefail
 cd "$(dirname "$0")/.."

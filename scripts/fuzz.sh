@@ -14,7 +14,7 @@
 # extra/apc_inputs.json). Our code is instrumented; LibTorch (the wheel) is not. APC_FUZZ_TORCH=0
 # leaves the two out (a build of the planner core only).
 #
-# Seeds come from the repository: sample_models/specs, the documents of tests/mesh/spec_cases.json,
+# Seeds come from the repository: sample_models/specs, the documents of tests/spec/spec_cases.json,
 # tests/fuzz/seeds/ (small .pt/.pt2 archives included) and the JSON records of the small sample
 # .pt2 files in sample_models/out when they exist. What the fuzzers add is kept in
 # build-fuzz/corpus/ across runs.
@@ -98,7 +98,7 @@ cp sample_models/specs/*.json "$SEEDS/fuzz_spec/"
 /usr/bin/python3 - "$SEEDS" <<'EOF'
 import json, sys
 seeds = sys.argv[1]
-cases = json.load(open("tests/mesh/spec_cases.json"))
+cases = json.load(open("tests/spec/spec_cases.json"))
 for i, c in enumerate(cases["spec"]):
     open(f"{seeds}/fuzz_spec/case_{i}.json", "w").write(json.dumps(c["doc"]))
 for i, c in enumerate(cases["out_shardings"]):

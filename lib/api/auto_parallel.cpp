@@ -1,6 +1,6 @@
 //===- lib/api/auto_parallel.cpp - The C++ AutoParallel API ----------------===//
 //
-// AutoParallel keeps a mesh::Spec that its add_* calls fill in, checking each constraint against
+// AutoParallel keeps a spec::Spec that its add_* calls fill in, checking each constraint against
 // the imported graph as it arrives; optimize_placement and baseline_placement hand the spec to
 // plan::planGraph, the driver `apc plan` runs too (same checks, same messages, same bytes). A
 // prefetch discount goes into the spec planned (spec "prefetch_discount", which apc plan
@@ -42,10 +42,10 @@ std::string placementList(const mesh::PlacementTuple& t) {
 }
 
 /// Builds the output tree of `leaves` (depth first) in the structure of the graph's outputs.
-mesh::OutputPlacementTree treeOf(const ir::OutputTree& t,
+spec::OutputPlacementTree treeOf(const ir::OutputTree& t,
                                  const std::vector<std::optional<mesh::PlacementTuple>>& leaves,
                                  size_t& next) {
-  using Tree = mesh::OutputPlacementTree;
+  using Tree = spec::OutputPlacementTree;
   switch (t.kind) {
     case ir::OutputTree::Kind::kLeaf: {
       const auto& leaf = leaves[next++];
@@ -68,8 +68,8 @@ mesh::OutputPlacementTree treeOf(const ir::OutputTree& t,
 }
 
 /// Every placement tuple of an output tree, depth first.
-void tuplesOf(const mesh::OutputPlacementTree& t, std::vector<const mesh::PlacementTuple*>& out) {
-  if (t.kind == mesh::OutputPlacementTree::Kind::kLeaf) out.push_back(&t.placements);
+void tuplesOf(const spec::OutputPlacementTree& t, std::vector<const mesh::PlacementTuple*>& out) {
+  if (t.kind == spec::OutputPlacementTree::Kind::kLeaf) out.push_back(&t.placements);
   for (const auto& c : t.children) tuplesOf(c, out);
 }
 
@@ -224,7 +224,7 @@ Status AutoParallel::add_input_constraints(const std::vector<Placements>& constr
     return invalidArgument(std::string(kWhat) + ": " + std::to_string(constraints.size()) +
                            " constraints but the model has " + std::to_string(graph_inputs.size()) +
                            " inputs");
-  mesh::InputShardings in;
+  spec::InputShardings in;
   in.by_position.resize(graph_inputs.size());
   for (size_t i = 0; i < constraints.size(); ++i) {
     std::string what = std::string(kWhat) + ": input " + std::to_string(i) + " (" +
@@ -234,18 +234,18 @@ Status AutoParallel::add_input_constraints(const std::vector<Placements>& constr
     if (*t) APC_RETURN_IF_ERROR(checkTuple(**t, what));
     in.by_position[i] = *t;
   }
-  auto resolved = mesh::resolveInShardings(in, g);
+  auto resolved = spec::resolveInShardings(in, g);
   if (!resolved.ok()) return resolved.error().withContext(kWhat);
-  mesh::Spec trial = spec_;
+  spec::Spec trial = spec_;
   for (const auto& [name, t] : *resolved) trial.inputs[name] = t;
-  Status ok = mesh::validateSpecAgainstGraph(trial, g);
+  Status ok = spec::validateSpecAgainstGraph(trial, g);
   if (!ok.ok()) return ok.error().withContext(kWhat);
   spec_ = std::move(trial);
   input_constraints_set_ = true;
   return Status::success();
 }
 
-Status AutoParallel::add_output_constraints(const mesh::OutputPlacementTree& constraints) {
+Status AutoParallel::add_output_constraints(const spec::OutputPlacementTree& constraints) {
   const char* kWhat = "add_output_constraints";
   APC_RETURN_IF_ERROR(ensureGraph());
   if (output_constraints_set_)
@@ -253,9 +253,9 @@ Status AutoParallel::add_output_constraints(const mesh::OutputPlacementTree& con
   std::vector<const mesh::PlacementTuple*> tuples;
   tuplesOf(constraints, tuples);
   for (const mesh::PlacementTuple* t : tuples) APC_RETURN_IF_ERROR(checkTuple(*t, kWhat));
-  mesh::Spec trial = spec_;
+  spec::Spec trial = spec_;
   trial.outputs = constraints;
-  Status ok = mesh::validateSpecAgainstGraph(trial, *state_->graph);
+  Status ok = spec::validateSpecAgainstGraph(trial, *state_->graph);
   if (!ok.ok()) return ok.error().withContext(kWhat);
   spec_ = std::move(trial);
   output_constraints_set_ = true;
@@ -284,7 +284,7 @@ Status AutoParallel::add_output_constraints(const std::vector<Placements>& leave
 Status AutoParallel::add_parameter_memory_constraint(std::optional<double> low,
                                                      std::optional<double> high) {
   const std::string what = "add_parameter_memory_constraint";
-  mesh::Spec trial = spec_;
+  spec::Spec trial = spec_;
   trial.memory_budget.low = low.value_or(0.0);
   trial.memory_budget.high = high;
   if (auto v = trial.memory_budget.violation()) return invalidArgument(what + ": " + v->text());
@@ -323,13 +323,13 @@ Status AutoParallel::add_node_constraint(const std::string& node, const Placemen
   if (!t.ok()) return t.error().withContext(what);
   if (!*t) return invalidArgument(what + ": a node constraint needs placements");
   APC_RETURN_IF_ERROR(checkTuple(**t, what));
-  mesh::Spec trial = spec_;
-  mesh::Pin pin;
-  pin.target = mesh::Pin::Target::kNode;
+  spec::Spec trial = spec_;
+  spec::Pin pin;
+  pin.target = spec::Pin::Target::kNode;
   pin.name = node;
   pin.placements = **t;
   trial.pins.push_back(std::move(pin));
-  Status ok = mesh::validateSpecAgainstGraph(trial, *state_->graph);
+  Status ok = spec::validateSpecAgainstGraph(trial, *state_->graph);
   if (!ok.ok()) return ok.error().withContext(what);
   spec_ = std::move(trial);
   return Status::success();
@@ -340,7 +340,7 @@ Expected<AutoParallel::Solved> AutoParallel::solve(const std::optional<std::stri
   APC_RETURN_IF_ERROR(ensureGraph());
   const State& st = *state_;
   const ir::Graph& g = *st.graph;
-  mesh::Spec spec = spec_;
+  spec::Spec spec = spec_;
   spec.prefetch_discount = optimizer_.prefetch_scale_;
   plan::PlanRequest request;
   if (baseline) {
@@ -496,7 +496,7 @@ Status ShardingOptimizer::apply_prefetch_discount(double scale) {
 
 Expected<AppliedPlacement> auto_parallel(
     const ModelSource& model, const mesh::DeviceMesh& mesh,
-    const std::vector<SampleInput>& sample_inputs, const mesh::OutputPlacementTree& out_shardings,
+    const std::vector<SampleInput>& sample_inputs, const spec::OutputPlacementTree& out_shardings,
     std::optional<MixedPrecisionPolicy> mp_policy,
     std::optional<std::pair<double, double>> parameter_memory_budget, bool dynamic,
     const AutoParallelOptions& options) {

@@ -20,7 +20,6 @@
 
 #include "apc/artifact/typed_proto.h"
 #include "apc/mesh/device_mesh.h"
-#include "apc/mesh/spec.h"
 #include "apc/support/hash.h"
 #include "apc/support/json_reader.h"
 

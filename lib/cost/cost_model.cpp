@@ -47,14 +47,14 @@ CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh)
     : CostModel(std::move(device), mesh, {}) {}
 
 CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh,
-                     std::vector<mesh::MeshDimNetwork> network)
+                     std::vector<spec::MeshDimNetwork> network)
     : device_(std::move(device)) {
   links_.resize(mesh.ndim());
   for (size_t m = 0; m < mesh.ndim(); ++m) {
     Dim& d = links_[m];
     d.by_kind.fill(mesh.link(m));
     if (m >= network.size()) continue;
-    const mesh::MeshDimNetwork& n = network[m];
+    const spec::MeshDimNetwork& n = network[m];
     for (size_t k = 0; k < 4; ++k) {
       if (n.by_kind[k]) {
         d.by_kind[k] = *n.by_kind[k];
@@ -170,7 +170,7 @@ std::string CostModel::describe() const {
   return s;
 }
 
-Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec) {
+Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   APC_ASSIGN_OR_RETURN(DeviceSpec d, deviceByName(spec.device));
   for (const auto& [dtype, tflops] : spec.device_overrides.peak_tflops)
     APC_RETURN_IF_ERROR(setPeakTflops(d, ir::dtypeName(dtype), tflops));
@@ -192,7 +192,7 @@ Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec) {
   return d;
 }
 
-Expected<CostModel> costModelFor(const mesh::Spec& spec) {
+Expected<CostModel> costModelFor(const spec::Spec& spec) {
   APC_ASSIGN_OR_RETURN(DeviceSpec device, deviceForSpec(spec));
   if (!spec.network.empty() && spec.network.size() != spec.mesh.ndim())
     return invalidArgument("the spec's network has " + std::to_string(spec.network.size()) +

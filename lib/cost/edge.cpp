@@ -43,7 +43,7 @@ PlacementTuple gradientPlacement(const PlacementTuple& input, const std::vector<
   return g;
 }
 
-Precision::Precision(const mesh::MixedPrecision& mp)
+Precision::Precision(const spec::MixedPrecision& mp)
     : param_(mp.param_dtype), reduce_(mp.reduce_dtype ? mp.reduce_dtype : mp.param_dtype) {}
 
 ir::TensorMeta Precision::compute(ir::TensorMeta t) const {
@@ -72,7 +72,7 @@ std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
   return std::max(full - latency, 0.0);
 }
 
-ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp) {
+ir::Graph computeGraph(const ir::Graph& g, const spec::MixedPrecision& mp) {
   ir::Graph out = g;
   if (!mp.param_dtype) return out;
   const Precision p(mp);

@@ -74,9 +74,9 @@ struct Leaf {
   std::optional<PlacementTuple> want;
 };
 
-Status collectLeaves(const ir::OutputTree& gt, const mesh::OutputPlacementTree* st,
+Status collectLeaves(const ir::OutputTree& gt, const spec::OutputPlacementTree* st,
                      const std::string& path, std::vector<Leaf>& out) {
-  using K = mesh::OutputPlacementTree::Kind;
+  using K = spec::OutputPlacementTree::Kind;
   if (st && st->kind == K::kFree) st = nullptr;
   if (gt.kind == ir::OutputTree::Kind::kLeaf) {
     if (st && st->kind != K::kLeaf)
@@ -89,7 +89,7 @@ Status collectLeaves(const ir::OutputTree& gt, const mesh::OutputPlacementTree* 
     return invalidArgument("output " + path + ": one placement for a structured output");
   for (size_t i = 0; i < gt.children.size(); ++i) {
     std::string key = gt.kind == ir::OutputTree::Kind::kDict ? gt.keys.at(i) : std::to_string(i);
-    const mesh::OutputPlacementTree* child = nullptr;
+    const spec::OutputPlacementTree* child = nullptr;
     if (st && st->kind == K::kSequence && i < st->children.size()) child = &st->children[i];
     if (st && st->kind == K::kDict)
       for (size_t k = 0; k < st->keys.size(); ++k)

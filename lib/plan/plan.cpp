@@ -118,18 +118,18 @@ std::vector<std::string> inputShapes(const ir::Graph& g) {
 namespace {
 
 std::string contentHashAt(std::string_view version, const PlanSource& source,
-                          const mesh::Spec& spec, bool reduce, std::string_view baseline) {
+                          const spec::Spec& spec, bool reduce, std::string_view baseline) {
   // One canonical JSON document (sorted keys) of everything that determines the plan.
   nlohmann::json j = {{"apc_version", std::string(version)}, {"format_version", kPlanFormatVersion},
                       {"model_sha256", source.model_sha256}, {"inputs", source.inputs},
-                      {"spec", mesh::toJson(spec)},          {"options", {{"reduce", reduce}}}};
+                      {"spec", spec::toJson(spec)},          {"options", {{"reduce", reduce}}}};
   if (!baseline.empty()) j["options"]["baseline"] = std::string(baseline);
   return sha256Hex(j.dump());
 }
 
 }  // namespace
 
-std::string contentHash(const PlanSource& source, const mesh::Spec& spec, bool reduce,
+std::string contentHash(const PlanSource& source, const spec::Spec& spec, bool reduce,
                         std::string_view baseline) {
   return contentHashAt(apcVersion(), source, spec, reduce, baseline);
 }

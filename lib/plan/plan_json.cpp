@@ -16,6 +16,7 @@
 
 #include "apc/plan/plan.h"
 
+#include "apc/mesh/placement_json.h"
 #include "apc/plan/memory.h"
 #include "apc/support/base64.h"
 #include "apc/support/file_io.h"
@@ -477,7 +478,7 @@ json documentJson(const Plan& p) {
                 {"path", p.model.model_path},
                 {"sha256", p.model.model_sha256},
                 {"inputs", p.model.inputs}}},
-              {"spec", mesh::toJson(p.spec)},
+              {"spec", spec::toJson(p.spec)},
               {"nodes", json::array()},
               {"parameters", std::move(params)},
               {"totals",
@@ -807,7 +808,7 @@ Expected<Plan> planFromJson(const json& j) {
   APC_ASSIGN_OR_RETURN(p.apc_version, readString(j["apc_version"], "$.apc_version"));
   APC_ASSIGN_OR_RETURN(p.content_hash, readString(j["content_hash"], "$.content_hash"));
   APC_ASSIGN_OR_RETURN(p.model, readSource(j["model"], "$.model"));
-  auto spec = mesh::parseSpec(j["spec"]);
+  auto spec = spec::parseSpec(j["spec"]);
   if (!spec.ok()) {
     const std::string& m = spec.error().message();
     return Error(spec.error().code(),

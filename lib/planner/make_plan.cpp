@@ -17,7 +17,7 @@
 
 namespace apc::plan {
 
-std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
+std::string contentHash(const PlanSource& source, const spec::Spec& spec,
                         const solver::SolveGraphOptions& options, std::string_view baseline) {
   return contentHash(source, spec, options.reduce, baseline);
 }
@@ -52,7 +52,7 @@ ProblemSizes problemSizes(const solver::ReductionStats& z) {
 }  // namespace
 
 Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
-                        const solver::Solution& solution, const mesh::Spec& spec,
+                        const solver::Solution& solution, const spec::Spec& spec,
                         const PlanSource& source, const SolveRecord& record) {
   const solver::Problem& p = gp.problem;
   if (solution.choice.size() != p.nodes.size())

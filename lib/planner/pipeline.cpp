@@ -40,7 +40,7 @@ std::string fmt(double v) {
 }  // namespace
 
 Expected<std::vector<strategy::NodeStrategies>> enumerateForSpec(const ir::Graph& g,
-                                                                 const mesh::Spec& spec) {
+                                                                 const spec::Spec& spec) {
   APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(spec));
   strategy::EnumerateOptions options;
   options.cost_model = &model;
@@ -51,7 +51,7 @@ Expected<std::vector<strategy::NodeStrategies>> enumerateForSpec(const ir::Graph
                              strategy::defaultRegistry(), options);
 }
 
-Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec) {
+Expected<std::pair<double, double>> effectiveBudget(const spec::Spec& spec) {
   double low = spec.memory_budget.low;
   double high = spec.memory_budget.highOr(spec.mesh.worldSize());
   if (low > high)
@@ -61,14 +61,14 @@ Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec) {
   return std::pair{low, high};
 }
 
-Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text) {
+Expected<spec::MemoryBudget> parseMemoryBudget(std::string_view text) {
   std::vector<std::string> parts = split(text, ',');
   if (parts.size() != 2)
     return invalidArgument(
         "--memory-budget: expected LOW,HIGH (fractions of the parameter bytes, "
         "like 0,0.25), got '" +
         std::string(text) + "'");
-  mesh::MemoryBudget b;
+  spec::MemoryBudget b;
   auto low = parseDouble(trim(parts[0]));
   if (!low || !std::isfinite(*low))
     return invalidArgument("--memory-budget: LOW '" + parts[0] + "' is not a number");
@@ -79,12 +79,12 @@ Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text) {
       return invalidArgument("--memory-budget: HIGH '" + parts[1] + "' is not a number");
     b.high = *high;
   }
-  // The one budget rule (mesh::MemoryBudget::violation), as the spec reader applies it.
+  // The one budget rule (spec::MemoryBudget::violation), as the spec reader applies it.
   if (auto v = b.violation()) return invalidArgument("--memory-budget: " + v->text());
   return b;
 }
 
-Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
+Expected<BuiltProblem> buildProblem(const ir::Graph& g, const spec::Spec& spec,
                                     PhaseTimings* timings, const Deadline& deadline) {
   if (spec.mesh.ndim() > kMaxPlanMeshDims)
     return invalidArgument(
@@ -92,14 +92,14 @@ Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
         " dims; apc plans meshes of at most " + std::to_string(kMaxPlanMeshDims) +
         " dims (a tensor's placements grow as (rank + 2)^dims: merge mesh dims, like 2x2x4x8 for "
         "2x2x2x2x2x4)");
-  APC_RETURN_IF_ERROR(mesh::validateSpecAgainstGraph(spec, g));
+  APC_RETURN_IF_ERROR(spec::validateSpecAgainstGraph(spec, g));
   APC_RETURN_IF_ERROR(effectiveBudget(spec));
   // A spec read from JSON has these checked with their paths; a spec made in C++ (the API) or
   // changed by a flag (apc plan --device) meets them here.
-  if (!mesh::isKnownDeviceKind(spec.device))
+  if (!spec::isKnownDeviceKind(spec.device))
     return invalidArgument("unknown device '" + spec.device +
-                           "' (known: " + join(mesh::knownDeviceKinds(), ", ") + ")");
-  const mesh::MixedPrecision& mp = spec.mixed_precision;
+                           "' (known: " + join(spec::knownDeviceKinds(), ", ") + ")");
+  const spec::MixedPrecision& mp = spec.mixed_precision;
   for (const auto& [field, dtype] :
        {std::pair{"param_dtype", mp.param_dtype}, std::pair{"reduce_dtype", mp.reduce_dtype},
         std::pair{"output_dtype", mp.output_dtype}})
@@ -146,7 +146,7 @@ bool allReplicated(const strategy::Strategy& s) {
 /// The restricted plan (see solveAndPlan in the header). `why`: what stopped the full problem;
 /// `t0`: when the solve phase began (its time includes a full solve that stopped).
 Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& built,
-                                    const mesh::Spec& spec, const PlanSource& source,
+                                    const spec::Spec& spec, const PlanSource& source,
                                     solver::SolveGraphOptions options, PhaseTimings* timings,
                                     const std::string& why, Clock::time_point t0) {
   // Per distinct list (repeated layers share one) its kept indices and their list, shared again
@@ -244,7 +244,7 @@ Expected<PlanResult> restrictedPlan(const ir::Graph& g, const BuiltProblem& buil
 }  // namespace
 
 Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
-                                  const mesh::Spec& spec, const PlanSource& source,
+                                  const spec::Spec& spec, const PlanSource& source,
                                   const solver::SolveGraphOptions& options, PhaseTimings* timings) {
   auto t0 = Clock::now();
   if (!built.complete)
@@ -266,7 +266,7 @@ Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
   return r;
 }
 
-mesh::Spec baselineSpec(const ir::Graph& g, mesh::Spec spec, solver::Baseline b) {
+spec::Spec baselineSpec(const ir::Graph& g, spec::Spec spec, solver::Baseline b) {
   for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
     const ir::Node& n = g.node(id);
     if (n.outputs.empty() || spec.inputs.count(n.name)) continue;
@@ -277,7 +277,7 @@ mesh::Spec baselineSpec(const ir::Graph& g, mesh::Spec spec, solver::Baseline b)
 }
 
 Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem& built,
-                                          const mesh::Spec& spec, const PlanSource& source,
+                                          const spec::Spec& spec, const PlanSource& source,
                                           solver::Baseline baseline,
                                           const solver::SolveGraphOptions& options,
                                           PhaseTimings* timings) {
@@ -322,7 +322,7 @@ Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem
   return r;
 }
 
-Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const PlanRequest& request,
+Expected<PlanRun> buildPlanProblem(const ir::Graph& g, spec::Spec spec, const PlanRequest& request,
                                    PhaseTimings* timings) {
   if (request.baseline) {
     const solver::Baseline b = *request.baseline;
@@ -383,7 +383,7 @@ constexpr double kDeviceMemoryTightenWithin = 1e-3;
 Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
                             const solver::SolveGraphOptions& options, bool checkpoint, PlanRun& run,
                             PhaseTimings* timings) {
-  const mesh::Spec& spec = run.spec;
+  const spec::Spec& spec = run.spec;
   const double device = static_cast<double>(*spec.device_memory);
   APC_ASSIGN_OR_RETURN(const int state, optimizerStateFactor(spec.optimizer));
   solver::GraphProblem& gp = run.built.gp;
@@ -576,7 +576,7 @@ Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const Plan
   return Status::success();
 }
 
-Expected<PlanRun> planGraph(const ir::Graph& g, mesh::Spec spec, const PlanSource& source,
+Expected<PlanRun> planGraph(const ir::Graph& g, spec::Spec spec, const PlanSource& source,
                             const PlanRequest& request, PhaseTimings* timings) {
   APC_ASSIGN_OR_RETURN(PlanRun run, buildPlanProblem(g, std::move(spec), request, timings));
   APC_RETURN_IF_ERROR(solvePlanProblem(g, source, request, run, timings));

@@ -14,6 +14,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "apc/mesh/placement_json.h"
 #include "apc/report/report.h"
 #include "apc/support/strings.h"
 

@@ -20,6 +20,7 @@
 #include <set>
 
 #include "apc/cost/redistribute.h"
+#include "apc/mesh/placement_json.h"
 #include "apc/report/report.h"
 #include "apc/support/strings.h"
 

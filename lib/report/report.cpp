@@ -57,7 +57,7 @@ std::vector<ir::NodeId> randomNodes(const ir::Graph& g) {
   return out;
 }
 
-std::string buildNotes(const BuiltProblem& built, const mesh::Spec& spec) {
+std::string buildNotes(const BuiltProblem& built, const spec::Spec& spec) {
   std::string out;
   for (const std::string& op : built.fallback_ops)
     out += "apc: warning: no sharding rule for " + op + "; it gets the Replicate-only strategy\n";
@@ -153,7 +153,7 @@ std::string summaryText(const Plan& p, const PhaseTimings* timings) {
                                                : mesh::replicated(p.spec.mesh.ndim())));
   }
   out += "inputs: " + join(inputs, ", ") + "\n";
-  if (const mesh::MixedPrecision& mp = p.spec.mixed_precision; !mp.empty()) {
+  if (const spec::MixedPrecision& mp = p.spec.mixed_precision; !mp.empty()) {
     std::string parts;
     auto add = [&](const char* what, const std::optional<ir::DType>& d) {
       if (d) parts += std::string(parts.empty() ? "" : ", ") + what + " " + ir::dtypeName(*d);

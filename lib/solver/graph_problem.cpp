@@ -256,14 +256,14 @@ bool inModule(const std::string& path, const std::string& module) {
 }
 
 /// The values spec.pins name (see the header), in pin order.
-Expected<std::vector<ResolvedPin>> resolvePins(const ir::Graph& g, const mesh::Spec& spec) {
+Expected<std::vector<ResolvedPin>> resolvePins(const ir::Graph& g, const spec::Spec& spec) {
   std::vector<ResolvedPin> out;
   if (spec.pins.empty()) return out;
-  const std::map<std::string, ir::ValueId> names = mesh::pinNames(g);
+  const std::map<std::string, ir::ValueId> names = spec::pinNames(g);
   for (size_t i = 0; i < spec.pins.size(); ++i) {
-    const mesh::Pin& pin = spec.pins[i];
+    const spec::Pin& pin = spec.pins[i];
     std::string path = "$.pins[" + std::to_string(i) + "]";
-    if (pin.target == mesh::Pin::Target::kNode) {
+    if (pin.target == spec::Pin::Target::kNode) {
       auto it = names.find(pin.name);
       if (it == names.end() || !g.value(it->second).tensor)
         return notFound(path + ".node: spec pins node '" + pin.name +
@@ -311,7 +311,7 @@ namespace {
 /// row.
 struct GraphProblemBuilder {
   GraphProblemBuilder(const ir::Graph& graph, const std::vector<strategy::NodeStrategies>& all,
-                      const mesh::Spec& s, const cost::CostModel& model)
+                      const spec::Spec& s, const cost::CostModel& model)
       : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh, model) {
     for (const auto& ns : all) op_strategies[ns.node.v] = &ns;
   }
@@ -344,7 +344,7 @@ struct GraphProblemBuilder {
   strategy::StrategyList leafStrategies(const ir::TensorMeta& t);
 
   const ir::Graph& g;
-  const mesh::Spec& spec;
+  const spec::Spec& spec;
   const mesh::DeviceMesh& m;
   const cost::Precision precision;
   EdgePricer pricer;
@@ -629,9 +629,9 @@ bool GraphProblemBuilder::addEdges(const Deadline& deadline) {
 }
 
 Status GraphProblemBuilder::addOutputSinks() {
-  std::function<Status(const ir::OutputTree&, const mesh::OutputPlacementTree&)> walk =
-      [&](const ir::OutputTree& gt, const mesh::OutputPlacementTree& st) -> Status {
-    using K = mesh::OutputPlacementTree::Kind;
+  std::function<Status(const ir::OutputTree&, const spec::OutputPlacementTree&)> walk =
+      [&](const ir::OutputTree& gt, const spec::OutputPlacementTree& st) -> Status {
+    using K = spec::OutputPlacementTree::Kind;
     if (st.kind == K::kFree) {
       for (ir::ValueId v : gt.leaves()) free_leaves.push_back(v);
       return Status::success();
@@ -757,7 +757,7 @@ void GraphProblemBuilder::addMemoryRow() {
 
 Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
                                          const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec, const Deadline& deadline) {
+                                         const spec::Spec& spec, const Deadline& deadline) {
   APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(spec));
   GraphProblemBuilder b(g, strategies, spec, model);
   APC_ASSIGN_OR_RETURN(b.pins, resolvePins(g, spec));

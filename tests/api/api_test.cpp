@@ -180,7 +180,7 @@ TEST(AutoParallel, OutputConstraintAsLeavesOrTree) {
   ASSERT_OK(leaves.add_output_constraints(std::vector<Placements>{rr}));
   AutoParallel tree(g, {}, mesh2x4());
   ASSERT_OK(tree.add_input_constraints({"S(0),R"}));
-  ASSERT_OK(tree.add_output_constraints(mesh::OutputPlacementTree::makeLeaf(rr)));
+  ASSERT_OK(tree.add_output_constraints(spec::OutputPlacementTree::makeLeaf(rr)));
   auto a = leaves.optimize_placement();
   auto b = tree.optimize_placement();
   ASSERT_TRUE(a.ok() && b.ok());
@@ -571,7 +571,7 @@ TEST(AutoParallel, BaselinePlansAreApcPlanStrategyAndNeverBeatTheOptimizer) {
 TEST(AutoParallelShortPath, EqualsTheLongPath) {
   auto shortp = auto_parallel(
       kToy, mesh2x4(), {{"x:f32[16,128,1024]", "S(0),R"}},
-      mesh::OutputPlacementTree::makeLeaf({Placement::shard(0), Placement::replicate()}));
+      spec::OutputPlacementTree::makeLeaf({Placement::shard(0), Placement::replicate()}));
   ASSERT_TRUE(shortp.ok()) << shortp.error().message();
   AutoParallel ap(kToy, {"x:f32[16,128,1024]"}, mesh2x4());
   ASSERT_OK(ap.add_input_constraints({"S(0),R"}));
@@ -586,7 +586,7 @@ TEST(AutoParallelShortPath, EqualsTheLongPath) {
   mp.param_dtype = ir::DType::kBF16;
   mp.reduce_dtype = ir::DType::kF32;
   auto other =
-      auto_parallel(kToy, mesh2x4(), {{"f32[16,128,1024]"}}, mesh::OutputPlacementTree::makeFree(),
+      auto_parallel(kToy, mesh2x4(), {{"f32[16,128,1024]"}}, spec::OutputPlacementTree::makeFree(),
                     mp, std::pair{0.0, 1.0}, /*dynamic=*/true);
   ASSERT_TRUE(other.ok()) << other.error().message();
   const plan::Plan& op = other->plan;

@@ -19,8 +19,8 @@
 #include "../common/samples.h"
 #include "apc/frontend/torchscript.h"
 #include "apc/ir/graph.h"
-#include "apc/mesh/spec.h"
 #include "apc/solver/graph_problem.h"
+#include "apc/spec/spec.h"
 #include "apc/strategy/strategy.h"
 
 namespace apc::baselines_test {
@@ -64,7 +64,7 @@ inline const Expected<ir::Graph>& sampleGraph(const std::string& name) {
 inline Expected<solver::GraphProblem> buildProblem(
     const ir::Graph& g, const mesh::DeviceMesh& m,
     const std::function<mesh::PlacementTuple(const ir::TensorMeta&)>& input_placement) {
-  mesh::Spec spec;
+  spec::Spec spec;
   spec.mesh = m;
   for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kInput)) {
     const ir::Value& v = g.value(g.node(id).outputs.at(0));

@@ -40,7 +40,7 @@ TEST(CostModel, WithoutRefinementsItIsTheFreeFunctions) {
 TEST(CostModel, ALinkPerKindPricesThatKindOnly) {
   mesh::DeviceMesh m = meshOf({2});
   m.setLink(0, {10.0, 5.0});
-  mesh::MeshDimNetwork net;
+  spec::MeshDimNetwork net;
   net.by_kind[0] = mesh::LinkParams{2.0, 50.0};  // all-gather
   CostModel model(DeviceSpec{}, m, {net});
   EXPECT_EQ(model.collectiveUs(CollectiveKind::kAllGather, 0, 2, 1e6),
@@ -53,9 +53,9 @@ TEST(CostModel, ALinkPerKindPricesThatKindOnly) {
 
 TEST(CostModel, MeasuredTimesAreInterpolated) {
   mesh::DeviceMesh m = meshOf({2, 4});
-  mesh::MeshDimNetwork net;
+  spec::MeshDimNetwork net;
   net.by_kind[2] = mesh::LinkParams{1.0, 100.0};
-  net.tables[2] = mesh::CollectiveTable{2, {1000, 4000, 16000}, {10, 20, 80}};
+  net.tables[2] = spec::CollectiveTable{2, {1000, 4000, 16000}, {10, 20, 80}};
   CostModel model(DeviceSpec{}, m, {net, {}});
   const auto ar = CollectiveKind::kAllReduce;
   EXPECT_DOUBLE_EQ(model.collectiveUs(ar, 0, 2, 1000), 10.0);
@@ -120,7 +120,7 @@ TEST(CostModel, GroupsThatSpanNodesArePricedHierarchically) {
   mesh::DeviceMesh m = meshOf({16});
   const mesh::LinkParams nvlink{450.0, 2.0}, ib{50.0, 10.0};
   m.setLink(0, nvlink);
-  mesh::MeshDimNetwork net;
+  spec::MeshDimNetwork net;
   net.ranks_per_node = 8;
   net.inter_node = ib;
   CostModel model(DeviceSpec{}, m, {net});
@@ -147,7 +147,7 @@ TEST(CostModel, GroupsThatSpanNodesArePricedHierarchically) {
 TEST(CostModel, RedistributionsPriceThroughTheModel) {
   mesh::DeviceMesh m = meshOf({4});
   m.setLink(0, {100.0, 1.0});
-  mesh::MeshDimNetwork net;
+  spec::MeshDimNetwork net;
   net.by_kind[0] = mesh::LinkParams{1.0, 100.0};  // a slow all-gather
   CostModel model(DeviceSpec{}, m, {net});
   ir::TensorMeta t;
@@ -176,7 +176,7 @@ TEST(CostModel, RedistributionsPriceThroughTheModel) {
 }
 
 TEST(CostModel, FromASpec) {
-  auto spec = mesh::parseSpecText(R"({"mesh": {"shape": [2, 2]}, "device": {"kind": "cpu",
+  auto spec = spec::parseSpecText(R"({"mesh": {"shape": [2, 2]}, "device": {"kind": "cpu",
       "peak_tflops": {"f32": 0.04}, "compute_efficiency": 1, "kernel_floor_us": 3},
       "network": [{}, {"all-reduce": {"bandwidth_gbps": 2, "latency_us": 9}}]})");
   ASSERT_TRUE(spec.ok()) << spec.error().message();
@@ -187,7 +187,7 @@ TEST(CostModel, FromASpec) {
   EXPECT_EQ(model->device().compute_efficiency, 1.0);
   EXPECT_EQ(model->link(CollectiveKind::kAllReduce, 1).bandwidth_gbps, 2.0);
   EXPECT_EQ(model->link(CollectiveKind::kAllGather, 1), spec->mesh.link(1));
-  mesh::Spec bad = *spec;
+  spec::Spec bad = *spec;
   bad.network.pop_back();
   auto err = costModelFor(bad);
   ASSERT_FALSE(err.ok());
@@ -201,7 +201,7 @@ TEST(CostModel, FromASpec) {
 // CPU), the larger of the two where the host runs ahead of a queue (CUDA), both read from a spec.
 TEST(CostModel, DispatchAddsToKernelsOrOverlapsThem) {
   for (bool overlaps : {false, true}) {
-    auto spec = mesh::parseSpecText(std::string(R"({"mesh": {"shape": [2]}, "device": {"kind":
+    auto spec = spec::parseSpecText(std::string(R"({"mesh": {"shape": [2]}, "device": {"kind":
         "cpu", "dispatch_us": 20)") +
                                     (overlaps ? R"(, "dispatch_overlaps": true)" : "") + "}}");
     ASSERT_TRUE(spec.ok()) << spec.error().message();
@@ -220,7 +220,7 @@ TEST(CostModel, DispatchAddsToKernelsOrOverlapsThem) {
 
 // Ops that run no kernel (views) pay the calibrated view dispatch, not a kernel op's.
 TEST(CostModel, ViewsPayTheirOwnDispatch) {
-  auto spec = mesh::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+  auto spec = spec::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
       "dispatch_us": 20, "view_dispatch_us": 4}})");
   ASSERT_TRUE(spec.ok()) << spec.error().message();
   auto model = costModelFor(*spec);

@@ -44,14 +44,14 @@ TEST(EdgeSemantics, GradientPlacementOfAnInput) {
 TEST(EdgeSemantics, DtypesUnderMixedPrecision) {
   ir::TensorMeta w{{ir::Dim::fixed(8), ir::Dim::fixed(4)}, ir::DType::kF32, true};
   ir::TensorMeta ids{{ir::Dim::fixed(8)}, ir::DType::kI64, false};
-  const Precision none{mesh::MixedPrecision{}};
+  const Precision none{spec::MixedPrecision{}};
   EXPECT_EQ(none.compute(w).dtype, ir::DType::kF32);
   EXPECT_EQ(none.reduceDtype(w), ir::DType::kF32);
-  const Precision bf16{mesh::MixedPrecision{ir::DType::kBF16, std::nullopt, std::nullopt}};
+  const Precision bf16{spec::MixedPrecision{ir::DType::kBF16, std::nullopt, std::nullopt}};
   EXPECT_EQ(bf16.compute(w).dtype, ir::DType::kBF16);
   EXPECT_EQ(bf16.reduceDtype(w), ir::DType::kBF16);     // reduce_dtype defaults to param_dtype
   EXPECT_EQ(bf16.compute(ids).dtype, ir::DType::kI64);  // integers are not cast
-  const Precision bf16_f32{mesh::MixedPrecision{ir::DType::kBF16, ir::DType::kF32, std::nullopt}};
+  const Precision bf16_f32{spec::MixedPrecision{ir::DType::kBF16, ir::DType::kF32, std::nullopt}};
   EXPECT_EQ(bf16_f32.compute(w).dtype, ir::DType::kBF16);
   EXPECT_EQ(bf16_f32.reduceDtype(w), ir::DType::kF32);
 }

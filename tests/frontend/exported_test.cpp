@@ -322,7 +322,7 @@ struct Planned {
 
 Expected<Planned> planOn(const ir::Graph& g, std::vector<int64_t> mesh_shape) {
   APC_ASSIGN_OR_RETURN(mesh::DeviceMesh m, mesh::DeviceMesh::create(mesh_shape));
-  mesh::Spec spec;
+  spec::Spec spec;
   spec.mesh = m;
   APC_ASSIGN_OR_RETURN(plan::BuiltProblem built, plan::buildProblem(g, spec));
   plan::PlanSource source;
@@ -1135,7 +1135,7 @@ TEST(ExportedFixtures, BufferMutationsAreNotOutputs) {
             (std::set<std::string>{"bn.running_mean", "bn.running_var", "bn.num_batches_tracked"}));
   auto mesh = mesh::DeviceMesh::create({2});
   ASSERT_TRUE(mesh.ok());
-  mesh::Spec spec;
+  spec::Spec spec;
   spec.mesh = *mesh;
   EXPECT_TRUE(plan::buildProblem(*g, spec).ok());
   // Training IR: the same updates as in-place ops, as a TorchScript trace has them.

@@ -13,11 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
 #include "apc/planner/pipeline.h"
 #include "apc/report/diff.h"
 #include "apc/report/explain.h"
+#include "apc/spec/spec.h"
 #include "apc/support/json_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -25,10 +25,10 @@
 #include <utility>
 
 #include "apc/lower/lower.h"
-#include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
 #include "apc/planner/pipeline.h"
 #include "apc/planner/verify.h"
+#include "apc/spec/spec.h"
 #include "apc/support/json_reader.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "apc/mesh/placement.h"
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 #include "apc/support/json_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -20,12 +20,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)apc::mesh::parsePlacementTuple(text);
   auto j = apc::parseJsonText(text);
   if (!j.ok()) return 0;
-  auto in = apc::mesh::parseInShardings(*j, ndim);
-  if (in.ok()) (void)apc::mesh::toJson(*in);
-  auto out = apc::mesh::parseOutShardings(*j, ndim);
+  auto in = apc::spec::parseInShardings(*j, ndim);
+  if (in.ok()) (void)apc::spec::toJson(*in);
+  auto out = apc::spec::parseOutShardings(*j, ndim);
   if (out.ok()) {
-    (void)apc::mesh::toString(*out);
-    (void)apc::mesh::toJson(*out);
+    (void)apc::spec::toString(*out);
+    (void)apc::spec::toJson(*out);
   }
   return 0;
 }

@@ -10,14 +10,14 @@
 #include <nlohmann/json.hpp>
 #include <string_view>
 
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto spec = apc::mesh::parseSpecText(text);
+  auto spec = apc::spec::parseSpecText(text);
   if (!spec.ok()) return 0;
-  (void)apc::mesh::toString(spec->outputs);
-  auto again = apc::mesh::parseSpec(apc::mesh::toJson(*spec));
+  (void)apc::spec::toString(spec->outputs);
+  auto again = apc::spec::parseSpec(apc::spec::toJson(*spec));
   if (!again.ok() || !(*again == *spec)) std::abort();  // a round trip must hold
   return 0;
 }

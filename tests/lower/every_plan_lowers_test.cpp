@@ -62,7 +62,7 @@ TEST(EveryPlanLowers, OptimizerAndBaselinesOnEverySample) {
       for (const std::optional<solver::Baseline>& b : plans) {
         const std::string what = b ? solver::baselineName(*b) : "optimizer";
         SCOPED_TRACE(what);
-        mesh::Spec spec;
+        spec::Spec spec;
         spec.mesh = *mesh::DeviceMesh::parse(mesh_text);
         plan::PlanRequest request;
         request.baseline = b;

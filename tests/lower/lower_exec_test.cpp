@@ -210,10 +210,10 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
   ASSERT_TRUE(imported.ok()) << imported.error().message();
   const ir::Graph& g = *imported;
 
-  mesh::Spec spec;
+  spec::Spec spec;
   spec.mesh = *mesh::DeviceMesh::create(c.mesh);
   for (const auto& [name, text] : c.pins)
-    spec.pins.push_back({mesh::Pin::Target::kNode, name, *mesh::parsePlacementTuple(text)});
+    spec.pins.push_back({spec::Pin::Target::kNode, name, *mesh::parsePlacementTuple(text)});
   if (c.label == "mp") {
     spec.mixed_precision.param_dtype = ir::DType::kBF16;
     spec.mixed_precision.reduce_dtype = ir::DType::kF32;

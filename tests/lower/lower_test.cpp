@@ -295,7 +295,7 @@ class LowerToy : public ::testing::TestWithParam<std::vector<int64_t>> {};
 
 TEST_P(LowerToy, ProgramsAreWellFormed) {
   ir::Graph g = toyBlock(8);
-  mesh::Spec spec = specFor(GetParam(), {});
+  spec::Spec spec = specFor(GetParam(), {});
   auto planned = planOf(g, spec);
   auto programs = lowerPlan(g, planned.result.plan);
   ASSERT_TRUE(programs.ok()) << programs.error().message();
@@ -304,7 +304,7 @@ TEST_P(LowerToy, ProgramsAreWellFormed) {
 
 TEST_P(LowerToy, SizeArithmeticIsDroppedAndViewRewritten) {
   ir::Graph g = withSizeArithmetic();
-  mesh::Spec spec = specFor(GetParam(), {});
+  spec::Spec spec = specFor(GetParam(), {});
   spec.inputs["x"] = mesh::PlacementTuple(GetParam().size(), mesh::Placement::replicate());
   spec.inputs["x"][GetParam().size() - 1] = mesh::Placement::shard(0);
   auto planned = planOf(g, spec);
@@ -326,10 +326,10 @@ TEST(Lower, PartialOutputIsReducedAtTheEnd) {
   // Pin the second linear to a contraction over the sharded hidden dim: its output is Partial and
   // the free output must be all-reduced by a final redistribute node.
   ir::Graph g = toyBlock(8);
-  mesh::Spec spec = specFor({4}, {"tp"});
+  spec::Spec spec = specFor({4}, {"tp"});
   spec.inputs["x"] = {mesh::Placement::replicate()};
-  spec.pins.push_back({mesh::Pin::Target::kNode, "up.weight", {mesh::Placement::shard(0)}});
-  spec.pins.push_back({mesh::Pin::Target::kNode, "down.weight", {mesh::Placement::shard(1)}});
+  spec.pins.push_back({spec::Pin::Target::kNode, "up.weight", {mesh::Placement::shard(0)}});
+  spec.pins.push_back({spec::Pin::Target::kNode, "down.weight", {mesh::Placement::shard(1)}});
   auto planned = planOf(g, spec);
   const plan::Plan& p = planned.result.plan;
   bool partial = false;
@@ -361,13 +361,13 @@ TEST(Lower, PartialOutputIsReducedAtTheEnd) {
 /// `weight` (FSDP-like: S(0); DDP-like: R), lowered and checked.
 std::vector<proto::Program> toyBlockPrograms(mesh::Placement weight) {
   ir::Graph g = toyBlock(8);
-  mesh::Spec spec = specFor({4}, {});
+  spec::Spec spec = specFor({4}, {});
   if (weight.isReplicate()) spec.memory_budget.high = 1.0;  // replicated parameters
   spec.inputs["x"] = {mesh::Placement::shard(0)};
   for (const char* w : {"up.weight", "down.weight"})
-    spec.pins.push_back({mesh::Pin::Target::kNode, w, {weight}});
+    spec.pins.push_back({spec::Pin::Target::kNode, w, {weight}});
   for (const char* m : {"up", "down"})
-    spec.pins.push_back({mesh::Pin::Target::kModule, m, {mesh::Placement::shard(0)}});
+    spec.pins.push_back({spec::Pin::Target::kModule, m, {mesh::Placement::shard(0)}});
   auto planned = planOf(g, spec);
   auto programs = lowerPlan(g, planned.result.plan);
   EXPECT_TRUE(programs.ok()) << programs.error().message();
@@ -404,7 +404,7 @@ TEST(Lower, GatheredParametersAreMarkedForRegather) {
 // recompute is refused.
 TEST(Lower, CheckpointedModulesBecomeProgramSegments) {
   const ir::Graph g = ir::testing_graphs::blockStack(3);
-  mesh::Spec spec = specFor({2}, {"dp"});
+  spec::Spec spec = specFor({2}, {"dp"});
   spec.inputs["x"] = {mesh::Placement::shard(0)};
   spec.memory_budget.high = 0.5;  // the parameters sharded: gathered inside the blocks
   auto planned = planOf(g, spec);
@@ -478,7 +478,7 @@ TEST(Lower, ReplicatedParametersGradientsAreMarkedForBuckets) {
 
 TEST(Lower, MixedPrecisionCastsParametersBeforeTheirCollectives) {
   ir::Graph g = toyBlock(8);
-  mesh::Spec spec = specFor({2, 2}, {});
+  spec::Spec spec = specFor({2, 2}, {});
   spec.mixed_precision.param_dtype = ir::DType::kBF16;
   spec.mixed_precision.reduce_dtype = ir::DType::kF32;
   auto planned = planOf(g, spec);
@@ -522,7 +522,7 @@ TEST(Lower, MixedPrecisionPricesTheBytesEachStepMoves) {
   for (bool ddp : {false, true}) {  // the optimizer's plan, and ddp (gradients all-reduced)
     // ddp on a large batch: a small one would rather gather the batch than reduce gradients.
     ir::Graph g = toyBlock(ddp ? 512 : 8);
-    mesh::Spec spec = specFor({2, 2}, {});
+    spec::Spec spec = specFor({2, 2}, {});
     if (ddp) spec = plan::baselineSpec(g, spec, solver::Baseline::kDdp);
     spec.mixed_precision.param_dtype = ir::DType::kBF16;
     spec.mixed_precision.reduce_dtype = ir::DType::kF32;

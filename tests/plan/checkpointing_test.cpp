@@ -25,7 +25,7 @@ using testing::toySource;
 constexpr int64_t kLayers = 4, kBatch = 32;
 constexpr int64_t kX = kBatch * 128 * 1024 * 4;  // one block's input or output
 
-Expected<PlanRun> planCk(const ir::Graph& g, const mesh::Spec& spec,
+Expected<PlanRun> planCk(const ir::Graph& g, const spec::Spec& spec,
                          std::optional<std::string> checkpoint = std::nullopt) {
   PlanRequest request;
   request.checkpoint = std::move(checkpoint);
@@ -122,9 +122,9 @@ TEST(Checkpointing, DeviceMemoryChoosesItOnlyWhenNeededAndTheCheapestThatFits) {
   // needs checkpointing; the result fits, and no subset of the blocks that fits (brute force
   // on the same placements) recomputes less.
   const ir::Graph g = ir::testing_graphs::blockStack(kLayers, 32);
-  mesh::Spec base = specFor({2}, {"dp"});
+  spec::Spec base = specFor({2}, {"dp"});
   base.inputs["x"] = {mesh::Placement::shard(0)};
-  mesh::Spec least_spec = base;
+  spec::Spec least_spec = base;
   least_spec.memory_budget.high = 0.5;  // every parameter sharded
   auto least = planCk(g, least_spec);
   ASSERT_TRUE(least.ok()) << least.error().message();
@@ -133,7 +133,7 @@ TEST(Checkpointing, DeviceMemoryChoosesItOnlyWhenNeededAndTheCheapestThatFits) {
   const int64_t without = least->result.plan.memoryFor("adamw")->peak_bytes;
   const int64_t with_all = least_all.memoryFor("adamw")->peak_bytes;
   ASSERT_LT(with_all, without);
-  mesh::Spec spec = base;
+  spec::Spec spec = base;
   spec.device_memory = (with_all + without) / 2;
   auto tight = planCk(g, spec);
   ASSERT_TRUE(tight.ok()) << tight.error().message();
@@ -159,7 +159,7 @@ TEST(Checkpointing, DeviceMemoryChoosesItOnlyWhenNeededAndTheCheapestThatFits) {
   auto off = planCk(g, spec, "none");
   ASSERT_FALSE(off.ok());
   EXPECT_EQ(off.error().code(), ErrorCode::kInfeasible);
-  mesh::Spec roomy = base;
+  spec::Spec roomy = base;
   roomy.device_memory = int64_t{80} << 30;
   auto r = planCk(g, roomy);
   ASSERT_TRUE(r.ok());

@@ -152,7 +152,7 @@ TEST(Explain, CheaperInContextOnlyWithoutOptimality) {
 }
 
 TEST(Explain, ToyBlockStatusesAreConsistent) {
-  for (const mesh::Spec& spec : {toySpec2x4(), toySpec8()}) {
+  for (const spec::Spec& spec : {toySpec2x4(), toySpec8()}) {
     ir::Graph g = ir::testing_graphs::toyBlock(spec.mesh.ndim() == 1 ? 512 : 8);
     auto p = planOf(g, spec);
     const Plan& plan = p.result.plan;
@@ -267,8 +267,8 @@ TEST(Diff, FsdpAgainstDdpListsTheWeights) {
   // 1-d mesh, large batch: the default budget shards the weights, high = 1 replicates them
   // (tests/solver/graph_problem_test.cpp derives both).
   ir::Graph g = ir::testing_graphs::toyBlock(512);
-  mesh::Spec fsdp = toySpec8();
-  mesh::Spec ddp = toySpec8();
+  spec::Spec fsdp = toySpec8();
+  spec::Spec ddp = toySpec8();
   ddp.memory_budget.high = 1.0;
   Plan a = planOf(g, fsdp).result.plan;
   Plan b = planOf(g, ddp).result.plan;

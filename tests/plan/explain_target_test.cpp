@@ -121,7 +121,7 @@ TEST(ExplainTarget, HandMadeProblemGivesTheExactAnswer) {
 }
 
 TEST(ExplainTarget, ToyBlockCostsReconcileAndTheChosenPlacementCostsNothing) {
-  for (const mesh::Spec& spec : {testing::toySpec2x4(), testing::toySpec8()}) {
+  for (const spec::Spec& spec : {testing::toySpec2x4(), testing::toySpec8()}) {
     ir::Graph g = ir::testing_graphs::toyBlock(spec.mesh.ndim() == 1 ? 512 : 8);
     auto planned = testing::planOf(g, spec);
     const Plan& p = planned.result.plan;
@@ -160,7 +160,7 @@ TEST(ExplainTarget, ToyBlockCostsReconcileAndTheChosenPlacementCostsNothing) {
 }
 
 TEST(RedistributionMatrix, ThePlansPairHoldsWhatThePlanChargedOnEveryEdge) {
-  for (const mesh::Spec& spec : {testing::toySpec2x4(), testing::toySpec8()}) {
+  for (const spec::Spec& spec : {testing::toySpec2x4(), testing::toySpec8()}) {
     ir::Graph g = ir::testing_graphs::toyBlock(spec.mesh.ndim() == 1 ? 512 : 8);
     auto planned = testing::planOf(g, spec);
     const Plan& p = planned.result.plan;

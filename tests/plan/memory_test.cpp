@@ -24,7 +24,7 @@ using testing::toySpec8;
 
 constexpr int64_t kMiB = 1 << 20;
 
-Expected<PlanRun> planWith(const ir::Graph& g, const mesh::Spec& spec,
+Expected<PlanRun> planWith(const ir::Graph& g, const spec::Spec& spec,
                            std::optional<solver::Baseline> baseline = std::nullopt) {
   PlanRequest request;
   request.baseline = baseline;
@@ -151,10 +151,10 @@ TEST(Memory, PlanJsonKeepsTheEstimates) {
 
 TEST(DeviceMemory, ARoomyDeviceGetsTheFastestPlan) {
   const ir::Graph g = ir::testing_graphs::toyBlock(8);
-  mesh::Spec free_spec = toySpec8();
+  spec::Spec free_spec = toySpec8();
   free_spec.memory_budget.high = 1.0;  // no parameter bound
   auto fastest = planWith(g, free_spec);
-  mesh::Spec spec = toySpec8();
+  spec::Spec spec = toySpec8();
   spec.device_memory = int64_t{80} << 30;
   auto roomy = planWith(g, spec);
   ASSERT_TRUE(fastest.ok() && roomy.ok());
@@ -172,11 +172,11 @@ TEST(DeviceMemory, ATightDeviceGetsAPlanThatFits) {
   for (int64_t batch : {8, 16, 32, 64})
     for (int64_t ranks : {2, 4, 8}) {
       const ir::Graph g = ir::testing_graphs::toyBlock(batch);
-      mesh::Spec base = specFor({ranks}, {"dp"});
+      spec::Spec base = specFor({ranks}, {"dp"});
       base.inputs["x"] = {mesh::Placement::shard(0)};
-      mesh::Spec free_spec = base;
+      spec::Spec free_spec = base;
       free_spec.memory_budget.high = 1.0;
-      mesh::Spec sharded_spec = base;  // the default high: 1 / world size
+      spec::Spec sharded_spec = base;  // the default high: 1 / world size
       auto fastest = planWith(g, free_spec);
       auto sharded = planWith(g, sharded_spec);
       ASSERT_TRUE(fastest.ok() && sharded.ok());
@@ -184,7 +184,7 @@ TEST(DeviceMemory, ATightDeviceGetsAPlanThatFits) {
       const int64_t small = sharded->result.plan.memoryFor("adamw")->peak_bytes;
       if (small >= big) continue;
       ++tried;
-      mesh::Spec spec = base;
+      spec::Spec spec = base;
       spec.device_memory = (big + small) / 2;
       auto tight = planWith(g, spec);
       ASSERT_TRUE(tight.ok()) << tight.error().message();
@@ -200,7 +200,7 @@ TEST(DeviceMemory, ATightDeviceGetsAPlanThatFits) {
 
 TEST(DeviceMemory, TooLittleMemoryNamesTheSmallestPeak) {
   const ir::Graph g = ir::testing_graphs::toyBlock(8);
-  mesh::Spec spec = toySpec8();
+  spec::Spec spec = toySpec8();
   spec.device_memory = kMiB;
   auto r = planWith(g, spec);
   ASSERT_FALSE(r.ok());
@@ -222,19 +222,19 @@ TEST(DeviceMemory, SizesParse) {
 }
 
 TEST(DeviceMemory, SpecJsonRoundTrips) {
-  auto s = mesh::parseSpecText(
+  auto s = spec::parseSpecText(
       R"({"mesh": {"shape": [8]}, "device_memory": "24GiB", "optimizer": "momentum"})");
   ASSERT_TRUE(s.ok()) << s.error().message();
   EXPECT_EQ(s->device_memory, int64_t{24} << 30);
   EXPECT_EQ(s->optimizer, "momentum");
-  auto back = mesh::parseSpec(mesh::toJson(*s));
+  auto back = spec::parseSpec(spec::toJson(*s));
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, *s);
-  auto both = mesh::parseSpecText(
+  auto both = spec::parseSpecText(
       R"({"mesh": {"shape": [8]}, "device_memory": 1000, "memory_budget": {"low": 0}})");
   ASSERT_FALSE(both.ok());
   EXPECT_NE(both.error().message().find("not both"), std::string::npos);
-  auto opt = mesh::parseSpecText(R"({"mesh": {"shape": [8]}, "optimizer": "adam"})");
+  auto opt = spec::parseSpecText(R"({"mesh": {"shape": [8]}, "optimizer": "adam"})");
   ASSERT_FALSE(opt.ok());
   EXPECT_NE(opt.error().message().find("$.optimizer"), std::string::npos);
 }

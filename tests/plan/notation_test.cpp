@@ -91,8 +91,8 @@ TEST(Notation, TuplesAndStrategiesPrintOneWayAndParseBack) {
 
 TEST(Notation, EveryPrinterWritesOnePlacementPerTensorOnA2dMesh) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec fsdp = testing::toySpec2x4();
-  mesh::Spec ddp = testing::toySpec2x4();
+  spec::Spec fsdp = testing::toySpec2x4();
+  spec::Spec ddp = testing::toySpec2x4();
   ddp.memory_budget.high = 1.0;
   testing::Planned a = testing::planOf(g, fsdp);
   testing::Planned b = testing::planOf(g, ddp);

@@ -38,8 +38,8 @@ TEST(Picture, APlacementHasOneColourInEveryPlan) {
   // Two plans with different sets of placements (the default budget shards the weights, high = 1
   // replicates them): the placements both draw have the same colour in both.
   ir::Graph g = ir::testing_graphs::toyBlock(512);
-  mesh::Spec fsdp = testing::toySpec8();
-  mesh::Spec ddp = testing::toySpec8();
+  spec::Spec fsdp = testing::toySpec8();
+  spec::Spec ddp = testing::toySpec8();
   ddp.memory_budget.high = 1.0;
   auto a = dotLegend(dotGraph(testing::planOf(g, fsdp).result.plan));
   auto b = dotLegend(dotGraph(testing::planOf(g, ddp).result.plan));

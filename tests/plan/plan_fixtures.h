@@ -16,22 +16,22 @@
 
 namespace apc::plan::testing {
 
-inline mesh::Spec specFor(std::vector<int64_t> shape, std::vector<std::string> names) {
-  mesh::Spec s;
+inline spec::Spec specFor(std::vector<int64_t> shape, std::vector<std::string> names) {
+  spec::Spec s;
   s.mesh = *mesh::DeviceMesh::create(std::move(shape), std::move(names));
   return s;
 }
 
 /// The toy block on 2x4 (dp, tp) with x batch-sharded on dp.
-inline mesh::Spec toySpec2x4() {
-  mesh::Spec s = specFor({2, 4}, {"dp", "tp"});
+inline spec::Spec toySpec2x4() {
+  spec::Spec s = specFor({2, 4}, {"dp", "tp"});
   s.inputs["x"] = {mesh::Placement::shard(0), mesh::Placement::replicate()};
   return s;
 }
 
 /// The toy block on a 1-d mesh of 8 with x batch-sharded.
-inline mesh::Spec toySpec8() {
-  mesh::Spec s = specFor({8}, {"dp"});
+inline spec::Spec toySpec8() {
+  spec::Spec s = specFor({8}, {"dp"});
   s.inputs["x"] = {mesh::Placement::shard(0)};
   return s;
 }
@@ -51,7 +51,7 @@ struct Planned {
 };
 
 /// Plans `g` under `spec`; fails the test on errors.
-inline Planned planOf(const ir::Graph& g, const mesh::Spec& spec,
+inline Planned planOf(const ir::Graph& g, const spec::Spec& spec,
                       solver::SolveGraphOptions options = {}) {
   Planned p;
   auto built = buildProblem(g, spec);

@@ -14,6 +14,7 @@
 #include <cmath>
 
 #include "apc/ir/proto_io.h"
+#include "apc/mesh/placement_json.h"
 #include "apc/plan/plan.h"
 #include "apc/planner/pipeline.h"
 #include "apc/planner/verify.h"
@@ -108,8 +109,8 @@ TEST(MakePlan, NodesParametersAndMemory) {
 
 TEST(PlanJson, RoundTripGivesTheSamePlanAndBytes) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec spec = toySpec2x4();
-  spec.outputs = mesh::OutputPlacementTree::makeLeaf(
+  spec::Spec spec = toySpec2x4();
+  spec.outputs = spec::OutputPlacementTree::makeLeaf(
       {mesh::Placement::shard(0), mesh::Placement::replicate()});
   auto p = planOf(g, spec);
   const Plan& plan = p.result.plan;
@@ -292,12 +293,12 @@ TEST(PlanJson, FileErrorsNameThePath) {
 TEST(ContentHash, FollowsSpecInputsAndOptions) {
   ir::Graph g = ir::testing_graphs::toyBlock();
   PlanSource src = testing::toySource(g);
-  mesh::Spec spec = toySpec2x4();
+  spec::Spec spec = toySpec2x4();
   solver::SolveGraphOptions o;
   std::string h = contentHash(src, spec, o);
   EXPECT_EQ(h.size(), 64u);
   EXPECT_EQ(contentHash(src, spec, o), h);
-  mesh::Spec other = spec;
+  spec::Spec other = spec;
   other.memory_budget.high = 1.0;
   EXPECT_NE(contentHash(src, other, o), h);
   PlanSource moved = src;
@@ -370,7 +371,7 @@ TEST(PlanJson, TheStatusIsTypedAndChecked) {
 TEST(ContentHash, IgnoresThreadsAndTimeLimit) {
   ir::Graph g = ir::testing_graphs::toyBlock();
   PlanSource src = testing::toySource(g);
-  mesh::Spec spec = toySpec2x4();
+  spec::Spec spec = toySpec2x4();
   solver::SolveGraphOptions o;
   solver::SolveGraphOptions other = o;
   other.solver.threads = 2;
@@ -434,7 +435,7 @@ TEST(ContentHash, TheReaderChecksTheHashMakePlanMade) {
 
 TEST(PlanVerify, PlacementsFollowFromTheChosenStrategies) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  for (const mesh::Spec& spec : {toySpec2x4(), toySpec8()}) {
+  for (const spec::Spec& spec : {toySpec2x4(), toySpec8()}) {
     SCOPED_TRACE(spec.mesh.toString());
     const Plan plan = planOf(g, spec).result.plan;
     ASSERT_TRUE(verifyPlan(g, plan).ok()) << verifyPlan(g, plan).error().message();
@@ -529,7 +530,7 @@ TEST(Pipeline, MemoryBudgetFlag) {
 
 TEST(Pipeline, LowAboveTheDefaultHighIsAnError) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec spec = toySpec2x4();
+  spec::Spec spec = toySpec2x4();
   spec.memory_budget.low = 0.5;  // the default high is 1/8
   auto built = buildProblem(g, spec);
   ASSERT_FALSE(built.ok());
@@ -540,7 +541,7 @@ TEST(Pipeline, LowAboveTheDefaultHighIsAnError) {
 
 TEST(Pipeline, InfeasibleBudgetNamesTheMemoryBound) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec spec = toySpec8();
+  spec::Spec spec = toySpec8();
   spec.memory_budget.high = 0.01;  // below 1/8: no placement of the weights fits
   auto built = buildProblem(g, spec);
   ASSERT_TRUE(built.ok()) << built.error().message();
@@ -621,7 +622,7 @@ void expectRestrictedPlan(const ir::Graph& g, const PlanResult& r, double optimu
 // restricted one, the same on every run.
 TEST(RestrictedPlan, ConstructionPastTheDeadline) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec spec = toySpec2x4();
+  spec::Spec spec = toySpec2x4();
   const double optimum = planOf(g, spec).result.plan.solver.objective;
   PlanRequest request;
   request.options.solver.deadline = Deadline::at(std::chrono::steady_clock::now());
@@ -643,7 +644,7 @@ TEST(RestrictedPlan, ConstructionPastTheDeadline) {
 // reports kDeadline and solveAndPlan makes the restricted plan.
 TEST(RestrictedPlan, FirstPlanPastTheDeadline) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec spec = toySpec2x4();
+  spec::Spec spec = toySpec2x4();
   Planned full = planOf(g, spec);
   solver::SolveGraphOptions o;
   o.solver.first_plan_deadline = Deadline::at(std::chrono::steady_clock::now());

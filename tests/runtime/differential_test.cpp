@@ -34,9 +34,9 @@
 #include "../common/run_command.h"
 #include "apc/artifact/artifact.h"
 #include "apc/frontend/model.h"
-#include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
 #include "apc/runtime/parallel_module.h"
+#include "apc/spec/spec.h"
 #include "rank_harness.h"
 
 // A namespace of its own: the files of runtime_test are compiled together (unity build).
@@ -544,7 +544,7 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
       apc::testing::runCommand(testing::apcBinary() + " calibrate --nproc 2 --max-mib 0.0625 " +
                                "--min-seconds 0.001 -o " + profile);
   ASSERT_EQ(r.code, 0) << r.err;
-  auto p = mesh::readClusterProfile(profile);
+  auto p = spec::readClusterProfile(profile);
   ASSERT_TRUE(p.ok()) << p.error().message();
   EXPECT_EQ(p->device, "cpu");
   ASSERT_EQ(p->links.size(), 1u);

@@ -36,7 +36,7 @@ struct Planned {
   }
 };
 
-Planned plan(const ir::Graph& g, const mesh::Spec& spec) {
+Planned plan(const ir::Graph& g, const spec::Spec& spec) {
   auto strategies = strategy::enumerate(g, spec.mesh);
   auto gp = buildGraphProblem(g, strategies, spec);
   EXPECT_TRUE(gp.ok()) << gp.error().message();
@@ -45,8 +45,8 @@ Planned plan(const ir::Graph& g, const mesh::Spec& spec) {
   return {std::move(gp).value(), std::move(s).value()};
 }
 
-mesh::Spec specFor(std::vector<int64_t> shape, std::vector<std::string> names) {
-  mesh::Spec s;
+spec::Spec specFor(std::vector<int64_t> shape, std::vector<std::string> names) {
+  spec::Spec s;
   s.mesh = *mesh::DeviceMesh::create(std::move(shape), std::move(names));
   return s;
 }
@@ -56,7 +56,7 @@ TEST(GraphProblem, SharedStrategyListsBuildTheSameProblem) {
   // reuses the placement classes of the edges between shared lists. Without the cache every node
   // has a list of its own: the problem must be the same, cost for cost.
   ir::Graph g = strategy::testing::llamaModel(3, 8, 16, 64, 4, 2, 96, 256);
-  mesh::Spec spec = specFor({2, 2}, {"dp", "tp"});
+  spec::Spec spec = specFor({2, 2}, {"dp", "tp"});
   auto shared = strategy::enumerate(g, spec.mesh);
   strategy::EnumerateOptions own_lists;
   own_lists.use_cache = false;
@@ -96,7 +96,7 @@ TEST(GraphProblem, EdgeCostsArePairwiseRedistributionCosts) {
   // threads (EdgePricer::prefetch): every pair must still be the pairwise redistribution cost,
   // the forward from the producer's placement plus the gradient's way back (apc/cost/edge.h).
   ir::Graph g = strategy::testing::llamaModel(1, 8, 16, 64, 4, 2, 96, 256);
-  mesh::Spec spec = specFor({2, 2, 2}, {"a", "b", "c"});
+  spec::Spec spec = specFor({2, 2, 2}, {"a", "b", "c"});
   auto strategies = strategy::enumerate(g, spec.mesh);
   auto gp = buildGraphProblem(g, strategies, spec);
   ASSERT_TRUE(gp.ok()) << gp.error().message();
@@ -172,7 +172,7 @@ TEST(GraphProblem, GradientOfReplicatedInputOfShardedOpIsPartial) {
 TEST(GraphProblem, DefaultBudgetShardsParametersFsdpLike) {
   // 1-d mesh of 8, large batch-sharded input: with high = 1/8 every parameter byte must be sharded.
   ir::Graph g = ir::testing_graphs::toyBlock(512);
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   spec.inputs["x"] = {Placement::shard(0)};
   Planned p = plan(g, spec);
   for (const char* w : {"up.weight", "down.weight"}) {
@@ -189,7 +189,7 @@ TEST(GraphProblem, FullBudgetWithLargeBatchReplicatesDdpLike) {
   // only the gradient all-reduce (2 transfers of the weight) while sharded ones pay all-gather
   // forward, re-gather backward and reduce-scatter (3 transfers): DDP wins.
   ir::Graph g = ir::testing_graphs::toyBlock(512);
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   spec.inputs["x"] = {Placement::shard(0)};
   spec.memory_budget.high = 1.0;
   Planned p = plan(g, spec);
@@ -203,7 +203,7 @@ TEST(GraphProblem, ToyBlockOn2x4IsFsdpPlusTp) {
   // on its input-feature dim 1), so the 4096-wide activation never moves and only down's output is
   // reduced. The default budget (1/8) then forces the dp dim to shard the weights too (FSDP).
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec spec = specFor({2, 4}, {"dp", "tp"});
+  spec::Spec spec = specFor({2, 4}, {"dp", "tp"});
   spec.inputs["x"] = {Placement::shard(0), Placement::replicate()};
   Planned p = plan(g, spec);
   PlacementTuple up = p.placementOf(g, "up.weight");
@@ -218,11 +218,11 @@ TEST(GraphProblem, ToyBlockOn2x4IsFsdpPlusTp) {
 
 TEST(GraphProblem, OutputConstraintAddsAPricedSink) {
   ir::Graph g = ir::testing_graphs::toyBlock();
-  mesh::Spec spec = specFor({2, 4}, {"dp", "tp"});
+  spec::Spec spec = specFor({2, 4}, {"dp", "tp"});
   spec.inputs["x"] = {Placement::shard(0), Placement::replicate()};
   Planned free_out = plan(g, spec);
   spec.outputs =
-      mesh::OutputPlacementTree::makeLeaf({Placement::replicate(), Placement::replicate()});
+      spec::OutputPlacementTree::makeLeaf({Placement::replicate(), Placement::replicate()});
   Planned replicated_out = plan(g, spec);
   // Gathering the batch at the end costs something: the constrained plan is never cheaper.
   EXPECT_GE(replicated_out.solution.objective, free_out.solution.objective);
@@ -256,11 +256,11 @@ const ProblemEdge* edgeBetween(const GraphProblem& gp, int src, int dst) {
   return nullptr;
 }
 
-mesh::Pin nodePin(const std::string& name, PlacementTuple t) {
-  return {mesh::Pin::Target::kNode, name, std::move(t)};
+spec::Pin nodePin(const std::string& name, PlacementTuple t) {
+  return {spec::Pin::Target::kNode, name, std::move(t)};
 }
 
-Expected<GraphProblem> build(const ir::Graph& g, const mesh::Spec& spec) {
+Expected<GraphProblem> build(const ir::Graph& g, const spec::Spec& spec) {
   return buildGraphProblem(g, strategy::enumerate(g, spec.mesh), spec);
 }
 
@@ -271,7 +271,7 @@ TEST(Pins, OpPinFixesTheOutputAndSurvivesReduction) {
   // (nothing needs it elsewhere). Pinned to R, it must come out R: the plan gathers it, so the
   // objective can only grow, and the reduced and the full problem agree on the optimum.
   ir::Graph g = ir::testing_graphs::toyBlock(64);
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   spec.inputs["x"] = {Placement::shard(0)};
   spec.memory_budget.high = 1.0;
   auto free_gp = build(g, spec);
@@ -301,7 +301,7 @@ TEST(Pins, OpPinFixesTheOutputAndSurvivesReduction) {
 TEST(Pins, ParameterPinIsHonoured) {
   // Under the default budget either dim of up.weight may be sharded; pinned to S(1), it is S(1).
   ir::Graph g = ir::testing_graphs::toyBlock(64);
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   spec.inputs["x"] = {Placement::shard(0)};
   spec.pins = {nodePin("up.weight", {Placement::shard(1)})};
   auto gp = build(g, spec);
@@ -315,7 +315,7 @@ TEST(Pins, ParameterPinIsHonoured) {
 TEST(Pins, InputPinSetsTheInputPlacement) {
   // The spec does not place x: a pin on it replaces the default Replicate.
   ir::Graph g = ir::testing_graphs::toyBlock(64);
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   spec.pins = {nodePin("x", {Placement::shard(0)})};
   auto gp = build(g, spec);
   ASSERT_TRUE(gp.ok()) << gp.error().message();
@@ -328,7 +328,7 @@ TEST(Pins, InputPinSetsTheInputPlacement) {
 
 TEST(Pins, ContradictoryPinsAreInfeasibleAndNamed) {
   ir::Graph g = ir::testing_graphs::toyBlock(64);
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   spec.memory_budget.high = 1.0;
   spec.pins = {nodePin("h", {Placement::shard(0)}), nodePin("h", {Placement::replicate()})};
   auto gp = build(g, spec);
@@ -346,8 +346,8 @@ TEST(Pins, ContradictoryPinsAreInfeasibleAndNamed) {
 TEST(Pins, ModulePinPinsWhatLeavesTheModule) {
   // Module "up" makes h (used by relu, outside it): one sink for h, none for the weight it reads.
   ir::Graph g = ir::testing_graphs::toyBlock(64);
-  mesh::Spec spec = specFor({8}, {"dp"});
-  spec.pins = {{mesh::Pin::Target::kModule, "up", {Placement::shard(0)}}};
+  spec::Spec spec = specFor({8}, {"dp"});
+  spec.pins = {{spec::Pin::Target::kModule, "up", {Placement::shard(0)}}};
   auto gp = build(g, spec);
   ASSERT_TRUE(gp.ok()) << gp.error().message();
   EXPECT_GE(problemNodeNamed(*gp, "pin %h"), 0);
@@ -383,7 +383,7 @@ ir::Graph twoLayers() {
 
 TEST(Pins, PinnedLayerIsNotTiedToTheOthers) {
   ir::Graph g = twoLayers();
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   auto gp = build(g, spec);
   ASSERT_TRUE(gp.ok());
   size_t clusters = 0;
@@ -408,7 +408,7 @@ TEST(FreeOutputs, PartialFreeOutputPaysTheFinalReduction) {
   // lowering reduces a Partial output to Replicate, so the free output's sink charges exactly that
   // all-reduce for Partial producer strategies and nothing for Shard/Replicate ones.
   ir::Graph g = ir::testing_graphs::toyBlock(8);
-  mesh::Spec spec = specFor({8}, {"tp"});
+  spec::Spec spec = specFor({8}, {"tp"});
   auto gp = build(g, spec);
   ASSERT_TRUE(gp.ok()) << gp.error().message();
   int sink = problemNodeNamed(*gp, "output %y");
@@ -438,7 +438,7 @@ TEST(FreeOutputs, PartialFreeOutputPaysTheFinalReduction) {
 
 TEST(MixedPrecision, ComputeGraphCastsFloatingValues) {
   ir::Graph g = ir::testing_graphs::toyBlock(8);
-  mesh::MixedPrecision mp;
+  spec::MixedPrecision mp;
   mp.param_dtype = ir::DType::kBF16;
   ir::Graph c = computeGraph(g, mp);
   for (uint32_t i = 0; i < g.numValues(); ++i) {
@@ -458,7 +458,7 @@ TEST(MixedPrecision, AllGatherInParamDtypeGradientReductionInReduceDtype) {
   // gathers move half the bytes and the reduce-scatter the same bytes as in f32. The memory row
   // keeps the stored (f32) bytes.
   ir::Graph g = ir::testing_graphs::toyBlock(64);
-  mesh::Spec spec = specFor({8}, {"dp"});
+  spec::Spec spec = specFor({8}, {"dp"});
   spec.inputs["x"] = {Placement::shard(0)};
   auto f32 = build(g, spec);
   spec.mixed_precision.param_dtype = ir::DType::kBF16;
@@ -506,7 +506,7 @@ TEST(MixedPrecision, Bf16ParamsWithF32ReduceFlipFsdpToTp) {
   // crossover (batch 96) the plan flips to TP; with reduce bf16 too both halve and FSDP stays.
   ir::Graph g = ir::testing_graphs::toyBlock(96);
   auto hidden = [&](std::optional<ir::DType> param, std::optional<ir::DType> reduce) {
-    mesh::Spec spec = specFor({8}, {"dp"});
+    spec::Spec spec = specFor({8}, {"dp"});
     spec.inputs["x"] = {Placement::shard(0)};
     spec.mixed_precision.param_dtype = param;
     spec.mixed_precision.reduce_dtype = reduce;

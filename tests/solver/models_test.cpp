@@ -23,7 +23,7 @@ GraphProblem problemFor(const std::string& model, const std::string& mesh_text,
                         std::optional<double> high = std::nullopt) {
   auto g = frontend::importTorchScript(kSamples + model + ".pt");
   EXPECT_TRUE(g.ok()) << g.error().message();
-  mesh::Spec spec;
+  spec::Spec spec;
   spec.mesh = *mesh::DeviceMesh::parse(mesh_text);
   spec.memory_budget.high = high;
   auto gp = buildGraphProblem(*g, strategy::enumerate(*g, spec.mesh), spec);

@@ -171,7 +171,7 @@ int runWorker(const CalibrateOptions& o) {
   const std::vector<int64_t> mm_sizes = device.is_cuda()
                                             ? std::vector<int64_t>{256, 512, 1024, 2048, 4096, 8192}
                                             : std::vector<int64_t>{16, 32, 64, 128, 256, 512, 1024};
-  mesh::DeviceOverrides measured;  // the curves the cost model interpolates
+  spec::DeviceOverrides measured;  // the curves the cost model interpolates
   // Kernels are timed over a longer window than collectives' calls: a step runs for seconds on
   // a machine whose other tenants come and go, and a 50 ms window caught the 512^3 f32 matmul at
   // 2.7 ms in one calibration and 6.0 ms in another; the mean over 200 ms follows the average.
@@ -194,7 +194,7 @@ int runWorker(const CalibrateOptions& o) {
       const double flops = 2.0 * static_cast<double>(n * n * n);
       const double bytes = 3.0 * static_cast<double>(n * n) * static_cast<double>(x.element_size());
       kernels.push_back({flops, bytes, irDType(dt), s * 1e6});
-      mesh::KernelTable& table = measured.matmul_us[irDType(dt)];
+      spec::KernelTable& table = measured.matmul_us[irDType(dt)];
       table.work.push_back(flops);
       table.us.push_back(s * 1e6);
       compute.push_back({{"op", "mm (linear forward and backward, over 3)"},
@@ -227,7 +227,7 @@ int runWorker(const CalibrateOptions& o) {
                                             device, kernel_s)) /
                          3;
         const double flops = 2.0 * static_cast<double>(batch * c * hw * hw * c * 9);
-        mesh::KernelTable& table = measured.conv_us[irDType(dt)];
+        spec::KernelTable& table = measured.conv_us[irDType(dt)];
         table.work.push_back(flops);
         table.us.push_back(s * 1e6);
         compute.push_back({{"op", "conv2d 3x3 (forward and backward, over 3)"},
@@ -378,7 +378,7 @@ int runWorker(const CalibrateOptions& o) {
   // --- collectives -----------------------------------------------------------------------------
   nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
   nlohmann::ordered_json fits = nlohmann::ordered_json::array();
-  mesh::ClusterProfile profile;
+  spec::ClusterProfile profile;
   // A collective in a training step follows compute: its peers arrive with the jitter of that
   // compute, and Gloo's threads wake from idle. Measured back to back, CPU collectives of a few
   // KiB take 2-6 times less than in a step (docs/TOOLCHAIN.md), so each timed call follows
@@ -455,22 +455,22 @@ int runWorker(const CalibrateOptions& o) {
     auto fit = cost::fitLink(samples);
     if (!fit.ok()) return report(fit.error().withContext("mesh dim " + std::to_string(m)));
     profile.links.push_back(fit->link);
-    mesh::MeshDimNetwork net;
+    spec::MeshDimNetwork net;
     nlohmann::ordered_json by_kind = nlohmann::ordered_json::object();
     for (size_t k = 0; k < 4; ++k) {
       std::vector<cost::CollectiveSample> mine;
       std::vector<size_t> rows;
       for (size_t i = 0; i < samples.size(); ++i)
-        if (std::string(cost::collectiveName(samples[i].kind)) == mesh::kNetworkKindKeys[k]) {
+        if (std::string(cost::collectiveName(samples[i].kind)) == spec::kNetworkKindKeys[k]) {
           mine.push_back(samples[i]);
           rows.push_back(collectives.size() - samples.size() + i);
         }
       auto kf = cost::fitLink(mine);
       if (!kf.ok())
         return report(kf.error().withContext("mesh dim " + std::to_string(m) + " " +
-                                             mesh::kNetworkKindKeys[k]));
+                                             spec::kNetworkKindKeys[k]));
       net.by_kind[k] = kf->link;
-      mesh::CollectiveTable table;
+      spec::CollectiveTable table;
       table.group_size = p;
       for (const cost::CollectiveSample& cs : mine) {
         table.bytes.push_back(cs.full_bytes);
@@ -485,7 +485,7 @@ int runWorker(const CalibrateOptions& o) {
         collectives[rows[i]]["fit_us"] = cost::fittedUs(*kf, mine[i]);
         collectives[rows[i]]["one_link_fit_us"] = cost::fittedUs(*fit, mine[i]);
       }
-      by_kind[mesh::kNetworkKindKeys[k]] = {{"bandwidth_gbps", kf->link.bandwidth_gbps},
+      by_kind[spec::kNetworkKindKeys[k]] = {{"bandwidth_gbps", kf->link.bandwidth_gbps},
                                             {"latency_us", kf->link.latency_us},
                                             {"mape_pct", kf->mape_pct}};
     }
@@ -499,7 +499,7 @@ int runWorker(const CalibrateOptions& o) {
   }
   // A mesh dim of one rank has no refinement; keep the list aligned with the links.
   if (!profile.network.empty() && profile.network.size() != profile.links.size()) {
-    std::vector<mesh::MeshDimNetwork> aligned(profile.links.size());
+    std::vector<spec::MeshDimNetwork> aligned(profile.links.size());
     size_t next = 0;
     for (size_t m = 0; m < dmesh.ndim(); ++m)
       if (world.dim(m).size() > 1) aligned[m] = profile.network[next++];
@@ -547,7 +547,7 @@ int runWorker(const CalibrateOptions& o) {
   cal["collectives"] = collectives;
   cal["link_fits"] = fits;
   profile.calibration = cal.dump();
-  const std::string text = mesh::toJson(profile).dump(2) + "\n";
+  const std::string text = spec::toJson(profile).dump(2) + "\n";
   if (Status st = writeFileAtomic(o.output, text); !st.ok()) return report(st.error());
   std::printf("apc calibrate: %d rank%s, %s, %d thread%s per rank, %.1f s\n", world.worldSize(),
               world.worldSize() == 1 ? "" : "s", device.str().c_str(), o.threads,

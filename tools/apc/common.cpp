@@ -97,12 +97,12 @@ void MeshFlags::add(CLI::App& app) {
       ->check(integerIn(1, mesh::kMaxWorldSize));
 }
 
-Expected<mesh::Spec> MeshFlags::resolve(const ir::Graph* graph, const mesh::Spec* base) const {
-  mesh::Spec s;
+Expected<spec::Spec> MeshFlags::resolve(const ir::Graph* graph, const spec::Spec* base) const {
+  spec::Spec s;
   const bool have_spec = !spec.empty() || base;
   if (!spec.empty()) {
     setActivity("reading the spec " + printable(spec));
-    APC_ASSIGN_OR_RETURN(s, mesh::parseSpecFile(spec));
+    APC_ASSIGN_OR_RETURN(s, spec::parseSpecFile(spec));
   } else if (base) {
     s = *base;
   }
@@ -125,7 +125,7 @@ Expected<mesh::Spec> MeshFlags::resolve(const ir::Graph* graph, const mesh::Spec
     return invalidArgument("mesh " + s.mesh.toString() + " has " +
                            std::to_string(s.mesh.worldSize()) + " ranks but the world size is " +
                            std::to_string(world));
-  if (graph) APC_RETURN_IF_ERROR(mesh::validateSpecAgainstGraph(s, *graph));
+  if (graph) APC_RETURN_IF_ERROR(spec::validateSpecAgainstGraph(s, *graph));
   return s;
 }
 

@@ -17,7 +17,7 @@
 #include <CLI/CLI.hpp>
 
 #include "apc/frontend/model.h"
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 
 namespace apc::tool {
 
@@ -75,7 +75,7 @@ struct MeshFlags {
   bool given() const { return !mesh.empty() || !spec.empty(); }
   /// The spec from --spec (or `base` when --spec is not given and base is), with --mesh /
   /// --mesh-names overriding its mesh; checked against --world-size and, when given, the graph.
-  Expected<mesh::Spec> resolve(const ir::Graph* graph, const mesh::Spec* base = nullptr) const;
+  Expected<spec::Spec> resolve(const ir::Graph* graph, const spec::Spec* base = nullptr) const;
 };
 
 }  // namespace apc::tool

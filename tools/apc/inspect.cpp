@@ -42,7 +42,7 @@ std::vector<const strategy::Strategy*> cheapestFirst(const strategy::NodeStrateg
   return sorted;
 }
 
-int runStrategies(const InspectFlags& f, const ir::Graph& g, const mesh::Spec& spec, bool json) {
+int runStrategies(const InspectFlags& f, const ir::Graph& g, const spec::Spec& spec, bool json) {
   auto model = cost::costModelFor(spec);
   if (!model.ok()) return report(model.error());
   strategy::EnumerateOptions options;
@@ -115,7 +115,7 @@ int runInspect(const InspectFlags& f) {
   if (f.strategies && !f.mesh.given())
     return report(
         invalidArgument("--strategies needs a mesh: add --mesh (like --mesh 2x4) or --spec"));
-  std::optional<mesh::Spec> spec;
+  std::optional<spec::Spec> spec;
   if (f.mesh.given()) {
     auto s = f.mesh.resolve(&*graph);
     if (!s.ok()) return report(s.error());

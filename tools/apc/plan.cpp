@@ -140,8 +140,8 @@ bool isWholeSpec(const nlohmann::json& j) {
 /// The output placements in the structure of the graph's outputs: a list of one placement per
 /// output leaf (depth first) is accepted for any structure, including `[["S(0)","R"]]` for a
 /// single output; a tree that already matches is kept.
-mesh::OutputPlacementTree shapeOutputs(mesh::OutputPlacementTree t, const ir::Graph& g) {
-  using Tree = mesh::OutputPlacementTree;
+spec::OutputPlacementTree shapeOutputs(spec::OutputPlacementTree t, const ir::Graph& g) {
+  using Tree = spec::OutputPlacementTree;
   if (t.kind != Tree::Kind::kSequence) return t;
   const ir::OutputTree& outputs = g.outputs();
   const bool flat = std::all_of(t.children.begin(), t.children.end(), [](const Tree& c) {
@@ -177,7 +177,7 @@ mesh::OutputPlacementTree shapeOutputs(mesh::OutputPlacementTree t, const ir::Gr
 }
 
 /// The spec from --spec/--mesh with the other flags applied.
-Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
+Expected<spec::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   std::optional<nlohmann::json> in_doc, out_doc;
   if (!f.in_shardings.empty()) {
     APC_ASSIGN_OR_RETURN(in_doc, shardingDocument(f.in_shardings, "--in-shardings"));
@@ -187,18 +187,18 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   }
   // A whole spec given as a sharding file: without --spec it serves as the spec (the other flags
   // override it as usual); with --spec only its inputs or outputs are taken. Either way a note.
-  std::optional<mesh::Spec> whole_in, whole_out;
+  std::optional<spec::Spec> whole_in, whole_out;
   for (auto [doc, flag, arg, whole] :
        {std::tuple{&in_doc, "--in-shardings", &f.in_shardings, &whole_in},
         std::tuple{&out_doc, "--out-shardings", &f.out_shardings, &whole_out}}) {
     if (!*doc || !isWholeSpec(**doc)) continue;
-    auto parsed = mesh::parseSpec(**doc);
+    auto parsed = spec::parseSpec(**doc);
     if (!parsed.ok()) return parsed.error().withContext(std::string(flag) + " " + printable(*arg));
     *whole = std::move(parsed).value();
   }
-  const mesh::Spec* base = nullptr;
+  const spec::Spec* base = nullptr;
   if (f.mesh.spec.empty()) base = whole_in ? &*whole_in : whole_out ? &*whole_out : nullptr;
-  APC_ASSIGN_OR_RETURN(mesh::Spec spec, f.mesh.resolve(nullptr, base));
+  APC_ASSIGN_OR_RETURN(spec::Spec spec, f.mesh.resolve(nullptr, base));
   for (auto [whole, flag, arg, section] :
        {std::tuple{&whole_in, "--in-shardings", &f.in_shardings, "inputs"},
         std::tuple{&whole_out, "--out-shardings", &f.out_shardings, "outputs"}}) {
@@ -217,9 +217,9 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   }
   std::optional<int64_t> cluster_memory;  // what calibration measured, when it did
   if (!f.cluster.empty()) {
-    APC_ASSIGN_OR_RETURN(mesh::ClusterProfile cluster, mesh::readClusterProfile(f.cluster));
+    APC_ASSIGN_OR_RETURN(spec::ClusterProfile cluster, spec::readClusterProfile(f.cluster));
     cluster_memory = cluster.device_memory;
-    if (Status st = mesh::applyClusterProfile(cluster, spec); !st.ok())
+    if (Status st = spec::applyClusterProfile(cluster, spec); !st.ok())
       return st.error().withContext("--cluster " + f.cluster);
     if (!f.device.empty() && f.device != spec.device)
       return invalidArgument("--device " + f.device + " and --cluster " + f.cluster +
@@ -228,16 +228,16 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   }
   if (!f.device.empty()) spec.device = f.device;  // checked by plan::buildProblem
   if (in_doc) {
-    mesh::InputShardings in;
+    spec::InputShardings in;
     if (whole_in) {
       in.by_name = whole_in->inputs;
     } else {
-      auto parsed = mesh::parseInShardings(*in_doc, spec.mesh.ndim());
+      auto parsed = spec::parseInShardings(*in_doc, spec.mesh.ndim());
       if (!parsed.ok())
         return parsed.error().withContext("--in-shardings " + printable(f.in_shardings));
       in = std::move(parsed).value();
     }
-    auto resolved = mesh::resolveInShardings(in, g);
+    auto resolved = spec::resolveInShardings(in, g);
     if (!resolved.ok()) return resolved.error().withContext(f.in_shardings);
     for (const auto& [name, t] : *resolved) spec.inputs[name] = t;
   }
@@ -245,7 +245,7 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
     if (whole_out) {
       if (!whole_out->outputs.isFree()) spec.outputs = whole_out->outputs;
     } else {
-      auto parsed = mesh::parseOutShardings(*out_doc, spec.mesh.ndim());
+      auto parsed = spec::parseOutShardings(*out_doc, spec.mesh.ndim());
       if (!parsed.ok())
         return parsed.error().withContext("--out-shardings " + printable(f.out_shardings));
       spec.outputs = std::move(parsed).value();
@@ -273,7 +273,7 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
     spec.optimizer = f.optimizer;
   }
   if (!f.mixed_precision.empty()) {
-    APC_ASSIGN_OR_RETURN(spec.mixed_precision, mesh::parseMixedPrecisionText(f.mixed_precision));
+    APC_ASSIGN_OR_RETURN(spec.mixed_precision, spec::parseMixedPrecisionText(f.mixed_precision));
   }
   if (f.prefetch_discount) spec.prefetch_discount = *f.prefetch_discount;
   // Issue 29: with a named device (--device, --cluster, a spec's device other than the default)
@@ -281,9 +281,9 @@ Expected<mesh::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   // profile's measured memory per rank, else the device kind's datasheet memory. Without a named
   // device (the default kind is a guess) the budget stays AutoParallel's parameter fraction.
   const bool device_named =
-      !f.device.empty() || !f.cluster.empty() || spec.device != mesh::kDefaultDeviceKind;
+      !f.device.empty() || !f.cluster.empty() || spec.device != spec::kDefaultDeviceKind;
   if (device_named && f.memory_budget.empty() && !spec.device_memory &&
-      spec.memory_budget == mesh::MemoryBudget{}) {
+      spec.memory_budget == spec::MemoryBudget{}) {
     std::optional<int64_t> memory = cluster_memory;
     if (!memory) {
       APC_ASSIGN_OR_RETURN(cost::DeviceSpec d, cost::deviceByName(spec.device));

@@ -4,7 +4,7 @@
 // anything, without writing: the plan parses (its content hashes to its content_hash), MODEL
 // (default: the plan's path) is the file the plan was made from (SHA-256), it imports at the
 // plan's input shapes, the graph the plan carries (what apc lower lowers) is that import, the
-// plan's spec fits the model (mesh::validateSpecAgainstGraph), every node's placements are those
+// plan's spec fits the model (spec::validateSpecAgainstGraph), every node's placements are those
 // of its chosen strategy (plan::verifyPlan), and rank 0's program can be made (node count and
 // kinds, every redistribution possible, op constants rewritable). With --spec the plan's effective
 // spec must equal that spec's (with --mesh / --mesh-names applied as `apc plan` applies them).
@@ -18,9 +18,9 @@
 
 #include "apc/ir/proto_io.h"
 #include "apc/lower/lower.h"
-#include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
 #include "apc/planner/verify.h"
+#include "apc/spec/spec.h"
 #include "commands.h"
 #include "common.h"
 
@@ -49,7 +49,7 @@ int runValidate(const ValidateFlags& f) {
   const std::string model = f.model.empty() ? p->model.model_path : f.model;
   auto g = importForPlan(*p, model);
   if (!g.ok()) return report(g.error().withContext(f.plan));
-  if (Status s = mesh::validateSpecAgainstGraph(p->spec, *g); !s.ok())
+  if (Status s = spec::validateSpecAgainstGraph(p->spec, *g); !s.ok())
     return report(s.error().withContext(f.plan + ": the plan's spec"));
   if (Status s = plan::verifyPlan(*g, *p); !s.ok()) return report(s.error().withContext(f.plan));
   if (!p->graph_bytes.empty()) {
@@ -68,7 +68,7 @@ int runValidate(const ValidateFlags& f) {
   if (f.mesh.given()) {
     auto spec = f.mesh.resolve(&*g);
     if (!spec.ok()) return report(spec.error());
-    nlohmann::json want = mesh::toJson(*spec), have = mesh::toJson(p->spec);
+    nlohmann::json want = spec::toJson(*spec), have = spec::toJson(p->spec);
     // Input and output placements given on apc plan's command line are part of the plan's spec,
     // not of the file: compare them only when the spec file sets them.
     for (const char* key : {"inputs", "outputs"})

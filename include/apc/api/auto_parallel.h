@@ -5,7 +5,7 @@
 //
 //   apc::AutoParallel ap("model.pt", {"x:f32[B=512,128,1024]"}, mesh, mp_policy);
 //   ap.add_input_constraints({"S(0),R"});         // one entry per forward input; nullopt: free
-//   ap.add_output_constraints({"S(0),R"});        // flat leaves, or a mesh::OutputPlacementTree
+//   ap.add_output_constraints({"S(0),R"});        // flat leaves, or a spec::OutputPlacementTree
 //   ap.add_parameter_memory_constraint(0, 1.0);   // fractions of all parameter bytes per rank
 //   ap.sharding_optimizer().apply_prefetch_discount(0.5);
 //   apc::Expected<apc::plan::Plan> plan = ap.optimize_placement(/*verbose=*/true);
@@ -54,11 +54,11 @@
 #include "apc/ir/graph.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
-#include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
 #include "apc/planner/pipeline.h"
 #include "apc/report/diff.h"
 #include "apc/report/explain.h"
+#include "apc/spec/spec.h"
 #include "apc/support/error.h"
 
 namespace apc {
@@ -121,12 +121,12 @@ class Placements {
 
 /// Mixed precision: dtypes parameters are computed in, gradients reduced in, outputs cast to
 /// (torch.distributed.fsdp.MixedPrecisionPolicy). Absent fields keep the model's dtypes.
-using MixedPrecisionPolicy = mesh::MixedPrecision;
+using MixedPrecisionPolicy = spec::MixedPrecision;
 
 /// Knobs that are flags of `apc plan`; the defaults are the tool's, so that the API and the tool
 /// give the same plan.
 struct AutoParallelOptions {
-  std::string device = mesh::kDefaultDeviceKind;  // cost model device: h100, h200, a100, b200, cpu
+  std::string device = spec::kDefaultDeviceKind;  // cost model device: h100, h200, a100, b200, cpu
   bool dynamic = false;         // dim 0 of every input varies between calls (spec "dynamic_batch")
   double time_limit_s = 60;     // solver time limit (apc plan --time-limit)
   int threads = 1;              // solver threads; 1 is deterministic
@@ -249,7 +249,7 @@ class AutoParallel {
   /// Fixed placements of the forward outputs in their structure (tuples and lists as sequences,
   /// dicts by key; free leaves unconstrained). Errors: a second call, a structure that differs
   /// from the model's outputs, bad tuples as for inputs.
-  Status add_output_constraints(const mesh::OutputPlacementTree& constraints);
+  Status add_output_constraints(const spec::OutputPlacementTree& constraints);
   /// The same with the output leaves flattened depth first (one entry per leaf, like
   /// Python's flattened out_shardings); a single-output model takes one entry.
   Status add_output_constraints(const std::vector<Placements>& leaves);
@@ -303,7 +303,7 @@ class AutoParallel {
   const ShardingOptimizer& sharding_optimizer() const { return optimizer_; }
 
   /// The spec the next optimize_placement uses (mesh, device, constraints, mixed precision).
-  const mesh::Spec& spec() const { return spec_; }
+  const spec::Spec& spec() const { return spec_; }
 
  private:
   friend class ShardingOptimizer;
@@ -321,7 +321,7 @@ class AutoParallel {
   ModelSource model_;
   std::vector<InputArg> inputs_;
   AutoParallelOptions options_;
-  mesh::Spec spec_;
+  spec::Spec spec_;
   std::string checkpoint_ = "auto";
   bool input_constraints_set_ = false;
   bool output_constraints_set_ = false;
@@ -346,7 +346,7 @@ struct SampleInput {
 Expected<AppliedPlacement> auto_parallel(
     const ModelSource& model, const mesh::DeviceMesh& mesh,
     const std::vector<SampleInput>& sample_inputs,
-    const mesh::OutputPlacementTree& out_shardings = mesh::OutputPlacementTree::makeFree(),
+    const spec::OutputPlacementTree& out_shardings = spec::OutputPlacementTree::makeFree(),
     std::optional<MixedPrecisionPolicy> mp_policy = std::nullopt,
     std::optional<std::pair<double, double>> parameter_memory_budget = std::nullopt,
     bool dynamic = false, const AutoParallelOptions& options = {});

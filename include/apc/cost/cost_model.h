@@ -4,7 +4,7 @@
 // and the collectives inside an op), the problem builder and lowering (redistributions), explain
 // and the artifact's predictions. It is built from a spec (costModelFor): the device's roofline
 // (apc/cost/compute.h) and, per mesh dim, the alpha-beta link of apc/cost/collectives.h with the
-// spec's refinements (mesh::MeshDimNetwork):
+// spec's refinements (spec::MeshDimNetwork):
 //   - measured times per collective kind (apc calibrate's tables) for groups of the measured size:
 //     interpolated in log-log between measured sizes, the first time below the smallest, and
 //     proportionally to the bytes above the largest (bandwidth-bound);
@@ -40,7 +40,7 @@
 #include "apc/cost/compute.h"
 #include "apc/cost/device.h"
 #include "apc/mesh/device_mesh.h"
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 #include "apc/support/error.h"
 
 namespace apc::cost {
@@ -51,7 +51,7 @@ class CostModel {
   CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh);
   /// With per mesh dim refinements: `network` is empty or has one entry per mesh dim.
   CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh,
-            std::vector<mesh::MeshDimNetwork> network);
+            std::vector<spec::MeshDimNetwork> network);
 
   const DeviceSpec& device() const { return device_; }
   size_t ndim() const { return links_.size(); }
@@ -113,7 +113,7 @@ class CostModel {
  private:
   struct Dim {
     std::array<mesh::LinkParams, 4> by_kind;  // all-gather, reduce-scatter, all-reduce, all-to-all
-    std::array<std::optional<mesh::CollectiveTable>, 4> tables;
+    std::array<std::optional<spec::CollectiveTable>, 4> tables;
     bool refined = false;  // some kind has a link of its own
     int64_t ranks_per_node = 0;
     mesh::LinkParams inter_node;
@@ -123,9 +123,9 @@ class CostModel {
 };
 
 /// The spec's device (built-in kind with its overrides) as the cost model takes it.
-Expected<DeviceSpec> deviceForSpec(const mesh::Spec& spec);
+Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec);
 /// The cost model of a spec: its device, mesh links and network. Errors: an unknown device kind,
 /// a bad override, a network whose length is not the mesh's number of dims.
-Expected<CostModel> costModelFor(const mesh::Spec& spec);
+Expected<CostModel> costModelFor(const spec::Spec& spec);
 
 }  // namespace apc::cost

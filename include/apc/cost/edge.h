@@ -25,7 +25,7 @@
 #include "apc/ir/graph.h"
 #include "apc/ir/types.h"
 #include "apc/mesh/placement.h"
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 
 namespace apc::cost {
 
@@ -49,7 +49,7 @@ mesh::PlacementTuple gradientPlacement(const mesh::PlacementTuple& input,
 /// The dtypes tensors travel in under a mixed precision policy (see apc/solver/graph_problem.h).
 class Precision {
  public:
-  explicit Precision(const mesh::MixedPrecision& mp);
+  explicit Precision(const spec::MixedPrecision& mp);
   /// The tensor as the program computes it: a floating tensor in param_dtype, when set.
   ir::TensorMeta compute(ir::TensorMeta t) const;
   /// The dtype a parameter stored as `stored` has its gradient reduced in: reduce_dtype, else
@@ -67,7 +67,7 @@ class Precision {
 /// semantics; rope tables in f32 would promote bf16 activations otherwise). Node and value
 /// ids are unchanged, so strategies enumerated on it apply to `g`. Returns a copy of `g` when the
 /// policy has no param_dtype.
-ir::Graph computeGraph(const ir::Graph& g, const mesh::MixedPrecision& mp);
+ir::Graph computeGraph(const ir::Graph& g, const spec::MixedPrecision& mp);
 
 /// Whether a value made by `producer` is regathered in backward instead of kept (a parameter).
 bool regatheredInBackward(const ir::Node& producer);

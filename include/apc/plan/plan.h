@@ -43,7 +43,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "apc/ir/graph.h"
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 #include "apc/support/error.h"
 
 namespace apc::plan {
@@ -226,7 +226,7 @@ struct Plan {
   std::string apc_version;
   std::string content_hash;  // see contentHash
   PlanSource model;
-  mesh::Spec spec;  // the effective spec: --spec with the command line's overrides applied
+  spec::Spec spec;  // the effective spec: --spec with the command line's overrides applied
   std::vector<PlanNode> nodes;
   std::vector<PlanParameter> parameters;
   PlanTotals totals;
@@ -259,7 +259,7 @@ Expected<ir::Graph> plannedGraph(const Plan& p);
 /// through the solution found (time limit, threads) are left out; makePlan
 /// (apc/planner/pipeline.h) hashes this together with the chosen strategies, so plans with equal
 /// placements for equal inputs have equal hashes.
-std::string contentHash(const PlanSource& source, const mesh::Spec& spec, bool reduce,
+std::string contentHash(const PlanSource& source, const spec::Spec& spec, bool reduce,
                         std::string_view baseline = {});
 
 /// A plan's content_hash, the one computation makePlan makes and planFromJson checks: contentHash

@@ -22,10 +22,10 @@
 
 #include "apc/cost/device.h"
 #include "apc/ir/graph.h"
-#include "apc/mesh/spec.h"
 #include "apc/plan/plan.h"
 #include "apc/solver/baselines.h"
 #include "apc/solver/graph_problem.h"
+#include "apc/spec/spec.h"
 #include "apc/strategy/strategy.h"
 #include "apc/support/deadline.h"
 
@@ -45,16 +45,16 @@ struct PhaseTimings {
 /// solver::computeGraph(g, ...) under mixed precision, on `g` otherwise. The one enumeration of
 /// planning and of plan verification, so both see the same lists (pruning depends on prices).
 Expected<std::vector<strategy::NodeStrategies>> enumerateForSpec(const ir::Graph& g,
-                                                                 const mesh::Spec& spec);
+                                                                 const spec::Spec& spec);
 
 /// The memory budget a spec means, as fractions of the parameter bytes: (low, high) with high
 /// defaulting to 1 / world size. low > high is a kInvalidArgument error that names both.
-Expected<std::pair<double, double>> effectiveBudget(const mesh::Spec& spec);
+Expected<std::pair<double, double>> effectiveBudget(const spec::Spec& spec);
 
 /// Parses `--memory-budget LOW,HIGH` (fractions of the parameter bytes, like "0,0.25"; "LOW," keeps
 /// the default high). Errors name the flag: a value that is not a number, low < 0, high outside
 /// (0, 1], low > high.
-Expected<mesh::MemoryBudget> parseMemoryBudget(std::string_view text);
+Expected<spec::MemoryBudget> parseMemoryBudget(std::string_view text);
 
 struct BuiltProblem {
   solver::GraphProblem gp;  // its `strategies` are the enumerated ones
@@ -90,7 +90,7 @@ inline constexpr size_t kMaxPlanMeshDims = 4;
 /// the spec's mixed precision sets a param_dtype, so compute is priced in that dtype), builds the
 /// GraphProblem and applies the spec's prefetch discount (applyPrefetchDiscount). When `deadline`
 /// passes while the edges are priced, construction stops and the result is not `complete`.
-Expected<BuiltProblem> buildProblem(const ir::Graph& g, const mesh::Spec& spec,
+Expected<BuiltProblem> buildProblem(const ir::Graph& g, const spec::Spec& spec,
                                     PhaseTimings* timings = nullptr, const Deadline& deadline = {});
 
 /// What the solve step gives a plan besides the solution: the options (recorded and part of the
@@ -111,13 +111,13 @@ struct SolveRecord {
 
 /// The content hash of a planning run: apc/plan/plan.h's contentHash with the options' reduce
 /// setting (the one solver option that defines the problem).
-std::string contentHash(const PlanSource& source, const mesh::Spec& spec,
+std::string contentHash(const PlanSource& source, const spec::Spec& spec,
                         const solver::SolveGraphOptions& options, std::string_view baseline = {});
 
 /// Makes the plan of a solved problem. `solution.choice` must have one entry per node of
 /// `gp.problem` (solveGraphProblem expands reduced solutions); errors otherwise.
 Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
-                        const solver::Solution& solution, const mesh::Spec& spec,
+                        const solver::Solution& solution, const spec::Spec& spec,
                         const PlanSource& source, const SolveRecord& record);
 
 struct PlanResult {
@@ -143,7 +143,7 @@ inline constexpr size_t kRestrictedStrategies = 8;
 /// are >= 0): a valid lower bound on the optimum, so the plan states its proven gap. Strategy
 /// indices in the plan are those of the full lists.
 Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
-                                  const mesh::Spec& spec, const PlanSource& source,
+                                  const spec::Spec& spec, const PlanSource& source,
                                   const solver::SolveGraphOptions& options,
                                   PhaseTimings* timings = nullptr);
 
@@ -151,14 +151,14 @@ Expected<PlanResult> solveAndPlan(const ir::Graph& g, const BuiltProblem& built,
 /// baseline's conventional data-parallel placement (solver::dataParallelInput: batch dim sharded on
 /// the mesh dims the baseline uses for data, R elsewhere; tp keeps inputs replicated). Inputs the
 /// spec places keep their placement. The memory budget is left as is (a baseline ignores it).
-mesh::Spec baselineSpec(const ir::Graph& g, mesh::Spec spec, solver::Baseline b);
+spec::Spec baselineSpec(const ir::Graph& g, spec::Spec spec, solver::Baseline b);
 
 /// A classic plan: the built problem with the baseline's parameter pins (solver::applyBaseline: the
 /// memory bound removed, the rest of the graph optimized around the pins), solved and made into a
 /// plan with status "baseline <name>" and SolverStats::baseline set. Errors: as applyBaseline
 /// (fsdp+tp on a 1-d mesh), and infeasible pins as in solveAndPlan.
 Expected<PlanResult> solveBaselineAndPlan(const ir::Graph& g, const BuiltProblem& built,
-                                          const mesh::Spec& spec, const PlanSource& source,
+                                          const spec::Spec& spec, const PlanSource& source,
                                           solver::Baseline baseline,
                                           const solver::SolveGraphOptions& options,
                                           PhaseTimings* timings = nullptr);
@@ -176,7 +176,7 @@ struct PlanRequest {
 };
 
 struct PlanRun {
-  mesh::Spec spec;  // the spec planned (a classic plan's: see planGraph)
+  spec::Spec spec;  // the spec planned (a classic plan's: see planGraph)
   BuiltProblem built;
   PlanResult result;
   /// From the request's deadline (or time limit), set by buildPlanProblem: construction stops at
@@ -193,13 +193,13 @@ inline constexpr double kFirstPlanShare = 0.9;
 
 /// The one driver after import, shared by `apc plan` and the C++ API (optimize_placement,
 /// baseline_placement): buildPlanProblem, then solvePlanProblem.
-Expected<PlanRun> planGraph(const ir::Graph& g, mesh::Spec spec, const PlanSource& source,
+Expected<PlanRun> planGraph(const ir::Graph& g, spec::Spec spec, const PlanSource& source,
                             const PlanRequest& request, PhaseTimings* timings = nullptr);
 /// planGraph's first half (apc plan reports the build and dumps the problem in between): for a
 /// classic plan, checks that it applies to the mesh and plans with baselineSpec's spec, its memory
 /// budget dropped (a classic plan defines its own parameter memory); then buildProblem. Fills
 /// run.spec and run.built.
-Expected<PlanRun> buildPlanProblem(const ir::Graph& g, mesh::Spec spec, const PlanRequest& request,
+Expected<PlanRun> buildPlanProblem(const ir::Graph& g, spec::Spec spec, const PlanRequest& request,
                                    PhaseTimings* timings = nullptr);
 /// planGraph's second half: solveAndPlan or solveBaselineAndPlan of run.built into run.result.
 Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const PlanRequest& request,

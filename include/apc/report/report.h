@@ -49,7 +49,7 @@ std::string budgetNote(const Plan& p);
 /// The lines a planning run prints before its summary (stderr for apc plan, the log for
 /// optimize_placement(verbose)): a warning per op without a sharding rule, and the prefetch
 /// discount with the number of edges it scaled. "" when there is nothing to say.
-std::string buildNotes(const BuiltProblem& built, const mesh::Spec& spec);
+std::string buildNotes(const BuiltProblem& built, const spec::Spec& spec);
 
 /// Op nodes that draw random numbers, as their registry entries say (strategy::OpInfo::random:
 /// dropout with p != 0 not in eval, bernoulli, rand*, normal, uniform, ...). The runtime does not

@@ -57,9 +57,9 @@
 #include "apc/cost/device.h"
 #include "apc/cost/edge.h"
 #include "apc/ir/graph.h"
-#include "apc/mesh/spec.h"
 #include "apc/solver/ilp.h"
 #include "apc/solver/problem.h"
+#include "apc/spec/spec.h"
 #include "apc/strategy/strategy.h"
 #include "apc/support/deadline.h"
 
@@ -102,7 +102,7 @@ using cost::computeGraph;
 /// ErrorCode::kDeadline when `deadline` passes while the edges are priced (checked per edge).
 Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
                                          const std::vector<strategy::NodeStrategies>& strategies,
-                                         const mesh::Spec& spec, const Deadline& deadline = {});
+                                         const spec::Spec& spec, const Deadline& deadline = {});
 
 /// How the clustered plan was checked against the unclustered problem (solve_graph_problem.cpp,
 /// step 3; SolveGraphOptions::cluster). clusterCheckText says it in words.

@@ -1,6 +1,6 @@
 //===- apc/support/json_reader.h - apc's one JSON reader -------------------===//
 //
-// Every apc library that reads JSON (specs and sharding files in lib/mesh, plans in lib/plan,
+// Every apc library that reads JSON (specs and sharding files in lib/spec, plans in lib/plan,
 // artifact manifests in lib/artifact; in key order, parseOrderedJsonText: the runtime's checkpoint
 // manifests and safetensors headers, the .pt2 importer's records) reads it through these
 // functions:

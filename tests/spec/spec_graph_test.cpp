@@ -1,4 +1,4 @@
-//===- tests/mesh/spec_graph_test.cpp - Specs checked against a model -------===//
+//===- tests/spec/spec_graph_test.cpp - Specs checked against a model -------===//
 //
 // validateSpecAgainstGraph and resolveInShardings on a small hand-built graph:
 //   inputs x: f32[8,16], n: int, targets: i64[8]; parameter layers.0.attention.wq.weight
@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "apc/ir/graph.h"
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 
-namespace apc::mesh {
+namespace apc::spec {
 namespace {
 
 using ir::DType;
@@ -22,6 +22,7 @@ using ir::NodeKind;
 using ir::OutputTree;
 using ir::ValueId;
 using ir::ValueType;
+using mesh::Placement;
 
 ValueId tensorValue(Graph& g, const std::string& name, std::vector<int64_t> shape, DType dtype) {
   ir::Value v;
@@ -265,4 +266,4 @@ TEST(ResolveInShardings, Errors) {
 }
 
 }  // namespace
-}  // namespace apc::mesh
+}  // namespace apc::spec

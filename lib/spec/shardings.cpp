@@ -1,10 +1,10 @@
-//===- lib/mesh/shardings.cpp - The CLI's --in/--out-shardings files ------===//
+//===- lib/spec/shardings.cpp - The CLI's --in/--out-shardings files ------===//
 //
-// apc plan's sharding files (apc/mesh/spec.h): one placement list per input (a list by position
+// apc plan's sharding files (apc/spec/spec.h): one placement list per input (a list by position
 // or an object by name), and an output placement tree. Errors carry the JSON path ("$[1]").
 //
 //===----------------------------------------------------------------------===//
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 
 #include <algorithm>
 #include <map>
@@ -14,12 +14,12 @@
 
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
-#include "placement_json.h"
+#include "spec_json.h"
 
-namespace apc::mesh {
+namespace apc::spec {
 
 using nlohmann::json;
-using namespace detail;  // NOLINT: the JSON readers of placement_json.h
+using namespace detail;  // NOLINT: the JSON readers of spec_json.h
 
 Expected<InputShardings> parseInShardings(const json& j, size_t mesh_ndim) {
   InputShardings s;
@@ -69,4 +69,4 @@ Expected<OutputPlacementTree> parseOutShardingsFile(const std::string& path, siz
   return t;
 }
 
-}  // namespace apc::mesh
+}  // namespace apc::spec

@@ -1,12 +1,12 @@
 #!/usr/bin/python3
-"""tests/mesh/check_schemas.py - the JSON Schemas in schemas/ against the spec parser's cases.
+"""tests/spec/check_schemas.py - the JSON Schemas in schemas/ against the spec parser's cases.
 
 Checks that schemas/spec.schema.json, schemas/out_shardings.schema.json and schemas/cluster.schema.json
 are valid draft-07 schemas, that their shared definitions (placement, placement_list, output_tree,
 output_subtree; the cluster profile's device and links) are identical,
 that every sample spec under sample_models/specs/ is valid, and that for every case in
-tests/mesh/spec_cases.json the schema decides as the case's `schema_valid` says. The same cases run
-through the C++ parser in mesh_test, which checks `parser_error`; here we also check that the two agree
+tests/spec/spec_cases.json the schema decides as the case's `schema_valid` says. The same cases run
+through the C++ parser in spec_test, which checks `parser_error`; here we also check that the two agree
 where they must: a document the parser accepts is schema-valid, one the schema rejects the parser
 rejects too. Run from the source root with the system python (Debian's python3-jsonschema).
 """
@@ -63,7 +63,7 @@ def main():
         if errors:
             failures.append(f"{os.path.relpath(path, ROOT)}: {errors[0].message}")
 
-    cases = load("tests/mesh/spec_cases.json")
+    cases = load("tests/spec/spec_cases.json")
     count = 0
     for kind in ["spec", "out_shardings", "cluster"]:
         for case in cases[kind]:

@@ -1,6 +1,6 @@
-//===- tests/mesh/spec_test.cpp - The mesh and constraint spec --------------===//
+//===- tests/spec/spec_test.cpp - The mesh and constraint spec --------------===//
 //
-// The spec parser against the shared cases of tests/mesh/spec_cases.json (the same cases that
+// The spec parser against the shared cases of tests/spec/spec_cases.json (the same cases that
 // check_schemas.py runs against the JSON Schemas), field values of parsed specs, round trips
 // through toJson, JSON text errors (line and column, keys given twice), files, and the CLI sharding
 // files. Checks against a model are in spec_graph_test.cpp.
@@ -16,18 +16,19 @@
 #include <fstream>
 
 #include "../common/placements.h"
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 #include "apc/support/json_reader.h"
 
-namespace apc::mesh {
+namespace apc::spec {
 namespace {
 
+using mesh::defaultLinks;
 using nlohmann::json;
 
 const std::string kSourceDir = APC_SOURCE_DIR;
 
 json loadCases() {
-  auto j = readJsonFile(kSourceDir + "/tests/mesh/spec_cases.json");
+  auto j = readJsonFile(kSourceDir + "/tests/spec/spec_cases.json");
   EXPECT_TRUE(j.ok()) << j.error().message();
   return j.ok() ? *j : json::object();
 }
@@ -546,4 +547,4 @@ TEST(MemoryBudget, OneRule) {
 }
 
 }  // namespace
-}  // namespace apc::mesh
+}  // namespace apc::spec

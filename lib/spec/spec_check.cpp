@@ -1,10 +1,10 @@
-//===- lib/mesh/spec_check.cpp - A spec against a model --------------------===//
+//===- lib/spec/spec_check.cpp - A spec against a model --------------------===//
 //
-// validateSpecAgainstGraph (apc/mesh/spec.h): the spec's inputs, outputs, dynamic dims and pins
+// validateSpecAgainstGraph (apc/spec/spec.h): the spec's inputs, outputs, dynamic dims and pins
 // name what the imported model has, with suggestions for near misses.
 //
 //===----------------------------------------------------------------------===//
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 
 #include <algorithm>
 #include <map>
@@ -14,12 +14,12 @@
 
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
-#include "placement_json.h"
+#include "spec_json.h"
 
-namespace apc::mesh {
+namespace apc::spec {
 
 using nlohmann::json;
-using namespace detail;  // NOLINT: the JSON readers of placement_json.h
+using namespace detail;  // NOLINT: the JSON readers of spec_json.h
 
 namespace {
 
@@ -233,4 +233,4 @@ Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g) {
   return Status::success();
 }
 
-}  // namespace apc::mesh
+}  // namespace apc::spec

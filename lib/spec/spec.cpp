@@ -1,16 +1,16 @@
-//===- lib/mesh/spec.cpp - The mesh and constraint spec (JSON) -------------===//
+//===- lib/spec/spec.cpp - The mesh and constraint spec (JSON) -------------===//
 //
 // Reading and writing the spec. (The CLI's sharding files: shardings.cpp; the spec against a
-// model: spec_check.cpp; the placement readers they share: placement_json.h, on apc's one JSON
-// reader, apc/support/json_reader.h.) The readers walk the JSON by hand (no nlohmann get<T> that
-// throws) and carry the JSON path of the value they read, so that every error is one line
-// starting with that path. The layout is documented in apc/mesh/spec.h and,
-// for tools, in schemas/spec.schema.json; the two must stay in step (tests/mesh/check_schemas.py
-// runs the shared cases in tests/mesh/spec_cases.json against the schema, mesh_test against this
-// parser).
+// model: spec_check.cpp; the readers they share: spec_json.h, on apc's one JSON reader,
+// apc/support/json_reader.h, and the placement tuple reader, apc/mesh/placement_json.h.) The
+// readers walk the JSON by hand (no nlohmann get<T> that throws) and carry the JSON path of the
+// value they read, so that every error is one line starting with that path. The layout is
+// documented in apc/spec/spec.h and, for tools, in schemas/spec.schema.json; the two must stay in
+// step (tests/spec/check_schemas.py runs the shared cases in tests/spec/spec_cases.json against the
+// schema, spec_test against this parser).
 //
 //===----------------------------------------------------------------------===//
-#include "apc/mesh/spec.h"
+#include "apc/spec/spec.h"
 
 #include <algorithm>
 #include <cctype>
@@ -24,9 +24,9 @@
 
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
-#include "placement_json.h"
+#include "spec_json.h"
 
-namespace apc::mesh {
+namespace apc::spec {
 
 // Memberwise equality, defaulted here rather than in the header so that the header stays
 // C++17 (installed headers, apcConfig.cmake).
@@ -71,7 +71,7 @@ bool OutputPlacementTree::operator==(const OutputPlacementTree& o) const {
 }
 
 using nlohmann::json;
-using namespace detail;  // NOLINT: the JSON readers of placement_json.h
+using namespace detail;  // NOLINT: the JSON readers of spec_json.h
 
 namespace {
 
@@ -766,12 +766,6 @@ Status applyClusterProfile(const ClusterProfile& p, Spec& spec) {
   return Status::success();
 }
 
-json toJson(const PlacementTuple& t) {
-  json arr = json::array();
-  for (const Placement& p : t) arr.push_back(p.toString());
-  return arr;
-}
-
 json toJson(const OutputPlacementTree& t) {
   switch (t.kind) {
     case OutputPlacementTree::Kind::kFree:
@@ -908,4 +902,4 @@ json toJson(const Spec& s) {
   return j;
 }
 
-}  // namespace apc::mesh
+}  // namespace apc::spec

@@ -1,4 +1,4 @@
-//===- apc/mesh/spec.h - The mesh and constraint spec (JSON) ---------------===//
+//===- apc/spec/spec.h - The mesh and constraint spec (JSON) ---------------===//
 //
 // A Spec is everything the user tells the planner besides the model: the device mesh (shape, dim
 // names, per-dim link bandwidth and latency), the device kind and its overrides, fixed placements
@@ -49,9 +49,15 @@
 #include "apc/ir/types.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/mesh/placement.h"
+#include "apc/mesh/placement_json.h"
 #include "apc/support/error.h"
 
-namespace apc::mesh {
+namespace apc::spec {
+
+// The mesh values a spec is made of (lib/mesh): its device mesh and links, and placement tuples.
+using mesh::DeviceMesh;
+using mesh::LinkParams;
+using mesh::PlacementTuple;
 
 /// The device kinds of the cost model's device table: "h100", "h200", "a100", "b200", "cpu".
 const std::vector<std::string>& knownDeviceKinds();
@@ -327,7 +333,6 @@ Expected<InputShardings> parseInShardingsFile(const std::string& path, size_t me
 Expected<OutputPlacementTree> parseOutShardings(const nlohmann::json& j, size_t mesh_ndim);
 Expected<OutputPlacementTree> parseOutShardingsFile(const std::string& path, size_t mesh_ndim);
 
-nlohmann::json toJson(const PlacementTuple& t);
 nlohmann::json toJson(const OutputPlacementTree& t);
 nlohmann::json toJson(const InputShardings& s);
 
@@ -350,4 +355,4 @@ Status validateSpecAgainstGraph(const Spec& s, const ir::Graph& g);
 /// solver resolves pins through them).
 std::map<std::string, ir::ValueId> pinNames(const ir::Graph& g);
 
-}  // namespace apc::mesh
+}  // namespace apc::spec
