@@ -113,7 +113,7 @@ std::vector<DimStrategy> transposeRule(const RuleContext& c) {
   if (c.outputRank(0) != r) return {};
   std::vector<int64_t> perm(static_cast<size_t>(r));
   for (int64_t d = 0; d < r; ++d) perm[static_cast<size_t>(d)] = d;
-  if (c.node.op == "aten::t") {
+  if (c.node.op == "aten::t" || c.node.op == "aten::t_") {  // t_: its in-place variant
     if (r == 2) std::swap(perm[0], perm[1]);
   } else if (r > 0) {
     auto a = c.intArg(1), b = c.intArg(2);

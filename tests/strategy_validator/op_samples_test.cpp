@@ -6,7 +6,8 @@
 // arguments, the schema's defaults for the rest, the outputs' metas from running the op on
 // LibTorch), its strategies are enumerated on meshes [2], [3] and [2,2], and every strategy runs
 // on simulated ranks (node_check.h) and must reassemble to the unsharded op. The coverage (ops with
-// a rule that have samples) is printed with the ops that lack them, and held to a floor.
+// a rule that have samples) is printed with the ops that lack them, and held to a floor. The
+// in-place variants run on their op's samples where torch has them and self can hold the result.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -132,11 +133,13 @@ struct SampleResult {
   int64_t strategies = 0;  // executed, over every mesh
   int64_t sharded = 0;     // of them, not all-Replicate
   bool skipped_random = false;
+  bool skipped_form = false;  // an in-place variant torch lacks, or a sample it cannot take
 };
 
 /// Runs sample `s` of registry entry `key`: builds its graph and checks every strategy on every
 /// mesh of kSampleMeshes.
-SampleResult runSample(const std::string& key, const OpSample& s, uint64_t seed) {
+SampleResult runSample(const std::string& key, const OpSample& s, uint64_t seed,
+                       bool in_place = false) {
   SampleResult res;
   auto fail = [&](const std::string& what) { res.failures.push_back(what); };
   auto [op, overload] = sampleOp(key, s);
@@ -144,6 +147,10 @@ SampleResult runSample(const std::string& key, const OpSample& s, uint64_t seed)
   probe.op = op;
   probe.overload = overload;
   Expected<NodeOp> kernel = NodeOp::resolve(probe);
+  if (!kernel.ok() && in_place) {
+    res.skipped_form = true;
+    return res;
+  }
   if (!kernel.ok()) {
     fail("resolving " + op + "." + overload + ": " + kernel.error().message());
     return res;
@@ -185,12 +192,21 @@ SampleResult runSample(const std::string& key, const OpSample& s, uint64_t seed)
     return res;
   }
   Expected<std::vector<c10::IValue>> probe_out = runNode(probe_node, *kernel, *probe_in);
+  if (!probe_out.ok() && in_place) {  // self cannot hold the result (a broadcast, a cast)
+    res.skipped_form = true;
+    return res;
+  }
   if (!probe_out.ok()) {
     fail("running the op: " + probe_out.error().message());
     return res;
   }
   std::vector<ir::Value> outputs;
   for (const c10::IValue& v : *probe_out) outputs.push_back(outputValue(v, floating));
+  if (in_place && (outputs.empty() || !outputs[0].tensor || args.at(0).tensors.empty() ||
+                   !(*outputs[0].tensor == args[0].tensors[0]))) {
+    res.skipped_form = true;
+    return res;
+  }
 
   SampleGraph sg = buildSampleGraph(op, overload, args, std::move(outputs), 0);
   const ir::Node& node = sg.g.node(sg.node);
@@ -354,6 +370,56 @@ TEST(OpSamples, EveryStrategyOfEverySampleMatchesTheUnshardedOp) {
   std::cout << "\n";
   EXPECT_GE(with_samples.size(), kMinOpsWithSamples) << "op sample coverage fell below the floor";
   EXPECT_GT(sharded, 0);
+}
+
+/// The key of the out-of-place op an in-place variant was registered from ("aten::add_.Tensor" ->
+/// "aten::add.Tensor").
+std::string outOfPlaceKey(const std::string& key) {
+  size_t dot = key.find('.', key.find("::"));
+  std::string base = key.substr(0, dot);
+  base.pop_back();
+  return base + (dot == std::string::npos ? "" : key.substr(dot));
+}
+
+// The in-place variants (registerInPlaceVariants: the out-of-place rule with output 0 laid out as
+// input 0) on their op's samples, where torch has the variant and self can hold the result.
+TEST(OpSamples, InPlaceVariantsMatchOnTheirOpsSamples) {
+  caffe2::TypeMeta saved = c10::get_default_dtype();
+  c10::set_default_dtype(caffe2::TypeMeta::Make<double>());
+  const strategy::Registry& reg = strategy::defaultRegistry();
+  size_t variants = 0, checked = 0;
+  int64_t strategies = 0;
+  uint64_t seed = 100000;
+  for (const std::string& key : reg.ops()) {
+    if (!isInPlaceVariant(key)) continue;
+    auto entryOf = [&](const std::string& k) {
+      ir::Node n;
+      size_t dot = k.find('.', k.find("::"));
+      n.op = k.substr(0, dot);
+      n.overload = dot == std::string::npos ? "" : k.substr(dot + 1);
+      return reg.findEntry(n);
+    };
+    const strategy::OpInfo* info = entryOf(key);
+    const strategy::OpInfo* base = entryOf(outOfPlaceKey(key));
+    if (!info || !info->rule || !base || !base->samples) continue;
+    ++variants;
+    bool ran = false;
+    for (const OpSample& s : base->samples()) {
+      SampleResult r = runSample(key, s, seed++, /*in_place=*/true);
+      for (const std::string& f : r.failures) {
+        ADD_FAILURE() << key << " on sample " << sampleText(s) << ": " << f;
+      }
+      strategies += r.strategies;
+      ran = ran || r.strategies > 0;
+    }
+    if (ran) ++checked;
+  }
+  c10::set_default_dtype(saved);
+  std::cout << "[op samples] in place: " << checked << " of " << variants
+            << " in-place variants of ops with samples checked (" << strategies
+            << " strategies executed); the others do not exist in torch or take none of the "
+               "samples in place\n";
+  EXPECT_GE(checked, 88u) << "in-place sample coverage fell below the floor (88 when written)";
 }
 
 }  // namespace op_samples
