@@ -141,6 +141,51 @@ void registerConvRules(Registry& r) {
   }
   r.add("aten::upsample_bilinear2d", upsampleRule, OpFamily::kPointwise);
   r.add("aten::upsample_nearest2d", upsampleRule, OpFamily::kPointwise);
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  const std::vector<int64_t> one2{1, 1}, zero2{0, 0};
+  samples({"aten::conv1d"}, {{"", {S::f32({2, 4, 9}), S::f32({6, 4, 3}), S::f32({6})}}});
+  samples(
+      {"aten::conv2d"},
+      {{"", {S::f32({2, 4, 7, 7}), S::f32({6, 4, 3, 3}), S::f32({6}), S::of(one2), S::of(one2)}},
+       {"",
+        {S::f32({2, 4, 6, 6}), S::f32({6, 2, 3, 3}), S::none(), S::of(std::vector<int64_t>{2, 2}),
+         S::of(zero2), S::of(one2), S::of(2)}}});
+  samples({"aten::conv3d"},
+          {{"", {S::f32({2, 2, 4, 4, 4}), S::f32({3, 2, 2, 2, 2}), S::f32({3})}}});
+  samples({"aten::convolution"},
+          {{"",
+            {S::f32({2, 4, 7, 7}), S::f32({6, 4, 3, 3}), S::f32({6}), S::of(one2), S::of(one2),
+             S::of(one2), S::of(false), S::of(zero2), S::of(1)}}});
+  samples({"aten::_convolution"},
+          {{"",
+            {S::f32({2, 4, 7, 7}), S::f32({6, 4, 3, 3}), S::f32({6}), S::of(one2), S::of(one2),
+             S::of(one2), S::of(false), S::of(zero2), S::of(1), S::of(false), S::of(false),
+             S::of(true), S::of(true)}}});
+  samples({"aten::avg_pool1d", "aten::max_pool1d", "aten::max_pool1d_with_indices"},
+          {{"", {S::f32({2, 3, 8}), S::of(std::vector<int64_t>{2})}}});
+  samples({"aten::avg_pool2d", "aten::max_pool2d", "aten::max_pool2d_with_indices"},
+          {{"", {S::f32({2, 3, 8, 8}), S::of(std::vector<int64_t>{2, 2})}},
+           {"",
+            {S::f32({2, 3, 8, 8}), S::of(std::vector<int64_t>{3, 3}),
+             S::of(std::vector<int64_t>{2, 2}), S::of(one2)}}});
+  samples({"aten::avg_pool3d", "aten::max_pool3d", "aten::max_pool3d_with_indices"},
+          {{"", {S::f32({2, 2, 4, 4, 4}), S::of(std::vector<int64_t>{2, 2, 2})}}});
+  samples({"aten::adaptive_avg_pool1d", "aten::adaptive_max_pool1d"},
+          {{"", {S::f32({2, 3, 8}), S::of(std::vector<int64_t>{4})}}});
+  samples({"aten::adaptive_avg_pool2d", "aten::adaptive_max_pool2d"},
+          {{"", {S::f32({2, 3, 8, 8}), S::of(std::vector<int64_t>{4, 4})}},
+           {"", {S::f32({2, 3, 6, 6}), S::of(one2)}}});
+  samples({"aten::adaptive_avg_pool3d", "aten::adaptive_max_pool3d"},
+          {{"", {S::f32({2, 2, 4, 4, 4}), S::of(std::vector<int64_t>{2, 2, 2})}}});
+  samples({"aten::upsample_nearest2d"},
+          {{"", {S::f32({2, 3, 4, 4}), S::of(std::vector<int64_t>{8, 8})}}});
+  samples({"aten::upsample_bilinear2d"},
+          {{"", {S::f32({2, 3, 4, 4}), S::of(std::vector<int64_t>{8, 8}), S::of(false)}}});
 }
 
 }  // namespace apc::strategy

@@ -54,6 +54,14 @@ void registerEmbeddingRules(Registry& r) {
   r.entry("aten::embedding")->tp = TpUse{TpUse::Kind::kVocab, /*weight=*/0, /*bias=*/-1};
   // A vocab-cut weight: the rank's rows (a VocabMask for the runtime) and padding_idx.
   r.entry("aten::embedding")->local_rewrite = detail::rewriteEmbeddingRows;
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  samples({"aten::embedding"},
+          {{"", {S::f32({10, 3}), S::i64({4, 5})}}, {"", {S::f32({7, 4}), S::i64({6}), S::of(2)}}});
 }
 
 }  // namespace apc::strategy

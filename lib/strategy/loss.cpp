@@ -68,6 +68,23 @@ void registerLossRules(Registry& r) {
   for (const char* op :
        {"aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss2d", "aten::nll_loss_nd"})
     r.add(op, lossRule, cost::OpFamily::kLoss);
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  samples({"aten::cross_entropy_loss"},
+          {{"", {S::f32({6, 5}), S::i64({6})}},
+           {"", {S::f32({6, 5}), S::i64({6}), S::none(), S::of(0)}},  // reduction none
+           {"", {S::f32({6, 5}), S::i64({6}), S::none(), S::of(2)}},  // sum
+           {"", {S::f32({2, 5, 4}), S::i64({2, 4})}},
+           {"", {S::f32({6, 5}), S::i64({6}), S::none(), S::of(1), S::of(-100), S::of(0.1)}}});
+  samples({"aten::nll_loss", "aten::nll_loss_nd"},
+          {{"", {S::f32({6, 5}), S::i64({6})}},
+           {"", {S::f32({6, 5}), S::i64({6}), S::f32({5}), S::of(2)}},
+           {"", {S::f32({6, 5}), S::i64({6}), S::none(), S::of(0)}}});
+  samples({"aten::nll_loss2d"}, {{"", {S::f32({2, 5, 3, 4}), S::i64({2, 3, 4})}}});
 }
 
 }  // namespace apc::strategy

@@ -509,6 +509,39 @@ void registerMatrixRules(Registry& r) {
   r.add("aten::scaled_dot_product_attention", sdpaRule, OpFamily::kAttention, sdpaWork);
   // linear(input, weight, bias?): the Megatron baseline's column/row-parallel linear.
   r.entry("aten::linear")->tp = TpUse{TpUse::Kind::kLinear, /*weight=*/1, /*bias=*/2};
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  const ir::DType f = ir::DType::kF32;
+  samples({"aten::mm"},
+          {{"", {S::f32({5, 6}), S::f32({6, 7})}}, {"", {S::f32({4, 3}), S::f32({3, 5})}}});
+  samples({"aten::bmm"}, {{"", {S::f32({3, 5, 6}), S::f32({3, 6, 4})}}});
+  samples({"aten::matmul"}, {{"", {S::f32({5, 6}), S::f32({6, 7})}},
+                             {"", {S::f32({2, 5, 6}), S::f32({6, 3})}},
+                             {"", {S::f32({2, 5, 6}), S::f32({2, 6, 3})}},
+                             {"", {S::f32({6}), S::f32({3, 6, 5})}}});
+  samples({"aten::mv"}, {{"", {S::f32({5, 6}), S::f32({6})}}});
+  samples({"aten::dot"}, {{"", {S::f32({7}), S::f32({7})}}});
+  samples({"aten::linear"}, {{"", {S::f32({2, 5, 6}), S::f32({7, 6}), S::f32({7})}},
+                             {"", {S::f32({5, 6}), S::f32({3, 6}), S::none()}}});
+  samples({"aten::addmm"},
+          {{"", {S::f32({7}), S::f32({5, 6}), S::f32({6, 7})}},
+           {"", {S::f32({5, 7}), S::f32({5, 6}), S::f32({6, 7}), S::of(0.5), S::of(2.0)}}});
+  samples({"aten::baddbmm"},
+          {{"", {S::f32({3, 5, 4}), S::f32({3, 5, 6}), S::f32({3, 6, 4})}},
+           {"", {S::f32({4}), S::f32({3, 5, 6}), S::f32({3, 6, 4}), S::of(0.5), S::of(2.0)}}});
+  samples({"aten::einsum"},
+          {{"", {S::of("bij,bjk->bik"), S::list(f, {{2, 5, 6}, {2, 6, 3}})}},
+           {"", {S::of("ij,kj->ik"), S::list(f, {{5, 6}, {7, 6}})}},
+           {"", {S::of("bhqd,bhkd->bhqk"), S::list(f, {{2, 3, 5, 4}, {2, 3, 6, 4}})}}});
+  samples({"aten::scaled_dot_product_attention"},
+          {{"", {S::f32({2, 3, 5, 4}), S::f32({2, 3, 6, 4}), S::f32({2, 3, 6, 4})}},
+           {"",
+            {S::f32({2, 3, 5, 4}), S::f32({2, 3, 5, 4}), S::f32({2, 3, 5, 4}), S::none(),
+             S::of(0.0), S::of(true)}}});
 }
 
 }  // namespace apc::strategy

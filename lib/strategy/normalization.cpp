@@ -192,6 +192,38 @@ void registerNormalizationRules(Registry& r) {
   r.add("aten::layer_norm", lastDimsNormRule, OpFamily::kNormalization);
   r.add("aten::native_layer_norm", lastDimsNormRule, OpFamily::kNormalization);
   r.add("aten::rms_norm", lastDimsNormRule, OpFamily::kNormalization);
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  samples({"aten::layer_norm"},
+          {{"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{6}), S::f32({6}), S::f32({6})}},
+           {"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{5, 6}), S::none(), S::none()}}});
+  samples({"aten::native_layer_norm"}, {{"",
+                                         {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{6}),
+                                          S::f32({6}), S::f32({6}), S::of(1e-5)}}});
+  samples({"aten::rms_norm"},
+          {{"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{6}), S::f32({6})}},
+           {"", {S::f32({3, 5, 6}), S::of(std::vector<int64_t>{5, 6}), S::none(), S::of(1e-6)}}});
+  samples({"aten::group_norm"}, {{"", {S::f32({2, 6, 5}), S::of(3), S::f32({6}), S::f32({6})}},
+                                 {"", {S::f32({4, 4, 3, 3}), S::of(2)}}});
+  samples({"aten::batch_norm"},
+          {{"",
+            {S::f32({4, 6, 5}), S::f32({6}), S::f32({6}), S::f32({6}), S::f32({6}), S::of(false),
+             S::of(0.1), S::of(1e-5), S::of(true)}},
+           {"",
+            {S::f32({4, 6, 3, 3}), S::f32({6}), S::f32({6}), S::f32({6}), S::f32({6}), S::of(true),
+             S::of(0.1), S::of(1e-5), S::of(true)}}});
+  samples({"aten::_native_batch_norm_legit_no_training"},
+          {{"",
+            {S::f32({4, 6, 5}), S::f32({6}), S::f32({6}), S::f32({6}), S::f32({6}), S::of(0.1),
+             S::of(1e-5)}}});
+  samples({"aten::_native_batch_norm_legit_functional"},
+          {{"",
+            {S::f32({4, 6, 5}), S::f32({6}), S::f32({6}), S::f32({6}), S::f32({6}), S::of(true),
+             S::of(0.1), S::of(1e-5)}}});
 }
 
 }  // namespace apc::strategy

@@ -324,6 +324,114 @@ void registerPointwiseRules(Registry& r) {
       {"aten::tanh", 1.5},                            // tanh_backward(grad, result)
   };
   for (const auto& [op, m] : backward) r.setBackwardMultiplier(op, m);
+
+  // Sample invocations (OpInfo::samples): uneven pieces (5 over 2 and 3 ranks), broadcasting
+  // (size-1 dims, missing leading dims, 0-dim operands), Scalar overloads.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  samples({"aten::abs",
+           "aten::acos",
+           "aten::asin",
+           "aten::atan",
+           "aten::ceil",
+           "aten::cos",
+           "aten::cosh",
+           "aten::elu",
+           "aten::erf",
+           "aten::erfc",
+           "aten::exp",
+           "aten::exp2",
+           "aten::expm1",
+           "aten::floor",
+           "aten::frac",
+           "aten::gelu",
+           "aten::hardsigmoid",
+           "aten::hardswish",
+           "aten::hardtanh",
+           "aten::isinf",
+           "aten::isnan",
+           "aten::leaky_relu",
+           "aten::log",
+           "aten::log10",
+           "aten::log1p",
+           "aten::log2",
+           "aten::logit",
+           "aten::mish",
+           "aten::nan_to_num",
+           "aten::reciprocal",
+           "aten::relu",
+           "aten::relu6",
+           "aten::round",
+           "aten::rsqrt",
+           "aten::selu",
+           "aten::sgn",
+           "aten::sigmoid",
+           "aten::sign",
+           "aten::silu",
+           "aten::sin",
+           "aten::sinh",
+           "aten::softplus",
+           "aten::sqrt",
+           "aten::square",
+           "aten::tan",
+           "aten::tanh",
+           "aten::trunc",
+           "aten::neg",
+           "aten::positive",
+           "aten::alias",
+           "aten::clone",
+           "aten::contiguous",
+           "aten::detach",
+           "aten::lift_fresh",
+           "aten::lift_fresh_copy"},
+          {{"", {S::f32({5, 6})}}, {"", {S::f32({2, 3, 7})}}});
+  samples({"aten::__invert__", "aten::bitwise_not", "aten::logical_not"},
+          {{"", {S::boolean({5, 6})}}});
+  const std::vector<OpSample> binary = {
+      {"Tensor", {S::f32({5, 6}), S::f32({5, 6})}},
+      {"Tensor", {S::f32({3, 1, 6}), S::f32({5, 6})}},
+      {"Tensor", {S::f32({5, 6}), S::f32({})}},
+  };
+  samples({"aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div.Tensor",
+           "aten::true_divide", "aten::fmod", "aten::remainder", "aten::eq", "aten::ne", "aten::lt",
+           "aten::le", "aten::gt", "aten::ge"},
+          binary);
+  samples({"aten::floor_divide", "aten::atan2", "aten::fmax", "aten::fmin", "aten::hypot",
+           "aten::maximum", "aten::minimum", "aten::max.other", "aten::min.other"},
+          {{"", {S::f32({5, 6}), S::f32({5, 6})}}, {"", {S::f32({3, 1, 6}), S::f32({5, 6})}}});
+  samples({"aten::pow"}, {{"Tensor_Scalar", {S::f32({5, 6}), S::of(2.0)}},
+                          {"Tensor_Tensor", {S::f32({5, 6}), S::f32({6})}}});
+  samples({"aten::div.Scalar"}, {{"", {S::f32({5, 6}), S::of(2.5)}}});
+  samples({"aten::div.Tensor_mode"}, {{"", {S::f32({5, 6}), S::f32({3, 1, 6}), S::of("floor")}}});
+  samples({"aten::div.Scalar_mode"}, {{"", {S::f32({5, 6}), S::of(2.5), S::of("trunc")}}});
+  const std::vector<OpSample> logical = {
+      {"Tensor", {S::boolean({5, 6}), S::boolean({5, 6})}},
+      {"Tensor", {S::boolean({3, 1, 6}), S::boolean({6})}},
+  };
+  samples({"aten::__and__", "aten::__or__", "aten::__xor__", "aten::bitwise_and",
+           "aten::bitwise_or", "aten::bitwise_xor"},
+          logical);
+  samples({"aten::logical_and", "aten::logical_or", "aten::logical_xor"},
+          {{"", {S::boolean({5, 6}), S::boolean({5, 6})}},
+           {"", {S::boolean({3, 1, 6}), S::boolean({6})}}});
+  samples({"aten::clamp"}, {{"", {S::f32({5, 6}), S::of(-0.5), S::of(0.5)}},
+                            {"Tensor", {S::f32({5, 6}), S::f32({6}), S::none()}}});
+  samples({"aten::clamp_min", "aten::clamp_max"}, {{"", {S::f32({5, 6}), S::of(0.25)}}});
+  samples({"aten::threshold"}, {{"", {S::f32({5, 6}), S::of(0.1), S::of(-1.0)}}});
+  samples({"aten::where"}, {{"self", {S::boolean({5, 6}), S::f32({5, 6}), S::f32({5, 6})}},
+                            {"self", {S::boolean({5, 1}), S::f32({3, 5, 6}), S::f32({6})}}});
+  samples({"aten::masked_fill"}, {{"Scalar", {S::f32({5, 6}), S::boolean({5, 6}), S::of(-1.5)}},
+                                  {"Scalar", {S::f32({3, 5, 6}), S::boolean({1, 6}), S::of(0.5)}}});
+  samples({"aten::to"}, {{"dtype", {S::f32({5, 6}), S::of(4)}},    // to long
+                         {"dtype", {S::i64({5, 6}), S::of(6)}}});  // to float
+  samples({"aten::_to_copy"}, {{"", {S::f32({5, 6})}}});
+  samples({"aten::type_as"}, {{"", {S::i64({5, 6}), S::f32({2})}}});
+  samples({"aten::dropout", "aten::alpha_dropout", "aten::feature_dropout",
+           "aten::feature_alpha_dropout"},
+          {{"", {S::f32({5, 6, 3}), S::of(0.5), S::of(false)}}});
+  samples({"aten::native_dropout"}, {{"", {S::f32({5, 6, 3}), S::of(0.5), S::of(false)}}});
 }
 
 }  // namespace apc::strategy

@@ -126,6 +126,32 @@ void registerReductionRules(Registry& r) {
   add("aten::var", all(none));
   add("aten::var.correction", none);
   add("aten::var.dim", none);
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  const std::vector<OpSample> dims = {
+      {"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1}), S::of(false)}},
+      {"", {S::f32({2, 5, 7}), S::of(std::vector<int64_t>{-1}), S::of(true)}},
+      {"", {S::f32({2, 5, 7}), S::of(std::vector<int64_t>{0, 2}), S::of(false)}},
+  };
+  samples(
+      {"aten::amax", "aten::amin", "aten::logsumexp", "aten::mean.dim", "aten::sum.dim_IntList"},
+      dims);
+  samples({"aten::max", "aten::min", "aten::mean", "aten::sum", "aten::std", "aten::var"},
+          {{"", {S::f32({5, 6})}}, {"", {S::f32({2, 5, 7})}}});
+  samples({"aten::max.dim", "aten::min.dim"}, {{"", {S::f32({5, 6}), S::of(1), S::of(false)}},
+                                               {"", {S::f32({2, 5, 7}), S::of(-1), S::of(true)}},
+                                               {"", {S::f32({5, 6}), S::of(0), S::of(false)}}});
+  samples(
+      {"aten::std.dim", "aten::var.dim"},
+      {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1}), S::of(true), S::of(false)}},
+       {"", {S::f32({2, 5, 7}), S::of(std::vector<int64_t>{0, -1}), S::of(false), S::of(true)}}});
+  samples({"aten::std.correction", "aten::var.correction"},
+          {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1})}},
+           {"", {S::f32({2, 5, 7}), S::of(std::vector<int64_t>{-1}), S::of(0), S::of(true)}}});
 }
 
 }  // namespace apc::strategy

@@ -173,6 +173,55 @@ Status checkDimStrategy(const RuleContext& c, const DimStrategy& s) {
   return Status::success();
 }
 
+// --- Samples -------------------------------------------------------------------------------------
+
+SampleArg SampleArg::tensor(ir::DType dtype, const std::vector<int64_t>& shape) {
+  SampleArg a;
+  a.type = ir::ValueType::kTensor;
+  a.tensors.push_back(ir::TensorMeta{ir::makeShape(shape), dtype, false});
+  return a;
+}
+SampleArg SampleArg::list(ir::DType dtype, const std::vector<std::vector<int64_t>>& shapes) {
+  SampleArg a;
+  a.type = ir::ValueType::kTensorList;
+  for (const auto& shape : shapes)
+    a.tensors.push_back(ir::TensorMeta{ir::makeShape(shape), dtype, false});
+  return a;
+}
+SampleArg SampleArg::of(int64_t v) {
+  SampleArg a;
+  a.type = ir::ValueType::kInt;
+  a.constant = v;
+  return a;
+}
+SampleArg SampleArg::of(double v) {
+  SampleArg a;
+  a.type = ir::ValueType::kFloat;
+  a.constant = v;
+  return a;
+}
+SampleArg SampleArg::of(bool v) {
+  SampleArg a;
+  a.type = ir::ValueType::kBool;
+  a.constant = v;
+  return a;
+}
+SampleArg SampleArg::of(const char* v) {
+  SampleArg a;
+  a.type = ir::ValueType::kString;
+  a.constant = std::string(v);
+  return a;
+}
+SampleArg SampleArg::of(std::vector<int64_t> v) {
+  SampleArg a;
+  a.type = ir::ValueType::kIntList;
+  a.constant = std::move(v);
+  return a;
+}
+SampleArg SampleArg::none() {
+  return SampleArg{};
+}
+
 // --- Registry ------------------------------------------------------------------------------------
 
 bool alwaysRandom(const RuleContext&) {
@@ -194,6 +243,13 @@ void Registry::add(const std::string& qualified_op, OpInfo info) {
 OpInfo* Registry::entry(const std::string& qualified_op) {
   auto it = rules_.find(qualified_op);
   return it == rules_.end() ? nullptr : &it->second;
+}
+
+bool Registry::setSamples(const std::string& qualified_op, SamplesFn samples) {
+  OpInfo* e = entry(qualified_op);
+  if (!e) return false;
+  e->samples = std::move(samples);
+  return true;
 }
 
 bool Registry::setBackwardMultiplier(const std::string& qualified_op, double multiplier) {

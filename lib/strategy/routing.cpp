@@ -341,6 +341,36 @@ void registerRoutingRules(Registry& r) {
   r.add("aten::repeat_interleave.Tensor", replicateOnlyRule, OpFamily::kIndex);
   r.add("aten::_grouped_mm", groupedMmRule, OpFamily::kContraction,
         [](const RuleContext& c, const LocalShapes& l) { return contractionWork(c, l, 0, {-1}); });
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  samples({"aten::topk"}, {{"", {S::f32({5, 6}), S::of(3)}},
+                           {"", {S::f32({5, 6}), S::of(2), S::of(0)}},
+                           {"", {S::f32({2, 5, 7}), S::of(3), S::of(1), S::of(false)}}});
+  samples({"aten::sort", "aten::argsort"},
+          {{"", {S::f32({5, 6})}}, {"", {S::f32({5, 6}), S::of(0), S::of(true)}}});
+  samples({"aten::sort.stable", "aten::argsort.stable"},
+          {{"", {S::f32({5, 6}), S::of(true), S::of(0)}},
+           {"", {S::f32({2, 5, 7}), S::of(true), S::of(-1), S::of(true)}}});
+  samples({"aten::gather"}, {{"", {S::f32({5, 6}), S::of(1), S::i64({5, 4})}},
+                             {"", {S::f32({5, 6}), S::of(0), S::i64({3, 6})}}});
+  samples({"aten::one_hot"}, {{"", {S::i64({5, 3}), S::of(7)}}});
+  samples({"aten::scatter_add"},
+          {{"", {S::f32({5, 6}), S::of(1), S::i64({5, 4}), S::f32({5, 4})}},
+           {"", {S::f32({5, 6}), S::of(0), S::i64({3, 6}), S::f32({3, 6})}}});
+  samples({"aten::index_add"}, {{"", {S::f32({5, 6}), S::of(0), S::i64({3}), S::f32({3, 6})}},
+                                {"", {S::f32({5, 6}), S::of(1), S::i64({4}), S::f32({5, 4})}}});
+  samples({"aten::bincount"}, {{"", {S::i64({20}), S::none(), S::of(8)}}});
+  samples({"aten::histc"}, {{"", {S::f32({5, 6}), S::of(10), S::of(-2.0), S::of(2.0)}}});
+  // _grouped_mm: 10 token rows in 3 groups (offs drawn as sorted row ends), K and N multiples of 4
+  // (its kernels' 16-byte rows).
+  samples({"aten::_grouped_mm"},
+          {{"", {S::f32({10, 8}), S::f32({3, 8, 8}), S::tensor(ir::DType::kI32, {3})}}});
+  samples({"aten::repeat_interleave.self_int"},
+          {{"", {S::f32({5, 6}), S::of(2), S::of(1)}}, {"", {S::f32({5, 6}), S::of(3), S::of(0)}}});
 }
 
 }  // namespace apc::strategy

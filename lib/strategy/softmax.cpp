@@ -31,6 +31,18 @@ void registerSoftmaxRules(Registry& r) {
   for (const char* op :
        {"aten::_log_softmax", "aten::_softmax", "aten::log_softmax", "aten::softmax"})
     r.add(op, softmaxRule, cost::OpFamily::kSoftmax);
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  samples({"aten::softmax", "aten::log_softmax"}, {{"int", {S::f32({5, 6}), S::of(1)}},
+                                                   {"int", {S::f32({2, 5, 7}), S::of(-1)}},
+                                                   {"int", {S::f32({2, 5, 7}), S::of(0)}}});
+  samples({"aten::_softmax", "aten::_log_softmax"},
+          {{"", {S::f32({5, 6}), S::of(1), S::of(false)}},
+           {"", {S::f32({2, 5, 7}), S::of(-1), S::of(false)}}});
 }
 
 }  // namespace apc::strategy

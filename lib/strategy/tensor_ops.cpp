@@ -420,6 +420,77 @@ void registerTensorOpRules(Registry& r) {
   r.entry("aten::arange")->local_rewrite = rewriteArangeBounds;
   r.entry("aten::narrow")->local_rewrite = rewriteNarrowLength;
   r.entry("aten::repeat")->local_rewrite = rewriteRepeatCounts;
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  const ir::DType f = ir::DType::kF32;
+  samples({"aten::cat"}, {{"", {S::list(f, {{5, 6}, {5, 3}}), S::of(1)}},
+                          {"", {S::list(f, {{2, 6}, {3, 6}}), S::of(0)}},
+                          {"", {S::list(f, {{5, 6}, {5, 2}}), S::of(-1)}}});
+  samples({"aten::stack"}, {{"", {S::list(f, {{5, 6}, {5, 6}}), S::of(0)}},
+                            {"", {S::list(f, {{5, 6}, {5, 6}, {5, 6}}), S::of(-1)}},
+                            {"", {S::list(f, {{5, 6}, {5, 6}}), S::of(1)}}});
+  samples({"aten::chunk", "aten::unsafe_chunk"}, {{"", {S::f32({6, 5}), S::of(3), S::of(0)}},
+                                                  {"", {S::f32({5, 6}), S::of(2), S::of(-1)}}});
+  samples({"aten::split", "aten::unsafe_split"},
+          {{"Tensor", {S::f32({7, 6}), S::of(3), S::of(0)}},
+           {"Tensor", {S::f32({5, 6}), S::of(4), S::of(1)}}});
+  samples({"aten::split_with_sizes"},
+          {{"", {S::f32({7, 6}), S::of(std::vector<int64_t>{3, 4}), S::of(0)}},
+           {"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1, 5}), S::of(-1)}}});
+  samples({"aten::cumsum"}, {{"", {S::f32({5, 6}), S::of(1)}},
+                             {"", {S::f32({2, 5, 7}), S::of(-1)}},
+                             {"", {S::f32({5, 6}), S::of(0)}}});
+  samples({"aten::diff"}, {{"", {S::f32({5, 6})}}, {"", {S::f32({5, 6}), S::of(1), S::of(0)}}});
+  samples({"aten::index_select"}, {{"", {S::f32({5, 6}), S::of(0), S::i64({3})}},
+                                   {"", {S::f32({5, 6}), S::of(1), S::i64({4})}}});
+  samples({"aten::narrow"}, {{"", {S::f32({7, 6}), S::of(0), S::of(2), S::of(4)}},
+                             {"", {S::f32({5, 6}), S::of(1), S::of(1), S::of(3)}}});
+  samples({"aten::select.int"}, {{"", {S::f32({5, 6}), S::of(0), S::of(2)}},
+                                 {"", {S::f32({2, 5, 6}), S::of(-1), S::of(3)}}});
+  samples({"aten::slice.Tensor"},
+          {{"", {S::f32({7, 6}), S::of(0), S::of(1), S::of(5), S::of(1)}},
+           {"", {S::f32({5, 6}), S::of(1), S::of(0), S::of(6), S::of(2)}},
+           {"", {S::f32({5, 6}), S::of(-1), S::of(-3), S::none(), S::of(1)}}});
+  samples({"aten::slice_scatter"},
+          {{"", {S::f32({7, 6}), S::f32({4, 6}), S::of(0), S::of(1), S::of(5), S::of(1)}},
+           {"", {S::f32({5, 6}), S::f32({5, 3}), S::of(1), S::of(0), S::of(6), S::of(2)}}});
+  samples({"aten::select_scatter"}, {{"", {S::f32({5, 6}), S::f32({6}), S::of(0), S::of(2)}},
+                                     {"", {S::f32({5, 6}), S::f32({5}), S::of(-1), S::of(1)}}});
+  samples({"aten::index.Tensor"}, {{"", {S::f32({5, 6}), S::list(ir::DType::kI64, {{4}})}}});
+  samples({"aten::repeat"}, {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{2, 1})}},
+                             {"", {S::f32({5, 6}), S::of(std::vector<int64_t>{2, 1, 3})}}});
+  samples({"aten::pad"}, {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1, 2})}}});
+  samples({"aten::constant_pad_nd"},
+          {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1, 2, 0, 1}), S::of(0.5)}},
+           {"", {S::f32({5, 6}), S::of(std::vector<int64_t>{2, 1}), S::of(-1.0)}}});
+  samples({"aten::fill.Scalar"}, {{"", {S::f32({5, 6}), S::of(1.5)}}});
+  samples({"aten::fill.Tensor"}, {{"", {S::f32({5, 6}), S::f32({})}}});
+  samples(
+      {"aten::roll"},
+      {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{2}), S::of(std::vector<int64_t>{1})}},
+       {"",
+        {S::f32({5, 6}), S::of(std::vector<int64_t>{1, -2}), S::of(std::vector<int64_t>{0, 1})}}});
+  samples({"aten::flip"}, {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{0})}},
+                           {"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{-1})}}});
+  samples({"aten::tril", "aten::triu"}, {{"", {S::f32({5, 6})}},
+                                         {"", {S::f32({5, 6}), S::of(1)}},
+                                         {"", {S::f32({2, 5, 6}), S::of(-1)}}});
+  samples({"aten::unbind.int"},
+          {{"", {S::f32({3, 6}), S::of(0)}}, {"", {S::f32({5, 3}), S::of(1)}}});
+  samples({"aten::zeros", "aten::ones"}, {{"", {S::of(std::vector<int64_t>{5, 6})}}});
+  samples({"aten::scalar_tensor"}, {{"", {S::of(2.5)}}});
+  samples({"aten::full"}, {{"", {S::of(std::vector<int64_t>{5, 6}), S::of(2.5)}}});
+  samples({"aten::arange"}, {{"start", {S::of(3), S::of(14)}}, {"", {S::of(7)}}});
+  samples({"aten::zeros_like", "aten::ones_like"}, {{"", {S::f32({5, 6})}}});
+  samples({"aten::full_like"}, {{"", {S::f32({5, 6}), S::of(2.5)}}});
+  samples({"aten::new_zeros", "aten::new_ones"},
+          {{"", {S::f32({2, 2}), S::of(std::vector<int64_t>{5, 6})}}});
+  samples({"aten::new_full"},
+          {{"", {S::f32({2, 2}), S::of(std::vector<int64_t>{5, 6}), S::of(2.5)}}});
 }
 
 }  // namespace apc::strategy

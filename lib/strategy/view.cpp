@@ -54,6 +54,8 @@ std::vector<DimStrategy> reshapeRule(const RuleContext& c) {
   if (!unaryView(c)) return {};
   std::vector<int64_t> in = c.inputSizes(0), out = c.outputSizes(0);
   if (numel(in) != numel(out)) return {};
+  // aten::squeeze(self) without dims.
+  const bool squeeze_all = c.node.op == "aten::squeeze" && c.numInputs() == 1;
   std::vector<DimStrategy> res;
   res.push_back(unary(c, R(), R()));
   bool has_zero = std::count(in.begin(), in.end(), 0) + std::count(out.begin(), out.end(), 0) > 0;
@@ -83,6 +85,10 @@ std::vector<DimStrategy> reshapeRule(const RuleContext& c) {
         s.must_divide.push_back({false, 0, static_cast<int>(i0)});
         s.must_divide.push_back({true, 0, static_cast<int>(o0)});
       }
+      // squeeze() drops every dim of size 1, so a rank whose piece of a cut dim is one element
+      // would drop that dim too (5 rows over 3 ranks: 2, 2, 1): its pieces must be even, of two
+      // elements at least (TensorDimRef::multiple).
+      if (squeeze_all) s.must_divide.push_back({false, 0, static_cast<int>(i0), 2});
       res.push_back(std::move(s));
     }
     if (i != in_nz.size() || j != out_nz.size()) return {};
@@ -107,7 +113,7 @@ std::vector<DimStrategy> transposeRule(const RuleContext& c) {
   if (c.outputRank(0) != r) return {};
   std::vector<int64_t> perm(static_cast<size_t>(r));
   for (int64_t d = 0; d < r; ++d) perm[static_cast<size_t>(d)] = d;
-  if (c.node.op == "aten::t") {
+  if (c.node.op == "aten::t" || c.node.op == "aten::t_") {  // t_: its in-place variant
     if (r == 2) std::swap(perm[0], perm[1]);
   } else if (r > 0) {
     auto a = c.intArg(1), b = c.intArg(2);
@@ -173,6 +179,44 @@ void registerViewRules(Registry& r) {
   for (const char* op : {"aten::broadcast_to", "aten::expand"})
     r.entry(op)->local_rewrite = rewriteExpandSizes;
   r.entry("aten::unflatten")->local_rewrite = rewriteUnflattenSizes;
+
+  // Sample invocations (OpInfo::samples) for the strategy validator.
+  using S = SampleArg;
+  auto samples = [&](std::initializer_list<const char*> ops, std::vector<OpSample> list) {
+    for (const char* op : ops) r.setSamples(op, [list] { return list; });
+  };
+  const std::vector<OpSample> views = {
+      {"", {S::f32({4, 6}), S::of(std::vector<int64_t>{2, 2, 6})}},
+      {"", {S::f32({4, 6}), S::of(std::vector<int64_t>{24})}},
+      {"", {S::f32({2, 3, 4}), S::of(std::vector<int64_t>{6, 4})}},
+      {"", {S::f32({4, 6}), S::of(std::vector<int64_t>{-1, 3})}},
+      {"", {S::f32({5, 6}), S::of(std::vector<int64_t>{5, 2, 3})}},
+  };
+  samples({"aten::view", "aten::reshape", "aten::_unsafe_view"}, views);
+  samples({"aten::flatten"}, {{"using_ints", {S::f32({2, 3, 4}), S::of(1), S::of(-1)}},
+                              {"using_ints", {S::f32({4, 3, 5}), S::of(0), S::of(1)}}});
+  samples({"aten::squeeze"},
+          {{"dim", {S::f32({5, 1, 6}), S::of(1)}},
+           {"", {S::f32({5, 1, 6})}},
+           {"", {S::f32({4, 1, 6})}},
+           {"dims", {S::f32({5, 1, 6, 1}), S::of(std::vector<int64_t>{1, -1})}}});
+  samples({"aten::unflatten"},
+          {{"int", {S::f32({6, 12}), S::of(1), S::of(std::vector<int64_t>{3, 4})}},
+           {"int", {S::f32({4, 6}), S::of(-1), S::of(std::vector<int64_t>{2, -1})}}});
+  samples({"aten::unsqueeze"}, {{"", {S::f32({5, 6}), S::of(1)}},
+                                {"", {S::f32({5, 6}), S::of(-1)}},
+                                {"", {S::f32({5, 6}), S::of(0)}}});
+  samples({"aten::transpose"}, {{"int", {S::f32({2, 5, 6}), S::of(0), S::of(2)}},
+                                {"int", {S::f32({2, 5, 6}), S::of(-1), S::of(-2)}}});
+  samples({"aten::swapaxes", "aten::swapdims"}, {{"", {S::f32({2, 5, 6}), S::of(0), S::of(2)}},
+                                                 {"", {S::f32({2, 5, 6}), S::of(-1), S::of(-2)}}});
+  samples({"aten::t"}, {{"", {S::f32({5, 6})}}, {"", {S::f32({6})}}});
+  samples({"aten::permute"}, {{"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{2, 0, 1})}},
+                              {"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{-1, 0, 1})}}});
+  samples({"aten::expand", "aten::broadcast_to"},
+          {{"", {S::f32({5, 1}), S::of(std::vector<int64_t>{5, 6})}},
+           {"", {S::f32({6}), S::of(std::vector<int64_t>{3, 5, 6})}},
+           {"", {S::f32({5, 1}), S::of(std::vector<int64_t>{-1, 6})}}});
 }
 
 }  // namespace apc::strategy

@@ -2,8 +2,9 @@
 //
 // What the registry's entries say beyond the sharding rule (apc/strategy/strategy.h, OpInfo): the
 // ops that draw random numbers, the Megatron roles' operands, the local rewrites, the collective
-// an op runs inside itself; and that a new op with a random variant or an internal collective is
-// one registry entry (the examples of docs/DESIGN.md, "Placements and strategies").
+// an op runs inside itself, the sample invocations it gives the validator; and that a new op with a
+// random variant or an internal collective is one registry entry (the examples of docs/DESIGN.md,
+// "Placements and strategies").
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -106,6 +107,51 @@ TEST(OpInfo, TrainingBatchNormDeclaresItsStatisticsAllReduce) {
 // (a) A new pointwise op with a random variant: the variant's entry is the op's rule with a
 // RandomFn. (b) A new op with an internal collective: an entry with an OpCollectiveFn, priced by
 // enumerate without it knowing the op.
+// The samples an entry gives the strategy validator (OpInfo::samples; run by
+// tests/strategy_validator/op_samples_test.cpp) are well-formed IR data: some per op, tensor
+// arguments with a known dtype and metas, constants without, and only on ops with a rule.
+TEST(OpInfo, SamplesAreWellFormedAndOnlyOnRuledOps) {
+  const Registry& r = defaultRegistry();
+  size_t with_samples = 0;
+  for (const std::string& key : r.ops()) {
+    ir::Node n;
+    size_t dot = key.find('.', key.find("::"));
+    n.op = key.substr(0, dot);
+    n.overload = dot == std::string::npos ? "" : key.substr(dot + 1);
+    const OpInfo* info = r.findEntry(n);
+    ASSERT_NE(info, nullptr) << key;
+    if (!info->samples) continue;
+    ++with_samples;
+    EXPECT_TRUE(info->rule) << key << ": samples without a rule";
+    std::vector<OpSample> samples = info->samples();
+    EXPECT_FALSE(samples.empty()) << key;
+    for (const OpSample& s : samples) {
+      for (const SampleArg& a : s.args) {
+        bool tensor = a.type == ir::ValueType::kTensor || a.type == ir::ValueType::kTensorList;
+        EXPECT_EQ(tensor, !a.tensors.empty()) << key;
+        if (a.type == ir::ValueType::kTensor) {
+          EXPECT_EQ(a.tensors.size(), 1u) << key;
+        }
+        for (const ir::TensorMeta& m : a.tensors) {
+          EXPECT_NE(m.dtype, ir::DType::kUnknown) << key;
+          for (const ir::Dim& d : m.shape) {
+            EXPECT_GT(d.size, 0) << key << ": " << ir::toString(m);
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(with_samples, 233u);
+  // The sample of an entry is data: a bare key takes its overload from the sample.
+  ir::Node add;
+  add.op = "aten::add";
+  std::vector<OpSample> s = r.findEntry(add)->samples();
+  ASSERT_FALSE(s.empty());
+  EXPECT_EQ(s[0].overload, "Tensor");
+  ASSERT_EQ(s[0].args.size(), 2u);
+  EXPECT_EQ(s[0].args[0].tensors.at(0).dtype, ir::DType::kF32);
+}
+
 TEST(OpInfo, NewOpsAreOneEntryEach) {
   ir::Node relu;
   relu.op = "aten::relu";

@@ -240,6 +240,42 @@ using LocalRewriteFn = Status (*)(const ir::Node& node,
                                   const std::vector<std::optional<ir::Constant>>& constants,
                                   const RankPieces& pieces, NodeRewrite& r);
 
+/// One argument of a sample invocation (OpSample): a tensor (dtype and shape, values drawn by the
+/// validator), a Tensor[] (one meta per element) or a constant (int, float, bool, string, list,
+/// None).
+struct SampleArg {
+  ir::ValueType type = ir::ValueType::kNone;
+  std::vector<ir::TensorMeta> tensors;  // kTensor: one; kTensorList: one per element
+  ir::Constant constant;                // the other types
+
+  static SampleArg tensor(ir::DType dtype, const std::vector<int64_t>& shape);
+  static SampleArg f32(const std::vector<int64_t>& shape) { return tensor(ir::DType::kF32, shape); }
+  static SampleArg i64(const std::vector<int64_t>& shape) { return tensor(ir::DType::kI64, shape); }
+  static SampleArg boolean(const std::vector<int64_t>& shape) {
+    return tensor(ir::DType::kBool, shape);
+  }
+  static SampleArg list(ir::DType dtype, const std::vector<std::vector<int64_t>>& shapes);
+  static SampleArg of(int64_t v);
+  static SampleArg of(int v) { return of(static_cast<int64_t>(v)); }
+  static SampleArg of(double v);
+  static SampleArg of(bool v);
+  static SampleArg of(const char* v);
+  static SampleArg of(std::vector<int64_t> v);
+  static SampleArg none();
+};
+
+/// A sample invocation of an op, as DTensor's OpInfo sample_inputs: the overload (empty: the
+/// entry's own, or the default overload) and the leading arguments; the validator fills the
+/// schema's remaining arguments with their defaults, draws the tensors and computes the outputs by
+/// running the op (tests/strategy_validator/op_samples_test.cpp). IR-level data only: the planner
+/// core includes no torch header.
+struct OpSample {
+  std::string overload;
+  std::vector<SampleArg> args;
+};
+/// The sample invocations of an op (several: uneven pieces, broadcasting, negative dims, keepdim).
+using SamplesFn = std::function<std::vector<OpSample>()>;
+
 /// Everything apc knows about one op, in one registry entry: its sharding rule, its cost family,
 /// work and backward multiple, the constant arguments lowering rewrites to local sizes, whether it
 /// draws random numbers, the collective it runs inside itself, and its Megatron role. Adding an op
@@ -255,6 +291,9 @@ struct OpInfo {
   RandomFn random;                         // empty: never random
   OpCollectiveFn collective;               // empty: none
   TpUse tp;
+  /// Sample invocations the strategy validator runs every strategy of the rule on (empty: the op
+  /// is checked only where it occurs in the sample models).
+  SamplesFn samples;
 };
 
 /// Ops keyed by qualified op name ("aten::add.Tensor"; a bare "aten::relu" matches every overload
@@ -278,6 +317,9 @@ class Registry {
   const OpInfo* findEntry(const ir::Node& node) const;
   /// Whether op node `n` draws random numbers (its entry's OpInfo::random).
   bool drawsRandomNumbers(const ir::Graph& g, const ir::Node& n) const;
+  /// Sets the samples of the registered `qualified_op` (OpInfo::samples); false when it is not
+  /// registered.
+  bool setSamples(const std::string& qualified_op, SamplesFn samples);
   /// Registered op names (with or without a rule), sorted.
   std::vector<std::string> ops() const;
 
