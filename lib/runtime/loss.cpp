@@ -5,6 +5,9 @@
 //===----------------------------------------------------------------------===//
 #include "apc/runtime/loss.h"
 
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -18,6 +21,59 @@ std::string shapeText(at::IntArrayRef sizes) {
   std::string s = "[";
   for (size_t i = 0; i < sizes.size(); ++i) s += (i ? "," : "") + std::to_string(sizes[i]);
   return s + "]";
+}
+
+/// The sum over the mesh dims `dims` of a value every rank of those dims then holds alike, whose
+/// gradient is this rank's own (the identity): the all-reduce of Megatron's vocab-parallel cross
+/// entropy. Each rank differentiates the same loss; its piece of the logits enters the sum once.
+struct SumOverDims : public torch::autograd::Function<SumOverDims> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, const at::Tensor& x, World* world,
+                            const std::vector<int64_t>& dims) {
+    at::Tensor out = x.detach().contiguous().clone();
+    for (int64_t m : dims) world->dim(static_cast<size_t>(m)).allReduce(out, mesh::ReduceOp::kSum);
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*,
+                                                 torch::autograd::variable_list grads) {
+    return {grads.at(0), at::Tensor(), at::Tensor()};
+  }
+};
+
+/// Cross entropy of logits whose class (last) dim is split over the mesh dims `class_dims`
+/// (placed `class_placement`, which shards only that dim), without gathering them: per row the
+/// classes' maximum (all-reduced, MAX), the sum of exp(x - max) and the target's logit (each
+/// all-reduced, SUM, with SumOverDims), then log(sum) + max - target. The row losses, summed.
+at::Tensor vocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor& targets,
+                                     int64_t classes, const mesh::PlacementTuple& class_placement,
+                                     const std::vector<int64_t>& class_dims, ParallelModule& pm) {
+  World& world = pm.world();
+  const bool low = logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble;
+  const at::Tensor x = low ? logits.to(at::kFloat) : logits;
+  // This rank's class ids, in the order of its piece of the class dim.
+  mesh::PlacementTuple ids_placement(class_placement.size(), mesh::Placement::replicate());
+  for (size_t m = 0; m < class_placement.size(); ++m)
+    if (class_placement[m].isShard()) ids_placement[m] = mesh::Placement::shard(0);
+  const at::Tensor ids = localPieceOf(at::arange(classes, at::TensorOptions().dtype(at::kLong)),
+                                      ids_placement, pm.mesh(), world.coordinate())
+                             .to(x.device());
+  // A rank whose piece of the classes is empty (more ranks than classes) takes -inf.
+  at::Tensor max = x.size(-1) > 0 ? std::get<0>(x.detach().max(-1)).contiguous()
+                                  : at::full({x.size(0)}, -INFINITY, x.options());
+  for (int64_t m : class_dims)
+    world.dim(static_cast<size_t>(m)).allReduce(max, mesh::ReduceOp::kMax);
+  const at::Tensor sum =
+      SumOverDims::apply(at::exp(x - max.unsqueeze(-1)).sum(-1), &world, class_dims);
+  // The target's logit where this rank holds its class (ids ascend: a piece of torch.chunk's
+  // nested ranges), else 0.
+  const at::Tensor t = targets.to(x.device()).contiguous();
+  at::Tensor mine = at::zeros_like(max);
+  if (ids.numel() > 0) {
+    const at::Tensor pos = at::searchsorted(ids, t).clamp_max(ids.numel() - 1);
+    const at::Tensor held = ids.index_select(0, pos) == t;
+    mine = x.gather(-1, pos.unsqueeze(-1)).squeeze(-1) * held.to(x.scalar_type());
+  }
+  const at::Tensor target = SumOverDims::apply(mine, &world, class_dims);
+  return (at::log(sum) + max - target).sum();
 }
 
 }  // namespace
@@ -58,7 +114,20 @@ Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
     const auto d = static_cast<size_t>(gather[m].dim());
     sizes[d] = d < spec.symbols.size() && !spec.symbols[d].empty() ? -1 : spec.global_shape[d];
   }
-  const at::Tensor rows = gathers ? gatherToFull(local, gather, sizes, world) : local;
+  // The class dim split (vocab-parallel logits) and no other dim to undo: the cross entropy takes
+  // the split logits as they are (vocabParallelCrossEntropy), not the gathered ones.
+  std::vector<int64_t> class_dims;
+  bool only_classes = classes && gathers &&
+                      (spec.symbols.size() < static_cast<size_t>(rank) ||
+                       spec.symbols[static_cast<size_t>(rank - 1)].empty());
+  for (size_t m = 0; only_classes && m < gather.size(); ++m) {
+    if (gather[m].isShard() && gather[m].dim() == rank - 1)
+      class_dims.push_back(static_cast<int64_t>(m));
+    else if (!gather[m].isReplicate())
+      only_classes = false;
+  }
+  const at::Tensor rows =
+      gathers && !only_classes ? gatherToFull(local, gather, sizes, world) : local;
   // The whole batch's row sizes: the static global ones, and a dynamic dim's local size summed
   // over the mesh dims that split it (a collective of the trainer's, like the gather).
   std::vector<int64_t> global_rows(rows.sizes().begin(), rows.sizes().begin() + row_dims);
@@ -84,7 +153,7 @@ Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
     return localPieceOf(full, keep, pm.mesh(), coordinate).to(rows.device());
   };
   if (classes) {
-    const int64_t c = rows.size(-1);
+    const int64_t c = only_classes ? spec.global_shape.back() : rows.size(-1);
     at::Tensor full_targets;
     if (targets) {
       if (targets->numel() != total)
@@ -96,9 +165,14 @@ Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
       full_targets = at::randint(0, c, {total}, *gen, at::kLong).reshape(global_rows);
     }
     const at::Tensor mine = piece(full_targets);
-    out.share =
-        at::cross_entropy_loss(rows.reshape({-1, c}), mine.reshape({-1}), {}, at::Reduction::Sum) /
-        static_cast<double>(total);
+    if (only_classes)
+      out.share = vocabParallelCrossEntropy(rows.reshape({-1, rows.size(-1)}), mine.reshape({-1}),
+                                            c, gather, class_dims, pm) /
+                  static_cast<double>(total);
+    else
+      out.share = at::cross_entropy_loss(rows.reshape({-1, c}), mine.reshape({-1}), {},
+                                         at::Reduction::Sum) /
+                  static_cast<double>(total);
   } else {
     at::Tensor diff = rows;
     if (targets) {

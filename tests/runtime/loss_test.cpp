@@ -2,9 +2,10 @@
 //
 // shardedLoss (apc/runtime/loss.h) against the loss of the whole output gathered on every rank
 // (what apc-train computed before): on 2 and 4 ranks with llama_tiny's logits placed by ddp
-// (rows split), tp (the vocab dim split: gathered) and fsdp+tp, and mlp_stack's floating output,
-// the loss value and every parameter's gradient agree: cross-entropy with drawn targets and with
-// given class ids, and the mean square against given floating targets.
+// (rows split), tp (the vocab dim split: the vocab-parallel cross entropy, no gather) and fsdp+tp,
+// and mlp_stack's floating output, the loss value and every parameter's gradient agree:
+// cross-entropy with drawn targets and with given class ids, and the mean square against given
+// floating targets.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -28,6 +29,9 @@ using testing::ModelCase;
 
 const ModelCase kLlama{"llama_tiny", {"tokens:i64[8,8]"}, 256, ""};
 const ModelCase kMlp{"mlp_stack", {"x:f32[8,4,128]"}, 0, ""};
+// GPT-2's tensor-parallel head leaves the logits split by vocab (S(2)); llama_tiny's casts them to
+// f32 replicated.
+const ModelCase kGpt2{"gpt2_tiny", {"idx:i64[8,8]"}, 50257, ""};
 
 struct LossCase {
   const ModelCase* model;
@@ -62,8 +66,8 @@ TEST_P(ShardedLossRanks, EqualsTheGatheredLossAndItsGradients) {
     if (lc.given_targets) {
       at::Generator tg = at::detail::createCPUGenerator(11);
       std::vector<int64_t> rows(full_shape.begin(), full_shape.end() - 1);
-      targets = lc.model == &kLlama ? at::randint(0, full_shape.back(), rows, tg, at::kLong)
-                                    : at::randn(full_shape, tg);
+      targets = lc.model != &kMlp ? at::randint(0, full_shape.back(), rows, tg, at::kLong)
+                                  : at::randn(full_shape, tg);
     }
     // The gathered loss (the whole output on every rank) and its gradients.
     auto leaves = pm->forwardLeaves(inputs);
@@ -94,12 +98,28 @@ TEST_P(ShardedLossRanks, EqualsTheGatheredLossAndItsGradients) {
       return log.exitCode();
     }
     at::Generator g = at::detail::createCPUGenerator(5);
+    pm->resetCommStats();
     auto got = shardedLoss(*pm, again->at(0).toTensor(), lc.given_targets ? &targets : nullptr,
                            lc.given_targets ? nullptr : &g);
     if (!got.ok()) {
       log.fail(got.error().message());
       return log.exitCode();
     }
+    // The rows stay where they are and a class dim split by vocab (tp's head) is not gathered
+    // either: the cross entropy of the split logits takes all-reduces of a number per row. No case
+    // here has a Partial output, so none gathers.
+    bool class_split = false;
+    for (const mesh::Placement& pl : pm->outputSpecs().at(0).placement)
+      class_split = class_split || (lc.model != &kMlp && pl.isShard() &&
+                                    pl.dim() == static_cast<int64_t>(full_shape.size()) - 1);
+    int64_t gathers = 0;
+    for (const CommStats& st : pm->commStatsByMeshDim())
+      gathers += st.of(CommKind::kAllGather).calls;
+    if (gathers != 0)
+      log.fail("the loss gathered the output (" + std::to_string(gathers) + " all-gathers)");
+    // (The ranks are forked processes: each checks that its case is the one meant.)
+    if (lc.model == &kGpt2 && !class_split)
+      log.fail("gpt2_tiny's logits are not split by vocab here: the case tests nothing new");
     got->share.backward();
     const double w = want_loss.item<double>();
     const double value = got->value();
@@ -120,7 +140,8 @@ INSTANTIATE_TEST_SUITE_P(
                       LossCase{&kLlama, "2x2", "fsdp+tp", false},
                       LossCase{&kLlama, "2x2", "ddp", true}, LossCase{&kLlama, "2", "tp", true},
                       LossCase{&kMlp, "2", "ddp", false}, LossCase{&kMlp, "2", "ddp", true},
-                      LossCase{&kMlp, "2x2", "tp", true}),
+                      LossCase{&kMlp, "2x2", "tp", true}, LossCase{&kGpt2, "2", "tp", true},
+                      LossCase{&kGpt2, "2x2", "tp", false}),
     caseName);
 
 }  // namespace

@@ -2,10 +2,13 @@
 //
 // A trainer's loss over a sharded output without gathering the whole output on every rank: the
 // rows (every dim but the class dim of a cross-entropy; every dim of a mean square) stay where the
-// plan's output placement put them, only a class dim split across ranks (vocab-parallel logits)
-// and replicated dims are gathered, and each rank takes the loss of its own rows, scaled by the
-// whole batch's row count. What PyTorch's DDP and FSDP do (each rank's loss on its own batch
-// piece), and what apc-train runs:
+// plan's output placement put them, and each rank takes the loss of its own rows, scaled by the
+// whole batch's row count. A class dim split across ranks (vocab-parallel logits) is not gathered
+// either: the cross entropy is Megatron's vocab-parallel one (per row the classes' maximum, the
+// sum of exponentials and the target's logit, each all-reduced over the mesh dims that split the
+// classes, with an identity backward); only a placement with other splits (Partial) is gathered.
+// What PyTorch's DDP and FSDP do (each rank's loss on its own batch piece), and what apc-train
+// runs:
 //
 //   share = sum over this rank's rows of the per-row loss / rows of the whole batch
 //
