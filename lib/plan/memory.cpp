@@ -426,13 +426,34 @@ class Model {
       // The rows' placement: shards of row dims kept, the rest undone.
       mesh::PlacementTuple keep(p_.spec.mesh.ndim(), mesh::Placement::replicate());
       bool undone = false;
+      // Only the class dim split besides the rows (vocab-parallel logits): the runtime's cross
+      // entropy takes the split logits as they are (loss.h), so nothing is gathered.
+      bool vocab_parallel = classes && !t.shape.back().isSymbolic();
       if (pl && pl->size() == keep.size())
         for (size_t m = 0; m < keep.size(); ++m) {
-          if ((*pl)[m].isShard() && (*pl)[m].dim() < row_dims)
+          if ((*pl)[m].isShard() && (*pl)[m].dim() < row_dims) {
             keep[m] = (*pl)[m];
-          else if (!(*pl)[m].isReplicate())
+          } else if (!(*pl)[m].isReplicate()) {
             undone = true;
+            vocab_parallel = vocab_parallel && (*pl)[m].isShard() && (*pl)[m].dim() == row_dims;
+          }
         }
+      vocab_parallel = vocab_parallel && undone;
+      if (vocab_parallel) {
+        // This rank's rows and classes: exp(x - max) is saved (x - max a temporary beside it while
+        // computed), f32 copies of low-precision logits too (the target's gather saves them);
+        // per row a few numbers, the whole batch's int64 targets drawn and this rank's piece.
+        const int64_t local = valueBytes(cg_, v, pl);
+        const int64_t elem = std::max<int64_t>(ir::dtypeBytes(t.dtype), 1);
+        const int64_t f32 = elem < 4 ? local / elem * 4 : local;
+        const int64_t local_rows =
+            valueBytes(cg_, v, keep) / elem / std::max<int64_t>(t.shape.back().size, 1);
+        const int64_t all_rows = t.numel() / std::max<int64_t>(t.shape.back().size, 1);
+        loss_saved = f32 + (elem < 4 ? f32 : 0) + local_rows * 8 * 4 + all_rows * 8;
+        gather_temp = f32;  // x - max while exp runs
+        loss_grads = 2 * f32;
+        continue;
+      }
       const int64_t rows = valueBytes(cg_, v, keep);
       if (undone) {
         gathered += rows;
@@ -455,6 +476,9 @@ class Model {
       parts.transient = gathered + gather_temp;
       consider(parts, kLoss, "");
       parts.transient = gathered + loss_saved;
+      consider(parts, kLoss, "");
+      // The vocab-parallel cross entropy's x - max beside its exp (gather_temp, gathered 0).
+      parts.transient = loss_saved + (gathered == 0 ? gather_temp : 0);
       consider(parts, kLoss, "");
       parts.transient = gathered_held + loss_saved + loss_grads;
       consider(parts, kBackward, "the loss");
