@@ -409,15 +409,15 @@ Status solveForDeviceMemory(const ir::Graph& g, const PlanSource& source,
                          solveAndPlan(g, run.built, spec, source, loop_options, timings));
     const double tightened = r.sizes.memory_tightened;
     if (high && tightened > 0 && tightened < *high) {
-      // Proven optimal at a bound just below the one asked: solved again there (its root proves
-      // it), so that the plan records the bound it is optimal for.
+      // Proven optimal at a bound just below the one asked (step 0's check of its plan against
+      // the root's minimum): the plan made again at that bound, so that it records the bound it
+      // is optimal for. The same solution: no second search.
+      high = tightened;
       gp.problem.memory = solver::MemoryBound{0, tightened, total, 0};
-      auto at = solveAndPlan(g, run.built, spec, source, loop_options, timings);
-      if (at.ok() && at->solution.status == solver::SolveStatus::kOptimal) {
-        high = tightened;
-        return at;
-      }
-      gp.problem.memory = solver::MemoryBound{0, *high, total, 0};
+      APC_ASSIGN_OR_RETURN(r.plan,
+                           makePlan(g, gp, r.solution, spec, source,
+                                    {loop_options, r.sizes, {}, {}, {}, run.built.graph_bytes}));
+      return r;
     }
     const double hull = r.sizes.memory_hull;
     if (high && r.solution.status != solver::SolveStatus::kOptimal && hull > 0 && hull < *high) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "apc/layout/layout.h"
 #include "apc/runtime/redistribute.h"
 
 namespace apc::runtime {
@@ -49,13 +50,12 @@ at::Tensor vocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor&
   World& world = pm.world();
   const bool low = logits.scalar_type() != at::kFloat && logits.scalar_type() != at::kDouble;
   const at::Tensor x = low ? logits.to(at::kFloat) : logits;
-  // This rank's class ids, in the order of its piece of the class dim.
+  // This rank's classes: [offset, offset + size) of the class dim (layout::localPiece).
   mesh::PlacementTuple ids_placement(class_placement.size(), mesh::Placement::replicate());
   for (size_t m = 0; m < class_placement.size(); ++m)
     if (class_placement[m].isShard()) ids_placement[m] = mesh::Placement::shard(0);
-  const at::Tensor ids = localPieceOf(at::arange(classes, at::TensorOptions().dtype(at::kLong)),
-                                      ids_placement, pm.mesh(), world.coordinate())
-                             .to(x.device());
+  const layout::DimPiece mine_classes =
+      layout::localPiece({classes}, ids_placement, pm.mesh(), world.coordinate()).at(0);
   // A rank whose piece of the classes is empty (more ranks than classes) takes -inf.
   at::Tensor max = x.size(-1) > 0 ? std::get<0>(x.detach().max(-1)).contiguous()
                                   : at::full({x.size(0)}, -INFINITY, x.options());
@@ -63,14 +63,13 @@ at::Tensor vocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor&
     world.dim(static_cast<size_t>(m)).allReduce(max, mesh::ReduceOp::kMax);
   const at::Tensor sum =
       SumOverDims::apply(at::exp(x - max.unsqueeze(-1)).sum(-1), &world, class_dims);
-  // The target's logit where this rank holds its class (ids ascend: a piece of torch.chunk's
-  // nested ranges), else 0.
-  const at::Tensor t = targets.to(x.device()).contiguous();
+  // The target's logit where this rank holds its class, else 0.
   at::Tensor mine = at::zeros_like(max);
-  if (ids.numel() > 0) {
-    const at::Tensor pos = at::searchsorted(ids, t).clamp_max(ids.numel() - 1);
-    const at::Tensor held = ids.index_select(0, pos) == t;
-    mine = x.gather(-1, pos.unsqueeze(-1)).squeeze(-1) * held.to(x.scalar_type());
+  if (mine_classes.size > 0) {
+    const at::Tensor pos = targets.to(x.device()) - mine_classes.offset;
+    const at::Tensor held = (pos >= 0) & (pos < mine_classes.size);
+    mine = x.gather(-1, pos.clamp(0, mine_classes.size - 1).unsqueeze(-1)).squeeze(-1) *
+           held.to(x.scalar_type());
   }
   const at::Tensor target = SumOverDims::apply(mine, &world, class_dims);
   return (at::log(sum) + max - target).sum();

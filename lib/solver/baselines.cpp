@@ -253,14 +253,14 @@ std::vector<bool> batchCarryingValues(const ir::Graph& g) {
   const std::optional<ir::NodeId> first = firstBatchInput(g);
   if (!first) return carries;
   const int64_t batch = g.value(g.node(*first).outputs.at(0)).tensor->shape[0].size;
-  // Data flows from the inputs through tensors only: a size read off an input (aten::size, then
-  // arange for position ids, or a causal mask) is the same on every rank, so what is computed from
-  // it does not carry the batch (GPT-2's [T] position ids, T a multiple of the batch, did: the
-  // ddp plan split them and gathered the position embedding back every step).
+  // Data flows from the inputs through tensors (and lists of them) only: a size read off an input
+  // (aten::size, then arange for position ids, or a causal mask) is the same on every rank, so what
+  // is computed from it does not carry the batch (GPT-2's [T] position ids, T a multiple of the
+  // batch, did: the ddp plan split them and gathered the position embedding back every step).
   std::vector<bool> from_input(g.numValues(), false);
   for (const ir::Node& n : g.nodes()) {
     bool dep = n.kind == ir::NodeKind::kInput;
-    for (ir::ValueId in : n.inputs) dep = dep || (from_input[in.v] && g.value(in).tensor);
+    for (ir::ValueId in : n.inputs) dep = dep || (from_input[in.v] && g.value(in).mayHoldTensors());
     for (ir::ValueId out : n.outputs) {
       from_input[out.v] = dep;
       const ir::Value& v = g.value(out);

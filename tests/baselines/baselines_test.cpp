@@ -285,6 +285,18 @@ TEST(Baselines, ValuesComputedFromAnInputsSizeDoNotCarryTheBatch) {
   }
   EXPECT_GE(aranges, 1);
   EXPECT_EQ(embeddings, 2);
+  // Through a list of tensors the batch still flows: llama_tiny's rotary halves, concatenated
+  // from a prim::ListConstruct of q's and k's pieces.
+  const auto& llama = sampleGraph("llama_tiny");
+  ASSERT_TRUE(llama.ok()) << llama.error().message();
+  std::vector<bool> llama_carries = batchCarryingValues(*llama);
+  int cats = 0;
+  for (const ir::Node& n : llama->nodes()) {
+    if (n.op != "aten::cat") continue;
+    ++cats;
+    EXPECT_TRUE(llama_carries[n.outputs[0].v]) << n.module_path;
+  }
+  EXPECT_GE(cats, 2);
 }
 
 }  // namespace
