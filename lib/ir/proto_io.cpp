@@ -270,4 +270,14 @@ Expected<Graph> readGraphFile(const std::string& path) {
   return g;
 }
 
+Expected<Graph> deserializeProgramGraph(const std::string& bytes) {
+  proto::Graph g;
+  if (!g.ParseFromString(bytes))
+    return parseError("not a valid apc program graph (protobuf parse failed)");
+  for (proto::Node& n : *g.mutable_nodes())
+    if (n.kind() == "redistribute") n.set_kind("op");
+  if (g.format_version() == 0) g.set_format_version(kGraphFormatVersion);
+  return deserializeGraph(g.SerializeAsString());
+}
+
 }  // namespace apc::ir

@@ -26,6 +26,7 @@
 #include "apc/ir/proto_io.h"
 #include "apc/layout/layout.h"
 #include "apc/lower/local_rewrite.h"
+#include "apc/lower/schedule.h"
 #include "apc/mesh/placement.h"
 #include "apc/strategy/strategy.h"
 #include "apc/support/strings.h"
@@ -1035,6 +1036,10 @@ Expected<proto::Program> Lowerer::run() {
     cs->set_first(r->first);
     cs->set_last(r->last);
   }
+  // The runtime's overlap, replayed on the finished program (its checkpoints included).
+  const StepSchedule schedule = simulateStep(out_, program_, model_, mesh_);
+  program_.mutable_prediction()->set_hidden_comm_us(schedule.hidden_us);
+  program_.mutable_prediction()->set_exposed_comm_us(schedule.exposed_comm_us);
   return std::move(program_);
 }
 

@@ -571,6 +571,9 @@ Status solvePlanProblem(const ir::Graph& g, const PlanSource& source, const Plan
                         ? solveBaselineAndPlan(g, run.built, run.spec, source, *request.baseline,
                                                options, timings)
                         : solveAndPlan(g, run.built, run.spec, source, options, timings));
+    if (!request.baseline && run.spec.schedule_discount && run.built.complete &&
+        run.result.solution.status == solver::SolveStatus::kOptimal)
+      APC_RETURN_IF_ERROR(refineForOverlap(g, source, options, run));
   }
   if (!modules.empty()) APC_RETURN_IF_ERROR(applyCheckpointing(g, run.result.plan, modules));
   return Status::success();

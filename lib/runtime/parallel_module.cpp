@@ -113,11 +113,7 @@ Expected<RedistSpec> redistSpec(const proto::Redistribution& p) {
 
 /// The program's graph as an ir::Graph: redistribute nodes become op nodes (marked external).
 Expected<ir::Graph> programGraph(const proto::Program& program) {
-  proto::Graph g = program.graph();
-  for (proto::Node& n : *g.mutable_nodes())
-    if (n.kind() == "redistribute") n.set_kind("op");
-  if (g.format_version() == 0) g.set_format_version(ir::kGraphFormatVersion);
-  return ir::deserializeGraph(g.SerializeAsString());
+  return ir::deserializeProgramGraph(program.graph().SerializeAsString());
 }
 
 int64_t wireBytes(const RedistStepSpec& s, const mesh::DeviceMesh& mesh) {
@@ -1884,6 +1880,13 @@ PredictedStep ParallelModule::predictedStep() const {
   p.step_us += adjust;
   p.comm_us += adjust;
   p.backward_comm_us += adjust;
+  p.exposed_comm_us = p.comm_us;
+  // The overlap lowering's schedule assumes: the runtime's, with its gradient buckets.
+  if (impl_->options.overlap && impl_->buckets) {
+    p.hidden_comm_us = pr.hidden_comm_us();
+    p.exposed_comm_us = pr.exposed_comm_us();
+    p.step_us -= p.hidden_comm_us;
+  }
   p.present = true;
   return p;
 }

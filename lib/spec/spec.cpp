@@ -645,8 +645,16 @@ Expected<Spec> parseSpec(const json& j) {
     APC_ASSIGN_OR_RETURN(s.pins, readPins(*pins, "$.pins", ndim));
   }
   if (const json* pd = find(j, "prefetch_discount")) {
-    APC_ASSIGN_OR_RETURN(s.prefetch_discount,
-                         readInRange(*pd, "$.prefetch_discount", "the prefetch discount", 0, 1));
+    if (pd->is_string()) {
+      if (pd->get<std::string>() != "schedule")
+        return invalidArgument(
+            "$.prefetch_discount: expected a number in [0, 1] or \"schedule\", got \"" +
+            pd->get<std::string>() + "\"");
+      s.schedule_discount = true;
+    } else {
+      APC_ASSIGN_OR_RETURN(s.prefetch_discount,
+                           readInRange(*pd, "$.prefetch_discount", "the prefetch discount", 0, 1));
+    }
   }
   if (const json* net = find(j, "network")) {
     APC_ASSIGN_OR_RETURN(s.network, readNetwork(*net, "$.network", ndim));
@@ -893,7 +901,10 @@ json toJson(const Spec& s) {
     }
     j["pins"] = arr;
   }
-  if (s.prefetch_discount != 1.0) j["prefetch_discount"] = s.prefetch_discount;
+  if (s.schedule_discount)
+    j["prefetch_discount"] = "schedule";
+  else if (s.prefetch_discount != 1.0)
+    j["prefetch_discount"] = s.prefetch_discount;
   bool has_network = false;
   for (const MeshDimNetwork& d : s.network) has_network |= !d.empty();
   if (has_network) j["network"] = networkToJson(s.network);

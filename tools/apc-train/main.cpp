@@ -423,7 +423,9 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
                        {"comm", pred.comm_us / 1e3},
                        {"forward_comm_rank0", pred.forward_comm_us / 1e3},
                        {"backward_comm_rank0", pred.backward_comm_us / 1e3},
-                       {"optimizer", opt_us / 1e3}};
+                       {"optimizer", opt_us / 1e3},
+                       {"hidden_comm", pred.hidden_comm_us / 1e3},
+                       {"exposed_comm", pred.exposed_comm_us / 1e3}};
   j["cost_model"] = pred.cost_model;
   // The overlap of the program's collectives (medians per step, the slowest rank's): in flight is
   // the wall time with at least one of them between issue and completion, exposed the time the
@@ -510,8 +512,11 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
         "overlap %s)\n",
         in_flight_ms, exposed_ms, hidden_ms,
         in_flight_ms > 0 ? hidden_ms / in_flight_ms * 100 : 0.0, f.overlap ? "on" : "off");
-    std::printf("  predicted: compute %.3f ms, communication %.3f ms, optimizer %.3f ms\n",
-                pred.compute_us / 1e3, pred.comm_us / 1e3, opt_us / 1e3);
+    std::printf(
+        "  predicted: compute %.3f ms, communication %.3f ms (exposed %.3f ms, hidden %.3f ms), "
+        "optimizer %.3f ms\n",
+        pred.compute_us / 1e3, pred.comm_us / 1e3, pred.exposed_comm_us / 1e3,
+        pred.hidden_comm_us / 1e3, opt_us / 1e3);
     for (const auto& c : coll)
       std::printf(
           "  mesh dim %d %-14s %6.1f calls %12.0f bytes sent %9.3f ms per step (%.3f ms in "

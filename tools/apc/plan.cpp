@@ -85,7 +85,8 @@ struct PlanFlags {
   std::string timings_json;
   std::string strategy;  // a baseline name (--strategy); empty: the optimizer
   std::string artifact;  // --artifact DIR: also lower the plan (tools/apc/lower.cpp)
-  std::optional<double> prefetch_discount;  // --prefetch-discount: the spec's prefetch_discount
+  /// --prefetch-discount: the spec's prefetch_discount, a number or "schedule"
+  std::optional<std::string> prefetch_discount;
 };
 
 /// No output of the command is one of its input files, the artifact directory (replaced as a
@@ -275,7 +276,10 @@ Expected<spec::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   if (!f.mixed_precision.empty()) {
     APC_ASSIGN_OR_RETURN(spec.mixed_precision, spec::parseMixedPrecisionText(f.mixed_precision));
   }
-  if (f.prefetch_discount) spec.prefetch_discount = *f.prefetch_discount;
+  if (f.prefetch_discount) {
+    spec.schedule_discount = *f.prefetch_discount == "schedule";
+    spec.prefetch_discount = spec.schedule_discount ? 1.0 : std::stod(*f.prefetch_discount);
+  }
   // Issue 29: with a named device (--device, --cluster, a spec's device other than the default)
   // and no budget given, the plan is the fastest that fits the device's memory: a calibrated
   // profile's measured memory per rank, else the device kind's datasheet memory. Without a named
@@ -541,8 +545,18 @@ Runner addPlanCommand(CLI::App& app) {
   app.add_option("--prefetch-discount", f->prefetch_discount,
                  "Scale in [0, 1] of the priced communication of parameters (all-gathers, "
                  "re-gathers, gradient reductions), which can overlap other layers' compute: 0 "
-                 "fully overlapped, 1 no discount (default: the spec's prefetch_discount, else 1)")
-      ->check(numberIn(0.0, 1.0));
+                 "fully overlapped, 1 no discount; or 'schedule': the share the runtime's overlap "
+                 "schedule hides, replayed on the plan (default: the spec's prefetch_discount, "
+                 "else 1)")
+      ->check(CLI::Validator(
+          [range = numberIn(0.0, 1.0)](std::string& text) mutable -> std::string {
+            if (text == "schedule") return {};
+            std::string e = range(text);  // "must be a finite number in [0, 1], got 'x'"
+            if (const size_t at = e.find(", got"); at != std::string::npos)
+              e.insert(at, " or 'schedule'");
+            return e;
+          },
+          "range [0, 1] or 'schedule'"));
   app.add_option("--timings-json", f->timings_json,
                  "Write the wall time of each phase here (JSON; not part of the plan)")
       ->check(nonEmptyPath());

@@ -19,6 +19,10 @@ inline constexpr uint32_t kGraphFormatVersion = 1;
 /// Serializes to protobuf wire bytes (deterministic for the same graph).
 std::string serializeGraph(const Graph& g);
 Expected<Graph> deserializeGraph(const std::string& bytes);
+/// A rank's program graph (proto::Program.graph serialized, apc/lower/lower.h): its
+/// "redistribute" nodes read as op nodes (the runtime runs them itself), and one written without a
+/// format version reads as the current one.
+Expected<Graph> deserializeProgramGraph(const std::string& bytes);
 
 Status writeGraphFile(const Graph& g, const std::string& path);
 Expected<Graph> readGraphFile(const std::string& path);

@@ -81,6 +81,20 @@ struct BuiltProblem {
 /// costs, so the optimum can only fall. Returns how many edges it scaled.
 size_t applyPrefetchDiscount(const ir::Graph& g, solver::GraphProblem& gp, double scale);
 
+struct PlanRun;
+/// The prefetch discount from the runtime's schedule (spec "prefetch_discount": "schedule"):
+/// run.result's plan (solved without a discount) is lowered for rank 0 and its step replayed as
+/// the runtime overlaps it (apc/lower/schedule.h, the artifact's Prediction.hidden_comm_us). The
+/// share of the parameter-derived edges' priced communication that the schedule hides becomes the
+/// scale of applyPrefetchDiscount on a copy of run.built's problem, which is solved again; its plan
+/// (made with the undiscounted prices, so its costs stay the cost model's) replaces run.result
+/// when its replayed step is shorter, and the round repeats from it (at most kOverlapRounds). The
+/// plan's solver objective and bound are then the discounted problem's. run.result.note says
+/// what each round found.
+Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
+                        const solver::SolveGraphOptions& options, PlanRun& run);
+inline constexpr int kOverlapRounds = 2;
+
 /// The most mesh dims buildProblem accepts: strategy counts grow as (rank + 2)^dims per tensor, and
 /// beyond four dims planning would not finish in reasonable time or memory.
 inline constexpr size_t kMaxPlanMeshDims = 4;

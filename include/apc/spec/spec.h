@@ -249,6 +249,10 @@ struct Spec {
   /// re-gathers and gradient reductions can overlap other layers' compute): 0 fully overlapped, 1
   /// (the default, not written) no discount. See plan::buildProblem.
   double prefetch_discount = 1.0;
+  /// "prefetch_discount": "schedule" (apc plan --prefetch-discount schedule): the discount is the
+  /// share of the parameter-derived edges' communication that the runtime's overlap schedule
+  /// hides (apc/lower/schedule.h, planner::refineForOverlap); prefetch_discount is then 1.
+  bool schedule_discount = false;
   /// Per mesh dim (empty, or one entry per mesh dim): links per collective kind and topology.
   std::vector<MeshDimNetwork> network;
   /// Bytes of memory per device (`apc plan --device-memory`, "device_memory": 85899345920 or
