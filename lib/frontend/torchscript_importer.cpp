@@ -1251,8 +1251,8 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
         return unsupported("import failed: " + torchErrorLine(e));
       }
     }();
-    // Its meta tensors, one per value, are left to the exit too (ImportOptions::disable_free).
-    if (options.disable_free) (void)importer.release();
+    // Its meta tensors, one per value, go to the caller's sink too (ImportOptions::keep).
+    if (options.keep) options.keep(std::shared_ptr<Importer>(std::move(importer)));
     return result;
   };
   Expected<ir::Graph> g = interpret(inputs);
@@ -1261,10 +1261,9 @@ Expected<ir::Graph> importTorchScript(const std::string& path, const ImportOptio
   APC_RETURN_IF_ERROR(functionalizeInPlace(*g, torchSchemaAliasing));
   g->name = std::filesystem::path(path).stem().string();
   if (timings) timings->interpret_s = secondsSince(t2);
-  if (options.disable_free) {
-    // Deliberately never deleted (ImportOptions::disable_free).
-    new std::shared_ptr<tj::Graph>(std::move(graph));
-    new tj::Module(std::move(l.module));
+  if (options.keep) {
+    options.keep(std::move(graph));
+    options.keep(std::make_shared<tj::Module>(std::move(l.module)));
   }
   return g;
 }

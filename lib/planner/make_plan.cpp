@@ -66,12 +66,6 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   plan.apc_version = apcVersion();
   plan.model = source;
   plan.spec = spec;
-  // The graph's bytes (half of this function on a 126-layer LLaMA) on a second thread while the
-  // node entries are made; a future from std::async joins on every return path.
-  std::shared_future<std::string> graph_bytes =
-      record.graph_bytes.valid()
-          ? record.graph_bytes
-          : std::async(std::launch::async, [&g] { return ir::serializeGraph(g); }).share();
 
   // A deep model's nodes repeat the same strategies and costs once per layer: their text and
   // canonical numbers (a printf and a strtod each) are made once.
@@ -192,7 +186,9 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   st.reduce = record.options.reduce;
   st.baseline = record.baseline;
   plan.content_hash = planContentHash(plan);  // the options and choices are set now
-  plan.graph_bytes = graph_bytes.get();
+  // The graph's bytes: the caller's (apc plan serializes them on a thread of its own while it
+  // plans: PlanRequest::graph_bytes), else made here.
+  plan.graph_bytes = record.graph_bytes.valid() ? record.graph_bytes.get() : ir::serializeGraph(g);
   APC_ASSIGN_OR_RETURN(plan.memory, predictMemoryAll(g, plan));
   return plan;
 }

@@ -335,8 +335,6 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, spec::Spec spec, const Pl
     spec = baselineSpec(g, std::move(spec), b);
   }
   PlanRun run;
-  std::shared_future<std::string> graph_bytes =
-      std::async(std::launch::async, [&g] { return ir::serializeGraph(g); }).share();
   // The optimizer's plan has a time limit; a classic plan is built and solved to the end.
   if (!request.baseline) {
     const auto now = Clock::now();
@@ -349,7 +347,7 @@ Expected<PlanRun> buildPlanProblem(const ir::Graph& g, spec::Spec spec, const Pl
         Deadline::at(now + std::chrono::duration_cast<Clock::duration>(left * kFirstPlanShare));
   }
   APC_ASSIGN_OR_RETURN(run.built, buildProblem(g, spec, timings, run.build_deadline));
-  run.built.graph_bytes = std::move(graph_bytes);
+  run.built.graph_bytes = request.graph_bytes;
   run.spec = std::move(spec);
   return run;
 }

@@ -43,7 +43,7 @@ void ModelFlags::add(CLI::App& app) {
 Expected<ir::Graph> ModelFlags::load(frontend::ImportTimings* timings) const {
   setActivity("importing " + printable(model));
   frontend::ImportOptions options;
-  options.disable_free = kFastExit;
+  if (kFastExit) options.keep = [](std::shared_ptr<void> structures) { leaveToExit(structures); };
   std::optional<std::vector<frontend::InputSpec>> recorded;  // read for nameless --input only
   for (const std::string& text : inputs) {
     // A nameless shape (`f32[8,16]`) is the forward's argument at that position.

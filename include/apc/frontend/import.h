@@ -7,7 +7,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,11 +24,12 @@ namespace apc::frontend {
 struct ImportOptions {
   /// Overrides of input shapes by name; inputs not named here keep their recorded shapes.
   std::vector<InputSpec> inputs;
-  /// Leave the importer's LibTorch structures (the loaded module, the inlined TorchScript graph)
-  /// to the process exit instead of freeing them, like clang's -disable-free: for a command-line
-  /// run that ends soon after (freeing a 126-layer LLaMA's inlined graph takes 0.05 s). Library
-  /// users keep the default.
-  bool disable_free = false;
+  /// When set, the importer hands its LibTorch structures (the loaded module, the inlined
+  /// TorchScript graph, the meta tensors of its values) to this sink instead of freeing them
+  /// before it returns. The library never decides their lifetime; apc's commands pass a sink that
+  /// leaves them to the process exit, like clang's -disable-free (freeing a 126-layer LLaMA's
+  /// inlined graph takes 0.05 s; tools/apc/common.h, leaveToExit). Library users leave it empty.
+  std::function<void(std::shared_ptr<void>)> keep = nullptr;
   /// TorchScript: reuse the result of a meta execution for a later call of the same operator on
   /// equal arguments (a deep model's layers repeat them), when the graph has no in-place op. The
   /// imported graph is the same either way (tests/frontend compares them); off only to check that.

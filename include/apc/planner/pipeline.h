@@ -67,9 +67,8 @@ struct BuiltProblem {
   std::vector<std::string> fallback_ops;
   /// How many edges the spec's prefetch discount scaled (0 without one).
   size_t discounted_edges = 0;
-  /// ir::serializeGraph of the graph, started on a second thread by buildPlanProblem so that it
-  /// overlaps enumeration, construction and the solve; makePlan takes it (through SolveRecord)
-  /// instead of serializing again. The graph must outlive it: the future's destructor waits.
+  /// PlanRequest::graph_bytes as buildPlanProblem got it (invalid when the caller gave none);
+  /// makePlan takes it (through SolveRecord) instead of serializing the graph again.
   std::shared_future<std::string> graph_bytes;
 };
 
@@ -187,6 +186,11 @@ struct PlanRequest {
   /// comma-separated list of modules (checkpointed in the plan as solved: with device_memory,
   /// the memory loop then runs without automatic checkpointing).
   std::optional<std::string> checkpoint;
+  /// ir::serializeGraph(g) (the plan's `graph`), when the caller computes it beside planning: apc
+  /// plan starts it on a thread of its own after the import, so that it overlaps hashing,
+  /// enumeration, construction and the solve. Without it makePlan serializes the graph itself. The
+  /// planner starts no thread.
+  std::shared_future<std::string> graph_bytes;
 };
 
 struct PlanRun {
