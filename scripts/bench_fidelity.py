@@ -132,7 +132,7 @@ def main():
     cases = []
     summary = []
     print(f"{'model':<18} {'plan':<12} {'predicted ms':>13} {'measured ms':>12} {'error':>8}"
-          f"  {'comm pred/meas ms':>19}")
+          f"  {'comm pred/meas ms':>19} {'hidden pred/meas ms':>20}")
     for name, file, extra in MODELS:
         if wanted and name not in wanted:
             continue
@@ -201,8 +201,13 @@ def main():
             err = (pred - meas) / meas * 100
             spread = (f"  rounds {min(q['measured_step_ms'] for q in runs):.1f}-"
                       f"{max(q['measured_step_ms'] for q in runs):.1f}" if len(runs) > 1 else "")
+            # Communication behind compute: the runtime's schedule replayed on the plan
+            # (apc/lower/schedule.h) beside the profile's in-flight time less the exposed time.
+            hidden_pred = prof["predicted_ms"].get("hidden_comm", 0.0)
+            hidden_meas = prof.get("comm_overlap_ms", {}).get("hidden", 0.0)
             print(f"{name:<18} {plan_name:<12} {pred:13.1f} {meas:12.1f} {err:7.1f}%"
-                  f"  {prof['predicted_ms']['comm']:9.1f}/{comm_meas:<9.1f}{spread}", flush=True)
+                  f"  {prof['predicted_ms']['comm']:9.1f}/{comm_meas:<9.1f}"
+                  f" {hidden_pred:9.2f}/{hidden_meas:<9.2f}{spread}", flush=True)
             row = {"model": name, "plan": plan_name, "predicted_ms": pred, "measured_ms": meas,
                    "error_pct": err, "rounds_ms": [q["measured_step_ms"] for q in runs],
                    "profile": prof}
