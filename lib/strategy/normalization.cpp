@@ -28,6 +28,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "apc/cost/collectives.h"
+#include "apc/ir/op_collective.h"
 #include "apc/layout/layout.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/sync_norm.h"
@@ -169,6 +170,69 @@ OpCollective syncNormCollective(const RuleContext& c,
   return out;
 }
 
+/// OpInfo::collective_local of batch_norm (and its functional core-ATen form): SyncBatchNorm's
+/// forward on this rank's piece, the sums all-reduced (sync_norm.h). The element count travels
+/// with the first sums (a dynamic batch may cut unevenly). Running stats: updated in place from
+/// the global mean and unbiased variance (batch_norm), or returned with the saved mean and rstd
+/// (the functional form).
+Expected<ir::Graph> syncNormLocalGraph(const RuleContext& c,
+                                       const std::vector<std::optional<PlacementTuple>>&) {
+  const int64_t r = c.inputRank(0);
+  if (r < 2 || c.numInputs() < 8)
+    return internalError(c.node.qualifiedOp() + ": not a batch_norm of a rank >= 2 input");
+  const bool functional = c.node.op == "aten::_native_batch_norm_legit_functional";
+  ir::LocalGraphBuilder b(c.graph, c.node);
+  using ir::ValueType;
+  std::vector<int64_t> dims, shape(static_cast<size_t>(r), 1);
+  for (int64_t d = 0; d < r; ++d)
+    if (d != 1) dims.push_back(d);
+  shape[1] = -1;
+  const ir::ValueId x = b.arg(0), none = b.constant(ir::None{});
+  const ir::ValueId reduce = b.constant(dims), keep = b.constant(false);
+  const ir::ValueId view_shape = b.constant(shape), one = b.constant(int64_t{1});
+  auto sum = [&](ir::ValueId t) { return b.op("aten::sum.dim_IntList", {t, reduce, keep, none}); };
+  auto channelView = [&](ir::ValueId t) { return b.op("aten::view", {t, view_shape}); };
+  // sums = all_reduce(cat(sum(x), [count])); n = the global count, mean = sums[:C] / n.
+  const ir::ValueId channels = b.op("aten::size.int", {x, one}, ValueType::kInt);
+  const ir::ValueId count = b.op(
+      "aten::floordiv.int", {b.op("aten::numel", {x}, ValueType::kInt), channels}, ValueType::kInt);
+  const ir::ValueId sx = sum(x);
+  const ir::ValueId count_t = b.op(
+      "aten::new_full", {sx, b.constant(std::vector<int64_t>{1}), count, none, none, none, none});
+  const ir::ValueId sums = b.allReduce(
+      b.op("aten::cat", {b.list({sx, count_t}, ValueType::kTensorList), b.constant(int64_t{0})}));
+  const ir::ValueId zero = b.constant(int64_t{0});
+  const ir::ValueId n = b.op("aten::detach", {b.op("aten::narrow", {sums, zero, channels, one})});
+  const ir::ValueId mean =
+      b.op("aten::div.Tensor", {b.op("aten::narrow", {sums, zero, zero, channels}), n});
+  const ir::ValueId centered = b.op("aten::sub.Tensor", {x, channelView(mean), one});
+  const ir::ValueId var = b.op(
+      "aten::div.Tensor", {b.allReduce(sum(b.op("aten::mul.Tensor", {centered, centered}))), n});
+  const ir::ValueId rstd = b.op("aten::rsqrt", {b.op("aten::add.Scalar", {var, b.arg(7), one})});
+  ir::ValueId y = b.op("aten::mul.Tensor", {centered, channelView(rstd)});
+  if (!c.isNoneArg(1)) y = b.op("aten::mul.Tensor", {y, channelView(b.arg(1))});
+  if (!c.isNoneArg(2)) y = b.op("aten::add.Tensor", {y, channelView(b.arg(2)), one});
+  // Running stats (without autograd: from detached statistics), lerp'ed by momentum (None: kept).
+  const ir::ValueId momentum = c.isNoneArg(6) ? b.constant(0.0) : b.arg(6);
+  const ir::ValueId mean_d = b.op("aten::detach", {mean});
+  const ir::ValueId unbiased =
+      b.op("aten::mul.Tensor",
+           {b.op("aten::detach", {var}),
+            b.op("aten::div.Tensor",
+                 {n, b.op("aten::clamp_min", {b.op("aten::sub.Scalar", {n, one, one}), one})})});
+  auto update = [&](size_t stat, ir::ValueId value) -> std::optional<ir::ValueId> {
+    if (c.isNoneArg(stat)) return std::nullopt;
+    const ir::ValueId typed = b.op("aten::type_as", {value, b.arg(stat)});
+    return b.op(functional ? "aten::lerp.Scalar" : "aten::lerp_.Scalar",
+                {b.arg(stat), typed, momentum});
+  };
+  std::optional<ir::ValueId> running_mean = update(3, mean_d), running_var = update(4, unbiased);
+  if (!functional) return b.finish({y});
+  if (!running_mean || !running_var)
+    return internalError(c.node.qualifiedOp() + ": the functional form needs running stats");
+  return b.finish({y, mean, rstd, *running_mean, *running_var});
+}
+
 }  // namespace
 
 void registerNormalizationRules(Registry& r) {
@@ -186,8 +250,10 @@ void registerNormalizationRules(Registry& r) {
       [](const RuleContext& c) { return batchNormRule(c, BatchNormMode::kEval); },
       OpFamily::kNormalization);
   // Training-mode batch_norm synchronizes its statistics across a cut batch (sync_norm.h).
-  for (const char* op : {"aten::batch_norm", "aten::_native_batch_norm_legit_functional"})
+  for (const char* op : {"aten::batch_norm", "aten::_native_batch_norm_legit_functional"}) {
     r.entry(op)->collective = syncNormCollective;
+    r.entry(op)->collective_local = syncNormLocalGraph;
+  }
   r.add("aten::group_norm", groupNormRule, OpFamily::kNormalization);
   r.add("aten::layer_norm", lastDimsNormRule, OpFamily::kNormalization);
   r.add("aten::native_layer_norm", lastDimsNormRule, OpFamily::kNormalization);
