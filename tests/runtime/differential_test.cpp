@@ -18,6 +18,7 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <torch/script.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -229,6 +230,57 @@ TEST(CoreBatchNorm, TrainsBatchShardedWithSynchronizedStatistics) {
     EXPECT_EQ(synced, bn) << "rank " << rank;
   }
   const Reference& ref = referenceFor("resnet_bottleneck.core.pt2");
+  std::vector<std::string> failed =
+      testing::runRanks(2, [&](int rank) { return runRank(rank, dir.string(), ref, true); });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(spec);
+}
+
+// A new op with an internal collective, end to end: group_norm with a spatial dim cut (its
+// registry entry's OpInfo::collective and collective_local, nothing else). A TorchScript module
+// written here (GroupNorm in a submodule, then ReLU), planned on [2] with the norm's output
+// pinned S(2) (an uneven cut: 11 rows), lowers to one OpCollective per rank on the group_norm node,
+// and 3 SGD steps give the single-process module's outputs, gradients and losses.
+TEST(OpCollective, GroupNormTrainsSpatiallyShardedWithSynchronizedStatistics) {
+  const std::filesystem::path model = scratchDir("gn_small");
+  {
+    torch::jit::Module norm("__torch__.GroupNormSub");
+    norm.register_parameter("weight", at::randn({8}, at::kFloat).requires_grad_(), false);
+    norm.register_parameter("bias", at::randn({8}, at::kFloat).requires_grad_(), false);
+    norm.define(R"JIT(
+def forward(self, x):
+    return torch.group_norm(x, 4, self.weight, self.bias, 1e-05, False)
+)JIT");
+    torch::jit::Module top("__torch__.GroupNormSmall");
+    top.register_module("norm", norm);
+    top.define(R"JIT(
+def forward(self, x):
+    return torch.relu(self.norm.forward(x))
+)JIT");
+    top.save(model.string() + ".pt");
+  }
+  const std::filesystem::path spec = scratchDir("gn_pins.json");
+  {
+    nlohmann::json pins = nlohmann::json::array();
+    pins.push_back({{"module", "norm"}, {"placements", {"S(2)"}}});
+    std::ofstream f(spec);
+    f << nlohmann::json{{"mesh", {{"shape", {2}}}}, {"pins", pins}}.dump();
+  }
+  testing::ModelCase m{model.string(), {"x:f32[4,8,11,6]"}, 0, "--spec " + spec.string()};
+  std::filesystem::path dir = scratchDir("gn_2_pinned");
+  std::string err = testing::makeArtifact(m, "2", "", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  for (int64_t rank : {0, 1}) {
+    Expected<proto::Program> prog = artifact::readProgram(dir.string(), rank);
+    ASSERT_TRUE(prog.ok()) << prog.error().message();
+    ASSERT_EQ(prog->op_collectives_size(), 1) << "rank " << rank;
+    const proto::OpCollective& oc = prog->op_collectives(0);
+    EXPECT_EQ(prog->graph().nodes(static_cast<int>(oc.node())).op(), "aten::group_norm");
+    EXPECT_EQ(std::vector<uint32_t>(oc.mesh_dims().begin(), oc.mesh_dims().end()),
+              std::vector<uint32_t>{0});
+  }
+  const Reference ref = testing::computeReference(m, kSteps, kLr);
   std::vector<std::string> failed =
       testing::runRanks(2, [&](int rank) { return runRank(rank, dir.string(), ref, true); });
   for (const std::string& f : failed) ADD_FAILURE() << f;

@@ -108,7 +108,7 @@ TEST(OpInfo, TrainingBatchNormDeclaresItsStatisticsAllReduce) {
 // What lowering records for an op collective and the runtime runs: the entry's local graph
 // (OpInfo::collective_local, apc/ir/op_collective.h). batch_norm's: one input node per argument,
 // its one output, and the statistics' two all-reduces (sums with the count, then the squared
-// deviations); the functional form's five outputs.
+// deviations); the functional form's five outputs; group_norm's (a spatial cut) the same two.
 TEST(OpInfo, CollectiveLocalGraphsAllReduceTheStatistics) {
   auto allReduces = [](const ir::Graph& g) {
     int n = 0;
@@ -151,6 +151,26 @@ TEST(OpInfo, CollectiveLocalGraphsAllReduceTheStatistics) {
     EXPECT_EQ(inputNodes(*local), 8u);
     EXPECT_EQ(local->outputs().leaves().size(), 5u);
     EXPECT_EQ(allReduces(*local), 2);
+  }
+  {
+    Builder b;
+    ValueId x = b.input("x", {4, 8, 12, 6});
+    ValueId w = b.param("w", {8}), bias = b.param("b", {8});
+    b.op("aten::group_norm", {x, b.i(4), w, bias, b.f(1e-5), b.b(false)}, {4, 8, 12, 6});
+    const OpInfo* info = defaultRegistry().findEntry(opinfoNode(b));
+    ASSERT_NE(info, nullptr);
+    ASSERT_TRUE(info->collective && info->collective_local);
+    mesh::DeviceMesh m = *mesh::DeviceMesh::parse("2x2");
+    const RuleContext c{b.g, opinfoNode(b)};
+    std::vector<std::optional<PlacementTuple>> gn(6);
+    gn[0] = PlacementTuple{mesh::Placement::shard(0), mesh::Placement::shard(2)};
+    EXPECT_EQ(info->collective(c, gn, m, nullptr).mesh_dims, (std::vector<size_t>{1}));
+    Expected<ir::Graph> local = info->collective_local(c, gn);
+    ASSERT_TRUE(local.ok()) << local.error().message();
+    EXPECT_EQ(inputNodes(*local), 6u);
+    EXPECT_EQ(allReduces(*local), 2);
+    gn[0] = PlacementTuple{mesh::Placement::shard(0), mesh::Placement::replicate()};
+    EXPECT_TRUE(info->collective(c, gn, m, nullptr).mesh_dims.empty());  // a batch cut: none
   }
 }
 
