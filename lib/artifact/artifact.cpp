@@ -303,7 +303,7 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
   for (int i = 0; i < program.parameters_size(); ++i)
     param_of_value[program.parameters(i).value()] = i;
   std::set<uint32_t> sync;
-  for (const proto::SyncNorm& s : program.sync_norms()) sync.insert(s.node());
+  for (const proto::OpCollective& c : program.op_collectives()) sync.insert(c.node());
   // The candidates in program order, each with its group key.
   struct Candidate {
     int node;

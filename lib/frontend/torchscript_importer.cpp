@@ -756,6 +756,16 @@ class Importer {
       stack.emplace_back(at::empty(out, at::TensorOptions().device(at::kMeta).dtype(dtype)));
       return true;
     }
+    if (op == "aten::group_norm" && node->inputs().size() == 6) {
+      // group_norm(input, num_groups, weight?, bias?, eps, cudnn_enabled): input's shape and dtype.
+      tj::Stack args(stack.end() - 6, stack.end());
+      if (!args[0].isTensor()) return false;
+      const at::Tensor& x = args[0].toTensor();
+      stack.resize(stack.size() - 6);
+      stack.emplace_back(
+          at::empty(x.sizes(), at::TensorOptions().device(at::kMeta).dtype(x.scalar_type())));
+      return true;
+    }
     if (op == "aten::histc" && node->inputs().size() == 4) {
       // histc(self, bins, min, max) -> [bins], self's dtype (mixture-of-experts token counts).
       tj::Stack args(stack.end() - 4, stack.end());

@@ -651,16 +651,24 @@ Status Lowerer::emitOp(const ir::Node& n) {
     copy.outputs.push_back(vmap_[gv.v]);
   }
   ir::NodeId id = addNode(std::move(copy), static_cast<int32_t>(n.id.v));
-  // A collective the op runs inside itself (its registry entry's OpInfo::collective): its node
-  // and mesh dims, which the runtime executes (proto::SyncNorm, the one kind so far).
+  // A collective the op runs inside itself (its registry entry's OpInfo::collective): its node,
+  // mesh dims and the node's local graph (OpInfo::collective_local), which the runtime runs
+  // (proto::OpCollective, apc/ir/op_collective.h).
   if (const strategy::OpInfo* info = strategy::defaultRegistry().findEntry(n);
       info && info->collective) {
-    strategy::OpCollective inside =
-        info->collective(strategy::RuleContext{g_, n}, computed_on, mesh_, nullptr);
+    const strategy::RuleContext ctx{g_, n};
+    const std::string label = n.qualifiedOp() + " (" + n.module_path + ")";
+    strategy::OpCollective inside = info->collective(ctx, computed_on, mesh_, nullptr);
     if (!inside.mesh_dims.empty()) {
-      proto::SyncNorm* sn = program_.add_sync_norms();
-      sn->set_node(id.v);
-      for (size_t m : inside.mesh_dims) sn->add_mesh_dims(static_cast<uint32_t>(m));
+      if (!info->collective_local)
+        return internalError(label + ": the op's collective has no local graph");
+      Expected<ir::Graph> local = info->collective_local(ctx, computed_on);
+      if (!local.ok()) return local.error().withContext(label);
+      proto::OpCollective* oc = program_.add_op_collectives();
+      oc->set_node(id.v);
+      for (size_t m : inside.mesh_dims) oc->add_mesh_dims(static_cast<uint32_t>(m));
+      if (!oc->mutable_local()->ParseFromString(ir::serializeGraph(*local)))
+        return internalError(label + ": its local graph does not serialize");
     }
   }
   for (const SymbolicSize& e : rewrite->symbolic) {

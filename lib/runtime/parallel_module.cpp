@@ -26,6 +26,7 @@
 #include "apc/ir/torch_dtype.h"
 #include "apc/layout/layout.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/op_collective.h"
 #include "apc/runtime/output_leaves.h"
 #include "apc/runtime/redistribute.h"
 #include "parallel_module_reader.h"
@@ -677,7 +678,13 @@ struct ParallelModule::Impl {
   std::vector<PlacedTensor> inputs, parameters, buffers, outputs;
   std::vector<int> value_input, value_param, value_buffer;  // per value: index, -1 none
   std::vector<VocabMaskSpec> masks;
-  std::map<uint32_t, RedistSpec> sync_norms;  // node -> its statistics' all-reduce (SyncNorm)
+  /// An op's internal collective (proto::OpCollective): its local graph and the all-reduce its
+  /// all-reduce nodes run (the spec outlives backward: autograd keeps a pointer to it).
+  struct OpCollectiveExec {
+    OpCollectiveRunner runner;
+    RedistSpec spec;
+  };
+  std::map<uint32_t, OpCollectiveExec> op_collectives;  // by node
   std::unique_ptr<Interpreter> interp;
   c10::Device device = c10::kCPU;
   std::vector<at::Tensor> param_tensors, buffer_tensors;
@@ -704,7 +711,7 @@ struct ParallelModule::Impl {
   std::unique_ptr<AsyncGrads> async_grads;
   /// Activation checkpointing (proto::CheckpointSegment): the segments the interpreter runs
   /// without autograd and again in backward, the recomputation's external callback (plain
-  /// synchronous redistributions and sync norms: no buckets, no asynchronous gradients, no
+  /// synchronous redistributions and op collectives: no buckets, no asynchronous gradients, no
   /// re-gathers, no prefetch), and per value whether a segment reads it from outside (a tensor
   /// the segment's autograd function keeps for its recomputation).
   std::vector<CheckpointSpec> checkpoints;
@@ -797,8 +804,19 @@ struct ParallelModule::Impl {
     return Status::success();
   }
 
+  /// Node `node`'s outputs when it has an op collective (null otherwise): its local graph run on
+  /// `args`, every all-reduce node a synchronous, autograd-aware all-reduce.
+  std::optional<std::vector<c10::IValue>> runOpCollective(uint32_t node,
+                                                          const std::vector<c10::IValue>& args) {
+    auto it = op_collectives.find(node);
+    if (it == op_collectives.end()) return std::nullopt;
+    const OpCollectiveExec& oc = it->second;
+    return oc.runner.run(
+        args, [&](size_t, const at::Tensor& t) { return redistribute(t, oc.spec, *world); });
+  }
+
   /// The external callback of the segments' recomputation in backward: redistributions run
-  /// plainly (synchronous, autograd-aware), sync norms as in forward. Every rank recomputes the
+  /// plainly (synchronous, autograd-aware), op collectives as in forward. Every rank recomputes the
   /// same segments in the same order, so the collectives match.
   void buildRecompute() {
     Impl* im = this;
@@ -806,13 +824,8 @@ struct ParallelModule::Impl {
         [im](const ir::Node& n, std::vector<c10::IValue>& args) {
           TORCH_CHECK(n.kind == ir::NodeKind::kOp, "node ", n.id.v,
                       " of a checkpoint segment is not an op node");
+          if (auto out = im->runOpCollective(n.id.v, args)) return *out;
           std::vector<c10::IValue> out;
-          if (auto sync = im->sync_norms.find(n.id.v); sync != im->sync_norms.end()) {
-            for (at::Tensor& t : syncBatchNorm(args, sync->second, *im->world,
-                                               n.op == "aten::_native_batch_norm_legit_functional"))
-              out.push_back(std::move(t));
-            return out;
-          }
           const int rid = im->node_redist.at(n.id.v);
           TORCH_CHECK(rid >= 0, "node ", n.id.v, " is external but not a redistribution");
           TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
@@ -828,15 +841,7 @@ struct ParallelModule::Impl {
     io.device = device;
     std::vector<bool> external(graph->numNodes(), false);
     for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
-    for (const auto& [node, spec] : sync_norms) {
-      if (node >= graph->numNodes() ||
-          (graph->node(ir::NodeId(node)).op != "aten::batch_norm" &&
-           graph->node(ir::NodeId(node)).op != "aten::_native_batch_norm_legit_functional"))
-        return invalidArgument(
-            "sync norm names node " + std::to_string(node) +
-            ", which is not an aten::batch_norm or aten::_native_batch_norm_legit_functional");
-      external[node] = true;
-    }
+    for (const auto& entry : op_collectives) external[entry.first] = true;
     APC_ASSIGN_OR_RETURN(Interpreter in, Interpreter::create(graph, io, external, masks,
                                                              symbolic_specs, checkpoints));
     interp = std::make_unique<Interpreter>(std::move(in));
@@ -931,21 +936,30 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   APC_RETURN_IF_ERROR(collect(prog.outputs(), impl->outputs, unused, "output"));
   for (const proto::VocabMask& m : prog.vocab_masks())
     impl->masks.push_back({ir::NodeId(m.node()), m.row_offset(), m.rows()});
-  for (const proto::SyncNorm& sn : prog.sync_norms()) {
+  for (const proto::OpCollective& oc : prog.op_collectives()) {
+    const std::string what = dir + ": op collective of node " + std::to_string(oc.node());
+    if (oc.node() >= g.numNodes() || g.node(ir::NodeId(oc.node())).kind != ir::NodeKind::kOp ||
+        impl->node_redist[oc.node()] >= 0 || impl->op_collectives.count(oc.node()))
+      return parseError(what + ": not an op node of the program, or named twice");
+    const ir::Node& n = g.node(ir::NodeId(oc.node()));
     std::vector<size_t> dims;
-    for (uint32_t m : sn.mesh_dims()) {
+    for (uint32_t m : oc.mesh_dims()) {
       if (m >= impl->mesh.ndim())
-        return parseError(dir + ": sync norm of node " + std::to_string(sn.node()) +
-                          " names mesh dim " + std::to_string(m) + " of a " +
+        return parseError(what + " names mesh dim " + std::to_string(m) + " of a " +
                           std::to_string(impl->mesh.ndim()) + "-d mesh");
       dims.push_back(m);
     }
-    std::string label = "node " + std::to_string(sn.node());
-    if (sn.node() < impl->graph->numNodes()) {
-      const ir::Node& bn = impl->graph->node(ir::NodeId(sn.node()));
-      label += " " + bn.op + " (" + bn.module_path + ")";
-    }
-    impl->sync_norms[sn.node()] = syncNormSpec(dims, label);
+    auto local = ir::deserializeGraph(oc.local().SerializeAsString());
+    if (!local.ok()) return parseError(what + ": local graph: " + local.error().message());
+    InterpreterOptions io;
+    io.device = impl->device;
+    auto runner =
+        OpCollectiveRunner::create(std::move(local).value(), n.inputs.size(), n.outputs.size(), io);
+    if (!runner.ok()) return parseError(what + ": " + runner.error().message());
+    const std::string label =
+        "node " + std::to_string(n.id.v) + " " + n.qualifiedOp() + " (" + n.module_path + ")";
+    impl->op_collectives.emplace(oc.node(), Impl::OpCollectiveExec{std::move(runner).value(),
+                                                                   opCollectiveSpec(dims, label)});
   }
   APC_RETURN_IF_ERROR(impl->readSymbolicArgs(dir));
   APC_RETURN_IF_ERROR(impl->readCheckpoints(dir));
@@ -962,7 +976,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->async_grad_param.assign(g.numNodes(), -1);
   for (const ir::Node& n : g.nodes()) {
     const int rid = impl->node_redist[n.id.v];
-    if (rid < 0 || impl->sync_norms.count(n.id.v) || n.inputs.size() != 1) continue;
+    if (rid < 0 || impl->op_collectives.count(n.id.v) || n.inputs.size() != 1) continue;
     if (static_cast<size_t>(rid) < impl->deferred_param.size() && impl->deferred_param[rid] >= 0)
       continue;  // an identity forward
     if (!canIssueForward(impl->redists[static_cast<size_t>(rid)])) continue;
@@ -1635,10 +1649,8 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         break;
       }
       case ir::NodeKind::kOp: {
-        if (auto sync = im.sync_norms.find(n.id.v); sync != im.sync_norms.end()) {
-          for (at::Tensor& t : syncBatchNorm(args, sync->second, *im.world,
-                                             n.op == "aten::_native_batch_norm_legit_functional"))
-            out.push_back(std::move(t));
+        if (auto collective = im.runOpCollective(n.id.v, args)) {
+          out = std::move(*collective);
           break;
         }
         const size_t rid = static_cast<size_t>(im.node_redist.at(n.id.v));

@@ -451,7 +451,7 @@ const std::vector<at::Tensor>& GroupedReduceScatter::wait() {
   return results_;
 }
 
-RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string& label) {
+RedistSpec opCollectiveSpec(const std::vector<size_t>& mesh_dims, const std::string& label) {
   RedistSpec spec;
   for (size_t m : mesh_dims) {
     RedistStepSpec step;
@@ -461,61 +461,8 @@ RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string&
     spec.backward.push_back(step);
   }
   spec.requires_grad = true;
-  spec.edge = label + " (batch statistics)";
+  spec.edge = label + " (op collective)";
   return spec;
-}
-
-std::vector<at::Tensor> syncBatchNorm(const std::vector<c10::IValue>& args, const RedistSpec& spec,
-                                      World& world, bool functional) {
-  TORCH_CHECK(args.size() >= 8 && args[0].isTensor(), spec.edge, ": batch_norm needs 9 arguments");
-  const at::Tensor x = args[0].toTensor();
-  TORCH_CHECK(x.dim() >= 2, spec.edge, ": batch_norm input of rank ", x.dim());
-  auto optionalTensor = [&](size_t i) {
-    return args[i].isTensor() ? args[i].toTensor() : at::Tensor();
-  };
-  at::Tensor weight = optionalTensor(1), bias = optionalTensor(2);
-  at::Tensor running_mean = optionalTensor(3), running_var = optionalTensor(4);
-  // Constants of an external node arrive without their schema: an integral float is an int.
-  auto number = [&](size_t i) {
-    return args[i].isInt()    ? static_cast<double>(args[i].toInt())
-           : args[i].isNone() ? 0.0
-                              : args[i].toDouble();
-  };
-  const double momentum = number(6);
-  const double eps = number(7);
-  const int64_t channels = x.size(1);
-  std::vector<int64_t> reduce_dims, shape(static_cast<size_t>(x.dim()), 1);
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (d != 1) reduce_dims.push_back(d);
-  shape[1] = channels;
-
-  // The element count travels with the sums: a dynamic batch may cut unevenly.
-  at::Tensor count = at::full({1}, static_cast<double>(x.numel() / channels), x.options());
-  at::Tensor sums = redistribute(at::cat({x.sum(reduce_dims), count}), spec, world);
-  at::Tensor n = sums.narrow(0, channels, 1).detach();
-  at::Tensor mean = sums.narrow(0, 0, channels) / n;
-  at::Tensor centered = x - mean.view(shape);
-  at::Tensor var = redistribute((centered * centered).sum(reduce_dims), spec, world) / n;
-  at::Tensor rstd = at::rsqrt(var + eps);
-  at::Tensor y = centered * rstd.view(shape);
-  if (weight.defined()) y = y * weight.view(shape);
-  if (bias.defined()) y = y + bias.view(shape);
-
-  at::NoGradGuard no_grad;
-  const double total = n.item<double>();
-  at::Tensor unbiased = var.detach() * (total / std::max(total - 1, 1.0));
-  if (functional) {
-    TORCH_CHECK(running_mean.defined() && running_var.defined(), spec.edge,
-                ": _native_batch_norm_legit_functional needs running stats");
-    return {y, mean, rstd,
-            running_mean * (1 - momentum) + mean.detach().to(running_mean.scalar_type()) * momentum,
-            running_var * (1 - momentum) + unbiased.to(running_var.scalar_type()) * momentum};
-  }
-  if (running_mean.defined())
-    running_mean.mul_(1 - momentum).add_(mean.detach().to(running_mean.scalar_type()), momentum);
-  if (running_var.defined())
-    running_var.mul_(1 - momentum).add_(unbiased.to(running_var.scalar_type()), momentum);
-  return {y};
 }
 
 at::Tensor gatherTensor(const at::Tensor& local, const mesh::PlacementTuple& placement,

@@ -18,6 +18,7 @@
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
 
+#include <torch/script.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,6 +35,7 @@
 #include "../common/run_command.h"
 #include "apc/artifact/artifact.h"
 #include "apc/frontend/model.h"
+#include "apc/ir/proto_io.h"
 #include "apc/plan/plan.h"
 #include "apc/runtime/parallel_module.h"
 #include "apc/spec/spec.h"
@@ -185,8 +187,8 @@ TEST_P(Differential, ShardedMatchesSingleProcess) {
 // The core-ATen training BatchNorm (_native_batch_norm_legit_functional: resnet_bottleneck's in
 // its .core.pt2) batch-sharded on [2] (the optimizer's plan with every BatchNorm module's output
 // pinned S(0): left alone it cuts channels): each one synchronizes its statistics (the program
-// records a SyncNorm on every such node), and 3 SGD steps give the single-process model's outputs,
-// gradients and losses.
+// records an OpCollective on every such node, whose local graph all-reduces the statistics), and
+// 3 SGD steps give the single-process model's outputs, gradients and losses.
 TEST(CoreBatchNorm, TrainsBatchShardedWithSynchronizedStatistics) {
   ModelCase m = models().at("resnet_bottleneck.core.pt2");
   if (!std::filesystem::exists(testing::samplePath(m.model)) ||
@@ -215,11 +217,70 @@ TEST(CoreBatchNorm, TrainsBatchShardedWithSynchronizedStatistics) {
     for (int i = 0; i < prog->graph().nodes_size(); ++i)
       if (prog->graph().nodes(i).op() == "aten::_native_batch_norm_legit_functional")
         bn.insert(static_cast<uint32_t>(i));
-    for (const proto::SyncNorm& sn : prog->sync_norms()) synced.insert(sn.node());
+    for (const proto::OpCollective& oc : prog->op_collectives()) {
+      synced.insert(oc.node());
+      EXPECT_EQ(std::vector<uint32_t>(oc.mesh_dims().begin(), oc.mesh_dims().end()),
+                std::vector<uint32_t>{0});
+      // The node's local graph: plain ops around the statistics' two all-reduces.
+      int all_reduces = 0;
+      for (const proto::Node& n : oc.local().nodes()) all_reduces += n.op() == "apc::op_all_reduce";
+      EXPECT_EQ(all_reduces, 2);
+    }
     EXPECT_FALSE(bn.empty());
     EXPECT_EQ(synced, bn) << "rank " << rank;
   }
   const Reference& ref = referenceFor("resnet_bottleneck.core.pt2");
+  std::vector<std::string> failed =
+      testing::runRanks(2, [&](int rank) { return runRank(rank, dir.string(), ref, true); });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(spec);
+}
+
+// A new op with an internal collective, end to end: group_norm with a spatial dim cut (its
+// registry entry's OpInfo::collective and collective_local, nothing else). A TorchScript module
+// written here (GroupNorm in a submodule, then ReLU), planned on [2] with the norm's output
+// pinned S(2) (an uneven cut: 11 rows), lowers to one OpCollective per rank on the group_norm node,
+// and 3 SGD steps give the single-process module's outputs, gradients and losses.
+TEST(OpCollective, GroupNormTrainsSpatiallyShardedWithSynchronizedStatistics) {
+  const std::filesystem::path model = scratchDir("gn_small");
+  {
+    torch::jit::Module norm("__torch__.GroupNormSub");
+    norm.register_parameter("weight", at::randn({8}, at::kFloat).requires_grad_(), false);
+    norm.register_parameter("bias", at::randn({8}, at::kFloat).requires_grad_(), false);
+    norm.define(R"JIT(
+def forward(self, x):
+    return torch.group_norm(x, 4, self.weight, self.bias, 1e-05, False)
+)JIT");
+    torch::jit::Module top("__torch__.GroupNormSmall");
+    top.register_module("norm", norm);
+    top.define(R"JIT(
+def forward(self, x):
+    return torch.relu(self.norm.forward(x))
+)JIT");
+    top.save(model.string() + ".pt");
+  }
+  const std::filesystem::path spec = scratchDir("gn_pins.json");
+  {
+    nlohmann::json pins = nlohmann::json::array();
+    pins.push_back({{"module", "norm"}, {"placements", {"S(2)"}}});
+    std::ofstream f(spec);
+    f << nlohmann::json{{"mesh", {{"shape", {2}}}}, {"pins", pins}}.dump();
+  }
+  testing::ModelCase m{model.string(), {"x:f32[4,8,11,6]"}, 0, "--spec " + spec.string()};
+  std::filesystem::path dir = scratchDir("gn_2_pinned");
+  std::string err = testing::makeArtifact(m, "2", "", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  for (int64_t rank : {0, 1}) {
+    Expected<proto::Program> prog = artifact::readProgram(dir.string(), rank);
+    ASSERT_TRUE(prog.ok()) << prog.error().message();
+    ASSERT_EQ(prog->op_collectives_size(), 1) << "rank " << rank;
+    const proto::OpCollective& oc = prog->op_collectives(0);
+    EXPECT_EQ(prog->graph().nodes(static_cast<int>(oc.node())).op(), "aten::group_norm");
+    EXPECT_EQ(std::vector<uint32_t>(oc.mesh_dims().begin(), oc.mesh_dims().end()),
+              std::vector<uint32_t>{0});
+  }
+  const Reference ref = testing::computeReference(m, kSteps, kLr);
   std::vector<std::string> failed =
       testing::runRanks(2, [&](int rank) { return runRank(rank, dir.string(), ref, true); });
   for (const std::string& f : failed) ADD_FAILURE() << f;
@@ -733,6 +794,86 @@ TEST_F(ArtifactErrors, MissingDirectory) {
   std::string e = loadError(dir_ + "_nope", 0, 2);
   EXPECT_FALSE(e.empty());
   EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+}
+
+// A malformed op collective (proto::OpCollective) fails the load in one line that names the node:
+// one on a node that is not an op node, one whose local graph does not fit its node (a batch_norm
+// graph on a linear), one whose local graph runs an op the registry does not have.
+TEST_F(ArtifactErrors, MalformedOpCollectiveNamesItsNode) {
+  ASSERT_TRUE(err_.empty()) << err_;
+  std::vector<proto::Program> programs;
+  for (int64_t r : {0, 1}) {
+    Expected<proto::Program> p = artifact::readProgram(dir_, r);
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    programs.push_back(std::move(p).value());
+  }
+  int linear = -1;
+  for (int i = 0; i < programs[0].graph().nodes_size() && linear < 0; ++i)
+    if (programs[0].graph().nodes(i).op() == "aten::linear") linear = i;
+  ASSERT_GE(linear, 0);
+  auto localGraph = [](size_t inputs, const std::string& op) {
+    ir::Graph g;
+    g.name = "test (local)";
+    std::vector<ir::ValueId> args;
+    for (size_t i = 0; i < inputs; ++i) {
+      ir::Value v;
+      v.type = ir::ValueType::kOther;
+      v.debug_name = "a" + std::to_string(i);
+      args.push_back(g.addValue(v));
+      ir::Node in;
+      in.kind = ir::NodeKind::kInput;
+      in.op = "input";
+      in.name = "arg" + std::to_string(i);
+      in.outputs = {args.back()};
+      g.addNode(in);
+    }
+    ir::Value out;
+    out.type = ir::ValueType::kOther;
+    out.debug_name = "y";
+    ir::ValueId y = g.addValue(out);
+    ir::Node n;
+    n.op = op;
+    n.inputs = {args[0]};
+    n.outputs = {y};
+    g.addNode(n);
+    ir::OutputTree tree;
+    tree.kind = ir::OutputTree::Kind::kTuple;
+    tree.children.push_back(ir::OutputTree::makeLeaf(y));
+    g.setOutputs(tree);
+    proto::Graph pg;
+    pg.ParseFromString(ir::serializeGraph(g));
+    return pg;
+  };
+  const int linear_inputs = programs[0].graph().nodes(linear).inputs_size();
+  struct Case {
+    std::string name;
+    uint32_t node;
+    proto::Graph local;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"not_op", 0, localGraph(1, "aten::relu"), "not an op node"},
+      {"wrong_arity", static_cast<uint32_t>(linear), localGraph(9, "aten::relu"), "9 inputs"},
+      {"unknown_op", static_cast<uint32_t>(linear),
+       localGraph(static_cast<size_t>(linear_inputs), "test::no_such_op"), "test::no_such_op"}};
+  for (const Case& c : cases) {
+    std::vector<proto::Program> edited = programs;
+    for (proto::Program& p : edited) {
+      proto::OpCollective* oc = p.add_op_collectives();
+      oc->set_node(c.node);
+      oc->add_mesh_dims(0);
+      *oc->mutable_local() = c.local;
+    }
+    std::string d = scratchDir("op_collective_" + c.name).string();
+    Status s = artifact::writeArtifact(d, edited);
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    std::string e = loadError(d, 0, 2);
+    EXPECT_NE(e.find("op collective of node " + std::to_string(c.node)), std::string::npos)
+        << c.name << ": " << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.name << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << c.name << ": " << e;
+    std::filesystem::remove_all(d);
+  }
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 namespace apc::runtime::testing {
 
 std::string samplePath(const std::string& model, const std::string& ext) {
+  if (!model.empty() && model.front() == '/') return model + "." + ext;  // a test's own model
   return std::string(APC_SOURCE_DIR) + "/sample_models/out/" + model + "." + ext;
 }
 

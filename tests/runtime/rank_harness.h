@@ -35,7 +35,8 @@ struct ParallelModuleOptions;
 
 namespace apc::runtime::testing {
 
-/// sample_models/out/<model>.<ext>; ext "pt" (TorchScript) or "pt2" (exported program).
+/// sample_models/out/<model>.<ext>; ext "pt" (TorchScript) or "pt2" (exported program). An
+/// absolute `model` ("/tmp/.../gn_small", a model a test wrote) is <model>.<ext>.
 std::string samplePath(const std::string& model, const std::string& ext = "pt");
 std::string apcBinary();
 

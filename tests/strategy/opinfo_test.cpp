@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "apc/cost/cost_model.h"
+#include "apc/ir/op_collective.h"
 #include "apc/strategy/local_rewrite.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
@@ -102,6 +103,75 @@ TEST(OpInfo, TrainingBatchNormDeclaresItsStatisticsAllReduce) {
   EXPECT_EQ(info->collective(c, inputs, m, nullptr).us, 0);  // lowering: the mesh dims only
   inputs[0] = PlacementTuple{mesh::Placement::shard(1), mesh::Placement::replicate()};
   EXPECT_TRUE(info->collective(c, inputs, m, &model).mesh_dims.empty());
+}
+
+// What lowering records for an op collective and the runtime runs: the entry's local graph
+// (OpInfo::collective_local, apc/ir/op_collective.h). batch_norm's: one input node per argument,
+// its one output, and the statistics' two all-reduces (sums with the count, then the squared
+// deviations); the functional form's five outputs; group_norm's (a spatial cut) the same two.
+TEST(OpInfo, CollectiveLocalGraphsAllReduceTheStatistics) {
+  auto allReduces = [](const ir::Graph& g) {
+    int n = 0;
+    for (const ir::Node& node : g.nodes()) n += node.op == ir::kOpAllReduce;
+    return n;
+  };
+  auto inputNodes = [](const ir::Graph& g) { return g.nodesOfKind(ir::NodeKind::kInput).size(); };
+  std::vector<std::optional<PlacementTuple>> inputs(9);
+  inputs[0] = PlacementTuple{mesh::Placement::shard(0)};
+  {
+    Builder b;
+    ValueId x = b.input("x", {8, 64, 4, 4});
+    ValueId w = b.param("w", {64}), bias = b.param("b", {64});
+    ValueId rm = b.buffer("rm", {64}), rv = b.buffer("rv", {64});
+    b.op("aten::batch_norm", {x, w, bias, rm, rv, b.b(true), b.f(0.1), b.f(1e-5), b.b(true)},
+         {8, 64, 4, 4});
+    const OpInfo* info = defaultRegistry().findEntry(opinfoNode(b));
+    ASSERT_NE(info, nullptr);
+    ASSERT_TRUE(info->collective_local);
+    Expected<ir::Graph> local = info->collective_local(RuleContext{b.g, opinfoNode(b)}, inputs);
+    ASSERT_TRUE(local.ok()) << local.error().message();
+    EXPECT_EQ(inputNodes(*local), 9u);
+    EXPECT_EQ(local->outputs().leaves().size(), 1u);
+    EXPECT_EQ(allReduces(*local), 2);
+    EXPECT_TRUE(ir::checkLocalGraph(*local, 9, 1).ok());
+    EXPECT_FALSE(ir::checkLocalGraph(*local, 9, 5).ok());  // a reader checks the node's counts
+  }
+  {
+    Builder b;
+    ValueId x = b.input("x", {8, 64, 4, 4});
+    ValueId w = b.param("w", {64}), bias = b.param("b", {64});
+    ValueId rm = b.buffer("rm", {64}), rv = b.buffer("rv", {64});
+    b.multiOp("aten::_native_batch_norm_legit_functional",
+              {x, w, bias, rm, rv, b.b(true), b.f(0.1), b.f(1e-5)},
+              {{8, 64, 4, 4}, {64}, {64}, {64}, {64}});
+    const OpInfo* info = defaultRegistry().findEntry(opinfoNode(b));
+    ASSERT_NE(info, nullptr);
+    Expected<ir::Graph> local = info->collective_local(RuleContext{b.g, opinfoNode(b)}, inputs);
+    ASSERT_TRUE(local.ok()) << local.error().message();
+    EXPECT_EQ(inputNodes(*local), 8u);
+    EXPECT_EQ(local->outputs().leaves().size(), 5u);
+    EXPECT_EQ(allReduces(*local), 2);
+  }
+  {
+    Builder b;
+    ValueId x = b.input("x", {4, 8, 12, 6});
+    ValueId w = b.param("w", {8}), bias = b.param("b", {8});
+    b.op("aten::group_norm", {x, b.i(4), w, bias, b.f(1e-5), b.b(false)}, {4, 8, 12, 6});
+    const OpInfo* info = defaultRegistry().findEntry(opinfoNode(b));
+    ASSERT_NE(info, nullptr);
+    ASSERT_TRUE(info->collective && info->collective_local);
+    mesh::DeviceMesh m = *mesh::DeviceMesh::parse("2x2");
+    const RuleContext c{b.g, opinfoNode(b)};
+    std::vector<std::optional<PlacementTuple>> gn(6);
+    gn[0] = PlacementTuple{mesh::Placement::shard(0), mesh::Placement::shard(2)};
+    EXPECT_EQ(info->collective(c, gn, m, nullptr).mesh_dims, (std::vector<size_t>{1}));
+    Expected<ir::Graph> local = info->collective_local(c, gn);
+    ASSERT_TRUE(local.ok()) << local.error().message();
+    EXPECT_EQ(inputNodes(*local), 6u);
+    EXPECT_EQ(allReduces(*local), 2);
+    gn[0] = PlacementTuple{mesh::Placement::shard(0), mesh::Placement::replicate()};
+    EXPECT_TRUE(info->collective(c, gn, m, nullptr).mesh_dims.empty());  // a batch cut: none
+  }
 }
 
 // (a) A new pointwise op with a random variant: the variant's entry is the op's rule with a

@@ -8,7 +8,8 @@
 
 #include <algorithm>
 
-#include "apc/strategy/sync_norm.h"
+#include "apc/runtime/op_collective.h"
+#include "apc/strategy/strategy.h"
 
 #include "apc/layout/layout.h"
 #include "apc/lower/local_rewrite.h"
@@ -292,52 +293,54 @@ std::optional<std::string> checkStrategyForm(const ir::Graph& g, const ir::Node&
 
 namespace {
 
-/// batch_norm(x, weight, bias, ..., eps) on rank `coord`'s piece of x with the statistics of the
-/// pieces of every rank that differs from it only in `sync_dims` (the reduction the runtime does
-/// with all-reduces). batch_norm's running stats (updated in place) are not compared; the
-/// functional form (`outputs` 5) also returns save_mean, save_rstd and the updated running stats
-/// (momentum, unbiased variance), which are.
-Expected<std::vector<c10::IValue>> syncNormOnRank(
-    const std::vector<c10::IValue>& args, const RankTensors& pieces, const mesh::DeviceMesh& mesh,
-    const std::vector<int64_t>& coord, const std::vector<size_t>& sync_dims, size_t outputs) {
-  const at::Tensor x = args.at(0).toTensor();
-  std::vector<int64_t> dims, shape(static_cast<size_t>(x.dim()), 1);
-  for (int64_t d = 0; d < x.dim(); ++d)
-    if (d != 1) dims.push_back(d);
-  shape[1] = x.size(1);
-  std::vector<at::Tensor> group;
-  for (int64_t r = 0; r < mesh.worldSize(); ++r) {
-    std::vector<int64_t> c = mesh.coordinate(r);
-    bool same = true;
-    for (size_t m = 0; m < mesh.ndim(); ++m)
-      if (std::find(sync_dims.begin(), sync_dims.end(), m) == sync_dims.end() && c[m] != coord[m])
-        same = false;
-    if (same) group.push_back(pieces[static_cast<size_t>(r)]);
+/// The outputs of a node with an op collective on every rank that has arguments (`args[r]`
+/// non-empty): its local graph (what lowering records and the runtime runs), the k-th all-reduce of
+/// rank r the sum of the k-th all-reduce inputs of the ranks that differ from r only in `dims`.
+/// Pass p runs every rank with the results of the all-reduces before p known (the others return
+/// their input) and sums the inputs of all-reduce p; the last pass has them all. Every pass runs on
+/// copies of the arguments (the local graph may update some in place).
+Expected<std::vector<std::vector<c10::IValue>>> simulateOpCollective(
+    const runtime::OpCollectiveRunner& local, const std::vector<std::vector<c10::IValue>>& args,
+    const mesh::DeviceMesh& mesh, const std::vector<size_t>& dims) {
+  const size_t world = args.size(), k_all = local.numAllReduces();
+  std::vector<std::vector<at::Tensor>> results(k_all, std::vector<at::Tensor>(world));
+  std::vector<std::vector<c10::IValue>> outs(world);
+  for (size_t pass = 0; pass <= k_all; ++pass) {
+    std::vector<std::vector<at::Tensor>> seen(k_all, std::vector<at::Tensor>(world));
+    for (size_t r = 0; r < world; ++r) {
+      if (args[r].empty()) continue;
+      std::vector<c10::IValue> copy;
+      for (const c10::IValue& a : args[r]) copy.push_back(cloneValue(a));
+      try {
+        outs[r] = local.run(copy, [&](size_t k, const at::Tensor& t) {
+          seen.at(k)[r] = t.detach().clone();
+          return k < pass ? results[k][r] : t;
+        });
+      } catch (const std::exception& e) {
+        return unsupported("rank " + std::to_string(r) + ": " + firstLine(e.what()));
+      }
+    }
+    if (pass == k_all) break;
+    for (size_t r = 0; r < world; ++r) {
+      if (args[r].empty()) continue;
+      const std::vector<int64_t> coord = mesh.coordinate(static_cast<int64_t>(r));
+      at::Tensor sum;
+      for (size_t q = 0; q < world; ++q) {
+        const std::vector<int64_t> other = mesh.coordinate(static_cast<int64_t>(q));
+        bool same = true;
+        for (size_t m = 0; m < mesh.ndim(); ++m)
+          if (std::find(dims.begin(), dims.end(), m) == dims.end() && other[m] != coord[m])
+            same = false;
+        if (!same) continue;
+        if (!seen[pass][q].defined())
+          return internalError("rank " + std::to_string(q) + " did not reach all-reduce " +
+                               std::to_string(pass) + " of the local graph");
+        sum = sum.defined() ? sum + seen[pass][q] : seen[pass][q];
+      }
+      results[pass][r] = sum;
+    }
   }
-  at::Tensor sum = at::zeros({x.size(1)}, x.options());
-  double count = 0;
-  for (const at::Tensor& p : group) {
-    sum = sum + p.sum(dims);
-    count += static_cast<double>(p.numel() / std::max<int64_t>(p.size(1), 1));
-  }
-  at::Tensor mean = sum / count;
-  at::Tensor sq = at::zeros({x.size(1)}, x.options());
-  for (const at::Tensor& p : group) sq = sq + (p - mean.view(shape)).pow(2).sum(dims);
-  at::Tensor var = sq / count;
-  auto number = [&](size_t i) {
-    return args.at(i).isInt() ? static_cast<double>(args[i].toInt()) : args[i].toDouble();
-  };
-  const double eps = number(7);
-  at::Tensor rstd = at::rsqrt(var + eps);
-  at::Tensor y = (x - mean.view(shape)) * rstd.view(shape);
-  if (args.at(1).isTensor()) y = y * args[1].toTensor().view(shape);
-  if (args.at(2).isTensor()) y = y + args[2].toTensor().view(shape);
-  if (outputs != 5) return std::vector<c10::IValue>{y};
-  const double momentum = number(6);
-  at::Tensor unbiased = var * (count / std::max(count - 1, 1.0));
-  return std::vector<c10::IValue>{y, mean, rstd,
-                                  args.at(3).toTensor() * (1 - momentum) + mean * momentum,
-                                  args.at(4).toTensor() * (1 - momentum) + unbiased * momentum};
+  return outs;
 }
 
 /// One rank's call after lowering's local rewrite: the kernel when the overload changes
@@ -423,17 +426,54 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
   mark(s.inputs);
   mark(s.outputs);
   std::string notes;
-  // A batch-sharded training-mode batch_norm reduces its statistics across the ranks that cut
-  // them (apc/strategy/sync_norm.h): simulated here from every rank's input piece.
-  std::vector<size_t> sync_dims;
-  if (strategy::isTrainingBatchNorm(g, node) && s.inputs[0])
-    sync_dims = strategy::syncNormMeshDims(*s.inputs[0]);
+  // A collective inside the node under this strategy (its registry entry's OpInfo::collective,
+  // e.g. a batch-sharded training batch_norm's statistics): every rank runs the node's local graph
+  // (OpInfo::collective_local, as lowering records it and the runtime runs it), its all-reduces
+  // simulated across the ranks (simulateOpCollective), after the loop below.
+  std::vector<size_t> collective_dims;
+  std::optional<runtime::OpCollectiveRunner> local;
+  if (const strategy::OpInfo* info = strategy::defaultRegistry().findEntry(node);
+      info && info->collective) {
+    const strategy::RuleContext ctx{g, node};
+    collective_dims = info->collective(ctx, s.inputs, mesh, nullptr).mesh_dims;
+    if (!collective_dims.empty()) {
+      if (!info->collective_local) return std::string("the op's collective has no local graph");
+      Expected<ir::Graph> lg = info->collective_local(ctx, s.inputs);
+      if (!lg.ok()) return "local graph: " + lg.error().message();
+      auto runner = runtime::OpCollectiveRunner::create(std::move(lg).value(), node.inputs.size(),
+                                                        node.outputs.size());
+      if (!runner.ok()) return "local graph: " + runner.error().message();
+      local = std::move(runner).value();
+    }
+  }
+  std::vector<std::vector<c10::IValue>> local_args(static_cast<size_t>(world));
+  std::vector<int64_t> copies_of(static_cast<size_t>(world), -1);  // with `local`: r's rep
+  // Rank r's outputs into out_locals.
+  auto store = [&](int64_t r, const std::vector<c10::IValue>& outs) -> std::optional<std::string> {
+    if (outs.size() != node.outputs.size())
+      return "rank " + std::to_string(r) + ": " + std::to_string(outs.size()) +
+             " outputs, the node has " + std::to_string(node.outputs.size());
+    for (size_t j = 0; j < node.outputs.size(); ++j) {
+      if (!s.outputs[j]) continue;
+      std::vector<at::Tensor> got = elementsOf(outs[j]);
+      if (got.size() != full_outs[j].size())
+        return "rank " + std::to_string(r) + " " + outputName(g, node, j) + ": " +
+               std::to_string(got.size()) + " tensors, the reference has " +
+               std::to_string(full_outs[j].size()) + notes;
+      for (size_t e = 0; e < got.size(); ++e) out_locals[j][e][static_cast<size_t>(r)] = got[e];
+    }
+    return std::nullopt;
+  };
   for (int64_t r = 0; r < world; ++r) {
     const std::vector<int64_t> coord = mesh.coordinate(r);
     std::vector<int64_t> rep_coord = coord;
     for (size_t m = 0; m < mesh.ndim(); ++m)
       if (!active[m]) rep_coord[m] = 0;
     const int64_t rep = mesh.rank(rep_coord);
+    if (rep != r && local) {
+      copies_of[static_cast<size_t>(r)] = rep;
+      continue;
+    }
     if (rep != r) {
       for (size_t j = 0; j < node.outputs.size(); ++j)
         for (RankTensors& el : out_locals[j])
@@ -482,9 +522,12 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     const NodeOp& run_op = call->op ? *call->op : op;
     if (run_op.schema() && run_op.schema()->is_mutable())  // the inputs are views of shared tensors
       for (c10::IValue& a : args) a = cloneValue(a);
+    if (local) {
+      local_args[static_cast<size_t>(r)] = std::move(args);
+      ++stats.rank_calls;
+      continue;
+    }
     Expected<std::vector<c10::IValue>> outs = [&]() -> Expected<std::vector<c10::IValue>> {
-      if (!sync_dims.empty())
-        return syncNormOnRank(args, in_locals[0][0], mesh, coord, sync_dims, node.outputs.size());
       if (!call->vocab) return run_op.run(std::move(args), node.outputs.size());
       try {
         return runtime::callMaskedEmbedding(run_op, std::move(args), *call->vocab);
@@ -495,14 +538,16 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     ++stats.rank_calls;
     if (!outs.ok())
       return "rank " + std::to_string(r) + " failed: " + outs.error().message() + notes;
-    for (size_t j = 0; j < node.outputs.size(); ++j) {
-      if (!s.outputs[j]) continue;
-      std::vector<at::Tensor> got = elementsOf((*outs)[j]);
-      if (got.size() != full_outs[j].size())
-        return "rank " + std::to_string(r) + " " + outputName(g, node, j) + ": " +
-               std::to_string(got.size()) + " tensors, the reference has " +
-               std::to_string(full_outs[j].size()) + notes;
-      for (size_t e = 0; e < got.size(); ++e) out_locals[j][e][static_cast<size_t>(r)] = got[e];
+    if (auto bad = store(r, *outs)) return bad;
+  }
+  if (local) {
+    Expected<std::vector<std::vector<c10::IValue>>> outs =
+        simulateOpCollective(*local, local_args, mesh, collective_dims);
+    if (!outs.ok()) return "local graph failed: " + outs.error().message() + notes;
+    for (int64_t r = 0; r < world; ++r) {
+      const int64_t from =
+          copies_of[static_cast<size_t>(r)] >= 0 ? copies_of[static_cast<size_t>(r)] : r;
+      if (auto bad = store(r, (*outs)[static_cast<size_t>(from)])) return bad;
     }
   }
   for (size_t j = 0; j < node.outputs.size(); ++j) {

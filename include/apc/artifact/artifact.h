@@ -32,8 +32,10 @@ inline constexpr int kManifestFormatVersion = 1;
 /// 2: Redistribution.reduce_dtype (before, the runtime reduced every gradient in the program's
 /// reduce_dtype). 3: Program.divisible (dynamic dims that must split evenly, checked per forward)
 /// and Redistribution.regather (parameters re-gathered in backward). 4: placements, step kinds
-/// and reduce ops as enums (proto::Placement, proto::StepKind, proto::ReduceOp), not text.
-inline constexpr uint32_t kProgramFormatVersion = 4;
+/// and reduce ops as enums (proto::Placement, proto::StepKind, proto::ReduceOp), not text. 5: an
+/// op's internal collective as Program.op_collectives (node, mesh dims and the op's local graph)
+/// in place of the batch_norm-only Program.sync_norms.
+inline constexpr uint32_t kProgramFormatVersion = 5;
 
 /// The runtime's default gradient bucket (ParallelModuleOptions::grad_bucket_bytes) and the one
 /// lowering's prediction assumes: DDP's 25 MiB.
@@ -115,9 +117,9 @@ inline constexpr int64_t kMinGatherGroupBytes = 1024 * 1024;
 /// FSDP's grouped parameter gathers (ParallelModule runs them; lowering prices them so). Per node
 /// of `program`'s graph: the index of its gather group, -1 for none. A candidate is a
 /// redistribute node whose input is a parameter and whose forward is one all-gather along a static
-/// dim (not a bucketed edge, not a sync norm): the gathers the runtime issues ahead. Candidates in
-/// program order are grouped while they are consecutive among the candidates and agree on the
-/// mesh dim, the parameter's stored dtype, requires_grad, regather, the backward (one
+/// dim (not a bucketed edge, not an op collective): the gathers the runtime issues ahead.
+/// Candidates in program order are grouped while they are consecutive among the candidates and
+/// agree on the mesh dim, the parameter's stored dtype, requires_grad, regather, the backward (one
 /// reduce-scatter along a static dim with the same op and reduce dtype; an all-reduce then a local
 /// slice on its mesh dim, the same way; or anything else), as FSDP2's fully_shard per layer: a
 /// change of layer (the parameter's name up to its first numeric component, "layers.3" of

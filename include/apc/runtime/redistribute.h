@@ -170,25 +170,13 @@ class GroupedReduceScatter {
   bool done_ = false;
 };
 
+/// The sum all-reduce of an op's internal collective (proto::OpCollective) over `mesh_dims`,
+/// forward and on the gradient; `label` names the node in messages.
+RedistSpec opCollectiveSpec(const std::vector<size_t>& mesh_dims, const std::string& label);
+
 /// The full tensor of a local piece placed as `placement` (no Partial) with global sizes
 /// `global_sizes`; autograd-aware (backward: this rank's piece of the gradient). A global size of
 /// -1 (a dynamic dim) is not known: the members of each gather exchange their sizes along it.
-/// The all-reduce (sum) of a synchronized BatchNorm's statistics over `mesh_dims`, forward and on
-/// the gradient.
-RedistSpec syncNormSpec(const std::vector<size_t>& mesh_dims, const std::string& label);
-
-/// aten::batch_norm(input, weight?, bias?, running_mean?, running_var?, training=True, momentum,
-/// eps, cudnn_enabled) on this rank's piece of the input, with the batch statistics reduced by
-/// `allreduce` (a syncNormSpec; SyncBatchNorm semantics, apc/strategy/sync_norm.h):
-/// differentiable through autograd, running stats updated in place from the global mean and
-/// unbiased variance; returns {output}. With `functional`, the core-ATen
-/// _native_batch_norm_legit_functional (same arguments but cudnn_enabled): the running stats are
-/// not written but returned, {output, save_mean, save_rstd, running_mean, running_var}, as the op
-/// returns them. `allreduce` must outlive the backward pass (autograd keeps a pointer).
-std::vector<at::Tensor> syncBatchNorm(const std::vector<c10::IValue>& args,
-                                      const RedistSpec& allreduce, World& world,
-                                      bool functional = false);
-
 at::Tensor gatherToFull(const at::Tensor& local, const mesh::PlacementTuple& placement,
                         const std::vector<int64_t>& global_sizes, World& world);
 

@@ -220,17 +220,25 @@ struct TpUse {
 };
 
 /// A collective a node of the op runs inside itself under some placements (train-mode BatchNorm's
-/// statistics all-reduce, apc/strategy/sync_norm.h): the mesh dims it reduces over and its time.
+/// statistics all-reduce, apc/strategy/sync_norm.h): the mesh dims it all-reduces over and its
+/// time.
 struct OpCollective {
   std::vector<size_t> mesh_dims;  // empty: none under these placements
   double us = 0;                  // forward and backward time; 0 without a cost model
 };
 /// The collective inside a node whose inputs are computed on `inputs` (one entry per node input,
 /// nullopt for non-tensors): enumeration prices it into the strategy's cost (`model` given),
-/// lowering records its mesh dims in the program (`model` null). The runtime executes it.
+/// lowering records its mesh dims in the program (`model` null) with the node's local graph
+/// (OpLocalGraphFn), which the runtime executes.
 using OpCollectiveFn = std::function<OpCollective(
     const RuleContext& c, const std::vector<std::optional<PlacementTuple>>& inputs,
     const mesh::DeviceMesh& mesh, const cost::CostModel* model)>;
+/// The rank's computation of a node whose OpCollectiveFn gives mesh dims under `inputs`: its local
+/// graph (apc/ir/op_collective.h), plain ops on the rank's pieces around ir::kOpAllReduce nodes,
+/// each a sum all-reduce over those mesh dims. Lowering records it in the program
+/// (proto::OpCollective); the runtime runs it without knowing the op.
+using OpLocalGraphFn = std::function<Expected<ir::Graph>(
+    const RuleContext& c, const std::vector<std::optional<PlacementTuple>>& inputs)>;
 
 struct RankPieces;   // apc/strategy/local_rewrite.h
 struct NodeRewrite;  // apc/strategy/local_rewrite.h
@@ -278,7 +286,8 @@ using SamplesFn = std::function<std::vector<OpSample>()>;
 
 /// Everything apc knows about one op, in one registry entry: its sharding rule, its cost family,
 /// work and backward multiple, the constant arguments lowering rewrites to local sizes, whether it
-/// draws random numbers, the collective it runs inside itself, and its Megatron role. Adding an op
+/// draws random numbers, the collective it runs inside itself (its price and the local graph the
+/// runtime runs), and its Megatron role. Adding an op
 /// touches its family's registration (lib/strategy) and the tests.
 struct OpInfo {
   Rule rule;  // empty: no sharding rule (the Replicate-only fallback); the entry says the rest
@@ -290,6 +299,7 @@ struct OpInfo {
   LocalRewriteFn local_rewrite = nullptr;  // null: every argument keeps its global value
   RandomFn random;                         // empty: never random
   OpCollectiveFn collective;               // empty: none
+  OpLocalGraphFn collective_local;         // with `collective`: the node's local graph
   TpUse tp;
   /// Sample invocations the strategy validator runs every strategy of the rule on (empty: the op
   /// is checked only where it occurs in the sample models).

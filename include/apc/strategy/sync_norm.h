@@ -15,8 +15,10 @@
 //             parameter of a sharded op.
 // This header is the one definition of when that happens and what it costs; the batch_norm
 // entries of the registry declare it as their OpInfo::collective (lib/strategy/normalization.cpp),
-// through which the enumerator prices it into the node's cost and lowering records the mesh dims
-// in the program (proto::SyncNorm); the runtime executes it.
+// through which the enumerator prices it into the node's cost, and their OpInfo::collective_local
+// (the rank's computation as local ops around the two all-reduces, apc/ir/op_collective.h), which
+// lowering records with the mesh dims (proto::OpCollective) and the runtime runs without knowing
+// the op.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
