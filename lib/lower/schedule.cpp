@@ -90,18 +90,7 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
         i >= static_cast<size_t>(program.prediction().node_compute_us_size()))
       continue;
     const double us = program.prediction().node_compute_us(static_cast<int>(i));
-    bool backward = false;
-    for (ir::ValueId o : n.outputs)
-      if (const auto& t = graph.value(o).tensor; t && t->requires_grad) backward = true;
-    double share = 1.0;
-    if (backward) {
-      const strategy::OpInfo* rule = registry.findEntry(n);
-      const cost::OpFamily family = rule ? rule->family : cost::OpFamily::kOther;
-      const double mult = rule && rule->backward_multiplier >= 0 ? rule->backward_multiplier
-                                                                 : cost::backwardMultiplier(family);
-      share = 1.0 / (1.0 + mult);
-    }
-    fwd[i] = us * share;
+    fwd[i] = us * registry.forwardShare(graph, n);
     bwd[i] = us - fwd[i];
   }
 

@@ -97,19 +97,7 @@ Expected<double> recomputeUs(const ir::Graph& g, const Plan& p, std::string_view
   double us = 0;
   for (const PlanNode& pn : p.nodes) {
     if (!pn.graph_node || *pn.graph_node < r->first || *pn.graph_node > r->last) continue;
-    const ir::Node& n = g.node(ir::NodeId(*pn.graph_node));
-    bool backward = false;
-    for (ir::ValueId o : n.outputs)
-      if (const auto& t = g.value(o).tensor; t && t->requires_grad) backward = true;
-    double share = 1.0;
-    if (backward) {
-      const strategy::OpInfo* rule = registry.findEntry(n);
-      const cost::OpFamily family = rule ? rule->family : cost::OpFamily::kOther;
-      const double mult = rule && rule->backward_multiplier >= 0 ? rule->backward_multiplier
-                                                                 : cost::backwardMultiplier(family);
-      share = 1.0 / (1.0 + mult);
-    }
-    us += pn.compute_us * share;
+    us += pn.compute_us * registry.forwardShare(g, g.node(ir::NodeId(*pn.graph_node)));
     for (const PlanEdge& e : pn.in_edges)
       if (e.from < p.nodes.size() && p.nodes[e.from].kind != "parameter") us += e.cost_us / 2;
   }

@@ -279,6 +279,18 @@ bool Registry::drawsRandomNumbers(const ir::Graph& g, const ir::Node& n) const {
   return e && e->random && e->random(RuleContext{g, n});
 }
 
+double Registry::forwardShare(const ir::Graph& g, const ir::Node& n) const {
+  bool backward = false;
+  for (ir::ValueId o : n.outputs)
+    if (const auto& t = g.value(o).tensor; t && t->requires_grad) backward = true;
+  if (!backward) return 1.0;
+  const OpInfo* rule = findEntry(n);
+  const cost::OpFamily family = rule ? rule->family : cost::OpFamily::kOther;
+  const double mult = rule && rule->backward_multiplier >= 0 ? rule->backward_multiplier
+                                                             : cost::backwardMultiplier(family);
+  return 1.0 / (1.0 + mult);
+}
+
 std::vector<std::string> Registry::ops() const {
   std::vector<std::string> out;
   out.reserve(rules_.size());

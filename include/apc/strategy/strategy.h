@@ -327,6 +327,10 @@ class Registry {
   const OpInfo* findEntry(const ir::Node& node) const;
   /// Whether op node `n` draws random numbers (its entry's OpInfo::random).
   bool drawsRandomNumbers(const ir::Graph& g, const ir::Node& n) const;
+  /// The share of node `n`'s priced compute (forward + backward) that its forward takes: 1 when
+  /// no output takes a gradient, else 1 / (1 + its backward multiplier: the entry's
+  /// OpInfo::backward_multiplier, or its family's, cost::backwardMultiplier).
+  double forwardShare(const ir::Graph& g, const ir::Node& n) const;
   /// Sets the samples of the registered `qualified_op` (OpInfo::samples); false when it is not
   /// registered.
   bool setSamples(const std::string& qualified_op, SamplesFn samples);
