@@ -374,7 +374,7 @@ namespace detail {
 
 std::optional<double> linkedLpBound(const Problem& p, const std::vector<LinkedGroup>& groups,
                                     const std::vector<LinkedEdge>& linked, double seconds,
-                                    size_t* columns) {
+                                    size_t* columns, std::vector<double>* x) {
   bool ok = true;
   const Program g = buildProgram(p, {}, true, false, &groups, &linked, &ok);
   if (columns) *columns = g.numCols();
@@ -389,8 +389,9 @@ std::optional<double> linkedLpBound(const Problem& p, const std::vector<LinkedGr
   solver.loadProblem(matrix, g.collb.data(), g.colub.data(), g.obj.data(), g.rowlb.data(),
                      g.rowub.data());
   solver.messageHandler()->setLogLevel(0);
-  const LpResult lp = solveLp(solver, g, seconds);
+  LpResult lp = solveLp(solver, g, seconds);
   if (!lp.optimal) return std::nullopt;
+  if (x) *x = std::move(lp.x);
   return lp.objective;
 }
 

@@ -35,9 +35,10 @@ struct LinkedEdge {
 /// The optimum of the LP relaxation of `p` (rows (a)-(c), (e)) with the linked edges and their
 /// group rows added, solved within `seconds` (> 0); nullopt when not solved to optimality in time,
 /// infeasible, or when the linked edges of a group disagree on its class map. `columns` receives
-/// the number of columns.
+/// the number of columns; `x`, when solved, the node columns of the optimum (x[v, s], node by node,
+/// each node's strategies in order).
 std::optional<double> linkedLpBound(const Problem& p, const std::vector<LinkedGroup>& groups,
                                     const std::vector<LinkedEdge>& linked, double seconds,
-                                    size_t* columns = nullptr);
+                                    size_t* columns = nullptr, std::vector<double>* x = nullptr);
 
 }  // namespace apc::solver::detail

@@ -247,7 +247,6 @@ bool Reducer::pruneNode(uint32_t v) {
   std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
   // Per incident edge: the table with v's strategies as rows, and which row is <= which.
   std::vector<Table> tables;
-  std::vector<std::vector<bool>> leq;  // leq[k][a * rows + b]: row a <= row b elementwise
   size_t work = 0;
   for (uint32_t u : nbs) {
     tables.push_back(edgeMatrix(v, u));
@@ -255,16 +254,30 @@ bool Reducer::pruneNode(uint32_t v) {
     work += t.rows * t.rows * t.cols;
   }
   if (work > kDominanceWork) return false;  // too large to compare: keep everything (exact)
-  for (const Table& t : tables) {
-    std::vector<bool> l(t.rows * t.rows, false);
+  // Whether row a <= row b elementwise in table k, compared when first asked (the scan below
+  // asks about few of the rows^2 pairs: a strategy is compared with the kept ones, on the edges up
+  // to the first that fails) and memoized. A row whose sum is larger is not <= (rounding is
+  // monotone, so a row <= another elementwise has a sum <= the other's; a +infinity entry makes
+  // the sum +infinity): most pairs are settled without reading a row.
+  std::vector<std::vector<int8_t>> leq(tables.size());  // -1: not compared yet
+  std::vector<std::vector<double>> sums(tables.size());
+  for (size_t k = 0; k < tables.size(); ++k) {
+    const Table& t = tables[k];
+    leq[k].assign(t.rows * t.rows, -1);
+    sums[k].assign(t.rows, 0.0);
     for (size_t a = 0; a < t.rows; ++a)
-      for (size_t b = 0; b < t.rows; ++b) {
-        bool ok = true;
-        for (size_t c = 0; c < t.cols && ok; ++c) ok = t.at(a, c) <= t.at(b, c);
-        l[a * t.rows + b] = ok;
-      }
-    leq.push_back(std::move(l));
+      for (size_t c = 0; c < t.cols; ++c) sums[k][a] += t.at(a, c);
   }
+  auto rowLeq = [&](size_t k, size_t a, size_t b) {
+    const Table& t = tables[k];
+    int8_t& known = leq[k][a * t.rows + b];
+    if (known < 0) {
+      bool ok = !(sums[k][a] > sums[k][b]);
+      for (size_t c = 0; c < t.cols && ok; ++c) ok = t.at(a, c) <= t.at(b, c);
+      known = ok ? 1 : 0;
+    }
+    return known == 1;
+  };
   auto mem = [&](size_t k) {
     return p_.nodes[v].memory.empty() ? 0.0 : p_.nodes[v].memory[keep_[v][k]];
   };
@@ -281,7 +294,7 @@ bool Reducer::pruneNode(uint32_t v) {
       bool dom = true;
       for (size_t e = 0; e < tables.size() && dom; ++e) {
         const Table& t = tables[e];
-        dom = leq[e][t.row_of[k] * t.rows + t.row_of[s]];
+        dom = rowLeq(e, t.row_of[k], t.row_of[s]);
       }
       if (dom) {
         by = k;

@@ -35,6 +35,9 @@
 //    choice of the full problem (the clustered plan in step 3) is moved onto kept strategies by
 //    replaying the log, each swap no dearer because every other node's choice was kept when that
 //    drop was decided. Nodes whose comparison would cost more than kDominanceWork are skipped.
+//    Rows are compared only when the scan asks (memoized), and a row whose sum is larger is not
+//    <= the other (rounding is monotone): the same drops as comparing every pair, at about half
+//    the time (DeepSeek-V3's folded problem on 4x4x4).
 //    (On the samples few strategies are dominated: 31 of 818 on llama3_8b 8x8, few on 3-d meshes:
 //    strategies there differ in their placements, hence in their edge rows.)
 // 2. Variable elimination on the pairwise cost graph (min-sum), for nodes outside the memory bound.
@@ -90,14 +93,24 @@
 //    instance, or one member with a shared node): there they are the same exact reduction done
 //    in every copy. Nodes with pooled edges, and shared nodes with several copies, are frozen.
 //    Step 1b runs on the unclustered problem first (on the folded row it would drop too much).
-//    When the clustered plan meets the bound (1e-9 relative) it is optimal.
+//    When the clustered plan meets the bound (1e-9 relative) it is optimal. The bound does not
+//    depend on the clustered plan: without a chain bound (which is then always the case for the
+//    check to compute it) it starts on a second thread before the clustered solve, and is waited
+//    for where the check needs it (DeepSeek-V3, whose mixture-of-experts blocks are not
+//    series-parallel: the clustered solve's 1-2 s overlap the folded bound's 6-12 s). Its LP may
+//    have up to kMaxFoldedColumns columns.
 // 3b. Otherwise the plan is improved on the quotient in which only the middle instances are tied
 //    (a restriction: its plans are plans of the full problem): first the nodes its reduction
 //    eliminates are re-chosen given the clustered plan (the first and last layers often want
 //    other choices there; without a chain bound this runs on a second thread beside the folded
-//    bound), then that quotient is solved with it as start. A plan that meets the
-//    best bound of 3a is optimal. Otherwise the check above runs, unless its LP would clearly be
-//    over kMaxCheckColumns (estimated from the folded LP's columns per folded node).
+//    bound), then the folded LP's optimum read as a plan (each folded node's largest x, expanded
+//    by the folded reduction: the first and last instances free, the middle ones alike; when that
+//    optimum is integral the marginals fix every edge variable, pooled ones too, and the plan's
+//    objective is the bound), then that quotient is solved with the re-chosen plan as start.
+//    Each is adopted when it evaluates cheaper; a plan that meets the best bound of 3a is
+//    optimal (DeepSeek-V3 on 4x4x4 and 2x2x2: the LP's plan, the ILP of 3 M columns not needed).
+//    Otherwise the check above runs, unless its LP would clearly be over kMaxCheckColumns
+//    (estimated from the folded LP's columns per folded node).
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -130,6 +143,11 @@ using detail::Table;
 /// llama3_8b on 2x2x2 would need 18.7 M columns, 8.7 GB and minutes) the clustered plan is
 /// returned unproven, with a proven gap.
 constexpr size_t kMaxCheckColumns = 3'000'000;
+/// The largest folded LP (step 3a) built, in columns. Its size follows the distinct layers, not
+/// their number (the first, a middle and the last instance of each chain): DeepSeek-V3 on 2x2x2
+/// needs 3.08 M columns (about 7 s of dual simplex on this project's loaded VM, 1.9 GB peak for
+/// the whole plan), which proves the plan that kMaxCheckColumns left at a 4.24% gap.
+constexpr size_t kMaxFoldedColumns = 4'000'000;
 /// A rough cost of building and loading the LP, per column (llama3_405b 8x8: 1.9 M columns, about
 /// 2 s): the check does not start an LP it could not even build before the deadline.
 constexpr double kBuildSecondsPerColumn = 1e-6;
@@ -213,6 +231,10 @@ struct FoldedBound {
   std::string why;
   size_t columns = 0;       // of the folded LP
   double unfold_ratio = 0;  // nodes of `full` per folded node
+  // With the bound: the LP's optimum as a plan of `full` (each folded node's largest x, expanded,
+  // every middle instance of a folded node taking its choice). When the optimum is integral this
+  // plan's objective is the bound, and the plan is optimal (the check evaluates it).
+  std::vector<uint32_t> plan;
 };
 
 FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
@@ -406,7 +428,7 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
   }
   for (detail::LinkedGroup& g : groups) g.node = index[g.node];
   out.columns = columns;
-  if (columns > kMaxCheckColumns) {
+  if (columns > kMaxFoldedColumns) {
     out.why = "the folded LP would have " + std::to_string(columns) + " columns";
     return out;
   }
@@ -415,12 +437,27 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
     out.why = statusName(SolveStatus::kTimeLimit);
     return out;
   }
-  std::optional<double> lp = detail::linkedLpBound(reduced, groups, linked, left);
+  std::vector<double> x;
+  std::optional<double> lp = detail::linkedLpBound(reduced, groups, linked, left, nullptr, &x);
   if (!lp) {
     out.why = "the folded LP was not solved";
     return out;
   }
   out.bound = *lp + reducer.constant();
+  // The plan the optimum stands for: on integral x the marginals fix every edge variable, pooled
+  // ones too, so its objective is the LP's; the check adopts it only when it evaluates cheaper.
+  std::vector<uint32_t> reduced_choice(reduced.nodes.size(), 0);
+  size_t at = 0;
+  for (size_t i = 0; i < reduced.nodes.size(); ++i) {
+    const size_t k = reduced.nodes[i].numStrategies();
+    for (size_t s = 1; s < k && at + s < x.size(); ++s)
+      if (x[at + s] > x[at + reduced_choice[i]]) reduced_choice[i] = static_cast<uint32_t>(s);
+    at += k;
+  }
+  if (at != x.size()) return out;
+  const std::vector<uint32_t> folded_choice = reducer.expand(ids, reduced_choice);
+  out.plan.resize(n);
+  for (uint32_t v = 0; v < n; ++v) out.plan[v] = keep[v][folded_choice[fold[v]]];
   return out;
 }
 
@@ -469,10 +506,12 @@ std::vector<uint32_t> untiedBoundaryPlan(const Problem& full, const std::vector<
 
 /// Step 3 of the file comment: proves the clustered plan `clustered` (a choice of `full`) optimal
 /// with the LP bound of the unclustered reduced problem, or replaces it by that problem's optimum.
+/// `ahead`: the folded bound when it was started beside the clustered solve (no chain bound).
 Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& options,
                                   Solution clustered, const std::vector<uint32_t>& rep,
                                   const std::vector<uint32_t>& instance,
-                                  const detail::ChainBound& chain, ReductionStats* stats) {
+                                  const detail::ChainBound& chain, ReductionStats* stats,
+                                  std::future<FoldedBound>* ahead = nullptr) {
   auto t0 = std::chrono::steady_clock::now();
   // The best lower bound so far (3a), and whether the plan meets it.
   double folded = -kInfinity;
@@ -535,8 +574,10 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
         return untiedBoundaryPlan(full, rep, instance, kFoldBoundary, choice, options.solver,
                                   false);
       });
-    FoldedBound fb =
-        foldedBound(full, rep, instance, kFoldBoundary, options.fold_min_ratio, options.solver, t0);
+    FoldedBound fb = ahead && ahead->valid()
+                         ? ahead->get()
+                         : foldedBound(full, rep, instance, kFoldBoundary, options.fold_min_ratio,
+                                       options.solver, t0);
     unclustered_columns = static_cast<double>(fb.columns) * fb.unfold_ratio;
     if (fb.bound && *fb.bound > folded) {
       folded = *fb.bound;
@@ -552,6 +593,12 @@ Expected<Solution> checkClustered(const Problem& full, const SolveGraphOptions& 
         if (secondsLeft(options.solver, t0) > 0 && adopt(std::move(choice)) && meets())
           return proven(verifiedHow());
       }
+      // The folded LP's optimum as a plan (first and last instances free, the middle ones
+      // alike): when integral it meets the bound, and 3b's ILP is not needed (DeepSeek-V3 on
+      // 4x4x4 and 2x2x2: 3 M columns, about a third of the solve).
+      if (!fb.plan.empty() && secondsLeft(options.solver, t0) > 0 && adopt(std::move(fb.plan)) &&
+          meets())
+        return proven(verifiedHow());
       if (rechoose(true) && meets()) return proven(verifiedHow());
     }
   }
@@ -782,6 +829,18 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
     }
     if (clusters > 0) base = tied.quotient.get();
   }
+  // Without a chain bound the check (step 3a) always computes the folded bound first, and that
+  // bound does not depend on the clustered plan: it starts now, on a second thread beside the
+  // clustered solve (its reduction and LP are most of the check: DeepSeek-V3 on 8x8x8, 2.8 M
+  // columns). Both are deterministic, so the result does not depend on which finishes first.
+  // Declared after `own_tied`, whose layers it reads: its destructor waits for it first.
+  std::future<FoldedBound> folded_ahead;
+  if (options.cluster && options.prove_cluster && base != &full && !chain.bound) {
+    folded_ahead = std::async(std::launch::async, [&full, &rep, &instance, &options] {
+      return foldedBound(full, rep, instance, kFoldBoundary, options.fold_min_ratio, options.solver,
+                         std::chrono::steady_clock::now());
+    });
+  }
   std::unique_ptr<Reducer> own_reducer;
   if (base == tied.quotient.get()) {
     reduceTied(tied, options);
@@ -832,7 +891,7 @@ Expected<Solution> solveReduced(const GraphProblem& gp, const SolveGraphOptions&
   s.choice = std::move(choice);
   s.objective = objective;
   if (base == &full || !options.prove_cluster) return s;
-  return checkClustered(full, options, std::move(s), rep, instance, chain, stats);
+  return checkClustered(full, options, std::move(s), rep, instance, chain, stats, &folded_ahead);
 }
 
 std::string clusterCheckText(const ReductionStats& stats) {
