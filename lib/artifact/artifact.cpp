@@ -327,9 +327,12 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
     const proto::ProgramTensor& p = program.parameters(param->second);
     const GatherGradientForm form = gatherGradientForm(red);
     std::string backward = "other";
+    // Both forms join one group: a group with a member of each is reduced by ONE all-reduce of
+    // the gradients concatenated, each then cut to this rank's chunk (the same sums a
+    // reduce-scatter gives). Calibrated prices pick the form per tensor size, so a layer's small
+    // and large parameters would otherwise break it into many groups.
     if (form != GatherGradientForm::kOther)
-      backward = (form == GatherGradientForm::kReduceScatter ? "rs" : "ar") +
-                 std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
+      backward = "red" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
                  std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
     const std::string key = std::to_string(f.mesh_dim()) + "|" +
                             (p.storage_dtype().empty() ? p.dtype() : p.storage_dtype()) + "|" +

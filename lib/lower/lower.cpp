@@ -116,6 +116,13 @@ std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program)
     return ir::dtypeBytes(ir::parseDType(name).value_or(ir::DType::kF32));
   };
   std::map<int, plan::GatherGroup> by_group;
+  // Per group: the gradients' bytes as one all-reduce (full) and as one reduce-scatter (padded
+  // slots), and whether a member takes an all-reduce (then the group does: GroupedReduceScatter).
+  struct Reduce {
+    int64_t full = 0, slots = 0;
+    bool all_reduce = false;
+  };
+  std::map<int, Reduce> reduce;
   for (size_t i = 0; i < groups.size(); ++i) {
     if (groups[i] < 0) continue;
     const proto::Node& node = program.graph().nodes(static_cast<int>(i));
@@ -147,18 +154,24 @@ std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program)
         dtypeBytesOf(red.reduce_dtype().empty() ? param.dtype() : red.reduce_dtype());
     int64_t full = 1;
     for (int64_t s : b.local_in()) full *= s;
+    Reduce& rd = reduce[groups[i]];
+    rd.full += full * elem;
     if (form == artifact::GatherGradientForm::kAllReduceSlice) {
-      grp.reduce_bytes += full * elem;
+      rd.all_reduce = true;
       continue;
     }
     const int64_t ranks_b = std::max<int64_t>(b.group_sizes_size(), 1);
     const int64_t cut =
         b.shard_dim() >= 0 && b.shard_dim() < b.local_in_size() ? b.local_in(b.shard_dim()) : 1;
     const int64_t b_row = cut > 0 ? full / cut : 0;
-    grp.reduce_bytes += ranks_b * b_row * mesh::chunkSize(cut, ranks_b, 0) * elem;
+    rd.slots += ranks_b * b_row * mesh::chunkSize(cut, ranks_b, 0) * elem;
   }
   std::vector<plan::GatherGroup> out;
-  for (auto& [id, grp] : by_group) out.push_back(std::move(grp));
+  for (auto& [id, grp] : by_group) {
+    if (auto rd = reduce.find(id); rd != reduce.end())
+      grp.reduce_bytes = rd->second.all_reduce ? rd->second.full : rd->second.slots;
+    out.push_back(std::move(grp));
+  }
   return out;
 }
 
@@ -839,20 +852,21 @@ Status Lowerer::recordPrediction() {
       grp.regather = red.regather();
       grp.bytes += b;
       grp.separate_fwd += model_.collectiveUs(cost::CollectiveKind::kAllGather, f.mesh_dim(), p, b);
-      // The gradients: one reduce-scatter each, or an all-reduce then a local slice each
-      // (artifact::paramGatherGroups keeps a group to one form).
+      // The gradients: each member priced its own (a reduce-scatter, or an all-reduce then a
+      // local slice); the group runs one reduce-scatter, or one all-reduce when any member
+      // takes one (GroupedReduceScatter).
       const artifact::GatherGradientForm form = artifact::gatherGradientForm(red);
       if (red.requires_grad() && form != artifact::GatherGradientForm::kOther) {
         const proto::RedistStep& st = red.backward(0);
         const double gb = static_cast<double>(st.priced_bytes());
+        const cost::CollectiveKind own = form == artifact::GatherGradientForm::kReduceScatter
+                                             ? cost::CollectiveKind::kReduceScatter
+                                             : cost::CollectiveKind::kAllReduce;
         grp.grads = true;
-        grp.grad_kind = form == artifact::GatherGradientForm::kReduceScatter
-                            ? cost::CollectiveKind::kReduceScatter
-                            : cost::CollectiveKind::kAllReduce;
+        if (own == cost::CollectiveKind::kAllReduce) grp.grad_kind = own;
         grp.grad_dim = st.mesh_dim();
         grp.grad_bytes += gb;
-        grp.separate_bwd +=
-            model_.collectiveUs(grp.grad_kind, st.mesh_dim(), mesh_.size(st.mesh_dim()), gb);
+        grp.separate_bwd += model_.collectiveUs(own, st.mesh_dim(), mesh_.size(st.mesh_dim()), gb);
       }
     }
     double fwd_saving = 0, bwd_saving = 0;

@@ -139,9 +139,9 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
       u.async_grads = false;
     } else {
       const proto::RedistStep& st = red->backward(0);
-      u.grad_kind = form == artifact::GatherGradientForm::kReduceScatter
-                        ? cost::CollectiveKind::kReduceScatter
-                        : cost::CollectiveKind::kAllReduce;
+      // One all-reduce for the unit when any member takes one (GroupedReduceScatter).
+      if (form == artifact::GatherGradientForm::kAllReduceSlice)
+        u.grad_kind = cost::CollectiveKind::kAllReduce;
       u.grad_dim = st.mesh_dim();
       u.grad_bytes += static_cast<double>(st.priced_bytes());
     }

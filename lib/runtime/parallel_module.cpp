@@ -705,6 +705,9 @@ struct ParallelModule::Impl {
   /// Per unit: whether its gradients are reduced together (AsyncGrads' groups, with overlap:
   /// every member's backward one reduce-scatter).
   std::vector<bool> unit_grad_grouped;
+  /// Per unit whose gradients are grouped: whether a member takes an all-reduce then a slice, so
+  /// the group runs one all-reduce (GroupedReduceScatter), its reduce-scatter members included.
+  std::vector<bool> unit_grad_all_reduce;
   /// Per node: the parameter whose gather's backward is one reduce-scatter (AsyncGradFunction
   /// with overlap), or an all-reduce then a local slice in a gather group, -1 none.
   std::vector<int> async_grad_param;
@@ -1008,6 +1011,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->async_grads = std::make_unique<AsyncGrads>(impl->param_tensors, *impl->world);
   std::vector<std::vector<AsyncGrads::GroupMember>> grad_groups(impl->units.size());
   impl->unit_grad_grouped.assign(impl->units.size(), false);
+  impl->unit_grad_all_reduce.assign(impl->units.size(), false);
   for (size_t u = 0; u < impl->units.size(); ++u) {
     const std::vector<size_t>& unit = impl->units[u];
     bool grouped = unit.size() > 1;
@@ -1023,6 +1027,8 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
       }
       grad_groups[u].push_back({static_cast<size_t>(param),
                                 &impl->redists[static_cast<size_t>(impl->node_redist[node])]});
+      if (spec.backward.front().kind == layout::StepKind::kAllReduce)
+        impl->unit_grad_all_reduce[u] = true;
     }
     impl->unit_grad_grouped[u] = grouped;
     if (!grouped) {
@@ -1826,12 +1832,13 @@ PricedComm ParallelModule::pricedComm() const {
     const RedistSpec& spec = impl_->redists[static_cast<size_t>(r)];
     // A gather group's members run one call between them (its first member counts it): the
     // gather, the re-gather, and with overlap the gradients' reduce-scatter. Their bytes add up.
-    bool later_member = false, grad_grouped = false, in_group = false;
+    bool later_member = false, grad_grouped = false, in_group = false, grad_all_reduce = false;
     if (const int pos = im.prefetch_pos[node]; pos >= 0) {
       const size_t u = im.unit_of[static_cast<size_t>(pos)];
       in_group = im.units[u].size() > 1;
       later_member = im.index_in_unit[static_cast<size_t>(pos)] > 0;
       grad_grouped = im.options.overlap && im.unit_grad_grouped[u];
+      grad_all_reduce = grad_grouped && im.unit_grad_all_reduce[u];
     }
     const int64_t call = later_member ? 0 : 1;
     const int64_t grad_call = later_member && grad_grouped ? 0 : 1;
@@ -1856,6 +1863,14 @@ PricedComm ParallelModule::pricedComm() const {
       if (s.kind == layout::StepKind::kLocalSlice) continue;
       c.backward_steps += grad_call;
       c.priced_bytes += s.priced_bytes;
+      if (in_group && grad_all_reduce && s.kind == layout::StepKind::kReduceScatter) {
+        // A reduce-scatter member of a group reduced by one all-reduce: its full gradient is in
+        // the all-reduce.
+        RedistStepSpec all = s;
+        all.kind = layout::StepKind::kAllReduce;
+        c.backward_wire_bytes += wireBytes(all, impl_->mesh);
+        continue;
+      }
       c.backward_wire_bytes +=
           in_group && grad_grouped ? paddedWireBytes(s, impl_->mesh) : wireBytes(s, impl_->mesh);
     }

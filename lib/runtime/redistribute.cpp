@@ -337,18 +337,22 @@ GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
   };
   std::vector<Layout> layouts;
   int64_t total = 0;
-  all_reduce_ = first.kind == StepKind::kAllReduce;
+  // One all-reduce when any member takes its gradient by an all-reduce then a slice (a mixed
+  // group: every member's chunk is cut from the all-reduced sum, as a reduce-scatter gives it).
+  all_reduce_ = std::any_of(specs.begin(), specs.end(), [](const RedistSpec* s) {
+    return s->backward.front().kind == StepKind::kAllReduce;
+  });
   if (all_reduce_) {
     // One all-reduce of the full gradients concatenated; each then cut to this rank's chunk.
     std::vector<at::Tensor> flat;
     int64_t flat_total = 0;
     for (size_t i = 0; i < specs.size(); ++i) {
       const RedistSpec& spec = *specs[i];
-      TORCH_CHECK(isGroupedGradient(spec) && spec.backward.front().kind == StepKind::kAllReduce &&
-                      spec.backward.front().mesh_dim == first.mesh_dim &&
+      TORCH_CHECK(isGroupedGradient(spec) && spec.backward.front().mesh_dim == first.mesh_dim &&
                       spec.backward.front().reduce_op == first.reduce_op,
                   "redistribution ", spec.edge, " cannot join a grouped all-reduce");
-      const RedistStepSpec& cut = spec.backward[1];
+      // The dim this rank's chunk is cut along: the slice's, or the reduce-scatter's.
+      const RedistStepSpec& cut = spec.backward.back();
       const at::Tensor g = gradientOrZeros(grads[i], spec, options);
       TORCH_CHECK(cut.shard_dim < g.dim(), "redistribution ", spec.edge, ": shard dim ",
                   cut.shard_dim, " of a rank-", g.dim(), " gradient");

@@ -26,9 +26,13 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <thread>
 
+#include "apc/artifact/artifact.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/runtime/comm.h"
 #include "apc/runtime/parallel_module.h"
@@ -373,6 +377,88 @@ TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
     for (const std::string& f : failed) ADD_FAILURE() << f;
   }
   std::filesystem::remove_all(dir);
+}
+
+/// Links that price a small gradient's all-reduce then slice below its reduce-scatter (a low
+/// all-reduce latency) and a large one's above it (a narrow all-reduce link), as a calibrated CPU
+/// cluster does on Gloo: an fsdp plan of mlp_stack then takes its biases' gradients by all-reduce
+/// and its weights' by reduce-scatter, within one layer. Its gather groups still hold whole layers
+/// (artifact::paramGatherGroups does not split them by gradient form), and a group holding both
+/// forms reduces by ONE all-reduce (GroupedReduceScatter): grouped calls, the bytes pricedComm
+/// counts, and gradients equal to the single-process model's.
+TEST(FsdpGroups, AGroupOfBothGradientFormsReducesByOneAllReduce) {
+  const ModelCase& m = mlpStack();
+  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = testing::scratchDir("overlap", "fsdp_mixed_2");
+  const std::string spec = dir.string() + ".spec.json";
+  {
+    std::ofstream out(spec);
+    out << R"({"mesh": {"shape": [2]}, "network": [{)"
+           R"("all-reduce": {"bandwidth_gbps": 1, "latency_us": 100},)"
+           R"("reduce-scatter": {"bandwidth_gbps": 100, "latency_us": 300}}]})";
+  }
+  ModelCase mixed = m;
+  mixed.optimizer_flags = "--strategy fsdp --spec " + spec;
+  std::string err = testing::makeArtifact(mixed, "2", "", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  // Both forms in one program, and in one group.
+  auto prog = artifact::readProgram(dir.string(), 0);
+  ASSERT_TRUE(prog.ok()) << prog.error().message();
+  const std::vector<int> groups = artifact::paramGatherGroups(*prog);
+  std::map<int, std::set<artifact::GatherGradientForm>> forms;
+  for (size_t i = 0; i < groups.size(); ++i)
+    if (groups[i] >= 0)
+      forms[groups[i]].insert(artifact::gatherGradientForm(prog->redistributions(
+          static_cast<int>(prog->node_redistribution(static_cast<int>(i)) - 1))));
+  bool both = false;
+  for (const auto& [g, f] : forms)
+    both |= f.count(artifact::GatherGradientForm::kReduceScatter) &&
+            f.count(artifact::GatherGradientForm::kAllReduceSlice);
+  ASSERT_TRUE(both) << "the links should make a group of both gradient forms";
+  const Reference& ref = referenceFor(m);
+  std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
+    testing::RankLog log(rank);
+    std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, {});
+    if (!pm) return 1;
+    int64_t sharded = 0;
+    for (const PlacedTensor& p : pm->parameterSpecs())
+      for (const mesh::Placement& pl : p.placement) sharded += pl.isShard() ? 1 : 0;
+    pm->resetCommStats();
+    auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
+    if (!leaves.ok()) {
+      log.fail("forward: " + leaves.error().message());
+      return 1;
+    }
+    const CommStats forward = pm->commStats();
+    at::Tensor loss = testing::checkedStepLoss(*pm, *leaves, ref, 0, kRtol, log);
+    if (!loss.defined()) return 1;
+    pm->resetCommStats();
+    loss.backward();
+    const CommStats backward = pm->commStats();
+    testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
+    const int64_t gathers = forward.of(CommKind::kAllGather).calls;
+    const int64_t reduces =
+        backward.of(CommKind::kAllReduce).calls + backward.of(CommKind::kReduceScatter).calls;
+    const std::string counts = std::to_string(sharded) + " sharded parameters, " +
+                               std::to_string(gathers) + " gathers, " + std::to_string(reduces) +
+                               " gradient reductions";
+    if (sharded < 8) log.fail("expected mlp_stack's parameters sharded: " + counts);
+    if (gathers == 0 || 2 * gathers > sharded) log.fail("the gathers are not grouped: " + counts);
+    if (reduces == 0 || 2 * reduces > sharded)
+      log.fail("the gradient reductions are not grouped: " + counts);
+    const PricedComm priced = pm->pricedComm();
+    if (forward.calls != priced.forward_steps || backward.calls != priced.backward_steps)
+      log.fail("calls forward " + std::to_string(forward.calls) + " backward " +
+               std::to_string(backward.calls) + ", priced " + std::to_string(priced.forward_steps) +
+               " + " + std::to_string(priced.backward_steps));
+    if (forward.bytes_sent + backward.bytes_sent != priced.wire_bytes)
+      log.fail("bytes sent " + std::to_string(forward.bytes_sent + backward.bytes_sent) +
+               ", priced " + std::to_string(priced.wire_bytes));
+    return log.exitCode();
+  });
+  for (const std::string& f : failed) ADD_FAILURE() << f;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(spec);
 }
 
 // --- sharded == single process, overlap on and off ------------------------------------------

@@ -120,8 +120,9 @@ inline constexpr int64_t kMinGatherGroupBytes = 1024 * 1024;
 /// dim (not a bucketed edge, not an op collective): the gathers the runtime issues ahead.
 /// Candidates in program order are grouped while they are consecutive among the candidates and
 /// agree on the mesh dim, the parameter's stored dtype, requires_grad, regather, the backward (one
-/// reduce-scatter along a static dim with the same op and reduce dtype; an all-reduce then a local
-/// slice on its mesh dim, the same way; or anything else), as FSDP2's fully_shard per layer: a
+/// reduce-scatter along a static dim, or an all-reduce then a local slice on its mesh dim, with
+/// the same op, mesh dim and reduce dtype: a group holding both is reduced by one all-reduce; or
+/// anything else), as FSDP2's fully_shard per layer: a
 /// change of layer (the parameter's name up to its first numeric component, "layers.3" of
 /// "layers.3.attn.q.weight"; "" for the root's parameters) closes a group that holds `min_bytes`
 /// of gathered (priced) bytes already (smaller layers run on into the next: their gathers cost

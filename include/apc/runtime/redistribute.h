@@ -139,14 +139,15 @@ class GroupedGather {
 /// the program's redistribution).
 bool isGroupedGradient(const RedistSpec& spec);
 
-/// FSDP's grouped gradient reduction: the backwards of `specs` (all of one form on one mesh dim
-/// with one op: isGroupedGradient) on the full gradients `grads` (an undefined one counts as
-/// zeros of the gradient's shape, the step's local_in) as ONE collective of a flat buffer in dtype
-/// `reduce`. One reduce-scatter each: ONE reduce-scatter, member k's block holding every
-/// member's chunk k (torch.chunk along the shard dim, padded to the largest chunk). An all-reduce
-/// then a local slice each (what a plan picks where the links price a reduce-scatter above an
-/// all-reduce, Gloo's on CPU): ONE all-reduce of the gradients concatenated, each then cut to
-/// this rank's chunk. `async`: issued with the *Async call, else run at once.
+/// FSDP's grouped gradient reduction: the backwards of `specs` (on one mesh dim with one op:
+/// isGroupedGradient) on the full gradients `grads` (an undefined one counts as zeros of the
+/// gradient's shape, the step's local_in) as ONE collective of a flat buffer in dtype `reduce`.
+/// One reduce-scatter each: ONE reduce-scatter, member k's block holding every member's chunk k
+/// (torch.chunk along the shard dim, padded to the largest chunk). When any member takes an
+/// all-reduce then a local slice (what a plan picks where the links price a reduce-scatter above
+/// an all-reduce, Gloo's on CPU, for small tensors): ONE all-reduce of the gradients
+/// concatenated, each then cut to this rank's chunk (for a reduce-scatter member, the same sums
+/// its reduce-scatter gives). `async`: issued with the *Async call, else run at once.
 class GroupedReduceScatter {
  public:
   GroupedReduceScatter(std::vector<const RedistSpec*> specs, const std::vector<at::Tensor>& grads,
