@@ -307,6 +307,48 @@ TEST(OverlapLatency, TheFirstBucketIsSmallerAsDdpsIs) {
 
 // --- FSDP's grouped gathers and reduce-scatters ---------------------------------------------
 
+/// One training step of `pm` on mlp_stack's reference batch, its gradients checked against the
+/// single-process model's: the forward's and the backward's collectives, and how many parameters
+/// the plan shards (ok false when the step failed; the failure is in `log`).
+struct FsdpStep {
+  bool ok = false;
+  int64_t sharded = 0;
+  CommStats forward, backward;
+};
+FsdpStep fsdpStep(ParallelModule& pm, const Reference& ref, testing::RankLog& log) {
+  FsdpStep out;
+  for (const PlacedTensor& p : pm.parameterSpecs())
+    for (const mesh::Placement& pl : p.placement) out.sharded += pl.isShard() ? 1 : 0;
+  pm.resetCommStats();
+  auto leaves = pm.forwardLeaves(testing::shardInputs(pm, ref.inputs));
+  if (!leaves.ok()) {
+    log.fail("forward: " + leaves.error().message());
+    return out;
+  }
+  out.forward = pm.commStats();
+  at::Tensor loss = testing::checkedStepLoss(pm, *leaves, ref, 0, kRtol, log);
+  if (!loss.defined()) return out;
+  pm.resetCommStats();
+  loss.backward();
+  out.backward = pm.commStats();
+  testing::expectGradsMatch(pm, ref.grads, kRtol, log);
+  out.ok = true;
+  return out;
+}
+
+/// What pricedComm counts is what ran: calls and bytes.
+void expectPricedCommRan(const ParallelModule& pm, const FsdpStep& st, const std::string& what,
+                         testing::RankLog& log) {
+  const PricedComm priced = pm.pricedComm();
+  if (st.forward.calls != priced.forward_steps || st.backward.calls != priced.backward_steps)
+    log.fail(what + "calls forward " + std::to_string(st.forward.calls) + " backward " +
+             std::to_string(st.backward.calls) + ", priced " +
+             std::to_string(priced.forward_steps) + " + " + std::to_string(priced.backward_steps));
+  if (st.forward.bytes_sent + st.backward.bytes_sent != priced.wire_bytes)
+    log.fail(what + "bytes sent " + std::to_string(st.forward.bytes_sent + st.backward.bytes_sent) +
+             ", priced " + std::to_string(priced.wire_bytes));
+}
+
 /// A fsdp plan of mlp_stack on 2 ranks: a gather group's parameters (blocks of 0.5 MiB: two per
 /// group, artifact::kMinGatherGroupBytes) are gathered by ONE all-gather in forward and ONE in
 /// backward (the re-gather), and their gradients reduced by ONE reduce-scatter (with overlap):
@@ -326,23 +368,12 @@ TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
       options.overlap = overlap;
       std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, options);
       if (!pm) return 1;
-      int64_t sharded = 0;
-      for (const PlacedTensor& p : pm->parameterSpecs())
-        for (const mesh::Placement& pl : p.placement) sharded += pl.isShard() ? 1 : 0;
       const std::string what = overlap ? "overlap on: " : "overlap off: ";
-      pm->resetCommStats();
-      auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
-      if (!leaves.ok()) {
-        log.fail("forward: " + leaves.error().message());
-        return 1;
-      }
-      const CommStats forward = pm->commStats();
-      at::Tensor loss = testing::checkedStepLoss(*pm, *leaves, ref, 0, kRtol, log);
-      if (!loss.defined()) return 1;
-      pm->resetCommStats();
-      loss.backward();
-      const CommStats backward = pm->commStats();
-      testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
+      const FsdpStep st = fsdpStep(*pm, ref, log);
+      if (!st.ok) return 1;
+      const int64_t sharded = st.sharded;
+      const CommStats& forward = st.forward;
+      const CommStats& backward = st.backward;
       const int64_t gathers = forward.of(CommKind::kAllGather).calls;
       const int64_t regathers = backward.of(CommKind::kAllGather).calls;
       const int64_t scatters = backward.of(CommKind::kReduceScatter).calls;
@@ -362,16 +393,7 @@ TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
         log.fail(what + "without overlap every gradient is reduced on its own: " + counts);
       if (!overlap && forward.async_calls + backward.async_calls != 0)
         log.fail(what + "an asynchronous call without overlap");
-      // What pricedComm counts is what ran: calls and bytes (mlp_stack's shards are even).
-      const PricedComm priced = pm->pricedComm();
-      if (forward.calls != priced.forward_steps || backward.calls != priced.backward_steps)
-        log.fail(what + "calls forward " + std::to_string(forward.calls) + " backward " +
-                 std::to_string(backward.calls) + ", priced " +
-                 std::to_string(priced.forward_steps) + " + " +
-                 std::to_string(priced.backward_steps));
-      if (forward.bytes_sent + backward.bytes_sent != priced.wire_bytes)
-        log.fail(what + "bytes sent " + std::to_string(forward.bytes_sent + backward.bytes_sent) +
-                 ", priced " + std::to_string(priced.wire_bytes));
+      expectPricedCommRan(*pm, st, what, log);  // mlp_stack's shards are even
       return log.exitCode();
     });
     for (const std::string& f : failed) ADD_FAILURE() << f;
@@ -420,22 +442,11 @@ TEST(FsdpGroups, AGroupOfBothGradientFormsReducesByOneAllReduce) {
     testing::RankLog log(rank);
     std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, {});
     if (!pm) return 1;
-    int64_t sharded = 0;
-    for (const PlacedTensor& p : pm->parameterSpecs())
-      for (const mesh::Placement& pl : p.placement) sharded += pl.isShard() ? 1 : 0;
-    pm->resetCommStats();
-    auto leaves = pm->forwardLeaves(testing::shardInputs(*pm, ref.inputs));
-    if (!leaves.ok()) {
-      log.fail("forward: " + leaves.error().message());
-      return 1;
-    }
-    const CommStats forward = pm->commStats();
-    at::Tensor loss = testing::checkedStepLoss(*pm, *leaves, ref, 0, kRtol, log);
-    if (!loss.defined()) return 1;
-    pm->resetCommStats();
-    loss.backward();
-    const CommStats backward = pm->commStats();
-    testing::expectGradsMatch(*pm, ref.grads, kRtol, log);
+    const FsdpStep st = fsdpStep(*pm, ref, log);
+    if (!st.ok) return 1;
+    const int64_t sharded = st.sharded;
+    const CommStats& forward = st.forward;
+    const CommStats& backward = st.backward;
     const int64_t gathers = forward.of(CommKind::kAllGather).calls;
     const int64_t reduces =
         backward.of(CommKind::kAllReduce).calls + backward.of(CommKind::kReduceScatter).calls;
@@ -446,14 +457,7 @@ TEST(FsdpGroups, AGroupOfBothGradientFormsReducesByOneAllReduce) {
     if (gathers == 0 || 2 * gathers > sharded) log.fail("the gathers are not grouped: " + counts);
     if (reduces == 0 || 2 * reduces > sharded)
       log.fail("the gradient reductions are not grouped: " + counts);
-    const PricedComm priced = pm->pricedComm();
-    if (forward.calls != priced.forward_steps || backward.calls != priced.backward_steps)
-      log.fail("calls forward " + std::to_string(forward.calls) + " backward " +
-               std::to_string(backward.calls) + ", priced " + std::to_string(priced.forward_steps) +
-               " + " + std::to_string(priced.backward_steps));
-    if (forward.bytes_sent + backward.bytes_sent != priced.wire_bytes)
-      log.fail("bytes sent " + std::to_string(forward.bytes_sent + backward.bytes_sent) +
-               ", priced " + std::to_string(priced.wire_bytes));
+    expectPricedCommRan(*pm, st, "", log);
     return log.exitCode();
   });
   for (const std::string& f : failed) ADD_FAILURE() << f;
