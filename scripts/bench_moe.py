@@ -32,6 +32,10 @@ SAMPLES = os.path.join(ROOT, "sample_models", "out")
 SMALL = {
     "deepseek_tiny": ("deepseek_tiny.pt", "tokens:i64[16,64]"),
     "moe_tiny": ("moe_tiny.pt", "x:f32[16,32,32]"),
+    # Hugging Face MoE models we did not write (experts_implementation="batched_mm" exports), at
+    # their export's shapes.
+    "hf_mixtral_tiny": ("hf_mixtral_tiny.pt2", "input_ids:i64[8,32]"),
+    "hf_qwen3_moe_tiny": ("hf_qwen3_moe_tiny.pt2", "input_ids:i64[8,32]"),
 }
 
 
@@ -124,7 +128,8 @@ def part_small(args, apc, train, work):
                 continue
             with open(art + ".plan.json") as f:
                 plan = json.load(f)
-            experts = [q for q in plan["parameters"] if q["name"].endswith((".w1", ".w_up"))]
+            experts = [q for q in plan["parameters"]
+                       if q["name"].endswith((".w1", ".w_up", ".experts.gate_up_proj"))]
             cut = "".join(experts[0].get("placement", ["?"])) if experts else "-"
             p = run([apc, "run", art, "--nproc", mesh, "--timeout", "1200", "--", train, art,
                      "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", "1",
@@ -159,6 +164,9 @@ def main():
     work = tempfile.mkdtemp(prefix="apc-moe-")
     if not args.skip_planning:
         part_planning(args, apc, work)
+    unknown = [n for n in filter(None, args.small.split(",")) if n not in SMALL]
+    if unknown:
+        ap.error(f"--small: unknown model(s) {', '.join(unknown)} (known: {', '.join(SMALL)})")
     if args.small:
         part_small(args, apc, train, work)
     return 0
