@@ -77,12 +77,6 @@ Expected<Replayed> replay(const ir::Graph& g, const Plan& p) {
                   pr.hidden_comm_us()};
 }
 
-std::string ms(double us) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3f ms", us / 1e3);
-  return buf;
-}
-
 }  // namespace
 
 Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
@@ -100,8 +94,8 @@ Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
     return std::clamp(1.0 - hidden / comm, 0.0, 1.0);
   };
   APC_ASSIGN_OR_RETURN(Replayed best, replay(g, run.result.plan));
-  std::string note = "overlap: the runtime's schedule hides " + ms(best.hidden_us) + " (step " +
-                     ms(best.step_us) + ")";
+  std::string note = "overlap: the runtime's schedule hides " + formatMicros(best.hidden_us) + " (step " +
+                     formatMicros(best.step_us) + ")";
   // One solve with the parameter-derived edges scaled: kept when its replayed step is shorter.
   auto attempt = [&](double scale, const char* from) -> Expected<bool> {
     solver::GraphProblem gp = run.built.gp;
@@ -117,7 +111,7 @@ Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
     std::snprintf(buf, sizeof buf, "%.4g", scale);
     const bool better = next.step_us < best.step_us * (1 - 1e-9);
     note += std::string("; parameter edges scaled by ") + buf + " (" + from + "): step " +
-            ms(next.step_us) + (better ? "" : ", not kept");
+            formatMicros(next.step_us) + (better ? "" : ", not kept");
     if (better) {
       r.note = run.result.note;
       run.result = std::move(r);
