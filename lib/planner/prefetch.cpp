@@ -94,8 +94,8 @@ Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
     return std::clamp(1.0 - hidden / comm, 0.0, 1.0);
   };
   APC_ASSIGN_OR_RETURN(Replayed best, replay(g, run.result.plan));
-  std::string note = "overlap: the runtime's schedule hides " + formatMicros(best.hidden_us) + " (step " +
-                     formatMicros(best.step_us) + ")";
+  std::string note = "overlap: the runtime's schedule hides " + formatMicros(best.hidden_us) +
+                     " (step " + formatMicros(best.step_us) + ")";
   // One solve with the parameter-derived edges scaled: kept when its replayed step is shorter.
   auto attempt = [&](double scale, const char* from) -> Expected<bool> {
     solver::GraphProblem gp = run.built.gp;
