@@ -422,7 +422,7 @@ Status AppliedPlacement::write_artifact(const std::string& dir) const {
   if (!programs_)
     return Error(ErrorCode::kInvalidArgument,
                  "no programs to write: this AppliedPlacement did not come from apply_placement");
-  return artifact::writeArtifact(dir, *programs_);
+  return artifact::writeArtifact(dir, *programs_, plan.model.model_path);
 }
 
 // --- ShardingOptimizer ---------------------------------------------------------------------------

@@ -92,6 +92,12 @@ Status ArtifactWriter::add(const proto::Program& p) {
   return Status::success();
 }
 
+void ArtifactWriter::setModelPath(const std::string& path) {
+  std::error_code ec;
+  const fs::path abs = fs::absolute(path, ec);
+  model_path_ = ec ? path : abs.lexically_normal().string();
+}
+
 Expected<StagedDirectory> ArtifactWriter::finish() {
   if (next_rank_ != world_size_)
     return invalidArgument("an artifact of " + std::to_string(world_size_) + " ranks got " +
@@ -105,6 +111,7 @@ Expected<StagedDirectory> ArtifactWriter::finish() {
                       {"mesh", {{"shape", mesh_shape_}, {"names", mesh_names_}}},
                       {"world_size", world_size_},
                       {"files", files}};
+  if (!model_path_.empty()) j["model_path"] = model_path_;
   APC_RETURN_IF_ERROR(writeFile(fs::path(staged_->path()) / "manifest.json", j.dump(2) + "\n"));
   StagedDirectory done = std::move(*staged_);
   staged_.reset();
@@ -112,16 +119,19 @@ Expected<StagedDirectory> ArtifactWriter::finish() {
 }
 
 Expected<StagedDirectory> stageArtifact(const std::string& dir,
-                                        const std::vector<proto::Program>& programs) {
+                                        const std::vector<proto::Program>& programs,
+                                        const std::string& model_path) {
   if (programs.empty()) return invalidArgument("no programs to write");
   APC_ASSIGN_OR_RETURN(ArtifactWriter w,
                        ArtifactWriter::create(dir, static_cast<int64_t>(programs.size())));
+  if (!model_path.empty()) w.setModelPath(model_path);
   for (const proto::Program& p : programs) APC_RETURN_IF_ERROR(w.add(p));
   return w.finish();
 }
 
-Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs) {
-  APC_ASSIGN_OR_RETURN(StagedDirectory staged, stageArtifact(dir, programs));
+Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs,
+                     const std::string& model_path) {
+  APC_ASSIGN_OR_RETURN(StagedDirectory staged, stageArtifact(dir, programs, model_path));
   return staged.commit();
 }
 
@@ -134,7 +144,8 @@ using namespace apc::json_reader;  // NOLINT
 Expected<Manifest> fromJson(const json& j) {
   APC_RETURN_IF_ERROR(checkObject(
       j, "$",
-      {"files", "format_version", "mesh", "model_hash", "model_name", "plan_hash", "world_size"}));
+      {"files", "format_version", "mesh", "model_hash", "model_name", "plan_hash", "world_size"},
+      {"model_path"}));
   Manifest m;
   APC_ASSIGN_OR_RETURN(int64_t version, readInt(j["format_version"], "$.format_version", true));
   if (version != kManifestFormatVersion)
@@ -145,6 +156,9 @@ Expected<Manifest> fromJson(const json& j) {
   APC_ASSIGN_OR_RETURN(m.model_name, readString(j["model_name"], "$.model_name"));
   APC_ASSIGN_OR_RETURN(m.model_hash, readString(j["model_hash"], "$.model_hash"));
   APC_ASSIGN_OR_RETURN(m.plan_hash, readString(j["plan_hash"], "$.plan_hash"));
+  if (j.contains("model_path")) {
+    APC_ASSIGN_OR_RETURN(m.model_path, readString(j["model_path"], "$.model_path"));
+  }
   const json& mesh = j["mesh"];
   APC_RETURN_IF_ERROR(checkObject(mesh, "$.mesh", {"names", "shape"}));
   const json& shape = mesh["shape"];

@@ -617,6 +617,9 @@ TEST(AutoParallel, ApplyPlacementLowersThePlanOfThisModel) {
   EXPECT_EQ(manifest->world_size, 8);
   EXPECT_EQ(manifest->plan_hash, p->content_hash);
   EXPECT_EQ(manifest->files.size(), 8u);
+  // The model file, absolute, where a trainer finds its weights (apc-train loads them).
+  EXPECT_TRUE(std::filesystem::path(manifest->model_path).is_absolute()) << manifest->model_path;
+  EXPECT_EQ(std::filesystem::canonical(manifest->model_path), std::filesystem::canonical(kToy));
 
   // A plan read back from a file applies the same way.
   ASSERT_OK(plan::writePlanFile(*p, tmp("apply.json")));

@@ -450,6 +450,48 @@ std::vector<std::string> linesStartingWith(const std::string& out, const std::st
   return lines;
 }
 
+// Without --model, apc-train starts from the weights and buffers of the model file the artifact
+// was lowered from (its manifest's model_path, checked against its SHA-256). cnn_small's
+// BatchNorms are in eval mode: drawn from normal(0, 0.02), half of each running variance is
+// negative and the loss is NaN, which is what a run got before the manifest named its model.
+TEST(ApcTrain, StartsFromTheLoweredModelsWeightsWithoutModel) {
+  const std::string pt2 = testing::samplePath("cnn_small", "pt2");
+  if (!std::filesystem::exists(pt2)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path work = scratchDir("train_model_path");
+  std::filesystem::create_directories(work);
+  const std::filesystem::path model = work / "copy.pt2", dir = work / "art";
+  std::filesystem::copy_file(pt2, model);
+  apc::testing::CommandResult planned = apc::testing::runCommand(
+      testing::apcBinary() + " plan " + model.string() + " --mesh 2 --strategy ddp -o " +
+      dir.string() + ".plan.json" + " --artifact " + dir.string());
+  ASSERT_EQ(planned.code, 0) << planned.err;
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  auto runWith = [&](const std::string& flags) {
+    return apc::testing::runCommand(testing::apcBinary() + " run " + dir.string() +
+                                    " --nproc 2 --timeout 300 -- " + train + " " + dir.string() +
+                                    " --steps 2 " + flags);
+  };
+  apc::testing::CommandResult by_default = runWith(""), given = runWith("--model " + pt2);
+  ASSERT_EQ(by_default.code, 0) << by_default.err;
+  ASSERT_EQ(given.code, 0) << given.err;
+  const std::vector<std::string> losses = linesStartingWith(by_default.out, "step ");
+  ASSERT_EQ(losses.size(), 2u) << by_default.out;
+  EXPECT_EQ(losses, linesStartingWith(given.out, "step "));
+  for (const std::string& line : losses) EXPECT_EQ(line.find("nan"), std::string::npos) << line;
+  EXPECT_NE(by_default.err.find("weights from " + model.string()), std::string::npos)
+      << by_default.err;
+  // Drawn on request, and when the model file changed since lowering (with a note).
+  apc::testing::CommandResult drawn = runWith("--random-init");
+  ASSERT_EQ(drawn.code, 0) << drawn.err;
+  EXPECT_NE(linesStartingWith(drawn.out, "step "), losses);
+  std::filesystem::resize_file(model, std::filesystem::file_size(model) - 1);
+  apc::testing::CommandResult changed = runWith("");
+  ASSERT_EQ(changed.code, 0) << changed.err;
+  EXPECT_EQ(linesStartingWith(changed.out, "step "), linesStartingWith(drawn.out, "step "));
+  EXPECT_NE(changed.err.find("changed since lowering"), std::string::npos) << changed.err;
+  std::filesystem::remove_all(work);
+}
+
 TEST(ApcTrain, GradientBucketsReduceInOneCallWithTheSameLossesAndTheirPrediction) {
   const ModelCase& m = models().at("mlp_stack");
   if (!std::filesystem::exists(testing::samplePath(m.model)))

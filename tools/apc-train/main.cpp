@@ -31,8 +31,12 @@
 // with random targets (drawn for the whole batch), else the mean square. Initial weights come from
 // --model (a TorchScript .pt or an exported .pt2, read by apc::frontend::loadModelState, or a
 // .safetensors full state dict, as Python's safetensors or `apc export` write it; else
-// --compare-single): load_full_state_dict of the model's parameters and buffers, so that sharded
-// and single start equal; without a model, normal(0, 0.02) drawn per full tensor from the seed.
+// --compare-single; else the model file the artifact was lowered from, its manifest's
+// model_path, when it is still there with the artifact's SHA-256): load_full_state_dict of the
+// model's parameters and buffers, so that sharded and single start equal. With --random-init, or
+// no model file at hand (a note says so), normal(0, 0.02) drawn per full tensor from the seed,
+// buffers too: a BatchNorm's running variance drawn so is negative in half its channels, and an
+// eval-mode BatchNorm then computes NaN.
 // The single-device reference of a .pt runs the TorchScript module; that of a .pt2 (which LibTorch
 // cannot run) its graph through apc's interpreter on one device, imported at the run's sizes
 // (single_reference.h).
@@ -84,6 +88,7 @@
 #include <string>
 #include <vector>
 
+#include "apc/artifact/artifact.h"
 #include "apc/frontend/weights.h"
 #include "apc/runtime/checkpoint.h"
 #include "apc/runtime/data.h"
@@ -94,6 +99,7 @@
 #include "apc/runtime/parallel_module.h"
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
+#include "apc/support/hash.h"
 #include "apc/support/strings.h"
 #include "cli_checks.h"
 #include "node_profile.h"
@@ -111,6 +117,7 @@ struct Flags {
   int64_t batch = 0;  // 0: the artifact's batch
   std::string model;
   std::string compare_single;
+  bool random_init = false;  // normal(0, 0.02) weights even when the artifact's model is at hand
   bool no_f64_reference = false;
   double clip = 0;  // 0: no clipping
   int threads = 1;
@@ -617,7 +624,34 @@ int run(Flags f) {
   apc::runtime::ParallelModule& pm = **loaded;
   const bool rank0 = pm.rank() == 0;
 
-  const std::string model_path = !f.model.empty() ? f.model : f.compare_single;
+  std::string model_path = !f.model.empty() ? f.model : f.compare_single;
+  if (model_path.empty() && f.resume.empty() && !f.random_init) {
+    // The model the artifact was lowered from, when it is still there unchanged.
+    auto manifest = apc::artifact::readManifest(f.dir);
+    std::string why;
+    if (!manifest.ok() || manifest->model_path.empty()) {
+      why = "the artifact does not name its model file";
+    } else if (!std::filesystem::is_regular_file(manifest->model_path)) {
+      why = "its model file " + manifest->model_path + " is not there";
+    } else {
+      auto sha = apc::sha256File(manifest->model_path);
+      if (sha.ok() && *sha == manifest->model_hash) {
+        model_path = manifest->model_path;
+        if (rank0)
+          std::fprintf(stderr,
+                       "apc-train: weights from %s, the model the artifact was lowered from "
+                       "(--random-init draws them)\n",
+                       model_path.c_str());
+      } else {
+        why = "its model file " + manifest->model_path + " changed since lowering";
+      }
+    }
+    if (model_path.empty() && rank0)
+      std::fprintf(stderr,
+                   "apc-train: note: %s: weights and buffers drawn from normal(0, 0.02) (give "
+                   "--model for the model's own)\n",
+                   why.c_str());
+  }
   // --compare-single: the unsharded model, and its float64 twin (the yardstick of rounding).
   std::vector<Reference> refs;
   if (!f.compare_single.empty() && rank0) {
@@ -970,6 +1004,9 @@ int main(int argc, char** argv) {
                  "Model (TorchScript .pt or exported .pt2) or full state dict (.safetensors) "
                  "whose weights initialize the shards")
       ->check(nonEmptyPath());
+  app.add_flag("--random-init", f.random_init,
+               "Draw the weights (and buffers) from normal(0, 0.02) even when the model the "
+               "artifact was lowered from is at hand (by default its weights are loaded)");
   app.add_option("--compare-single", f.compare_single,
                  "Also train this unsharded model (.pt or .pt2) on rank 0 and print its loss, "
                  "and its float64 twin's (the float32 run's own rounding)")

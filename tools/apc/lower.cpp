@@ -26,6 +26,7 @@ Expected<StagedDirectory> stageArtifactFor(const ir::Graph& g, const plan::Plan&
   // it is lowered (every rank's at once grew past 18 GB for 65,536 ranks).
   APC_ASSIGN_OR_RETURN(artifact::ArtifactWriter writer,
                        artifact::ArtifactWriter::create(dir, p.spec.mesh.worldSize()));
+  if (!p.model.model_path.empty()) writer.setModelPath(p.model.model_path);
   size_t redistributions = 0;
   APC_RETURN_IF_ERROR(lower::lowerEachRank(g, p, [&](const proto::Program& prog) {
     redistributions += static_cast<size_t>(prog.redistributions_size());

@@ -3,7 +3,9 @@
 // An artifact directory holds what `apc lower` writes and the runtime loads:
 //   manifest.json   {"format_version": 1, "model_name", "model_hash", "plan_hash",
 //                    "mesh": {"shape": [2, 2], "names": ["dp", "tp"]}, "world_size": 4,
-//                    "files": {"rank_0.apcp": "<sha256 hex>", ...}}
+//                    "files": {"rank_0.apcp": "<sha256 hex>", ...},
+//                    "model_path": "/abs/model.pt2"}  (optional: the model file lowered, where
+//                    a trainer finds the weights the model starts from; model_hash is its SHA-256)
 //   rank_<r>.apcp   proto::Program of rank r, binary protobuf (deterministic serialization)
 // Its own library (lib/artifact, apc_artifact: proto, support, mesh; no planner), which the
 // runtime links. Writing is deterministic: the same programs give byte-identical files (sorted JSON
@@ -50,6 +52,7 @@ struct Manifest {
   std::string model_name;
   std::string model_hash;  // SHA-256 of the model file
   std::string plan_hash;   // the plan's content_hash
+  std::string model_path;  // the model file's absolute path when lowered; empty: not recorded
   std::vector<int64_t> mesh_shape;
   std::vector<std::string> mesh_names;
   int64_t world_size = 0;
@@ -69,6 +72,9 @@ class ArtifactWriter {
   static Expected<ArtifactWriter> create(const std::string& dir, int64_t world_size);
   /// Serializes and writes `program` (rank_<r>.apcp) and forgets it.
   Status add(const proto::Program& program);
+  /// Records the model file the programs were lowered from (made absolute) in the manifest, where
+  /// a trainer finds the model's initial weights and buffers (apc-train does).
+  void setModelPath(const std::string& path);
   /// manifest.json; an error unless every rank was added.
   Expected<StagedDirectory> finish();
 
@@ -77,7 +83,7 @@ class ArtifactWriter {
   std::optional<StagedDirectory> staged_;
   int64_t world_size_ = 0;
   int64_t next_rank_ = 0;
-  std::string model_name_, model_hash_, plan_hash_;
+  std::string model_name_, model_hash_, plan_hash_, model_path_;
   std::vector<int64_t> mesh_shape_;
   std::vector<std::string> mesh_names_;
   std::map<std::string, std::string> files_;  // file name -> SHA-256
@@ -86,11 +92,14 @@ class ArtifactWriter {
 /// Writes manifest.json and rank_<r>.apcp for every program (programs[r].rank() == r, all with
 /// the same world size == programs.size()) into a staging directory beside `dir`; the result's
 /// commit() swaps it in for `dir` as a whole. Fails when `dir` is a file, or a non-empty
-/// directory that is not an artifact (no manifest.json). Manifest fields come from the programs.
+/// directory that is not an artifact (no manifest.json). Manifest fields come from the programs,
+/// and model_path from `model_path` (empty: not recorded; see ArtifactWriter::setModelPath).
 Expected<StagedDirectory> stageArtifact(const std::string& dir,
-                                        const std::vector<proto::Program>& programs);
+                                        const std::vector<proto::Program>& programs,
+                                        const std::string& model_path = "");
 /// stageArtifact, then commit: `dir` holds the old artifact or the new one, never a mix.
-Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs);
+Status writeArtifact(const std::string& dir, const std::vector<proto::Program>& programs,
+                     const std::string& model_path = "");
 
 /// Reads and checks `dir`/manifest.json (format version, fields, one file per rank).
 Expected<Manifest> readManifest(const std::string& dir);
