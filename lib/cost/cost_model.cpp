@@ -172,23 +172,25 @@ std::string CostModel::describe() const {
 
 Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   APC_ASSIGN_OR_RETURN(DeviceSpec d, deviceByName(spec.device));
-  for (const auto& [dtype, tflops] : spec.device_overrides.peak_tflops)
+  // A built-in kind that stands for a measured profile (the "cpu" of this project's machines)
+  // is that profile, unless the spec describes its device itself.
+  const spec::ClusterProfile* builtin = spec::builtinClusterProfile(spec.device);
+  const spec::DeviceOverrides& given =
+      builtin && spec.device_overrides.empty() ? builtin->device_overrides : spec.device_overrides;
+  for (const auto& [dtype, tflops] : given.peak_tflops)
     APC_RETURN_IF_ERROR(setPeakTflops(d, ir::dtypeName(dtype), tflops));
   DeviceOverrides o;
-  o.hbm_gbps = spec.device_overrides.hbm_bandwidth_gbps;
-  o.compute_efficiency = spec.device_overrides.compute_efficiency;
-  o.memory_efficiency = spec.device_overrides.memory_efficiency;
-  o.kernel_floor_us = spec.device_overrides.kernel_floor_us;
-  o.dispatch_us = spec.device_overrides.dispatch_us;
-  o.dispatch_overlaps = spec.device_overrides.dispatch_overlaps;
-  o.view_dispatch_us = spec.device_overrides.view_dispatch_us;
+  o.hbm_gbps = given.hbm_bandwidth_gbps;
+  o.compute_efficiency = given.compute_efficiency;
+  o.memory_efficiency = given.memory_efficiency;
+  o.kernel_floor_us = given.kernel_floor_us;
+  o.dispatch_us = given.dispatch_us;
+  o.dispatch_overlaps = given.dispatch_overlaps;
+  o.view_dispatch_us = given.view_dispatch_us;
   APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
-  for (const auto& [dtype, t] : spec.device_overrides.matmul_us)
-    d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
-  for (const auto& [dtype, t] : spec.device_overrides.conv_us)
-    d.conv_curve[dtype] = KernelCurve{t.work, t.us};
-  if (const auto& t = spec.device_overrides.elementwise_us)
-    d.elementwise_curve = KernelCurve{t->work, t->us};
+  for (const auto& [dtype, t] : given.matmul_us) d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
+  for (const auto& [dtype, t] : given.conv_us) d.conv_curve[dtype] = KernelCurve{t.work, t.us};
+  if (const auto& t = given.elementwise_us) d.elementwise_curve = KernelCurve{t->work, t->us};
   return d;
 }
 
@@ -198,7 +200,24 @@ Expected<CostModel> costModelFor(const spec::Spec& spec) {
     return invalidArgument("the spec's network has " + std::to_string(spec.network.size()) +
                            " entries but the mesh " + spec.mesh.toString() + " has " +
                            std::to_string(spec.mesh.ndim()) + " dims");
-  return CostModel(std::move(device), spec.mesh, spec.network);
+  // The built-in profile's link (and its measured collectives) on every mesh dim the spec leaves
+  // at the default link without network refinements: a "cpu" mesh's ranks talk over Gloo's
+  // loopback, not NVLink.
+  const spec::ClusterProfile* builtin = spec::builtinClusterProfile(spec.device);
+  if (!builtin || !spec.network.empty())
+    return CostModel(std::move(device), spec.mesh, spec.network);
+  mesh::DeviceMesh mesh = spec.mesh;
+  const std::vector<mesh::LinkParams> defaults = mesh::defaultLinks(mesh.ndim());
+  std::vector<spec::MeshDimNetwork> network(mesh.ndim());
+  bool any = false;
+  for (size_t m = 0; m < mesh.ndim(); ++m) {
+    if (!(mesh.link(m) == defaults[m])) continue;
+    mesh.setLink(m, builtin->links.front());
+    if (!builtin->network.empty()) network[m] = builtin->network.front();
+    any = true;
+  }
+  if (!any) return CostModel(std::move(device), spec.mesh, spec.network);
+  return CostModel(std::move(device), mesh, std::move(network));
 }
 
 }  // namespace apc::cost

@@ -731,6 +731,24 @@ Expected<ClusterProfile> parseClusterProfile(const json& j) {
   return p;
 }
 
+namespace detail {
+extern const char* const kCpuClusterJson;  // builtin_cluster.cpp (generated)
+}  // namespace detail
+
+const ClusterProfile* builtinClusterProfile(std::string_view device) {
+  if (device != "cpu") return nullptr;
+  // Parsed once; the embedded file is checked by the spec tests (BuiltinCpuProfile.*), so a
+  // failure here is a build that was not tested.
+  static const std::optional<ClusterProfile> cpu = []() -> std::optional<ClusterProfile> {
+    json j = json::parse(detail::kCpuClusterJson, nullptr, false);
+    if (j.is_discarded()) return std::nullopt;
+    auto p = parseClusterProfile(j);
+    if (!p.ok()) return std::nullopt;
+    return std::move(p).value();
+  }();
+  return cpu ? &*cpu : nullptr;
+}
+
 Expected<ClusterProfile> readClusterProfile(const std::string& path) {
   APC_ASSIGN_OR_RETURN(json j, readJsonFile(path));
   auto p = parseClusterProfile(j);

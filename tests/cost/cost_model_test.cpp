@@ -230,5 +230,48 @@ TEST(CostModel, ViewsPayTheirOwnDispatch) {
   EXPECT_EQ(model->nodeUs(0, 0, true), 40.0);
 }
 
+// "cpu" stands for the profile apc calibrate measured on this project's kind of machine
+// (lib/spec/cpu_cluster.json, embedded): a spec naming it and nothing else is priced exactly as
+// one with that profile applied (apc plan --cluster), and what a spec says itself wins.
+TEST(CostModel, TheBuiltInCpuIsTheEmbeddedCalibratedProfile) {
+  const spec::ClusterProfile* cpu = spec::builtinClusterProfile("cpu");
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ(spec::builtinClusterProfile("h100"), nullptr);
+  EXPECT_FALSE(cpu->device_overrides.matmul_us.empty());
+  EXPECT_TRUE(cpu->device_overrides.elementwise_us.has_value());
+  ASSERT_EQ(cpu->network.size(), 1u);
+  auto named = spec::parseSpecText(R"({"mesh": {"shape": [2, 2]}, "device": "cpu"})");
+  ASSERT_TRUE(named.ok()) << named.error().message();
+  spec::Spec applied = *named;
+  ASSERT_TRUE(spec::applyClusterProfile(*cpu, applied).ok());
+  auto a = costModelFor(*named), b = costModelFor(applied);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->describe(), b->describe());
+  for (double flops : {1e4, 1e7, 1e9})
+    EXPECT_EQ(a->computeUs(OpFamily::kContraction, flops, flops / 10, ir::DType::kF32),
+              b->computeUs(OpFamily::kContraction, flops, flops / 10, ir::DType::kF32));
+  for (double bytes : {4e3, 1e6, 1e8}) {
+    EXPECT_EQ(a->computeUs(OpFamily::kPointwise, 0, bytes, ir::DType::kF32),
+              b->computeUs(OpFamily::kPointwise, 0, bytes, ir::DType::kF32));
+    for (size_t m : {0, 1})
+      for (CollectiveKind k :
+           {CollectiveKind::kAllGather, CollectiveKind::kAllReduce, CollectiveKind::kAllToAll})
+        EXPECT_EQ(a->collectiveUs(k, m, 2, bytes), b->collectiveUs(k, m, 2, bytes));
+  }
+  // Measured, not the old guess of 2 TFLOPS and 200 GB/s: a 1 GFLOP matmul on one core takes
+  // milliseconds.
+  EXPECT_GT(a->computeUs(OpFamily::kContraction, 1e9, 1e6, ir::DType::kF32), 1000.0);
+  // A spec that describes its device, or a mesh dim's link, keeps its own.
+  auto own = spec::parseSpecText(R"({"mesh": {"shape": [2, 2], "bandwidth_gbps": [7, 450],
+      "latency_us": [3, 2]}, "device": {"kind": "cpu", "peak_tflops": {"f32": 0.04}}})");
+  ASSERT_TRUE(own.ok()) << own.error().message();
+  auto c = costModelFor(*own);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->device().peak.f32, 0.04);
+  EXPECT_TRUE(c->device().matmul_curve.empty());
+  EXPECT_EQ(c->link(CollectiveKind::kAllGather, 0).bandwidth_gbps, 7.0);
+  EXPECT_EQ(c->link(CollectiveKind::kAllGather, 1), a->link(CollectiveKind::kAllGather, 1));
+}
+
 }  // namespace
 }  // namespace apc::cost

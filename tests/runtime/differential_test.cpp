@@ -637,6 +637,11 @@ TEST(ApcTrain, ProfilePrintsMeasuredBesidePredictedAndThePlannedBytes) {
   EXPECT_NE(r.out.find("step (median, slowest rank)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("peak resident set"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("predicted"), std::string::npos) << r.out;
+  // The plan priced an H100 (makeArtifact names no device): the profile says so beside a CPU run.
+  EXPECT_TRUE(j["predicted_for_another_device"].get<bool>()) << j["cost_model"];
+  EXPECT_NE(r.out.find("note: predicted for h100, the plan's device, not this cpu run"),
+            std::string::npos)
+      << r.out;
   r = apc::testing::runCommand(train + " " + dir.string() + " --json");
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--json needs --profile"), std::string::npos) << r.err;

@@ -434,6 +434,12 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
                        {"hidden_comm", pred.hidden_comm_us / 1e3},
                        {"exposed_comm", pred.exposed_comm_us / 1e3}};
   j["cost_model"] = pred.cost_model;
+  // The device kind the plan was priced for ("h100: ..." -> "h100") against the one this run is
+  // on: a GPU's prediction says nothing about a CPU run, and the other way round.
+  const std::string priced_kind = pred.cost_model.substr(0, pred.cost_model.find(':'));
+  const bool other_kind = pred.present && !priced_kind.empty() &&
+                          (priced_kind == "cpu") != (device.type() == c10::DeviceType::CPU);
+  j["predicted_for_another_device"] = other_kind;
   // The overlap of the program's collectives (medians per step, the slowest rank's): in flight is
   // the wall time with at least one of them between issue and completion, exposed the time the
   // rank was blocked in them, hidden the rest (communication that ran while the rank computed).
@@ -506,6 +512,11 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
                 f.threads == 1 ? "" : "s");
     std::printf("  step (median, slowest rank)  measured %9.3f ms  predicted %s\n", measured_ms,
                 pred.present ? (number(predicted_ms) + " ms").c_str() : "n/a (no prediction)");
+    if (other_kind)
+      std::printf(
+          "  note: predicted for %s, the plan's device, not this %s run (apc plan --device cpu, "
+          "or --cluster with apc calibrate's profile, prices this machine)\n",
+          priced_kind.c_str(), device.str().c_str());
     std::printf("  spread                       min %.3f ms, max %.3f ms\n", agg[1] * 1e3,
                 agg[2] * 1e3);
     std::printf(

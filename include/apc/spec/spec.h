@@ -304,6 +304,15 @@ Expected<ClusterProfile> parseClusterProfile(const nlohmann::json& j);
 /// Reads a cluster profile file; errors name the file and the JSON path.
 Expected<ClusterProfile> readClusterProfile(const std::string& path);
 nlohmann::json toJson(const ClusterProfile& p);
+/// The cluster profile a built-in device kind stands for, or null. "cpu": what `apc calibrate
+/// --nproc 2 --threads 1` measured on this project's kind of machine (lib/spec/cpu_cluster.json,
+/// embedded in the build; its provenance in docs/TOOLCHAIN.md): the measured kernel curves,
+/// dispatch times and Gloo's collectives over loopback. The cost model prices a spec of that kind
+/// with it where the spec describes no device of its own (no device overrides) and, per mesh dim,
+/// no link of its own (the default link, no network refinements): cost::costModelFor. The other
+/// kinds (h100, ...) are datasheet numbers without a profile.
+const ClusterProfile* builtinClusterProfile(std::string_view device);
+
 /// Prices `spec` with the profile: its device kind and overrides replace the spec's; its links
 /// replace the mesh's, one per mesh dim when it has as many, the same link on every mesh dim when
 /// it has one. Another count is an error naming both.
