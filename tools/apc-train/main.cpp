@@ -255,12 +255,14 @@ double now(const c10::Device& device) {
 
 /// The peak of allocated bytes per phase of a step (the CUDA caching allocator's, or apc's host
 /// caching allocator's; 0 without either): take() returns the peak since the last take and starts
-/// a new one, keeping the running maximum, which the profile reports as the run's peak.
+/// a new one, keeping the running maximum of the takes that `count` (the measured steps' phases:
+/// not the model's loading, the warm-up or the trainer's synthetic data), which the profile
+/// reports as the run's peak.
 class PhasePeaks {
  public:
   explicit PhasePeaks(const c10::Device& device) : device_(device) {}
 
-  int64_t take() {
+  int64_t take(bool count = true) {
     int64_t p = 0;
     if (device_.is_cuda()) {
       p = at::accelerator::getDeviceStats(device_.index()).allocated_bytes[0].peak;
@@ -269,7 +271,7 @@ class PhasePeaks {
       p = apc::runtime::hostAllocatorStats().peak_allocated_bytes;
       apc::runtime::resetHostAllocatorPeak();
     }
-    overall_ = std::max(overall_, p);
+    if (count) overall_ = std::max(overall_, p);
     return p;
   }
   int64_t overall() const { return overall_; }
@@ -836,18 +838,21 @@ int run(Flags f) {
 
     opt.zero_grad();
     pm.resetCommStats();
-    if (f.profile) peaks.take();  // the previous step's tail: in the running maximum only
+    // What came since the last step's optimizer (the loading and the warm-up before the first
+    // measured step; the trainer's full-batch synthetic inputs): no phase of training, not
+    // counted.
+    if (f.profile) peaks.take(false);
     std::vector<c10::IValue> local_inputs;
     if (batch) local_inputs = batch->inputs;
     for (size_t i = 0; i < specs.size() && !batch; ++i)
       local_inputs.emplace_back(pm.shardInput(i, full_inputs[i]));
     if (node_profile) node_profile->setActive(step >= f.warmup);
     const double t0 = f.profile ? now(device) : 0;
-    const int64_t peak_inputs = f.profile ? peaks.take() : 0;
+    const int64_t peak_inputs = f.profile ? peaks.take(step >= f.warmup) : 0;
     auto leaves = pm.forwardLeaves(local_inputs);
     if (!leaves.ok()) return fail("step " + std::to_string(step) + ": " + leaves.error().message());
     const double t1 = f.profile ? now(device) : 0;
-    const int64_t peak_forward = f.profile ? peaks.take() : 0;
+    const int64_t peak_forward = f.profile ? peaks.take(step >= f.warmup) : 0;
     const std::vector<apc::runtime::CommStats> after_forward = pm.commStatsByMeshDim();
     // The loss on this rank's rows of the first output (apc/runtime/loss.h): only a class dim
     // split across ranks is gathered, never the whole output.
@@ -858,13 +863,13 @@ int run(Flags f) {
       return fail("step " + std::to_string(step) + ": " + sharded.error().message());
     at::Tensor loss = sharded->share;
     const double t2 = f.profile ? now(device) : 0;
-    const int64_t peak_loss = f.profile ? peaks.take() : 0;
+    const int64_t peak_loss = f.profile ? peaks.take(step >= f.warmup) : 0;
     const std::vector<apc::runtime::CommStats> after_gather = pm.commStatsByMeshDim();
     if (node_profile) node_profile->backwardStarts();
     loss.backward();
     if (node_profile) node_profile->backwardEnds();
     const double t3 = f.profile ? now(device) : 0;
-    const int64_t peak_backward = f.profile ? peaks.take() : 0;
+    const int64_t peak_backward = f.profile ? peaks.take(step >= f.warmup) : 0;
     // The program's collectives only: not the trainer's output gather, not clipping.
     std::vector<apc::runtime::CommStats> by_dim = pm.commStatsByMeshDim();
     apc::runtime::CommStats program_comm, forward_comm;
