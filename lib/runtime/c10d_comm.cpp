@@ -135,9 +135,13 @@ GatherLayout gatherLayout(const at::Tensor& local, int64_t d, const std::vector<
   return l;
 }
 
-/// The gathered tensor from the buffer of `sizes.size()` padded pieces of `most` rows each.
+/// The gathered tensor from the buffer of `sizes.size()` padded pieces of `most` rows each. When
+/// no piece is padded the buffer is the result along dim 0 as it is (a gather along dim 0 copies
+/// nothing more; along another dim, only the move of that dim back into place).
 at::Tensor assembleGather(const at::Tensor& gathered, int64_t d, const std::vector<int64_t>& sizes,
                           int64_t most) {
+  if (std::all_of(sizes.begin(), sizes.end(), [most](int64_t s) { return s == most; }))
+    return gathered.movedim(0, d).contiguous();
   std::vector<at::Tensor> pieces;
   for (size_t k = 0; k < sizes.size(); ++k)
     pieces.push_back(gathered.narrow(0, static_cast<int64_t>(k) * most, sizes[k]));
