@@ -9,6 +9,8 @@
 #include <cmath>
 #include <string>
 
+#include "apc/support/strings.h"
+
 namespace apc::cost {
 
 AlphaBetaTerms alphaBetaTerms(CollectiveKind kind, int64_t group_size) {
@@ -145,6 +147,16 @@ Expected<DeviceFit> fitDevice(const std::vector<KernelSample>& samples, double f
     return invalidArgument("no timed memory-bound kernel to fit a bandwidth to");
   fit.memory_gbps = byte_sums.second / byte_sums.first;
   return fit;
+}
+
+Expected<double> overlapEfficiency(double compute_us, double comm_us, double both_us) {
+  for (double t : {compute_us, comm_us, both_us})
+    if (!(t > 0) || !std::isfinite(t))
+      return invalidArgument("overlap: times must be positive and finite, got compute " +
+                             formatNumber(compute_us) + " us, collective " + formatNumber(comm_us) +
+                             " us, both " + formatNumber(both_us) + " us");
+  const double e = (compute_us + comm_us - both_us) / std::min(compute_us, comm_us);
+  return std::clamp(e, 0.0, 1.0);
 }
 
 std::vector<double> monotoneUs(const std::vector<double>& us) {

@@ -187,6 +187,7 @@ Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   o.dispatch_us = given.dispatch_us;
   o.dispatch_overlaps = given.dispatch_overlaps;
   o.view_dispatch_us = given.view_dispatch_us;
+  o.overlap_efficiency = given.overlap_efficiency;
   APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
   for (const auto& [dtype, t] : given.matmul_us) d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
   for (const auto& [dtype, t] : given.conv_us) d.conv_curve[dtype] = KernelCurve{t.work, t.us};

@@ -169,6 +169,12 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
       return invalidArgument("device override view_dispatch_us must be >= 0, got " + fmt(v));
     spec.view_dispatch_us = v;
   }
+  if (o.overlap_efficiency) {
+    double v = *o.overlap_efficiency;
+    if (!(v >= 0 && v <= 1))
+      return invalidArgument("device override overlap_efficiency must be in [0, 1], got " + fmt(v));
+    spec.overlap_efficiency = v;
+  }
   if (o.f32_uses_tf32) spec.f32_uses_tf32 = *o.f32_uses_tf32;
   return spec;
 }
@@ -199,6 +205,10 @@ std::string toString(const DeviceSpec& s) {
   }
   if (s.view_dispatch_us) {
     std::snprintf(buf, sizeof buf, ", views %.1f us", *s.view_dispatch_us);
+    out += buf;
+  }
+  if (s.overlap_efficiency != 1.0) {
+    std::snprintf(buf, sizeof buf, ", overlap %.2f", s.overlap_efficiency);
     out += buf;
   }
   return out;

@@ -1062,6 +1062,7 @@ Expected<proto::Program> Lowerer::run() {
   const StepSchedule schedule = simulateStep(out_, program_, model_, mesh_);
   program_.mutable_prediction()->set_hidden_comm_us(schedule.hidden_us);
   program_.mutable_prediction()->set_exposed_comm_us(schedule.exposed_comm_us);
+  program_.mutable_prediction()->set_overlap_efficiency(model_.device().overlap_efficiency);
   return std::move(program_);
 }
 

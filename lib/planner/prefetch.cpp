@@ -66,15 +66,17 @@ size_t applyPrefetchDiscount(const ir::Graph& g, solver::GraphProblem& gp, doubl
 namespace {
 
 /// A plan's step as rank 0's program replays it with the runtime's overlap (the artifact's
-/// prediction), and the communication that overlap hides.
+/// prediction), and the communication time that overlap takes off the step (the hidden
+/// communication's overlap_efficiency share: none on a device whose collectives compute on the
+/// cores that run the model).
 struct Replayed {
   double step_us = 0, hidden_us = 0;
 };
 Expected<Replayed> replay(const ir::Graph& g, const Plan& p) {
   APC_ASSIGN_OR_RETURN(proto::Program prog, lower::lowerRank(g, p, 0));
   const proto::Prediction& pr = prog.prediction();
-  return Replayed{pr.step_us() - pr.grad_bucket_saving_us() - pr.hidden_comm_us(),
-                  pr.hidden_comm_us()};
+  const double hidden = pr.overlap_efficiency() * pr.hidden_comm_us();
+  return Replayed{pr.step_us() - pr.grad_bucket_saving_us() - hidden, hidden};
 }
 
 }  // namespace

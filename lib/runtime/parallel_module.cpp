@@ -1912,7 +1912,8 @@ PredictedStep ParallelModule::predictedStep() const {
   if (impl_->options.overlap && impl_->buckets) {
     p.hidden_comm_us = pr.hidden_comm_us();
     p.exposed_comm_us = pr.exposed_comm_us();
-    p.step_us -= p.hidden_comm_us;
+    p.overlap_efficiency = pr.overlap_efficiency();
+    p.step_us -= p.overlap_efficiency * p.hidden_comm_us;
   }
   p.present = true;
   return p;

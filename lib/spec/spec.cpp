@@ -290,10 +290,11 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (!j.is_object())
     return at(path, "expected a device kind like \"h100\" or an object {\"kind\": ...}, got " +
                         describe(j));
-  APC_RETURN_IF_ERROR(checkKeys(
-      j, path,
-      {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency", "memory_efficiency",
-       "kernel_floor_us", "dispatch_us", "dispatch_overlaps", "view_dispatch_us", "measured"}));
+  APC_RETURN_IF_ERROR(
+      checkKeys(j, path,
+                {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
+                 "memory_efficiency", "kernel_floor_us", "dispatch_us", "dispatch_overlaps",
+                 "view_dispatch_us", "overlap_efficiency", "measured"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -342,6 +343,10 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     APC_ASSIGN_OR_RETURN(
         s.device_overrides.view_dispatch_us,
         readInRange(*e, path + ".view_dispatch_us", "view dispatch time (us)", 0, 1e6));
+  }
+  if (const json* e = find(j, "overlap_efficiency")) {
+    APC_ASSIGN_OR_RETURN(s.device_overrides.overlap_efficiency,
+                         readInRange(*e, path + ".overlap_efficiency", "overlap efficiency", 0, 1));
   }
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
@@ -859,6 +864,8 @@ json toJson(const Spec& s) {
       dev["dispatch_overlaps"] = *s.device_overrides.dispatch_overlaps;
     if (s.device_overrides.view_dispatch_us)
       dev["view_dispatch_us"] = *s.device_overrides.view_dispatch_us;
+    if (s.device_overrides.overlap_efficiency)
+      dev["overlap_efficiency"] = *s.device_overrides.overlap_efficiency;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
         s.device_overrides.elementwise_us) {
       json measured = json::object();

@@ -163,5 +163,17 @@ TEST(Calibration, MonotoneTablesPoolTheViolatorsAndKeepTheRest) {
   EXPECT_TRUE(monotoneUs({}).empty());
 }
 
+// The overlap efficiency from three times: side by side (the longer of the two), taking turns
+// (their sum), halfway, and the clamps; bad times are errors.
+TEST(Calibration, OverlapEfficiencyFromComputeCollectiveAndBoth) {
+  EXPECT_DOUBLE_EQ(*overlapEfficiency(1000, 400, 1000), 1.0);
+  EXPECT_DOUBLE_EQ(*overlapEfficiency(1000, 400, 1400), 0.0);
+  EXPECT_DOUBLE_EQ(*overlapEfficiency(1000, 400, 1200), 0.5);
+  EXPECT_DOUBLE_EQ(*overlapEfficiency(300, 400, 380), 1.0);    // faster than either: noise
+  EXPECT_DOUBLE_EQ(*overlapEfficiency(1000, 400, 1900), 0.0);  // slower than both in turn
+  EXPECT_FALSE(overlapEfficiency(0, 400, 500).ok());
+  EXPECT_FALSE(overlapEfficiency(1000, std::nan(""), 500).ok());
+}
+
 }  // namespace
 }  // namespace apc::cost

@@ -158,7 +158,8 @@ TEST(Schedule, TheScheduleDiscountNeverLengthensTheReplayedStep) {
     const Lowered a = lowerStack(plain), b = lowerStack(scheduled);
     auto stepOf = [](const proto::Program& p) {
       const proto::Prediction& pr = p.prediction();
-      return pr.step_us() - pr.grad_bucket_saving_us() - pr.hidden_comm_us();
+      return pr.step_us() - pr.grad_bucket_saving_us() -
+             pr.overlap_efficiency() * pr.hidden_comm_us();
     };
     EXPECT_LE(stepOf(b.program), stepOf(a.program) * (1 + 1e-9));
     // Its costs are the cost model's prices (the discount only steered the solve): never below
@@ -170,6 +171,28 @@ TEST(Schedule, TheScheduleDiscountNeverLengthensTheReplayedStep) {
     EXPECT_TRUE(b.plan.spec.schedule_discount);
     EXPECT_EQ(b.plan.spec.prefetch_discount, 1.0);
   }
+}
+
+// A device whose collectives run on the cores that compute (CPU ranks: overlap efficiency 0)
+// takes nothing off the step for the hidden communication, and the schedule discount, which
+// steers the solve by what the step saves, leaves the plan as it was.
+TEST(Schedule, HiddenCommunicationIsFreeOnlyByTheDevicesOverlapEfficiency) {
+  using namespace schedule_test;
+  spec::Spec plain = stackSpec(0.5);
+  plain.device_overrides.overlap_efficiency = 0.0;
+  spec::Spec scheduled = plain;
+  scheduled.schedule_discount = true;
+  const Lowered a = lowerStack(plain), b = lowerStack(scheduled);
+  const Lowered fsdp = lowerStack(plain, solver::Baseline::kFsdp);
+  EXPECT_EQ(fsdp.program.prediction().overlap_efficiency(), 0.0);
+  EXPECT_GT(fsdp.program.prediction().hidden_comm_us(), 0.0) << "the schedule still hides some";
+  std::vector<std::string> pa, pb;
+  for (const auto& n : a.plan.nodes) pa.push_back(n.strategy);
+  for (const auto& n : b.plan.nodes) pb.push_back(n.strategy);
+  EXPECT_EQ(pa, pb);
+  // The datasheet device: all of it.
+  const Lowered c = lowerStack(stackSpec(0.5));
+  EXPECT_EQ(c.program.prediction().overlap_efficiency(), 1.0);
 }
 
 TEST(Schedule, TheSpecSaysScheduleOrANumber) {

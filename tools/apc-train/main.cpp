@@ -435,6 +435,7 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
                        {"optimizer", opt_us / 1e3},
                        {"hidden_comm", pred.hidden_comm_us / 1e3},
                        {"exposed_comm", pred.exposed_comm_us / 1e3}};
+  j["overlap_efficiency"] = pred.overlap_efficiency;
   j["cost_model"] = pred.cost_model;
   // The device kind the plan was priced for ("h100: ..." -> "h100") against the one this run is
   // on: a GPU's prediction says nothing about a CPU run, and the other way round.
@@ -533,10 +534,10 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
         in_flight_ms, exposed_ms, hidden_ms,
         in_flight_ms > 0 ? hidden_ms / in_flight_ms * 100 : 0.0, f.overlap ? "on" : "off");
     std::printf(
-        "  predicted: compute %.3f ms, communication %.3f ms (exposed %.3f ms, hidden %.3f ms), "
-        "optimizer %.3f ms\n",
+        "  predicted: compute %.3f ms, communication %.3f ms (exposed %.3f ms, hidden %.3f ms, "
+        "%.0f%% of it off the step), optimizer %.3f ms\n",
         pred.compute_us / 1e3, pred.comm_us / 1e3, pred.exposed_comm_us / 1e3,
-        pred.hidden_comm_us / 1e3, opt_us / 1e3);
+        pred.hidden_comm_us / 1e3, pred.overlap_efficiency * 100, opt_us / 1e3);
     for (const auto& c : coll)
       std::printf(
           "  mesh dim %d %-14s %6.1f calls %12.0f bytes sent %9.3f ms per step (%.3f ms in "

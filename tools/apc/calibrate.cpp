@@ -30,7 +30,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -497,6 +500,61 @@ int runWorker(const CalibrateOptions& o) {
                     {"samples", fit->samples},
                     {"by_kind", by_kind}});
   }
+  // --- overlap -----------------------------------------------------------------------------------
+  // What compute running beside a collective still pays (DeviceSpec::overlap_efficiency): on the
+  // first mesh dim of more than one rank, an all-reduce (4 MiB on CPU, 64 MiB on CUDA) alone, a
+  // matmul loop of about its length alone, and the all-reduce issued asynchronously with the loop
+  // run before its wait; each the median of 7, the slowest rank's.
+  std::optional<double> overlap;
+  nlohmann::ordered_json overlap_json;
+  for (size_t m = 0; m < dmesh.ndim() && !overlap; ++m) {
+    runtime::Communicator& c = world.dim(m);
+    if (c.size() <= 1) continue;
+    progress("timing compute beside a collective on mesh dim " + std::to_string(m));
+    const int64_t elems = (device.is_cuda() ? 64 : 4) * 1024 * 1024 / 4;
+    at::Tensor buf = at::ones({elems}, f32);
+    at::Tensor mm_a = at::randn({256, 256}, f32);
+    auto sync = [&] {
+      if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+    };
+    auto median7 = [&](const std::function<void()>& fn) {
+      std::vector<double> t;
+      for (int r = 0; r < 7; ++r) {
+        world.all().barrier();
+        const auto t0 = Clock::now();
+        fn();
+        sync();
+        t.push_back(seconds(t0, Clock::now()));
+      }
+      std::nth_element(t.begin(), t.begin() + 3, t.end());
+      return slowest(world, t[3]);
+    };
+    const double comm_s = median7([&] { c.allReduce(buf, mesh::ReduceOp::kSum); });
+    const double mm_s = timeIt([&] { (void)at::mm(mm_a, mm_a); }, device, 0.02);
+    // The same count on every rank (the slowest rank's matmul), about the collective's length.
+    const int iters = static_cast<int>(
+        std::clamp(slowest(world, comm_s) / std::max(slowest(world, mm_s), 1e-9), 1.0, 1e5));
+    auto loop = [&] {
+      for (int i = 0; i < iters; ++i) (void)at::mm(mm_a, mm_a);
+    };
+    const double compute_s = median7(loop);
+    const double both_s = median7([&] {
+      std::unique_ptr<runtime::PendingCollective> pending =
+          c.allReduceAsync(buf, mesh::ReduceOp::kSum);
+      loop();
+      (void)pending->wait();
+    });
+    auto e = cost::overlapEfficiency(compute_s * 1e6, comm_s * 1e6, both_s * 1e6);
+    if (!e.ok()) return report(e.error().withContext("overlap"));
+    overlap = *e;
+    overlap_json = {{"mesh_dim", m},
+                    {"bytes", elems * 4},
+                    {"collective_us", comm_s * 1e6},
+                    {"compute_us", compute_s * 1e6},
+                    {"both_us", both_s * 1e6},
+                    {"efficiency", *overlap}};
+  }
+
   // A mesh dim of one rank has no refinement; keep the list aligned with the links.
   if (!profile.network.empty() && profile.network.size() != profile.links.size()) {
     std::vector<spec::MeshDimNetwork> aligned(profile.links.size());
@@ -526,6 +584,7 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.dispatch_us = dispatch_us;
   if (overlaps) profile.device_overrides.dispatch_overlaps = true;
   profile.device_overrides.view_dispatch_us = view_us;
+  profile.device_overrides.overlap_efficiency = overlap;
   // The curves likewise made non-decreasing in work (raw times under "calibration").
   for (auto* tables : {&measured.matmul_us, &measured.conv_us})
     for (auto& [dtype, t] : *tables) t.us = cost::monotoneUs(t.us);
@@ -546,6 +605,7 @@ int runWorker(const CalibrateOptions& o) {
   cal["compute"] = compute;
   cal["collectives"] = collectives;
   cal["link_fits"] = fits;
+  if (overlap) cal["overlap"] = overlap_json;
   profile.calibration = cal.dump();
   const std::string text = spec::toJson(profile).dump(2) + "\n";
   if (Status st = writeFileAtomic(o.output, text); !st.ok()) return report(st.error());
@@ -557,6 +617,15 @@ int runWorker(const CalibrateOptions& o) {
   std::printf("  memory: %s GB/s, kernel floor %s us, dispatch %s us per op%s\n",
               formatNumber(device_fit->memory_gbps, 4).c_str(), formatNumber(floor_us, 4).c_str(),
               formatNumber(dispatch_us, 4).c_str(), overlaps ? " (overlapping kernels)" : "");
+  if (overlap)
+    std::printf(
+        "  overlap: a %s all-reduce beside compute took %s ms, alone %s ms, the compute alone "
+        "%s ms: efficiency %s\n",
+        humanBytes(overlap_json["bytes"].get<double>()).c_str(),
+        formatNumber(overlap_json["both_us"].get<double>() / 1e3, 3).c_str(),
+        formatNumber(overlap_json["collective_us"].get<double>() / 1e3, 3).c_str(),
+        formatNumber(overlap_json["compute_us"].get<double>() / 1e3, 3).c_str(),
+        formatNumber(*overlap, 2).c_str());
   for (const auto& f : fits) {
     if (!f.contains("bandwidth_gbps")) continue;
     std::printf("  mesh dim %d: %s GB/s, %s us latency (one link for all kinds, fit error %s%%)\n",

@@ -81,6 +81,14 @@ struct DeviceFit {
 /// Errors: no compute sample, no memory-bound sample, a non-positive time, a negative floor.
 Expected<DeviceFit> fitDevice(const std::vector<KernelSample>& samples, double floor_us);
 
+/// The share of a collective's time that compute running beside it does not pay
+/// (DeviceSpec::overlap_efficiency), from a compute loop alone (`compute_us`), the collective
+/// alone (`comm_us`) and the collective issued asynchronously with the loop run before its wait
+/// (`both_us`): (compute + comm - both) / min(compute, comm), clamped to [0, 1]. 1 when the two
+/// ran side by side (both = the longer), 0 when they took turns (both = their sum). Errors: a
+/// time that is not positive and finite.
+Expected<double> overlapEfficiency(double compute_us, double comm_us, double both_us);
+
 /// The least-squares non-decreasing sequence closest to `us` (pool-adjacent-violators): the
 /// times of a measured table in ascending order of size, made monotone. A larger message or
 /// kernel never takes less time; on a shared machine single sizes land in slow or fast bands (a

@@ -62,6 +62,13 @@ struct DeviceSpec {
   /// dispatch_us. apc calibrate measures it (a chain of views); on an H200 host 5 us against a
   /// mixed op's 17, and views are a third of a transformer's nodes.
   std::optional<double> view_dispatch_us;
+  /// The share of a collective's time that compute running beside it does not pay, in [0, 1]:
+  /// 1 where communication has engines of its own (a GPU's copy engines and NVLink), about 0 on
+  /// CPU ranks whose Gloo threads reduce and copy on the cores that compute. The step prediction
+  /// takes this share of the communication the overlap schedule hides off the step
+  /// (apc/lower/schedule.h). apc calibrate measures it (a matmul loop with and without an
+  /// all-reduce in flight).
+  double overlap_efficiency = 1.0;
   /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
   /// dtype the matmul time by flops, for contractions and attention; the convolution time by
   /// flops, for convolutions (else the matmul curve); the elementwise time by bytes, for every
@@ -92,7 +99,8 @@ struct DeviceOverrides {
   std::optional<double> kernel_floor_us;                                              // >= 0
   std::optional<double> dispatch_us;                                                  // >= 0
   std::optional<bool> dispatch_overlaps;
-  std::optional<double> view_dispatch_us;  // >= 0
+  std::optional<double> view_dispatch_us;    // >= 0
+  std::optional<double> overlap_efficiency;  // [0, 1]
   std::optional<bool> f32_uses_tf32;
 };
 

@@ -119,11 +119,15 @@ struct PredictedStep {
   /// them (negative: what it costs), already taken off step_us, comm_us and backward_comm_us.
   double grad_bucket_saving_us = 0;
   /// The communication the runtime's overlap runs behind compute, as the plan's schedule predicts
-  /// it (apc/lower/schedule.h), already taken off step_us when this module overlaps (with its
-  /// gradient buckets); 0 without overlap. exposed_comm_us: the time the rank waits for
-  /// collectives in that schedule (without overlap: comm_us).
+  /// it (apc/lower/schedule.h), taken off step_us (its overlap_efficiency share) when this module
+  /// overlaps (with its gradient buckets); 0 without overlap. exposed_comm_us: the time the rank
+  /// waits for collectives in that schedule (without overlap: comm_us).
   double hidden_comm_us = 0;
   double exposed_comm_us = 0;
+  /// The share of hidden_comm_us the step does not pay (the plan's device, apc/cost/device.h:
+  /// about 0 on CPU ranks, whose collectives compute on the cores that run the model): step_us
+  /// takes overlap_efficiency * hidden_comm_us off.
+  double overlap_efficiency = 1.0;
   /// Per node of graph(): the plan's compute (forward and backward, with dispatch) of the plan
   /// node it comes from; 0 for nodes lowering added (redistributions).
   std::vector<double> node_compute_us;

@@ -87,6 +87,7 @@ struct DeviceOverrides {
   std::optional<double> dispatch_us;         // >= 0: host time per op node (cost::DeviceSpec)
   std::optional<bool> dispatch_overlaps;     // the host runs ahead of the device (CUDA's queue)
   std::optional<double> view_dispatch_us;    // >= 0: host time per node of an op without kernel
+  std::optional<double> overlap_efficiency;  // [0, 1]: what overlapped compute does not pay
   /// "measured": {"matmul": {"f32": {"flops": [...], "us": [...]}, ...},
   ///              "conv": {"f32": {"flops": [...], "us": [...]}, ...},
   ///              "elementwise": {"bytes": [...], "us": [...]}}
@@ -97,7 +98,8 @@ struct DeviceOverrides {
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
            !memory_efficiency && !kernel_floor_us && !dispatch_us && !dispatch_overlaps &&
-           !view_dispatch_us && matmul_us.empty() && conv_us.empty() && !elementwise_us;
+           !view_dispatch_us && !overlap_efficiency && matmul_us.empty() && conv_us.empty() &&
+           !elementwise_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
