@@ -237,7 +237,10 @@ Expected<proto::Program> readProgram(const std::string& dir, const Manifest& m, 
   if (p.format_version() != kProgramFormatVersion)
     return invalidArgument(where + ": program format version " +
                            std::to_string(p.format_version()) + ", this apc reads version " +
-                           std::to_string(kProgramFormatVersion));
+                           std::to_string(kProgramFormatVersion) +
+                           (p.format_version() < kProgramFormatVersion
+                                ? " (written by an older apc: lower the plan again)"
+                                : " (written by a newer apc)"));
   if (static_cast<int64_t>(p.rank()) != rank ||
       static_cast<int64_t>(p.world_size()) != m.world_size)
     return invalidArgument(where + ": holds rank " + std::to_string(p.rank()) + " of " +

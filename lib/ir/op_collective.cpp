@@ -1,4 +1,4 @@
-//===- lib/ir/op_collective.cpp - An op's local computation around its collectives ===//
+//===- lib/ir/op_collective.cpp - An op's local computation on a rank -----===//
 #include "apc/ir/op_collective.h"
 
 #include <utility>
@@ -26,18 +26,31 @@ ValueType typeOfConstant(const Constant& c) {
 LocalGraphBuilder::LocalGraphBuilder(const Graph& g, const Node& node)
     : num_outputs_(node.outputs.size()) {
   g_.name = node.qualifiedOp() + " (local)";
-  for (size_t i = 0; i < node.inputs.size(); ++i) {
-    const ValueType t = g.value(node.inputs[i]).type;
-    Node in;
-    in.kind = NodeKind::kInput;
-    in.op = "input";
-    in.name = "arg" + std::to_string(i);
-    const NodeId id = g_.addNode(std::move(in));
-    // Tensors carry no shape here: kOther (the rank's pieces decide it).
-    const ValueId v = addValue(t == ValueType::kTensor ? ValueType::kOther : t, id, 0);
-    g_.node(id).outputs.push_back(v);
-    args_.push_back(v);
+  // Tensors carry no shape here: kOther (the rank's pieces decide it).
+  for (ValueId in : node.inputs) {
+    const ValueType t = g.value(in).type;
+    addInput(t == ValueType::kTensor ? ValueType::kOther : t);
   }
+}
+
+LocalGraphBuilder::LocalGraphBuilder(std::string name,
+                                     const std::vector<std::optional<Constant>>& inputs,
+                                     size_t num_outputs)
+    : num_outputs_(num_outputs) {
+  g_.name = std::move(name) + " (local)";
+  for (const std::optional<Constant>& c : inputs)
+    addInput(c ? typeOfConstant(*c) : ValueType::kOther);
+}
+
+void LocalGraphBuilder::addInput(ValueType type) {
+  Node in;
+  in.kind = NodeKind::kInput;
+  in.op = "input";
+  in.name = "arg" + std::to_string(args_.size());
+  const NodeId id = g_.addNode(std::move(in));
+  const ValueId v = addValue(type, id, 0);
+  g_.node(id).outputs.push_back(v);
+  args_.push_back(v);
 }
 
 ValueId LocalGraphBuilder::addValue(ValueType type, NodeId producer, uint32_t output) {

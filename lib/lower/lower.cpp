@@ -664,26 +664,35 @@ Status Lowerer::emitOp(const ir::Node& n) {
     copy.outputs.push_back(vmap_[gv.v]);
   }
   ir::NodeId id = addNode(std::move(copy), static_cast<int32_t>(n.id.v));
-  // A collective the op runs inside itself (its registry entry's OpInfo::collective): its node,
-  // mesh dims and the node's local graph (OpInfo::collective_local), which the runtime runs
-  // (proto::OpCollective, apc/ir/op_collective.h).
+  // The node's local graph, which the runtime runs in place of the op (proto::OpCollective,
+  // apc/ir/op_collective.h): the one of a collective the op runs inside itself (its registry
+  // entry's OpInfo::collective and collective_local), with the mesh dims its all-reduces reduce
+  // over, or the one of its local rewrite (NodeRewrite::local, no collective: a vocab-parallel
+  // embedding's masked lookup).
+  const std::string label = n.qualifiedOp() + " (" + n.module_path + ")";
+  auto recordLocal = [&](const ir::Graph& local, const std::vector<size_t>& mesh_dims) -> Status {
+    proto::OpCollective* oc = program_.add_op_collectives();
+    oc->set_node(id.v);
+    for (size_t m : mesh_dims) oc->add_mesh_dims(static_cast<uint32_t>(m));
+    if (!oc->mutable_local()->ParseFromString(ir::serializeGraph(local)))
+      return internalError(label + ": its local graph does not serialize");
+    return Status::success();
+  };
   if (const strategy::OpInfo* info = strategy::defaultRegistry().findEntry(n);
       info && info->collective) {
     const strategy::RuleContext ctx{g_, n};
-    const std::string label = n.qualifiedOp() + " (" + n.module_path + ")";
     strategy::OpCollective inside = info->collective(ctx, computed_on, mesh_, nullptr);
     if (!inside.mesh_dims.empty()) {
       if (!info->collective_local)
         return internalError(label + ": the op's collective has no local graph");
+      if (rewrite->local)
+        return internalError(label + ": both a collective and a local rewrite's local graph");
       Expected<ir::Graph> local = info->collective_local(ctx, computed_on);
       if (!local.ok()) return local.error().withContext(label);
-      proto::OpCollective* oc = program_.add_op_collectives();
-      oc->set_node(id.v);
-      for (size_t m : inside.mesh_dims) oc->add_mesh_dims(static_cast<uint32_t>(m));
-      if (!oc->mutable_local()->ParseFromString(ir::serializeGraph(*local)))
-        return internalError(label + ": its local graph does not serialize");
+      APC_RETURN_IF_ERROR(recordLocal(*local, inside.mesh_dims));
     }
   }
+  if (rewrite->local) APC_RETURN_IF_ERROR(recordLocal(*rewrite->local, {}));
   for (const SymbolicSize& e : rewrite->symbolic) {
     // Only symbols an input carries have a value at run time (a data-dependent size keeps its
     // hint, as before).
@@ -702,12 +711,6 @@ Status Lowerer::emitOp(const ir::Node& n) {
                                                         : proto::SymbolicArg::END);
     a->set_scale(e.scale);
     a->set_shift(e.shift);
-  }
-  if (rewrite->vocab) {
-    proto::VocabMask* m = program_.add_vocab_masks();
-    m->set_node(id.v);
-    m->set_row_offset(rewrite->vocab->row_offset);
-    m->set_rows(rewrite->vocab->rows);
   }
   return Status::success();
 }

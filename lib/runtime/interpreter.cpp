@@ -1,7 +1,7 @@
 //===- lib/runtime/interpreter.cpp - Executing IR graphs op by op ----------===//
 //
 // Operator resolution through the JIT registry, constant conversion for schema arguments, the
-// hand-written structural prim ops, vocab-parallel embedding masks and the node loop (see
+// hand-written structural prim ops and the node loop (see
 // apc/runtime/interpreter.h).
 //
 //===----------------------------------------------------------------------===//
@@ -281,7 +281,6 @@ struct Interpreter::Segment {
   std::shared_ptr<const ir::Graph> graph;
   c10::Device device = c10::kCPU;
   std::vector<Step> steps;  // copies of the interpreter's steps [first, last]
-  std::vector<VocabMaskSpec> masks;
   std::vector<SymbolicArgSpec> symbolic;
   std::vector<uint32_t> inputs;  // values defined before the segment and read inside
   std::vector<bool> written;  // per input: written in place inside (a buffer, ir::checkpointRange)
@@ -293,24 +292,14 @@ struct Interpreter::Segment {
 Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph,
                                           const InterpreterOptions& options,
                                           std::vector<bool> external,
-                                          std::vector<VocabMaskSpec> vocab_masks,
                                           std::vector<SymbolicArgSpec> symbolic_args,
                                           std::vector<CheckpointSpec> checkpoints) {
   Interpreter in;
   in.graph_ = std::move(graph);
   in.options_ = options;
-  in.masks_ = std::move(vocab_masks);
   in.symbolic_ = std::move(symbolic_args);
   const ir::Graph& g = *in.graph_;
   external.resize(g.numNodes(), false);
-  std::vector<int> mask_of(g.numNodes(), -1);
-  for (size_t i = 0; i < in.masks_.size(); ++i) {
-    const VocabMaskSpec& m = in.masks_[i];
-    if (!m.node.valid() || m.node.v >= g.numNodes() || g.node(m.node).op != "aten::embedding")
-      return invalidArgument("vocab mask names node " + std::to_string(m.node.v) +
-                             ", which is not an aten::embedding");
-    mask_of[m.node.v] = static_cast<int>(i);
-  }
 
   // Last use of each value (by node index); outputs live to the end.
   std::vector<int64_t> last_use(g.numValues(), -1);
@@ -344,7 +333,6 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
     s.node = n.id;
     s.symbolic = symbolic_of[n.id.v];
     s.external = n.kind != ir::NodeKind::kOp || external[n.id.v];
-    s.mask = mask_of[n.id.v];
     if (!s.external) {
       auto kernel = OpKernel::resolve(
           n, n.outputs.empty() ? ir::ValueType::kOther : g.value(n.outputs[0]).type);
@@ -405,7 +393,6 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
     seg->module = c.module;
     seg->graph = in.graph_;
     seg->device = in.options_.device;
-    seg->masks = in.masks_;
     seg->symbolic = in.symbolic_;
     std::set<uint32_t> inputs;
     for (uint32_t i = c.first; i <= c.last; ++i) {
@@ -444,22 +431,9 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
   return in;
 }
 
-std::vector<c10::IValue> callMaskedEmbedding(const OpKernel& kernel, std::vector<c10::IValue> args,
-                                             const VocabMaskSpec& mask) {
-  at::Tensor indices = args.at(1).toTensor();
-  at::Tensor shifted = indices - mask.row_offset;
-  at::Tensor outside = (shifted < 0).logical_or(shifted >= mask.rows);
-  args[1] = shifted.masked_fill(outside, 0);
-  std::vector<c10::IValue> out = kernel.call(std::move(args));
-  at::Tensor rows = out.at(0).toTensor();
-  out[0] = rows.masked_fill(outside.unsqueeze(-1), 0);
-  return out;
-}
-
 Status Interpreter::runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
                              size_t end, std::vector<c10::IValue>& env, const ExternalFn* external,
-                             Observer* observer, const std::vector<VocabMaskSpec>& masks,
-                             const std::vector<SymbolicArgSpec>& symbolic,
+                             Observer* observer, const std::vector<SymbolicArgSpec>& symbolic,
                              const std::vector<int64_t>& symbolic_values) {
   for (size_t si = begin; si < end; ++si) {
     const Step& s = steps[si];
@@ -487,8 +461,6 @@ Status Interpreter::runSteps(const ir::Graph& g, const std::vector<Step>& steps,
                     "no external callback for this run (a checkpoint segment's "
                     "recomputation needs one)");
         out = (*external)(n, args);
-      } else if (s.mask >= 0) {
-        out = callMaskedEmbedding(s.kernel, std::move(args), masks[static_cast<size_t>(s.mask)]);
       } else {
         out = s.kernel.call(std::move(args));
       }
@@ -583,9 +555,8 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     const auto& seg = *std::static_pointer_cast<const Segment>(st->segment);
     st->rng = CheckpointRngState::capture(seg.device);
     // Grad mode is off here (Function::apply): nothing inside is recorded or saved.
-    Status s =
-        Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), *st->env, st->external,
-                              st->observer, seg.masks, seg.symbolic, st->symbolic_values);
+    Status s = Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), *st->env,
+                                     st->external, st->observer, seg.symbolic, st->symbolic_values);
     if (!s.ok()) {
       st->error = s.error();
       throw Failed{};
@@ -642,8 +613,7 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
       {
         at::AutoGradMode grad(true);
         s = Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), env,
-                                  st->recompute.get(), nullptr, seg.masks, seg.symbolic,
-                                  st->symbolic_values);
+                                  st->recompute.get(), nullptr, seg.symbolic, st->symbolic_values);
       }
       now.restore();
       TORCH_CHECK(s.ok(), "checkpoint segment '", seg.module,
@@ -683,8 +653,8 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
     if (k < 0) {
       size_t end = next + 1;
       while (end < steps_.size() && (segment_at_.empty() || segment_at_[end] < 0)) ++end;
-      APC_RETURN_IF_ERROR(runSteps(g, steps_, next, end, env, &external, observer, masks_,
-                                   symbolic_, symbolic_values));
+      APC_RETURN_IF_ERROR(
+          runSteps(g, steps_, next, end, env, &external, observer, symbolic_, symbolic_values));
       next = end;
       continue;
     }
@@ -693,12 +663,12 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
     next = spec.last + 1;
     if (!at::GradMode::is_enabled()) {  // nothing to recompute: the nodes as they are
       APC_RETURN_IF_ERROR(runSteps(g, steps_, spec.first, spec.last + 1, env, &external, observer,
-                                   masks_, symbolic_, symbolic_values));
+                                   symbolic_, symbolic_values));
       continue;
     }
     for (uint32_t i : seg->leaves)
-      APC_RETURN_IF_ERROR(runSteps(g, steps_, i, i + 1, env, &external, observer, masks_, symbolic_,
-                                   symbolic_values));
+      APC_RETURN_IF_ERROR(
+          runSteps(g, steps_, i, i + 1, env, &external, observer, symbolic_, symbolic_values));
     auto st = c10::make_intrusive<CheckpointState>();
     st->segment = seg;
     st->recompute = recompute;

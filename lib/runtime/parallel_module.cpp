@@ -677,9 +677,9 @@ struct ParallelModule::Impl {
   std::vector<int> node_redist;  // per node: index into redists, -1 none
   std::vector<PlacedTensor> inputs, parameters, buffers, outputs;
   std::vector<int> value_input, value_param, value_buffer;  // per value: index, -1 none
-  std::vector<VocabMaskSpec> masks;
-  /// An op's internal collective (proto::OpCollective): its local graph and the all-reduce its
-  /// all-reduce nodes run (the spec outlives backward: autograd keeps a pointer to it).
+  /// A node that runs as its local graph (proto::OpCollective: an op's internal collective, or a
+  /// local rewrite's graph without mesh dims): the graph and the all-reduce its all-reduce nodes
+  /// run (the spec outlives backward: autograd keeps a pointer to it).
   struct OpCollectiveExec {
     OpCollectiveRunner runner;
     RedistSpec spec;
@@ -845,8 +845,8 @@ struct ParallelModule::Impl {
     std::vector<bool> external(graph->numNodes(), false);
     for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
     for (const auto& entry : op_collectives) external[entry.first] = true;
-    APC_ASSIGN_OR_RETURN(Interpreter in, Interpreter::create(graph, io, external, masks,
-                                                             symbolic_specs, checkpoints));
+    APC_ASSIGN_OR_RETURN(Interpreter in,
+                         Interpreter::create(graph, io, external, symbolic_specs, checkpoints));
     interp = std::make_unique<Interpreter>(std::move(in));
     return Status::success();
   }
@@ -937,8 +937,6 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   APC_RETURN_IF_ERROR(collect(prog.buffers(), impl->buffers, impl->value_buffer, "buffer"));
   std::vector<int> unused;
   APC_RETURN_IF_ERROR(collect(prog.outputs(), impl->outputs, unused, "output"));
-  for (const proto::VocabMask& m : prog.vocab_masks())
-    impl->masks.push_back({ir::NodeId(m.node()), m.row_offset(), m.rows()});
   for (const proto::OpCollective& oc : prog.op_collectives()) {
     const std::string what = dir + ": op collective of node " + std::to_string(oc.node());
     if (oc.node() >= g.numNodes() || g.node(ir::NodeId(oc.node())).kind != ir::NodeKind::kOp ||
@@ -959,6 +957,9 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     auto runner =
         OpCollectiveRunner::create(std::move(local).value(), n.inputs.size(), n.outputs.size(), io);
     if (!runner.ok()) return parseError(what + ": " + runner.error().message());
+    if (dims.empty() && runner->numAllReduces() > 0)
+      return parseError(what + ": its local graph has " + std::to_string(runner->numAllReduces()) +
+                        " all-reduce nodes and no mesh dims to reduce over");
     const std::string label =
         "node " + std::to_string(n.id.v) + " " + n.qualifiedOp() + " (" + n.module_path + ")";
     impl->op_collectives.emplace(oc.node(), Impl::OpCollectiveExec{std::move(runner).value(),

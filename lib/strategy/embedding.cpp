@@ -6,8 +6,10 @@
 //   weight S(0) (vocab rows), indices R -> out P(sum)     masked lookup: each rank returns the
 //       rows it owns and zeros for the others, so the sum over ranks is the full lookup. Uneven
 //       vocabularies (GPT-2's 50257) are fine: pieces follow torch.chunk and lowering uses each
-//       rank's offset from apc/layout/layout.h. Lowering must shift indices by that offset, mask
-//       the rows it does not own, and map padding_idx the same way (its gradient is zero).
+//       rank's offset from apc/layout/layout.h. The entry's local rewrite maps padding_idx to the
+//       rank's rows and writes the masked lookup (indices shifted by that offset, the rows the
+//       rank does not own zeroed) as the node's local graph, which lowering records and the
+//       runtime runs without knowing the op (apc/strategy/local_rewrite.h).
 // plus all-R. The lookup is linear in the weight, but a Partial weight never arises (it is a
 // parameter), so weight P is not offered.
 //
@@ -52,7 +54,7 @@ void registerEmbeddingRules(Registry& r) {
   r.add("aten::embedding", embeddingRule, cost::OpFamily::kEmbedding, embeddingWork);
   // embedding(weight, indices, ...): the Megatron baseline cuts the table's vocabulary.
   r.entry("aten::embedding")->tp = TpUse{TpUse::Kind::kVocab, /*weight=*/0, /*bias=*/-1};
-  // A vocab-cut weight: the rank's rows (a VocabMask for the runtime) and padding_idx.
+  // A vocab-cut weight: padding_idx on the rank's rows and the masked lookup as a local graph.
   r.entry("aten::embedding")->local_rewrite = detail::rewriteEmbeddingRows;
 
   // Sample invocations (OpInfo::samples) for the strategy validator.

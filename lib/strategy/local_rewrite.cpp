@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "apc/strategy/local_rewrite.h"
 
+#include "apc/ir/op_collective.h"
 #include "rule_util.h"
 
 namespace apc::strategy {
@@ -266,19 +267,40 @@ Status rewriteRepeat(const std::vector<std::optional<ir::Constant>>& c, const Ra
   return Status::success();
 }
 
-/// embedding(weight, indices, padding_idx, ...) with the weight's rows cut.
-Status rewriteEmbedding(const std::vector<std::optional<ir::Constant>>& c, const RankPieces& pieces,
-                        NodeRewrite& r) {
+/// embedding(weight, indices, padding_idx, ...) with the weight's rows cut: padding_idx shifted
+/// to the rank's rows, and the masked lookup as the node's local graph (see the header's table).
+Status rewriteEmbedding(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                        const RankPieces& pieces, NodeRewrite& r) {
   if (pieces.inputs.empty() || pieces.inputs[0].empty())
     return invalidArgument("embedding without a weight");
   const TensorPiece& w = pieces.inputs[0][0];
   if (w.global.empty() || w.whole(0)) return Status::success();
+  if (c.size() < 2 || pieces.outputs.size() != 1)
+    return invalidArgument("embedding with " + std::to_string(c.size()) + " inputs and " +
+                           std::to_string(pieces.outputs.size()) + " outputs");
   const int64_t off = w.local[0].offset, rows = w.local[0].size;
-  r.vocab = NodeRewrite::Vocab{off, rows};
   if (const int64_t* p = intAt(c, 2); p && *p >= 0) {
     int64_t local = *p - off;
     r.replace.emplace_back(2, local >= 0 && local < rows ? local : int64_t{-1});
   }
+  // The masked lookup of rows [off, off + rows): the indices shifted to the rank's rows, those
+  // outside looked up as row 0 and their output rows zeroed. The other arguments (padding_idx as
+  // rewritten above, scale_grad_by_freq, sparse) pass through.
+  ir::LocalGraphBuilder b(node.qualifiedOp(), c, pieces.outputs.size());
+  const ir::ValueId zero = b.constant(int64_t{0});
+  const ir::ValueId shifted =
+      b.op("aten::sub.Scalar", {b.arg(1), b.constant(off), b.constant(int64_t{1})});
+  const ir::ValueId outside =
+      b.op("aten::logical_or", {b.op("aten::lt.Scalar", {shifted, zero}),
+                                b.op("aten::ge.Scalar", {shifted, b.constant(rows)})});
+  std::vector<ir::ValueId> args = {b.arg(0),
+                                   b.op("aten::masked_fill.Scalar", {shifted, outside, zero})};
+  for (size_t i = 2; i < c.size(); ++i) args.push_back(b.arg(i));
+  const ir::ValueId looked_up = b.op("aten::embedding", std::move(args));
+  const ir::ValueId out =
+      b.op("aten::masked_fill.Scalar",
+           {looked_up, b.op("aten::unsqueeze", {outside, b.constant(int64_t{-1})}), zero});
+  APC_ASSIGN_OR_RETURN(r.local, b.finish({out}));
   r.notes.push_back("vocab rows [" + std::to_string(off) + ", +" + std::to_string(rows) + ")");
   return Status::success();
 }
@@ -325,9 +347,9 @@ Status rewriteNarrowLength(const ir::Node&, const std::vector<std::optional<ir::
   return rewriteNarrow(c, pieces, r);
 }
 
-Status rewriteEmbeddingRows(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
+Status rewriteEmbeddingRows(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                             const RankPieces& pieces, NodeRewrite& r) {
-  return rewriteEmbedding(c, pieces, r);
+  return rewriteEmbedding(node, c, pieces, r);
 }
 
 Status rewriteRepeatCounts(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,

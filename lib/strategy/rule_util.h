@@ -101,7 +101,7 @@ Status rewriteArangeBounds(const ir::Node& node, const std::vector<std::optional
 /// narrow over the whole of a cut dim: the local length.
 Status rewriteNarrowLength(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                            const RankPieces& pieces, NodeRewrite& r);
-/// embedding with the weight's rows cut: the VocabMask and padding_idx.
+/// embedding with the weight's rows cut: padding_idx and the masked lookup's local graph.
 Status rewriteEmbeddingRows(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                             const RankPieces& pieces, NodeRewrite& r);
 /// repeat: counts from symbols (dynamic dims only).

@@ -5,11 +5,12 @@
 // the programs' form (program_checks.h) and that lowering is deterministic, then execute all ranks'
 // programs in ONE process, node by node in lockstep: op nodes run per rank through the JIT
 // operator registry (runtime::OpKernel, as the runtime does), redistribute nodes run their
-// forward steps on the simulated collectives of tests/strategy_validator/sim_ranks.h, and vocab
-// masks are applied as apc.proto describes. Inputs, parameters and buffers are random full
-// tensors (float64) sliced by each rank's ProgramTensor pieces; every output leaf of every rank
-// must be its piece of the unsharded graph's output (the imported graph interpreted by the same
-// op runner).
+// forward steps on the simulated collectives of tests/strategy_validator/sim_ranks.h, and nodes
+// with a local graph without collectives (proto::OpCollective without mesh dims: a vocab-parallel
+// embedding's masked lookup) run it through the runtime's OpCollectiveRunner. Inputs, parameters
+// and buffers are random full tensors (float64) sliced by each rank's ProgramTensor pieces; every
+// output leaf of every rank must be its piece of the unsharded graph's output (the imported graph
+// interpreted by the same op runner).
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 #include "apc/lower/lower.h"
 #include "apc/planner/pipeline.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/op_collective.h"
 #include "program_checks.h"
 #include "sim_ranks.h"
 
@@ -240,8 +242,23 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
   auto programs = lowerPlan(g, p);
   ASSERT_TRUE(programs.ok()) << programs.error().message();
   testing::checkPrograms(g, p, *programs);
-  if (c.label == "vocab") {  // the pinned vocab-parallel embedding must have its masks
-    for (const proto::Program& prog : *programs) EXPECT_GT(prog.vocab_masks_size(), 0);
+  if (c.label == "vocab") {  // the pinned vocab-parallel embedding runs as its local graph
+    for (const proto::Program& prog : *programs) {
+      size_t lookups = 0;
+      for (const proto::OpCollective& oc : prog.op_collectives()) {
+        ASSERT_LT(oc.node(), static_cast<uint32_t>(prog.graph().nodes_size()));
+        if (prog.graph().nodes(static_cast<int>(oc.node())).op() != "aten::embedding") continue;
+        EXPECT_EQ(oc.mesh_dims_size(), 0) << "rank " << prog.rank();
+        bool masked = false, looks_up = false;
+        for (const auto& ln : oc.local().nodes()) {
+          masked = masked || (ln.op() == "aten::masked_fill" && ln.overload() == "Scalar");
+          looks_up = looks_up || ln.op() == "aten::embedding";
+        }
+        EXPECT_TRUE(masked && looks_up) << "rank " << prog.rank();
+        ++lookups;
+      }
+      EXPECT_GT(lookups, 0u) << "rank " << prog.rank();
+    }
   }
   if (c.label == "partial") {  // the Partial output is all-reduced by the last node
     const proto::Program& prog = programs->front();
@@ -369,16 +386,24 @@ TEST_P(LowerExec, ShardedForwardMatchesUnsharded) {
         it = kernels.emplace(key, *k).first;
       }
       std::vector<c10::IValue> args = argsOf(ranks[r], n, it->second);
-      std::optional<at::Tensor> outside;
-      for (const proto::VocabMask& m : (*programs)[r].vocab_masks()) {
-        if (m.node() != i) continue;
-        at::Tensor idx = args.at(1).toTensor() - m.row_offset();
-        outside = idx.lt(0).logical_or(idx.ge(m.rows()));
-        args[1] = idx.masked_fill(*outside, 0);
+      // A node that runs as its local graph (proto::OpCollective) runs it, as the runtime does.
+      const proto::OpCollective* oc = nullptr;
+      for (const proto::OpCollective& o : (*programs)[r].op_collectives())
+        if (o.node() == i) oc = &o;
+      Expected<std::vector<c10::IValue>> out = std::vector<c10::IValue>{};
+      if (oc) {
+        ASSERT_EQ(oc->mesh_dims_size(), 0)
+            << "rank " << r << " node " << i << ": an op collective is not simulated here";
+        auto local = ir::deserializeGraph(oc->local().SerializeAsString());
+        ASSERT_TRUE(local.ok()) << local.error().message();
+        auto runner = runtime::OpCollectiveRunner::create(std::move(local).value(), n.inputs.size(),
+                                                          n.outputs.size());
+        ASSERT_TRUE(runner.ok()) << runner.error().message();
+        out = runner->run(args, [](size_t, const at::Tensor& t) { return t; });
+      } else {
+        out = it->second.run(std::move(args), n.outputs.size());
       }
-      auto out = it->second.run(std::move(args), n.outputs.size());
       ASSERT_TRUE(out.ok()) << "rank " << r << " node " << i << ": " << out.error().message();
-      if (outside) (*out)[0] = (*out)[0].toTensor().masked_fill(outside->unsqueeze(-1), 0);
       for (size_t j = 0; j < n.outputs.size(); ++j) ranks[r].v[n.outputs[j].v] = (*out)[j];
     }
   }

@@ -20,6 +20,7 @@
 #include "../plan/plan_fixtures.h"
 #include "apc/artifact/artifact.h"
 #include "apc/artifact/typed_proto.h"
+#include "apc/ir/op_collective.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/lower/lower.h"
 #include "program_checks.h"
@@ -264,11 +265,38 @@ TEST(LocalRewrite, VocabParallelEmbedding) {
   rp.outputs = {{piece({8, 48}, {{0, 8}, {0, 48}})}};
   auto r = localizeNode(opNamed("aten::embedding"),
                         {std::nullopt, std::nullopt, ir::Constant(int64_t{30000})}, rp);
-  ASSERT_TRUE(r.ok());
-  ASSERT_TRUE(r->vocab);
-  EXPECT_EQ(r->vocab->row_offset, 25129);
-  EXPECT_EQ(r->vocab->rows, 25128);
+  ASSERT_TRUE(r.ok()) << r.error().message();
   EXPECT_EQ(std::get<int64_t>(r->replace.at(0).second), 30000 - 25129);
+  // The masked lookup of rows [25129, 25129 + 25128) as the node's local graph: one input per
+  // node input, one output, plain ATen ops (no all-reduce), the rank's offset and row count as
+  // constants.
+  ASSERT_TRUE(r->local);
+  const ir::Graph& local = *r->local;
+  EXPECT_TRUE(ir::checkLocalGraph(local, 3, 1).ok());
+  std::vector<std::string> ops;
+  std::vector<int64_t> ints;
+  for (const ir::Node& n : local.nodes()) {
+    if (n.kind != ir::NodeKind::kOp) continue;
+    ops.push_back(n.qualifiedOp());
+    for (ir::ValueId v : n.inputs) {
+      const ir::Value& val = local.value(v);
+      if (!val.producer.valid() && val.constant && std::holds_alternative<int64_t>(*val.constant))
+        ints.push_back(std::get<int64_t>(*val.constant));
+    }
+  }
+  EXPECT_EQ(ops, (std::vector<std::string>{"aten::sub.Scalar", "aten::lt.Scalar", "aten::ge.Scalar",
+                                           "aten::logical_or", "aten::masked_fill.Scalar",
+                                           "aten::embedding", "aten::unsqueeze",
+                                           "aten::masked_fill.Scalar"}));
+  EXPECT_NE(std::find(ints.begin(), ints.end(), 25129), ints.end());
+  EXPECT_NE(std::find(ints.begin(), ints.end(), 25128), ints.end());
+  // An uncut table: the op as itself.
+  RankPieces whole = rp;
+  whole.inputs[0] = {piece({50257, 48}, {{0, 50257}, {0, 48}})};
+  auto w = localizeNode(opNamed("aten::embedding"),
+                        {std::nullopt, std::nullopt, ir::Constant(int64_t{30000})}, whole);
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->empty());
   auto q = localizeNode(opNamed("aten::embedding"),
                         {std::nullopt, std::nullopt, ir::Constant(int64_t{3})}, rp);
   ASSERT_TRUE(q.ok());
@@ -673,6 +701,15 @@ TEST_F(Artifact, WrongVersionIsRejected) {
   auto p = artifact::readProgram((root_ / "c").string(), 0);
   ASSERT_FALSE(p.ok());
   expectOneLine(p.error(), "program format version");
+  expectOneLine(p.error(), "written by a newer apc");
+  // An older one (format 5 had vocab masks): lower again.
+  for (auto& q : progs) q.set_format_version(artifact::kProgramFormatVersion - 1);
+  ASSERT_TRUE(artifact::writeArtifact((root_ / "d").string(), progs).ok());
+  auto old = artifact::readProgram((root_ / "d").string(), 0);
+  ASSERT_FALSE(old.ok());
+  expectOneLine(old.error(), "this apc reads version " +
+                                 std::to_string(artifact::kProgramFormatVersion) +
+                                 " (written by an older apc: lower the plan again)");
 }
 
 TEST(TypedProto, EveryPlacementStepKindAndReduceOpRoundTrips) {

@@ -88,7 +88,7 @@ struct DropoutRun {
 
 DropoutRun runDropout(std::vector<CheckpointSpec> segments) {
   auto g = dropoutGraph();
-  auto interp = Interpreter::create(g, {}, {}, {}, {}, std::move(segments));
+  auto interp = Interpreter::create(g, {}, {}, {}, std::move(segments));
   EXPECT_TRUE(interp.ok()) << interp.error().message();
   if (!interp.ok()) return {};
   at::manual_seed(5);
@@ -130,7 +130,7 @@ TEST(ActivationCheckpoint, DropoutInsideASegmentReplaysItsMaskInBackward) {
 
 TEST(ActivationCheckpoint, SegmentKeepsNoActivationsAndRunsPlainWithoutGradMode) {
   auto g = dropoutGraph();
-  auto interp = Interpreter::create(g, {}, {}, {}, {}, {{"block", 2, 4}});
+  auto interp = Interpreter::create(g, {}, {}, {}, {{"block", 2, 4}});
   ASSERT_TRUE(interp.ok()) << interp.error().message();
   at::Tensor x = at::randn({4, 8}).requires_grad_(true);
   at::Tensor w = at::randn({8, 8}).requires_grad_(true);
@@ -175,7 +175,7 @@ void expectOneLineError(const Status& s, const std::string& needle) {
 }
 
 Status createWith(std::vector<CheckpointSpec> segments) {
-  auto interp = Interpreter::create(dropoutGraph(), {}, {}, {}, {}, std::move(segments));
+  auto interp = Interpreter::create(dropoutGraph(), {}, {}, {}, std::move(segments));
   if (!interp.ok()) return interp.error();
   return Status::success();
 }

@@ -2,8 +2,9 @@
 //
 // The interpreter on whole imported graphs (one rank, no sharding): forward outputs and every
 // parameter gradient equal TorchScript's own forward and backward on the sample models, with the
-// smallest input shapes. Also: vocab-parallel embedding masks (the two halves of a vocab-sharded
-// lookup sum to the full lookup), output trees, and one-line errors for unknown operators.
+// smallest input shapes. Also: the vocab-parallel embedding's local graph (the two halves of a
+// vocab-sharded lookup sum to the full lookup, gradients too), output trees, and one-line errors
+// for unknown operators.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -15,7 +16,10 @@
 
 #include "apc/frontend/input_spec.h"
 #include "apc/frontend/torchscript.h"
+#include "apc/ir/proto_io.h"
+#include "apc/lower/local_rewrite.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/op_collective.h"
 
 // A namespace of its own: the files of runtime_test are compiled together (unity build).
 namespace apc::runtime::interpreter_test {
@@ -114,8 +118,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"cnn_small", {"x:f32[2,3,32,32]"}, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.model; });
 
-/// weight (param) -> aten::embedding(weight, idx, -1, false, false) -> output.
-std::shared_ptr<const ir::Graph> embeddingGraph() {
+/// weight [7, 3] (param), idx [6] (input) -> aten::embedding(weight, idx, padding_idx, false,
+/// false) -> output; the embedding is node 2.
+std::shared_ptr<const ir::Graph> embeddingGraph(int64_t padding_idx) {
   ir::Graph g;
   auto tensor = [&](std::vector<int64_t> shape, ir::DType dt) {
     ir::Value v;
@@ -123,9 +128,9 @@ std::shared_ptr<const ir::Graph> embeddingGraph() {
     v.tensor = ir::TensorMeta{ir::makeShape(shape), dt, false};
     return g.addValue(v);
   };
-  ir::ValueId w = tensor({6, 3}, ir::DType::kF32);
-  ir::ValueId idx = tensor({4}, ir::DType::kI64);
-  ir::ValueId out = tensor({4, 3}, ir::DType::kF32);
+  ir::ValueId w = tensor({7, 3}, ir::DType::kF32);
+  ir::ValueId idx = tensor({6}, ir::DType::kI64);
+  ir::ValueId out = tensor({6, 3}, ir::DType::kF32);
   ir::Node pw;
   pw.kind = ir::NodeKind::kParameter;
   pw.op = "parameter";
@@ -140,7 +145,7 @@ std::shared_ptr<const ir::Graph> embeddingGraph() {
   g.addNode(pi);
   ir::Node e;
   e.op = "aten::embedding";
-  e.inputs = {w, idx, g.addConstant(ir::ValueType::kInt, int64_t{-1}),
+  e.inputs = {w, idx, g.addConstant(ir::ValueType::kInt, padding_idx),
               g.addConstant(ir::ValueType::kBool, false),
               g.addConstant(ir::ValueType::kBool, false)};
   e.outputs = {out};
@@ -149,24 +154,130 @@ std::shared_ptr<const ir::Graph> embeddingGraph() {
   return std::make_shared<const ir::Graph>(std::move(g));
 }
 
-TEST(Interpreter, VocabMaskedHalvesSumToTheFullLookup) {
-  auto g = embeddingGraph();
-  at::Tensor weight = at::randn({6, 3});
-  at::Tensor idx = at::tensor({0, 5, 2, 3}, at::TensorOptions().dtype(at::kLong));
+/// Rank r of 2 of a vocab-parallel embedding of 7 rows (torch.chunk: [0, 4) and [4, 7)): the
+/// rank's local graph as its registry entry's local rewrite writes it, through the program's
+/// serialized form, ready to run; and padding_idx as the rewrite maps it to the rank's rows.
+struct VocabRank {
+  OpCollectiveRunner runner;
+  int64_t padding_idx = -1;
+  int64_t offset = 0, rows = 0;
+};
+Expected<VocabRank> vocabRank(const ir::Node& node, int64_t padding_idx, size_t r) {
+  const int64_t offsets[] = {0, 4}, rows[] = {4, 3};
+  strategy::TensorPiece w;
+  w.global = {7, 3};
+  w.local = {{offsets[r], rows[r]}, {0, 3}};
+  strategy::TensorPiece ix;
+  ix.global = {6};
+  ix.local = {{0, 6}};
+  strategy::RankPieces pieces;
+  pieces.inputs = {{w}, {ix}, {}, {}, {}};
+  pieces.outputs = {{}};
+  APC_ASSIGN_OR_RETURN(
+      lower::NodeRewrite rw,
+      lower::localizeNode(node, {std::nullopt, std::nullopt, padding_idx, false, false}, pieces));
+  if (!rw.local) return internalError("rank " + std::to_string(r) + ": no local graph");
+  if (rw.replace.size() != 1 || rw.replace[0].first != 2)
+    return internalError("rank " + std::to_string(r) + ": padding_idx not rewritten");
+  APC_ASSIGN_OR_RETURN(ir::Graph local, ir::deserializeGraph(ir::serializeGraph(*rw.local)));
+  APC_ASSIGN_OR_RETURN(
+      OpCollectiveRunner runner,
+      OpCollectiveRunner::create(std::move(local), node.inputs.size(), node.outputs.size()));
+  return VocabRank{std::move(runner), std::get<int64_t>(rw.replace[0].second), offsets[r], rows[r]};
+}
+
+at::Tensor noAllReduce(size_t, const at::Tensor& t) {
+  ADD_FAILURE() << "an all-reduce in the vocab-parallel embedding's local graph";
+  return t;
+}
+
+// A vocab-parallel embedding (weight cut on its rows, output Partial) runs on each rank as the
+// local graph its registry entry's local rewrite writes (plain ATen ops, no all-reduce), through
+// the runner the runtime uses for every local graph. 7 rows over 2 ranks, indices on both sides
+// of the cut and one equal to padding_idx (5, row 1 of rank 1): the ranks' outputs sum to the full
+// lookup, and the weight's gradient through them is the full lookup's (zero on the padding row
+// and on the rows no index reads).
+TEST(Interpreter, VocabLocalGraphHalvesSumToTheFullLookup) {
+  const int64_t padding_idx = 5;
+  auto g = embeddingGraph(padding_idx);
+  const ir::Node& node = g->node(ir::NodeId(2));
+  ASSERT_EQ(node.op, "aten::embedding");
+  at::manual_seed(11);
+  at::Tensor weight = at::randn({7, 3}).requires_grad_(true);
+  at::Tensor idx = at::tensor({0, 3, 4, 5, 6, 3}, at::TensorOptions().dtype(at::kLong));
   at::Tensor sum;
-  for (int64_t half = 0; half < 2; ++half) {
-    VocabMaskSpec mask{ir::NodeId(2), half * 3, 3};
-    auto interp = Interpreter::create(g, {}, {}, {mask});
-    ASSERT_TRUE(interp.ok()) << interp.error().message();
-    at::Tensor rows = weight.narrow(0, half * 3, 3);
-    auto out = interp->run([&](const ir::Node& n, std::vector<c10::IValue>&) {
-      return std::vector<c10::IValue>{n.kind == ir::NodeKind::kParameter ? rows : idx};
-    });
-    ASSERT_TRUE(out.ok()) << out.error().message();
-    at::Tensor part = (*out)[0].toTensor();
+  for (size_t r = 0; r < 2; ++r) {
+    auto rank = vocabRank(node, padding_idx, r);
+    ASSERT_TRUE(rank.ok()) << rank.error().message();
+    // padding_idx on the rank's rows: not local on rank 0, row 1 of rank 1.
+    EXPECT_EQ(rank->padding_idx, r == 0 ? int64_t{-1} : int64_t{1});
+    EXPECT_EQ(rank->runner.numAllReduces(), 0u);
+    std::vector<c10::IValue> args = {weight.narrow(0, rank->offset, rank->rows), idx,
+                                     c10::IValue(rank->padding_idx), c10::IValue(false),
+                                     c10::IValue(false)};
+    std::vector<c10::IValue> out = rank->runner.run(args, noAllReduce);
+    ASSERT_EQ(out.size(), 1u);
+    at::Tensor part = out[0].toTensor();
+    ASSERT_EQ(part.sizes().vec(), (std::vector<int64_t>{6, 3}));
     sum = sum.defined() ? sum + part : part;
   }
-  EXPECT_TRUE(at::allclose(sum, at::embedding(weight, idx)));
+  at::Tensor full_weight = weight.detach().clone().requires_grad_(true);
+  at::Tensor full = at::embedding(full_weight, idx, padding_idx);
+  EXPECT_TRUE(at::allclose(sum, full));
+  at::Tensor grad_out = at::randn({6, 3});
+  (sum * grad_out).sum().backward();
+  (full * grad_out).sum().backward();
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_TRUE(at::allclose(weight.grad(), full_weight.grad()));
+  for (int64_t row : {int64_t{1}, int64_t{2}, padding_idx})
+    EXPECT_TRUE(weight.grad()[row].eq(0).all().item<bool>()) << "row " << row;
+  EXPECT_FALSE(weight.grad()[4].eq(0).all().item<bool>());
+}
+
+// The same local graphs as the runtime runs them: the embedding node external in the program's
+// interpreter, its callback running the local graph, inside a checkpoint segment (run without
+// autograd in forward, recomputed through the recompute callback in backward). The outputs and
+// the weight's gradient equal the full lookup's.
+TEST(Interpreter, VocabLocalGraphRunsInsideACheckpointSegment) {
+  const int64_t padding_idx = 5;
+  auto g = embeddingGraph(padding_idx);
+  const ir::Node& node = g->node(ir::NodeId(2));
+  at::manual_seed(12);
+  at::Tensor weight = at::randn({7, 3}).requires_grad_(true);
+  at::Tensor idx = at::tensor({6, 0, 5, 4, 3, 2}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor grad_out = at::randn({6, 3});
+  at::Tensor sum;
+  for (size_t r = 0; r < 2; ++r) {
+    auto rank = vocabRank(node, padding_idx, r);
+    ASSERT_TRUE(rank.ok()) << rank.error().message();
+    at::Tensor rows = weight.narrow(0, rank->offset, rank->rows);
+    size_t local_runs = 0;
+    const Interpreter::ExternalFn external = [&](const ir::Node& n,
+                                                 std::vector<c10::IValue>& args) {
+      if (n.kind == ir::NodeKind::kParameter) return std::vector<c10::IValue>{rows};
+      if (n.kind == ir::NodeKind::kInput) return std::vector<c10::IValue>{idx};
+      ++local_runs;
+      args.at(2) = c10::IValue(rank->padding_idx);  // as lowering writes the rank's node
+      return rank->runner.run(args, noAllReduce);
+    };
+    auto interp = Interpreter::create(g, {}, {false, false, true}, {}, {{"embed", 2, 2}});
+    ASSERT_TRUE(interp.ok()) << interp.error().message();
+    auto out = interp->run(external, nullptr, {},
+                           std::make_shared<const Interpreter::ExternalFn>(external));
+    ASSERT_TRUE(out.ok()) << out.error().message();
+    at::Tensor part = (*out)[0].toTensor();
+    ASSERT_TRUE(part.requires_grad());
+    (part * grad_out).sum().backward();
+    EXPECT_EQ(local_runs, 2u) << "forward and the backward's recomputation";
+    sum = sum.defined() ? sum + part.detach() : part.detach();
+  }
+  at::Tensor full_weight = weight.detach().clone().requires_grad_(true);
+  at::Tensor full = at::embedding(full_weight, idx, padding_idx);
+  (full * grad_out).sum().backward();
+  EXPECT_TRUE(at::allclose(sum, full));
+  ASSERT_TRUE(weight.grad().defined());
+  EXPECT_TRUE(at::allclose(weight.grad(), full_weight.grad()));
+  EXPECT_TRUE(weight.grad()[padding_idx].eq(0).all().item<bool>());
 }
 
 TEST(Interpreter, UnknownOperatorIsAnErrorNamingTheNode) {

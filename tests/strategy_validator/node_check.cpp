@@ -344,10 +344,12 @@ Expected<std::vector<std::vector<c10::IValue>>> simulateOpCollective(
 }
 
 /// One rank's call after lowering's local rewrite: the kernel when the overload changes
-/// (arange(end) -> arange.start), the vocab mask of a vocab-parallel embedding, the notes.
+/// (arange(end) -> arange.start), the local graph the rank runs in place of the op (a
+/// vocab-parallel embedding's masked lookup, NodeRewrite::local, run by the runtime's
+/// OpCollectiveRunner as for an op collective), the notes.
 struct RankCall {
   std::optional<NodeOp> op;
-  std::optional<runtime::VocabMaskSpec> vocab;
+  std::optional<runtime::OpCollectiveRunner> local;
   std::vector<std::string> notes;
 };
 
@@ -384,7 +386,11 @@ Expected<RankCall> localizeRankCall(const ir::Graph& g, const ir::Node& node, co
                          constantToIValue(*rw.prepend, argOf(call.op ? *call.op : op, 0)));
     args.insert(args.begin(), std::move(iv));
   }
-  if (rw.vocab) call.vocab = runtime::VocabMaskSpec{node.id, rw.vocab->row_offset, rw.vocab->rows};
+  if (rw.local) {
+    APC_ASSIGN_OR_RETURN(
+        call.local, runtime::OpCollectiveRunner::create(std::move(*rw.local), node.inputs.size(),
+                                                        node.outputs.size()));
+  }
   return call;
 }
 
@@ -522,15 +528,19 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     const NodeOp& run_op = call->op ? *call->op : op;
     if (run_op.schema() && run_op.schema()->is_mutable())  // the inputs are views of shared tensors
       for (c10::IValue& a : args) a = cloneValue(a);
+    if (call->local && local) return std::string("both a collective and a local rewrite's graph");
     if (local) {
       local_args[static_cast<size_t>(r)] = std::move(args);
       ++stats.rank_calls;
       continue;
     }
     Expected<std::vector<c10::IValue>> outs = [&]() -> Expected<std::vector<c10::IValue>> {
-      if (!call->vocab) return run_op.run(std::move(args), node.outputs.size());
+      if (!call->local) return run_op.run(std::move(args), node.outputs.size());
+      // The rank's local graph: no all-reduce node (the runtime refuses one without mesh dims).
+      if (call->local->numAllReduces() > 0)
+        return invalidArgument("the local rewrite's graph has all-reduce nodes");
       try {
-        return runtime::callMaskedEmbedding(run_op, std::move(args), *call->vocab);
+        return call->local->run(args, [](size_t, const at::Tensor& t) { return t; });
       } catch (const std::exception& e) {
         return unsupported(firstLine(e.what()));
       }

@@ -16,7 +16,8 @@
 // A rank's inputs are cut from the full inputs by the strategy's input placements (sim_ranks.h:
 // layout::localPiece pieces, random summands for Partial); its call is localized by the rewrite
 // that lowering ships (apc/lower/local_rewrite.h, applied as lowering writes it; a vocab-parallel
-// embedding runs through the runtime's callMaskedEmbedding);
+// embedding runs its rewrite's local graph through the runtime's OpCollectiveRunner, the path of
+// the ops with an internal collective);
 // its outputs must together be the reference's outputs laid out as the strategy's output
 // placements (checkLayout: each rank its piece, Partial mesh dims reduced, rtol 1e-6 in f64).
 //

@@ -36,8 +36,11 @@ inline constexpr int kManifestFormatVersion = 1;
 /// and Redistribution.regather (parameters re-gathered in backward). 4: placements, step kinds
 /// and reduce ops as enums (proto::Placement, proto::StepKind, proto::ReduceOp), not text. 5: an
 /// op's internal collective as Program.op_collectives (node, mesh dims and the op's local graph)
-/// in place of the batch_norm-only Program.sync_norms.
-inline constexpr uint32_t kProgramFormatVersion = 5;
+/// in place of the batch_norm-only Program.sync_norms. 6: a vocab-parallel embedding's masked
+/// lookup as its local graph in Program.op_collectives (without mesh dims) in place of
+/// the by-name vocab masks (Program field 17, now reserved), and Prediction.overlap_efficiency
+/// (which an older program lacks: it would read as 0, nothing hidden is free).
+inline constexpr uint32_t kProgramFormatVersion = 6;
 
 /// The runtime's default gradient bucket (ParallelModuleOptions::grad_bucket_bytes) and the one
 /// lowering's prediction assumes: DDP's 25 MiB.

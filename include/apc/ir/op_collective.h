@@ -1,24 +1,32 @@
-//===- apc/ir/op_collective.h - An op's local computation around its collectives -===//
+//===- apc/ir/op_collective.h - An op's local computation on a rank -------===//
 //
-// Some ops run a collective inside themselves under some placements (a batch-sharded training
-// batch_norm all-reduces its statistics). The op's registry entry (strategy::OpInfo::collective)
-// prices it and writes the node's LOCAL GRAPH: the rank's computation of the node as plain ops on
-// the rank's pieces around kOpAllReduce nodes. Lowering records that graph with the mesh dims
-// (proto::OpCollective); the runtime runs it with its interpreter, executing every kOpAllReduce
-// node as a sum all-reduce over those mesh dims (its backward: the same all-reduce of the
-// gradient), without knowing the op.
+// Some ops do not run on a rank as "the op on the rank's pieces". A node's LOCAL GRAPH is the
+// rank's computation of the node as plain ops on the rank's pieces, which the op's registry entry
+// writes and lowering records in the rank's program (proto::OpCollective: the node, the mesh dims
+// of its all-reduces, the graph); the runtime runs it with its interpreter without knowing the op
+// (apc/runtime/op_collective.h). Two hooks of the registry write one:
+//   - OpInfo::collective_local, for an op that runs a collective inside itself under some
+//     placements (a batch-sharded training batch_norm all-reduces its statistics): plain ops
+//     around kOpAllReduce nodes, each a sum all-reduce over the mesh dims that
+//     OpInfo::collective gives (its backward: the same all-reduce of the gradient);
+//   - OpInfo::local_rewrite, through NodeRewrite::local (apc/strategy/local_rewrite.h), for an op
+//     whose rank computation depends on the rank's pieces but needs no collective (a
+//     vocab-parallel embedding's masked lookup of the rank's rows): no kOpAllReduce node, no mesh
+//     dims.
 //
 // A local graph's contract:
 //   - one input node per input of the node, in order (named "arg0", "arg1", ...): the runtime
-//     feeds each the value the node receives (a tensor, a scalar, a list, None);
+//     feeds each the value the node receives (a tensor, a scalar, a list, None), after lowering's
+//     local rewrite of its constants;
 //   - output leaves: one per output of the node, in order (a tuple tree);
 //   - op nodes: ATen / prim ops by (op, overload) as in any graph, and kOpAllReduce nodes (one
-//     tensor input, one tensor output);
+//     tensor input, one tensor output; only with mesh dims);
 //   - values carry no shapes (tensors are typed kOther): the rank's pieces decide them.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,6 +43,10 @@ inline constexpr std::string_view kOpAllReduce = "apc::op_all_reduce";
 class LocalGraphBuilder {
  public:
   LocalGraphBuilder(const Graph& g, const Node& node);
+  /// The same without the node's graph (a local rewrite sees the node's constants only): input i
+  /// is typed as `inputs[i]`'s constant, or kOther (a tensor, or a value not known) when nullopt.
+  LocalGraphBuilder(std::string name, const std::vector<std::optional<Constant>>& inputs,
+                    size_t num_outputs);
 
   /// The value of the node's input i inside the local graph.
   ValueId arg(size_t i) const { return args_.at(i); }
@@ -54,6 +66,7 @@ class LocalGraphBuilder {
 
  private:
   ValueId addValue(ValueType type, NodeId producer, uint32_t output);
+  void addInput(ValueType type);
   Graph g_;
   std::vector<ValueId> args_;
   size_t num_outputs_ = 0;

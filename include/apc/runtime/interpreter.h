@@ -14,10 +14,8 @@
 //   CPU records, become InterpreterOptions::device;
 //   optionally floating ScalarType codes widened to f64, for the strategy validator).
 // - Input, parameter and buffer nodes, and op nodes marked external (the runtime's redistribute
-//   nodes), get their outputs from a caller callback.
-// - Vocab-parallel embeddings: an aten::embedding node with a VocabMaskSpec looks up indices
-//   shifted by -row_offset; indices outside [0, rows) are looked up as row 0 and their output rows
-//   zeroed (the other ranks' Partial summands supply them).
+//   nodes and the nodes that run as their local graph, apc/runtime/op_collective.h), get their
+//   outputs from a caller callback.
 // - Symbolic arguments (SymbolicArgSpec): a size constant that follows a dynamic dim is replaced
 //   on every run by the value the caller passes (ParallelModule computes it from the inputs).
 // - A value is dropped from the environment after its last use, so a forward holds only what
@@ -111,20 +109,6 @@ class OpKernel {
   std::vector<size_t> optional_tensor_lists_;
 };
 
-/// Row range of a vocab-parallel embedding on this rank (see the file comment).
-struct VocabMaskSpec {
-  ir::NodeId node;
-  int64_t row_offset = 0;
-  int64_t rows = 0;
-};
-
-/// aten::embedding(weight, indices, ...) run by `kernel` on the rows [row_offset, row_offset +
-/// rows) this rank holds: out-of-range indices read row 0 and their output rows are zeroed (the
-/// other ranks' summands of the Partial output supply them). Exceptions propagate. The strategy
-/// validator runs this same function.
-std::vector<c10::IValue> callMaskedEmbedding(const OpKernel& kernel, std::vector<c10::IValue> args,
-                                             const VocabMaskSpec& mask);
-
 /// A constant argument of a node (or one element of an int[] one) that the caller computes on
 /// every run (a size that follows a symbolic dim: proto::SymbolicArg).
 struct SymbolicArgSpec {
@@ -155,7 +139,6 @@ class Interpreter {
   static Expected<Interpreter> create(std::shared_ptr<const ir::Graph> graph,
                                       const InterpreterOptions& options = {},
                                       std::vector<bool> external = {},
-                                      std::vector<VocabMaskSpec> vocab_masks = {},
                                       std::vector<SymbolicArgSpec> symbolic_args = {},
                                       std::vector<CheckpointSpec> checkpoints = {});
 
@@ -192,7 +175,6 @@ class Interpreter {
   struct Step {
     ir::NodeId node;
     bool external = false;
-    int mask = -1;  // index into masks_
     OpKernel kernel;
     std::vector<c10::IValue> constant_args;  // per input; None-typed placeholder when not constant
     std::vector<bool> is_constant;
@@ -202,7 +184,6 @@ class Interpreter {
   std::shared_ptr<const ir::Graph> graph_;
   InterpreterOptions options_;
   std::vector<Step> steps_;
-  std::vector<VocabMaskSpec> masks_;
   std::vector<SymbolicArgSpec> symbolic_;
   std::vector<uint32_t> output_values_;
   std::vector<CheckpointSpec> checkpoints_;
@@ -216,8 +197,7 @@ class Interpreter {
   /// Runs `steps` [begin, end) on `env` (the node loop).
   static Status runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
                          size_t end, std::vector<c10::IValue>& env, const ExternalFn* external,
-                         Observer* observer, const std::vector<VocabMaskSpec>& masks,
-                         const std::vector<SymbolicArgSpec>& symbolic,
+                         Observer* observer, const std::vector<SymbolicArgSpec>& symbolic,
                          const std::vector<int64_t>& symbolic_values);
 };
 

@@ -1,11 +1,13 @@
 //===- apc/runtime/op_collective.h - Running an op's local graph -----------===//
 //
 // A program node with a proto::OpCollective runs as its local graph (apc/ir/op_collective.h): the
-// rank's computation of the node as plain ops around all-reduce nodes, which the op's registry
-// entry wrote at lowering. This runner knows no op: it feeds the node's arguments to the graph's
-// input nodes, runs its ops through an Interpreter and each all-reduce node through the caller's
-// function (ParallelModule: a sum all-reduce over the recorded mesh dims, autograd-aware; the
-// strategy validator: a simulation across ranks).
+// rank's computation of the node as plain ops, around all-reduce nodes for an op with an internal
+// collective, or none (a local rewrite's graph, such as a vocab-parallel embedding's masked
+// lookup), which the op's registry entry wrote at lowering. This runner knows no op: it feeds the
+// node's arguments to the graph's input nodes, runs its ops through an Interpreter and each
+// all-reduce node through the caller's function (ParallelModule: a sum all-reduce over the
+// recorded mesh dims, autograd-aware; the strategy validator: a simulation across ranks). Autograd
+// records the graph's ops as any others: gradients flow to the node's arguments through them.
 //
 //===----------------------------------------------------------------------===//
 #pragma once
@@ -24,7 +26,8 @@ namespace apc::runtime {
 
 class OpCollectiveRunner {
  public:
-  /// The all-reduce of the k-th all-reduce node of the local graph (k in node order) on `t`.
+  /// The all-reduce of the k-th all-reduce node of the local graph (k in node order) on `t`
+  /// (never called for a graph without all-reduce nodes).
   using AllReduceFn = std::function<at::Tensor(size_t k, const at::Tensor& t)>;
 
   /// Prepares `local` for a node with `num_inputs` inputs and `num_outputs` outputs: checks its

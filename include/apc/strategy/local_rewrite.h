@@ -24,11 +24,15 @@
 //   narrow (dim: 1, start: 2, length: 3)       a narrow over the whole of a cut dim (start 0,
 //                                              length = global size) keeps the whole local piece
 //   embedding (padding_idx: 2)                 with the weight cut along dim 0 (vocab-parallel,
-//                                              output Partial): a VocabMask (row offset, rows) for
-//                                              the runtime, which shifts the indices by the row
-//                                              offset, looks up indices outside [0, rows) as row
-//                                              0 and zeroes their output rows; padding_idx is
-//                                              shifted here, or -1 when the row is not local
+//                                              output Partial): padding_idx is shifted by the
+//                                              rank's row offset, or -1 when the row is not local,
+//                                              and the node runs as its local graph (`local`
+//                                              below), the masked lookup of the rank's rows
+//                                              [off, off + rows): idx = indices - off; outside =
+//                                              idx < 0 | idx >= rows; out = embedding(weight,
+//                                              idx.masked_fill(outside, 0), padding_idx, ...)
+//                                              .masked_fill(outside.unsqueeze(-1), 0) (the other
+//                                              ranks' Partial summands supply the zeroed rows)
 //   repeat (repeats: 1)                        dynamic dims only (below)
 //
 // Dynamic dims (a dynamic batch): the importers fold sizes computed from a symbol to their value
@@ -111,17 +115,18 @@ struct NodeRewrite {
   /// becoming arange.start).
   std::optional<std::string> overload;
   std::optional<ir::Constant> prepend;
-  /// Vocab-parallel embedding: this rank's rows [row_offset, row_offset + rows) of the weight.
-  struct Vocab {
-    int64_t row_offset = 0;
-    int64_t rows = 0;
-  };
-  std::optional<Vocab> vocab;
+  /// When set, the rank runs the node as this local graph (apc/ir/op_collective.h: one input per
+  /// node input, fed the node's arguments after the rewrites above; one output leaf per node
+  /// output; plain ops, no kOpAllReduce node) instead of the op: a computation that depends on the
+  /// rank's pieces but needs no collective (a vocab-parallel embedding's masked lookup). Lowering
+  /// records it as a proto::OpCollective without mesh dims; the runtime runs it without knowing
+  /// the op.
+  std::optional<ir::Graph> local;
   /// Arguments the runtime recomputes from symbols (a dynamic batch; see the file comment).
   std::vector<SymbolicSize> symbolic;
   std::vector<std::string> notes;  // one line per rewrite applied ("size := [8, 64, 1, 12]")
 
-  bool empty() const { return replace.empty() && !overload && !vocab && symbolic.empty(); }
+  bool empty() const { return replace.empty() && !overload && !local && symbolic.empty(); }
 };
 
 }  // namespace apc::strategy

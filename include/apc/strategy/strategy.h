@@ -243,7 +243,9 @@ using OpLocalGraphFn = std::function<Expected<ir::Graph>(
 struct RankPieces;   // apc/strategy/local_rewrite.h
 struct NodeRewrite;  // apc/strategy/local_rewrite.h
 /// Rewrites the constant arguments (`constants[i]`: the known value of non-tensor input i) of one
-/// rank's call of `node` for the rank's pieces (apc/strategy/local_rewrite.h); lowering applies it.
+/// rank's call of `node` for the rank's pieces (apc/strategy/local_rewrite.h), or replaces the call
+/// by a local graph of plain ops (NodeRewrite::local: a vocab-parallel embedding's masked lookup);
+/// lowering applies it.
 using LocalRewriteFn = Status (*)(const ir::Node& node,
                                   const std::vector<std::optional<ir::Constant>>& constants,
                                   const RankPieces& pieces, NodeRewrite& r);
@@ -285,10 +287,10 @@ struct OpSample {
 using SamplesFn = std::function<std::vector<OpSample>()>;
 
 /// Everything apc knows about one op, in one registry entry: its sharding rule, its cost family,
-/// work and backward multiple, the constant arguments lowering rewrites to local sizes, whether it
-/// draws random numbers, the collective it runs inside itself (its price and the local graph the
-/// runtime runs), and its Megatron role. Adding an op
-/// touches its family's registration (lib/strategy) and the tests.
+/// work and backward multiple, the constant arguments lowering rewrites to local sizes (or the
+/// local graph a rank runs in place of the op), whether it draws random numbers, the collective it
+/// runs inside itself (its price and the local graph the runtime runs), and its Megatron role.
+/// Adding an op touches its family's registration (lib/strategy) and the tests.
 struct OpInfo {
   Rule rule;  // empty: no sharding rule (the Replicate-only fallback); the entry says the rest
   cost::OpFamily family = cost::OpFamily::kOther;
@@ -296,7 +298,8 @@ struct OpInfo {
   /// >= 0: this op's backward time as a multiple of its forward's (what its autograd formula
   /// runs); < 0: its family's (cost::backwardMultiplier).
   double backward_multiplier = -1;
-  LocalRewriteFn local_rewrite = nullptr;  // null: every argument keeps its global value
+  LocalRewriteFn local_rewrite = nullptr;  // null: every argument keeps its global value (and
+                                           // the op runs as itself)
   RandomFn random;                         // empty: never random
   OpCollectiveFn collective;               // empty: none
   OpLocalGraphFn collective_local;         // with `collective`: the node's local graph
