@@ -742,8 +742,9 @@ extern const char* const kCpuClusterJson;  // builtin_cluster.cpp (generated)
 
 const ClusterProfile* builtinClusterProfile(std::string_view device) {
   if (device != "cpu") return nullptr;
-  // Parsed once; the embedded file is checked by the spec tests (BuiltinCpuProfile.*), so a
-  // failure here is a build that was not tested.
+  // Parsed once. The embedded file is checked by cost_test
+  // (CostModel.TheBuiltInCpuIsTheEmbeddedCalibratedProfile fails on null), so a failure here is a
+  // build whose tests did not pass.
   static const std::optional<ClusterProfile> cpu = []() -> std::optional<ClusterProfile> {
     json j = json::parse(detail::kCpuClusterJson, nullptr, false);
     if (j.is_discarded()) return std::nullopt;
