@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "apc/cost/cost_model.h"
 #include "apc/lower/lower.h"
 #include "apc/planner/pipeline.h"
 #include "apc/solver/baselines.h"
@@ -83,6 +84,18 @@ Expected<Replayed> replay(const ir::Graph& g, const Plan& p) {
 
 Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
                         const solver::SolveGraphOptions& options, PlanRun& run) {
+  auto addNote = [&](const std::string& note) {
+    run.result.note = run.result.note.empty() ? note : run.result.note + "; " + note;
+  };
+  // A device whose collectives take turns with compute (CPU ranks: overlap efficiency 0) gains
+  // nothing from hiding them: no further solve or lowering.
+  APC_ASSIGN_OR_RETURN(cost::DeviceSpec device, cost::deviceForSpec(run.spec));
+  if (device.overlap_efficiency <= 0) {
+    addNote(
+        "overlap: the device's collectives take turns with its compute (overlap efficiency 0): "
+        "no schedule discount");
+    return Status::success();
+  }
   const std::vector<bool> derived = parameterDerived(g, run.built.gp);
   auto parameterComm = [&](const Plan& p) {
     double us = 0;
@@ -96,8 +109,9 @@ Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
     return std::clamp(1.0 - hidden / comm, 0.0, 1.0);
   };
   APC_ASSIGN_OR_RETURN(Replayed best, replay(g, run.result.plan));
-  std::string note = "overlap: the runtime's schedule hides " + formatMicros(best.hidden_us) +
-                     " (step " + formatMicros(best.step_us) + ")";
+  std::string note = "overlap: the runtime's schedule takes " + formatMicros(best.hidden_us) +
+                     " of hidden communication off the step (step " + formatMicros(best.step_us) +
+                     ")";
   // One solve with the parameter-derived edges scaled: kept when its replayed step is shorter.
   auto attempt = [&](double scale, const char* from) -> Expected<bool> {
     solver::GraphProblem gp = run.built.gp;
@@ -151,7 +165,7 @@ Status refineForOverlap(const ir::Graph& g, const PlanSource& source,
     }
     if (!improved) break;
   }
-  run.result.note = run.result.note.empty() ? note : run.result.note + "; " + note;
+  addNote(note);
   return Status::success();
 }
 

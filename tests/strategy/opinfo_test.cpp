@@ -24,6 +24,15 @@ const ir::Node& opinfoNode(const Builder& b) {
   return b.g.node(b.last());
 }
 
+/// A training-mode batch_norm over x [8, 64, 4, 4] with its weight, bias and running stats.
+void addTrainingBatchNorm(Builder& b) {
+  ValueId x = b.input("x", {8, 64, 4, 4});
+  ValueId w = b.param("w", {64}), bias = b.param("b", {64});
+  ValueId rm = b.buffer("rm", {64}), rv = b.buffer("rv", {64});
+  b.op("aten::batch_norm", {x, w, bias, rm, rv, b.b(true), b.f(0.1), b.f(1e-5), b.b(true)},
+       {8, 64, 4, 4});
+}
+
 TEST(OpInfo, DropoutIsRandomOnlyInTrainingWithNonZeroP) {
   const Registry& r = defaultRegistry();
   auto dropout = [&](double p, std::optional<bool> train) {
@@ -84,11 +93,7 @@ TEST(OpInfo, MegatronOperandsAndLocalRewritesAreEntries) {
 
 TEST(OpInfo, TrainingBatchNormDeclaresItsStatisticsAllReduce) {
   Builder b;
-  ValueId x = b.input("x", {8, 64, 4, 4});
-  ValueId w = b.param("w", {64}), bias = b.param("b", {64});
-  ValueId rm = b.buffer("rm", {64}), rv = b.buffer("rv", {64});
-  b.op("aten::batch_norm", {x, w, bias, rm, rv, b.b(true), b.f(0.1), b.f(1e-5), b.b(true)},
-       {8, 64, 4, 4});
+  addTrainingBatchNorm(b);
   const OpInfo* info = defaultRegistry().findEntry(opinfoNode(b));
   ASSERT_NE(info, nullptr);
   ASSERT_TRUE(info->collective);
@@ -120,11 +125,7 @@ TEST(OpInfo, CollectiveLocalGraphsAllReduceTheStatistics) {
   inputs[0] = PlacementTuple{mesh::Placement::shard(0)};
   {
     Builder b;
-    ValueId x = b.input("x", {8, 64, 4, 4});
-    ValueId w = b.param("w", {64}), bias = b.param("b", {64});
-    ValueId rm = b.buffer("rm", {64}), rv = b.buffer("rv", {64});
-    b.op("aten::batch_norm", {x, w, bias, rm, rv, b.b(true), b.f(0.1), b.f(1e-5), b.b(true)},
-         {8, 64, 4, 4});
+    addTrainingBatchNorm(b);
     const OpInfo* info = defaultRegistry().findEntry(opinfoNode(b));
     ASSERT_NE(info, nullptr);
     ASSERT_TRUE(info->collective_local);

@@ -573,6 +573,26 @@ void reportProfile(apc::runtime::ParallelModule& pm, const Flags& f,
   std::fflush(stdout);
 }
 
+/// The model file the artifact in `dir` was lowered from (its manifest's model_path), when it is
+/// there with the artifact's SHA-256; else empty, and `why` says what is missing.
+std::string loweredModelFile(const std::string& dir, std::string* why) {
+  auto manifest = apc::artifact::readManifest(dir);
+  if (!manifest.ok() || manifest->model_path.empty()) {
+    *why = "the artifact does not name its model file";
+    return "";
+  }
+  if (!std::filesystem::is_regular_file(manifest->model_path)) {
+    *why = "its model file " + manifest->model_path + " is not there";
+    return "";
+  }
+  auto sha = apc::sha256File(manifest->model_path);
+  if (!sha.ok() || *sha != manifest->model_hash) {
+    *why = "its model file " + manifest->model_path + " changed since lowering";
+    return "";
+  }
+  return manifest->model_path;
+}
+
 int run(Flags f) {
   at::set_num_threads(f.threads);
   // Before any tensor: CPU activations and gradients reuse their blocks from step to step
@@ -640,31 +660,25 @@ int run(Flags f) {
 
   std::string model_path = !f.model.empty() ? f.model : f.compare_single;
   if (model_path.empty() && f.resume.empty() && !f.random_init) {
-    // The model the artifact was lowered from, when it is still there unchanged.
-    auto manifest = apc::artifact::readManifest(f.dir);
+    // The model the artifact was lowered from, loaded only when every rank finds it unchanged:
+    // a rank without it (another node, a moved file) would otherwise start from other weights.
     std::string why;
-    if (!manifest.ok() || manifest->model_path.empty()) {
-      why = "the artifact does not name its model file";
-    } else if (!std::filesystem::is_regular_file(manifest->model_path)) {
-      why = "its model file " + manifest->model_path + " is not there";
-    } else {
-      auto sha = apc::sha256File(manifest->model_path);
-      if (sha.ok() && *sha == manifest->model_hash) {
-        model_path = manifest->model_path;
-        if (rank0)
-          std::fprintf(stderr,
-                       "apc-train: weights from %s, the model the artifact was lowered from "
-                       "(--random-init draws them)\n",
-                       model_path.c_str());
-      } else {
-        why = "its model file " + manifest->model_path + " changed since lowering";
-      }
-    }
-    if (model_path.empty() && rank0)
+    const std::string found = loweredModelFile(f.dir, &why);
+    at::Tensor everywhere = at::full({1}, found.empty() ? 0.0 : 1.0, at::kFloat).to(device);
+    if (pm.worldSize() > 1) pm.world().all().allReduce(everywhere, apc::mesh::ReduceOp::kMin);
+    if (everywhere.item<float>() > 0) {
+      model_path = found;
+      if (rank0)
+        std::fprintf(stderr,
+                     "apc-train: weights from %s, the model the artifact was lowered from "
+                     "(--random-init draws them)\n",
+                     model_path.c_str());
+    } else if (rank0) {
       std::fprintf(stderr,
                    "apc-train: note: %s: weights and buffers drawn from normal(0, 0.02) (give "
                    "--model for the model's own)\n",
-                   why.c_str());
+                   found.empty() ? why.c_str() : "a rank cannot read the artifact's model file");
+    }
   }
   // --compare-single: the unsharded model, and its float64 twin (the yardstick of rounding).
   std::vector<Reference> refs;
