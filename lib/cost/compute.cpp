@@ -69,6 +69,18 @@ double backwardMultiplier(OpFamily family) {
   return 1.0;
 }
 
+int backwardKernels(OpFamily family) {
+  switch (family) {
+    case OpFamily::kContraction:
+      return 2;
+    case OpFamily::kView:
+    case OpFamily::kFactory:
+      return 0;
+    default:
+      return 1;
+  }
+}
+
 double computeCostUs(const DeviceSpec& device, double flops, double bytes, ir::DType dtype) {
   if (flops <= 0 && bytes <= 0) return 0.0;
   double compute_us = 0.0;

@@ -56,6 +56,13 @@ void registerEmbeddingRules(Registry& r) {
   r.entry("aten::embedding")->tp = TpUse{TpUse::Kind::kVocab, /*weight=*/0, /*bias=*/-1};
   // A vocab-cut weight: padding_idx on the rank's rows and the masked lookup as a local graph.
   r.entry("aten::embedding")->local_rewrite = detail::rewriteEmbeddingRows;
+  // embedding_dense_backward adds the gradient rows into a zero-filled table: the table's bytes
+  // written once more than the multiple of the forward (the looked-up rows) counts.
+  r.entry("aten::embedding")->backward_work = [](const RuleContext& c, const LocalShapes& local) {
+    Work w;
+    w.bytes = detail::localInputBytes(c, local, 0);
+    return w;
+  };
 
   // Sample invocations (OpInfo::samples) for the strategy validator.
   using S = SampleArg;

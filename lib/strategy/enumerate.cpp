@@ -226,14 +226,17 @@ struct Pricer {
   const cost::CostModel& model;
   cost::OpFamily family;
   const WorkFn* work;
+  const WorkFn* backward_work;  // null: none (OpInfo::backward_work)
   ir::DType dtype;
   bool backward;
   double backward_multiplier;  // < 0: the family's
+  int backward_kernels;        // < 0: the family's
 
   double price(const Strategy& s) const {
     // Host dispatch of the node (0 unless calibrated) with its kernels (CostModel::passUs):
     // forward, and backward with a gradient.
-    if (family == cost::OpFamily::kView) return model.viewNodeUs(backward);
+    const bool view = family == cost::OpFamily::kView;
+    if (view && !(backward && backward_work && *backward_work)) return model.viewNodeUs(backward);
     LocalShapes local;
     auto localOf = [&](bool output, const std::vector<std::optional<PlacementTuple>>& list,
                        std::vector<std::vector<std::vector<int64_t>>>& out) {
@@ -246,12 +249,48 @@ struct Pricer {
     };
     localOf(false, s.inputs, local.inputs);
     localOf(true, s.outputs, local.outputs);
+    const double extra = backward ? backwardExtraUs(local) : 0.0;
+    if (view) return model.viewNodeUs(backward) + extra;
     Work w = (work && *work) ? (*work)(c, local) : defaultWork(c, local);
+    // A node that runs no kernel (a cast to its own dtype returns its input) pays what a view does.
+    if (w.flops <= 0 && w.bytes <= 0) return model.viewNodeUs(backward) + extra;
     double fwd = model.computeUs(family, w.flops, w.bytes, dtype);
     const double bwd = !backward                  ? 0.0
                        : backward_multiplier >= 0 ? backward_multiplier * fwd
                                                   : model.backwardUs(family, fwd);
-    return model.nodeUs(fwd, bwd, backward);
+    return model.nodeUs(fwd, bwd, backward) + extra;
+  }
+
+  /// What backward runs beyond the node's pass and its multiple of the forward kernel, each a
+  /// kernel the autograd engine or the formula launches on its own (CostModel::directKernelUs):
+  /// the formula's kernels beyond the first; the entry's backward_work; for a pointwise op, the
+  /// sum that takes the gradient of each broadcast input back to its shape. (Not priced: the
+  /// additions of the gradients of an output that several nodes read. A per-node price of them
+  /// differs between a model's first or last layer and the others, which the solver's
+  /// clustering of repeated layers needs equal.)
+  double backwardExtraUs(const LocalShapes& local) const {
+    double us = 0;
+    const int kernels = backward_kernels >= 0 ? backward_kernels : cost::backwardKernels(family);
+    for (int k = 1; k < kernels; ++k) us += model.directKernelUs(0);
+    if (backward_work && *backward_work) {
+      const Work b = (*backward_work)(c, local);
+      if (b.bytes > 0)
+        us += model.directKernelUs(model.computeUs(cost::OpFamily::kPointwise, 0, b.bytes, dtype));
+    }
+    if (family == cost::OpFamily::kPointwise && !local.outputs.empty() &&
+        local.outputs[0].size() == 1) {
+      const double out_numel = detail::numel(local.outputs[0][0]);
+      const double out_bytes = detail::localOutputBytes(c, local, 0);
+      for (size_t i = 0; i < local.inputs.size(); ++i) {
+        if (local.inputs[i].size() != 1 || shapes.input_metas[i].size() != 1) continue;
+        if (!shapes.input_metas[i][0]->requires_grad) continue;
+        if (detail::numel(local.inputs[i][0]) >= out_numel) continue;
+        us += model.directKernelUs(model.computeUs(cost::OpFamily::kReduction, 0,
+                                                   out_bytes + detail::localInputBytes(c, local, i),
+                                                   dtype));
+      }
+    }
+    return us;
   }
 };
 
@@ -284,15 +323,18 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
     for (size_t k = 0; k < dims.size(); ++k)
       if (fitsMeshDim(dims[k], shapes, mesh.size(j))) allowed[j].push_back(k);
 
+  const bool own = !entry.fallback && rule;
   Pricer pricer{c,
                 shapes,
                 mesh,
                 model,
-                entry.fallback || !rule ? cost::OpFamily::kOther : rule->family,
-                entry.fallback || !rule ? nullptr : &rule->work,
+                own ? rule->family : cost::OpFamily::kOther,
+                own ? &rule->work : nullptr,
+                own ? &rule->backward_work : nullptr,
                 workDType(c),
                 takesGradient(c),
-                entry.fallback || !rule ? -1.0 : rule->backward_multiplier};
+                own ? rule->backward_multiplier : -1.0,
+                own ? rule->backward_kernels : -1};
 
   // A collective the op runs inside itself (OpInfo::collective), if any.
   const OpCollectiveFn* collective = info && info->collective ? &info->collective : nullptr;

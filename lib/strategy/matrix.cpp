@@ -498,6 +498,7 @@ WorkFn contractionOn(size_t lhs) {
 void registerMatrixRules(Registry& r) {
   using cost::OpFamily;
   r.add("aten::addmm", addmmRule, OpFamily::kContraction, contractionOn(1));
+  r.entry("aten::addmm")->backward_kernels = 3;  // both operands' mm and the bias's sum
   r.add("aten::baddbmm", addmmRule, OpFamily::kContraction, contractionOn(1));
   r.add("aten::bmm", matmulRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::dot", matmulRule, OpFamily::kContraction, contractionOn(0));

@@ -324,6 +324,22 @@ void registerPointwiseRules(Registry& r) {
       {"aten::tanh", 1.5},                            // tanh_backward(grad, result)
   };
   for (const auto& [op, m] : backward) r.setBackwardMultiplier(op, m);
+  // Kernels those formulas launch, each dispatched on its own (the family's is one).
+  const std::pair<const char*, int> kernels[] = {
+      {"aten::sub", 2},        {"aten::rsub", 2},   // the gradient passes through; -grad
+      {"aten::mul", 2},                             // grad * other, grad * self
+      {"aten::div.Tensor", 4},                      // grad / other; -grad, * self, / other^2
+      {"aten::pow", 3},        {"aten::rsqrt", 3},  // pow, mul, mul
+      {"aten::sqrt", 2},                            // 2 * result, grad / it
+  };
+  for (const auto& [op, k] : kernels) r.entry(op)->backward_kernels = k;
+  // A cast to the dtype it already has returns its input: no kernel, no backward node.
+  for (const char* op : {"aten::to", "aten::type_as"})
+    r.entry(op)->work = [](const RuleContext& c, const LocalShapes& local) {
+      const auto in = c.inputMetas(0), out = c.outputMetas(0);
+      if (in.size() == 1 && out.size() == 1 && in[0]->dtype == out[0]->dtype) return Work{};
+      return defaultWork(c, local);
+    };
 
   // Sample invocations (OpInfo::samples): uneven pieces (5 over 2 and 3 ranks), broadcasting
   // (size-1 dims, missing leading dims, 0-dim operands), Scalar overloads.

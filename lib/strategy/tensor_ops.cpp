@@ -376,6 +376,14 @@ void registerTensorOpRules(Registry& r) {
   r.add(
       "aten::split_with_sizes", [](const RuleContext& c) { return exceptDimRule(c, 2); },
       OpFamily::kView, noWork);
+  // slice's, narrow's and select's gradient is a zero-filled input with the output's gradient
+  // copied into its piece: the input's bytes written, the output's read and written.
+  for (const char* op : {"aten::narrow", "aten::select.int", "aten::slice.Tensor"})
+    r.entry(op)->backward_work = [](const RuleContext& c, const LocalShapes& local) {
+      Work w;
+      w.bytes = detail::localInputBytes(c, local, 0) + 2 * detail::localOutputBytes(c, local, 0);
+      return w;
+    };
   r.add("aten::slice_scatter", sliceScatterRule, OpFamily::kIndex);
   r.add("aten::select_scatter", selectScatterRule, OpFamily::kIndex);
   r.add("aten::index.Tensor", indexRule, OpFamily::kIndex);

@@ -179,6 +179,14 @@ void registerViewRules(Registry& r) {
   for (const char* op : {"aten::broadcast_to", "aten::expand"})
     r.entry(op)->local_rewrite = rewriteExpandSizes;
   r.entry("aten::unflatten")->local_rewrite = rewriteUnflattenSizes;
+  // expand's gradient is the output's summed back to the input's shape: a reduction reading the
+  // output's bytes and writing the input's.
+  for (const char* op : {"aten::broadcast_to", "aten::expand"})
+    r.entry(op)->backward_work = [](const RuleContext& c, const LocalShapes& local) {
+      Work w;
+      w.bytes = detail::localInputBytes(c, local, 0) + detail::localOutputBytes(c, local, 0);
+      return w;
+    };
 
   // Sample invocations (OpInfo::samples) for the strategy validator.
   using S = SampleArg;

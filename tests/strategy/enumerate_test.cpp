@@ -258,6 +258,81 @@ TEST(Cost, BackwardIsPricedFromTheOpsAutogradFormula) {
   EXPECT_NEAR(replicated["aten::relu"], 1.25 * replicated["aten::neg"], 1e-9);
 }
 
+/// A CPU-like device whose host dispatch and kernels are both visible in the prices.
+cost::CostModel dispatchingModel(const mesh::DeviceMesh& mesh) {
+  cost::DeviceSpec d = cost::deviceByName("h100").value();
+  d.dispatch_us = 10;
+  d.dispatch_overlaps = false;
+  d.view_dispatch_us = 3;
+  return cost::CostModel(d, mesh);
+}
+
+/// The replicated price of each op node of `g` (the first strategy, all-R), by its output.
+std::map<ValueId, double> replicatedPrices(const Graph& g, const mesh::DeviceMesh& mesh,
+                                           const cost::CostModel& model) {
+  EnumerateOptions o;
+  o.cost_model = &model;
+  std::map<ValueId, double> out;
+  for (const auto& ns : enumerate(g, mesh, defaultRegistry(), o))
+    out[g.node(ns.node).outputs.at(0)] = ns.strategies.at(0).compute_us;
+  return out;
+}
+
+// What backward runs beyond a node's pass and its multiple of the forward kernel is priced as
+// the kernels it is (each dispatched on its own): expand's gradient summed back to its input, the
+// sum a broadcast operand's gradient needs, and the formula's kernels beyond its first. A cast to
+// its own dtype costs what a view does.
+TEST(Cost, BackwardPaysEveryKernelItLaunches) {
+  const mesh::DeviceMesh mesh = meshOf("2");
+  const cost::CostModel model = dispatchingModel(mesh);
+  const double f32 = 4;
+  auto elementwise = [&](double bytes) {
+    return model.directKernelUs(
+        model.computeUs(cost::OpFamily::kPointwise, 0, bytes, ir::DType::kF32));
+  };
+  // expand [64, 1] -> [64, 64]: a view forward, a sum backward; unsqueeze: a view both ways.
+  Builder v;
+  ValueId col = v.param("col", {64, 1});
+  ValueId wide = v.op("aten::expand", {col, v.ints({64, 64}), v.b(false)}, {64, 64});
+  ValueId flat = v.param("flat", {64});
+  ValueId lifted = v.op("aten::unsqueeze", {flat, v.i(0)}, {1, 64});
+  const auto pv = replicatedPrices(v.g, mesh, model);
+  EXPECT_NEAR(pv.at(lifted), model.viewNodeUs(true), 1e-9);
+  EXPECT_NEAR(pv.at(wide), model.viewNodeUs(true) + elementwise((64 + 64 * 64) * f32), 1e-9);
+
+  // mul by a broadcast [64] weight against mul by a full [64, 64] one: the same forward, plus a
+  // reduction of the [64, 64] gradient into [64] (the broadcast operand) backward.
+  Builder m;
+  ValueId x = m.param("x", {64, 64});
+  ValueId w = m.param("w", {64});
+  ValueId full = m.param("full", {64, 64});
+  ValueId by_w = m.op("aten::mul", {x, w}, {64, 64});
+  ValueId by_full = m.op("aten::mul", {x, full}, {64, 64});
+  const auto pm = replicatedPrices(m.g, mesh, model);
+  const double fwd_w = model.computeUs(cost::OpFamily::kPointwise, 64 * 64,
+                                       (2 * 64 * 64 + 64) * f32, ir::DType::kF32);
+  const double fwd_full =
+      model.computeUs(cost::OpFamily::kPointwise, 64 * 64, 3 * 64 * 64 * f32, ir::DType::kF32);
+  // mul's backward: twice its forward kernel (OpInfo::backward_multiplier), two kernels.
+  EXPECT_NEAR(pm.at(by_full), model.nodeUs(fwd_full, 2 * fwd_full, true) + model.directKernelUs(0),
+              1e-9);
+  EXPECT_NEAR(pm.at(by_w),
+              model.nodeUs(fwd_w, 2 * fwd_w, true) + model.directKernelUs(0) +
+                  model.directKernelUs(model.computeUs(cost::OpFamily::kReduction, 0,
+                                                       (64 * 64 + 64) * f32, ir::DType::kF32)),
+              1e-9);
+
+  // to(f32) of an f32 tensor returns it; to(bf16) runs a kernel.
+  Builder t;
+  ValueId y = t.param("y", {64, 64});
+  ValueId same = t.op("aten::to", {y, t.i(6), t.b(false), t.b(false), t.none()}, {64, 64});
+  ValueId half =
+      t.op("aten::to", {y, t.i(15), t.b(false), t.b(false), t.none()}, {64, 64}, DType::kBF16);
+  const auto pt = replicatedPrices(t.g, mesh, model);
+  EXPECT_NEAR(pt.at(same), model.viewNodeUs(true), 1e-9);
+  EXPECT_GT(pt.at(half), model.nodeUs(0, 0, true));
+}
+
 /// Every node of a graph: enumerated without fallback, all-R first, every rule output well
 /// formed; returns the number of enumerated nodes.
 size_t checkGraph(const Graph& g, const char* mesh_text) {

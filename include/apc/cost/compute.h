@@ -54,6 +54,11 @@ const char* opFamilyName(OpFamily family);
 ///   factory     0.0    nothing to differentiate
 ///   other       1.0
 double backwardMultiplier(OpFamily family);
+/// Kernels the backward of an op of `family` launches, each dispatched on its own: 2 for a
+/// contraction (the gradients of both operands), 0 for a view or factory, 1 otherwise (a fused
+/// backward kernel: convolution_backward, softmax's, a norm's). Ops whose autograd formula runs
+/// more say so in their registry entry (strategy::OpInfo::backward_kernels).
+int backwardKernels(OpFamily family);
 
 /// Roofline time in microseconds of a kernel doing `flops` operations and moving `bytes` bytes in
 /// `dtype` on `device`. Zero work (flops <= 0 and bytes <= 0) costs 0 (no kernel, as for views);

@@ -298,6 +298,15 @@ struct OpInfo {
   /// >= 0: this op's backward time as a multiple of its forward's (what its autograd formula
   /// runs); < 0: its family's (cost::backwardMultiplier).
   double backward_multiplier = -1;
+  /// Kernels the op's backward launches, each dispatched on its own (mul: grad * other and
+  /// grad * self; rsqrt: three): the backward pays CostModel::directKernelUs(0) for each beyond
+  /// the first. < 0: its family's (cost::backwardKernels).
+  int backward_kernels = -1;
+  /// Work of one more backward kernel the multiple does not cover, on the local shapes: a view's
+  /// whose gradient is not a view (expand: the gradient summed back to the input's shape; slice:
+  /// copied into a zero-filled input), or an op's that fills a whole input (embedding: the
+  /// zero-filled table the gradient rows are added to). Empty: none.
+  WorkFn backward_work;
   LocalRewriteFn local_rewrite = nullptr;  // null: every argument keeps its global value (and
                                            // the op runs as itself)
   RandomFn random;                         // empty: never random
