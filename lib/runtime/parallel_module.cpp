@@ -451,7 +451,10 @@ class AsyncGrads {
     const RedistSpec* spec;
   };
 
-  AsyncGrads(std::vector<at::Tensor>& params, World& world) : params_(params), world_(world) {}
+  /// `blocking` (no overlap): a group's reduce-scatter runs when its last gradient comes, and
+  /// returns when it is done (the gradients of a group are still reduced in one call).
+  AsyncGrads(std::vector<at::Tensor>& params, World& world, bool blocking)
+      : params_(params), world_(world), blocking_(blocking) {}
 
   /// The gather groups whose gradients are reduced together, by group index (empty: none).
   void setGroups(std::vector<std::vector<GroupMember>> groups) { groups_ = std::move(groups); }
@@ -484,7 +487,7 @@ class AsyncGrads {
       it.dtypes = {g.scalar_type()};
       it.group = std::make_unique<GroupedReduceScatter>(
           std::vector<const RedistSpec*>{m.spec}, std::vector<at::Tensor>{g},
-          m.spec->reduce_dtype.value_or(g.scalar_type()), world_, true);
+          m.spec->reduce_dtype.value_or(g.scalar_type()), world_, !blocking_);
       pending_.push_back(std::move(it));
       return;
     }
@@ -555,7 +558,7 @@ class AsyncGrads {
     it.dtypes = st.dtypes;
     it.group = std::make_unique<GroupedReduceScatter>(
         std::move(specs), st.grads, reduce.value_or(params_[members.front().param].scalar_type()),
-        world_, true);
+        world_, !blocking_);
     st.grads.assign(members.size(), at::Tensor());
     pending_.push_back(std::move(it));
   }
@@ -598,6 +601,7 @@ class AsyncGrads {
 
   std::vector<at::Tensor>& params_;
   World& world_;
+  bool blocking_;
   std::vector<std::vector<GroupMember>> groups_;
   std::map<size_t, GroupState> states_;  // this backward's groups
   std::vector<Item> pending_;
@@ -1009,7 +1013,8 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     impl->index_in_unit.push_back(impl->units.back().size());
     impl->units.back().push_back(pos);
   }
-  impl->async_grads = std::make_unique<AsyncGrads>(impl->param_tensors, *impl->world);
+  impl->async_grads =
+      std::make_unique<AsyncGrads>(impl->param_tensors, *impl->world, !options.overlap);
   std::vector<std::vector<AsyncGrads::GroupMember>> grad_groups(impl->units.size());
   impl->unit_grad_grouped.assign(impl->units.size(), false);
   impl->unit_grad_all_reduce.assign(impl->units.size(), false);
@@ -1693,9 +1698,13 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
           im.buckets->expect(static_cast<size_t>(im.deferred_param[rid]), rid, x);
           y = DeferredGradFunction::apply(x, im.buckets.get(), im.deferred_param[rid],
                                           static_cast<int64_t>(rid));
-        } else if (const int ap = im.async_grad_param.at(n.id.v); im.options.overlap && ap >= 0 &&
-                                                                  x.requires_grad() &&
-                                                                  at::GradMode::is_enabled()) {
+        } else if (const int ap = im.async_grad_param.at(n.id.v);
+                   ap >= 0 &&
+                   (im.options.overlap ||
+                    (unit >= 0 && im.unit_grad_grouped[static_cast<size_t>(unit)])) &&
+                   x.requires_grad() && at::GradMode::is_enabled()) {
+          // With overlap, every such gather's gradient goes through AsyncGrads (issued
+          // asynchronously); without, a gather group's still do: reduced in one blocking call.
           if (ahead.defined())
             TORCH_CHECK(spec.forward.front().local_out.empty() ||
                             ahead.sizes().vec() == spec.forward.front().local_out,
@@ -1838,7 +1847,7 @@ PricedComm ParallelModule::pricedComm() const {
       const size_t u = im.unit_of[static_cast<size_t>(pos)];
       in_group = im.units[u].size() > 1;
       later_member = im.index_in_unit[static_cast<size_t>(pos)] > 0;
-      grad_grouped = im.options.overlap && im.unit_grad_grouped[u];
+      grad_grouped = im.unit_grad_grouped[u];  // one call, with overlap or without
       grad_all_reduce = grad_grouped && im.unit_grad_all_reduce[u];
     }
     const int64_t call = later_member ? 0 : 1;

@@ -351,9 +351,11 @@ void expectPricedCommRan(const ParallelModule& pm, const FsdpStep& st, const std
 
 /// A fsdp plan of mlp_stack on 2 ranks: a gather group's parameters (blocks of 0.5 MiB: two per
 /// group, artifact::kMinGatherGroupBytes) are gathered by ONE all-gather in forward and ONE in
-/// backward (the re-gather), and their gradients reduced by ONE reduce-scatter (with overlap):
-/// fewer calls per step than sharded parameters; the calls and bytes measured are
-/// the ones pricedComm counts; outputs and gradients equal the single-process model's.
+/// backward (the re-gather), and their gradients reduced by ONE reduce-scatter, with overlap and
+/// without (then blocking: no asynchronous call; before, each gradient was reduced on its own, and
+/// mlp_stack's fsdp step took 39 ms against 16 with overlap): fewer calls per step than sharded
+/// parameters; the calls and bytes measured are the ones pricedComm counts; outputs and gradients
+/// equal the single-process model's.
 TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
   const ModelCase& m = mlpStack();
   if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
@@ -387,10 +389,8 @@ TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
         log.fail(what + "the gathers are not grouped: " + counts);
       if (regathers == 0 || 2 * regathers > sharded)
         log.fail(what + "the re-gathers are not grouped: " + counts);
-      if (overlap && (scatters == 0 || 2 * scatters > sharded))
+      if (scatters == 0 || 2 * scatters > sharded)
         log.fail(what + "the reduce-scatters are not grouped: " + counts);
-      if (!overlap && scatters < sharded)
-        log.fail(what + "without overlap every gradient is reduced on its own: " + counts);
       if (!overlap && forward.async_calls + backward.async_calls != 0)
         log.fail(what + "an asynchronous call without overlap");
       expectPricedCommRan(*pm, st, what, log);  // mlp_stack's shards are even

@@ -84,7 +84,9 @@ struct ParallelModuleOptions {
   /// Overlap the gradient buckets' all-reduces with the rest of backward: a bucket is issued
   /// asynchronously as soon as all its gradients have come (buckets laid out in reverse program
   /// order, as DDP's) and waited for at the end of backward, each wait with the collective
-  /// timeout. Off: every bucket is reduced at the end of backward, blocking (the same sums).
+  /// timeout; FSDP's gradient reduce-scatters likewise (a gather group's in one call). Off: every
+  /// bucket is reduced at the end of backward, blocking (the same sums), and a gather group's
+  /// gradients by one blocking call when its last gradient comes.
   bool overlap = true;
   /// With overlap, the forward's parameter gathers (a redistribution of a parameter that is one
   /// all-gather: FSDP's) are issued asynchronously this many gathers ahead of their use, in
