@@ -80,9 +80,11 @@ double CostModel::computeUs(OpFamily family, double flops, double bytes, ir::DTy
       bytes > 0 && !device_.elementwise_curve.empty()
           ? interpolate(device_.elementwise_curve.x, device_.elementwise_curve.us, bytes)
           : 0.0;
-  if (family == OpFamily::kConvolution && flops > 0) {
-    auto it = device_.conv_curve.find(dtype);
-    if (it != device_.conv_curve.end() && !it->second.empty())
+  for (const auto& [own, curves] : {std::pair{OpFamily::kConvolution, &device_.conv_curve},
+                                    std::pair{OpFamily::kAttention, &device_.attention_curve}}) {
+    if (family != own || flops <= 0) continue;
+    auto it = curves->find(dtype);
+    if (it != curves->end() && !it->second.empty())
       return std::max(
           {interpolate(it->second.x, it->second.us, flops), memory_us, device_.kernel_floor_us});
   }
@@ -191,6 +193,8 @@ Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
   for (const auto& [dtype, t] : given.matmul_us) d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
   for (const auto& [dtype, t] : given.conv_us) d.conv_curve[dtype] = KernelCurve{t.work, t.us};
+  for (const auto& [dtype, t] : given.attention_us)
+    d.attention_curve[dtype] = KernelCurve{t.work, t.us};
   if (const auto& t = given.elementwise_us) d.elementwise_curve = KernelCurve{t->work, t->us};
   return d;
 }

@@ -351,7 +351,7 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
     APC_RETURN_IF_ERROR(expectObject(*m, mp, "an object {\"matmul\": ..., \"elementwise\": ...}"));
-    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "conv", "elementwise"}));
+    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "conv", "attention", "elementwise"}));
     auto byDType = [&](const char* key, std::map<ir::DType, KernelTable>& out) -> Status {
       const json* mm = find(*m, key);
       if (!mm) return Status::success();
@@ -368,6 +368,7 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     };
     APC_RETURN_IF_ERROR(byDType("matmul", s.device_overrides.matmul_us));
     APC_RETURN_IF_ERROR(byDType("conv", s.device_overrides.conv_us));
+    APC_RETURN_IF_ERROR(byDType("attention", s.device_overrides.attention_us));
     if (const json* ew = find(*m, "elementwise")) {
       APC_ASSIGN_OR_RETURN(s.device_overrides.elementwise_us,
                            readKernelTable(*ew, mp + ".elementwise", "bytes"));
@@ -868,7 +869,7 @@ json toJson(const Spec& s) {
     if (s.device_overrides.overlap_efficiency)
       dev["overlap_efficiency"] = *s.device_overrides.overlap_efficiency;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
-        s.device_overrides.elementwise_us) {
+        !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us) {
       json measured = json::object();
       auto byDType = [&](const char* key, const std::map<ir::DType, KernelTable>& tables) {
         if (tables.empty()) return;
@@ -878,6 +879,7 @@ json toJson(const Spec& s) {
       };
       byDType("matmul", s.device_overrides.matmul_us);
       byDType("conv", s.device_overrides.conv_us);
+      byDType("attention", s.device_overrides.attention_us);
       if (const auto& t = s.device_overrides.elementwise_us)
         measured["elementwise"] = {{"bytes", t->work}, {"us", t->us}};
       dev["measured"] = measured;

@@ -108,6 +108,16 @@ TEST(CostModel, MeasuredKernelCurvesReplaceTheRoofline) {
   EXPECT_NEAR(with_conv.computeUs(OpFamily::kConvolution, 2e6, 0, ir::DType::kF32), 1800.0, 1e-9);
   EXPECT_NEAR(with_conv.computeUs(OpFamily::kContraction, 1e3, 1e3, ir::DType::kF32), 2.0, 1e-12);
   EXPECT_EQ(with_conv.backwardUs(OpFamily::kConvolution, 7.0), 14.0);
+  // Attention: its own curve where calibrated (the fused CPU kernels reach a fraction of the
+  // square matmuls' throughput), the matmul curve for a dtype without one.
+  DeviceSpec attn = cpu;
+  attn.attention_curve[ir::DType::kF32] = KernelCurve{{1e3, 1e6}, {20.0, 3000.0}};
+  CostModel with_attn(attn, meshOf({2}));
+  EXPECT_NEAR(with_attn.computeUs(OpFamily::kAttention, 1e3, 1e3, ir::DType::kF32), 20.0, 1e-12);
+  EXPECT_NEAR(with_attn.computeUs(OpFamily::kAttention, 2e6, 0, ir::DType::kF32), 6000.0, 1e-9);
+  EXPECT_NEAR(with_attn.computeUs(OpFamily::kContraction, 1e3, 1e3, ir::DType::kF32), 2.0, 1e-12);
+  EXPECT_NEAR(with_attn.computeUs(OpFamily::kAttention, 2e6, 0, ir::DType::kBF16),
+              model.computeUs(OpFamily::kAttention, 2e6, 0, ir::DType::kBF16), 1e-12);
   // Without curves: the roofline, bit for bit.
   DeviceSpec plain = deviceByName("cpu").value();
   CostModel roofline(plain, meshOf({2}));

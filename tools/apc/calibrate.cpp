@@ -25,6 +25,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -236,6 +237,47 @@ int runWorker(const CalibrateOptions& o) {
         compute.push_back({{"op", "conv2d 3x3 (forward and backward, over 3)"},
                            {"dtype", ir::dtypeName(irDType(dt))},
                            {"size", {batch, c, hw, hw, c, 3, 3}},
+                           {"us", s * 1e6},
+                           {"tflops", flops / s / 1e12}});
+      }
+  }
+  // scaled_dot_product_attention, causal, forward and backward through autograd, over 1 + 2.5
+  // (the attention family's backward multiplier): the fused kernels' own curve. Priced by the
+  // matmul curve instead, hf_llama_tiny's attention on one CPU rank predicted 0.45 of its
+  // measured time (square matmuls reach a throughput these small batched products do not).
+  {
+    // (batch * heads, sequence, head dim)
+    const std::vector<std::array<int64_t, 3>> sizes =
+        device.is_cuda() ? std::vector<std::array<int64_t, 3>>{{32, 256, 64},
+                                                               {64, 1024, 64},
+                                                               {64, 2048, 128},
+                                                               {128, 4096, 128}}
+                         : std::vector<std::array<int64_t, 3>>{
+                               {8, 32, 16}, {16, 64, 32}, {16, 128, 64}, {32, 256, 64}};
+    for (at::ScalarType dt : {at::kFloat, at::kBFloat16})
+      for (const auto& [bh, seq, hd] : sizes) {
+        auto make = [&] { return at::randn({bh, 1, seq, hd}, f32).to(dt).requires_grad_(); };
+        at::Tensor q = make(), k = make(), v = make();
+        at::Tensor gy = at::randn({bh, 1, seq, hd}, f32).to(dt);
+        world.all().barrier();
+        const double s = slowest(world, timeIt(
+                                            [&] {
+                                              at::Tensor y = at::scaled_dot_product_attention(
+                                                  q, k, v, {}, 0.0, /*is_causal=*/true);
+                                              y.backward(gy);
+                                            },
+                                            device, kernel_s)) /
+                         3.5;
+        // strategy::sdpaWork's count: 2 * (rows of q) * (keys) * (q's and v's head dims).
+        const double flops = 2.0 * static_cast<double>(bh * seq * seq * 2 * hd);
+        spec::KernelTable& table = measured.attention_us[irDType(dt)];
+        table.work.push_back(flops);
+        table.us.push_back(s * 1e6);
+        compute.push_back({{"op",
+                            "scaled_dot_product_attention, causal (forward and backward, "
+                            "over 3.5)"},
+                           {"dtype", ir::dtypeName(irDType(dt))},
+                           {"size", {bh, 1, seq, hd}},
                            {"us", s * 1e6},
                            {"tflops", flops / s / 1e12}});
       }
@@ -606,12 +648,13 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.view_dispatch_us = view_us;
   profile.device_overrides.overlap_efficiency = overlap;
   // The curves likewise made non-decreasing in work (raw times under "calibration").
-  for (auto* tables : {&measured.matmul_us, &measured.conv_us})
+  for (auto* tables : {&measured.matmul_us, &measured.conv_us, &measured.attention_us})
     for (auto& [dtype, t] : *tables) t.us = cost::monotoneUs(t.us);
   if (measured.elementwise_us)
     measured.elementwise_us->us = cost::monotoneUs(measured.elementwise_us->us);
   profile.device_overrides.matmul_us = measured.matmul_us;
   profile.device_overrides.conv_us = measured.conv_us;
+  profile.device_overrides.attention_us = measured.attention_us;
   profile.device_overrides.elementwise_us = measured.elementwise_us;
   nlohmann::ordered_json cal;
   cal["world_size"] = world.worldSize();

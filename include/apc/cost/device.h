@@ -71,11 +71,13 @@ struct DeviceSpec {
   double overlap_efficiency = 1.0;
   /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
   /// dtype the matmul time by flops, for contractions and attention; the convolution time by
-  /// flops, for convolutions (else the matmul curve); the elementwise time by bytes, for every
+  /// flops, for convolutions (else the matmul curve); the scaled_dot_product_attention time by
+  /// flops, for attention (else the matmul curve); the elementwise time by bytes, for every
   /// other kernel that moves memory. Each is the forward's share of a measured forward and
   /// backward (the time of both over 1 + the family's backward multiplier).
   std::map<ir::DType, KernelCurve> matmul_curve;
   std::map<ir::DType, KernelCurve> conv_curve;
+  std::map<ir::DType, KernelCurve> attention_curve;
   KernelCurve elementwise_curve;
   bool f32_uses_tf32 = false;  // price f32 work at the TF32 peak (torch allow_tf32)
 

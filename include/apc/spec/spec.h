@@ -93,13 +93,16 @@ struct DeviceOverrides {
   ///              "elementwise": {"bytes": [...], "us": [...]}}
   std::map<ir::DType, KernelTable> matmul_us;
   std::map<ir::DType, KernelTable> conv_us;
+  /// "measured": {"attention": {"f32": {"flops": [...], "us": [...]}}}:
+  /// scaled_dot_product_attention.
+  std::map<ir::DType, KernelTable> attention_us;
   std::optional<KernelTable> elementwise_us;
 
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
            !memory_efficiency && !kernel_floor_us && !dispatch_us && !dispatch_overlaps &&
            !view_dispatch_us && !overlap_efficiency && matmul_us.empty() && conv_us.empty() &&
-           !elementwise_us;
+           attention_us.empty() && !elementwise_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
