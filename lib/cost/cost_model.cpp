@@ -100,6 +100,12 @@ double CostModel::computeUs(OpFamily family, double flops, double bytes, ir::DTy
   return computeCostUs(device_, flops, bytes, dtype);
 }
 
+std::optional<double> CostModel::opKernelUs(const std::string& op, double bytes) const {
+  auto it = device_.op_curves.find(op);
+  if (it == device_.op_curves.end() || it->second.empty() || bytes <= 0) return std::nullopt;
+  return std::max(interpolate(it->second.x, it->second.us, bytes), device_.kernel_floor_us);
+}
+
 const mesh::LinkParams& CostModel::link(CollectiveKind kind, size_t mesh_dim) const {
   const int k = kindIndex(kind);
   return links_.at(mesh_dim).by_kind[static_cast<size_t>(k < 0 ? 0 : k)];
@@ -195,6 +201,7 @@ Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   for (const auto& [dtype, t] : given.conv_us) d.conv_curve[dtype] = KernelCurve{t.work, t.us};
   for (const auto& [dtype, t] : given.attention_us)
     d.attention_curve[dtype] = KernelCurve{t.work, t.us};
+  for (const auto& [op, t] : given.op_us) d.op_curves[op] = KernelCurve{t.work, t.us};
   if (const auto& t = given.elementwise_us) d.elementwise_curve = KernelCurve{t->work, t->us};
   return d;
 }

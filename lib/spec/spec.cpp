@@ -351,7 +351,7 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
     APC_RETURN_IF_ERROR(expectObject(*m, mp, "an object {\"matmul\": ..., \"elementwise\": ...}"));
-    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "conv", "attention", "elementwise"}));
+    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "conv", "attention", "elementwise", "ops"}));
     auto byDType = [&](const char* key, std::map<ir::DType, KernelTable>& out) -> Status {
       const json* mm = find(*m, key);
       if (!mm) return Status::success();
@@ -369,6 +369,17 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     APC_RETURN_IF_ERROR(byDType("matmul", s.device_overrides.matmul_us));
     APC_RETURN_IF_ERROR(byDType("conv", s.device_overrides.conv_us));
     APC_RETURN_IF_ERROR(byDType("attention", s.device_overrides.attention_us));
+    if (const json* ops = find(*m, "ops")) {
+      const std::string tp = mp + ".ops";
+      APC_RETURN_IF_ERROR(expectObject(*ops, tp, "an object of tables by op name"));
+      for (const auto& [name, value] : ops->items()) {
+        const std::string kp = keyPath(tp, name);
+        if (name.find("::") == std::string::npos)
+          return at(kp, "expected a qualified op name like \"aten::tanh\"");
+        APC_ASSIGN_OR_RETURN(KernelTable t, readKernelTable(value, kp, "bytes"));
+        s.device_overrides.op_us.emplace(name, std::move(t));
+      }
+    }
     if (const json* ew = find(*m, "elementwise")) {
       APC_ASSIGN_OR_RETURN(s.device_overrides.elementwise_us,
                            readKernelTable(*ew, mp + ".elementwise", "bytes"));
@@ -869,7 +880,8 @@ json toJson(const Spec& s) {
     if (s.device_overrides.overlap_efficiency)
       dev["overlap_efficiency"] = *s.device_overrides.overlap_efficiency;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
-        !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us) {
+        !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us ||
+        !s.device_overrides.op_us.empty()) {
       json measured = json::object();
       auto byDType = [&](const char* key, const std::map<ir::DType, KernelTable>& tables) {
         if (tables.empty()) return;
@@ -882,6 +894,12 @@ json toJson(const Spec& s) {
       byDType("attention", s.device_overrides.attention_us);
       if (const auto& t = s.device_overrides.elementwise_us)
         measured["elementwise"] = {{"bytes", t->work}, {"us", t->us}};
+      if (!s.device_overrides.op_us.empty()) {
+        json ops = json::object();
+        for (const auto& [name, t] : s.device_overrides.op_us)
+          ops[name] = {{"bytes", t.work}, {"us", t.us}};
+        measured["ops"] = ops;
+      }
       dev["measured"] = measured;
     }
     j["device"] = dev;

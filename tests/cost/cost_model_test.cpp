@@ -118,6 +118,15 @@ TEST(CostModel, MeasuredKernelCurvesReplaceTheRoofline) {
   EXPECT_NEAR(with_attn.computeUs(OpFamily::kContraction, 1e3, 1e3, ir::DType::kF32), 2.0, 1e-12);
   EXPECT_NEAR(with_attn.computeUs(OpFamily::kAttention, 2e6, 0, ir::DType::kBF16),
               model.computeUs(OpFamily::kAttention, 2e6, 0, ir::DType::kBF16), 1e-12);
+  // A single op's own curve, by bytes, never below the floor; none for another op.
+  DeviceSpec ops = cpu;
+  ops.op_curves["aten::tanh"] = KernelCurve{{1e3, 1e5}, {10.0, 1000.0}};
+  CostModel with_ops(ops, meshOf({2}));
+  EXPECT_NEAR(*with_ops.opKernelUs("aten::tanh", 1e4), 100.0, 1e-9);
+  EXPECT_NEAR(*with_ops.opKernelUs("aten::tanh", 2e5), 2000.0, 1e-9);
+  EXPECT_EQ(*with_ops.opKernelUs("aten::tanh", 1.0), 10.0);
+  EXPECT_FALSE(with_ops.opKernelUs("aten::exp", 1e4).has_value());
+  EXPECT_FALSE(with_ops.opKernelUs("aten::tanh", 0).has_value());
   // Without curves: the roofline, bit for bit.
   DeviceSpec plain = deviceByName("cpu").value();
   CostModel roofline(plain, meshOf({2}));

@@ -322,6 +322,22 @@ TEST(Cost, BackwardPaysEveryKernelItLaunches) {
                                                        (64 * 64 + 64) * f32, ir::DType::kF32)),
               1e-9);
 
+  // An op with its own measured curve: the forward from it, the backward the multiple of what
+  // the family's curve prices (tanh_backward is a cheap pass over the saved result).
+  cost::DeviceSpec with_tanh = model.device();
+  with_tanh.op_curves["aten::tanh"] = cost::KernelCurve{{1e3, 1e6}, {50.0, 50000.0}};
+  const cost::CostModel tanh_model(with_tanh, mesh);
+  Builder a;
+  ValueId z = a.param("z", {64, 64});
+  ValueId th = a.op("aten::tanh", {z}, {64, 64});
+  const double bytes = 2 * 64 * 64 * f32;
+  const double family_fwd =
+      tanh_model.computeUs(cost::OpFamily::kPointwise, 64 * 64, bytes, ir::DType::kF32);
+  const double own_fwd = *tanh_model.opKernelUs("aten::tanh", bytes);
+  EXPECT_GT(own_fwd, 10 * family_fwd);
+  EXPECT_NEAR(replicatedPrices(a.g, mesh, tanh_model).at(th),
+              tanh_model.nodeUs(own_fwd, 1.5 * family_fwd, true), 1e-9);
+
   // to(f32) of an f32 tensor returns it; to(bf16) runs a kernel.
   Builder t;
   ValueId y = t.param("y", {64, 64});

@@ -282,6 +282,79 @@ int runWorker(const CalibrateOptions& o) {
                            {"tflops", flops / s / 1e12}});
       }
   }
+  // Single ops whose kernels the elementwise curve does not describe, f32, forward, by the bytes
+  // strategy::Work counts for them (their inputs' and outputs'); recorded under each name a
+  // model's node may carry. On a CPU core tanh took 30 times an add of its bytes, max_pool2d
+  // 2x2 50 times (hf_gpt2_tiny's tanh was predicted at 0.09 of its time, cnn_small's
+  // max_pool2d at 0.03).
+  {
+    struct OpKernel {
+      std::vector<const char*> names;
+      bool pool;  // a [n, 16, h, w] input (2x2 window) instead of [n, 256]
+      std::function<std::vector<at::Tensor>(const at::Tensor&)> run;
+    };
+    at::Tensor ln_w = at::ones({256}, f32), ln_b = at::zeros({256}, f32);
+    const std::vector<OpKernel> ops = {
+        {{"aten::tanh"}, false, [](const at::Tensor& x) { return std::vector{at::tanh(x)}; }},
+        {{"aten::exp"}, false, [](const at::Tensor& x) { return std::vector{at::exp(x)}; }},
+        {{"aten::log"}, false, [](const at::Tensor& x) { return std::vector{at::log(x)}; }},
+        {{"aten::sigmoid"}, false, [](const at::Tensor& x) { return std::vector{at::sigmoid(x)}; }},
+        {{"aten::erf"}, false, [](const at::Tensor& x) { return std::vector{at::erf(x)}; }},
+        {{"aten::silu"}, false, [](const at::Tensor& x) { return std::vector{at::silu(x)}; }},
+        {{"aten::gelu"}, false, [](const at::Tensor& x) { return std::vector{at::gelu(x)}; }},
+        {{"aten::softmax", "aten::_softmax"},
+         false,
+         [](const at::Tensor& x) { return std::vector{at::softmax(x, -1)}; }},
+        {{"aten::log_softmax", "aten::_log_softmax"},
+         false,
+         [](const at::Tensor& x) { return std::vector{at::log_softmax(x, -1)}; }},
+        {{"aten::layer_norm", "aten::native_layer_norm"},
+         false,
+         [&](const at::Tensor& x) { return std::vector{at::layer_norm(x, {256}, ln_w, ln_b)}; }},
+        {{"aten::max_pool2d", "aten::max_pool2d_with_indices"},
+         true,
+         [](const at::Tensor& x) {
+           return std::vector{at::max_pool2d(x, {2, 2}, {2, 2})};
+         }},
+        {{"aten::avg_pool2d"},
+         true,
+         [](const at::Tensor& x) {
+           return std::vector{at::avg_pool2d(x, {2, 2}, {2, 2})};
+         }},
+    };
+    const std::vector<int64_t> numels = device.is_cuda()
+                                            ? std::vector<int64_t>{1 << 16, 1 << 20, 1 << 24}
+                                            : std::vector<int64_t>{1 << 12, 1 << 16, 1 << 20};
+    for (const OpKernel& op : ops)
+      for (int64_t n : numels) {
+        // Pooling: [b, 16, h, h] with h = sqrt(n / 16) up to 64; others [n / 256, 256].
+        int64_t h = 1;
+        while (h < 64 && 16 * (2 * h) * (2 * h) <= n) h *= 2;
+        const at::Tensor x =
+            (op.pool ? at::rand({std::max<int64_t>(n / (16 * h * h), 1), 16, h, h}, f32)
+                     : at::rand({n / 256, 256}, f32)) +
+            0.5;  // positive: log's input
+        std::vector<at::Tensor> outs = op.run(x);
+        double bytes = static_cast<double>(x.numel()) * 4;
+        for (const at::Tensor& y : outs) bytes += static_cast<double>(y.numel()) * 4;
+        world.all().barrier();
+        const double s = slowest(world, timeIt([&] { (void)op.run(x); }, device, kernel_s / 4));
+        for (const char* name : op.names) {
+          spec::KernelTable& table = measured.op_us[name];
+          // max_pool2d_with_indices also writes its int64 indices.
+          const double own = std::string(name) == "aten::max_pool2d_with_indices"
+                                 ? bytes + static_cast<double>(outs[0].numel()) * 8
+                                 : bytes;
+          table.work.push_back(own);
+          table.us.push_back(s * 1e6);
+        }
+        compute.push_back({{"op", op.names.front()},
+                           {"dtype", "f32"},
+                           {"size", x.sizes().vec()},
+                           {"bytes", bytes},
+                           {"us", s * 1e6}});
+      }
+  }
   const std::vector<int64_t> ew_sizes =
       device.is_cuda() ? std::vector<int64_t>{1 << 16, 1 << 20, 1 << 24, 1 << 26, 1 << 28}
                        : std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22};
@@ -655,6 +728,8 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.matmul_us = measured.matmul_us;
   profile.device_overrides.conv_us = measured.conv_us;
   profile.device_overrides.attention_us = measured.attention_us;
+  for (auto& [name, t] : measured.op_us) t.us = cost::monotoneUs(t.us);
+  profile.device_overrides.op_us = measured.op_us;
   profile.device_overrides.elementwise_us = measured.elementwise_us;
   nlohmann::ordered_json cal;
   cal["world_size"] = world.worldSize();

@@ -67,6 +67,10 @@ class CostModel {
   /// memory term: a batched matvec that reads a weight matrix per token is memory-bound, where the
   /// square matmuls of the curve are not).
   double computeUs(OpFamily family, double flops, double bytes, ir::DType dtype) const;
+  /// The forward kernel of op `op` (a node's op, "aten::tanh") moving `bytes`, from the device's
+  /// measured curve of that op (DeviceSpec::op_curves, interpolated, never below the kernel
+  /// floor); nullopt where it has none.
+  std::optional<double> opKernelUs(const std::string& op, double bytes) const;
   /// The backward of a node of `family` whose forward takes `forward_us`.
   double backwardUs(OpFamily family, double forward_us) const {
     return backwardComputeUs(family, forward_us);

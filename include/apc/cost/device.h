@@ -78,6 +78,9 @@ struct DeviceSpec {
   std::map<ir::DType, KernelCurve> matmul_curve;
   std::map<ir::DType, KernelCurve> conv_curve;
   std::map<ir::DType, KernelCurve> attention_curve;
+  /// Single ops' forward kernels by their work's bytes (spec::DeviceOverrides::op_us), f32: what
+  /// the elementwise curve misses (tanh takes 30 times an add of its bytes on a CPU core).
+  std::map<std::string, KernelCurve> op_curves;
   KernelCurve elementwise_curve;
   bool f32_uses_tf32 = false;  // price f32 work at the TF32 peak (torch allow_tf32)
 

@@ -96,13 +96,17 @@ struct DeviceOverrides {
   /// "measured": {"attention": {"f32": {"flops": [...], "us": [...]}}}:
   /// scaled_dot_product_attention.
   std::map<ir::DType, KernelTable> attention_us;
+  /// "measured": {"ops": {"aten::tanh": {"bytes": [...], "us": [...]}}}: single ops whose kernels
+  /// the elementwise curve does not describe (transcendental math, softmax, norms, pooling), f32,
+  /// by the bytes their work counts (strategy::Work, the inputs' and outputs').
+  std::map<std::string, KernelTable> op_us;
   std::optional<KernelTable> elementwise_us;
 
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
            !memory_efficiency && !kernel_floor_us && !dispatch_us && !dispatch_overlaps &&
            !view_dispatch_us && !overlap_efficiency && matmul_us.empty() && conv_us.empty() &&
-           attention_us.empty() && !elementwise_us;
+           attention_us.empty() && op_us.empty() && !elementwise_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
