@@ -20,6 +20,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <unordered_map>
 
@@ -265,7 +266,7 @@ struct Pricer {
     const double bwd = !backward                  ? 0.0
                        : backward_multiplier >= 0 ? backward_multiplier * roofline
                                                   : model.backwardUs(family, roofline);
-    return model.nodeUs(fwd, bwd, backward) + extra;
+    return model.nodeUs(fwd, bwd * detail::operandGradientShare(c, family), backward) + extra;
   }
 
   /// What backward runs beyond the node's pass and its multiple of the forward kernel, each a
@@ -277,7 +278,10 @@ struct Pricer {
   /// clustering of repeated layers needs equal.)
   double backwardExtraUs(const LocalShapes& local) const {
     double us = 0;
-    const int kernels = backward_kernels >= 0 ? backward_kernels : cost::backwardKernels(family);
+    const int all_kernels =
+        backward_kernels >= 0 ? backward_kernels : cost::backwardKernels(family);
+    const int kernels = std::max(
+        1, static_cast<int>(std::lround(all_kernels * detail::operandGradientShare(c, family))));
     for (int k = 1; k < kernels; ++k) us += model.directKernelUs(0);
     if (backward_work && *backward_work) {
       const Work b = (*backward_work)(c, local);

@@ -124,6 +124,18 @@ bool RuleContext::isNoneArg(size_t i) const {
 
 // --- Work ----------------------------------------------------------------------------------------
 
+double detail::operandGradientShare(const RuleContext& c, cost::OpFamily family) {
+  if (family != cost::OpFamily::kContraction && family != cost::OpFamily::kConvolution) return 1.0;
+  int operands = 0, with_gradient = 0;
+  for (size_t i = 0; i < c.numInputs(); ++i) {
+    const auto metas = c.inputMetas(i);
+    if (metas.size() != 1 || metas[0]->shape.size() < 2) continue;
+    ++operands;
+    if (metas[0]->requires_grad) ++with_gradient;
+  }
+  return operands >= 2 ? static_cast<double>(with_gradient) / operands : 1.0;
+}
+
 Work defaultWork(const RuleContext& c, const LocalShapes& local) {
   Work w;
   for (size_t i = 0; i < local.outputs.size(); ++i)
@@ -288,7 +300,7 @@ double Registry::forwardShare(const ir::Graph& g, const ir::Node& n) const {
   const cost::OpFamily family = rule ? rule->family : cost::OpFamily::kOther;
   const double mult = rule && rule->backward_multiplier >= 0 ? rule->backward_multiplier
                                                              : cost::backwardMultiplier(family);
-  return 1.0 / (1.0 + mult);
+  return 1.0 / (1.0 + mult * detail::operandGradientShare(RuleContext{g, n}, family));
 }
 
 std::vector<std::string> Registry::ops() const {

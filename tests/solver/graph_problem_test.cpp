@@ -366,7 +366,8 @@ ir::Graph twoLayers() {
   using namespace ir::testing_graphs;
   ir::Graph g;
   g.name = "two_layers";
-  ir::ValueId x = tensorValue(g, "x", {64, 256});
+  // x takes a gradient (as an embedding's output does): layer 0 then costs what layer 1 does.
+  ir::ValueId x = tensorValue(g, "x", {64, 256}, ir::DType::kF32, true);
   leafNode(g, ir::NodeKind::kInput, "x", x);
   ir::ValueId none = g.addConstant(ir::ValueType::kNone, ir::None{});
   for (int i = 0; i < 2; ++i) {

@@ -338,6 +338,25 @@ TEST(Cost, BackwardPaysEveryKernelItLaunches) {
   EXPECT_NEAR(replicatedPrices(a.g, mesh, tanh_model).at(th),
               tanh_model.nodeUs(own_fwd, 1.5 * family_fwd, true), 1e-9);
 
+  // A linear reading a model input (no gradient) computes its weight's gradient only: one
+  // product backward of the two, one kernel.
+  Builder first, inner;
+  ValueId first_out, inner_out;
+  {
+    ValueId x0 = first.input("x", {64, 64});
+    ValueId w0 = first.param("w", {64, 64});
+    first_out = first.op("aten::linear", {x0, w0, first.none()}, {64, 64});
+    ValueId x1 = inner.param("x", {64, 64});
+    ValueId w1 = inner.param("w", {64, 64});
+    inner_out = inner.op("aten::linear", {x1, w1, inner.none()}, {64, 64});
+  }
+  const double mm = model.computeUs(cost::OpFamily::kContraction, 2.0 * 64 * 64 * 64,
+                                    3 * 64 * 64 * f32, ir::DType::kF32);
+  EXPECT_NEAR(replicatedPrices(inner.g, mesh, model).at(inner_out),
+              model.nodeUs(mm, 2 * mm, true) + model.directKernelUs(0), 1e-9);
+  EXPECT_NEAR(replicatedPrices(first.g, mesh, model).at(first_out), model.nodeUs(mm, mm, true),
+              1e-9);
+
   // to(f32) of an f32 tensor returns it; to(bf16) runs a kernel.
   Builder t;
   ValueId y = t.param("y", {64, 64});
