@@ -1693,16 +1693,16 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
           }
         }
         at::Tensor y;
+        // A gather group's gradients are reduced together (AsyncGrads), with overlap or without.
+        const bool grad_grouped = unit >= 0 && im.unit_grad_grouped[static_cast<size_t>(unit)];
         if (im.buckets && rid < im.deferred_param.size() && im.deferred_param[rid] >= 0 &&
             x.requires_grad() && at::GradMode::is_enabled()) {
           im.buckets->expect(static_cast<size_t>(im.deferred_param[rid]), rid, x);
           y = DeferredGradFunction::apply(x, im.buckets.get(), im.deferred_param[rid],
                                           static_cast<int64_t>(rid));
         } else if (const int ap = im.async_grad_param.at(n.id.v);
-                   ap >= 0 &&
-                   (im.options.overlap ||
-                    (unit >= 0 && im.unit_grad_grouped[static_cast<size_t>(unit)])) &&
-                   x.requires_grad() && at::GradMode::is_enabled()) {
+                   ap >= 0 && (im.options.overlap || grad_grouped) && x.requires_grad() &&
+                   at::GradMode::is_enabled()) {
           // With overlap, every such gather's gradient goes through AsyncGrads (issued
           // asynchronously); without, a gather group's still do: reduced in one blocking call.
           if (ahead.defined())
@@ -1710,12 +1710,11 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
                             ahead.sizes().vec() == spec.forward.front().local_out,
                         "redistribution ", spec.edge, ": the gather issued ahead gave shape ",
                         ahead.sizes());
-          const bool grouped = unit >= 0 && im.unit_grad_grouped[static_cast<size_t>(unit)];
           const int pos = im.prefetch_pos.at(n.id.v);
           y = AsyncGradFunction::apply(
               x, &spec, im.world.get(), &ahead, im.async_grads.get(), static_cast<int64_t>(ap),
-              grouped ? static_cast<int64_t>(unit) : -1,
-              grouped ? static_cast<int64_t>(im.index_in_unit[static_cast<size_t>(pos)]) : 0);
+              grad_grouped ? static_cast<int64_t>(unit) : -1,
+              grad_grouped ? static_cast<int64_t>(im.index_in_unit[static_cast<size_t>(pos)]) : 0);
         } else {
           y = redistribute(x, spec, *im.world, ahead);
         }

@@ -232,6 +232,7 @@ struct Pricer {
   bool backward;
   double backward_multiplier;  // < 0: the family's
   int backward_kernels;        // < 0: the family's
+  double operand_share;        // detail::operandGradientShare of the node (a per-node constant)
 
   double price(const Strategy& s) const {
     // Host dispatch of the node (0 unless calibrated) with its kernels (CostModel::passUs):
@@ -266,7 +267,7 @@ struct Pricer {
     const double bwd = !backward                  ? 0.0
                        : backward_multiplier >= 0 ? backward_multiplier * roofline
                                                   : model.backwardUs(family, roofline);
-    return model.nodeUs(fwd, bwd * detail::operandGradientShare(c, family), backward) + extra;
+    return model.nodeUs(fwd, bwd * operand_share, backward) + extra;
   }
 
   /// What backward runs beyond the node's pass and its multiple of the forward kernel, each a
@@ -280,8 +281,7 @@ struct Pricer {
     double us = 0;
     const int all_kernels =
         backward_kernels >= 0 ? backward_kernels : cost::backwardKernels(family);
-    const int kernels = std::max(
-        1, static_cast<int>(std::lround(all_kernels * detail::operandGradientShare(c, family))));
+    const int kernels = std::max(1, static_cast<int>(std::lround(all_kernels * operand_share)));
     for (int k = 1; k < kernels; ++k) us += model.directKernelUs(0);
     if (backward_work && *backward_work) {
       const Work b = (*backward_work)(c, local);
@@ -335,17 +335,19 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
       if (fitsMeshDim(dims[k], shapes, mesh.size(j))) allowed[j].push_back(k);
 
   const bool own = !entry.fallback && rule;
+  const cost::OpFamily family = own ? rule->family : cost::OpFamily::kOther;
   Pricer pricer{c,
                 shapes,
                 mesh,
                 model,
-                own ? rule->family : cost::OpFamily::kOther,
+                family,
                 own ? &rule->work : nullptr,
                 own ? &rule->backward_work : nullptr,
                 workDType(c),
                 takesGradient(c),
                 own ? rule->backward_multiplier : -1.0,
-                own ? rule->backward_kernels : -1};
+                own ? rule->backward_kernels : -1,
+                detail::operandGradientShare(c, family)};
 
   // A collective the op runs inside itself (OpInfo::collective), if any.
   const OpCollectiveFn* collective = info && info->collective ? &info->collective : nullptr;

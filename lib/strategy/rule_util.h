@@ -66,12 +66,12 @@ std::vector<int64_t> dimsExcept(int64_t rank, const std::vector<int64_t>& except
 double numel(const std::vector<int64_t>& sizes);
 /// Bytes of the local shapes of input/output i (summed over Tensor[] elements).
 double localInputBytes(const RuleContext& c, const LocalShapes& l, size_t i);
+double localOutputBytes(const RuleContext& c, const LocalShapes& l, size_t i);
 /// The share of a contraction's or convolution's operand gradients its backward computes: its
 /// operands are its tensor inputs of two or more dims (a bias is one dim), and one that takes no
 /// gradient (a model's first layer reading its input) costs no product (convolution_backward's
 /// output mask, linear's skipped mm). 1 for any other family.
 double operandGradientShare(const RuleContext& c, cost::OpFamily family);
-double localOutputBytes(const RuleContext& c, const LocalShapes& l, size_t i);
 
 /// Work of a contraction: 2 * local output elements * local contracted size, where the
 /// contracted size is the product of the local sizes of `lhs_input`'s dims in `lhs_contract`

@@ -180,11 +180,14 @@ void registerViewRules(Registry& r) {
     r.entry(op)->local_rewrite = rewriteExpandSizes;
   r.entry("aten::unflatten")->local_rewrite = rewriteUnflattenSizes;
   // expand's gradient is the output's summed back to the input's shape: a reduction reading the
-  // output's bytes and writing the input's.
+  // output's bytes and writing the input's (none where nothing was expanded: sum_to returns the
+  // gradient itself).
   for (const char* op : {"aten::broadcast_to", "aten::expand"})
     r.entry(op)->backward_work = [](const RuleContext& c, const LocalShapes& local) {
       Work w;
-      w.bytes = detail::localInputBytes(c, local, 0) + detail::localOutputBytes(c, local, 0);
+      const double in = detail::localInputBytes(c, local, 0);
+      const double out = detail::localOutputBytes(c, local, 0);
+      if (out > in) w.bytes = in + out;
       return w;
     };
 

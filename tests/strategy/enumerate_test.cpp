@@ -296,8 +296,11 @@ TEST(Cost, BackwardPaysEveryKernelItLaunches) {
   ValueId wide = v.op("aten::expand", {col, v.ints({64, 64}), v.b(false)}, {64, 64});
   ValueId flat = v.param("flat", {64});
   ValueId lifted = v.op("aten::unsqueeze", {flat, v.i(0)}, {1, 64});
+  ValueId square = v.param("square", {64, 64});
+  ValueId unexpanded = v.op("aten::expand", {square, v.ints({64, 64}), v.b(false)}, {64, 64});
   const auto pv = replicatedPrices(v.g, mesh, model);
   EXPECT_NEAR(pv.at(lifted), model.viewNodeUs(true), 1e-9);
+  EXPECT_NEAR(pv.at(unexpanded), model.viewNodeUs(true), 1e-9);  // nothing expanded: no sum
   EXPECT_NEAR(pv.at(wide), model.viewNodeUs(true) + elementwise((64 + 64 * 64) * f32), 1e-9);
 
   // mul by a broadcast [64] weight against mul by a full [64, 64] one: the same forward, plus a

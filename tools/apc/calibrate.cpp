@@ -723,12 +723,12 @@ int runWorker(const CalibrateOptions& o) {
   // The curves likewise made non-decreasing in work (raw times under "calibration").
   for (auto* tables : {&measured.matmul_us, &measured.conv_us, &measured.attention_us})
     for (auto& [dtype, t] : *tables) t.us = cost::monotoneUs(t.us);
+  for (auto& [name, t] : measured.op_us) t.us = cost::monotoneUs(t.us);
   if (measured.elementwise_us)
     measured.elementwise_us->us = cost::monotoneUs(measured.elementwise_us->us);
   profile.device_overrides.matmul_us = measured.matmul_us;
   profile.device_overrides.conv_us = measured.conv_us;
   profile.device_overrides.attention_us = measured.attention_us;
-  for (auto& [name, t] : measured.op_us) t.us = cost::monotoneUs(t.us);
   profile.device_overrides.op_us = measured.op_us;
   profile.device_overrides.elementwise_us = measured.elementwise_us;
   nlohmann::ordered_json cal;
