@@ -23,6 +23,10 @@
 // docs/TOOLCHAIN.md); only int16 is missing from its type switch, so int16 travels viewed as f16
 // where nothing is reduced.
 //
+// A tensor on another device than the backend's own (the host scalars of the runtime's and the
+// trainer's checks, a checkpoint's digests, on an NCCL group, which takes only CUDA tensors) is
+// staged: the collective runs on a copy on the backend's device and the result comes back.
+//
 // Timeouts: the group's Options carry the timeout (the backend's own per-operation deadline) and
 // every Work is waited on with the same timeout; either way a CommError "<group>: <op> timed out
 // after <ms> ms". A peer that died shows up as Gloo's "Connection closed by peer" (the process
@@ -169,8 +173,13 @@ ScatterLayout scatterLayout(const at::Tensor& full, int64_t d, int size, int ind
 class C10dCommunicator final : public Communicator {
  public:
   C10dCommunicator(std::string name, c10::intrusive_ptr<c10d::Backend> pg, int index, int size,
-                   std::chrono::milliseconds timeout)
-      : name_(std::move(name)), pg_(std::move(pg)), index_(index), size_(size), timeout_(timeout) {}
+                   std::chrono::milliseconds timeout, c10::Device wire)
+      : name_(std::move(name)),
+        pg_(std::move(pg)),
+        index_(index),
+        size_(size),
+        timeout_(timeout),
+        wire_(wire) {}
 
   int index() const override { return index_; }
   int size() const override { return size_; }
@@ -178,6 +187,7 @@ class C10dCommunicator final : public Communicator {
 
   at::Tensor allGather(const at::Tensor& local, int64_t dim,
                        const std::vector<int64_t>& sizes) override {
+    if (offWire(local)) return allGather(local.to(wire_), dim, sizes).to(local.device());
     const char* op = "all-gather";
     int64_t d = normaliseDim(name_, op, dim, local.dim());
     checkPieceSizes(name_, op, local, d, sizes, index_);
@@ -198,6 +208,12 @@ class C10dCommunicator final : public Communicator {
   }
 
   void allReduce(at::Tensor& t, mesh::ReduceOp op) override {
+    if (offWire(t)) {
+      at::Tensor staged = t.to(wire_);
+      allReduce(staged, op);
+      t.copy_(staged);
+      return;
+    }
     const char* what = "all-reduce";
     count(CommKind::kAllReduce);
     if (t.numel() == 0) return;
@@ -213,6 +229,7 @@ class C10dCommunicator final : public Communicator {
   }
 
   at::Tensor reduceScatter(const at::Tensor& full, int64_t dim, mesh::ReduceOp op) override {
+    if (offWire(full)) return reduceScatter(full.to(wire_), dim, op).to(full.device());
     const char* what = "reduce-scatter";
     int64_t d = normaliseDim(name_, what, dim, full.dim());
     count(CommKind::kReduceScatter);
@@ -235,6 +252,8 @@ class C10dCommunicator final : public Communicator {
 
   at::Tensor allToAll(const at::Tensor& local, int64_t gather_dim, int64_t shard_dim,
                       const std::vector<int64_t>& gather_sizes) override {
+    if (offWire(local))
+      return allToAll(local.to(wire_), gather_dim, shard_dim, gather_sizes).to(local.device());
     const char* what = "all-to-all";
     int64_t g = normaliseDim(name_, what, gather_dim, local.dim());
     int64_t s = normaliseDim(name_, what, shard_dim, local.dim());
@@ -292,6 +311,12 @@ class C10dCommunicator final : public Communicator {
   }
 
   void broadcast(at::Tensor& t, int root_index) override {
+    if (offWire(t)) {
+      at::Tensor staged = t.to(wire_);
+      broadcast(staged, root_index);
+      t.copy_(staged);
+      return;
+    }
     const char* what = "broadcast";
     if (root_index < 0 || root_index >= size_)
       throwUsage(name_, what, "root index " + std::to_string(root_index) + " out of range");
@@ -308,6 +333,11 @@ class C10dCommunicator final : public Communicator {
   }
 
   std::unique_ptr<PendingCollective> allReduceAsync(at::Tensor& t, mesh::ReduceOp op) override {
+    if (offWire(t)) {
+      // Reduced on the wire's device; the wait copies the result back into `t`.
+      at::Tensor staged = t.to(wire_);
+      return std::make_unique<CopiedBack>(allReduceAsync(staged, op), t);
+    }
     const char* what = "all-reduce";
     if (!t.is_contiguous())
       throwUsage(name_, what, "an asynchronous all-reduce needs a contiguous tensor");
@@ -330,6 +360,9 @@ class C10dCommunicator final : public Communicator {
 
   std::unique_ptr<PendingCollective> reduceScatterAsync(const at::Tensor& full, int64_t dim,
                                                         mesh::ReduceOp op) override {
+    if (offWire(full))
+      return std::make_unique<CopiedBack>(reduceScatterAsync(full.to(wire_), dim, op), at::Tensor(),
+                                          full.device());
     const char* what = "reduce-scatter";
     int64_t d = normaliseDim(name_, what, dim, full.dim());
     count(CommKind::kReduceScatter);
@@ -361,6 +394,9 @@ class C10dCommunicator final : public Communicator {
 
   std::unique_ptr<PendingCollective> allGatherAsync(const at::Tensor& local, int64_t dim,
                                                     const std::vector<int64_t>& sizes) override {
+    if (offWire(local))
+      return std::make_unique<CopiedBack>(allGatherAsync(local.to(wire_), dim, sizes), at::Tensor(),
+                                          local.device());
     const char* op = "all-gather";
     int64_t d = normaliseDim(name_, op, dim, local.dim());
     checkPieceSizes(name_, op, local, d, sizes, index_);
@@ -394,6 +430,28 @@ class C10dCommunicator final : public Communicator {
   }
 
  private:
+  /// A tensor on another device than the backend's (a host tensor on an NCCL group: NCCL takes
+  /// only CUDA tensors): the collective runs on a copy on the wire's device.
+  bool offWire(const at::Tensor& t) const { return t.defined() && t.device() != wire_; }
+
+  /// The handle of a collective run on a staged copy: wait() copies the result into `into` (an
+  /// in-place all-reduce) or moves it to `device`.
+  struct CopiedBack final : PendingCollective {
+    CopiedBack(std::unique_ptr<PendingCollective> inner, at::Tensor into,
+               c10::Device device = c10::Device(c10::kCPU))
+        : inner(std::move(inner)), into(std::move(into)), device(device) {}
+    at::Tensor wait() override {
+      if (!result.defined()) {
+        at::Tensor r = inner->wait();
+        result = into.defined() ? into.copy_(r) : r.to(device);
+      }
+      return result;
+    }
+    std::unique_ptr<PendingCollective> inner;
+    at::Tensor into, result;
+    c10::Device device;
+  };
+
   void count(CommKind kind) {
     ++stats_.calls;
     ++stats_.of(kind).calls;
@@ -534,6 +592,7 @@ class C10dCommunicator final : public Communicator {
   int index_;
   int size_;
   std::chrono::milliseconds timeout_;
+  c10::Device wire_;
 };
 
 }  // namespace
@@ -541,9 +600,10 @@ class C10dCommunicator final : public Communicator {
 std::unique_ptr<Communicator> makeC10dCommunicator(std::string name,
                                                    c10::intrusive_ptr<c10d::Backend> backend,
                                                    int index, int size,
-                                                   std::chrono::milliseconds timeout) {
+                                                   std::chrono::milliseconds timeout,
+                                                   c10::Device wire) {
   return std::make_unique<C10dCommunicator>(std::move(name), std::move(backend), index, size,
-                                            timeout);
+                                            timeout, wire);
 }
 
 std::shared_ptr<gloo::transport::Device> makeGlooDevice(const std::string& master_addr) {

@@ -60,11 +60,14 @@ at::Tensor reduceStacked(const at::Tensor& stacked, mesh::ReduceOp op, int64_t g
 std::unique_ptr<Communicator> makeLocalCommunicator(std::string name);
 
 /// The communicator of a group over a c10d backend (ProcessGroupGloo or ProcessGroupNCCL): every
-/// collective is one c10d call waited on with `timeout` (lib/runtime/c10d_comm.cpp).
+/// collective is one c10d call waited on with `timeout` (lib/runtime/c10d_comm.cpp). `wire` is the
+/// device the backend moves tensors on (CPU for Gloo, the rank's CUDA device for NCCL): a tensor
+/// handed over on another device is staged through it.
 std::unique_ptr<Communicator> makeC10dCommunicator(std::string name,
                                                    c10::intrusive_ptr<c10d::Backend> backend,
                                                    int index, int size,
-                                                   std::chrono::milliseconds timeout);
+                                                   std::chrono::milliseconds timeout,
+                                                   c10::Device wire = c10::Device(c10::kCPU));
 
 /// The Gloo transport device shared by the groups of one World: GLOO_SOCKET_IFNAME's interface when
 /// set, else loopback when the master address is a loopback one, else the host's own address.

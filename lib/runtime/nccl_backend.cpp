@@ -36,7 +36,8 @@ std::unique_ptr<Communicator> makeNcclCommunicator(std::string name,
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = std::max(timeout, setup_timeout);
     auto pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, index, size, options);
-    return makeC10dCommunicator(std::move(name), std::move(pg), index, size, timeout);
+    return makeC10dCommunicator(std::move(name), std::move(pg), index, size, timeout,
+                                c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(device)));
   } catch (const CommError&) {
     throw;
   } catch (const c10::Error& e) {
