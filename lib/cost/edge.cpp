@@ -65,11 +65,13 @@ std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
       grad_plan.steps[0].kind != StepKind::kAllReduce)
     return std::nullopt;
   const RedistributionStep& s = grad_plan.steps[0];
-  const double full = model.collectiveUs(CollectiveKind::kAllReduce, s.mesh_dim, s.group_size,
-                                         static_cast<double>(s.full_bytes));
+  const double bytes = static_cast<double>(s.full_bytes);
+  const double priced_at = std::max(bytes, kGradBucketPricingBytes);
   const double latency =
       model.collectiveUs(CollectiveKind::kAllReduce, s.mesh_dim, s.group_size, 0.0);
-  return std::max(full - latency, 0.0);
+  const double bucket =
+      model.collectiveUs(CollectiveKind::kAllReduce, s.mesh_dim, s.group_size, priced_at);
+  return std::max(bucket - latency, 0.0) * bytes / priced_at;
 }
 
 ir::Graph computeGraph(const ir::Graph& g, const spec::MixedPrecision& mp) {

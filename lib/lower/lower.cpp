@@ -969,6 +969,9 @@ Status Lowerer::recordPrediction() {
   pr->set_optimizer_adamw_us(adamw);
   static_assert(plan::kGradBucketBytes == artifact::kDefaultGradBucketBytes,
                 "the memory model's gradient bucket is the runtime's default");
+  static_assert(
+      cost::kGradBucketPricingBytes == static_cast<double>(artifact::kFirstGradBucketBytes),
+      "a bucketed gradient is priced in the runtime's first gradient bucket");
   {
     // The plan's estimates, unless the runtime groups parameter gathers (known here, from the
     // program): then predicted again with the groups.

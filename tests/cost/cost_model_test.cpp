@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
 
 namespace apc::cost {
@@ -192,6 +193,52 @@ TEST(CostModel, RedistributionsPriceThroughTheModel) {
   // A model of another mesh is an error, not a wrong price.
   CostModel two_dims(DeviceSpec{}, meshOf({2, 2}));
   EXPECT_FALSE(planRedistribution(t, from, to, m, two_dims).ok());
+}
+
+// A bucketed gradient pays its share of the runtime's first bucket (what that bucket adds to the
+// latency, by bytes), not its own size's price less the latency: on a measured table whose small
+// sizes cost several latencies, four 256 KiB gradients cost what their one 1 MiB bucket adds.
+TEST(CostModel, BucketedGradientsPayTheirShareOfABucket) {
+  mesh::DeviceMesh m = meshOf({2});
+  spec::MeshDimNetwork net;
+  const double mib = 1024.0 * 1024;
+  net.tables[2] =
+      spec::CollectiveTable{2, {4096, 256 * 1024, mib, 16 * mib}, {800, 2000, 2200, 12000}};
+  // Slow enough that no reduce-scatter and all-gather pair replaces the all-reduce.
+  net.by_kind[0] = net.by_kind[1] = mesh::LinkParams{0.01, 1e5};
+  CostModel model(DeviceSpec{}, m, {net});
+  auto gradientOf = [&](int64_t floats) {
+    ir::TensorMeta t;
+    t.dtype = ir::DType::kF32;
+    t.shape = {ir::Dim::fixed(floats)};
+    return planRedistribution(t, {mesh::Placement::partial()}, {mesh::Placement::replicate()}, m,
+                              model);
+  };
+  const auto ar = CollectiveKind::kAllReduce;
+  const double latency = model.collectiveUs(ar, 0, 2, 0.0);
+  ASSERT_DOUBLE_EQ(latency, 800.0);
+  auto quarter = gradientOf(64 * 1024), whole = gradientOf(256 * 1024),
+       big = gradientOf(4 * 256 * 1024);
+  ASSERT_TRUE(quarter.ok() && whole.ok() && big.ok());
+  ASSERT_EQ(quarter->steps.size(), 1u);
+  ASSERT_EQ(quarter->steps[0].kind, StepKind::kAllReduce);
+  const double bucket_adds = model.collectiveUs(ar, 0, 2, mib) - latency;  // 1400
+  EXPECT_DOUBLE_EQ(*bucketedGradientUs(*quarter, model), bucket_adds / 4);
+  EXPECT_DOUBLE_EQ(4 * *bucketedGradientUs(*quarter, model), *bucketedGradientUs(*whole, model));
+  // Priced alone, a 256 KiB all-reduce would add 1200 us over the latency: 3.4 times its share.
+  EXPECT_GT(model.collectiveUs(ar, 0, 2, 256 * 1024) - latency,
+            3 * *bucketedGradientUs(*quarter, model));
+  // From the bucket's size up: its own price less the latency.
+  EXPECT_DOUBLE_EQ(*bucketedGradientUs(*big, model),
+                   model.collectiveUs(ar, 0, 2, 4 * mib) - latency);
+  // Anything but one all-reduce is not bucketed.
+  ir::TensorMeta t;
+  t.dtype = ir::DType::kF32;
+  t.shape = {ir::Dim::fixed(1024)};
+  auto gather =
+      planRedistribution(t, {mesh::Placement::shard(0)}, {mesh::Placement::replicate()}, m, model);
+  ASSERT_TRUE(gather.ok());
+  EXPECT_FALSE(bucketedGradientUs(*gather, model).has_value());
 }
 
 TEST(CostModel, FromASpec) {
