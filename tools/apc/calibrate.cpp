@@ -513,61 +513,99 @@ int runWorker(const CalibrateOptions& o) {
       continue;
     }
     progress("timing collectives on mesh dim " + std::to_string(m));
-    std::vector<cost::CollectiveSample> samples;
+    // Every (kind, size) case, timed in interleaved rounds: a slow spell of a shared machine (it
+    // lasts seconds) then falls on every case alike rather than on the sizes of one kind timed
+    // while it lasted, and the median of each case's calls over the rounds discards it.
+    struct Case {
+      cost::CollectiveKind kind;
+      double full = 0;
+      std::function<void()> fn = nullptr;
+      int per_round = 0;
+      std::vector<double> times;
+    };
+    std::vector<std::pair<at::Tensor, at::Tensor>> buffers;  // per size: full tensor, local piece
+    std::vector<Case> cases;
+    for (double n = 4096; n <= max_bytes; n *= 4) {
+      // n is the full tensor as the formulas see it: a multiple of p*p floats.
+      const int64_t elems =
+          std::max<int64_t>(p * p, static_cast<int64_t>(n / 4) / (p * p) * (p * p));
+      buffers.emplace_back(at::ones({elems}, f32), at::ones({elems / p}, f32));
+    }
     for (cost::CollectiveKind kind :
          {cost::CollectiveKind::kAllGather, cost::CollectiveKind::kReduceScatter,
           cost::CollectiveKind::kAllReduce, cost::CollectiveKind::kAllToAll})
-      for (double n = 4096; n <= max_bytes; n *= 4) {
-        // n is the full tensor as the formulas see it: a multiple of p*p floats.
-        const int64_t elems =
-            std::max<int64_t>(p * p, static_cast<int64_t>(n / 4) / (p * p) * (p * p));
-        const double full = static_cast<double>(elems) * 4;
-        at::Tensor full_t = at::ones({elems}, f32), local = at::ones({elems / p}, f32);
+      for (auto& buffer : buffers) {
+        at::Tensor& full_t = buffer.first;
+        at::Tensor& local = buffer.second;
+        const int64_t elems = full_t.numel();
+        Case cs;
+        cs.kind = kind;
+        cs.full = static_cast<double>(elems) * 4;
         std::vector<int64_t> sizes(static_cast<size_t>(p), elems / p);
-        std::function<void()> fn;
         switch (kind) {
           case cost::CollectiveKind::kAllGather:
-            fn = [&] { (void)c.allGather(local, 0, sizes); };
+            cs.fn = [&c, &local, sizes] { (void)c.allGather(local, 0, sizes); };
             break;
           case cost::CollectiveKind::kReduceScatter:
-            fn = [&] { (void)c.reduceScatter(full_t, 0, mesh::ReduceOp::kSum); };
+            cs.fn = [&c, &full_t] { (void)c.reduceScatter(full_t, 0, mesh::ReduceOp::kSum); };
             break;
           case cost::CollectiveKind::kAllReduce:
-            fn = [&] { c.allReduce(full_t, mesh::ReduceOp::kSum); };
+            cs.fn = [&c, &full_t] { c.allReduce(full_t, mesh::ReduceOp::kSum); };
             break;
           default:
-            fn = [&] {
+            cs.fn = [&c, &local, p, elems] {
               (void)c.allToAll(local.view({p, elems / (p * p)}), 0, 1,
                                std::vector<int64_t>(static_cast<size_t>(p), p));
             };
             break;
         }
+        cases.push_back(std::move(cs));
+      }
+    // Every member must run the same number of calls: counts from the slowest first calls.
+    constexpr int kRounds = 5;
+    for (Case& cs : cases) {
+      world.all().barrier();
+      const double first = slowest(world, timeIt(cs.fn, device, 0, 2));
+      const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 15.0, 60.0));
+      cs.per_round = (reps + kRounds - 1) / kRounds;
+    }
+    for (int round = 0; round < kRounds; ++round)
+      for (Case& cs : cases) {
         world.all().barrier();
-        // Every member must run the same number of calls: a count from the slowest first call.
-        // Each call is timed alone and the median kept (a loaded machine's stalls are outliers,
-        // not the link), then the slowest rank's median.
-        const double first = slowest(world, timeIt(fn, device, 0, 2));
-        const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 15.0, 60.0));
-        std::vector<double> times;
-        for (int r = 0; r < reps; ++r) {
+        for (int r = 0; r < cs.per_round; ++r) {
           if (gap_us > 0) {  // compute between calls, as in a training step
             const auto g0 = Clock::now();
             while (seconds(g0, Clock::now()) * 1e6 < gap_us) (void)at::mm(gap_a, gap_a);
           }
           const auto t0 = Clock::now();
-          fn();
+          cs.fn();
           if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
-          times.push_back(seconds(t0, Clock::now()));
+          cs.times.push_back(seconds(t0, Clock::now()));
         }
-        std::nth_element(times.begin(), times.begin() + reps / 2, times.end());
-        const double s = slowest(world, times[static_cast<size_t>(reps / 2)]);
-        samples.push_back({kind, p, full, s * 1e6});
-        collectives.push_back({{"mesh_dim", m},
-                               {"kind", cost::collectiveName(kind)},
-                               {"group_size", p},
-                               {"bytes", full},
-                               {"us", s * 1e6}});
       }
+    std::vector<cost::CollectiveSample> samples;
+    for (Case& cs : cases) {
+      // Each call timed alone and the median kept (a loaded machine's stalls are outliers, not
+      // the link), then the slowest rank's median.
+      std::sort(cs.times.begin(), cs.times.end());
+      auto at = [&](double q) {
+        return cs.times[static_cast<size_t>(q * static_cast<double>(cs.times.size() - 1))];
+      };
+      double sum = 0;
+      for (double t : cs.times) sum += t;
+      const double mean = slowest(world, sum / static_cast<double>(cs.times.size()));
+      const double p10 = slowest(world, at(0.1)), p90 = slowest(world, at(0.9));
+      const double sec = slowest(world, at(0.5));
+      samples.push_back({cs.kind, p, cs.full, sec * 1e6});
+      collectives.push_back({{"mesh_dim", m},
+                             {"kind", cost::collectiveName(cs.kind)},
+                             {"group_size", p},
+                             {"bytes", cs.full},
+                             {"us", sec * 1e6},
+                             {"mean_us", mean * 1e6},
+                             {"p10_us", p10 * 1e6},
+                             {"p90_us", p90 * 1e6}});
+    }
     // One link for every kind (the mesh dim's link), then one per kind (the network refinement
     // the cost model prices with: Gloo's kinds differ by more than the ring formulas' ratios).
     auto fit = cost::fitLink(samples);
