@@ -59,14 +59,23 @@ bool regatheredInBackward(const ir::Node& producer) {
   return producer.kind == ir::NodeKind::kParameter;
 }
 
+double gradientBucketPricingBytes(const ir::Graph& g) {
+  double total = 0;
+  for (ir::NodeId id : g.nodesOfKind(ir::NodeKind::kParameter))
+    for (ir::ValueId v : g.node(id).outputs)
+      if (const auto& t = g.value(v).tensor; t && t->requires_grad)
+        total += static_cast<double>(t->bytes());
+  return total > 0 ? std::min(total, kGradBucketPricingBytes) : kGradBucketPricingBytes;
+}
+
 std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
-                                         const CostModel& model) {
+                                         const CostModel& model, double bucket_bytes) {
   if (!grad_plan.feasible || grad_plan.steps.size() != 1 ||
       grad_plan.steps[0].kind != StepKind::kAllReduce)
     return std::nullopt;
   const RedistributionStep& s = grad_plan.steps[0];
   const double bytes = static_cast<double>(s.full_bytes);
-  const double priced_at = std::max(bytes, kGradBucketPricingBytes);
+  const double priced_at = std::max(bytes, bucket_bytes);
   const double latency =
       model.collectiveUs(CollectiveKind::kAllReduce, s.mesh_dim, s.group_size, 0.0);
   const double bucket =

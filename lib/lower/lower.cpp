@@ -179,7 +179,13 @@ class Lowerer {
  public:
   Lowerer(const ir::Graph& g, const plan::Plan& p, const cost::CostModel& model, int64_t rank,
           const LowerOptions& options)
-      : g_(g), p_(p), mesh_(p.spec.mesh), model_(model), rank_(rank), options_(options) {}
+      : g_(g),
+        p_(p),
+        mesh_(p.spec.mesh),
+        model_(model),
+        rank_(rank),
+        options_(options),
+        grad_bucket_bytes_(cost::gradientBucketPricingBytes(g)) {}
 
   Expected<proto::Program> run();
 
@@ -236,6 +242,7 @@ class Lowerer {
   const cost::CostModel& model_;  // the plan's: lowered edges carry the prices it solved with
   int64_t rank_;
   LowerOptions options_;
+  double grad_bucket_bytes_;  // cost::gradientBucketPricingBytes, as the planner's
   std::vector<int64_t> coord_;
 
   std::vector<NodePlacements> placed_;                    // per graph node
@@ -484,7 +491,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
     // A parameter read where it lies whose gradient is one all-reduce: the planner priced its
     // marginal cost (cost::bucketedGradientUs), and the runtime buckets it (the flag).
     if (regathered && src == dst)
-      if (auto b = cost::bucketedGradientUs(*bwd, model_)) {
+      if (auto b = cost::bucketedGradientUs(*bwd, model_, grad_bucket_bytes_)) {
         backward_us = *b;
         r.set_bucketed_gradient(true);
       }

@@ -312,7 +312,12 @@ namespace {
 struct GraphProblemBuilder {
   GraphProblemBuilder(const ir::Graph& graph, const std::vector<strategy::NodeStrategies>& all,
                       const spec::Spec& s, const cost::CostModel& model)
-      : g(graph), spec(s), m(s.mesh), precision(s.mixed_precision), pricer(s.mesh, model) {
+      : g(graph),
+        spec(s),
+        m(s.mesh),
+        precision(s.mixed_precision),
+        pricer(s.mesh, model),
+        grad_bucket_bytes(cost::gradientBucketPricingBytes(graph)) {
     for (const auto& ns : all) op_strategies[ns.node.v] = &ns;
   }
 
@@ -348,6 +353,7 @@ struct GraphProblemBuilder {
   const mesh::DeviceMesh& m;
   const cost::Precision precision;
   EdgePricer pricer;
+  const double grad_bucket_bytes;  // cost::gradientBucketPricingBytes
   std::map<uint32_t, const strategy::NodeStrategies*> op_strategies;
   std::vector<ResolvedPin> pins;
   GraphProblem gp;
@@ -592,7 +598,8 @@ bool GraphProblemBuilder::addEdges(const Deadline& deadline) {
             if (fresh) {
               auto plan = cost::planRedistribution(g, grad_list[grad_index[b]],
                                                    back_list[back_index[a]], m, pricer.model());
-              if (plan.ok()) it->second = cost::bucketedGradientUs(*plan, pricer.model());
+              if (plan.ok())
+                it->second = cost::bucketedGradientUs(*plan, pricer.model(), grad_bucket_bytes);
             }
             return it->second ? *it->second : plain;
           };

@@ -223,14 +223,20 @@ TEST(CostModel, BucketedGradientsPayTheirShareOfABucket) {
   ASSERT_EQ(quarter->steps.size(), 1u);
   ASSERT_EQ(quarter->steps[0].kind, StepKind::kAllReduce);
   const double bucket_adds = model.collectiveUs(ar, 0, 2, mib) - latency;  // 1400
-  EXPECT_DOUBLE_EQ(*bucketedGradientUs(*quarter, model), bucket_adds / 4);
-  EXPECT_DOUBLE_EQ(4 * *bucketedGradientUs(*quarter, model), *bucketedGradientUs(*whole, model));
+  EXPECT_DOUBLE_EQ(*bucketedGradientUs(*quarter, model, kGradBucketPricingBytes), bucket_adds / 4);
+  EXPECT_DOUBLE_EQ(4 * *bucketedGradientUs(*quarter, model, kGradBucketPricingBytes),
+                   *bucketedGradientUs(*whole, model, kGradBucketPricingBytes));
   // Priced alone, a 256 KiB all-reduce would add 1200 us over the latency: 3.4 times its share.
   EXPECT_GT(model.collectiveUs(ar, 0, 2, 256 * 1024) - latency,
-            3 * *bucketedGradientUs(*quarter, model));
+            3 * *bucketedGradientUs(*quarter, model, kGradBucketPricingBytes));
   // From the bucket's size up: its own price less the latency.
-  EXPECT_DOUBLE_EQ(*bucketedGradientUs(*big, model),
+  EXPECT_DOUBLE_EQ(*bucketedGradientUs(*big, model, kGradBucketPricingBytes),
                    model.collectiveUs(ar, 0, 2, 4 * mib) - latency);
+  // A model whose gradients all fit one smaller bucket prices them in it: each pays its share
+  // of what that bucket adds, the small-message premium included.
+  const double all = 512 * 1024;
+  EXPECT_DOUBLE_EQ(*bucketedGradientUs(*quarter, model, all),
+                   (model.collectiveUs(ar, 0, 2, all) - latency) / 2);
   // Anything but one all-reduce is not bucketed.
   ir::TensorMeta t;
   t.dtype = ir::DType::kF32;
@@ -238,7 +244,7 @@ TEST(CostModel, BucketedGradientsPayTheirShareOfABucket) {
   auto gather =
       planRedistribution(t, {mesh::Placement::shard(0)}, {mesh::Placement::replicate()}, m, model);
   ASSERT_TRUE(gather.ok());
-  EXPECT_FALSE(bucketedGradientUs(*gather, model).has_value());
+  EXPECT_FALSE(bucketedGradientUs(*gather, model, kGradBucketPricingBytes).has_value());
 }
 
 TEST(CostModel, FromASpec) {

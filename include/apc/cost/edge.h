@@ -72,21 +72,26 @@ ir::Graph computeGraph(const ir::Graph& g, const spec::MixedPrecision& mp);
 /// Whether a value made by `producer` is regathered in backward instead of kept (a parameter).
 bool regatheredInBackward(const ir::Node& producer);
 
-/// The bucket a bucketed gradient is priced in: the runtime's first and smallest gradient bucket
-/// (artifact::kFirstGradBucketBytes; lowering asserts they agree).
+/// The runtime's first and smallest gradient bucket (artifact::kFirstGradBucketBytes; lowering
+/// asserts they agree).
 inline constexpr double kGradBucketPricingBytes = 1024.0 * 1024.0;
+
+/// The bucket the bucketed gradients of `g` are priced in: the runtime's first bucket, or, where
+/// all of the model's parameter gradients take fewer bytes, their total (one bucket then holds
+/// them all).
+double gradientBucketPricingBytes(const ir::Graph& g);
 
 /// Gradient buckets (the runtime's ParallelModuleOptions::grad_bucket_bytes): a parameter's edge
 /// that moves nothing forward (from == to) and whose gradient's way back `grad_plan` is exactly
 /// one all-reduce has that all-reduce batched with the others of its mesh dim in a flat bucket,
 /// which pays the collective's latency once. Such an edge's backward is priced at its share of a
-/// bucket: for n bytes below a bucket of S = kGradBucketPricingBytes, n/S of what the bucket
-/// adds to the latency, (collectiveUs(S) - collectiveUs(0)) n / S; from S up, collectiveUs(n) -
-/// collectiveUs(0) (never below 0). Priced alone at its own size instead, a small gradient would
-/// pay the steep small-message part of a measured table (on CPU Gloo, 4 KiB to 1 MiB cost 2-3
-/// times the latency) once per gradient, which its bucket pays once. The planner and lowering
-/// price alike; nullopt for any other gradient plan.
+/// bucket of S = `bucket_bytes` (gradientBucketPricingBytes): for n bytes below S, n/S of what
+/// the bucket adds to the latency, (collectiveUs(S) - collectiveUs(0)) n / S; from S up,
+/// collectiveUs(n) - collectiveUs(0) (never below 0). Priced alone at its own size instead, a
+/// small gradient would pay the steep small-message part of a measured table (on CPU Gloo, 4 KiB
+/// to 1 MiB cost 2-3 times the latency) once per gradient, which its bucket pays once. The
+/// planner and lowering price alike; nullopt for any other gradient plan.
 std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
-                                         const CostModel& model);
+                                         const CostModel& model, double bucket_bytes);
 
 }  // namespace apc::cost
