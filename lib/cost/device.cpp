@@ -175,6 +175,12 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
       return invalidArgument("device override overlap_efficiency must be in [0, 1], got " + fmt(v));
     spec.overlap_efficiency = v;
   }
+  if (o.matmul_output_gbps) {
+    double v = *o.matmul_output_gbps;
+    if (!(v >= 0) || !std::isfinite(v))
+      return invalidArgument("device override matmul_output_gbps must be >= 0, got " + fmt(v));
+    spec.matmul_output_gbps = v;
+  }
   if (o.f32_uses_tf32) spec.f32_uses_tf32 = *o.f32_uses_tf32;
   return spec;
 }

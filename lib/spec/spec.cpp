@@ -294,7 +294,7 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
       checkKeys(j, path,
                 {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
                  "memory_efficiency", "kernel_floor_us", "dispatch_us", "dispatch_overlaps",
-                 "view_dispatch_us", "overlap_efficiency", "measured"}));
+                 "view_dispatch_us", "overlap_efficiency", "matmul_output_gbps", "measured"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -347,6 +347,11 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* e = find(j, "overlap_efficiency")) {
     APC_ASSIGN_OR_RETURN(s.device_overrides.overlap_efficiency,
                          readInRange(*e, path + ".overlap_efficiency", "overlap efficiency", 0, 1));
+  }
+  if (const json* e = find(j, "matmul_output_gbps")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.matmul_output_gbps,
+        readInRange(*e, path + ".matmul_output_gbps", "matmul output rate (GB/s)", 0, 1e9));
   }
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
@@ -879,6 +884,8 @@ json toJson(const Spec& s) {
       dev["view_dispatch_us"] = *s.device_overrides.view_dispatch_us;
     if (s.device_overrides.overlap_efficiency)
       dev["overlap_efficiency"] = *s.device_overrides.overlap_efficiency;
+    if (s.device_overrides.matmul_output_gbps)
+      dev["matmul_output_gbps"] = *s.device_overrides.matmul_output_gbps;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
         !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us ||
         !s.device_overrides.op_us.empty()) {

@@ -267,6 +267,22 @@ struct Pricer {
     const double bwd = !backward                  ? 0.0
                        : backward_multiplier >= 0 ? backward_multiplier * roofline
                                                   : model.backwardUs(family, roofline);
+    if (family == cost::OpFamily::kContraction) {
+      // Each product also pays its output's bytes (CostModel::matmulOutputUs): the forward its
+      // result, backward the gradient of each matrix operand that takes one. A [512,48] x
+      // [48,25129] vocabulary projection is bound by its 51 MB of logits forward; its backward
+      // products, whose inner dims are 25129 and 512, write only the operands' sizes.
+      double grads = 0;
+      if (backward)
+        for (size_t i = 0; i < local.inputs.size(); ++i)
+          if (local.inputs[i].size() == 1 && local.inputs[i][0].size() >= 2 &&
+              shapes.input_metas[i].size() == 1 && shapes.input_metas[i][0]->requires_grad)
+            grads += detail::localInputBytes(c, local, i);
+      const double out = local.outputs.empty() ? 0.0 : detail::localOutputBytes(c, local, 0);
+      return model.nodeUs(fwd + model.matmulOutputUs(out),
+                          bwd * operand_share + model.matmulOutputUs(grads), backward) +
+             extra;
+    }
     return model.nodeUs(fwd, bwd * operand_share, backward) + extra;
   }
 

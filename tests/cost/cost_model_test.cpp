@@ -7,6 +7,8 @@
 
 #include <cmath>
 
+#include <nlohmann/json.hpp>
+
 #include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
 
@@ -300,6 +302,25 @@ TEST(CostModel, ViewsPayTheirOwnDispatch) {
   EXPECT_EQ(model->viewNodeUs(false), 4.0);
   EXPECT_EQ(model->viewNodeUs(true), 8.0);
   EXPECT_EQ(model->nodeUs(0, 0, true), 40.0);
+}
+
+// A spec's matmul output rate reaches the model, round-trips through the spec's JSON, and a
+// negative one is refused with the field's path.
+TEST(CostModel, MatmulOutputRateFromASpec) {
+  auto spec = spec::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+      "dispatch_us": 2, "matmul_output_gbps": 4}})");
+  ASSERT_TRUE(spec.ok()) << spec.error().message();
+  auto model = costModelFor(*spec);
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  EXPECT_DOUBLE_EQ(model->matmulOutputUs(8e6), 2000.0);
+  auto again = spec::parseSpecText(spec::toJson(*spec).dump());
+  ASSERT_TRUE(again.ok()) << again.error().message();
+  EXPECT_EQ(again->device_overrides.matmul_output_gbps, 4.0);
+  auto bad = spec::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+      "matmul_output_gbps": -1}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message().find("matmul_output_gbps"), std::string::npos)
+      << bad.error().message();
 }
 
 // "cpu" stands for the profile apc calibrate measured on this project's kind of machine

@@ -371,6 +371,40 @@ TEST(Cost, BackwardPaysEveryKernelItLaunches) {
   EXPECT_GT(pt.at(half), model.nodeUs(0, 0, true));
 }
 
+// A contraction pays its output's bytes at the device's matmul output rate beyond its flops:
+// forward its result, backward the gradients of its matrix operands that take one. A vocabulary
+// projection [512, 48] x [48, 4096] writes a result 85 times its input's size, and its backward
+// writes only the operands' sizes.
+TEST(Cost, ContractionsPayTheirOutputsBeyondTheFlops) {
+  const mesh::DeviceMesh mesh = meshOf("2");
+  const cost::CostModel plain = dispatchingModel(mesh);
+  cost::DeviceSpec with_rate = plain.device();
+  with_rate.matmul_output_gbps = 2.0;
+  const cost::CostModel model(with_rate, mesh);
+  const double f32 = 4;
+  Builder b;
+  ValueId x = b.param("x", {512, 48});
+  ValueId w = b.param("w", {4096, 48});
+  ValueId logits = b.op("aten::linear", {x, w, b.none()}, {512, 4096});
+  ValueId frozen_in = b.input("frozen", {512, 48});
+  ValueId first = b.op("aten::linear", {frozen_in, w, b.none()}, {512, 4096});
+  const double mm = model.computeUs(cost::OpFamily::kContraction, 2.0 * 512 * 48 * 4096,
+                                    (512 * 48 + 4096 * 48 + 512 * 4096) * f32, ir::DType::kF32);
+  const double out_us = 512 * 4096 * f32 / 2e3, x_us = 512 * 48 * f32 / 2e3,
+               w_us = 4096 * 48 * f32 / 2e3;
+  EXPECT_DOUBLE_EQ(model.matmulOutputUs(512 * 4096 * f32), out_us);
+  EXPECT_EQ(plain.matmulOutputUs(512 * 4096 * f32), 0.0);  // not measured: nothing
+  const auto priced = replicatedPrices(b.g, mesh, model);
+  EXPECT_NEAR(priced.at(logits),
+              model.nodeUs(mm + out_us, 2 * mm + x_us + w_us, true) + model.directKernelUs(0),
+              1e-6);
+  // An operand that takes no gradient writes none backward.
+  EXPECT_NEAR(priced.at(first), model.nodeUs(mm + out_us, mm + w_us, true), 1e-6);
+  // The same graph without the rate: the flops alone.
+  EXPECT_NEAR(replicatedPrices(b.g, mesh, plain).at(logits),
+              plain.nodeUs(mm, 2 * mm, true) + plain.directKernelUs(0), 1e-6);
+}
+
 /// Every node of a graph: enumerated without fallback, all-R first, every rule output well
 /// formed; returns the number of enumerated nodes.
 size_t checkGraph(const Graph& g, const char* mesh_text) {

@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -207,6 +208,30 @@ int runWorker(const CalibrateOptions& o) {
                          {"us", s * 1e6},
                          {"tflops", flops / s / 1e12}});
     }
+  // A contraction's output beyond its flops (DeviceSpec::matmul_output_gbps): a product whose
+  // inner dim is 16 against a square one of the same flops, both into preallocated outputs (the
+  // runtime's allocator reuses its blocks); the difference over the difference in output bytes.
+  double matmul_output_gbps = 0;
+  {
+    const int64_t n = device.is_cuda() ? 1024 : 512, k = 16;
+    const auto wide = static_cast<int64_t>(std::sqrt(static_cast<double>(n * n * n / k)));
+    at::Tensor a = at::randn({n, n}, f32), b = at::randn({n, n}, f32), c = at::empty({n, n}, f32);
+    at::Tensor x = at::randn({wide, k}, f32), w = at::randn({k, wide}, f32),
+               y = at::empty({wide, wide}, f32);
+    world.all().barrier();
+    const double square = slowest(world, timeIt([&] { at::mm_out(c, a, b); }, device, kernel_s));
+    const double skinny = slowest(world, timeIt([&] { at::mm_out(y, x, w); }, device, kernel_s));
+    const double extra_bytes = 4.0 * static_cast<double>(wide * wide - n * n);
+    if (skinny > square && extra_bytes > 0)
+      matmul_output_gbps = extra_bytes / (skinny - square) / 1e9;
+    compute.push_back({{"op", "mm of inner dim 16 against a square mm of the same flops"},
+                       {"dtype", "f32"},
+                       {"size", {wide, k, wide}},
+                       {"us", skinny * 1e6},
+                       {"square_size", {n, n, n}},
+                       {"square_us", square * 1e6},
+                       {"output_gbps", matmul_output_gbps}});
+  }
   // Convolutions likewise (3x3, stride 1, padding 1): forward and the backward of input and
   // weight, over 3. CPU kernels differ from matmuls by dtype (f64 has no oneDNN path).
   {
@@ -758,6 +783,7 @@ int runWorker(const CalibrateOptions& o) {
   if (overlaps) profile.device_overrides.dispatch_overlaps = true;
   profile.device_overrides.view_dispatch_us = view_us;
   profile.device_overrides.overlap_efficiency = overlap;
+  if (matmul_output_gbps > 0) profile.device_overrides.matmul_output_gbps = matmul_output_gbps;
   // The curves likewise made non-decreasing in work (raw times under "calibration").
   for (auto* tables : {&measured.matmul_us, &measured.conv_us, &measured.attention_us})
     for (auto& [dtype, t] : *tables) t.us = cost::monotoneUs(t.us);
@@ -790,6 +816,9 @@ int runWorker(const CalibrateOptions& o) {
               o.threads == 1 ? "" : "s", seconds(start, Clock::now()));
   for (const auto& [dt, tf] : device_fit->peak_tflops)
     std::printf("  matmul %s: %s TFLOP/s\n", ir::dtypeName(dt), formatNumber(tf, 4).c_str());
+  if (matmul_output_gbps > 0)
+    std::printf("  matmul outputs beyond the flops: %s GB/s\n",
+                formatNumber(matmul_output_gbps, 4).c_str());
   std::printf("  memory: %s GB/s, kernel floor %s us, dispatch %s us per op%s\n",
               formatNumber(device_fit->memory_gbps, 4).c_str(), formatNumber(floor_us, 4).c_str(),
               formatNumber(dispatch_us, 4).c_str(), overlaps ? " (overlapping kernels)" : "");

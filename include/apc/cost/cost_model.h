@@ -90,6 +90,12 @@ class CostModel {
   double directKernelUs(double kernel_us) const {
     return device_.dispatch_overlaps ? kernel_us : kernel_us + device_.dispatch_us;
   }
+  /// What writing `bytes` of a contraction's output adds to its flops' price
+  /// (DeviceSpec::matmul_output_gbps; 0 where not measured).
+  double matmulOutputUs(double bytes) const {
+    return bytes > 0 && device_.matmul_output_gbps > 0 ? bytes / (device_.matmul_output_gbps * 1e3)
+                                                       : 0.0;
+  }
   /// A node whose op runs no kernel (OpFamily::kView): its dispatch, forward and again backward
   /// when `backward` (DeviceSpec::view_dispatch_us, else dispatch_us).
   double viewNodeUs(bool backward) const {

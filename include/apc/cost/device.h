@@ -69,6 +69,13 @@ struct DeviceSpec {
   /// (apc/lower/schedule.h). apc calibrate measures it (a matmul loop with and without an
   /// all-reduce in flight).
   double overlap_efficiency = 1.0;
+  /// What a contraction's output costs beyond its flops, as a write rate in GB/s (0: nothing):
+  /// a GEMM's microkernel loads and stores each output tile once per pass over the inner dim, so
+  /// where that dim is small the outputs, not the flops, set the time. On a CPU core an f32
+  /// [512,48] x [48,25129] product took 2.7 times a square one of the same flops (36.7 ms against
+  /// 13.5). apc calibrate measures it (an inner dim of 16 against a square product); the matmul
+  /// curve, measured on square products, prices the flops.
+  double matmul_output_gbps = 0.0;
   /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
   /// dtype the matmul time by flops, for contractions and attention; the convolution time by
   /// flops, for convolutions (else the matmul curve); the scaled_dot_product_attention time by
@@ -106,6 +113,7 @@ struct DeviceOverrides {
   std::optional<bool> dispatch_overlaps;
   std::optional<double> view_dispatch_us;    // >= 0
   std::optional<double> overlap_efficiency;  // [0, 1]
+  std::optional<double> matmul_output_gbps;  // >= 0 (0: nothing)
   std::optional<bool> f32_uses_tf32;
 };
 
