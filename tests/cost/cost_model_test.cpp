@@ -292,12 +292,17 @@ TEST(CostModel, DispatchAddsToKernelsOrOverlapsThem) {
   }
 }
 
+/// The cost model of a spec written as JSON text; the spec's or the model's error.
+Expected<CostModel> modelOfSpecText(const char* text) {
+  auto spec = spec::parseSpecText(text);
+  if (!spec.ok()) return spec.error();
+  return costModelFor(*spec);
+}
+
 // Ops that run no kernel (views) pay the calibrated view dispatch, not a kernel op's.
 TEST(CostModel, ViewsPayTheirOwnDispatch) {
-  auto spec = spec::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+  auto model = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
       "dispatch_us": 20, "view_dispatch_us": 4}})");
-  ASSERT_TRUE(spec.ok()) << spec.error().message();
-  auto model = costModelFor(*spec);
   ASSERT_TRUE(model.ok()) << model.error().message();
   EXPECT_EQ(model->viewNodeUs(false), 4.0);
   EXPECT_EQ(model->viewNodeUs(true), 8.0);
@@ -307,16 +312,15 @@ TEST(CostModel, ViewsPayTheirOwnDispatch) {
 // A spec's matmul output rate reaches the model, round-trips through the spec's JSON, and a
 // negative one is refused with the field's path.
 TEST(CostModel, MatmulOutputRateFromASpec) {
-  auto spec = spec::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
-      "dispatch_us": 2, "matmul_output_gbps": 4}})");
-  ASSERT_TRUE(spec.ok()) << spec.error().message();
-  auto model = costModelFor(*spec);
+  const char* text = R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+      "dispatch_us": 2, "matmul_output_gbps": 4}})";
+  auto model = modelOfSpecText(text);
   ASSERT_TRUE(model.ok()) << model.error().message();
   EXPECT_DOUBLE_EQ(model->matmulOutputUs(8e6), 2000.0);
-  auto again = spec::parseSpecText(spec::toJson(*spec).dump());
+  auto again = spec::parseSpecText(spec::toJson(spec::parseSpecText(text).value()).dump());
   ASSERT_TRUE(again.ok()) << again.error().message();
   EXPECT_EQ(again->device_overrides.matmul_output_gbps, 4.0);
-  auto bad = spec::parseSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+  auto bad = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
       "matmul_output_gbps": -1}})");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message().find("matmul_output_gbps"), std::string::npos)
