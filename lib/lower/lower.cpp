@@ -489,7 +489,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
     backward_us = bwd->forward_us;
     // A parameter read where it lies whose gradient is one all-reduce: the planner priced its
-    // marginal cost (cost::bucketedGradientUs), and the runtime buckets it (the flag).
+    // share of a bucket (cost::bucketedGradientUs), and the runtime buckets it (the flag).
     if (regathered && src == dst)
       if (auto b = cost::bucketedGradientUs(*bwd, model_, grad_bucket_bytes_)) {
         backward_us = *b;
@@ -901,10 +901,10 @@ Status Lowerer::recordPrediction() {
   // Gradient buckets (artifact::deferredGradParameters: the runtime reduces those gradients in
   // flat buckets of kDefaultGradBucketBytes, the first kFirstGradBucketBytes, laid out as
   // backward reaches them): per (mesh dim, op, reduce dtype), each parameter once, in reverse
-  // parameter order, priced as one all-reduce per bucket. The
-  // plan priced each at its marginal cost (cost::bucketedGradientUs); recorded: what the buckets
-  // save against that (negative: the latency each bucket pays), and what reducing them one by
-  // one would add (their latencies).
+  // parameter order, priced as one all-reduce per bucket. The plan priced each at its share of
+  // a bucket (cost::bucketedGradientUs); recorded: what the buckets save against that (negative:
+  // the latency each bucket pays, and a smaller bucket's premium), and what reducing them one by
+  // one would add.
   {
     const std::vector<int> deferred = artifact::deferredGradParameters(program_);
     using Key = std::tuple<uint32_t, int, std::string>;

@@ -106,7 +106,7 @@ std::string stepsText(const std::vector<CommStep>& steps, const mesh::DeviceMesh
 
 std::string edgeCommText(const EdgeComm& e, const mesh::DeviceMesh& mesh) {
   // The backward's price holds what backward runs for the edge: the gradient's steps, at their
-  // marginal price when bucketed, and the forward's again when re-gathered.
+  // share of a bucket when bucketed, and the forward's again when re-gathered.
   return e.edge + " " + e.from + " -> " + e.to + ": fwd " + stepsText(e.forward, mesh) +
          (e.regather ? " (again in backward)" : "") + " | bwd " + stepsText(e.backward, mesh) +
          (e.bucketed ? " (bucketed: priced without its latency)" : "") + " [" +

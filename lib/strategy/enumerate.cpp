@@ -233,6 +233,7 @@ struct Pricer {
   double backward_multiplier;  // < 0: the family's
   int backward_kernels;        // < 0: the family's
   double operand_share;        // detail::operandGradientShare of the node (a per-node constant)
+  std::vector<size_t> grad_operands;  // its inputs that detail::operandTakesGradient
 
   double price(const Strategy& s) const {
     // Host dispatch of the node (0 unless calibrated) with its kernels (CostModel::passUs):
@@ -267,23 +268,19 @@ struct Pricer {
     const double bwd = !backward                  ? 0.0
                        : backward_multiplier >= 0 ? backward_multiplier * roofline
                                                   : model.backwardUs(family, roofline);
+    // A contraction's products also pay their outputs' bytes (CostModel::matmulOutputUs): the
+    // forward its result, backward the gradient of each matrix operand that takes one. A [512,48]
+    // x [48,25129] vocabulary projection is bound by its 51 MB of logits forward; its backward
+    // products, whose inner dims are 25129 and 512, write only the operands' sizes.
+    double fwd_out = 0, bwd_out = 0;
     if (family == cost::OpFamily::kContraction) {
-      // Each product also pays its output's bytes (CostModel::matmulOutputUs): the forward its
-      // result, backward the gradient of each matrix operand that takes one. A [512,48] x
-      // [48,25129] vocabulary projection is bound by its 51 MB of logits forward; its backward
-      // products, whose inner dims are 25129 and 512, write only the operands' sizes.
-      double grads = 0;
+      if (!local.outputs.empty()) fwd_out = detail::localOutputBytes(c, local, 0);
       if (backward)
-        for (size_t i = 0; i < local.inputs.size(); ++i)
-          if (local.inputs[i].size() == 1 && local.inputs[i][0].size() >= 2 &&
-              shapes.input_metas[i].size() == 1 && shapes.input_metas[i][0]->requires_grad)
-            grads += detail::localInputBytes(c, local, i);
-      const double out = local.outputs.empty() ? 0.0 : detail::localOutputBytes(c, local, 0);
-      return model.nodeUs(fwd + model.matmulOutputUs(out),
-                          bwd * operand_share + model.matmulOutputUs(grads), backward) +
-             extra;
+        for (size_t i : grad_operands) bwd_out += detail::localInputBytes(c, local, i);
     }
-    return model.nodeUs(fwd, bwd * operand_share, backward) + extra;
+    return model.nodeUs(fwd + model.matmulOutputUs(fwd_out),
+                        bwd * operand_share + model.matmulOutputUs(bwd_out), backward) +
+           extra;
   }
 
   /// What backward runs beyond the node's pass and its multiple of the forward kernel, each a
@@ -363,7 +360,11 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
                 takesGradient(c),
                 own ? rule->backward_multiplier : -1.0,
                 own ? rule->backward_kernels : -1,
-                detail::operandGradientShare(c, family)};
+                detail::operandGradientShare(c, family),
+                {}};
+  if (family == cost::OpFamily::kContraction)
+    for (size_t i = 0; i < c.numInputs(); ++i)
+      if (detail::operandTakesGradient(c, i)) pricer.grad_operands.push_back(i);
 
   // A collective the op runs inside itself (OpInfo::collective), if any.
   const OpCollectiveFn* collective = info && info->collective ? &info->collective : nullptr;

@@ -124,14 +124,22 @@ bool RuleContext::isNoneArg(size_t i) const {
 
 // --- Work ----------------------------------------------------------------------------------------
 
+bool detail::isMatrixOperand(const RuleContext& c, size_t i) {
+  const auto metas = c.inputMetas(i);
+  return metas.size() == 1 && metas[0]->shape.size() >= 2;
+}
+
+bool detail::operandTakesGradient(const RuleContext& c, size_t i) {
+  const auto metas = c.inputMetas(i);
+  return metas.size() == 1 && metas[0]->shape.size() >= 2 && metas[0]->requires_grad;
+}
+
 double detail::operandGradientShare(const RuleContext& c, cost::OpFamily family) {
   if (family != cost::OpFamily::kContraction && family != cost::OpFamily::kConvolution) return 1.0;
   int operands = 0, with_gradient = 0;
   for (size_t i = 0; i < c.numInputs(); ++i) {
-    const auto metas = c.inputMetas(i);
-    if (metas.size() != 1 || metas[0]->shape.size() < 2) continue;
-    ++operands;
-    if (metas[0]->requires_grad) ++with_gradient;
+    operands += isMatrixOperand(c, i) ? 1 : 0;
+    with_gradient += operandTakesGradient(c, i) ? 1 : 0;
   }
   return operands >= 2 ? static_cast<double>(with_gradient) / operands : 1.0;
 }

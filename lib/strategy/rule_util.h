@@ -67,10 +67,15 @@ double numel(const std::vector<int64_t>& sizes);
 /// Bytes of the local shapes of input/output i (summed over Tensor[] elements).
 double localInputBytes(const RuleContext& c, const LocalShapes& l, size_t i);
 double localOutputBytes(const RuleContext& c, const LocalShapes& l, size_t i);
-/// The share of a contraction's or convolution's operand gradients its backward computes: its
-/// operands are its tensor inputs of two or more dims (a bias is one dim), and one that takes no
-/// gradient (a model's first layer reading its input) costs no product (convolution_backward's
-/// output mask, linear's skipped mm). 1 for any other family.
+/// Whether input i of a contraction or convolution is one of its operands: a tensor input of two
+/// or more dims (a bias is one dim).
+bool isMatrixOperand(const RuleContext& c, size_t i);
+/// Whether input i is an operand (isMatrixOperand) that takes a gradient: backward computes a
+/// product for it.
+bool operandTakesGradient(const RuleContext& c, size_t i);
+/// The share of a contraction's or convolution's operand gradients its backward computes: an
+/// operand that takes no gradient (a model's first layer reading its input) costs no product
+/// (convolution_backward's output mask, linear's skipped mm). 1 for any other family.
 double operandGradientShare(const RuleContext& c, cost::OpFamily family);
 
 /// Work of a contraction: 2 * local output elements * local contracted size, where the

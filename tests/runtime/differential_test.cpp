@@ -683,6 +683,16 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   }
   EXPECT_GT(p->device_overrides.peak_tflops.at(ir::DType::kF32), 0.0);
   ASSERT_TRUE(p->device_overrides.kernel_floor_us.has_value());
+  // The raw collective rows: every kind at every size, each median within its 10th and 90th
+  // percentiles (the slowest rank's of each), beside a positive mean.
+  const nlohmann::json raw = nlohmann::json::parse(std::ifstream(profile));
+  const nlohmann::json& rows = raw.at("calibration").at("collectives");
+  ASSERT_EQ(rows.size(), 12u);  // 4 kinds x 3 sizes
+  for (const nlohmann::json& row : rows) {
+    EXPECT_LE(row.at("p10_us").get<double>(), row.at("us").get<double>()) << row.dump();
+    EXPECT_LE(row.at("us").get<double>(), row.at("p90_us").get<double>()) << row.dump();
+    EXPECT_GT(row.at("mean_us").get<double>(), 0.0) << row.dump();
+  }
 
   // The plan is priced with it, records it, and its artifact carries the measured cost model.
   const std::string plan = (dir / "plan.json").string(), art = (dir / "art").string();

@@ -110,13 +110,25 @@ double timeIt(Fn&& fn, const c10::Device& device, double min_s, int max_reps = 1
   return elapsed / reps;
 }
 
-/// The largest of every rank's value (the step waits for the slowest rank).
-double slowest(runtime::World& world, double v) {
-  if (world.worldSize() == 1) return v;
+/// The largest of every rank's values, elementwise, in one all-reduce (the step waits for the
+/// slowest rank).
+std::vector<double> slowest(runtime::World& world, std::vector<double> v) {
+  if (world.worldSize() == 1 || v.empty()) return v;
   // On the ranks' device: NCCL reduces CUDA tensors only.
-  at::Tensor t = at::tensor({v}, at::kDouble).to(g_device);
+  at::Tensor t = at::tensor(v, at::kDouble).to(g_device);
   world.all().allReduce(t, mesh::ReduceOp::kMax);
-  return t.item<double>();
+  t = t.cpu();
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+double slowest(runtime::World& world, double v) {
+  return slowest(world, std::vector{v})[0];
+}
+
+/// The q-quantile of `v` (non-empty), the lower of two middle values.
+double quantile(std::vector<double> v, double q) {
+  const auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + k, v.end());
+  return v[static_cast<size_t>(k)];
 }
 
 ir::DType irDType(at::ScalarType t) {
@@ -608,28 +620,30 @@ int runWorker(const CalibrateOptions& o) {
           cs.times.push_back(seconds(t0, Clock::now()));
         }
       }
-    std::vector<cost::CollectiveSample> samples;
-    for (Case& cs : cases) {
-      // Each call timed alone and the median kept (a loaded machine's stalls are outliers, not
-      // the link), then the slowest rank's median.
-      std::sort(cs.times.begin(), cs.times.end());
-      auto at = [&](double q) {
-        return cs.times[static_cast<size_t>(q * static_cast<double>(cs.times.size() - 1))];
-      };
+    // Each call timed alone and the median kept (a loaded machine's stalls are outliers, not the
+    // link), then the slowest rank's; the mean and the 10th and 90th percentiles recorded beside
+    // it. Every rank's statistics of every case in one all-reduce.
+    std::vector<double> stats;  // per case: median, mean, p10, p90
+    for (const Case& cs : cases) {
       double sum = 0;
       for (double t : cs.times) sum += t;
-      const double mean = slowest(world, sum / static_cast<double>(cs.times.size()));
-      const double p10 = slowest(world, at(0.1)), p90 = slowest(world, at(0.9));
-      const double sec = slowest(world, at(0.5));
-      samples.push_back({cs.kind, p, cs.full, sec * 1e6});
+      for (double v : {quantile(cs.times, 0.5), sum / static_cast<double>(cs.times.size()),
+                       quantile(cs.times, 0.1), quantile(cs.times, 0.9)})
+        stats.push_back(v * 1e6);
+    }
+    stats = slowest(world, stats);
+    std::vector<cost::CollectiveSample> samples;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const double* s = &stats[4 * i];
+      samples.push_back({cases[i].kind, p, cases[i].full, s[0]});
       collectives.push_back({{"mesh_dim", m},
-                             {"kind", cost::collectiveName(cs.kind)},
+                             {"kind", cost::collectiveName(cases[i].kind)},
                              {"group_size", p},
-                             {"bytes", cs.full},
-                             {"us", sec * 1e6},
-                             {"mean_us", mean * 1e6},
-                             {"p10_us", p10 * 1e6},
-                             {"p90_us", p90 * 1e6}});
+                             {"bytes", cases[i].full},
+                             {"us", s[0]},
+                             {"mean_us", s[1]},
+                             {"p10_us", s[2]},
+                             {"p90_us", s[3]}});
     }
     // One link for every kind (the mesh dim's link), then one per kind (the network refinement
     // the cost model prices with: Gloo's kinds differ by more than the ring formulas' ratios).
@@ -706,10 +720,7 @@ int runWorker(const CalibrateOptions& o) {
       sync();
       return slowest(world, seconds(t0, Clock::now()));
     };
-    auto median = [](std::vector<double> t) {
-      std::nth_element(t.begin(), t.begin() + static_cast<std::ptrdiff_t>(t.size() / 2), t.end());
-      return t[t.size() / 2];
-    };
+    auto median = [](const std::vector<double>& t) { return quantile(t, 0.5); };
     auto all_reduce = [&] { c.allReduce(buf, mesh::ReduceOp::kSum); };
     std::vector<double> first;
     for (int r = 0; r < 3; ++r) first.push_back(once(all_reduce));

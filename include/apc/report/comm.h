@@ -44,8 +44,8 @@ struct EdgeComm {
   std::vector<CommStep> forward, backward;
   double forward_us = 0, backward_us = 0;  // as priced
   bool regather = false;                   // a parameter gathered again in backward
-  /// Its gradient's all-reduce runs in the runtime's buckets: backward_us is its marginal price
-  /// (bandwidth), the buckets pay the latency once (cost::bucketedGradientUs).
+  /// Its gradient's all-reduce runs in the runtime's buckets: backward_us is its share of a
+  /// bucket's price beyond the latency, which the buckets pay once (cost::bucketedGradientUs).
   bool bucketed = false;
 };
 
