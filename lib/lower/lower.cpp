@@ -101,12 +101,13 @@ Status collectLeaves(const ir::OutputTree& gt, const spec::OutputPlacementTree* 
   return Status::success();
 }
 
-/// The gather groups of `program` (artifact::paramGatherGroups, the runtime's) as the memory
-/// model takes them (plan::GatherGroup): the members' names, the flat buffers' bytes as
-/// GroupedGather and GroupedReduceScatter lay them out (each member in a slot of its largest
-/// piece, one slot per rank; an all-reduce then a slice: the full gradients), and whether they
-/// are re-gathered. A group's gradients are reduced together when it takes them by one
-/// reduce-scatter or an all-reduce then a slice (artifact::gatherGradientForm).
+}  // namespace
+
+/// The members' names, the flat buffers' bytes as GroupedGather and GroupedReduceScatter lay them
+/// out (each member in a slot of its largest piece, one slot per rank; an all-reduce then a
+/// slice: the full gradients), and whether they are re-gathered. A group's gradients are reduced
+/// together when it takes them by one reduce-scatter or an all-reduce then a slice
+/// (artifact::gatherGradientForm).
 std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program) {
   const std::vector<int> groups = artifact::paramGatherGroups(program);
   std::map<uint32_t, int> param_of_value;
@@ -174,6 +175,8 @@ std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program)
   }
   return out;
 }
+
+namespace {
 
 class Lowerer {
  public:
@@ -1055,7 +1058,9 @@ Expected<proto::Program> Lowerer::run() {
     if (mp.param_dtype) pm->set_param_dtype(ir::dtypeName(*mp.param_dtype));
     if (mp.reduce_dtype) pm->set_reduce_dtype(ir::dtypeName(*mp.reduce_dtype));
   }
-  APC_RETURN_IF_ERROR(recordPrediction());
+  if (options_.predict) {
+    APC_RETURN_IF_ERROR(recordPrediction());
+  }
   for (const std::string& module : p_.checkpoint) {
     const std::optional<ir::NodeRange> r = ir::checkpointRange(out_, module);
     if (!r)
@@ -1071,6 +1076,7 @@ Expected<proto::Program> Lowerer::run() {
     cs->set_first(r->first);
     cs->set_last(r->last);
   }
+  if (!options_.predict) return std::move(program_);
   // The runtime's overlap, replayed on the finished program (its checkpoints included).
   const StepSchedule schedule = simulateStep(out_, program_, model_, mesh_);
   program_.mutable_prediction()->set_hidden_comm_us(schedule.hidden_us);
@@ -1086,6 +1092,29 @@ Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int6
   APC_ASSIGN_OR_RETURN(cost::CostModel model, cost::costModelFor(p.spec));
   Lowerer l(g, p, model, rank, options);
   return l.run();
+}
+
+Expected<std::vector<plan::MemoryEstimate>> predictRuntimeMemory(const ir::Graph& g,
+                                                                 const plan::Plan& p) {
+  // Two parameters redistributed at least (a group has two members): a parameter whose placement
+  // differs from a consumer's input placement.
+  std::set<uint32_t> redistributed;
+  for (const plan::PlanNode& c : p.nodes)
+    for (const plan::PlanEdge& e : c.in_edges) {
+      if (e.from >= p.nodes.size() || e.input >= c.input_placements.size()) continue;
+      const plan::PlanNode& src = p.nodes[e.from];
+      if (src.kind == "parameter" && !src.outputs.empty() &&
+          c.input_placements[e.input] != src.outputs.front())
+        redistributed.insert(e.from);
+    }
+  std::vector<plan::GatherGroup> groups;
+  if (redistributed.size() >= 2) {
+    LowerOptions options;
+    options.predict = false;
+    if (auto program = lowerRank(g, p, 0, options); program.ok())
+      groups = memoryGatherGroups(*program);
+  }
+  return plan::predictMemoryAll(g, p, groups);
 }
 
 Status lowerEachRank(const ir::Graph& g, const plan::Plan& p,

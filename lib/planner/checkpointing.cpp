@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "apc/cost/compute.h"
+#include "apc/lower/lower.h"
 #include "apc/plan/memory.h"
 #include "apc/strategy/strategy.h"
 #include "apc/support/strings.h"
@@ -125,7 +126,7 @@ Status applyCheckpointing(const ir::Graph& g, Plan& p, std::vector<std::string> 
   PlanTotals& t = p.totals;
   t.recompute_us = canonicalNumber(recompute);
   t.total_us = canonicalNumber(t.compute_us + t.comm_us + t.recompute_us);
-  APC_ASSIGN_OR_RETURN(p.memory, predictMemoryAll(g, p));
+  APC_ASSIGN_OR_RETURN(p.memory, lower::predictRuntimeMemory(g, p));
   p.content_hash = planContentHash(p);
   return Status::success();
 }

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "apc/ir/proto_io.h"
+#include "apc/lower/lower.h"
 #include "apc/plan/memory.h"
 #include "apc/planner/pipeline.h"
 #include "apc/support/strings.h"
@@ -189,7 +190,7 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
   // The graph's bytes: the caller's (apc plan serializes them on a thread of its own while it
   // plans: PlanRequest::graph_bytes), else made here.
   plan.graph_bytes = record.graph_bytes.valid() ? record.graph_bytes.get() : ir::serializeGraph(g);
-  APC_ASSIGN_OR_RETURN(plan.memory, predictMemoryAll(g, plan));
+  APC_ASSIGN_OR_RETURN(plan.memory, lower::predictRuntimeMemory(g, plan));
   return plan;
 }
 

@@ -45,20 +45,20 @@ inline NodeId opNode(Graph& g, const std::string& op, const std::string& overloa
   return g.addNode(n);
 }
 
-/// x[batch,128,1024] -> linear(up.weight[4096,1024]) -> relu -> linear(down.weight[1024,4096]).
-inline Graph toyBlock(int64_t batch = 8) {
+/// x[batch,128,1024] -> linear(up.weight[hidden,1024]) -> relu -> linear(down.weight[1024,hidden]).
+inline Graph toyBlock(int64_t batch = 8, int64_t hidden = 4096) {
   Graph g;
   g.name = "toy_block";
   ValueId x = tensorValue(g, "x", {batch, 128, 1024});
   leafNode(g, NodeKind::kInput, "x", x);
-  ValueId wu = tensorValue(g, "up.weight", {4096, 1024}, DType::kF32, true);
+  ValueId wu = tensorValue(g, "up.weight", {hidden, 1024}, DType::kF32, true);
   leafNode(g, NodeKind::kParameter, "up.weight", wu);
-  ValueId wd = tensorValue(g, "down.weight", {1024, 4096}, DType::kF32, true);
+  ValueId wd = tensorValue(g, "down.weight", {1024, hidden}, DType::kF32, true);
   leafNode(g, NodeKind::kParameter, "down.weight", wd);
   ValueId none = g.addConstant(ValueType::kNone, None{});
-  ValueId h = tensorValue(g, "h", {batch, 128, 4096}, DType::kF32, true);
+  ValueId h = tensorValue(g, "h", {batch, 128, hidden}, DType::kF32, true);
   opNode(g, "aten::linear", "", {x, wu, none}, {h}, "up");
-  ValueId r = tensorValue(g, "r", {batch, 128, 4096}, DType::kF32, true);
+  ValueId r = tensorValue(g, "r", {batch, 128, hidden}, DType::kF32, true);
   opNode(g, "aten::relu", "", {h}, {r}, "relu");
   ValueId y = tensorValue(g, "y", {batch, 128, 1024}, DType::kF32, true);
   opNode(g, "aten::linear", "", {r, wd, none}, {y}, "down");

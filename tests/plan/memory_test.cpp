@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "apc/lower/lower.h"
 #include "apc/support/strings.h"
 #include "plan_fixtures.h"
 
@@ -132,6 +133,40 @@ TEST(Memory, GatherGroupsFollowTheRuntimesGroupedCollectives) {
   other.params = {"no.such.weight", "nor.this"};
   EXPECT_EQ(predictMemory(g, plan, "sgd", {other}).value(), *plain);
   EXPECT_EQ(predictMemoryAll(g, plan, {}).value().front(), *plain);
+}
+
+TEST(Memory, ThePlansEstimateHoldsTheRuntimesGatherGroups) {
+  // FSDP on 8 ranks: the runtime gathers up.weight and down.weight (4 MiB each) as one group
+  // (read off the lowered program), so the plan's estimate (what --device-memory compares) is the
+  // grouped one, which the artifact's prediction records too; without the groups it is below it.
+  const ir::Graph g = ir::testing_graphs::toyBlock(8, 1024);
+  auto fsdp = planWith(g, toySpec8(), solver::Baseline::kFsdp);
+  ASSERT_TRUE(fsdp.ok()) << fsdp.error().message();
+  const Plan& plan = fsdp->result.plan;
+  auto program = lower::lowerRank(g, plan, 0);
+  ASSERT_TRUE(program.ok()) << program.error().message();
+  const std::vector<GatherGroup> groups = lower::memoryGatherGroups(*program);
+  ASSERT_EQ(groups.size(), 1u);
+  EXPECT_EQ(groups[0].params, (std::vector<std::string>{"up.weight", "down.weight"}));
+  EXPECT_EQ(plan.memory, predictMemoryAll(g, plan, groups).value());
+  ASSERT_EQ(program->prediction().peak_memory_size(), static_cast<int>(plan.memory.size()));
+  for (const MemoryEstimate& e : plan.memory) {
+    SCOPED_TRACE(e.optimizer);
+    auto plain = predictMemory(g, plan, e.optimizer);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_GT(e.peak_bytes, plain->peak_bytes);
+    bool recorded = false;
+    for (const auto& m : program->prediction().peak_memory())
+      if (m.optimizer() == e.optimizer) {
+        recorded = true;
+        EXPECT_EQ(m.peak_bytes(), e.peak_bytes);
+      }
+    EXPECT_TRUE(recorded);
+  }
+  // ddp redistributes no parameter: its estimate has no groups.
+  auto ddp = planWith(g, toySpec8(), solver::Baseline::kDdp);
+  ASSERT_TRUE(ddp.ok());
+  EXPECT_EQ(ddp->result.plan.memory, predictMemoryAll(g, ddp->result.plan).value());
 }
 
 TEST(Memory, PlanJsonKeepsTheEstimates) {

@@ -69,6 +69,7 @@
 #include "apc.pb.h"
 #include "apc/artifact/artifact.h"  // kProgramFormatVersion
 #include "apc/ir/graph.h"
+#include "apc/plan/memory.h"
 #include "apc/plan/plan.h"
 #include "apc/support/error.h"
 
@@ -80,6 +81,9 @@ inline constexpr const char* kRedistributeOp = "apc::redistribute";
 struct LowerOptions {
   /// Drop op nodes computing known non-tensor values and the nodes left without users.
   bool drop_shape_arithmetic = true;
+  /// Record Program.prediction (the plan's step, memory and the replayed schedule); off: the
+  /// program alone (predictRuntimeMemory reads only its gather groups).
+  bool predict = true;
 };
 
 /// The program of one rank (0 <= rank < world size of plan.spec.mesh). `g` is the graph the plan
@@ -95,6 +99,19 @@ Expected<proto::Program> lowerRank(const ir::Graph& g, const plan::Plan& p, int6
 Status lowerEachRank(const ir::Graph& g, const plan::Plan& p,
                      const std::function<Status(const proto::Program&)>& sink,
                      const LowerOptions& options = {});
+
+/// The gather groups of a lowered program (artifact::paramGatherGroups, the runtime's) as the
+/// memory model takes them (plan::GatherGroup).
+std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program);
+
+/// The plan's memory per rank as the runtime holds it: plan::predictMemoryAll with the gather
+/// groups the runtime makes of rank 0's program (memoryGatherGroups), which the plan alone does
+/// not know; the groups' members are gathered, held and reduced together (plan/memory.h). A plan
+/// that redistributes fewer than two parameters has no group and is not lowered; a plan that
+/// cannot be lowered (its lowering reports the error when the artifact is written) keeps the
+/// estimate without groups. makePlan and checkpointing record this estimate in Plan.memory.
+Expected<std::vector<plan::MemoryEstimate>> predictRuntimeMemory(const ir::Graph& g,
+                                                                 const plan::Plan& p);
 
 /// lowerRank for every rank, in rank order.
 Expected<std::vector<proto::Program>> lowerPlan(const ir::Graph& g, const plan::Plan& p,

@@ -23,8 +23,8 @@
 // runtime's schedule in place of each parameter's own: a group's members gathered together, the
 // next gather unit's flat buffer in flight, the group re-gathered together in backward, its
 // gradients held until the group's one reduction is issued and its flat buffer until the end of
-// backward (see placeGroups in memory.cpp). Without groups (the plan's own estimates) every
-// gathered parameter is gathered and reduced on its own.
+// backward (see placeGroups in memory.cpp). Without groups every gathered parameter is gathered and
+// reduced on its own (a plan's estimates pass the groups: lower::predictRuntimeMemory).
 // The peak is the largest of these. Which tensors an op saves is the table in memory.cpp (ATen's
 // derivatives.yaml, simplified: an input is saved when its partner of a product takes a gradient,
 // an elementwise function saves its input or its output); an op the table does not know saves all
@@ -58,13 +58,14 @@ const std::vector<std::string>& memoryOptimizers();
 Expected<int> optimizerStateFactor(std::string_view optimizer);
 
 /// One of the runtime's grouped FSDP parameter gathers (artifact::paramGatherGroups, which reads
-/// them off the lowered program; lowering hands them to the model where it records the artifact's
-/// prediction, since the plan alone does not know them). The runtime (ParallelModule, with its
-/// default overlap and prefetch of one unit) gathers the members with ONE all-gather of a flat
-/// buffer at the first member's reader, issued ahead at the previous gather unit's; it re-gathers
-/// them together in backward when backward first needs one (and issues the previous group's
-/// re-gather then); and it reduces their gradients with ONE reduce-scatter (or all-reduce) of a
-/// flat buffer, issued when the last member's gradient arrives and waited at the end of backward.
+/// them off the lowered program: lower::predictRuntimeMemory for a plan's estimates, lowering's
+/// prediction for the artifact's; the plan alone does not know them). The runtime (ParallelModule,
+/// with its default overlap and prefetch of one unit) gathers the members with ONE all-gather of a
+/// flat buffer at the first member's reader, issued ahead at the previous gather unit's; it
+/// re-gathers them together in backward when backward first needs one (and issues the previous
+/// group's re-gather then); and it reduces their gradients with ONE reduce-scatter (or all-reduce)
+/// of a flat buffer, issued when the last member's gradient arrives and waited at the end of
+/// backward.
 struct GatherGroup {
   std::vector<std::string> params;  // the members' parameter names, in program order
   int64_t gather_bytes = 0;         // the all-gather's flat output: every rank's padded slots
