@@ -197,6 +197,8 @@ Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   o.view_dispatch_us = given.view_dispatch_us;
   o.overlap_efficiency = given.overlap_efficiency;
   o.matmul_output_gbps = given.matmul_output_gbps;
+  o.matvec_gbps = given.matvec_gbps;
+  o.outer_product_gbps = given.outer_product_gbps;
   APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
   for (const auto& [dtype, t] : given.matmul_us) d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
   for (const auto& [dtype, t] : given.conv_us) d.conv_curve[dtype] = KernelCurve{t.work, t.us};

@@ -11,6 +11,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <tuple>
 
 #include "apc/support/strings.h"
 
@@ -180,6 +181,15 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
     if (!(v >= 0) || !std::isfinite(v))
       return invalidArgument("device override matmul_output_gbps must be >= 0, got " + fmt(v));
     spec.matmul_output_gbps = v;
+  }
+  for (auto [value, field, name] :
+       {std::tuple{o.matvec_gbps, &spec.matvec_gbps, "matvec_gbps"},
+        std::tuple{o.outer_product_gbps, &spec.outer_product_gbps, "outer_product_gbps"}}) {
+    if (!value) continue;
+    if (!(*value >= 0) || !std::isfinite(*value))
+      return invalidArgument(std::string("device override ") + name + " must be >= 0, got " +
+                             fmt(*value));
+    *field = *value;
   }
   if (o.f32_uses_tf32) spec.f32_uses_tf32 = *o.f32_uses_tf32;
   return spec;

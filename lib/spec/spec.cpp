@@ -294,7 +294,8 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
       checkKeys(j, path,
                 {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
                  "memory_efficiency", "kernel_floor_us", "dispatch_us", "dispatch_overlaps",
-                 "view_dispatch_us", "overlap_efficiency", "matmul_output_gbps", "measured"}));
+                 "view_dispatch_us", "overlap_efficiency", "matmul_output_gbps", "matvec_gbps",
+                 "outer_product_gbps", "measured"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -352,6 +353,16 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     APC_ASSIGN_OR_RETURN(
         s.device_overrides.matmul_output_gbps,
         readInRange(*e, path + ".matmul_output_gbps", "matmul output rate (GB/s)", 0, 1e9));
+  }
+  if (const json* e = find(j, "matvec_gbps")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.matvec_gbps,
+        readInRange(*e, path + ".matvec_gbps", "matrix-vector product rate (GB/s)", 0, 1e9));
+  }
+  if (const json* e = find(j, "outer_product_gbps")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.outer_product_gbps,
+        readInRange(*e, path + ".outer_product_gbps", "outer product rate (GB/s)", 0, 1e9));
   }
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
@@ -886,6 +897,9 @@ json toJson(const Spec& s) {
       dev["overlap_efficiency"] = *s.device_overrides.overlap_efficiency;
     if (s.device_overrides.matmul_output_gbps)
       dev["matmul_output_gbps"] = *s.device_overrides.matmul_output_gbps;
+    if (s.device_overrides.matvec_gbps) dev["matvec_gbps"] = *s.device_overrides.matvec_gbps;
+    if (s.device_overrides.outer_product_gbps)
+      dev["outer_product_gbps"] = *s.device_overrides.outer_product_gbps;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
         !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us ||
         !s.device_overrides.op_us.empty()) {

@@ -21,8 +21,10 @@
 //===----------------------------------------------------------------------===//
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <unordered_map>
+#include <utility>
 
 #include "apc/layout/layout.h"
 #include "apc/strategy/strategy.h"
@@ -234,6 +236,7 @@ struct Pricer {
   int backward_kernels;        // < 0: the family's
   double operand_share;        // detail::operandGradientShare of the node (a per-node constant)
   std::vector<size_t> grad_operands;  // its inputs that detail::operandTakesGradient
+  int contraction_lhs = -1;           // OpInfo::contraction_lhs
 
   double price(const Strategy& s) const {
     // Host dispatch of the node (0 unless calibrated) with its kernels (CostModel::passUs):
@@ -265,9 +268,13 @@ struct Pricer {
     const double fwd = dtype == ir::DType::kF32
                            ? model.opKernelUs(c.node.op, w.bytes).value_or(roofline)
                            : roofline;
+    // An index op's backward scatters the elements its forward gathered (index_put_ with
+    // accumulation), one at a time as the gather moves them: its multiple of the forward's
+    // measured time (hf_mixtral_tiny's weight gathers on a CPU core: 8.5 ms forward, 7.9 backward).
+    const double base = family == cost::OpFamily::kIndex ? fwd : roofline;
     const double bwd = !backward                  ? 0.0
-                       : backward_multiplier >= 0 ? backward_multiplier * roofline
-                                                  : model.backwardUs(family, roofline);
+                       : backward_multiplier >= 0 ? backward_multiplier * base
+                                                  : model.backwardUs(family, base);
     // A contraction's products also pay their outputs' bytes (CostModel::matmulOutputUs): the
     // forward its result, backward the gradient of each matrix operand that takes one. A [512,48]
     // x [48,25129] vocabulary projection is bound by its 51 MB of logits forward; its backward
@@ -278,9 +285,58 @@ struct Pricer {
       if (backward)
         for (size_t i : grad_operands) bwd_out += detail::localInputBytes(c, local, i);
     }
+    if (auto level_two = levelTwoUs(local, w.flops, fwd, bwd))
+      return model.nodeUs(level_two->first, level_two->second, backward) + extra;
     return model.nodeUs(fwd + model.matmulOutputUs(fwd_out),
                         bwd * operand_share + model.matmulOutputUs(bwd_out), backward) +
            extra;
+  }
+
+  /// A product with a dim of one, forward and backward (DeviceSpec::matvec_gbps): out [m, n] =
+  /// [m, k] x [k, n] per matrix, its dims read off the local element counts (batch dims cancel:
+  /// m = multiply-adds / the right operand's elements, and so on). Backward computes dA = dC B^T
+  /// (m, k; inner n) and dB = A^T dC (k, n; inner m) for the operands that take a gradient. A
+  /// product with an inner dim of one is an outer product (its output's bytes at
+  /// outer_product_gbps), one with m or n of one a matrix-vector product (its larger operand's
+  /// bytes at matvec_gbps); each at least its price as a GEMM (`fwd`, and half of `bwd` per
+  /// operand). nullopt: no such product, or the device has no such rate.
+  std::optional<std::pair<double, double>> levelTwoUs(const LocalShapes& local, double flops,
+                                                      double fwd, double bwd) const {
+    if (family != cost::OpFamily::kContraction || contraction_lhs < 0 || !(flops > 0))
+      return std::nullopt;
+    const size_t a = static_cast<size_t>(contraction_lhs), b = a + 1;
+    if (b >= local.inputs.size() || local.inputs[a].size() != 1 || local.inputs[b].size() != 1 ||
+        local.outputs.empty() || local.outputs[0].size() != 1)
+      return std::nullopt;
+    const double x = detail::numel(local.inputs[a][0]), y = detail::numel(local.inputs[b][0]),
+                 o = detail::numel(local.outputs[0][0]), madds = flops / 2;
+    if (!(x > 0 && y > 0 && o > 0)) return std::nullopt;
+    const double m = madds / y, n = madds / x, k = madds / o;
+    const double elem = static_cast<double>(ir::dtypeBytes(dtype));
+    // One product (rows x inner) * (inner x cols) writing `out` elements from operands of `in1`
+    // and `in2` elements: its level-2 price, or nullopt for a GEMM (or no rate).
+    auto product = [&](double rows, double cols, double inner, double out, double in1,
+                       double in2) -> std::optional<double> {
+      if (inner < 1.5) return model.outerProductUs(out * elem);
+      if (rows < 1.5 || cols < 1.5) return model.matvecUs(std::max(in1, in2) * elem);
+      return std::nullopt;
+    };
+    auto takesGradient = [&](size_t i) {
+      const auto metas = c.inputMetas(i);
+      return metas.size() == 1 && metas[0]->requires_grad;
+    };
+    const std::optional<double> f = product(m, n, k, o, x, y);
+    const std::optional<double> da = product(m, k, n, x, o, y), db = product(k, n, m, y, x, o);
+    if (!f && !da && !db) return std::nullopt;
+    double fwd_us = f ? std::max(*f, fwd) : fwd + model.matmulOutputUs(o * elem);
+    double bwd_us = 0;
+    if (backward) {
+      if (takesGradient(a))
+        bwd_us += da ? std::max(*da, bwd / 2) : bwd / 2 + model.matmulOutputUs(x * elem);
+      if (takesGradient(b))
+        bwd_us += db ? std::max(*db, bwd / 2) : bwd / 2 + model.matmulOutputUs(y * elem);
+    }
+    return std::pair{fwd_us, bwd_us};
   }
 
   /// What backward runs beyond the node's pass and its multiple of the forward kernel, each a
@@ -362,9 +418,11 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
                 own ? rule->backward_kernels : -1,
                 detail::operandGradientShare(c, family),
                 {}};
-  if (family == cost::OpFamily::kContraction)
+  if (family == cost::OpFamily::kContraction) {
     for (size_t i = 0; i < c.numInputs(); ++i)
       if (detail::operandTakesGradient(c, i)) pricer.grad_operands.push_back(i);
+    pricer.contraction_lhs = own ? rule->contraction_lhs : -1;
+  }
 
   // A collective the op runs inside itself (OpInfo::collective), if any.
   const OpCollectiveFn* collective = info && info->collective ? &info->collective : nullptr;

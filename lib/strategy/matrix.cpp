@@ -508,6 +508,10 @@ void registerMatrixRules(Registry& r) {
   r.add("aten::mm", matmulRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::mv", matmulRule, OpFamily::kContraction, contractionOn(0));
   r.add("aten::scaled_dot_product_attention", sdpaRule, OpFamily::kAttention, sdpaWork);
+  for (const char* op : {"aten::addmm", "aten::baddbmm"}) r.entry(op)->contraction_lhs = 1;
+  for (const char* op :
+       {"aten::bmm", "aten::dot", "aten::linear", "aten::matmul", "aten::mm", "aten::mv"})
+    r.entry(op)->contraction_lhs = 0;
   // linear(input, weight, bias?): the Megatron baseline's column/row-parallel linear.
   r.entry("aten::linear")->tp = TpUse{TpUse::Kind::kLinear, /*weight=*/1, /*bias=*/2};
 

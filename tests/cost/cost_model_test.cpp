@@ -311,13 +311,19 @@ TEST(CostModel, ViewsPayTheirOwnDispatch) {
   EXPECT_EQ(model->nodeUs(0, 0, true), 40.0);
 }
 
-// A spec's matmul output rate reaches the model (its JSON round trip and a negative value's
-// error are spec cases: tests/spec/spec_cases.json).
+// A spec's matmul output, matrix-vector and outer product rates reach the model (their JSON round
+// trip and a negative value's error are spec cases: tests/spec/spec_cases.json).
 TEST(CostModel, MatmulOutputRateFromASpec) {
   auto model = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
-      "dispatch_us": 2, "matmul_output_gbps": 4}})");
+      "dispatch_us": 2, "matmul_output_gbps": 4, "matvec_gbps": 2, "outer_product_gbps": 0.5}})");
   ASSERT_TRUE(model.ok()) << model.error().message();
   EXPECT_DOUBLE_EQ(model->matmulOutputUs(8e6), 2000.0);
+  EXPECT_DOUBLE_EQ(model->matvecUs(8e6).value_or(0), 4000.0);
+  EXPECT_DOUBLE_EQ(model->outerProductUs(8e6).value_or(0), 16000.0);
+  auto unmeasured = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "h100"}})");
+  ASSERT_TRUE(unmeasured.ok()) << unmeasured.error().message();
+  EXPECT_FALSE(unmeasured->matvecUs(8e6).has_value());
+  EXPECT_FALSE(unmeasured->outerProductUs(8e6).has_value());
 }
 
 // "cpu" stands for the profile apc calibrate measured on this project's kind of machine

@@ -683,6 +683,10 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   }
   EXPECT_GT(p->device_overrides.peak_tflops.at(ir::DType::kF32), 0.0);
   ASSERT_TRUE(p->device_overrides.kernel_floor_us.has_value());
+  // The products with a dim of one and the row gather were timed.
+  EXPECT_GT(p->device_overrides.matvec_gbps.value_or(0), 0.0);
+  EXPECT_GT(p->device_overrides.outer_product_gbps.value_or(0), 0.0);
+  EXPECT_EQ(p->device_overrides.op_us.count("aten::index"), 1u);
   // The raw collective rows: every kind at every size, each median within its 10th and 90th
   // percentiles (the slowest rank's of each), beside a positive mean.
   const nlohmann::json raw = nlohmann::json::parse(std::ifstream(profile));

@@ -341,6 +341,20 @@ TEST(Cost, BackwardPaysEveryKernelItLaunches) {
   EXPECT_NEAR(replicatedPrices(a.g, mesh, tanh_model).at(th),
               tanh_model.nodeUs(own_fwd, 1.5 * family_fwd, true), 1e-9);
 
+  // An index op's backward scatters what its forward gathered, at the forward's measured time:
+  // under flat curves of 500 and 800 us the node's prices differ by 300 us forward and backward.
+  Builder ix;
+  ValueId table = ix.param("table", {8, 64, 64});
+  ValueId rows = ix.input("rows", {32}, DType::kI64);
+  ValueId index_list = ix.listOp("prim::ListConstruct", {rows}, {{32}}, DType::kI64);
+  ValueId gathered = ix.op("aten::index.Tensor", {table, index_list}, {32, 64, 64});
+  auto indexPrice = [&](double us) {
+    cost::DeviceSpec d = model.device();
+    d.op_curves["aten::index"] = cost::KernelCurve{{1.0, 1e12}, {us, us}};
+    return replicatedPrices(ix.g, mesh, cost::CostModel(d, mesh)).at(gathered);
+  };
+  EXPECT_NEAR(indexPrice(800) - indexPrice(500), 2 * 300.0, 1e-9);
+
   // A linear reading a model input (no gradient) computes its weight's gradient only: one
   // product backward of the two, one kernel.
   Builder first, inner;
@@ -403,6 +417,45 @@ TEST(Cost, ContractionsPayTheirOutputsBeyondTheFlops) {
   // The same graph without the rate: the flops alone.
   EXPECT_NEAR(replicatedPrices(b.g, mesh, plain).at(logits),
               plain.nodeUs(mm, 2 * mm, true) + plain.directKernelUs(0), 1e-6);
+}
+
+// A product with a dim of one runs as a matrix-vector or outer product, priced by its bytes at the
+// device's rates: a batched matvec [16,256,64] x [16,64,1] (a batched_mm expert) reads its
+// matrices forward, and backward writes the matrices' gradient (an outer product per matrix) and
+// reads them again for the vector's (a transposed matvec); each at least its GEMM price. A product
+// with no dim of one, or a device without the rates, is priced as before.
+TEST(Cost, ProductsWithADimOfOneAreMatrixVectorOrOuterProducts) {
+  const mesh::DeviceMesh mesh = meshOf("2");
+  const cost::CostModel plain = dispatchingModel(mesh);
+  cost::DeviceSpec with_rates = plain.device();
+  with_rates.matvec_gbps = 0.5;
+  with_rates.outer_product_gbps = 0.25;
+  const cost::CostModel model(with_rates, mesh);
+  const double f32 = 4, matrices = 16.0 * 256 * 64 * f32;
+  Builder b;
+  ValueId w = b.param("w", {16, 256, 64});
+  ValueId v = b.param("v", {16, 64, 1});
+  ValueId mv = b.op("aten::bmm", {w, v}, {16, 256, 1});
+  ValueId frozen = b.input("frozen", {16, 64, 1});
+  ValueId mv_frozen = b.op("aten::bmm", {w, frozen}, {16, 256, 1});
+  ValueId u = b.param("u", {16, 64, 64});
+  ValueId mm = b.op("aten::bmm", {w, u}, {16, 256, 64});
+  const double read_us = matrices / 0.5e3, write_us = matrices / 0.25e3;
+  EXPECT_DOUBLE_EQ(*model.matvecUs(matrices), read_us);
+  EXPECT_DOUBLE_EQ(*model.outerProductUs(matrices), write_us);
+  EXPECT_FALSE(plain.matvecUs(matrices));
+  const auto priced = replicatedPrices(b.g, mesh, model);
+  EXPECT_NEAR(priced.at(mv),
+              model.nodeUs(read_us, write_us + read_us, true) + model.directKernelUs(0), 1e-6);
+  // The vector takes no gradient: backward writes the matrices' gradient only.
+  EXPECT_NEAR(priced.at(mv_frozen), model.nodeUs(read_us, write_us, true), 1e-6);
+  // A batched GEMM keeps the flops' price; without the rates the matvec does too.
+  EXPECT_NEAR(priced.at(mm), replicatedPrices(b.g, mesh, plain).at(mm), 1e-9);
+  const double gemv = plain.computeUs(cost::OpFamily::kContraction, 2.0 * 16 * 256 * 64,
+                                      (16 * 256 * 64 + 16 * 64 + 16 * 256) * f32, ir::DType::kF32);
+  EXPECT_NEAR(replicatedPrices(b.g, mesh, plain).at(mv),
+              plain.nodeUs(gemv, 2 * gemv, true) + plain.directKernelUs(0), 1e-6);
+  EXPECT_GT(priced.at(mv), 10 * replicatedPrices(b.g, mesh, plain).at(mv));
 }
 
 /// Every node of a graph: enumerated without fallback, all-R first, every rule output well

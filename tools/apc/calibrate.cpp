@@ -4,9 +4,11 @@
 // starts N local ranks of itself through `apc run` (the same launcher and torchrun variables);
 // under torchrun (RANK and WORLD_SIZE set, no --nproc) each process is a rank already. On the
 // ranks' device, all ranks at once (as they will train), it times:
-//   - matmuls (f32 and bf16) at several sizes, a convolution (recorded, not fitted), elementwise
-//     adds of several sizes, and a chain of minimal ops called as the runtime's interpreter calls
-//     them, forward and backward (the per-op floor);
+//   - matmuls (f32 and bf16) at several sizes, a narrow product against a square one, batched
+//     matrix-vector and outer products, convolutions, attention, single ops (math, softmax, norms,
+//     pooling, the row gather aten::index), elementwise adds of several sizes, and a chain of
+//     minimal ops called as the runtime's interpreter calls them, forward and backward (the per-op
+//     floor);
 //   - for every mesh dim, all-gather, reduce-scatter, all-reduce and all-to-all on the groups of
 //     that dim (all groups at once) over message sizes from 4 KiB to --max-mib.
 // Each time is the slowest rank's. lib/cost/calibration fits the roofline's rates and each mesh
@@ -33,6 +35,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -244,6 +247,42 @@ int runWorker(const CalibrateOptions& o) {
                        {"square_us", square * 1e6},
                        {"output_gbps", matmul_output_gbps}});
   }
+  // Products with a dim of one (DeviceSpec::matvec_gbps, outer_product_gbps), in the forms a
+  // batched matrix-vector product's forward and backward run them (16 MiB of matrices on CPU, 256
+  // MiB on CUDA, into preallocated outputs): y = W x and dx = W^T dy (its matrices' bytes over
+  // the mean of the two), and dW = dy x^T with x^T a transposed view, as autograd passes it (its
+  // output's bytes; on a CPU core that view took 3.6 times a contiguous [b,1,k] operand).
+  double matvec_gbps = 0, outer_product_gbps = 0;
+  {
+    const int64_t batch = device.is_cuda() ? 1024 : 256, rows = 256, cols = 64;
+    at::Tensor w = at::randn({batch, rows, cols}, f32), x = at::randn({batch, cols, 1}, f32),
+               dy = at::randn({batch, rows, 1}, f32);
+    at::Tensor y = at::empty({batch, rows, 1}, f32), dx = at::empty({batch, cols, 1}, f32),
+               dw = at::empty({batch, rows, cols}, f32);
+    const double bytes = 4.0 * static_cast<double>(batch * rows * cols);
+    world.all().barrier();
+    const double matvec_s = slowest(world, timeIt(
+                                               [&] {
+                                                 at::bmm_out(y, w, x);
+                                                 at::bmm_out(dx, w.transpose(1, 2), dy);
+                                               },
+                                               device, kernel_s)) /
+                            2;
+    const double outer_s =
+        slowest(world, timeIt([&] { at::bmm_out(dw, dy, x.transpose(1, 2)); }, device, kernel_s));
+    matvec_gbps = bytes / matvec_s / 1e9;
+    outer_product_gbps = bytes / outer_s / 1e9;
+    compute.push_back({{"op", "bmm, a matrix-vector product per matrix (W x and W^T dy, over 2)"},
+                       {"dtype", "f32"},
+                       {"size", {batch, rows, cols, 1}},
+                       {"us", matvec_s * 1e6},
+                       {"matrix_gbps", matvec_gbps}});
+    compute.push_back({{"op", "bmm, an outer product per matrix (dy x^T)"},
+                       {"dtype", "f32"},
+                       {"size", {batch, rows, 1, cols}},
+                       {"us", outer_s * 1e6},
+                       {"output_gbps", outer_product_gbps}});
+  }
   // Convolutions likewise (3x3, stride 1, padding 1): forward and the backward of input and
   // weight, over 3. CPU kernels differ from matmuls by dtype (f64 has no oneDNN path).
   {
@@ -331,6 +370,16 @@ int runWorker(const CalibrateOptions& o) {
       std::function<std::vector<at::Tensor>(const at::Tensor&)> run;
     };
     at::Tensor ln_w = at::ones({256}, f32), ln_b = at::zeros({256}, f32);
+    // aten::index gathers rows one element at a time on a CPU core (Hugging Face's batched_mm
+    // experts gather each slot's weights so: 6 GB/s where a copy streams 40): four times the
+    // table's rows, drawn at random.
+    std::map<int64_t, at::Tensor> gather_rows;
+    auto rowsFor = [&](int64_t rows) -> const at::Tensor& {
+      at::Tensor& t = gather_rows[rows];
+      if (!t.defined())
+        t = at::randint(0, rows, {4 * rows}, at::TensorOptions().dtype(at::kLong)).to(device);
+      return t;
+    };
     const std::vector<OpKernel> ops = {
         {{"aten::tanh"}, false, [](const at::Tensor& x) { return std::vector{at::tanh(x)}; }},
         {{"aten::exp"}, false, [](const at::Tensor& x) { return std::vector{at::exp(x)}; }},
@@ -353,6 +402,9 @@ int runWorker(const CalibrateOptions& o) {
          [](const at::Tensor& x) {
            return std::vector{at::max_pool2d(x, {2, 2}, {2, 2})};
          }},
+        {{"aten::index"},
+         false,
+         [&](const at::Tensor& x) { return std::vector{at::index(x, {rowsFor(x.size(0))})}; }},
         {{"aten::avg_pool2d"},
          true,
          [](const at::Tensor& x) {
@@ -795,6 +847,8 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.view_dispatch_us = view_us;
   profile.device_overrides.overlap_efficiency = overlap;
   if (matmul_output_gbps > 0) profile.device_overrides.matmul_output_gbps = matmul_output_gbps;
+  profile.device_overrides.matvec_gbps = matvec_gbps;
+  profile.device_overrides.outer_product_gbps = outer_product_gbps;
   // The curves likewise made non-decreasing in work (raw times under "calibration").
   for (auto* tables : {&measured.matmul_us, &measured.conv_us, &measured.attention_us})
     for (auto& [dtype, t] : *tables) t.us = cost::monotoneUs(t.us);
@@ -830,6 +884,8 @@ int runWorker(const CalibrateOptions& o) {
   if (matmul_output_gbps > 0)
     std::printf("  matmul outputs beyond the flops: %s GB/s\n",
                 formatNumber(matmul_output_gbps, 4).c_str());
+  std::printf("  matrix-vector products: %s GB/s of matrix; outer products: %s GB/s of output\n",
+              formatNumber(matvec_gbps, 4).c_str(), formatNumber(outer_product_gbps, 4).c_str());
   std::printf("  memory: %s GB/s, kernel floor %s us, dispatch %s us per op%s\n",
               formatNumber(device_fit->memory_gbps, 4).c_str(), formatNumber(floor_us, 4).c_str(),
               formatNumber(dispatch_us, 4).c_str(), overlaps ? " (overlapping kernels)" : "");

@@ -96,6 +96,18 @@ class CostModel {
     return bytes > 0 && device_.matmul_output_gbps > 0 ? bytes / (device_.matmul_output_gbps * 1e3)
                                                        : 0.0;
   }
+  /// A matrix-vector product reading `matrix_bytes` (DeviceSpec::matvec_gbps), or nullopt where
+  /// not measured.
+  std::optional<double> matvecUs(double matrix_bytes) const {
+    if (!(device_.matvec_gbps > 0)) return std::nullopt;
+    return matrix_bytes / (device_.matvec_gbps * 1e3);
+  }
+  /// An outer product writing `output_bytes` (DeviceSpec::outer_product_gbps), or nullopt where
+  /// not measured.
+  std::optional<double> outerProductUs(double output_bytes) const {
+    if (!(device_.outer_product_gbps > 0)) return std::nullopt;
+    return output_bytes / (device_.outer_product_gbps * 1e3);
+  }
   /// A node whose op runs no kernel (OpFamily::kView): its dispatch, forward and again backward
   /// when `backward` (DeviceSpec::view_dispatch_us, else dispatch_us).
   double viewNodeUs(bool backward) const {

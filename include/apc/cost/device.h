@@ -76,6 +76,15 @@ struct DeviceSpec {
   /// 13.5). apc calibrate measures it (an inner dim of 16 against a square product); the matmul
   /// curve, measured on square products, prices the flops.
   double matmul_output_gbps = 0.0;
+  /// Products with a dim of one run as BLAS level-2 kernels, bound by their bytes, not their flops
+  /// (0: priced as any product). A matrix-vector product (a per-matrix M or N of one) reads its
+  /// matrix at `matvec_gbps`; an outer product (an inner dim of one) writes its output at
+  /// `outer_product_gbps`. On a CPU core a batched matvec [512,256,64] x [512,64,1] (Hugging Face's
+  /// batched_mm experts) took 7.4 ms, 4.5 GB/s of matrix, where its flops at the square products'
+  /// rate take 0.2 ms; its weight gradient, an outer product per matrix, wrote 1.5 GB/s. apc
+  /// calibrate measures both (a batched matvec and a batched outer product).
+  double matvec_gbps = 0.0;
+  double outer_product_gbps = 0.0;
   /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
   /// dtype the matmul time by flops, for contractions and attention; the convolution time by
   /// flops, for convolutions (else the matmul curve); the scaled_dot_product_attention time by
@@ -114,6 +123,8 @@ struct DeviceOverrides {
   std::optional<double> view_dispatch_us;    // >= 0
   std::optional<double> overlap_efficiency;  // [0, 1]
   std::optional<double> matmul_output_gbps;  // >= 0 (0: nothing)
+  std::optional<double> matvec_gbps;         // >= 0 (0: priced as any product)
+  std::optional<double> outer_product_gbps;  // >= 0 (0: priced as any product)
   std::optional<bool> f32_uses_tf32;
 };
 

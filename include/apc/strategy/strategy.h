@@ -302,6 +302,10 @@ struct OpInfo {
   /// grad * self; rsqrt: three): the backward pays CostModel::directKernelUs(0) for each beyond
   /// the first. < 0: its family's (cost::backwardKernels).
   int backward_kernels = -1;
+  /// A product of two operands, inputs `contraction_lhs` and `contraction_lhs + 1` (its Work's
+  /// left operand and the right one): priced as a matrix-vector or outer product where a dim of it
+  /// is one (DeviceSpec::matvec_gbps). < 0: not such a product.
+  int contraction_lhs = -1;
   /// Work of one more backward kernel the multiple does not cover, on the local shapes: a view's
   /// whose gradient is not a view (expand: the gradient summed back to the input's shape; slice:
   /// copied into a zero-filled input), or an op's that fills a whole input (embedding: the
