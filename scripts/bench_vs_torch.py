@@ -15,6 +15,12 @@ default), blocking at the end of backward (off: apc-train --no-overlap, labelled
 the "hidden" column is the share of apc's collective time in flight that ran behind compute
 (apc-train's comm_overlap_ms.hidden_fraction). --plans picks apc's plans (ddp, fsdp, auto).
 
+--device cuda runs every case on CUDA ranks (one GPU per rank, LOCAL_RANK; NCCL): apc calibrate
+and apc-train with --device cuda (a CUDA build: --build build-cuda, scripts/build_cuda.sh), torch's
+DDP and FSDP2 on the same GPUs, and the peak column is each rank's CUDA caching allocator peak
+(allocated bytes over the measured steps) instead of the resident set. Run it where GPUs are at
+hand; never in CI.
+
 Run by scripts/bench_vs_torch.sh (which builds first); figures only, no pass/fail.
 """
 import argparse
@@ -54,21 +60,30 @@ def main():
     ap.add_argument("--overlap", choices=["on", "off", "both"], default="on",
                     help="apc's gradient buckets overlapped with backward (on), not (off), or both")
     ap.add_argument("--plans", default="ddp,fsdp,auto", help="apc's plans to run")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="CPU ranks (Gloo) or one CUDA GPU per rank (NCCL)")
     args = ap.parse_args()
+    cuda = args.device == "cuda"
+    device_flags = ["--device", args.device]
+    # The peak compared: the resident set on CPU, the CUDA caching allocator's peak on GPUs.
+    peak_key = "peak_memory_bytes" if cuda else "peak_rss_bytes"
+    peak_label = "peak GPU MiB" if cuda else "peak RSS MiB"
     apc = os.path.join(args.build, "tools", "apc")
     train = os.path.join(args.build, "tools", "apc-train")
-    python = os.path.join(ROOT, ".venv", "bin", "python3")
-    torchrun = os.path.join(ROOT, ".venv", "bin", "torchrun")
+    # torch's side runs under the Python that runs this script (.venv's on CPU; a CUDA torch's,
+    # such as .venv-cuda's, for --device cuda).
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     work = tempfile.mkdtemp(prefix="apc-vs-torch-")
     cluster = args.cluster
     if not cluster:
         cluster = os.path.join(work, "cluster.json")
         run([apc, "calibrate", "--nproc", str(args.nproc), "--threads", str(args.threads),
-             "-o", cluster])
-    print(f"# {args.nproc} CPU ranks, {args.threads} thread(s) each, {args.steps} steps after "
+             "-o", cluster] + device_flags)
+    print(f"# {args.nproc} {'CUDA' if cuda else 'CPU'} ranks, {args.threads} thread(s) each, "
+          f"{args.steps} steps after "
           f"{args.warmup} warm-up, median of {args.repeats} interleaved rounds; apc plans priced "
           f"with {cluster}")
-    print(f"{'model':<15} {'run':<16} {'step ms':>9} {'with loss':>10} {'peak RSS MiB':>13}"
+    print(f"{'model':<15} {'run':<16} {'step ms':>9} {'with loss':>10} {peak_label:>13}"
           f"  {'vs torch ddp':>12} {'vs torch fsdp2':>14} {'hidden':>7}")
     plans = [p for p in args.plans.split(",") if p]
     for p in plans:
@@ -99,13 +114,14 @@ def main():
                         p = run([apc, "run", art, "--nproc", str(args.nproc), "--", train, art,
                                  "--steps", str(args.steps), "--warmup", str(args.warmup),
                                  "--threads", str(args.threads), "--profile", "--json"] +
-                                ([] if overlap else ["--no-overlap"]))
+                                device_flags + ([] if overlap else ["--no-overlap"]))
                         j = last_json(p.stdout)
                         ovl = j.get("comm_overlap_ms", {})
                         results[label].append({
                             "step_ms": j["measured_step_ms"],
                             "with_loss_ms": j["measured_step_ms"] +
                             j["measured_ms"]["loss_outside_program"],
+                            "peak_bytes": j[peak_key],
                             "peak_rss_bytes": j["peak_rss_bytes"],
                             "predicted_step_ms": j["predicted_step_ms"],
                             "comm_in_flight_ms": ovl.get("in_flight", 0.0),
@@ -115,10 +131,12 @@ def main():
                         p = run([torchrun, "--standalone", "--nproc-per-node", str(args.nproc),
                                  os.path.join(ROOT, "scripts", "bench_vs_torch_worker.py"),
                                  "--model", name, "--mode", what, "--steps", str(args.steps),
-                                 "--warmup", str(args.warmup), "--threads", str(args.threads)])
+                                 "--warmup", str(args.warmup), "--threads", str(args.threads)] +
+                                device_flags)
                         j = last_json(p.stdout)
                         results[label].append({"step_ms": j["measured_step_ms"],
                                                "with_loss_ms": j["measured_step_ms"],
+                                               "peak_bytes": j[peak_key],
                                                "peak_rss_bytes": j["peak_rss_bytes"]})
                 except (RuntimeError, subprocess.TimeoutExpired, ValueError) as e:
                     print(f"{name:<15} {label:<16} failed: {str(e)[-300:]}", flush=True)
@@ -132,7 +150,7 @@ def main():
                         if base in med and label.startswith("apc") else "")
             hidden = f"{m['hidden_fraction'] * 100:6.0f}%" if "hidden_fraction" in m else ""
             print(f"{name:<15} {label:<16} {m['step_ms']:9.1f} {m['with_loss_ms']:10.1f} "
-                  f"{m['peak_rss_bytes'] / 2**20:13.1f}  {ratio('torch ddp'):>12} "
+                  f"{m['peak_bytes'] / 2**20:13.1f}  {ratio('torch ddp'):>12} "
                   f"{ratio('torch fsdp2'):>14} {hidden:>7}", flush=True)
             cases.append({"model": name, "run": label, **m,
                           "rounds": results[label]})

@@ -12,6 +12,8 @@
 #     the optimizer's plan, ddp, fsdp), lowered, trained with apc-train --device cuda --profile
 #     --json; prints predicted beside measured step time and the error, then the mean absolute
 #     percentage error.
+#  4. With 2+ GPUs: scripts/bench_vs_torch.py --device cuda, apc's plans beside torch's DDP and
+#     FSDP2 on the same GPUs (step time and the CUDA allocator's peak).
 # Output in out/gpu_bench/ (APC_GPU_BENCH_DIR): cluster.json and one profile JSON per case.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -90,3 +92,10 @@ errs = [abs(float(l.split()[-1].rstrip('%'))) for l in open(sys.argv[1]) if l.st
 if errs:
     print(f"mean absolute percentage error over {len(errs)} cases: {sum(errs) / len(errs):.1f}%")
 PYEOF
+# Beside PyTorch's own DDP and FSDP2 on the same GPUs (issue 30), with 2+ GPUs and a CUDA torch.
+if [ "$NPROC" -ge 2 ] && "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  say "apc against torch DDP and FSDP2 on $NPROC GPUs"
+  "$PY" scripts/bench_vs_torch.py --build "$BUILD_DIR" --device cuda --nproc "$NPROC" \
+    --cluster "$WORK/cluster$NPROC.json" --steps "$STEPS" --warmup 3 --repeats 2 \
+    --json "$WORK/vs_torch.json" || say "bench_vs_torch failed"
+fi
