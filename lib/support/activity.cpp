@@ -45,11 +45,28 @@ void setActivity(std::string_view what) {
 
 bool isOutOfMemory(const std::exception& e) {
   if (dynamic_cast<const std::bad_alloc*>(&e)) return true;
-  // c10::alloc_cpu's failures (CAFFE_ENFORCE: a c10::Error): "not enough memory" where it
-  // mallocs, "can't allocate memory" where it uses posix_memalign (LibTorch 2.13 on Linux).
+  // c10::alloc_cpu's failures are c10::Errors whose message starts with LibTorch's own text:
+  // "[enforce fail at alloc_cpu.cpp:N] <condition>. DefaultCPUAllocator: can't allocate memory:
+  // ..." (CAFFE_ENFORCE, LibTorch 2.13 on Linux; "not enough memory" where it mallocs), or the
+  // allocator's phrase itself (a TORCH_CHECK). Only the first line is read, and only from its
+  // start: an error that quotes the user's input (a TorchScript ErrorReport naming an unknown
+  // type, an unpickler's bad key) may hold the phrase further on, and is not out of memory.
   const char* what = e.what();
-  return std::strstr(what, "DefaultCPUAllocator: not enough memory") != nullptr ||
-         std::strstr(what, "DefaultCPUAllocator: can't allocate memory") != nullptr;
+  const char* end = std::strchr(what, '\n');
+  if (!end) end = what + std::strlen(what);
+  const auto startsWith = [&](const char* from, const char* prefix) {
+    size_t n = std::strlen(prefix);
+    return static_cast<size_t>(end - from) >= n && std::strncmp(from, prefix, n) == 0;
+  };
+  const char* phrase = what;
+  constexpr const char* kEnforce = "[enforce fail at alloc_cpu.cpp:";
+  if (startsWith(what, kEnforce)) {
+    // Past "<line>] <condition>. ", at the first "DefaultCPUAllocator: " of the line.
+    phrase = std::strstr(what, "DefaultCPUAllocator: ");
+    if (!phrase || phrase >= end) return false;
+  }
+  return startsWith(phrase, "DefaultCPUAllocator: not enough memory") ||
+         startsWith(phrase, "DefaultCPUAllocator: can't allocate memory");
 }
 
 void installOutOfMemoryHandler(const char* tool) {

@@ -80,6 +80,18 @@ TEST(Cli, BadInputsAreOneLineAndExitTwo) {
   expectOneLineError(runApc("inspect " + kSamples + "control_flow.pt"), "prim::If");
 }
 
+// fuzz_pt's finding: an archive whose code quotes LibTorch's allocator phrase ("...
+// DefaultCPUAllocator: can't allocate memory...") in a type name or a token. LibTorch's error
+// quotes it back; taken for out of memory, it ended as "out of memory while importing" (and, in
+// the fuzzer, as an exception out of the importer).
+TEST(Cli, AnArchiveQuotingTheAllocatorsPhraseIsNotOutOfMemory) {
+  for (const char* name : {"oom_phrase_in_type_name.pt", "oom_phrase_in_token.pt"}) {
+    Result r = runApc("inspect " + std::string(APC_SOURCE_DIR) + "/tests/fuzz/seeds/pt/" + name);
+    expectOneLineError(r, "not a readable TorchScript archive");
+    EXPECT_EQ(r.err.find("out of memory"), std::string::npos) << r.err;
+  }
+}
+
 TEST(Cli, TruncatedArchiveIsOneLine) {
   fs::path tmp = fs::temp_directory_path() / ("apc_trunc_" + std::to_string(::getpid()) + ".pt");
   std::ifstream in(kSamples + "gpt2_tiny.pt", std::ios::binary);

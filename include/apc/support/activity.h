@@ -18,8 +18,10 @@ namespace apc {
 void setActivity(std::string_view what);
 
 /// Whether `e` reports that memory ran out: std::bad_alloc (operator new, containers) or
-/// LibTorch's CPU allocator (a c10::Error, "DefaultCPUAllocator: not enough memory" or
-/// "DefaultCPUAllocator: can't allocate memory").
+/// LibTorch's CPU allocator (a c10::Error whose message starts "[enforce fail at
+/// alloc_cpu.cpp:N] ... DefaultCPUAllocator: not enough memory" or "... can't allocate memory" on
+/// its first line, or with the allocator's phrase itself). An error that merely quotes the phrase
+/// (from the user's input) is not.
 bool isOutOfMemory(const std::exception& e);
 
 /// In a catch handler that turns an exception into an error value or another exception (an
