@@ -18,7 +18,9 @@
 #include <unordered_set>
 #include <utility>
 
+#include "apc/cost/cost_model.h"
 #include "apc/cost/edge.h"
+#include "apc/cost/redistribute.h"
 #include "apc/layout/layout.h"
 #include "apc/strategy/sync_norm.h"
 #include "apc/support/strings.h"
@@ -275,6 +277,10 @@ class Model {
 
   /// The estimate without optimizer state (it adds the same bytes at every point of the step).
   Expected<MemoryEstimate> run() {
+    // The cost model decides which parameters' gradients the runtime buckets
+    // (unbucketedGradientBytes);
+    // a spec it cannot price leaves every where-it-lies gradient bucketed.
+    if (auto m = cost::costModelFor(p_.spec); m.ok()) model_ = std::move(m).value();
     APC_RETURN_IF_ERROR(mapPlan());
     for (const std::string& module : p_.checkpoint) {
       const std::optional<ir::NodeRange> r = ir::checkpointRange(g_, module);
@@ -585,7 +591,8 @@ class Model {
       // A parameter read only inside checkpointed segments gets its gradient during the
       // recompute, synchronously, never deferred to a bucket.
       const bool checkpointed_only = !segments_.empty() && !read_outside_segments_.count(pp.name);
-      if (replicated && !redistributed_params_.count(pp.name) && !checkpointed_only)
+      if (replicated && !redistributed_params_.count(pp.name) && !checkpointed_only &&
+          !unbucketed_params_.count(pp.name))
         bucketed += pp.bytes_per_rank;
     }
     if (bucketed > 0) {
@@ -840,6 +847,38 @@ class Model {
     }
   }
 
+  /// For parameter value `v` read where it lies (at `at`) by plan node `pi`, whose gradient goes
+  /// back by something else than one all-reduce: what its collectives hold beside the gradient
+  /// while they run (0 for the others). Lowering buckets exactly the gradients whose plan is one
+  /// all-reduce (cost::bucketedGradientUs); the cost model may prefer a reduce-scatter and an
+  /// all-gather (large tensors on the CPU device), run as the gradient arrives, never held for the
+  /// end-of-backward buckets. Their temporaries (each step's output, beside its input; on the CPU
+  /// Gloo's flat copy of an all-gather's output and the reduce-scatter's own buffer) are counted as
+  /// the largest step's: its input piece, its output and, on Gloo, one more full copy.
+  int64_t unbucketedGradientBytes(int64_t pi, ir::ValueId v,
+                                  const std::optional<mesh::PlacementTuple>& at) const {
+    if (!model_ || pi < 0 || !at) return 0;
+    const std::optional<ir::TensorMeta>& t = cg_.value(v).tensor;
+    if (!t || !t->requires_grad || !ir::isFloating(t->dtype)) return 0;
+    const PlanNode& pn = p_.nodes[static_cast<size_t>(pi)];
+    const std::vector<bool> split =
+        cost::opSplit(pn.input_placements, pn.outputs, p_.spec.mesh.ndim());
+    const mesh::PlacementTuple from = cost::gradientPlacement(*at, split);
+    const mesh::PlacementTuple to = cost::partialAsReplicate(*at);
+    if (from == to) return 0;
+    auto bwd = cost::planRedistribution(*t, from, to, p_.spec.mesh, *model_);
+    if (!bwd.ok() || !bwd->feasible || bwd->steps.empty() ||
+        cost::bucketedGradientUs(*bwd, *model_, 1.0))
+      return 0;
+    const bool gloo = p_.spec.device == "cpu";
+    int64_t most = 0;
+    for (const cost::RedistributionStep& st : bwd->steps) {
+      const int64_t full = st.full_bytes, piece = full / std::max<int64_t>(st.group_size, 1);
+      most = std::max(most, piece + full + (gloo ? full : 0));
+    }
+    return std::max<int64_t>(most, 1);
+  }
+
   int64_t newStorage(StorageKind kind, int64_t bytes, int64_t alloc) {
     Storage s;
     s.kind = kind;
@@ -867,6 +906,11 @@ class Model {
                       stored.tensor->dtype != cg_.value(v).tensor->dtype;
     const bool moved = want && have && !(*want == *have);
     if (moved && is_param) redistributed_params_.insert(bs.param);
+    if (!moved && is_param)
+      if (const int64_t temp = unbucketedGradientBytes(pi, v, want ? want : have); temp > 0) {
+        unbucketed_params_.insert(bs.param);
+        copy_grad_bytes_[static_cast<size_t>(pos)] += temp;
+      }
     if (is_param && segment_of_[static_cast<size_t>(pos)] < 0)
       read_outside_segments_.insert(bs.param);
     if (!moved && !cast) return base;
@@ -1036,6 +1080,8 @@ class Model {
   std::vector<int64_t> copy_grad_bytes_;
   std::map<std::string, int64_t> copies_;
   std::set<std::string> redistributed_params_;   // parameters a reader takes in another placement
+  std::set<std::string> unbucketed_params_;      // read where they lie, gradient not one all-reduce
+  std::optional<cost::CostModel> model_;         // the plan's spec's (unbucketedGradient)
   std::set<std::string> read_outside_segments_;  // parameters an op outside checkpoints reads
   int64_t grad_bucket_bytes_ = kGradBucketBytes;
 };

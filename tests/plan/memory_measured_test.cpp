@@ -87,12 +87,22 @@ TEST_F(MeasuredMemory, DdpWithAdamW) {
 
 // The runtime gathers, re-gathers and reduce-scatters FSDP's parameters by group
 // (artifact::paramGatherGroups: here two groups of two layers), which the model follows
-// (plan::GatherGroup, given by lowering): predicted 9.4 MiB against 8.9 or 10.4 MiB measured (the
-// larger when Gloo's flat copy of the re-gather issued ahead in backward is made before the
-// gather's results are freed, a race; the model counts half of it), +5% or -10%; 17% to 29% below
-// before the model followed the groups. Allowed 15%.
+// (plan::GatherGroup, given by lowering): predicted 9.4 MiB against 8.9 measured (+5%); 17% to
+// 29% below before the model followed the groups. The measured peak was 8.9 or 10.4 MiB from run
+// to run until the communicator freed each collective's buffers on the caller's thread before
+// returning (c10d_comm.cpp, releaseWork). Allowed 10%.
 TEST_F(MeasuredMemory, FsdpWithSgd) {
-  check("mlp_stack.pt", "--strategy fsdp", "sgd", "", 0.15);
+  check("mlp_stack.pt", "--strategy fsdp", "sgd", "", 0.10);
+}
+
+// On the CPU device the cost model sends the gradients of resnet_bottleneck's 1 MiB convolution
+// weights back by a reduce-scatter and an all-gather (cheaper than Gloo's all-reduce there), so
+// lowering does not bucket them: they are reduced as they arrive. The model held them for the
+// end-of-backward buckets as every replicated parameter's: predicted 46.2 MiB against 41.9
+// measured (+10.2%); -1.4% since it asks the cost model which gradients are one all-reduce and
+// counts the others' collectives' temporaries. Allowed 5%.
+TEST_F(MeasuredMemory, DdpWithGradientsReducedOutsideTheBuckets) {
+  check("resnet_bottleneck.pt", "--strategy ddp", "sgd", "", 0.05);
 }
 
 TEST_F(MeasuredMemory, OptimizersPlanOfADecoder) {
