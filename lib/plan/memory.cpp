@@ -547,10 +547,12 @@ class Model {
       grad_start[static_cast<size_t>(last)] += bytes;
       grad_end[static_cast<size_t>(prod)] += bytes;
     }
-    // A pending reduce-scatter holds its full-size input; Gloo's (CPU) also a flat copy of it
-    // until the work is waited for (measured: mlp_stack's FSDP plan on 2 CPU ranks, -26% with one
-    // copy counted, -6% with two). NCCL reduces in place: one (not measured here).
-    const int64_t held_copies = p_.spec.device == "cpu" ? 2 : 1;
+    // A pending reduce-scatter (or a group's all-reduce) holds one full-size buffer until the
+    // work is waited for: NCCL's input; on the CPU the communicator's own copy that it
+    // all-reduces in place (c10d_comm.cpp; the caller's input is dropped once issued). Gloo's
+    // own reduce-scatter held two, its clone and the input (-26% on mlp_stack's FSDP plan with one
+    // counted then); resnet_bottleneck's FSDP plan measures one since the communicator's own.
+    const int64_t held_copies = 1;
     std::vector<int64_t> reducing_at(static_cast<size_t>(num_ops) + 1, 0);
     // A gather group's gradients are reduced together (placeGroups): its flat buffer from the
     // last member's gradient on, in place of each member's.

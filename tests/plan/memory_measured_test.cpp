@@ -105,6 +105,15 @@ TEST_F(MeasuredMemory, DdpWithGradientsReducedOutsideTheBuckets) {
   check("resnet_bottleneck.pt", "--strategy ddp", "sgd", "", 0.05);
 }
 
+// resnet_bottleneck's FSDP plan on the CPU device reduces each block's gradients by one all-reduce
+// of their concatenation, held until the end of backward: one buffer per block (Gloo all-reduces
+// in place, and the communicator's reduce-scatter is an all-reduce of its own copy), where the
+// model counted two, Gloo's own reduce-scatter's: predicted 51.1 MiB against 41.4 measured
+// (+23%), now 42.3 (+2.1%). Allowed 5%.
+TEST_F(MeasuredMemory, FsdpHoldsOneBufferPerPendingReduction) {
+  check("resnet_bottleneck.pt", "--strategy fsdp", "sgd", "", 0.05);
+}
+
 TEST_F(MeasuredMemory, OptimizersPlanOfADecoder) {
   check("llama_tiny.pt", "", "adamw");
 }
