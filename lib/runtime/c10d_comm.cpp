@@ -520,12 +520,13 @@ class C10dCommunicator final : public Communicator {
   /// plan measured 3.15 or 3.56 MiB, mlp_stack's 8.9 or 10.4). Here they are freed by the caller,
   /// when the collective returns, where the memory model frees them. Gloo only (a CPU wire):
   /// NCCL's watchdog keeps its Works for a while, and CUDA memory is freed in stream order
-  /// anyway. Bounded: a backend that holds its reference past 200 ms (a loaded machine, or a
-  /// LibTorch that keeps Works) is left to it, and from then on not waited for.
+  /// anyway. Bounded: a backend that holds its reference past 2 s (a LibTorch that keeps its Works;
+  /// a loaded machine's descheduled worker lets go in microseconds to milliseconds) is left to it,
+  /// and from then on not waited for.
   void releaseWork(c10::intrusive_ptr<c10d::Work>& work) {
     if (!work) return;
     if (wire_.is_cpu() && !keeps_works_) {
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
       while (work.use_count() > 1) {
         if (std::chrono::steady_clock::now() > until) {
           keeps_works_ = true;

@@ -109,9 +109,10 @@ TEST_F(MeasuredMemory, DdpWithGradientsReducedOutsideTheBuckets) {
 // of their concatenation, held until the end of backward: one buffer per block (Gloo all-reduces
 // in place, and the communicator's reduce-scatter is an all-reduce of its own copy), where the
 // model counted two, Gloo's own reduce-scatter's: predicted 51.1 MiB against 41.4 measured
-// (+23%), now 42.3 (+2.1%). Allowed 5%.
+// (+23%), now 42.3 (+2.1%). Allowed 10%: the forward's gathers are issued ahead, and Gloo makes
+// its flat copy of one (up to 3.6 MB here) on its own thread while the step computes.
 TEST_F(MeasuredMemory, FsdpHoldsOneBufferPerPendingReduction) {
-  check("resnet_bottleneck.pt", "--strategy fsdp", "sgd", "", 0.05);
+  check("resnet_bottleneck.pt", "--strategy fsdp", "sgd", "", 0.10);
 }
 
 TEST_F(MeasuredMemory, OptimizersPlanOfADecoder) {
