@@ -278,8 +278,8 @@ class Model {
   /// The estimate without optimizer state (it adds the same bytes at every point of the step).
   Expected<MemoryEstimate> run() {
     // The cost model decides which parameters' gradients the runtime buckets
-    // (unbucketedGradientBytes);
-    // a spec it cannot price leaves every where-it-lies gradient bucketed.
+    // (unbucketedGradientBytes); a spec it cannot price leaves every where-it-lies gradient
+    // bucketed.
     if (auto m = cost::costModelFor(p_.spec); m.ok()) model_ = std::move(m).value();
     APC_RETURN_IF_ERROR(mapPlan());
     for (const std::string& module : p_.checkpoint) {
@@ -552,15 +552,13 @@ class Model {
     // all-reduces in place (c10d_comm.cpp; the caller's input is dropped once issued). Gloo's
     // own reduce-scatter held two, its clone and the input (-26% on mlp_stack's FSDP plan with one
     // counted then); resnet_bottleneck's FSDP plan measures one since the communicator's own.
-    const int64_t held_copies = 1;
     std::vector<int64_t> reducing_at(static_cast<size_t>(num_ops) + 1, 0);
     // A gather group's gradients are reduced together (placeGroups): its flat buffer from the
     // last member's gradient on, in place of each member's.
     for (const Storage& s : storages_)
       if (s.gathered_param && s.group < 0 && s.last_use >= 0 && s.last_use < num_ops)
-        reducing_at[static_cast<size_t>(s.last_use)] += held_copies * s.bytes;
-    for (size_t i = 0; i < reducing_at.size(); ++i)
-      reducing_at[i] += held_copies * grouped.reduce_at[i];
+        reducing_at[static_cast<size_t>(s.last_use)] += s.bytes;
+    for (size_t i = 0; i < reducing_at.size(); ++i) reducing_at[i] += grouped.reduce_at[i];
     int64_t grads = 0, pending = 0, reducing = 0, regathered = 0;
     for (int64_t pos = num_ops - 1; pos >= 0; --pos) {
       const size_t i = static_cast<size_t>(pos);
@@ -1083,7 +1081,7 @@ class Model {
   std::map<std::string, int64_t> copies_;
   std::set<std::string> redistributed_params_;   // parameters a reader takes in another placement
   std::set<std::string> unbucketed_params_;      // read where they lie, gradient not one all-reduce
-  std::optional<cost::CostModel> model_;         // the plan's spec's (unbucketedGradient)
+  std::optional<cost::CostModel> model_;         // the plan's spec's (unbucketedGradientBytes)
   std::set<std::string> read_outside_segments_;  // parameters an op outside checkpoints reads
   int64_t grad_bucket_bytes_ = kGradBucketBytes;
 };

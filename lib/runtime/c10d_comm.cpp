@@ -12,15 +12,15 @@
 //                    SUM then floor division, as torch does)
 //   reduce-scatter   _reduce_scatter_base (reduce_scatter_tensor) (p-1) * padded piece bytes
 //                    of the dim moved to the front and padded to  = (p-1)/p n when even
-//                    p equal torch.chunk pieces; trim. On Gloo an
-//                    allreduce of that buffer (a copy when it is
-//                    the caller's), then this member's piece:
-//                    what Gloo's own reduce-scatter does, with a
-//                    clone and a Work of its own that its worker
-//                    thread could free after the call returned
+//                    p equal torch.chunk pieces; trim (Gloo: below)
 //   all-to-all       alltoall_base with uneven split sizes        local bytes - own piece bytes
 //   broadcast        broadcast                                    root: (p-1) * bytes, others 0
 //   barrier          barrier                                      0
+//
+// On Gloo the reduce-scatter is an allreduce of that buffer (a copy when it is the caller's), then
+// this member's piece: what Gloo's own _reduce_scatter_base does, but on the communicator's buffer,
+// where Gloo clones it inside a Work of its own that its worker thread could free after the call
+// returned (see releaseWork). The bytes counted stay the reduce-scatter's.
 //
 // The counted bytes are those of the algorithm run on the buffers handed to c10d (padding
 // included), so for even pieces they equal the formulas of apc/cost/collectives.h. Gloo in
