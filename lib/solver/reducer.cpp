@@ -73,7 +73,9 @@ std::optional<std::vector<std::vector<uint32_t>>> feasibleStrategies(const Probl
 }
 
 Reducer::Reducer(const Problem& p, ReducerOptions options)
-    : p_(p), frozen_(std::move(options.frozen)) {
+    : p_(p),
+      frozen_(std::move(options.frozen)),
+      drop_unsupported_frozen_(options.drop_unsupported_frozen) {
   size_t n = p.nodes.size();
   alive_.assign(n, true);
   cost_.resize(n);
@@ -92,6 +94,7 @@ Reducer::Reducer(const Problem& p, ReducerOptions options)
         keep_[e.src], keep_[e.dst]);
     addEdge(e.src, e.dst, std::move(t));
   }
+  if (!hasEmptyNode() && dropUnsupported(options.deadline) && stopped_) return;
   if (options.prune_dominated && !hasEmptyNode()) pruneDominated(options.deadline);
 }
 
@@ -109,8 +112,91 @@ bool Reducer::run(const Deadline& deadline) {
         changed = true;
       }
     }
+    // Eliminations sum tables into new edges, whose infinite rows 1a drops in turn (and a node
+    // left with one strategy is eliminated on the next pass).
+    if (!changed && !hasEmptyNode()) {
+      changed = dropUnsupported(deadline);
+      if (stopped_) return false;
+    }
   }
   return true;
+}
+
+void Reducer::restrictNode(uint32_t v, const std::vector<uint32_t>& local) {
+  std::vector<uint32_t> keep;
+  std::vector<double> cost;
+  keep.reserve(local.size());
+  cost.reserve(local.size());
+  for (uint32_t k : local) {
+    keep.push_back(keep_[v][k]);
+    cost.push_back(cost_[v][k]);
+  }
+  std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
+  for (uint32_t u : nbs) {
+    std::vector<uint32_t> all(cost_[u].size());
+    for (uint32_t k = 0; k < all.size(); ++k) all[k] = k;
+    Table t = detail::restrict(edgeMatrix(v, u), local, all);
+    removeEdge(v, u);
+    addEdge(v, u, std::move(t));
+  }
+  keep_[v] = std::move(keep);
+  cost_[v] = std::move(cost);
+}
+
+bool Reducer::dropUnsupported(const Deadline& deadline) {
+  const size_t n = alive_.size();
+  std::vector<uint32_t> queue;
+  std::vector<bool> queued(n, false);
+  for (uint32_t v = 0; v < n; ++v)
+    if (alive_[v] && !adj_[v].empty()) {
+      queue.push_back(v);
+      queued[v] = true;
+    }
+  // Smallest node id first: the drops, and so the kept lists, do not depend on the queue's order
+  // anyway (the fixed point is unique), but a stable order keeps the work predictable.
+  std::reverse(queue.begin(), queue.end());
+  bool any = false;
+  while (!queue.empty()) {
+    if (deadline.passed()) {
+      stopped_ = true;
+      return any;
+    }
+    const uint32_t v = queue.back();
+    queue.pop_back();
+    queued[v] = false;
+    if (!alive_[v] || cost_[v].empty() || (frozen_[v] && !drop_unsupported_frozen_)) continue;
+    // v's classes on each edge that have a finite entry, read off the stored orientation.
+    std::vector<bool> ok(cost_[v].size(), true);
+    bool drop = false;
+    for (uint32_t u : adj_[v]) {
+      const Table& t = edges_.at({std::min(u, v), std::max(u, v)});
+      const bool rows = v < u;  // v's strategies index the rows
+      std::vector<bool> supported(rows ? t.rows : t.cols, false);
+      for (size_t r = 0; r < t.rows; ++r)
+        for (size_t c = 0; c < t.cols; ++c)
+          if (std::isfinite(t.at(r, c))) supported[rows ? r : c] = true;
+      const std::vector<uint32_t>& of = rows ? t.row_of : t.col_of;
+      for (size_t s = 0; s < ok.size(); ++s)
+        if (!supported[of[s]]) {
+          ok[s] = false;
+          drop = true;
+        }
+    }
+    if (!drop) continue;
+    std::vector<uint32_t> local;
+    for (uint32_t k = 0; k < ok.size(); ++k)
+      if (ok[k]) local.push_back(k);
+    unsupported_ += ok.size() - local.size();
+    restrictNode(v, local);
+    any = true;
+    if (local.empty()) return any;  // infeasible: hasEmptyNode() says so
+    for (uint32_t u : adj_[v])
+      if (!queued[u]) {
+        queue.push_back(u);
+        queued[u] = true;
+      }
+  }
+  return any;
 }
 
 Problem Reducer::reduced(std::vector<uint32_t>& ids) const {
@@ -309,22 +395,7 @@ bool Reducer::pruneNode(uint32_t v) {
   if (dropped.empty()) return false;
   for (auto [s, by] : dropped) pruned_.push_back({v, keep_[v][s], keep_[v][by]});
   std::sort(kept.begin(), kept.end());
-  std::vector<uint32_t> keep;
-  std::vector<double> cost;
-  for (uint32_t k : kept) {
-    keep.push_back(keep_[v][k]);
-    cost.push_back(cost_[v][k]);
-  }
-  for (size_t e = 0; e < nbs.size(); ++e) {
-    uint32_t u = nbs[e];
-    std::vector<uint32_t> all(cost_[u].size());
-    for (uint32_t k = 0; k < all.size(); ++k) all[k] = k;
-    Table t = detail::restrict(tables[e], kept, all);
-    removeEdge(v, u);
-    addEdge(v, u, std::move(t));
-  }
-  keep_[v] = std::move(keep);
-  cost_[v] = std::move(cost);
+  restrictNode(v, kept);
   return true;
 }
 

@@ -57,6 +57,9 @@ std::optional<std::vector<std::vector<uint32_t>>> feasibleStrategies(const Probl
 struct ReducerOptions {
   // Nodes never eliminated nor pruned (the folded bound's nodes with linked edges); empty = none.
   std::vector<bool> frozen;
+  // Step 1a on the frozen nodes too: a caller that reads their strategies through kept() (the
+  // folded bound) rather than by their original indices (the chain bound).
+  bool drop_unsupported_frozen = false;
   // Step 1b's drops; off when the caller applied them to the problem the nodes stand for.
   bool drop_by_memory = true;
   // Step 1c; off where the reduction runs many times on small problems that elimination solves
@@ -76,6 +79,9 @@ class Reducer {
 
   /// Strategies dropped by dominance (step 1c), in the order they were dropped.
   size_t prunedStrategies() const { return pruned_.size(); }
+
+  /// Strategies dropped because an edge allows none of them (step 1a).
+  size_t unsupportedStrategies() const { return unsupported_; }
 
   /// Eliminates what it can; nodes in the memory bound stay.
   /// Stops early, returning false, when `deadline` passes (then the reduction is unfinished and
@@ -133,6 +139,15 @@ class Reducer {
     adj_[b].erase(a);
   }
 
+  /// 1a in the file comment: drops every strategy whose row is infinite on some edge (no kept
+  /// strategy of that neighbour goes with it), to a fixed point. Returns whether it dropped any;
+  /// false with stopped_ set when `deadline` passed.
+  bool dropUnsupported(const Deadline& deadline);
+
+  /// Keeps the kept strategies `local` of v (indices into keep_[v], ascending) and restricts v's
+  /// edges to them.
+  void restrictNode(uint32_t v, const std::vector<uint32_t>& local);
+
   /// 1c in the file comment: drops strategies dominated in cost, memory and every edge row.
   void pruneDominated(const Deadline& deadline);
 
@@ -150,6 +165,7 @@ class Reducer {
 
   const Problem& p_;
   std::vector<bool> frozen_;
+  bool drop_unsupported_frozen_ = false;
   std::vector<bool> alive_;
   std::vector<std::vector<double>> cost_;  // per node, over kept strategies
   std::vector<std::vector<uint32_t>> keep_;
@@ -158,6 +174,7 @@ class Reducer {
   std::map<std::pair<uint32_t, uint32_t>, Table> edges_;
   std::vector<Elimination> eliminations_;
   std::vector<Pruned> pruned_;         // 1c, in order
+  size_t unsupported_ = 0;             // strategies dropped by 1a
   std::vector<bool> variable_memory_;  // per node: memory varies over its kept strategies (1b)
   bool memory_redundant_ = false;      // every choice satisfies the memory bound (1b)
   double eliminated_memory_ = 0;       // constant memory of eliminated nodes (1b)

@@ -568,6 +568,91 @@ TEST(Reduction, DominanceWithForbiddenPairs) {
   EXPECT_EQ(s->status, SolveStatus::kOptimal);
 }
 
+TEST(Reduction, UnsupportedStrategiesDropToAFixedPoint) {
+  // u - v - w, each with two strategies. u0's row on u-v is all infinite; once u0 is gone, v1's
+  // column has no finite entry left; once v1 is gone, w0's has none on v-w. Three drops, each
+  // found only after the one before.
+  Problem p;
+  p.nodes.resize(3);
+  p.nodes[0].name = "u";
+  p.nodes[0].costs = {0, 5};
+  p.nodes[1].name = "v";
+  p.nodes[1].costs = {3, 0};
+  p.nodes[2].name = "w";
+  p.nodes[2].costs = {0, 4};
+  p.edges.push_back({0, 1, {kInfinity, kInfinity, 1, kInfinity}});  // rows u, columns v
+  p.edges.push_back({1, 2, {kInfinity, 2, 0, 0}});                  // rows v, columns w
+  auto brute = bruteForce(p);
+  ASSERT_TRUE(brute.ok());
+  GraphProblem gp;
+  gp.problem = p;
+  ReductionStats stats;
+  auto s = solveGraphProblem(gp, {}, &stats);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(stats.unsupported, 3u);
+  EXPECT_EQ(s->choice, (std::vector<uint32_t>{1, 0, 1}));
+  EXPECT_NEAR(s->objective, brute->objective, 1e-12);
+  EXPECT_EQ(s->status, SolveStatus::kOptimal);
+}
+
+TEST(Reduction, UnsupportedDropsKeepTheOptimumOfMostlyForbiddenPairs) {
+  // Random DAGs where most pairs are forbidden: 1a drops strategies (and the problem may be
+  // infeasible, which the solve must still report); the optimum is brute force's.
+  std::mt19937 rng(77);
+  std::uniform_real_distribution<double> cost(0, 100);
+  std::bernoulli_distribution forbid(0.6);
+  size_t dropped = 0;
+  int feasible = 0;
+  for (int trial = 0; trial < 80; ++trial) {
+    const int n = 4 + trial % 3;
+    Problem p;
+    for (int i = 0; i < n; ++i) {
+      ProblemNode v;
+      v.name = "n" + std::to_string(i);
+      const int ks = 2 + trial % 3;
+      for (int k = 0; k < ks; ++k) {
+        v.costs.push_back(cost(rng));
+        v.memory.push_back(std::floor(cost(rng)));
+      }
+      if (trial % 2) v.memory.clear();
+      p.nodes.push_back(v);
+    }
+    for (int i = 1; i < n; ++i) {
+      std::set<int> srcs = {std::uniform_int_distribution<int>(0, i - 1)(rng),
+                            std::uniform_int_distribution<int>(0, i - 1)(rng)};
+      for (int src : srcs) {
+        ProblemEdge e;
+        e.src = static_cast<uint32_t>(src);
+        e.dst = static_cast<uint32_t>(i);
+        for (size_t a = 0; a < p.nodes[src].costs.size(); ++a)
+          for (size_t b = 0; b < p.nodes[i].costs.size(); ++b)
+            e.costs.push_back(forbid(rng) ? kInfinity : cost(rng));
+        p.edges.push_back(e);
+      }
+    }
+    if (trial % 2 == 0) {
+      double total = 0;
+      for (const auto& v : p.nodes) total += *std::max_element(v.memory.begin(), v.memory.end());
+      p.memory = MemoryBound{0, total * 0.7};
+    }
+    auto brute = bruteForce(p);
+    GraphProblem gp;
+    gp.problem = p;
+    ReductionStats stats;
+    auto reduced = solveGraphProblem(gp, {}, &stats);
+    ASSERT_EQ(brute.ok(), reduced.ok()) << "trial " << trial;
+    dropped += stats.unsupported;
+    if (!brute.ok()) continue;
+    ++feasible;
+    EXPECT_NEAR(reduced->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
+        << "trial " << trial;
+    EXPECT_DOUBLE_EQ(evaluate(p, reduced->choice), reduced->objective) << "trial " << trial;
+    EXPECT_EQ(reduced->status, SolveStatus::kOptimal) << "trial " << trial;
+  }
+  EXPECT_GE(feasible, 20);
+  EXPECT_GT(dropped, 20u);
+}
+
 TEST(TimeLimit, ExpiredDeadlineGivesTheBestPlanWithItsGap) {
   GraphProblem gp = layered();
   auto optimal = solveGraphProblem(gp);

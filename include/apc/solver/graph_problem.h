@@ -129,6 +129,7 @@ struct ReductionStats {
   size_t clusters = 0;  // repeated-layer clusters whose variables were tied
   size_t dominated =
       0;  // strategies dropped as dominated (solve_graph_problem.cpp, 1c) before the ILP
+  size_t unsupported = 0;  // strategies dropped for an edge that allows none of them (1a)
   ClusterCheck cluster_check = ClusterCheck::kNone;
   CheckBound check_bound = CheckBound::kNone;
   std::string check_why;  // with kNotProven: the status or the size that stopped the check
