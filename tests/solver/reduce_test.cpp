@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -103,28 +104,39 @@ ProblemEdge factorize(const ProblemEdge& e, size_t ns, size_t nt) {
   return f;
 }
 
+/// Caps the memory row at `fraction` of the sum of every node's largest memory.
+void capMemoryRow(Problem& p, double fraction) {
+  double total = 0;
+  for (const auto& v : p.nodes) total += *std::max_element(v.memory.begin(), v.memory.end());
+  p.memory = MemoryBound{0, total * fraction};
+}
+
+/// Solves `p` with every reduction into `stats` and checks it against brute force: the same
+/// verdict and, when feasible, the same optimum, proven. Returns the solution when feasible.
+std::optional<Solution> reducedMatchesBruteForce(const Problem& p, int trial,
+                                                 ReductionStats& stats) {
+  auto brute = bruteForce(p);
+  GraphProblem gp;
+  gp.problem = p;
+  auto reduced = solveGraphProblem(gp, {}, &stats);
+  EXPECT_EQ(brute.ok(), reduced.ok()) << "trial " << trial;
+  if (!brute.ok() || !reduced.ok()) return std::nullopt;
+  EXPECT_NEAR(reduced->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
+      << "trial " << trial;
+  EXPECT_DOUBLE_EQ(evaluate(p, reduced->choice), reduced->objective) << "trial " << trial;
+  EXPECT_EQ(reduced->status, SolveStatus::kOptimal) << "trial " << trial;
+  return std::move(reduced).value();
+}
+
 TEST(Reduction, DominancePruningKeepsTheOptimum) {
   std::mt19937 rng(2024);
   int compared = 0;
   size_t dominated = 0;
   for (int trial = 0; trial < 60; ++trial) {
     Problem p = plantedProblem(rng, 4 + trial % 3, 1 + trial % 2, trial % 3 == 0);
-    if (trial % 3 == 0) {
-      double total = 0;
-      for (const auto& v : p.nodes) total += *std::max_element(v.memory.begin(), v.memory.end());
-      p.memory = MemoryBound{0, total * 0.6};
-    }
-    auto brute = bruteForce(p);
-    GraphProblem gp;
-    gp.problem = p;
+    if (trial % 3 == 0) capMemoryRow(p, 0.6);
     ReductionStats stats;
-    auto reduced = solveGraphProblem(gp, {}, &stats);
-    ASSERT_EQ(brute.ok(), reduced.ok()) << "trial " << trial;
-    if (!brute.ok()) continue;
-    EXPECT_NEAR(reduced->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
-        << "trial " << trial;
-    EXPECT_DOUBLE_EQ(evaluate(p, reduced->choice), reduced->objective) << "trial " << trial;
-    EXPECT_EQ(reduced->status, SolveStatus::kOptimal);
+    if (!reducedMatchesBruteForce(p, trial, stats)) continue;
     dominated += stats.dominated;
     ++compared;
   }
@@ -556,16 +568,9 @@ TEST(Reduction, DominanceWithForbiddenPairs) {
   // u-w and v-w keep every other strategy undominated.
   p.edges.push_back({1, 2, {0, 3, 3, 0}});
   p.edges.push_back({0, 2, {0, 0, 0, 0, 0, 0}});
-  auto brute = bruteForce(p);
-  ASSERT_TRUE(brute.ok());
-  GraphProblem gp;
-  gp.problem = p;
   ReductionStats stats;
-  auto s = solveGraphProblem(gp, {}, &stats);
-  ASSERT_TRUE(s.ok()) << s.error().message();
+  ASSERT_TRUE(reducedMatchesBruteForce(p, 0, stats));
   EXPECT_EQ(stats.dominated, 1u);
-  EXPECT_NEAR(s->objective, brute->objective, 1e-12);
-  EXPECT_EQ(s->status, SolveStatus::kOptimal);
 }
 
 TEST(Reduction, UnsupportedStrategiesDropToAFixedPoint) {
@@ -582,17 +587,11 @@ TEST(Reduction, UnsupportedStrategiesDropToAFixedPoint) {
   p.nodes[2].costs = {0, 4};
   p.edges.push_back({0, 1, {kInfinity, kInfinity, 1, kInfinity}});  // rows u, columns v
   p.edges.push_back({1, 2, {kInfinity, 2, 0, 0}});                  // rows v, columns w
-  auto brute = bruteForce(p);
-  ASSERT_TRUE(brute.ok());
-  GraphProblem gp;
-  gp.problem = p;
   ReductionStats stats;
-  auto s = solveGraphProblem(gp, {}, &stats);
-  ASSERT_TRUE(s.ok()) << s.error().message();
+  std::optional<Solution> s = reducedMatchesBruteForce(p, 0, stats);
+  ASSERT_TRUE(s);
   EXPECT_EQ(stats.unsupported, 3u);
   EXPECT_EQ(s->choice, (std::vector<uint32_t>{1, 0, 1}));
-  EXPECT_NEAR(s->objective, brute->objective, 1e-12);
-  EXPECT_EQ(s->status, SolveStatus::kOptimal);
 }
 
 TEST(Reduction, UnsupportedDropsKeepTheOptimumOfMostlyForbiddenPairs) {
@@ -630,24 +629,10 @@ TEST(Reduction, UnsupportedDropsKeepTheOptimumOfMostlyForbiddenPairs) {
         p.edges.push_back(e);
       }
     }
-    if (trial % 2 == 0) {
-      double total = 0;
-      for (const auto& v : p.nodes) total += *std::max_element(v.memory.begin(), v.memory.end());
-      p.memory = MemoryBound{0, total * 0.7};
-    }
-    auto brute = bruteForce(p);
-    GraphProblem gp;
-    gp.problem = p;
+    if (trial % 2 == 0) capMemoryRow(p, 0.7);
     ReductionStats stats;
-    auto reduced = solveGraphProblem(gp, {}, &stats);
-    ASSERT_EQ(brute.ok(), reduced.ok()) << "trial " << trial;
+    if (reducedMatchesBruteForce(p, trial, stats)) ++feasible;
     dropped += stats.unsupported;
-    if (!brute.ok()) continue;
-    ++feasible;
-    EXPECT_NEAR(reduced->objective, brute->objective, 1e-6 * std::max(1.0, brute->objective))
-        << "trial " << trial;
-    EXPECT_DOUBLE_EQ(evaluate(p, reduced->choice), reduced->objective) << "trial " << trial;
-    EXPECT_EQ(reduced->status, SolveStatus::kOptimal) << "trial " << trial;
   }
   EXPECT_GE(feasible, 20);
   EXPECT_GT(dropped, 20u);
