@@ -348,6 +348,12 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
   };
   std::map<std::array<uint32_t, 3>, Pool> pools;
   for (const Sub& h : subs) {
+    // The tables are dense (seconds and gigabytes on four-dim meshes): stopped by the deadline,
+    // as the reduction below is, so that the solve that waits for this thread keeps its limit.
+    if (so.deadline.passed()) {
+      out.why = statusName(SolveStatus::kTimeLimit);
+      return out;
+    }
     const ProblemEdge& e0 = full.edges[h.edge0];
     detail::Table t = detail::restrict(
         detail::tableOf(e0, full.nodes[e0.src].numStrategies(), full.nodes[e0.dst].numStrategies()),
@@ -415,7 +421,12 @@ FoldedBound foldedBound(const Problem& full, const std::vector<uint32_t>& rep,
   ro.frozen = frozen;
   ro.drop_by_memory = false;          // done on `full` above: the folded row would drop too much
   ro.drop_unsupported_frozen = true;  // the linked tables follow reducer.kept() below
+  ro.deadline = so.deadline;
   Reducer reducer(base, ro);
+  if (reducer.stopped()) {
+    out.why = statusName(SolveStatus::kTimeLimit);
+    return out;
+  }
   if (reducer.hasEmptyNode()) {
     out.why = "a folded node has no strategy";
     return out;
