@@ -131,16 +131,24 @@ void Reducer::restrictNode(uint32_t v, const std::vector<uint32_t>& local) {
     keep.push_back(keep_[v][k]);
     cost.push_back(cost_[v][k]);
   }
-  std::vector<uint32_t> nbs(adj_[v].begin(), adj_[v].end());
-  for (uint32_t u : nbs) {
+  // Each edge restricted where it is stored (v's side the rows when v < u): no transposes.
+  for (uint32_t u : adj_[v]) {
     std::vector<uint32_t> all(cost_[u].size());
     for (uint32_t k = 0; k < all.size(); ++k) all[k] = k;
-    Table t = detail::restrict(edgeMatrix(v, u), local, all);
-    removeEdge(v, u);
-    addEdge(v, u, std::move(t));
+    Table& t = edges_.at({std::min(u, v), std::max(u, v)});
+    t = v < u ? detail::restrict(t, local, all) : detail::restrict(t, all, local);
   }
   keep_[v] = std::move(keep);
   cost_[v] = std::move(cost);
+  // Eliminations that have v as a neighbour read its choice by its kept index of that time
+  // (expand): renumbered to the new ones. (1a drops after eliminations; 1c only before any.)
+  for (Elimination& el : eliminations_)
+    for (size_t k = 0; k < el.neighbours.size(); ++k) {
+      if (el.neighbours[k] != v) continue;
+      std::vector<uint32_t> classes(local.size());
+      for (size_t j = 0; j < local.size(); ++j) classes[j] = el.classes[k][local[j]];
+      el.classes[k] = std::move(classes);
+    }
 }
 
 bool Reducer::dropUnsupported(const Deadline& deadline) {
@@ -174,7 +182,10 @@ bool Reducer::dropUnsupported(const Deadline& deadline) {
       std::vector<bool> supported(rows ? t.rows : t.cols, false);
       for (size_t r = 0; r < t.rows; ++r)
         for (size_t c = 0; c < t.cols; ++c)
-          if (std::isfinite(t.at(r, c))) supported[rows ? r : c] = true;
+          if (std::isfinite(t.at(r, c))) {
+            supported[rows ? r : c] = true;
+            if (rows) break;  // this row is settled
+          }
       const std::vector<uint32_t>& of = rows ? t.row_of : t.col_of;
       for (size_t s = 0; s < ok.size(); ++s)
         if (!supported[of[s]]) {

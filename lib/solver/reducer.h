@@ -144,8 +144,8 @@ class Reducer {
   /// false with stopped_ set when `deadline` passed.
   bool dropUnsupported(const Deadline& deadline);
 
-  /// Keeps the kept strategies `local` of v (indices into keep_[v], ascending) and restricts v's
-  /// edges to them.
+  /// Keeps the kept strategies `local` of v (indices into keep_[v], ascending), restricts v's
+  /// edges to them and renumbers v's kept indices in the eliminations that have v as neighbour.
   void restrictNode(uint32_t v, const std::vector<uint32_t>& local);
 
   /// 1c in the file comment: drops strategies dominated in cost, memory and every edge row.
