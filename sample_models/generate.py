@@ -52,7 +52,8 @@ MANIFEST_VERSION = 2  # 2: "exported" (.pt2 / .core.pt2) per sample, "versions",
 # example inputs have the recorded shapes, so the dim's hint is the recorded batch (e.g. 8).
 BATCH_MIN = 1
 BATCH_MAX = 1024
-HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny", "hf_mixtral_tiny", "hf_qwen3_moe_tiny")
+HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny", "hf_mixtral_tiny", "hf_qwen3_moe_tiny",
+              "hf_mixtral_gmm_tiny", "hf_qwen3_moe_gmm_tiny")
 
 
 def quiet_warnings():
@@ -383,6 +384,30 @@ def sample_table():
             [_ids("input_ids", [8, 32], V)], [8, 32, V],
             output_desc=f"tensor f32 [8,32,{V}] logits",
             trace_shapes=[[2, 8]], tracer_warnings_ok=True, cost=6))
+    # The same two MoE models exported in transformers' default experts implementation
+    # ("grouped_mm": tokens sorted by expert, histc counts, transformers::grouped_mm_fallback);
+    # their .pt is the batched_mm trace of the same weights (TorchScript cannot load the custom op).
+    for name, base, build, cfg_kwargs, hf_class in (
+        ("hf_mixtral_gmm_tiny", "hf_mixtral_tiny", M.hf_mixtral_tiny, M.HF_MIXTRAL_TINY,
+         "MixtralForCausalLM"),
+        ("hf_qwen3_moe_gmm_tiny", "hf_qwen3_moe_tiny", M.hf_qwen3_moe_tiny, M.HF_QWEN3_MOE_TINY,
+         "Qwen3MoeForCausalLM"),
+    ):
+        V = cfg_kwargs["vocab_size"]
+        S.append(Sample(
+            name, "traced",
+            f"{base}'s model and weights, its .pt2 exported with transformers' default experts "
+            "implementation (grouped_mm: sort, histc, transformers::grouped_mm_fallback); the .pt "
+            "is the batched_mm trace",
+            _seeded(build), dict(transformers_class=hf_class, experts_implementation="grouped_mm",
+                                 **{k: v for k, v in cfg_kwargs.items()
+                                    if k != "experts_implementation"}),
+            [_ids("input_ids", [8, 32], V)], [8, 32, V],
+            output_desc=f"tensor f32 [8,32,{V}] logits",
+            trace_shapes=[[2, 8]], tracer_warnings_ok=True, cost=6,
+            export_build=_seeded(M.with_grouped_mm_experts(build)),
+            export_note="exported with experts_implementation=\"grouped_mm\" (the default of "
+                        "from_pretrained): same weights and logits as the .pt"))
     return S
 
 

@@ -1039,6 +1039,23 @@ def hf_qwen3_moe_tiny() -> nn.Module:
     return Qwen3MoeForCausalLMLogits(transformers.Qwen3MoeConfig(**HF_QWEN3_MOE_TINY))
 
 
+def with_grouped_mm_experts(build):
+    """`build`'s model with transformers' default experts implementation, "grouped_mm".
+
+    from_pretrained and the classes themselves pick "grouped_mm" when none is asked for; the logits
+    subclasses above cannot (transformers reads the class's source for its experts decorator), so
+    the implementation is switched after construction: the weights are the same, and with f32
+    weights on the CPU the experts export transformers::grouped_mm_fallback (apc imports it as
+    aten::_grouped_mm)."""
+
+    def grouped():
+        model = build()
+        model.config._experts_implementation = "grouped_mm"
+        return model
+
+    return grouped
+
+
 # --------------------------------------------------------------------------
 # named configurations used by generate.py
 # --------------------------------------------------------------------------

@@ -249,19 +249,40 @@ struct OpRef {
   std::string op;           // "aten::linear"
   std::string overload;     // "" for default
   bool positional = false;  // arguments by position (Python operators), not by schema name
+  std::string alias_of;     // the custom op imported as `op` ("" for none)
+  std::map<std::string, std::string> renamed;  // the custom op's argument names -> `op`'s
 };
 
 /// Python-level SymInt operators export records, and the JIT operators that compute them.
 const std::map<std::string, OpRef>& pythonOps() {
   static const std::map<std::string, OpRef> m = {
-      {"_operator.add", {"aten::add", "int", true}},
-      {"_operator.sub", {"aten::sub", "int", true}},
-      {"_operator.mul", {"aten::mul", "int", true}},
-      {"_operator.floordiv", {"aten::floordiv", "int", true}},
-      {"_operator.mod", {"aten::remainder", "int", true}},
-      {"_operator.neg", {"aten::neg", "int", true}},
-      {"torch.sym_max", {"prim::max", "int", true}},
-      {"torch.sym_min", {"prim::min", "int", true}},
+      {"_operator.add", {"aten::add", "int", true, "", {}}},
+      {"_operator.sub", {"aten::sub", "int", true, "", {}}},
+      {"_operator.mul", {"aten::mul", "int", true, "", {}}},
+      {"_operator.floordiv", {"aten::floordiv", "int", true, "", {}}},
+      {"_operator.mod", {"aten::remainder", "int", true, "", {}}},
+      {"_operator.neg", {"aten::neg", "int", true, "", {}}},
+      {"torch.sym_max", {"prim::max", "int", true, "", {}}},
+      {"torch.sym_min", {"prim::min", "int", true, "", {}}},
+  };
+  return m;
+}
+
+/// Custom ops of other libraries whose semantics are fixed, documented and those of an ATen op:
+/// imported as that op (its arguments renamed), checked by checkAlias. Hugging Face transformers'
+/// grouped_mm_fallback (transformers/integrations/moe.py, what its default "grouped_mm" experts
+/// export where torch._grouped_mm cannot be traced, e.g. f32 weights) is documented as
+/// _grouped_mm(input [S, K], weight [E, K, N], offs [E]): rows offs[e-1]..offs[e] of input times
+/// weight[e]. The two differ only in rows past offs[-1] (zero there, unspecified in _grouped_mm),
+/// which transformers' forward never has (without its own expert parallelism, offs[-1] = S).
+const std::map<std::string, OpRef>& aliasedCustomOps() {
+  static const std::map<std::string, OpRef> m = {
+      {"transformers::grouped_mm_fallback",
+       {"aten::_grouped_mm",
+        "",
+        false,
+        "transformers::grouped_mm_fallback",
+        {{"input", "self"}, {"weight", "mat2"}, {"offs", "offs"}}}},
   };
   return m;
 }
@@ -1008,15 +1029,17 @@ class ExportedImporter {
     std::string ns = rest.substr(0, first);
     std::string name = rest.substr(first + 1, last - first - 1);
     std::string overload = rest.substr(last + 1);
-    return OpRef{ns + "::" + name, overload == "default" ? "" : overload, false};
+    auto alias = aliasedCustomOps().find(ns + "::" + name);
+    if (alias != aliasedCustomOps().end() && overload == "default") return alias->second;
+    return OpRef{ns + "::" + name, overload == "default" ? "" : overload, false, "", {}};
   }
 
   /// How to export a model without the custom op `op` ("ns::name"), in one clause.
   static std::string customOpAdvice(const std::string& op) {
     if (op.rfind("transformers::grouped_mm_fallback", 0) == 0)
       return "Hugging Face's grouped-mm experts run it when torch._grouped_mm cannot be traced "
-             "(weights not bf16); export with experts_implementation=\"batched_mm\" (or "
-             "\"eager\"), e.g. model.set_experts_implementation(\"batched_mm\") or "
+             "(weights not bf16); export with experts_implementation=\"batched_mm\", e.g. "
+             "model.set_experts_implementation(\"batched_mm\") or "
              "from_pretrained(..., experts_implementation=\"batched_mm\")";
     if (op.rfind("transformers::", 0) == 0)
       return "a Hugging Face transformers custom op; export with the model's eager "
@@ -1048,6 +1071,32 @@ class ExportedImporter {
     return &it->second->schema();
   }
 
+  /// The inputs of an aliased custom op meet the ATen op's requirements, so that running the ATen
+  /// op computes what the custom op documents.
+  Status checkAlias(const OpRef& ref, const std::vector<ir::ValueId>& inputs, const NodeCtx& ctx) {
+    auto meta = [&](size_t i) -> const ir::TensorMeta* {
+      if (i >= inputs.size()) return nullptr;
+      const ir::Value& v = out_.value(inputs[i]);
+      return v.isTensor() && v.tensor ? &*v.tensor : nullptr;
+    };
+    if (ref.op == "aten::_grouped_mm") {
+      const ir::TensorMeta *a = meta(0), *b = meta(1), *offs = meta(2);
+      std::string why;
+      if (!a || !b || !offs || a->shape.size() != 2 || b->shape.size() != 3 ||
+          offs->shape.size() != 1)
+        why = "takes a 2-d input, 3-d weights and 1-d offsets here";
+      else if (offs->dtype != ir::DType::kI32)
+        why = "has " + std::string(ir::dtypeName(offs->dtype)) +
+              " offsets; torch._grouped_mm takes i32 ones";
+      else if (a->dtype != b->dtype || !ir::isFloating(a->dtype))
+        why = "mixes dtypes or is not floating point";
+      if (!why.empty())
+        return unsupported("node " + ctx.name + ": " + ref.alias_of + " " + why +
+                           " (apc runs it as aten::_grouped_mm); " + customOpAdvice(ref.alias_of));
+    }
+    return Status::success();
+  }
+
   Status addOpNode(const json& n) {
     NodeCtx ctx;
     ctx.target = str(member(n, "target"));
@@ -1070,7 +1119,14 @@ class ExportedImporter {
     // Arguments in schema order; those export left out take their defaults.
     const json& given = member(n, "inputs");
     std::map<std::string, const json*> by_name;
-    for (const json& in : given) by_name[str(member(in, "name"))] = &member(in, "arg");
+    for (const json& in : given) {
+      std::string name = str(member(in, "name"));
+      auto renamed = ref.renamed.find(name);
+      if (!ref.alias_of.empty() && renamed == ref.renamed.end())
+        return unsupported("node " + ctx.name + ": " + ref.alias_of + " has no argument '" + name +
+                           "' apc knows (a newer version of its library?)");
+      by_name[renamed == ref.renamed.end() ? name : renamed->second] = &member(in, "arg");
+    }
     const auto& params = schema->arguments();
     if (ref.positional) {
       if (given.size() != params.size())
@@ -1127,6 +1183,7 @@ class ExportedImporter {
       }
     }
 
+    if (!ref.alias_of.empty()) APC_RETURN_IF_ERROR(checkAlias(ref, inputs, ctx));
     bool grad = requiresGrad(inputs) && ref.op != "aten::detach";
     ir::Node node = opNode(ctx, ref.op);
     node.overload = ref.overload;

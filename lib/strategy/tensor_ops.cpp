@@ -235,6 +235,46 @@ std::vector<DimStrategy> indexRule(const RuleContext& c) {
   return res;
 }
 
+/// index_put(self, indices, values, accumulate): self with values written (or, accumulating,
+/// added) at self[indices], the first n dims of self indexed by n integer index tensors of one
+/// shape B. A dim of self past the indexed ones may be cut, with values' matching trailing dim
+/// (whole where values broadcast along it) and the output's; the indices stay whole. Accumulating
+/// is linear in self and values together: P(sum) of both gives P(sum). (Writing is too, but
+/// which of two writes to one element wins is not promised, so a Partial write is not offered.)
+std::vector<DimStrategy> indexPutRule(const RuleContext& c) {
+  const int64_t r = c.inputRank(0);
+  if (r < 1 || c.numInputs() < 3 || !c.isTensorInput(1) || !c.isTensorInput(2) ||
+      c.numOutputs() != 1 || c.outputRank(0) != r)
+    return {};
+  std::vector<const ir::TensorMeta*> idx = c.inputMetas(1);
+  if (idx.empty() || static_cast<int64_t>(idx.size()) > r) return {};
+  for (const ir::TensorMeta* m : idx)
+    if ((m->dtype != ir::DType::kI64 && m->dtype != ir::DType::kI32) || m->rank() != idx[0]->rank())
+      return {};
+  const auto n = static_cast<int64_t>(idx.size());
+  const int64_t vr = c.inputRank(2);
+  const std::vector<int64_t> self = c.inputSizes(0), values = c.inputSizes(2);
+  auto make = [&](Placement s, Placement v, Placement out) {
+    DimStrategy st = emptyDim(c);
+    st.inputs[0] = s;
+    st.inputs[1] = R();
+    st.inputs[2] = v;
+    st.outputs[0] = out;
+    return st;
+  };
+  std::vector<DimStrategy> res{make(R(), R(), R())};
+  for (int64_t d = n; d < r; ++d) {
+    const int64_t vd = vr - (r - d);  // values' dim under self's dim d (broadcast from the right)
+    if (vd >= 0 && values.at(static_cast<size_t>(vd)) == self.at(static_cast<size_t>(d)) &&
+        self.at(static_cast<size_t>(d)) != 1)
+      res.push_back(make(S(d), S(vd), S(d)));
+    else if (vd < 0 || values.at(static_cast<size_t>(vd)) == 1)
+      res.push_back(make(S(d), R(), S(d)));
+  }
+  if (c.boolArg(3).value_or(false)) res.push_back(make(P(), P(), P()));
+  return res;
+}
+
 /// repeat(self, repeats): out dim j = self dim j - lead (lead = len(repeats) - rank) repeated
 /// repeats[j] times. A dim repeated once keeps self's cut (S(i) -> S(i + lead)); a tiled dim is
 /// whole (a piece of a tiling is no tiling of a piece). P(sum) passes through (linear).
@@ -387,6 +427,7 @@ void registerTensorOpRules(Registry& r) {
   r.add("aten::slice_scatter", sliceScatterRule, OpFamily::kIndex);
   r.add("aten::select_scatter", selectScatterRule, OpFamily::kIndex);
   r.add("aten::index.Tensor", indexRule, OpFamily::kIndex);
+  r.add("aten::index_put", indexPutRule, OpFamily::kIndex);
   r.add("aten::repeat", repeatRule, OpFamily::kIndex);
   r.add(
       "aten::pad", [](const RuleContext& c) { return padRule(c, true); }, OpFamily::kIndex);
@@ -469,6 +510,13 @@ void registerTensorOpRules(Registry& r) {
   samples({"aten::select_scatter"}, {{"", {S::f32({5, 6}), S::f32({6}), S::of(0), S::of(2)}},
                                      {"", {S::f32({5, 6}), S::f32({5}), S::of(-1), S::of(1)}}});
   samples({"aten::index.Tensor"}, {{"", {S::f32({5, 6}), S::list(ir::DType::kI64, {{4}})}}});
+  // index_put: one index (rows), two (an element per pair) with values broadcast along the last
+  // dim, and accumulating (duplicate rows add up)
+  samples(
+      {"aten::index_put"},
+      {{"", {S::f32({5, 6}), S::list(ir::DType::kI64, {{4}}), S::f32({4, 6}), S::of(false)}},
+       {"", {S::f32({5, 6, 4}), S::list(ir::DType::kI64, {{3}, {3}}), S::f32({1}), S::of(false)}},
+       {"", {S::f32({5, 6}), S::list(ir::DType::kI64, {{7}}), S::f32({7, 6}), S::of(true)}}});
   samples({"aten::repeat"}, {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{2, 1})}},
                              {"", {S::f32({5, 6}), S::of(std::vector<int64_t>{2, 1, 3})}}});
   samples({"aten::pad"}, {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1, 2})}}});

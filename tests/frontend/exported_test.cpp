@@ -1026,18 +1026,42 @@ TEST(ExportedFixtures, ControlFlowAndCustomOpsAreErrors) {
       << custom.error().message();
 }
 
-// Hugging Face's grouped-mm experts export transformers::grouped_mm_fallback with f32 weights: one
-// line naming the op and the export setting that avoids it (issue 34).
-TEST(ExportedFixtures, HuggingFaceGroupedMmFallbackSaysHowToExportWithoutIt) {
+// Hugging Face's grouped-mm experts export transformers::grouped_mm_fallback with f32 weights
+// (issue 34): a documented op with _grouped_mm's semantics, imported as aten::_grouped_mm with its
+// arguments (input, weight, offs) in _grouped_mm's places (self, mat2, offs). With i64 offsets,
+// which _grouped_mm refuses, one line naming the op and the export setting that avoids it.
+TEST(ExportedFixtures, HuggingFaceGroupedMmFallbackImportsAsGroupedMm) {
   REQUIRE_FIXTURES();
   const fs::path path = fixtures() / "hf_grouped_mm_fallback.pt2";
   if (!fs::exists(path)) GTEST_SKIP() << "transformers is not installed in the venv";
   auto g = importModel(path.string());
-  ASSERT_FALSE(g.ok());
-  expectOneLine(g.error(), ErrorCode::kUnsupported,
-                "op torch.ops.transformers.grouped_mm_fallback.default at node");
-  EXPECT_NE(g.error().message().find("experts_implementation=\"batched_mm\""), std::string::npos)
-      << g.error().message();
+  ASSERT_TRUE(g.ok()) << g.error().message();
+  int grouped = 0;
+  for (const ir::Node& n : g->nodes()) {
+    EXPECT_EQ(n.op.rfind("transformers::", 0), std::string::npos) << n.op;
+    if (n.op != "aten::_grouped_mm") continue;
+    ++grouped;
+    ASSERT_EQ(n.inputs.size(), 5u);  // self, mat2, offs, bias, out_dtype
+    const ir::Value& self = g->value(n.inputs[0]);
+    const ir::Value& mat2 = g->value(n.inputs[1]);
+    const ir::Value& offs = g->value(n.inputs[2]);
+    ASSERT_TRUE(self.isTensor() && mat2.isTensor() && offs.isTensor());
+    EXPECT_EQ(ir::toString(*self.tensor), "f32[3,4]");
+    EXPECT_EQ(ir::toString(*mat2.tensor), "f32[2,4,4]");
+    EXPECT_EQ(ir::toString(*offs.tensor), "i32[2]");
+    EXPECT_EQ(g->value(n.inputs[3]).type, ir::ValueType::kNone);
+    EXPECT_EQ(ir::toString(*g->value(n.outputs[0]).tensor), "f32[3,4]");
+  }
+  EXPECT_EQ(grouped, 1);
+
+  const fs::path i64 = fixtures() / "hf_grouped_mm_fallback_i64.pt2";
+  ASSERT_TRUE(fs::exists(i64));
+  auto bad = importModel(i64.string());
+  ASSERT_FALSE(bad.ok());
+  expectOneLine(bad.error(), ErrorCode::kUnsupported,
+                "transformers::grouped_mm_fallback has i64 offsets");
+  EXPECT_NE(bad.error().message().find("experts_implementation=\"batched_mm\""), std::string::npos)
+      << bad.error().message();
 }
 
 // TorchScript control flow known once shapes and module attributes are: unrolled and folded at

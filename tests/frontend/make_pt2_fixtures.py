@@ -10,7 +10,8 @@ Writes, into OUT_DIR, programs whose features the sample models do not have:
   cond.pt2         torch.cond on the input's values: a control-flow higher-order op
   custom_op.pt2    a torch.library custom op (apc_test::scale): not an ATen operator
   hf_grouped_mm_fallback.pt2  Hugging Face's transformers::grouped_mm_fallback (when transformers
-                   is installed): an error that says how to export without it
+                   is installed), imported as aten::_grouped_mm; hf_grouped_mm_fallback_i64.pt2
+                   the same with i64 offsets: an error that says how to export without it
   two_dims.pt2     dynamic batch and sequence dims, flattened together (a size B*T)
   constant.pt2     a plain tensor attribute read by forward: a lifted tensor constant
   scripted_loops.pt   TorchScript (torch.jit.script) with control flow known once shapes and
@@ -219,12 +220,13 @@ class HfGroupedMmFallback(torch.nn.Module):
     """Hugging Face's grouped-mm experts as exported with f32 weights: the custom op
     transformers::grouped_mm_fallback (registered by transformers.integrations.moe)."""
 
-    def __init__(self):
+    def __init__(self, offs_dtype=torch.int32):
         super().__init__()
         self.w = torch.nn.Parameter(torch.randn(2, 4, 4))
+        self.offs_dtype = offs_dtype
 
     def forward(self, x):
-        offs = torch.tensor([1, x.size(0)], dtype=torch.int32)
+        offs = torch.tensor([1, x.size(0)], dtype=self.offs_dtype)
         return torch.ops.transformers.grouped_mm_fallback(x, self.w, offs=offs)
 
 
@@ -253,6 +255,9 @@ def main(out):
     if hasattr(torch.ops.transformers, "grouped_mm_fallback"):
         ep = torch.export.export(HfGroupedMmFallback(), (torch.randn(3, 4),))
         torch.export.save(ep, os.path.join(out, "hf_grouped_mm_fallback.pt2"))
+        # i64 offsets, which the op accepts and torch._grouped_mm does not
+        ep = torch.export.export(HfGroupedMmFallback(torch.int64), (torch.randn(3, 4),))
+        torch.export.save(ep, os.path.join(out, "hf_grouped_mm_fallback_i64.pt2"))
     torch.jit.script(ScriptedLoops().train()).save(os.path.join(out, "scripted_loops.pt"))
     torch.jit.script(ScriptedDataLoop()).save(os.path.join(out, "scripted_data_loop.pt"))
     torch.jit.script(ScriptedOptional()).save(os.path.join(out, "scripted_optional.pt"))

@@ -12,8 +12,12 @@
 // The exported program (moe_tiny.pt2) runs the same way on [4] and [2,2], and so do Hugging
 // Face's MixtralForCausalLM and Qwen3MoeForCausalLM exported with
 // experts_implementation="batched_mm" (hf_mixtral_tiny.pt2, hf_qwen3_moe_tiny.pt2) on [2], [4]
-// and [2,2]. Besides, the plans must use the routing rules: no routing op of the samples is left
-// to the Replicate-only fallback.
+// and [2,2], and exported in transformers' default "grouped_mm" implementation
+// (hf_mixtral_gmm_tiny.pt2, hf_qwen3_moe_gmm_tiny.pt2: sort, histc, and
+// transformers::grouped_mm_fallback imported as aten::_grouped_mm), whose reference is the
+// batched_mm trace of the same weights. Besides, the plans must use the routing rules: no routing
+// op of the samples is left to the Replicate-only fallback.
+//
 // deepseek_tiny (a DeepSeek-V3-shaped decoder whose experts take a static capacity per sequence,
 // dispatched and combined by one-hot einsums; capacity factor 1 drops some (token, expert) pairs)
 // is planned with its tokens batch-sharded, on [2], [4] and [2,2] with the optimizer's plan (expert
@@ -53,8 +57,7 @@ constexpr double kRtol = 1e-5;
 /// moe_tiny at a batch of 8 sequences of 6 tokens (48 tokens, 96 routed slots); hf_mixtral_tiny at
 /// 8 sequences of 32 token ids (its export's shapes).
 ModelCase moeCase(const std::string& model, const std::string& format) {
-  if (model == "hf_mixtral_tiny" || model == "hf_qwen3_moe_tiny")
-    return {model, {"input_ids:i64[8,32]"}, 256, "", format};
+  if (model.rfind("hf_", 0) == 0) return {model, {"input_ids:i64[8,32]"}, 256, "", format};
   if (model == "deepseek_tiny") return {model, {"tokens:i64[8,8]"}, 96, "", format};
   return {model, {"x:f32[8,6,32]"}, 0, "", format};
 }
@@ -168,6 +171,12 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"hf_qwen3_moe_tiny", "pt2", "4", ""},
                       MoeCase{"hf_qwen3_moe_tiny", "pt2", "2x2", ""},
                       MoeCase{"hf_qwen3_moe_tiny", "pt2", "2x2", "ddp"},
+                      MoeCase{"hf_mixtral_gmm_tiny", "pt2", "2", ""},
+                      MoeCase{"hf_mixtral_gmm_tiny", "pt2", "4", ""},
+                      MoeCase{"hf_mixtral_gmm_tiny", "pt2", "2x2", "fsdp"},
+                      MoeCase{"hf_mixtral_gmm_tiny", "pt2", "2x2", "ddp"},
+                      MoeCase{"hf_qwen3_moe_gmm_tiny", "pt2", "2x2", ""},
+                      MoeCase{"hf_qwen3_moe_gmm_tiny", "pt2", "4", "ddp"},
                       MoeCase{"deepseek_tiny", "pt", "2", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt", "4", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt2", "2x2", "", "dp"},
@@ -219,6 +228,22 @@ TEST(MoeRules, RoutingOpsOfTheSampleHaveShardedStrategies) {
     ASSERT_TRUE(most.count(op)) << op << " is not in hf_mixtral_tiny";
     EXPECT_GT(most[op], 1u) << op << " has only the all-Replicate strategy";
   }
+  // Its default grouped_mm experts: the custom op imported as aten::_grouped_mm (whose expert
+  // weights can be cut by N or K), the inverse permutation written by index_put, both with rules.
+  const std::string gmm = testing::samplePath("hf_mixtral_gmm_tiny", "pt2");
+  if (!std::filesystem::exists(gmm)) GTEST_SKIP() << "run sample_models/generate.py";
+  Expected<ir::Graph> gg = frontend::importModel(gmm);
+  ASSERT_TRUE(gg.ok()) << gg.error().message();
+  all = strategy::enumerate(*gg, *mesh::DeviceMesh::create({4}));
+  EXPECT_EQ(strategy::fallbackOps(*gg, all), std::vector<std::string>{});
+  most.clear();
+  for (const strategy::NodeStrategies& ns : all) {
+    const std::string op = gg->node(ns.node).op;
+    most[op] = std::max(most[op], ns.strategies.size());
+  }
+  ASSERT_TRUE(most.count("aten::_grouped_mm")) << "no aten::_grouped_mm in hf_mixtral_gmm_tiny";
+  EXPECT_GT(most["aten::_grouped_mm"], 1u);
+  ASSERT_TRUE(most.count("aten::index_put"));
 }
 
 }  // namespace

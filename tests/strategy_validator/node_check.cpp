@@ -53,7 +53,9 @@ int64_t integerBound(const ir::Graph& g, const ir::Node& node, size_t i) {
     const ir::TensorMeta* m = tensorMeta(g, node, 0);
     return m && m->rank() == 1 ? sizeOf(0, 0) : sizeOf(0, 1);
   }
-  if (op == "aten::index" && node.overload == "Tensor" && i == 1) {  // indices of self's dims
+  if (((op == "aten::index" && node.overload == "Tensor") || op == "aten::index_put" ||
+       op == "aten::index_put_") &&
+      i == 1) {  // indices of self's dims
     const ir::Value& list = g.value(node.inputs.at(1));
     int64_t bound = 8;
     for (size_t e = 0; e < list.elements.size(); ++e)
