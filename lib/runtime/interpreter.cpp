@@ -149,6 +149,9 @@ Expected<OpKernel> OpKernel::resolve(const ir::Node& node, ir::ValueType output_
   if (!found) return notFound("no registered operator " + node.qualifiedOp());
   // aten::einsum.operands' inputs are not aten::einsum's arguments one by one: no schema.
   if (einsum_operands) op.kind_ = Kind::kEinsumOperands;
+  // The functional aten::copy, which functionalizing `t[...] = v` records, has no derivative in
+  // torch: it runs as copy_ into a fresh tensor like self, which has one.
+  if (node.op == "aten::copy" && node.overload.empty()) op.kind_ = Kind::kCopy;
   op.schema_ = einsum_operands ? nullptr : &found->schema();
   const auto& schema_args = found->schema().arguments();
   for (size_t i = 0; i < schema_args.size() && !einsum_operands; ++i)
@@ -230,6 +233,17 @@ std::vector<c10::IValue> OpKernel::call(std::vector<c10::IValue> args) const {
       std::vector<c10::IValue> stack{std::move(args[0]), std::move(operands), c10::IValue()};
       op_(stack);
       out = std::move(stack);
+      break;
+    }
+    case Kind::kCopy: {
+      // copy(self, src, non_blocking): self's shape, dtype, device and strides, filled with src
+      // broadcast. The gradient reaches src (summed over its broadcast dims), not self, whose
+      // values the copy overwrites.
+      TORCH_CHECK(args.size() >= 2 && args[0].isTensor() && args[1].isTensor(),
+                  "aten::copy takes the tensors self and src");
+      at::Tensor result = at::empty_like(args[0].toTensor(), at::MemoryFormat::Preserve);
+      result.copy_(args[1].toTensor(), args.size() > 2 && args[2].isBool() && args[2].toBool());
+      out.emplace_back(std::move(result));
       break;
     }
     case Kind::kOperator:

@@ -278,6 +278,20 @@ void registerPointwiseRules(Registry& r) {
        "aten::lift_fresh_copy"},
       [](const RuleContext& c) { return identityStrategies(c, kSumAvg); });
   add({"aten::_to_copy", "aten::to", "aten::type_as"}, castRule);
+  // copy(self, src): self's shape and dtype holding src broadcast (what functionalizing
+  // `t[...] = v` records); self's values are not read. Linear in src: a Partial src gives a
+  // Partial result (self whole or Partial alike) where the cast keeps sums.
+  add({"aten::copy"}, [](const RuleContext& c) {
+    std::vector<DimStrategy> res = broadcastShards(c);
+    if (res.empty() || !c.isTensorInput(1)) return res;
+    const ir::DType to = c.input(0).tensor->dtype, from = c.input(1).tensor->dtype;
+    if (to != from && !(ir::isFloating(to) && ir::isFloating(from))) return res;
+    for (ReduceOp op : kSumAvg) {
+      res.push_back(partialDim(c, op, {1}));
+      res.push_back(partialDim(c, op, {0, 1}));
+    }
+    return res;
+  });
   // Casts and aliases a Megatron weight may be read through (the baseline's roles see the
   // parameter behind them).
   for (const char* op :
@@ -436,6 +450,9 @@ void registerPointwiseRules(Registry& r) {
                             {"Tensor", {S::f32({5, 6}), S::f32({6}), S::none()}}});
   samples({"aten::clamp_min", "aten::clamp_max"}, {{"", {S::f32({5, 6}), S::of(0.25)}}});
   samples({"aten::threshold"}, {{"", {S::f32({5, 6}), S::of(0.1), S::of(-1.0)}}});
+  samples({"aten::copy"}, {{"", {S::f32({5, 6}), S::f32({5, 6})}},
+                           {"", {S::f32({5, 6}), S::f32({6}), S::of(false)}},
+                           {"", {S::f32({5, 6}), S::f32({5, 1})}}});
   samples({"aten::where"}, {{"self", {S::boolean({5, 6}), S::f32({5, 6}), S::f32({5, 6})}},
                             {"self", {S::boolean({5, 1}), S::f32({3, 5, 6}), S::f32({6})}}});
   samples({"aten::masked_fill"}, {{"Scalar", {S::f32({5, 6}), S::boolean({5, 6}), S::of(-1.5)}},

@@ -156,6 +156,31 @@ std::vector<DimStrategy> scatterAddRule(const RuleContext& c) {
   return res;
 }
 
+/// scatter(self, dim, index, src) and scatter(self, dim, index, value): elements of src (or the
+/// value) written at self[... index ...] along dim; any other dim where self, index (and src) have
+/// one size may be cut. Which of two writes to one element wins is not promised, so no Partial.
+std::vector<DimStrategy> scatterRule(const RuleContext& c) {
+  const int64_t r = c.inputRank(0);
+  const bool src = c.numInputs() > 3 && c.isTensorInput(3);
+  if (r < 1 || c.inputRank(2) != r || (src && c.inputRank(3) != r) || c.outputRank(0) != r)
+    return {};
+  auto d = dimArg(c, 1, r, 0);
+  if (!d) return {};
+  auto make = [&](Placement p) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = p;
+    s.inputs[2] = p;
+    if (src) s.inputs[3] = p;
+    s.outputs[0] = p;
+    return s;
+  };
+  std::vector<DimStrategy> res{make(R())};
+  for (int64_t k = 0; k < r; ++k)
+    if (k != *d && sameSize(c, 0, 2, k) && (!src || sameSize(c, 2, 3, k)))
+      res.push_back(make(S(k)));
+  return res;
+}
+
 /// index_add(self, dim, index [n], source, alpha).
 std::vector<DimStrategy> indexAddRule(const RuleContext& c) {
   const int64_t r = c.inputRank(0);
@@ -333,6 +358,8 @@ void registerRoutingRules(Registry& r) {
   r.add("aten::gather", gatherRule, OpFamily::kIndex);
   r.add("aten::one_hot", oneHotRule, OpFamily::kIndex);
   r.add("aten::scatter_add", scatterAddRule, OpFamily::kIndex);
+  r.add("aten::scatter.src", scatterRule, OpFamily::kIndex);
+  r.add("aten::scatter.value", scatterRule, OpFamily::kIndex);
   r.add("aten::index_add", indexAddRule, OpFamily::kIndex);
   r.add("aten::bincount", bincountRule, OpFamily::kReduction);
   r.add("aten::histc", histcRule, OpFamily::kReduction);
@@ -361,6 +388,13 @@ void registerRoutingRules(Registry& r) {
   samples({"aten::scatter_add"},
           {{"", {S::f32({5, 6}), S::of(1), S::i64({5, 4}), S::f32({5, 4})}},
            {"", {S::f32({5, 6}), S::of(0), S::i64({3, 6}), S::f32({3, 6})}}});
+  samples({"aten::scatter.src"},
+          {{"", {S::f32({5, 6}), S::of(1), S::i64({5, 4}), S::f32({5, 4})}},
+           {"", {S::f32({5, 6}), S::of(0), S::i64({3, 6}), S::f32({4, 6})}},
+           {"", {S::f32({5, 6}), S::of(1), S::i64({5, 6}), S::f32({5, 6})}}});
+  samples({"aten::scatter.value"}, {{"", {S::f32({5, 6}), S::of(1), S::i64({5, 3}), S::of(1.5)}},
+                                    {"", {S::f32({5, 6}), S::of(0), S::i64({2, 6}), S::of(-2.0)}},
+                                    {"", {S::f32({4, 6}), S::of(1), S::i64({4, 6}), S::of(1.0)}}});
   samples({"aten::index_add"}, {{"", {S::f32({5, 6}), S::of(0), S::i64({3}), S::f32({3, 6})}},
                                 {"", {S::f32({5, 6}), S::of(1), S::i64({4}), S::f32({5, 4})}}});
   samples({"aten::bincount"}, {{"", {S::i64({20}), S::none(), S::of(8)}}});

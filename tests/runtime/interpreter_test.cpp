@@ -346,6 +346,53 @@ TEST(Interpreter, AViewOfANonContiguousLocalPieceRuns) {
   EXPECT_TRUE(at::equal(base.grad(), at::arange(12, at::kFloat).reshape({3, 4}).t()));
 }
 
+// `t[..., a:b] = v` in a model is functionalized into the functional aten::copy(slice, v), which
+// torch gives no derivative ("derivative for aten::copy is not implemented" ended training of
+// Hugging Face's DeepseekV3ForCausalLM). It runs as copy_ into a fresh tensor like self: the
+// values are src broadcast to self's shape and dtype, the gradient reaches src summed over the
+// broadcast dim, and none reaches self, whose values are overwritten.
+TEST(Interpreter, FunctionalCopyIsDifferentiable) {
+  ir::Graph g;
+  auto tensor = [&](std::vector<int64_t> shape, ir::DType dtype) {
+    ir::Value v;
+    v.type = ir::ValueType::kTensor;
+    v.tensor = ir::TensorMeta{ir::makeShape(shape), dtype, true};
+    return g.addValue(v);
+  };
+  ir::ValueId self = tensor({3, 4}, ir::DType::kF64), src = tensor({4}, ir::DType::kF32);
+  ir::ValueId out = tensor({3, 4}, ir::DType::kF64);
+  for (auto [name, id] : {std::pair{"self", self}, std::pair{"src", src}}) {
+    ir::Node in;
+    in.kind = ir::NodeKind::kInput;
+    in.op = "input";
+    in.name = name;
+    in.outputs = {id};
+    g.addNode(in);
+  }
+  ir::Node copy;
+  copy.op = "aten::copy";
+  copy.inputs = {self, src, g.addConstant(ir::ValueType::kBool, ir::Constant(false))};
+  copy.outputs = {out};
+  g.addNode(copy);
+  g.setOutputs(ir::OutputTree::makeLeaf(out));
+  auto interp = Interpreter::create(std::make_shared<const ir::Graph>(std::move(g)));
+  ASSERT_TRUE(interp.ok()) << interp.error().message();
+  at::Tensor x = at::zeros({3, 4}, at::kDouble).requires_grad_();
+  at::Tensor v = at::arange(4, at::kFloat).requires_grad_();
+  auto outs = interp->run([&](const ir::Node& n, std::vector<c10::IValue>&) {
+    return std::vector<c10::IValue>{n.name == "self" ? x : v};
+  });
+  ASSERT_TRUE(outs.ok()) << outs.error().message();
+  at::Tensor y = (*outs)[0].toTensor();
+  EXPECT_EQ(y.scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::equal(y, v.detach().to(at::kDouble).expand({3, 4})));
+  at::Tensor w = at::arange(12, at::kDouble).reshape({3, 4});
+  (y * w).sum().backward();
+  ASSERT_TRUE(v.grad().defined());
+  EXPECT_TRUE(at::allclose(v.grad(), w.sum(0).to(at::kFloat)));
+  EXPECT_FALSE(x.grad().defined() && x.grad().abs().sum().item<double>() != 0);
+}
+
 // A model traced or exported on the CPU names "cpu" as its factories' device (`device=x.device`);
 // run with its tensors elsewhere (CUDA), those factories must follow the tensors, and "meta" (a
 // device the importer read off a tensor) likewise. The meta device stands in for CUDA here.

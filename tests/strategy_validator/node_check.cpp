@@ -64,7 +64,7 @@ int64_t integerBound(const ir::Graph& g, const ir::Node& node, size_t i) {
   }
   // Indices into self's dim `dim` (argument 1): index_select, gather, scatter_add, index_add.
   if ((op == "aten::index_select" || op == "aten::gather" || op == "aten::scatter_add" ||
-       op == "aten::index_add") &&
+       op == "aten::scatter" || op == "aten::scatter_" || op == "aten::index_add") &&
       i == 2) {
     const ir::Value& dim = g.value(node.inputs.at(1));
     if (dim.constant && std::holds_alternative<int64_t>(*dim.constant))

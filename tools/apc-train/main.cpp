@@ -942,6 +942,16 @@ int run(Flags f) {
     for (size_t k = 0; k < refs.size(); ++k) {
       auto sloss =
           referenceStep(refs[k], full_inputs, loss_seed, f.clip, whole ? &whole->targets : nullptr);
+      if (!sloss.ok() && k > 0) {
+        // The float64 twin only measures rounding, and some kernels have no float64 (CPU
+        // _grouped_mm): the comparison goes on against the float32 model alone.
+        std::fprintf(stderr,
+                     "apc-train: note: no float64 reference from step %d on (%s); comparing "
+                     "with the float32 single-device model only\n",
+                     step, sloss.error().message().c_str());
+        refs.erase(refs.begin() + 1, refs.end());
+        break;
+      }
       if (!sloss.ok()) return fail("step " + std::to_string(step) + ": " + sloss.error().message());
       line += (k == 0 ? " single " : " f64 ") + number(*sloss);
       if (k == 0) {

@@ -94,6 +94,7 @@ class OpKernel {
   enum class Kind {
     kOperator,
     kEinsumOperands,  // aten::einsum.operands: inputs 1.. packed into aten::einsum's list
+    kCopy,            // aten::copy (functional): a fresh tensor like self, copy_'d from src
     kListConstruct,
     kListUnpack,
     kTupleConstruct,
