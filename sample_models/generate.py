@@ -53,7 +53,7 @@ MANIFEST_VERSION = 2  # 2: "exported" (.pt2 / .core.pt2) per sample, "versions",
 BATCH_MIN = 1
 BATCH_MAX = 1024
 HF_SAMPLES = ("hf_llama_tiny", "hf_gpt2_tiny", "hf_mixtral_tiny", "hf_qwen3_moe_tiny",
-              "hf_mixtral_gmm_tiny", "hf_qwen3_moe_gmm_tiny")
+              "hf_mixtral_gmm_tiny", "hf_qwen3_moe_gmm_tiny", "hf_deepseek_v3_gmm_tiny")
 
 
 def quiet_warnings():
@@ -384,21 +384,27 @@ def sample_table():
             [_ids("input_ids", [8, 32], V)], [8, 32, V],
             output_desc=f"tensor f32 [8,32,{V}] logits",
             trace_shapes=[[2, 8]], tracer_warnings_ok=True, cost=6))
-    # The same two MoE models exported in transformers' default experts implementation
-    # ("grouped_mm": tokens sorted by expert, histc counts, transformers::grouped_mm_fallback);
-    # their .pt is the batched_mm trace of the same weights (TorchScript cannot load the custom op).
-    for name, base, build, cfg_kwargs, hf_class in (
-        ("hf_mixtral_gmm_tiny", "hf_mixtral_tiny", M.hf_mixtral_tiny, M.HF_MIXTRAL_TINY,
-         "MixtralForCausalLM"),
-        ("hf_qwen3_moe_gmm_tiny", "hf_qwen3_moe_tiny", M.hf_qwen3_moe_tiny, M.HF_QWEN3_MOE_TINY,
-         "Qwen3MoeForCausalLM"),
+    # MoE models exported in transformers' default experts implementation ("grouped_mm": tokens
+    # sorted by expert, histc counts, transformers::grouped_mm_fallback); their .pt is the
+    # batched_mm trace of the same weights (TorchScript cannot load the custom op).
+    for name, what, build, cfg_kwargs, hf_class in (
+        ("hf_mixtral_gmm_tiny", "hf_mixtral_tiny's model and weights", M.hf_mixtral_tiny,
+         M.HF_MIXTRAL_TINY, "MixtralForCausalLM"),
+        ("hf_qwen3_moe_gmm_tiny", "hf_qwen3_moe_tiny's model and weights", M.hf_qwen3_moe_tiny,
+         M.HF_QWEN3_MOE_TINY, "Qwen3MoeForCausalLM"),
+        ("hf_deepseek_v3_gmm_tiny", "Hugging Face transformers DeepseekV3ForCausalLM: hidden 64, "
+         "2 layers, 4 heads of multi-head latent attention (q/kv LoRA ranks 32/16, rotary dim 8), "
+         "the first layer dense, then 4 experts of intermediate 48 in 2 groups, top-2 sigmoid "
+         "routing, one shared expert, vocab 256, untied lm_head",
+         M.hf_deepseek_v3_tiny, M.HF_DEEPSEEK_V3_TINY, "DeepseekV3ForCausalLM"),
     ):
         V = cfg_kwargs["vocab_size"]
         S.append(Sample(
             name, "traced",
-            f"{base}'s model and weights, its .pt2 exported with transformers' default experts "
-            "implementation (grouped_mm: sort, histc, transformers::grouped_mm_fallback); the .pt "
-            "is the batched_mm trace",
+            what + "; its .pt2 exported with transformers' default experts implementation "
+            "(grouped_mm: sort, histc, transformers::grouped_mm_fallback), the .pt is the "
+            "batched_mm trace; sdpa attention, random init (seed 0), no cache; "
+            "forward(input_ids) -> logits",
             _seeded(build), dict(transformers_class=hf_class, experts_implementation="grouped_mm",
                                  **{k: v for k, v in cfg_kwargs.items()
                                     if k != "experts_implementation"}),

@@ -983,6 +983,21 @@ HF_QWEN3_MOE_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128, 
                          output_router_logits=False)
 
 
+# DeepSeek-V3 as transformers writes it: multi-head latent attention (q and kv LoRA ranks, a
+# rotary part of the head), the first layer dense, then MoE layers with one shared expert and
+# sigmoid top-2 routing within groups (written with an in-place scatter_ and slice assignments,
+# which export functionalizes into scatter and copy).
+HF_DEEPSEEK_V3_TINY = dict(vocab_size=256, hidden_size=64, intermediate_size=128,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+                           max_position_embeddings=128, n_routed_experts=4, num_experts_per_tok=2,
+                           moe_intermediate_size=48, n_shared_experts=1, first_k_dense_replace=1,
+                           n_group=2, topk_group=1, kv_lora_rank=16, q_lora_rank=32,
+                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+                           rope_scaling=None, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                           bos_token_id=1, eos_token_id=2, pad_token_id=None, use_cache=False,
+                           attn_implementation="sdpa", experts_implementation="batched_mm")
+
+
 def _quiet_transformers():
     import transformers
 
@@ -1037,6 +1052,18 @@ def hf_qwen3_moe_tiny() -> nn.Module:
             return super().forward(input_ids=input_ids, use_cache=False).logits
 
     return Qwen3MoeForCausalLMLogits(transformers.Qwen3MoeConfig(**HF_QWEN3_MOE_TINY))
+
+
+def hf_deepseek_v3_tiny() -> nn.Module:
+    """transformers' DeepseekV3ForCausalLM (MLA attention, a dense first layer, then a shared
+    expert and group-limited top-2 routing over 4 experts; batched_mm experts) returning logits."""
+    transformers = _quiet_transformers()
+
+    class DeepseekV3ForCausalLMLogits(transformers.DeepseekV3ForCausalLM):
+        def forward(self, input_ids):
+            return super().forward(input_ids=input_ids, use_cache=False).logits
+
+    return DeepseekV3ForCausalLMLogits(transformers.DeepseekV3Config(**HF_DEEPSEEK_V3_TINY))
 
 
 def with_grouped_mm_experts(build):

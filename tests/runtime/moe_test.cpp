@@ -15,8 +15,10 @@
 // and [2,2], and exported in transformers' default "grouped_mm" implementation
 // (hf_mixtral_gmm_tiny.pt2, hf_qwen3_moe_gmm_tiny.pt2: sort, histc, and
 // transformers::grouped_mm_fallback imported as aten::_grouped_mm), whose reference is the
-// batched_mm trace of the same weights. Besides, the plans must use the routing rules: no routing
-// op of the samples is left to the Replicate-only fallback.
+// batched_mm trace of the same weights; so is DeepseekV3ForCausalLM (hf_deepseek_v3_gmm_tiny.pt2:
+// latent attention written with slice assignments, group-limited routing with scatter). Besides,
+// the plans must use the routing rules: no routing op of the samples is left to the Replicate-only
+// fallback.
 //
 // deepseek_tiny (a DeepSeek-V3-shaped decoder whose experts take a static capacity per sequence,
 // dispatched and combined by one-hot einsums; capacity factor 1 drops some (token, expert) pairs)
@@ -177,6 +179,9 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"hf_mixtral_gmm_tiny", "pt2", "2x2", "ddp"},
                       MoeCase{"hf_qwen3_moe_gmm_tiny", "pt2", "2x2", ""},
                       MoeCase{"hf_qwen3_moe_gmm_tiny", "pt2", "4", "ddp"},
+                      MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "2", ""},
+                      MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "4", "fsdp"},
+                      MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "2x2", ""},
                       MoeCase{"deepseek_tiny", "pt", "2", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt", "4", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt2", "2x2", "", "dp"},
