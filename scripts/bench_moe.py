@@ -39,6 +39,7 @@ SMALL = {
     # the same two in transformers' default grouped_mm experts (transformers::grouped_mm_fallback)
     "hf_mixtral_gmm_tiny": ("hf_mixtral_gmm_tiny.pt2", "input_ids:i64[8,32]"),
     "hf_qwen3_moe_gmm_tiny": ("hf_qwen3_moe_gmm_tiny.pt2", "input_ids:i64[8,32]"),
+    "hf_deepseek_v3_gmm_tiny": ("hf_deepseek_v3_gmm_tiny.pt2", "input_ids:i64[8,32]"),
 }
 
 

@@ -402,7 +402,18 @@ void registerTensorOpRules(Registry& r) {
       noWork);
   // cumsum(self, dim, dtype) and diff(self, n, dim, prepend, append): any dim but `dim`; linear.
   r.add(
-      "aten::cumsum", [](const RuleContext& c) { return exceptDimRule(c, 1); },
+      "aten::cumsum",
+      [](const RuleContext& c) {
+        std::vector<DimStrategy> res = exceptDimRule(c, 1);
+        // Floats summed as integers (cumsum(counts, 0, dtype=int32)) cast every partial sum
+        // before adding them up: no Partial then.
+        if (c.isTensorInput(0) && c.isTensorOutput(0) && ir::isFloating(c.input(0).tensor->dtype) &&
+            !ir::isFloating(c.output(0).tensor->dtype))
+          std::erase_if(res, [](const DimStrategy& s) {
+            return !s.outputs.empty() && s.outputs[0] && s.outputs[0]->isPartial();
+          });
+        return res;
+      },
       OpFamily::kPointwise);
   r.add(
       "aten::diff", [](const RuleContext& c) { return exceptDimRule(c, 2); }, OpFamily::kPointwise);
@@ -490,7 +501,8 @@ void registerTensorOpRules(Registry& r) {
   samples({"aten::split_with_sizes"},
           {{"", {S::f32({7, 6}), S::of(std::vector<int64_t>{3, 4}), S::of(0)}},
            {"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1, 5}), S::of(-1)}}});
-  samples({"aten::cumsum"}, {{"", {S::f32({5, 6}), S::of(1)}},
+  samples({"aten::cumsum"}, {{"", {S::f32({5, 6}), S::of(0), S::of(int64_t{3})}},  // dtype int32
+                             {"", {S::f32({5, 6}), S::of(1)}},
                              {"", {S::f32({2, 5, 7}), S::of(-1)}},
                              {"", {S::f32({5, 6}), S::of(0)}}});
   samples({"aten::diff"}, {{"", {S::f32({5, 6})}}, {"", {S::f32({5, 6}), S::of(1), S::of(0)}}});

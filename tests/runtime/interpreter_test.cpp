@@ -118,31 +118,34 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"cnn_small", {"x:f32[2,3,32,32]"}, 0}),
     [](const ::testing::TestParamInfo<Case>& info) { return info.param.model; });
 
+/// A tensor value of `g`.
+ir::ValueId addTensor(ir::Graph& g, std::vector<int64_t> shape, ir::DType dtype,
+                      bool requires_grad = false) {
+  ir::Value v;
+  v.type = ir::ValueType::kTensor;
+  v.tensor = ir::TensorMeta{ir::makeShape(shape), dtype, requires_grad};
+  return g.addValue(v);
+}
+
+/// A leaf node of `g` (an input or a parameter) that defines `value`.
+void addLeaf(ir::Graph& g, ir::NodeKind kind, const std::string& name, ir::ValueId value) {
+  ir::Node n;
+  n.kind = kind;
+  n.op = kind == ir::NodeKind::kParameter ? "parameter" : "input";
+  n.name = name;
+  n.outputs = {value};
+  g.addNode(n);
+}
+
 /// weight [7, 3] (param), idx [6] (input) -> aten::embedding(weight, idx, padding_idx, false,
 /// false) -> output; the embedding is node 2.
 std::shared_ptr<const ir::Graph> embeddingGraph(int64_t padding_idx) {
   ir::Graph g;
-  auto tensor = [&](std::vector<int64_t> shape, ir::DType dt) {
-    ir::Value v;
-    v.type = ir::ValueType::kTensor;
-    v.tensor = ir::TensorMeta{ir::makeShape(shape), dt, false};
-    return g.addValue(v);
-  };
-  ir::ValueId w = tensor({7, 3}, ir::DType::kF32);
-  ir::ValueId idx = tensor({6}, ir::DType::kI64);
-  ir::ValueId out = tensor({6, 3}, ir::DType::kF32);
-  ir::Node pw;
-  pw.kind = ir::NodeKind::kParameter;
-  pw.op = "parameter";
-  pw.name = "weight";
-  pw.outputs = {w};
-  g.addNode(pw);
-  ir::Node pi;
-  pi.kind = ir::NodeKind::kInput;
-  pi.op = "input";
-  pi.name = "idx";
-  pi.outputs = {idx};
-  g.addNode(pi);
+  ir::ValueId w = addTensor(g, {7, 3}, ir::DType::kF32);
+  ir::ValueId idx = addTensor(g, {6}, ir::DType::kI64);
+  ir::ValueId out = addTensor(g, {6, 3}, ir::DType::kF32);
+  addLeaf(g, ir::NodeKind::kParameter, "weight", w);
+  addLeaf(g, ir::NodeKind::kInput, "idx", idx);
   ir::Node e;
   e.op = "aten::embedding";
   e.inputs = {w, idx, g.addConstant(ir::ValueType::kInt, padding_idx),
@@ -353,22 +356,11 @@ TEST(Interpreter, AViewOfANonContiguousLocalPieceRuns) {
 // broadcast dim, and none reaches self, whose values are overwritten.
 TEST(Interpreter, FunctionalCopyIsDifferentiable) {
   ir::Graph g;
-  auto tensor = [&](std::vector<int64_t> shape, ir::DType dtype) {
-    ir::Value v;
-    v.type = ir::ValueType::kTensor;
-    v.tensor = ir::TensorMeta{ir::makeShape(shape), dtype, true};
-    return g.addValue(v);
-  };
-  ir::ValueId self = tensor({3, 4}, ir::DType::kF64), src = tensor({4}, ir::DType::kF32);
-  ir::ValueId out = tensor({3, 4}, ir::DType::kF64);
-  for (auto [name, id] : {std::pair{"self", self}, std::pair{"src", src}}) {
-    ir::Node in;
-    in.kind = ir::NodeKind::kInput;
-    in.op = "input";
-    in.name = name;
-    in.outputs = {id};
-    g.addNode(in);
-  }
+  ir::ValueId self = addTensor(g, {3, 4}, ir::DType::kF64, true);
+  ir::ValueId src = addTensor(g, {4}, ir::DType::kF32, true);
+  ir::ValueId out = addTensor(g, {3, 4}, ir::DType::kF64, true);
+  addLeaf(g, ir::NodeKind::kInput, "self", self);
+  addLeaf(g, ir::NodeKind::kInput, "src", src);
   ir::Node copy;
   copy.op = "aten::copy";
   copy.inputs = {self, src, g.addConstant(ir::ValueType::kBool, ir::Constant(false))};

@@ -562,9 +562,19 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       if (auto bad = store(r, (*outs)[static_cast<size_t>(from)])) return bad;
     }
   }
+  // empty, empty_like, new_empty, ...: the values are whatever the allocator held; only the
+  // pieces' shapes and dtypes are the op's.
+  const bool uninitialized = node.op == "aten::empty" || node.op == "aten::empty_like" ||
+                             node.op == "aten::new_empty" || node.op == "aten::empty_strided" ||
+                             node.op == "aten::new_empty_strided";
   for (size_t j = 0; j < node.outputs.size(); ++j) {
     if (!s.outputs[j]) continue;
     for (size_t e = 0; e < full_outs[j].size(); ++e) {
+      if (uninitialized) {
+        full_outs[j][e] = at::zeros_like(full_outs[j][e]);
+        for (at::Tensor& l : out_locals[j][e])
+          if (l.defined()) l = at::zeros_like(l);
+      }
       const mesh::PlacementTuple t = placementOf(full_outputs[j], full_outs[j][e], *s.outputs[j]);
       auto bad = checkLayout(out_locals[j][e], full_outs[j][e], t, mesh,
                              keepsFloat32(node) ? kFloat32Tolerance : Tolerance{});

@@ -9,7 +9,8 @@
 //
 // Executed samples run at small shapes (the op set and the rules are what matter, not the size):
 // toy_block x:[2,4,1024], mlp_stack, gpt2_tiny*, llama_tiny*, cnn_small, resnet_bottleneck,
-// swin_tiny, multi_output, moe_tiny, hf_mixtral_tiny, with batch and sequence lengths chosen to
+// swin_tiny, multi_output, moe_tiny, hf_mixtral_tiny (and the .pt2 of the grouped_mm HF MoE
+// samples), with batch and sequence lengths chosen to
 // include uneven shards. The stub-weight samples (gpt2_small*, llama_small, llama3_8b: zero-stride
 // weights, too big to execute) share the op set and rules of their tiny siblings; for them the test
 // asserts that every op they use with strategies was validated on the tiny samples, and reports
@@ -66,6 +67,7 @@ const fs::path kSamples = fs::path(APC_SOURCE_DIR) / "sample_models" / "out";
 struct ExecutedSample {
   const char* name;
   std::vector<const char*> inputs;
+  const char* file = ".pt";  // the program validated: <name><file>
 };
 
 const ExecutedSample kExecuted[] = {
@@ -101,6 +103,13 @@ const ExecutedSample kExecuted[] = {
     // combine einsums with their operands placed one by one (aten::einsum.operands), MLA's sdpa
     // with a v head dim other than qk's.
     {"deepseek_tiny", {"tokens:i64[2,8]"}},
+    // The Hugging Face MoE models in transformers' default grouped_mm experts, as exported (their
+    // .pt is the batched_mm trace): sort, histc, cumsum, _grouped_mm (imported from
+    // transformers::grouped_mm_fallback), index_put; DeepseekV3's latent attention and router add
+    // copy (slice assignments) and scatter.
+    {"hf_mixtral_gmm_tiny", {"input_ids:i64[2,32]"}, ".pt2"},
+    {"hf_qwen3_moe_gmm_tiny", {"input_ids:i64[2,32]"}, ".pt2"},
+    {"hf_deepseek_v3_gmm_tiny", {"input_ids:i64[2,32]"}, ".pt2"},
 };
 
 /// Stub-weight samples: imported at their recorded shapes, enumerated, never executed.
@@ -172,7 +181,8 @@ std::string rankClass(const ir::Graph& g, const ir::Node& n) {
 }
 
 std::unique_ptr<LoadedModel> load(const std::string& name, const std::vector<const char*>& inputs,
-                                  bool executed, const std::vector<DeviceMesh>& meshes) {
+                                  bool executed, const std::vector<DeviceMesh>& meshes,
+                                  const std::string& file = ".pt") {
   auto m = std::make_unique<LoadedModel>();
   m->name = name;
   m->executed = executed;
@@ -186,7 +196,7 @@ std::unique_ptr<LoadedModel> load(const std::string& name, const std::vector<con
     opts.inputs.push_back(*spec);
   }
   // importModel: the graph the product plans (its import rewrites included: einsum operands).
-  auto g = frontend::importModel((kSamples / (name + ".pt")).string(), opts);
+  auto g = frontend::importModel((kSamples / (name + file)).string(), opts);
   if (!g.ok()) {
     m->error = g.error().message();
     return m;
@@ -202,7 +212,7 @@ const Corpus& corpus() {
     Corpus c;
     for (const auto& s : kMeshShapes) c.meshes.push_back(*DeviceMesh::create(s));
     for (const ExecutedSample& s : kExecuted)
-      c.models.push_back(load(s.name, s.inputs, true, c.meshes));
+      c.models.push_back(load(s.name, s.inputs, true, c.meshes, s.file));
     for (const char* s : kStubs) c.models.push_back(load(s, {}, false, c.meshes));
     for (const auto& m : c.models) {
       if (!m->executed || !m->error.empty()) continue;
