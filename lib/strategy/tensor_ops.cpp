@@ -550,12 +550,13 @@ void registerTensorOpRules(Registry& r) {
   samples({"aten::unbind.int"},
           {{"", {S::f32({3, 6}), S::of(0)}}, {"", {S::f32({5, 3}), S::of(1)}}});
   samples({"aten::zeros", "aten::ones"}, {{"", {S::of(std::vector<int64_t>{5, 6})}}});
+  samples({"aten::empty"}, {{"memory_format", {S::of(std::vector<int64_t>{5, 6})}}});
   samples({"aten::scalar_tensor"}, {{"", {S::of(2.5)}}});
   samples({"aten::full"}, {{"", {S::of(std::vector<int64_t>{5, 6}), S::of(2.5)}}});
   samples({"aten::arange"}, {{"start", {S::of(3), S::of(14)}}, {"", {S::of(7)}}});
-  samples({"aten::zeros_like", "aten::ones_like"}, {{"", {S::f32({5, 6})}}});
+  samples({"aten::zeros_like", "aten::ones_like", "aten::empty_like"}, {{"", {S::f32({5, 6})}}});
   samples({"aten::full_like"}, {{"", {S::f32({5, 6}), S::of(2.5)}}});
-  samples({"aten::new_zeros", "aten::new_ones"},
+  samples({"aten::new_zeros", "aten::new_ones", "aten::new_empty"},
           {{"", {S::f32({2, 2}), S::of(std::vector<int64_t>{5, 6})}}});
   samples({"aten::new_full"},
           {{"", {S::f32({2, 2}), S::of(std::vector<int64_t>{5, 6}), S::of(2.5)}}});

@@ -428,6 +428,30 @@ TEST(ApcTrain, CompareSingleTakesAnExportedProgramAtAnotherBatch) {
   std::filesystem::remove_all(dir);
 }
 
+// The float64 twin is a yardstick only: where a kernel has no float64 (CPU _grouped_mm, in Hugging
+// Face's default grouped_mm experts), --compare-single says so in one line and goes on against the
+// float32 single-device model.
+TEST(ApcTrain, CompareSingleGoesOnWithoutAFloat64Twin) {
+  const std::string pt2 = testing::samplePath("hf_mixtral_gmm_tiny", "pt2");
+  if (!std::filesystem::exists(pt2)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = scratchDir("train_compare_no_f64");
+  std::string err =
+      testing::makeArtifact({"hf_mixtral_gmm_tiny", {}, 256, "", "pt2"}, "2", "", dir);
+  ASSERT_TRUE(err.empty()) << err;
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  apc::testing::CommandResult r = apc::testing::runCommand(
+      testing::apcBinary() + " run " + dir.string() + " --nproc 2 --timeout 300 -- " + train + " " +
+      dir.string() + " --steps 3 --lr 0.1 --compare-single " + pt2);
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto losses = parseLosses(r.out);
+  ASSERT_EQ(losses.size(), 3u) << r.out;
+  for (const auto& [x, y] : losses) EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::abs(y))) << r.out;
+  EXPECT_EQ(r.out.find(" f64 "), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("apc-train: note: no float64 reference from step 0 on"), std::string::npos)
+      << r.err;
+  std::filesystem::remove_all(dir);
+}
+
 // --- measured runs: apc-train --profile, apc calibrate, apc plan --cluster
 // -------------------------
 

@@ -285,17 +285,9 @@ TEST(Interpreter, VocabLocalGraphRunsInsideACheckpointSegment) {
 
 TEST(Interpreter, UnknownOperatorIsAnErrorNamingTheNode) {
   ir::Graph g;
-  ir::Value v;
-  v.type = ir::ValueType::kTensor;
-  v.tensor = ir::TensorMeta{ir::makeShape({2}), ir::DType::kF32, false};
-  ir::ValueId in = g.addValue(v);
-  ir::ValueId out = g.addValue(v);
-  ir::Node pi;
-  pi.kind = ir::NodeKind::kInput;
-  pi.op = "input";
-  pi.name = "x";
-  pi.outputs = {in};
-  g.addNode(pi);
+  ir::ValueId in = addTensor(g, {2}, ir::DType::kF32);
+  ir::ValueId out = addTensor(g, {2}, ir::DType::kF32);
+  addLeaf(g, ir::NodeKind::kInput, "x", in);
   ir::Node op;
   op.op = "aten::no_such_op";
   op.inputs = {in};
@@ -314,20 +306,11 @@ TEST(Interpreter, UnknownOperatorIsAnErrorNamingTheNode) {
 // runs as aten::reshape: the same values, a copy only where no view exists; gradients flow.
 TEST(Interpreter, AViewOfANonContiguousLocalPieceRuns) {
   ir::Graph g;
-  ir::Value v;
-  v.type = ir::ValueType::kTensor;
-  v.tensor = ir::TensorMeta{ir::makeShape({3, 4}), ir::DType::kF32, true};
-  ir::ValueId in = g.addValue(v);
-  v.tensor = ir::TensorMeta{ir::makeShape({12}), ir::DType::kF32, true};
-  ir::ValueId out = g.addValue(v);
+  ir::ValueId in = addTensor(g, {3, 4}, ir::DType::kF32, true);
+  ir::ValueId out = addTensor(g, {12}, ir::DType::kF32, true);
   ir::ValueId shape =
       g.addConstant(ir::ValueType::kIntList, ir::Constant(std::vector<int64_t>{12}));
-  ir::Node pi;
-  pi.kind = ir::NodeKind::kInput;
-  pi.op = "input";
-  pi.name = "x";
-  pi.outputs = {in};
-  g.addNode(pi);
+  addLeaf(g, ir::NodeKind::kInput, "x", in);
   ir::Node view;
   view.op = "aten::view";
   view.inputs = {in, shape};
@@ -391,10 +374,7 @@ TEST(Interpreter, FunctionalCopyIsDifferentiable) {
 TEST(Interpreter, CpuAndMetaDeviceConstantsRunOnTheModulesDevice) {
   for (const char* recorded : {"cpu", "meta"}) {
     ir::Graph g;
-    ir::Value v;
-    v.type = ir::ValueType::kTensor;
-    v.tensor = ir::TensorMeta{ir::makeShape({2, 3}), ir::DType::kF32, false};
-    ir::ValueId out = g.addValue(v);
+    ir::ValueId out = addTensor(g, {2, 3}, ir::DType::kF32);
     ir::Node ones;
     ones.op = "aten::ones";
     ones.inputs = {g.addConstant(ir::ValueType::kIntList, ir::Constant(std::vector<int64_t>{2, 3})),

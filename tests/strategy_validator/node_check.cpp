@@ -562,11 +562,10 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       if (auto bad = store(r, (*outs)[static_cast<size_t>(from)])) return bad;
     }
   }
-  // empty, empty_like, new_empty, ...: the values are whatever the allocator held; only the
-  // pieces' shapes and dtypes are the op's.
-  const bool uninitialized = node.op == "aten::empty" || node.op == "aten::empty_like" ||
-                             node.op == "aten::new_empty" || node.op == "aten::empty_strided" ||
-                             node.op == "aten::new_empty_strided";
+  // empty, empty_like, new_empty: the values are whatever the allocator held; only the pieces'
+  // shapes and dtypes are the op's.
+  const bool uninitialized =
+      node.op == "aten::empty" || node.op == "aten::empty_like" || node.op == "aten::new_empty";
   for (size_t j = 0; j < node.outputs.size(); ++j) {
     if (!s.outputs[j]) continue;
     for (size_t e = 0; e < full_outs[j].size(); ++e) {

@@ -296,14 +296,12 @@ bool isInPlaceVariant(const std::string& key) {
 /// (each rank makes the whole output) and std/var over every element (neither linear nor
 /// max-like, so no Partial).
 const std::set<std::string> kReplicateOnly = {
-    "aten::arange", "aten::full", "aten::ones", "aten::scalar_tensor",
-    "aten::zeros",  "aten::std",  "aten::var"};
+    "aten::arange",        "aten::empty", "aten::full", "aten::ones",
+    "aten::scalar_tensor", "aten::zeros", "aten::std",  "aten::var"};
 
 /// Ops with a rule and no samples, each for a reason; any other op with a rule must have samples
 /// (adding an op touches the registry and its tests).
 const std::set<std::string> kWithoutSamples = {
-    // Uninitialized values: nothing to compare.
-    "aten::empty", "aten::empty_like", "aten::new_empty",
     // Tensor repeats whose sum the output's size fixes (node_check's shapedInput reads it from the
     // IR): the output meta would have to come before the run that computes it.
     "aten::repeat_interleave.Tensor", "aten::repeat_interleave.self_Tensor",
