@@ -339,6 +339,10 @@ struct GraphProblemBuilder {
     std::vector<uint32_t> src_class, dst_class;
     std::vector<const Out*> froms;
     std::vector<std::pair<const Out*, PlacementTuple>> tos;  // (input placement, gradient)
+    // Both ends have token-local region strategies (apc/strategy/token_local.h); then per class,
+    // whether it is one of them (never true otherwise).
+    bool internal = false;
+    std::vector<bool> from_local, to_local;
     // The classes' placements as tuple ids, interned (class_key_ids): part of the memo key of
     // an edge's costs, one number instead of the whole list for every edge.
     uint32_t key_id = 0;
@@ -375,32 +379,54 @@ const GraphProblemBuilder::EdgeClasses& GraphProblemBuilder::edgeClasses(
   if (!fresh) return c;
   c.src_class.resize(src.size());
   c.dst_class.resize(dst.size());
+  // A token-local region's strategies (apc/strategy/token_local.h) are classes of their own:
+  // between two nodes that both have them, the edge forbids mixing them with the others.
+  auto hasRegionStrategies = [](const strategy::StrategyList& l) {
+    return std::any_of(l.begin(), l.end(),
+                       [](const strategy::Strategy& s) { return s.region_local; });
+  };
+  c.internal = hasRegionStrategies(src) && hasRegionStrategies(dst);
   {
-    std::map<Out, uint32_t> seen;
+    std::map<std::pair<Out, bool>, uint32_t> seen;
     for (size_t s = 0; s < src.size(); ++s) {
       const Out& from = src[s].outputs.at(out);
-      auto [at, is_new] = seen.emplace(from, static_cast<uint32_t>(c.froms.size()));
-      if (is_new) c.froms.push_back(&from);
+      const bool local = c.internal && src[s].region_local;
+      auto [at, is_new] =
+          seen.emplace(std::make_pair(from, local), static_cast<uint32_t>(c.froms.size()));
+      if (is_new) {
+        c.froms.push_back(&from);
+        c.from_local.push_back(local);
+      }
       c.src_class[s] = at->second;
     }
   }
   {
-    std::map<std::pair<Out, PlacementTuple>, uint32_t> seen;
+    std::map<std::tuple<Out, PlacementTuple, bool>, uint32_t> seen;
     for (size_t t = 0; t < dst.size(); ++t) {
       const Out& to = dst[t].inputs[in];
       PlacementTuple grad = to ? gradientPlacement(dst[t], in) : PlacementTuple{};
+      const bool local = c.internal && dst[t].region_local;
       auto [at, is_new] =
-          seen.emplace(std::make_pair(to, grad), static_cast<uint32_t>(c.tos.size()));
-      if (is_new) c.tos.emplace_back(&to, std::move(grad));
+          seen.emplace(std::make_tuple(to, grad, local), static_cast<uint32_t>(c.tos.size()));
+      if (is_new) {
+        c.tos.emplace_back(&to, std::move(grad));
+        c.to_local.push_back(local);
+      }
       c.dst_class[t] = at->second;
     }
   }
   std::vector<uint32_t> key{UINT32_MAX};
-  for (const Out* from : c.froms) key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
+  for (size_t a = 0; a < c.froms.size(); ++a) {
+    const Out* from = c.froms[a];
+    key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
+    key.push_back(c.from_local[a] ? 1 : 0);
+  }
   key.push_back(UINT32_MAX);
-  for (const auto& [to, grad] : c.tos) {
+  for (size_t b = 0; b < c.tos.size(); ++b) {
+    const auto& [to, grad] = c.tos[b];
     key.push_back(*to ? pricer.tupleId(**to) + 1 : 0);
     key.push_back(pricer.tupleId(grad));
+    key.push_back(c.to_local[b] ? 1 : 0);
   }
   c.key_id = class_key_ids.try_emplace(std::move(key), static_cast<uint32_t>(class_key_ids.size()))
                  .first->second;
@@ -620,7 +646,8 @@ bool GraphProblemBuilder::addEdges(const Deadline& deadline) {
         for (size_t a = 0; a < froms.size(); ++a)
           for (size_t b = 0; b < tos.size(); ++b)
             if (!*froms[a] || !*tos[b].first ||
-                ((list || written) && !(**froms[a] == **tos[b].first)))
+                ((list || written) && !(**froms[a] == **tos[b].first)) ||
+                cls.from_local[a] != cls.to_local[b])
               class_cost[a * tos.size() + b] = kInfinity;
       }
       // Factorized (see ProblemEdge): the table over classes, never |S_src| x |S_dst|.

@@ -28,6 +28,7 @@
 
 #include "apc/layout/layout.h"
 #include "apc/strategy/strategy.h"
+#include "apc/strategy/token_local.h"
 #include "rule_util.h"
 
 namespace apc::strategy {
@@ -374,6 +375,32 @@ struct Pricer {
   }
 };
 
+/// The pricer of a node's strategies: its op's family, work and backward when `rule` gave them
+/// (null: the fallback's, priced as kOther).
+Pricer makePricer(const RuleContext& c, const NodeShapes& shapes, const mesh::DeviceMesh& mesh,
+                  const cost::CostModel& model, const OpInfo* rule) {
+  const cost::OpFamily family = rule ? rule->family : cost::OpFamily::kOther;
+  Pricer pricer{c,
+                shapes,
+                mesh,
+                model,
+                family,
+                rule ? &rule->work : nullptr,
+                rule ? &rule->backward_work : nullptr,
+                workDType(c),
+                takesGradient(c),
+                rule ? rule->backward_multiplier : -1.0,
+                rule ? rule->backward_kernels : -1,
+                detail::operandGradientShare(c, family),
+                {}};
+  if (family == cost::OpFamily::kContraction) {
+    for (size_t i = 0; i < c.numInputs(); ++i)
+      if (detail::operandTakesGradient(c, i)) pricer.grad_operands.push_back(i);
+    pricer.contraction_lhs = rule ? rule->contraction_lhs : -1;
+  }
+  return pricer;
+}
+
 struct Entry {
   std::vector<Strategy> strategies;
   StrategyList shared;  // the strategies, once complete (enumerate hands this out)
@@ -404,25 +431,7 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
       if (fitsMeshDim(dims[k], shapes, mesh.size(j))) allowed[j].push_back(k);
 
   const bool own = !entry.fallback && rule;
-  const cost::OpFamily family = own ? rule->family : cost::OpFamily::kOther;
-  Pricer pricer{c,
-                shapes,
-                mesh,
-                model,
-                family,
-                own ? &rule->work : nullptr,
-                own ? &rule->backward_work : nullptr,
-                workDType(c),
-                takesGradient(c),
-                own ? rule->backward_multiplier : -1.0,
-                own ? rule->backward_kernels : -1,
-                detail::operandGradientShare(c, family),
-                {}};
-  if (family == cost::OpFamily::kContraction) {
-    for (size_t i = 0; i < c.numInputs(); ++i)
-      if (detail::operandTakesGradient(c, i)) pricer.grad_operands.push_back(i);
-    pricer.contraction_lhs = own ? rule->contraction_lhs : -1;
-  }
+  Pricer pricer = makePricer(c, shapes, mesh, model, own ? rule : nullptr);
 
   // A collective the op runs inside itself (OpInfo::collective), if any.
   const OpCollectiveFn* collective = info && info->collective ? &info->collective : nullptr;
@@ -503,6 +512,47 @@ Entry computeEntry(const RuleContext& c, const mesh::DeviceMesh& mesh, const Reg
   return entry;
 }
 
+/// Token-local regions (apc/strategy/token_local.h): every member of a region gets the region's
+/// strategies after its rule's own, priced like them. Members of repeated layers share lists.
+void addTokenLocalStrategies(const ir::Graph& g, const mesh::DeviceMesh& mesh,
+                             const Registry& registry, const cost::CostModel& model,
+                             const EnumerateOptions& options, std::vector<NodeStrategies>& out) {
+  const std::vector<TokenLocalRegion> regions = findTokenLocalRegions(g);
+  if (regions.empty()) return;
+  std::unordered_map<uint32_t, size_t> at;  // graph node -> its entry of `out`
+  for (size_t i = 0; i < out.size(); ++i) at[out[i].node.v] = i;
+  std::unordered_map<std::string, StrategyList> lists;  // looked up only, never iterated
+  for (const TokenLocalRegion& region : regions) {
+    bool enumerated = true;
+    for (ir::NodeId id : region.members) enumerated = enumerated && at.count(id.v);
+    if (!enumerated) continue;
+    for (ir::NodeId id : region.members) {
+      const ir::Node& n = g.node(id);
+      std::vector<Strategy> extra = tokenLocalStrategies(g, region, n, mesh);
+      if (extra.empty()) break;  // the mesh cuts the tokens nowhere: the same for every member
+      NodeStrategies& ns = out[at[id.v]];
+      std::string key = cacheKey(g, n) + "|token-local";
+      for (const Strategy& s : extra)
+        for (int code : strategyCode(s)) key += "," + std::to_string(code);
+      auto it = lists.find(key);
+      if (it == lists.end()) {
+        RuleContext c{g, n, &options.rules};
+        NodeShapes shapes(c);
+        const OpInfo* info = registry.findEntry(n);
+        Pricer pricer =
+            makePricer(c, shapes, mesh, model, info && info->rule && !ns.fallback ? info : nullptr);
+        std::vector<Strategy> all = ns.strategies.vector();
+        for (Strategy& s : extra) {
+          s.compute_us = pricer.price(s);
+          all.push_back(std::move(s));
+        }
+        it = lists.emplace(std::move(key), StrategyList(std::move(all))).first;
+      }
+      ns.strategies = it->second;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh& mesh,
@@ -536,6 +586,7 @@ std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh
     }
     out.push_back(std::move(ns));
   }
+  addTokenLocalStrategies(g, mesh, registry, model, options, out);
   return out;
 }
 

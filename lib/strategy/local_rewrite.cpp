@@ -305,9 +305,83 @@ Status rewriteEmbedding(const ir::Node& node, const std::vector<std::optional<ir
   return Status::success();
 }
 
+/// The first global position of a rank's piece of dim 0 as run-time arithmetic on a local tensor
+/// `t` of the piece: coordinate x local size (a token-local region's pieces are equal, so the
+/// coordinate is the hint's offset / size; a dynamic batch keeps it).
+ir::ValueId firstPosition(ir::LocalGraphBuilder& b, ir::ValueId t, const layout::DimPiece& p) {
+  const int64_t coordinate = p.size > 0 ? p.offset / p.size : 0;
+  const ir::ValueId size = b.op("aten::size.int", {t, b.constant(int64_t{0})}, ir::ValueType::kInt);
+  return b.op("aten::mul.int", {size, b.constant(coordinate)}, ir::ValueType::kInt);
+}
+
+/// See detail::rewriteLocalSort.
+Status rewriteSort(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                   const RankPieces& pieces, NodeRewrite& r) {
+  if (pieces.inputs.empty() || pieces.inputs[0].size() != 1) return Status::success();
+  const TensorPiece& x = pieces.inputs[0][0];
+  if (x.global.size() != 1 || x.whole(0)) return Status::success();
+  const bool argsort = node.op == "aten::argsort";
+  if (pieces.outputs.size() != (argsort ? 1u : 2u))
+    return invalidArgument(node.qualifiedOp() + " with " + std::to_string(pieces.outputs.size()) +
+                           " outputs");
+  // The rank's own sort (argsort with the node's arguments, which sort's overloads share), the
+  // values gathered by it, and the indices made global positions.
+  ir::LocalGraphBuilder b(node.qualifiedOp(), c, pieces.outputs.size());
+  std::vector<ir::ValueId> args;
+  for (size_t i = 0; i < c.size(); ++i) args.push_back(b.arg(i));
+  const std::string op = node.overload.empty() ? "aten::argsort" : "aten::argsort." + node.overload;
+  const ir::ValueId local = b.op(op, args);
+  const ir::ValueId global = b.op(
+      "aten::add.Scalar", {local, firstPosition(b, b.arg(0), x.local[0]), b.constant(int64_t{1})});
+  if (argsort) {
+    APC_ASSIGN_OR_RETURN(r.local, b.finish({global}));
+  } else {
+    const ir::ValueId values =
+        b.op("aten::gather", {b.arg(0), b.constant(int64_t{0}), local, b.constant(false)});
+    APC_ASSIGN_OR_RETURN(r.local, b.finish({values, global}));
+  }
+  r.notes.push_back("the rank's sort, indices + the piece's first position");
+  return Status::success();
+}
+
+/// See detail::rewriteLocalPositions.
+Status rewritePositions(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                        const RankPieces& pieces, NodeRewrite& r) {
+  if (pieces.inputs.size() < 2 || pieces.inputs[0].size() != 1) return Status::success();
+  const TensorPiece& self = pieces.inputs[0][0];
+  if (self.global.empty() || self.whole(0)) return Status::success();
+  // The rules never cut an indexed dim: only a token-local region's strategies do, with one index
+  // tensor for dim 0 (apc/strategy/token_local.h).
+  if (pieces.inputs[1].size() != 1)
+    return unsupported(node.qualifiedOp() + " with self cut along dim 0 and " +
+                       std::to_string(pieces.inputs[1].size()) + " index tensors");
+  ir::LocalGraphBuilder b(node.qualifiedOp(), c, pieces.outputs.size());
+  const ir::ValueId index = b.op("prim::ListUnpack", {b.arg(1)});
+  const ir::ValueId shifted =
+      b.op("aten::sub.Scalar",
+           {index, firstPosition(b, b.arg(0), self.local[0]), b.constant(int64_t{1})});
+  std::vector<ir::ValueId> args = {b.arg(0), b.list({shifted}, ir::ValueType::kTensorList)};
+  for (size_t i = 2; i < c.size(); ++i) args.push_back(b.arg(i));
+  const ir::ValueId out = b.op(node.qualifiedOp(), std::move(args));
+  APC_ASSIGN_OR_RETURN(r.local, b.finish({out}));
+  r.notes.push_back("positions - the piece's first position");
+  return Status::success();
+}
+
 }  // namespace
 
 namespace detail {
+
+Status rewriteLocalSort(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                        const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteSort(node, c, pieces, r);
+}
+
+Status rewriteLocalPositions(const ir::Node& node,
+                             const std::vector<std::optional<ir::Constant>>& c,
+                             const RankPieces& pieces, NodeRewrite& r) {
+  return rewritePositions(node, c, pieces, r);
+}
 
 Status rewriteViewSizes(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
                         const RankPieces& pieces, NodeRewrite& r) {

@@ -21,7 +21,7 @@ bool TensorDimRef::operator==(const TensorDimRef&) const = default;
 // --- Strategy ------------------------------------------------------------------------------------
 
 std::string Strategy::toString() const {
-  return mesh::toSignatureString(inputs, outputs);
+  return mesh::toSignatureString(inputs, outputs) + (region_local ? " (token-local)" : "");
 }
 
 // --- RuleContext ---------------------------------------------------------------------------------

@@ -355,6 +355,10 @@ void registerRoutingRules(Registry& r) {
   r.add(
       "aten::argsort.stable", [](const RuleContext& c) { return exceptDimNoPartial(c, 2); },
       OpFamily::kReduction);
+  // Only a token-local region's strategies cut the sorted dim (apc/strategy/token_local.h).
+  for (const char* op :
+       {"aten::sort", "aten::sort.stable", "aten::argsort", "aten::argsort.stable"})
+    r.entry(op)->local_rewrite = detail::rewriteLocalSort;
   r.add("aten::gather", gatherRule, OpFamily::kIndex);
   r.add("aten::one_hot", oneHotRule, OpFamily::kIndex);
   r.add("aten::scatter_add", scatterAddRule, OpFamily::kIndex);

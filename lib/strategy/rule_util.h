@@ -114,6 +114,15 @@ Status rewriteNarrowLength(const ir::Node& node, const std::vector<std::optional
 /// embedding with the weight's rows cut: padding_idx and the masked lookup's local graph.
 Status rewriteEmbeddingRows(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                             const RankPieces& pieces, NodeRewrite& r);
+/// sort / argsort of a 1-d input cut along the sorted dim (a token-local region,
+/// apc/strategy/token_local.h): the rank's sort, its indices shifted to global positions.
+Status rewriteLocalSort(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                        const RankPieces& pieces, NodeRewrite& r);
+/// index.Tensor / index_put with self cut along the indexed dim 0 (a token-local region): the
+/// global positions of the one index tensor shifted to the rank's piece.
+Status rewriteLocalPositions(const ir::Node& node,
+                             const std::vector<std::optional<ir::Constant>>& c,
+                             const RankPieces& pieces, NodeRewrite& r);
 /// repeat: counts from symbols (dynamic dims only).
 Status rewriteRepeatCounts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                            const RankPieces& pieces, NodeRewrite& r);

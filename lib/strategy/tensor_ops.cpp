@@ -480,6 +480,9 @@ void registerTensorOpRules(Registry& r) {
   r.entry("aten::arange")->local_rewrite = rewriteArangeBounds;
   r.entry("aten::narrow")->local_rewrite = rewriteNarrowLength;
   r.entry("aten::repeat")->local_rewrite = rewriteRepeatCounts;
+  // Only a token-local region's strategies cut the indexed dim (apc/strategy/token_local.h).
+  r.entry("aten::index.Tensor")->local_rewrite = rewriteLocalPositions;
+  r.entry("aten::index_put")->local_rewrite = rewriteLocalPositions;
 
   // Sample invocations (OpInfo::samples) for the strategy validator.
   using S = SampleArg;

@@ -237,6 +237,97 @@ TEST(Interpreter, VocabLocalGraphHalvesSumToTheFullLookup) {
   EXPECT_FALSE(weight.grad()[4].eq(0).all().item<bool>());
 }
 
+/// One rank's local graph of a node whose registry entry rewrites it for `pieces` (the program's
+/// serialized form), ready to run; `constants` as localizeNode takes them.
+Expected<OpCollectiveRunner> localRunner(const std::string& op, const std::string& overload,
+                                         size_t num_outputs,
+                                         const std::vector<std::optional<ir::Constant>>& constants,
+                                         const strategy::RankPieces& pieces) {
+  ir::Node node;
+  node.op = op;
+  node.overload = overload;
+  for (size_t i = 0; i < constants.size(); ++i) node.inputs.push_back(ir::ValueId(100 + i));
+  for (size_t i = 0; i < num_outputs; ++i) node.outputs.push_back(ir::ValueId(200 + i));
+  APC_ASSIGN_OR_RETURN(lower::NodeRewrite rw, lower::localizeNode(node, constants, pieces));
+  if (!rw.local) return internalError(node.qualifiedOp() + ": no local graph");
+  APC_ASSIGN_OR_RETURN(ir::Graph local, ir::deserializeGraph(ir::serializeGraph(*rw.local)));
+  return OpCollectiveRunner::create(std::move(local), node.inputs.size(), num_outputs);
+}
+
+/// A piece [offset, offset + size) of dim 0 of a tensor of `global` sizes (the others whole).
+strategy::TensorPiece pieceOf(std::vector<int64_t> global, int64_t offset, int64_t size) {
+  strategy::TensorPiece p;
+  p.global = global;
+  p.local.push_back({offset, size});
+  for (size_t d = 1; d < global.size(); ++d) p.local.push_back({0, global[d]});
+  return p;
+}
+
+// A token-local region's rank-local ops (apc/strategy/token_local.h) as their local rewrites
+// write them, on 2 ranks that each hold half of 6 (token, choice) pairs: the rank's sort gives
+// GLOBAL positions of its own pairs in expert order; index and index_put read and write its own
+// piece at those positions; unsorting by the inverse permutation puts the rows back in pair order,
+// so the ranks' outputs stacked are the rows of the whole batch. The same local graphs, planned for
+// pieces of 3, run on pieces of 4 (a dynamic batch of 8 pairs): the first position comes from the
+// local size at run time.
+TEST(Interpreter, TokenLocalSortAndIndexUseGlobalPositions) {
+  for (int64_t run_size : {int64_t{3}, int64_t{4}}) {
+    SCOPED_TRACE("pairs per rank " + std::to_string(run_size));
+    const int64_t hint = 3, total = 2 * run_size;
+    at::manual_seed(21);
+    at::Tensor ids = at::randint(0, 3, {total}, at::TensorOptions().dtype(at::kLong));
+    at::Tensor rows = at::randn({total, 2});
+    std::vector<at::Tensor> outs;
+    for (int64_t r = 0; r < 2; ++r) {
+      const int64_t off = r * run_size;
+      strategy::RankPieces sort_pieces;
+      sort_pieces.inputs = {{pieceOf({6}, r * hint, hint)}, {}, {}};
+      sort_pieces.outputs = {{pieceOf({6}, r * hint, hint)}, {pieceOf({6}, r * hint, hint)}};
+      auto sort = localRunner("aten::sort", "", 2, {std::nullopt, int64_t{-1}, false}, sort_pieces);
+      ASSERT_TRUE(sort.ok()) << sort.error().message();
+      at::Tensor mine = ids.narrow(0, off, run_size);
+      std::vector<c10::IValue> sorted =
+          sort->run({mine, c10::IValue(int64_t{-1}), c10::IValue(false)}, noAllReduce);
+      ASSERT_EQ(sorted.size(), 2u);
+      at::Tensor values = sorted[0].toTensor(), perm = sorted[1].toTensor();
+      // Global positions of the rank's own pairs, in expert order.
+      EXPECT_TRUE(at::equal(values, std::get<0>(mine.sort())));
+      EXPECT_TRUE(at::equal(ids.index_select(0, perm), values));
+      EXPECT_TRUE(perm.ge(off).all().item<bool>() && perm.lt(off + run_size).all().item<bool>());
+
+      strategy::RankPieces index_pieces;
+      index_pieces.inputs = {{pieceOf({6, 2}, r * hint, hint)}, {pieceOf({6}, r * hint, hint)}};
+      index_pieces.outputs = {{pieceOf({6, 2}, r * hint, hint)}};
+      auto index =
+          localRunner("aten::index", "Tensor", 1, {std::nullopt, std::nullopt}, index_pieces);
+      ASSERT_TRUE(index.ok()) << index.error().message();
+      at::Tensor local_rows = rows.narrow(0, off, run_size);
+      at::Tensor gathered =
+          index->run({local_rows, c10::List<at::Tensor>({perm})}, noAllReduce)[0].toTensor();
+      EXPECT_TRUE(at::equal(gathered, rows.index_select(0, perm)));
+
+      // inv[perm] = positions (the arange's piece: global positions), then rows[inv - off].
+      strategy::RankPieces put_pieces;
+      put_pieces.inputs = {{pieceOf({6}, r * hint, hint)},
+                           {pieceOf({6}, r * hint, hint)},
+                           {pieceOf({6}, r * hint, hint)},
+                           {}};
+      put_pieces.outputs = {{pieceOf({6}, r * hint, hint)}};
+      auto put = localRunner("aten::index_put", "", 1,
+                             {std::nullopt, std::nullopt, std::nullopt, false}, put_pieces);
+      ASSERT_TRUE(put.ok()) << put.error().message();
+      at::Tensor positions = at::arange(off, off + run_size, at::TensorOptions().dtype(at::kLong));
+      at::Tensor inv = put->run({at::empty_like(perm), c10::List<at::Tensor>({perm}), positions,
+                                 c10::IValue(false)},
+                                noAllReduce)[0]
+                           .toTensor();
+      outs.push_back(
+          index->run({gathered, c10::List<at::Tensor>({inv})}, noAllReduce)[0].toTensor());
+    }
+    EXPECT_TRUE(at::equal(at::cat(outs), rows));
+  }
+}
+
 // The same local graphs as the runtime runs them: the embedding node external in the program's
 // interpreter, its callback running the local graph, inside a checkpoint segment (run without
 // autograd in forward, recomputed through the recompute callback in backward). The outputs and

@@ -16,7 +16,9 @@
 // (hf_mixtral_gmm_tiny.pt2, hf_qwen3_moe_gmm_tiny.pt2: sort, histc, and
 // transformers::grouped_mm_fallback imported as aten::_grouped_mm), whose reference is the
 // batched_mm trace of the same weights; so is DeepseekV3ForCausalLM (hf_deepseek_v3_gmm_tiny.pt2:
-// latent attention written with slice assignments, group-limited routing with scatter). Besides,
+// latent attention written with slice assignments, group-limited routing with scatter); under ddp
+// and fsdp their plans run the experts on each rank's own tokens (a token-local region, whose
+// strategy every sort of theirs must take). Besides,
 // the plans must use the routing rules: no routing op of the samples is left to the Replicate-only
 // fallback.
 //
@@ -38,6 +40,8 @@
 #include <map>
 #include <set>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "apc/frontend/model.h"
 #include "apc/mesh/device_mesh.h"
@@ -150,6 +154,21 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
   }
   std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
   ASSERT_TRUE(err.empty()) << err;
+  if (c.model.find("_gmm_") != std::string::npos && !c.strategy.empty()) {
+    // Batch-sharded plans run the grouped experts on each rank's own tokens: every sort of the
+    // (token, choice) pairs takes its token-local region's strategy (apc/strategy/token_local.h),
+    // instead of gathering every token to every rank.
+    std::ifstream in(dir.string() + ".plan.json");
+    const nlohmann::json plan = nlohmann::json::parse(in);
+    size_t sorts = 0;
+    for (const nlohmann::json& n : plan.at("nodes")) {
+      if (n.at("op").get<std::string>().rfind("aten::sort", 0) != 0) continue;
+      ++sorts;
+      EXPECT_NE(n.at("strategy").get<std::string>().find("(token-local)"), std::string::npos)
+          << n.at("name") << ": " << n.at("strategy");
+    }
+    EXPECT_GT(sorts, 0u);
+  }
   const Reference& ref = reference(c.model);
   std::vector<std::string> failed = testing::runRanks(testing::worldOf(c.mesh), [&](int rank) {
     return runRank(rank, dir.string(), ref, c.setting == "a2a");
@@ -159,7 +178,8 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
 }
 
 // Hugging Face's Mixtral is .pt2-first (its .pt, traced, is the reference): on [2], [4], [2,2]
-// with the optimizer's plan and batch-sharded by DDP on [2,2].
+// with the optimizer's plan and batch-sharded by DDP on [2,2]. The grouped_mm samples under ddp
+// and fsdp run their experts in token-local regions on [2], [4] and [2,2].
 INSTANTIATE_TEST_SUITE_P(
     MoeTiny, MoeDifferential,
     ::testing::Values(MoeCase{"moe_tiny", "pt", "2", ""}, MoeCase{"moe_tiny", "pt", "4", ""},
@@ -180,6 +200,7 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"hf_qwen3_moe_gmm_tiny", "pt2", "2x2", ""},
                       MoeCase{"hf_qwen3_moe_gmm_tiny", "pt2", "4", "ddp"},
                       MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "2", ""},
+                      MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "2", "ddp"},
                       MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "4", "fsdp"},
                       MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "2x2", ""},
                       MoeCase{"deepseek_tiny", "pt", "2", "", "dp"},

@@ -81,7 +81,8 @@ TEST(OpInfo, MegatronOperandsAndLocalRewritesAreEntries) {
   EXPECT_EQ(entry("aten::relu")->tp.kind, TpUse::Kind::kNone);
   for (const char* op :
        {"aten::view", "aten::reshape", "aten::expand", "aten::zeros", "aten::new_zeros",
-        "aten::unflatten", "aten::arange", "aten::narrow", "aten::embedding", "aten::repeat"}) {
+        "aten::unflatten", "aten::arange", "aten::narrow", "aten::embedding", "aten::repeat",
+        "aten::sort", "aten::argsort.stable", "aten::index.Tensor", "aten::index_put"}) {
     ASSERT_NE(entry(op), nullptr) << op;
     EXPECT_NE(entry(op)->local_rewrite, nullptr) << op;
   }

@@ -202,7 +202,20 @@ std::unique_ptr<LoadedModel> load(const std::string& name, const std::vector<con
     return m;
   }
   m->graph = std::move(*g);
-  for (const DeviceMesh& mesh : meshes) m->per_mesh.push_back(strategy::enumerate(m->graph, mesh));
+  for (const DeviceMesh& mesh : meshes) {
+    std::vector<strategy::NodeStrategies> all = strategy::enumerate(m->graph, mesh);
+    // The rules' strategies only. A token-local region's strategies (apc/strategy/token_local.h)
+    // are not the op on pieces of its global inputs: each member computes on the rank's own
+    // tokens, and only the region as a whole equals the model (tests/runtime/moe_test.cpp trains
+    // the grouped_mm samples under plans that take it against the single-process model).
+    for (strategy::NodeStrategies& ns : all) {
+      std::vector<Strategy> rules;
+      for (const Strategy& st : ns.strategies)
+        if (!st.region_local) rules.push_back(st);
+      if (rules.size() != ns.strategies.size()) ns.strategies = std::move(rules);
+    }
+    m->per_mesh.push_back(std::move(all));
+  }
   return m;
 }
 

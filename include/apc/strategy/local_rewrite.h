@@ -34,6 +34,18 @@
 //                                              .masked_fill(outside.unsqueeze(-1), 0) (the other
 //                                              ranks' Partial summands supply the zeroed rows)
 //   repeat (repeats: 1)                        dynamic dims only (below)
+//   sort, argsort (and .stable) of a 1-d       the rank's own sort (a token-local region,
+//     input cut along it                       apc/strategy/token_local.h; no rule cuts the
+//                                              sorted dim): the local graph argsort, values
+//                                              gathered by it, indices + the piece's first
+//                                              position
+//   index.Tensor, index_put with self cut      the one index tensor's global positions - the
+//     along the indexed dim 0                  piece's first position (a token-local region; no
+//                                              rule cuts an indexed dim)
+//
+// The piece's first position in the last two rows is local arithmetic, coordinate x the local
+// size along dim 0 (aten::size.int, aten::mul.int in the local graph), exact for the even pieces
+// a token-local region requires, at any batch size.
 //
 // Dynamic dims (a dynamic batch): the importers fold sizes computed from a symbol to their value
 // at the hint, so every rewrite above also says how the program recomputes them at run time:

@@ -83,10 +83,15 @@ struct Strategy {
   std::vector<std::optional<PlacementTuple>> outputs;
   std::vector<std::optional<PlacementTuple>> inputs;
   double compute_us = 0;  // forward + backward compute on the local shard (filled by enumerate)
+  /// A token-local region's strategy (apc/strategy/token_local.h): the node computes on the
+  /// rank's own tokens, its values are the rank's own, not pieces of the global ones.
+  bool region_local = false;
 
   /// "S(0)R,RS(0) -> S(0)S(0)" (tensor inputs only).
   std::string toString() const;
-  bool operator==(const Strategy& o) const { return outputs == o.outputs && inputs == o.inputs; }
+  bool operator==(const Strategy& o) const {
+    return outputs == o.outputs && inputs == o.inputs && region_local == o.region_local;
+  }
 };
 
 /// An immutable list of strategies, shared: copies are O(1) and point at one vector. enumerate
