@@ -75,6 +75,19 @@ PlacementTuple firstOutput(const strategy::Strategy& s) {
   return {};
 }
 
+/// Why an edge between two strategies of token-local region nodes is closed (the solver takes a
+/// region with one variant on all its nodes, apc/strategy/token_local.h), or empty.
+std::string regionReason(const strategy::Strategy& from, const strategy::Strategy& to) {
+  if (from.region_variant == to.region_variant || (!from.regionLocal() && !to.regionLocal()))
+    return {};
+  auto name = [](const strategy::Strategy& st) {
+    return st.regionLocal() ? "token-local variant " + std::to_string(st.region_variant)
+                            : std::string("a rule's strategy");
+  };
+  return "both ends are in a token-local region, which takes one variant on all its nodes (" +
+         name(from) + " feeds " + name(to) + ")";
+}
+
 /// Why a producer's placement cannot reach what the consumer needs, when the graph is at hand.
 std::string impossibleReason(const ir::Graph* g, const solver::GraphProblem& gp, uint32_t src,
                              uint32_t src_choice, uint32_t dst, uint32_t dst_choice, uint32_t input,
@@ -194,8 +207,9 @@ Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem&
                     displayName(p.nodes[e.src]) + " (" +
                     mesh::toCompactString(p.nodes[e.src].outputPlacements()) + ") cannot become " +
                     (need ? mesh::toCompactString(*need) : std::string("a tensor"));
-          std::string r =
-              impossibleReason(g, gp, e.src, choice[e.src], v, s, gp.edge_input[k], p.spec.mesh);
+          std::string r = regionReason(gp.strategies[e.src][choice[e.src]], st);
+          if (r.empty())
+            r = impossibleReason(g, gp, e.src, choice[e.src], v, s, gp.edge_input[k], p.spec.mesh);
           if (!r.empty()) blocked += ": " + r;
         }
       }
@@ -210,7 +224,8 @@ Expected<NodeExplanation> explainNode(const Plan& p, const solver::GraphProblem&
                     (in < need.size() && need[in] ? mesh::toCompactString(*need[in])
                                                   : std::string("another placement")) +
                     ", which cannot be made from " + mesh::toCompactString(a.output_placements);
-          std::string r = impossibleReason(g, gp, v, s, e.dst, choice[e.dst], in, p.spec.mesh);
+          std::string r = regionReason(st, gp.strategies[e.dst][choice[e.dst]]);
+          if (r.empty()) r = impossibleReason(g, gp, v, s, e.dst, choice[e.dst], in, p.spec.mesh);
           if (!r.empty()) blocked += ": " + r;
         }
       }

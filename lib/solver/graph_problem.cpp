@@ -340,9 +340,9 @@ struct GraphProblemBuilder {
     std::vector<const Out*> froms;
     std::vector<std::pair<const Out*, PlacementTuple>> tos;  // (input placement, gradient)
     // Both ends have token-local region strategies (apc/strategy/token_local.h); then per class,
-    // whether it is one of them (never true otherwise).
+    // its region variant (Strategy::region_variant; always 0 otherwise).
     bool internal = false;
-    std::vector<bool> from_local, to_local;
+    std::vector<int> from_local, to_local;
     // The classes' placements as tuple ids, interned (class_key_ids): part of the memo key of
     // an edge's costs, one number instead of the whole list for every edge.
     uint32_t key_id = 0;
@@ -379,18 +379,19 @@ const GraphProblemBuilder::EdgeClasses& GraphProblemBuilder::edgeClasses(
   if (!fresh) return c;
   c.src_class.resize(src.size());
   c.dst_class.resize(dst.size());
-  // A token-local region's strategies (apc/strategy/token_local.h) are classes of their own:
-  // between two nodes that both have them, the edge forbids mixing them with the others.
+  // A token-local region's strategies (apc/strategy/token_local.h) are classes of their own, one
+  // per variant: between two nodes that both have them, the edge forbids pairing two variants
+  // (a rule's strategy is variant 0).
   auto hasRegionStrategies = [](const strategy::StrategyList& l) {
     return std::any_of(l.begin(), l.end(),
-                       [](const strategy::Strategy& s) { return s.region_local; });
+                       [](const strategy::Strategy& s) { return s.regionLocal(); });
   };
   c.internal = hasRegionStrategies(src) && hasRegionStrategies(dst);
   {
-    std::map<std::pair<Out, bool>, uint32_t> seen;
+    std::map<std::pair<Out, int>, uint32_t> seen;
     for (size_t s = 0; s < src.size(); ++s) {
       const Out& from = src[s].outputs.at(out);
-      const bool local = c.internal && src[s].region_local;
+      const int local = c.internal ? src[s].region_variant : 0;
       auto [at, is_new] =
           seen.emplace(std::make_pair(from, local), static_cast<uint32_t>(c.froms.size()));
       if (is_new) {
@@ -401,11 +402,11 @@ const GraphProblemBuilder::EdgeClasses& GraphProblemBuilder::edgeClasses(
     }
   }
   {
-    std::map<std::tuple<Out, PlacementTuple, bool>, uint32_t> seen;
+    std::map<std::tuple<Out, PlacementTuple, int>, uint32_t> seen;
     for (size_t t = 0; t < dst.size(); ++t) {
       const Out& to = dst[t].inputs[in];
       PlacementTuple grad = to ? gradientPlacement(dst[t], in) : PlacementTuple{};
-      const bool local = c.internal && dst[t].region_local;
+      const int local = c.internal ? dst[t].region_variant : 0;
       auto [at, is_new] =
           seen.emplace(std::make_tuple(to, grad, local), static_cast<uint32_t>(c.tos.size()));
       if (is_new) {
@@ -419,14 +420,14 @@ const GraphProblemBuilder::EdgeClasses& GraphProblemBuilder::edgeClasses(
   for (size_t a = 0; a < c.froms.size(); ++a) {
     const Out* from = c.froms[a];
     key.push_back(*from ? pricer.tupleId(**from) + 1 : 0);
-    key.push_back(c.from_local[a] ? 1 : 0);
+    key.push_back(static_cast<uint32_t>(c.from_local[a]));
   }
   key.push_back(UINT32_MAX);
   for (size_t b = 0; b < c.tos.size(); ++b) {
     const auto& [to, grad] = c.tos[b];
     key.push_back(*to ? pricer.tupleId(**to) + 1 : 0);
     key.push_back(pricer.tupleId(grad));
-    key.push_back(c.to_local[b] ? 1 : 0);
+    key.push_back(static_cast<uint32_t>(c.to_local[b]));
   }
   c.key_id = class_key_ids.try_emplace(std::move(key), static_cast<uint32_t>(class_key_ids.size()))
                  .first->second;

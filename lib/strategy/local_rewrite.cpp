@@ -368,9 +368,61 @@ Status rewritePositions(const ir::Node& node, const std::vector<std::optional<ir
   return Status::success();
 }
 
+/// See detail::rewriteLocalExperts.
+Status rewriteExperts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                      const RankPieces& pieces, NodeRewrite& r) {
+  // Only the 2-d x 3-d form with offsets: in the 3-d x 3-d one (no offsets) dim 0 is a batch,
+  // cut on both operands by the rule like any batch dim.
+  if (pieces.inputs.size() < 3 || pieces.inputs[0].size() != 1 || pieces.inputs[1].size() != 1 ||
+      pieces.inputs[2].size() != 1 || pieces.inputs[0][0].global.size() != 2)
+    return Status::success();
+  const TensorPiece& w = pieces.inputs[1][0];
+  if (w.global.size() != 3 || w.whole(0)) return Status::success();
+  // The rows may be the rank's own pairs (tokens cut on other mesh dims): offs then holds the
+  // rank's own counts, and the arithmetic below reads both at run time.
+  if (!pieces.inputs[2][0].whole(0))
+    return unsupported(node.qualifiedOp() + " with its groups cut needs whole offsets");
+  const int64_t first = w.local[0].offset, groups = w.local[0].size;
+  // Rows [start, end) of the sorted input are the rank's groups (offs holds each group's end):
+  // start = offs[first - 1] (0 for the first group), end = offs[first + groups - 1].
+  ir::LocalGraphBuilder b(node.qualifiedOp(), c, pieces.outputs.size());
+  const ir::ValueId zero = b.constant(int64_t{0});
+  auto offsetAt = [&](int64_t i) {
+    return b.op("aten::Int.Tensor", {b.op("aten::select.int", {b.arg(2), zero, b.constant(i)})},
+                ir::ValueType::kInt);
+  };
+  const ir::ValueId start = first == 0 ? zero : offsetAt(first - 1);
+  const ir::ValueId end = offsetAt(first + groups - 1);
+  const ir::ValueId rows =
+      b.op("aten::narrow",
+           {b.arg(0), zero, start, b.op("aten::sub.int", {end, start}, ir::ValueType::kInt)});
+  const ir::ValueId offs =
+      b.op("aten::sub.Scalar",
+           {b.op("aten::narrow", {b.arg(2), zero, b.constant(first), b.constant(groups)}), start,
+            b.constant(int64_t{1})});
+  std::vector<ir::ValueId> args = {rows, b.arg(1), offs};
+  for (size_t i = 3; i < c.size(); ++i) args.push_back(b.arg(i));
+  const ir::ValueId product = b.op(node.qualifiedOp(), std::move(args));
+  // The other ranks' rows are zero: the output is Partial, each row on the rank of its group.
+  const ir::ValueId after =
+      b.op("aten::sub.int", {b.op("aten::size.int", {b.arg(0), zero}, ir::ValueType::kInt), end},
+           ir::ValueType::kInt);
+  const ir::ValueId pad = b.list({zero, zero, start, after}, ir::ValueType::kIntList);
+  const ir::ValueId out = b.op("aten::constant_pad_nd", {product, pad, zero});
+  APC_ASSIGN_OR_RETURN(r.local, b.finish({out}));
+  r.notes.push_back("the rows of groups [" + std::to_string(first) + ", +" +
+                    std::to_string(groups) + "), the others zero");
+  return Status::success();
+}
+
 }  // namespace
 
 namespace detail {
+
+Status rewriteLocalExperts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r) {
+  return rewriteExperts(node, c, pieces, r);
+}
 
 Status rewriteLocalSort(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                         const RankPieces& pieces, NodeRewrite& r) {

@@ -21,7 +21,8 @@ bool TensorDimRef::operator==(const TensorDimRef&) const = default;
 // --- Strategy ------------------------------------------------------------------------------------
 
 std::string Strategy::toString() const {
-  return mesh::toSignatureString(inputs, outputs) + (region_local ? " (token-local)" : "");
+  return mesh::toSignatureString(inputs, outputs) +
+         (regionLocal() ? " (token-local #" + std::to_string(region_variant) + ")" : "");
 }
 
 // --- RuleContext ---------------------------------------------------------------------------------

@@ -371,7 +371,19 @@ void registerRoutingRules(Registry& r) {
   r.add("aten::repeat_interleave.self_Tensor", repeatInterleaveRule, OpFamily::kIndex);
   r.add("aten::repeat_interleave.Tensor", replicateOnlyRule, OpFamily::kIndex);
   r.add("aten::_grouped_mm", groupedMmRule, OpFamily::kContraction,
-        [](const RuleContext& c, const LocalShapes& l) { return contractionWork(c, l, 0, {-1}); });
+        [](const RuleContext& c, const LocalShapes& l) {
+          Work w = contractionWork(c, l, 0, {-1});
+          // With the groups cut (a token-local region's expert cut: each rank multiplies the rows
+          // of its own experts, apc/strategy/token_local.h), the rank's share of the rows, for
+          // routing that spreads them evenly.
+          const std::vector<int64_t> global = c.inputSizes(1);
+          if (l.inputs.size() > 1 && l.inputs[1].size() == 1 && !global.empty() &&
+              !l.inputs[1][0].empty() && global[0] > 0 && l.inputs[1][0][0] < global[0])
+            w.flops *= static_cast<double>(l.inputs[1][0][0]) / static_cast<double>(global[0]);
+          return w;
+        });
+  // Only a token-local region's strategies cut the groups (apc/strategy/token_local.h).
+  r.entry("aten::_grouped_mm")->local_rewrite = detail::rewriteLocalExperts;
 
   // Sample invocations (OpInfo::samples) for the strategy validator.
   using S = SampleArg;

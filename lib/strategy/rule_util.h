@@ -123,6 +123,10 @@ Status rewriteLocalSort(const ir::Node& node, const std::vector<std::optional<ir
 Status rewriteLocalPositions(const ir::Node& node,
                              const std::vector<std::optional<ir::Constant>>& c,
                              const RankPieces& pieces, NodeRewrite& r);
+/// _grouped_mm with the groups of mat2 cut (a token-local region's expert cut): the rows of the
+/// rank's own groups multiplied, the other rows zero.
+Status rewriteLocalExperts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                           const RankPieces& pieces, NodeRewrite& r);
 /// repeat: counts from symbols (dynamic dims only).
 Status rewriteRepeatCounts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                            const RankPieces& pieces, NodeRewrite& r);

@@ -117,6 +117,7 @@ class Finder {
  private:
   bool isExit(const ir::Node& n, const std::set<uint32_t>& members) const;
   bool memberOk(const ir::Node& n, TokenLocalRegion& r, const std::set<uint32_t>& bins) const;
+  void expertCut(TokenLocalRegion& r, const std::set<uint32_t>& members) const;
 
   const ir::Graph& g_;
   std::vector<std::vector<ir::Use>> uses_;
@@ -247,7 +248,77 @@ std::optional<TokenLocalRegion> Finder::regionAt(const ir::Node& root) const {
     }
     if (!memberOk(n, r, bins)) return std::nullopt;
   }
+  expertCut(r, members);
   return r;
+}
+
+/// The expert cut of region `r` (see the header), or none (r.experts 0): every grouped matmul of
+/// the region multiplies whole rows by weights of E groups read by nothing else; between two of
+/// them any row-wise op may run (the rows of other ranks' experts are dropped by the next
+/// grouped matmul); after the last one, up to the exit, only ops linear in those rows that keep a
+/// zero row zero (so the ranks' outputs add up to the model's).
+void Finder::expertCut(TokenLocalRegion& r, const std::set<uint32_t>& members) const {
+  std::vector<ir::NodeId> gmms;
+  for (ir::NodeId id : r.members)
+    if (g_.node(id).op == "aten::_grouped_mm") gmms.push_back(id);
+  if (gmms.empty()) return;
+  int64_t experts = 0;
+  std::set<uint32_t> weights;
+  for (ir::NodeId id : gmms) {
+    const ir::Node& n = g_.node(id);
+    if (n.inputs.size() < 3) return;
+    for (size_t i : {size_t{1}, size_t{3}}) {
+      if (i >= n.inputs.size() || !holdsTensors(g_.value(n.inputs[i]))) continue;
+      const ir::Value& w = g_.value(n.inputs[i]);
+      if (!w.tensor || w.tensor->rank() < 2 || (w.producer.valid() && members.count(w.producer.v)))
+        return;
+      const int64_t e = w.tensor->shape[0].size;
+      if (e < 2 || (experts && e != experts)) return;
+      experts = e;
+      for (const ir::Use& u : uses_[n.inputs[i].v])
+        if (members.count(u.node.v) && g_.node(u.node).op != "aten::_grouped_mm") return;
+      weights.insert(n.inputs[i].v);
+    }
+  }
+  // Values from a grouped matmul on (members in graph order), and the members that reach one.
+  std::set<uint32_t> rows;
+  for (ir::NodeId id : r.members) {
+    const ir::Node& n = g_.node(id);
+    bool from = n.op == "aten::_grouped_mm";
+    for (ir::ValueId v : n.inputs) from = from || rows.count(v.v);
+    if (from)
+      for (ir::ValueId v : n.outputs) rows.insert(v.v);
+  }
+  std::set<uint32_t> reaches;
+  for (auto it = r.members.rbegin(); it != r.members.rend(); ++it) {
+    const ir::Node& n = g_.node(*it);
+    bool reach = n.op == "aten::_grouped_mm";
+    for (ir::ValueId v : n.outputs)
+      for (const ir::Use& u : uses_[v.v]) reach = reach || reaches.count(u.node.v);
+    if (reach && *it != r.exit) reaches.insert(it->v);
+  }
+  if (!rows.count(g_.node(r.exit).outputs.at(0).v)) return;
+  static const std::set<std::string> linear = {
+      "aten::mul",        "aten::div",           "aten::index",     "aten::to",
+      "aten::_to_copy",   "aten::view",          "aten::reshape",   "aten::_unsafe_view",
+      "aten::unsqueeze",  "aten::squeeze",       "aten::sum",       "aten::clone",
+      "aten::contiguous", "prim::ListConstruct", "prim::ListUnpack"};
+  for (ir::NodeId id : r.members) {
+    const ir::Node& n = g_.node(id);
+    if (reaches.count(id.v) || n.op == "aten::_grouped_mm") continue;
+    std::vector<size_t> from;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (rows.count(n.inputs[i].v)) from.push_back(i);
+    if (from.empty()) continue;  // routing: whole on the expert dim
+    if (!linear.count(n.op)) return;
+    // A product or an index: the rows in one operand only (the first for div and index).
+    if ((n.op == "aten::mul" || n.op == "aten::div" || n.op == "aten::index") &&
+        (from.size() != 1 || (n.op != "aten::mul" && from[0] != 0)))
+      return;
+  }
+  r.experts = experts;
+  r.expert_rows = std::move(rows);
+  r.expert_weights = std::move(weights);
 }
 
 /// Whether member `n` computes its rows from the same rows of its cut inputs (see the header).
@@ -330,7 +401,7 @@ std::vector<Strategy> tokenLocalStrategies(const ir::Graph& g, const TokenLocalR
   const size_t m = mesh.ndim();
   if (m == 0 || m >= 16) return out;
   RuleContext c{g, node, &token_local_impl::kDefaultRuleOptions};
-  auto placementOf = [&](ir::ValueId v, unsigned mask,
+  auto placementOf = [&](ir::ValueId v, unsigned mask, int expert,
                          bool tensor) -> std::optional<PlacementTuple> {
     if (!tensor) return std::nullopt;
     auto it = region.cut.find(v.v);
@@ -339,20 +410,37 @@ std::vector<Strategy> tokenLocalStrategies(const ir::Graph& g, const TokenLocalR
     if (cut)
       for (size_t j = 0; j < m; ++j)
         if (mask & (1u << j)) t[j] = mesh::Placement::shard(0);
+    if (expert >= 0) {
+      if (region.expert_rows.count(v.v))
+        t[static_cast<size_t>(expert)] = mesh::Placement::partial();
+      if (region.expert_weights.count(v.v))
+        t[static_cast<size_t>(expert)] = mesh::Placement::shard(0);
+    }
     return t;
   };
-  for (unsigned mask = 1; mask < (1u << m); ++mask) {
-    int64_t pieces = 1;
-    for (size_t j = 0; j < m; ++j)
-      if (mask & (1u << j)) pieces *= mesh.size(j);
-    if (pieces <= 1 || region.tokens % pieces != 0) continue;
-    Strategy s;
-    s.region_local = true;
-    for (size_t i = 0; i < node.inputs.size(); ++i)
-      s.inputs.push_back(placementOf(node.inputs[i], mask, c.isTensorInput(i)));
-    for (size_t i = 0; i < node.outputs.size(); ++i)
-      s.outputs.push_back(placementOf(node.outputs[i], mask, c.isTensorOutput(i)));
-    out.push_back(std::move(s));
+  // Tokens cut on the dims of `mask`; the experts on mesh dim `expert` (-1: none). The token cuts
+  // first (expert -1), then each expert dim with every token cut of the other dims.
+  int variant = 0;  // counts every (expert, mask) pair the mesh allows: the same on every member
+  for (int expert = -1; expert < static_cast<int>(m); ++expert) {
+    if (expert >= 0) {
+      const int64_t n = mesh.size(static_cast<size_t>(expert));
+      if (region.experts == 0 || n <= 1 || region.experts % n != 0) continue;
+    }
+    for (unsigned mask = 0; mask < (1u << m); ++mask) {
+      if (expert >= 0 && (mask & (1u << expert))) continue;
+      if (expert < 0 && mask == 0) continue;
+      int64_t pieces = 1;
+      for (size_t j = 0; j < m; ++j)
+        if (mask & (1u << j)) pieces *= mesh.size(j);
+      if (mask && (pieces <= 1 || region.tokens % pieces != 0)) continue;
+      Strategy s;
+      s.region_variant = ++variant;
+      for (size_t i = 0; i < node.inputs.size(); ++i)
+        s.inputs.push_back(placementOf(node.inputs[i], mask, expert, c.isTensorInput(i)));
+      for (size_t i = 0; i < node.outputs.size(); ++i)
+        s.outputs.push_back(placementOf(node.outputs[i], mask, expert, c.isTensorOutput(i)));
+      out.push_back(std::move(s));
+    }
   }
   return out;
 }

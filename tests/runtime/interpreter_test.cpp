@@ -328,6 +328,48 @@ TEST(Interpreter, TokenLocalSortAndIndexUseGlobalPositions) {
   }
 }
 
+// A token-local region's expert cut (apc/strategy/token_local.h): _grouped_mm with the groups of
+// its weight cut runs on each rank as the local graph its rewrite writes, the rows of the rank's
+// own experts multiplied and the others zero. 4 experts over 2 ranks, 10 sorted rows: the ranks'
+// outputs sum to the full product, the rows' gradient through them to the full one, and each
+// rank's weight gradient is its slice of the full one; also where one rank's experts got no row
+// and where an expert in the middle got none.
+TEST(Interpreter, ExpertCutGroupedMmSumsToTheFullProduct) {
+  for (const std::vector<int32_t>& ends :
+       {std::vector<int32_t>{3, 3, 7, 10}, std::vector<int32_t>{5, 10, 10, 10}}) {
+    SCOPED_TRACE(::testing::PrintToString(ends));
+    at::manual_seed(31);
+    at::Tensor x = at::randn({10, 8}).requires_grad_(true);
+    at::Tensor w = at::randn({4, 8, 4}).requires_grad_(true);
+    at::Tensor offs = at::tensor(c10::ArrayRef<int32_t>(ends), at::TensorOptions().dtype(at::kInt));
+    at::Tensor grad_out = at::randn({10, 4});
+    at::Tensor sum;
+    std::vector<at::Tensor> pieces;
+    for (int64_t r = 0; r < 2; ++r) {
+      strategy::RankPieces p;
+      p.inputs = {
+          {pieceOf({10, 8}, 0, 10)}, {pieceOf({4, 8, 4}, 2 * r, 2)}, {pieceOf({4}, 0, 4)}, {}, {}};
+      p.outputs = {{pieceOf({10, 4}, 0, 10)}};
+      auto gmm = localRunner("aten::_grouped_mm", "", 1,
+                             {std::nullopt, std::nullopt, std::nullopt, ir::None{}, ir::None{}}, p);
+      ASSERT_TRUE(gmm.ok()) << gmm.error().message();
+      at::Tensor mine = w.narrow(0, 2 * r, 2);
+      at::Tensor part =
+          gmm->run({x, mine, offs, c10::IValue(), c10::IValue()}, noAllReduce)[0].toTensor();
+      ASSERT_EQ(part.sizes().vec(), (std::vector<int64_t>{10, 4}));
+      sum = sum.defined() ? sum + part : part;
+    }
+    at::Tensor fx = x.detach().clone().requires_grad_(true);
+    at::Tensor fw = w.detach().clone().requires_grad_(true);
+    at::Tensor full = at::_grouped_mm(fx, fw, offs);
+    EXPECT_TRUE(at::allclose(sum, full, 1e-5, 1e-6));
+    (sum * grad_out).sum().backward();
+    (full * grad_out).sum().backward();
+    EXPECT_TRUE(at::allclose(x.grad(), fx.grad(), 1e-5, 1e-6));
+    EXPECT_TRUE(at::allclose(w.grad(), fw.grad(), 1e-5, 1e-6));
+  }
+}
+
 // The same local graphs as the runtime runs them: the embedding node external in the program's
 // interpreter, its callback running the local graph, inside a checkpoint segment (run without
 // autograd in forward, recomputed through the recompute callback in backward). The outputs and

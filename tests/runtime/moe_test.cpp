@@ -112,7 +112,9 @@ struct MoeCase {
   std::string mesh;      // "2x2"
   std::string strategy;  // "" optimizer, else a classic plan
   // deepseek_tiny: "dp" tokens batch-sharded; "a2a" the same under a network whose all-gathers,
-  // reduce-scatters and all-reduces are slow (the plan must move tokens by all-to-all)
+  // reduce-scatters and all-reduces are slow (the plan must move tokens by all-to-all). The
+  // grouped_mm samples: "ep" every grouped matmul's output pinned Partial on the last mesh dim
+  // (and cut by tokens on the others): the region's expert cut, each rank its own experts.
   std::string setting = "";
 };
 
@@ -131,7 +133,30 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
       !std::filesystem::exists(testing::samplePath(m.model, m.format)))
     GTEST_SKIP() << "run sample_models/generate.py";
   std::filesystem::path dir = testing::scratchDir("moe", caseName(c));
-  if (!c.setting.empty()) {
+  if (c.setting == "ep") {
+    // Pins on every grouped matmul (named by its output, as plan nodes are): Partial on the last
+    // mesh dim, which only the token-local region's expert cut offers with the expert weights cut
+    // by experts (apc/strategy/token_local.h), S(0) on the others.
+    Expected<ir::Graph> g = frontend::importModel(testing::samplePath(m.model, m.format));
+    ASSERT_TRUE(g.ok()) << g.error().message();
+    const auto dims = static_cast<size_t>(1 + std::count(c.mesh.begin(), c.mesh.end(), 'x'));
+    std::string placements = "[";
+    for (size_t d = 0; d + 1 < dims; ++d) placements += "\"S(0)\", ";
+    placements += "\"P\"]";
+    std::string pins;
+    for (const ir::Node& n : g->nodes())
+      if (n.op == "aten::_grouped_mm")
+        pins += std::string(pins.empty() ? "" : ", ") + R"({"node": ")" +
+                g->value(n.outputs.at(0)).debug_name + R"(", "placements": )" + placements + "}";
+    ASSERT_FALSE(pins.empty());
+    std::string shape = c.mesh;
+    std::replace(shape.begin(), shape.end(), 'x', ',');
+    const std::string spec = dir.string() + ".spec.json";
+    std::ofstream(spec) << R"({"mesh": {"shape": [)" << shape
+                        << R"(]}, "memory_budget": {"low": 0, "high": 1}, "pins": [)" << pins
+                        << "]}";
+    m.optimizer_flags = "--spec " + spec;
+  } else if (!c.setting.empty()) {
     // The tokens batch-sharded on every mesh dim, as a data-parallel trainer feeds them.
     const auto dims = static_cast<size_t>(1 + std::count(c.mesh.begin(), c.mesh.end(), 'x'));
     std::string placement = "[";
@@ -154,6 +179,20 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
   }
   std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
   ASSERT_TRUE(err.empty()) << err;
+  if (c.setting == "ep") {
+    // Each grouped matmul in its region's expert cut: weights S(0), output Partial.
+    std::ifstream in(dir.string() + ".plan.json");
+    const nlohmann::json plan = nlohmann::json::parse(in);
+    size_t gmms = 0;
+    for (const nlohmann::json& n : plan.at("nodes")) {
+      if (n.at("op").get<std::string>().rfind("aten::_grouped_mm", 0) != 0) continue;
+      ++gmms;
+      const std::string st = n.at("strategy").get<std::string>();
+      EXPECT_NE(st.find("(token-local #"), std::string::npos) << n.at("name") << ": " << st;
+      EXPECT_NE(st.find("S(0)"), std::string::npos) << n.at("name") << ": " << st;
+    }
+    EXPECT_GT(gmms, 0u);
+  }
   if (c.model.find("_gmm_") != std::string::npos && !c.strategy.empty()) {
     // Batch-sharded plans run the grouped experts on each rank's own tokens: every sort of the
     // (token, choice) pairs takes its token-local region's strategy (apc/strategy/token_local.h),
@@ -164,7 +203,7 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
     for (const nlohmann::json& n : plan.at("nodes")) {
       if (n.at("op").get<std::string>().rfind("aten::sort", 0) != 0) continue;
       ++sorts;
-      EXPECT_NE(n.at("strategy").get<std::string>().find("(token-local)"), std::string::npos)
+      EXPECT_NE(n.at("strategy").get<std::string>().find("(token-local #"), std::string::npos)
           << n.at("name") << ": " << n.at("strategy");
     }
     EXPECT_GT(sorts, 0u);
@@ -203,6 +242,11 @@ INSTANTIATE_TEST_SUITE_P(
                       MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "2", "ddp"},
                       MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "4", "fsdp"},
                       MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "2x2", ""},
+                      MoeCase{"hf_mixtral_gmm_tiny", "pt2", "2", "", "ep"},
+                      MoeCase{"hf_mixtral_gmm_tiny", "pt2", "4", "", "ep"},
+                      MoeCase{"hf_mixtral_gmm_tiny", "pt2", "2x2", "", "ep"},
+                      MoeCase{"hf_qwen3_moe_gmm_tiny", "pt2", "2x2", "", "ep"},
+                      MoeCase{"hf_deepseek_v3_gmm_tiny", "pt2", "4", "", "ep"},
                       MoeCase{"deepseek_tiny", "pt", "2", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt", "4", "", "dp"},
                       MoeCase{"deepseek_tiny", "pt2", "2x2", "", "dp"},

@@ -26,6 +26,8 @@ enum class Variant {
   kSortedIdsOut,      // the sorted expert ids are also a graph output
   kScanOverPairs,     // a cumsum along the pairs (a global prefix) feeds the expert rows
   kNoInversePermute,  // the rows are put back by the permutation itself, not its inverse
+  kBiasAfterExperts,  // a per-expert bias added after the last grouped matmul (GPT-OSS): still
+                      // token-local, but not cut by experts (every rank would add it)
 };
 
 /// The experts forward on N tokens of hidden size H with top-k of E experts (intermediate I).
@@ -77,6 +79,12 @@ ExpertsGraph expertsGraph(Variant variant = Variant::kModel, int64_t n = 8) {
       b.op("aten::mul.Tensor", {b.op("aten::silu", {parts[0]}, {s, i}), parts[1]}, {s, i});
   ValueId w2 = b.op("aten::transpose.int", {down, b.i(-2), b.i(-1)}, {e, i, h});
   ValueId out = b.op("aten::_grouped_mm", {act, w2, offs, b.none(), b.none()}, {s, h});
+  if (variant == Variant::kBiasAfterExperts) {
+    ValueId bias = b.param("bias", {e, h});
+    ValueId expert_list = b.listOp("prim::ListConstruct", {sorted[0]}, {{s}}, D::kI64);
+    ValueId per_row = b.op("aten::index.Tensor", {bias, expert_list}, {s, h});
+    out = b.op("aten::add.Tensor", {out, per_row, b.i(1)}, {s, h});
+  }
   ValueId scaled = b.op("aten::mul.Tensor",
                         {out, b.op("aten::unsqueeze", {row_weights, b.i(-1)}, {s, 1})}, {s, h});
   ValueId back_index = sorted[1];
@@ -106,7 +114,7 @@ ExpertsGraph expertsGraph(Variant variant = Variant::kModel, int64_t n = 8) {
 }
 
 bool isRegionLocal(const std::string& s) {
-  return s.find("(token-local)") != std::string::npos;
+  return s.find("(token-local #") != std::string::npos;
 }
 
 Strings regionStrategies(const Graph& g, NodeId n, const std::string& mesh) {
@@ -140,23 +148,40 @@ TEST(TokenLocal, FindsTheGroupedExpertsRegion) {
   EXPECT_FALSE(r.cut.at(gmm.inputs[2].v));
   EXPECT_FALSE(r.cut.at(x.b.g.node(x.histc).outputs[0].v));
 
-  // One region strategy per set of mesh dims that cuts the 8 tokens evenly, after the rule's own.
-  EXPECT_EQ(regionStrategies(x.b.g, x.sort, "2"), (Strings{"S(0) -> S(0),S(0) (token-local)"}));
-  EXPECT_EQ(regionStrategies(x.b.g, x.histc, "2"), (Strings{"S(0) -> R (token-local)"}));
-  EXPECT_EQ(regionStrategies(x.b.g, x.gmm1, "2"), (Strings{"S(0),R,R -> S(0) (token-local)"}));
-  EXPECT_EQ(regionStrategies(x.b.g, x.exit, "4"), (Strings{"S(0),S(0) -> S(0) (token-local)"}));
-  EXPECT_EQ(regionStrategies(x.b.g, x.gmm1, "2x2"),
-            (Strings{"S(0)R,RR,RR -> S(0)R (token-local)", "RS(0),RR,RR -> RS(0) (token-local)",
-                     "S(0)S(0),RR,RR -> S(0)S(0) (token-local)"}));
+  // The expert cut: 4 experts; the grouped matmuls' outputs on to the exit Partial there, their
+  // weights (transposed parameters) S(0).
+  EXPECT_EQ(r.experts, 4);
+  EXPECT_TRUE(r.expert_rows.count(gmm.outputs[0].v));
+  EXPECT_TRUE(r.expert_rows.count(x.b.g.node(x.exit).outputs[0].v));
+  EXPECT_FALSE(r.expert_rows.count(gmm.inputs[0].v));
+  EXPECT_TRUE(r.expert_weights.count(gmm.inputs[1].v));
+  EXPECT_EQ(r.expert_weights.size(), 2u);
+
+  // After the rule's own: one variant per set of mesh dims that cuts the 8 tokens evenly, then
+  // per mesh dim that cuts the 4 experts evenly, one per token cut of the other dims.
+  EXPECT_EQ(regionStrategies(x.b.g, x.sort, "2"),
+            (Strings{"S(0) -> S(0),S(0) (token-local #1)", "R -> R,R (token-local #2)"}));
+  EXPECT_EQ(regionStrategies(x.b.g, x.histc, "2"),
+            (Strings{"S(0) -> R (token-local #1)", "R -> R (token-local #2)"}));
+  EXPECT_EQ(regionStrategies(x.b.g, x.gmm1, "2"),
+            (Strings{"S(0),R,R -> S(0) (token-local #1)", "R,S(0),R -> P (token-local #2)"}));
+  EXPECT_EQ(regionStrategies(x.b.g, x.exit, "4"),
+            (Strings{"S(0),S(0) -> S(0) (token-local #1)", "P,R -> P (token-local #2)"}));
+  EXPECT_EQ(
+      regionStrategies(x.b.g, x.gmm1, "2x2"),
+      (Strings{"S(0)R,RR,RR -> S(0)R (token-local #1)", "RS(0),RR,RR -> RS(0) (token-local #2)",
+               "S(0)S(0),RR,RR -> S(0)S(0) (token-local #3)", "RR,S(0)R,RR -> PR (token-local #4)",
+               "RS(0),S(0)R,RR -> PS(0) (token-local #5)", "RR,RS(0),RR -> RP (token-local #6)",
+               "S(0)R,RS(0),RR -> S(0)P (token-local #7)"}));
   Strings all = strategiesOf(x.b.g, x.sort, "2");
   ASSERT_FALSE(all.empty());
   EXPECT_TRUE(isRegionLocal(all.back()));
   EXPECT_FALSE(isRegionLocal(all.front()));
-  // 8 tokens do not cut into 3 equal pieces: no region strategy (on any member).
+  // 8 tokens and 4 experts do not cut into 3 equal pieces: no region strategy (on any member).
   EXPECT_TRUE(regionStrategies(x.b.g, x.sort, "3").empty());
   EXPECT_TRUE(regionStrategies(x.b.g, x.exit, "3").empty());
   EXPECT_EQ(regionStrategies(x.b.g, x.sort, "2x3"),
-            (Strings{"S(0)R -> S(0)R,S(0)R (token-local)"}));
+            (Strings{"S(0)R -> S(0)R,S(0)R (token-local #1)", "RR -> RR,RR (token-local #2)"}));
   // Nodes outside the region get none.
   EXPECT_TRUE(regionStrategies(x.b.g, x.after, "2").empty());
 }
@@ -171,6 +196,17 @@ TEST(TokenLocal, DeclinesWhatIsNotTokenLocal) {
   }
   // The model itself is found (the variants differ from it in one thing only).
   EXPECT_EQ(findTokenLocalRegions(expertsGraph().b.g).size(), 1u);
+}
+
+TEST(TokenLocal, NoExpertCutWhereTheCombineIsNotLinear) {
+  // A bias added to the last grouped matmul's rows: each rank would add it to the zero rows of
+  // the other ranks' experts too. The region stays token-local, without the expert cut.
+  ExpertsGraph x = expertsGraph(Variant::kBiasAfterExperts);
+  ASSERT_TRUE(x.b.g.verify().ok());
+  std::vector<TokenLocalRegion> regions = findTokenLocalRegions(x.b.g);
+  ASSERT_EQ(regions.size(), 1u);
+  EXPECT_EQ(regions[0].experts, 0);
+  EXPECT_EQ(regionStrategies(x.b.g, x.gmm1, "2"), (Strings{"S(0),R,R -> S(0) (token-local #1)"}));
 }
 
 }  // namespace

@@ -211,7 +211,7 @@ std::unique_ptr<LoadedModel> load(const std::string& name, const std::vector<con
     for (strategy::NodeStrategies& ns : all) {
       std::vector<Strategy> rules;
       for (const Strategy& st : ns.strategies)
-        if (!st.region_local) rules.push_back(st);
+        if (!st.regionLocal()) rules.push_back(st);
       if (rules.size() != ns.strategies.size()) ns.strategies = std::move(rules);
     }
     m->per_mesh.push_back(std::move(all));

@@ -42,8 +42,15 @@
 //   index.Tensor, index_put with self cut      the one index tensor's global positions - the
 //     along the indexed dim 0                  piece's first position (a token-local region; no
 //                                              rule cuts an indexed dim)
+//   _grouped_mm with mat2's groups cut         the rows of the rank's groups [g0, g1):
+//     (a token-local region's expert cut; no   narrow(self, 0, start, end - start) with start =
+//     rule cuts the groups)                    offs[g0 - 1] (0 for g0 = 0), end = offs[g1 - 1]
+//                                              read at run time (Int.Tensor), multiplied with
+//                                              offs[g0:g1] - start, and padded with zero rows to
+//                                              self's row count (constant_pad_nd): a Partial
+//                                              whose rows are each on the rank of their group
 //
-// The piece's first position in the last two rows is local arithmetic, coordinate x the local
+// The piece's first position in the sort and index rows is local arithmetic, coordinate x the local
 // size along dim 0 (aten::size.int, aten::mul.int in the local graph), exact for the even pieces
 // a token-local region requires, at any batch size.
 //

@@ -84,13 +84,16 @@ struct Strategy {
   std::vector<std::optional<PlacementTuple>> inputs;
   double compute_us = 0;  // forward + backward compute on the local shard (filled by enumerate)
   /// A token-local region's strategy (apc/strategy/token_local.h): the node computes on the
-  /// rank's own tokens, its values are the rank's own, not pieces of the global ones.
-  bool region_local = false;
+  /// rank's own tokens (or experts), its values are the rank's own, not pieces of the global
+  /// ones. 0: a rule's strategy; k > 0: the region's k-th way of cutting, the same k on every
+  /// member of the region (the solver takes one k for all of them).
+  int region_variant = 0;
+  bool regionLocal() const { return region_variant != 0; }
 
   /// "S(0)R,RS(0) -> S(0)S(0)" (tensor inputs only).
   std::string toString() const;
   bool operator==(const Strategy& o) const {
-    return outputs == o.outputs && inputs == o.inputs && region_local == o.region_local;
+    return outputs == o.outputs && inputs == o.inputs && region_variant == o.region_variant;
   }
 };
 

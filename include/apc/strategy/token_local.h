@@ -18,7 +18,7 @@
 // of the pieces' sorts. But the region as a whole is token-local: each output row depends on its
 // own token's row and choices only, so ranks that run the whole region on their own tokens (their
 // own sort, counts, offsets and grouped matmuls) get exactly their rows of the output. This file
-// finds such regions and gives each member node extra strategies, marked Strategy::region_local,
+// finds such regions and gives each member node extra strategies, marked Strategy::region_variant,
 // that run it so (AutoParallel's local_map, for this one pattern):
 //
 // - per non-empty set M of mesh dims whose pieces cut the N tokens evenly: every CUT value (the
@@ -32,10 +32,22 @@
 //   rank's. Index values stay GLOBAL positions: the local rewrites (apc/strategy/local_rewrite.h)
 //   add the rank's first position to the sort's indices, and subtract it where an index or
 //   index_put reads a tensor cut on the indexed dim (only region strategies cut one);
-// - the solver takes all of a region's members region-local or none (graph_problem.cpp: an edge
-//   between two nodes that have region strategies costs +infinity where exactly one end is
-//   region-local), so no collective ever moves a rank-local value; the region's inputs and its
-//   exit's output are ordinary placed tensors.
+// - the EXPERT CUT, per mesh dim m that cuts the E experts evenly (with every token cut of the
+//   other mesh dims): the grouped matmuls' weights (and biases) S(0) on m, their outputs and
+//   everything computed from them up to the exit Partial on m. Each rank multiplies the rows of
+//   its own experts (the _grouped_mm local rewrite narrows the sorted rows to its groups' range,
+//   read from offs at run time, and pads the product with zero rows); between two grouped
+//   matmuls any row-wise op may run on the other rows (the next grouped matmul drops them); after
+//   the last one only ops linear in those rows that keep a zero row zero (mul, div by a whole
+//   value, index, views, sum) lead to the exit, whose Partial output the solver reduces. Backward
+//   follows from the gradient convention: the sorted rows' gradient is Partial into the first
+//   grouped matmul (an all-reduce on m), the routing weights' at their product (the same), the
+//   expert weights' stays on its rank;
+// - the variants are numbered alike on every member (Strategy::region_variant: token cuts first,
+//   then expert cuts), and the solver takes one variant for all of a region's members or none
+//   (graph_problem.cpp: an edge between two nodes that have region strategies costs +infinity
+//   between different variants, a rule's strategy being variant 0), so no collective ever moves
+//   a rank-local value; the region's inputs and its exit's output are ordinary placed tensors.
 //
 // The pattern is checked, not assumed: the members are the nodes reachable from the sort up to the
 // one exit (an index by an index_put's result); every member must be an op of a row-wise list
@@ -54,6 +66,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "apc/ir/graph.h"
@@ -72,14 +85,22 @@ struct TokenLocalRegion {
   std::map<uint32_t, bool> cut;
   int64_t pairs = 0;   // S: the sort's length
   int64_t tokens = 0;  // N: S / k
+  /// The expert cut (see the file comment): the experts' count E (0: no expert cut), the values
+  /// Partial on the expert mesh dim (the grouped matmuls' outputs and what is computed from them),
+  /// and the grouped matmuls' weights (and biases), S(0) there.
+  int64_t experts = 0;
+  std::set<uint32_t> expert_rows;
+  std::set<uint32_t> expert_weights;
 };
 
 /// The token-local regions of `g`, in graph order of their roots.
 std::vector<TokenLocalRegion> findTokenLocalRegions(const ir::Graph& g);
 
-/// The region strategies of member `node` (Strategy::region_local set, compute_us 0: the caller
-/// prices them), one per non-empty set of mesh dims whose pieces cut the region's tokens into
-/// equal non-empty pieces, in order of the sets' bit masks.
+/// The region strategies of member `node` (Strategy::region_variant set, compute_us 0: the caller
+/// prices them): the token cuts, one per non-empty set of mesh dims whose pieces cut the region's
+/// tokens into equal non-empty pieces, in order of the sets' bit masks; then, when the region has
+/// an expert cut, per mesh dim whose size divides E, one per token cut of the other dims (the
+/// empty one first).
 std::vector<Strategy> tokenLocalStrategies(const ir::Graph& g, const TokenLocalRegion& region,
                                            const ir::Node& node, const mesh::DeviceMesh& mesh);
 
