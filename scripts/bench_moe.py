@@ -40,7 +40,44 @@ SMALL = {
     "hf_mixtral_gmm_tiny": ("hf_mixtral_gmm_tiny.pt2", "input_ids:i64[8,32]"),
     "hf_qwen3_moe_gmm_tiny": ("hf_qwen3_moe_gmm_tiny.pt2", "input_ids:i64[8,32]"),
     "hf_deepseek_v3_gmm_tiny": ("hf_deepseek_v3_gmm_tiny.pt2", "input_ids:i64[8,32]"),
+    # A Mixtral large enough for expert parallelism to pay on CPU ranks (hidden 256, 8 experts of
+    # 1024, 2 layers, 50 MB of experts), exported here in the default grouped_mm experts (not a
+    # sample: made on the fly with the venv's transformers, see export_mixtral_mid).
+    "hf_mixtral_gmm_mid": (None, "input_ids:i64[8,128]"),
 }
+
+MIXTRAL_MID = """
+import sys, torch, transformers
+transformers.logging.set_verbosity_error()
+cfg = transformers.MixtralConfig(vocab_size=1024, hidden_size=256, intermediate_size=1024,
+    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+    tie_word_embeddings=False, use_cache=False, attn_implementation="sdpa", num_local_experts=8,
+    num_experts_per_tok=2)
+torch.manual_seed(0)
+m = transformers.MixtralForCausalLM(cfg).eval()
+m.config._experts_implementation = "grouped_mm"  # what from_pretrained picks
+class Logits(torch.nn.Module):
+    def __init__(self, m):
+        super().__init__()
+        self.m = m
+    def forward(self, input_ids):
+        return self.m(input_ids=input_ids, use_cache=False).logits
+ids = torch.randint(0, 1024, (8, 128))
+batch = torch.export.Dim("batch", min=1, max=1024)
+ep = torch.export.export(Logits(m), (ids,), dynamic_shapes=({0: batch},))
+torch.export.save(ep, sys.argv[1])
+"""
+
+
+def model_path(name, work):
+    """The model file of a --small entry; hf_mixtral_gmm_mid is exported into `work` first."""
+    file, _ = SMALL[name]
+    if file is not None:
+        return os.path.join(SAMPLES, file)
+    out = os.path.join(work, name + ".pt2")
+    if not os.path.exists(out):
+        run([sys.executable, "-c", MIXTRAL_MID, out])
+    return out
 
 
 def run_measured(cmd):
@@ -117,8 +154,8 @@ def part_small(args, apc, train, work):
     mesh = str(args.nproc)
     print(f"{'model':<15} {'plan':<6} {'predicted ms':>13} {'measured ms':>12}  experts")
     for name in filter(None, args.small.split(",")):
-        file, shape = SMALL[name]
-        model = os.path.join(SAMPLES, file)
+        _, shape = SMALL[name]
+        model = model_path(name, work)
         in_name = shape.split(":")[0]
         plans = [("auto", ["--memory-budget", "0,1", "--in-shardings",
                            json.dumps({in_name: ["S(0)"]})]),

@@ -118,6 +118,28 @@ struct MoeCase {
   std::string setting = "";
 };
 
+/// The chosen strategies (plan JSON "strategy") of the plan nodes whose op starts with `op`.
+std::vector<std::string> chosenStrategies(const std::string& plan_path, const std::string& op) {
+  std::ifstream in(plan_path);
+  const nlohmann::json plan = nlohmann::json::parse(in);
+  std::vector<std::string> out;
+  for (const nlohmann::json& n : plan.at("nodes"))
+    if (n.at("op").get<std::string>().rfind(op, 0) == 0)
+      out.push_back(n.at("strategy").get<std::string>());
+  return out;
+}
+
+/// Writes a spec of mesh `mesh` ("2x2") with the JSON members `rest` (after the mesh) to
+/// `<dir>.spec.json` and returns its path.
+std::string writeSpec(const std::filesystem::path& dir, const std::string& mesh,
+                      const std::string& rest) {
+  std::string shape = mesh;
+  std::replace(shape.begin(), shape.end(), 'x', ',');
+  const std::string spec = dir.string() + ".spec.json";
+  std::ofstream(spec) << R"({"mesh": {"shape": [)" << shape << "]}, " << rest << "}";
+  return spec;
+}
+
 std::string caseName(const MoeCase& c) {
   return testing::paramName(c.model + "_" + c.format + "_" + c.mesh + "_" +
                             (c.strategy.empty() ? "opt" : c.strategy) +
@@ -149,13 +171,9 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
         pins += std::string(pins.empty() ? "" : ", ") + R"({"node": ")" +
                 g->value(n.outputs.at(0)).debug_name + R"(", "placements": )" + placements + "}";
     ASSERT_FALSE(pins.empty());
-    std::string shape = c.mesh;
-    std::replace(shape.begin(), shape.end(), 'x', ',');
-    const std::string spec = dir.string() + ".spec.json";
-    std::ofstream(spec) << R"({"mesh": {"shape": [)" << shape
-                        << R"(]}, "memory_budget": {"low": 0, "high": 1}, "pins": [)" << pins
-                        << "]}";
-    m.optimizer_flags = "--spec " + spec;
+    m.optimizer_flags =
+        "--spec " +
+        writeSpec(dir, c.mesh, R"("memory_budget": {"low": 0, "high": 1}, "pins": [)" + pins + "]");
   } else if (!c.setting.empty()) {
     // The tokens batch-sharded on every mesh dim, as a data-parallel trainer feeds them.
     const auto dims = static_cast<size_t>(1 + std::count(c.mesh.begin(), c.mesh.end(), 'x'));
@@ -169,44 +187,29 @@ TEST_P(MoeDifferential, ShardedMatchesSingleProcess) {
                    R"({"all-gather": {"bandwidth_gbps": 1, "latency_us": 200},
                        "reduce-scatter": {"bandwidth_gbps": 1, "latency_us": 200},
                        "all-reduce": {"bandwidth_gbps": 1, "latency_us": 200}})";
-      const std::string spec = dir.string() + ".spec.json";
-      std::string shape = c.mesh;
-      std::replace(shape.begin(), shape.end(), 'x', ',');
-      std::ofstream(spec) << R"({"mesh": {"shape": [)" << shape << R"(]}, "network": [)" << network
-                          << "]}";
-      m.optimizer_flags += " --spec " + spec;
+      m.optimizer_flags += " --spec " + writeSpec(dir, c.mesh, R"("network": [)" + network + "]");
     }
   }
   std::string err = testing::makeArtifact(m, c.mesh, c.strategy, dir.string());
   ASSERT_TRUE(err.empty()) << err;
+  const std::string plan = dir.string() + ".plan.json";
   if (c.setting == "ep") {
     // Each grouped matmul in its region's expert cut: weights S(0), output Partial.
-    std::ifstream in(dir.string() + ".plan.json");
-    const nlohmann::json plan = nlohmann::json::parse(in);
-    size_t gmms = 0;
-    for (const nlohmann::json& n : plan.at("nodes")) {
-      if (n.at("op").get<std::string>().rfind("aten::_grouped_mm", 0) != 0) continue;
-      ++gmms;
-      const std::string st = n.at("strategy").get<std::string>();
-      EXPECT_NE(st.find("(token-local #"), std::string::npos) << n.at("name") << ": " << st;
-      EXPECT_NE(st.find("S(0)"), std::string::npos) << n.at("name") << ": " << st;
+    const std::vector<std::string> gmms = chosenStrategies(plan, "aten::_grouped_mm");
+    EXPECT_FALSE(gmms.empty());
+    for (const std::string& st : gmms) {
+      EXPECT_NE(st.find("(token-local #"), std::string::npos) << st;
+      EXPECT_NE(st.find("S(0)"), std::string::npos) << st;
     }
-    EXPECT_GT(gmms, 0u);
   }
   if (c.model.find("_gmm_") != std::string::npos && !c.strategy.empty()) {
     // Batch-sharded plans run the grouped experts on each rank's own tokens: every sort of the
     // (token, choice) pairs takes its token-local region's strategy (apc/strategy/token_local.h),
     // instead of gathering every token to every rank.
-    std::ifstream in(dir.string() + ".plan.json");
-    const nlohmann::json plan = nlohmann::json::parse(in);
-    size_t sorts = 0;
-    for (const nlohmann::json& n : plan.at("nodes")) {
-      if (n.at("op").get<std::string>().rfind("aten::sort", 0) != 0) continue;
-      ++sorts;
-      EXPECT_NE(n.at("strategy").get<std::string>().find("(token-local #"), std::string::npos)
-          << n.at("name") << ": " << n.at("strategy");
-    }
-    EXPECT_GT(sorts, 0u);
+    const std::vector<std::string> sorts = chosenStrategies(plan, "aten::sort");
+    EXPECT_FALSE(sorts.empty());
+    for (const std::string& st : sorts)
+      EXPECT_NE(st.find("(token-local #"), std::string::npos) << st;
   }
   const Reference& ref = reference(c.model);
   std::vector<std::string> failed = testing::runRanks(testing::worldOf(c.mesh), [&](int rank) {
