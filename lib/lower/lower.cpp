@@ -799,6 +799,15 @@ void Lowerer::recordDivisibility() {
         for (size_t m = 0; m < t->size(); ++m)
           reducing[m] =
               reducing[m] || ((*t)[m].isPartial() && (*t)[m].reduceOp() != mesh::ReduceOp::kSum);
+    // A token-local region's sort (apc/strategy/token_local.h; no rule cuts the sorted dim): the
+    // region's positions are the rank's coordinate x its piece's size, exact for equal pieces.
+    const bool region_sort = (n.op == "aten::sort" || n.op == "aten::argsort") &&
+                             !np.inputs.empty() && np.inputs[0] && !n.inputs.empty() &&
+                             g_.value(n.inputs[0]).tensor &&
+                             g_.value(n.inputs[0]).tensor->rank() == 1;
+    if (region_sort)
+      for (size_t m = 0; m < np.inputs[0]->size(); ++m)
+        reducing[m] = reducing[m] || (*np.inputs[0])[m].isShard(0);
     if (std::none_of(reducing.begin(), reducing.end(), [](bool b) { return b; })) continue;
     for (size_t i = 0; i < n.inputs.size() && i < np.inputs.size(); ++i) {
       const ir::Value& v = g_.value(n.inputs[i]);
@@ -823,6 +832,10 @@ void Lowerer::recordDivisibility() {
         dd->set_symbol(dim.symbol);
         dd->set_pieces(pieces);
         dd->set_node(n.qualifiedOp() + (n.module_path.empty() ? "" : " (" + n.module_path + ")"));
+        if (region_sort)
+          dd->set_why(
+              "runs its token-local region on (positions of equal pieces are wrong for "
+              "unequal ones)");
       }
     }
   }

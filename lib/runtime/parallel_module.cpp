@@ -1475,10 +1475,11 @@ Status ParallelModule::checkDivisible(const std::vector<c10::IValue>& inputs) {
     if (value % dd.pieces() != 0)
       return invalidArgument("dynamic dim " + dd.symbol() + " = " + std::to_string(value) +
                              " does not split evenly into the " + std::to_string(dd.pieces()) +
-                             " pieces that " + dd.node() +
-                             " reduces across (a mean of uneven pieces would be wrong); use a "
-                             "multiple of " +
-                             std::to_string(dd.pieces()));
+                             " pieces that " + dd.node() + " " +
+                             (dd.why().empty()
+                                  ? "reduces across (a mean of uneven pieces would be wrong)"
+                                  : dd.why()) +
+                             "; use a multiple of " + std::to_string(dd.pieces()));
   }
   return Status::success();
 }

@@ -237,6 +237,32 @@ TEST(DynamicBatch, MeanOverUnevenBatchIsAnErrorOnEveryRank) {
   std::filesystem::remove(spec);
 }
 
+// A token-local region (apc/strategy/token_local.h: the grouped MoE layer of Hugging Face's
+// Mixtral, run on each rank's own tokens under ddp) computes global positions as the rank's
+// coordinate x its piece's size, exact for equal pieces. At a batch that splits evenly (6 on 2
+// ranks) the sharded run matches the single model; at 7 every rank's forward fails with a one-line
+// error naming the dim and the region's sort, instead of indexing with wrong positions.
+TEST(DynamicBatch, TokenLocalRegionOverUnevenBatchIsAnErrorOnEveryRank) {
+  const DynCase gmm{"hf_mixtral_gmm_tiny", {"input_ids:i64[B=8,32]"}, 256, "pt2"};
+  if (!std::filesystem::exists(testing::samplePath(gmm.model, gmm.format)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = makeDynArtifact(gmm, "2", "ddp");
+  ASSERT_FALSE(dir.empty());
+  Reference even =
+      testing::computeReference({gmm.model, atBatch(gmm, 6), gmm.index_bound, ""}, 1, 0.0);
+  for (const std::string& f :
+       testing::runRanks(2, [&](int rank) { return runRank(rank, dir.string(), even); }))
+    ADD_FAILURE() << f;
+  Reference odd =
+      testing::computeReference({gmm.model, atBatch(gmm, 7), gmm.index_bound, ""}, 1, 0.0);
+  expectForwardFailsOnEveryRank(2, dir, odd, [](const std::string& m) {
+    return m.find(" = 7 ") != std::string::npos && m.find("2 pieces") != std::string::npos &&
+           m.find("aten::sort") != std::string::npos &&
+           m.find("token-local") != std::string::npos && m.find('\n') == std::string::npos;
+  });
+  std::filesystem::remove_all(dir);
+}
+
 // Issue 15 finding 2: an artifact planned without a symbolic batch runs only at the planned
 // batch. At any other (smaller, uneven, larger) every rank's forward fails with one line naming
 // the planned shape and the --input form of a dynamic batch, instead of a collective's size error

@@ -58,8 +58,9 @@
 // Anything else leaves the layer without region strategies, planned as before.
 //
 // Limits: the local pieces' first positions are computed from the local sizes (rank coordinate x
-// local size), so a dynamic batch must stay divisible by the pieces at run time, as the plan's
-// must_divide dims must.
+// local size), exact for equal pieces: lowering records the batch symbol's divisibility at the
+// region's sort (proto::DivisibleDim), and the runtime refuses an uneven dynamic batch on every
+// forward in one line. The expert cut does not balance the experts' rows (dropless routing).
 //
 //===----------------------------------------------------------------------===//
 #pragma once
