@@ -7,6 +7,9 @@
 #include "node_check.h"
 
 #include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
 
 #include "apc/runtime/op_collective.h"
 #include "apc/strategy/strategy.h"
@@ -584,6 +587,166 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
       return which + " as " + mesh::toString(*s.outputs[j]) + ": " + *bad + notes;
     }
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> checkRegion(const ir::Graph& g, const strategy::TokenLocalRegion& region,
+                                       const std::vector<strategy::Strategy>& member_strategies,
+                                       const mesh::DeviceMesh& mesh, at::Generator& gen,
+                                       CheckStats& stats) {
+  if (member_strategies.size() != region.members.size())
+    return "one strategy per member expected, got " + std::to_string(member_strategies.size());
+  std::set<uint32_t> members;
+  for (ir::NodeId id : region.members) members.insert(id.v);
+  // The sort's keys are expert ids: below the counts' bins (histc's second argument).
+  int64_t experts = region.experts;
+  for (ir::NodeId id : region.members) {
+    const ir::Node& n = g.node(id);
+    if (n.op == "aten::histc" && n.inputs.size() > 1)
+      if (const auto& c = g.value(n.inputs[1]).constant)
+        if (const int64_t* bins = std::get_if<int64_t>(&*c)) experts = *bins;
+  }
+  const ir::ValueId keys = g.node(region.root).inputs.at(0);
+  std::map<uint32_t, c10::IValue> full;  // the unsharded values, by ValueId
+  auto argOf = [](const NodeOp& op, size_t i) -> const c10::Argument* {
+    return op.schema() && i < op.schema()->arguments().size() ? &op.schema()->arguments()[i]
+                                                              : nullptr;
+  };
+  // The unsharded value of a node input (a member's output, a constant, or an external input).
+  std::function<Expected<c10::IValue>(ir::ValueId, const c10::Argument*)> valueOf =
+      [&](ir::ValueId v, const c10::Argument* arg) -> Expected<c10::IValue> {
+    if (auto it = full.find(v.v); it != full.end()) return it->second;
+    const ir::Value& val = g.value(v);
+    if (val.type == ir::ValueType::kNone) return c10::IValue();
+    // In the model's dtypes (a cast to f32 stays one: _grouped_mm has no f64 kernel).
+    if (!val.isTensor() && val.constant)
+      return runtime::constantToIValue(*val.constant, arg, runtime::InterpreterOptions{});
+    if (!val.isTensor() || !val.tensor)
+      return unsupported("region input %" + val.debug_name + " is not a tensor or a constant");
+    if (val.constant) return c10::IValue(scalarLiteral(*val.tensor, *val.constant));
+    at::Tensor t;
+    const bool factory =
+        val.producer.valid() && g.node(val.producer).kind == ir::NodeKind::kOp &&
+        std::none_of(g.node(val.producer).inputs.begin(), g.node(val.producer).inputs.end(),
+                     [&](ir::ValueId in) { return g.value(in).mayHoldTensors(); });
+    if (factory) {  // an arange of positions: computed as the graph does
+      const ir::Node& f = g.node(val.producer);
+      APC_ASSIGN_OR_RETURN(NodeOp op, NodeOp::resolve(f));
+      std::vector<c10::IValue> args;
+      for (size_t i = 0; i < f.inputs.size(); ++i) {
+        APC_ASSIGN_OR_RETURN(c10::IValue a, valueOf(f.inputs[i], argOf(op, i)));
+        args.push_back(std::move(a));
+      }
+      APC_ASSIGN_OR_RETURN(std::vector<c10::IValue> outs, runNode(f, op, args));
+      t = outs.at(val.producer_output).toTensor();
+    } else if (v == keys) {
+      t = at::randint(0, std::max<int64_t>(experts, 1), ir::hintSizes(val.tensor->shape), gen,
+                      at::TensorOptions().dtype(runtime::scalarTypeOf(val.tensor->dtype)));
+    } else {
+      t = randomTensor(*val.tensor, 1, false, /*widen=*/false, gen);
+    }
+    full[v.v] = t;
+    return c10::IValue(t);
+  };
+
+  // Unsharded.
+  std::vector<NodeOp> ops;
+  for (ir::NodeId id : region.members) {
+    const ir::Node& n = g.node(id);
+    Expected<NodeOp> resolved = NodeOp::resolve(n);
+    if (!resolved.ok()) return n.qualifiedOp() + ": " + resolved.error().message();
+    NodeOp op = std::move(resolved).value();
+    std::vector<c10::IValue> args;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      Expected<c10::IValue> a = valueOf(n.inputs[i], argOf(op, i));
+      if (!a.ok()) return a.error().message();
+      args.push_back(std::move(*a));
+    }
+    Expected<std::vector<c10::IValue>> outs = runNode(n, op, args);
+    if (!outs.ok()) return n.qualifiedOp() + " unsharded: " + outs.error().message();
+    for (size_t j = 0; j < n.outputs.size(); ++j) full[n.outputs[j].v] = (*outs)[j];
+    ops.push_back(std::move(op));
+  }
+
+  // Every rank.
+  const ir::Node& exit = g.node(region.exit);
+  const size_t exit_at = region.members.size() - 1;
+  if (region.members.back() != region.exit) return std::string("the exit is not the last member");
+  const int64_t world = mesh.worldSize();
+  RankTensors exit_locals(static_cast<size_t>(world));
+  for (int64_t r = 0; r < world; ++r) {
+    const std::vector<int64_t> coord = mesh.coordinate(r);
+    std::map<uint32_t, c10::IValue> env;  // the rank's values of the members' outputs
+    for (size_t k = 0; k < region.members.size(); ++k) {
+      const ir::Node& n = g.node(region.members[k]);
+      const strategy::Strategy& s = member_strategies[k];
+      std::vector<c10::IValue> args;
+      lower::RankPieces pieces;
+      pieces.inputs.resize(n.inputs.size());
+      pieces.outputs.resize(n.outputs.size());
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const ir::ValueId v = n.inputs[i];
+        const bool internal = g.value(v).producer.valid() && members.count(g.value(v).producer.v);
+        Expected<c10::IValue> whole = valueOf(v, argOf(ops[k], i));
+        if (!whole.ok()) return whole.error().message();
+        if (i >= s.inputs.size() || !s.inputs[i]) {
+          args.push_back(internal ? env.at(v.v) : *whole);
+          continue;
+        }
+        const mesh::PlacementTuple& t = *s.inputs[i];
+        for (const at::Tensor& e : elementsOf(*whole))
+          pieces.inputs[i].push_back(
+              {sizesOf(e), layout::localPiece(sizesOf(e), t, mesh, coord), {}, {}, t});
+        if (internal)
+          args.push_back(env.at(v.v));
+        else if (whole->isTensor())
+          args.push_back(localOf(whole->toTensor(), t, mesh, coord).contiguous().clone());
+        else
+          return "external tensor list input %" + g.value(v).debug_name;
+      }
+      for (size_t j = 0; j < n.outputs.size(); ++j) {
+        if (j >= s.outputs.size() || !s.outputs[j]) continue;
+        for (const at::Tensor& e : elementsOf(full.at(n.outputs[j].v)))
+          pieces.outputs[j].push_back({sizesOf(e),
+                                       layout::localPiece(sizesOf(e), *s.outputs[j], mesh, coord),
+                                       {},
+                                       {},
+                                       *s.outputs[j]});
+      }
+      Expected<RankCall> call = localizeRankCall(g, n, ops[k], pieces, args);
+      if (!call.ok())
+        return "rank " + std::to_string(r) + " " + n.qualifiedOp() + ": " + call.error().message();
+      if (!call->notes.empty()) {
+        ++stats.rewrites;
+        ++stats.rewrites_by_op[n.qualifiedOp()];
+      }
+      Expected<std::vector<c10::IValue>> outs = [&]() -> Expected<std::vector<c10::IValue>> {
+        try {
+          if (call->local)
+            return call->local->run(args, [](size_t, const at::Tensor& t) { return t; });
+          return (call->op ? *call->op : ops[k]).run(std::move(args), n.outputs.size());
+        } catch (const std::exception& e) {
+          return unsupported(firstLine(e.what()));
+        }
+      }();
+      ++stats.rank_calls;
+      if (!outs.ok())
+        return "rank " + std::to_string(r) + " " + n.qualifiedOp() + " (%" +
+               g.value(n.outputs.at(0)).debug_name + ") failed: " + outs.error().message();
+      for (size_t j = 0; j < n.outputs.size(); ++j) env[n.outputs[j].v] = (*outs)[j];
+    }
+    exit_locals[static_cast<size_t>(r)] = env.at(exit.outputs.at(0).v).toTensor();
+  }
+  const strategy::Strategy& s = member_strategies[exit_at];
+  if (s.outputs.empty() || !s.outputs[0]) return std::string("the exit has no output placement");
+  // float32 sums in another order (each rank sorts its own rows): the error scales with the
+  // largest value (products of standard normal activations and weights reach thousands).
+  const at::Tensor reference = full.at(exit.outputs.at(0).v).toTensor();
+  const double scale = reference.numel() ? reference.abs().max().item<double>() : 0.0;
+  if (auto bad = checkLayout(exit_locals, reference, *s.outputs[0], mesh,
+                             Tolerance{kFloat32Tolerance.rtol, 1e-6 * scale + 1e-6}))
+    return "exit %" + g.value(exit.outputs.at(0)).debug_name + " as " +
+           mesh::toString(*s.outputs[0]) + ": " + *bad;
   return std::nullopt;
 }
 

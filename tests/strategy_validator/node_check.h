@@ -34,6 +34,7 @@
 #include "apc/ir/graph.h"
 #include "apc/mesh/device_mesh.h"
 #include "apc/strategy/strategy.h"
+#include "apc/strategy/token_local.h"
 #include "op_runner.h"
 #include "sim_ranks.h"
 
@@ -78,5 +79,18 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
                                          const std::vector<c10::IValue>& full_inputs,
                                          const std::vector<c10::IValue>& full_outputs,
                                          at::Generator& gen, CheckStats& stats);
+
+/// One variant of a token-local region (apc/strategy/token_local.h): `member_strategies` holds
+/// the strategy of that variant for each member, in region.members order. The region runs
+/// unsharded on random inputs (the sort's keys below the experts' count, factories as the graph
+/// computes them, floating tensors in their IR dtype), then on every rank of `mesh`: its external
+/// inputs cut by the placements the members read them at, each member's call localized by the
+/// rewrite lowering ships, the members' outputs kept as the rank's values. The exit's pieces must
+/// be the unsharded exit laid out as its output placement (float32: rtol 1e-4, atol 1e-6 of the
+/// largest value). Nullopt when they are; otherwise one line.
+std::optional<std::string> checkRegion(const ir::Graph& g, const strategy::TokenLocalRegion& region,
+                                       const std::vector<strategy::Strategy>& member_strategies,
+                                       const mesh::DeviceMesh& mesh, at::Generator& gen,
+                                       CheckStats& stats);
 
 }  // namespace apc::validator

@@ -51,6 +51,7 @@
 #include "apc/frontend/torchscript.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
+#include "apc/strategy/token_local.h"
 #include "apc/support/strings.h"
 #include "node_check.h"
 
@@ -206,8 +207,8 @@ std::unique_ptr<LoadedModel> load(const std::string& name, const std::vector<con
     std::vector<strategy::NodeStrategies> all = strategy::enumerate(m->graph, mesh);
     // The rules' strategies only. A token-local region's strategies (apc/strategy/token_local.h)
     // are not the op on pieces of its global inputs: each member computes on the rank's own
-    // tokens, and only the region as a whole equals the model (tests/runtime/moe_test.cpp trains
-    // the grouped_mm samples under plans that take it against the single-process model).
+    // tokens, and only the region as a whole equals the model
+    // (TokenLocalRegionsMatchTheUnshardedRegion runs them so).
     for (strategy::NodeStrategies& ns : all) {
       std::vector<Strategy> rules;
       for (const Strategy& st : ns.strategies)
@@ -464,6 +465,63 @@ TEST(StrategyValidator, StrategiesAreWellFormedWithReplicateFirst) {
 }
 
 // The main property: every strategy of every distinct op instance, executed on every mesh.
+// The token-local regions of the executed samples (the grouped_mm MoE layers of Hugging Face's
+// Mixtral, Qwen3-MoE and DeepSeek-V3, apc/strategy/token_local.h): their strategies are not the op
+// on pieces of its global inputs, so the per-node check leaves them out (load). Here every variant
+// of every region on every mesh runs as a whole (checkRegion): the members on each rank's pieces,
+// as lowering ships them, and the exit laid out as its placement must equal the unsharded region.
+TEST(StrategyValidator, TokenLocalRegionsMatchTheUnshardedRegion) {
+  const Corpus& c = corpus();
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(17);
+  CheckStats stats;
+  int64_t variants = 0, failures = 0;
+  std::set<std::string> models;
+  for (const auto& m : c.models) {
+    if (!m->executed || !m->error.empty()) continue;
+    const std::vector<strategy::TokenLocalRegion> regions =
+        strategy::findTokenLocalRegions(m->graph);
+    if (regions.empty()) continue;
+    models.insert(m->name);
+    for (const DeviceMesh& mesh : c.meshes) {
+      std::map<uint32_t, strategy::StrategyList> of;  // node -> its strategies with the regions'
+      for (const strategy::NodeStrategies& ns : strategy::enumerate(m->graph, mesh))
+        of[ns.node.v] = ns.strategies;
+      for (const strategy::TokenLocalRegion& region : regions) {
+        std::set<int> ks;
+        for (const Strategy& st : of[region.root.v])
+          if (st.regionLocal()) ks.insert(st.region_variant);
+        for (int k : ks) {
+          std::vector<Strategy> chosen;
+          for (ir::NodeId id : region.members)
+            for (const Strategy& st : of[id.v])
+              if (st.region_variant == k) {
+                chosen.push_back(st);
+                break;
+              }
+          const std::string where =
+              m->name + " region at %" +
+              m->graph.value(m->graph.node(region.root).outputs[0]).debug_name + " variant " +
+              std::to_string(k) + " on " + mesh.toString();
+          std::optional<std::string> bad =
+              chosen.size() == region.members.size()
+                  ? checkRegion(m->graph, region, chosen, mesh, gen, stats)
+                  : std::optional<std::string>("a member lacks the variant");
+          ++variants;
+          if (bad && ++failures <= 10) ADD_FAILURE() << where << ": " << *bad;
+        }
+      }
+    }
+  }
+  std::cout << "[strategy validator] token-local regions of "
+            << join({models.begin(), models.end()}, ", ") << ": " << variants
+            << " variants executed, " << failures << " wrong; " << stats.rank_calls
+            << " rank calls, " << stats.rewrites << " localized" << std::endl;
+  EXPECT_GE(models.size(), 3u) << "the grouped_mm samples have regions";
+  EXPECT_GT(variants, 0);
+  EXPECT_GT(stats.rewrites, 0);
+  EXPECT_EQ(failures, 0);
+}
+
 TEST(StrategyValidator, EveryStrategyMatchesTheUnshardedOp) {
   const Corpus& c = corpus();
   ASSERT_FALSE(c.combos.empty());
