@@ -588,10 +588,10 @@ class Model {
       bool replicated = false;
       for (size_t d = 0; d < pp.placement.size() && d < p_.spec.mesh.ndim(); ++d)
         replicated |= pp.placement[d].isReplicate() && p_.spec.mesh.size(d) > 1;
-      // A parameter read only inside checkpointed segments gets its gradient during the
-      // recompute, synchronously, never deferred to a bucket.
-      const bool checkpointed_only = !segments_.empty() && !read_outside_segments_.count(pp.name);
-      if (replicated && !redistributed_params_.count(pp.name) && !checkpointed_only &&
+      // Only a gradient that is reduced goes to the buckets (with a replicated batch every rank
+      // has the whole one). A parameter read inside checkpointed segments is bucketed too: the
+      // recompute hands its gradient to the buckets, which the segment's forward counted.
+      if (replicated && reduced_params_.count(pp.name) && !redistributed_params_.count(pp.name) &&
           !unbucketed_params_.count(pp.name))
         bucketed += pp.bytes_per_rank;
     }
@@ -855,6 +855,21 @@ class Model {
   /// end-of-backward buckets. Their temporaries (each step's output, beside its input; on the CPU
   /// Gloo's flat copy of an all-gather's output and the reduce-scatter's own buffer) are counted as
   /// the largest step's: its input piece, its output and, on Gloo, one more full copy.
+  /// Whether the gradient that plan node `pi` gives parameter value `v`, read where it lies at
+  /// `at`, must be reduced across ranks (a Partial sum: the readers' pieces of a batch-sharded
+  /// input); not when every rank computes the whole gradient (a replicated batch). Without a plan
+  /// node or placement: assumed reduced.
+  bool gradientReduced(int64_t pi, ir::ValueId v,
+                       const std::optional<mesh::PlacementTuple>& at) const {
+    const std::optional<ir::TensorMeta>& t = cg_.value(v).tensor;
+    if (t && (!t->requires_grad || !ir::isFloating(t->dtype))) return false;
+    if (pi < 0 || !at) return true;
+    const PlanNode& pn = p_.nodes[static_cast<size_t>(pi)];
+    const std::vector<bool> split =
+        cost::opSplit(pn.input_placements, pn.outputs, p_.spec.mesh.ndim());
+    return !(cost::gradientPlacement(*at, split) == cost::partialAsReplicate(*at));
+  }
+
   int64_t unbucketedGradientBytes(int64_t pi, ir::ValueId v,
                                   const std::optional<mesh::PlacementTuple>& at) const {
     if (!model_ || pi < 0 || !at) return 0;
@@ -906,13 +921,13 @@ class Model {
                       stored.tensor->dtype != cg_.value(v).tensor->dtype;
     const bool moved = want && have && !(*want == *have);
     if (moved && is_param) redistributed_params_.insert(bs.param);
+    if (!moved && is_param && gradientReduced(pi, v, want ? want : have))
+      reduced_params_.insert(bs.param);
     if (!moved && is_param)
       if (const int64_t temp = unbucketedGradientBytes(pi, v, want ? want : have); temp > 0) {
         unbucketed_params_.insert(bs.param);
         copy_grad_bytes_[static_cast<size_t>(pos)] += temp;
       }
-    if (is_param && segment_of_[static_cast<size_t>(pos)] < 0)
-      read_outside_segments_.insert(bs.param);
     if (!moved && !cast) return base;
     const std::string key = std::to_string(v.v) + "|" + (want ? mesh::toString(*want) : "");
     auto it = copies_.find(key);
@@ -1079,10 +1094,11 @@ class Model {
   std::vector<bool> view_output_;
   std::vector<int64_t> copy_grad_bytes_;
   std::map<std::string, int64_t> copies_;
-  std::set<std::string> redistributed_params_;   // parameters a reader takes in another placement
-  std::set<std::string> unbucketed_params_;      // read where they lie, gradient not one all-reduce
-  std::optional<cost::CostModel> model_;         // the plan's spec's (unbucketedGradientBytes)
-  std::set<std::string> read_outside_segments_;  // parameters an op outside checkpoints reads
+  std::set<std::string> redistributed_params_;  // parameters a reader takes in another placement
+  std::set<std::string> unbucketed_params_;     // read where they lie, gradient not one all-reduce
+  std::set<std::string>
+      reduced_params_;  // read where they lie by a reader whose gradient is reduced
+  std::optional<cost::CostModel> model_;  // the plan's spec's (unbucketedGradientBytes)
   int64_t grad_bucket_bytes_ = kGradBucketBytes;
 };
 

@@ -200,11 +200,15 @@ class GradBuckets {
     e.sizes = x.sizes().vec();
   }
 
+  /// Queues the end-of-backward callback on the backward running now (AsyncGrads::arm).
+  void arm() {
+    if (queued_) return;
+    queued_ = true;
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
+  }
+
   void defer(size_t param, size_t redist, const at::Tensor& grad) {
-    if (!queued_) {
-      queued_ = true;
-      torch::autograd::Engine::get_default_engine().queue_callback([this] { flush(); });
-    }
+    arm();
     if (!overlap_) {
       if (grad.defined()) late_.push_back({param, redist, grad});
       return;
@@ -468,6 +472,11 @@ class AsyncGrads {
     pending_.push_back(std::move(it));
   }
 
+  /// Queues the end-of-backward callback now, on the backward running now: a checkpoint
+  /// segment's recomputation calls it before its reentrant backward, whose own callbacks would run
+  /// when the segment's gradients are done, not the step's.
+  void arm() { queue(); }
+
   /// The forward ran member `member` of group `group`'s gather (its gradient will come).
   void expect(size_t group, size_t member) {
     GroupState& st = stateOf(group);
@@ -614,16 +623,20 @@ namespace {
 /// gather (or takes the prefetched result); backward issues the reduce-scatter asynchronously and
 /// hands it to AsyncGrads, feeding autograd nothing.
 struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
+  /// `counted`: the gather's gradient is already expected (a checkpoint segment's forward counted
+  /// it; this is the segment's recomputation).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const RedistSpec* spec, World* world, const at::Tensor* result,
-                            AsyncGrads* sink, int64_t param, int64_t group, int64_t member) {
+                            AsyncGrads* sink, int64_t param, int64_t group, int64_t member,
+                            bool counted) {
     ctx->saved_data["spec"] = reinterpret_cast<int64_t>(spec);
     ctx->saved_data["world"] = reinterpret_cast<int64_t>(world);
     ctx->saved_data["sink"] = reinterpret_cast<int64_t>(sink);
     ctx->saved_data["param"] = param;
     ctx->saved_data["group"] = group;
     ctx->saved_data["member"] = member;
-    if (group >= 0) sink->expect(static_cast<size_t>(group), static_cast<size_t>(member));
+    if (group >= 0 && !counted)
+      sink->expect(static_cast<size_t>(group), static_cast<size_t>(member));
     return result->defined() ? *result : runSteps(spec->forward, x, *world, spec->edge);
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -635,8 +648,7 @@ struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
     if (const int64_t group = ctx->saved_data["group"].toInt(); group >= 0) {
       sink->addGrouped(static_cast<size_t>(group),
                        static_cast<size_t>(ctx->saved_data["member"].toInt()), g);
-      return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-              at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+      return torch::autograd::variable_list(9);
     }
     const RedistStepSpec& st = spec->backward.front();
     at::Tensor in = spec->reduce_dtype && *spec->reduce_dtype != g.scalar_type()
@@ -645,8 +657,7 @@ struct AsyncGradFunction : public torch::autograd::Function<AsyncGradFunction> {
     sink->add(static_cast<size_t>(ctx->saved_data["param"].toInt()),
               world->dim(st.mesh_dim).reduceScatterAsync(in, st.shard_dim, st.reduce_op),
               g.scalar_type());
-    return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return torch::autograd::variable_list(9);
   }
 };
 
@@ -717,13 +728,27 @@ struct ParallelModule::Impl {
   std::vector<int> async_grad_param;
   std::unique_ptr<AsyncGrads> async_grads;
   /// Activation checkpointing (proto::CheckpointSegment): the segments the interpreter runs
-  /// without autograd and again in backward, the recomputation's external callback (plain
-  /// synchronous redistributions and op collectives: no buckets, no asynchronous gradients, no
-  /// re-gathers, no prefetch), and per value whether a segment reads it from outside (a tensor
-  /// the segment's autograd function keeps for its recomputation).
+  /// without autograd and again in backward, the recomputation's external callback
+  /// (buildRecompute), per value whether a segment reads it from outside (a tensor the segment's
+  /// autograd function keeps for its recomputation), and per node its segment (-1 none).
   std::vector<CheckpointSpec> checkpoints;
   std::shared_ptr<const Interpreter::ExternalFn> recompute;
   std::vector<bool> segment_input;
+  std::vector<int> node_segment;
+  /// Per unit: whether every member's gather is inside a checkpoint segment (the recomputation
+  /// gathers such a unit as one, and prefetches it).
+  std::vector<bool> unit_in_segments;
+  /// This run's state for the recomputations: whether the forward records autograd (a segment's
+  /// forward then counts the gradients its recomputation will hand the buckets and AsyncGrads),
+  /// and the units the recomputations gathered or issued ahead whose members are still to be
+  /// taken (a unit's members may lie in several segments; backward recomputes them last first).
+  bool training_run = false;
+  struct RecomputeFlight {
+    std::unique_ptr<PendingCollective> single;
+    std::unique_ptr<GroupedGather> group;
+    size_t remaining = 0;  // members not yet taken
+  };
+  std::map<size_t, RecomputeFlight> recompute_flights;
   Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
   /// Sizes that follow a symbolic dim (proto::SymbolicArg), in the interpreter's order.
   struct SymbolicArg {
@@ -802,6 +827,10 @@ struct ParallelModule::Impl {
       checkpoints.push_back({c.module(), c.first(), c.last()});
     }
     segment_input.assign(g.numValues(), false);
+    node_segment.assign(g.numNodes(), -1);
+    for (size_t k = 0; k < checkpoints.size(); ++k)
+      for (uint32_t i = checkpoints[k].first; i <= checkpoints[k].last; ++i)
+        node_segment[i] = static_cast<int>(k);
     for (const CheckpointSpec& c : checkpoints)
       for (uint32_t i = c.first; i <= c.last; ++i)
         for (ir::ValueId v : g.node(ir::NodeId(i)).inputs) {
@@ -822,9 +851,72 @@ struct ParallelModule::Impl {
         args, [&](size_t, const at::Tensor& t) { return redistribute(t, oc.spec, *world); });
   }
 
-  /// The external callback of the segments' recomputation in backward: redistributions run
-  /// plainly (synchronous, autograd-aware), op collectives as in forward. Every rank recomputes the
-  /// same segments in the same order, so the collectives match.
+  /// Issues unit `u`'s gather for the recomputations (one GroupedGather for a group, else the
+  /// single all-gather), asynchronously with overlap, unless it is in flight already.
+  void issueRecomputeUnit(size_t u) {
+    if (recompute_flights.count(u)) return;
+    const ir::Graph& g = *graph;
+    std::vector<const RedistSpec*> specs;
+    std::vector<at::Tensor> xs;
+    for (size_t pos : units[u]) {
+      const ir::Node& pn = g.node(ir::NodeId(prefetch_nodes[pos]));
+      specs.push_back(&redists.at(static_cast<size_t>(node_redist.at(pn.id.v))));
+      xs.push_back(param_tensors.at(static_cast<size_t>(value_param.at(pn.inputs[0].v))));
+    }
+    RecomputeFlight f;
+    f.remaining = specs.size();
+    if (specs.size() == 1)
+      f.single = issueForward(*specs[0], xs[0], *world);
+    else
+      f.group = std::make_unique<GroupedGather>(std::move(specs), xs, *world, options.overlap);
+    recompute_flights[u] = std::move(f);
+  }
+
+  /// A recomputation's gather of parameter gather `node` (a prefetch node): its unit, or -1 when
+  /// the node is none or its unit has one member (`unit`), and the gathered value when the unit
+  /// lies inside segments (else undefined: the edge gathers on its own). Such a unit is gathered
+  /// as ONE call at the first member the recomputations reach, and with prefetch the unit before
+  /// it (the next backward recomputes) is issued then too. Every rank recomputes the same
+  /// segments in the same order, so the calls match.
+  at::Tensor recomputeGather(uint32_t node, int& unit) {
+    unit = -1;
+    const int pos = prefetch_pos.at(node);
+    if (pos < 0) return {};
+    const size_t p = static_cast<size_t>(pos);
+    const size_t u = unit_of[p];
+    if (units[u].size() > 1) unit = static_cast<int>(u);
+    const bool prefetch = options.overlap && options.prefetch_params > 0;
+    if (!unit_in_segments[u] || (units[u].size() == 1 && !prefetch)) return {};
+    issueRecomputeUnit(u);
+    if (prefetch && u > 0 && unit_in_segments[u - 1]) issueRecomputeUnit(u - 1);
+    auto it = recompute_flights.find(u);
+    RecomputeFlight& f = it->second;
+    at::Tensor out = f.single ? f.single->wait() : f.group->wait().at(index_in_unit[p]);
+    if (--f.remaining == 0) recompute_flights.erase(it);
+    return out;
+  }
+
+  /// A checkpoint segment's forward (grad mode off in a run that records autograd) ran
+  /// redistribution `rid` of node `node` on parameter piece `x`: the gradient its recomputation
+  /// will hand the buckets or its gather group is counted now, with the forward's, so that the
+  /// buckets' layout holds it and the group waits for it (`unit`: the node's grouped unit, -1
+  /// none).
+  void countRecomputedGradient(uint32_t node, size_t rid, const at::Tensor& x, int unit) {
+    if (buckets && rid < deferred_param.size() && deferred_param[rid] >= 0) {
+      buckets->expect(static_cast<size_t>(deferred_param[rid]), rid, x);
+      return;
+    }
+    if (unit >= 0 && async_grad_param.at(node) >= 0)
+      async_grads->expect(static_cast<size_t>(unit),
+                          index_in_unit.at(static_cast<size_t>(prefetch_pos.at(node))));
+  }
+
+  /// The external callback of the segments' recomputation in backward: op collectives as in
+  /// forward; a parameter's gather takes its unit's grouped (and prefetched) gather where the unit
+  /// lies inside segments, and its gradient goes where the forward's would, to the buckets or
+  /// AsyncGrads (counted by the segment's forward: countRecomputedGradient), whose end-of-backward
+  /// callback is queued on the step's backward before the segment's reentrant one; other
+  /// redistributions run plainly (synchronous, autograd-aware).
   void buildRecompute() {
     Impl* im = this;
     recompute = std::make_shared<const Interpreter::ExternalFn>(
@@ -837,8 +929,29 @@ struct ParallelModule::Impl {
           TORCH_CHECK(rid >= 0, "node ", n.id.v, " is external but not a redistribution");
           TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
                       " needs one tensor input");
-          out.push_back(redistribute(args[0].toTensor(), im->redists.at(static_cast<size_t>(rid)),
-                                     *im->world));
+          const at::Tensor& x = args[0].toTensor();
+          const RedistSpec& spec = im->redists.at(static_cast<size_t>(rid));
+          int unit = -1;
+          at::Tensor ahead = im->recomputeGather(n.id.v, unit);
+          const bool counted = im->training_run && x.requires_grad() && at::GradMode::is_enabled();
+          const bool grad_grouped = unit >= 0 && im->unit_grad_grouped[static_cast<size_t>(unit)];
+          const int ap = im->async_grad_param.at(n.id.v);
+          if (counted && im->buckets && static_cast<size_t>(rid) < im->deferred_param.size() &&
+              im->deferred_param[static_cast<size_t>(rid)] >= 0) {
+            im->buckets->arm();
+            out.push_back(DeferredGradFunction::apply(x, im->buckets.get(),
+                                                      im->deferred_param[static_cast<size_t>(rid)],
+                                                      static_cast<int64_t>(rid)));
+          } else if (counted && ap >= 0 && (im->options.overlap || grad_grouped)) {
+            im->async_grads->arm();
+            const auto pos = static_cast<size_t>(im->prefetch_pos.at(n.id.v));
+            out.push_back(AsyncGradFunction::apply(
+                x, &spec, im->world.get(), &ahead, im->async_grads.get(), static_cast<int64_t>(ap),
+                grad_grouped ? static_cast<int64_t>(unit) : -1,
+                grad_grouped ? static_cast<int64_t>(im->index_in_unit[pos]) : 0, true));
+          } else {
+            out.push_back(redistribute(x, spec, *im->world, ahead));
+          }
           return out;
         });
   }
@@ -1013,6 +1126,10 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     impl->index_in_unit.push_back(impl->units.back().size());
     impl->units.back().push_back(pos);
   }
+  impl->unit_in_segments.assign(impl->units.size(), true);
+  for (size_t u = 0; u < impl->units.size(); ++u)
+    for (size_t pos : impl->units[u])
+      if (impl->node_segment.at(impl->prefetch_nodes[pos]) < 0) impl->unit_in_segments[u] = false;
   impl->async_grads =
       std::make_unique<AsyncGrads>(impl->param_tensors, *impl->world, !options.overlap);
   std::vector<std::vector<AsyncGrads::GroupMember>> grad_groups(impl->units.size());
@@ -1608,6 +1725,14 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   Regatherer regather(*im.world, im.options.overlap && im.options.prefetch_params > 0);
   if (im.buckets) im.buckets->reset();
   im.async_grads->reset();
+  // Gathers the last backward's recomputations issued and never took: waited for (every rank
+  // issued them), dropped.
+  for (auto& [u, f] : im.recompute_flights) {
+    if (f.single) f.single->wait();
+    if (f.group) f.group->wait();
+  }
+  im.recompute_flights.clear();
+  im.training_run = at::GradMode::is_enabled();
   const ir::Graph& g = *im.graph;
   // Forward prefetch: gathers issued ahead, by unit of im.prefetch_nodes (a gather group's
   // members in one all-gather; prefetch_params units ahead with overlap). A group's gather is
@@ -1696,6 +1821,9 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
         at::Tensor y;
         // A gather group's gradients are reduced together (AsyncGrads), with overlap or without.
         const bool grad_grouped = unit >= 0 && im.unit_grad_grouped[static_cast<size_t>(unit)];
+        if (im.training_run && !at::GradMode::is_enabled() && im.node_segment.at(n.id.v) >= 0 &&
+            x.requires_grad())
+          im.countRecomputedGradient(n.id.v, rid, x, grad_grouped ? unit : -1);
         if (im.buckets && rid < im.deferred_param.size() && im.deferred_param[rid] >= 0 &&
             x.requires_grad() && at::GradMode::is_enabled()) {
           im.buckets->expect(static_cast<size_t>(im.deferred_param[rid]), rid, x);
@@ -1715,7 +1843,8 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
           y = AsyncGradFunction::apply(
               x, &spec, im.world.get(), &ahead, im.async_grads.get(), static_cast<int64_t>(ap),
               grad_grouped ? static_cast<int64_t>(unit) : -1,
-              grad_grouped ? static_cast<int64_t>(im.index_in_unit[static_cast<size_t>(pos)]) : 0);
+              grad_grouped ? static_cast<int64_t>(im.index_in_unit[static_cast<size_t>(pos)]) : 0,
+              false);
         } else {
           y = redistribute(x, spec, *im.world, ahead);
         }

@@ -40,13 +40,14 @@ std::string apcBinary() {
 }
 
 std::string makeArtifact(const ModelCase& c, const std::string& mesh, const std::string& strategy,
-                         const std::string& dir) {
+                         const std::string& dir, const std::string& extra_flags) {
   std::string cmd = apcBinary() + " plan " + samplePath(c.model, c.format) + " --mesh " + mesh;
   // An exported program's input shapes (its symbolic batch included) come from the export.
   if (c.format == "pt")
     for (const std::string& in : c.inputs) cmd += " --input '" + in + "'";
   if (!strategy.empty()) cmd += " --strategy " + strategy;
   if (strategy.empty() && !c.optimizer_flags.empty()) cmd += " " + c.optimizer_flags;
+  if (!extra_flags.empty()) cmd += " " + extra_flags;
   cmd += " -o " + dir + ".plan.json --artifact " + dir;
   apc::testing::CommandResult r = apc::testing::runCommand(cmd);
   if (r.code != 0) return cmd + ": exit " + std::to_string(r.code) + ": " + r.err;

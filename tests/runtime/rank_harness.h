@@ -52,9 +52,10 @@ struct ModelCase {
 };
 
 /// Plans `c` on `mesh` ("2x2") with `strategy` ("" for the optimizer, else ddp|fsdp|tp|fsdp+tp)
-/// and writes the artifact to `dir`. Returns "" or the command's error output.
+/// and writes the artifact to `dir`, with `extra_flags` added to apc plan's command line
+/// ("--checkpoint all"). Returns "" or the command's error output.
 std::string makeArtifact(const ModelCase& c, const std::string& mesh, const std::string& strategy,
-                         const std::string& dir);
+                         const std::string& dir, const std::string& extra_flags = "");
 
 struct Reference {
   std::vector<at::Tensor> inputs;           // full inputs
