@@ -321,6 +321,14 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
     param_of_value[program.parameters(i).value()] = i;
   std::set<uint32_t> sync;
   for (const proto::OpCollective& c : program.op_collectives()) sync.insert(c.node());
+  // A gather inside a checkpoint segment is gathered again by the segment's recomputation, one
+  // outside by the re-gather of backward: a group never mixes the two.
+  auto checkpointed = [&](int node) {
+    for (const proto::CheckpointSegment& c : program.checkpoints())
+      if (static_cast<uint32_t>(node) >= c.first() && static_cast<uint32_t>(node) <= c.last())
+        return true;
+    return false;
+  };
   // The candidates in program order, each with its group key.
   struct Candidate {
     int node;
@@ -353,8 +361,8 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
                  std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
     const std::string key = std::to_string(f.mesh_dim()) + "|" +
                             (p.storage_dtype().empty() ? p.dtype() : p.storage_dtype()) + "|" +
-                            (red.requires_grad() ? "g" : "-") + (red.regather() ? "r" : "-") + "|" +
-                            backward;
+                            (red.requires_grad() ? "g" : "-") + (red.regather() ? "r" : "-") +
+                            (checkpointed(i) ? "c" : "-") + "|" + backward;
     candidates.push_back({i, key, layerOf(p.name()), f.priced_bytes()});
   }
   int groups = 0;

@@ -1071,9 +1071,8 @@ Expected<proto::Program> Lowerer::run() {
     if (mp.param_dtype) pm->set_param_dtype(ir::dtypeName(*mp.param_dtype));
     if (mp.reduce_dtype) pm->set_reduce_dtype(ir::dtypeName(*mp.reduce_dtype));
   }
-  if (options_.predict) {
-    APC_RETURN_IF_ERROR(recordPrediction());
-  }
+  // The checkpoint segments first: the gather groups the prediction prices depend on them
+  // (artifact::paramGatherGroups).
   for (const std::string& module : p_.checkpoint) {
     const std::optional<ir::NodeRange> r = ir::checkpointRange(out_, module);
     if (!r)
@@ -1088,6 +1087,9 @@ Expected<proto::Program> Lowerer::run() {
     cs->set_module(module);
     cs->set_first(r->first);
     cs->set_last(r->last);
+  }
+  if (options_.predict) {
+    APC_RETURN_IF_ERROR(recordPrediction());
   }
   if (!options_.predict) return std::move(program_);
   // The runtime's overlap, replayed on the finished program (its checkpoints included).

@@ -525,27 +525,43 @@ TEST(FsdpGroups, AGroupOfBothGradientFormsReducesByOneAllReduce) {
   std::filesystem::remove(spec);
 }
 
-/// Every repeated layer of mlp_stack checkpointed (--checkpoint all), on 2 ranks: a segment's
-/// recomputation in backward gathers its parameters by gather unit, as the plan prices them, and
-/// hands their gradients to the same reductions as the forward's edges (counted by the segment's
-/// forward), with overlap and without. fsdp: the backward gathers as many times as the forward
-/// (one call per group: before, every parameter's recompute gather and reduce-scatter ran on its
-/// own, blocking, 16 and 16 calls a step where the plan priced 2 and 2, and the step took 65-75 ms
-/// against 20-28 without checkpointing), the calls and bytes pricedComm counts. ddp: the gradients
-/// go by the buckets (a few calls, not one per parameter). Gradients equal the single-process
-/// model's.
+/// Every repeated layer checkpointed (--checkpoint all), on 2 ranks: a segment's recomputation in
+/// backward gathers its parameters by gather unit, as the plan prices them, and hands their
+/// gradients to the same reductions as the forward's edges (counted by the segment's forward),
+/// with overlap and without. fsdp: the backward gathers no more often than the forward (one call
+/// per unit: before, every parameter's recompute gather and reduce-scatter ran on its own,
+/// blocking: mlp_stack made 16 and 16 calls a step where the plan priced 2 and 2, and the step took
+/// 65-75 ms against 20-28 without checkpointing), the calls and bytes pricedComm counts; no gather
+/// group mixes gathers inside segments with gathers outside (the recomputation gathers the ones,
+/// the re-gather the others: llama_tiny's embedding and head). ddp: the gradients go by the
+/// buckets (a few calls, not one per parameter). Gradients equal the single-process model's.
 TEST(FsdpGroups, CheckpointedLayersRecomputeByUnitsAndReduceAsTheForwardWould) {
-  const ModelCase& m = mlpStack();
-  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
-  const Reference& ref = referenceFor(m);
-  for (const std::string strategy : {"fsdp", "ddp"}) {
-    std::filesystem::path dir = testing::scratchDir("overlap", "ckpt_" + strategy);
+  const ModelCase llama{"llama_tiny", {"tokens:i64[8,8]"}, 256, ""};
+  const std::vector<std::pair<const ModelCase*, std::string>> cases = {
+      {&mlpStack(), "fsdp"}, {&mlpStack(), "ddp"}, {&llama, "fsdp"}};
+  for (const auto& [mc, strategy] : cases) {
+    const ModelCase& m = *mc;
+    if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+    const Reference& ref = referenceFor(m);
+    std::filesystem::path dir = testing::scratchDir("overlap", "ckpt_" + m.model + "_" + strategy);
     std::string err =
         testing::makeArtifact(m, "2", strategy, dir.string(), "--checkpoint all --optimizer sgd");
     ASSERT_TRUE(err.empty()) << err;
     auto prog = artifact::readProgram(dir.string(), 0);
     ASSERT_TRUE(prog.ok()) << prog.error().message();
-    ASSERT_GE(prog->checkpoints_size(), 2) << strategy << ": expected checkpointed layers";
+    ASSERT_GE(prog->checkpoints_size(), 2) << m.model << ": expected checkpointed layers";
+    const std::vector<int> groups = artifact::paramGatherGroups(*prog);
+    std::map<int, std::set<bool>> inside;  // per group: whether its gathers lie in segments
+    for (size_t node = 0; node < groups.size(); ++node) {
+      if (groups[node] < 0) continue;
+      bool in = false;
+      for (const proto::CheckpointSegment& c : prog->checkpoints())
+        in = in || (node >= c.first() && node <= c.last());
+      inside[groups[node]].insert(in);
+    }
+    for (const auto& [group, where] : inside)
+      EXPECT_EQ(where.size(), 1u) << m.model << ": gather group " << group
+                                  << " mixes gathers inside checkpoint segments and outside";
     for (bool overlap : {true, false}) {
       std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
         testing::RankLog log(rank);
@@ -554,7 +570,8 @@ TEST(FsdpGroups, CheckpointedLayersRecomputeByUnitsAndReduceAsTheForwardWould) {
         std::shared_ptr<ParallelModule> pm =
             testing::loadRank(dir.string(), ref.init, log, options);
         if (!pm) return 1;
-        const std::string what = strategy + (overlap ? ", overlap on: " : ", overlap off: ");
+        const std::string what =
+            m.model + " " + strategy + (overlap ? ", overlap on: " : ", overlap off: ");
         const FsdpStep st = fsdpStep(*pm, ref, log);
         if (!st.ok) return 1;
         const int64_t params = static_cast<int64_t>(pm->parameterSpecs().size());
@@ -568,15 +585,15 @@ TEST(FsdpGroups, CheckpointedLayersRecomputeByUnitsAndReduceAsTheForwardWould) {
             " backward gathers, " + std::to_string(scatters) + " reduce-scatters, " +
             std::to_string(reduces) + " all-reduces";
         std::fprintf(stderr, "rank %d: %s%s\n", rank, what.c_str(), counts.c_str());
-        if (params < 8) log.fail(what + "expected mlp_stack's parameters: " + counts);
+        if (params < 8) log.fail(what + "expected 8 parameters or more: " + counts);
         if (strategy == "fsdp") {
           if (st.sharded < 8) log.fail(what + "expected the parameters sharded: " + counts);
           if (gathers == 0 || 2 * gathers > st.sharded)
             log.fail(what + "the gathers are not grouped: " + counts);
-          if (regathers != gathers)
+          if (regathers > gathers)
             log.fail(what + "the recomputations do not gather by the forward's units: " + counts);
-          if (scatters == 0 || 2 * scatters > st.sharded)
-            log.fail(what + "the reduce-scatters are not grouped: " + counts);
+          if (scatters + reduces == 0 || 2 * (scatters + reduces) > st.sharded)
+            log.fail(what + "the gradient reductions are not grouped: " + counts);
           expectPricedCommRan(*pm, st, what, log);
         } else {
           if (st.sharded != 0) log.fail(what + "expected every parameter replicated: " + counts);

@@ -131,16 +131,16 @@ inline constexpr int64_t kMinGatherGroupBytes = 1024 * 1024;
 /// redistribute node whose input is a parameter and whose forward is one all-gather along a static
 /// dim (not a bucketed edge, not an op collective): the gathers the runtime issues ahead.
 /// Candidates in program order are grouped while they are consecutive among the candidates and
-/// agree on the mesh dim, the parameter's stored dtype, requires_grad, regather, the backward (one
-/// reduce-scatter along a static dim, or an all-reduce then a local slice on its mesh dim, with
-/// the same op, mesh dim and reduce dtype: a group holding both is reduced by one all-reduce; or
-/// anything else), as FSDP2's fully_shard per layer: a
-/// change of layer (the parameter's name up to its first numeric component, "layers.3" of
-/// "layers.3.attn.q.weight"; "" for the root's parameters) closes a group that holds `min_bytes`
-/// of gathered (priced) bytes already (smaller layers run on into the next: their gathers cost
-/// mostly a call's latency); a group holds at most `cap_bytes`. A group of one is no group (-1).
-/// Groups are numbered in program order. Every rank's program has the same nodes and edges, so
-/// every rank groups alike.
+/// agree on the mesh dim, the parameter's stored dtype, requires_grad, regather, whether the gather
+/// lies inside a checkpoint segment (Program.checkpoints: recomputed there, not re-gathered), the
+/// backward (one reduce-scatter along a static dim, or an all-reduce then a local slice on its mesh
+/// dim, with the same op, mesh dim and reduce dtype: a group holding both is reduced by one
+/// all-reduce; or anything else), as FSDP2's fully_shard per layer: a change of layer (the
+/// parameter's name up to its first numeric component, "layers.3" of "layers.3.attn.q.weight"; ""
+/// for the root's parameters) closes a group that holds `min_bytes` of gathered (priced) bytes
+/// already (smaller layers run on into the next: their gathers cost mostly a call's latency); a
+/// group holds at most `cap_bytes`. A group of one is no group (-1). Groups are numbered in program
+/// order. Every rank's program has the same nodes and edges, so every rank groups alike.
 std::vector<int> paramGatherGroups(const proto::Program& program,
                                    int64_t cap_bytes = kDefaultGradBucketBytes,
                                    int64_t min_bytes = kMinGatherGroupBytes);
