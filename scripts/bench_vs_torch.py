@@ -14,6 +14,8 @@ with the trainer's gather and loss). Rounds are interleaved (--repeats), the med
 default), blocking at the end of backward (off: apc-train --no-overlap, labelled "-ovl"), or both;
 the "hidden" column is the share of apc's collective time in flight that ran behind compute
 (apc-train's comm_overlap_ms.hidden_fraction). --plans picks apc's plans (ddp, fsdp, auto).
+--checkpoint checkpoints every repeated layer on both sides (apc plan --checkpoint all; torch's
+apply_activation_checkpointing on every ModuleList element).
 
 --device cuda runs every case on CUDA ranks (one GPU per rank, LOCAL_RANK; NCCL): apc calibrate
 and apc-train with --device cuda (a CUDA build: --build build-cuda, scripts/build_cuda.sh), torch's
@@ -60,6 +62,9 @@ def main():
     ap.add_argument("--overlap", choices=["on", "off", "both"], default="on",
                     help="apc's gradient buckets overlapped with backward (on), not (off), or both")
     ap.add_argument("--plans", default="ddp,fsdp,auto", help="apc's plans to run")
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="every repeated layer checkpointed on both sides: apc plan --checkpoint "
+                         "all, torch's apply_activation_checkpointing on every ModuleList element")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="CPU ranks (Gloo) or one CUDA GPU per rank (NCCL)")
     args = ap.parse_args()
@@ -80,6 +85,7 @@ def main():
         run([apc, "calibrate", "--nproc", str(args.nproc), "--threads", str(args.threads),
              "-o", cluster] + device_flags)
     print(f"# {args.nproc} {'CUDA' if cuda else 'CPU'} ranks, {args.threads} thread(s) each, "
+          f"{'every repeated layer checkpointed, ' if args.checkpoint else ''}"
           f"{args.steps} steps after "
           f"{args.warmup} warm-up, median of {args.repeats} interleaved rounds; apc plans priced "
           f"with {cluster}")
@@ -99,7 +105,8 @@ def main():
         for plan in plans:
             art = os.path.join(work, f"{name}_{plan}")
             run([apc, "plan", model, "--mesh", str(args.nproc), "--cluster", cluster, "--quiet",
-                 "-o", art + ".plan.json", "--artifact", art] + apc_plans[plan])
+                 "-o", art + ".plan.json", "--artifact", art] + apc_plans[plan] +
+                (["--checkpoint", "all"] if args.checkpoint else []))
             for overlap in overlaps:
                 label = f"apc {plan}" + ("" if overlap else " -ovl")
                 runs[label] = ("apc", (art, overlap))
@@ -132,7 +139,7 @@ def main():
                                  os.path.join(ROOT, "scripts", "bench_vs_torch_worker.py"),
                                  "--model", name, "--mode", what, "--steps", str(args.steps),
                                  "--warmup", str(args.warmup), "--threads", str(args.threads)] +
-                                device_flags)
+                                device_flags + (["--checkpoint"] if args.checkpoint else []))
                         j = last_json(p.stdout)
                         results[label].append({"step_ms": j["measured_step_ms"],
                                                "with_loss_ms": j["measured_step_ms"],

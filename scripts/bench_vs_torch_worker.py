@@ -12,6 +12,8 @@ random targets, else the mean square; SGD), and prints on rank 0 one JSON line: 
 Gloo on CPU, one intra-op thread per rank unless --threads. --device cuda: NCCL, the model and the
 batch on GPU LOCAL_RANK, each step timed to its end on the device, and also the CUDA caching
 allocator's peak over the measured steps (peak_memory_bytes, as apc-train --profile reports it).
+--checkpoint: every element of every ModuleList runs under activation checkpointing (torch's
+apply_activation_checkpointing, applied before DDP or fully_shard, as torchtitan does).
 """
 import argparse
 import json
@@ -78,6 +80,9 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--checkpoint", action="store_true",
+                    help="activation checkpointing of every element of every ModuleList "
+                         "(apply_activation_checkpointing, non-reentrant), before DDP or FSDP2")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     cuda = args.device == "cuda"
@@ -91,6 +96,14 @@ def main():
     rank, world = dist.get_rank(), dist.get_world_size()
     sample, model = build(args.model)
     model = model.to(device)
+    if args.checkpoint:
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            apply_activation_checkpointing)
+        layers = {id(child) for m in model.modules() if isinstance(m, torch.nn.ModuleList)
+                  for child in m}
+        if not layers:
+            raise SystemExit(f"{args.model} has no ModuleList to checkpoint")
+        apply_activation_checkpointing(model, check_fn=lambda m: id(m) in layers)
     if args.mode == "ddp":
         model = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[device.index] if cuda else None)
@@ -131,6 +144,7 @@ def main():
     figures = figures.cpu()
     if rank == 0:
         print(json.dumps({"model": args.model, "mode": args.mode, "ranks": world,
+                          "checkpoint": args.checkpoint,
                           "device": args.device,
                           "measured_step_ms": figures[0].item(), "min_ms": figures[1].item(),
                           "max_ms": figures[2].item(), "peak_rss_bytes": int(figures[3].item()),
