@@ -28,6 +28,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -340,6 +341,40 @@ std::vector<std::pair<double, double>> parseLosses(const std::string& out) {
   return losses;
 }
 
+// Plans `m` on `mesh` (`strategy`, "" for the optimizer), trains it 3 steps on `nproc` ranks with
+// `flags` and --compare-single `reference`, and checks every step's loss against the single-device
+// one's (1e-5) and that it moved. The run's output, or nullopt after recording why.
+std::optional<apc::testing::CommandResult> trainComparingSingle(const ModelCase& m,
+                                                                const std::string& mesh, int nproc,
+                                                                const std::string& strategy,
+                                                                const std::string& flags,
+                                                                const std::string& reference) {
+  std::filesystem::path dir = scratchDir("train_" + caseName({m.model, mesh, strategy}));
+  std::string err = testing::makeArtifact(m, mesh, strategy, dir.string());
+  if (!err.empty()) {
+    ADD_FAILURE() << err;
+    return std::nullopt;
+  }
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  apc::testing::CommandResult r = apc::testing::runCommand(
+      testing::apcBinary() + " run " + dir.string() + " --nproc " + std::to_string(nproc) +
+      " --timeout 300 -- " + train + " " + dir.string() + " --steps 3 --compare-single " +
+      reference + " " + flags);
+  std::filesystem::remove_all(dir);
+  if (r.code != 0) {
+    ADD_FAILURE() << r.err;
+    return std::nullopt;
+  }
+  auto losses = parseLosses(r.out);
+  if (losses.size() != 3u) {
+    ADD_FAILURE() << r.out;
+    return std::nullopt;
+  }
+  for (const auto& [x, y] : losses) EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::abs(y))) << r.out;
+  EXPECT_NE(losses.front().first, losses.back().first) << "the loss did not move: " << r.out;
+  return r;
+}
+
 void expectTrainMatchesSingle(const std::string& model, const std::string& mesh, int nproc,
                               std::string flags, const std::string& strategy = "") {
   const ModelCase& m = models().at(model);
@@ -348,20 +383,7 @@ void expectTrainMatchesSingle(const std::string& model, const std::string& mesh,
     GTEST_SKIP() << "run sample_models/generate.py";
   // An exported program's artifact trains from the weights the .pt2 holds.
   if (m.format != "pt") flags += " --model " + testing::samplePath(m.model, m.format);
-  std::filesystem::path dir = scratchDir("train_" + caseName({model, mesh, strategy}));
-  std::string err = testing::makeArtifact(m, mesh, strategy, dir.string());
-  ASSERT_TRUE(err.empty()) << err;
-  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
-  apc::testing::CommandResult r = apc::testing::runCommand(
-      testing::apcBinary() + " run " + dir.string() + " --nproc " + std::to_string(nproc) +
-      " --timeout 300 -- " + train + " " + dir.string() + " --steps 3 --compare-single " +
-      testing::samplePath(m.model) + " " + flags);
-  ASSERT_EQ(r.code, 0) << r.err;
-  auto losses = parseLosses(r.out);
-  ASSERT_EQ(losses.size(), 3u) << r.out;
-  for (const auto& [x, y] : losses) EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::abs(y))) << r.out;
-  EXPECT_NE(losses.front().first, losses.back().first) << "the loss did not move: " << r.out;
-  std::filesystem::remove_all(dir);
+  trainComparingSingle(m, mesh, nproc, strategy, flags, testing::samplePath(m.model));
 }
 
 TEST(ApcTrain, SgdOnFourRanksMatchesSingle) {
@@ -395,20 +417,13 @@ TEST(ApcTrain, HuggingFaceExportedProgramTrainsFromItsWeights) {
 // loss, and the summary on stderr sets the sharded difference against the float32 run's own
 // rounding.
 TEST(ApcTrain, CompareSingleTakesAnExportedProgramAtAnotherBatch) {
-  const std::string pt2 = testing::samplePath("hf_gpt2_tiny", "pt2");
-  if (!std::filesystem::exists(pt2)) GTEST_SKIP() << "run sample_models/generate.py";
-  std::filesystem::path dir = scratchDir("train_compare_pt2");
-  std::string err = testing::makeArtifact({"hf_gpt2_tiny", {}, 256, "", "pt2"}, "2x2", "", dir);
-  ASSERT_TRUE(err.empty()) << err;
-  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
-  apc::testing::CommandResult r = apc::testing::runCommand(
-      testing::apcBinary() + " run " + dir.string() + " --nproc 4 --timeout 300 -- " + train + " " +
-      dir.string() + " --steps 3 --batch 6 --optimizer adamw --lr 0.01 --compare-single " + pt2);
-  ASSERT_EQ(r.code, 0) << r.err;
-  auto losses = parseLosses(r.out);
-  ASSERT_EQ(losses.size(), 3u) << r.out;
-  for (const auto& [x, y] : losses) EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::abs(y))) << r.out;
-  EXPECT_NE(losses.front().first, losses.back().first) << "the loss did not move: " << r.out;
+  if (!std::filesystem::exists(testing::samplePath("hf_gpt2_tiny", "pt2")))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  const std::optional<apc::testing::CommandResult> run = trainComparingSingle(
+      {"hf_gpt2_tiny", {}, 256, "", "pt2"}, "2x2", 4, "", "--batch 6 --optimizer adamw --lr 0.01",
+      testing::samplePath("hf_gpt2_tiny", "pt2"));
+  ASSERT_TRUE(run);
+  const apc::testing::CommandResult& r = *run;
   // The float64 twin's loss on every step line, close to the float32 one (same model, weights
   // and data; only rounding differs).
   std::istringstream in(r.out);
@@ -425,31 +440,22 @@ TEST(ApcTrain, CompareSingleTakesAnExportedProgramAtAnotherBatch) {
   EXPECT_EQ(f64_lines, 3) << r.out;
   EXPECT_NE(r.err.find("sharded vs single: largest loss difference"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("within the single-device run's own rounding"), std::string::npos) << r.err;
-  std::filesystem::remove_all(dir);
 }
 
 // The float64 twin is a yardstick only: where a kernel has no float64 (CPU _grouped_mm, in Hugging
 // Face's default grouped_mm experts), --compare-single says so in one line and goes on against the
 // float32 single-device model.
 TEST(ApcTrain, CompareSingleGoesOnWithoutAFloat64Twin) {
-  const std::string pt2 = testing::samplePath("hf_mixtral_gmm_tiny", "pt2");
-  if (!std::filesystem::exists(pt2)) GTEST_SKIP() << "run sample_models/generate.py";
-  std::filesystem::path dir = scratchDir("train_compare_no_f64");
-  std::string err =
-      testing::makeArtifact({"hf_mixtral_gmm_tiny", {}, 256, "", "pt2"}, "2", "", dir);
-  ASSERT_TRUE(err.empty()) << err;
-  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
-  apc::testing::CommandResult r = apc::testing::runCommand(
-      testing::apcBinary() + " run " + dir.string() + " --nproc 2 --timeout 300 -- " + train + " " +
-      dir.string() + " --steps 3 --lr 0.1 --compare-single " + pt2);
-  ASSERT_EQ(r.code, 0) << r.err;
-  auto losses = parseLosses(r.out);
-  ASSERT_EQ(losses.size(), 3u) << r.out;
-  for (const auto& [x, y] : losses) EXPECT_NEAR(x, y, 1e-5 * std::max(1.0, std::abs(y))) << r.out;
-  EXPECT_EQ(r.out.find(" f64 "), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("apc-train: note: no float64 reference from step 0 on"), std::string::npos)
-      << r.err;
-  std::filesystem::remove_all(dir);
+  if (!std::filesystem::exists(testing::samplePath("hf_mixtral_gmm_tiny", "pt2")))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  const std::optional<apc::testing::CommandResult> run =
+      trainComparingSingle({"hf_mixtral_gmm_tiny", {}, 256, "", "pt2"}, "2", 2, "", "--lr 0.1",
+                           testing::samplePath("hf_mixtral_gmm_tiny", "pt2"));
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->out.find(" f64 "), std::string::npos) << run->out;
+  EXPECT_NE(run->err.find("apc-train: note: no float64 reference from step 0 on"),
+            std::string::npos)
+      << run->err;
 }
 
 // --- measured runs: apc-train --profile, apc calibrate, apc plan --cluster
