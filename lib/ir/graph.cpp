@@ -244,6 +244,18 @@ std::vector<ValueId> outsideValuesWritten(const Graph& g, uint32_t first, uint32
   return out;
 }
 
+namespace {
+
+/// Lowering's cast of a buffer to the compute dtype under mixed precision (an aten::to of no
+/// module reading a buffer's leaf): the buffer's state, as the leaf is.
+bool isBufferCast(const Graph& g, const Node& n) {
+  return n.kind == NodeKind::kOp && n.op == "aten::to" && n.module_path.empty() &&
+         !n.inputs.empty() && g.value(n.inputs[0]).producer.valid() &&
+         g.node(g.value(n.inputs[0]).producer).kind == NodeKind::kBuffer;
+}
+
+}  // namespace
+
 std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module) {
   std::optional<uint32_t> first, last;
   for (const Node& n : g.nodes())
@@ -258,6 +270,9 @@ std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module
     // A buffer's leaf among the module's ops (TorchScript reads a BatchNorm's statistics where
     // the module uses them): read from outside, as the parameters' leaves are.
     if (n.kind == NodeKind::kBuffer) continue;
+    // Its cast to the compute dtype under mixed precision (lowering's): recomputed with the
+    // module's ops.
+    if (isBufferCast(g, n)) continue;
     if (n.kind != NodeKind::kOp || !inModule(n.module_path, module)) return std::nullopt;
     has_op = true;
   }
@@ -267,7 +282,9 @@ std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module
   for (ValueId w : outsideValuesWritten(g, *first, *last)) {
     const Value& v = g.value(w);
     if (!v.isTensor() && !v.mayHoldTensors()) continue;  // None statistics
-    if (!v.producer.valid() || g.node(v.producer).kind != NodeKind::kBuffer) return std::nullopt;
+    if (!v.producer.valid() ||
+        (g.node(v.producer).kind != NodeKind::kBuffer && !isBufferCast(g, g.node(v.producer))))
+      return std::nullopt;
   }
   std::vector<bool> read_later(g.numValues(), false);
   for (ValueId v : g.outputs().leaves()) read_later[v.v] = true;

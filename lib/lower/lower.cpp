@@ -567,11 +567,14 @@ Status Lowerer::emitLeafNode(const ir::Node& n) {
   // a bf16 activation would otherwise promote it to f32 and meet a bf16 matmul further on. Values
   // the model makes itself (factory ops, `.float()`, `type_as`) keep the dtypes its code gives
   // them, as in eager PyTorch with the same casts.
+  // The cast belongs to no module: it runs beside the leaves, before any layer's ops, and a
+  // module that reads the leaf stays one contiguous range of ops (ir::checkpointRange; with the
+  // leaf's module path, the casts of every layer's parameters sat among the leaves at the top, and
+  // no layer could be checkpointed under mixed precision).
   if (v.tensor && n.kind != ir::NodeKind::kOp && computeDtype(v.tensor->dtype) != v.tensor->dtype) {
     ir::ValueId stored = vmap_[v.id.v];
     out_.value(stored).tensor->dtype = v.tensor->dtype;
-    vmap_[v.id.v] =
-        castTo(stored, computeDtype(v.tensor->dtype), n.module_path, static_cast<int32_t>(n.id.v));
+    vmap_[v.id.v] = castTo(stored, computeDtype(v.tensor->dtype), "", static_cast<int32_t>(n.id.v));
     proto::ProgramTensor& pt = *list->rbegin();
     pt.set_storage_dtype(ir::dtypeName(v.tensor->dtype));
     pt.set_dtype(ir::dtypeName(computeDtype(v.tensor->dtype)));

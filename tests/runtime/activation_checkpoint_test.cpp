@@ -30,8 +30,11 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "../common/run_command.h"
 #include "../ir/test_graphs.h"
 #include "apc/artifact/artifact.h"
 #include "apc/frontend/input_spec.h"
@@ -529,6 +532,62 @@ TEST(ActivationCheckpointMemory, CheckpointedLayersHoldLessAfterForwardAndPeakLo
   std::filesystem::remove_all(ckpt);
   std::filesystem::remove(plain + ".mem");
   std::filesystem::remove(ckpt + ".mem");
+}
+
+/// The losses apc-train prints on rank 0 for `steps` SGD steps of artifact `dir` on 2 ranks, or
+/// the run's error output.
+std::vector<std::string> trainedLosses(const std::string& dir, int steps, std::string* err) {
+  apc::testing::CommandResult r = apc::testing::runCommand(
+      testing::apcBinary() + " run " + dir + " --nproc 2 --timeout 300 -- " +
+      std::string(APC_BINARY_DIR) + "/tools/apc-train " + dir + " --steps " +
+      std::to_string(steps) + " --lr 0.1 --threads 1");
+  std::vector<std::string> losses;
+  if (r.code != 0) {
+    *err = r.err;
+    return losses;
+  }
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("step ", 0) == 0) losses.push_back(line);
+  return losses;
+}
+
+// Mixed precision (bf16 parameters, f32 reductions) with every repeated layer checkpointed:
+// lowering failed on every model ("cannot be recomputed in this rank's program"), because its
+// casts of the parameters to bf16 carried their layers' module paths and sat among the leaves at
+// the top of the program, so no layer was one contiguous range of ops; a TorchScript BatchNorm's
+// buffer cast inside its layer was outside every module. Now the checkpointed plans train to the
+// same losses, digit for digit, as the plans without checkpointing (ddp and fsdp, a decoder and a
+// BatchNorm CNN).
+TEST(ActivationCheckpoint, MixedPrecisionLayersCheckpointAndTrainAsWithout) {
+  const std::string spec = scratch("mixed.spec.json").string();
+  {
+    std::ofstream out(spec);
+    out << R"({"mesh": {"shape": [2]}, )"
+           R"("mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "f32"}})";
+  }
+  for (const ModelCase* m : {&llamaTiny(), &resnetBottleneck()}) {
+    if (!std::filesystem::exists(testing::samplePath(m->model)))
+      GTEST_SKIP() << "run sample_models/generate.py";
+    for (const std::string strategy : {"ddp", "fsdp"}) {
+      std::map<std::string, std::vector<std::string>> losses;
+      for (const std::string checkpoint : {"none", "all"}) {
+        const std::string dir = scratch("mixed_" + m->model + "_" + strategy + "_" + checkpoint);
+        std::string err = testing::makeArtifact(*m, "2", strategy, dir,
+                                                "--spec " + spec + " --checkpoint " + checkpoint);
+        ASSERT_TRUE(err.empty()) << m->model << " " << strategy << " " << checkpoint << ": " << err;
+        auto prog = artifact::readProgram(dir, 0);
+        ASSERT_TRUE(prog.ok()) << prog.error().message();
+        EXPECT_EQ(prog->checkpoints_size() > 0, checkpoint == "all") << m->model;
+        losses[checkpoint] = trainedLosses(dir, 3, &err);
+        EXPECT_EQ(losses[checkpoint].size(), 3u)
+            << m->model << " " << strategy << " " << checkpoint << ": " << err;
+        std::filesystem::remove_all(dir);
+      }
+      EXPECT_EQ(losses["all"], losses["none"]) << m->model << " " << strategy;
+    }
+  }
+  std::filesystem::remove(spec);
 }
 
 /// An artifact whose program holds `segment` (appended to its checkpoints) on every rank.
