@@ -347,6 +347,8 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
     s.node = n.id;
     s.symbolic = symbolic_of[n.id.v];
     s.external = n.kind != ir::NodeKind::kOp || external[n.id.v];
+    if (!s.external && in.options_.mixed_compute && mixedPrecisionCastsArguments(n.op))
+      s.cast_floats = in.options_.mixed_compute;
     if (!s.external) {
       auto kernel = OpKernel::resolve(
           n, n.outputs.empty() ? ir::ValueType::kOther : g.value(n.outputs[0]).type);
@@ -445,6 +447,56 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
   return in;
 }
 
+bool mixedPrecisionCastsArguments(const std::string& op) {
+  static const std::set<std::string> ops = {
+      // Contractions.
+      "aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm",
+      "aten::addbmm", "aten::einsum", "aten::conv1d", "aten::conv2d", "aten::conv3d",
+      "aten::convolution", "aten::_convolution", "aten::conv_transpose1d", "aten::conv_transpose2d",
+      "aten::conv_transpose3d", "aten::scaled_dot_product_attention", "aten::_grouped_mm",
+      // Normalizations (ATen's CPU kernels take a bf16 input with f32 weights, not the reverse).
+      "aten::layer_norm", "aten::native_layer_norm", "aten::group_norm", "aten::native_group_norm",
+      "aten::batch_norm", "aten::native_batch_norm", "aten::_native_batch_norm_legit",
+      "aten::_native_batch_norm_legit_no_training", "aten::instance_norm", "aten::rms_norm",
+      "aten::_fused_rms_norm"};
+  return ops.count(op) > 0;
+}
+
+namespace {
+
+/// A contraction's floating tensor arguments (tensor lists' elements too) cast to `dtype` when
+/// they are not all of one dtype (InterpreterOptions::mixed_compute).
+void castDisagreeingFloats(std::vector<c10::IValue>& args, c10::ScalarType dtype) {
+  std::optional<c10::ScalarType> seen;
+  bool disagree = false;
+  auto look = [&](const at::Tensor& t) {
+    if (!t.defined() || !at::isFloatingType(t.scalar_type())) return;
+    if (seen && *seen != t.scalar_type()) disagree = true;
+    seen = t.scalar_type();
+  };
+  for (const c10::IValue& a : args) {
+    if (a.isTensor()) look(a.toTensor());
+    if (a.isTensorList())
+      for (const at::Tensor& t : a.toTensorVector()) look(t);
+  }
+  if (!disagree) return;
+  auto cast = [&](const at::Tensor& t) {
+    return t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != dtype
+               ? t.to(dtype)
+               : t;
+  };
+  for (c10::IValue& a : args) {
+    if (a.isTensor()) a = cast(a.toTensor());
+    if (a.isTensorList()) {
+      std::vector<at::Tensor> ts = a.toTensorVector();
+      for (at::Tensor& t : ts) t = cast(t);
+      a = c10::IValue(ts);
+    }
+  }
+}
+
+}  // namespace
+
 Status Interpreter::runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
                              size_t end, std::vector<c10::IValue>& env, const ExternalFn* external,
                              Observer* observer, const std::vector<SymbolicArgSpec>& symbolic,
@@ -467,6 +519,7 @@ Status Interpreter::runSteps(const ir::Graph& g, const std::vector<Step>& steps,
         arg = c10::IValue(list);
       }
     }
+    if (s.cast_floats) castDisagreeingFloats(args, *s.cast_floats);
     std::vector<c10::IValue> out;
     try {
       if (observer) observer->before(n, args);

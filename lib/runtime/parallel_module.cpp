@@ -959,6 +959,9 @@ struct ParallelModule::Impl {
   Status buildInterpreter() {
     InterpreterOptions io;
     io.device = device;
+    if (!program.mixed_precision().param_dtype().empty()) {
+      APC_ASSIGN_OR_RETURN(io.mixed_compute, scalarType(program.mixed_precision().param_dtype()));
+    }
     std::vector<bool> external(graph->numNodes(), false);
     for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
     for (const auto& entry : op_collectives) external[entry.first] = true;

@@ -32,6 +32,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,20 @@ struct InterpreterOptions {
   c10::Device device = c10::kCPU;
   /// Replace floating ScalarType codes (f16, bf16, f32) by f64 (the validator compares in f64).
   bool widen_floats = false;
+  /// Mixed precision's param_dtype (the program's): a contraction or normalization (linear,
+  /// matmul, convolution, attention, layer/group/batch/RMS norm: mixedPrecisionCastsArguments)
+  /// whose floating tensor arguments disagree casts them to it, as the whole model in param_dtype
+  /// would have them. An exported model's own casts name the dtype it was exported in: Hugging
+  /// Face's RMSNorm computes in f32 and casts back "to the input's dtype", f32 in the export, so
+  /// its output met a bf16 weight in the next linear, which ATen refuses; GPT-2's position
+  /// embeddings are cast "to the device" with the export's f32 and met the bf16 LayerNorm.
+  std::optional<c10::ScalarType> mixed_compute;
 };
+
+/// Whether `op` (without its overload: "aten::linear") is a contraction or normalization whose
+/// floating arguments must agree, cast to the mixed-precision compute dtype when they do not
+/// (InterpreterOptions::mixed_compute).
+bool mixedPrecisionCastsArguments(const std::string& op);
 
 /// The first line of an exception message; for an error of the TorchScript interpreter (whose
 /// first line is only "The following operation failed in the TorchScript interpreter.") the
@@ -181,6 +195,9 @@ class Interpreter {
     std::vector<bool> is_constant;
     std::vector<uint32_t> free_after;  // values whose last use is this node
     std::vector<size_t> symbolic;      // indices into symbolic_ of this node's arguments
+    /// InterpreterOptions::mixed_compute for a contraction (its disagreeing floating arguments
+    /// cast to it), nullopt otherwise.
+    std::optional<c10::ScalarType> cast_floats;
   };
   std::shared_ptr<const ir::Graph> graph_;
   InterpreterOptions options_;
