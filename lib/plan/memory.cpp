@@ -855,6 +855,16 @@ class Model {
   /// end-of-backward buckets. Their temporaries (each step's output, beside its input; on the CPU
   /// Gloo's flat copy of an all-gather's output and the reduce-scatter's own buffer) are counted as
   /// the largest step's: its input piece, its output and, on Gloo, one more full copy.
+  /// The placement the gradient that plan node `pi` gives a value read at `at` comes back in,
+  /// and the one it must end in (Partial sums reduced).
+  std::pair<mesh::PlacementTuple, mesh::PlacementTuple> gradientPlacements(
+      int64_t pi, const mesh::PlacementTuple& at) const {
+    const PlanNode& pn = p_.nodes[static_cast<size_t>(pi)];
+    const std::vector<bool> split =
+        cost::opSplit(pn.input_placements, pn.outputs, p_.spec.mesh.ndim());
+    return {cost::gradientPlacement(at, split), cost::partialAsReplicate(at)};
+  }
+
   /// Whether the gradient that plan node `pi` gives parameter value `v`, read where it lies at
   /// `at`, must be reduced across ranks (a Partial sum: the readers' pieces of a batch-sharded
   /// input); not when every rank computes the whole gradient (a replicated batch). Without a plan
@@ -864,10 +874,8 @@ class Model {
     const std::optional<ir::TensorMeta>& t = cg_.value(v).tensor;
     if (t && (!t->requires_grad || !ir::isFloating(t->dtype))) return false;
     if (pi < 0 || !at) return true;
-    const PlanNode& pn = p_.nodes[static_cast<size_t>(pi)];
-    const std::vector<bool> split =
-        cost::opSplit(pn.input_placements, pn.outputs, p_.spec.mesh.ndim());
-    return !(cost::gradientPlacement(*at, split) == cost::partialAsReplicate(*at));
+    const auto [from, to] = gradientPlacements(pi, *at);
+    return !(from == to);
   }
 
   int64_t unbucketedGradientBytes(int64_t pi, ir::ValueId v,
@@ -875,11 +883,7 @@ class Model {
     if (!model_ || pi < 0 || !at) return 0;
     const std::optional<ir::TensorMeta>& t = cg_.value(v).tensor;
     if (!t || !t->requires_grad || !ir::isFloating(t->dtype)) return 0;
-    const PlanNode& pn = p_.nodes[static_cast<size_t>(pi)];
-    const std::vector<bool> split =
-        cost::opSplit(pn.input_placements, pn.outputs, p_.spec.mesh.ndim());
-    const mesh::PlacementTuple from = cost::gradientPlacement(*at, split);
-    const mesh::PlacementTuple to = cost::partialAsReplicate(*at);
+    const auto [from, to] = gradientPlacements(pi, *at);
     if (from == to) return 0;
     auto bwd = cost::planRedistribution(*t, from, to, p_.spec.mesh, *model_);
     if (!bwd.ok() || !bwd->feasible || bwd->steps.empty() ||

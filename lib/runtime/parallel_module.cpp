@@ -743,12 +743,14 @@ struct ParallelModule::Impl {
   /// and the units the recomputations gathered or issued ahead whose members are still to be
   /// taken (a unit's members may lie in several segments; backward recomputes them last first).
   bool training_run = false;
-  struct RecomputeFlight {
+  /// A gather unit issued and not yet taken by all its members (by unit index).
+  struct UnitFlight {
     std::unique_ptr<PendingCollective> single;
     std::unique_ptr<GroupedGather> group;
     size_t remaining = 0;  // members not yet taken
   };
-  std::map<size_t, RecomputeFlight> recompute_flights;
+  using Flights = std::map<size_t, UnitFlight>;
+  Flights recompute_flights;
   Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
   /// Sizes that follow a symbolic dim (proto::SymbolicArg), in the interpreter's order.
   struct SymbolicArg {
@@ -851,10 +853,10 @@ struct ParallelModule::Impl {
         args, [&](size_t, const at::Tensor& t) { return redistribute(t, oc.spec, *world); });
   }
 
-  /// Issues unit `u`'s gather for the recomputations (one GroupedGather for a group, else the
-  /// single all-gather), asynchronously with overlap, unless it is in flight already.
-  void issueRecomputeUnit(size_t u) {
-    if (recompute_flights.count(u)) return;
+  /// Issues unit `u`'s gather into `flights` (one GroupedGather for a group, asynchronous when
+  /// `async_group`; else the single all-gather, issued asynchronously), unless it is there.
+  void issueUnit(Flights& flights, size_t u, bool async_group) {
+    if (flights.count(u)) return;
     const ir::Graph& g = *graph;
     std::vector<const RedistSpec*> specs;
     std::vector<at::Tensor> xs;
@@ -863,13 +865,32 @@ struct ParallelModule::Impl {
       specs.push_back(&redists.at(static_cast<size_t>(node_redist.at(pn.id.v))));
       xs.push_back(param_tensors.at(static_cast<size_t>(value_param.at(pn.inputs[0].v))));
     }
-    RecomputeFlight f;
+    UnitFlight f;
     f.remaining = specs.size();
     if (specs.size() == 1)
       f.single = issueForward(*specs[0], xs[0], *world);
     else
-      f.group = std::make_unique<GroupedGather>(std::move(specs), xs, *world, options.overlap);
-    recompute_flights[u] = std::move(f);
+      f.group = std::make_unique<GroupedGather>(std::move(specs), xs, *world, async_group);
+    flights[u] = std::move(f);
+  }
+
+  /// The gathered value of prefetch position `pos` from its unit in `flights` (waited for); the
+  /// unit leaves `flights` once every member took its value.
+  at::Tensor takeMember(Flights& flights, size_t pos) {
+    auto it = flights.find(unit_of[pos]);
+    UnitFlight& f = it->second;
+    at::Tensor out = f.single ? f.single->wait() : f.group->wait().at(index_in_unit[pos]);
+    if (--f.remaining == 0) flights.erase(it);
+    return out;
+  }
+
+  /// Waits for every gather in `flights` (every rank issued them) and drops them.
+  static void drain(Flights& flights) {
+    for (auto& [u, f] : flights) {
+      if (f.single) f.single->wait();
+      if (f.group) f.group->wait();
+    }
+    flights.clear();
   }
 
   /// A recomputation's gather of parameter gather `node` (a prefetch node): its unit, or -1 when
@@ -887,36 +908,68 @@ struct ParallelModule::Impl {
     if (units[u].size() > 1) unit = static_cast<int>(u);
     const bool prefetch = options.overlap && options.prefetch_params > 0;
     if (!unit_in_segments[u] || (units[u].size() == 1 && !prefetch)) return {};
-    issueRecomputeUnit(u);
-    if (prefetch && u > 0 && unit_in_segments[u - 1]) issueRecomputeUnit(u - 1);
-    auto it = recompute_flights.find(u);
-    RecomputeFlight& f = it->second;
-    at::Tensor out = f.single ? f.single->wait() : f.group->wait().at(index_in_unit[p]);
-    if (--f.remaining == 0) recompute_flights.erase(it);
-    return out;
+    issueUnit(recompute_flights, u, options.overlap);
+    if (prefetch && u > 0 && unit_in_segments[u - 1])
+      issueUnit(recompute_flights, u - 1, options.overlap);
+    return takeMember(recompute_flights, p);
   }
 
-  /// A checkpoint segment's forward (grad mode off in a run that records autograd) ran
-  /// redistribution `rid` of node `node` on parameter piece `x`: the gradient its recomputation
-  /// will hand the buckets or its gather group is counted now, with the forward's, so that the
-  /// buckets' layout holds it and the group waits for it (`unit`: the node's grouped unit, -1
-  /// none).
-  void countRecomputedGradient(uint32_t node, size_t rid, const at::Tensor& x, int unit) {
-    if (buckets && rid < deferred_param.size() && deferred_param[rid] >= 0) {
-      buckets->expect(static_cast<size_t>(deferred_param[rid]), rid, x);
-      return;
+  /// Runs redistribution `rid` of node `node` on `x` (`ahead`: its gather, issued ahead, or
+  /// undefined; `unit`: its gather group's unit, -1 none), in the forward or in a checkpoint
+  /// segment's `recomputation`. A parameter's gradient goes to the buckets (a deferred edge) or to
+  /// AsyncGrads (a gather whose backward is one reduce-scatter, with overlap; a gather group's,
+  /// with overlap or without); anything else runs as `redistribute`. Where the step records
+  /// autograd, the forward counts each such gradient (the buckets' layout holds it, a group waits
+  /// for it): a segment's forward, which runs without autograd, counts the gradient its
+  /// recomputation will hand over, and the recomputation, counted already, queues the
+  /// end-of-backward callback on the step's backward before the segment's reentrant one (arm()),
+  /// which would otherwise run it when the segment's gradients are done.
+  at::Tensor runParamEdge(uint32_t node, size_t rid, const at::Tensor& x, const at::Tensor& ahead,
+                          int unit, bool recomputation) {
+    const RedistSpec& spec = redists.at(rid);
+    // A gather group's gradients are reduced together (AsyncGrads), with overlap or without.
+    const bool grad_grouped = unit >= 0 && unit_grad_grouped[static_cast<size_t>(unit)];
+    const int deferred = rid < deferred_param.size() ? deferred_param[rid] : -1;
+    const int ap = async_grad_param.at(node);
+    const bool to_buckets = buckets && deferred >= 0;
+    const bool to_async = ap >= 0 && (options.overlap || grad_grouped);
+    const size_t member =
+        grad_grouped ? index_in_unit.at(static_cast<size_t>(prefetch_pos.at(node))) : 0;
+    if (!training_run || !x.requires_grad()) return redistribute(x, spec, *world, ahead);
+    if (!at::GradMode::is_enabled()) {
+      if (!recomputation && node_segment.at(node) >= 0) {  // a segment's forward
+        if (to_buckets)
+          buckets->expect(static_cast<size_t>(deferred), rid, x);
+        else if (to_async && grad_grouped)
+          async_grads->expect(static_cast<size_t>(unit), member);
+      }
+      return redistribute(x, spec, *world, ahead);
     }
-    if (unit >= 0 && async_grad_param.at(node) >= 0)
-      async_grads->expect(static_cast<size_t>(unit),
-                          index_in_unit.at(static_cast<size_t>(prefetch_pos.at(node))));
+    if (to_buckets) {
+      if (recomputation)
+        buckets->arm();
+      else
+        buckets->expect(static_cast<size_t>(deferred), rid, x);
+      return DeferredGradFunction::apply(x, buckets.get(), deferred, static_cast<int64_t>(rid));
+    }
+    if (to_async) {
+      if (ahead.defined())
+        TORCH_CHECK(spec.forward.front().local_out.empty() ||
+                        ahead.sizes().vec() == spec.forward.front().local_out,
+                    "redistribution ", spec.edge, ": the gather issued ahead gave shape ",
+                    ahead.sizes());
+      if (recomputation) async_grads->arm();
+      return AsyncGradFunction::apply(x, &spec, world.get(), &ahead, async_grads.get(),
+                                      static_cast<int64_t>(ap),
+                                      grad_grouped ? static_cast<int64_t>(unit) : -1,
+                                      static_cast<int64_t>(member), recomputation);
+    }
+    return redistribute(x, spec, *world, ahead);
   }
 
   /// The external callback of the segments' recomputation in backward: op collectives as in
   /// forward; a parameter's gather takes its unit's grouped (and prefetched) gather where the unit
-  /// lies inside segments, and its gradient goes where the forward's would, to the buckets or
-  /// AsyncGrads (counted by the segment's forward: countRecomputedGradient), whose end-of-backward
-  /// callback is queued on the step's backward before the segment's reentrant one; other
-  /// redistributions run plainly (synchronous, autograd-aware).
+  /// lies inside segments, and every redistribution runs as the forward's would (runParamEdge).
   void buildRecompute() {
     Impl* im = this;
     recompute = std::make_shared<const Interpreter::ExternalFn>(
@@ -924,34 +977,15 @@ struct ParallelModule::Impl {
           TORCH_CHECK(n.kind == ir::NodeKind::kOp, "node ", n.id.v,
                       " of a checkpoint segment is not an op node");
           if (auto out = im->runOpCollective(n.id.v, args)) return *out;
-          std::vector<c10::IValue> out;
           const int rid = im->node_redist.at(n.id.v);
           TORCH_CHECK(rid >= 0, "node ", n.id.v, " is external but not a redistribution");
           TORCH_CHECK(args.size() == 1 && args[0].isTensor(), "redistribute node ", n.id.v,
                       " needs one tensor input");
-          const at::Tensor& x = args[0].toTensor();
-          const RedistSpec& spec = im->redists.at(static_cast<size_t>(rid));
           int unit = -1;
-          at::Tensor ahead = im->recomputeGather(n.id.v, unit);
-          const bool counted = im->training_run && x.requires_grad() && at::GradMode::is_enabled();
-          const bool grad_grouped = unit >= 0 && im->unit_grad_grouped[static_cast<size_t>(unit)];
-          const int ap = im->async_grad_param.at(n.id.v);
-          if (counted && im->buckets && static_cast<size_t>(rid) < im->deferred_param.size() &&
-              im->deferred_param[static_cast<size_t>(rid)] >= 0) {
-            im->buckets->arm();
-            out.push_back(DeferredGradFunction::apply(x, im->buckets.get(),
-                                                      im->deferred_param[static_cast<size_t>(rid)],
-                                                      static_cast<int64_t>(rid)));
-          } else if (counted && ap >= 0 && (im->options.overlap || grad_grouped)) {
-            im->async_grads->arm();
-            const auto pos = static_cast<size_t>(im->prefetch_pos.at(n.id.v));
-            out.push_back(AsyncGradFunction::apply(
-                x, &spec, im->world.get(), &ahead, im->async_grads.get(), static_cast<int64_t>(ap),
-                grad_grouped ? static_cast<int64_t>(unit) : -1,
-                grad_grouped ? static_cast<int64_t>(im->index_in_unit[pos]) : 0, true));
-          } else {
-            out.push_back(redistribute(x, spec, *im->world, ahead));
-          }
+          const at::Tensor ahead = im->recomputeGather(n.id.v, unit);
+          std::vector<c10::IValue> out;
+          out.push_back(im->runParamEdge(n.id.v, static_cast<size_t>(rid), args[0].toTensor(),
+                                         ahead, unit, true));
           return out;
         });
   }
@@ -1730,43 +1764,18 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   im.async_grads->reset();
   // Gathers the last backward's recomputations issued and never took: waited for (every rank
   // issued them), dropped.
-  for (auto& [u, f] : im.recompute_flights) {
-    if (f.single) f.single->wait();
-    if (f.group) f.group->wait();
-  }
-  im.recompute_flights.clear();
+  Impl::drain(im.recompute_flights);
   im.training_run = at::GradMode::is_enabled();
   const ir::Graph& g = *im.graph;
   // Forward prefetch: gathers issued ahead, by unit of im.prefetch_nodes (a gather group's
   // members in one all-gather; prefetch_params units ahead with overlap). A group's gather is
   // issued at its first member without overlap too (blocking then).
   const int lookahead = im.options.overlap ? std::max(0, im.options.prefetch_params) : 0;
-  struct Flight {
-    std::unique_ptr<PendingCollective> single;
-    std::unique_ptr<GroupedGather> group;
-    size_t remaining = 0;  // members not yet taken
-  };
-  std::map<size_t, Flight> in_flight;
+  Impl::Flights in_flight;
   size_t issued = 0;  // units below it are issued
   auto issueAhead = [&](size_t end) {
-    end = std::min(end, im.units.size());
-    for (; issued < end; ++issued) {
-      Flight f;
-      std::vector<const RedistSpec*> specs;
-      std::vector<at::Tensor> xs;
-      for (size_t pos : im.units[issued]) {
-        const ir::Node& pn = g.node(ir::NodeId(im.prefetch_nodes[pos]));
-        const int p = im.value_param.at(pn.inputs[0].v);
-        specs.push_back(&im.redists.at(static_cast<size_t>(im.node_redist.at(pn.id.v))));
-        xs.push_back(im.param_tensors.at(static_cast<size_t>(p)));
-      }
-      f.remaining = specs.size();
-      if (specs.size() == 1)
-        f.single = issueForward(*specs[0], xs[0], *im.world);
-      else
-        f.group = std::make_unique<GroupedGather>(std::move(specs), xs, *im.world, lookahead > 0);
-      in_flight[issued] = std::move(f);
-    }
+    for (end = std::min(end, im.units.size()); issued < end; ++issued)
+      im.issueUnit(in_flight, issued, lookahead > 0);
   };
   auto external = [&](const ir::Node& n, std::vector<c10::IValue>& args) {
     std::vector<c10::IValue> out;
@@ -1809,48 +1818,12 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
           const size_t u = im.unit_of[static_cast<size_t>(pos)];
           if (lookahead == 0) issued = std::max(issued, u);  // the units before ran on their own
           issueAhead(u + 1 + static_cast<size_t>(lookahead));
-          auto it = in_flight.find(u);
-          if (it != in_flight.end()) {
-            Flight& f = it->second;
-            if (f.single) {
-              ahead = f.single->wait();
-            } else {
-              ahead = f.group->wait().at(im.index_in_unit[static_cast<size_t>(pos)]);
-              unit = static_cast<int>(u);
-            }
-            if (--f.remaining == 0) in_flight.erase(it);
+          if (in_flight.count(u)) {
+            ahead = im.takeMember(in_flight, static_cast<size_t>(pos));
+            if (im.units[u].size() > 1) unit = static_cast<int>(u);
           }
         }
-        at::Tensor y;
-        // A gather group's gradients are reduced together (AsyncGrads), with overlap or without.
-        const bool grad_grouped = unit >= 0 && im.unit_grad_grouped[static_cast<size_t>(unit)];
-        if (im.training_run && !at::GradMode::is_enabled() && im.node_segment.at(n.id.v) >= 0 &&
-            x.requires_grad())
-          im.countRecomputedGradient(n.id.v, rid, x, grad_grouped ? unit : -1);
-        if (im.buckets && rid < im.deferred_param.size() && im.deferred_param[rid] >= 0 &&
-            x.requires_grad() && at::GradMode::is_enabled()) {
-          im.buckets->expect(static_cast<size_t>(im.deferred_param[rid]), rid, x);
-          y = DeferredGradFunction::apply(x, im.buckets.get(), im.deferred_param[rid],
-                                          static_cast<int64_t>(rid));
-        } else if (const int ap = im.async_grad_param.at(n.id.v);
-                   ap >= 0 && (im.options.overlap || grad_grouped) && x.requires_grad() &&
-                   at::GradMode::is_enabled()) {
-          // With overlap, every such gather's gradient goes through AsyncGrads (issued
-          // asynchronously); without, a gather group's still do: reduced in one blocking call.
-          if (ahead.defined())
-            TORCH_CHECK(spec.forward.front().local_out.empty() ||
-                            ahead.sizes().vec() == spec.forward.front().local_out,
-                        "redistribution ", spec.edge, ": the gather issued ahead gave shape ",
-                        ahead.sizes());
-          const int pos = im.prefetch_pos.at(n.id.v);
-          y = AsyncGradFunction::apply(
-              x, &spec, im.world.get(), &ahead, im.async_grads.get(), static_cast<int64_t>(ap),
-              grad_grouped ? static_cast<int64_t>(unit) : -1,
-              grad_grouped ? static_cast<int64_t>(im.index_in_unit[static_cast<size_t>(pos)]) : 0,
-              false);
-        } else {
-          y = redistribute(x, spec, *im.world, ahead);
-        }
+        const at::Tensor y = im.runParamEdge(n.id.v, rid, x, ahead, unit, false);
         // Re-gathers are tracked where autograd saves the gathered tensor: not under a
         // checkpoint segment's forward (grad mode off: nothing saves it, the run drops it after
         // its last reader, backward recomputes it), and not when a segment reads it from outside
@@ -1884,10 +1857,7 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
                      symbolic_values, im.recompute);
   regather.finish();
   // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
-  for (auto& [u, f] : in_flight) {
-    if (f.single) f.single->wait();
-    if (f.group) f.group->wait();
-  }
+  Impl::drain(in_flight);
   return leaves;
 }
 
