@@ -309,7 +309,42 @@ GatherGradientForm gatherGradientForm(const proto::Redistribution& red) {
       red.backward(1).shard_dim() >= 0 &&
       !stepDynamic(red.backward(1), red.backward(1).shard_dim()))
     return GatherGradientForm::kAllReduceSlice;
-  return GatherGradientForm::kOther;
+  bool collective = false;
+  for (const proto::RedistStep& s : red.backward()) {
+    switch (s.kind()) {
+      case proto::ALL_REDUCE:
+        collective = true;
+        break;
+      case proto::REDUCE_SCATTER:
+        collective = true;
+        [[fallthrough]];
+      case proto::LOCAL_SLICE:
+        if (s.shard_dim() < 0 || stepDynamic(s, s.shard_dim())) return GatherGradientForm::kOther;
+        break;
+      default:
+        return GatherGradientForm::kOther;
+    }
+  }
+  return collective && red.backward_size() >= 2 ? GatherGradientForm::kChain
+                                                : GatherGradientForm::kOther;
+}
+
+bool isGatherChain(const proto::Redistribution& red) {
+  if (red.forward_size() < 1) return false;
+  for (const proto::RedistStep& f : red.forward())
+    if (f.kind() != proto::ALL_GATHER || f.gather_dim() < 0 || stepDynamic(f, f.gather_dim()))
+      return false;
+  return true;
+}
+
+std::string gatherStepsKey(const proto::Redistribution& red) {
+  std::string key;
+  for (const proto::RedistStep& f : red.forward()) key += "g" + std::to_string(f.mesh_dim()) + ",";
+  if (gatherGradientForm(red) == GatherGradientForm::kChain)
+    for (const proto::RedistStep& b : red.backward())
+      key += "b" + std::to_string(static_cast<int>(b.kind())) + "/" + std::to_string(b.mesh_dim()) +
+             "/" + std::to_string(static_cast<int>(b.reduce_op())) + ",";
+  return key;
 }
 
 std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_bytes,
@@ -346,24 +381,26 @@ std::vector<int> paramGatherGroups(const proto::Program& program, int64_t cap_by
     auto param = param_of_value.find(g.nodes(i).inputs(0));
     if (param == param_of_value.end()) continue;
     const proto::Redistribution& red = program.redistributions(static_cast<int>(r - 1));
-    if (red.bucketed_gradient() || red.forward_size() != 1) continue;
-    const proto::RedistStep& f = red.forward(0);
-    if (f.kind() != proto::ALL_GATHER || stepDynamic(f, f.gather_dim())) continue;
+    if (red.bucketed_gradient() || !isGatherChain(red)) continue;
     const proto::ProgramTensor& p = program.parameters(param->second);
     const GatherGradientForm form = gatherGradientForm(red);
     std::string backward = "other";
-    // Both forms join one group: a group with a member of each is reduced by ONE all-reduce of
-    // the gradients concatenated, each then cut to this rank's chunk (the same sums a
-    // reduce-scatter gives). Calibrated prices pick the form per tensor size, so a layer's small
-    // and large parameters would otherwise break it into many groups.
-    if (form != GatherGradientForm::kOther)
+    // Both single-step forms join one group: a group with a member of each is reduced by ONE
+    // all-reduce of the gradients concatenated, each then cut to this rank's chunk (the same sums
+    // a reduce-scatter gives). Calibrated prices pick the form per tensor size, so a layer's small
+    // and large parameters would otherwise break it into many groups. A chain's steps are in the
+    // steps key.
+    if (form == GatherGradientForm::kChain)
+      backward = "chain/" + red.reduce_dtype();
+    else if (form != GatherGradientForm::kOther)
       backward = "red" + std::to_string(static_cast<int>(red.backward(0).reduce_op())) + "/" +
                  std::to_string(red.backward(0).mesh_dim()) + "/" + red.reduce_dtype();
-    const std::string key = std::to_string(f.mesh_dim()) + "|" +
+    const std::string key = gatherStepsKey(red) + "|" +
                             (p.storage_dtype().empty() ? p.dtype() : p.storage_dtype()) + "|" +
                             (red.requires_grad() ? "g" : "-") + (red.regather() ? "r" : "-") +
                             (checkpointed(i) ? "c" : "-") + "|" + backward;
-    candidates.push_back({i, key, layerOf(p.name()), f.priced_bytes()});
+    candidates.push_back(
+        {i, key, layerOf(p.name()), red.forward(red.forward_size() - 1).priced_bytes()});
   }
   int groups = 0;
   for (size_t b = 0; b < candidates.size();) {

@@ -133,8 +133,9 @@ std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program)
     plan::GatherGroup& grp = by_group[groups[i]];
     grp.params.push_back(param.name());
     grp.regather = red.regather();
-    // The all-gather's output: a slot of the largest piece per member, one per rank.
-    const proto::RedistStep& f = red.forward(0);
+    // The (last) all-gather's output: a slot of the largest piece per member, one per rank; a
+    // gather over several mesh dims gathers from the product of their ranks.
+    const proto::RedistStep& f = red.forward(red.forward_size() - 1);
     const std::string& stored =
         param.storage_dtype().empty() ? param.dtype() : param.storage_dtype();
     int64_t numel = 1;
@@ -146,7 +147,9 @@ std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program)
     const int64_t ranks = std::max<int64_t>(f.group_sizes_size(), 1);
     const int64_t row = along > 0 ? numel / along : 0;
     grp.gather_bytes += ranks * row * most * dtypeBytesOf(stored);
-    grp.ranks = ranks;
+    grp.ranks = 1;
+    for (const proto::RedistStep& st : red.forward())
+      grp.ranks *= std::max<int64_t>(st.group_sizes_size(), 1);
     // The gradients' flat buffer.
     const artifact::GatherGradientForm form = artifact::gatherGradientForm(red);
     if (!red.requires_grad() || form == artifact::GatherGradientForm::kOther) continue;
@@ -157,7 +160,10 @@ std::vector<plan::GatherGroup> memoryGatherGroups(const proto::Program& program)
     for (int64_t s : b.local_in()) full *= s;
     Reduce& rd = reduce[groups[i]];
     rd.full += full * elem;
-    if (form == artifact::GatherGradientForm::kAllReduceSlice) {
+    // A chain's first flat buffer: the full gradients (an all-reduce's, or a reduce-scatter's
+    // slots, about as large).
+    if (form == artifact::GatherGradientForm::kAllReduceSlice ||
+        form == artifact::GatherGradientForm::kChain) {
       rd.all_reduce = true;
       continue;
     }
@@ -862,53 +868,66 @@ Status Lowerer::recordPrediction() {
   // (the latencies of all calls but one) is taken off the prediction.
   {
     const std::vector<int> groups = artifact::paramGatherGroups(program_);
+    // Per collective step of a group: the members' calls priced on their own, and the bytes of
+    // the group's one call.
+    struct Step {
+      cost::CollectiveKind kind = cost::CollectiveKind::kAllGather;
+      uint32_t mesh_dim = 0;
+      double separate = 0, bytes = 0;
+      bool used = false;
+    };
     struct Group {
-      uint32_t mesh_dim = 0, grad_dim = 0;
-      bool regather = false, grads = false;
-      cost::CollectiveKind grad_kind = cost::CollectiveKind::kReduceScatter;
-      double separate_fwd = 0, separate_bwd = 0, bytes = 0, grad_bytes = 0;
+      bool regather = false;
+      std::vector<Step> gathers, grads;
+    };
+    auto add = [&](std::vector<Step>& steps, size_t j, cost::CollectiveKind kind, uint32_t dim,
+                   double bytes) {
+      if (steps.size() <= j) steps.resize(j + 1);
+      Step& st = steps[j];
+      // A single-step group with a member of each form runs one all-reduce.
+      if (!st.used || kind == cost::CollectiveKind::kAllReduce) st.kind = kind;
+      st.used = true;
+      st.mesh_dim = dim;
+      st.bytes += bytes;
+      st.separate += model_.collectiveUs(kind, dim, mesh_.size(dim), bytes);
     };
     std::map<int, Group> by_group;
     for (size_t i = 0; i < groups.size(); ++i) {
       if (groups[i] < 0) continue;
       const proto::Redistribution& red = program_.redistributions(
           static_cast<int>(program_.node_redistribution(static_cast<int>(i)) - 1));
-      const proto::RedistStep& f = red.forward(0);
       Group& grp = by_group[groups[i]];
-      const int64_t p = mesh_.size(f.mesh_dim());
-      const double b = static_cast<double>(f.priced_bytes());
-      grp.mesh_dim = f.mesh_dim();
       grp.regather = red.regather();
-      grp.bytes += b;
-      grp.separate_fwd += model_.collectiveUs(cost::CollectiveKind::kAllGather, f.mesh_dim(), p, b);
-      // The gradients: each member priced its own (a reduce-scatter, or an all-reduce then a
-      // local slice); the group runs one reduce-scatter, or one all-reduce when any member
-      // takes one (GroupedReduceScatter).
+      for (int j = 0; j < red.forward_size(); ++j)
+        add(grp.gathers, static_cast<size_t>(j), cost::CollectiveKind::kAllGather,
+            red.forward(j).mesh_dim(), static_cast<double>(red.forward(j).priced_bytes()));
+      // The gradients: each member priced its own (a reduce-scatter, an all-reduce then a local
+      // slice, or a chain of such steps); the group runs one call per collective step, one
+      // all-reduce for a single step when any member takes one (GroupedReduceScatter).
       const artifact::GatherGradientForm form = artifact::gatherGradientForm(red);
-      if (red.requires_grad() && form != artifact::GatherGradientForm::kOther) {
-        const proto::RedistStep& st = red.backward(0);
-        const double gb = static_cast<double>(st.priced_bytes());
-        const cost::CollectiveKind own = form == artifact::GatherGradientForm::kReduceScatter
-                                             ? cost::CollectiveKind::kReduceScatter
-                                             : cost::CollectiveKind::kAllReduce;
-        grp.grads = true;
-        if (own == cost::CollectiveKind::kAllReduce) grp.grad_kind = own;
-        grp.grad_dim = st.mesh_dim();
-        grp.grad_bytes += gb;
-        grp.separate_bwd += model_.collectiveUs(own, st.mesh_dim(), mesh_.size(st.mesh_dim()), gb);
+      if (!red.requires_grad() || form == artifact::GatherGradientForm::kOther) continue;
+      size_t j = 0;
+      for (const proto::RedistStep& st : red.backward()) {
+        if (st.kind() == proto::LOCAL_SLICE) continue;
+        add(grp.grads, j++,
+            st.kind() == proto::ALL_REDUCE ? cost::CollectiveKind::kAllReduce
+                                           : cost::CollectiveKind::kReduceScatter,
+            st.mesh_dim(), static_cast<double>(st.priced_bytes()));
       }
     }
+    auto saving = [&](const std::vector<Step>& steps) {
+      double out = 0;
+      for (const Step& st : steps)
+        out += st.separate -
+               model_.collectiveUs(st.kind, st.mesh_dim, mesh_.size(st.mesh_dim), st.bytes);
+      return out;
+    };
     double fwd_saving = 0, bwd_saving = 0;
     for (const auto& [id, grp] : by_group) {
-      const double gather =
-          grp.separate_fwd - model_.collectiveUs(cost::CollectiveKind::kAllGather, grp.mesh_dim,
-                                                 mesh_.size(grp.mesh_dim), grp.bytes);
+      const double gather = saving(grp.gathers);
       fwd_saving += gather;
       if (grp.regather) bwd_saving += gather;
-      if (grp.grads)
-        bwd_saving +=
-            grp.separate_bwd - model_.collectiveUs(grp.grad_kind, grp.grad_dim,
-                                                   mesh_.size(grp.grad_dim), grp.grad_bytes);
+      bwd_saving += saving(grp.grads);
     }
     fwd -= fwd_saving;
     bwd -= bwd_saving;

@@ -99,12 +99,14 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
   // group (artifact::paramGatherGroups) is one unit, any other such gather a unit of its own.
   const std::vector<int> deferred = artifact::deferredGradParameters(program);
   const std::vector<int> groups = artifact::paramGatherGroups(program);
+  // A unit's steps: the mesh dim and the bytes of each collective step (a gather over several mesh
+  // dims, a gradient chain: one call per step, run back to back).
   struct Unit {
-    uint32_t dim = 0, grad_dim = 0;
-    double bytes = 0, grad_bytes = 0;
+    std::vector<uint32_t> dims, grad_dims;
+    std::vector<double> bytes, grad_bytes;
     size_t members = 0;
+    std::vector<cost::CollectiveKind> grad_kinds;
     bool regather = false, async_grads = true;
-    cost::CollectiveKind grad_kind = cost::CollectiveKind::kReduceScatter;
     double gather_us = 0, grad_us = 0;
     size_t arrived = 0;         // members whose gradient arrived in backward
     double regather_done = -1;  // the re-gather's end, once issued
@@ -122,52 +124,70 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
       continue;
     const ir::NodeId prod = graph.value(n.inputs[0]).producer;
     if (!prod.valid() || graph.node(prod).kind != ir::NodeKind::kParameter) continue;
-    if (red->forward_size() != 1 || red->forward(0).kind() != proto::ALL_GATHER) continue;
-    const proto::RedistStep& f = red->forward(0);
-    if (f.gather_dim() < f.dynamic_size() && f.dynamic(static_cast<int>(f.gather_dim()))) continue;
+    // One all-gather, or a gather group's all-gathers over several mesh dims (ParallelModule's
+    // prefetch nodes).
     const int group = i < groups.size() ? groups[i] : -1;
+    if (!artifact::isGatherChain(*red) || (red->forward_size() != 1 && group < 0)) continue;
     const bool joins = last && group >= 0 && *last < groups.size() && groups[*last] == group;
     unit_of[i] = joins ? unit_of[*last] : static_cast<int>(units.size());
     last = i;
     Unit& u = units[unit_of[i]];
-    u.dim = f.mesh_dim();
-    u.bytes += static_cast<double>(f.priced_bytes());
+    u.dims.resize(static_cast<size_t>(red->forward_size()));
+    u.bytes.resize(u.dims.size());
+    for (int j = 0; j < red->forward_size(); ++j) {
+      u.dims[static_cast<size_t>(j)] = red->forward(j).mesh_dim();
+      u.bytes[static_cast<size_t>(j)] += static_cast<double>(red->forward(j).priced_bytes());
+    }
     u.regather = red->regather();
     ++u.members;
     const artifact::GatherGradientForm form = artifact::gatherGradientForm(*red);
     if (!red->requires_grad() || form == artifact::GatherGradientForm::kOther) {
       u.async_grads = false;
     } else {
-      const proto::RedistStep& st = red->backward(0);
-      // One all-reduce for the unit when any member takes one (GroupedReduceScatter).
-      if (form == artifact::GatherGradientForm::kAllReduceSlice)
-        u.grad_kind = cost::CollectiveKind::kAllReduce;
-      u.grad_dim = st.mesh_dim();
-      u.grad_bytes += static_cast<double>(st.priced_bytes());
+      // One all-reduce for the unit when any member takes one (GroupedReduceScatter); a chain's
+      // collective steps one call each.
+      size_t j = 0;
+      for (const proto::RedistStep& st : red->backward()) {
+        if (st.kind() == proto::LOCAL_SLICE) continue;
+        const cost::CollectiveKind kind = st.kind() == proto::ALL_REDUCE
+                                              ? cost::CollectiveKind::kAllReduce
+                                              : cost::CollectiveKind::kReduceScatter;
+        if (u.grad_dims.size() <= j) {
+          u.grad_dims.push_back(st.mesh_dim());
+          u.grad_kinds.push_back(kind);
+          u.grad_bytes.push_back(0);
+        }
+        if (kind == cost::CollectiveKind::kAllReduce) u.grad_kinds[j] = kind;
+        u.grad_bytes[j++] += static_cast<double>(st.priced_bytes());
+      }
     }
   }
   std::vector<double> member_blocking_bwd(n_nodes, 0.0);  // a member's own backward collectives
   for (auto& [id, u] : units) {
-    const int64_t p = mesh.size(u.dim);
-    u.gather_us = model.collectiveUs(cost::CollectiveKind::kAllGather, u.dim, p, u.bytes);
-    // A lone gather whose gradient is an all-reduce then a slice reduces it blocking (only a
+    for (size_t j = 0; j < u.dims.size(); ++j)
+      u.gather_us += model.collectiveUs(cost::CollectiveKind::kAllGather, u.dims[j],
+                                        mesh.size(u.dims[j]), u.bytes[j]);
+    // A lone gather whose gradient is not one reduce-scatter reduces it blocking (only a
     // reduce-scatter, or a group, goes through AsyncGrads).
-    if (u.members == 1 && u.grad_kind != cost::CollectiveKind::kReduceScatter)
+    if (u.members == 1 &&
+        (u.grad_kinds.size() != 1 || u.grad_kinds.front() != cost::CollectiveKind::kReduceScatter))
       u.async_grads = false;
     if (u.async_grads)
-      u.grad_us = model.collectiveUs(u.grad_kind, u.grad_dim, mesh.size(u.grad_dim), u.grad_bytes);
+      for (size_t j = 0; j < u.grad_dims.size(); ++j)
+        u.grad_us += model.collectiveUs(u.grad_kinds[j], u.grad_dims[j], mesh.size(u.grad_dims[j]),
+                                        u.grad_bytes[j]);
   }
   for (size_t i = 0; i < n_nodes; ++i) {
     if (unit_of[i] < 0 || units.at(unit_of[i]).async_grads) continue;
     const proto::Redistribution& red = *redOf(i);
     if (!red.requires_grad()) continue;
     // What the plan priced for the backward, less the re-gather the unit does.
-    const proto::RedistStep& f = red.forward(0);
-    const double regather =
-        red.regather()
-            ? model.collectiveUs(cost::CollectiveKind::kAllGather, f.mesh_dim(),
-                                 mesh.size(f.mesh_dim()), static_cast<double>(f.priced_bytes()))
-            : 0.0;
+    double regather = 0;
+    if (red.regather())
+      for (const proto::RedistStep& f : red.forward())
+        regather +=
+            model.collectiveUs(cost::CollectiveKind::kAllGather, f.mesh_dim(),
+                               mesh.size(f.mesh_dim()), static_cast<double>(f.priced_bytes()));
     member_blocking_bwd[i] = std::max(0.0, red.priced_backward_us() - regather);
   }
 
@@ -240,7 +260,7 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
       const int end = std::min(n_units, u + 1 + std::max(0, prefetch));
       for (; issued < end; ++issued) {
         const Unit& un = units.at(issued);
-        gather_done[issued] = tl.issue({un.dim}, un.gather_us, false);
+        gather_done[issued] = tl.issue(un.dims, un.gather_us, false);
       }
       tl.waitFor(gather_done.at(u));
       continue;
@@ -256,14 +276,13 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
   auto regather = [&](int u) {
     Unit& un = units.at(u);
     if (un.regathered) return;
-    if (un.regather_done < 0) un.regather_done = tl.issue({un.dim}, un.gather_us, false);
+    if (un.regather_done < 0) un.regather_done = tl.issue(un.dims, un.gather_us, false);
     // The previous unit tracked for a re-gather is issued ahead.
     if (prefetch > 0)
       for (int v = u - 1; v >= 0; --v) {
         Unit& prev = units.at(v);
         if (!prev.regather) continue;
-        if (prev.regather_done < 0)
-          prev.regather_done = tl.issue({prev.dim}, prev.gather_us, false);
+        if (prev.regather_done < 0) prev.regather_done = tl.issue(prev.dims, prev.gather_us, false);
         break;
       }
     tl.waitFor(un.regather_done);
@@ -306,7 +325,7 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
       if (!un.async_grads) {
         tl.issue(stepDims(red->backward()), member_blocking_bwd[k], true);
       } else if (++un.arrived == un.members) {
-        tl.issue({un.grad_dim}, un.grad_us, false);
+        tl.issue(un.grad_dims, un.grad_us, false);
       }
       continue;
     }
@@ -318,7 +337,7 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
       if (!bk.issued) tl.issue({bk.dim}, bk.us, false);
   for (auto& [id, un] : units)
     if (un.async_grads && un.arrived > 0 && un.arrived < un.members)
-      tl.issue({un.grad_dim}, un.grad_us, false);
+      tl.issue(un.grad_dims, un.grad_us, false);
   tl.drain();
 
   StepSchedule s;

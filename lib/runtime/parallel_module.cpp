@@ -867,7 +867,7 @@ struct ParallelModule::Impl {
     }
     UnitFlight f;
     f.remaining = specs.size();
-    if (specs.size() == 1)
+    if (specs.size() == 1 && canIssueForward(*specs[0]))
       f.single = issueForward(*specs[0], xs[0], *world);
     else
       f.group = std::make_unique<GroupedGather>(std::move(specs), xs, *world, async_group);
@@ -954,8 +954,8 @@ struct ParallelModule::Impl {
     }
     if (to_async) {
       if (ahead.defined())
-        TORCH_CHECK(spec.forward.front().local_out.empty() ||
-                        ahead.sizes().vec() == spec.forward.front().local_out,
+        TORCH_CHECK(spec.forward.back().local_out.empty() ||
+                        ahead.sizes().vec() == spec.forward.back().local_out,
                     "redistribution ", spec.edge, ": the gather issued ahead gave shape ",
                     ahead.sizes());
       if (recomputation) async_grads->arm();
@@ -1132,12 +1132,19 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->deferred_param = artifact::deferredGradParameters(prog);
   impl->prefetch_pos.assign(g.numNodes(), -1);
   impl->async_grad_param.assign(g.numNodes(), -1);
+  const std::vector<int> gather_group = artifact::paramGatherGroups(prog);
+  auto groupOf = [&](uint32_t node) {
+    return node < gather_group.size() ? gather_group[node] : -1;
+  };
   for (const ir::Node& n : g.nodes()) {
     const int rid = impl->node_redist[n.id.v];
     if (rid < 0 || impl->op_collectives.count(n.id.v) || n.inputs.size() != 1) continue;
     if (static_cast<size_t>(rid) < impl->deferred_param.size() && impl->deferred_param[rid] >= 0)
       continue;  // an identity forward
-    if (!canIssueForward(impl->redists[static_cast<size_t>(rid)])) continue;
+    // One all-gather, or a gather group's gathers over several mesh dims (GroupedGather).
+    if (!canIssueForward(impl->redists[static_cast<size_t>(rid)]) &&
+        !(isGatherChain(impl->redists[static_cast<size_t>(rid)]) && groupOf(n.id.v) >= 0))
+      continue;
     const ir::Value& v = g.value(n.inputs[0]);
     if (!v.producer.valid() || g.node(v.producer).kind != ir::NodeKind::kParameter ||
         impl->value_param[n.inputs[0].v] < 0)
@@ -1151,10 +1158,6 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
       impl->async_grad_param[n.id.v] = impl->value_param[n.inputs[0].v];
   }
   // Gather groups: runs of consecutive prefetch nodes of one group.
-  const std::vector<int> gather_group = artifact::paramGatherGroups(prog);
-  auto groupOf = [&](uint32_t node) {
-    return node < gather_group.size() ? gather_group[node] : -1;
-  };
   for (size_t pos = 0; pos < impl->prefetch_nodes.size(); ++pos) {
     const int grp = groupOf(impl->prefetch_nodes[pos]);
     if (pos == 0 || grp < 0 || grp != groupOf(impl->prefetch_nodes[pos - 1]))
@@ -1187,7 +1190,7 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
       }
       grad_groups[u].push_back({static_cast<size_t>(param),
                                 &impl->redists[static_cast<size_t>(impl->node_redist[node])]});
-      if (spec.backward.front().kind == layout::StepKind::kAllReduce)
+      if (!isGradientChain(spec) && spec.backward.front().kind == layout::StepKind::kAllReduce)
         impl->unit_grad_all_reduce[u] = true;
     }
     impl->unit_grad_grouped[u] = grouped;
@@ -1412,18 +1415,19 @@ class Regatherer : public Interpreter::Observer {
     e->nbytes = y.storage().nbytes();
     e->spec = &spec;
     e->world = &world_;
-    if (unit >= 0 && canIssueForward(spec)) {
+    // The entry before, when its re-gather can be issued ahead (one all-gather, or a group's).
+    const bool previous_ahead = prefetch_ && !entries_.empty() &&
+                                (entries_.back()->group || canIssueForward(*entries_.back()->spec));
+    if (unit >= 0 && isGatherChain(spec)) {
       std::shared_ptr<Group>& grp = groups_[unit];
       if (!grp) {
         grp = std::make_shared<Group>();
         grp->world = &world_;
-        if (prefetch_ && !entries_.empty() && canIssueForward(*entries_.back()->spec))
-          grp->previous = entries_.back();
+        if (previous_ahead) grp->previous = entries_.back();
       }
       grp->members.push_back(e);
       e->group = grp;
-    } else if (prefetch_ && canIssueForward(spec) && !entries_.empty() &&
-               canIssueForward(*entries_.back()->spec)) {
+    } else if (canIssueForward(spec) && previous_ahead) {
       e->previous = entries_.back();
     }
     if (const auto& fn = y.grad_fn()) fn->add_pre_hook(std::make_unique<EntryHook>(e, &release));

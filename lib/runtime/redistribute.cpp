@@ -195,9 +195,16 @@ at::Tensor runSteps(const std::vector<RedistStepSpec>& steps, const at::Tensor& 
 at::Tensor redistribute(const at::Tensor& x, const RedistSpec& spec, World& world,
                         const at::Tensor& forward_result) {
   if (forward_result.defined()) {
-    TORCH_CHECK(spec.forward.size() == 1, "redistribution ", spec.edge,
-                ": a result computed ahead needs a forward of one step");
-    checkShape(spec.forward.front(), x, forward_result, spec.edge);
+    TORCH_CHECK(isGatherChain(spec), "redistribution ", spec.edge,
+                ": a result computed ahead needs a forward of all-gathers");
+    if (spec.forward.size() == 1) {
+      checkShape(spec.forward.front(), x, forward_result, spec.edge);
+    } else {
+      const std::vector<int64_t>& want = spec.forward.back().local_out;
+      TORCH_CHECK(want.empty() || forward_result.sizes().vec() == want, "redistribution ",
+                  spec.edge, ": the gathers issued ahead gave local shape ",
+                  sizesText(forward_result.sizes()), ", the program expects ", sizesText(want));
+    }
   }
   if (!spec.requires_grad || !x.requires_grad()) {
     if (forward_result.defined()) return forward_result;
@@ -221,23 +228,41 @@ std::unique_ptr<PendingCollective> issueForward(const RedistSpec& spec, const at
   return world.dim(s.mesh_dim).allGatherAsync(x.detach().contiguous(), s.gather_dim, s.group_sizes);
 }
 
+bool isGatherChain(const RedistSpec& spec) {
+  if (spec.forward.empty()) return false;
+  for (const RedistStepSpec& s : spec.forward)
+    if (s.kind != StepKind::kAllGather || s.gather_dim < 0 || s.isDynamic(s.gather_dim))
+      return false;
+  return true;
+}
+
 GroupedGather::GroupedGather(std::vector<const RedistSpec*> specs,
                              const std::vector<at::Tensor>& xs, World& world, bool async)
-    : specs_(std::move(specs)) {
+    : specs_(std::move(specs)), world_(&world) {
   TORCH_CHECK(!specs_.empty() && specs_.size() == xs.size(), "a grouped gather of ", specs_.size(),
               " redistributions on ", xs.size(), " tensors");
+  const RedistSpec& first = *specs_.front();
+  for (const RedistSpec* spec : specs_) {
+    bool same = isGatherChain(*spec) && spec->forward.size() == first.forward.size();
+    for (size_t j = 0; same && j < first.forward.size(); ++j)
+      same = spec->forward[j].mesh_dim == first.forward[j].mesh_dim;
+    TORCH_CHECK(same, "redistribution ", spec->edge, " cannot join a grouped gather with ",
+                first.edge, " (not the same all-gathers' mesh dims)");
+  }
+  begin(0, xs, async);
+}
+
+void GroupedGather::begin(size_t step, const std::vector<at::Tensor>& xs, bool async) {
   at::NoGradGuard no_grad;
-  const size_t mesh_dim = specs_.front()->forward.front().mesh_dim;
-  Communicator& comm = world.dim(mesh_dim);
+  const size_t mesh_dim = specs_.front()->forward[step].mesh_dim;
+  Communicator& comm = world_->dim(mesh_dim);
   ranks_ = comm.size();
+  members_.clear();
   std::vector<at::Tensor> flat;
   int64_t total = 0;
   for (size_t i = 0; i < specs_.size(); ++i) {
     const RedistSpec& spec = *specs_[i];
-    TORCH_CHECK(canIssueForward(spec) && spec.forward.front().mesh_dim == mesh_dim,
-                "redistribution ", spec.edge, " cannot join a grouped gather on mesh dim ",
-                mesh_dim);
-    const RedistStepSpec& st = spec.forward.front();
+    const RedistStepSpec& st = spec.forward[step];
     const at::Tensor x = xs[i].detach().contiguous();
     TORCH_CHECK(x.scalar_type() == xs.front().scalar_type(), "redistribution ", spec.edge,
                 ": a grouped gather of ", xs.front().scalar_type(), " and ", x.scalar_type());
@@ -269,14 +294,14 @@ GroupedGather::GroupedGather(std::vector<const RedistSpec*> specs,
     gathered_ = comm.allGather(buffer, 0, sizes);
 }
 
-const std::vector<at::Tensor>& GroupedGather::wait() {
-  if (done_) return results_;
+std::vector<at::Tensor> GroupedGather::finish(size_t step) {
   if (pending_) {
     gathered_ = pending_->wait();
     pending_.reset();
   }
   at::NoGradGuard no_grad;
   at::Tensor rows = gathered_.view({ranks_, -1});
+  std::vector<at::Tensor> out;
   for (size_t i = 0; i < members_.size(); ++i) {
     const Member& m = members_[i];
     std::vector<at::Tensor> pieces;
@@ -287,23 +312,64 @@ const std::vector<at::Tensor>& GroupedGather::wait() {
           rows[k].narrow(0, m.offset, m.row * m.sizes[static_cast<size_t>(k)]).view(shape));
     }
     at::Tensor full = at::cat(pieces, m.dim);
-    const RedistStepSpec& st = specs_[i]->forward.front();
+    const RedistStepSpec& st = specs_[i]->forward[step];
     TORCH_CHECK(st.local_out.empty() || full.sizes().vec() == st.local_out, "redistribution ",
                 specs_[i]->edge, ": the grouped gather gave shape ", full.sizes(), ", expected ",
                 at::IntArrayRef(st.local_out));
-    results_.push_back(std::move(full));
+    out.push_back(std::move(full));
   }
   gathered_ = at::Tensor();
+  return out;
+}
+
+const std::vector<at::Tensor>& GroupedGather::wait() {
+  if (done_) return results_;
+  std::vector<at::Tensor> pieces = finish(0);
+  for (size_t step = 1; step < specs_.front()->forward.size(); ++step) {
+    begin(step, pieces, false);
+    pieces = finish(step);
+  }
+  results_ = std::move(pieces);
   done_ = true;
   return results_;
 }
 
-bool isGroupedGradient(const RedistSpec& spec) {
+namespace {
+
+/// One reduce-scatter, or an all-reduce then a local slice on its mesh dim, along a static dim.
+bool isSingleGroupedGradient(const RedistSpec& spec) {
   const std::vector<RedistStepSpec>& b = spec.backward;
   if (b.size() == 1)
     return b[0].kind == StepKind::kReduceScatter && !b[0].isDynamic(b[0].shard_dim);
   return b.size() == 2 && b[0].kind == StepKind::kAllReduce && b[1].kind == StepKind::kLocalSlice &&
          b[0].mesh_dim == b[1].mesh_dim && b[1].shard_dim >= 0 && !b[1].isDynamic(b[1].shard_dim);
+}
+
+}  // namespace
+
+bool isGradientChain(const RedistSpec& spec) {
+  if (spec.backward.size() < 2 || isSingleGroupedGradient(spec)) return false;
+  bool collective = false;
+  for (const RedistStepSpec& s : spec.backward) {
+    switch (s.kind) {
+      case StepKind::kAllReduce:
+        collective = true;
+        break;
+      case StepKind::kReduceScatter:
+        collective = true;
+        [[fallthrough]];
+      case StepKind::kLocalSlice:
+        if (s.shard_dim < 0 || s.isDynamic(s.shard_dim)) return false;
+        break;
+      default:
+        return false;
+    }
+  }
+  return collective;
+}
+
+bool isGroupedGradient(const RedistSpec& spec) {
+  return isSingleGroupedGradient(spec) || isGradientChain(spec);
 }
 
 namespace {
@@ -331,12 +397,27 @@ GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
   at::TensorOptions options = at::TensorOptions().dtype(reduce);
   for (const at::Tensor& g : grads)
     if (g.defined()) options = options.device(g.device());
-  struct Layout {
-    at::Tensor grad;
-    int64_t dim, n, row, slot;
-  };
-  std::vector<Layout> layouts;
-  int64_t total = 0;
+  // A chain (every member's the same steps): step by step, each collective one call.
+  if (std::any_of(specs.begin(), specs.end(),
+                  [](const RedistSpec* s) { return isGradientChain(*s); })) {
+    const RedistSpec& head = *specs.front();
+    for (const RedistSpec* spec : specs) {
+      bool same = isGradientChain(*spec) && spec->backward.size() == head.backward.size();
+      for (size_t j = 0; same && j < head.backward.size(); ++j)
+        same = spec->backward[j].kind == head.backward[j].kind &&
+               spec->backward[j].mesh_dim == head.backward[j].mesh_dim &&
+               spec->backward[j].reduce_op == head.backward[j].reduce_op;
+      TORCH_CHECK(same, "redistribution ", spec->edge, " cannot join a grouped gradient with ",
+                  head.edge, " (not the same steps)");
+    }
+    chain_ = specs;
+    world_ = &world;
+    std::vector<at::Tensor> pieces;
+    for (size_t i = 0; i < specs.size(); ++i)
+      pieces.push_back(gradientOrZeros(grads[i], *specs[i], options).to(reduce).contiguous());
+    runChain(0, std::move(pieces), async);
+    return;
+  }
   // One all-reduce when any member takes its gradient by an all-reduce then a slice (a mixed
   // group: every member's chunk is cut from the all-reduced sum, as a reduce-scatter gives it).
   all_reduce_ = std::any_of(specs.begin(), specs.end(), [](const RedistSpec* s) {
@@ -377,6 +458,8 @@ GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
     }
     return;
   }
+  std::vector<at::Tensor> gs;
+  std::vector<int64_t> dims;
   for (size_t i = 0; i < specs.size(); ++i) {
     const RedistSpec& spec = *specs[i];
     TORCH_CHECK(spec.backward.size() == 1 &&
@@ -388,44 +471,135 @@ GroupedReduceScatter::GroupedReduceScatter(std::vector<const RedistSpec*> specs,
     const at::Tensor g = gradientOrZeros(grads[i], spec, options);
     TORCH_CHECK(st.shard_dim >= 0 && st.shard_dim < g.dim(), "redistribution ", spec.edge,
                 ": shard dim ", st.shard_dim, " of a rank-", g.dim(), " gradient");
-    Layout l{g.to(reduce).contiguous(), st.shard_dim, g.size(st.shard_dim), 1, 0};
-    for (int64_t d = 0; d < g.dim(); ++d)
-      if (d != l.dim) l.row *= g.size(d);
-    l.slot = l.row * mesh::chunkSize(l.n, p, 0);  // torch.chunk: the first chunk is the largest
-    Member m;
-    m.piece = g.sizes().vec();
-    m.piece[static_cast<size_t>(l.dim)] = mesh::chunkSize(l.n, p, me);
-    m.offset = total;
-    total += l.slot;
-    members_.push_back(std::move(m));
-    layouts.push_back(std::move(l));
+    gs.push_back(g.to(reduce).contiguous());
+    dims.push_back(st.shard_dim);
   }
-  const bool padded = std::any_of(layouts.begin(), layouts.end(), [&](const Layout& l) {
-    return mesh::chunkSize(l.n, p, p - 1) != mesh::chunkSize(l.n, p, 0);
-  });
-  at::Tensor buffer = padded ? at::zeros({p, total}, options) : at::empty({p, total}, options);
-  for (size_t i = 0; i < layouts.size(); ++i) {
-    const Layout& l = layouts[i];
-    const Member& m = members_[i];
-    for (int64_t k = 0; k < p; ++k) {
-      const int64_t c = mesh::chunkSize(l.n, p, k);
-      if (c == 0) continue;
-      std::vector<int64_t> shape = l.grad.sizes().vec();
-      shape[static_cast<size_t>(l.dim)] = c;
-      buffer[k]
-          .narrow(0, m.offset, l.row * c)
-          .view(shape)
-          .copy_(l.grad.narrow(l.dim, mesh::chunkOffset(l.n, p, k), c));
-    }
-  }
+  at::Tensor buffer = layOutChunks(gs, dims, p, me);
   if (async)
     pending_ = comm.reduceScatterAsync(buffer, 0, first.reduce_op);
   else
     reduced_ = comm.reduceScatter(buffer, 0, first.reduce_op);
 }
 
+at::Tensor GroupedReduceScatter::layOutChunks(const std::vector<at::Tensor>& grads,
+                                              const std::vector<int64_t>& dims, int64_t p,
+                                              int64_t me) {
+  members_.clear();
+  int64_t total = 0;
+  bool padded = false;
+  std::vector<int64_t> rows;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const at::Tensor& g = grads[i];
+    const int64_t dim = dims[i], n = g.size(dim);
+    int64_t row = 1;
+    for (int64_t d = 0; d < g.dim(); ++d)
+      if (d != dim) row *= g.size(d);
+    rows.push_back(row);
+    padded = padded || mesh::chunkSize(n, p, p - 1) != mesh::chunkSize(n, p, 0);
+    Member m;
+    m.piece = g.sizes().vec();
+    m.piece[static_cast<size_t>(dim)] = mesh::chunkSize(n, p, me);
+    m.offset = total;
+    total += row * mesh::chunkSize(n, p, 0);  // torch.chunk: the first chunk is the largest
+    members_.push_back(std::move(m));
+  }
+  const at::TensorOptions options = grads.front().options();
+  at::Tensor buffer = padded ? at::zeros({p, total}, options) : at::empty({p, total}, options);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const at::Tensor& g = grads[i];
+    const int64_t dim = dims[i], n = g.size(dim);
+    for (int64_t k = 0; k < p; ++k) {
+      const int64_t c = mesh::chunkSize(n, p, k);
+      if (c == 0) continue;
+      std::vector<int64_t> shape = g.sizes().vec();
+      shape[static_cast<size_t>(dim)] = c;
+      buffer[k]
+          .narrow(0, members_[i].offset, rows[i] * c)
+          .view(shape)
+          .copy_(g.narrow(dim, mesh::chunkOffset(n, p, k), c));
+    }
+  }
+  return buffer;
+}
+
+std::vector<at::Tensor> GroupedReduceScatter::cutPieces(const at::Tensor& flat) const {
+  at::Tensor row = flat.reshape({-1});
+  std::vector<at::Tensor> out;
+  for (const Member& m : members_) {
+    int64_t numel = 1;
+    for (int64_t s : m.piece) numel *= s;
+    out.push_back(row.narrow(0, m.offset, numel).view(m.piece));
+  }
+  return out;
+}
+
+void GroupedReduceScatter::runChain(size_t step, std::vector<at::Tensor> pieces, bool async) {
+  at::NoGradGuard no_grad;
+  const std::vector<RedistStepSpec>& head = chain_.front()->backward;
+  for (size_t j = step; j < head.size(); ++j) {
+    Communicator& comm = world_->dim(head[j].mesh_dim);
+    const int64_t p = comm.size(), me = comm.index();
+    std::vector<int64_t> dims;
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const RedistStepSpec& s = chain_[i]->backward[j];
+      TORCH_CHECK(s.kind == StepKind::kAllReduce || s.shard_dim < pieces[i].dim(),
+                  "redistribution ", chain_[i]->edge, ": shard dim ", s.shard_dim, " of a rank-",
+                  pieces[i].dim(), " gradient");
+      dims.push_back(s.shard_dim);
+    }
+    if (head[j].kind == StepKind::kLocalSlice) {
+      for (size_t i = 0; i < pieces.size(); ++i) {
+        const int64_t n = pieces[i].size(dims[i]);
+        pieces[i] = pieces[i]
+                        .narrow(dims[i], mesh::chunkOffset(n, p, me), mesh::chunkSize(n, p, me))
+                        .contiguous();
+      }
+      continue;
+    }
+    at::Tensor buffer;
+    if (head[j].kind == StepKind::kAllReduce) {
+      // ONE all-reduce of the members' pieces concatenated.
+      members_.clear();
+      std::vector<at::Tensor> flat;
+      int64_t total = 0;
+      for (const at::Tensor& t : pieces) {
+        Member m;
+        m.piece = t.sizes().vec();
+        m.offset = total;
+        total += t.numel();
+        flat.push_back(t.reshape({-1}));
+        members_.push_back(std::move(m));
+      }
+      buffer = at::cat(flat);
+      if (async) {
+        pending_ = comm.allReduceAsync(buffer, head[j].reduce_op);
+        chain_step_ = j;
+        return;
+      }
+      comm.allReduce(buffer, head[j].reduce_op);
+    } else {
+      at::Tensor chunks = layOutChunks(pieces, dims, p, me);
+      if (async) {
+        pending_ = comm.reduceScatterAsync(chunks, 0, head[j].reduce_op);
+        chain_step_ = j;
+        return;
+      }
+      buffer = comm.reduceScatter(chunks, 0, head[j].reduce_op);
+    }
+    pieces = cutPieces(buffer);
+  }
+  results_ = std::move(pieces);
+  done_ = true;
+}
+
 const std::vector<at::Tensor>& GroupedReduceScatter::wait() {
   if (done_) return results_;
+  if (!chain_.empty()) {
+    const at::Tensor reduced = pending_->wait();
+    pending_.reset();
+    runChain(chain_step_ + 1, cutPieces(reduced), false);
+    return results_;
+  }
   if (pending_) {
     reduced_ = pending_->wait();
     pending_.reset();
@@ -445,11 +619,7 @@ const std::vector<at::Tensor>& GroupedReduceScatter::wait() {
     done_ = true;
     return results_;
   }
-  for (const Member& m : members_) {
-    int64_t numel = 1;
-    for (int64_t s : m.piece) numel *= s;
-    results_.push_back(row.narrow(0, m.offset, numel).view(m.piece));
-  }
+  results_ = cutPieces(reduced_);
   reduced_ = at::Tensor();
   done_ = true;
   return results_;

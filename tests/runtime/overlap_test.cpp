@@ -525,6 +525,71 @@ TEST(FsdpGroups, AGroupOfBothGradientFormsReducesByOneAllReduce) {
   std::filesystem::remove(spec);
 }
 
+/// FSDP over both dims of a 2x2 mesh (every parameter Shard(0) on both, 4 ranks): each gather is
+/// two all-gathers (one per mesh dim) and each gradient a chain of reductions and slices over both.
+/// A gather group runs each step as ONE call for all its members (GroupedGather), in forward and
+/// in the re-gather, and its gradients' chain one call per collective step (GroupedReduceScatter),
+/// with overlap and without: before, every parameter ran its own steps, blocking
+/// (hf_llama_tiny's 2x2 fsdp step: 126 calls, 220 ms; grouped: 42 calls, 69 ms). The calls and
+/// bytes are the ones pricedComm counts; gradients equal the single-process model's.
+TEST(FsdpGroups, GathersOverBothDimsOfA2dMeshRunOneCallPerStepPerGroup) {
+  const ModelCase& m = mlpStack();
+  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = testing::scratchDir("overlap", "fsdp_groups_2x2");
+  std::string err = testing::makeArtifact(m, "2x2", "fsdp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  // The groups hold gathers over both mesh dims, whose gradients are chains.
+  auto prog = artifact::readProgram(dir.string(), 0);
+  ASSERT_TRUE(prog.ok()) << prog.error().message();
+  const std::vector<int> groups = artifact::paramGatherGroups(*prog);
+  int64_t chained = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (groups[i] < 0) continue;
+    const proto::Redistribution& red =
+        prog->redistributions(static_cast<int>(prog->node_redistribution(static_cast<int>(i)) - 1));
+    if (red.forward_size() == 2 &&
+        artifact::gatherGradientForm(red) == artifact::GatherGradientForm::kChain)
+      ++chained;
+  }
+  ASSERT_GE(chained, 4) << "expected grouped gathers over both mesh dims";
+  const Reference& ref = referenceFor(m);
+  for (bool overlap : {true, false}) {
+    std::vector<std::string> failed = testing::runRanks(4, [&](int rank) {
+      testing::RankLog log(rank);
+      ParallelModuleOptions options;
+      options.overlap = overlap;
+      std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, options);
+      if (!pm) return 1;
+      const std::string what = overlap ? "overlap on: " : "overlap off: ";
+      const FsdpStep st = fsdpStep(*pm, ref, log);
+      if (!st.ok) return 1;
+      // Sharded placements: one per parameter and mesh dim, each a call when run on its own.
+      const int64_t gathers = st.forward.of(CommKind::kAllGather).calls;
+      const int64_t regathers = st.backward.of(CommKind::kAllGather).calls;
+      const int64_t reduces = st.backward.of(CommKind::kAllReduce).calls +
+                              st.backward.of(CommKind::kReduceScatter).calls;
+      const std::string counts = std::to_string(st.sharded) + " sharded placements, " +
+                                 std::to_string(gathers) + " gathers, " +
+                                 std::to_string(regathers) + " re-gathers, " +
+                                 std::to_string(reduces) + " gradient reductions";
+      std::fprintf(stderr, "rank %d: %s%s\n", rank, what.c_str(), counts.c_str());
+      if (st.sharded < 16) log.fail(what + "expected every parameter sharded twice: " + counts);
+      if (gathers == 0 || 2 * gathers > st.sharded)
+        log.fail(what + "the gathers are not grouped: " + counts);
+      if (regathers == 0 || 2 * regathers > st.sharded)
+        log.fail(what + "the re-gathers are not grouped: " + counts);
+      if (reduces == 0 || 2 * reduces > st.sharded)
+        log.fail(what + "the gradient reductions are not grouped: " + counts);
+      if (!overlap && st.forward.async_calls + st.backward.async_calls != 0)
+        log.fail(what + "an asynchronous call without overlap");
+      expectPricedCommRan(*pm, st, what, log);
+      return log.exitCode();
+    });
+    for (const std::string& f : failed) ADD_FAILURE() << f;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 /// Every repeated layer checkpointed (--checkpoint all), on 2 ranks: a segment's recomputation in
 /// backward gathers its parameters by gather unit, as the plan prices them, and hands their
 /// gradients to the same reductions as the forward's edges (counted by the segment's forward),

@@ -118,29 +118,42 @@ std::vector<int> deferredGradParameters(const proto::Program& program);
 
 /// How a parameter gather's gradient comes back, as a gather group reduces it (paramGatherGroups,
 /// the runtime's GroupedReduceScatter, lowering's prediction): one reduce-scatter along a static
-/// dim, an all-reduce then a local slice along a static dim on the same mesh dim, or another way
-/// (reduced on its own).
-enum class GatherGradientForm { kOther, kReduceScatter, kAllReduceSlice };
+/// dim, an all-reduce then a local slice along a static dim on the same mesh dim, a chain of such
+/// steps over several mesh dims (all-reduces, reduce-scatters and local slices along static dims,
+/// the transpose of a gather over several mesh dims: a group of members with the same chain runs
+/// it step by step, one call per collective step), or another way (reduced on its own).
+enum class GatherGradientForm { kOther, kReduceScatter, kAllReduceSlice, kChain };
 GatherGradientForm gatherGradientForm(const proto::Redistribution& red);
+
+/// Whether `red`'s forward is one or more all-gathers along static dims (a parameter's gather over
+/// one mesh dim, or over several: FSDP over both dims of a 2-d mesh), the gathers a gather group
+/// holds.
+bool isGatherChain(const proto::Redistribution& red);
+
+/// The steps of `red`'s forward (kind and mesh dim each) and, for a kChain gradient, its backward
+/// (kind, mesh dim and reduce op each), as text: the members of a gather group agree on it.
+std::string gatherStepsKey(const proto::Redistribution& red);
 
 /// A gather group smaller than this runs on past a layer boundary (paramGatherGroups).
 inline constexpr int64_t kMinGatherGroupBytes = 1024 * 1024;
 
 /// FSDP's grouped parameter gathers (ParallelModule runs them; lowering prices them so). Per node
 /// of `program`'s graph: the index of its gather group, -1 for none. A candidate is a
-/// redistribute node whose input is a parameter and whose forward is one all-gather along a static
-/// dim (not a bucketed edge, not an op collective): the gathers the runtime issues ahead.
+/// redistribute node whose input is a parameter and whose forward is one or more all-gathers along
+/// static dims (isGatherChain; not a bucketed edge, not an op collective): the gathers the runtime
+/// issues ahead (a group of gathers over several mesh dims runs one call per step).
 /// Candidates in program order are grouped while they are consecutive among the candidates and
-/// agree on the mesh dim, the parameter's stored dtype, requires_grad, regather, whether the gather
-/// lies inside a checkpoint segment (Program.checkpoints: recomputed there, not re-gathered), the
-/// backward (one reduce-scatter along a static dim, or an all-reduce then a local slice on its mesh
-/// dim, with the same op, mesh dim and reduce dtype: a group holding both is reduced by one
-/// all-reduce; or anything else), as FSDP2's fully_shard per layer: a change of layer (the
-/// parameter's name up to its first numeric component, "layers.3" of "layers.3.attn.q.weight"; ""
-/// for the root's parameters) closes a group that holds `min_bytes` of gathered (priced) bytes
-/// already (smaller layers run on into the next: their gathers cost mostly a call's latency); a
-/// group holds at most `cap_bytes`. A group of one is no group (-1). Groups are numbered in program
-/// order. Every rank's program has the same nodes and edges, so every rank groups alike.
+/// agree on the steps (gatherStepsKey), the parameter's stored dtype, requires_grad, regather,
+/// whether the gather lies inside a checkpoint segment (Program.checkpoints: recomputed there, not
+/// re-gathered), the backward (one reduce-scatter along a static dim, or an all-reduce then a local
+/// slice on its mesh dim, with the same op, mesh dim and reduce dtype: a group holding both is
+/// reduced by one all-reduce; or anything else), as FSDP2's fully_shard per layer: a change of
+/// layer (the parameter's name up to its first numeric component, "layers.3" of
+/// "layers.3.attn.q.weight"; "" for the root's parameters) closes a group that holds `min_bytes` of
+/// gathered (priced) bytes already (smaller layers run on into the next: their gathers cost mostly
+/// a call's latency); a group holds at most `cap_bytes`. A group of one is no group (-1). Groups
+/// are numbered in program order. Every rank's program has the same nodes and edges, so every rank
+/// groups alike.
 std::vector<int> paramGatherGroups(const proto::Program& program,
                                    int64_t cap_bytes = kDefaultGradBucketBytes,
                                    int64_t min_bytes = kMinGatherGroupBytes);

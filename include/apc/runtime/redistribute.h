@@ -103,13 +103,18 @@ bool canIssueForward(const RedistSpec& spec);
 std::unique_ptr<PendingCollective> issueForward(const RedistSpec& spec, const at::Tensor& x,
                                                 World& world);
 
+/// Whether `spec`'s forward is one or more all-gathers along static dims (artifact::isGatherChain):
+/// what a GroupedGather runs.
+bool isGatherChain(const RedistSpec& spec);
+
 /// FSDP's grouped parameter gather (artifact::paramGatherGroups): the forwards of `specs` (each
-/// canIssueForward, all on one mesh dim) on `xs` (one dtype) as ONE all-gather of a flat buffer:
-/// each member's piece flattened into a slot as large as its largest member piece (uneven shards
-/// padded with zeros), the slots concatenated; the gathered rows are cut back into the members'
-/// pieces and joined along each one's gather dim (a fresh tensor per member). `async`: issued with
-/// allGatherAsync (`xs` must stay unmodified until wait()), else run at once. Throws CommError /
-/// c10::Error.
+/// isGatherChain, all with the same steps' mesh dims) on `xs` (one dtype), each step as ONE
+/// all-gather of a flat buffer: each member's piece flattened into a slot as large as its largest
+/// member piece (uneven shards padded with zeros), the slots concatenated; the gathered rows are
+/// cut back into the members' pieces and joined along each one's gather dim (a fresh tensor per
+/// member), the next step's pieces. `async`: the first step is issued with allGatherAsync (`xs`
+/// must stay unmodified until wait()) and the later ones run in wait(); else every step runs at
+/// once. Throws CommError / c10::Error.
 class GroupedGather {
  public:
   GroupedGather(std::vector<const RedistSpec*> specs, const std::vector<at::Tensor>& xs,
@@ -125,7 +130,13 @@ class GroupedGather {
     int64_t row = 1;             // elements per unit of the gather dim
     int64_t offset = 0;          // the slot in the flat buffer
   };
+  /// Issues step `step` on `xs` (its members' pieces).
+  void begin(size_t step, const std::vector<at::Tensor>& xs, bool async);
+  /// Waits for the step begun last and cuts its result into the members' tensors.
+  std::vector<at::Tensor> finish(size_t step);
+
   std::vector<const RedistSpec*> specs_;
+  World* world_ = nullptr;
   std::vector<Member> members_;
   int64_t ranks_ = 1;
   std::unique_ptr<PendingCollective> pending_;
@@ -135,9 +146,13 @@ class GroupedGather {
 };
 
 /// Whether `spec`'s backward can join a GroupedReduceScatter: one reduce-scatter, or an all-reduce
-/// then a local slice on the same mesh dim, along a static dim (artifact::gatherGradientForm on
-/// the program's redistribution).
+/// then a local slice on the same mesh dim, along a static dim, or a chain of all-reduces,
+/// reduce-scatters and local slices along static dims (artifact::gatherGradientForm on the
+/// program's redistribution).
 bool isGroupedGradient(const RedistSpec& spec);
+
+/// Whether `spec`'s backward is a chain (isGroupedGradient, not one of the single-step forms).
+bool isGradientChain(const RedistSpec& spec);
 
 /// FSDP's grouped gradient reduction: the backwards of `specs` (on one mesh dim with one op:
 /// isGroupedGradient) on the full gradients `grads` (an undefined one counts as zeros of the
@@ -147,7 +162,11 @@ bool isGroupedGradient(const RedistSpec& spec);
 /// all-reduce then a local slice (what a plan picks where the links price a reduce-scatter above
 /// an all-reduce, Gloo's on CPU, for small tensors): ONE all-reduce of the gradients
 /// concatenated, each then cut to this rank's chunk (for a reduce-scatter member, the same sums
-/// its reduce-scatter gives). `async`: issued with the *Async call, else run at once.
+/// its reduce-scatter gives). When the members' backwards are chains (isGradientChain; every
+/// member's the same steps), step by step: each all-reduce ONE all-reduce of the members' pieces
+/// concatenated, each reduce-scatter as above, each local slice on each member's piece. `async`:
+/// the first collective issued with the *Async call (a chain's later steps run in wait()), else
+/// everything runs at once.
 class GroupedReduceScatter {
  public:
   GroupedReduceScatter(std::vector<const RedistSpec*> specs, const std::vector<at::Tensor>& grads,
@@ -163,8 +182,23 @@ class GroupedReduceScatter {
     std::vector<int64_t> full;  // all-reduce form: the full gradient, cut along dim
     int64_t dim = 0, chunk_offset = 0;
   };
+  /// A chain: runs its steps from `step` on `pieces` until one is issued asynchronously (`async`)
+  /// or all ran (then results_ holds the pieces).
+  void runChain(size_t step, std::vector<at::Tensor> pieces, bool async);
+  /// One reduce-scatter's buffer [p, slots] for `grads` (each cut along its `dims` entry into p
+  /// chunks as torch.chunk, padded to the largest), members_ laid out for this rank's row.
+  at::Tensor layOutChunks(const std::vector<at::Tensor>& grads, const std::vector<int64_t>& dims,
+                          int64_t p, int64_t me);
+  /// The members' pieces cut from `flat` as members_ lays them out.
+  std::vector<at::Tensor> cutPieces(const at::Tensor& flat) const;
+
   bool all_reduce_ = false;
   std::vector<Member> members_;
+  /// A chain's members, world, and the step whose collective is pending (its members' pieces laid
+  /// out as members_ says).
+  std::vector<const RedistSpec*> chain_;
+  World* world_ = nullptr;
+  size_t chain_step_ = 0;
   std::unique_ptr<PendingCollective> pending_;
   at::Tensor reduced_;
   std::vector<at::Tensor> results_;
