@@ -244,17 +244,11 @@ std::vector<ValueId> outsideValuesWritten(const Graph& g, uint32_t first, uint32
   return out;
 }
 
-namespace {
-
-/// Lowering's cast of a buffer to the compute dtype under mixed precision (an aten::to of no
-/// module reading a buffer's leaf): the buffer's state, as the leaf is.
 bool isBufferCast(const Graph& g, const Node& n) {
   return n.kind == NodeKind::kOp && n.op == "aten::to" && n.module_path.empty() &&
          !n.inputs.empty() && g.value(n.inputs[0]).producer.valid() &&
          g.node(g.value(n.inputs[0]).producer).kind == NodeKind::kBuffer;
 }
-
-}  // namespace
 
 std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module) {
   std::optional<uint32_t> first, last;

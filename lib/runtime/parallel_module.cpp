@@ -692,6 +692,8 @@ struct ParallelModule::Impl {
   std::vector<int> node_redist;  // per node: index into redists, -1 none
   std::vector<PlacedTensor> inputs, parameters, buffers, outputs;
   std::vector<int> value_input, value_param, value_buffer;  // per value: index, -1 none
+  /// Per node: the buffer a mixed-precision cast reads (ir::isBufferCast; BufferWriteBack), -1.
+  std::vector<int> buffer_cast_of;
   /// A node that runs as its local graph (proto::OpCollective: an op's internal collective, or a
   /// local rewrite's graph without mesh dims): the graph and the all-reduce its all-reduce nodes
   /// run (the spec outlives backward: autograd keeps a pointer to it).
@@ -1205,6 +1207,9 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     }
   }
   impl->async_grads->setGroups(std::move(grad_groups));
+  impl->buffer_cast_of.assign(g.numNodes(), -1);
+  for (const ir::Node& n : g.nodes())
+    if (ir::isBufferCast(g, n)) impl->buffer_cast_of[n.id.v] = impl->value_buffer[n.inputs[0].v];
   impl->buildRecompute();
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
@@ -1382,6 +1387,50 @@ double ParallelModule::clip_grad_norm_(double max_norm) {
 }
 
 namespace {
+
+/// Mixed precision: a floating buffer is read through lowering's cast to param_dtype
+/// (ir::isBufferCast), so an op that updates it in place (BatchNorm's running statistics in
+/// training mode) updates the cast copy, and the stored buffer never moved (until 2026-12-06:
+/// resnet_bottleneck's running means stayed at their initial values under a bf16 plan). The
+/// casts' results are kept through the forward; at its end, each one an op wrote (its version
+/// counter moved) is copied back into its buffer, in the buffer's dtype.
+class BufferWriteBack : public Interpreter::Observer {
+ public:
+  /// `buffer_of_node`: per node, the buffer its cast reads (-1: not a buffer's cast).
+  BufferWriteBack(const std::vector<int>& buffer_of_node, std::vector<at::Tensor>& buffers)
+      : buffer_of_node_(buffer_of_node), buffers_(buffers) {}
+
+  void before(const ir::Node&, const std::vector<c10::IValue>&) override {}
+  void after(const ir::Node& n, const std::vector<c10::IValue>& outputs,
+             const std::vector<c10::IValue>&) override {
+    const int b = n.id.v < buffer_of_node_.size() ? buffer_of_node_[n.id.v] : -1;
+    if (b < 0 || outputs.empty() || !outputs[0].isTensor()) return;
+    const at::Tensor& t = outputs[0].toTensor();
+    copies_.push_back({static_cast<size_t>(b), t, t._version()});
+  }
+
+  /// After the forward: the written copies back into their buffers. Through a handle with its own
+  /// version counter: a checkpoint segment that casts the buffer saved the stored tensor for its
+  /// recomputation (which then reads the updated statistics, as it reads them without mixed
+  /// precision, where the segment's forward updates the buffer itself before saving it); no other
+  /// op reads the stored tensor, only its cast.
+  void finish() {
+    at::NoGradGuard no_grad;
+    for (const Copy& c : copies_)
+      if (c.copy._version() != c.version) buffers_.at(c.buffer).variable_data().copy_(c.copy);
+    copies_.clear();
+  }
+
+ private:
+  struct Copy {
+    size_t buffer;
+    at::Tensor copy;
+    int64_t version;
+  };
+  const std::vector<int>& buffer_of_node_;
+  std::vector<at::Tensor>& buffers_;
+  std::vector<Copy> copies_;
+};
 
 /// FSDP's reshard after forward, for the parameter edges the program marks `regather` (the
 /// planner prices them so: forward steps once in forward, once more in backward). The
@@ -1842,24 +1891,23 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   };
   (void)g;
   // The caller's observer (setObserver) watches beside the re-gatherer.
-  struct Tee : Interpreter::Observer {
-    Interpreter::Observer* a;
-    Interpreter::Observer* b;
-    Tee(Interpreter::Observer* a, Interpreter::Observer* b) : a(a), b(b) {}
+  // The re-gatherer, the buffers' write-back and the caller's observer (setObserver) watch.
+  BufferWriteBack write_back(im.buffer_cast_of, im.buffer_tensors);
+  struct Fanout : Interpreter::Observer {
+    std::vector<Interpreter::Observer*> all;
     void before(const ir::Node& n, const std::vector<c10::IValue>& args) override {
-      a->before(n, args);
-      b->before(n, args);
+      for (Interpreter::Observer* o : all) o->before(n, args);
     }
     void after(const ir::Node& n, const std::vector<c10::IValue>& outputs,
                const std::vector<c10::IValue>& live) override {
-      a->after(n, outputs, live);
-      b->after(n, outputs, live);
+      for (Interpreter::Observer* o : all) o->after(n, outputs, live);
     }
-  } tee(&regather, im.observer);
-  auto leaves =
-      im.interp->run(external, im.observer ? static_cast<Interpreter::Observer*>(&tee) : &regather,
-                     symbolic_values, im.recompute);
+  } fanout;
+  fanout.all = {&regather, &write_back};
+  if (im.observer) fanout.all.push_back(im.observer);
+  auto leaves = im.interp->run(external, &fanout, symbolic_values, im.recompute);
   regather.finish();
+  if (leaves.ok()) write_back.finish();
   // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
   Impl::drain(in_flight);
   return leaves;

@@ -219,4 +219,9 @@ std::vector<ValueId> outsideValuesWritten(const Graph& g, uint32_t first, uint32
 /// otherwise, or when the module has no op node.
 std::optional<NodeRange> checkpointRange(const Graph& g, std::string_view module);
 
+/// Lowering's cast of a buffer to the compute dtype under mixed precision (an aten::to of no
+/// module reading a buffer's leaf): the buffer's state, as the leaf is (an op that updates it in
+/// place updates the buffer: the runtime writes the cast copy back).
+bool isBufferCast(const Graph& g, const Node& n);
+
 }  // namespace apc::ir
