@@ -231,15 +231,31 @@ apc::Expected<double> referenceStep(Reference& r, const std::vector<at::Tensor>&
 }
 
 /// The summary of --compare-single: the sharded run's largest difference from the single-device
-/// one beside the single-device run's own float32 rounding (against its float64 twin).
-void reportRounding(double diff, double rounding) {
+/// one beside the single-device run's own float32 rounding (against its float64 twin). `mixed`:
+/// the artifact computes in this lower precision (a mixed_precision plan) while the single-device
+/// run computes in float32, so the bound is that precision's rounding of the largest loss
+/// (`loss`: half its unit roundoff times |loss| per rounding, ten roundings' worth).
+void reportRounding(double diff, double rounding, std::optional<at::ScalarType> mixed,
+                    double loss) {
   std::string verdict;
-  if (diff <= std::max(10 * rounding, 1e-6))
+  if (mixed) {
+    const double eps = *mixed == at::kBFloat16 ? 0x1p-8 : 0x1p-11;  // bf16: 8 bits, f16: 11
+    const double bound = 10 * eps / 2 * std::abs(loss);
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "the artifact computes in %s (mixed precision), the single-device run in "
+                  "float32: %s %s's rounding of the loss, %.3g",
+                  c10::toString(*mixed), diff <= bound ? "within" : "larger than",
+                  c10::toString(*mixed), bound);
+    verdict = text;
+    if (diff > bound) verdict += ": a sharding bug, or a network that amplifies rounding";
+  } else if (diff <= std::max(10 * rounding, 1e-6)) {
     verdict = "within the single-device run's own rounding";
-  else
+  } else {
     verdict =
         "larger than the single-device run's own rounding: a sharding bug, or a network that "
         "amplifies rounding (compare in float64 to tell)";
+  }
   std::fprintf(stderr,
                "apc-train: sharded vs single: largest loss difference %.3g; the single-device "
                "float32 run vs float64: %.3g (%s)\n",
@@ -764,6 +780,7 @@ int run(Flags f) {
     r.opt.emplace(opt_options, r.params);
   }
   double max_single_diff = 0, max_rounding = 0;  // over the steps: |sharded - single|, |y - f64|
+  double max_abs_loss = 0;                       // over the steps: |single|
 
   std::optional<apc::train::NodeProfiler> node_profile;
   if (f.profile && f.profile_nodes) {
@@ -957,6 +974,7 @@ int run(Flags f) {
       if (k == 0) {
         refs[0].last_loss = *sloss;
         max_single_diff = std::max(max_single_diff, std::abs(loss_value - *sloss));
+        max_abs_loss = std::max(max_abs_loss, std::abs(*sloss));
       } else {
         max_rounding = std::max(max_rounding, std::abs(refs[0].last_loss - *sloss));
       }
@@ -983,7 +1001,14 @@ int run(Flags f) {
       apc::setActivity("training");
     }
   }
-  if (refs.size() == 2) reportRounding(max_single_diff, max_rounding);
+  if (refs.size() == 2) {
+    // A mixed_precision plan: its parameters computed in a lower precision than stored.
+    std::optional<at::ScalarType> mixed;
+    for (const apc::runtime::PlacedTensor& p : pm.parameterSpecs())
+      if (p.dtype != p.storage_dtype && (p.dtype == at::kBFloat16 || p.dtype == at::kHalf))
+        mixed = p.dtype;
+    reportRounding(max_single_diff, max_rounding, mixed, max_abs_loss);
+  }
   if (data && rank0 && total_steps > first_step)
     std::fprintf(stderr,
                  "apc-train: data: rank 0 read %lld bytes in %d batches, %.3f ms per batch\n",
