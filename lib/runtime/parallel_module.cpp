@@ -694,6 +694,7 @@ struct ParallelModule::Impl {
   std::vector<int> value_input, value_param, value_buffer;  // per value: index, -1 none
   /// Per node: the buffer a mixed-precision cast reads (ir::isBufferCast; BufferWriteBack), -1.
   std::vector<int> buffer_cast_of;
+  bool has_buffer_casts = false;
   /// A node that runs as its local graph (proto::OpCollective: an op's internal collective, or a
   /// local rewrite's graph without mesh dims): the graph and the all-reduce its all-reduce nodes
   /// run (the spec outlives backward: autograd keeps a pointer to it).
@@ -1209,7 +1210,10 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
   impl->async_grads->setGroups(std::move(grad_groups));
   impl->buffer_cast_of.assign(g.numNodes(), -1);
   for (const ir::Node& n : g.nodes())
-    if (ir::isBufferCast(g, n)) impl->buffer_cast_of[n.id.v] = impl->value_buffer[n.inputs[0].v];
+    if (ir::isBufferCast(g, n)) {
+      impl->buffer_cast_of[n.id.v] = impl->value_buffer[n.inputs[0].v];
+      impl->has_buffer_casts = true;
+    }
   impl->buildRecompute();
   if (options.grad_bucket_bytes > 0)
     impl->buckets = std::make_unique<GradBuckets>(*impl->world, impl->param_tensors, impl->redists,
@@ -1903,9 +1907,11 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
       for (Interpreter::Observer* o : all) o->after(n, outputs, live);
     }
   } fanout;
-  fanout.all = {&regather, &write_back};
+  fanout.all = {&regather};
+  if (im.has_buffer_casts) fanout.all.push_back(&write_back);
   if (im.observer) fanout.all.push_back(im.observer);
-  auto leaves = im.interp->run(external, &fanout, symbolic_values, im.recompute);
+  auto leaves = im.interp->run(external, fanout.all.size() == 1 ? fanout.all[0] : &fanout,
+                               symbolic_values, im.recompute);
   regather.finish();
   if (leaves.ok()) write_back.finish();
   // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
