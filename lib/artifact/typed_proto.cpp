@@ -176,12 +176,15 @@ Status checkProgramEnums(const proto::Program& p) {
       APC_RETURN_IF_ERROR(checkTuple(r.grad_to(), ndim, edge + " (gradient to)"));
     }
     APC_RETURN_IF_ERROR(checkSteps(r.backward(), ndim, edge + " backward"));
+    bool all_reduces = r.backward_size() >= 1;
+    for (const proto::RedistStep& s : r.backward())
+      all_reduces = all_reduces && s.kind() == proto::ALL_REDUCE &&
+                    s.reduce_op() == r.backward(0).reduce_op();
     if (r.bucketed_gradient() &&
-        (!r.requires_grad() || r.regather() || r.forward_size() != 0 || r.backward_size() != 1 ||
-         r.backward(0).kind() != proto::ALL_REDUCE))
+        (!r.requires_grad() || r.regather() || r.forward_size() != 0 || !all_reduces))
       return parseError(edge +
                         ": marked bucketed_gradient, but a bucketed gradient's edge moves nothing "
-                        "forward and reduces its gradient with exactly one all-reduce");
+                        "forward and reduces its gradient with all-reduces of one op only");
   }
   return Status::success();
 }

@@ -68,6 +68,14 @@ double gradientBucketPricingBytes(const ir::Graph& g) {
   return total > 0 ? std::min(total, kGradBucketPricingBytes) : kGradBucketPricingBytes;
 }
 
+bool bucketsGradient(const RedistributionPlan& grad_plan) {
+  if (!grad_plan.feasible || grad_plan.steps.empty()) return false;
+  for (const RedistributionStep& s : grad_plan.steps)
+    if (s.kind != StepKind::kAllReduce || s.reduce_op != grad_plan.steps.front().reduce_op)
+      return false;
+  return true;
+}
+
 std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
                                          const CostModel& model, double bucket_bytes) {
   if (!grad_plan.feasible || grad_plan.steps.size() != 1 ||

@@ -497,13 +497,13 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
                          ")");
     APC_RETURN_IF_ERROR(fillSteps(*bwd, meta, reduce_dtype, r.mutable_backward()));
     backward_us = bwd->forward_us;
-    // A parameter read where it lies whose gradient is one all-reduce: the planner priced its
-    // share of a bucket (cost::bucketedGradientUs), and the runtime buckets it (the flag).
-    if (regathered && src == dst)
-      if (auto b = cost::bucketedGradientUs(*bwd, model_, grad_bucket_bytes_)) {
-        backward_us = *b;
-        r.set_bucketed_gradient(true);
-      }
+    // A parameter read where it lies whose gradient is one all-reduce, or one on each of several
+    // mesh dims: the runtime buckets it (the flag); the planner priced the first at its share of
+    // a bucket (cost::bucketedGradientUs), the others whole.
+    if (regathered && src == dst && cost::bucketsGradient(*bwd)) {
+      if (auto b = cost::bucketedGradientUs(*bwd, model_, grad_bucket_bytes_)) backward_us = *b;
+      r.set_bucketed_gradient(true);
+    }
     if (reduce_dtype) r.set_reduce_dtype(ir::dtypeName(*reduce_dtype));
   }
   if (grad && regathered)
@@ -945,7 +945,8 @@ Status Lowerer::recordPrediction() {
   // one would add.
   {
     const std::vector<int> deferred = artifact::deferredGradParameters(program_);
-    using Key = std::tuple<uint32_t, int, std::string>;
+    // (the all-reduces' mesh dims, op, reduce dtype): a bucket runs one all-reduce per mesh dim.
+    using Key = std::tuple<std::vector<uint32_t>, int, std::string>;
     std::map<Key, std::map<int, double>> bytes_by_param;  // key -> parameter -> priced bytes
     double separate = 0, latencies = 0;
     for (size_t r = 0; r < deferred.size(); ++r) {
@@ -953,12 +954,16 @@ Status Lowerer::recordPrediction() {
       const proto::Redistribution& red = program_.redistributions(static_cast<int>(r));
       const proto::RedistStep& st = red.backward(0);
       separate += red.priced_backward_us();
-      latencies +=
-          model_.collectiveUs(cost::CollectiveKind::kAllReduce, st.mesh_dim(),
-                              mesh_.size(st.mesh_dim()), static_cast<double>(st.priced_bytes())) -
-          red.priced_backward_us();
-      double& b = bytes_by_param[{st.mesh_dim(), static_cast<int>(st.reduce_op()),
-                                  red.reduce_dtype()}][deferred[r]];
+      std::vector<uint32_t> dims;
+      double own = 0;  // the edge's all-reduces on their own
+      for (const proto::RedistStep& s : red.backward()) {
+        dims.push_back(s.mesh_dim());
+        own += model_.collectiveUs(cost::CollectiveKind::kAllReduce, s.mesh_dim(),
+                                   mesh_.size(s.mesh_dim()), static_cast<double>(s.priced_bytes()));
+      }
+      latencies += own - red.priced_backward_us();
+      double& b =
+          bytes_by_param[{dims, static_cast<int>(st.reduce_op()), red.reduce_dtype()}][deferred[r]];
       b = std::max(b, static_cast<double>(st.priced_bytes()));
     }
     if (!bytes_by_param.empty()) {
@@ -966,13 +971,14 @@ Status Lowerer::recordPrediction() {
       const double first_cap = static_cast<double>(artifact::kFirstGradBucketBytes);
       double bucketed = 0;
       for (const auto& [key, params] : bytes_by_param) {
-        const size_t m = std::get<0>(key);
-        const int64_t p = mesh_.size(m);
+        const std::vector<uint32_t>& dims = std::get<0>(key);
         double bucket = 0;
         bool first = true;
         auto close = [&] {
           if (bucket > 0)
-            bucketed += model_.collectiveUs(cost::CollectiveKind::kAllReduce, m, p, bucket);
+            for (uint32_t m : dims)
+              bucketed +=
+                  model_.collectiveUs(cost::CollectiveKind::kAllReduce, m, mesh_.size(m), bucket);
           bucket = 0;
           first = false;
         };

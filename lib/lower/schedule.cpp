@@ -191,21 +191,22 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
     member_blocking_bwd[i] = std::max(0.0, red.priced_backward_us() - regather);
   }
 
-  // DDP's gradient buckets, laid out as lowering's prediction lays them out.
-  using Key = std::tuple<uint32_t, int, std::string>;
+  // DDP's gradient buckets, laid out as lowering's prediction lays them out (one all-reduce per
+  // mesh dim of the key).
+  using Key = std::tuple<std::vector<uint32_t>, int, std::string>;
   std::map<Key, std::map<int, double>> bytes_by_param;
   std::map<int, int> edges_left;  // parameter -> deferred edges whose gradient has not arrived
   for (size_t r = 0; r < deferred.size(); ++r) {
     if (deferred[r] < 0) continue;
     const proto::Redistribution& red = program.redistributions(static_cast<int>(r));
     const proto::RedistStep& st = red.backward(0);
-    double& b = bytes_by_param[{st.mesh_dim(), static_cast<int>(st.reduce_op()),
+    double& b = bytes_by_param[{stepDims(red.backward()), static_cast<int>(st.reduce_op()),
                                 red.reduce_dtype()}][deferred[r]];
     b = std::max(b, static_cast<double>(st.priced_bytes()));
     ++edges_left[deferred[r]];
   }
   struct Bucket {
-    uint32_t dim = 0;
+    std::vector<uint32_t> dims;
     double us = 0;
     size_t waiting = 0;  // parameters whose gradient has not arrived
     bool issued = false;
@@ -213,16 +214,16 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
   std::vector<std::vector<Bucket>> buckets;            // per key, in layout order
   std::map<int, std::pair<size_t, size_t>> bucket_of;  // parameter -> (key, bucket)
   for (const auto& [key, params] : bytes_by_param) {
-    const uint32_t dim = std::get<0>(key);
-    const int64_t p = mesh.size(dim);
+    const std::vector<uint32_t>& dims = std::get<0>(key);
     std::vector<Bucket> list;
     double bytes = 0;
     std::vector<int> members;
     auto close = [&] {
       if (members.empty()) return;
       Bucket b;
-      b.dim = dim;
-      b.us = model.collectiveUs(cost::CollectiveKind::kAllReduce, dim, p, bytes);
+      b.dims = dims;
+      for (uint32_t dim : dims)
+        b.us += model.collectiveUs(cost::CollectiveKind::kAllReduce, dim, mesh.size(dim), bytes);
       b.waiting = members.size();
       for (int m : members) bucket_of[m] = {buckets.size(), list.size()};
       list.push_back(b);
@@ -314,7 +315,7 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
       for (Bucket& bk : buckets[key]) {  // issued strictly in layout order
         if (bk.issued) continue;
         if (bk.waiting > 0) break;
-        tl.issue({bk.dim}, bk.us, false);
+        tl.issue(bk.dims, bk.us, false);
         bk.issued = true;
       }
       continue;
@@ -334,7 +335,7 @@ StepSchedule simulateStep(const ir::Graph& graph, const proto::Program& program,
   // The end of backward: buckets still waiting are issued, then every collective waited for.
   for (std::vector<Bucket>& list : buckets)
     for (Bucket& bk : list)
-      if (!bk.issued) tl.issue({bk.dim}, bk.us, false);
+      if (!bk.issued) tl.issue(bk.dims, bk.us, false);
   for (auto& [id, un] : units)
     if (un.async_grads && un.arrived > 0 && un.arrived < un.members)
       tl.issue(un.grad_dims, un.grad_us, false);

@@ -886,9 +886,7 @@ class Model {
     const auto [from, to] = gradientPlacements(pi, *at);
     if (from == to) return 0;
     auto bwd = cost::planRedistribution(*t, from, to, p_.spec.mesh, *model_);
-    if (!bwd.ok() || !bwd->feasible || bwd->steps.empty() ||
-        cost::bucketedGradientUs(*bwd, *model_, 1.0))
-      return 0;
+    if (!bwd.ok() || !bwd->feasible || bwd->steps.empty() || cost::bucketsGradient(*bwd)) return 0;
     const bool gloo = p_.spec.device == "cpu";
     int64_t most = 0;
     for (const cost::RedistributionStep& st : bwd->steps) {

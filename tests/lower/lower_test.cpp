@@ -478,8 +478,9 @@ TEST(Lower, CheckpointedModulesBecomeProgramSegments) {
 }
 
 // DDP-like placements (parameters replicated, the batch sharded): every parameter edge that reads
-// the parameter where it lies and reduces its gradient with one all-reduce is marked for the
-// runtime's gradient buckets, and deferredGradParameters names its parameter; no other edge is.
+// the parameter where it lies and reduces its gradient with all-reduces (one per mesh dim the
+// batch is sharded on) is marked for the runtime's gradient buckets, and deferredGradParameters
+// names its parameter; no other edge is.
 TEST(Lower, ReplicatedParametersGradientsAreMarkedForBuckets) {
   const std::vector<proto::Program> programs = toyBlockPrograms(mesh::Placement::replicate());
   ASSERT_FALSE(programs.empty());
@@ -493,9 +494,12 @@ TEST(Lower, ReplicatedParametersGradientsAreMarkedForBuckets) {
       if (n.kind() != "redistribute") continue;
       const uint32_t ri = p.node_redistribution(i) - 1;
       const proto::Redistribution& r = p.redistributions(static_cast<int>(ri));
+      // One all-reduce, or one on each of several mesh dims (a bucket runs one per mesh dim).
+      bool all_reduces = r.backward_size() >= 1;
+      for (const proto::RedistStep& s : r.backward())
+        all_reduces = all_reduces && s.kind() == proto::ALL_REDUCE;
       const bool shape = params.count(n.inputs(0)) > 0 && r.requires_grad() &&
-                         r.forward_size() == 0 && r.backward_size() == 1 &&
-                         r.backward(0).kind() == proto::ALL_REDUCE;
+                         r.forward_size() == 0 && all_reduces;
       EXPECT_EQ(r.bucketed_gradient(), shape) << r.edge();
       EXPECT_EQ(deferred.at(ri), shape ? params.at(n.inputs(0)) : -1) << r.edge();
       marked += r.bucketed_gradient() ? 1 : 0;

@@ -590,6 +590,49 @@ TEST(FsdpGroups, GathersOverBothDimsOfA2dMeshRunOneCallPerStepPerGroup) {
   std::filesystem::remove_all(dir);
 }
 
+/// DDP over both dims of a 2x2 mesh (every parameter replicated, the batch sharded on both): each
+/// gradient is an all-reduce on each mesh dim. They are bucketed as on one dim (a bucket's
+/// all-reduce runs once per mesh dim), with overlap and without: before, such a gradient was no
+/// bucketed edge and every parameter ran its own two blocking all-reduces (hf_llama_tiny's 2x2
+/// ddp step: 42 calls, 96-104 ms on 4 CPU ranks). Gradients equal the single-process model's.
+TEST(DdpBuckets, BothDimsOfA2dMeshReduceByBucket) {
+  const ModelCase& m = mlpStack();
+  if (!haveSample(m)) GTEST_SKIP() << "run sample_models/generate.py";
+  std::filesystem::path dir = testing::scratchDir("overlap", "ddp_2x2");
+  std::string err = testing::makeArtifact(m, "2x2", "ddp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  auto prog = artifact::readProgram(dir.string(), 0);
+  ASSERT_TRUE(prog.ok()) << prog.error().message();
+  int64_t two_dims = 0;
+  for (const proto::Redistribution& r : prog->redistributions())
+    if (r.bucketed_gradient() && r.backward_size() == 2) ++two_dims;
+  ASSERT_GE(two_dims, 8) << "expected gradients all-reduced on both mesh dims, bucketed";
+  const Reference& ref = referenceFor(m);
+  for (bool overlap : {true, false}) {
+    std::vector<std::string> failed = testing::runRanks(4, [&](int rank) {
+      testing::RankLog log(rank);
+      ParallelModuleOptions options;
+      options.overlap = overlap;
+      std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, options);
+      if (!pm) return 1;
+      const std::string what = overlap ? "overlap on: " : "overlap off: ";
+      const FsdpStep st = fsdpStep(*pm, ref, log);
+      if (!st.ok) return 1;
+      const int64_t params = static_cast<int64_t>(pm->parameters().size());
+      const int64_t reduces = st.backward.of(CommKind::kAllReduce).calls;
+      const std::string counts = std::to_string(params) + " parameters, " +
+                                 std::to_string(reduces) + " gradient all-reduces";
+      std::fprintf(stderr, "rank %d: %s%s\n", rank, what.c_str(), counts.c_str());
+      if (st.sharded != 0) log.fail(what + "expected every parameter replicated: " + counts);
+      if (reduces == 0 || 4 * reduces > params)
+        log.fail(what + "the gradients are not bucketed: " + counts);
+      return log.exitCode();
+    });
+    for (const std::string& f : failed) ADD_FAILURE() << f;
+  }
+  std::filesystem::remove_all(dir);
+}
+
 /// Every repeated layer checkpointed (--checkpoint all), on 2 ranks: a segment's recomputation in
 /// backward gathers its parameters by gather unit, as the plan prices them, and hands their
 /// gradients to the same reductions as the forward's edges (counted by the segment's forward),

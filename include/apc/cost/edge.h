@@ -91,6 +91,12 @@ double gradientBucketPricingBytes(const ir::Graph& g);
 /// small gradient would pay the steep small-message part of a measured table (on CPU Gloo, 4 KiB
 /// to 1 MiB cost 2-3 times the latency) once per gradient, which its bucket pays once. The
 /// planner and lowering price alike; nullopt for any other gradient plan.
+/// Whether the runtime buckets a gradient of plan `grad_plan` (a parameter read where it lies): its
+/// plan is one all-reduce, or one on each of several mesh dims with one op (a replicated parameter
+/// of a 2-d data-parallel mesh), which a bucket runs once per mesh dim. bucketedGradientUs prices
+/// only the first; the planner prices the others whole (an upper bound of what runs).
+bool bucketsGradient(const RedistributionPlan& grad_plan);
+
 std::optional<double> bucketedGradientUs(const RedistributionPlan& grad_plan,
                                          const CostModel& model, double bucket_bytes);
 
