@@ -409,6 +409,54 @@ void expectPricedCommRan(const ParallelModule& pm, const FsdpStep& st, const std
              ", priced " + std::to_string(priced.wire_bytes));
 }
 
+/// One training step of artifact `dir` on `ranks` ranks (fsdpStep: gradients checked against the
+/// single-process model's), once with overlap and once without; each rank's step goes to `check`
+/// (the module, the step, whether overlap was on, the prefix of its messages).
+void stepWithOverlapOnAndOff(
+    const std::string& dir, int ranks, const Reference& ref,
+    const std::function<void(const ParallelModule&, const FsdpStep&, bool, const std::string&,
+                             testing::RankLog&)>& check) {
+  for (bool overlap : {true, false}) {
+    std::vector<std::string> failed = testing::runRanks(ranks, [&](int rank) {
+      testing::RankLog log(rank);
+      ParallelModuleOptions options;
+      options.overlap = overlap;
+      std::shared_ptr<ParallelModule> pm = testing::loadRank(dir, ref.init, log, options);
+      if (!pm) return 1;
+      const FsdpStep st = fsdpStep(*pm, ref, log);
+      if (!st.ok) return 1;
+      check(*pm, st, overlap,
+            "rank " + std::to_string(rank) + (overlap ? ", overlap on: " : ", overlap off: "), log);
+      return log.exitCode();
+    });
+    for (const std::string& f : failed) ADD_FAILURE() << f;
+  }
+}
+
+/// FSDP's grouped collectives in one step: the gathers, the re-gathers and the gradient
+/// reductions each at most half as many calls as sharded placements (one call each on their
+/// own), no asynchronous call without overlap, and the calls and bytes pricedComm counts.
+void expectGroupedStep(const ParallelModule& pm, const FsdpStep& st, bool overlap,
+                       const std::string& what, testing::RankLog& log) {
+  const int64_t gathers = st.forward.of(CommKind::kAllGather).calls;
+  const int64_t regathers = st.backward.of(CommKind::kAllGather).calls;
+  const int64_t reduces =
+      st.backward.of(CommKind::kAllReduce).calls + st.backward.of(CommKind::kReduceScatter).calls;
+  const std::string counts = std::to_string(st.sharded) + " sharded placements, " +
+                             std::to_string(gathers) + " gathers, " + std::to_string(regathers) +
+                             " re-gathers, " + std::to_string(reduces) + " gradient reductions";
+  std::fprintf(stderr, "%s%s\n", what.c_str(), counts.c_str());
+  if (gathers == 0 || 2 * gathers > st.sharded)
+    log.fail(what + "the gathers are not grouped: " + counts);
+  if (regathers == 0 || 2 * regathers > st.sharded)
+    log.fail(what + "the re-gathers are not grouped: " + counts);
+  if (reduces == 0 || 2 * reduces > st.sharded)
+    log.fail(what + "the gradient reductions are not grouped: " + counts);
+  if (!overlap && st.forward.async_calls + st.backward.async_calls != 0)
+    log.fail(what + "an asynchronous call without overlap");
+  expectPricedCommRan(pm, st, what, log);
+}
+
 /// A fsdp plan of mlp_stack on 2 ranks: a gather group's parameters (blocks of 0.5 MiB: two per
 /// group, artifact::kMinGatherGroupBytes) are gathered by ONE all-gather in forward and ONE in
 /// backward (the re-gather), and their gradients reduced by ONE reduce-scatter, with overlap and
@@ -422,42 +470,13 @@ TEST(FsdpGroups, OneGatherAndOneReduceScatterPerGroupWithTheSameGradients) {
   std::filesystem::path dir = testing::scratchDir("overlap", "fsdp_groups_2");
   std::string err = testing::makeArtifact(m, "2", "fsdp", dir.string());
   ASSERT_TRUE(err.empty()) << err;
-  const Reference& ref = referenceFor(m);
-  for (bool overlap : {true, false}) {
-    std::vector<std::string> failed = testing::runRanks(2, [&](int rank) {
-      testing::RankLog log(rank);
-      ParallelModuleOptions options;
-      options.overlap = overlap;
-      std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, options);
-      if (!pm) return 1;
-      const std::string what = overlap ? "overlap on: " : "overlap off: ";
-      const FsdpStep st = fsdpStep(*pm, ref, log);
-      if (!st.ok) return 1;
-      const int64_t sharded = st.sharded;
-      const CommStats& forward = st.forward;
-      const CommStats& backward = st.backward;
-      const int64_t gathers = forward.of(CommKind::kAllGather).calls;
-      const int64_t regathers = backward.of(CommKind::kAllGather).calls;
-      const int64_t scatters = backward.of(CommKind::kReduceScatter).calls;
-      const std::string counts = std::to_string(sharded) + " sharded parameters, " +
-                                 std::to_string(gathers) + " gathers, " +
-                                 std::to_string(regathers) + " re-gathers, " +
-                                 std::to_string(scatters) + " reduce-scatters";
-      std::fprintf(stderr, "rank %d: %s%s\n", rank, what.c_str(), counts.c_str());
-      if (sharded < 8) log.fail(what + "expected mlp_stack's parameters sharded: " + counts);
-      if (gathers == 0 || 2 * gathers > sharded)
-        log.fail(what + "the gathers are not grouped: " + counts);
-      if (regathers == 0 || 2 * regathers > sharded)
-        log.fail(what + "the re-gathers are not grouped: " + counts);
-      if (scatters == 0 || 2 * scatters > sharded)
-        log.fail(what + "the reduce-scatters are not grouped: " + counts);
-      if (!overlap && forward.async_calls + backward.async_calls != 0)
-        log.fail(what + "an asynchronous call without overlap");
-      expectPricedCommRan(*pm, st, what, log);  // mlp_stack's shards are even
-      return log.exitCode();
-    });
-    for (const std::string& f : failed) ADD_FAILURE() << f;
-  }
+  stepWithOverlapOnAndOff(dir.string(), 2, referenceFor(m),
+                          [](const ParallelModule& pm, const FsdpStep& st, bool overlap,
+                             const std::string& what, testing::RankLog& log) {
+                            if (st.sharded < 8)
+                              log.fail(what + "expected mlp_stack's parameters sharded");
+                            expectGroupedStep(pm, st, overlap, what, log);  // even shards
+                          });
   std::filesystem::remove_all(dir);
 }
 
@@ -552,41 +571,13 @@ TEST(FsdpGroups, GathersOverBothDimsOfA2dMeshRunOneCallPerStepPerGroup) {
       ++chained;
   }
   ASSERT_GE(chained, 4) << "expected grouped gathers over both mesh dims";
-  const Reference& ref = referenceFor(m);
-  for (bool overlap : {true, false}) {
-    std::vector<std::string> failed = testing::runRanks(4, [&](int rank) {
-      testing::RankLog log(rank);
-      ParallelModuleOptions options;
-      options.overlap = overlap;
-      std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, options);
-      if (!pm) return 1;
-      const std::string what = overlap ? "overlap on: " : "overlap off: ";
-      const FsdpStep st = fsdpStep(*pm, ref, log);
-      if (!st.ok) return 1;
-      // Sharded placements: one per parameter and mesh dim, each a call when run on its own.
-      const int64_t gathers = st.forward.of(CommKind::kAllGather).calls;
-      const int64_t regathers = st.backward.of(CommKind::kAllGather).calls;
-      const int64_t reduces = st.backward.of(CommKind::kAllReduce).calls +
-                              st.backward.of(CommKind::kReduceScatter).calls;
-      const std::string counts = std::to_string(st.sharded) + " sharded placements, " +
-                                 std::to_string(gathers) + " gathers, " +
-                                 std::to_string(regathers) + " re-gathers, " +
-                                 std::to_string(reduces) + " gradient reductions";
-      std::fprintf(stderr, "rank %d: %s%s\n", rank, what.c_str(), counts.c_str());
-      if (st.sharded < 16) log.fail(what + "expected every parameter sharded twice: " + counts);
-      if (gathers == 0 || 2 * gathers > st.sharded)
-        log.fail(what + "the gathers are not grouped: " + counts);
-      if (regathers == 0 || 2 * regathers > st.sharded)
-        log.fail(what + "the re-gathers are not grouped: " + counts);
-      if (reduces == 0 || 2 * reduces > st.sharded)
-        log.fail(what + "the gradient reductions are not grouped: " + counts);
-      if (!overlap && st.forward.async_calls + st.backward.async_calls != 0)
-        log.fail(what + "an asynchronous call without overlap");
-      expectPricedCommRan(*pm, st, what, log);
-      return log.exitCode();
-    });
-    for (const std::string& f : failed) ADD_FAILURE() << f;
-  }
+  stepWithOverlapOnAndOff(dir.string(), 4, referenceFor(m),
+                          [](const ParallelModule& pm, const FsdpStep& st, bool overlap,
+                             const std::string& what, testing::RankLog& log) {
+                            if (st.sharded < 16)
+                              log.fail(what + "expected every parameter sharded twice");
+                            expectGroupedStep(pm, st, overlap, what, log);
+                          });
   std::filesystem::remove_all(dir);
 }
 
@@ -607,29 +598,20 @@ TEST(DdpBuckets, BothDimsOfA2dMeshReduceByBucket) {
   for (const proto::Redistribution& r : prog->redistributions())
     if (r.bucketed_gradient() && r.backward_size() == 2) ++two_dims;
   ASSERT_GE(two_dims, 8) << "expected gradients all-reduced on both mesh dims, bucketed";
-  const Reference& ref = referenceFor(m);
-  for (bool overlap : {true, false}) {
-    std::vector<std::string> failed = testing::runRanks(4, [&](int rank) {
-      testing::RankLog log(rank);
-      ParallelModuleOptions options;
-      options.overlap = overlap;
-      std::shared_ptr<ParallelModule> pm = testing::loadRank(dir.string(), ref.init, log, options);
-      if (!pm) return 1;
-      const std::string what = overlap ? "overlap on: " : "overlap off: ";
-      const FsdpStep st = fsdpStep(*pm, ref, log);
-      if (!st.ok) return 1;
-      const int64_t params = static_cast<int64_t>(pm->parameters().size());
-      const int64_t reduces = st.backward.of(CommKind::kAllReduce).calls;
-      const std::string counts = std::to_string(params) + " parameters, " +
-                                 std::to_string(reduces) + " gradient all-reduces";
-      std::fprintf(stderr, "rank %d: %s%s\n", rank, what.c_str(), counts.c_str());
-      if (st.sharded != 0) log.fail(what + "expected every parameter replicated: " + counts);
-      if (reduces == 0 || 4 * reduces > params)
-        log.fail(what + "the gradients are not bucketed: " + counts);
-      return log.exitCode();
-    });
-    for (const std::string& f : failed) ADD_FAILURE() << f;
-  }
+  stepWithOverlapOnAndOff(dir.string(), 4, referenceFor(m),
+                          [](const ParallelModule& pm, const FsdpStep& st, bool,
+                             const std::string& what, testing::RankLog& log) {
+                            const int64_t params = static_cast<int64_t>(pm.parameterSpecs().size());
+                            const int64_t reduces = st.backward.of(CommKind::kAllReduce).calls;
+                            const std::string counts = std::to_string(params) + " parameters, " +
+                                                       std::to_string(reduces) +
+                                                       " gradient all-reduces";
+                            std::fprintf(stderr, "%s%s\n", what.c_str(), counts.c_str());
+                            if (st.sharded != 0)
+                              log.fail(what + "expected every parameter replicated: " + counts);
+                            if (reduces == 0 || 4 * reduces > params)
+                              log.fail(what + "the gradients are not bucketed: " + counts);
+                          });
   std::filesystem::remove_all(dir);
 }
 
