@@ -234,21 +234,9 @@ class GradBuckets {
   }
 
  private:
-  // The all-reduces' mesh dims (meshDimsCode: a replicated parameter of a 2-d data-parallel mesh
+  // The all-reduces' mesh dims in order (a replicated parameter of a 2-d data-parallel mesh
   // reduces on each), op, reduce dtype, grad dtype.
-  using Key = std::tuple<size_t, int, int, int>;
-
-  /// The mesh dims of a bucket's all-reduces, in order, as one key: (dim + 1) per byte.
-  static size_t meshDimsCode(const std::vector<RedistStepSpec>& steps) {
-    size_t code = 0;
-    for (size_t i = steps.size(); i-- > 0;) code = (code << 8) | (steps[i].mesh_dim + 1);
-    return code;
-  }
-  static std::vector<size_t> meshDimsOf(size_t code) {
-    std::vector<size_t> dims;
-    for (; code != 0; code >>= 8) dims.push_back((code & 0xff) - 1);
-    return dims;
-  }
+  using Key = std::tuple<std::vector<size_t>, int, int, int>;
   struct Expect {
     int edges = 0;
     int64_t numel = 0;
@@ -279,7 +267,9 @@ class GradBuckets {
     const RedistSpec& r = redists_[redist];
     const RedistStepSpec& st = r.backward.front();
     const at::ScalarType rd = r.reduce_dtype.value_or(grad_dtype);
-    return Key{meshDimsCode(r.backward), static_cast<int>(st.reduce_op), static_cast<int>(rd),
+    std::vector<size_t> dims;
+    for (const RedistStepSpec& s : r.backward) dims.push_back(s.mesh_dim);
+    return Key{std::move(dims), static_cast<int>(st.reduce_op), static_cast<int>(rd),
                static_cast<int>(grad_dtype)};
   }
   at::ScalarType paramDtype(size_t param) const { return params_[param].scalar_type(); }
@@ -339,7 +329,7 @@ class GradBuckets {
                          ? e.grad.to(reduce).contiguous().reshape({-1})
                          : at::zeros({e.numel}, params_[e.param].options().dtype(reduce)));
     b.flat = flat.size() == 1 ? flat[0].clone() : at::cat(flat);
-    b.pending = world_.dim(meshDimsOf(std::get<0>(b.key)).front())
+    b.pending = world_.dim(std::get<0>(b.key).front())
                     .allReduceAsync(b.flat, static_cast<mesh::ReduceOp>(std::get<1>(b.key)));
   }
 
@@ -348,7 +338,7 @@ class GradBuckets {
   void finish(Bucket& b) {
     b.pending->wait();
     at::NoGradGuard no_grad;
-    const std::vector<size_t> dims = meshDimsOf(std::get<0>(b.key));
+    const std::vector<size_t>& dims = std::get<0>(b.key);
     for (size_t i = 1; i < dims.size(); ++i)
       world_.dim(dims[i]).allReduce(b.flat, static_cast<mesh::ReduceOp>(std::get<1>(b.key)));
     int64_t offset = 0;
@@ -404,7 +394,7 @@ class GradBuckets {
     std::map<Key, std::vector<std::pair<size_t, at::Tensor>>> by_key;
     for (auto& [kp, g] : summed) by_key[kp.first].push_back({kp.second, g});
     for (auto& [key, grads] : by_key) {
-      const auto [dims_code, op, rd, gd] = key;
+      const auto& [dims, op, rd, gd] = key;
       const auto reduce = static_cast<at::ScalarType>(rd);
       const int64_t elem = static_cast<int64_t>(c10::elementSize(reduce));
       size_t begin = 0;
@@ -420,7 +410,7 @@ class GradBuckets {
         for (size_t i = begin; i < end; ++i)
           flat.push_back(grads[i].second.to(reduce).contiguous().reshape({-1}));
         at::Tensor bucket = flat.size() == 1 ? flat[0].clone() : at::cat(flat);
-        for (size_t mesh_dim : meshDimsOf(dims_code))
+        for (size_t mesh_dim : dims)
           world_.dim(mesh_dim).allReduce(bucket, static_cast<mesh::ReduceOp>(op));
         int64_t offset = 0;
         for (size_t i = begin; i < end; ++i) {

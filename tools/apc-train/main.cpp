@@ -233,14 +233,15 @@ apc::Expected<double> referenceStep(Reference& r, const std::vector<at::Tensor>&
 /// The summary of --compare-single: the sharded run's largest difference from the single-device
 /// one beside the single-device run's own float32 rounding (against its float64 twin). `mixed`:
 /// the artifact computes in this lower precision (a mixed_precision plan) while the single-device
-/// run computes in float32, so the bound is that precision's rounding of the largest loss
-/// (`loss`: half its unit roundoff times |loss| per rounding, ten roundings' worth).
+/// run computes in float32, so the bound is that precision's rounding of the largest loss `loss`:
+/// five unit roundoffs of it.
 void reportRounding(double diff, double rounding, std::optional<at::ScalarType> mixed,
                     double loss) {
   std::string verdict;
   if (mixed) {
-    const double eps = *mixed == at::kBFloat16 ? 0x1p-8 : 0x1p-11;  // bf16: 8 bits, f16: 11
-    const double bound = 10 * eps / 2 * std::abs(loss);
+    // Unit roundoff: bf16 keeps 8 significant bits, f16 11.
+    const double unit_roundoff = *mixed == at::kBFloat16 ? 0x1p-8 : 0x1p-11;
+    const double bound = 5 * unit_roundoff * std::abs(loss);
     char text[256];
     std::snprintf(text, sizeof text,
                   "the artifact computes in %s (mixed precision), the single-device run in "
