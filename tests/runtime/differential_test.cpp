@@ -759,9 +759,20 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   EXPECT_GT(p->device_overrides.matvec_gbps.value_or(0), 0.0);
   EXPECT_GT(p->device_overrides.outer_product_gbps.value_or(0), 0.0);
   EXPECT_EQ(p->device_overrides.op_us.count("aten::index"), 1u);
+  const nlohmann::json raw = nlohmann::json::parse(std::ifstream(profile));
+  // The memory-bound kernels were timed on operands rotated through 16 MiB (or 256 sets), out of
+  // the core's own caches as a step finds them.
+  int rotated = 0;
+  for (const nlohmann::json& row : raw.at("calibration").at("compute")) {
+    if (!row.contains("operand_sets")) continue;
+    ++rotated;
+    const double sets = row.at("operand_sets").get<double>();
+    EXPECT_TRUE(sets * row.at("bytes").get<double>() >= 16.0 * 1024 * 1024 || sets == 256)
+        << row.dump();
+  }
+  EXPECT_GE(rotated, 5) << "the elementwise curve's rows";
   // The raw collective rows: every kind at every size, each median within its 10th and 90th
   // percentiles (the slowest rank's of each), beside a positive mean.
-  const nlohmann::json raw = nlohmann::json::parse(std::ifstream(profile));
   const nlohmann::json& rows = raw.at("calibration").at("collectives");
   ASSERT_EQ(rows.size(), 12u);  // 4 kinds x 3 sizes
   for (const nlohmann::json& row : rows) {

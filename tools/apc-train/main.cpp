@@ -870,6 +870,10 @@ int run(Flags f) {
     const uint64_t loss_seed = f.seed * 1000003 + static_cast<uint64_t>(step);
 
     opt.zero_grad();
+    // --profile: the ranks start each step together, as torch's benchmarks time a step (a barrier
+    // before the clock starts), so a rank's lag from the last step (its printing, its inputs) is
+    // not counted in the next step's first blocking collective. Not counted in the comm stats.
+    if (f.profile && pm.worldSize() > 1) pm.world().all().barrier();
     pm.resetCommStats();
     // What came since the last step's optimizer (the loading and the warm-up before the first
     // measured step; the trainer's full-batch synthetic inputs): no phase of training, not

@@ -113,6 +113,21 @@ double timeIt(Fn&& fn, const c10::Device& device, double min_s, int max_reps = 1
   return elapsed / reps;
 }
 
+/// How many copies of a kernel's operands (of `bytes` per call) the timing loops of the
+/// memory-bound kernels (the elementwise curve, the single ops' curves) rotate through, so that
+/// together they pass kRotationBytes. A step's kernels find their operands in the last-level cache
+/// at best, not in the core's own caches, where a loop over one set of operands keeps them: on
+/// one CPU core (2 MiB of L2) a relu of 512 KiB took 15 us on one set and 35 us on 64, and an
+/// add of 192 KiB 2.1 and 8.9 us. Timed on one set, the elementwise curve ran at 58-93 GB/s up to
+/// 3 MiB and 24-28 beyond; a step's pointwise nodes measured 1.7-3 times its price (mlp_stack's
+/// relu, hf_llama_tiny's mul; docs/TOOLCHAIN.md, 2026-12-07). Matmuls measured the same either
+/// way. On CUDA the footprint stays within the L2 (50 MiB on an H100), as a step's would.
+constexpr double kRotationBytes = 16.0 * 1024 * 1024;
+int rotationSets(double bytes) {
+  if (bytes <= 0) return 1;
+  return static_cast<int>(std::clamp(std::ceil(kRotationBytes / bytes), 1.0, 256.0));
+}
+
 /// The largest of every rank's values, elementwise, in one all-reduce (the step waits for the
 /// slowest rank).
 std::vector<double> slowest(runtime::World& world, std::vector<double> v) {
@@ -426,8 +441,16 @@ int runWorker(const CalibrateOptions& o) {
         std::vector<at::Tensor> outs = op.run(x);
         double bytes = static_cast<double>(x.numel()) * 4;
         for (const at::Tensor& y : outs) bytes += static_cast<double>(y.numel()) * 4;
+        std::vector<at::Tensor> xs = {x};
+        while (static_cast<int>(xs.size()) < rotationSets(bytes)) xs.push_back(x.clone());
+        size_t next = 0;
         world.all().barrier();
-        const double s = slowest(world, timeIt([&] { (void)op.run(x); }, device, kernel_s / 4));
+        const double s = slowest(world, timeIt(
+                                            [&] {
+                                              (void)op.run(xs[next]);
+                                              next = (next + 1) % xs.size();
+                                            },
+                                            device, kernel_s / 4));
         for (const char* name : op.names) {
           spec::KernelTable& table = measured.op_us[name];
           // max_pool2d_with_indices also writes its int64 indices.
@@ -441,6 +464,7 @@ int runWorker(const CalibrateOptions& o) {
                            {"dtype", "f32"},
                            {"size", x.sizes().vec()},
                            {"bytes", bytes},
+                           {"operand_sets", xs.size()},
                            {"us", s * 1e6}});
       }
   }
@@ -449,16 +473,27 @@ int runWorker(const CalibrateOptions& o) {
                        : std::vector<int64_t>{1 << 10, 1 << 14, 1 << 18, 1 << 20, 1 << 22};
   measured.elementwise_us.emplace();
   for (int64_t n : ew_sizes) {
-    at::Tensor a = at::randn({n}, f32), b = at::randn({n}, f32), c = at::empty({n}, f32);
-    world.all().barrier();
-    const double s = slowest(world, timeIt([&] { at::add_out(c, a, b); }, device, kernel_s));
     const double bytes = 3.0 * static_cast<double>(n) * 4;
+    std::vector<std::array<at::Tensor, 3>> sets;  // a, b, c = a + b
+    while (static_cast<int>(sets.size()) < rotationSets(bytes))
+      sets.push_back({at::randn({n}, f32), at::randn({n}, f32), at::empty({n}, f32)});
+    size_t next = 0;
+    world.all().barrier();
+    const double s = slowest(world, timeIt(
+                                        [&] {
+                                          auto& [a, b, c] = sets[next];
+                                          at::add_out(c, a, b);
+                                          next = (next + 1) % sets.size();
+                                        },
+                                        device, kernel_s));
     kernels.push_back({0, bytes, ir::DType::kF32, s * 1e6});
     measured.elementwise_us->work.push_back(bytes);
     measured.elementwise_us->us.push_back(s * 1e6);
     compute.push_back({{"op", "add"},
                        {"dtype", "f32"},
                        {"size", {n}},
+                       {"bytes", bytes},
+                       {"operand_sets", sets.size()},
                        {"us", s * 1e6},
                        {"gbps", bytes / s / 1e9}});
   }
