@@ -78,7 +78,7 @@ def plan_identity(path):
         plan = json.load(f)
     nodes = tuple((n.get("strategy"), tuple(n.get("output_placements", [])),
                    tuple(n.get("input_placements", []))) for n in plan["nodes"])
-    return json.dumps([nodes, plan.get("checkpoint", plan.get("checkpoints"))], default=str)
+    return json.dumps([nodes, plan.get("checkpoint")], default=str)
 
 
 def parameters(apc, model):

@@ -123,9 +123,21 @@ double timeIt(Fn&& fn, const c10::Device& device, double min_s, int max_reps = 1
 /// relu, hf_llama_tiny's mul; docs/TOOLCHAIN.md, 2026-12-07). Matmuls measured the same either
 /// way. On CUDA the footprint stays within the L2 (50 MiB on an H100), as a step's would.
 constexpr double kRotationBytes = 16.0 * 1024 * 1024;
-int rotationSets(double bytes) {
+size_t rotationSets(double bytes) {
   if (bytes <= 0) return 1;
-  return static_cast<int>(std::clamp(std::ceil(kRotationBytes / bytes), 1.0, 256.0));
+  return static_cast<size_t>(std::clamp(std::ceil(kRotationBytes / bytes), 1.0, 256.0));
+}
+
+/// timeIt of `fn` on each of `sets` in turn (the operand sets of rotationSets).
+template <typename T, typename Fn>
+double timeRotating(std::vector<T>& sets, Fn&& fn, const c10::Device& device, double min_s) {
+  size_t next = 0;
+  return timeIt(
+      [&] {
+        fn(sets[next]);
+        next = (next + 1) % sets.size();
+      },
+      device, min_s);
 }
 
 /// The largest of every rank's values, elementwise, in one all-reduce (the step waits for the
@@ -442,15 +454,11 @@ int runWorker(const CalibrateOptions& o) {
         double bytes = static_cast<double>(x.numel()) * 4;
         for (const at::Tensor& y : outs) bytes += static_cast<double>(y.numel()) * 4;
         std::vector<at::Tensor> xs = {x};
-        while (static_cast<int>(xs.size()) < rotationSets(bytes)) xs.push_back(x.clone());
-        size_t next = 0;
+        for (size_t k = rotationSets(bytes); xs.size() < k;) xs.push_back(x.clone());
         world.all().barrier();
-        const double s = slowest(world, timeIt(
-                                            [&] {
-                                              (void)op.run(xs[next]);
-                                              next = (next + 1) % xs.size();
-                                            },
-                                            device, kernel_s / 4));
+        const double s = slowest(
+            world, timeRotating(
+                       xs, [&](const at::Tensor& xi) { (void)op.run(xi); }, device, kernel_s / 4));
         for (const char* name : op.names) {
           spec::KernelTable& table = measured.op_us[name];
           // max_pool2d_with_indices also writes its int64 indices.
@@ -474,18 +482,13 @@ int runWorker(const CalibrateOptions& o) {
   measured.elementwise_us.emplace();
   for (int64_t n : ew_sizes) {
     const double bytes = 3.0 * static_cast<double>(n) * 4;
-    std::vector<std::array<at::Tensor, 3>> sets;  // a, b, c = a + b
-    while (static_cast<int>(sets.size()) < rotationSets(bytes))
-      sets.push_back({at::randn({n}, f32), at::randn({n}, f32), at::empty({n}, f32)});
-    size_t next = 0;
+    std::vector<std::array<at::Tensor, 3>> sets(rotationSets(bytes));  // a, b, c = a + b
+    for (auto& set : sets) set = {at::randn({n}, f32), at::randn({n}, f32), at::empty({n}, f32)};
     world.all().barrier();
-    const double s = slowest(world, timeIt(
-                                        [&] {
-                                          auto& [a, b, c] = sets[next];
-                                          at::add_out(c, a, b);
-                                          next = (next + 1) % sets.size();
-                                        },
-                                        device, kernel_s));
+    const double s = slowest(
+        world, timeRotating(
+                   sets, [](std::array<at::Tensor, 3>& t) { at::add_out(t[2], t[0], t[1]); },
+                   device, kernel_s));
     kernels.push_back({0, bytes, ir::DType::kF32, s * 1e6});
     measured.elementwise_us->work.push_back(bytes);
     measured.elementwise_us->us.push_back(s * 1e6);
