@@ -100,6 +100,12 @@ double CostModel::computeUs(OpFamily family, double flops, double bytes, ir::DTy
   return computeCostUs(device_, flops, bytes, dtype);
 }
 
+double CostModel::localCopyUs(double bytes) const {
+  if (!(bytes > 0) || device_.elementwise_curve.empty()) return 0.0;
+  return std::max(interpolate(device_.elementwise_curve.x, device_.elementwise_curve.us, 2 * bytes),
+                  device_.kernel_floor_us);
+}
+
 std::optional<double> CostModel::opKernelUs(const std::string& op, double bytes) const {
   auto it = device_.op_curves.find(op);
   if (it == device_.op_curves.end() || it->second.empty() || bytes <= 0) return std::nullopt;
@@ -114,6 +120,10 @@ const mesh::LinkParams& CostModel::link(CollectiveKind kind, size_t mesh_dim) co
 double CostModel::collectiveUs(CollectiveKind kind, size_t mesh_dim, int64_t p,
                                double full_bytes) const {
   if (kind == CollectiveKind::kNone || p <= 1) return 0.0;
+  return device_.wait_resume_us + wireUs(kind, mesh_dim, p, full_bytes);
+}
+
+double CostModel::wireUs(CollectiveKind kind, size_t mesh_dim, int64_t p, double full_bytes) const {
   const Dim& d = links_[mesh_dim];
   const mesh::LinkParams& intra = d.by_kind[static_cast<size_t>(kindIndex(kind))];
   const int64_t q = d.ranks_per_node;
@@ -196,6 +206,7 @@ Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   o.dispatch_overlaps = given.dispatch_overlaps;
   o.view_dispatch_us = given.view_dispatch_us;
   o.overlap_efficiency = given.overlap_efficiency;
+  o.wait_resume_us = given.wait_resume_us;
   o.matmul_output_gbps = given.matmul_output_gbps;
   o.matvec_gbps = given.matvec_gbps;
   o.outer_product_gbps = given.outer_product_gbps;

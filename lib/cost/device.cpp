@@ -176,6 +176,12 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
       return invalidArgument("device override overlap_efficiency must be in [0, 1], got " + fmt(v));
     spec.overlap_efficiency = v;
   }
+  if (o.wait_resume_us) {
+    double v = *o.wait_resume_us;
+    if (!(v >= 0) || !std::isfinite(v))
+      return invalidArgument("device override wait_resume_us must be >= 0, got " + fmt(v));
+    spec.wait_resume_us = v;
+  }
   if (o.matmul_output_gbps) {
     double v = *o.matmul_output_gbps;
     if (!(v >= 0) || !std::isfinite(v))
@@ -225,6 +231,10 @@ std::string toString(const DeviceSpec& s) {
   }
   if (s.overlap_efficiency != 1.0) {
     std::snprintf(buf, sizeof buf, ", overlap %.2f", s.overlap_efficiency);
+    out += buf;
+  }
+  if (s.wait_resume_us > 0) {
+    std::snprintf(buf, sizeof buf, ", wait resume %.1f us", s.wait_resume_us);
     out += buf;
   }
   return out;

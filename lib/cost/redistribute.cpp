@@ -343,9 +343,44 @@ class Search {
     int64_t p = mesh_.size(m);
     StepPrice out;
     out.full_bytes = n;
-    out.forward_us = model_.collectiveUs(forwardCollective(mv.kind), m, p, n);
-    if (grad_) out.backward_us = model_.collectiveUs(backwardCollective(mv.kind), m, p, n);
+    out.forward_us = model_.collectiveUs(forwardCollective(mv.kind), m, p, n) +
+                     localWorkUs(mv.kind, mv.gather_dim, mv.shard_dim, n, p);
+    if (grad_) {
+      // The backward step: a gather's is a reduce-scatter along its dim, a slice's and a
+      // reduce-scatter's an all-gather along theirs (an all-reduce's passes the gradient on).
+      double local = 0;
+      if (mv.kind == StepKind::kAllGather)
+        local = localWorkUs(StepKind::kReduceScatter, -1, mv.gather_dim, n, p);
+      else if (mv.kind == StepKind::kLocalSlice || mv.kind == StepKind::kReduceScatter)
+        local = localWorkUs(StepKind::kAllGather, mv.shard_dim, -1, n, p);
+      out.backward_us = model_.collectiveUs(backwardCollective(mv.kind), m, p, n) + local;
+    }
     return out;
+  }
+
+  // The local copies a step of `kind` makes on a state of `n` bytes (the tensor with the step's
+  // mesh dim unsplit) beyond those of the collective calls apc calibrate times, which gather and
+  // scatter along dim 0 (lib/runtime's runStep and C10dCommunicator):
+  //  - an all-reduce reduces a clone of its input (n);
+  //  - a local slice makes its piece contiguous (n/p);
+  //  - an all-gather along another dim moves that dim to the front (n/p), then back (n);
+  //  - a reduce-scatter along another dim moves its piece's dim back into place (n/p);
+  //  - an all-to-all's packing is in its calibrated time.
+  double localWorkUs(StepKind kind, int gather_dim, int shard_dim, double n, int64_t p) const {
+    const double piece = n / static_cast<double>(p);
+    switch (kind) {
+      case StepKind::kAllReduce:
+        return model_.localCopyUs(n);
+      case StepKind::kLocalSlice:
+        return model_.localCopyUs(piece);
+      case StepKind::kAllGather:
+        return gather_dim == 0 ? 0.0 : model_.localCopyUs(piece) + model_.localCopyUs(n);
+      case StepKind::kReduceScatter:
+        return shard_dim == 0 ? 0.0 : model_.localCopyUs(piece);
+      case StepKind::kAllToAll:
+        return 0.0;
+    }
+    return 0.0;
   }
 
   // Indexed binary min-heap of states keyed by (dist, steps, state): deterministic order.

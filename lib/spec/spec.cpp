@@ -294,8 +294,8 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
       checkKeys(j, path,
                 {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
                  "memory_efficiency", "kernel_floor_us", "dispatch_us", "dispatch_overlaps",
-                 "view_dispatch_us", "overlap_efficiency", "matmul_output_gbps", "matvec_gbps",
-                 "outer_product_gbps", "measured"}));
+                 "view_dispatch_us", "overlap_efficiency", "wait_resume_us", "matmul_output_gbps",
+                 "matvec_gbps", "outer_product_gbps", "measured"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -348,6 +348,11 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* e = find(j, "overlap_efficiency")) {
     APC_ASSIGN_OR_RETURN(s.device_overrides.overlap_efficiency,
                          readInRange(*e, path + ".overlap_efficiency", "overlap efficiency", 0, 1));
+  }
+  if (const json* e = find(j, "wait_resume_us")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.wait_resume_us,
+        readInRange(*e, path + ".wait_resume_us", "wait resume time (us)", 0, 1e6));
   }
   if (const json* e = find(j, "matmul_output_gbps")) {
     APC_ASSIGN_OR_RETURN(
@@ -895,6 +900,8 @@ json toJson(const Spec& s) {
       dev["view_dispatch_us"] = *s.device_overrides.view_dispatch_us;
     if (s.device_overrides.overlap_efficiency)
       dev["overlap_efficiency"] = *s.device_overrides.overlap_efficiency;
+    if (s.device_overrides.wait_resume_us)
+      dev["wait_resume_us"] = *s.device_overrides.wait_resume_us;
     if (s.device_overrides.matmul_output_gbps)
       dev["matmul_output_gbps"] = *s.device_overrides.matmul_output_gbps;
     if (s.device_overrides.matvec_gbps) dev["matvec_gbps"] = *s.device_overrides.matvec_gbps;

@@ -311,6 +311,28 @@ TEST(CostModel, ViewsPayTheirOwnDispatch) {
   EXPECT_EQ(model->nodeUs(0, 0, true), 40.0);
 }
 
+// A calibrated wait resume is paid once per collective call, on top of its time on the wire; a
+// kNone step and a group of one still cost nothing, and a spec without it prices the wire alone.
+TEST(CostModel, WaitResumeIsPaidPerCollectiveCall) {
+  auto model = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+      "wait_resume_us": 50}})");
+  ASSERT_TRUE(model.ok()) << model.error().message();
+  EXPECT_EQ(model->device().wait_resume_us, 50.0);
+  for (CollectiveKind kind : {CollectiveKind::kAllGather, CollectiveKind::kReduceScatter,
+                              CollectiveKind::kAllReduce, CollectiveKind::kAllToAll}) {
+    const double wire = model->wireUs(kind, 0, 2, 1 << 20);
+    EXPECT_GT(wire, 0.0);
+    EXPECT_DOUBLE_EQ(model->collectiveUs(kind, 0, 2, 1 << 20), wire + 50.0);
+    EXPECT_EQ(model->collectiveUs(kind, 0, 1, 1 << 20), 0.0);
+  }
+  EXPECT_EQ(model->collectiveUs(CollectiveKind::kNone, 0, 2, 1 << 20), 0.0);
+  EXPECT_NE(model->describe().find("wait resume 50.0 us"), std::string::npos) << model->describe();
+  auto plain = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "h100"}})");
+  ASSERT_TRUE(plain.ok()) << plain.error().message();
+  EXPECT_EQ(plain->collectiveUs(CollectiveKind::kAllReduce, 0, 2, 1 << 20),
+            plain->wireUs(CollectiveKind::kAllReduce, 0, 2, 1 << 20));
+}
+
 // A spec's matmul output, matrix-vector and outer product rates reach the model (their JSON round
 // trip and a negative value's error are spec cases: tests/spec/spec_cases.json).
 TEST(CostModel, MatmulOutputRateFromASpec) {

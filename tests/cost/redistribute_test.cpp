@@ -194,6 +194,53 @@ TEST(RedistributeCost, TransposesOnOneDim) {
   }
 }
 
+// On a device with a measured elementwise curve a step also pays the local copies the runtime
+// makes beside its collective: an all-reduce's clone, a local slice made contiguous; a gather along
+// dim 0 copies nothing more. Where the copies cost more than another path's collectives the search
+// takes that path: a gather along dim 1 (1.25 MB of copies) goes through an all-to-all to dim 0,
+// and a sum whose clone costs 2 ms is reduce-scattered and gathered.
+TEST(RedistributeCost, LocalCopiesOnAMeasuredDevice) {
+  DeviceMesh m = uniformMesh({4});
+  auto modelCopying = [&m](double us_per_kb) {  // the curve: us_per_kb per 1000 bytes, no floor
+    DeviceSpec device;
+    device.kernel_floor_us = 0;
+    device.elementwise_curve.x = {1000, 1e9};
+    device.elementwise_curve.us = {us_per_kb, us_per_kb * 1e6};
+    return CostModel(device, m);
+  };
+  const CostModel dear = modelCopying(1), cheap = modelCopying(1e-3);
+  EXPECT_NEAR(dear.localCopyUs(1e6), 2000.0, 1e-6);
+  EXPECT_EQ(CostModel(DeviceSpec{}, m).localCopyUs(1e6), 0.0);  // no curve: not priced
+  ir::TensorMeta t = gradMeta({1000, 250});                     // 1e6 bytes, 250000 per rank
+  struct Case {
+    const CostModel* model;
+    const char* from;
+    const char* to;
+    double fwd, bwd;
+    const char* steps;
+  };
+  const Case cases[] = {
+      {&cheap, "P", "R", 21.0 + 2, 0.0, "all-reduce"},
+      {&dear, "P", "R", 10.5 + 10.5, 10.5 + 10.5, "reduce-scatter; all-gather"},
+      {&dear, "R", "S(0)", 500.0, 10.5, "local-slice"},
+      {&dear, "S(0)", "R", 10.5, 10.5, "all-gather"},
+      {&dear, "S(1)", "R", 4.875 + 10.5, 10.5 + 4.875, "all-to-all; all-gather"},
+      {&cheap, "S(1)", "R", 10.5 + 0.5 + 2, 10.5 + 0.5, "all-gather"},
+  };
+  for (const Case& c : cases) {
+    const CostModel& model = *c.model;
+    RedistributionPlan p = *planRedistribution(t, tuple(c.from), tuple(c.to), m, model);
+    EXPECT_NEAR(p.forward_us, c.fwd, 1e-6) << c.from << " -> " << c.to;
+    EXPECT_NEAR(p.backward_us, c.bwd, 1e-6) << c.from << " -> " << c.to;
+    std::string kinds;
+    for (const RedistributionStep& s : p.steps)
+      kinds += std::string(kinds.empty() ? "" : "; ") + stepKindName(s.kind);
+    EXPECT_EQ(kinds, c.steps) << c.from << " -> " << c.to;
+    RedistCost cost = *redistributionCost(t, tuple(c.from), tuple(c.to), m, model);
+    EXPECT_NEAR(cost.totalUs(), c.fwd + c.bwd, 1e-6) << c.from << " -> " << c.to;
+  }
+}
+
 TEST(RedistributeCost, NoGradientNoBackward) {
   DeviceMesh m = uniformMesh({4});
   ir::TensorMeta t = gradMeta({1000, 250}, /*requires_grad=*/false);

@@ -771,6 +771,14 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
         << row.dump();
   }
   EXPECT_GE(rotated, 5) << "the elementwise curve's rows";
+  // The compute lost after a blocking wait was timed (a chain back to back and after a wait) and
+  // is what the profile's device carries.
+  const nlohmann::json& wait = raw.at("calibration").at("wait_resume");
+  EXPECT_GT(wait.at("back_to_back_us").get<double>(), 0.0);
+  EXPECT_GT(wait.at("after_wait_us").get<double>(), 0.0);
+  ASSERT_TRUE(p->device_overrides.wait_resume_us.has_value());
+  EXPECT_GE(*p->device_overrides.wait_resume_us, 0.0);
+  EXPECT_EQ(*p->device_overrides.wait_resume_us, wait.at("wait_resume_us").get<double>());
   // The raw collective rows: every kind at every size, each median within its 10th and 90th
   // percentiles (the slowest rank's of each), beside a positive mean.
   const nlohmann::json& rows = raw.at("calibration").at("collectives");

@@ -854,6 +854,51 @@ int runWorker(const CalibrateOptions& o) {
                       {"efficiency", efficiency}}}};
   }
 
+  // --- wait resume
+  // -------------------------------------------------------------------------------- The compute a
+  // rank loses after waiting for a blocking collective (DeviceSpec::wait_resume_us): on the CPU, on
+  // the first mesh dim of more than one rank, a chain of step-sized kernels (a [128,256] x
+  // [256,256] product, a relu and a scale, repeated to about 1 ms) timed back to back (after an
+  // untimed run of itself) and right after a small blocking all-reduce, the two in turn for 150
+  // rounds. The loss is the median of the rounds' differences (paired, so that a slow spell falls
+  // on both of a round), at least 0, the slowest rank's. On this project's 2-core VM torch's own
+  // Gloo showed 45-100 us on the same chains.
+  std::optional<double> wait_resume;
+  nlohmann::ordered_json wait_json;
+  for (size_t m = 0; m < dmesh.ndim() && !wait_resume && !device.is_cuda(); ++m) {
+    runtime::Communicator& c = world.dim(m);
+    if (c.size() <= 1) continue;
+    progress("timing compute after a blocking collective on mesh dim " + std::to_string(m));
+    at::Tensor x = at::randn({128, 256}, f32), w = at::randn({256, 256}, f32) * 0.05;
+    at::Tensor small = at::zeros({2}, f32);
+    auto link = [&] { return at::mul(at::relu(at::mm(x, w)), 0.5); };
+    const double link_s = slowest(world, timeIt([&] { (void)link(); }, device, 0.02));
+    const int links = static_cast<int>(std::clamp(1e-3 / std::max(link_s, 1e-9), 2.0, 1000.0));
+    auto chain = [&] {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < links; ++i) (void)link();
+      return seconds(t0, Clock::now());
+    };
+    std::vector<double> back_to_back, after_wait, lost;
+    for (int r = 0; r < 150; ++r) {
+      world.all().barrier();
+      (void)chain();
+      back_to_back.push_back(chain());
+      world.all().barrier();
+      c.allReduce(small, mesh::ReduceOp::kSum);
+      after_wait.push_back(chain());
+      lost.push_back(after_wait.back() - back_to_back.back());
+    }
+    const double b2b_s = slowest(world, quantile(back_to_back, 0.5));
+    const double after_s = slowest(world, quantile(after_wait, 0.5));
+    wait_resume = std::max(0.0, slowest(world, quantile(lost, 0.5)) * 1e6);
+    wait_json = {{"mesh_dim", m},
+                 {"chain_links", links},
+                 {"back_to_back_us", b2b_s * 1e6},
+                 {"after_wait_us", after_s * 1e6},
+                 {"wait_resume_us", *wait_resume}};
+  }
+
   // A mesh dim of one rank has no refinement; keep the list aligned with the links.
   if (!profile.network.empty() && profile.network.size() != profile.links.size()) {
     std::vector<spec::MeshDimNetwork> aligned(profile.links.size());
@@ -884,6 +929,7 @@ int runWorker(const CalibrateOptions& o) {
   if (overlaps) profile.device_overrides.dispatch_overlaps = true;
   profile.device_overrides.view_dispatch_us = view_us;
   profile.device_overrides.overlap_efficiency = overlap;
+  profile.device_overrides.wait_resume_us = wait_resume;
   if (matmul_output_gbps > 0) profile.device_overrides.matmul_output_gbps = matmul_output_gbps;
   profile.device_overrides.matvec_gbps = matvec_gbps;
   profile.device_overrides.outer_product_gbps = outer_product_gbps;
@@ -911,6 +957,7 @@ int runWorker(const CalibrateOptions& o) {
   cal["collectives"] = collectives;
   cal["link_fits"] = fits;
   if (overlap) cal["overlap"] = overlap_json;
+  if (wait_resume) cal["wait_resume"] = wait_json;
   profile.calibration = cal.dump();
   const std::string text = spec::toJson(profile).dump(2) + "\n";
   if (Status st = writeFileAtomic(o.output, text); !st.ok()) return report(st.error());
@@ -936,6 +983,13 @@ int runWorker(const CalibrateOptions& o) {
         formatNumber(overlap_json["collective_us"].get<double>() / 1e3, 3).c_str(),
         formatNumber(overlap_json["compute_us"].get<double>() / 1e3, 3).c_str(),
         formatNumber(*overlap, 2).c_str());
+  if (wait_resume)
+    std::printf(
+        "  wait resume: a %s ms chain of kernels took %s ms right after a blocking all-reduce: "
+        "%s us lost per wait\n",
+        formatNumber(wait_json["back_to_back_us"].get<double>() / 1e3, 3).c_str(),
+        formatNumber(wait_json["after_wait_us"].get<double>() / 1e3, 3).c_str(),
+        formatNumber(*wait_resume, 3).c_str());
   for (const auto& f : fits) {
     if (!f.contains("bandwidth_gbps")) continue;
     std::printf("  mesh dim %d: %s GB/s, %s us latency (one link for all kinds, fit error %s%%)\n",

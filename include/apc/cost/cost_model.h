@@ -20,6 +20,8 @@
 //       all-reduce(n)      intra reduce-scatter(q, n), inter all-reduce(r, n/q), intra all-gather
 //       all-to-all(n)      (q-1) intra steps of n/p^2 and (p-q) inter steps of n/p^2
 //     A q that does not divide p prices the whole group on inter_node.
+// A calibrated device adds to every collective call the compute its rank loses after the wait
+// (DeviceSpec::wait_resume_us; 0 on the datasheet devices).
 // Without refinements every price is exactly the free functions' (collectiveUs over the mesh
 // dim's link, computeCostUs over the device): plans made through the seam are byte-identical to
 // plans made before it.
@@ -121,10 +123,20 @@ class CostModel {
     return forward_kernel_us + (backward ? backward_kernel_us : 0.0) +
            device_.dispatch_us * (backward ? 2 : 1);
   }
-  /// One collective of `kind` on a group of `group_size` ranks along `mesh_dim`, with the full
-  /// bytes of collectives.h. kNone and groups of one cost 0.
+  /// One collective call of `kind` on a group of `group_size` ranks along `mesh_dim`, with the
+  /// full bytes of collectives.h, as the rank pays it: its time on the wire (wireUs) and the
+  /// compute the rank loses after waiting for it (DeviceSpec::wait_resume_us). kNone and groups
+  /// of one cost 0.
   double collectiveUs(CollectiveKind kind, size_t mesh_dim, int64_t group_size,
                       double full_bytes) const;
+  /// The call's time on the wire alone: the measured tables, the links, the topology.
+  double wireUs(CollectiveKind kind, size_t mesh_dim, int64_t group_size, double full_bytes) const;
+  /// One local copy of `bytes` (read once, written once) that a redistribution step makes beside
+  /// its collective (an all-reduce's clone, a local slice made contiguous, a gathered dim moved
+  /// back into place): the device's measured elementwise curve at twice the bytes, never below
+  /// the kernel floor; 0 on a device without a measured curve (the datasheet devices price a
+  /// redistribution's collectives alone: their copies run at HBM rates, a small share).
+  double localCopyUs(double bytes) const;
   /// The link a collective of `kind` uses within a node of `mesh_dim`.
   const mesh::LinkParams& link(CollectiveKind kind, size_t mesh_dim) const;
 

@@ -69,6 +69,12 @@ struct DeviceSpec {
   /// (apc/lower/schedule.h). apc calibrate measures it (a matmul loop with and without an
   /// all-reduce in flight).
   double overlap_efficiency = 1.0;
+  /// Compute time a rank loses after each blocking collective call it waits for: the kernels that
+  /// follow a wait run slower than back to back (on a shared CPU VM the waiting core goes idle and
+  /// comes back cold). CostModel::collectiveUs adds it to every collective call. 0 in the built-in
+  /// datasheet devices; apc calibrate measures it (a chain of kernels back to back and right after
+  /// a small blocking all-reduce): 45-100 us on this project's 2-core VM, on chains of 0.15-2 ms.
+  double wait_resume_us = 0.0;
   /// What a contraction's output costs beyond its flops, as a write rate in GB/s (0: nothing):
   /// a GEMM's microkernel loads and stores each output tile once per pass over the inner dim, so
   /// where that dim is small the outputs, not the flops, set the time. On a CPU core an f32
@@ -122,6 +128,7 @@ struct DeviceOverrides {
   std::optional<bool> dispatch_overlaps;
   std::optional<double> view_dispatch_us;    // >= 0
   std::optional<double> overlap_efficiency;  // [0, 1]
+  std::optional<double> wait_resume_us;      // >= 0
   std::optional<double> matmul_output_gbps;  // >= 0 (0: nothing)
   std::optional<double> matvec_gbps;         // >= 0 (0: priced as any product)
   std::optional<double> outer_product_gbps;  // >= 0 (0: priced as any product)

@@ -71,6 +71,11 @@
 // Backward is priced only when the tensor takes a gradient (global.requires_grad); otherwise
 // backward_us is 0 and the plan minimises the forward cost alone.
 //
+// A step's price is its collective's (CostModel::collectiveUs, the wait included) and, on a device
+// with a measured elementwise curve, the local copies the runtime makes beside the call that the
+// calibrated collectives (timed along dim 0) leave out (CostModel::localCopyUs): an all-reduce's
+// clone, a local slice made contiguous, a gather or scatter along another dim than 0 moving it.
+//
 //===----------------------------------------------------------------------===//
 #pragma once
 

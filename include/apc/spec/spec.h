@@ -88,6 +88,7 @@ struct DeviceOverrides {
   std::optional<bool> dispatch_overlaps;     // the host runs ahead of the device (CUDA's queue)
   std::optional<double> view_dispatch_us;    // >= 0: host time per node of an op without kernel
   std::optional<double> overlap_efficiency;  // [0, 1]: what overlapped compute does not pay
+  std::optional<double> wait_resume_us;      // >= 0: compute lost after a blocking collective
   std::optional<double> matmul_output_gbps;  // >= 0: a contraction's output beyond its flops
   std::optional<double> matvec_gbps;         // >= 0: a matrix-vector product's matrix read rate
   std::optional<double> outer_product_gbps;  // >= 0: an outer product's output write rate
@@ -108,9 +109,9 @@ struct DeviceOverrides {
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
            !memory_efficiency && !kernel_floor_us && !dispatch_us && !dispatch_overlaps &&
-           !view_dispatch_us && !overlap_efficiency && !matmul_output_gbps && !matvec_gbps &&
-           !outer_product_gbps && matmul_us.empty() && conv_us.empty() && attention_us.empty() &&
-           op_us.empty() && !elementwise_us;
+           !view_dispatch_us && !overlap_efficiency && !wait_resume_us && !matmul_output_gbps &&
+           !matvec_gbps && !outer_product_gbps && matmul_us.empty() && conv_us.empty() &&
+           attention_us.empty() && op_us.empty() && !elementwise_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
