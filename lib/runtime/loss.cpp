@@ -77,8 +77,20 @@ at::Tensor vocabParallelCrossEntropy(const at::Tensor& logits, const at::Tensor&
 
 }  // namespace
 
+std::map<std::string, int64_t> inputSymbolSizes(const ParallelModule& pm,
+                                                const std::vector<at::Tensor>& full_inputs) {
+  std::map<std::string, int64_t> out;
+  const std::vector<PlacedTensor>& specs = pm.inputSpecs();
+  for (size_t i = 0; i < specs.size() && i < full_inputs.size(); ++i)
+    for (size_t d = 0; d < specs[i].symbols.size(); ++d)
+      if (!specs[i].symbols[d].empty() && static_cast<int64_t>(d) < full_inputs[i].dim())
+        out.emplace(specs[i].symbols[d], full_inputs[i].size(static_cast<int64_t>(d)));
+  return out;
+}
+
 Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
-                                  const at::Tensor* targets, at::Generator* gen) {
+                                  const at::Tensor* targets, at::Generator* gen,
+                                  const std::map<std::string, int64_t>* symbol_sizes) {
   const PlacedTensor& spec = pm.outputSpecs().at(0);
   World& world = pm.world();
   ShardedLoss out;
@@ -135,6 +147,17 @@ Expected<ShardedLoss> shardedLoss(ParallelModule& pm, const at::Tensor& local,
     if (ud < spec.global_shape.size() && (ud >= spec.symbols.size() || spec.symbols[ud].empty())) {
       global_rows[ud] = spec.global_shape[ud];
       continue;
+    }
+    if (symbol_sizes && ud < spec.symbols.size()) {
+      const auto known = symbol_sizes->find(spec.symbols[ud]);
+      if (known != symbol_sizes->end()) {
+        if (known->second < rows.size(d))
+          return invalidArgument("the loss: the batch's size " + std::to_string(known->second) +
+                                 " of '" + spec.symbols[ud] + "' is below this rank's " +
+                                 std::to_string(rows.size(d)) + " rows of the output");
+        global_rows[ud] = known->second;
+        continue;
+      }
     }
     bool split = false;
     at::Tensor n = at::full({1}, rows.size(d), at::TensorOptions().dtype(at::kLong));

@@ -5,7 +5,8 @@
 // (rows split), tp (the vocab dim split: the vocab-parallel cross entropy, no gather) and fsdp+tp,
 // and mlp_stack's floating output, the loss value and every parameter's gradient agree:
 // cross-entropy with drawn targets and with given class ids, and the mean square against given
-// floating targets.
+// floating targets. A dynamic batch's row count takes no collective where the caller gives the
+// batch's sizes.
 //
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
@@ -143,6 +144,88 @@ INSTANTIATE_TEST_SUITE_P(
                       LossCase{&kMlp, "2x2", "tp", true}, LossCase{&kGpt2, "2", "tp", true},
                       LossCase{&kGpt2, "2x2", "tp", false}),
     caseName);
+
+// A dynamic batch (mlp_stack planned at B = 8, run at 7 rows: 4 + 3 on 2 ranks): the whole batch's
+// row count is summed over the ranks (a blocking all-reduce) unless the caller passes the batch's
+// symbol sizes (inputSymbolSizes of the full inputs), which give the same loss and gradients with
+// one collective fewer; a size below this rank's rows is an error.
+TEST(ShardedLossDynamic, SymbolSizesSpareTheRowCountsCollective) {
+  const ModelCase dyn{"mlp_stack", {"x:f32[B=8,4,128]"}, 0, ""};
+  if (!fs::exists(testing::samplePath(dyn.model)))
+    GTEST_SKIP() << "sample " << dyn.model << " missing (run scripts/setup.sh)";
+  const fs::path dir = testing::scratchDir("loss", "mlp_stack_dynamic");
+  const std::string err = testing::makeArtifact(dyn, "2", "ddp", dir.string());
+  ASSERT_EQ(err, "") << err;
+  const testing::Reference ref = testing::computeReference(dyn, 1, 0.0);
+  auto failures = testing::runRanks(2, [&](int rank) {
+    testing::RankLog log(rank);
+    auto pm = testing::loadRank(dir.string(), ref.init, log);
+    if (!pm) return 1;
+    const std::vector<at::Tensor> full = {ref.inputs.at(0).narrow(0, 0, 7)};
+    const std::vector<c10::IValue> inputs = testing::shardInputs(*pm, {full[0]});
+    const std::map<std::string, int64_t> sizes = inputSymbolSizes(*pm, full);
+    if (sizes.size() != 1 || sizes.begin()->second != 7) {
+      log.fail("inputSymbolSizes gave " + std::to_string(sizes.size()) + " symbols");
+      return log.exitCode();
+    }
+    auto allReduces = [&] {
+      int64_t n = 0;
+      for (const CommStats& st : pm->commStatsByMeshDim()) n += st.of(CommKind::kAllReduce).calls;
+      return n;
+    };
+    double values[2] = {0, 0};
+    int64_t calls[2] = {0, 0};
+    std::vector<at::Tensor> grads[2];
+    for (int hinted = 0; hinted < 2; ++hinted) {
+      auto leaves = pm->forwardLeaves(inputs);
+      if (!leaves.ok()) {
+        log.fail(leaves.error().message());
+        return log.exitCode();
+      }
+      pm->resetCommStats();
+      at::Generator g = at::detail::createCPUGenerator(5);
+      auto loss =
+          shardedLoss(*pm, leaves->at(0).toTensor(), nullptr, &g, hinted ? &sizes : nullptr);
+      if (!loss.ok()) {
+        log.fail(loss.error().message());
+        return log.exitCode();
+      }
+      calls[hinted] = allReduces();
+      loss->share.backward();
+      values[hinted] = loss->value();
+      for (size_t i = 0; i < pm->parameters().size(); ++i) {
+        grads[hinted].push_back(pm->fullGrad(i).clone());
+        pm->parameters()[i].mutable_grad() = at::Tensor();
+      }
+    }
+    if (calls[1] != calls[0] - 1)
+      log.fail("all-reduces in the loss: " + std::to_string(calls[0]) + " without the sizes, " +
+               std::to_string(calls[1]) + " with them");
+    if (std::abs(values[0] - values[1]) > 1e-6 * std::max(1.0, std::abs(values[0])))
+      log.fail("loss " + std::to_string(values[1]) + " with the sizes, " +
+               std::to_string(values[0]) + " without");
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      const std::string d = testing::compareTensors(grads[1][i], grads[0][i], 1e-6);
+      if (!d.empty()) log.fail("gradient of parameter " + std::to_string(i) + ": " + d);
+    }
+    auto leaves = pm->forwardLeaves(inputs);
+    if (!leaves.ok()) {
+      log.fail(leaves.error().message());
+      return log.exitCode();
+    }
+    // Below both ranks' rows (4 and 3): both fail alike, before any collective.
+    const std::map<std::string, int64_t> small = {{sizes.begin()->first, 2}};
+    at::Generator g = at::detail::createCPUGenerator(5);
+    auto bad = shardedLoss(*pm, leaves->at(0).toTensor(), nullptr, &g, &small);
+    const std::string rows = rank == 0 ? "4" : "3";
+    if (bad.ok() ||
+        bad.error().message().find("is below this rank's " + rows + " rows") == std::string::npos)
+      log.fail("a batch size below the rank's rows: " +
+               (bad.ok() ? std::string("accepted") : bad.error().message()));
+    return log.exitCode();
+  });
+  EXPECT_TRUE(failures.empty()) << ::testing::PrintToString(failures);
+}
 
 }  // namespace
 }  // namespace apc::runtime::loss_test

@@ -894,8 +894,12 @@ int run(Flags f) {
     // The loss on this rank's rows of the first output (apc/runtime/loss.h): only a class dim
     // split across ranks is gathered, never the whole output.
     at::Generator loss_gen = at::detail::createCPUGenerator(loss_seed);
-    auto sharded = apc::runtime::shardedLoss(pm, leaves->at(0).toTensor(),
-                                             batch ? &batch->targets : nullptr, &loss_gen);
+    // Every rank holds the whole synthetic batch: its dynamic sizes need no collective.
+    const std::map<std::string, int64_t> symbol_sizes =
+        apc::runtime::inputSymbolSizes(pm, full_inputs);
+    auto sharded =
+        apc::runtime::shardedLoss(pm, leaves->at(0).toTensor(), batch ? &batch->targets : nullptr,
+                                  &loss_gen, batch ? nullptr : &symbol_sizes);
     if (!sharded.ok())
       return fail("step " + std::to_string(step) + ": " + sharded.error().message());
     at::Tensor loss = sharded->share;
