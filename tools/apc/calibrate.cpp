@@ -854,15 +854,14 @@ int runWorker(const CalibrateOptions& o) {
                       {"efficiency", efficiency}}}};
   }
 
-  // --- wait resume
-  // -------------------------------------------------------------------------------- The compute a
-  // rank loses after waiting for a blocking collective (DeviceSpec::wait_resume_us): on the CPU, on
-  // the first mesh dim of more than one rank, a chain of step-sized kernels (a [128,256] x
-  // [256,256] product, a relu and a scale, repeated to about 1 ms) timed back to back (after an
-  // untimed run of itself) and right after a small blocking all-reduce, the two in turn for 150
-  // rounds. The loss is the median of the rounds' differences (paired, so that a slow spell falls
-  // on both of a round), at least 0, the slowest rank's. On this project's 2-core VM torch's own
-  // Gloo showed 45-100 us on the same chains.
+  // --- wait resume -------------------------------------------------------------------------------
+  // The compute a rank loses after waiting for a blocking collective (DeviceSpec::wait_resume_us):
+  // on the CPU, on the first mesh dim of more than one rank, a chain of step-sized kernels (a
+  // [128,256] x [256,256] product, a relu and a scale, repeated to about 1 ms) timed back to back
+  // (after an untimed run of itself) and right after a small blocking all-reduce, the two in turn
+  // for 150 rounds. The loss is the median of the rounds' differences (paired, so that a slow spell
+  // falls on both of a round), at least 0, the slowest rank's. On this project's 2-core VM torch's
+  // own Gloo showed 45-100 us on the same chains.
   std::optional<double> wait_resume;
   nlohmann::ordered_json wait_json;
   for (size_t m = 0; m < dmesh.ndim() && !wait_resume && !device.is_cuda(); ++m) {
