@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -201,6 +202,22 @@ class Lowerer {
  private:
   Status readPlacements();
   void decideLiveness();
+  void decidePartialGradients();
+  /// The mesh dims an op's work is split on (cost::opSplit of its placements), and those its
+  /// outputs' gradients stay partial on (partial_grad_): its replicated inputs' gradients are
+  /// partial there.
+  std::vector<bool> gradientSplit(const ir::Node& n) const;
+  /// The placement a value's gradient is brought to where the value is read: its own placement
+  /// with Partial as Replicate, and Partial on the dims partial_grad_ keeps it so.
+  PlacementTuple gradientTarget(ir::ValueId gv) const;
+  /// The price edge() gives a gradient's redistribution grad_from -> grad_to of value `gv` read
+  /// as `dst` (a parameter read where it lies: its share of a gradient bucket); nullopt when
+  /// impossible. `in_bucket`, when given: what the runtime's buckets make of it, each mesh dim's
+  /// all-reduce at its share of a bucket (edge() prices those of several dims whole); -1 when it
+  /// is not bucketed.
+  std::optional<double> gradientUs(ir::ValueId gv, const PlacementTuple& dst,
+                                   const PlacementTuple& grad_from, const PlacementTuple& grad_to,
+                                   double* in_bucket = nullptr) const;
   ir::TensorMeta localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const;
   std::vector<layout::DimPiece> pieces(const ir::TensorMeta& global, const PlacementTuple& t) const;
   TensorPiece pieceOf(const ir::TensorMeta& global, const PlacementTuple& t) const;
@@ -257,6 +274,10 @@ class Lowerer {
   std::vector<NodePlacements> placed_;                    // per graph node
   std::vector<std::optional<PlacementTuple>> placement_;  // per graph value (tensors)
   std::vector<bool> dropped_, live_;                      // per graph node
+  /// Per graph node and mesh dim: the node computes replicated there and its outputs' gradients
+  /// stay partial there, reduced at its parameters instead (decidePartialGradients).
+  std::vector<std::vector<bool>> partial_grad_;
+  double partial_grad_saving_us_ = 0;  // what that changes in the plan's prices (edge()'s)
 
   ir::Graph out_;
   std::vector<ir::ValueId> vmap_;  // graph value -> program value
@@ -356,6 +377,237 @@ TensorPiece Lowerer::pieceOf(const ir::TensorMeta& global, const PlacementTuple&
   return tp;
 }
 
+/// Gradients kept partial through replicated computation. A value computed on every rank of a
+/// mesh dim alike (its op's inputs and outputs Replicate there) and read by ops whose work is split
+/// over that dim (a batch-sharded add of a position embedding, a window attention adding its bias
+/// table) receives a Partial gradient there; edge() would all-reduce it where it is read, one
+/// blocking collective in the middle of backward. Backward is linear in the gradient and every
+/// rank of the dim holds the same forward values, so the partial gradient can instead flow on
+/// through the replicated ops unreduced, down to the parameters they read, whose gradients then
+/// take the all-reduce (bucketed with the others, as torch's DDP reduces a position embedding's
+/// gradient). Per set of mesh dims (all of them together, then each alone), the set kept so is
+/// the largest set of live ops that
+///   - compute replicated on the dims (gradientSplit false) and write no input;
+///   - have every gradient-carrying output read only by ops that read it Replicate on the dims
+///     and are split there or in the set (never an output leaf, never a tensor list);
+///   - have every gradient-carrying input a parameter's or a set member's output;
+/// then, per connected group of it, kept only where the cost model prices the group's parameter
+/// gradients below the reductions it saves: at their share of a bucket where bucketed (the
+/// bandwidth they add), plus one all-reduce's latency per dim where no other parameter's gradient
+/// is bucketed on the dims (they would make a bucket of their own).
+void Lowerer::decidePartialGradients() {
+  const size_t ndim = mesh_.ndim();
+  partial_grad_.assign(g_.numNodes(), std::vector<bool>(ndim, false));
+  partial_grad_saving_us_ = 0;
+  if (!options_.partial_gradients) return;
+  auto carriesGrad = [&](ir::ValueId id) {
+    const ir::Value& v = g_.value(id);
+    if (v.type == ir::ValueType::kTensorList) {
+      for (const ir::TensorMeta& e : v.elements)
+        if (e.requires_grad && ir::isFloating(e.dtype)) return true;
+      return false;
+    }
+    return v.tensor && v.tensor->requires_grad && ir::isFloating(v.tensor->dtype);
+  };
+  auto fromParameter = [&](ir::ValueId id) {
+    const ir::Value& v = g_.value(id);
+    return v.producer.valid() && g_.node(v.producer).kind == ir::NodeKind::kParameter;
+  };
+  const std::vector<std::vector<ir::Use>> uses = g_.computeUses();
+  std::vector<bool> leaf(g_.numValues(), false);
+  for (ir::ValueId v : g_.outputs().leaves()) leaf[v.v] = true;
+  auto readAs = [&](const ir::Node& u, uint32_t i) -> PlacementTuple {
+    const NodePlacements& np = placed_[u.id.v];
+    return np.present && i < np.inputs.size() && np.inputs[i] ? *np.inputs[i]
+                                                              : *placement_[u.inputs[i].v];
+  };
+  // One pass over the mesh dims `dims` together: a member is replicated on each of them and its
+  // gradients stay partial on all of them. The mesh dims at once first (a batch sharded over
+  // several dims reduces on each), then each dim alone.
+  auto decide = [&](const std::vector<size_t>& dims) {
+    std::vector<std::vector<bool>> split(g_.numNodes());  // gradientSplit, before this pass
+    for (const ir::Node& n : g_.nodes())
+      if (placed_[n.id.v].present) split[n.id.v] = gradientSplit(n);
+    auto splitOnAll = [&](const ir::Node& u) {
+      if (split[u.id.v].size() != ndim) return false;
+      for (size_t d : dims)
+        if (!split[u.id.v][d]) return false;
+      return true;
+    };
+    auto replicatedOnAll = [&](const PlacementTuple& t) {
+      for (size_t d : dims)
+        if (!t[d].isReplicate()) return false;
+      return true;
+    };
+    std::vector<bool> in(g_.numNodes(), false);
+    for (const ir::Node& n : g_.nodes()) {
+      if (n.kind != ir::NodeKind::kOp || !live_[n.id.v] || split[n.id.v].size() != ndim ||
+          writesInput(n.op))
+        continue;
+      bool ok = false;
+      for (ir::ValueId o : n.outputs) ok = ok || carriesGrad(o);
+      for (size_t d : dims) ok = ok && !split[n.id.v][d];
+      in[n.id.v] = ok;
+    }
+    // The largest set: drop members that break a condition until none does.
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (const ir::Node& n : g_.nodes()) {
+        if (!in[n.id.v]) continue;
+        bool ok = true;
+        for (ir::ValueId o : n.outputs) {
+          if (!ok || !carriesGrad(o)) continue;
+          const ir::Value& ov = g_.value(o);
+          ok = ov.isTensor() && ov.tensor && !leaf[o.v] && placement_[o.v] &&
+               replicatedOnAll(*placement_[o.v]);
+          for (const ir::Use& use : uses[o.v]) {
+            if (!ok) break;
+            const ir::Node& u = g_.node(use.node);
+            if (!live_[u.id.v]) continue;
+            ok = u.kind == ir::NodeKind::kOp && !writesInput(u.op) &&
+                 split[u.id.v].size() == ndim && replicatedOnAll(readAs(u, use.input_index)) &&
+                 (splitOnAll(u) || in[u.id.v]);
+          }
+        }
+        for (ir::ValueId i : n.inputs)
+          if (ok && carriesGrad(i))
+            ok = g_.value(i).isTensor() &&
+                 (fromParameter(i) || (g_.value(i).producer.valid() && in[g_.value(i).producer.v]));
+        if (!ok) {
+          in[n.id.v] = false;
+          changed = true;
+        }
+      }
+    }
+    // Connected groups (a member reading another's output joins its group), each priced.
+    std::vector<size_t> group(g_.numNodes());
+    for (size_t i = 0; i < group.size(); ++i) group[i] = i;
+    std::function<size_t(size_t)> find = [&](size_t i) {
+      return group[i] == i ? i : group[i] = find(group[i]);
+    };
+    for (const ir::Node& n : g_.nodes())
+      if (in[n.id.v])
+        for (ir::ValueId i : n.inputs)
+          if (const ir::Value& iv = g_.value(i); iv.producer.valid() && in[iv.producer.v])
+            group[find(n.id.v)] = find(iv.producer.v);
+    // Per group: the reductions saved minus the parameter gradients added, as the runtime runs
+    // them (buckets) and as edge() prices them (the plan's terms, for the prediction).
+    std::map<size_t, double> saving, priced_saving;
+    std::set<size_t> new_bucket;  // groups that bucket a parameter's gradient
+    std::set<std::string> seen;   // edges priced once, as edge() lowers them once
+    auto price = [&](size_t grp, ir::ValueId gv, const ir::Node& u, uint32_t input,
+                     bool reader_kept, bool value_kept) {
+      const PlacementTuple dst = readAs(u, input);
+      std::vector<bool> reader = split[u.id.v];
+      const PlacementTuple before_from = cost::gradientPlacement(dst, reader);
+      if (reader_kept)
+        for (size_t d : dims) reader[d] = true;
+      const PlacementTuple after_from = cost::gradientPlacement(dst, reader);
+      const std::string key =
+          std::to_string(gv.v) + "|" + mesh::toString(dst) + "|" + mesh::toString(after_from);
+      if (!seen.insert(key).second) return;
+      const PlacementTuple before_to = gradientTarget(gv);
+      PlacementTuple after_to = before_to;
+      if (value_kept)
+        for (size_t d : dims) after_to[d] = Placement::partial();
+      double bucket_before = -1, bucket_after = -1;
+      const std::optional<double> before =
+          gradientUs(gv, dst, before_from, before_to, &bucket_before);
+      const std::optional<double> after = gradientUs(gv, dst, after_from, after_to, &bucket_after);
+      if (bucket_after >= 0 && bucket_before < 0) new_bucket.insert(grp);
+      if (!before || !after) {
+        saving[grp] = -std::numeric_limits<double>::infinity();
+        return;
+      }
+      saving[grp] += (bucket_before >= 0 ? bucket_before : *before) -
+                     (bucket_after >= 0 ? bucket_after : *after);
+      priced_saving[grp] += *before - *after;
+    };
+    for (const ir::Node& n : g_.nodes()) {
+      if (!in[n.id.v]) continue;
+      const size_t grp = find(n.id.v);
+      saving.emplace(grp, 0.0);
+      priced_saving.emplace(grp, 0.0);
+      for (ir::ValueId o : n.outputs)
+        if (carriesGrad(o))
+          for (const ir::Use& use : uses[o.v])
+            if (live_[use.node.v] && !in[use.node.v])
+              price(grp, o, g_.node(use.node), use.input_index, false, true);
+      for (uint32_t i = 0; i < n.inputs.size(); ++i)
+        if (carriesGrad(n.inputs[i]) && fromParameter(n.inputs[i]))
+          price(grp, n.inputs[i], n, i, true, false);
+    }
+    // Whether the plan buckets a parameter's gradient on these dims already: a parameter read
+    // where it lies, Replicate on them, by an op split over them (outside the set).
+    bool bucket_exists = false;
+    for (const ir::Node& u : g_.nodes()) {
+      if (bucket_exists || !live_[u.id.v] || in[u.id.v] || !splitOnAll(u)) continue;
+      for (uint32_t i = 0; i < u.inputs.size() && !bucket_exists; ++i)
+        bucket_exists = carriesGrad(u.inputs[i]) && fromParameter(u.inputs[i]) &&
+                        readAs(u, i) == *placement_[u.inputs[i].v] && replicatedOnAll(readAs(u, i));
+    }
+    if (!bucket_exists)
+      for (size_t grp : new_bucket)
+        for (size_t d : dims)
+          saving[grp] -=
+              model_.collectiveUs(cost::CollectiveKind::kAllReduce, d, mesh_.size(d), 0.0);
+    for (const ir::Node& n : g_.nodes())
+      if (in[n.id.v] && saving.at(find(n.id.v)) > 0)
+        for (size_t d : dims) partial_grad_[n.id.v][d] = true;
+    for (const auto& [grp, s] : saving)
+      if (s > 0) partial_grad_saving_us_ += priced_saving.at(grp);
+  };
+  if (ndim > 1) {
+    std::vector<size_t> all(ndim);
+    for (size_t d = 0; d < ndim; ++d) all[d] = d;
+    decide(all);
+  }
+  for (size_t d = 0; d < ndim; ++d) decide({d});
+}
+
+std::vector<bool> Lowerer::gradientSplit(const ir::Node& n) const {
+  const NodePlacements& np = placed_[n.id.v];
+  std::vector<bool> split = cost::opSplit(np.inputs, np.outputs, mesh_.ndim());
+  if (n.id.v < partial_grad_.size())
+    for (size_t d = 0; d < split.size() && d < partial_grad_[n.id.v].size(); ++d)
+      split[d] = split[d] || partial_grad_[n.id.v][d];
+  return split;
+}
+
+PlacementTuple Lowerer::gradientTarget(ir::ValueId gv) const {
+  const ir::Value& v = g_.value(gv);
+  PlacementTuple t = cost::partialAsReplicate(*placement_[gv.v]);
+  if (v.producer.valid() && v.producer.v < partial_grad_.size())
+    for (size_t d = 0; d < t.size() && d < partial_grad_[v.producer.v].size(); ++d)
+      if (partial_grad_[v.producer.v][d]) t[d] = Placement::partial();
+  return t;
+}
+
+std::optional<double> Lowerer::gradientUs(ir::ValueId gv, const PlacementTuple& dst,
+                                          const PlacementTuple& grad_from,
+                                          const PlacementTuple& grad_to, double* in_bucket) const {
+  const ir::Value& v = g_.value(gv);
+  ir::TensorMeta meta = *v.tensor;
+  meta.dtype = computeDtype(meta.dtype);
+  auto bwd = cost::planRedistribution(meta, grad_from, grad_to, mesh_, model_);
+  if (!bwd.ok() || !bwd->feasible) return std::nullopt;
+  // As edge() prices it.
+  if (in_bucket) *in_bucket = -1;
+  if (cost::regatheredInBackward(g_.node(v.producer)) && *placement_[gv.v] == dst &&
+      cost::bucketsGradient(*bwd)) {
+    if (in_bucket) {
+      *in_bucket = 0;
+      for (const cost::RedistributionStep& st : bwd->steps) {
+        cost::RedistributionPlan one = *bwd;
+        one.steps = {st};
+        *in_bucket += cost::bucketedGradientUs(one, model_, grad_bucket_bytes_).value_or(0.0);
+      }
+    }
+    if (auto b = cost::bucketedGradientUs(*bwd, model_, grad_bucket_bytes_)) return *b;
+  }
+  return bwd->forward_us;
+}
+
 ir::TensorMeta Lowerer::localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const {
   ir::TensorMeta m = global;
   std::vector<layout::DimPiece> pc = pieces(global, t);
@@ -452,9 +704,9 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   const PlacementTuple& src = *placement_[gv.v];
   const bool grad = v.tensor->requires_grad && ir::isFloating(v.tensor->dtype);
   // The edge's semantics (gradient placements, dtypes, regather) are apc/cost/edge.h's, which
-  // the planner priced.
+  // the planner priced, but for the gradients decidePartialGradients keeps partial.
   PlacementTuple grad_from = cost::gradientPlacement(dst, op_split);
-  PlacementTuple grad_to = cost::partialAsReplicate(src);
+  PlacementTuple grad_to = gradientTarget(gv);
   APC_ASSIGN_OR_RETURN(ir::ValueId local_src, localInput(gv));
   if (src == dst && (!grad || grad_from == grad_to)) return local_src;
   // The steps move the tensor in the dtype the program holds it in (param_dtype under mixed
@@ -612,7 +864,7 @@ ir::ValueId Lowerer::castTo(ir::ValueId local, ir::DType dtype, const std::strin
 Status Lowerer::emitOp(const ir::Node& n) {
   const NodePlacements& np = placed_[n.id.v];
   std::string consumer = n.qualifiedOp() + " #" + std::to_string(n.id.v);
-  const std::vector<bool> op_split = cost::opSplit(np.inputs, np.outputs, mesh_.ndim());
+  const std::vector<bool> op_split = gradientSplit(n);
 
   std::vector<ir::ValueId> inputs;
   // Where each tensor input is computed on (the op's internal collective, OpInfo::collective).
@@ -853,9 +1105,11 @@ void Lowerer::recordDivisibility() {
 Status Lowerer::recordPrediction() {
   proto::Prediction* pr = program_.mutable_prediction();
   pr->set_cost_model(model_.describe());
-  pr->set_step_us(p_.totals.total_us);
+  // The plan priced the gradients decidePartialGradients keeps partial as reduced where they are
+  // read; what moving those reductions to the parameters saves comes off.
+  pr->set_step_us(p_.totals.total_us - partial_grad_saving_us_);
   pr->set_compute_us(p_.totals.compute_us);
-  pr->set_comm_us(p_.totals.comm_us);
+  pr->set_comm_us(p_.totals.comm_us - partial_grad_saving_us_);
   double fwd = 0, bwd = 0;
   for (const proto::Redistribution& r : program_.redistributions()) {
     fwd += r.priced_forward_us();
@@ -1063,6 +1317,7 @@ Expected<proto::Program> Lowerer::run() {
   coord_ = mesh_.coordinate(rank_);
   APC_RETURN_IF_ERROR(readPlacements());
   decideLiveness();
+  decidePartialGradients();
   vmap_.assign(g_.numValues(), ir::ValueId());
   out_.name = g_.name;
   for (const ir::Node& n : g_.nodes()) {

@@ -508,6 +508,87 @@ TEST(Lower, ReplicatedParametersGradientsAreMarkedForBuckets) {
   EXPECT_GE(marked, 2 * 4) << "up.weight and down.weight are all-reduced on every rank";
 }
 
+// A position embedding: a parameter looked up by a constant index buffer, replicated, added to a
+// batch-sharded activation (GPT-2's wpe, Swin's relative position bias table). Its gradient is
+// partial at the add; lowering keeps it partial through the lookup and all-reduces it at the
+// parameter, in the gradient bucket with the others (as torch's DDP does), instead of one blocking
+// all-reduce of the activation's gradient where the add reads it. LowerOptions::partial_gradients
+// off gives the latter; the prediction takes off what the bucket saves.
+TEST(Lower, ReplicatedComputationKeepsItsGradientPartialToItsParameters) {
+  using ir::testing_graphs::leafNode;
+  using ir::testing_graphs::opNode;
+  using ir::testing_graphs::tensorValue;
+  ir::Graph g;
+  g.name = "position_embedding";
+  ir::ValueId x = tensorValue(g, "x", {8, 16, 64});
+  leafNode(g, ir::NodeKind::kInput, "x", x);
+  ir::ValueId wpe = tensorValue(g, "wpe.weight", {16, 64}, ir::DType::kF32, true);
+  leafNode(g, ir::NodeKind::kParameter, "wpe.weight", wpe);
+  ir::ValueId ids = tensorValue(g, "position_ids", {16}, ir::DType::kI64);
+  leafNode(g, ir::NodeKind::kBuffer, "position_ids", ids);
+  ir::ValueId w = tensorValue(g, "proj.weight", {64, 64}, ir::DType::kF32, true);
+  leafNode(g, ir::NodeKind::kParameter, "proj.weight", w);
+  ir::ValueId pad = g.addConstant(ir::ValueType::kInt, int64_t{-1});
+  ir::ValueId no = g.addConstant(ir::ValueType::kBool, false);
+  ir::ValueId one = g.addConstant(ir::ValueType::kInt, int64_t{1});
+  ir::ValueId none = g.addConstant(ir::ValueType::kNone, ir::None{});
+  ir::ValueId pe = tensorValue(g, "pe", {16, 64}, ir::DType::kF32, true);
+  opNode(g, "aten::embedding", "", {wpe, ids, pad, no, no}, {pe}, "wpe");
+  ir::ValueId h = tensorValue(g, "h", {8, 16, 64}, ir::DType::kF32, true);
+  opNode(g, "aten::add", "Tensor", {x, pe, one}, {h}, "add");
+  ir::ValueId y = tensorValue(g, "y", {8, 16, 64}, ir::DType::kF32, true);
+  opNode(g, "aten::linear", "", {h, w, none}, {y}, "proj");
+  g.setOutputs(ir::OutputTree::makeLeaf(y));
+
+  spec::Spec spec = specFor({4}, {});
+  spec.memory_budget.high = 1.0;  // replicated parameters
+  spec.inputs["x"] = {mesh::Placement::shard(0)};
+  spec.pins.push_back({spec::Pin::Target::kModule, "wpe", {mesh::Placement::replicate()}});
+  for (const char* m : {"add", "proj"})
+    spec.pins.push_back({spec::Pin::Target::kModule, m, {mesh::Placement::shard(0)}});
+  auto planned = planOf(g, spec);
+  auto kept = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(kept.ok()) << kept.error().message();
+  testing::checkPrograms(g, planned.result.plan, *kept);
+  LowerOptions off;
+  off.partial_gradients = false;
+  auto reduced = lowerPlan(g, planned.result.plan, off);
+  ASSERT_TRUE(reduced.ok()) << reduced.error().message();
+  testing::checkPrograms(g, planned.result.plan, *reduced);
+
+  // Per program: the edges whose gradient is all-reduced on its own, and the parameters whose
+  // gradients go to the buckets.
+  auto survey = [](const proto::Program& p, std::vector<std::string>& own,
+                   std::set<std::string>& bucketed) {
+    const std::vector<int> deferred = artifact::deferredGradParameters(p);
+    for (int r = 0; r < p.redistributions_size(); ++r) {
+      const proto::Redistribution& red = p.redistributions(r);
+      if (deferred.at(static_cast<size_t>(r)) >= 0) {
+        bucketed.insert(p.parameters(deferred[static_cast<size_t>(r)]).name());
+        continue;
+      }
+      for (const proto::RedistStep& st : red.backward())
+        if (st.kind() == proto::ALL_REDUCE) own.push_back(red.edge());
+    }
+  };
+  ASSERT_EQ(kept->size(), 4u);
+  for (size_t rank = 0; rank < kept->size(); ++rank) {
+    std::vector<std::string> own_kept, own_reduced;
+    std::set<std::string> bucketed_kept, bucketed_reduced;
+    survey((*kept)[rank], own_kept, bucketed_kept);
+    survey((*reduced)[rank], own_reduced, bucketed_reduced);
+    EXPECT_TRUE(own_kept.empty()) << "rank " << rank << ": " << own_kept.front();
+    EXPECT_EQ(bucketed_kept, (std::set<std::string>{"proj.weight", "wpe.weight"}))
+        << "rank " << rank;
+    ASSERT_EQ(own_reduced.size(), 1u) << "rank " << rank;
+    EXPECT_NE(own_reduced[0].find("%pe"), std::string::npos) << own_reduced[0];
+    EXPECT_EQ(bucketed_reduced, (std::set<std::string>{"proj.weight"})) << "rank " << rank;
+    EXPECT_LT((*kept)[rank].prediction().step_us(), (*reduced)[rank].prediction().step_us());
+    EXPECT_LT((*kept)[rank].prediction().backward_comm_us(),
+              (*reduced)[rank].prediction().backward_comm_us());
+  }
+}
+
 TEST(Lower, MixedPrecisionCastsParametersBeforeTheirCollectives) {
   ir::Graph g = toyBlock(8);
   spec::Spec spec = specFor({2, 2}, {});

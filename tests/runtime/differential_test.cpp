@@ -608,6 +608,38 @@ TEST(ApcTrain, GradientBucketsReduceInOneCallWithTheSameLossesAndTheirPrediction
   EXPECT_EQ(b["predicted_ms"]["compute"], o["predicted_ms"]["compute"]);
 }
 
+// GPT-2's position embedding (wpe looked up by arange, replicated, added to the batch-sharded
+// token embedding) under ddp: its gradient stays partial through the lookup and is all-reduced
+// with wpe's in the one bucket, as torch's DDP reduces it (lower::decidePartialGradients), where
+// it was one more blocking all-reduce of the activation's gradient mid-backward. The losses are
+// the single-device model's; one all-reduce a step carries every gradient, the planned bytes.
+TEST(ApcTrain, PositionEmbeddingGradientJoinsTheParametersBucket) {
+  const ModelCase& m = models().at("hf_gpt2_tiny.pt2");
+  if (!std::filesystem::exists(testing::samplePath(m.model)) ||
+      !std::filesystem::exists(testing::samplePath(m.model, m.format)))
+    GTEST_SKIP() << "run sample_models/generate.py";
+  expectTrainMatchesSingle("hf_gpt2_tiny.pt2", "2", 2, "--lr 0.5", "ddp");
+  std::filesystem::path dir = scratchDir("wpe_bucket");
+  std::string err = testing::makeArtifact(m, "2", "ddp", dir.string());
+  ASSERT_TRUE(err.empty()) << err;
+  const std::string train = std::string(APC_BINARY_DIR) + "/tools/apc-train";
+  apc::testing::CommandResult r = apc::testing::runCommand(
+      testing::apcBinary() + " run " + dir.string() + " --nproc 2 --timeout 300 -- " + train + " " +
+      dir.string() + " --model " + testing::samplePath(m.model, m.format) +
+      " --steps 2 --warmup 1 --first-grad-bucket-mib 0 --profile --json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  nlohmann::json j = lastJsonLine(r.out);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  double calls = 0, bytes = 0;
+  for (const auto& c : j["collectives_per_step"]) {
+    calls += c["calls"].get<double>();
+    bytes += c["bytes_sent"].get<double>();
+  }
+  EXPECT_EQ(calls, 1.0) << j.dump();
+  EXPECT_EQ(bytes, j["planned_wire_bytes"].get<double>()) << j.dump();
+  std::filesystem::remove_all(dir);
+}
+
 // --profile-nodes: every op of the program timed forward and backward, beside the plan's price of
 // its nodes; the prices add up to the prediction's compute.
 TEST(ApcTrain, ProfileNodesTimesEveryOpBesideItsPrice) {

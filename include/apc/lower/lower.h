@@ -84,6 +84,10 @@ struct LowerOptions {
   /// Record Program.prediction (the plan's step, memory and the replayed schedule); off: the
   /// program alone (predictRuntimeMemory reads only its gather groups).
   bool predict = true;
+  /// Keep the gradient of a replicated computation partial back to its parameters (see
+  /// decidePartialGradients in lower.cpp): off, every replicated value read by a data-split op
+  /// has its gradient all-reduced where it is read.
+  bool partial_gradients = true;
 };
 
 /// The program of one rank (0 <= rank < world size of plan.spec.mesh). `g` is the graph the plan
