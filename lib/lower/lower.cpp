@@ -207,6 +207,13 @@ class Lowerer {
   /// outputs' gradients stay partial on (partial_grad_): its replicated inputs' gradients are
   /// partial there.
   std::vector<bool> gradientSplit(const ir::Node& n) const;
+  /// `t` with Replicate on the mesh dims of one rank, where every placement holds the whole
+  /// tensor (a Shard is all of it, a Partial the value itself).
+  PlacementTuple onManyRanks(PlacementTuple t) const {
+    for (size_t d = 0; d < t.size() && d < mesh_.ndim(); ++d)
+      if (mesh_.size(d) == 1) t[d] = Placement::replicate();
+    return t;
+  }
   /// The placement a value's gradient is brought to where the value is read: its own placement
   /// with Partial as Replicate, and Partial on the dims partial_grad_ keeps it so.
   PlacementTuple gradientTarget(ir::ValueId gv) const;
@@ -589,12 +596,13 @@ std::optional<double> Lowerer::gradientUs(ir::ValueId gv, const PlacementTuple& 
   const ir::Value& v = g_.value(gv);
   ir::TensorMeta meta = *v.tensor;
   meta.dtype = computeDtype(meta.dtype);
-  auto bwd = cost::planRedistribution(meta, grad_from, grad_to, mesh_, model_);
+  auto bwd =
+      cost::planRedistribution(meta, onManyRanks(grad_from), onManyRanks(grad_to), mesh_, model_);
   if (!bwd.ok() || !bwd->feasible) return std::nullopt;
   // As edge() prices it.
   if (in_bucket) *in_bucket = -1;
-  if (cost::regatheredInBackward(g_.node(v.producer)) && *placement_[gv.v] == dst &&
-      cost::bucketsGradient(*bwd)) {
+  if (cost::regatheredInBackward(g_.node(v.producer)) &&
+      onManyRanks(*placement_[gv.v]) == onManyRanks(dst) && cost::bucketsGradient(*bwd)) {
     if (in_bucket) {
       *in_bucket = 0;
       for (const cost::RedistributionStep& st : bwd->steps) {
@@ -709,6 +717,12 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   PlacementTuple grad_to = gradientTarget(gv);
   APC_ASSIGN_OR_RETURN(ir::ValueId local_src, localInput(gv));
   if (src == dst && (!grad || grad_from == grad_to)) return local_src;
+  // An edge that differs only on mesh dims of one rank moves nothing and runs no node (on a mesh
+  // of [1] every edge is such; each node would cost a dispatch forward and backward), and its
+  // steps are planned without those dims.
+  if (onManyRanks(src) == onManyRanks(dst) &&
+      (!grad || onManyRanks(grad_from) == onManyRanks(grad_to)))
+    return local_src;
   // The steps move the tensor in the dtype the program holds it in (param_dtype under mixed
   // precision), and so does its gradient; a parameter's gradient is reduced in reduce_dtype
   // (FSDP2's MixedPrecisionPolicy; the planner prices the same, see apc/solver/graph_problem.h).
@@ -726,9 +740,9 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
 
   std::string name = "%" + v.debug_name + " -> " + consumer;
   proto::Redistribution r;
-  artifact::toProto(src, r.mutable_from());
-  artifact::toProto(dst, r.mutable_to());
-  auto fwd = cost::planRedistribution(meta, src, dst, mesh_, model_);
+  artifact::toProto(onManyRanks(src), r.mutable_from());
+  artifact::toProto(onManyRanks(dst), r.mutable_to());
+  auto fwd = cost::planRedistribution(meta, onManyRanks(src), onManyRanks(dst), mesh_, model_);
   if (!fwd.ok()) return fwd.error().withContext(name);
   if (!fwd->feasible)
     return unsupported(name + ": " + mesh::toString(src) + " -> " + mesh::toString(dst) +
@@ -739,9 +753,10 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
   // redistribution, and the forward once more where backward regathers.
   double backward_us = 0;
   if (grad) {
-    artifact::toProto(grad_from, r.mutable_grad_from());
-    artifact::toProto(grad_to, r.mutable_grad_to());
-    auto bwd = cost::planRedistribution(meta, grad_from, grad_to, mesh_, model_);
+    artifact::toProto(onManyRanks(grad_from), r.mutable_grad_from());
+    artifact::toProto(onManyRanks(grad_to), r.mutable_grad_to());
+    auto bwd =
+        cost::planRedistribution(meta, onManyRanks(grad_from), onManyRanks(grad_to), mesh_, model_);
     if (!bwd.ok()) return bwd.error().withContext(name + " (gradient)");
     if (!bwd->feasible)
       return unsupported(name + ": gradient " + mesh::toString(grad_from) + " -> " +
@@ -752,7 +767,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
     // A parameter read where it lies whose gradient is one all-reduce, or one on each of several
     // mesh dims: the runtime buckets it (the flag); the planner priced the first at its share of
     // a bucket (cost::bucketedGradientUs), the others whole.
-    if (regathered && src == dst && cost::bucketsGradient(*bwd)) {
+    if (regathered && onManyRanks(src) == onManyRanks(dst) && cost::bucketsGradient(*bwd)) {
       if (auto b = cost::bucketedGradientUs(*bwd, model_, grad_bucket_bytes_)) backward_us = *b;
       r.set_bucketed_gradient(true);
     }

@@ -589,6 +589,43 @@ TEST(Lower, ReplicatedComputationKeepsItsGradientPartialToItsParameters) {
   }
 }
 
+// A mesh dim of one rank moves nothing: on [1] the program has no redistribution at all (each
+// would run a node, a dispatch forward and backward, for nothing), and [1,4] has the
+// redistributions of [4], the same steps.
+TEST(Lower, MeshDimsOfOneRankRunNoRedistribution) {
+  ir::Graph g = toyBlock(8);
+  auto lowered = [&](std::vector<int64_t> shape) {
+    spec::Spec spec = specFor(shape, {});
+    spec.inputs["x"] = std::vector<mesh::Placement>(shape.size(), mesh::Placement::shard(0));
+    auto planned = planOf(g, spec);
+    auto programs = lowerPlan(g, planned.result.plan);
+    EXPECT_TRUE(programs.ok()) << programs.error().message();
+    if (!programs.ok()) return std::vector<proto::Program>{};
+    testing::checkPrograms(g, planned.result.plan, *programs);
+    return *programs;
+  };
+  const std::vector<proto::Program> one = lowered({1});
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].redistributions_size(), 0);
+  const std::vector<proto::Program> four = lowered({4}), one_four = lowered({1, 4});
+  ASSERT_EQ(four.size(), 4u);
+  ASSERT_EQ(one_four.size(), 4u);
+  auto steps = [](const proto::Program& p) {
+    std::vector<std::pair<int, int>> out;  // (kind, mesh dim of the step on [1,4] less one)
+    for (const proto::Redistribution& r : p.redistributions())
+      for (const auto* list : {&r.forward(), &r.backward()})
+        for (const proto::RedistStep& s : *list) out.emplace_back(s.kind(), s.mesh_dim());
+    return out;
+  };
+  EXPECT_GT(four[0].redistributions_size(), 0);
+  for (size_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(one_four[r].redistributions_size(), four[r].redistributions_size()) << "rank " << r;
+    std::vector<std::pair<int, int>> a = steps(four[r]), b = steps(one_four[r]);
+    for (auto& [kind, dim] : b) dim -= 1;
+    EXPECT_EQ(a, b) << "rank " << r;
+  }
+}
+
 TEST(Lower, MixedPrecisionCastsParametersBeforeTheirCollectives) {
   ir::Graph g = toyBlock(8);
   spec::Spec spec = specFor({2, 2}, {});

@@ -401,6 +401,11 @@ TEST(ApcTrain, Float32ConvNetBatchShardedMatchesSingle) {
   expectTrainMatchesSingle("swin_tiny", "2x2", 4, "--lr 0.05", "ddp");
 }
 
+// One rank (a mesh of [1]): the program runs no redistribution node and trains as the model does.
+TEST(ApcTrain, OneRankMeshMatchesSingle) {
+  expectTrainMatchesSingle("hf_llama_tiny.pt2", "1", 1, "--lr 0.5");
+}
+
 // A stub-weight sample: the single-device reference gives its zero-stride weights memory of their
 // own before its in-place updates (which would otherwise write many elements through one).
 TEST(ApcTrain, StubWeightModelMatchesSingle) {
