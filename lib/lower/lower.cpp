@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "apc/artifact/artifact.h"
 #include "apc/artifact/typed_proto.h"
@@ -456,41 +457,54 @@ void Lowerer::decidePartialGradients() {
       for (size_t d : dims) ok = ok && !split[n.id.v][d];
       in[n.id.v] = ok;
     }
-    // The largest set: drop members that break a condition until none does.
-    for (bool changed = true; changed;) {
-      changed = false;
-      for (const ir::Node& n : g_.nodes()) {
-        if (!in[n.id.v]) continue;
-        bool ok = true;
-        for (ir::ValueId o : n.outputs) {
-          if (!ok || !carriesGrad(o)) continue;
-          const ir::Value& ov = g_.value(o);
-          ok = ov.isTensor() && ov.tensor && !leaf[o.v] && placement_[o.v] &&
-               replicatedOnAll(*placement_[o.v]);
-          for (const ir::Use& use : uses[o.v]) {
-            if (!ok) break;
-            const ir::Node& u = g_.node(use.node);
-            if (!live_[u.id.v]) continue;
-            ok = u.kind == ir::NodeKind::kOp && !writesInput(u.op) &&
-                 split[u.id.v].size() == ndim && replicatedOnAll(readAs(u, use.input_index)) &&
-                 (splitOnAll(u) || in[u.id.v]);
-          }
-        }
-        for (ir::ValueId i : n.inputs)
-          if (ok && carriesGrad(i))
-            ok = g_.value(i).isTensor() &&
-                 (fromParameter(i) || (g_.value(i).producer.valid() && in[g_.value(i).producer.v]));
-        if (!ok) {
-          in[n.id.v] = false;
-          changed = true;
+    // The largest set: drop members that break a condition until none does. A drop can break
+    // the condition of the members it reads (their readers) and of those that read it (their
+    // inputs): those are checked again (a worklist, linear in the graph).
+    auto keeps = [&](const ir::Node& n) {
+      for (ir::ValueId o : n.outputs) {
+        if (!carriesGrad(o)) continue;
+        const ir::Value& ov = g_.value(o);
+        if (!(ov.isTensor() && ov.tensor && !leaf[o.v] && placement_[o.v] &&
+              replicatedOnAll(*placement_[o.v])))
+          return false;
+        for (const ir::Use& use : uses[o.v]) {
+          const ir::Node& u = g_.node(use.node);
+          if (!live_[u.id.v]) continue;
+          if (!(u.kind == ir::NodeKind::kOp && !writesInput(u.op) && split[u.id.v].size() == ndim &&
+                replicatedOnAll(readAs(u, use.input_index)) && (splitOnAll(u) || in[u.id.v])))
+            return false;
         }
       }
+      for (ir::ValueId i : n.inputs)
+        if (carriesGrad(i) &&
+            !(g_.value(i).isTensor() &&
+              (fromParameter(i) || (g_.value(i).producer.valid() && in[g_.value(i).producer.v]))))
+          return false;
+      return true;
+    };
+    std::vector<uint32_t> work;
+    for (const ir::Node& n : g_.nodes())
+      if (in[n.id.v]) work.push_back(n.id.v);
+    while (!work.empty()) {
+      const ir::Node& n = g_.node(ir::NodeId(work.back()));
+      work.pop_back();
+      if (!in[n.id.v] || keeps(n)) continue;
+      in[n.id.v] = false;
+      for (ir::ValueId i : n.inputs)
+        if (const ir::Value& iv = g_.value(i); iv.producer.valid() && in[iv.producer.v])
+          work.push_back(iv.producer.v);
+      for (ir::ValueId o : n.outputs)
+        for (const ir::Use& use : uses[o.v])
+          if (in[use.node.v]) work.push_back(use.node.v);
     }
     // Connected groups (a member reading another's output joins its group), each priced.
     std::vector<size_t> group(g_.numNodes());
     for (size_t i = 0; i < group.size(); ++i) group[i] = i;
-    std::function<size_t(size_t)> find = [&](size_t i) {
-      return group[i] == i ? i : group[i] = find(group[i]);
+    auto find = [&](size_t i) {
+      size_t root = i;
+      while (group[root] != root) root = group[root];
+      while (group[i] != root) i = std::exchange(group[i], root);
+      return root;
     };
     for (const ir::Node& n : g_.nodes())
       if (in[n.id.v])
@@ -564,12 +578,12 @@ void Lowerer::decidePartialGradients() {
     for (const auto& [grp, s] : saving)
       if (s > 0) partial_grad_saving_us_ += priced_saving.at(grp);
   };
-  if (ndim > 1) {
-    std::vector<size_t> all(ndim);
-    for (size_t d = 0; d < ndim; ++d) all[d] = d;
-    decide(all);
-  }
-  for (size_t d = 0; d < ndim; ++d) decide({d});
+  // The dims of more than one rank (on one rank a Partial is the value itself).
+  std::vector<size_t> many;
+  for (size_t d = 0; d < ndim; ++d)
+    if (mesh_.size(d) > 1) many.push_back(d);
+  if (many.size() > 1) decide(many);
+  for (size_t d : many) decide({d});
 }
 
 std::vector<bool> Lowerer::gradientSplit(const ir::Node& n) const {
