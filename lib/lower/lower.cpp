@@ -215,6 +215,14 @@ class Lowerer {
       if (mesh_.size(d) == 1) t[d] = Placement::replicate();
     return t;
   }
+  /// Whether the runtime buckets the gradient `grad_plan` of value `gv` read as `dst`: a
+  /// parameter read where it lies whose gradient is one all-reduce, or one on each of several
+  /// mesh dims.
+  bool bucketsGradient(ir::ValueId gv, const PlacementTuple& dst,
+                       const cost::RedistributionPlan& grad_plan) const {
+    return cost::regatheredInBackward(g_.node(g_.value(gv).producer)) &&
+           onManyRanks(*placement_[gv.v]) == onManyRanks(dst) && cost::bucketsGradient(grad_plan);
+  }
   /// The placement a value's gradient is brought to where the value is read: its own placement
   /// with Partial as Replicate, and Partial on the dims partial_grad_ keeps it so.
   PlacementTuple gradientTarget(ir::ValueId gv) const;
@@ -615,8 +623,7 @@ std::optional<double> Lowerer::gradientUs(ir::ValueId gv, const PlacementTuple& 
   if (!bwd.ok() || !bwd->feasible) return std::nullopt;
   // As edge() prices it.
   if (in_bucket) *in_bucket = -1;
-  if (cost::regatheredInBackward(g_.node(v.producer)) &&
-      onManyRanks(*placement_[gv.v]) == onManyRanks(dst) && cost::bucketsGradient(*bwd)) {
+  if (bucketsGradient(gv, dst, *bwd)) {
     if (in_bucket) {
       *in_bucket = 0;
       for (const cost::RedistributionStep& st : bwd->steps) {
@@ -781,7 +788,7 @@ Expected<ir::ValueId> Lowerer::edge(ir::ValueId gv, const PlacementTuple& dst,
     // A parameter read where it lies whose gradient is one all-reduce, or one on each of several
     // mesh dims: the runtime buckets it (the flag); the planner priced the first at its share of
     // a bucket (cost::bucketedGradientUs), the others whole.
-    if (regathered && onManyRanks(src) == onManyRanks(dst) && cost::bucketsGradient(*bwd)) {
+    if (bucketsGradient(gv, dst, *bwd)) {
       if (auto b = cost::bucketedGradientUs(*bwd, model_, grad_bucket_bytes_)) backward_us = *b;
       r.set_bucketed_gradient(true);
     }
