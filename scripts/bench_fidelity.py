@@ -14,6 +14,9 @@ enough memory wants; "auto"), the optimizer's under the default budget of 1/worl
 ("auto-budget"), the classic ddp, fsdp and tp, and --random random feasible plans: a few parameters
 pinned to random placements, the rest optimized around them.
 
+Models: the samples of MODELS (--models picks some), and any model file given by --model NAME=PATH,
+e.g. torchvision's, which scripts/torchvision_models.sh exports to sample_models/out/torchvision/.
+
 Run by scripts/bench_fidelity.sh (which builds first); figures only, no pass/fail.
 """
 import argparse
@@ -116,6 +119,10 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--random", type=int, default=3, help="random feasible plans per model")
     ap.add_argument("--models", default="", help="comma-separated subset of the model names")
+    ap.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
+                    help="also this model file (.pt2 or TorchScript), e.g. one a user brings or "
+                         "scripts/torchvision_models.sh exports; repeatable; run even when "
+                         "--models names others")
     ap.add_argument("--cluster", default="", help="a cluster profile to reuse (else calibrate)")
     ap.add_argument("--calibrate-per-model", action="store_true",
                     help="calibrate again before each model (a shared machine drifts by tens of "
@@ -141,15 +148,23 @@ def main():
         cluster = os.path.join(work, "cluster.json")
         calibrate(cluster)
     wanted = set(filter(None, args.models.split(",")))
+    models = [(name, os.path.join(ROOT, "sample_models", "out", file), extra)
+              for name, file, extra in MODELS if not wanted or name in wanted]
+    if args.model and not wanted:
+        models = []  # only the models given by path
+    for given in args.model:
+        name, sep, path = given.partition("=")
+        if not sep or not name or not path:
+            ap.error(f"--model {given}: expected NAME=PATH")
+        if not os.path.exists(path):
+            ap.error(f"--model {given}: {path} does not exist")
+        models.append((name, os.path.abspath(path), []))
     mesh = str(args.nproc)
     cases = []
     summary = []
     print(f"{'model':<18} {'plan':<12} {'predicted ms':>13} {'measured ms':>12} {'error':>8}"
           f"  {'comm pred/meas ms':>19} {'hidden pred/meas ms':>20}")
-    for name, file, extra in MODELS:
-        if wanted and name not in wanted:
-            continue
-        model = os.path.join(ROOT, "sample_models", "out", file)
+    for name, model, extra in models:
         if args.calibrate_per_model and not args.cluster:
             calibrate(cluster)
         plans = [("auto", ["--memory-budget", "0,1"]), ("auto-budget", []),

@@ -159,6 +159,29 @@ Expected<double> overlapEfficiency(double compute_us, double comm_us, double bot
   return std::clamp(e, 0.0, 1.0);
 }
 
+Expected<double> fitExtraRateGbps(const std::vector<ExtraSample>& samples) {
+  double n = 0, sx = 0, sy = 0;
+  for (const ExtraSample& s : samples) {
+    if (!(s.bytes >= 0) || !std::isfinite(s.bytes) || !std::isfinite(s.extra_us))
+      return invalidArgument("extra-time sample with bytes " + std::to_string(s.bytes) +
+                             " and extra " + std::to_string(s.extra_us) + " us");
+    n += 1;
+    sx += s.bytes;
+    sy += s.extra_us;
+  }
+  if (n < 2) return invalidArgument("fitting an extra-time rate needs at least two samples");
+  const double mx = sx / n, my = sy / n;
+  double sxx = 0, sxy = 0;
+  for (const ExtraSample& s : samples) {
+    sxx += (s.bytes - mx) * (s.bytes - mx);
+    sxy += (s.bytes - mx) * (s.extra_us - my);
+  }
+  if (!(sxx > 0)) return invalidArgument("fitting an extra-time rate needs samples of two sizes");
+  const double us_per_byte = sxy / sxx;
+  if (!(us_per_byte > 0)) return 0.0;
+  return 1.0 / (us_per_byte * 1e3);  // bytes per us / 1e3 = GB/s
+}
+
 std::vector<double> monotoneUs(const std::vector<double>& us) {
   // Blocks of pooled values: (mean, count); merge while a block's mean exceeds the next one's.
   std::vector<std::pair<double, size_t>> blocks;

@@ -43,6 +43,11 @@ double interpolate(const std::vector<double>& x, const std::vector<double>& us, 
 
 }  // namespace
 
+double curveUs(const KernelCurve& curve, double v) {
+  if (curve.x.size() < 2 || curve.x.size() != curve.us.size()) return 0.0;
+  return interpolate(curve.x, curve.us, v);
+}
+
 CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh)
     : CostModel(std::move(device), mesh, {}) {}
 
@@ -210,6 +215,8 @@ Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
   o.matmul_output_gbps = given.matmul_output_gbps;
   o.matvec_gbps = given.matvec_gbps;
   o.outer_product_gbps = given.outer_product_gbps;
+  o.conv_weight_gbps = given.conv_weight_gbps;
+  o.conv_weight_grad_gbps = given.conv_weight_grad_gbps;
   APC_ASSIGN_OR_RETURN(d, applyOverrides(std::move(d), o));
   for (const auto& [dtype, t] : given.matmul_us) d.matmul_curve[dtype] = KernelCurve{t.work, t.us};
   for (const auto& [dtype, t] : given.conv_us) d.conv_curve[dtype] = KernelCurve{t.work, t.us};

@@ -190,7 +190,10 @@ Expected<DeviceSpec> applyOverrides(DeviceSpec spec, const DeviceOverrides& o) {
   }
   for (auto [value, field, name] :
        {std::tuple{o.matvec_gbps, &spec.matvec_gbps, "matvec_gbps"},
-        std::tuple{o.outer_product_gbps, &spec.outer_product_gbps, "outer_product_gbps"}}) {
+        std::tuple{o.outer_product_gbps, &spec.outer_product_gbps, "outer_product_gbps"},
+        std::tuple{o.conv_weight_gbps, &spec.conv_weight_gbps, "conv_weight_gbps"},
+        std::tuple{o.conv_weight_grad_gbps, &spec.conv_weight_grad_gbps,
+                   "conv_weight_grad_gbps"}}) {
     if (!value) continue;
     if (!(*value >= 0) || !std::isfinite(*value))
       return invalidArgument(std::string("device override ") + name + " must be >= 0, got " +

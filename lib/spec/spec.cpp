@@ -290,12 +290,12 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (!j.is_object())
     return at(path, "expected a device kind like \"h100\" or an object {\"kind\": ...}, got " +
                         describe(j));
-  APC_RETURN_IF_ERROR(
-      checkKeys(j, path,
-                {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency",
-                 "memory_efficiency", "kernel_floor_us", "dispatch_us", "dispatch_overlaps",
-                 "view_dispatch_us", "overlap_efficiency", "wait_resume_us", "matmul_output_gbps",
-                 "matvec_gbps", "outer_product_gbps", "measured"}));
+  APC_RETURN_IF_ERROR(checkKeys(
+      j, path,
+      {"kind", "peak_tflops", "hbm_bandwidth_gbps", "compute_efficiency", "memory_efficiency",
+       "kernel_floor_us", "dispatch_us", "dispatch_overlaps", "view_dispatch_us",
+       "overlap_efficiency", "wait_resume_us", "matmul_output_gbps", "matvec_gbps",
+       "outer_product_gbps", "conv_weight_gbps", "conv_weight_grad_gbps", "measured"}));
   const json* kind = find(j, "kind");
   if (!kind) return at(path, "missing required key 'kind'");
   APC_RETURN_IF_ERROR(readKind(*kind, path + ".kind"));
@@ -368,6 +368,16 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     APC_ASSIGN_OR_RETURN(
         s.device_overrides.outer_product_gbps,
         readInRange(*e, path + ".outer_product_gbps", "outer product rate (GB/s)", 0, 1e9));
+  }
+  if (const json* e = find(j, "conv_weight_gbps")) {
+    APC_ASSIGN_OR_RETURN(
+        s.device_overrides.conv_weight_gbps,
+        readInRange(*e, path + ".conv_weight_gbps", "convolution weight rate (GB/s)", 0, 1e9));
+  }
+  if (const json* e = find(j, "conv_weight_grad_gbps")) {
+    APC_ASSIGN_OR_RETURN(s.device_overrides.conv_weight_grad_gbps,
+                         readInRange(*e, path + ".conv_weight_grad_gbps",
+                                     "convolution weight gradient rate (GB/s)", 0, 1e9));
   }
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
@@ -907,6 +917,10 @@ json toJson(const Spec& s) {
     if (s.device_overrides.matvec_gbps) dev["matvec_gbps"] = *s.device_overrides.matvec_gbps;
     if (s.device_overrides.outer_product_gbps)
       dev["outer_product_gbps"] = *s.device_overrides.outer_product_gbps;
+    if (s.device_overrides.conv_weight_gbps)
+      dev["conv_weight_gbps"] = *s.device_overrides.conv_weight_gbps;
+    if (s.device_overrides.conv_weight_grad_gbps)
+      dev["conv_weight_grad_gbps"] = *s.device_overrides.conv_weight_grad_gbps;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
         !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us ||
         !s.device_overrides.op_us.empty()) {

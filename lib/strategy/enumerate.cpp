@@ -288,8 +288,18 @@ struct Pricer {
     }
     if (auto level_two = levelTwoUs(local, w.flops, fwd, bwd))
       return model.nodeUs(level_two->first, level_two->second, backward) + extra;
-    return model.nodeUs(fwd + model.matmulOutputUs(fwd_out),
-                        bwd * operand_share + model.matmulOutputUs(bwd_out), backward) +
+    // A convolution also pays its weight's bytes beyond its flops (CostModel::convWeightUs):
+    // forward, and backward where the weight takes a gradient.
+    double conv_fwd = 0, conv_bwd = 0;
+    if (family == cost::OpFamily::kConvolution && local.inputs.size() >= 2 &&
+        local.inputs[1].size() == 1) {
+      const double weight = detail::localInputBytes(c, local, 1);
+      conv_fwd = model.convWeightUs(weight, false);
+      if (backward && detail::operandTakesGradient(c, 1))
+        conv_bwd = model.convWeightUs(weight, true);
+    }
+    return model.nodeUs(fwd + model.matmulOutputUs(fwd_out) + conv_fwd,
+                        bwd * operand_share + model.matmulOutputUs(bwd_out) + conv_bwd, backward) +
            extra;
   }
 

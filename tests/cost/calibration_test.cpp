@@ -165,6 +165,28 @@ TEST(Calibration, MonotoneTablesPoolTheViolatorsAndKeepTheRest) {
 
 // The overlap efficiency from three times: side by side (the longer of the two), taking turns
 // (their sum), halfway, and the clamps; bad times are errors.
+// A convolution's time beyond its flops, against its weight's bytes (DeviceSpec::
+// conv_weight_gbps): a known rate and per-call intercept come back; extra time that does not grow
+// with the bytes is no rate; too few samples or a bad value are errors.
+TEST(Calibration, ExtraTimeRateRecoversTheSlope) {
+  std::vector<ExtraSample> samples;
+  for (double mib : {0.15, 0.6, 2.4, 9.4}) {
+    const double bytes = mib * 1024 * 1024;
+    samples.push_back({bytes, 40.0 + bytes / (2.5 * 1e3)});  // 2.5 GB/s beyond 40 us
+  }
+  auto rate = fitExtraRateGbps(samples);
+  ASSERT_TRUE(rate.ok()) << rate.error().message();
+  EXPECT_NEAR(*rate, 2.5, 1e-9);
+  for (ExtraSample& s : samples) s.extra_us = 40.0 - s.bytes * 1e-6;  // falls with the bytes
+  rate = fitExtraRateGbps(samples);
+  ASSERT_TRUE(rate.ok());
+  EXPECT_EQ(*rate, 0.0);
+  EXPECT_FALSE(fitExtraRateGbps({{1e6, 5.0}}).ok());
+  EXPECT_FALSE(fitExtraRateGbps({{1e6, 5.0}, {1e6, 7.0}}).ok());  // one size
+  EXPECT_FALSE(fitExtraRateGbps({{-1.0, 5.0}, {1e6, 7.0}}).ok());
+  EXPECT_FALSE(fitExtraRateGbps({{1e5, std::nan("")}, {1e6, 7.0}}).ok());
+}
+
 TEST(Calibration, OverlapEfficiencyFromComputeCollectiveAndBoth) {
   EXPECT_DOUBLE_EQ(*overlapEfficiency(1000, 400, 1000), 1.0);
   EXPECT_DOUBLE_EQ(*overlapEfficiency(1000, 400, 1400), 0.0);

@@ -342,6 +342,12 @@ TEST(CostModel, MatmulOutputRateFromASpec) {
   EXPECT_DOUBLE_EQ(model->matmulOutputUs(8e6), 2000.0);
   EXPECT_DOUBLE_EQ(model->matvecUs(8e6).value_or(0), 4000.0);
   EXPECT_DOUBLE_EQ(model->outerProductUs(8e6).value_or(0), 16000.0);
+  EXPECT_EQ(model->convWeightUs(8e6, false), 0.0);  // not in this spec: nothing
+  auto conv = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "cpu",
+      "conv_weight_gbps": 8, "conv_weight_grad_gbps": 2}})");
+  ASSERT_TRUE(conv.ok()) << conv.error().message();
+  EXPECT_DOUBLE_EQ(conv->convWeightUs(8e6, false), 1000.0);
+  EXPECT_DOUBLE_EQ(conv->convWeightUs(8e6, true), 4000.0);
   auto unmeasured = modelOfSpecText(R"({"mesh": {"shape": [2]}, "device": {"kind": "h100"}})");
   ASSERT_TRUE(unmeasured.ok()) << unmeasured.error().message();
   EXPECT_FALSE(unmeasured->matvecUs(8e6).has_value());

@@ -458,6 +458,58 @@ TEST(Cost, ProductsWithADimOfOneAreMatrixVectorOrOuterProducts) {
   EXPECT_GT(priced.at(mv), 10 * replicatedPrices(b.g, mesh, plain).at(mv));
 }
 
+// A convolution pays its local weight's bytes beyond its flops at the device's rates
+// (DeviceSpec::conv_weight_gbps forward, conv_weight_grad_gbps backward where the weight takes a
+// gradient); a frozen weight pays the forward's only, and a device without the rates prices the
+// flops alone. Under tp's Shard(0) weight the term halves with the weight.
+TEST(Cost, ConvolutionsPayTheirWeightBeyondTheirFlops) {
+  const mesh::DeviceMesh mesh = meshOf("2");
+  const cost::CostModel plain = dispatchingModel(mesh);
+  cost::DeviceSpec with_rates = plain.device();
+  with_rates.conv_weight_gbps = 8;
+  with_rates.conv_weight_grad_gbps = 2;
+  const cost::CostModel model(with_rates, mesh);
+  const double weight_bytes = 256.0 * 256 * 9 * 4;
+  Builder b;
+  ValueId x = b.param("x", {4, 256, 2, 2});
+  ValueId w = b.param("w", {256, 256, 3, 3});
+  auto conv = [&](ValueId in, ValueId weight) {
+    return b.op("aten::conv2d",
+                {in, weight, b.none(), b.ints({1, 1}), b.ints({1, 1}), b.ints({1, 1}), b.i(1)},
+                {4, 256, 2, 2});
+  };
+  ValueId trained = conv(x, w);
+  ValueId frozen_w = b.input("frozen_w", {256, 256, 3, 3});
+  ValueId frozen = conv(x, frozen_w);
+  const auto priced = replicatedPrices(b.g, mesh, model);
+  const auto flops_only = replicatedPrices(b.g, mesh, plain);
+  const double fwd_us = weight_bytes / 8e3, bwd_us = weight_bytes / 2e3;
+  EXPECT_DOUBLE_EQ(model.convWeightUs(weight_bytes, false), fwd_us);
+  EXPECT_DOUBLE_EQ(model.convWeightUs(weight_bytes, true), bwd_us);
+  EXPECT_EQ(plain.convWeightUs(weight_bytes, true), 0.0);
+  EXPECT_NEAR(priced.at(trained) - flops_only.at(trained), fwd_us + bwd_us, 1e-6);
+  EXPECT_NEAR(priced.at(frozen) - flops_only.at(frozen), fwd_us, 1e-6);
+  // The strategy that cuts the weight's output channels pays half of it.
+  EnumerateOptions o;
+  o.cost_model = &model;
+  EnumerateOptions p;
+  p.cost_model = &plain;
+  const auto all = enumerate(b.g, mesh, defaultRegistry(), o);
+  const auto all_plain = enumerate(b.g, mesh, defaultRegistry(), p);
+  bool found = false;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (b.g.node(all[i].node).outputs.at(0) != trained) continue;
+    for (size_t k = 0; k < all[i].strategies.size(); ++k) {
+      const Strategy& st = all[i].strategies[k];
+      if (!st.inputs.at(1) || !(*st.inputs.at(1))[0].isShard(0)) continue;
+      found = true;
+      EXPECT_NEAR(st.compute_us - all_plain[i].strategies[k].compute_us, (fwd_us + bwd_us) / 2,
+                  1e-6);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
 /// Every node of a graph: enumerated without fallback, all-R first, every rule output well
 /// formed; returns the number of enumerated nodes.
 size_t checkGraph(const Graph& g, const char* mesh_text) {

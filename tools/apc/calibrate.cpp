@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "apc/cost/calibration.h"
+#include "apc/cost/cost_model.h"
 #include "apc/ir/graph.h"
 #include "apc/runtime/comm.h"
 #include "apc/runtime/host_allocator.h"
@@ -311,15 +312,24 @@ int runWorker(const CalibrateOptions& o) {
                        {"output_gbps", outer_product_gbps}});
   }
   // Convolutions likewise (3x3, stride 1, padding 1): forward and the backward of input and
-  // weight, over 3. CPU kernels differ from matmuls by dtype (f64 has no oneDNN path).
+  // weight, over 3. CPU kernels differ from matmuls by dtype (f64 has no oneDNN path). The
+  // smallest sizes are small maps of 8 and 16 channels: a conv below the curve's first point is
+  // priced at its time, and on a CPU core every small conv takes about as long (a 1x1, a
+  // depthwise or a 3x3 of 0.1-2 MFLOP, 57-75 us a pass), where 4 channels, which oneDNN pads to
+  // its blocks, took 176 us at the same flops (ShuffleNet's 56 convs were priced at 3.4 times
+  // their measured time from such a first point; docs/TOOLCHAIN.md).
   {
-    const int64_t batch = device.is_cuda() ? 32 : 8, hw = device.is_cuda() ? 56 : 28;
-    const std::vector<int64_t> channels = device.is_cuda() ? std::vector<int64_t>{32, 64, 128, 256}
-                                                           : std::vector<int64_t>{4, 16, 32, 64};
+    const int64_t batch = device.is_cuda() ? 32 : 8;
+    // (channels, height and width)
+    const std::vector<std::pair<int64_t, int64_t>> shapes =
+        device.is_cuda()
+            ? std::vector<std::pair<int64_t, int64_t>>{{32, 56}, {64, 56}, {128, 56}, {256, 56}}
+            : std::vector<std::pair<int64_t, int64_t>>{
+                  {8, 7}, {16, 7}, {16, 28}, {32, 28}, {64, 28}};
     std::vector<at::ScalarType> dtypes = {at::kFloat, at::kDouble};
     if (device.is_cuda()) dtypes = {at::kFloat, at::kBFloat16};
     for (at::ScalarType dt : dtypes)
-      for (int64_t c : channels) {
+      for (const auto& [c, hw] : shapes) {
         at::Tensor x = at::randn({batch, c, hw, hw}, f32).to(dt),
                    w = at::randn({c, c, 3, 3}, f32).to(dt),
                    gy = at::randn({batch, c, hw, hw}, f32).to(dt);
@@ -343,6 +353,41 @@ int runWorker(const CalibrateOptions& o) {
                            {"us", s * 1e6},
                            {"tflops", flops / s / 1e12}});
       }
+  }
+  // Convolutions whose weight, not their flops, sets the time (DeviceSpec::conv_weight_gbps,
+  // conv_weight_grad_gbps): 3x3 on 2x2 maps, 64-512 channels, f32, forward and backward (input
+  // and weight gradients) timed apart; fitted below against the conv curve's price of their flops.
+  struct WeightConv {
+    double flops = 0, weight_bytes = 0, forward_us = 0, backward_us = 0;
+  };
+  std::vector<WeightConv> weight_convs;
+  {
+    const int64_t batch = 4, hw = 2;
+    for (int64_t c : {64, 128, 256, 512}) {
+      at::Tensor x = at::randn({batch, c, hw, hw}, f32), w = at::randn({c, c, 3, 3}, f32),
+                 gy = at::randn({batch, c, hw, hw}, f32);
+      world.all().barrier();
+      const double fwd =
+          slowest(world, timeIt([&] { (void)at::conv2d(x, w, {}, 1, 1); }, device, kernel_s / 2));
+      const double bwd = slowest(world, timeIt(
+                                            [&] {
+                                              (void)at::convolution_backward(
+                                                  gy, x, w, std::nullopt, {1, 1}, {1, 1}, {1, 1},
+                                                  false, {0, 0}, 1, {true, true, false});
+                                            },
+                                            device, kernel_s / 2));
+      WeightConv wc;
+      wc.flops = 2.0 * static_cast<double>(batch * c * hw * hw * c * 9);
+      wc.weight_bytes = static_cast<double>(c * c * 9 * 4);
+      wc.forward_us = fwd * 1e6;
+      wc.backward_us = bwd * 1e6;
+      weight_convs.push_back(wc);
+      compute.push_back({{"op", "conv2d 3x3 on 2x2 maps (forward; backward of input and weight)"},
+                         {"dtype", "f32"},
+                         {"size", {batch, c, hw, hw, c, 3, 3}},
+                         {"forward_us", wc.forward_us},
+                         {"backward_us", wc.backward_us}});
+    }
   }
   // scaled_dot_product_attention, causal, forward and backward through autograd, over 1 + 2.5
   // (the attention family's backward multiplier): the fused kernels' own curve. Priced by the
@@ -397,6 +442,12 @@ int runWorker(const CalibrateOptions& o) {
       std::function<std::vector<at::Tensor>(const at::Tensor&)> run;
     };
     at::Tensor ln_w = at::ones({256}, f32), ln_b = at::zeros({256}, f32);
+    // batch_norm in training mode over the pooling shape's 16 channels: the batch statistics, the
+    // running stats' in-place update and the normalization are several kernels (on a CPU core
+    // ShuffleNet's 56 batch norms took 75 us a node forward and backward, priced 20 by the
+    // elementwise curve; docs/TOOLCHAIN.md).
+    at::Tensor bn_w = at::ones({16}, f32), bn_b = at::zeros({16}, f32),
+               bn_mean = at::zeros({16}, f32), bn_var = at::ones({16}, f32);
     // aten::index gathers rows one element at a time on a CPU core (Hugging Face's batched_mm
     // experts gather each slot's weights so: 6 GB/s where a copy streams 40): four times the
     // table's rows, drawn at random.
@@ -436,6 +487,12 @@ int runWorker(const CalibrateOptions& o) {
          true,
          [](const at::Tensor& x) {
            return std::vector{at::avg_pool2d(x, {2, 2}, {2, 2})};
+         }},
+        {{"aten::batch_norm"},
+         true,
+         [&](const at::Tensor& x) {
+           return std::vector{
+               at::batch_norm(x, bn_w, bn_b, bn_mean, bn_var, true, 0.1, 1e-5, false)};
          }},
     };
     const std::vector<int64_t> numels = device.is_cuda()
@@ -712,7 +769,10 @@ int runWorker(const CalibrateOptions& o) {
       }
     // Each call timed alone and the median kept (a loaded machine's stalls are outliers, not the
     // link), then the slowest rank's; the mean and the 10th and 90th percentiles recorded beside
-    // it. Every rank's statistics of every case in one all-reduce.
+    // it. Every rank's statistics of every case in one all-reduce. (Priced at the mean, a step of
+    // many calls would pay the stalls as often as calibration saw them, but the mean of 15-60
+    // calls per size swings with a few 3-4 ms stalls: on 2026-12-07 it predicted hf_llama_tiny's
+    // tp plan at 2.7 times its measured step; docs/TOOLCHAIN.md.)
     std::vector<double> stats;  // per case: median, mean, p10, p90
     for (const Case& cs : cases) {
       double sum = 0;
@@ -940,6 +1000,25 @@ int runWorker(const CalibrateOptions& o) {
     measured.elementwise_us->us = cost::monotoneUs(measured.elementwise_us->us);
   profile.device_overrides.matmul_us = measured.matmul_us;
   profile.device_overrides.conv_us = measured.conv_us;
+  // The weight-bound convolutions: their time beyond the conv curve's price of their flops (the
+  // curve is the forward's share of forward and backward; backward is twice it), against their
+  // weight's bytes.
+  double conv_weight_gbps = 0, conv_weight_grad_gbps = 0;
+  if (auto it = measured.conv_us.find(ir::DType::kF32);
+      it != measured.conv_us.end() && it->second.work.size() >= 2) {
+    const cost::KernelCurve curve{it->second.work, it->second.us};
+    std::vector<cost::ExtraSample> fwd, bwd;
+    for (const WeightConv& wc : weight_convs) {
+      const double priced = cost::curveUs(curve, wc.flops);
+      fwd.push_back({wc.weight_bytes, wc.forward_us - priced});
+      bwd.push_back({wc.weight_bytes, wc.backward_us - 2 * priced});
+    }
+    if (auto r = cost::fitExtraRateGbps(fwd); r.ok()) conv_weight_gbps = *r;
+    if (auto r = cost::fitExtraRateGbps(bwd); r.ok()) conv_weight_grad_gbps = *r;
+  }
+  if (conv_weight_gbps > 0) profile.device_overrides.conv_weight_gbps = conv_weight_gbps;
+  if (conv_weight_grad_gbps > 0)
+    profile.device_overrides.conv_weight_grad_gbps = conv_weight_grad_gbps;
   profile.device_overrides.attention_us = measured.attention_us;
   profile.device_overrides.op_us = measured.op_us;
   profile.device_overrides.elementwise_us = measured.elementwise_us;
@@ -970,6 +1049,10 @@ int runWorker(const CalibrateOptions& o) {
                 formatNumber(matmul_output_gbps, 4).c_str());
   std::printf("  matrix-vector products: %s GB/s of matrix; outer products: %s GB/s of output\n",
               formatNumber(matvec_gbps, 4).c_str(), formatNumber(outer_product_gbps, 4).c_str());
+  if (conv_weight_gbps > 0 || conv_weight_grad_gbps > 0)
+    std::printf("  convolution weights beyond the flops: %s GB/s forward, %s GB/s backward\n",
+                formatNumber(conv_weight_gbps, 4).c_str(),
+                formatNumber(conv_weight_grad_gbps, 4).c_str());
   std::printf("  memory: %s GB/s, kernel floor %s us, dispatch %s us per op%s\n",
               formatNumber(device_fit->memory_gbps, 4).c_str(), formatNumber(floor_us, 4).c_str(),
               formatNumber(dispatch_us, 4).c_str(), overlaps ? " (overlapping kernels)" : "");

@@ -89,6 +89,20 @@ Expected<DeviceFit> fitDevice(const std::vector<KernelSample>& samples, double f
 /// time that is not positive and finite.
 Expected<double> overlapEfficiency(double compute_us, double comm_us, double both_us);
 
+/// One kernel timed beyond what its flops explain: `bytes` of the operand whose size sets the
+/// rest (a convolution's weight), `extra_us` its time minus the flops' price.
+struct ExtraSample {
+  double bytes = 0;
+  double extra_us = 0;
+};
+
+/// The rate in GB/s at which the samples' extra time grows with their bytes
+/// (DeviceSpec::conv_weight_gbps): the slope of the least-squares line extra = a + bytes / rate
+/// (the intercept a is the per-call time the floor and dispatch price already). 0 where the extra
+/// does not grow with the bytes (a slope <= 0: the flops explain the times). Errors: fewer than
+/// two samples of different sizes, a negative or non-finite value.
+Expected<double> fitExtraRateGbps(const std::vector<ExtraSample>& samples);
+
 /// The least-squares non-decreasing sequence closest to `us` (pool-adjacent-violators): the
 /// times of a measured table in ascending order of size, made monotone. A larger message or
 /// kernel never takes less time; on a shared machine single sizes land in slow or fast bands (a

@@ -47,6 +47,11 @@
 
 namespace apc::cost {
 
+/// A measured curve's time at `v`: log-log interpolation between its points, its first time below
+/// the smallest, proportional above the largest (as CostModel prices by its curves); 0 for a
+/// curve of fewer than two points.
+double curveUs(const KernelCurve& curve, double v);
+
 class CostModel {
  public:
   /// The analytical model over the mesh's own links (no refinements) and `device`.
@@ -109,6 +114,12 @@ class CostModel {
   std::optional<double> outerProductUs(double output_bytes) const {
     if (!(device_.outer_product_gbps > 0)) return std::nullopt;
     return output_bytes / (device_.outer_product_gbps * 1e3);
+  }
+  /// What a convolution with `weight_bytes` of local weight costs beyond its flops, forward or
+  /// backward (DeviceSpec::conv_weight_gbps, conv_weight_grad_gbps); 0 where the device has none.
+  double convWeightUs(double weight_bytes, bool backward) const {
+    const double gbps = backward ? device_.conv_weight_grad_gbps : device_.conv_weight_gbps;
+    return gbps > 0 && weight_bytes > 0 ? weight_bytes / (gbps * 1e3) : 0.0;
   }
   /// A node whose op runs no kernel (OpFamily::kView): its dispatch, forward and again backward
   /// when `backward` (DeviceSpec::view_dispatch_us, else dispatch_us).

@@ -91,6 +91,16 @@ struct DeviceSpec {
   /// calibrate measures both (a batched matvec and a batched outer product).
   double matvec_gbps = 0.0;
   double outer_product_gbps = 0.0;
+  /// What a convolution costs beyond its flops per byte of its (local) weight, as rates in GB/s
+  /// (0: nothing): forward, and backward where the weight takes a gradient. oneDNN's CPU
+  /// convolutions reorder the weight into a blocked layout on every call and, where the output's
+  /// spatial size is small, accumulate the weight gradient in passes over the whole weight: on a
+  /// CPU core torchvision's resnet18 at 64x64 (a 512->512 3x3 conv on 2x2 maps, 9.4 MB of weight)
+  /// took 1.5 ms forward and 5.9 backward where its flops at the measured conv rate take 0.5
+  /// and 1.1 ms; the 64-channel convs on 16x16 maps ran at that rate. apc calibrate measures both
+  /// (3x3 convs on 2x2 maps of 64-512 channels against the conv curve).
+  double conv_weight_gbps = 0.0;
+  double conv_weight_grad_gbps = 0.0;
   /// Measured times (apc calibrate) that replace the roofline where present (CostModel): per
   /// dtype the matmul time by flops, for contractions and attention; the convolution time by
   /// flops, for convolutions (else the matmul curve); the scaled_dot_product_attention time by
@@ -126,12 +136,14 @@ struct DeviceOverrides {
   std::optional<double> kernel_floor_us;                                              // >= 0
   std::optional<double> dispatch_us;                                                  // >= 0
   std::optional<bool> dispatch_overlaps;
-  std::optional<double> view_dispatch_us;    // >= 0
-  std::optional<double> overlap_efficiency;  // [0, 1]
-  std::optional<double> wait_resume_us;      // >= 0
-  std::optional<double> matmul_output_gbps;  // >= 0 (0: nothing)
-  std::optional<double> matvec_gbps;         // >= 0 (0: priced as any product)
-  std::optional<double> outer_product_gbps;  // >= 0 (0: priced as any product)
+  std::optional<double> view_dispatch_us;       // >= 0
+  std::optional<double> overlap_efficiency;     // [0, 1]
+  std::optional<double> wait_resume_us;         // >= 0
+  std::optional<double> matmul_output_gbps;     // >= 0 (0: nothing)
+  std::optional<double> matvec_gbps;            // >= 0 (0: priced as any product)
+  std::optional<double> outer_product_gbps;     // >= 0 (0: priced as any product)
+  std::optional<double> conv_weight_gbps;       // >= 0 (0: nothing)
+  std::optional<double> conv_weight_grad_gbps;  // >= 0 (0: nothing)
   std::optional<bool> f32_uses_tf32;
 };
 

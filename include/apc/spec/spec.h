@@ -79,19 +79,21 @@ struct KernelTable {
 };
 
 struct DeviceOverrides {
-  std::map<ir::DType, double> peak_tflops;   // dense peak per dtype, TFLOP/s (> 0)
-  std::optional<double> hbm_bandwidth_gbps;  // GB/s (> 0)
-  std::optional<double> compute_efficiency;  // (0, 1]: a calibrated device has measured peaks, 1
-  std::optional<double> memory_efficiency;   // (0, 1]
-  std::optional<double> kernel_floor_us;     // >= 0: the least time of any kernel
-  std::optional<double> dispatch_us;         // >= 0: host time per op node (cost::DeviceSpec)
-  std::optional<bool> dispatch_overlaps;     // the host runs ahead of the device (CUDA's queue)
-  std::optional<double> view_dispatch_us;    // >= 0: host time per node of an op without kernel
-  std::optional<double> overlap_efficiency;  // [0, 1]: what overlapped compute does not pay
-  std::optional<double> wait_resume_us;      // >= 0: compute lost after a blocking collective
-  std::optional<double> matmul_output_gbps;  // >= 0: a contraction's output beyond its flops
-  std::optional<double> matvec_gbps;         // >= 0: a matrix-vector product's matrix read rate
-  std::optional<double> outer_product_gbps;  // >= 0: an outer product's output write rate
+  std::map<ir::DType, double> peak_tflops;      // dense peak per dtype, TFLOP/s (> 0)
+  std::optional<double> hbm_bandwidth_gbps;     // GB/s (> 0)
+  std::optional<double> compute_efficiency;     // (0, 1]: a calibrated device has measured peaks, 1
+  std::optional<double> memory_efficiency;      // (0, 1]
+  std::optional<double> kernel_floor_us;        // >= 0: the least time of any kernel
+  std::optional<double> dispatch_us;            // >= 0: host time per op node (cost::DeviceSpec)
+  std::optional<bool> dispatch_overlaps;        // the host runs ahead of the device (CUDA's queue)
+  std::optional<double> view_dispatch_us;       // >= 0: host time per node of an op without kernel
+  std::optional<double> overlap_efficiency;     // [0, 1]: what overlapped compute does not pay
+  std::optional<double> wait_resume_us;         // >= 0: compute lost after a blocking collective
+  std::optional<double> matmul_output_gbps;     // >= 0: a contraction's output beyond its flops
+  std::optional<double> matvec_gbps;            // >= 0: a matrix-vector product's matrix read rate
+  std::optional<double> outer_product_gbps;     // >= 0: an outer product's output write rate
+  std::optional<double> conv_weight_gbps;       // >= 0: a conv's weight beyond its flops, forward
+  std::optional<double> conv_weight_grad_gbps;  // >= 0: the same, backward (the weight's gradient)
   /// "measured": {"matmul": {"f32": {"flops": [...], "us": [...]}, ...},
   ///              "conv": {"f32": {"flops": [...], "us": [...]}, ...},
   ///              "elementwise": {"bytes": [...], "us": [...]}}
@@ -110,8 +112,9 @@ struct DeviceOverrides {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
            !memory_efficiency && !kernel_floor_us && !dispatch_us && !dispatch_overlaps &&
            !view_dispatch_us && !overlap_efficiency && !wait_resume_us && !matmul_output_gbps &&
-           !matvec_gbps && !outer_product_gbps && matmul_us.empty() && conv_us.empty() &&
-           attention_us.empty() && op_us.empty() && !elementwise_us;
+           !matvec_gbps && !outer_product_gbps && !conv_weight_gbps && !conv_weight_grad_gbps &&
+           matmul_us.empty() && conv_us.empty() && attention_us.empty() && op_us.empty() &&
+           !elementwise_us;
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
