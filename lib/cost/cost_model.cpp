@@ -43,11 +43,6 @@ double interpolate(const std::vector<double>& x, const std::vector<double>& us, 
 
 }  // namespace
 
-double curveUs(const KernelCurve& curve, double v) {
-  if (curve.x.size() < 2 || curve.x.size() != curve.us.size()) return 0.0;
-  return interpolate(curve.x, curve.us, v);
-}
-
 CostModel::CostModel(DeviceSpec device, const mesh::DeviceMesh& mesh)
     : CostModel(std::move(device), mesh, {}) {}
 

@@ -75,6 +75,22 @@ using namespace detail;  // NOLINT: the JSON readers of spec_json.h
 
 namespace {
 
+/// The device's rates in GB/s, each in [0, 1e9] (0: nothing), read and written alike: key, field,
+/// what an error calls it.
+struct RateField {
+  const char* key;
+  std::optional<double> DeviceOverrides::*field;
+  const char* what;
+};
+constexpr RateField kRateFields[] = {
+    {"matmul_output_gbps", &DeviceOverrides::matmul_output_gbps, "matmul output rate (GB/s)"},
+    {"matvec_gbps", &DeviceOverrides::matvec_gbps, "matrix-vector product rate (GB/s)"},
+    {"outer_product_gbps", &DeviceOverrides::outer_product_gbps, "outer product rate (GB/s)"},
+    {"conv_weight_gbps", &DeviceOverrides::conv_weight_gbps, "convolution weight rate (GB/s)"},
+    {"conv_weight_grad_gbps", &DeviceOverrides::conv_weight_grad_gbps,
+     "convolution weight gradient rate (GB/s)"},
+};
+
 // --- spec sections -------------------------------------------------------------------------------
 
 Expected<DeviceMesh> readMesh(const json& j, const std::string& path) {
@@ -354,31 +370,11 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
         s.device_overrides.wait_resume_us,
         readInRange(*e, path + ".wait_resume_us", "wait resume time (us)", 0, 1e6));
   }
-  if (const json* e = find(j, "matmul_output_gbps")) {
-    APC_ASSIGN_OR_RETURN(
-        s.device_overrides.matmul_output_gbps,
-        readInRange(*e, path + ".matmul_output_gbps", "matmul output rate (GB/s)", 0, 1e9));
-  }
-  if (const json* e = find(j, "matvec_gbps")) {
-    APC_ASSIGN_OR_RETURN(
-        s.device_overrides.matvec_gbps,
-        readInRange(*e, path + ".matvec_gbps", "matrix-vector product rate (GB/s)", 0, 1e9));
-  }
-  if (const json* e = find(j, "outer_product_gbps")) {
-    APC_ASSIGN_OR_RETURN(
-        s.device_overrides.outer_product_gbps,
-        readInRange(*e, path + ".outer_product_gbps", "outer product rate (GB/s)", 0, 1e9));
-  }
-  if (const json* e = find(j, "conv_weight_gbps")) {
-    APC_ASSIGN_OR_RETURN(
-        s.device_overrides.conv_weight_gbps,
-        readInRange(*e, path + ".conv_weight_gbps", "convolution weight rate (GB/s)", 0, 1e9));
-  }
-  if (const json* e = find(j, "conv_weight_grad_gbps")) {
-    APC_ASSIGN_OR_RETURN(s.device_overrides.conv_weight_grad_gbps,
-                         readInRange(*e, path + ".conv_weight_grad_gbps",
-                                     "convolution weight gradient rate (GB/s)", 0, 1e9));
-  }
+  for (const RateField& f : kRateFields)
+    if (const json* e = find(j, f.key)) {
+      APC_ASSIGN_OR_RETURN(s.device_overrides.*f.field,
+                           readInRange(*e, path + "." + f.key, f.what, 0, 1e9));
+    }
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
     APC_RETURN_IF_ERROR(expectObject(*m, mp, "an object {\"matmul\": ..., \"elementwise\": ...}"));
@@ -912,15 +908,8 @@ json toJson(const Spec& s) {
       dev["overlap_efficiency"] = *s.device_overrides.overlap_efficiency;
     if (s.device_overrides.wait_resume_us)
       dev["wait_resume_us"] = *s.device_overrides.wait_resume_us;
-    if (s.device_overrides.matmul_output_gbps)
-      dev["matmul_output_gbps"] = *s.device_overrides.matmul_output_gbps;
-    if (s.device_overrides.matvec_gbps) dev["matvec_gbps"] = *s.device_overrides.matvec_gbps;
-    if (s.device_overrides.outer_product_gbps)
-      dev["outer_product_gbps"] = *s.device_overrides.outer_product_gbps;
-    if (s.device_overrides.conv_weight_gbps)
-      dev["conv_weight_gbps"] = *s.device_overrides.conv_weight_gbps;
-    if (s.device_overrides.conv_weight_grad_gbps)
-      dev["conv_weight_grad_gbps"] = *s.device_overrides.conv_weight_grad_gbps;
+    for (const RateField& f : kRateFields)
+      if (const std::optional<double>& v = s.device_overrides.*f.field) dev[f.key] = *v;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
         !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us ||
         !s.device_overrides.op_us.empty()) {

@@ -808,6 +808,17 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
         << row.dump();
   }
   EXPECT_GE(rotated, 5) << "the elementwise curve's rows";
+  // The weight-bound convolutions (3x3 on 2x2 maps of 64-512 channels) were timed forward and
+  // backward, the 512-channel ones slower than the 64-channel ones; batch_norm has its curve.
+  std::vector<double> conv_backward_us;
+  for (const nlohmann::json& row : raw.at("calibration").at("compute")) {
+    if (row.at("op").get<std::string>().find("on 2x2 maps") == std::string::npos) continue;
+    EXPECT_GT(row.at("forward_us").get<double>(), 0.0) << row.dump();
+    conv_backward_us.push_back(row.at("backward_us").get<double>());
+  }
+  ASSERT_EQ(conv_backward_us.size(), 4u);
+  EXPECT_GT(conv_backward_us.back(), conv_backward_us.front());
+  EXPECT_EQ(p->device_overrides.op_us.count("aten::batch_norm"), 1u);
   // The compute lost after a blocking wait was timed (a chain back to back and after a wait) and
   // is what the profile's device carries.
   const nlohmann::json& wait = raw.at("calibration").at("wait_resume");

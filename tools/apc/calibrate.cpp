@@ -356,9 +356,10 @@ int runWorker(const CalibrateOptions& o) {
   }
   // Convolutions whose weight, not their flops, sets the time (DeviceSpec::conv_weight_gbps,
   // conv_weight_grad_gbps): 3x3 on 2x2 maps, 64-512 channels, f32, forward and backward (input
-  // and weight gradients) timed apart; fitted below against the conv curve's price of their flops.
+  // and weight gradients) timed apart; fitted below against the measured model's price of them
+  // without the weight term.
   struct WeightConv {
-    double flops = 0, weight_bytes = 0, forward_us = 0, backward_us = 0;
+    double flops = 0, bytes = 0, weight_bytes = 0, forward_us = 0, backward_us = 0;
   };
   std::vector<WeightConv> weight_convs;
   {
@@ -379,6 +380,7 @@ int runWorker(const CalibrateOptions& o) {
       WeightConv wc;
       wc.flops = 2.0 * static_cast<double>(batch * c * hw * hw * c * 9);
       wc.weight_bytes = static_cast<double>(c * c * 9 * 4);
+      wc.bytes = wc.weight_bytes + 2.0 * static_cast<double>(batch * c * hw * hw * 4);
       wc.forward_us = fwd * 1e6;
       wc.backward_us = bwd * 1e6;
       weight_convs.push_back(wc);
@@ -1000,18 +1002,26 @@ int runWorker(const CalibrateOptions& o) {
     measured.elementwise_us->us = cost::monotoneUs(measured.elementwise_us->us);
   profile.device_overrides.matmul_us = measured.matmul_us;
   profile.device_overrides.conv_us = measured.conv_us;
-  // The weight-bound convolutions: their time beyond the conv curve's price of their flops (the
-  // curve is the forward's share of forward and backward; backward is twice it), against their
-  // weight's bytes.
+  // The weight-bound convolutions: their time beyond what the measured model prices them at
+  // without the weight term (CostModel::computeUs of the conv family, the larger of the conv
+  // curve's time for the flops and the elementwise curve's for the bytes; backward its family
+  // multiple), against their weight's bytes.
   double conv_weight_gbps = 0, conv_weight_grad_gbps = 0;
-  if (auto it = measured.conv_us.find(ir::DType::kF32);
-      it != measured.conv_us.end() && it->second.work.size() >= 2) {
-    const cost::KernelCurve curve{it->second.work, it->second.us};
+  if (auto it = measured.conv_us.find(ir::DType::kF32); it != measured.conv_us.end()) {
+    cost::DeviceSpec conv_device;
+    conv_device.kernel_floor_us = floor_us;
+    conv_device.conv_curve[ir::DType::kF32] = cost::KernelCurve{it->second.work, it->second.us};
+    if (measured.elementwise_us)
+      conv_device.elementwise_curve =
+          cost::KernelCurve{measured.elementwise_us->work, measured.elementwise_us->us};
+    const cost::CostModel priced(conv_device, dmesh);
     std::vector<cost::ExtraSample> fwd, bwd;
     for (const WeightConv& wc : weight_convs) {
-      const double priced = cost::curveUs(curve, wc.flops);
-      fwd.push_back({wc.weight_bytes, wc.forward_us - priced});
-      bwd.push_back({wc.weight_bytes, wc.backward_us - 2 * priced});
+      const double f =
+          priced.computeUs(cost::OpFamily::kConvolution, wc.flops, wc.bytes, ir::DType::kF32);
+      fwd.push_back({wc.weight_bytes, wc.forward_us - f});
+      bwd.push_back(
+          {wc.weight_bytes, wc.backward_us - priced.backwardUs(cost::OpFamily::kConvolution, f)});
     }
     if (auto r = cost::fitExtraRateGbps(fwd); r.ok()) conv_weight_gbps = *r;
     if (auto r = cost::fitExtraRateGbps(bwd); r.ok()) conv_weight_grad_gbps = *r;

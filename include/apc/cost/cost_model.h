@@ -47,11 +47,6 @@
 
 namespace apc::cost {
 
-/// A measured curve's time at `v`: log-log interpolation between its points, its first time below
-/// the smallest, proportional above the largest (as CostModel prices by its curves); 0 for a
-/// curve of fewer than two points.
-double curveUs(const KernelCurve& curve, double v);
-
 class CostModel {
  public:
   /// The analytical model over the mesh's own links (no refinements) and `device`.
