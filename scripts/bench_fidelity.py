@@ -127,6 +127,9 @@ def main():
     ap.add_argument("--calibrate-per-model", action="store_true",
                     help="calibrate again before each model (a shared machine drifts by tens of "
                          "percent over the half hour a whole run takes)")
+    ap.add_argument("--node-times", action="store_true",
+                    help="calibrate with every benchmarked model's op nodes (apc calibrate "
+                         "--model), which the plans then price at their measured times")
     ap.add_argument("--json", default="", help="also write every case here")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -135,18 +138,17 @@ def main():
     work = tempfile.mkdtemp(prefix="apc-fidelity-")
     rng = random.Random(args.seed)
 
-    def calibrate(path):
+    def calibrate(path, model_files):
         t0 = time.time()
-        p = run([apc, "calibrate", "--nproc", str(args.nproc), "--threads", str(args.threads),
-                 "-o", path])
-        print(f"# calibrated {args.nproc} ranks in {time.time() - t0:.1f} s "
-              f"({apc} calibrate --nproc {args.nproc} --threads {args.threads} -o {path})")
+        cmd = [apc, "calibrate", "--nproc", str(args.nproc), "--threads", str(args.threads),
+               "-o", path]
+        if args.node_times:
+            for m in model_files:
+                cmd += ["--model", m]
+        p = run(cmd)
+        print(f"# calibrated {args.nproc} ranks in {time.time() - t0:.1f} s ({' '.join(cmd)})")
         print("\n".join("#   " + line for line in p.stdout.strip().splitlines()), flush=True)
 
-    cluster = args.cluster
-    if not cluster:
-        cluster = os.path.join(work, "cluster.json")
-        calibrate(cluster)
     wanted = set(filter(None, args.models.split(",")))
     models = [(name, os.path.join(ROOT, "sample_models", "out", file), extra)
               for name, file, extra in MODELS if not wanted or name in wanted]
@@ -159,6 +161,11 @@ def main():
         if not os.path.exists(path):
             ap.error(f"--model {given}: {path} does not exist")
         models.append((name, os.path.abspath(path), []))
+    cluster = args.cluster
+    if not cluster:
+        cluster = os.path.join(work, "cluster.json")
+        if not args.calibrate_per_model:
+            calibrate(cluster, [m for _, m, _ in models])
     mesh = str(args.nproc)
     cases = []
     summary = []
@@ -166,7 +173,7 @@ def main():
           f"  {'comm pred/meas ms':>19} {'hidden pred/meas ms':>20}")
     for name, model, extra in models:
         if args.calibrate_per_model and not args.cluster:
-            calibrate(cluster)
+            calibrate(cluster, [model])
         plans = [("auto", ["--memory-budget", "0,1"]), ("auto-budget", []),
                  ("ddp", ["--strategy", "ddp"]), ("fsdp", ["--strategy", "fsdp"]),
                  ("tp", ["--strategy", "tp"])]

@@ -219,6 +219,7 @@ Expected<DeviceSpec> deviceForSpec(const spec::Spec& spec) {
     d.attention_curve[dtype] = KernelCurve{t.work, t.us};
   for (const auto& [op, t] : given.op_us) d.op_curves[op] = KernelCurve{t.work, t.us};
   if (const auto& t = given.elementwise_us) d.elementwise_curve = KernelCurve{t->work, t->us};
+  d.node_us = given.node_us;
   return d;
 }
 

@@ -378,7 +378,8 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
   if (const json* m = find(j, "measured")) {
     const std::string mp = path + ".measured";
     APC_RETURN_IF_ERROR(expectObject(*m, mp, "an object {\"matmul\": ..., \"elementwise\": ...}"));
-    APC_RETURN_IF_ERROR(checkKeys(*m, mp, {"matmul", "conv", "attention", "elementwise", "ops"}));
+    APC_RETURN_IF_ERROR(
+        checkKeys(*m, mp, {"matmul", "conv", "attention", "elementwise", "ops", "nodes"}));
     auto byDType = [&](const char* key, std::map<ir::DType, KernelTable>& out) -> Status {
       const json* mm = find(*m, key);
       if (!mm) return Status::success();
@@ -410,6 +411,24 @@ Status readDevice(const json& j, const std::string& path, Spec& s) {
     if (const json* ew = find(*m, "elementwise")) {
       APC_ASSIGN_OR_RETURN(s.device_overrides.elementwise_us,
                            readKernelTable(*ew, mp + ".elementwise", "bytes"));
+    }
+    if (const json* nodes = find(*m, "nodes")) {
+      const std::string tp = mp + ".nodes";
+      APC_RETURN_IF_ERROR(expectObject(*nodes, tp, "an object of node times by node key"));
+      for (const auto& [key, value] : nodes->items()) {
+        const std::string kp = keyPath(tp, key);
+        if (key.find("::") == std::string::npos || key.back() != ')')
+          return at(kp, "expected a node key like \"aten::relu(f32[8,16]g)\"");
+        APC_RETURN_IF_ERROR(
+            expectObject(value, kp, "an object {\"forward_us\": ..., \"backward_us\": ...}"));
+        APC_RETURN_IF_ERROR(checkKeys(value, kp, {"forward_us", "backward_us"}));
+        const json* f = find(value, "forward_us");
+        const json* b = find(value, "backward_us");
+        if (!f || !b) return at(kp, "needs 'forward_us' and 'backward_us'");
+        APC_ASSIGN_OR_RETURN(double fu, readInRange(*f, kp + ".forward_us", "time (us)", 0, 1e12));
+        APC_ASSIGN_OR_RETURN(double bu, readInRange(*b, kp + ".backward_us", "time (us)", 0, 1e12));
+        s.device_overrides.node_us[key] = {fu, bu};
+      }
     }
   }
   return Status::success();
@@ -912,7 +931,7 @@ json toJson(const Spec& s) {
       if (const std::optional<double>& v = s.device_overrides.*f.field) dev[f.key] = *v;
     if (!s.device_overrides.matmul_us.empty() || !s.device_overrides.conv_us.empty() ||
         !s.device_overrides.attention_us.empty() || s.device_overrides.elementwise_us ||
-        !s.device_overrides.op_us.empty()) {
+        !s.device_overrides.op_us.empty() || !s.device_overrides.node_us.empty()) {
       json measured = json::object();
       auto byDType = [&](const char* key, const std::map<ir::DType, KernelTable>& tables) {
         if (tables.empty()) return;
@@ -930,6 +949,12 @@ json toJson(const Spec& s) {
         for (const auto& [name, t] : s.device_overrides.op_us)
           ops[name] = {{"bytes", t.work}, {"us", t.us}};
         measured["ops"] = ops;
+      }
+      if (!s.device_overrides.node_us.empty()) {
+        json nodes = json::object();
+        for (const auto& [key, t] : s.device_overrides.node_us)
+          nodes[key] = {{"forward_us", t[0]}, {"backward_us", t[1]}};
+        measured["nodes"] = nodes;
       }
       dev["measured"] = measured;
     }

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "apc/layout/layout.h"
+#include "apc/strategy/node_time.h"
 #include "apc/strategy/strategy.h"
 #include "apc/strategy/token_local.h"
 #include "rule_util.h"
@@ -256,6 +257,13 @@ struct Pricer {
     };
     localOf(false, s.inputs, local.inputs);
     localOf(true, s.outputs, local.outputs);
+    // A node measured at these local shapes (apc calibrate --model) costs what it measured:
+    // forward, and backward with a gradient.
+    if (model.hasMeasuredNodes()) {
+      if (std::optional<std::string> key = nodeTimeKey(c.graph, c.node, local.inputs)) {
+        if (auto t = model.measuredNodeUs(*key)) return (*t)[0] + (backward ? (*t)[1] : 0.0);
+      }
+    }
     const double extra = backward ? backwardExtraUs(local) : 0.0;
     if (view) return model.viewNodeUs(backward) + extra;
     Work w = (work && *work) ? (*work)(c, local) : defaultWork(c, local);

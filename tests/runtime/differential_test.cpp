@@ -678,6 +678,23 @@ TEST(ApcTrain, ProfileNodesTimesEveryOpBesideItsPrice) {
   EXPECT_GT(by_op["aten::linear"]["backward_ms"].get<double>(), 0.0);
   const double compute = profile["predicted_ms"]["compute"].get<double>();
   EXPECT_NEAR(predicted, compute, 1e-6 * compute) << nodes.dump();
+  // Node by node: the linears' rows add up to their op's row, each with its local input shapes
+  // (the batch of 2 ranks' ddp is half the model's).
+  nlohmann::json each = nlohmann::json::parse(lines[0])["per_node"];
+  double linear_fwd = 0, linear_pred = 0;
+  int linears = 0;
+  for (const auto& n : each) {
+    if (n["op"] != "aten::linear") continue;
+    ++linears;
+    linear_fwd += n["forward_ms"].get<double>();
+    linear_pred += n["predicted_ms"].get<double>();
+    EXPECT_EQ(n["inputs"].get<std::string>().rfind("f32[", 0), 0u) << n.dump();
+  }
+  EXPECT_EQ(linears, 8) << each.dump();
+  EXPECT_NEAR(linear_fwd, by_op["aten::linear"]["forward_ms"].get<double>(),
+              1e-9 + 1e-6 * linear_fwd);
+  EXPECT_NEAR(linear_pred, by_op["aten::linear"]["predicted_ms"].get<double>(),
+              1e-9 + 1e-6 * linear_pred);
   // Without --profile it is a usage error.
   r = apc::testing::runCommand(train + " " + dir.string() + " --profile-nodes");
   EXPECT_EQ(r.code, 2);
@@ -776,7 +793,7 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   // A quick calibration: messages up to 64 KiB, each size timed a few times.
   apc::testing::CommandResult r =
       apc::testing::runCommand(testing::apcBinary() + " calibrate --nproc 2 --max-mib 0.0625 " +
-                               "--min-seconds 0.001 -o " + profile);
+                               "--min-seconds 0.001 --model " + model + " -o " + profile);
   ASSERT_EQ(r.code, 0) << r.err;
   auto p = spec::readClusterProfile(profile);
   ASSERT_TRUE(p.ok()) << p.error().message();
@@ -852,6 +869,30 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   EXPECT_EQ(planned->spec.device_memory, p->device_memory);
   ASSERT_EQ(planned->spec.network.size(), 1u);
   EXPECT_EQ(planned->spec.network[0], p->network[0]);
+  // --model timed the model's op nodes at their strategies' local shapes (the linears replicated
+  // and cut), and the plan prices every linear at one of the linears' measured forward+backward.
+  const auto& nodes = p->device_overrides.node_us;
+  std::vector<double> linear_us;
+  std::set<std::string> linear_batches;
+  for (const auto& [key, t] : nodes) {
+    EXPECT_EQ(key.rfind("aten::", 0), 0u) << key;
+    EXPECT_GT(t[0], 0.0) << key;
+    if (key.rfind("aten::linear(", 0) != 0) continue;
+    EXPECT_GT(t[1], 0.0) << key;
+    linear_us.push_back(t[0] + t[1]);
+    linear_batches.insert(key.substr(0, key.find(',')));
+  }
+  EXPECT_GE(linear_batches.size(), 2u) << "the linears' inputs replicated and batch-cut";
+  int linears = 0;
+  for (const plan::PlanNode& n : planned->nodes) {
+    if (n.op != "aten::linear") continue;
+    ++linears;
+    EXPECT_TRUE(std::any_of(linear_us.begin(), linear_us.end(),
+                            [&](double us) { return std::abs(us - n.compute_us) < 1e-6 * us; }))
+        << n.name << " priced " << n.compute_us << " us";
+  }
+  EXPECT_EQ(linears, 8);
+  EXPECT_EQ(raw.at("calibration").at("nodes").at("timed").get<size_t>(), nodes.size());
   // The seam: a profile holding today's numbers (the default device and link, given once for
   // the mesh dim and once per collective kind) prices every node and edge as the plan without it
   // (under one budget: a profile names its device, which would make the device memory the default).
@@ -885,6 +926,12 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   r = apc::testing::runCommand(testing::apcBinary() + " calibrate -o " + profile);
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("--nproc"), std::string::npos) << r.err;
+  // A model that is not there: one line naming it, before any rank starts.
+  r = apc::testing::runCommand(testing::apcBinary() + " calibrate --nproc 2 --model " +
+                               (dir / "missing.pt2").string() + " -o " + profile);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("missing.pt2"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   std::filesystem::remove_all(dir);
 }
 

@@ -8,11 +8,14 @@
 //===----------------------------------------------------------------------===//
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <set>
 
+#include "apc/layout/layout.h"
+#include "apc/strategy/node_time.h"
 #include "apc/strategy/rules.h"
 #include "apc/strategy/strategy.h"
 #include "builder.h"
@@ -508,6 +511,80 @@ TEST(Cost, ConvolutionsPayTheirWeightBeyondTheirFlops) {
     }
   }
   EXPECT_TRUE(found);
+}
+
+// apc calibrate --model's samples: one per distinct (op, local input shapes, constants) that a
+// node's strategies run, views left out; a strategy whose key the device measured costs its
+// measured passes, the others what they cost without.
+TEST(Cost, MeasuredNodesReplaceTheirPrice) {
+  const mesh::DeviceMesh mesh = meshOf("2");
+  const cost::CostModel plain = dispatchingModel(mesh);
+  Builder b;
+  ValueId x = b.input("x", {8, 64});
+  ValueId w = b.param("w", {32, 64});
+  ValueId y = b.op("aten::linear", {x, w, b.none()}, {8, 32});
+  ValueId yt = b.op("aten::t", {y}, {32, 8});
+  b.op("aten::relu", {yt}, {32, 8});
+  EnumerateOptions po;
+  po.cost_model = &plain;
+  const auto all_plain = enumerate(b.g, mesh, defaultRegistry(), po);
+  const std::vector<NodeSample> samples = nodeSamples(b.g, mesh, all_plain);
+  std::set<std::string> keys;
+  for (const NodeSample& s : samples) {
+    EXPECT_TRUE(keys.insert(s.key).second) << s.key;  // distinct
+    EXPECT_EQ(b.g.node(s.node).op == "aten::t", false) << s.key;
+    // The sample's shapes give its key back.
+    EXPECT_EQ(nodeTimeKey(b.g, b.g.node(s.node), s.local_inputs), s.key);
+  }
+  EXPECT_TRUE(
+      std::is_sorted(samples.begin(), samples.end(),
+                     [](const NodeSample& a, const NodeSample& c) { return a.key < c.key; }));
+  const std::string replicated = "aten::linear(f32[8,64], f32[32,64]g, None)";
+  for (const std::string& k :
+       {replicated, std::string("aten::linear(f32[4,64], f32[32,64]g, None)"),
+        std::string("aten::linear(f32[8,64], f32[16,64]g, None)"),
+        std::string("aten::relu(f32[32,8]g)"), std::string("aten::relu(f32[16,8]g)")})
+    EXPECT_TRUE(keys.count(k)) << k << " not among the samples";
+
+  cost::DeviceSpec d = plain.device();
+  d.node_us[replicated] = {100, 250};
+  const cost::CostModel measured(d, mesh);
+  EnumerateOptions mo;
+  mo.cost_model = &measured;
+  const auto all = enumerate(b.g, mesh, defaultRegistry(), mo);
+  ASSERT_EQ(all.size(), all_plain.size());
+  int replaced = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ir::Node& n = b.g.node(all[i].node);
+    ASSERT_EQ(all[i].strategies.size(), all_plain[i].strategies.size()) << n.op;
+    for (size_t k = 0; k < all[i].strategies.size(); ++k) {
+      const Strategy& st = all[i].strategies[k];
+      LocalShapes local;
+      local.inputs.resize(n.inputs.size());
+      for (size_t j = 0; j < n.inputs.size(); ++j)
+        if (st.inputs[j])
+          local.inputs[j].push_back(
+              layout::maxLocalSizes(*b.g.value(n.inputs[j]).tensor, *st.inputs[j], mesh));
+      if (nodeTimeKey(b.g, n, local.inputs) == replicated) {
+        ++replaced;
+        EXPECT_DOUBLE_EQ(st.compute_us, 350.0);
+        EXPECT_NE(all_plain[i].strategies[k].compute_us, 350.0);
+      } else {
+        EXPECT_DOUBLE_EQ(st.compute_us, all_plain[i].strategies[k].compute_us) << st.toString();
+      }
+    }
+  }
+  EXPECT_GE(replaced, 1);
+  // A size computed in the graph is no constant: such a node has no key.
+  Builder s;
+  ValueId in = s.input("in", {8, 64});
+  ir::Value computed;
+  computed.type = ValueType::kInt;
+  computed.debug_name = "n";
+  computed.producer = s.g.node(ir::NodeId{0}).id;  // not a graph-level constant
+  ValueId n0 = s.g.addValue(computed);
+  s.addOp("aten::sum.dim_IntList", {in, n0}, {s.tensor("out", {64})});
+  EXPECT_FALSE(nodeTimeKey(s.g, s.g.node(s.last()), {{{8, 64}}, {}}).has_value());
 }
 
 /// Every node of a graph: enumerated without fallback, all-R first, every rule output well

@@ -328,8 +328,8 @@ int64_t peakRssBytes() {
 }
 
 /// --profile-nodes, rank 0: per op, its nodes' measured forward and backward time per step beside
-/// the plan's price for them; text, or with --json one JSON object line ({"nodes": [...]}) before
-/// the profile's.
+/// the plan's price for them; text, or with --json one JSON object line ({"nodes": [...] per op,
+/// "per_node": [...] every node with its local input shapes}) before the profile's.
 void reportNodes(const apc::train::NodeProfiler& np, apc::runtime::ParallelModule& pm,
                  const Flags& f) {
   const auto totals = np.totals(f.steps, pm.predictedStep().node_compute_us);
@@ -341,7 +341,16 @@ void reportNodes(const apc::train::NodeProfiler& np, apc::runtime::ParallelModul
                       {"forward_ms", o.forward_ms},
                       {"backward_ms", o.backward_ms},
                       {"predicted_ms", o.predicted_ms}});
-    std::printf("%s\n", nlohmann::ordered_json{{"nodes", rows}}.dump().c_str());
+    nlohmann::ordered_json each = nlohmann::ordered_json::array();
+    for (const auto& r : np.perNode(f.steps, pm.predictedStep().node_compute_us))
+      each.push_back({{"node", r.node},
+                      {"op", r.op},
+                      {"module_path", r.module_path},
+                      {"inputs", r.inputs},
+                      {"forward_ms", r.forward_ms},
+                      {"backward_ms", r.backward_ms},
+                      {"predicted_ms", r.predicted_ms}});
+    std::printf("%s\n", nlohmann::ordered_json{{"nodes", rows}, {"per_node", each}}.dump().c_str());
     return;
   }
   double fwd = 0, bwd = 0, pred = 0;

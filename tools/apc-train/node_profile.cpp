@@ -117,4 +117,28 @@ std::vector<NodeProfiler::OpTotals> NodeProfiler::totals(
   return out;
 }
 
+std::vector<NodeProfiler::NodeRow> NodeProfiler::perNode(
+    int steps, const std::vector<double>& predicted_us) const {
+  std::vector<NodeRow> out;
+  const double per = steps > 0 ? 1e3 / steps : 0;
+  for (const ir::Node& n : graph_.nodes()) {
+    if (n.kind != ir::NodeKind::kOp) continue;
+    NodeRow r;
+    r.node = n.id.v;
+    r.op = n.op;
+    r.module_path = n.module_path;
+    for (ir::ValueId v : n.inputs) {
+      const ir::Value& val = graph_.value(v);
+      if (!val.tensor) continue;
+      if (!r.inputs.empty()) r.inputs += ' ';
+      r.inputs += ir::toString(*val.tensor);
+    }
+    r.forward_ms = forward_s_.at(n.id.v) * per;
+    r.backward_ms = backward_s_.at(n.id.v) * per;
+    if (n.id.v < predicted_us.size()) r.predicted_ms = predicted_us[n.id.v] / 1e3;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 }  // namespace apc::train

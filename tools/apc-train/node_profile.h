@@ -51,6 +51,19 @@ class NodeProfiler : public runtime::Interpreter::Observer {
   /// graph node (PredictedStep::node_compute_us; may be empty).
   std::vector<OpTotals> totals(int steps, const std::vector<double>& predicted_us) const;
 
+  struct NodeRow {
+    uint32_t node = 0;        // graph node id
+    std::string op;           // "aten::conv2d"
+    std::string module_path;  // "features.3.block.0.0"; may be empty
+    std::string inputs;       // the tensor inputs' local metas, "f32[4,16,32,32] f32[16,16,3,3]"
+    double forward_ms = 0;    // per step
+    double backward_ms = 0;   // per step
+    double predicted_ms = 0;  // the plan's compute of the node
+  };
+  /// Every op node, in program order, per measured step: where an op's total in totals() comes
+  /// from, to find which shapes the model misprices.
+  std::vector<NodeRow> perNode(int steps, const std::vector<double>& predicted_us) const;
+
  private:
   double now() const;
   void mark(uint32_t node);

@@ -11,6 +11,9 @@
 //     floor);
 //   - for every mesh dim, all-gather, reduce-scatter, all-reduce and all-to-all on the groups of
 //     that dim (all groups at once) over message sizes from 4 KiB to --max-mib.
+// With --model M (repeatable) it also times M's op nodes at the local input shapes of their
+// strategies on the mesh (strategy::nodeSamples), each alone, forward and backward; the profile
+// keeps them by strategy::nodeTimeKey and the cost model prices those nodes at them.
 // Each time is the slowest rank's. lib/cost/calibration fits the roofline's rates and each mesh
 // dim's alpha-beta link, one for all kinds and one per kind; rank 0 writes the cluster profile
 // (schemas/cluster.schema.json) that `apc plan --cluster` takes: the device, the links, per mesh
@@ -23,6 +26,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
@@ -48,6 +52,8 @@
 #include "apc/runtime/comm.h"
 #include "apc/runtime/host_allocator.h"
 #include "apc/runtime/interpreter.h"
+#include "apc/runtime/output_leaves.h"
+#include "apc/strategy/node_time.h"
 #include "apc/support/file_io.h"
 #include "apc/support/strings.h"
 #include "commands.h"
@@ -81,7 +87,8 @@ struct CalibrateOptions {
   double min_seconds = 0.05;  // least measured time per size (more repetitions below it)
   double timeout_s = 900;
   bool worker = false;
-  double gap_us = -1;  // -1: 500 us on CPU, 0 on CUDA
+  double gap_us = -1;               // -1: 500 us on CPU, 0 on CUDA
+  std::vector<std::string> models;  // --model: time these models' op nodes (absolute paths)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -160,6 +167,156 @@ double quantile(std::vector<double> v, double q) {
   const auto k = static_cast<std::ptrdiff_t>(q * static_cast<double>(v.size() - 1));
   std::nth_element(v.begin(), v.begin() + k, v.end());
   return v[static_cast<size_t>(k)];
+}
+
+/// What --model measured: per node key {forward, backward} us (the slowest rank's).
+struct NodeTimes {
+  std::map<std::string, std::array<double, 2>> us;
+  size_t samples = 0;
+  std::vector<std::string> failures;  // "key: message", the first few
+};
+
+/// --model: every model's op nodes with the local input shapes of their strategies on `dmesh`
+/// (strategy::nodeSamples), each run alone by the runtime's interpreter on random inputs of its
+/// local shapes, forward and then backward (autograd's gradients of the inputs that take one),
+/// all ranks at once as they train. Per sample, one warm-up run, then runs until `min_s` seconds
+/// and at least 5 runs (at most 64), rotating through copies of the inputs as the memory-bound
+/// curves do (rotationSets: 16 MiB of them, at most 256); the median forward and backward of
+/// each.
+Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh& dmesh,
+                                   const std::vector<std::string>& models,
+                                   const c10::Device& device, double min_s) {
+  NodeTimes out;
+  std::vector<std::string> keys;
+  std::vector<double> fwd, bwd, failed;
+  for (const std::string& path : models) {
+    ModelFlags mf;
+    mf.model = path;
+    APC_ASSIGN_OR_RETURN(ir::Graph graph, mf.load());
+    const std::vector<strategy::NodeStrategies> strategies = strategy::enumerate(graph, dmesh);
+    for (const strategy::NodeSample& sample : strategy::nodeSamples(graph, dmesh, strategies)) {
+      if (std::find(keys.begin(), keys.end(), sample.key) != keys.end()) continue;
+      const ir::Node& src = graph.node(sample.node);
+      // The node alone: an input node per tensor input, the constants as they are.
+      auto g = std::make_shared<ir::Graph>();
+      std::vector<at::Tensor> feeds;  // the first set of inputs
+      double feed_bytes = 0;
+      ir::Node n;
+      n.op = src.op;
+      n.overload = src.overload;
+      for (size_t i = 0; i < src.inputs.size(); ++i) {
+        const ir::Value& v = graph.value(src.inputs[i]);
+        if (!v.isTensor()) {
+          n.inputs.push_back(g->addConstant(v.type, *v.constant, v.debug_name));
+          continue;
+        }
+        const std::vector<int64_t>& sizes = sample.local_inputs[i][0];
+        const at::TensorOptions opts =
+            at::TensorOptions().device(device).dtype(scalarTypeOf(v.tensor->dtype));
+        at::Tensor t =
+            ir::isFloating(v.tensor->dtype) ? at::randn(sizes, opts) : at::zeros(sizes, opts);
+        if (v.tensor->requires_grad && ir::isFloating(v.tensor->dtype)) t.requires_grad_();
+        feed_bytes += static_cast<double>(t.nbytes());
+        feeds.push_back(t);
+        ir::Value iv;
+        iv.type = ir::ValueType::kTensor;
+        iv.debug_name = "in" + std::to_string(i);
+        iv.tensor = ir::TensorMeta{ir::Shape{}, v.tensor->dtype, v.tensor->requires_grad};
+        ir::Node in;
+        in.kind = ir::NodeKind::kInput;
+        in.op = "input";
+        in.name = std::to_string(feeds.size() - 1);
+        in.outputs = {g->addValue(std::move(iv))};
+        n.inputs.push_back(in.outputs[0]);
+        g->addNode(std::move(in));
+      }
+      ir::OutputTree outs;
+      outs.kind = ir::OutputTree::Kind::kTuple;
+      for (ir::ValueId o : src.outputs) {
+        ir::Value ov;
+        ov.type = graph.value(o).type;
+        ov.debug_name = "out";
+        if (graph.value(o).tensor) ov.tensor = ir::TensorMeta{};
+        const ir::ValueId id = g->addValue(std::move(ov));
+        n.outputs.push_back(id);
+        if (graph.value(o).mayHoldTensors()) outs.children.push_back(ir::OutputTree::makeLeaf(id));
+      }
+      g->addNode(std::move(n));
+      g->setOutputs(std::move(outs));
+      // Copies of the inputs to rotate through, as the memory-bound curves do (rotationSets): a
+      // step's nodes find their operands outside the core's caches.
+      std::vector<std::vector<at::Tensor>> sets = {feeds};
+      for (size_t k = 1; k < rotationSets(feed_bytes); ++k) {
+        std::vector<at::Tensor> copy;
+        for (const at::Tensor& t : feeds)
+          copy.push_back(t.detach().clone().requires_grad_(t.requires_grad()));
+        sets.push_back(std::move(copy));
+      }
+      size_t next_set = 0;
+      std::vector<double> f_s, b_s;
+      std::string failure;
+      auto interp = runtime::Interpreter::create(g, runtime::InterpreterOptions{device, false, {}});
+      if (!interp.ok()) failure = interp.error().message();
+      auto once = [&]() -> bool {
+        try {
+          auto sync = [&] {
+            if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+          };
+          const std::vector<at::Tensor>& in = sets[next_set++ % sets.size()];
+          const auto t0 = Clock::now();
+          auto r = interp->run([&](const ir::Node& node, std::vector<c10::IValue>&) {
+            return std::vector<c10::IValue>{in.at(std::stoul(node.name))};
+          });
+          if (!r.ok()) {
+            failure = r.error().message();
+            return false;
+          }
+          sync();
+          const auto t1 = Clock::now();
+          std::vector<at::Tensor> ys, gs;
+          for (const c10::IValue& v : *r)
+            for (at::Tensor& y : runtime::outputLeaves(v))
+              if (y.defined() && y.requires_grad() && at::isFloatingType(y.scalar_type())) {
+                gs.push_back(at::ones_like(y));
+                ys.push_back(std::move(y));
+              }
+          std::vector<at::Tensor> wrt;
+          for (const at::Tensor& t : in)
+            if (t.requires_grad()) wrt.push_back(t);
+          if (!ys.empty() && !wrt.empty())
+            torch::autograd::grad(ys, wrt, gs, /*retain_graph=*/false, /*create_graph=*/false,
+                                  /*allow_unused=*/true);
+          sync();
+          f_s.push_back(seconds(t0, t1));
+          b_s.push_back(seconds(t1, Clock::now()));
+          return true;
+        } catch (const std::exception& e) {
+          failure = runtime::firstLine(e.what());
+          return false;
+        }
+      };
+      if (failure.empty() && once()) {
+        f_s.clear();
+        b_s.clear();
+        const auto t0 = Clock::now();
+        while (f_s.size() < 64 && (f_s.size() < 5 || seconds(t0, Clock::now()) < min_s) && once()) {
+        }
+      }
+      keys.push_back(sample.key);
+      const bool ok = failure.empty() && !f_s.empty();
+      fwd.push_back(ok ? quantile(f_s, 0.5) * 1e6 : 0.0);
+      bwd.push_back(ok ? quantile(b_s, 0.5) * 1e6 : 0.0);
+      failed.push_back(ok ? 0.0 : 1.0);
+      if (!ok && out.failures.size() < 8) out.failures.push_back(sample.key + ": " + failure);
+    }
+  }
+  fwd = slowest(world, fwd);
+  bwd = slowest(world, bwd);
+  failed = slowest(world, failed);
+  out.samples = keys.size();
+  for (size_t i = 0; i < keys.size(); ++i)
+    if (failed[i] == 0.0) out.us[keys[i]] = {fwd[i], bwd[i]};
+  return out;
 }
 
 ir::DType irDType(at::ScalarType t) {
@@ -679,6 +836,16 @@ int runWorker(const CalibrateOptions& o) {
   auto device_fit = cost::fitDevice(kernels, floor_us);
   if (!device_fit.ok()) return report(device_fit.error());
 
+  // --- the models' own nodes (--model) ----------------------------------------------------------
+  NodeTimes node_times;
+  if (!o.models.empty()) {
+    progress("timing the op nodes of " + std::to_string(o.models.size()) + " model" +
+             (o.models.size() == 1 ? "" : "s"));
+    auto t = timeModelNodes(world, dmesh, o.models, device, 0.02);
+    if (!t.ok()) return report(t.error());
+    node_times = std::move(t).value();
+  }
+
   // --- collectives -----------------------------------------------------------------------------
   nlohmann::ordered_json collectives = nlohmann::ordered_json::array();
   nlohmann::ordered_json fits = nlohmann::ordered_json::array();
@@ -1032,6 +1199,7 @@ int runWorker(const CalibrateOptions& o) {
   profile.device_overrides.attention_us = measured.attention_us;
   profile.device_overrides.op_us = measured.op_us;
   profile.device_overrides.elementwise_us = measured.elementwise_us;
+  profile.device_overrides.node_us = node_times.us;
   nlohmann::ordered_json cal;
   cal["world_size"] = world.worldSize();
   cal["mesh"] = dmesh.shape();
@@ -1046,6 +1214,11 @@ int runWorker(const CalibrateOptions& o) {
   cal["link_fits"] = fits;
   if (overlap) cal["overlap"] = overlap_json;
   if (wait_resume) cal["wait_resume"] = wait_json;
+  if (!o.models.empty())
+    cal["nodes"] = {{"models", o.models},
+                    {"samples", node_times.samples},
+                    {"timed", node_times.us.size()},
+                    {"failed", node_times.failures}};
   profile.calibration = cal.dump();
   const std::string text = spec::toJson(profile).dump(2) + "\n";
   if (Status st = writeFileAtomic(o.output, text); !st.ok()) return report(st.error());
@@ -1095,6 +1268,10 @@ int runWorker(const CalibrateOptions& o) {
                   formatNumber(k["latency_us"].get<double>(), 4).c_str(),
                   formatNumber(k["mape_pct"].get<double>(), 3).c_str());
   }
+  if (!o.models.empty())
+    std::printf("  model nodes: %zu of %zu (op, local shapes) timed, forward and backward\n",
+                node_times.us.size(), node_times.samples);
+  for (const std::string& f : node_times.failures) std::printf("    not timed: %s\n", f.c_str());
   std::printf("wrote %s\n", o.output.c_str());
   return 0;
 }
@@ -1160,6 +1337,11 @@ Runner addCalibrateCommand(CLI::App& app) {
       ->check(numberIn(0.0, 60.0));
   app.add_option("--timeout", o->timeout_s, "Stop the ranks after this many seconds (default 900)")
       ->check(numberIn(1.0, 604800.0));
+  app.add_option("--model", o->models,
+                 "Also time this model's op nodes (TorchScript .pt or exported .pt2) at the local "
+                 "shapes its strategies give them on the mesh, forward and backward, which apc "
+                 "plan then prices at what they measured; repeatable")
+      ->check(CLI::ExistingFile);
   app.add_flag("--worker", o->worker, "(internal) run as one rank")->group("");
   app.add_option("--gap-us", o->gap_us,
                  "Microseconds of compute before each timed collective, as in a training step "
@@ -1187,6 +1369,8 @@ Runner addCalibrateCommand(CLI::App& app) {
     if (!o->mesh.mesh.empty()) args.insert(args.end(), {"--mesh", o->mesh.mesh});
     if (!o->mesh.mesh_names.empty()) args.insert(args.end(), {"--mesh-names", o->mesh.mesh_names});
     if (!o->mesh.spec.empty()) args.insert(args.end(), {"--spec", o->mesh.spec});
+    for (const std::string& m : o->models)
+      args.insert(args.end(), {"--model", std::filesystem::absolute(m).string()});
     return runLauncherFor(*o, args);
   };
 }

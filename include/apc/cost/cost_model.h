@@ -73,6 +73,15 @@ class CostModel {
   /// measured curve of that op (DeviceSpec::op_curves, interpolated, never below the kernel
   /// floor); nullopt where it has none.
   std::optional<double> opKernelUs(const std::string& op, double bytes) const;
+  /// Whether the device has measured op nodes (DeviceSpec::node_us).
+  bool hasMeasuredNodes() const { return !device_.node_us.empty(); }
+  /// The measured {forward, backward} passes of the op node with strategy::nodeTimeKey `key`;
+  /// nullopt where not measured.
+  std::optional<std::array<double, 2>> measuredNodeUs(const std::string& key) const {
+    auto it = device_.node_us.find(key);
+    if (it == device_.node_us.end()) return std::nullopt;
+    return it->second;
+  }
   /// The backward of a node of `family` whose forward takes `forward_us`.
   double backwardUs(OpFamily family, double forward_us) const {
     return backwardComputeUs(family, forward_us);

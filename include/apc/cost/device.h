@@ -10,6 +10,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -114,6 +115,11 @@ struct DeviceSpec {
   /// the elementwise curve misses (tanh takes 30 times an add of its bytes on a CPU core).
   std::map<std::string, KernelCurve> op_curves;
   KernelCurve elementwise_curve;
+  /// Measured op nodes by strategy::nodeTimeKey (spec::DeviceOverrides::node_us): {forward pass,
+  /// backward pass} in us, dispatch included. They replace the whole model of a node with that key:
+  /// kernels whose time no curve of flops or bytes describes (a depthwise 5x5 convolution's weight
+  /// gradient took 1.9 ms on a CPU core for 0.9 MFLOP, 30 times a dense convolution's rate).
+  std::map<std::string, std::array<double, 2>> node_us;
   bool f32_uses_tf32 = false;  // price f32 work at the TF32 peak (torch allow_tf32)
 
   /// Peak TFLOPS used for work in `dtype`: f64, f32 (or tf32), bf16, f16 as named; i8/u8 at the

@@ -107,6 +107,12 @@ struct DeviceOverrides {
   /// by the bytes their work counts (strategy::Work, the inputs' and outputs').
   std::map<std::string, KernelTable> op_us;
   std::optional<KernelTable> elementwise_us;
+  /// "measured": {"nodes": {"aten::conv2d(f32[8,72,16,16]g, f32[72,1,3,3]g, None, [2, 2], ...)":
+  ///                        {"forward_us": 280, "backward_us": 1010}}}: `apc calibrate --model`'s
+  /// times of a model's op nodes with the local input shapes of its strategies
+  /// (strategy::nodeTimeKey), {forward pass, backward pass} as the runtime's interpreter and
+  /// autograd run them. The cost model prices a node whose key is here at these times.
+  std::map<std::string, std::array<double, 2>> node_us;
 
   bool empty() const {
     return peak_tflops.empty() && !hbm_bandwidth_gbps && !compute_efficiency &&
@@ -114,7 +120,7 @@ struct DeviceOverrides {
            !view_dispatch_us && !overlap_efficiency && !wait_resume_us && !matmul_output_gbps &&
            !matvec_gbps && !outer_product_gbps && !conv_weight_gbps && !conv_weight_grad_gbps &&
            matmul_us.empty() && conv_us.empty() && attention_us.empty() && op_us.empty() &&
-           !elementwise_us;
+           !elementwise_us && node_us.empty();
   }
   bool operator==(const DeviceOverrides&) const;  // defaulted in the .cpp (C++17 users)
 };
