@@ -253,6 +253,10 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
         sets.push_back(std::move(copy));
       }
       size_t next_set = 0;
+      // Each run's outputs and gradients stay alive until its input set comes round again: the
+      // allocator then hands every run fresh blocks to write, as a step's nodes get, not the
+      // blocks the previous run just wrote and left in the cache.
+      std::vector<std::vector<at::Tensor>> kept(sets.size());
       std::vector<double> f_s, b_s;
       std::string failure;
       auto interp = runtime::Interpreter::create(g, runtime::InterpreterOptions{device, false, {}});
@@ -262,7 +266,9 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
           auto sync = [&] {
             if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
           };
-          const std::vector<at::Tensor>& in = sets[next_set++ % sets.size()];
+          const size_t slot = next_set++ % sets.size();
+          const std::vector<at::Tensor>& in = sets[slot];
+          kept[slot].clear();
           const auto t0 = Clock::now();
           auto r = interp->run([&](const ir::Node& node, std::vector<c10::IValue>&) {
             return std::vector<c10::IValue>{in.at(std::stoul(node.name))};
@@ -275,20 +281,28 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
           const auto t1 = Clock::now();
           std::vector<at::Tensor> ys, gs;
           for (const c10::IValue& v : *r)
-            for (at::Tensor& y : runtime::outputLeaves(v))
-              if (y.defined() && y.requires_grad() && at::isFloatingType(y.scalar_type())) {
+            for (at::Tensor& y : runtime::outputLeaves(v)) {
+              if (!y.defined()) continue;
+              if (y.requires_grad() && at::isFloatingType(y.scalar_type())) {
                 gs.push_back(at::ones_like(y));
-                ys.push_back(std::move(y));
+                ys.push_back(y);
               }
+              kept[slot].push_back(y.detach());
+            }
           std::vector<at::Tensor> wrt;
           for (const at::Tensor& t : in)
             if (t.requires_grad()) wrt.push_back(t);
-          if (!ys.empty() && !wrt.empty())
-            torch::autograd::grad(ys, wrt, gs, /*retain_graph=*/false, /*create_graph=*/false,
-                                  /*allow_unused=*/true);
+          sync();
+          const auto t2 = Clock::now();
+          if (!ys.empty() && !wrt.empty()) {
+            for (at::Tensor& g : torch::autograd::grad(ys, wrt, gs, /*retain_graph=*/false,
+                                                       /*create_graph=*/false,
+                                                       /*allow_unused=*/true))
+              kept[slot].push_back(std::move(g));
+          }
           sync();
           f_s.push_back(seconds(t0, t1));
-          b_s.push_back(seconds(t1, Clock::now()));
+          b_s.push_back(seconds(t2, Clock::now()));
           return true;
         } catch (const std::exception& e) {
           failure = runtime::firstLine(e.what());
