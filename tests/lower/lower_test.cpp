@@ -20,6 +20,7 @@
 #include "../plan/plan_fixtures.h"
 #include "apc/artifact/artifact.h"
 #include "apc/artifact/typed_proto.h"
+#include "apc/cost/cost_model.h"
 #include "apc/ir/op_collective.h"
 #include "apc/lower/local_rewrite.h"
 #include "apc/lower/lower.h"
@@ -586,6 +587,75 @@ TEST(Lower, ReplicatedComputationKeepsItsGradientPartialToItsParameters) {
     EXPECT_LT((*kept)[rank].prediction().step_us(), (*reduced)[rank].prediction().step_us());
     EXPECT_LT((*kept)[rank].prediction().backward_comm_us(),
               (*reduced)[rank].prediction().backward_comm_us());
+  }
+}
+
+// Three readers of one value that need it the same way share one redistribution, and the
+// prediction prices what the program runs: q, k and v's column-parallel projections read the
+// replicated h, and their input gradients (partial) are summed before ONE all-reduce, where the
+// plan priced an all-reduce per reader.
+TEST(Lower, ThePredictionPricesTheRedistributionsTheProgramRuns) {
+  using ir::testing_graphs::leafNode;
+  using ir::testing_graphs::opNode;
+  using ir::testing_graphs::tensorValue;
+  ir::Graph g;
+  g.name = "shared_reader";
+  ir::ValueId x = tensorValue(g, "x", {8, 64});
+  leafNode(g, ir::NodeKind::kInput, "x", x);
+  ir::ValueId none = g.addConstant(ir::ValueType::kNone, ir::None{});
+  ir::ValueId one = g.addConstant(ir::ValueType::kInt, int64_t{1});
+  auto param = [&](const std::string& name) {
+    ir::ValueId w = tensorValue(g, name, {64, 64}, ir::DType::kF32, true);
+    leafNode(g, ir::NodeKind::kParameter, name, w);
+    return w;
+  };
+  auto linear = [&](ir::ValueId in, ir::ValueId w, const std::string& module) {
+    ir::ValueId y = tensorValue(g, module + ".out", {8, 64}, ir::DType::kF32, true);
+    opNode(g, "aten::linear", "", {in, w, none}, {y}, module);
+    return y;
+  };
+  ir::ValueId h = linear(x, param("w0"), "h");
+  ir::ValueId q = linear(h, param("wq"), "q");
+  ir::ValueId k = linear(h, param("wk"), "k");
+  ir::ValueId v = linear(h, param("wv"), "v");
+  ir::ValueId qk = tensorValue(g, "qk", {8, 64}, ir::DType::kF32, true);
+  opNode(g, "aten::add", "Tensor", {q, k, one}, {qk}, "qk");
+  ir::ValueId out = tensorValue(g, "out", {8, 64}, ir::DType::kF32, true);
+  opNode(g, "aten::add", "Tensor", {qk, v, one}, {out}, "out");
+  g.setOutputs(ir::OutputTree::makeLeaf(out));
+
+  spec::Spec spec = specFor({2}, {});
+  spec.memory_budget.high = 1.0;
+  spec.pins.push_back({spec::Pin::Target::kModule, "h", {mesh::Placement::replicate()}});
+  for (const char* m : {"q", "k", "v", "qk", "out"})
+    spec.pins.push_back({spec::Pin::Target::kModule, m, {mesh::Placement::shard(1)}});
+  auto planned = planOf(g, spec);
+  LowerOptions o;
+  o.partial_gradients = false;  // h's gradient reduced where h is read, as the plan priced it
+  auto programs = lowerPlan(g, planned.result.plan, o);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  testing::checkPrograms(g, planned.result.plan, *programs);
+  auto model = cost::costModelFor(planned.result.plan.spec);
+  ASSERT_TRUE(model.ok());
+  const double all_reduce = model->collectiveUs(cost::CollectiveKind::kAllReduce, 0, 2, 8 * 64 * 4);
+  for (const proto::Program& prog : *programs) {
+    int h_reductions = 0;
+    double priced = 0;
+    for (const proto::Redistribution& r : prog.redistributions()) {
+      priced += r.priced_forward_us() + r.priced_backward_us();
+      if (r.edge().rfind("%h.out ->", 0) == 0)
+        for (const proto::RedistStep& st : r.backward())
+          h_reductions += st.kind() == proto::ALL_REDUCE;
+    }
+    EXPECT_EQ(h_reductions, 1);
+    const proto::Prediction& pr = prog.prediction();
+    EXPECT_NEAR(pr.comm_us(), priced, 1e-9 * (1 + priced));
+    EXPECT_NEAR(pr.comm_us(), pr.forward_comm_us() + pr.backward_comm_us(), 1e-9 * (1 + priced));
+    // The plan priced h's gradient all-reduce once per reader: two more.
+    EXPECT_NEAR(planned.result.plan.totals.comm_us - pr.comm_us(), 2 * all_reduce,
+                1e-6 * all_reduce);
+    EXPECT_NEAR(pr.step_us(), planned.result.plan.totals.total_us - 2 * all_reduce,
+                1e-6 * pr.step_us());
   }
 }
 
