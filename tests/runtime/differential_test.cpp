@@ -35,6 +35,7 @@
 
 #include "../common/run_command.h"
 #include "apc/artifact/artifact.h"
+#include "apc/cost/calibration.h"
 #include "apc/frontend/model.h"
 #include "apc/ir/proto_io.h"
 #include "apc/plan/plan.h"
@@ -844,15 +845,22 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   ASSERT_TRUE(p->device_overrides.wait_resume_us.has_value());
   EXPECT_GE(*p->device_overrides.wait_resume_us, 0.0);
   EXPECT_EQ(*p->device_overrides.wait_resume_us, wait.at("wait_resume_us").get<double>());
-  // The raw collective rows: every kind at every size, each median within its 10th and 90th
-  // percentiles (the slowest rank's of each), beside a positive mean.
+  // The raw collective rows: every kind at every size from 15 calls or more, each median within
+  // its 10th and 90th percentiles (the slowest rank's of each); a case is priced at its mean, and
+  // the profile's table per kind holds the means (cost::monotoneUs of them).
   const nlohmann::json& rows = raw.at("calibration").at("collectives");
-  ASSERT_EQ(rows.size(), 12u);  // 4 kinds x 3 sizes
+  ASSERT_EQ(rows.size(), 12u);                       // 4 kinds x 3 sizes
+  std::map<std::string, std::vector<double>> means;  // per kind, in the order of the sizes
   for (const nlohmann::json& row : rows) {
-    EXPECT_LE(row.at("p10_us").get<double>(), row.at("us").get<double>()) << row.dump();
-    EXPECT_LE(row.at("us").get<double>(), row.at("p90_us").get<double>()) << row.dump();
-    EXPECT_GT(row.at("mean_us").get<double>(), 0.0) << row.dump();
+    EXPECT_GE(row.at("calls").get<int>(), 15) << row.dump();
+    EXPECT_LE(row.at("p10_us").get<double>(), row.at("median_us").get<double>()) << row.dump();
+    EXPECT_LE(row.at("median_us").get<double>(), row.at("p90_us").get<double>()) << row.dump();
+    EXPECT_EQ(row.at("us").get<double>(), row.at("mean_us").get<double>()) << row.dump();
+    means[row.at("kind").get<std::string>()].push_back(row.at("mean_us").get<double>());
   }
+  for (size_t k = 0; k < 4; ++k)
+    EXPECT_EQ(p->network[0].tables[k]->us, cost::monotoneUs(means[spec::kNetworkKindKeys[k]]))
+        << spec::kNetworkKindKeys[k];
 
   // The plan is priced with it, records it, and its artifact carries the measured cost model.
   const std::string plan = (dir / "plan.json").string(), art = (dir / "art").string();

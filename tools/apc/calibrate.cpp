@@ -933,7 +933,9 @@ int runWorker(const CalibrateOptions& o) {
     for (Case& cs : cases) {
       world.all().barrier();
       const double first = slowest(world, timeIt(cs.fn, device, 0, 2));
-      const int reps = static_cast<int>(std::clamp(o.min_seconds / first, 15.0, 60.0));
+      // Small sizes get up to 200 calls: the mean they are priced at counts the stalls one call in
+      // five to ten takes, and 60 calls hold only 6-12 of them.
+      const int reps = static_cast<int>(std::clamp(4 * o.min_seconds / first, 15.0, 200.0));
       cs.per_round = (reps + kRounds - 1) / kRounds;
     }
     for (int round = 0; round < kRounds; ++round)
@@ -950,12 +952,13 @@ int runWorker(const CalibrateOptions& o) {
           cs.times.push_back(seconds(t0, Clock::now()));
         }
       }
-    // Each call timed alone and the median kept (a loaded machine's stalls are outliers, not the
-    // link), then the slowest rank's; the mean and the 10th and 90th percentiles recorded beside
-    // it. Every rank's statistics of every case in one all-reduce. (Priced at the mean, a step of
-    // many calls would pay the stalls as often as calibration saw them, but the mean of 15-60
-    // calls per size swings with a few 3-4 ms stalls: on 2026-12-07 it predicted hf_llama_tiny's
-    // tp plan at 2.7 times its measured step; docs/TOOLCHAIN.md.)
+    // Each call timed alone; a case is priced at the mean of its calls, the slowest rank's, with
+    // the median and the 10th and 90th percentiles recorded beside it. The mean, not the median: a
+    // training step's calls pay the stalls (a scheduler tick, 3-4 ms) that one call in five to ten
+    // takes on a shared CPU host, as often as calibration saw them. On 2 CPU ranks (2026-12-07)
+    // steps' calls took 0.7-2.1 ms each where the median of a 4-64 KiB all-reduce was 0.36-0.5
+    // and the mean 1.0-1.3; priced at the median, every plan with collectives was predicted
+    // 25-55% short. Every rank's statistics of every case in one all-reduce.
     std::vector<double> stats;  // per case: median, mean, p10, p90
     for (const Case& cs : cases) {
       double sum = 0;
@@ -968,12 +971,14 @@ int runWorker(const CalibrateOptions& o) {
     std::vector<cost::CollectiveSample> samples;
     for (size_t i = 0; i < cases.size(); ++i) {
       const double* s = &stats[4 * i];
-      samples.push_back({cases[i].kind, p, cases[i].full, s[0]});
+      samples.push_back({cases[i].kind, p, cases[i].full, s[1]});
       collectives.push_back({{"mesh_dim", m},
                              {"kind", cost::collectiveName(cases[i].kind)},
                              {"group_size", p},
                              {"bytes", cases[i].full},
-                             {"us", s[0]},
+                             {"calls", cases[i].times.size()},
+                             {"us", s[1]},
+                             {"median_us", s[0]},
                              {"mean_us", s[1]},
                              {"p10_us", s[2]},
                              {"p90_us", s[3]}});
