@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench_fidelity.py: how well apc's cost model predicts measured training steps.
 
-Calibrates the ranks once (`apc calibrate`), then for every model x plan: plans with the cluster
+Calibrates the ranks once (`apc calibrate`, with every benchmarked model's op nodes: --model), then
+for every model x plan: plans with the cluster
 profile (`apc plan --cluster`), lowers, trains on N CPU ranks with `apc-train --profile --json`, and
 prints predicted beside measured step time; per model the mean absolute percentage error (MAPE) and
 Kendall's tau between the predicted and the measured order of the plans, and whether the
@@ -127,9 +128,10 @@ def main():
     ap.add_argument("--calibrate-per-model", action="store_true",
                     help="calibrate again before each model (a shared machine drifts by tens of "
                          "percent over the half hour a whole run takes)")
-    ap.add_argument("--node-times", action="store_true",
+    ap.add_argument("--node-times", action=argparse.BooleanOptionalAction, default=True,
                     help="calibrate with every benchmarked model's op nodes (apc calibrate "
-                         "--model), which the plans then price at their measured times")
+                         "--model, the default), which the plans then price at their measured "
+                         "times; --no-node-times prices every node by the curves")
     ap.add_argument("--json", default="", help="also write every case here")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
