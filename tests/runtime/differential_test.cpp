@@ -940,6 +940,13 @@ TEST(ApcTrain, CalibrateThenPlanWithTheClusterProfile) {
   EXPECT_EQ(r.code, 2);
   EXPECT_NE(r.err.find("missing.pt2"), std::string::npos) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  // One that does not import: one line naming it, before any rank starts.
+  std::ofstream(dir / "broken.pt2") << "not a model";
+  r = apc::testing::runCommand(testing::apcBinary() + " calibrate --nproc 2 --model " +
+                               (dir / "broken.pt2").string() + " -o " + profile);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("broken.pt2"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   std::filesystem::remove_all(dir);
 }
 

@@ -1372,6 +1372,12 @@ Runner addCalibrateCommand(CLI::App& app) {
     if (o->nproc == 0)
       return report(invalidArgument(
           "give --nproc N to start N local ranks, or launch apc calibrate under torchrun"));
+    // A model that does not import is one line here, not one per rank after the kernels.
+    for (const std::string& m : o->models) {
+      ModelFlags mf;
+      mf.model = m;
+      if (auto g = mf.load(); !g.ok()) return report(g.error());
+    }
     // The worker's arguments: this command's, with --worker added.
     std::vector<std::string> args = {"calibrate",
                                      "--worker",
