@@ -113,10 +113,13 @@ Expected<Plan> makePlan(const ir::Graph& g, const solver::GraphProblem& gp,
     plan.nodes.push_back(std::move(node));
   }
 
+  // A redistribution several readers share is paid on the first one's edge (SharedReads).
+  const std::vector<bool> paid = solver::paidByAnEarlierReader(gp, solution.choice);
   for (size_t k = 0; k < p.edges.size(); ++k) {
     const solver::ProblemEdge& e = p.edges[k];
     size_t nt = p.nodes[e.dst].numStrategies();
     double c = e.cost(solution.choice[e.src], solution.choice[e.dst], nt);
+    if (paid[k] && std::isfinite(c)) c = 0;
     if (!std::isfinite(c))
       return internalError("the solution uses a forbidden pair on the edge into '" +
                            p.nodes[e.dst].name + "'");

@@ -329,6 +329,8 @@ struct GraphProblemBuilder {
   void addFreeOutputSinks();
   Status addPinSinks();
   void addMemoryRow();
+  /// gp.shared_reads, from the op edges addEdges made (see SharedReads).
+  void addSharedReads();
   /// Appends a sink node fed by `e` (its dst is set here) with `strategies`.
   void addSink(ProblemNode sink, ProblemEdge e, strategy::StrategyList strategies);
   using Out = std::optional<PlacementTuple>;
@@ -788,7 +790,178 @@ void GraphProblemBuilder::addMemoryRow() {
   }
 }
 
+void GraphProblemBuilder::addSharedReads() {
+  const Problem& p = gp.problem;
+  // Op reads per (producer node, value), in edge order.
+  std::map<std::pair<uint32_t, uint32_t>, std::vector<uint32_t>> reads;
+  for (uint32_t k = 0; k < p.edges.size(); ++k) {
+    const ProblemEdge& e = p.edges[k];
+    const ir::NodeId reader = gp.graph_nodes[e.dst];
+    if (!reader.valid() || !e.factorized()) continue;
+    const ir::Node& n = g.node(reader);
+    if (n.kind != ir::NodeKind::kOp) continue;
+    const ir::ValueId vid = n.inputs.at(gp.edge_input[k]);
+    const ir::Value& v = g.value(vid);
+    const ir::Node& producer = g.node(v.producer);
+    if (v.type == ir::ValueType::kTensorList || cost::regatheredInBackward(producer)) continue;
+    if (producer.kind == ir::NodeKind::kBuffer) {
+      const std::vector<ir::ValueId> written = ir::writtenInPlace(n);
+      if (std::find(written.begin(), written.end(), vid) != written.end()) continue;
+    }
+    reads[{e.src, vid.v}].push_back(k);
+  }
+  for (auto& [at, edges] : reads) {
+    if (edges.size() < 2) continue;
+    const ProblemEdge& first = p.edges[edges[0]];
+    // Rows must mean the same producer classes on every edge (they do unless region variants
+    // split them differently; such a group is left unshared).
+    bool same_rows = true;
+    for (uint32_t k : edges) same_rows = same_rows && p.edges[k].src_class == first.src_class;
+    if (!same_rows) continue;
+    const size_t rows = first.tableRows(p.nodes[at.first].numStrategies());
+    // The (input, gradient) placement each destination class reads.
+    std::map<std::pair<PlacementTuple, PlacementTuple>, uint32_t> key_ids;
+    std::vector<std::vector<int32_t>> key_of(edges.size());
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const ProblemEdge& e = p.edges[edges[i]];
+      const strategy::StrategyList& dst = gp.strategies[e.dst];
+      const uint32_t in = gp.edge_input[edges[i]];
+      key_of[i].assign(e.num_dst_classes, -1);
+      for (size_t t = 0; t < dst.size(); ++t) {
+        int32_t& key = key_of[i][e.dst_class[t]];
+        if (key != -1 || !dst[t].inputs.at(in)) continue;
+        auto [it, fresh] = key_ids.try_emplace({*dst[t].inputs[in], gradientPlacement(dst[t], in)},
+                                               static_cast<uint32_t>(key_ids.size()));
+        key = static_cast<int32_t>(it->second);
+      }
+    }
+    // A key is shared when two edges read it, it costs more than 0 from some producer class, and
+    // every edge prices it alike from each producer class (forbidden pairs aside).
+    const size_t n_keys = key_ids.size();
+    std::vector<uint32_t> readers(n_keys, 0);
+    std::vector<bool> ok(n_keys, true), positive(n_keys, false);
+    std::vector<double> price(rows * n_keys, kInfinity);
+    for (size_t i = 0; i < edges.size(); ++i) {
+      const ProblemEdge& e = p.edges[edges[i]];
+      std::vector<bool> seen(n_keys, false);
+      for (uint32_t col = 0; col < e.num_dst_classes; ++col) {
+        const int32_t key = key_of[i][col];
+        if (key < 0) continue;
+        if (!seen[key]) ++readers[key];
+        seen[key] = true;
+        for (size_t r = 0; r < rows; ++r) {
+          const double c = e.costs[r * e.num_dst_classes + col];
+          if (!std::isfinite(c)) continue;
+          double& known = price[r * n_keys + key];
+          if (!std::isfinite(known)) known = c;
+          ok[key] = ok[key] && std::abs(known - c) <= 1e-9 * std::max(1.0, std::abs(c));
+          positive[key] = positive[key] || c > 0;
+        }
+      }
+    }
+    std::vector<int32_t> renumber(n_keys, -1);
+    SharedReads sr;
+    sr.src = at.first;
+    for (size_t key = 0; key < n_keys; ++key)
+      if (readers[key] >= 2 && ok[key] && positive[key])
+        renumber[key] = static_cast<int32_t>(sr.num_keys++);
+    if (sr.num_keys == 0) continue;
+    for (size_t i = 0; i < edges.size(); ++i) {
+      for (int32_t& key : key_of[i])
+        if (key >= 0) key = renumber[key];
+      sr.edges.push_back(edges[i]);
+      sr.key_of_class.push_back(std::move(key_of[i]));
+    }
+    gp.shared_reads.push_back(std::move(sr));
+  }
+}
+
 }  // namespace
+
+std::vector<bool> paidByAnEarlierReader(const GraphProblem& gp,
+                                        const std::vector<uint32_t>& choice) {
+  std::vector<bool> paid(gp.problem.edges.size(), false);
+  for (const SharedReads& sr : gp.shared_reads) {
+    std::vector<bool> read(sr.num_keys, false);
+    for (size_t i = 0; i < sr.edges.size(); ++i) {
+      const ProblemEdge& e = gp.problem.edges[sr.edges[i]];
+      const int32_t key = sr.key_of_class[i][e.dst_class[choice[e.dst]]];
+      if (key < 0) continue;
+      if (read[key]) paid[sr.edges[i]] = true;
+      read[key] = true;
+    }
+  }
+  return paid;
+}
+
+double evaluate(const GraphProblem& gp, const std::vector<uint32_t>& choice) {
+  const double whole = evaluate(gp.problem, choice);
+  if (gp.shared_reads.empty() || !std::isfinite(whole)) return whole;
+  const std::vector<bool> paid = paidByAnEarlierReader(gp, choice);
+  double saved = 0;
+  for (size_t k = 0; k < paid.size(); ++k) {
+    if (!paid[k]) continue;
+    const ProblemEdge& e = gp.problem.edges[k];
+    saved += e.cost(choice[e.src], choice[e.dst], gp.problem.nodes[e.dst].numStrategies());
+  }
+  return whole - saved;
+}
+
+ReadShares evenReadShares(const GraphProblem& gp) {
+  ReadShares out;
+  for (const SharedReads& sr : gp.shared_reads) {
+    auto& keys = out.emplace_back(sr.num_keys, std::vector<double>(sr.edges.size(), 0.0));
+    std::vector<uint32_t> readers(sr.num_keys, 0);
+    for (size_t i = 0; i < sr.edges.size(); ++i) {
+      std::vector<bool> seen(sr.num_keys, false);
+      for (int32_t key : sr.key_of_class[i])
+        if (key >= 0 && !seen[key]) {
+          seen[key] = true;
+          keys[key][i] = 1;
+          ++readers[key];
+        }
+    }
+    for (uint32_t key = 0; key < sr.num_keys; ++key)
+      for (double& share : keys[key]) share /= readers[key];
+  }
+  return out;
+}
+
+std::vector<std::vector<std::vector<bool>>> sharedReadsOf(const GraphProblem& gp,
+                                                          const std::vector<uint32_t>& choice) {
+  std::vector<std::vector<std::vector<bool>>> out;
+  for (const SharedReads& sr : gp.shared_reads) {
+    auto& keys = out.emplace_back(sr.num_keys, std::vector<bool>(sr.edges.size(), false));
+    for (size_t i = 0; i < sr.edges.size(); ++i) {
+      const ProblemEdge& e = gp.problem.edges[sr.edges[i]];
+      const int32_t key = sr.key_of_class[i][e.dst_class[choice[e.dst]]];
+      if (key >= 0) keys[key][i] = true;
+    }
+  }
+  return out;
+}
+
+GraphProblem withReadShares(const GraphProblem& gp, const ReadShares& shares) {
+  GraphProblem out = gp;
+  out.shared_reads.clear();
+  for (size_t group = 0; group < gp.shared_reads.size(); ++group) {
+    const SharedReads& sr = gp.shared_reads[group];
+    for (size_t i = 0; i < sr.edges.size(); ++i) {
+      ProblemEdge& e = out.problem.edges[sr.edges[i]];
+      const size_t cols = e.num_dst_classes;
+      std::vector<double>* costs = nullptr;
+      for (size_t col = 0; col < cols; ++col) {
+        const int32_t key = sr.key_of_class[i][col];
+        if (key < 0) continue;
+        if (!costs) costs = &e.costs.mutableValues();
+        const double share = shares.at(group).at(static_cast<size_t>(key)).at(i);
+        for (size_t at = col; at < costs->size(); at += cols)
+          if (std::isfinite((*costs)[at])) (*costs)[at] *= share;
+      }
+    }
+  }
+  return out;
+}
 
 Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
                                          const std::vector<strategy::NodeStrategies>& strategies,
@@ -800,6 +973,7 @@ Expected<GraphProblem> buildGraphProblem(const ir::Graph& g,
   if (!b.addEdges(deadline))
     return deadlineError("the problem was not built before the deadline (" +
                          std::to_string(b.gp.problem.edges.size()) + " edges priced)");
+  if (spec.shared_reads) b.addSharedReads();
   APC_RETURN_IF_ERROR(b.addOutputSinks());
   b.addFreeOutputSinks();
   APC_RETURN_IF_ERROR(b.addPinSinks());

@@ -944,8 +944,85 @@ std::string clusterCheckText(const ReductionStats& stats) {
   return "";
 }
 
-Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& given,
+namespace {
+
+/// Rounds of solveGraphProblem's read shares (see there).
+constexpr int kReadShareRounds = 6;
+
+Expected<Solution> solveEachReadPriced(const GraphProblem& gp, const SolveGraphOptions& given,
+                                       ReductionStats* stats);
+
+}  // namespace
+
+Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOptions& options,
                                      ReductionStats* stats) {
+  if (gp.shared_reads.empty()) return solveEachReadPriced(gp, options, stats);
+  // Shared redistributions (SharedReads) make a plan's price, evaluate(gp, .), more than a sum of
+  // pairwise costs. Each round solves withReadShares(gp, shares), a relaxation whose optimum is a
+  // lower bound (graph_problem.h), and prices its plan with evaluate(gp, .). The first round
+  // splits each price evenly over its readers; where a plan reads a redistribution on readers
+  // whose shares sum to less than 1, the next round puts its whole price on those readers, evenly
+  // (a subgradient step of the Lagrangian dual; the plan then costs there what it costs). A plan
+  // that meets the best bound is optimal. When the rounds end without one, the plan that pays each
+  // read whole (gp itself: the plan before reads were shared, never dearer) is a candidate too,
+  // and the cheapest plan is returned with the best bound.
+  const auto t0 = std::chrono::steady_clock::now();
+  SolveGraphOptions rounds = options;
+  rounds.solver.deadline =
+      options.solver.deadline.earlier(Deadline::after(t0, options.solver.time_limit_s));
+  const size_t n = gp.problem.nodes.size();
+  ReadShares shares = evenReadShares(gp);
+  std::optional<Solution> best;
+  double lower = 0;
+  auto proven = [&] { return best->objective <= lower * (1 + 1e-9) + 1e-9; };
+  auto consider = [&](Solution s) {
+    s.choice.resize(n);
+    s.objective = evaluate(gp, s.choice);
+    if (!best || s.objective < best->objective) best = std::move(s);
+  };
+  for (int round = 0; round < kReadShareRounds; ++round) {
+    APC_ASSIGN_OR_RETURN(Solution s, solveEachReadPriced(withReadShares(gp, shares), rounds,
+                                                         round == 0 ? stats : nullptr));
+    lower = std::max(lower, s.bound);
+    const std::vector<std::vector<std::vector<bool>>> reads = sharedReadsOf(gp, s.choice);
+    consider(std::move(s));
+    if (proven() || rounds.solver.deadline.passed()) break;
+    bool moved = false;
+    for (size_t group = 0; group < reads.size(); ++group)
+      for (size_t key = 0; key < reads[group].size(); ++key) {
+        const std::vector<bool>& on = reads[group][key];
+        std::vector<double>& share = shares[group][key];
+        double paid = 0;
+        size_t count = 0;
+        for (size_t i = 0; i < on.size(); ++i) {
+          paid += on[i] ? share[i] : 0.0;
+          count += on[i] ? 1 : 0;
+        }
+        if (count == 0 || paid >= 1 - 1e-9) continue;
+        for (size_t i = 0; i < on.size(); ++i) share[i] = on[i] ? 1.0 / count : 0.0;
+        moved = true;
+      }
+    if (!moved) break;
+  }
+  bool whole_considered = false;
+  if (!proven() && !rounds.solver.deadline.passed()) {
+    auto whole = solveEachReadPriced(gp, rounds, nullptr);
+    whole_considered = whole.ok() && whole->status == SolveStatus::kOptimal;
+    if (whole.ok()) consider(std::move(whole).value());
+  }
+  best->bound = std::min(lower, best->objective);
+  // Unproven: "feasible" when the rounds and the plan that pays each read whole all finished (the
+  // gap is the relaxation's), else the time limit's.
+  if (best->status == SolveStatus::kOptimal && !proven())
+    best->status = whole_considered ? SolveStatus::kFeasible : SolveStatus::kTimeLimit;
+  best->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return *best;
+}
+
+namespace {
+
+Expected<Solution> solveEachReadPriced(const GraphProblem& gp, const SolveGraphOptions& given,
+                                       ReductionStats* stats) {
   // One time limit for the whole solve: step 0, the clustered solve and the check share it.
   const auto t0 = std::chrono::steady_clock::now();
   SolveGraphOptions options = given;
@@ -1020,5 +1097,7 @@ Expected<Solution> solveGraphProblem(const GraphProblem& gp, const SolveGraphOpt
   s.bound = std::max(s.bound, std::min(found_bound, s.objective));
   return s;
 }
+
+}  // namespace
 
 }  // namespace apc::solver

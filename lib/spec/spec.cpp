@@ -661,7 +661,7 @@ Expected<Spec> parseSpec(const json& j) {
       checkKeys(j, "$",
                 {"mesh", "device", "world_size", "inputs", "outputs", "memory_budget",
                  "mixed_precision", "dynamic_batch", "dynamic", "pins", "prefetch_discount",
-                 "network", "device_memory", "optimizer"}));
+                 "shared_reads", "network", "device_memory", "optimizer"}));
   Spec s;
   const json* mesh = find(j, "mesh");
   if (!mesh) return at("$", "missing required key 'mesh'");
@@ -700,6 +700,9 @@ Expected<Spec> parseSpec(const json& j) {
   }
   if (const json* db = find(j, "dynamic_batch")) {
     APC_ASSIGN_OR_RETURN(s.dynamic_batch, readBool(*db, "$.dynamic_batch"));
+  }
+  if (const json* sr = find(j, "shared_reads")) {
+    APC_ASSIGN_OR_RETURN(s.shared_reads, readBool(*sr, "$.shared_reads"));
   }
   if (const json* dyn = find(j, "dynamic")) {
     APC_ASSIGN_OR_RETURN(s.dynamic, readDynamic(*dyn, "$.dynamic"));
@@ -1007,6 +1010,7 @@ json toJson(const Spec& s) {
     j["prefetch_discount"] = "schedule";
   else if (s.prefetch_discount != 1.0)
     j["prefetch_discount"] = s.prefetch_discount;
+  if (s.shared_reads) j["shared_reads"] = true;
   bool has_network = false;
   for (const MeshDimNetwork& d : s.network) has_network |= !d.empty();
   if (has_network) j["network"] = networkToJson(s.network);

@@ -187,6 +187,34 @@ TEST_F(PlanCli, SameInputsGiveIdenticalBytes) {
   EXPECT_EQ(readFile(tmp("l1.json")), readFile(tmp("l2.json")));
 }
 
+// --shared-reads: the spec records it, the plan's totals are its objective (each shared
+// redistribution paid once, on the first reader's edge), it is cheaper than the default plan
+// priced the same way, the same inputs give the same bytes, and apc lower takes it.
+TEST_F(PlanCli, SharedReadsArePaidOnceAndPlannedDeterministically) {
+  std::string plan = "plan " + kSamples + "llama_tiny.pt --mesh 4 --quiet -o ";
+  ASSERT_EQ(runApc(plan + tmp("each.json")).code, 0);
+  Result first = runApc(plan + tmp("s1.json") + " --shared-reads");
+  ASSERT_EQ(first.code, 0) << first.err;
+  ASSERT_EQ(runApc(plan + tmp("s2.json") + " --shared-reads").code, 0);
+  EXPECT_EQ(readFile(tmp("s1.json")), readFile(tmp("s2.json")));
+  auto each = nlohmann::json::parse(readFile(tmp("each.json")));
+  auto shared = nlohmann::json::parse(readFile(tmp("s1.json")));
+  EXPECT_FALSE(each["spec"].contains("shared_reads"));
+  EXPECT_EQ(shared["spec"]["shared_reads"], true);
+  EXPECT_NE(each["content_hash"], shared["content_hash"]);
+  const double objective = shared["solver"]["objective"].get<double>();
+  EXPECT_NEAR(shared["totals"]["total_us"].get<double>(), objective, 1e-6 * objective);
+  double edges = 0;
+  for (const auto& n : shared["nodes"])
+    for (const auto& e : n["in_edges"]) edges += e["cost_us"].get<double>();
+  EXPECT_NEAR(edges, shared["totals"]["comm_us"].get<double>(), 1e-6 * objective);
+  // llama_tiny on [4]: q, k and v (and gate and up) share one all-reduce of their input's
+  // gradient; priced once, the plan is cheaper than the default one, which pays it per reader.
+  EXPECT_LT(objective, each["solver"]["objective"].get<double>());
+  Result lowered = runApc("lower " + tmp("s1.json") + " -o " + tmp("s1_art"));
+  EXPECT_EQ(lowered.code, 0) << lowered.err;
+}
+
 // Issue 29: a budget that binds in part (the README's llama_tiny example at 0,0.5) is proven
 // optimal by the memory search (lib/solver/memory_search.h), which the plan records and the summary
 // names; the same plan twice is the same bytes; a plan whose record is malformed is one line.

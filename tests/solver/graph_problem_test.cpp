@@ -402,6 +402,164 @@ TEST(Pins, PinnedLayerIsNotTiedToTheOthers) {
   EXPECT_EQ(*pinned->strategies[y1][s->choice[y1]].outputs[0], PlacementTuple{Placement::shard(1)});
 }
 
+// --- shared reads --------------------------------------------------------------------------------
+
+/// x (taking a gradient, as an embedding's output does) read by three projections, summed:
+/// attention's q, k and v reading one normalized hidden state.
+ir::Graph threeReaders() {
+  using namespace ir::testing_graphs;
+  ir::Graph g;
+  g.name = "three_readers";
+  ir::ValueId x = tensorValue(g, "x", {64, 256}, ir::DType::kF32, true);
+  leafNode(g, ir::NodeKind::kInput, "x", x);
+  ir::ValueId none = g.addConstant(ir::ValueType::kNone, ir::None{});
+  ir::ValueId one = g.addConstant(ir::ValueType::kInt, int64_t{1});
+  std::vector<ir::ValueId> ys;
+  for (const char* name : {"q", "k", "v"}) {
+    std::string m = std::string("attn.") + name;
+    ir::ValueId w = tensorValue(g, m + ".weight", {256, 256}, ir::DType::kF32, true);
+    leafNode(g, ir::NodeKind::kParameter, m + ".weight", w);
+    ys.push_back(tensorValue(g, name, {64, 256}, ir::DType::kF32, true));
+    opNode(g, "aten::linear", "", {x, w, none}, {ys.back()}, m);
+  }
+  ir::ValueId qk = tensorValue(g, "qk", {64, 256}, ir::DType::kF32, true);
+  opNode(g, "aten::add", "Tensor", {ys[0], ys[1], one}, {qk}, "attn");
+  ir::ValueId out = tensorValue(g, "out", {64, 256}, ir::DType::kF32, true);
+  opNode(g, "aten::add", "Tensor", {qk, ys[2], one}, {out}, "attn");
+  g.setOutputs(ir::OutputTree::makeLeaf(out));
+  return g;
+}
+
+TEST(SharedReads, ARedistributionThreeProjectionsReadIsPaidOnce) {
+  // Column-parallel q, k and v read x replicated and leave its gradient Partial: lowering
+  // all-reduces the sum of the three gradients once, so the plan must pay one all-reduce, not
+  // three.
+  ir::Graph g = threeReaders();
+  spec::Spec spec = specFor({2}, {"tp"});
+  spec.memory_budget.high = 1.0;
+  auto each = build(g, spec);  // shared_reads off (the default): every read priced whole
+  ASSERT_TRUE(each.ok()) << each.error().message();
+  EXPECT_TRUE(each->shared_reads.empty());
+  spec.shared_reads = true;
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok()) << gp.error().message();
+  const int x = nodeOf(*gp, g, "x");
+  const SharedReads* reads = nullptr;
+  for (const SharedReads& sr : gp->shared_reads)
+    if (sr.src == static_cast<uint32_t>(x)) reads = &sr;
+  ASSERT_NE(reads, nullptr);
+  EXPECT_EQ(reads->edges.size(), 3u);
+  EXPECT_GE(reads->num_keys, 1u);
+
+  // The choice: every projection column-parallel (input R, weight S(0), output S(1)), the rest
+  // at its cheapest given that.
+  std::vector<uint32_t> choice(gp->problem.nodes.size(), 0);
+  Problem pinned = gp->problem;
+  for (const char* name : {"q", "k", "v"}) {
+    const int n = nodeOf(*gp, g, name);
+    std::optional<uint32_t> column;
+    for (size_t s = 0; s < gp->strategies[n].size() && !column; ++s) {
+      const strategy::Strategy& st = gp->strategies[n][s];
+      if (*st.inputs[0] == PlacementTuple{Placement::replicate()} &&
+          *st.inputs[1] == PlacementTuple{Placement::shard(0)} &&
+          *st.outputs[0] == PlacementTuple{Placement::shard(1)})
+        column = static_cast<uint32_t>(s);
+    }
+    ASSERT_TRUE(column.has_value()) << name;
+    pinned.nodes[n].pinned = column;
+  }
+  auto fixed = solve(pinned);
+  ASSERT_TRUE(fixed.ok()) << fixed.error().message();
+  choice = fixed->choice;
+
+  // The all-reduce of x's gradient, as the edges price it.
+  const ir::TensorMeta& xt = *g.value(g.node(gp->graph_nodes[x]).outputs[0]).tensor;
+  auto all_reduce =
+      cost::redistributionCost(xt, {Placement::partial()}, {Placement::replicate()}, spec.mesh);
+  ASSERT_TRUE(all_reduce.ok());
+  ASSERT_GT(all_reduce->forward_us, 0);
+  const std::vector<bool> paid = paidByAnEarlierReader(*gp, choice);
+  size_t paid_earlier = 0;
+  for (uint32_t k : reads->edges) {
+    const ProblemEdge& e = gp->problem.edges[k];
+    const double c = e.cost(choice[e.src], choice[e.dst], gp->problem.nodes[e.dst].numStrategies());
+    EXPECT_NEAR(c, all_reduce->forward_us, 1e-9 * c) << "edge " << k;
+    paid_earlier += paid[k] ? 1 : 0;
+  }
+  EXPECT_EQ(paid_earlier, 2u);
+  EXPECT_FALSE(paid[reads->edges[0]]);
+  const double whole = evaluate(gp->problem, choice);
+  const double shared = evaluate(*gp, choice);
+  EXPECT_NEAR(whole - shared, 2 * all_reduce->forward_us, 1e-9 * whole);
+
+  // The split problem prices a choice in which all three read it alike, as one in which none
+  // does, at its shared price; one in which only some read it, below it.
+  GraphProblem split = withReadShares(*gp, evenReadShares(*gp));
+  EXPECT_TRUE(split.shared_reads.empty());
+  EXPECT_NEAR(evaluate(split.problem, choice), shared, 1e-9 * shared);
+  std::vector<uint32_t> mixed = choice;
+  {
+    const int v = nodeOf(*gp, g, "v");
+    Problem p = gp->problem;
+    p.nodes[v].pinned.reset();
+    for (const char* name : {"q", "k"})
+      p.nodes[nodeOf(*gp, g, name)].pinned = choice[nodeOf(*gp, g, name)];
+    // v reads x sharded: its gradient then needs no all-reduce of its own.
+    std::optional<uint32_t> row;
+    for (size_t s = 0; s < gp->strategies[v].size() && !row; ++s)
+      if (*gp->strategies[v][s].inputs[0] == PlacementTuple{Placement::shard(0)})
+        row = static_cast<uint32_t>(s);
+    ASSERT_TRUE(row.has_value());
+    p.nodes[v].pinned = row;
+    auto m = solve(p);
+    ASSERT_TRUE(m.ok()) << m.error().message();
+    mixed = m->choice;
+  }
+  EXPECT_LT(evaluate(split.problem, mixed), evaluate(*gp, mixed));
+
+  // The optimizer's plan is the optimum of evaluate(gp, .) over every choice (enumerated here).
+  auto s = solveGraphProblem(*gp);
+  ASSERT_TRUE(s.ok()) << s.error().message();
+  EXPECT_EQ(s->choice.size(), gp->problem.nodes.size());
+  EXPECT_DOUBLE_EQ(s->objective, evaluate(*gp, s->choice));
+  const Problem& p = gp->problem;
+  std::vector<uint32_t> at(p.nodes.size(), 0);
+  for (size_t i = 0; i < p.nodes.size(); ++i)
+    if (p.nodes[i].pinned) at[i] = *p.nodes[i].pinned;
+  double best = kInfinity;
+  size_t choices = 0;
+  while (true) {
+    best = std::min(best, evaluate(*gp, at));
+    ++choices;
+    size_t i = 0;
+    for (; i < at.size(); ++i) {
+      if (p.nodes[i].pinned) continue;
+      if (++at[i] < p.nodes[i].numStrategies()) break;
+      at[i] = 0;
+    }
+    if (i == at.size()) break;
+  }
+  EXPECT_GT(choices, 1000u);
+  EXPECT_NEAR(s->objective, best, 1e-9 * best);
+  EXPECT_EQ(s->status, SolveStatus::kOptimal);
+  auto unshared = solve(gp->problem);
+  ASSERT_TRUE(unshared.ok());
+  EXPECT_LE(s->objective, unshared->objective * (1 + 1e-9));
+}
+
+TEST(SharedReads, ValuesReadOnceAreNotShared) {
+  // twoLayers: every value has one reader, so the problem and its price are as before.
+  ir::Graph g = twoLayers();
+  spec::Spec spec = specFor({2}, {"dp"});
+  spec.shared_reads = true;
+  auto gp = build(g, spec);
+  ASSERT_TRUE(gp.ok());
+  EXPECT_TRUE(gp->shared_reads.empty());
+  auto s = solveGraphProblem(*gp);
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->objective, evaluate(gp->problem, s->choice));
+}
+
 // --- free outputs --------------------------------------------------------------------------------
 
 TEST(FreeOutputs, PartialFreeOutputPaysTheFinalReduction) {

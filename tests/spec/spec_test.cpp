@@ -212,6 +212,7 @@ TEST(Spec, ReadsEveryField) {
     "memory_budget": {"low": 0.1, "high": 0.5},
     "mixed_precision": {"param_dtype": "bfloat16", "output_dtype": "f32"},
     "dynamic_batch": true,
+    "shared_reads": true,
     "dynamic": [{"input": "x", "dim": 1, "max": 4096}],
     "pins": [{"node": "linear_1", "placements": ["R", "S(1)"]}, {"module": "layers.0", "placements": ["S(0)", "R"]}]
   })j");
@@ -235,6 +236,7 @@ TEST(Spec, ReadsEveryField) {
   EXPECT_EQ(s.mixed_precision.reduce_dtype, std::nullopt);
   EXPECT_EQ(s.mixed_precision.output_dtype, ir::DType::kF32);
   EXPECT_TRUE(s.dynamic_batch);
+  EXPECT_TRUE(s.shared_reads);
   ASSERT_EQ(s.dynamic.size(), 1u);
   EXPECT_EQ(s.dynamic[0], (DynamicDim{"x", 1, 1, 4096}));
   ASSERT_EQ(s.pins.size(), 2u);
@@ -255,6 +257,7 @@ TEST(Spec, DefaultsWhenOnlyTheMeshIsGiven) {
   EXPECT_EQ(s.memory_budget, MemoryBudget{});
   EXPECT_TRUE(s.mixed_precision.empty());
   EXPECT_FALSE(s.dynamic_batch);
+  EXPECT_FALSE(s.shared_reads);
   EXPECT_TRUE(s.dynamic.empty());
   EXPECT_TRUE(s.pins.empty());
   // Only the bandwidth is overridden: the latencies keep their defaults.
@@ -288,7 +291,10 @@ TEST(Spec, BuiltInCodeRoundTrips) {
   s.mixed_precision.reduce_dtype = ir::DType::kF32;
   s.dynamic.push_back({"tokens", 1, 2, std::nullopt});
   s.pins.push_back({Pin::Target::kModule, "layers.3", tuple("S(0),S(1)")});
+  EXPECT_FALSE(toJson(s).contains("shared_reads"));  // the default is not written
+  s.shared_reads = true;
   json j = toJson(s);
+  EXPECT_EQ(j["shared_reads"], true);
   EXPECT_EQ(j["device"], (json{{"kind", "b200"}, {"hbm_bandwidth_gbps", 8000.0}}));
   EXPECT_EQ(j["memory_budget"], (json{{"low", 0.0}, {"high", 0.5}}));
   EXPECT_EQ(j["dynamic"], json::parse(R"j([{"input": "tokens", "dim": 1, "min": 2}])j"));

@@ -54,6 +54,12 @@ std::string unprovenWarning(const plan::Plan& p, double time_limit_s) {
                   100.0 * (p.solver.objective - *p.solver.bound) / p.solver.objective);
     gap = buf;
   }
+  // Shared reads solved within the limit: the gap is the relaxation's (solveGraphProblem), which
+  // more time does not close.
+  if (p.spec.shared_reads && p.solver.status == plan::PlanStatus::kFeasible)
+    return "apc: note: the plan is not proven optimal (solver status " + status + ", " + gap +
+           "): with --shared-reads the bound is a relaxation's; the plan is no dearer than the "
+           "one that pays each read whole\n";
   char limit[64];
   std::snprintf(limit, sizeof limit, "%g", time_limit_s);
   return "apc: warning: the plan is not proven optimal (solver status " + status + ", " + gap +
@@ -89,6 +95,7 @@ struct PlanFlags {
   std::string artifact;  // --artifact DIR: also lower the plan (tools/apc/lower.cpp)
   /// --prefetch-discount: the spec's prefetch_discount, a number or "schedule"
   std::optional<std::string> prefetch_discount;
+  bool shared_reads = false;  // --shared-reads: the spec's shared_reads
 };
 
 /// No output of the command is one of its input files, the artifact directory (replaced as a
@@ -278,6 +285,7 @@ Expected<spec::Spec> effectiveSpec(const PlanFlags& f, const ir::Graph& g) {
   if (!f.mixed_precision.empty()) {
     APC_ASSIGN_OR_RETURN(spec.mixed_precision, spec::parseMixedPrecisionText(f.mixed_precision));
   }
+  if (f.shared_reads) spec.shared_reads = true;
   if (f.prefetch_discount) {
     spec.schedule_discount = *f.prefetch_discount == "schedule";
     spec.prefetch_discount = spec.schedule_discount ? 1.0 : std::stod(*f.prefetch_discount);
@@ -550,6 +558,11 @@ Runner addPlanCommand(CLI::App& app) {
                  "Make a classic plan instead of optimizing: ddp, fsdp, tp (Megatron on the last "
                  "mesh dim) or fsdp+tp (2-d meshes), priced by the same cost model; inputs the "
                  "spec does not place are batch-sharded as that plan does (tp: replicated)");
+  app.add_flag(
+      "--shared-reads", f->shared_reads,
+      "Charge a redistribution that several readers of one value share (q, k and v "
+      "reading one hidden state) once, as the program runs it, not once per reader; the "
+      "plan may then be proven only to a gap (default: the spec's shared_reads, else off)");
   app.add_option("--prefetch-discount", f->prefetch_discount,
                  "Scale in [0, 1] of the priced communication of parameters (all-gathers, "
                  "re-gathers, gradient reductions), which can overlap other layers' compute: 0 "

@@ -37,6 +37,8 @@
 //   (strategy 1), so infeasible pins are named. A pin on a graph input that the spec's "inputs" do
 //   not place also sets that input's placement (instead of the default Replicate). Nodes that feed
 //   a pin sink are never tied by repeated-layer clustering: a pin on layers.3 pins layers.3 only.
+// - Shared reads (spec.shared_reads, off by default): the groups of op edges that read one value
+//   and can share its redistribution (SharedReads below), for evaluate(gp, .) and the solve.
 // - Mixed precision (spec.mixed_precision), as FSDP2's MixedPrecisionPolicy runs it: parameters
 //   are cast to param_dtype before they are redistributed (the all-gather moves param_dtype bytes),
 //   floating inputs are cast too, so every floating activation and its gradient is param_dtype;
@@ -65,6 +67,24 @@
 
 namespace apc::solver {
 
+/// Readers of one value served by one redistribution. Lowering makes one redistribution per
+/// (value, input placement, gradient placement) and every reader of the value at that placement
+/// reads it: its forward runs once and autograd sums the readers' gradients before the one
+/// reduction back (q, k and v's projections reading one normalized hidden state). Each reader's
+/// edge prices the whole redistribution, so summed over the edges it would be paid once per
+/// reader. A group holds the edges from one value's producer to its op readers (not a parameter's,
+/// re-gathered per reader in backward; not a tensor list's or a buffer written in place, which are
+/// never redistributed); a key is an (input placement, gradient placement) that two or more of
+/// them can read at a price above 0, equal from every producer class on every edge.
+struct SharedReads {
+  uint32_t src = 0;             // the producer's problem node
+  std::vector<uint32_t> edges;  // problem edges from it to the readers, in edge order
+  /// Per edge, per destination class (ProblemEdge::dst_class's values): the key that class reads,
+  /// or -1 when no other edge can read the same redistribution.
+  std::vector<std::vector<int32_t>> key_of_class;
+  uint32_t num_keys = 0;
+};
+
 struct GraphProblem {
   Problem problem;
   /// Per problem node: the graph node it stands for (invalid for output sinks).
@@ -78,7 +98,41 @@ struct GraphProblem {
   std::vector<std::string> module_paths;
   double total_param_bytes = 0;
   // The resolved memory budget in bytes is problem.memory (see MemoryBudget::highOr).
+  /// The values read by several op nodes, each read's edge priced whole (see SharedReads).
+  std::vector<SharedReads> shared_reads;
 };
+
+/// Evaluates a choice for the graph problem: evaluate(gp.problem, choice), with a redistribution
+/// that several readers of one value read (SharedReads) paid once.
+double evaluate(const GraphProblem& gp, const std::vector<uint32_t>& choice);
+
+/// Per problem edge: true where the edge reads a redistribution that an earlier edge of its
+/// SharedReads reads under `choice` too (that edge pays for it; this one costs nothing).
+std::vector<bool> paidByAnEarlierReader(const GraphProblem& gp,
+                                        const std::vector<uint32_t>& choice);
+
+/// Per group of gp.shared_reads, per key, per edge of the group: the share of the key's price a
+/// read on that edge pays. A key's shares are >= 0 and sum to at most 1 over its edges.
+using ReadShares = std::vector<std::vector<std::vector<double>>>;
+
+/// Each key's price split evenly over the edges that can read it.
+ReadShares evenReadShares(const GraphProblem& gp);
+
+/// The problem of pairwise costs in which a read of a shared redistribution costs its share of the
+/// price (`shares`); gp's nodes and edges, only costs changed, so the reductions work on it as on
+/// gp. A redistribution that a choice reads on the edges R costs there the sum of R's shares
+/// times its price, at most the price evaluate(gp, .) charges once: every choice costs there at
+/// most evaluate(gp, .), so its optimum is a lower bound of evaluate(gp, .)'s (a Lagrangian
+/// relaxation of "paid once when read"), and a choice whose readers' shares sum to 1 for every
+/// redistribution it reads costs the same in both. shared_reads is left empty.
+/// (An exact pairwise form, a node per shared redistribution, made or not, ties a value's readers
+/// together and defeats the reductions: llama3_8b on 2x4 stopped at the 60 s time limit.)
+GraphProblem withReadShares(const GraphProblem& gp, const ReadShares& shares);
+
+/// Per group of gp.shared_reads, per key, per edge of the group: whether the edge reads that
+/// redistribution under `choice`.
+std::vector<std::vector<std::vector<bool>>> sharedReadsOf(const GraphProblem& gp,
+                                                          const std::vector<uint32_t>& choice);
 
 /// Every placement tuple of a tensor on the mesh: per mesh dim R or S(d), pruned where a dim would
 /// be cut into more pieces than it has elements. Deterministic order, all-Replicate first.

@@ -276,6 +276,11 @@ struct Spec {
   /// share of the parameter-derived edges' communication that the runtime's overlap schedule
   /// hides (apc/lower/schedule.h, planner::refineForOverlap); prefetch_discount is then 1.
   bool schedule_discount = false;
+  /// "shared_reads": true (apc plan --shared-reads): the solver charges a redistribution that
+  /// several readers of one value share once, as lowering runs it (solver::SharedReads), instead
+  /// of once per reader's edge. Off by default: plans are then often proven only to a gap (the
+  /// bound of a relaxation) and memory-bound solves take longer (docs/DESIGN.md).
+  bool shared_reads = false;
   /// Per mesh dim (empty, or one entry per mesh dim): links per collective kind and topology.
   std::vector<MeshDimNetwork> network;
   /// Bytes of memory per device (`apc plan --device-memory`, "device_memory": 85899345920 or
