@@ -881,16 +881,16 @@ void GraphProblemBuilder::addSharedReads() {
 std::vector<bool> paidByAnEarlierReader(const GraphProblem& gp,
                                         const std::vector<uint32_t>& choice) {
   std::vector<bool> paid(gp.problem.edges.size(), false);
-  for (const SharedReads& sr : gp.shared_reads) {
-    std::vector<bool> read(sr.num_keys, false);
-    for (size_t i = 0; i < sr.edges.size(); ++i) {
-      const ProblemEdge& e = gp.problem.edges[sr.edges[i]];
-      const int32_t key = sr.key_of_class[i][e.dst_class[choice[e.dst]]];
-      if (key < 0) continue;
-      if (read[key]) paid[sr.edges[i]] = true;
-      read[key] = true;
+  const std::vector<std::vector<std::vector<bool>>> reads = sharedReadsOf(gp, choice);
+  for (size_t group = 0; group < reads.size(); ++group)
+    for (const std::vector<bool>& on : reads[group]) {
+      bool first = true;
+      for (size_t i = 0; i < on.size(); ++i) {
+        if (!on[i]) continue;
+        if (!first) paid[gp.shared_reads[group].edges[i]] = true;
+        first = false;
+      }
     }
-  }
   return paid;
 }
 
