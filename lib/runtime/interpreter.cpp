@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/csrc/jit/runtime/operator.h>
 
+#include <algorithm>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -179,6 +180,18 @@ c10::IValue makeList(std::vector<c10::IValue>& args, ir::ValueType type) {
     if (type == ir::ValueType::kIntList) return c10::List<int64_t>();
     if (type == ir::ValueType::kFloatList) return c10::List<double>();
     if (type == ir::ValueType::kBoolList) return c10::List<bool>();
+  }
+  // Tensors with Nones among them (the indices of x[:, :, idx]): the optional-tensor list that
+  // index and index_put take (a generic list is refused by their Tensor?[] argument).
+  const bool tensors_or_nones = std::all_of(
+      args.begin(), args.end(), [](const c10::IValue& a) { return a.isTensor() || a.isNone(); });
+  if (!args.empty() && tensors_or_nones &&
+      std::any_of(args.begin(), args.end(), [](const c10::IValue& a) { return a.isNone(); }) &&
+      std::any_of(args.begin(), args.end(), [](const c10::IValue& a) { return a.isTensor(); })) {
+    c10::List<std::optional<at::Tensor>> list;
+    for (c10::IValue& a : args)
+      list.push_back(a.isNone() ? std::optional<at::Tensor>() : std::move(a).toTensor());
+    return list;
   }
   if (args.empty() || args.front().isTensor()) {
     c10::List<at::Tensor> list;

@@ -465,6 +465,53 @@ TEST(Interpreter, AViewOfANonContiguousLocalPieceRuns) {
   EXPECT_TRUE(at::equal(base.grad(), at::arange(12, at::kFloat).reshape({3, 4}).t()));
 }
 
+// index.Tensor's indices as exports record `x[:, idx]` and `x[idx, :]`: an optional-tensor
+// list with Nones before or after the tensor. prim::ListConstruct must build the Tensor?[] that
+// index takes (a generic list is refused: "Tried to cast a List<Any> to a List<Tensor?>", which
+// stopped Hugging Face's FalconForCausalLM at its first step), whichever element comes first.
+TEST(Interpreter, OptionalTensorIndexListsRun) {
+  for (bool none_first : {true, false}) {
+    ir::Graph g;
+    ir::ValueId x = addTensor(g, {4, 5, 3}, ir::DType::kF32, true);
+    ir::ValueId idx = addTensor(g, {2}, ir::DType::kI64);
+    addLeaf(g, ir::NodeKind::kInput, "x", x);
+    addLeaf(g, ir::NodeKind::kInput, "idx", idx);
+    const ir::ValueId none = g.addConstant(ir::ValueType::kNone, ir::Constant(ir::None{}));
+    ir::Value list;
+    list.type = ir::ValueType::kOther;
+    ir::Node build;
+    build.op = "prim::ListConstruct";
+    build.inputs = none_first ? std::vector<ir::ValueId>{none, idx} : std::vector{idx, none};
+    build.outputs = {g.addValue(list)};
+    g.addNode(build);
+    ir::ValueId out =
+        addTensor(g, none_first ? std::vector<int64_t>{4, 2, 3} : std::vector<int64_t>{2, 5, 3},
+                  ir::DType::kF32, true);
+    ir::Node index;
+    index.op = "aten::index";
+    index.overload = "Tensor";
+    index.inputs = {x, build.outputs[0]};
+    index.outputs = {out};
+    g.addNode(index);
+    g.setOutputs(ir::OutputTree::makeLeaf(out));
+    auto interp = Interpreter::create(std::make_shared<const ir::Graph>(std::move(g)));
+    ASSERT_TRUE(interp.ok()) << interp.error().message();
+    at::Tensor xs = at::randn({4, 5, 3}).requires_grad_();
+    at::Tensor is = at::tensor(std::vector<int64_t>{2, 0});
+    auto outs = interp->run([&](const ir::Node& n, std::vector<c10::IValue>&) {
+      return std::vector<c10::IValue>{n.name == "x" ? xs : is};
+    });
+    ASSERT_TRUE(outs.ok()) << outs.error().message();
+    at::Tensor y = (*outs)[0].toTensor();
+    at::Tensor want =
+        none_first ? xs.detach().index_select(1, is) : xs.detach().index_select(0, is);
+    EXPECT_TRUE(at::equal(y, want)) << "none first: " << none_first;
+    y.sum().backward();
+    ASSERT_TRUE(xs.grad().defined());
+    EXPECT_EQ(xs.grad().sum().item<double>(), static_cast<double>(want.numel()));
+  }
+}
+
 // `t[..., a:b] = v` in a model is functionalized into the functional aten::copy(slice, v), which
 // torch gives no derivative ("derivative for aten::copy is not implemented" ended training of
 // Hugging Face's DeepseekV3ForCausalLM). It runs as copy_ into a fresh tensor like self: the
