@@ -125,6 +125,23 @@ std::vector<DimStrategy> transposeRule(const RuleContext& c) {
   return permuted(c, perm);
 }
 
+/// The fixed permutations of a tensor's properties: numpy_T (x.T, every dim reversed) and mT, mH,
+/// adjoint (x.mT: the last two dims swapped; at least two).
+std::vector<DimStrategy> fixedPermutationRule(const RuleContext& c) {
+  if (!unaryView(c)) return {};
+  const int64_t r = c.inputRank(0);
+  if (c.outputRank(0) != r) return {};
+  std::vector<int64_t> perm(static_cast<size_t>(r));
+  for (int64_t d = 0; d < r; ++d) perm[static_cast<size_t>(d)] = d;
+  if (c.node.op == "aten::numpy_T") {
+    std::reverse(perm.begin(), perm.end());
+  } else {
+    if (r < 2) return {};
+    std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
+  }
+  return permuted(c, perm);
+}
+
 std::vector<DimStrategy> permuteRule(const RuleContext& c) {
   if (!unaryView(c)) return {};
   int64_t r = c.inputRank(0);
@@ -171,6 +188,8 @@ void registerViewRules(Registry& r) {
   for (const char* op : {"aten::swapaxes", "aten::swapdims", "aten::t", "aten::transpose"})
     r.add(op, transposeRule, OpFamily::kView, noWork);
   r.add("aten::permute", permuteRule, OpFamily::kView, noWork);
+  for (const char* op : {"aten::adjoint", "aten::mH", "aten::mT", "aten::numpy_T"})
+    r.add(op, fixedPermutationRule, OpFamily::kView, noWork);
   for (const char* op : {"aten::broadcast_to", "aten::expand"})
     r.add(op, expandRule, OpFamily::kView, noWork);
   // The size lists lowering rewrites to the rank's local shape (apc/strategy/local_rewrite.h).
@@ -222,6 +241,8 @@ void registerViewRules(Registry& r) {
   samples({"aten::swapaxes", "aten::swapdims"}, {{"", {S::f32({2, 5, 6}), S::of(0), S::of(2)}},
                                                  {"", {S::f32({2, 5, 6}), S::of(-1), S::of(-2)}}});
   samples({"aten::t"}, {{"", {S::f32({5, 6})}}, {"", {S::f32({6})}}});
+  samples({"aten::numpy_T"}, {{"", {S::f32({2, 5, 6})}}, {"", {S::f32({5, 6})}}});
+  samples({"aten::adjoint", "aten::mH", "aten::mT"}, {{"", {S::f32({2, 5, 6})}}});
   samples({"aten::permute"}, {{"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{2, 0, 1})}},
                               {"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{-1, 0, 1})}}});
   samples({"aten::expand", "aten::broadcast_to"},
