@@ -306,6 +306,16 @@ def sample_table():
         output_dtype="f64", output_desc="tensor f64 [8,10] class logits",
         trace_shapes=[[2, 3, 16, 16]], cost=2))
     S.append(Sample(
+        "gather_patterns", "traced",
+        "h = tanh(Linear(16,16)(x)); h = (h.mT @ mix.T).mT (mix [6,6]); cat(h[:, idx % 6].mean(1), "
+        "h[:, :, tensor([0, 3, 5])].mean(1)) into Linear(19,10): index.Tensor with an optional-tensor "
+        "list [None, pos] (Falcon's attention exports it), its positions computed from a batch-split "
+        "input; aten::mT and aten::numpy_T",
+        _seeded(lambda: M.GatherPatterns()), {"d": 16, "n_classes": 10},
+        [InputSpec("x", "f32", [8, 6, 16]), _ids("idx", [8], 100)], [8, 10],
+        output_desc="tensor f32 [8,10]",
+        trace_shapes=[[2, 6, 16], [2]], tracer_warnings_ok=True))
+    S.append(Sample(
         "multi_output", "scripted",
         "proj=Linear(32,32), head=Linear(32,10); forward returns (relu(h), {'logits': head(h), 'hidden': h})",
         _seeded(lambda: M.MultiOutput()), {"d_model": 32, "n_classes": 10},

@@ -682,6 +682,27 @@ class EinsumUpsample(nn.Module):
         return self.head(y.mean((2, 3)))
 
 
+class GatherPatterns(nn.Module):
+    """Indexing and properties real models use that no other sample has: ``h[:, pos]`` and
+    ``h[:, :, torch.tensor([0, 3, 5])]`` (aten::index.Tensor with an optional-tensor list
+    ``[None, pos]``, as Falcon's attention exports) where ``pos`` is computed from a batch-split
+    input (``idx % 6``, so a rank's piece of it would index the wrong rows), and ``.mT`` / ``.T``
+    (aten::mT, aten::numpy_T)."""
+
+    def __init__(self, d: int = 16, n_classes: int = 10):
+        super().__init__()
+        self.inp = nn.Linear(d, d)
+        self.mix = nn.Parameter(torch.randn(6, 6) * 0.3)
+        self.head = nn.Linear(d + 3, n_classes)
+
+    def forward(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.inp(x))  # [B, 6, d]
+        h = (h.mT @ self.mix.T).mT  # the 6 positions mixed
+        g = h[:, idx % 6]  # [B, B, d]: every sample's row at each sample's position
+        s = h[:, :, torch.tensor([0, 3, 5])]  # [B, 6, 3]
+        return self.head(torch.cat([g.mean(1), s.mean(1)], -1))
+
+
 class MoeLayer(nn.Module):
     """A DeepSeek-V3-shaped mixture-of-experts FFN over tokens t [T, D]: sigmoid router scores,
     top-k selection on the scores plus a per-expert bias buffer (aux-loss-free balancing), the

@@ -69,6 +69,17 @@ bool hasTensorOutput(const RuleContext& c) {
   return false;
 }
 
+/// A list that is not a Tensor[] built from tensors (the optional-tensor indices of x[:, idx]:
+/// None, None, idx): its consumer reads the tensors through the list, with no placement of its
+/// own, so the node is planned (its rule reads them whole) for the edges into it to be priced and
+/// lowered. Unplanned, a tensor would enter the list as whatever piece its producer holds.
+bool buildsOpaqueListOfTensors(const RuleContext& c) {
+  if (c.node.op != "prim::ListConstruct" || hasTensorOutput(c)) return false;
+  for (size_t i = 0; i < c.numInputs(); ++i)
+    if (c.isTensorInput(i)) return true;
+  return false;
+}
+
 /// Sizes (hints) of every element of every input and output, computed once per node.
 struct NodeShapes {
   std::vector<std::vector<std::vector<int64_t>>> inputs, outputs;
@@ -584,7 +595,7 @@ std::vector<NodeStrategies> enumerate(const ir::Graph& g, const mesh::DeviceMesh
   for (const ir::Node& n : g.nodes()) {
     if (n.kind != ir::NodeKind::kOp) continue;
     RuleContext c{g, n, &options.rules};
-    if (!hasTensorOutput(c)) continue;
+    if (!hasTensorOutput(c) && !buildsOpaqueListOfTensors(c)) continue;
     NodeStrategies ns;
     ns.node = n.id;
     if (options.use_cache) {

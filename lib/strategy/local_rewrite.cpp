@@ -351,7 +351,9 @@ Status rewritePositions(const ir::Node& node, const std::vector<std::optional<ir
   const TensorPiece& self = pieces.inputs[0][0];
   if (self.global.empty() || self.whole(0)) return Status::success();
   // The rules never cut an indexed dim: only a token-local region's strategies do, with one index
-  // tensor for dim 0 (apc/strategy/token_local.h).
+  // tensor for dim 0 (apc/strategy/token_local.h). An optional-tensor list (no pieces: x[:, idx])
+  // leaves dim 0 unindexed, so cutting it needs no rewrite.
+  if (pieces.inputs[1].empty()) return Status::success();
   if (pieces.inputs[1].size() != 1)
     return unsupported(node.qualifiedOp() + " with self cut along dim 0 and " +
                        std::to_string(pieces.inputs[1].size()) + " index tensors");

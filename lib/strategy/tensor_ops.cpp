@@ -193,17 +193,58 @@ std::vector<DimStrategy> selectScatterRule(const RuleContext& c) {
   return res;
 }
 
-/// index.Tensor(self, indices[n]) with n integer index tensors of one rank k on self's leading n
-/// dims, broadcasting (each dim of one size or 1, as Hugging Face's mask build [B, 1, 1, 1] with
-/// [1, 1, S, 1]): out = broadcast shape + self.shape[n:]. self S(d >= n) with the indices R ->
-/// out S(d - n + k); the indices S(j) with self R -> out S(j) (each rank gathers its own indices;
-/// an index of size 1 in dim j is whole, layout::elementPlacement); self P -> out P (gathering is
-/// linear). A list with a None (a later dim indexed) or indices of different ranks has no rule.
+/// The index tensors of index.Tensor's list argument and where they start: a Tensor[] (they
+/// index self's leading dims), or an optional-tensor list built by prim::ListConstruct with Nones
+/// (whole dims) before them, as `x[:, :, idx]` exports, and after them (whole too, as if absent).
+/// Nullopt for other lists: one with a None between two tensors moves the indexed dims first.
+struct IndexTensors {
+  std::vector<const ir::TensorMeta*> metas;
+  int64_t first = 0;    // self's first indexed dim: the leading Nones
+  bool opaque = false;  // an optional-tensor list: read whole, no placement of its own
+};
+std::optional<IndexTensors> indexTensors(const RuleContext& c) {
+  IndexTensors r;
+  if (c.isTensorInput(1)) {
+    r.metas = c.inputMetas(1);
+    return r;
+  }
+  const ir::Value& list = c.input(1);
+  if (list.type != ir::ValueType::kOther || !list.producer.valid()) return std::nullopt;
+  const ir::Node& build = c.graph.node(list.producer);
+  if (build.op != "prim::ListConstruct") return std::nullopt;
+  r.opaque = true;
+  bool after = false;  // past the tensors
+  for (ir::ValueId id : build.inputs) {
+    const ir::Value& e = c.graph.value(id);
+    if (e.type == ir::ValueType::kNone) {
+      if (r.metas.empty())
+        ++r.first;
+      else
+        after = true;
+    } else if (e.isTensor() && e.tensor && !after) {
+      r.metas.push_back(&*e.tensor);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return r;
+}
+
+/// index.Tensor(self, indices) with n integer index tensors of one rank k on n consecutive dims of
+/// self from `first` (IndexTensors), broadcasting (each dim of one size or 1, as Hugging Face's
+/// mask build [B, 1, 1, 1] with [1, 1, S, 1]): out = self.shape[:first] + broadcast shape +
+/// self.shape[first + n:]. self S(d) in a dim not indexed with the indices R -> out S(d) before
+/// them, S(d - n + k) after; the indices S(j) with self R -> out S(first + j) (each rank gathers
+/// its own indices; an index of size 1 in dim j is whole, layout::elementPlacement), for a Tensor[]
+/// only: an optional-tensor list's tensors are read whole; self P -> out P (gathering is linear).
 std::vector<DimStrategy> indexRule(const RuleContext& c) {
   int64_t r = c.inputRank(0);
-  if (r < 1 || c.numInputs() != 2 || !c.isTensorInput(1) || c.numOutputs() != 1) return {};
-  std::vector<const ir::TensorMeta*> idx = c.inputMetas(1);
-  if (idx.empty() || static_cast<int64_t>(idx.size()) > r) return {};
+  if (r < 1 || c.numInputs() != 2 || c.numOutputs() != 1) return {};
+  std::optional<IndexTensors> it = indexTensors(c);
+  if (!it) return {};
+  const std::vector<const ir::TensorMeta*>& idx = it->metas;
+  const int64_t first = it->first;
+  if (idx.empty() || first + static_cast<int64_t>(idx.size()) > r) return {};
   const int64_t k = idx[0]->rank();
   std::vector<int64_t> shape(static_cast<size_t>(std::max<int64_t>(k, 0)), 1);  // broadcast
   for (const ir::TensorMeta* m : idx) {
@@ -217,20 +258,24 @@ std::vector<DimStrategy> indexRule(const RuleContext& c) {
   }
   const int64_t n = static_cast<int64_t>(idx.size());
   if (c.outputRank(0) != k + r - n) return {};
-  const std::vector<int64_t> out = c.outputSizes(0);
+  const std::vector<int64_t> out = c.outputSizes(0), self = c.inputSizes(0);
+  for (int64_t d = 0; d < first; ++d)
+    if (out.at(static_cast<size_t>(d)) != self.at(static_cast<size_t>(d))) return {};
   for (size_t j = 0; j < shape.size(); ++j)
-    if (out.at(j) != shape[j]) return {};
-  auto make = [&](Placement self, Placement index, Placement out) {
+    if (out.at(static_cast<size_t>(first) + j) != shape[j]) return {};
+  auto make = [&](Placement self_p, Placement index, Placement out_p) {
     DimStrategy s = emptyDim(c);
-    s.inputs[0] = self;
-    s.inputs[1] = index;
-    s.outputs[0] = out;
+    s.inputs[0] = self_p;
+    if (!it->opaque) s.inputs[1] = index;
+    s.outputs[0] = out_p;
     return s;
   };
   std::vector<DimStrategy> res;
   res.push_back(make(R(), R(), R()));
-  for (int64_t d = n; d < r; ++d) res.push_back(make(S(d), R(), S(d - n + k)));
-  for (int64_t j = 0; j < k; ++j) res.push_back(make(R(), S(j), S(j)));
+  for (int64_t d = 0; d < first; ++d) res.push_back(make(S(d), R(), S(d)));
+  for (int64_t d = first + n; d < r; ++d) res.push_back(make(S(d), R(), S(d - n + k)));
+  if (!it->opaque)
+    for (int64_t j = 0; j < k; ++j) res.push_back(make(R(), S(j), S(j)));
   res.push_back(make(P(), R(), P()));
   return res;
 }
@@ -363,8 +408,11 @@ std::vector<DimStrategy> listRule(const RuleContext& c) {
 
 /// prim::ListConstruct building a Tensor[]: the list's placement for every element, except that an
 /// element of size 1 in a cut dim is read whole (Replicate): it broadcasts against the others and
-/// is whole under the cut (layout::elementPlacement, the one rule for list elements).
+/// is whole under the cut (layout::elementPlacement, the one rule for list elements). Any other
+/// list holding tensors (optional tensors: index's [None, idx]) has no placement: its tensors are
+/// read whole, which is what its consumers' rules assume.
 std::vector<DimStrategy> listConstructRule(const RuleContext& c) {
+  if (!c.isTensorOutput(0)) return {replicateAll(c)};
   std::vector<DimStrategy> res = identityStrategies(c, kSumOnly);
   for (DimStrategy& s : res) {
     if (!s.outputs[0] || !s.outputs[0]->isShard()) continue;

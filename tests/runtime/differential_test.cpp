@@ -90,6 +90,9 @@ const std::map<std::string, ModelCase>& models() {
       // einsum attention, bilinear and nearest upsampling (float64).
       {"einsum_upsample.pt2", {"einsum_upsample", {"x:f64[8,3,16,16]"}, 0, "", "pt2"}},
       {"hf_gpt2_tiny.pt2", {"hf_gpt2_tiny", {"input_ids:i64[8,32]"}, 256, "", "pt2"}},
+      // index.Tensor through an optional-tensor list ([None, idx % 6]) with idx batch-split:
+      // the list must read the whole positions. aten::mT, aten::numpy_T.
+      {"gather_patterns.pt2", {"gather_patterns", {"x:f32[8,6,16]", "idx:i64[8]"}, 100, "", "pt2"}},
   };
   return m;
 }
@@ -292,7 +295,8 @@ def forward(self, x):
 
 /// The matrix. By default (CI): every sample with the optimizer's plan on [4], [2,2], [2,4] and
 /// with every classic plan on [2,2]; gpt2_tiny (logits out) with the optimizer on [2,4]; the
-/// exported programs (.pt2, .core.pt2) with the optimizer's plan on [4] and [2,2].
+/// exported programs (.pt2, .core.pt2) with the optimizer's plan on [4] and [2,2], and
+/// gather_patterns.pt2 with ddp on [2,2].
 /// APC_RUNTIME_FULL_MATRIX=1: every sample, mesh [2], [4], [2,2], [2,4] and plan (108 cases).
 std::vector<DiffCase> diffCases() {
   const char* full_env = std::getenv("APC_RUNTIME_FULL_MATRIX");
@@ -316,8 +320,10 @@ std::vector<DiffCase> diffCases() {
        {"toy_block.pt2", "mlp_stack.pt2", "mlp_stack.core.pt2", "gpt2_tiny_loss.pt2",
         "llama_tiny.pt2", "llama_tiny.core.pt2", "cnn_small.pt2", "resnet_bottleneck.pt2",
         "swin_tiny.pt2", "multi_output.pt2", "hf_llama_tiny.pt2", "hf_gpt2_tiny.pt2",
-        "einsum_upsample.pt2"})
+        "einsum_upsample.pt2", "gather_patterns.pt2"})
     for (const char* mesh : {"4", "2x2"}) cases.push_back({model, mesh, ""});
+  // Data parallel: idx is batch-split, and the index list reads its positions whole.
+  cases.push_back({"gather_patterns.pt2", "2x2", "ddp"});
   return cases;
 }
 

@@ -149,6 +149,45 @@ TEST(Fallback, EveryStrategyPrunedFallsBack) {
   EXPECT_EQ(all[0].strategies[0].toString(), "R -> R");
 }
 
+// `h[:, pos]` exports index.Tensor(h, [None, pos]): a list that is not a Tensor[] and has no
+// placement. Its prim::ListConstruct is planned (not skipped as a size node), reading pos whole,
+// so a batch-split pos is gathered on its edge instead of entering the list as a rank's piece;
+// index cuts h along the None dim and after the indexed one, never through the list.
+TEST(OptionalTensorLists, TheirTensorsAreReadWholeAndSelfIsCutOutsideTheIndexedDim) {
+  Builder b;
+  ValueId h = b.input("h", {8, 6, 16});
+  ValueId idx = b.input("idx", {8}, ir::DType::kI64);
+  ValueId pos = b.op("aten::remainder.Scalar", {idx, b.i(6)}, {8}, ir::DType::kI64);
+  ir::Value list;
+  list.type = ir::ValueType::kOther;
+  list.debug_name = "indices";
+  ValueId l = b.g.addValue(list);
+  NodeId build = b.addOp("prim::ListConstruct", {b.none(), pos}, {l});
+  b.op("aten::index.Tensor", {h, l}, {8, 8, 16});
+  NodeId index = b.last();
+  auto all = enumerate(b.g, meshOf("2"));
+  const NodeStrategies* of_build = nullptr;
+  const NodeStrategies* of_index = nullptr;
+  for (const NodeStrategies& ns : all) {
+    if (ns.node == build) of_build = &ns;
+    if (ns.node == index) of_index = &ns;
+  }
+  ASSERT_NE(of_build, nullptr) << "the list's construction is not planned";
+  EXPECT_FALSE(of_build->fallback);
+  ASSERT_EQ(of_build->strategies.size(), 1u);
+  EXPECT_EQ(of_build->strategies[0].inputs[1], mesh::replicated(1));
+  EXPECT_FALSE(of_build->strategies[0].outputs[0].has_value());
+  ASSERT_NE(of_index, nullptr);
+  EXPECT_FALSE(of_index->fallback);
+  Strings got;
+  for (const Strategy& s : of_index->strategies) {
+    EXPECT_FALSE(s.inputs[1].has_value()) << "the list has no placement: " << s.toString();
+    got.push_back(s.toString());
+  }
+  EXPECT_EQ(got, (Strings{"R -> R", "S(0) -> S(0)", "S(2) -> S(2)", "P -> P"}));
+  EXPECT_TRUE(fallbackOps(b.g, all).empty());
+}
+
 TEST(Registry, ExactOverloadFirstThenBareName) {
   Registry r;
   auto one = [](const RuleContext& c) {

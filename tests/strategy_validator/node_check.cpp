@@ -229,6 +229,23 @@ Expected<std::vector<c10::IValue>> makeFullInputs(const ir::Graph& g, const ir::
       for (const ir::TensorMeta& e : v.elements)
         list.push_back(randomTensor(e, integerBound(g, node, i), false, !keepsFloat32(node), gen));
       args.emplace_back(list);
+    } else if (v.type == ir::ValueType::kOther && v.producer.valid() &&
+               g.node(v.producer).op == "prim::ListConstruct") {
+      // An optional-tensor list (index's [None, idx]): Nones, and tensors indexing self's dim at
+      // their position (every rank reads the list whole).
+      c10::List<std::optional<at::Tensor>> list;
+      const ir::Node& build = g.node(v.producer);
+      const ir::TensorMeta* self = tensorMeta(g, node, 0);
+      for (size_t e = 0; e < build.inputs.size(); ++e) {
+        const ir::Value& item = g.value(build.inputs[e]);
+        if (!item.isTensor() || !item.tensor) {
+          list.push_back(std::nullopt);
+          continue;
+        }
+        const int64_t bound = self && e < self->shape.size() ? self->shape[e].size : 8;
+        list.push_back(randomTensor(*item.tensor, bound, false, !keepsFloat32(node), gen));
+      }
+      args.emplace_back(list);
     } else if (v.constant) {
       Expected<c10::IValue> iv = constantToIValue(*v.constant, arg);
       if (!iv.ok()) return iv.error().withContext(inputName(g, node, i));

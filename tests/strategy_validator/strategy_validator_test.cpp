@@ -92,6 +92,8 @@ const ExecutedSample kExecuted[] = {
     {"batch_sized", {"x:f32[6,6,16]"}},
     // maxvit-style einsum attention, upsample_bilinear2d and upsample_nearest2d.
     {"einsum_upsample", {"x:f64[4,3,16,16]"}},
+    // index.Tensor with optional-tensor lists ([None, pos], [None, None, const]), mT, numpy_T.
+    {"gather_patterns", {"x:f32[4,6,16]", "idx:i64[4]"}},
     // Mixture of experts: topk, gather, sort, repeat_interleave, index.Tensor of expert weights,
     // index_add / scatter_add combines, histc.
     {"moe_tiny", {"x:f32[4,6,32]"}},
@@ -736,6 +738,26 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
       b.op("aten::index.Tensor", {x, list}, out);
     };
   };
+  // index.Tensor(self, [None.., i0, i1.., None..]): an optional-tensor list, as `x[:, :, idx]`
+  // exports (Falcon's attention); `nones_before` Nones, the index tensors, `nones_after` Nones.
+  auto indexAfterNones = [](std::vector<int64_t> self, int nones_before,
+                            std::vector<std::vector<int64_t>> shapes, int nones_after,
+                            std::vector<int64_t> out) {
+    return [=](Builder& b) {
+      ValueId x = b.input("self", self);
+      std::vector<ValueId> items;
+      for (int i = 0; i < nones_before; ++i) items.push_back(b.none());
+      for (size_t i = 0; i < shapes.size(); ++i)
+        items.push_back(b.input("i" + std::to_string(i), shapes[i], ir::DType::kI64));
+      for (int i = 0; i < nones_after; ++i) items.push_back(b.none());
+      ir::Value list;
+      list.type = ir::ValueType::kOther;
+      list.debug_name = "indices";
+      ValueId l = b.g.addValue(list);
+      b.addOp("prim::ListConstruct", items, {l});
+      b.op("aten::index.Tensor", {x, l}, out);
+    };
+  };
   auto floats = [](Builder& b, std::vector<double> v) {
     return b.g.addConstant(ir::ValueType::kFloatList, std::move(v));
   };
@@ -775,6 +797,11 @@ TEST(StrategyValidator, HandBuiltOpCasesMatchTheUnshardedOp) {
        indexBroadcast({6, 5}, {{6, 1, 1, 1}, {1, 1, 1, 5}}, {6, 1, 1, 5})},
       {"index.Tensor broadcasting [B,1], [1,S] with a trailing dim",
        indexBroadcast({7, 5, 6}, {{7, 1}, {1, 5}}, {7, 5, 6})},
+      {"index.Tensor [None, None, idx] (x[:, :, idx])",
+       indexAfterNones({6, 5, 7, 3}, 2, {{2}}, 0, {6, 5, 2, 3})},
+      {"index.Tensor [None, i0, i1] broadcasting, a trailing dim",
+       indexAfterNones({6, 7, 5, 4}, 1, {{3, 1}, {1, 2}}, 0, {6, 3, 2, 4})},
+      {"index.Tensor [None, idx, None]", indexAfterNones({6, 4, 5}, 1, {{3}}, 1, {6, 3, 5})},
       {"einsum bij->bji", einsum("bij->bji", {{5, 4, 7}}, {5, 7, 4})},
       {"einsum.operands gsec,gsd->egcd (dispatch)",
        einsumOperands("gsec,gsd->egcd", {{6, 5, 4, 3}, {6, 5, 7}}, {4, 6, 3, 7})},
