@@ -2,7 +2,7 @@
 """export_torchvision.py: torchvision models as torch.export programs, for the benchmarks.
 
     .venv-cuda/bin/python3 scripts/export_torchvision.py [--out DIR] [--models a,b] [--batch 8]
-        [--size 64]
+        [--size 64] [--no-dropout]
 
 Models we did not write, for scripts/bench_fidelity.py's --model NAME=PATH (and anything else that
 takes a .pt2): each torchvision builder with random weights (no download), in training mode (batch
@@ -32,6 +32,10 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--size", type=int, default=64, help="image height and width")
     ap.add_argument("--classes", type=int, default=1000)
+    ap.add_argument("--no-dropout", action="store_true",
+                    help="set every dropout's p to 0 (files named tv_<name>_nodrop.pt2): a program "
+                         "that draws no random numbers, which a sharded run reproduces number for "
+                         "number (apc-train --compare-single)")
     args = ap.parse_args()
 
     import torch
@@ -45,9 +49,16 @@ def main():
             torch.manual_seed(0)
             model = torchvision.models.get_model(name, weights=None, num_classes=args.classes)
             model.train()
+            if args.no_dropout:
+                for m in model.modules():
+                    if isinstance(m, torch.nn.modules.dropout._DropoutNd):
+                        m.p = 0.0
+                    # torchvision's stochastic depth (efficientnet, convnext, swin)
+                    if type(m).__name__ == "StochasticDepth":
+                        m.p = 0.0
             x = torch.randn(args.batch, 3, args.size, args.size)
             ep = torch.export.export(model, (x,))
-            path = os.path.join(args.out, f"tv_{name}.pt2")
+            path = os.path.join(args.out, f"tv_{name}{'_nodrop' if args.no_dropout else ''}.pt2")
             torch.export.save(ep, path)
         except Exception as e:  # one model's failure leaves the others
             print(f"export_torchvision: {name}: {type(e).__name__}: {str(e).splitlines()[0]}",

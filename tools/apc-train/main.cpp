@@ -97,6 +97,7 @@
 #include "apc/runtime/loss.h"
 #include "apc/runtime/optimizer.h"
 #include "apc/runtime/parallel_module.h"
+#include "apc/strategy/strategy.h"
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
@@ -234,11 +235,17 @@ apc::Expected<double> referenceStep(Reference& r, const std::vector<at::Tensor>&
 /// one beside the single-device run's own float32 rounding (against its float64 twin). `mixed`:
 /// the artifact computes in this lower precision (a mixed_precision plan) while the single-device
 /// run computes in float32, so the bound is that precision's rounding of the largest loss `loss`:
-/// five unit roundoffs of it.
-void reportRounding(double diff, double rounding, std::optional<at::ScalarType> mixed,
-                    double loss) {
+/// five unit roundoffs of it. `draws_random`: the program has random nodes (dropout in training),
+/// so the runs differ by their draws.
+void reportRounding(double diff, double rounding, std::optional<at::ScalarType> mixed, double loss,
+                    bool draws_random) {
   std::string verdict;
-  if (mixed) {
+  if (draws_random) {
+    // The float64 twin draws its own numbers too: neither figure is a rounding error.
+    verdict =
+        "not comparable number for number: the program draws random numbers, and each run draws "
+        "its own";
+  } else if (mixed) {
     // Unit roundoff: bf16 keeps 8 significant bits, f16 11.
     const double unit_roundoff = *mixed == at::kBFloat16 ? 0x1p-8 : 0x1p-11;
     const double bound = 5 * unit_roundoff * std::abs(loss);
@@ -740,6 +747,24 @@ int run(Flags f) {
       }
     }
   }
+  // Random nodes (dropout in training, sampling ops): every rank and the single-device run draw
+  // their own numbers, so --compare-single's losses agree in distribution only. Said up front:
+  // a user comparing a model with dropout would otherwise read the difference as a sharding bug.
+  std::map<std::string, int> random_ops;
+  for (const apc::ir::Node& n : pm.graph().nodes())
+    if (apc::strategy::defaultRegistry().drawsRandomNumbers(pm.graph(), n))
+      ++random_ops[n.qualifiedOp()];
+  if (!refs.empty() && !random_ops.empty()) {
+    std::string ops;
+    for (const auto& [op, count] : random_ops)
+      ops += (ops.empty() ? "" : ", ") + op + (count > 1 ? " x" + std::to_string(count) : "");
+    std::fprintf(stderr,
+                 "apc-train: note: the program draws random numbers (%s): the ranks and the "
+                 "single-device run draw different ones, so their losses agree in distribution "
+                 "only; export the model with dropout off (p=0 or eval mode) to compare number "
+                 "for number\n",
+                 ops.c_str());
+  }
   if (!f.resume.empty()) {
     pm.to_empty(device);  // the checkpoint fills the shards below
   } else if (!model_path.empty()) {
@@ -1025,7 +1050,7 @@ int run(Flags f) {
     for (const apc::runtime::PlacedTensor& p : pm.parameterSpecs())
       if (p.dtype != p.storage_dtype && (p.dtype == at::kBFloat16 || p.dtype == at::kHalf))
         mixed = p.dtype;
-    reportRounding(max_single_diff, max_rounding, mixed, max_abs_loss);
+    reportRounding(max_single_diff, max_rounding, mixed, max_abs_loss, !random_ops.empty());
   }
   if (data && rank0 && total_steps > first_step)
     std::fprintf(stderr,
