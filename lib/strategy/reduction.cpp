@@ -1,18 +1,18 @@
 //===- lib/strategy/reduction.cpp - Reductions over dims ------------------===//
 //
-// Rules of reductions (sum, mean, amax, amin, max, min, logsumexp, var, std). A dim that is not
-// reduced can be sharded: S(d) on the input, S(d') on the output (d' = d with keepdim, else d minus
-// the reduced dims before it). A reduced dim that is sharded gives each rank the reduction of its
-// slice, so the output is Partial with the op that combines slices:
+// Rules of reductions (sum, mean, amax, amin, max, min, logsumexp, var, std, vector norms). A dim
+// that is not reduced can be sharded: S(d) on the input, S(d') on the output (d' = d with keepdim,
+// else d minus the reduced dims before it). A reduced dim that is sharded gives each rank the
+// reduction of its slice, so the output is Partial with the op that combines slices:
 //   sum        P(sum)   uneven slices are fine
 //   mean       P(avg)   only when the dim divides evenly over its pieces (must_divide): the mean of
 //                       unequal-sized local means is not the global mean
 //   amax, max  P(max)   amin, min: P(min); also must_divide, because torch.chunk leaves empty
 //   pieces
 //                       for some uneven sizes and the max of an empty slice is an error
-// logsumexp, var, std and max.dim/min.dim (whose indices are global positions) never reduce a
-// sharded dim. Partial inputs pass where the op commutes with the reduce op: sum and mean of
-// P(sum)/P(avg), amax/max of P(max), amin/min of P(min).
+// logsumexp, var, std, the vector norms and max.dim/min.dim (whose indices are global positions)
+// never reduce a sharded dim. Partial inputs pass where the op commutes with the reduce op: sum and
+// mean of P(sum)/P(avg), amax/max of P(max), amin/min of P(min).
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>
@@ -126,6 +126,12 @@ void registerReductionRules(Registry& r) {
   add("aten::var", all(none));
   add("aten::var.correction", none);
   add("aten::var.dim", none);
+  // linalg_vector_norm(self, ord, dim, keepdim) and norm.ScalarOpt_dim(self, p, dim, keepdim):
+  // the dims after `ord`; a norm of pieces does not combine by a reduce op (F.normalize in
+  // Swin V2's cosine attention).
+  const ReductionSpec norm{2, std::nullopt, false, {}};
+  add("aten::linalg_vector_norm", norm);
+  add("aten::norm.ScalarOpt_dim", norm);
 
   // Sample invocations (OpInfo::samples) for the strategy validator.
   using S = SampleArg;
@@ -149,6 +155,10 @@ void registerReductionRules(Registry& r) {
       {"aten::std.dim", "aten::var.dim"},
       {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1}), S::of(true), S::of(false)}},
        {"", {S::f32({2, 5, 7}), S::of(std::vector<int64_t>{0, -1}), S::of(false), S::of(true)}}});
+  samples({"aten::linalg_vector_norm", "aten::norm.ScalarOpt_dim"},
+          {{"", {S::f32({5, 6}), S::of(2.0), S::of(std::vector<int64_t>{1}), S::of(false)}},
+           {"", {S::f32({2, 5, 7}), S::of(2.0), S::of(std::vector<int64_t>{-1}), S::of(true)}},
+           {"", {S::f32({2, 5, 7}), S::of(1.0), S::of(std::vector<int64_t>{0, 2})}}});
   samples({"aten::std.correction", "aten::var.correction"},
           {{"", {S::f32({5, 6}), S::of(std::vector<int64_t>{1})}},
            {"", {S::f32({2, 5, 7}), S::of(std::vector<int64_t>{-1}), S::of(0), S::of(true)}}});

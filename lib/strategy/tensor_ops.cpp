@@ -517,8 +517,9 @@ void registerTensorOpRules(Registry& r) {
     r.add(op, factoryRule, OpFamily::kFactory, factoryWork);
   for (const char* op : {"aten::new_empty", "aten::new_full", "aten::new_ones", "aten::new_zeros"})
     r.add(op, newFactoryRule, OpFamily::kFactory, factoryWork);
+  // zero(self): the functional zero_ (zeros like self).
   for (const char* op :
-       {"aten::empty_like", "aten::full_like", "aten::ones_like", "aten::zeros_like"})
+       {"aten::empty_like", "aten::full_like", "aten::ones_like", "aten::zero", "aten::zeros_like"})
     r.add(op, likeRule, OpFamily::kFactory, factoryWork);
   // The arguments lowering rewrites for the rank's local piece (apc/strategy/local_rewrite.h).
   for (const char* op : {"aten::empty", "aten::full", "aten::ones", "aten::zeros"})
@@ -605,7 +606,8 @@ void registerTensorOpRules(Registry& r) {
   samples({"aten::scalar_tensor"}, {{"", {S::of(2.5)}}});
   samples({"aten::full"}, {{"", {S::of(std::vector<int64_t>{5, 6}), S::of(2.5)}}});
   samples({"aten::arange"}, {{"start", {S::of(3), S::of(14)}}, {"", {S::of(7)}}});
-  samples({"aten::zeros_like", "aten::ones_like", "aten::empty_like"}, {{"", {S::f32({5, 6})}}});
+  samples({"aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::zero"},
+          {{"", {S::f32({5, 6})}}});
   samples({"aten::full_like"}, {{"", {S::f32({5, 6}), S::of(2.5)}}});
   samples({"aten::new_zeros", "aten::new_ones", "aten::new_empty"},
           {{"", {S::f32({2, 2}), S::of(std::vector<int64_t>{5, 6})}}});

@@ -178,6 +178,39 @@ std::vector<DimStrategy> expandRule(const RuleContext& c) {
   return res;
 }
 
+/// expand_as(self, other): self expanded to other's shape; other's values are not read, but its
+/// local shape is the output's, so other is placed as the output (whole where the output is
+/// Partial). self as expand's rule places it.
+std::vector<DimStrategy> expandAsRule(const RuleContext& c) {
+  if (c.numInputs() != 2 || c.numOutputs() != 1 || c.input(0).type != ir::ValueType::kTensor ||
+      c.input(1).type != ir::ValueType::kTensor || c.output(0).type != ir::ValueType::kTensor ||
+      c.inputSizes(1) != c.outputSizes(0))
+    return {};
+  std::vector<int64_t> in = c.inputSizes(0), out = c.outputSizes(0);
+  int64_t ri = static_cast<int64_t>(in.size()), ro = static_cast<int64_t>(out.size());
+  if (ri > ro) return {};
+  auto make = [&](Placement self, Placement out_p) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = self;
+    s.inputs[1] = out_p.isPartial() ? R() : out_p;
+    s.outputs[0] = out_p;
+    return s;
+  };
+  std::vector<DimStrategy> res;
+  res.push_back(make(R(), R()));
+  for (int64_t o = 0; o < ro; ++o) {
+    int64_t a = o - (ro - ri);
+    if (a >= 0 && in[static_cast<size_t>(a)] == out[static_cast<size_t>(o)])
+      res.push_back(make(S(a), S(o)));
+    else if (a < 0 || in[static_cast<size_t>(a)] == 1)
+      res.push_back(make(R(), S(o)));  // each rank expands to its local piece
+    else
+      return {};
+  }
+  res.push_back(make(P(), P()));
+  return res;
+}
+
 }  // namespace
 
 void registerViewRules(Registry& r) {
@@ -192,6 +225,7 @@ void registerViewRules(Registry& r) {
     r.add(op, fixedPermutationRule, OpFamily::kView, noWork);
   for (const char* op : {"aten::broadcast_to", "aten::expand"})
     r.add(op, expandRule, OpFamily::kView, noWork);
+  r.add("aten::expand_as", expandAsRule, OpFamily::kView, noWork);
   // The size lists lowering rewrites to the rank's local shape (apc/strategy/local_rewrite.h).
   for (const char* op : {"aten::_unsafe_view", "aten::reshape", "aten::view"})
     r.entry(op)->local_rewrite = rewriteViewSizes;
@@ -241,10 +275,13 @@ void registerViewRules(Registry& r) {
   samples({"aten::swapaxes", "aten::swapdims"}, {{"", {S::f32({2, 5, 6}), S::of(0), S::of(2)}},
                                                  {"", {S::f32({2, 5, 6}), S::of(-1), S::of(-2)}}});
   samples({"aten::t"}, {{"", {S::f32({5, 6})}}, {"", {S::f32({6})}}});
-  samples({"aten::numpy_T"}, {{"", {S::f32({2, 5, 6})}}, {"", {S::f32({5, 6})}}});
+  samples({"aten::numpy_T"}, {{"", {S::f32({5, 6})}}, {"", {S::f32({7, 5})}}});
   samples({"aten::adjoint", "aten::mH", "aten::mT"}, {{"", {S::f32({2, 5, 6})}}});
   samples({"aten::permute"}, {{"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{2, 0, 1})}},
                               {"", {S::f32({2, 5, 6}), S::of(std::vector<int64_t>{-1, 0, 1})}}});
+  samples({"aten::expand_as"}, {{"", {S::f32({5, 1}), S::f32({5, 6})}},
+                                {"", {S::f32({6}), S::f32({3, 5, 6})}},
+                                {"", {S::f32({1, 6}), S::f32({2, 5, 6})}}});
   samples({"aten::expand", "aten::broadcast_to"},
           {{"", {S::f32({5, 1}), S::of(std::vector<int64_t>{5, 6})}},
            {"", {S::f32({6}), S::of(std::vector<int64_t>{3, 5, 6})}},
