@@ -1372,6 +1372,12 @@ Expected<proto::Program> Lowerer::run() {
       pg->mutable_nodes(i)->set_kind("redistribute");
   for (uint32_t r : node_redistribution_) program_.add_node_redistribution(r);
   for (int32_t s : source_node_) program_.add_source_node(s);
+  for (size_t i = 0; i < source_node_.size(); ++i) {
+    const int32_t src = source_node_[i];
+    if (src >= 0 && strategy::defaultRegistry().drawsRandomNumbers(
+                        g_, g_.node(ir::NodeId(static_cast<uint32_t>(src)))))
+      program_.add_random_nodes(static_cast<uint32_t>(i));
+  }
   program_.set_format_version(artifact::kProgramFormatVersion);
   program_.set_rank(static_cast<uint32_t>(rank_));
   program_.set_world_size(static_cast<uint32_t>(mesh_.worldSize()));

@@ -1249,6 +1249,12 @@ const mesh::DeviceMesh& ParallelModule::mesh() const {
 const ir::Graph& ParallelModule::graph() const {
   return *impl_->graph;
 }
+std::vector<ir::NodeId> ParallelModule::randomNodes() const {
+  std::vector<ir::NodeId> out;
+  for (uint32_t n : impl_->program.random_nodes())
+    if (n < impl_->graph->numNodes()) out.push_back(ir::NodeId(n));
+  return out;
+}
 const std::string& ParallelModule::modelName() const {
   return impl_->program.model_name();
 }

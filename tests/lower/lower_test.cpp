@@ -659,6 +659,34 @@ TEST(Lower, ThePredictionPricesTheRedistributionsTheProgramRuns) {
   }
 }
 
+// The program names its nodes that draw random numbers (a trainer comparing a sharded run with an
+// unsharded one says why they differ): a training dropout, not one with p = 0.
+TEST(Lower, ProgramsListTheirRandomNodes) {
+  using ir::testing_graphs::leafNode;
+  using ir::testing_graphs::opNode;
+  using ir::testing_graphs::tensorValue;
+  ir::Graph g;
+  g.name = "dropouts";
+  ir::ValueId x = tensorValue(g, "x", {8, 16});
+  leafNode(g, ir::NodeKind::kInput, "x", x);
+  ir::ValueId yes = g.addConstant(ir::ValueType::kBool, true);
+  ir::ValueId a = tensorValue(g, "a", {8, 16});
+  opNode(g, "aten::dropout", "", {x, g.addConstant(ir::ValueType::kFloat, 0.0), yes}, {a}, "off");
+  ir::ValueId b = tensorValue(g, "b", {8, 16});
+  opNode(g, "aten::dropout", "", {a, g.addConstant(ir::ValueType::kFloat, 0.1), yes}, {b}, "on");
+  g.setOutputs(ir::OutputTree::makeLeaf(b));
+  auto planned = planOf(g, specFor({2}, {}));
+  auto programs = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  for (const proto::Program& p : *programs) {
+    ASSERT_EQ(p.random_nodes_size(), 1) << "rank " << p.rank();
+    const int node = static_cast<int>(p.random_nodes(0));
+    ASSERT_LT(node, p.graph().nodes_size());
+    EXPECT_EQ(p.graph().nodes(node).op(), "aten::dropout");
+    EXPECT_EQ(p.graph().nodes(node).module_path(), "on");
+  }
+}
+
 // A mesh dim of one rank moves nothing: on [1] the program has no redistribution at all (each
 // would run a node, a dispatch forward and backward, for nothing), and [1,4] has the
 // redistributions of [4], the same steps.

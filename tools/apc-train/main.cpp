@@ -97,7 +97,6 @@
 #include "apc/runtime/loss.h"
 #include "apc/runtime/optimizer.h"
 #include "apc/runtime/parallel_module.h"
-#include "apc/strategy/strategy.h"
 #include "apc/support/activity.h"
 #include "apc/support/file_io.h"
 #include "apc/support/hash.h"
@@ -751,9 +750,7 @@ int run(Flags f) {
   // their own numbers, so --compare-single's losses agree in distribution only. Said up front:
   // a user comparing a model with dropout would otherwise read the difference as a sharding bug.
   std::map<std::string, int> random_ops;
-  for (const apc::ir::Node& n : pm.graph().nodes())
-    if (apc::strategy::defaultRegistry().drawsRandomNumbers(pm.graph(), n))
-      ++random_ops[n.qualifiedOp()];
+  for (apc::ir::NodeId n : pm.randomNodes()) ++random_ops[pm.graph().node(n).qualifiedOp()];
   if (!refs.empty() && !random_ops.empty()) {
     std::string ops;
     for (const auto& [op, count] : random_ops)

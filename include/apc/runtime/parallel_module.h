@@ -167,6 +167,9 @@ class ParallelModule {
   /// Where the shards and the input pieces live (ParallelModuleOptions::device, or to_empty's).
   c10::Device device() const;
   const ir::Graph& graph() const;
+  /// The nodes of graph() that draw random numbers (the program's random_nodes, which lowering
+  /// takes from the op registry): dropout in training, sampling ops.
+  std::vector<ir::NodeId> randomNodes() const;
   /// The artifact's model (its name and the SHA-256 of the model file) and the plan's
   /// content_hash, as the program records them (checkpoints name them).
   const std::string& modelName() const;
