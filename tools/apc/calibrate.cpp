@@ -131,6 +131,8 @@ double timeIt(Fn&& fn, const c10::Device& device, double min_s, int max_reps = 1
 /// relu, hf_llama_tiny's mul; docs/TOOLCHAIN.md, 2026-12-07). Matmuls measured the same either
 /// way. On CUDA the footprint stays within the L2 (50 MiB on an H100), as a step's would.
 constexpr double kRotationBytes = 16.0 * 1024 * 1024;
+/// The inputs, outputs and gradients of the model nodes timed together in rounds (timeModelNodes).
+constexpr double kNodeGroupBytes = 256.0 * 1024 * 1024;
 size_t rotationSets(double bytes) {
   if (bytes <= 0) return 1;
   return static_cast<size_t>(std::clamp(std::ceil(kRotationBytes / bytes), 1.0, 256.0));
@@ -177,18 +179,35 @@ struct NodeTimes {
 };
 
 /// --model: every model's op nodes with the local input shapes of their strategies on `dmesh`
-/// (strategy::nodeSamples), each run alone by the runtime's interpreter on random inputs of its
-/// local shapes, forward and then backward (autograd's gradients of the inputs that take one),
-/// all ranks at once as they train. Per sample, one warm-up run, then runs until `min_s` seconds
-/// and at least 5 runs (at most 64), rotating through copies of the inputs as the memory-bound
-/// curves do (rotationSets: 16 MiB of them, at most 256); the median forward and backward of
-/// each.
+/// (strategy::nodeSamples), each run by the runtime's interpreter on random inputs of its local
+/// shapes, forward and then backward (autograd's gradients of the inputs that take one), all ranks
+/// at once as they train. A step runs each node once between hundreds of others, which evict its
+/// code and data from the core's caches; a node rerun in a loop finds them there and took 0.5-0.9
+/// of its step time (docs/TOOLCHAIN.md). So the nodes run in rounds, as a step runs them: the
+/// nodes of a group (consecutive samples whose inputs and outputs come to at most
+/// kNodeGroupBytes) each once per round, in graph order, one warm-up round and then rounds until
+/// every node has `min_s` seconds' worth and at least 5 runs (at most 64). Each run's outputs and
+/// gradients stay alive until the node's next run, so that every run writes fresh blocks as a
+/// step's nodes do. The median forward and backward of each.
 Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh& dmesh,
                                    const std::vector<std::string>& models,
                                    const c10::Device& device, double min_s) {
-  NodeTimes out;
+  struct Feed {
+    std::vector<int64_t> sizes;
+    at::ScalarType dtype;
+    bool floating = false, grad = false;
+  };
+  struct NodeRun {
+    std::string key;
+    std::optional<runtime::Interpreter> interp;
+    std::vector<Feed> feeds;
+    double bytes = 0;  // the inputs, and as much again for outputs and gradients
+    std::vector<at::Tensor> in, kept;
+    std::vector<double> f_s, b_s;
+    std::string failure;
+  };
+  std::vector<NodeRun> runs;
   std::vector<std::string> keys;
-  std::vector<double> fwd, bwd, failed;
   for (const std::string& path : models) {
     ModelFlags mf;
     mf.model = path;
@@ -196,11 +215,12 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
     const std::vector<strategy::NodeStrategies> strategies = strategy::enumerate(graph, dmesh);
     for (const strategy::NodeSample& sample : strategy::nodeSamples(graph, dmesh, strategies)) {
       if (std::find(keys.begin(), keys.end(), sample.key) != keys.end()) continue;
+      keys.push_back(sample.key);
       const ir::Node& src = graph.node(sample.node);
+      NodeRun run;
+      run.key = sample.key;
       // The node alone: an input node per tensor input, the constants as they are.
       auto g = std::make_shared<ir::Graph>();
-      std::vector<at::Tensor> feeds;  // the first set of inputs
-      double feed_bytes = 0;
       ir::Node n;
       n.op = src.op;
       n.overload = src.overload;
@@ -210,14 +230,15 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
           n.inputs.push_back(g->addConstant(v.type, *v.constant, v.debug_name));
           continue;
         }
-        const std::vector<int64_t>& sizes = sample.local_inputs[i][0];
-        const at::TensorOptions opts =
-            at::TensorOptions().device(device).dtype(scalarTypeOf(v.tensor->dtype));
-        at::Tensor t =
-            ir::isFloating(v.tensor->dtype) ? at::randn(sizes, opts) : at::zeros(sizes, opts);
-        if (v.tensor->requires_grad && ir::isFloating(v.tensor->dtype)) t.requires_grad_();
-        feed_bytes += static_cast<double>(t.nbytes());
-        feeds.push_back(t);
+        Feed f;
+        f.sizes = sample.local_inputs[i][0];
+        f.dtype = scalarTypeOf(v.tensor->dtype);
+        f.floating = ir::isFloating(v.tensor->dtype);
+        f.grad = v.tensor->requires_grad && f.floating;
+        double numel = 1;
+        for (int64_t s : f.sizes) numel *= static_cast<double>(s);
+        run.bytes += 2 * numel * static_cast<double>(c10::elementSize(f.dtype));
+        run.feeds.push_back(std::move(f));
         ir::Value iv;
         iv.type = ir::ValueType::kTensor;
         iv.debug_name = "in" + std::to_string(i);
@@ -225,7 +246,7 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
         ir::Node in;
         in.kind = ir::NodeKind::kInput;
         in.op = "input";
-        in.name = std::to_string(feeds.size() - 1);
+        in.name = std::to_string(run.feeds.size() - 1);
         in.outputs = {g->addValue(std::move(iv))};
         n.inputs.push_back(in.outputs[0]);
         g->addNode(std::move(in));
@@ -243,86 +264,113 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
       }
       g->addNode(std::move(n));
       g->setOutputs(std::move(outs));
-      // Copies of the inputs to rotate through, as the memory-bound curves do (rotationSets): a
-      // step's nodes find their operands outside the core's caches.
-      std::vector<std::vector<at::Tensor>> sets = {feeds};
-      for (size_t k = 1; k < rotationSets(feed_bytes); ++k) {
-        std::vector<at::Tensor> copy;
-        for (const at::Tensor& t : feeds)
-          copy.push_back(t.detach().clone().requires_grad_(t.requires_grad()));
-        sets.push_back(std::move(copy));
-      }
-      size_t next_set = 0;
-      // Each run's outputs and gradients stay alive until its input set comes round again: the
-      // allocator then hands every run fresh blocks to write, as a step's nodes get, not the
-      // blocks the previous run just wrote and left in the cache.
-      std::vector<std::vector<at::Tensor>> kept(sets.size());
-      std::vector<double> f_s, b_s;
-      std::string failure;
       auto interp = runtime::Interpreter::create(g, runtime::InterpreterOptions{device, false, {}});
-      if (!interp.ok()) failure = interp.error().message();
-      auto once = [&]() -> bool {
-        try {
-          auto sync = [&] {
-            if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
-          };
-          const size_t slot = next_set++ % sets.size();
-          const std::vector<at::Tensor>& in = sets[slot];
-          kept[slot].clear();
-          const auto t0 = Clock::now();
-          auto r = interp->run([&](const ir::Node& node, std::vector<c10::IValue>&) {
-            return std::vector<c10::IValue>{in.at(std::stoul(node.name))};
-          });
-          if (!r.ok()) {
-            failure = r.error().message();
-            return false;
-          }
-          sync();
-          const auto t1 = Clock::now();
-          std::vector<at::Tensor> ys, gs;
-          for (const c10::IValue& v : *r)
-            for (at::Tensor& y : runtime::outputLeaves(v)) {
-              if (!y.defined()) continue;
-              if (y.requires_grad() && at::isFloatingType(y.scalar_type())) {
-                gs.push_back(at::ones_like(y));
-                ys.push_back(y);
-              }
-              kept[slot].push_back(y.detach());
-            }
-          std::vector<at::Tensor> wrt;
-          for (const at::Tensor& t : in)
-            if (t.requires_grad()) wrt.push_back(t);
-          sync();
-          const auto t2 = Clock::now();
-          if (!ys.empty() && !wrt.empty()) {
-            for (at::Tensor& g : torch::autograd::grad(ys, wrt, gs, /*retain_graph=*/false,
-                                                       /*create_graph=*/false,
-                                                       /*allow_unused=*/true))
-              kept[slot].push_back(std::move(g));
-          }
-          sync();
-          f_s.push_back(seconds(t0, t1));
-          b_s.push_back(seconds(t2, Clock::now()));
-          return true;
-        } catch (const std::exception& e) {
-          failure = runtime::firstLine(e.what());
-          return false;
-        }
-      };
-      if (failure.empty() && once()) {
-        f_s.clear();
-        b_s.clear();
-        const auto t0 = Clock::now();
-        while (f_s.size() < 64 && (f_s.size() < 5 || seconds(t0, Clock::now()) < min_s) && once()) {
-        }
-      }
-      keys.push_back(sample.key);
-      const bool ok = failure.empty() && !f_s.empty();
-      fwd.push_back(ok ? quantile(f_s, 0.5) * 1e6 : 0.0);
-      bwd.push_back(ok ? quantile(b_s, 0.5) * 1e6 : 0.0);
-      failed.push_back(ok ? 0.0 : 1.0);
-      if (!ok && out.failures.size() < 8) out.failures.push_back(sample.key + ": " + failure);
+      if (interp.ok())
+        run.interp.emplace(std::move(interp).value());
+      else
+        run.failure = interp.error().message();
+      runs.push_back(std::move(run));
     }
+  }
+
+  auto sync = [&] {
+    if (device.is_cuda()) at::detail::getCUDAHooks().deviceSynchronize(device.index());
+  };
+  // One run of a node: forward, then backward; false (and `failure`) if it failed.
+  auto once = [&](NodeRun& r) -> bool {
+    try {
+      r.kept.clear();
+      const auto t0 = Clock::now();
+      auto out = r.interp->run([&](const ir::Node& node, std::vector<c10::IValue>&) {
+        return std::vector<c10::IValue>{r.in.at(std::stoul(node.name))};
+      });
+      if (!out.ok()) {
+        r.failure = out.error().message();
+        return false;
+      }
+      sync();
+      const auto t1 = Clock::now();
+      std::vector<at::Tensor> ys, gs;
+      for (const c10::IValue& v : *out)
+        for (at::Tensor& y : runtime::outputLeaves(v)) {
+          if (!y.defined()) continue;
+          if (y.requires_grad() && at::isFloatingType(y.scalar_type())) {
+            gs.push_back(at::ones_like(y));
+            ys.push_back(y);
+          }
+          r.kept.push_back(y.detach());
+        }
+      std::vector<at::Tensor> wrt;
+      for (const at::Tensor& t : r.in)
+        if (t.requires_grad()) wrt.push_back(t);
+      sync();
+      const auto t2 = Clock::now();
+      if (!ys.empty() && !wrt.empty()) {
+        for (at::Tensor& g : torch::autograd::grad(ys, wrt, gs, /*retain_graph=*/false,
+                                                   /*create_graph=*/false,
+                                                   /*allow_unused=*/true))
+          r.kept.push_back(std::move(g));
+      }
+      sync();
+      r.f_s.push_back(seconds(t0, t1));
+      r.b_s.push_back(seconds(t2, Clock::now()));
+      return true;
+    } catch (const std::exception& e) {
+      r.failure = runtime::firstLine(e.what());
+      return false;
+    }
+  };
+  for (size_t first = 0; first < runs.size();) {
+    size_t last = first;  // the group: [first, last)
+    double bytes = 0;
+    while (last < runs.size() && (last == first || bytes + runs[last].bytes <= kNodeGroupBytes))
+      bytes += runs[last++].bytes;
+    std::vector<NodeRun*> group;
+    for (size_t k = first; k < last; ++k) {
+      NodeRun& r = runs[k];
+      if (!r.failure.empty()) continue;
+      for (const Feed& f : r.feeds) {
+        const at::TensorOptions opts = at::TensorOptions().device(device).dtype(f.dtype);
+        at::Tensor t = f.floating ? at::randn(f.sizes, opts) : at::zeros(f.sizes, opts);
+        if (f.grad) t.requires_grad_();
+        r.in.push_back(std::move(t));
+      }
+      if (once(r)) group.push_back(&r);  // the warm-up run
+    }
+    for (NodeRun* r : group) {
+      r->f_s.clear();
+      r->b_s.clear();
+    }
+    // Rounds until every node has run 5 times and for min_s seconds in all (64 runs at most).
+    std::vector<double> spent(group.size(), 0);
+    for (int round = 0; round < 64; ++round) {
+      bool more = false;
+      for (size_t k = 0; k < group.size(); ++k) {
+        NodeRun& r = *group[k];
+        if (!r.failure.empty()) continue;
+        if (round >= 5 && spent[k] >= min_s) continue;
+        const auto t0 = Clock::now();
+        if (!once(r)) continue;
+        spent[k] += seconds(t0, Clock::now());
+        more = more || round < 4 || spent[k] < min_s;
+      }
+      if (!more) break;
+    }
+    for (size_t k = first; k < last; ++k) {
+      runs[k].in.clear();
+      runs[k].kept.clear();
+    }
+    first = last;
+  }
+  NodeTimes out;
+  std::vector<double> fwd, bwd, failed;
+  for (const NodeRun& r : runs) {
+    const bool ok = r.failure.empty() && !r.f_s.empty();
+    fwd.push_back(ok ? quantile(r.f_s, 0.5) * 1e6 : 0.0);
+    bwd.push_back(ok ? quantile(r.b_s, 0.5) * 1e6 : 0.0);
+    failed.push_back(ok ? 0.0 : 1.0);
+    if (!ok && out.failures.size() < 8)
+      out.failures.push_back(r.key + ": " + (r.failure.empty() ? "no run" : r.failure));
   }
   fwd = slowest(world, fwd);
   bwd = slowest(world, bwd);
