@@ -30,6 +30,9 @@ namespace apc::lower {
 namespace {
 
 namespace fs = std::filesystem;
+using ir::testing_graphs::leafNode;
+using ir::testing_graphs::opNode;
+using ir::testing_graphs::tensorValue;
 using ir::testing_graphs::toyBlock;
 using ir::testing_graphs::withSizeArithmetic;
 using plan::testing::planOf;
@@ -516,9 +519,6 @@ TEST(Lower, ReplicatedParametersGradientsAreMarkedForBuckets) {
 // all-reduce of the activation's gradient where the add reads it. LowerOptions::partial_gradients
 // off gives the latter; the prediction takes off what the bucket saves.
 TEST(Lower, ReplicatedComputationKeepsItsGradientPartialToItsParameters) {
-  using ir::testing_graphs::leafNode;
-  using ir::testing_graphs::opNode;
-  using ir::testing_graphs::tensorValue;
   ir::Graph g;
   g.name = "position_embedding";
   ir::ValueId x = tensorValue(g, "x", {8, 16, 64});
@@ -595,9 +595,6 @@ TEST(Lower, ReplicatedComputationKeepsItsGradientPartialToItsParameters) {
 // replicated h, and their input gradients (partial) are summed before ONE all-reduce, where the
 // plan priced an all-reduce per reader.
 TEST(Lower, ThePredictionPricesTheRedistributionsTheProgramRuns) {
-  using ir::testing_graphs::leafNode;
-  using ir::testing_graphs::opNode;
-  using ir::testing_graphs::tensorValue;
   ir::Graph g;
   g.name = "shared_reader";
   ir::ValueId x = tensorValue(g, "x", {8, 64});
@@ -662,9 +659,6 @@ TEST(Lower, ThePredictionPricesTheRedistributionsTheProgramRuns) {
 // The program names its nodes that draw random numbers (a trainer comparing a sharded run with an
 // unsharded one says why they differ): a training dropout, not one with p = 0.
 TEST(Lower, ProgramsListTheirRandomNodes) {
-  using ir::testing_graphs::leafNode;
-  using ir::testing_graphs::opNode;
-  using ir::testing_graphs::tensorValue;
   ir::Graph g;
   g.name = "dropouts";
   ir::ValueId x = tensorValue(g, "x", {8, 16});
