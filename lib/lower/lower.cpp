@@ -1371,9 +1371,9 @@ Expected<proto::Program> Lowerer::run() {
     if (node_redistribution_.at(static_cast<size_t>(i)) != 0)
       pg->mutable_nodes(i)->set_kind("redistribute");
   for (uint32_t r : node_redistribution_) program_.add_node_redistribution(r);
-  for (int32_t s : source_node_) program_.add_source_node(s);
   for (size_t i = 0; i < source_node_.size(); ++i) {
     const int32_t src = source_node_[i];
+    program_.add_source_node(src);
     if (src >= 0 && strategy::defaultRegistry().drawsRandomNumbers(
                         g_, g_.node(ir::NodeId(static_cast<uint32_t>(src)))))
       program_.add_random_nodes(static_cast<uint32_t>(i));

@@ -183,11 +183,11 @@ c10::IValue makeList(std::vector<c10::IValue>& args, ir::ValueType type) {
   }
   // Tensors with Nones among them (the indices of x[:, :, idx]): the optional-tensor list that
   // index and index_put take (a generic list is refused by their Tensor?[] argument).
-  const bool tensors_or_nones = std::all_of(
-      args.begin(), args.end(), [](const c10::IValue& a) { return a.isTensor() || a.isNone(); });
-  if (!args.empty() && tensors_or_nones &&
-      std::any_of(args.begin(), args.end(), [](const c10::IValue& a) { return a.isNone(); }) &&
-      std::any_of(args.begin(), args.end(), [](const c10::IValue& a) { return a.isTensor(); })) {
+  const auto nones =
+      std::count_if(args.begin(), args.end(), [](const auto& a) { return a.isNone(); });
+  const auto tensors =
+      std::count_if(args.begin(), args.end(), [](const auto& a) { return a.isTensor(); });
+  if (nones > 0 && tensors > 0 && static_cast<size_t>(nones + tensors) == args.size()) {
     c10::List<std::optional<at::Tensor>> list;
     for (c10::IValue& a : args)
       list.push_back(a.isNone() ? std::optional<at::Tensor>() : std::move(a).toTensor());

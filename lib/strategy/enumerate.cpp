@@ -69,12 +69,13 @@ bool hasTensorOutput(const RuleContext& c) {
   return false;
 }
 
-/// A list that is not a Tensor[] built from tensors (the optional-tensor indices of x[:, idx]:
-/// None, None, idx): its consumer reads the tensors through the list, with no placement of its
-/// own, so the node is planned (its rule reads them whole) for the edges into it to be priced and
-/// lowered. Unplanned, a tensor would enter the list as whatever piece its producer holds.
+/// (Asked of nodes without a tensor output.) A list that is not a Tensor[] built from tensors (the
+/// optional-tensor indices of x[:, idx]: None, None, idx): its consumer reads the tensors through
+/// the list, with no placement of its own, so the node is planned (its rule reads them whole) for
+/// the edges into it to be priced and lowered. Unplanned, a tensor would enter the list as whatever
+/// piece its producer holds.
 bool buildsOpaqueListOfTensors(const RuleContext& c) {
-  if (c.node.op != "prim::ListConstruct" || hasTensorOutput(c)) return false;
+  if (c.node.op != "prim::ListConstruct") return false;
   for (size_t i = 0; i < c.numInputs(); ++i)
     if (c.isTensorInput(i)) return true;
   return false;

@@ -107,37 +107,28 @@ std::vector<DimStrategy> permuted(const RuleContext& c, const std::vector<int64_
   return res;
 }
 
+/// transpose, swapaxes, swapdims (two dims named), t (a matrix's two), numpy_T (x.T: every dim
+/// reversed) and mT, mH, adjoint (x.mT: the last two dims, at least two).
 std::vector<DimStrategy> transposeRule(const RuleContext& c) {
   if (!unaryView(c)) return {};
   int64_t r = c.inputRank(0);
   if (c.outputRank(0) != r) return {};
   std::vector<int64_t> perm(static_cast<size_t>(r));
   for (int64_t d = 0; d < r; ++d) perm[static_cast<size_t>(d)] = d;
-  if (c.node.op == "aten::t" || c.node.op == "aten::t_") {  // t_: its in-place variant
+  const std::string& op = c.node.op;
+  if (op == "aten::t" || op == "aten::t_") {  // t_: its in-place variant
     if (r == 2) std::swap(perm[0], perm[1]);
+  } else if (op == "aten::numpy_T") {
+    std::reverse(perm.begin(), perm.end());
+  } else if (op == "aten::mT" || op == "aten::mH" || op == "aten::adjoint") {
+    if (r < 2) return {};
+    std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
   } else if (r > 0) {
     auto a = c.intArg(1), b = c.intArg(2);
     if (!a || !b) return {};
     auto na = normDim(*a, r), nb = normDim(*b, r);
     if (!na || !nb) return {};
     std::swap(perm[static_cast<size_t>(*na)], perm[static_cast<size_t>(*nb)]);
-  }
-  return permuted(c, perm);
-}
-
-/// The fixed permutations of a tensor's properties: numpy_T (x.T, every dim reversed) and mT, mH,
-/// adjoint (x.mT: the last two dims swapped; at least two).
-std::vector<DimStrategy> fixedPermutationRule(const RuleContext& c) {
-  if (!unaryView(c)) return {};
-  const int64_t r = c.inputRank(0);
-  if (c.outputRank(0) != r) return {};
-  std::vector<int64_t> perm(static_cast<size_t>(r));
-  for (int64_t d = 0; d < r; ++d) perm[static_cast<size_t>(d)] = d;
-  if (c.node.op == "aten::numpy_T") {
-    std::reverse(perm.begin(), perm.end());
-  } else {
-    if (r < 2) return {};
-    std::swap(perm[static_cast<size_t>(r - 1)], perm[static_cast<size_t>(r - 2)]);
   }
   return permuted(c, perm);
 }
@@ -156,46 +147,13 @@ std::vector<DimStrategy> permuteRule(const RuleContext& c) {
   return permuted(c, out_of_in);
 }
 
-std::vector<DimStrategy> expandRule(const RuleContext& c) {
-  if (!unaryView(c)) return {};
-  std::vector<int64_t> in = c.inputSizes(0), out = c.outputSizes(0);
+/// Strategies of self [in] expanded to [out]: S on a dim kept, R -> S(o) on a dim expanded (each
+/// rank expands to its local piece), P -> P; `make(self, out)` builds each one.
+template <typename Make>
+std::vector<DimStrategy> expanded(const std::vector<int64_t>& in, const std::vector<int64_t>& out,
+                                  Make make) {
   int64_t ri = static_cast<int64_t>(in.size()), ro = static_cast<int64_t>(out.size());
   if (ri > ro) return {};
-  std::vector<DimStrategy> res;
-  res.push_back(unary(c, R(), R()));
-  for (int64_t o = 0; o < ro; ++o) {
-    int64_t a = o - (ro - ri);
-    size_t uo = static_cast<size_t>(o);
-    if (a >= 0 && in[static_cast<size_t>(a)] == out[uo]) {
-      res.push_back(unary(c, S(a), S(o)));
-    } else if (a < 0 || in[static_cast<size_t>(a)] == 1) {
-      res.push_back(unary(c, R(), S(o)));  // each rank expands to its local piece
-    } else {
-      return {};
-    }
-  }
-  res.push_back(unary(c, P(), P()));
-  return res;
-}
-
-/// expand_as(self, other): self expanded to other's shape; other's values are not read, but its
-/// local shape is the output's, so other is placed as the output (whole where the output is
-/// Partial). self as expand's rule places it.
-std::vector<DimStrategy> expandAsRule(const RuleContext& c) {
-  if (c.numInputs() != 2 || c.numOutputs() != 1 || c.input(0).type != ir::ValueType::kTensor ||
-      c.input(1).type != ir::ValueType::kTensor || c.output(0).type != ir::ValueType::kTensor ||
-      c.inputSizes(1) != c.outputSizes(0))
-    return {};
-  std::vector<int64_t> in = c.inputSizes(0), out = c.outputSizes(0);
-  int64_t ri = static_cast<int64_t>(in.size()), ro = static_cast<int64_t>(out.size());
-  if (ri > ro) return {};
-  auto make = [&](Placement self, Placement out_p) {
-    DimStrategy s = emptyDim(c);
-    s.inputs[0] = self;
-    s.inputs[1] = out_p.isPartial() ? R() : out_p;
-    s.outputs[0] = out_p;
-    return s;
-  };
   std::vector<DimStrategy> res;
   res.push_back(make(R(), R()));
   for (int64_t o = 0; o < ro; ++o) {
@@ -203,12 +161,35 @@ std::vector<DimStrategy> expandAsRule(const RuleContext& c) {
     if (a >= 0 && in[static_cast<size_t>(a)] == out[static_cast<size_t>(o)])
       res.push_back(make(S(a), S(o)));
     else if (a < 0 || in[static_cast<size_t>(a)] == 1)
-      res.push_back(make(R(), S(o)));  // each rank expands to its local piece
+      res.push_back(make(R(), S(o)));
     else
       return {};
   }
   res.push_back(make(P(), P()));
   return res;
+}
+
+std::vector<DimStrategy> expandRule(const RuleContext& c) {
+  if (!unaryView(c)) return {};
+  return expanded(c.inputSizes(0), c.outputSizes(0),
+                  [&](Placement in, Placement out) { return unary(c, in, out); });
+}
+
+/// expand_as(self, other): self expanded to other's shape; other's values are not read, but its
+/// local shape is the output's, so other is placed as the output (whole where the output is
+/// Partial).
+std::vector<DimStrategy> expandAsRule(const RuleContext& c) {
+  if (c.numInputs() != 2 || c.numOutputs() != 1 || c.input(0).type != ir::ValueType::kTensor ||
+      c.input(1).type != ir::ValueType::kTensor || c.output(0).type != ir::ValueType::kTensor ||
+      c.inputSizes(1) != c.outputSizes(0))
+    return {};
+  return expanded(c.inputSizes(0), c.outputSizes(0), [&](Placement self, Placement out) {
+    DimStrategy s = emptyDim(c);
+    s.inputs[0] = self;
+    s.inputs[1] = out.isPartial() ? R() : out;
+    s.outputs[0] = out;
+    return s;
+  });
 }
 
 }  // namespace
@@ -218,11 +199,10 @@ void registerViewRules(Registry& r) {
   for (const char* op : {"aten::_unsafe_view", "aten::flatten", "aten::reshape", "aten::squeeze",
                          "aten::unflatten", "aten::unsqueeze", "aten::view"})
     r.add(op, reshapeRule, OpFamily::kView, noWork);
-  for (const char* op : {"aten::swapaxes", "aten::swapdims", "aten::t", "aten::transpose"})
+  for (const char* op : {"aten::adjoint", "aten::mH", "aten::mT", "aten::numpy_T", "aten::swapaxes",
+                         "aten::swapdims", "aten::t", "aten::transpose"})
     r.add(op, transposeRule, OpFamily::kView, noWork);
   r.add("aten::permute", permuteRule, OpFamily::kView, noWork);
-  for (const char* op : {"aten::adjoint", "aten::mH", "aten::mT", "aten::numpy_T"})
-    r.add(op, fixedPermutationRule, OpFamily::kView, noWork);
   for (const char* op : {"aten::broadcast_to", "aten::expand"})
     r.add(op, expandRule, OpFamily::kView, noWork);
   r.add("aten::expand_as", expandAsRule, OpFamily::kView, noWork);

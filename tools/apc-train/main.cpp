@@ -752,9 +752,9 @@ int run(Flags f) {
   std::map<std::string, int> random_ops;
   for (apc::ir::NodeId n : pm.randomNodes()) ++random_ops[pm.graph().node(n).qualifiedOp()];
   if (!refs.empty() && !random_ops.empty()) {
-    std::string ops;
-    for (const auto& [op, count] : random_ops)
-      ops += (ops.empty() ? "" : ", ") + op + (count > 1 ? " x" + std::to_string(count) : "");
+    const std::string ops = apc::joinMap(random_ops, ", ", [](const auto& kv) {
+      return kv.first + (kv.second > 1 ? " x" + std::to_string(kv.second) : "");
+    });
     std::fprintf(stderr,
                  "apc-train: note: the program draws random numbers (%s): the ranks and the "
                  "single-device run draw different ones, so their losses agree in distribution "
