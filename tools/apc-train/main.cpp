@@ -175,7 +175,8 @@ std::string number(double x) {
 }
 
 int fail(const std::string& msg) {
-  std::cerr << "apc-train: error: " << msg << "\n";
+  // One write: ranks share the terminal, and three writes interleave with a peer's.
+  std::fputs(("apc-train: error: " + msg + "\n").c_str(), stderr);
   return 2;
 }
 
@@ -1193,7 +1194,7 @@ int main(int argc, char** argv) {
     return run(f);
   } catch (const std::exception& e) {
     if (apc::isOutOfMemory(e)) return apc::reportOutOfMemory("apc-train");
-    std::cerr << "apc-train: error: " << apc::runtime::firstLine(e.what()) << "\n";
+    std::fputs(("apc-train: error: " + apc::runtime::firstLine(e.what()) + "\n").c_str(), stderr);
     return 1;
   }
 }
