@@ -316,6 +316,15 @@ def sample_table():
         output_desc="tensor f32 [8,10]",
         trace_shapes=[[2, 6, 16], [2]], tracer_warnings_ok=True))
     S.append(Sample(
+        "random_ops", "traced",
+        "training mode: h = dropout(Linear(16,32)(x), 0.5); m = dropout(mix, 0.5) (mix [16,16], "
+        "DropConnect); returns (Linear(16,10)(tanh(Linear(32,16)(tanh(h)) @ m)), m): dropout on a "
+        "batch-split tensor, on a hidden dim tensor parallelism splits, and on a replicated weight",
+        _seeded_train(lambda: M.RandomOps()), {"d": 16, "hidden": 32, "n_classes": 10, "p": 0.5},
+        [InputSpec("x", "f32", [8, 16])], [8, 10],
+        output_desc="tuple (f32 [8,10], f32 [16,16])",
+        trace_shapes=[[2, 16]]))
+    S.append(Sample(
         "multi_output", "scripted",
         "proj=Linear(32,32), head=Linear(32,10); forward returns (relu(h), {'logits': head(h), 'hidden': h})",
         _seeded(lambda: M.MultiOutput()), {"d_model": 32, "n_classes": 10},

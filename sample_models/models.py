@@ -703,6 +703,28 @@ class GatherPatterns(nn.Module):
         return self.head(torch.cat([g.mean(1), s.mean(1)], -1))
 
 
+class RandomOps(nn.Module):
+    """Dropout where real models put it, in training mode: on activations the batch splits
+    (``dropout(up(x))``, before any nonlinearity, so its zeros are the mask's), on a hidden dim
+    tensor parallelism splits (after ``up``), and on a weight that data parallelism replicates
+    (``dropout(mix)``, DropConnect). ``mix``'s dropped form is also returned, so that a test sees
+    a replicated random tensor on every rank."""
+
+    def __init__(self, d: int = 16, hidden: int = 32, n_classes: int = 10, p: float = 0.5):
+        super().__init__()
+        self.p = p
+        self.up = nn.Linear(d, hidden)
+        self.down = nn.Linear(hidden, d)
+        self.mix = nn.Parameter(torch.randn(d, d) * 0.3)
+        self.head = nn.Linear(d, n_classes)
+
+    def forward(self, x: torch.Tensor):
+        h = F.dropout(self.up(x), self.p, self.training)  # [B, hidden]
+        h = self.down(torch.tanh(h))
+        m = F.dropout(self.mix, self.p, self.training)  # [d, d]
+        return self.head(torch.tanh(h @ m)), m
+
+
 class MoeLayer(nn.Module):
     """A DeepSeek-V3-shaped mixture-of-experts FFN over tokens t [T, D]: sigmoid router scores,
     top-k selection on the scores plus a per-expert bias buffer (aux-loss-free balancing), the

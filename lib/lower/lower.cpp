@@ -237,6 +237,19 @@ class Lowerer {
   ir::TensorMeta localMeta(const ir::TensorMeta& global, const PlacementTuple& t) const;
   std::vector<layout::DimPiece> pieces(const ir::TensorMeta& global, const PlacementTuple& t) const;
   TensorPiece pieceOf(const ir::TensorMeta& global, const PlacementTuple& t) const;
+  /// proto::Program::random_pieces of random node `n`: this rank's coordinates on the mesh dims
+  /// (of more than one rank) where n's first output is sharded, row-major; 0 on the others.
+  uint64_t randomPiece(const ir::Node& n) const {
+    const std::optional<PlacementTuple>& t =
+        n.outputs.empty() ? std::nullopt : placement_[n.outputs.front().v];
+    uint64_t piece = 0;
+    for (size_t d = 0; d < mesh_.ndim(); ++d) {
+      const bool cut = t && d < t->size() && (*t)[d].isShard();
+      piece = piece * static_cast<uint64_t>(mesh_.size(d)) +
+              (cut ? static_cast<uint64_t>(coord_[d]) : 0);
+    }
+    return piece;
+  }
   ir::ValueId addValue(const ir::Value& global, const std::optional<PlacementTuple>& t,
                        std::string debug_name);
   ir::NodeId addNode(ir::Node n, int32_t source, uint32_t redistribution = 0);
@@ -1374,9 +1387,11 @@ Expected<proto::Program> Lowerer::run() {
   for (size_t i = 0; i < source_node_.size(); ++i) {
     const int32_t src = source_node_[i];
     program_.add_source_node(src);
-    if (src >= 0 && strategy::defaultRegistry().drawsRandomNumbers(
-                        g_, g_.node(ir::NodeId(static_cast<uint32_t>(src)))))
-      program_.add_random_nodes(static_cast<uint32_t>(i));
+    if (src < 0) continue;
+    const ir::Node& n = g_.node(ir::NodeId(static_cast<uint32_t>(src)));
+    if (!strategy::defaultRegistry().drawsRandomNumbers(g_, n)) continue;
+    program_.add_random_nodes(static_cast<uint32_t>(i));
+    program_.add_random_pieces(randomPiece(n));
   }
   program_.set_format_version(artifact::kProgramFormatVersion);
   program_.set_rank(static_cast<uint32_t>(rank_));

@@ -82,8 +82,8 @@ std::string randomnessNote(const ir::Graph& g) {
   return "random: " + std::to_string(nodes.size()) + " node" + (nodes.size() == 1 ? "" : "s") +
          " draw random numbers (" + ops + "; first in " +
          (first.module_path.empty() ? "the top level" : first.module_path) +
-         "): each rank draws its own, so a sharded run matches a single-device run in "
-         "distribution only, not number for number\n";
+         "): each piece of their outputs draws its own (replicas the same), so a sharded run "
+         "matches a single-device run in distribution only, not number for number\n";
 }
 
 std::string budgetNote(const Plan& p) {

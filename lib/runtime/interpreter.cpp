@@ -362,6 +362,8 @@ Expected<Interpreter> Interpreter::create(std::shared_ptr<const ir::Graph> graph
     s.external = n.kind != ir::NodeKind::kOp || external[n.id.v];
     if (!s.external && in.options_.mixed_compute && mixedPrecisionCastsArguments(n.op))
       s.cast_floats = in.options_.mixed_compute;
+    if (auto it = in.options_.random_streams.find(n.id.v); it != in.options_.random_streams.end())
+      s.random_stream = it->second;
     if (!s.external) {
       auto kernel = OpKernel::resolve(
           n, n.outputs.empty() ? ir::ValueType::kOther : g.value(n.outputs[0]).type);
@@ -510,74 +512,16 @@ void castDisagreeingFloats(std::vector<c10::IValue>& args, c10::ScalarType dtype
 
 }  // namespace
 
-Status Interpreter::runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
-                             size_t end, std::vector<c10::IValue>& env, const ExternalFn* external,
-                             Observer* observer, const std::vector<SymbolicArgSpec>& symbolic,
-                             const std::vector<int64_t>& symbolic_values) {
-  for (size_t si = begin; si < end; ++si) {
-    const Step& s = steps[si];
-    const ir::Node& n = g.node(s.node);
-    std::vector<c10::IValue> args;
-    args.reserve(n.inputs.size());
-    for (size_t i = 0; i < n.inputs.size(); ++i)
-      args.push_back(s.is_constant[i] ? s.constant_args[i] : env[n.inputs[i].v]);
-    for (size_t k : s.symbolic) {
-      const SymbolicArgSpec& a = symbolic[k];
-      c10::IValue& arg = args[a.input];
-      if (a.element < 0) {
-        arg = c10::IValue(symbolic_values[k]);
-      } else {
-        std::vector<int64_t> list = arg.toIntVector();
-        list[static_cast<size_t>(a.element)] = symbolic_values[k];
-        arg = c10::IValue(list);
-      }
-    }
-    if (s.cast_floats) castDisagreeingFloats(args, *s.cast_floats);
-    std::vector<c10::IValue> out;
-    try {
-      if (observer) observer->before(n, args);
-      if (s.external) {
-        TORCH_CHECK(external,
-                    "no external callback for this run (a checkpoint segment's "
-                    "recomputation needs one)");
-        out = (*external)(n, args);
-      } else {
-        out = s.kernel.call(std::move(args));
-      }
-    } catch (const std::exception& e) {
-      rethrowIfOutOfMemory(e);
-      return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
-    }
-    if (out.size() != n.outputs.size())
-      return internalError(nodeLabel(n) + " returned " + std::to_string(out.size()) +
-                           " values, the node has " + std::to_string(n.outputs.size()) +
-                           " outputs");
-    // A copy (a reference count), so that the observer sees the outputs even when unused.
-    for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = out[i];
-    for (uint32_t v : s.free_after) env[v] = c10::IValue();
-    if (observer) {
-      try {
-        observer->after(n, out, env);
-      } catch (const std::exception& e) {
-        rethrowIfOutOfMemory(e);
-        return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
-      }
-    }
-  }
-  return Status::success();
-}
-
-// --- Checkpoint segments ---------------------------------------------------------------------
-
 /// The random-number state of the CPU default generator and, for a CUDA device, of that device's:
-/// captured in a segment's forward, restored for its recomputation, then put back.
-struct CheckpointRngState {
+/// captured in a segment's forward, restored for its recomputation, then put back; and put back
+/// after a node that drew from a random stream of its own.
+struct RngState {
   at::Tensor cpu;
   std::optional<c10::Device> cuda;
   at::Tensor cuda_state;
 
-  static CheckpointRngState capture(c10::Device device) {
-    CheckpointRngState r;
+  static RngState capture(c10::Device device) {
+    RngState r;
     {
       at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
       std::lock_guard<std::mutex> lock(gen.mutex());
@@ -606,6 +550,93 @@ struct CheckpointRngState {
   }
 };
 
+/// Seeds the default generators a node on `device` draws from (the CPU's, and the device's on
+/// CUDA) with the random stream `stream` of the run seeded `run_seed`.
+static void seedStream(uint64_t run_seed, uint64_t stream, c10::Device device) {
+  // splitmix64 of the pair: streams and seeds that differ in one bit give unrelated seeds.
+  uint64_t z = run_seed * 0x9E3779B97F4A7C15ull + (stream + 1) * 0xD1B54A32D192ED03ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  const uint64_t seed = z ^ (z >> 31);
+  {
+    at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  }
+  if (device.is_cuda()) {
+    at::Generator gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_current_seed(seed);
+  }
+}
+
+Status Interpreter::runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
+                             size_t end, std::vector<c10::IValue>& env, const RunContext& ctx) {
+  const std::vector<SymbolicArgSpec>& symbolic = *ctx.symbolic;
+  const std::vector<int64_t>& symbolic_values = *ctx.symbolic_values;
+  Observer* observer = ctx.observer;
+  for (size_t si = begin; si < end; ++si) {
+    const Step& s = steps[si];
+    const ir::Node& n = g.node(s.node);
+    std::vector<c10::IValue> args;
+    args.reserve(n.inputs.size());
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      args.push_back(s.is_constant[i] ? s.constant_args[i] : env[n.inputs[i].v]);
+    for (size_t k : s.symbolic) {
+      const SymbolicArgSpec& a = symbolic[k];
+      c10::IValue& arg = args[a.input];
+      if (a.element < 0) {
+        arg = c10::IValue(symbolic_values[k]);
+      } else {
+        std::vector<int64_t> list = arg.toIntVector();
+        list[static_cast<size_t>(a.element)] = symbolic_values[k];
+        arg = c10::IValue(list);
+      }
+    }
+    if (s.cast_floats) castDisagreeingFloats(args, *s.cast_floats);
+    std::vector<c10::IValue> out;
+    std::optional<RngState> drawn_from;  // the generators' state before a node's own stream
+    try {
+      if (observer) observer->before(n, args);
+      if (s.random_stream) {
+        drawn_from = RngState::capture(ctx.device);
+        seedStream(ctx.random_seed, *s.random_stream, ctx.device);
+      }
+      if (s.external) {
+        TORCH_CHECK(ctx.external,
+                    "no external callback for this run (a checkpoint segment's "
+                    "recomputation needs one)");
+        out = (*ctx.external)(n, args);
+      } else {
+        out = s.kernel.call(std::move(args));
+      }
+      if (drawn_from) drawn_from->restore();
+    } catch (const std::exception& e) {
+      if (drawn_from) drawn_from->restore();
+      rethrowIfOutOfMemory(e);
+      return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
+    }
+    if (out.size() != n.outputs.size())
+      return internalError(nodeLabel(n) + " returned " + std::to_string(out.size()) +
+                           " values, the node has " + std::to_string(n.outputs.size()) +
+                           " outputs");
+    // A copy (a reference count), so that the observer sees the outputs even when unused.
+    for (size_t i = 0; i < out.size(); ++i) env[n.outputs[i].v] = out[i];
+    for (uint32_t v : s.free_after) env[v] = c10::IValue();
+    if (observer) {
+      try {
+        observer->after(n, out, env);
+      } catch (const std::exception& e) {
+        rethrowIfOutOfMemory(e);
+        return unsupported(nodeLabel(n) + ": " + firstLine(e.what()));
+      }
+    }
+  }
+  return Status::success();
+}
+
+// --- Checkpoint segments ---------------------------------------------------------------------
+
 /// What a segment's autograd function holds: the prepared segment, the recompute callback, the
 /// run's symbolic values, the non-tensor inputs and the random-number state of the forward. The
 /// forward-only pointers (env, external, observer) are valid during the forward call only.
@@ -613,10 +644,11 @@ struct CheckpointState : torch::CustomClassHolder {
   std::shared_ptr<const void> segment;  // Interpreter::Segment
   std::shared_ptr<const Interpreter::ExternalFn> recompute;
   std::vector<int64_t> symbolic_values;
+  uint64_t random_seed = 0;
   std::vector<c10::IValue> captured;  // per segment input: its non-tensor value (None: a tensor)
   std::vector<bool> is_tensor;        // per segment input
   std::vector<bool> requires_grad;    // per segment input
-  CheckpointRngState rng;
+  RngState rng;
   // During forward only.
   std::vector<c10::IValue>* env = nullptr;
   const Interpreter::ExternalFn* external = nullptr;
@@ -633,10 +665,11 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
                                                 const c10::intrusive_ptr<CheckpointState>& st,
                                                 at::TensorList inputs) {
     const auto& seg = *std::static_pointer_cast<const Segment>(st->segment);
-    st->rng = CheckpointRngState::capture(seg.device);
+    st->rng = RngState::capture(seg.device);
     // Grad mode is off here (Function::apply): nothing inside is recorded or saved.
-    Status s = Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), *st->env,
-                                     st->external, st->observer, seg.symbolic, st->symbolic_values);
+    const Interpreter::RunContext run{st->external,         st->observer,    &seg.symbolic,
+                                      &st->symbolic_values, st->random_seed, seg.device};
+    Status s = Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), *st->env, run);
     if (!s.ok()) {
       st->error = s.error();
       throw Failed{};
@@ -687,13 +720,14 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
     }
     {
       // The forward's random numbers again (dropout masks), then the state put back.
-      const CheckpointRngState now = CheckpointRngState::capture(seg.device);
+      const RngState now = RngState::capture(seg.device);
       st->rng.restore();
       Status s;
       {
         at::AutoGradMode grad(true);
-        s = Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), env,
-                                  st->recompute.get(), nullptr, seg.symbolic, st->symbolic_values);
+        const Interpreter::RunContext run{st->recompute.get(),  nullptr,         &seg.symbolic,
+                                          &st->symbolic_values, st->random_seed, seg.device};
+        s = Interpreter::runSteps(*seg.graph, seg.steps, 0, seg.steps.size(), env, run);
       }
       now.restore();
       TORCH_CHECK(s.ok(), "checkpoint segment '", seg.module,
@@ -718,23 +752,25 @@ struct CheckpointFunction : public torch::autograd::Function<CheckpointFunction>
   }
 };
 
-Expected<std::vector<c10::IValue>> Interpreter::run(
-    const ExternalFn& external, Observer* observer, const std::vector<int64_t>& symbolic_values,
-    std::shared_ptr<const ExternalFn> recompute) const {
+Expected<std::vector<c10::IValue>> Interpreter::run(const ExternalFn& external, Observer* observer,
+                                                    const std::vector<int64_t>& symbolic_values,
+                                                    std::shared_ptr<const ExternalFn> recompute,
+                                                    uint64_t random_seed) const {
   const ir::Graph& g = *graph_;
   if (symbolic_values.size() != symbolic_.size())
     return internalError("the program has " + std::to_string(symbolic_.size()) +
                          " symbolic arguments, the run was given " +
                          std::to_string(symbolic_values.size()) + " values");
   std::vector<c10::IValue> env(g.numValues());
+  const RunContext run{&external,        observer,    &symbolic_,
+                       &symbolic_values, random_seed, options_.device};
   size_t next = 0;
   while (next < steps_.size()) {
     const int k = segment_at_.empty() ? -1 : segment_at_[next];
     if (k < 0) {
       size_t end = next + 1;
       while (end < steps_.size() && (segment_at_.empty() || segment_at_[end] < 0)) ++end;
-      APC_RETURN_IF_ERROR(
-          runSteps(g, steps_, next, end, env, &external, observer, symbolic_, symbolic_values));
+      APC_RETURN_IF_ERROR(runSteps(g, steps_, next, end, env, run));
       next = end;
       continue;
     }
@@ -742,17 +778,15 @@ Expected<std::vector<c10::IValue>> Interpreter::run(
     const auto& seg = segments_[static_cast<size_t>(k)];
     next = spec.last + 1;
     if (!at::GradMode::is_enabled()) {  // nothing to recompute: the nodes as they are
-      APC_RETURN_IF_ERROR(runSteps(g, steps_, spec.first, spec.last + 1, env, &external, observer,
-                                   symbolic_, symbolic_values));
+      APC_RETURN_IF_ERROR(runSteps(g, steps_, spec.first, spec.last + 1, env, run));
       continue;
     }
-    for (uint32_t i : seg->leaves)
-      APC_RETURN_IF_ERROR(
-          runSteps(g, steps_, i, i + 1, env, &external, observer, symbolic_, symbolic_values));
+    for (uint32_t i : seg->leaves) APC_RETURN_IF_ERROR(runSteps(g, steps_, i, i + 1, env, run));
     auto st = c10::make_intrusive<CheckpointState>();
     st->segment = seg;
     st->recompute = recompute;
     st->symbolic_values = symbolic_values;
+    st->random_seed = random_seed;
     torch::autograd::variable_list tensors;
     for (uint32_t v : seg->inputs) {
       const c10::IValue& iv = env[v];

@@ -764,6 +764,8 @@ struct ParallelModule::Impl {
   using Flights = std::map<size_t, UnitFlight>;
   Flights recompute_flights;
   Interpreter::Observer* observer = nullptr;  // setObserver's (a profiler), beside the regatherer
+  uint64_t random_seed = 0;                   // seedRandom's
+  uint64_t forward_index = 0;                 // forwards since seedRandom
   /// Sizes that follow a symbolic dim (proto::SymbolicArg), in the interpreter's order.
   struct SymbolicArg {
     std::string symbol;
@@ -1011,6 +1013,14 @@ struct ParallelModule::Impl {
     std::vector<bool> external(graph->numNodes(), false);
     for (size_t i = 0; i < node_redist.size(); ++i) external[i] = node_redist[i] >= 0;
     for (const auto& entry : op_collectives) external[entry.first] = true;
+    // A random node's stream: its plan node and this rank's piece of its output (seedRandom).
+    // load() checked the nodes and the pieces' count.
+    for (int k = 0; k < program.random_nodes_size(); ++k) {
+      const uint32_t n = program.random_nodes(k);
+      const uint64_t plan_node = static_cast<uint32_t>(program.source_node(static_cast<int>(n)));
+      const uint64_t piece = k < program.random_pieces_size() ? program.random_pieces(k) : 0;
+      io.random_streams[n] = (plan_node << 32) ^ piece;
+    }
     APC_ASSIGN_OR_RETURN(Interpreter in,
                          Interpreter::create(graph, io, external, symbolic_specs, checkpoints));
     interp = std::make_unique<Interpreter>(std::move(in));
@@ -1083,6 +1093,17 @@ Expected<std::shared_ptr<ParallelModule>> ParallelModule::load(
     if (n.op == "apc::redistribute" && impl->node_redist[n.id.v] < 0)
       return parseError(dir + ": redistribute node " + std::to_string(n.id.v) +
                         " has no redistribution");
+  // Random nodes and their pieces (the random streams; none in an older artifact).
+  if (prog.random_pieces_size() != 0 && prog.random_pieces_size() != prog.random_nodes_size())
+    return parseError(dir + ": the program lists " + std::to_string(prog.random_pieces_size()) +
+                      " random pieces for " + std::to_string(prog.random_nodes_size()) +
+                      " random nodes");
+  for (uint32_t n : prog.random_nodes())
+    if (n >= g.numNodes() || static_cast<int>(n) >= prog.source_node_size() ||
+        prog.source_node(static_cast<int>(n)) < 0)
+      return parseError(dir + ": random node " + std::to_string(n) +
+                        " is not a node of the model's graph in the " +
+                        std::to_string(g.numNodes()) + "-node program");
 
   auto collect = [&](const auto& field, std::vector<PlacedTensor>& out, std::vector<int>& by_value,
                      const char* what) -> Status {
@@ -1251,8 +1272,7 @@ const ir::Graph& ParallelModule::graph() const {
 }
 std::vector<ir::NodeId> ParallelModule::randomNodes() const {
   std::vector<ir::NodeId> out;
-  for (uint32_t n : impl_->program.random_nodes())
-    if (n < impl_->graph->numNodes()) out.push_back(ir::NodeId(n));
+  for (uint32_t n : impl_->program.random_nodes()) out.push_back(ir::NodeId(n));  // load() checked
   return out;
 }
 const std::string& ParallelModule::modelName() const {
@@ -1909,7 +1929,6 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
     return out;
   };
   (void)g;
-  // The caller's observer (setObserver) watches beside the re-gatherer.
   // The re-gatherer, the buffers' write-back and the caller's observer (setObserver) watch.
   BufferWriteBack write_back(im.buffer_cast_of, im.buffer_tensors);
   struct Fanout : Interpreter::Observer {
@@ -1925,8 +1944,13 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   fanout.all = {&regather};
   if (im.has_buffer_casts) fanout.all.push_back(&write_back);
   if (im.observer) fanout.all.push_back(im.observer);
+  // The run's seed of the random streams, from (seedRandom's seed, forward): splitmix64.
+  uint64_t z =
+      im.random_seed * 0x9E3779B97F4A7C15ull + (im.forward_index++ + 1) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 30)) * 0x94D049BB133111EBull;
+  const uint64_t random_seed = z ^ (z >> 31);
   auto leaves = im.interp->run(external, fanout.all.size() == 1 ? fanout.all[0] : &fanout,
-                               symbolic_values, im.recompute);
+                               symbolic_values, im.recompute, random_seed);
   regather.finish();
   if (leaves.ok()) write_back.finish();
   // Gathers issued for nodes that did not run: waited for (every rank issued them), dropped.
@@ -2066,6 +2090,11 @@ PricedComm ParallelModule::pricedComm() const {
 
 void ParallelModule::setObserver(Interpreter::Observer* observer) {
   impl_->observer = observer;
+}
+
+void ParallelModule::seedRandom(uint64_t seed, uint64_t forward) {
+  impl_->random_seed = seed;
+  impl_->forward_index = forward;
 }
 
 PredictedStep ParallelModule::predictedStep() const {

@@ -21,10 +21,13 @@
 // of self on each mesh dim where that placement fits other (same size in that dim), R otherwise,
 // so that a matching producer never has to move it.
 //
-// dropout in training draws a random mask: the rules keep every shard and R strategy, which is
-// exact only if the runtime draws each rank's mask as the matching piece of one global mask
-// (the same mask on ranks that replicate). Lowering has to provide that (as DTensor's RNG
-// tracker does); in eval dropout is the identity.
+// dropout in training draws a random mask: the rules keep every shard and R strategy. A sharded
+// mask is right in distribution when pieces draw independently, and a replicated one only when
+// every replica draws the same: lowering records each rank's piece of a random node's output
+// (proto::Program::random_pieces) and the runtime seeds the node's draw from it (as Megatron's
+// RNG tracker forks a tensor-parallel stream). The pieces are not those of one global mask
+// (DTensor's offset-based tracker), so a sharded run equals the single device in distribution
+// only. In eval dropout is the identity.
 //
 //===----------------------------------------------------------------------===//
 #include <algorithm>

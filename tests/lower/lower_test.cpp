@@ -681,6 +681,60 @@ TEST(Lower, ProgramsListTheirRandomNodes) {
   }
 }
 
+// Each random node's piece (the runtime seeds its draw from it): the rank's coordinate on the mesh
+// dims where the node's output is sharded, 0 on the others. On 2x2 with x cut S(0) on dim 0: the
+// batch dropout's pieces follow the dim-0 coordinate (ranks 0,1 and 2,3 share theirs); a weight's
+// dropout has the pieces of the placement the plan gave it.
+TEST(Lower, RandomNodesRecordTheRanksPieceOfTheirOutput) {
+  ir::Graph g;
+  g.name = "random_pieces";
+  ir::ValueId x = tensorValue(g, "x", {8, 16});
+  leafNode(g, ir::NodeKind::kInput, "x", x);
+  ir::ValueId w = tensorValue(g, "w", {16, 16});
+  leafNode(g, ir::NodeKind::kParameter, "w", w);
+  ir::ValueId yes = g.addConstant(ir::ValueType::kBool, true);
+  ir::ValueId half = g.addConstant(ir::ValueType::kFloat, 0.5);
+  ir::ValueId a = tensorValue(g, "a", {8, 16});
+  opNode(g, "aten::dropout", "", {x, half, yes}, {a}, "batch");
+  ir::ValueId m = tensorValue(g, "m", {16, 16});
+  opNode(g, "aten::dropout", "", {w, half, yes}, {m}, "weight");
+  ir::ValueId y = tensorValue(g, "y", {8, 16});
+  opNode(g, "aten::mm", "", {a, m}, {y}, "");
+  g.setOutputs(ir::OutputTree::makeLeaf(y));
+  spec::Spec spec = specFor({2, 2}, {});
+  const mesh::PlacementTuple rows = {mesh::Placement::shard(0), mesh::Placement::replicate()};
+  spec.inputs["x"] = rows;
+  spec.outputs = spec::OutputPlacementTree::makeLeaf(rows);
+  auto planned = planOf(g, spec);
+  // The placements the pieces follow, as the plan chose them.
+  std::map<std::string, mesh::PlacementTuple> placed;
+  for (const auto& pn : planned.result.plan.nodes)
+    if (pn.op == "aten::dropout") placed[pn.module_path] = *pn.outputs.at(0);
+  ASSERT_EQ(placed.size(), 2u);
+  ASSERT_EQ(placed["batch"], rows);
+  auto programs = lowerPlan(g, planned.result.plan);
+  ASSERT_TRUE(programs.ok()) << programs.error().message();
+  ASSERT_EQ(programs->size(), 4u);
+  for (const proto::Program& p : *programs) {
+    ASSERT_EQ(p.random_nodes_size(), 2) << "rank " << p.rank();
+    ASSERT_EQ(p.random_pieces_size(), 2) << "rank " << p.rank();
+    for (int k = 0; k < 2; ++k) {
+      const std::string module = p.graph().nodes(static_cast<int>(p.random_nodes(k))).module_path();
+      // Row-major over the 2x2 mesh, a replicated dim counting 0: the batch dropout's piece is
+      // 2 x its dim-0 coordinate.
+      uint64_t want = 0;
+      for (int d = 0; d < 2; ++d)
+        want = want * 2 + (placed[module][static_cast<size_t>(d)].isShard()
+                               ? static_cast<uint64_t>(p.coordinate(d))
+                               : 0);
+      if (module == "batch") {
+        EXPECT_EQ(want, static_cast<uint64_t>(p.coordinate(0)) * 2);
+      }
+      EXPECT_EQ(p.random_pieces(k), want) << "rank " << p.rank() << ", " << module;
+    }
+  }
+}
+
 // A mesh dim of one rank moves nothing: on [1] the program has no redistribution at all (each
 // would run a node, a dispatch forward and backward, for nothing), and [1,4] has the
 // redistributions of [4], the same steps.

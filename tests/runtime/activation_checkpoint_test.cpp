@@ -4,7 +4,8 @@
 // - the interpreter on a hand-built graph with a dropout inside a segment: outputs and gradients
 //   equal the run without the segment under the same seed although the random-number state moves
 //   between forward and backward (the recomputation replays the forward's dropout mask), and the
-//   state after backward is the one backward found;
+//   state after backward is the one backward found; the same with the dropout on a random stream
+//   of its own, whose mask follows the run's seed and stream only;
 // - one-line errors for bad segments, from Interpreter::create and from ParallelModule::load (an
 //   artifact whose program holds an overlapping or out-of-range segment);
 // - differential: llama_tiny planned with ddp, fsdp and tp on [2] (fsdp also without overlap),
@@ -30,6 +31,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -90,19 +92,28 @@ struct DropoutRun {
   int64_t zeros = 0;                      // dropped elements of the block's output
 };
 
-DropoutRun runDropout(std::vector<CheckpointSpec> segments) {
+/// `stream`: the dropout (node 3) draws from a random stream of its own
+/// (InterpreterOptions::random_streams), in a run seeded `run_seed`; `generator_seed`: the default
+/// generator's seed before the run.
+DropoutRun runDropout(std::vector<CheckpointSpec> segments,
+                      std::optional<uint64_t> stream = std::nullopt, uint64_t run_seed = 0,
+                      uint64_t generator_seed = 42) {
   auto g = dropoutGraph();
-  auto interp = Interpreter::create(g, {}, {}, {}, std::move(segments));
+  InterpreterOptions options;
+  if (stream) options.random_streams[3] = *stream;
+  auto interp = Interpreter::create(g, options, {}, {}, std::move(segments));
   EXPECT_TRUE(interp.ok()) << interp.error().message();
   if (!interp.ok()) return {};
   at::manual_seed(5);
   at::Tensor x = at::randn({4, 8}).requires_grad_(true);
   at::Tensor w = at::randn({8, 8}).requires_grad_(true);
   at::Tensor gy = at::randn({4, 8});
-  at::manual_seed(42);
-  auto out = interp->run([&](const ir::Node& n, std::vector<c10::IValue>&) {
-    return std::vector<c10::IValue>{n.kind == ir::NodeKind::kParameter ? w : x};
-  });
+  at::manual_seed(generator_seed);
+  auto out = interp->run(
+      [&](const ir::Node& n, std::vector<c10::IValue>&) {
+        return std::vector<c10::IValue>{n.kind == ir::NodeKind::kParameter ? w : x};
+      },
+      nullptr, {}, nullptr, run_seed);
   EXPECT_TRUE(out.ok()) << out.error().message();
   if (!out.ok()) return {};
   DropoutRun r;
@@ -130,6 +141,35 @@ TEST(ActivationCheckpoint, DropoutInsideASegmentReplaysItsMaskInBackward) {
   EXPECT_TRUE(at::allclose(plain.grad_w, ckpt.grad_w, 1e-6, 1e-7));
   // Backward put the random-number state back as it found it.
   EXPECT_TRUE(at::equal(plain.after, ckpt.after));
+}
+
+// A dropout with a random stream of its own (a ParallelModule program's random nodes): its mask
+// depends on the run's seed and the stream, not on the default generator, which it leaves as it
+// found it; a checkpoint segment's recomputation redraws it.
+TEST(ActivationCheckpoint, DropoutWithItsOwnStreamReplaysItAndLeavesTheGeneratorAlone) {
+  const DropoutRun plain = runDropout({}, 7, 9);
+  const DropoutRun ckpt = runDropout({{"block", 2, 4}}, 7, 9);
+  const DropoutRun other_generator = runDropout({}, 7, 9, 1234);
+  const DropoutRun other_seed = runDropout({}, 7, 10);
+  const DropoutRun other_stream = runDropout({}, 8, 9);
+  ASSERT_TRUE(plain.out.defined() && ckpt.out.defined() && other_generator.out.defined() &&
+              other_seed.out.defined() && other_stream.out.defined());
+  EXPECT_GT(plain.zeros, 0) << "the dropout dropped nothing: the test shows nothing";
+  EXPECT_TRUE(at::equal(plain.out.detach(), ckpt.out.detach()));
+  EXPECT_TRUE(at::allclose(plain.grad_x, ckpt.grad_x, 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(plain.grad_w, ckpt.grad_w, 1e-6, 1e-7));
+  EXPECT_TRUE(at::equal(plain.out.detach(), other_generator.out.detach()))
+      << "the stream's mask followed the default generator";
+  EXPECT_FALSE(at::equal(plain.out.detach(), other_seed.out.detach()))
+      << "another run seed drew the same mask";
+  EXPECT_FALSE(at::equal(plain.out.detach(), other_stream.out.detach()))
+      << "another stream drew the same mask";
+  // The default generator is where the run found it: the draw after backward is the one after
+  // manual_seed(42) and the 1000 numbers runDropout draws between forward and backward.
+  at::manual_seed(42);
+  (void)at::rand({1000});
+  EXPECT_TRUE(at::equal(plain.after, at::rand({4})));
+  EXPECT_TRUE(at::equal(ckpt.after, plain.after));
 }
 
 TEST(ActivationCheckpoint, SegmentKeepsNoActivationsAndRunsPlainWithoutGradMode) {

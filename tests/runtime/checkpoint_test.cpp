@@ -4,7 +4,8 @@
 //  - exact resume: 4 steps straight, or 2 steps, save, a new process resumes, 2 more steps; the
 //    step lines are equal as text (bit-exact losses on CPU) and the checkpoints after step 4 are
 //    byte-identical files (weights, optimizer state, manifest). SGD with momentum and AdamW, on
-//    mlp_stack and llama_tiny, under ddp and fsdp.
+//    mlp_stack and llama_tiny, under ddp and fsdp; and random_ops (dropout in training) under
+//    fsdp, whose resumed run draws the straight run's masks.
 //  - a damaged or mismatched checkpoint is a one-line error per rank naming the file;
 //  - resharding: a checkpoint of one plan or mesh resumed under another (fsdp on [4] into the
 //    optimizer's plan on 2x2, 2x2 into ddp on [2], tp on [2] into fsdp+tp on 2x2) continues the
@@ -43,6 +44,9 @@ using testing::ModelCase;
 
 const ModelCase kMlp{"mlp_stack", {"x:f32[8,4,128]"}, 0, ""};
 const ModelCase kLlama{"llama_tiny", {"tokens:i64[8,8]"}, 256, ""};
+// Dropout in training (p 0.5): a resumed run draws the masks the straight one drew (apc-train
+// seeds each step's random streams from --seed and the step).
+const ModelCase kRandomOps{"random_ops", {"x:f32[8,16]"}, 0, ""};
 
 fs::path scratch(const std::string& name) {
   return testing::scratchDir("ckpt", name);
@@ -147,11 +151,12 @@ TEST_P(ExactResume, HalfThenResumeEqualsStraight) {
 
 INSTANTIATE_TEST_SUITE_P(
     Checkpoint, ExactResume,
-    ::testing::Values(ResumeCase{"mlp_ddp_sgd", kMlp, "ddp", "--lr 0.1 --momentum 0.9"},
-                      ResumeCase{"mlp_fsdp_adamw", kMlp, "fsdp", "--optimizer adamw --lr 0.01"},
-                      ResumeCase{"llama_fsdp_adamw", kLlama, "fsdp",
-                                 "--optimizer adamw --lr 0.01 --clip 1.0"},
-                      ResumeCase{"llama_ddp_sgd", kLlama, "ddp", "--lr 0.1 --momentum 0.9"}),
+    ::testing::Values(
+        ResumeCase{"mlp_ddp_sgd", kMlp, "ddp", "--lr 0.1 --momentum 0.9"},
+        ResumeCase{"mlp_fsdp_adamw", kMlp, "fsdp", "--optimizer adamw --lr 0.01"},
+        ResumeCase{"llama_fsdp_adamw", kLlama, "fsdp", "--optimizer adamw --lr 0.01 --clip 1.0"},
+        ResumeCase{"llama_ddp_sgd", kLlama, "ddp", "--lr 0.1 --momentum 0.9"},
+        ResumeCase{"dropout_fsdp_sgd", kRandomOps, "fsdp", "--lr 0.1 --momentum 0.9"}),
     [](const ::testing::TestParamInfo<ResumeCase>& info) { return info.param.name; });
 
 /// A checkpoint of mlp_stack (fsdp on 2 ranks, SGD with momentum) to damage in each test.

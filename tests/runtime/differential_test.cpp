@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -1147,6 +1148,48 @@ TEST_F(ArtifactErrors, MalformedOpCollectiveNamesItsNode) {
     std::string e = loadError(d, 0, 2);
     EXPECT_NE(e.find("op collective of node " + std::to_string(c.node)), std::string::npos)
         << c.name << ": " << e;
+    EXPECT_NE(e.find(c.says), std::string::npos) << c.name << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << c.name << ": " << e;
+    std::filesystem::remove_all(d);
+  }
+}
+
+// Malformed random nodes (proto::Program::random_nodes, random_pieces) fail the load in one line:
+// a node past the program's end, and pieces that do not pair with the nodes.
+TEST_F(ArtifactErrors, MalformedRandomNodesAreOneLineErrors) {
+  ASSERT_TRUE(err_.empty()) << err_;
+  std::vector<proto::Program> programs;
+  for (int64_t r : {0, 1}) {
+    Expected<proto::Program> p = artifact::readProgram(dir_, r);
+    ASSERT_TRUE(p.ok()) << p.error().message();
+    programs.push_back(std::move(p).value());
+  }
+  struct Case {
+    std::string name;
+    std::function<void(proto::Program&)> edit;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"past_the_end",
+       [](proto::Program& p) {
+         p.add_random_nodes(static_cast<uint32_t>(p.graph().nodes_size()) + 3);
+         p.add_random_pieces(0);
+       },
+       "is not a node of the model's graph"},
+      {"unpaired",
+       [](proto::Program& p) {
+         p.add_random_nodes(0);
+         p.add_random_pieces(0);
+         p.add_random_pieces(1);
+       },
+       "random pieces for"}};
+  for (const Case& c : cases) {
+    std::vector<proto::Program> edited = programs;
+    for (proto::Program& p : edited) c.edit(p);
+    std::string d = scratchDir("random_" + c.name).string();
+    Status s = artifact::writeArtifact(d, edited);
+    ASSERT_TRUE(s.ok()) << s.error().message();
+    std::string e = loadError(d, 0, 2);
     EXPECT_NE(e.find(c.says), std::string::npos) << c.name << ": " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << c.name << ": " << e;
     std::filesystem::remove_all(d);

@@ -916,6 +916,9 @@ int run(Flags f) {
     for (size_t i = 0; i < specs.size() && !batch; ++i)
       local_inputs.emplace_back(pm.shardInput(i, full_inputs[i]));
     if (node_profile) node_profile->setActive(step >= f.warmup);
+    // The step's random numbers (dropout masks) from (--seed, step): a resumed run draws what the
+    // uninterrupted one did.
+    pm.seedRandom(mixSeed(f.seed, static_cast<uint64_t>(step), 2));
     const double t0 = f.profile ? now(device) : 0;
     const int64_t peak_inputs = f.profile ? peaks.take(step >= f.warmup) : 0;
     auto leaves = pm.forwardLeaves(local_inputs);

@@ -264,7 +264,8 @@ Expected<NodeTimes> timeModelNodes(runtime::World& world, const mesh::DeviceMesh
       }
       g->addNode(std::move(n));
       g->setOutputs(std::move(outs));
-      auto interp = runtime::Interpreter::create(g, runtime::InterpreterOptions{device, false, {}});
+      auto interp =
+          runtime::Interpreter::create(g, runtime::InterpreterOptions{device, false, {}, {}});
       if (interp.ok())
         run.interp.emplace(std::move(interp).value());
       else

@@ -30,7 +30,9 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +61,14 @@ struct InterpreterOptions {
   /// its output met a bf16 weight in the next linear, which ATen refuses; GPT-2's position
   /// embeddings are cast "to the device" with the export's f32 and met the bf16 LayerNorm.
   std::optional<c10::ScalarType> mixed_compute;
+  /// Random nodes that draw from a stream of their own, by node id (ParallelModule: one stream per
+  /// plan node and piece of its output, so that ranks holding the same piece draw the same
+  /// numbers). Before such a node runs, the default generators (the CPU's and, on a CUDA device,
+  /// the device's) are seeded from the run's random seed (Interpreter::run) and the stream, and
+  /// their state is put back after it: a node's numbers depend on the seed and the stream only,
+  /// not on what drew before it, on any rank and in a checkpoint segment's recomputation. Other
+  /// nodes draw from the default generators as they are.
+  std::map<uint32_t, uint64_t> random_streams;
 };
 
 /// Whether `op` (without its overload: "aten::linear") is a contraction or normalization whose
@@ -178,11 +188,12 @@ class Interpreter {
   /// `recompute`: the external callback of the checkpoint segments' recomputation in backward
   /// (it outlives the run: the backward nodes hold it); nullptr: `external` is not needed there
   /// (a segment with an external node then fails in backward). The observer sees the segments'
-  /// nodes in the forward, not in their recomputation.
-  Expected<std::vector<c10::IValue>> run(
-      const ExternalFn& external, Observer* observer = nullptr,
-      const std::vector<int64_t>& symbolic_values = {},
-      std::shared_ptr<const ExternalFn> recompute = nullptr) const;
+  /// nodes in the forward, not in their recomputation. `random_seed`: the run's seed of the
+  /// random streams (InterpreterOptions::random_streams).
+  Expected<std::vector<c10::IValue>> run(const ExternalFn& external, Observer* observer = nullptr,
+                                         const std::vector<int64_t>& symbolic_values = {},
+                                         std::shared_ptr<const ExternalFn> recompute = nullptr,
+                                         uint64_t random_seed = 0) const;
 
   const std::vector<CheckpointSpec>& checkpoints() const { return checkpoints_; }
 
@@ -198,6 +209,7 @@ class Interpreter {
     /// InterpreterOptions::mixed_compute for a contraction (its disagreeing floating arguments
     /// cast to it), nullopt otherwise.
     std::optional<c10::ScalarType> cast_floats;
+    std::optional<uint64_t> random_stream;  // InterpreterOptions::random_streams
   };
   std::shared_ptr<const ir::Graph> graph_;
   InterpreterOptions options_;
@@ -212,11 +224,18 @@ class Interpreter {
   std::vector<int> segment_at_;  // per node: the segment that starts there, or -1
   friend struct CheckpointFunction;
 
+  /// What one run's node loop reads besides its steps and environment.
+  struct RunContext {
+    const ExternalFn* external = nullptr;
+    Observer* observer = nullptr;
+    const std::vector<SymbolicArgSpec>* symbolic = nullptr;
+    const std::vector<int64_t>* symbolic_values = nullptr;
+    uint64_t random_seed = 0;
+    c10::Device device = c10::kCPU;  // whose default generator a random stream seeds
+  };
   /// Runs `steps` [begin, end) on `env` (the node loop).
   static Status runSteps(const ir::Graph& g, const std::vector<Step>& steps, size_t begin,
-                         size_t end, std::vector<c10::IValue>& env, const ExternalFn* external,
-                         Observer* observer, const std::vector<SymbolicArgSpec>& symbolic,
-                         const std::vector<int64_t>& symbolic_values);
+                         size_t end, std::vector<c10::IValue>& env, const RunContext& ctx);
 };
 
 /// Packs output leaves into the OutputTree's structure: a leaf as itself, tuples and lists as

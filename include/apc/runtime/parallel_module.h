@@ -227,6 +227,15 @@ class ParallelModule {
   /// nullptr stops. The observer must outlive the forwards it watches.
   void setObserver(Interpreter::Observer* observer);
 
+  /// Seeds the random numbers of the forwards that follow (dropout masks, sampled tensors): the
+  /// next forward draws from (seed, forward), the one after from (seed, forward + 1), and so on.
+  /// Every random node draws from a stream of its own (proto::Program::random_pieces): ranks that
+  /// hold the same piece of its output draw the same numbers, so replicas stay equal; ranks that
+  /// hold different pieces draw independent ones; and no node's numbers depend on what drew
+  /// before it (an uneven piece drawn earlier, the trainer's own draws). A trainer that resumes
+  /// at step k seeds as the uninterrupted run did at step k. Without a call: seed 0, forward 0.
+  void seedRandom(uint64_t seed, uint64_t forward = 0);
+
   /// The collectives the plan priced for one forward + backward.
   PricedComm pricedComm() const;
   /// What the plan predicts for one step on this rank.
