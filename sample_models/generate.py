@@ -129,6 +129,9 @@ class Sample:
     # the model's own code converts tensors to Python values while tracing (transformers' mask
     # helpers); the trace is then checked against eager at the recorded shapes instead
     tracer_warnings_ok: bool = False
+    # draws random numbers in its forward (dropout in training): two runs differ, so nothing
+    # compares its outputs with another run's (the manifest's run_forward is false)
+    random: bool = False
     cost: float = 1.0  # rough generation time (s); the longest samples start first
 
     @property
@@ -323,7 +326,7 @@ def sample_table():
         _seeded_train(lambda: M.RandomOps()), {"d": 16, "hidden": 32, "n_classes": 10, "p": 0.5},
         [InputSpec("x", "f32", [8, 16])], [8, 10],
         output_desc="tuple (f32 [8,10], f32 [16,16])",
-        trace_shapes=[[2, 16]]))
+        trace_shapes=[[2, 16]], random=True))
     S.append(Sample(
         "multi_output", "scripted",
         "proj=Linear(32,32), head=Linear(32,10); forward returns (relu(h), {'logits': head(h), 'hidden': h})",
@@ -683,7 +686,7 @@ def generate_one(s: Sample, out_dir):
                    "description": s.output_desc},
         "trace_example_shapes": (s.trace_shapes or [i.shape for i in s.inputs]) if s.kind == "traced" else None,
         "stub_weights": s.stub_weights,
-        "run_forward": not s.stub_weights,
+        "run_forward": not s.stub_weights and not s.random,
         "importable": s.importable,
         "param_count": nparams,
         "param_bytes": sum(p.numel() * p.element_size() for _, p in named_params),

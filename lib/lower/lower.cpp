@@ -913,6 +913,7 @@ Status Lowerer::emitOp(const ir::Node& n) {
   // Where each tensor input is computed on (the op's internal collective, OpInfo::collective).
   std::vector<std::optional<PlacementTuple>> computed_on(n.inputs.size());
   RankPieces rp;
+  rp.coordinate = coord_;
   std::vector<std::optional<ir::Constant>> constants;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     ir::ValueId gv = n.inputs[i];

@@ -480,6 +480,29 @@ Status rewriteEmbeddingRows(const ir::Node& node, const std::vector<std::optiona
   return rewriteEmbedding(node, c, pieces, r);
 }
 
+Status rewriteAddendOnce(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                         const RankPieces& pieces, NodeRewrite& r) {
+  const size_t addend = node.op == "aten::linear" ? 2 : 0;
+  const TensorPiece* out = firstOutput(pieces);
+  if (!out || addend >= pieces.inputs.size() || pieces.inputs[addend].size() != 1)
+    return Status::success();  // no bias
+  const mesh::PlacementTuple& bias = pieces.inputs[addend][0].placement;
+  bool off_first = false;  // this rank would add the bias again
+  for (size_t m = 0; m < out->placement.size() && m < bias.size(); ++m)
+    if (out->placement[m].isPartial() && out->placement[m].reduceOp() == mesh::ReduceOp::kSum &&
+        bias[m].isReplicate() && m < pieces.coordinate.size() && pieces.coordinate[m] != 0)
+      off_first = true;
+  if (!off_first) return Status::success();
+  ir::LocalGraphBuilder b(node.qualifiedOp(), c, pieces.outputs.size());
+  std::vector<ir::ValueId> args;
+  for (size_t i = 0; i < c.size(); ++i)
+    args.push_back(i == addend ? b.op("aten::mul.Scalar", {b.arg(i), b.constant(0.0)}) : b.arg(i));
+  const ir::ValueId y = b.op(node.qualifiedOp(), std::move(args));
+  APC_ASSIGN_OR_RETURN(r.local, b.finish({y}));
+  r.notes.push_back("bias added on coordinate 0 only");
+  return Status::success();
+}
+
 Status rewriteRepeatCounts(const ir::Node&, const std::vector<std::optional<ir::Constant>>& c,
                            const RankPieces& pieces, NodeRewrite& r) {
   return rewriteRepeat(c, pieces, r);

@@ -15,11 +15,13 @@
 // pointwise operand of the output: S where the output is sharded on a dim it has, R where it
 // broadcasts, and P when the output is P. A Partial output needs a Partial bias: every rank adds
 // its summand of the bias, which sums to the bias once (a Replicate bias would be added p times).
-// So the contracting strategy of linear/addmm with a bias asks for the bias as P(sum). A
-// parameter is Replicate or Shard, and the cost model prices R -> P as impossible (apc/cost/
-// redistribute.h), so today that strategy is only taken when the bias itself arrives Partial;
-// once R -> P is priced as a local step (keep the value on one coordinate, zeros on the others),
-// Megatron's row-parallel linear with bias becomes plannable without any change here.
+// So the contracting strategy of linear/addmm with a bias asks for the bias as P(sum), and has a
+// twin that reads the bias Replicate: Megatron's row-parallel linear. A Replicate value cannot
+// become Partial (apc/cost/redistribute.h), and a bias is a parameter (R or S), so without the
+// twin a row-parallel linear with a bias was never plannable (gpt2_tiny's tp plan gathered every
+// c_proj weight, 2026-12-07). The twin's local rewrite (rewriteAddendOnce) adds the bias on the
+// ranks at coordinate 0 of the Partial mesh dims and bias * 0 on the others; the bias's
+// gradient is then a Partial sum there, as any replicated input's of a split op.
 //
 // scaled_dot_product_attention (torch >= 2.0; not in 1.13) shards the dims before (L, E) on
 // q, k, v, mask and out alike, and the query length L (k and v R) when is_causal is False (a
@@ -121,6 +123,12 @@ std::vector<DimStrategy> contract(const RuleContext& c, const Contraction& k) {
     } else if (ix.lhs >= 0 && ix.rhs >= 0) {
       if (ls[static_cast<size_t>(ix.lhs)] != rs[static_cast<size_t>(ix.rhs)]) continue;
       res.push_back(make(S(ix.lhs), S(ix.rhs), P()));
+      // Megatron's row-parallel linear: the bias Replicate, added once (rewriteAddendOnce).
+      if (k.addend) {
+        DimStrategy s = res.back();
+        s.inputs[*k.addend] = R();
+        res.push_back(std::move(s));
+      }
     } else if (ix.lhs >= 0) {
       res.push_back(make(S(ix.lhs), R(), P()));
     } else if (ix.rhs >= 0) {
@@ -514,6 +522,9 @@ void registerMatrixRules(Registry& r) {
     r.entry(op)->contraction_lhs = 0;
   // linear(input, weight, bias?): the Megatron baseline's column/row-parallel linear.
   r.entry("aten::linear")->tp = TpUse{TpUse::Kind::kLinear, /*weight=*/1, /*bias=*/2};
+  // A contraction split into a Partial sum with a Replicate bias adds it on one rank.
+  for (const char* op : {"aten::addmm", "aten::baddbmm", "aten::linear"})
+    r.entry(op)->local_rewrite = detail::rewriteAddendOnce;
 
   // Sample invocations (OpInfo::samples) for the strategy validator.
   using S = SampleArg;

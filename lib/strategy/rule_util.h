@@ -127,6 +127,11 @@ Status rewriteLocalPositions(const ir::Node& node,
 /// rank's own groups multiplied, the other rows zero.
 Status rewriteLocalExperts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                            const RankPieces& pieces, NodeRewrite& r);
+/// linear / addmm / baddbmm whose output is a Partial sum and whose bias (self) is Replicate on
+/// those mesh dims: the bias added once, on the ranks at coordinate 0 of every such dim; the
+/// others add it times zero (the local graph), so that the summands sum to the bias once.
+Status rewriteAddendOnce(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
+                         const RankPieces& pieces, NodeRewrite& r);
 /// repeat: counts from symbols (dynamic dims only).
 Status rewriteRepeatCounts(const ir::Node& node, const std::vector<std::optional<ir::Constant>>& c,
                            const RankPieces& pieces, NodeRewrite& r);

@@ -82,11 +82,12 @@ TEST(OpInfo, MegatronOperandsAndLocalRewritesAreEntries) {
   for (const char* op :
        {"aten::view", "aten::reshape", "aten::expand", "aten::zeros", "aten::new_zeros",
         "aten::unflatten", "aten::arange", "aten::narrow", "aten::embedding", "aten::repeat",
-        "aten::sort", "aten::argsort.stable", "aten::index.Tensor", "aten::index_put"}) {
+        "aten::sort", "aten::argsort.stable", "aten::index.Tensor", "aten::index_put",
+        "aten::linear", "aten::addmm", "aten::baddbmm"}) {
     ASSERT_NE(entry(op), nullptr) << op;
     EXPECT_NE(entry(op)->local_rewrite, nullptr) << op;
   }
-  for (const char* op : {"aten::relu", "aten::view_", "aten::split", "aten::linear"}) {
+  for (const char* op : {"aten::relu", "aten::view_", "aten::split", "aten::mm"}) {
     ASSERT_NE(entry(op), nullptr) << op;
     EXPECT_EQ(entry(op)->local_rewrite, nullptr) << op;
   }

@@ -41,10 +41,12 @@ TEST(Linear, BiasFollowsOutputAndIsPartialWithPartialOutput) {
   ValueId w = b.param("w", {64, 32});
   ValueId bias = b.param("b", {64});
   b.op("aten::linear", {x, w, bias}, {8, 16, 64});
-  // out S(2) needs bias S(0); a Partial output needs a Partial bias (added once in the sum).
+  // out S(2) needs bias S(0); a Partial output needs a Partial bias (added once in the sum), or,
+  // for the contraction (Megatron's row-parallel linear), a Replicate one that the rank at
+  // coordinate 0 alone adds (rewriteAddendOnce).
   EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
             (Strings{"R,R,R -> R", "S(0),R,R -> S(0)", "S(1),R,R -> S(1)", "R,S(0),S(0) -> S(2)",
-                     "S(2),S(1),P -> P", "P,R,P -> P"}));
+                     "S(2),S(1),P -> P", "S(2),S(1),R -> P", "P,R,P -> P"}));
 }
 
 TEST(Linear, UnevenVocabularyStaysShardable) {
@@ -92,7 +94,7 @@ TEST(Addmm, SelfBroadcastsLikeABias) {
   b.op("aten::addmm", {bias, m1, m2, b.i(1), b.i(1)}, {16, 32});
   EXPECT_EQ(strategiesOf(b.g, b.last(), "2"),
             (Strings{"R,R,R -> R", "R,S(0),R -> S(0)", "S(0),R,S(1) -> S(1)", "P,S(1),S(0) -> P",
-                     "P,P,R -> P", "P,R,P -> P"}));
+                     "R,S(1),S(0) -> P", "P,P,R -> P", "P,R,P -> P"}));
 }
 
 TEST(Embedding, RowColumnAndIndexSharding) {

@@ -510,6 +510,7 @@ std::optional<std::string> checkStrategy(const ir::Graph& g, const ir::Node& nod
     }
     std::vector<c10::IValue> args = full_inputs;
     lower::RankPieces pieces;
+    pieces.coordinate = coord;
     pieces.inputs.resize(node.inputs.size());
     pieces.outputs.resize(node.outputs.size());
     for (size_t i = 0; i < node.inputs.size(); ++i) {
@@ -699,6 +700,7 @@ std::optional<std::string> checkRegion(const ir::Graph& g, const strategy::Token
       const strategy::Strategy& s = member_strategies[k];
       std::vector<c10::IValue> args;
       lower::RankPieces pieces;
+      pieces.coordinate = coord;
       pieces.inputs.resize(n.inputs.size());
       pieces.outputs.resize(n.outputs.size());
       for (size_t i = 0; i < n.inputs.size(); ++i) {

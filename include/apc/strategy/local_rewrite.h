@@ -33,6 +33,12 @@
 //                                              idx.masked_fill(outside, 0), padding_idx, ...)
 //                                              .masked_fill(outside.unsqueeze(-1), 0) (the other
 //                                              ranks' Partial summands supply the zeroed rows)
+//   linear (bias: 2), addmm, baddbmm (self:    output a Partial sum on mesh dims where the bias
+//     0)                                       is Replicate (Megatron's row-parallel linear): the
+//                                              ranks off coordinate 0 of such a dim run the local
+//                                              graph op(..., bias * 0, ...), so the summands add
+//                                              the bias once (its gradient is then a Partial sum
+//                                              there, as any replicated input's of a split op)
 //   repeat (repeats: 1)                        dynamic dims only (below)
 //   sort, argsort (and .stable) of a 1-d       the rank's own sort (a token-local region,
 //     input cut along it                       apc/strategy/token_local.h; no rule cuts the
@@ -107,6 +113,7 @@ struct TensorPiece {
 struct RankPieces {
   std::vector<std::vector<TensorPiece>> inputs;
   std::vector<std::vector<TensorPiece>> outputs;
+  std::vector<int64_t> coordinate;  // the rank's mesh coordinate (empty: 0 on every mesh dim)
 };
 
 /// One argument (or one element of an int[] argument) recomputed on every forward from a symbol's
