@@ -1032,6 +1032,19 @@ class ArtifactErrors : public ::testing::Test {
     auto pm = ParallelModule::load(dir, env, ParallelModuleOptions{});
     return pm.ok() ? std::string() : pm.error().message();
   }
+  /// The artifact's two programs, to edit; empty (a failure added) when one does not read.
+  static std::vector<proto::Program> readPrograms() {
+    std::vector<proto::Program> out;
+    for (int64_t r : {0, 1}) {
+      Expected<proto::Program> p = artifact::readProgram(dir_, r);
+      if (!p.ok()) {
+        ADD_FAILURE() << p.error().message();
+        return {};
+      }
+      out.push_back(std::move(p).value());
+    }
+    return out;
+  }
   static inline std::string dir_, err_;
 };
 
@@ -1079,12 +1092,8 @@ TEST_F(ArtifactErrors, MissingDirectory) {
 // graph on a linear), one whose local graph runs an op the registry does not have.
 TEST_F(ArtifactErrors, MalformedOpCollectiveNamesItsNode) {
   ASSERT_TRUE(err_.empty()) << err_;
-  std::vector<proto::Program> programs;
-  for (int64_t r : {0, 1}) {
-    Expected<proto::Program> p = artifact::readProgram(dir_, r);
-    ASSERT_TRUE(p.ok()) << p.error().message();
-    programs.push_back(std::move(p).value());
-  }
+  const std::vector<proto::Program> programs = readPrograms();
+  ASSERT_EQ(programs.size(), 2u);
   int linear = -1;
   for (int i = 0; i < programs[0].graph().nodes_size() && linear < 0; ++i)
     if (programs[0].graph().nodes(i).op() == "aten::linear") linear = i;
@@ -1158,12 +1167,8 @@ TEST_F(ArtifactErrors, MalformedOpCollectiveNamesItsNode) {
 // a node past the program's end, and pieces that do not pair with the nodes.
 TEST_F(ArtifactErrors, MalformedRandomNodesAreOneLineErrors) {
   ASSERT_TRUE(err_.empty()) << err_;
-  std::vector<proto::Program> programs;
-  for (int64_t r : {0, 1}) {
-    Expected<proto::Program> p = artifact::readProgram(dir_, r);
-    ASSERT_TRUE(p.ok()) << p.error().message();
-    programs.push_back(std::move(p).value());
-  }
+  const std::vector<proto::Program> programs = readPrograms();
+  ASSERT_EQ(programs.size(), 2u);
   struct Case {
     std::string name;
     std::function<void(proto::Program&)> edit;
