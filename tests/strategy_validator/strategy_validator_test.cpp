@@ -10,7 +10,8 @@
 // Executed samples run at small shapes (the op set and the rules are what matter, not the size):
 // toy_block x:[2,4,1024], mlp_stack, gpt2_tiny*, llama_tiny*, cnn_small, resnet_bottleneck,
 // swin_tiny, multi_output, moe_tiny, hf_mixtral_tiny (and the .pt2 of the grouped_mm HF MoE
-// samples), with batch and sequence lengths chosen to
+// samples), random_ops (its nodes that draw random numbers are not executed: a draw cannot match
+// the unsharded one), with batch and sequence lengths chosen to
 // include uneven shards. The stub-weight samples (gpt2_small*, llama_small, llama3_8b: zero-stride
 // weights, too big to execute) share the op set and rules of their tiny siblings; for them the test
 // asserts that every op they use with strategies was validated on the tiny samples, and reports
@@ -94,6 +95,8 @@ const ExecutedSample kExecuted[] = {
     {"einsum_upsample", {"x:f64[4,3,16,16]"}},
     // index.Tensor with optional-tensor lists ([None, pos], [None, None, const]), mT, numpy_T.
     {"gather_patterns", {"x:f32[4,6,16]", "idx:i64[4]"}},
+    // Training dropouts (not executed: random), linears around them, a matmul by a weight.
+    {"random_ops", {"x:f32[5,16]"}},
     // Mixture of experts: topk, gather, sort, repeat_interleave, index.Tensor of expert weights,
     // index_add / scatter_add combines, histc.
     {"moe_tiny", {"x:f32[4,6,32]"}},
@@ -238,6 +241,10 @@ const Corpus& corpus() {
           // to validate (and its inputs may be lists the checker cannot build, e.g. Tensor?[]).
           if (ns.fallback) continue;
           const ir::Node& node = m->graph.node(ns.node);
+          // A node that draws random numbers (random_ops' training dropouts) cannot match the
+          // unsharded draw number for number; tests/runtime/random_streams_test.cpp checks what
+          // the ranks draw.
+          if (strategy::defaultRegistry().drawsRandomNumbers(m->graph, node)) continue;
           Combo& combo = c.combos[signature(m->graph, node)];
           if (!combo.model) {
             combo.model = m.get();
