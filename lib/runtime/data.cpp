@@ -23,6 +23,7 @@
 #include "apc/layout/layout.h"
 #include "apc/runtime/redistribute.h"
 #include "apc/support/file_io.h"
+#include "apc/support/hash.h"
 #include "safetensors_io.h"
 
 namespace apc::runtime {
@@ -46,12 +47,9 @@ using data_internal::TokenType;
 constexpr TokenType kTokenTypes[] = {
     {"uint16", 2, false}, {"uint32", 4, false}, {"int32", 4, true}, {"int64", 8, true}};
 
-/// splitmix64's finalizer of (seed, step): the seed of a step's row selection.
+/// The seed of a step's row selection.
 uint64_t mixSeed(uint64_t seed, uint64_t step) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + step * 0xBF58476D1CE4E5B9ull + 0x5DA7A;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return mixSeeds(seed, step, 0x5DA7A);
 }
 
 /// `count` ids of `type` at `src` as int64.

@@ -19,6 +19,7 @@
 #include <set>
 
 #include "apc/support/activity.h"
+#include "apc/support/hash.h"
 
 namespace apc::runtime {
 
@@ -553,11 +554,7 @@ struct RngState {
 /// Seeds the default generators a node on `device` draws from (the CPU's, and the device's on
 /// CUDA) with the random stream `stream` of the run seeded `run_seed`.
 static void seedStream(uint64_t run_seed, uint64_t stream, c10::Device device) {
-  // splitmix64 of the pair: streams and seeds that differ in one bit give unrelated seeds.
-  uint64_t z = run_seed * 0x9E3779B97F4A7C15ull + (stream + 1) * 0xD1B54A32D192ED03ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  const uint64_t seed = z ^ (z >> 31);
+  const uint64_t seed = mixSeeds(run_seed, stream + 1);
   {
     at::Generator gen = at::globalContext().defaultGenerator(c10::DeviceType::CPU);
     std::lock_guard<std::mutex> lock(gen.mutex());

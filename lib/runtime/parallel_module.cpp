@@ -29,6 +29,7 @@
 #include "apc/runtime/op_collective.h"
 #include "apc/runtime/output_leaves.h"
 #include "apc/runtime/redistribute.h"
+#include "apc/support/hash.h"
 #include "parallel_module_reader.h"
 
 namespace apc::runtime {
@@ -1944,11 +1945,8 @@ Expected<std::vector<c10::IValue>> ParallelModule::forwardLeaves(
   fanout.all = {&regather};
   if (im.has_buffer_casts) fanout.all.push_back(&write_back);
   if (im.observer) fanout.all.push_back(im.observer);
-  // The run's seed of the random streams, from (seedRandom's seed, forward): splitmix64.
-  uint64_t z =
-      im.random_seed * 0x9E3779B97F4A7C15ull + (im.forward_index++ + 1) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 30)) * 0x94D049BB133111EBull;
-  const uint64_t random_seed = z ^ (z >> 31);
+  // The run's seed of the random streams, from (seedRandom's seed, forward).
+  const uint64_t random_seed = mixSeeds(im.random_seed, im.forward_index++ + 1);
   auto leaves = im.interp->run(external, fanout.all.size() == 1 ? fanout.all[0] : &fanout,
                                symbolic_values, im.recompute, random_seed);
   regather.finish();

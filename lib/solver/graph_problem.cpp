@@ -16,6 +16,7 @@
 #include "apc/cost/cost_model.h"
 #include "apc/cost/edge.h"
 #include "apc/cost/redistribute.h"
+#include "apc/support/hash.h"
 #include "apc/support/parallel.h"
 
 namespace apc::solver {
@@ -156,13 +157,7 @@ class EdgePricer {
     bool regather;
     bool operator==(const Key&) const = default;
   };
-  static size_t mix(uint64_t x) {  // splitmix64's finalizer
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return static_cast<size_t>(x ^ (x >> 31));
-  }
+  static size_t mix(uint64_t x) { return static_cast<size_t>(splitmix64(x)); }
   struct KeyHash {
     size_t operator()(const Key& k) const {
       uint64_t a = (static_cast<uint64_t>(k.meta) << 32) | k.from;

@@ -142,12 +142,9 @@ struct Flags {
   std::string data_dtype = "uint16";
 };
 
-/// splitmix64's finalizer: seeds of independent streams from (seed, step, stream).
+/// Seeds of independent streams from (seed, step, stream).
 uint64_t mixSeed(uint64_t seed, uint64_t step, uint64_t stream) {
-  uint64_t z = seed * 0x9E3779B97F4A7C15ull + step * 0xBF58476D1CE4E5B9ull + stream;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return apc::mixSeeds(seed, step, stream);
 }
 
 /// Bytes of the regular files in `dir` (a checkpoint's size).

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -14,6 +15,20 @@
 #include "apc/support/error.h"
 
 namespace apc {
+
+/// splitmix64's finalizer: a 64-bit mix in which inputs that differ in one bit give unrelated
+/// outputs (hash tables' keys, seeds).
+constexpr uint64_t splitmix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+/// The seed of an independent random stream from (seed, step, stream): the trainer's synthetic
+/// batches, the data loader's row selection, the runtime's random nodes.
+constexpr uint64_t mixSeeds(uint64_t seed, uint64_t step, uint64_t stream = 0) {
+  return splitmix64(seed * 0x9E3779B97F4A7C15ull + step * 0xBF58476D1CE4E5B9ull + stream);
+}
 
 /// SHA-256 of `bytes`, 64 lowercase hex digits.
 std::string sha256Hex(std::string_view bytes);
